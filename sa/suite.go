@@ -1,0 +1,192 @@
+package sa
+
+import "fmt"
+
+// Cipher is an ESP encryption algorithm.
+type Cipher uint8
+
+const (
+	CipherNull     Cipher = iota // RFC 2410
+	CipherAESCBC                 // RFC 3602, 128/192/256 by key length
+	Cipher3DES                   // RFC 2451
+	CipherAESCTR                 // RFC 3686, key || 4-byte nonce
+	CipherAESGCM16               // RFC 4106 with a 16-byte ICV, key || 4-byte salt
+)
+
+var cipherNames = [...]string{
+	CipherNull:     "null",
+	CipherAESCBC:   "aes-cbc",
+	Cipher3DES:     "3des-cbc",
+	CipherAESCTR:   "aes-ctr",
+	CipherAESGCM16: "aes-gcm-16",
+}
+
+func (c Cipher) String() string {
+	if int(c) < len(cipherNames) {
+		return cipherNames[c]
+	}
+	return fmt.Sprintf("cipher(%d)", uint8(c))
+}
+
+// ParseCipher reads a cipher name as written in SA files.
+func ParseCipher(name string) (Cipher, error) {
+	for c, n := range cipherNames {
+		if n == name {
+			return Cipher(c), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown cipher %q (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", name)
+}
+
+// IsAEAD reports whether the cipher computes its own ICV.
+func (c Cipher) IsAEAD() bool { return c == CipherAESGCM16 }
+
+// Auth is an ESP integrity algorithm.
+type Auth uint8
+
+const (
+	AuthNone           Auth = iota // only with an AEAD cipher
+	AuthHMACSHA1_96                // RFC 2404
+	AuthHMACSHA256_128             // RFC 4868
+	AuthHMACSHA384_192             // RFC 4868
+	AuthHMACSHA512_256             // RFC 4868
+	AuthHMACMD5_96                 // RFC 2403
+)
+
+var authNames = [...]string{
+	AuthNone:           "none",
+	AuthHMACSHA1_96:    "hmac-sha1-96",
+	AuthHMACSHA256_128: "hmac-sha2-256-128",
+	AuthHMACSHA384_192: "hmac-sha2-384-192",
+	AuthHMACSHA512_256: "hmac-sha2-512-256",
+	AuthHMACMD5_96:     "hmac-md5-96",
+}
+
+func (a Auth) String() string {
+	if int(a) < len(authNames) {
+		return authNames[a]
+	}
+	return fmt.Sprintf("auth(%d)", uint8(a))
+}
+
+// ParseAuth reads an integrity algorithm name as written in SA files.
+func ParseAuth(name string) (Auth, error) {
+	for a, n := range authNames {
+		if n == name {
+			return Auth(a), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown auth %q (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", name)
+}
+
+// Suite is a cipher and an integrity algorithm used together.
+type Suite struct {
+	Cipher Cipher
+	Auth   Auth
+}
+
+func (s Suite) String() string {
+	if s.Cipher.IsAEAD() {
+		return s.Cipher.String()
+	}
+	return s.Cipher.String() + "+" + s.Auth.String()
+}
+
+// IVLen is the length of the explicit IV carried in each packet.
+func (s Suite) IVLen() int {
+	switch s.Cipher {
+	case CipherAESCBC:
+		return 16
+	case Cipher3DES, CipherAESCTR, CipherAESGCM16:
+		return 8
+	}
+	return 0
+}
+
+// BlockLen is the alignment the padded payload must reach (at least 4).
+func (s Suite) BlockLen() int {
+	switch s.Cipher {
+	case CipherAESCBC:
+		return 16
+	case Cipher3DES:
+		return 8
+	}
+	return 4
+}
+
+// ICVLen is the length of the integrity check value.
+func (s Suite) ICVLen() int {
+	switch {
+	case s.Cipher == CipherAESGCM16:
+		return 16
+	case s.Auth == AuthHMACSHA1_96, s.Auth == AuthHMACMD5_96:
+		return 12
+	case s.Auth == AuthHMACSHA256_128:
+		return 16
+	case s.Auth == AuthHMACSHA384_192:
+		return 24
+	case s.Auth == AuthHMACSHA512_256:
+		return 32
+	}
+	return 0
+}
+
+// EncKeyLens lists the valid lengths of the encryption key material,
+// including any trailing nonce or salt.
+func (s Suite) EncKeyLens() []int {
+	switch s.Cipher {
+	case CipherAESCBC:
+		return []int{16, 24, 32}
+	case Cipher3DES:
+		return []int{24}
+	case CipherAESCTR, CipherAESGCM16:
+		return []int{20, 28, 36}
+	}
+	return []int{0}
+}
+
+// AuthKeyLen is the required integrity key length (RFC 2404, 4868, 2403).
+func (s Suite) AuthKeyLen() int {
+	switch s.Auth {
+	case AuthHMACSHA1_96:
+		return 20
+	case AuthHMACSHA256_128:
+		return 32
+	case AuthHMACSHA384_192:
+		return 48
+	case AuthHMACSHA512_256:
+		return 64
+	case AuthHMACMD5_96:
+		return 16
+	}
+	return 0
+}
+
+// Validate reports whether the cipher and auth may be combined.
+func (s Suite) Validate() error {
+	if s.Cipher.IsAEAD() && s.Auth != AuthNone {
+		return fmt.Errorf("%s is an AEAD cipher: auth must be none, not %s", s.Cipher, s.Auth)
+	}
+	if !s.Cipher.IsAEAD() && s.Auth == AuthNone {
+		return fmt.Errorf("%s needs an auth algorithm (ESP without integrity is not supported)", s.Cipher)
+	}
+	return nil
+}
+
+// ValidateKeys checks key lengths without ever printing the keys.
+func (s Suite) ValidateKeys(enc, auth Key) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	ok := false
+	for _, n := range s.EncKeyLens() {
+		ok = ok || len(enc) == n
+	}
+	if !ok {
+		return fmt.Errorf("enc-key for %s is %d bytes, want %v", s.Cipher, len(enc), s.EncKeyLens())
+	}
+	if len(auth) != s.AuthKeyLen() {
+		return fmt.Errorf("auth-key for %s is %d bytes, want %d", s.Auth, len(auth), s.AuthKeyLen())
+	}
+	return nil
+}
