@@ -63,10 +63,10 @@ type Options struct {
 	// MTU of the device; 0 means 1500. Use InnerMTU to derive it.
 	MTU      int
 	Offloads OffloadMode
-	// Namespace, when open, is where the device is created and configured;
-	// otherwise it is the calling thread's current namespace (e.g. the one
-	// `ip netns exec` started the process in). Create locks the OS thread
-	// while it switches.
+	// Namespace, when set (a handle > 0), is where the device is created
+	// and configured; the zero value (or netns.None()) means the calling
+	// thread's current namespace, e.g. the one `ip netns exec` started the
+	// process in. Create locks the OS thread while it switches.
 	Namespace vnetns.NsHandle
 	Log       *slog.Logger
 }
@@ -104,7 +104,7 @@ func Create(name string, opt Options) (*Device, error) {
 		return err
 	}
 	var err error
-	if opt.Namespace.IsOpen() {
+	if opt.Namespace > 0 {
 		err = inNamespace(opt.Namespace, create)
 	} else {
 		err = create()
