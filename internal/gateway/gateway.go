@@ -173,7 +173,8 @@ func (g *Gateway) Counters() *Counters { return &g.counters }
 
 func (g *Gateway) drop(r Reason) { g.counters.Drops[r].Add(1) }
 
-// Run moves packets until ctx ends or a device or connection fails.
+// Run moves packets until ctx ends or a device or connection fails. It owns
+// the device and connections from then on and closes them when it returns.
 func (g *Gateway) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -195,6 +196,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	start(g.lifetimes)
 	<-ctx.Done()
+	// Closing the device and sockets is what unblocks the readers.
+	g.dev.Close()
+	for _, c := range g.conns {
+		c.Close()
+	}
 	wg.Wait()
 	select {
 	case err := <-errc:
