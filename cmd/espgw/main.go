@@ -43,6 +43,7 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages")
 	root.AddCommand(
 		newVersion(),
+		newRun(),
 		newStats(),
 	)
 	return root
