@@ -261,7 +261,29 @@ func (ns *Namespace) AddAddr(name string, p netip.Prefix) error {
 	if err := ns.nl.AddrAdd(l, a); err != nil {
 		return fmt.Errorf("add address %s to %s in namespace %s: %w", p, name, ns.full, err)
 	}
+	if p.Addr().Is6() && l.Attrs().Flags&net.FlagUp != 0 {
+		// On a link whose carrier is still coming up the kernel installs
+		// the address's local route later, from its address work; until
+		// then neighbour solicitations for it go unanswered and the first
+		// packets wait a second for a retry. Wait for the route instead.
+		return ns.waitLocal(p.Addr())
+	}
 	return nil
+}
+
+// waitLocal waits (up to 2 s) until the kernel routes a to this namespace.
+func (ns *Namespace) waitLocal(a netip.Addr) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		rs, err := ns.nl.RouteGet(net.IP(a.AsSlice()))
+		if err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("address %s in namespace %s not usable after 2s", a, ns.full)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // AddRoute routes dst via gateway gw (which must be on a connected subnet).
