@@ -115,6 +115,9 @@ type Packet struct {
 	// Tag is the caller's: Receive reorders whole entries, so a Tag set
 	// alongside Buf (say, the index of the buffer's owner) stays with it.
 	Tag int
+	// Err is set by Send: nil when the kernel took the packet, else why
+	// not (for per-packet drop accounting).
+	Err error
 }
 
 // Stats are a Conn's counters since Open.

@@ -270,6 +270,9 @@ func TestRawShortAndTruncated(t *testing.T) {
 	if s := a.Stats(); s.SendErrors != 1 {
 		t.Errorf("sender SendErrors = %d, want 1", s.SendErrors)
 	}
+	if pkts[0].Err != nil || pkts[1].Err != unix.EMSGSIZE || pkts[2].Err != nil {
+		t.Errorf("per-packet errors %v, %v, %v; want nil, EMSGSIZE, nil", pkts[0].Err, pkts[1].Err, pkts[2].Err)
+	}
 	b.SetReadDeadline(time.Now().Add(5 * time.Second))
 	slot := slots(4, 100) // too small for 500 bytes + IP header
 	if _, err := a.Send([]Packet{{Data: espPacket(9, 3, 80), Peer: to}}); err != nil {
@@ -297,8 +300,13 @@ func TestSendBadInput(t *testing.T) {
 		{Data: espPacket(1, 4, 40), Peer: good},
 	}
 	n, err := a.Send(pkts)
-	if n != 1 || err == nil || !strings.Contains(err.Error(), "other address family") {
+	if n != 1 || !errors.Is(err, ErrAddressFamily) || !strings.Contains(err.Error(), "2001:db8:1::2") {
 		t.Errorf("send: %d, %v; want 1 sent and the family error first", n, err)
+	}
+	for i, want := range []error{ErrAddressFamily, ErrNoPort, ErrEmptyPacket, ErrNoPeer, nil} {
+		if pkts[i].Err != want {
+			t.Errorf("packet %d: Err = %v, want %v", i, pkts[i].Err, want)
+		}
 	}
 	if s := a.Stats(); s.SendErrors != 4 || s.PacketsOut != 1 {
 		t.Errorf("counters %+v: want 4 errors, 1 out", s)
