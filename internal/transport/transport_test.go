@@ -470,3 +470,29 @@ func TestReceiveKeepsTagWithBuffer(t *testing.T) {
 		b.Close()
 	}
 }
+
+// TestFragment: with Config.Fragment a packet over the path MTU leaves in
+// fragments and arrives reassembled, for both families.
+func TestFragment(t *testing.T) {
+	p := newPair(t)
+	for _, fam := range families {
+		for _, kind := range []Kind{RawESP, UDPEncap} {
+			a, err := Open(Config{Kind: kind, Local: netip.AddrPortFrom(fam.local(p), 0), Namespace: p.a.Handle(), Fragment: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := open(t, p.b, kind, fam.remote(p), false)
+			big := espPacket(7, 1, 3000)
+			if _, err := a.Send([]Packet{{Data: big, Peer: netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())}}); err != nil {
+				t.Fatalf("%s/%s: send 3000 bytes with fragmentation allowed: %v", kind, fam.name, err)
+			}
+			b.SetReadDeadline(time.Now().Add(5 * time.Second))
+			in := slots(1, 4096)
+			if n, err := b.Receive(in); err != nil || n != 1 || string(in[0].Data) != string(big) {
+				t.Errorf("%s/%s: reassembled packet: n=%d err=%v len=%d", kind, fam.name, n, err, len(in[0].Data))
+			}
+			a.Close()
+			b.Close()
+		}
+	}
+}
