@@ -49,3 +49,20 @@ func TestGatewayPing(t *testing.T) {
 		t.Fatalf("ping: %d/%d\n%s\ngw1 %+v\ngw2 %+v", r.Received, r.Sent, r.Output, st0, st1)
 	}
 }
+
+func TestGatewayIperf(t *testing.T) {
+	ctx := context.Background()
+	for _, suite := range []sa.Suite{{Cipher: sa.CipherAESGCM16}, {Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}} {
+		b, err := testbed.Start(ctx, testbed.Options{Binary: binary, Prefix: "itperf", Suite: suite})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := testbed.Iperf3(ctx, b.Topo.HostB, b.Topo.HostA, b.Topo.Addr.HostB4.Addr(), testbed.IperfOptions{Duration: 3e9})
+		st, _ := b.Stats(ctx, 1)
+		b.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: %.2f Gbit/s, %d retransmits; gw2 %+v", suite, r.BitsPerSecond/1e9, r.Retransmits, st)
+	}
+}
