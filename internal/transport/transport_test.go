@@ -59,10 +59,11 @@ func newPair(t testing.TB) *pair {
 	return p
 }
 
-// open opens a transport of kind in ns bound to addr.
-func open(t testing.TB, ns *netns.Namespace, kind Kind, addr netip.Addr, gso bool) *Conn {
+// open opens a transport of kind in ns bound to addr; gso and gro (UDP
+// only) say which offloads to ask for.
+func open(t testing.TB, ns *netns.Namespace, kind Kind, addr netip.Addr, gso bool, gro ...bool) *Conn {
 	t.Helper()
-	c, err := Open(Config{Kind: kind, Local: netip.AddrPortFrom(addr, 0), Namespace: ns.Handle(), GSO: gso})
+	c, err := Open(Config{Kind: kind, Local: netip.AddrPortFrom(addr, 0), Namespace: ns.Handle(), GSO: gso, GRO: len(gro) > 0 && gro[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,17 +124,27 @@ var families = []family{
 	{"ipv6", func(p *pair) netip.Addr { return p.a6 }, func(p *pair) netip.Addr { return p.b6 }, 40, 0},
 }
 
+// offloads lists the GSO (sender) / GRO (receiver) combinations to test:
+// none for raw ESP, all four for UDP.
+func offloads(kind Kind) [][2]bool {
+	if kind != UDPEncap {
+		return [][2]bool{{false, false}}
+	}
+	return [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}}
+}
+
 func TestSendReceiveBatch(t *testing.T) {
 	p := newPair(t)
 	for _, kind := range []Kind{RawESP, UDPEncap} {
 		for _, fam := range families {
-			for _, gso := range []bool{false, true} {
-				if gso && kind != UDPEncap {
-					continue
-				}
-				t.Run(fmt.Sprintf("%s/%s/gso=%v", kind, fam.name, gso), func(t *testing.T) {
+			for _, off := range offloads(kind) {
+				gso, gro := off[0], off[1]
+				t.Run(fmt.Sprintf("%s/%s/gso=%v/gro=%v", kind, fam.name, gso, gro), func(t *testing.T) {
 					a := open(t, p.a, kind, fam.local(p), gso)
-					b := open(t, p.b, kind, fam.remote(p), false)
+					b := open(t, p.b, kind, fam.remote(p), false, gro)
+					if gro && !b.GRO() {
+						t.Fatalf("GRO asked for but not on (kernel ≥ 5.12 has it)")
+					}
 					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
 					if kind == UDPEncap && peer.Port() != DefaultUDPPort {
 						t.Fatalf("UDP transport bound port %d, want %d", peer.Port(), DefaultUDPPort)
@@ -179,7 +190,15 @@ func TestSendReceiveBatch(t *testing.T) {
 					if !gso && as.GSOBatches != 0 {
 						t.Errorf("GSO off but %d super-datagrams sent", as.GSOBatches)
 					}
-					t.Logf("sender %+v", as)
+					// A GSO super-datagram crosses the veth whole; a GRO
+					// socket receives it whole.
+					if gso && gro && bs.GROBatches == 0 {
+						t.Errorf("GSO sender and GRO receiver but no super-datagram received: %+v", bs)
+					}
+					if !gro && bs.GROBatches != 0 {
+						t.Errorf("GRO off but %d super-datagrams received", bs.GROBatches)
+					}
+					t.Logf("sender GSO batches %d, receiver GRO batches %d", as.GSOBatches, bs.GROBatches)
 				})
 			}
 		}
@@ -192,43 +211,45 @@ func TestSendReceiveBatch(t *testing.T) {
 func TestUDPNonESP(t *testing.T) {
 	p := newPair(t)
 	for _, fam := range families {
-		t.Run(fam.name, func(t *testing.T) {
-			a := open(t, p.a, UDPEncap, fam.local(p), false)
-			b := open(t, p.b, UDPEncap, fam.remote(p), false)
-			to := netip.AddrPortFrom(fam.remote(p), DefaultUDPPort)
-			if err := a.SendKeepalive(to); err != nil {
-				t.Fatal(err)
-			}
-			// IKE behind the non-ESP marker, and a 3-byte runt, from another socket.
-			err := p.a.Do(func() error {
-				u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(fam.local(p), 0)))
-				if err != nil {
-					return err
+		for _, gro := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/gro=%v", fam.name, gro), func(t *testing.T) {
+				a := open(t, p.a, UDPEncap, fam.local(p), false)
+				b := open(t, p.b, UDPEncap, fam.remote(p), false, gro)
+				to := netip.AddrPortFrom(fam.remote(p), DefaultUDPPort)
+				if err := a.SendKeepalive(to); err != nil {
+					t.Fatal(err)
 				}
-				defer u.Close()
-				for _, d := range [][]byte{append([]byte{0, 0, 0, 0}, "IKE_SA_INIT..."...), {1, 2, 3}} {
-					if _, err := u.WriteToUDPAddrPort(d, to); err != nil {
+				// IKE behind the non-ESP marker, and a 3-byte runt, from another socket.
+				err := p.a.Do(func() error {
+					u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(fam.local(p), 0)))
+					if err != nil {
 						return err
 					}
+					defer u.Close()
+					for _, d := range [][]byte{append([]byte{0, 0, 0, 0}, "IKE_SA_INIT..."...), {1, 2, 3}} {
+						if _, err := u.WriteToUDPAddrPort(d, to); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
 				}
-				return nil
+				esp := espPacket(0x2002, 7, 64)
+				if _, err := a.Send([]Packet{{Data: esp, Peer: to}}); err != nil {
+					t.Fatal(err)
+				}
+				got, _ := receiveN(t, b, 1)
+				if string(got[0]) != string(esp) {
+					t.Errorf("received % x, want the ESP packet", got[0])
+				}
+				s := b.Stats()
+				if s.Keepalives != 1 || s.NonESP != 1 || s.Short != 1 || s.PacketsIn != 1 {
+					t.Errorf("counters %+v: want 1 keepalive, 1 non-ESP, 1 short, 1 ESP", s)
+				}
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			esp := espPacket(0x2002, 7, 64)
-			if _, err := a.Send([]Packet{{Data: esp, Peer: to}}); err != nil {
-				t.Fatal(err)
-			}
-			got, _ := receiveN(t, b, 1)
-			if string(got[0]) != string(esp) {
-				t.Errorf("received % x, want the ESP packet", got[0])
-			}
-			s := b.Stats()
-			if s.Keepalives != 1 || s.NonESP != 1 || s.Short != 1 || s.PacketsIn != 1 {
-				t.Errorf("counters %+v: want 1 keepalive, 1 non-ESP, 1 short, 1 ESP", s)
-			}
-		})
+		}
 	}
 }
 
@@ -351,13 +372,11 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 	p := newPair(t)
 	for _, kind := range []Kind{RawESP, UDPEncap} {
 		for _, fam := range families {
-			for _, gso := range []bool{false, true} {
-				if gso && kind != UDPEncap {
-					continue
-				}
-				t.Run(fmt.Sprintf("%s/%s/gso=%v", kind, fam.name, gso), func(t *testing.T) {
+			for _, off := range offloads(kind) {
+				gso, gro := off[0], off[1]
+				t.Run(fmt.Sprintf("%s/%s/gso=%v/gro=%v", kind, fam.name, gso, gro), func(t *testing.T) {
 					a := open(t, p.a, kind, fam.local(p), gso)
-					b := open(t, p.b, kind, fam.remote(p), false)
+					b := open(t, p.b, kind, fam.remote(p), false, gro)
 					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
 					const batch = 32
 					out := make([]Packet, batch)
