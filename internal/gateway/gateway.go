@@ -33,7 +33,10 @@ type Options struct {
 	// Batch is the number of packets per pipeline batch (default: the
 	// device's batch size, at least 32).
 	Batch int
-	Log   *slog.Logger
+	// ICMPSource are addresses ICMP too-big errors may come from (the TUN's
+	// own addresses); the local outer addresses serve otherwise.
+	ICMPSource []netip.Addr
+	Log        *slog.Logger
 }
 
 // Gateway is one espgw gateway: a device, outer connections, an engine and
@@ -50,6 +53,7 @@ type Gateway struct {
 	mu    sync.Mutex // serialises Load
 
 	counters Counters
+	icmp     [][]byte // scratch for ICMP errors, used by the outbound reader only
 }
 
 // Counters are the gateway's own traffic counts and the drops no SA owns.
@@ -85,7 +89,8 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	if opts.InnerMTU <= 0 {
 		opts.InnerMTU = 1400
 	}
-	g := &Gateway{opts: opts, log: opts.Log, dev: dev, conns: conns, pick: pick, engine: engine}
+	g := &Gateway{opts: opts, log: opts.Log, dev: dev, conns: conns, pick: pick, engine: engine,
+		icmp: [][]byte{make([]byte, tunOffset+1500)}}
 	g.state.Store(&state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}})
 	return g
 }

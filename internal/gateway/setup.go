@@ -93,7 +93,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		conns = append(conns, w)
 	}
 	rt.Gateway = New(rt.TUN, conns, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, Workers: cfg.Workers, Batch: cfg.Batch, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, ICMPSource: prefixAddrs(cfg.TUN.Addresses), Workers: cfg.Workers, Batch: cfg.Batch, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
@@ -181,4 +181,12 @@ func innerMTU(outerMTU int, s *sa.SA) (int, error) {
 		m += o.OuterIP
 	}
 	return m, err
+}
+
+func prefixAddrs(ps []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range ps {
+		out = append(out, p.Addr())
+	}
+	return out
 }
