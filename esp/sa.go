@@ -41,9 +41,11 @@ type Counters struct {
 
 // Snapshot is a plain copy of Counters.
 type Snapshot struct {
-	SealedPackets, SealedBytes uint64
-	OpenedPackets, OpenedBytes uint64
-	Drops                      map[string]uint64 // only reasons with a count
+	SealedPackets uint64            `json:"sealed_packets"`
+	SealedBytes   uint64            `json:"sealed_bytes"`
+	OpenedPackets uint64            `json:"opened_packets"`
+	OpenedBytes   uint64            `json:"opened_bytes"`
+	Drops         map[string]uint64 `json:"drops"` // only reasons with a count
 }
 
 // SA is the working state of one security association: its configuration,
