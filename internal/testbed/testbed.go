@@ -178,7 +178,8 @@ tun:
   routes: [%s]
   offloads: %v
 sa-file: sas.yaml
-`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads)
+state-dir: gw%d-state
+`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1)
 	if b.opts.Workers > 0 {
 		cfg += fmt.Sprintf("workers: %d\n", b.opts.Workers)
 	}
