@@ -1,11 +1,3 @@
-// Package sa owns the security association model of espgw: the SA (SPI, mode,
-// outer endpoints, encapsulation, algorithms and keys, ESN, replay window,
-// lifetimes), the SAD that finds an SA by SPI, the SPD that maps traffic
-// selectors to protect, bypass or discard, and the loading and validation of
-// SA files (YAML, and setkey(8) manual-keying lines).
-//
-// It knows nothing of packets or I/O: the esp package turns an SA into a
-// working transform, the gateway puts it on the wire.
 package sa
 
 import (

@@ -73,6 +73,7 @@ func ParseYAML(name string, data []byte) (*Config, error) {
 	}
 	p := &yamlParser{file: name}
 	c := p.config(&doc)
+	slices.SortStableFunc(p.errs, func(a, b error) int { return lineOf(a) - lineOf(b) })
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err
 	}
@@ -86,6 +87,16 @@ func yamlSyntax(err error) error {
 		return errors.New("empty file: want a mapping with an sa: list")
 	}
 	return err
+}
+
+// lineOf orders errors by line; the "too many errors" note, without a
+// line, goes last.
+func lineOf(err error) int {
+	var ce *ConfigError
+	if errors.As(err, &ce) && ce.Line > 0 {
+		return ce.Line
+	}
+	return math.MaxInt32
 }
 
 type yamlParser struct {
