@@ -153,6 +153,19 @@ func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) map[stri
 	return out
 }
 
+// findField returns the first field of a mapping with the name.
+func findField(m *yaml.Node, name string) (field, bool) {
+	if m.Kind != yaml.MappingNode {
+		return field{}, false
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k := m.Content[i]; k.Kind == yaml.ScalarNode && k.Value == name {
+			return field{k, m.Content[i+1]}, true
+		}
+	}
+	return field{}, false
+}
+
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.ScalarNode:
@@ -171,7 +184,7 @@ func kindName(n *yaml.Node) string {
 // that 0x0011… stays a string and keeps its leading zeros.
 func (p *yamlParser) scalar(f field, entry string) (string, bool) {
 	if f.val.Kind != yaml.ScalarNode {
-		p.failf(f.val, entry, f.key.Value, "want a single value, got a %s", kindName(f.val))
+		p.failf(f.key, entry, f.key.Value, "want a single value, got a %s", kindName(f.val))
 		return "", false
 	}
 	return f.val.Value, true
@@ -241,22 +254,24 @@ var saFields = []string{
 func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	entry := fmt.Sprintf("sa[%d]", i)
 	before := len(p.errs)
+	s := &SA{ReplayWindow: 64}
+	// The SPI names the entry in every other error, so it is read first.
+	if f, ok := findField(n, "spi"); ok {
+		if v, ok := p.scalar(f, entry); ok {
+			spi, err := strconv.ParseUint(v, 0, 32)
+			if err != nil {
+				p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", echoShort(v))
+			} else {
+				s.SPI = uint32(spi)
+				entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
+			}
+		}
+	} else if n.Kind == yaml.MappingNode {
+		p.failf(n, entry, "spi", "missing")
+	}
 	fs := p.fields(n, entry, saFields)
 	if n.Kind != yaml.MappingNode {
 		return nil, entry
-	}
-	s := &SA{ReplayWindow: 64}
-
-	if f, ok := fs["spi"]; !ok {
-		p.failf(n, entry, "spi", "missing")
-	} else if v, ok := p.scalar(f, entry); ok {
-		spi, err := strconv.ParseUint(v, 0, 32)
-		if err != nil {
-			p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", echo(v))
-		} else {
-			s.SPI = uint32(spi)
-			entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
-		}
 	}
 	str := func(name string) (field, string, bool) {
 		f, ok := fs[name]
@@ -387,6 +402,8 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		seq, err := strconv.ParseUint(v, 0, 64)
 		if err != nil {
 			p.failf(f.val, entry, "initial-seq", "%s is not a number", echo(v))
+		} else if !s.ESN && seq > math.MaxUint32 {
+			p.failf(f.val, entry, "initial-seq", "%d does not fit 32 bits: set esn: true", seq)
 		}
 		s.InitialSeq = seq
 	}
@@ -402,7 +419,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	}
 	if f, ok := fs["selectors"]; ok {
 		if f.val.Kind != yaml.SequenceNode {
-			p.failf(f.val, entry, "selectors", "want a list, got a %s", kindName(f.val))
+			p.failf(f.key, entry, "selectors", "want a list, got a %s", kindName(f.val))
 		} else {
 			for j, sn := range f.val.Content {
 				sel, ok := p.selector(sn, fmt.Sprintf("%s selectors[%d]", entry, j), nil)
@@ -539,7 +556,7 @@ func (p *yamlParser) lifetimes(f field, entry string) (soft, hard Lifetime) {
 	}
 	soft, hard = read("soft"), read("hard")
 	if err := checkLifetimes(soft, hard); err != nil {
-		p.fail(f.val, entry, "lifetimes", errors.Unwrap(err))
+		p.fail(f.key, entry, "lifetimes", err)
 	}
 	return soft, hard
 }
