@@ -2,6 +2,7 @@ package sa
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 )
@@ -76,7 +77,7 @@ func (k Key) GoString() string { return k.String() }
 func (k Key) Format(f fmt.State, _ rune) { fmt.Fprint(f, k.String()) }
 
 // LogValue hides the key from log/slog.
-func (k Key) LogValue() any { return k.String() }
+func (k Key) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // SA is one security association, as configured. Runtime state (sequence
 // numbers, replay window, counters) lives in the esp package.

@@ -2,7 +2,9 @@ package sa
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/hex"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -18,7 +20,8 @@ const (
 var testSecrets = []string{testEncHex, testAuthHex, testGCMHex}
 
 // assertNoSecret fails if text holds any 8 consecutive hex digits of a test
-// key (in either case), or 4 consecutive raw bytes of one, or the quoted key.
+// key (in either case), 4 consecutive raw bytes of one, its base64 or its
+// first bytes in decimal (how fmt prints a []byte), or the quoted key.
 func assertNoSecret(t *testing.T, what, text string, extra ...string) {
 	t.Helper()
 	low := strings.ToLower(text)
@@ -32,6 +35,12 @@ func assertNoSecret(t *testing.T, what, text string, extra ...string) {
 		raw, err := hex.DecodeString(h)
 		if err != nil {
 			continue
+		}
+		b64 := base64.StdEncoding.EncodeToString(raw)
+		dec := strings.Trim(fmt.Sprint(raw[:4]), "[]")
+		if strings.Contains(text, b64[:8]) || strings.Contains(text, dec) {
+			t.Errorf("%s shows a key in base64 or decimal: %s", what, text)
+			return
 		}
 		for i := 0; i+4 <= len(raw); i++ {
 			if bytes.Contains([]byte(text), raw[i:i+4]) {
