@@ -368,6 +368,9 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		s.Suite.Auth = a
 	} else if _, given := fs["auth"]; given {
 		suiteOK = false
+	} else if suiteOK && !s.Suite.Cipher.IsAEAD() {
+		p.failf(n, entry, "auth", "missing: %s needs hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256 or hmac-md5-96", s.Suite.Cipher)
+		suiteOK = false
 	}
 	if suiteOK {
 		if err := s.Suite.Validate(); err != nil {
@@ -464,7 +467,11 @@ func (p *yamlParser) key(fs map[string]field, n *yaml.Node, entry, name string, 
 	if !ok {
 		return nil
 	}
-	if slices.Contains(want, 0) && (v == "" || f.val.Tag == "!!null") {
+	if slices.Equal(want, []int{0}) {
+		if v == "" || f.val.Tag == "!!null" {
+			return nil
+		}
+		p.failf(f.val, entry, name, "not used with this suite: leave it out")
 		return nil
 	}
 	if strings.HasPrefix(v, "random") {

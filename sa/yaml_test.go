@@ -204,6 +204,8 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"bad cipher", edit("enc: aes-cbc", "enc: aes-cbcx #<"), e + `enc: unknown cipher "aes-cbcx"`},
 		{"bad auth", edit("auth: hmac-sha1-96", "auth: hmac-sha1 #<"), e + `auth: unknown integrity algorithm "hmac-sha1"`},
 		{"aead with auth", mark(edit("enc: aes-cbc", "enc: aes-gcm-16"), "auth: hmac"), e + "auth: aes-gcm-16 is an AEAD cipher: auth must be none, not hmac-sha1-96"},
+		{"missing auth", edit("auth: hmac-sha1-96", ""), e + "auth: missing: aes-cbc needs hmac-sha1-96"},
+		{"auth-key with aead", mark(strings.Replace(edit("auth: hmac-sha1-96", "auth: none"), "enc: aes-cbc", "enc: aes-gcm-16", 1), "auth-key"), e + "auth-key: not used with this suite: leave it out"},
 		{"no integrity", edit("auth: hmac-sha1-96", "auth: none #<"), e + "auth: aes-cbc needs an auth algorithm"},
 		{"port without udp", edit("mode: tunnel", "mode: tunnel\n    sport: 4500 #<"), e + "sport: a port needs encap: udp"},
 		{"bad port", edit("mode: tunnel", "mode: tunnel\n    encap: udp\n    dport: 70000 #<"), e + `dport: "70000" is not a port 1..65535`},
