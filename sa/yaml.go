@@ -102,6 +102,9 @@ func lineOf(err error) int {
 type yamlParser struct {
 	file string
 	errs []error
+	// spdOnly reads an spd: list whose SAs come from elsewhere: protect
+	// policies keep their SPI and NewSPD binds them.
+	spdOnly bool
 }
 
 func (p *yamlParser) fail(n *yaml.Node, entry, field string, err error) {
@@ -198,7 +201,9 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 	fs := p.fields(root, "", []string{"sa", "spd"})
 	c := &Config{}
 	saList, ok := fs["sa"]
-	if !ok {
+	if !ok && p.spdOnly {
+		saList = field{val: &yaml.Node{Kind: yaml.SequenceNode}}
+	} else if !ok {
 		if root.Kind == yaml.MappingNode {
 			p.failf(root, "", "sa", "missing: an SA file needs an sa: list")
 		}
@@ -208,7 +213,7 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 		p.failf(saList.val, "", "sa", "want a list of SAs, got a %s", kindName(saList.val))
 		return c
 	}
-	if len(saList.val.Content) == 0 {
+	if len(saList.val.Content) == 0 && !p.spdOnly {
 		p.failf(saList.val, "", "sa", "empty list")
 	}
 	type seen struct {
@@ -719,7 +724,11 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas []*SA) (Policy, bool) {
 		}
 		spi, err := strconv.ParseUint(v, 0, 32)
 		if err != nil {
-			p.failf(saf.val, entry, "sa", "%s is not an SPI", echo(v))
+			p.failf(saf.val, entry, "sa", "%s is not an SPI", echoShort(v))
+			break
+		}
+		if p.spdOnly {
+			pol.SPI = uint32(spi)
 			break
 		}
 		s, err := findSPI(sas, uint32(spi))
