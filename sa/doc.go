@@ -60,7 +60,9 @@
 // text as written, so leading zero bytes stay. aes-ctr and aes-gcm-16 keys
 // end with the 4-byte nonce or salt (20, 28 or 36 bytes). A key written as
 // random is drawn from crypto/rand at the suite's length (AES-128 for the AES
-// ciphers; random-192 and random-256 pick the others). Unknown fields,
+// ciphers; random-192 and random-256 pick the others); it differs on every
+// load, so use it to generate a file (Marshal, WriteFile) that both ends
+// then read, not in a file a gateway reloads. Unknown fields,
 // repeated fields and an SPI given twice for one destination are errors.
 // Counts take k, M, G (×1000) or Ki, Mi, Gi (×1024); a time is a number of
 // seconds or a Go duration. SPI 0 is accepted (test vectors use it) though

@@ -1,9 +1,12 @@
 package sa
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -32,6 +35,7 @@ func FuzzParseYAML(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseYAML("f.yaml", data)
 		if err != nil {
+			assertNoInputKey(t, data, err)
 			return
 		}
 		out, err := Marshal(c)
@@ -63,6 +67,7 @@ func FuzzParseSetkey(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseSetkey("f.setkey", data)
 		if err != nil {
+			assertNoInputKey(t, data, err)
 			return
 		}
 		if _, err := NewSAD(c.SAs); err != nil {
@@ -75,4 +80,19 @@ func FuzzParseSetkey(f *testing.F) {
 			t.Fatalf("imported config does not marshal: %v", err)
 		}
 	})
+}
+
+// keyLike matches what may be key material in an input: 16 or more hex
+// digits with at least one letter (long decimal numbers are not keys).
+var keyLike = regexp.MustCompile(`[0-9a-fA-F]{16,}`)
+
+// assertNoInputKey fails if the error repeats a key-like run of the input.
+func assertNoInputKey(t *testing.T, input []byte, err error) {
+	t.Helper()
+	msg := err.Error()
+	for _, run := range keyLike.FindAllString(msg, -1) {
+		if strings.ContainsAny(run, "abcdefABCDEF") && bytes.Contains(input, []byte(run)) {
+			t.Fatalf("error repeats key-like input %q: %s", run, msg)
+		}
+	}
 }
