@@ -44,6 +44,7 @@ func newRoot() *cobra.Command {
 	root.AddCommand(
 		newVersion(),
 		newStats(),
+		newPcap(),
 	)
 	return root
 }
