@@ -24,7 +24,7 @@ import (
 )
 
 const (
-	python    = "/usr/bin/python3"
+	python     = "/usr/bin/python3"
 	peerScript = "../../testdata/scapy/esp_peer.py"
 )
 
