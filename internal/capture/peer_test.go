@@ -17,6 +17,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
+
+	"github.com/google/gopacket"
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/offload/cpu"
@@ -280,4 +283,9 @@ func readFile(t *testing.T, path string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// ciAt is a capture timestamp i milliseconds into 2026.
+func ciAt(i int) gopacket.CaptureInfo {
+	return gopacket.CaptureInfo{Timestamp: time.Date(2026, 1, 1, 0, 0, 0, i*1e6, time.UTC)}
 }
