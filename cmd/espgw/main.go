@@ -46,6 +46,7 @@ func newRoot() *cobra.Command {
 		newRun(),
 		newDemo(),
 		newStats(),
+		newPcap(),
 	)
 	return root
 }
