@@ -41,9 +41,11 @@ type Counters struct {
 
 // Snapshot is a plain copy of Counters.
 type Snapshot struct {
-	SealedPackets, SealedBytes uint64
-	OpenedPackets, OpenedBytes uint64
-	Drops                      map[string]uint64 // only reasons with a count
+	SealedPackets uint64            `json:"sealed_packets"`
+	SealedBytes   uint64            `json:"sealed_bytes"`
+	OpenedPackets uint64            `json:"opened_packets"`
+	OpenedBytes   uint64            `json:"opened_bytes"`
+	Drops         map[string]uint64 `json:"drops"` // only reasons with a count
 }
 
 // SA is the working state of one security association: its configuration,
@@ -67,6 +69,7 @@ type SA struct {
 	// unique across restarts with the same keys: IV = seq XOR ivSalt.
 	ivBlock cipher.Block
 	ivSalt  uint64
+	ivFunc  func(seq uint64, iv []byte) // Options.IV, known-answer tests only
 
 	created   time.Time
 	expired   atomic.Bool
@@ -83,6 +86,12 @@ type Options struct {
 	OnSoftExpire func(*SA)
 	// Now overrides the clock for lifetimes (tests).
 	Now func() time.Time
+	// IV, when set, writes the IV of the packet with sequence number seq
+	// instead of the SA's own generator. It exists for known-answer tests
+	// that must reproduce a published packet; never set it in production,
+	// where a fixed IV would break CBC's unpredictability and CTR/GCM's
+	// uniqueness.
+	IV func(seq uint64, iv []byte)
 }
 
 // NewSA builds the working state for cfg with a session on engine.
@@ -100,7 +109,7 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 	s := &SA{
 		Config: cfg, suite: cfg.Suite, engine: engine, sess: sess,
 		ivLen: cfg.Suite.IVLen(), icvLen: cfg.Suite.ICVLen(), block: cfg.Suite.BlockLen(),
-		onSoft: opts.OnSoftExpire,
+		onSoft: opts.OnSoftExpire, ivFunc: opts.IV,
 	}
 	var ivKey [16]byte
 	var salt [8]byte

@@ -94,6 +94,10 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 // The encryption runs in the packet's own header bytes so the IV costs no
 // allocation; the header is written afterwards.
 func (s *SA) writeIV(esp []byte, seq uint64) {
+	if s.ivFunc != nil {
+		s.ivFunc(seq, esp[HeaderLen:HeaderLen+s.ivLen])
+		return
+	}
 	switch s.suite.Cipher {
 	case sa.CipherAESCBC, sa.Cipher3DES:
 		blk := esp[:16] // SPI, seq and IV for 3DES; the IV for AES
