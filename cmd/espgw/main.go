@@ -45,6 +45,7 @@ func newRoot() *cobra.Command {
 		newVersion(),
 		newRun(),
 		newStats(),
+		newSpeed(),
 	)
 	return root
 }
