@@ -47,6 +47,7 @@ func newRoot() *cobra.Command {
 		newDemo(),
 		newStats(),
 		newPcap(),
+		newSpeed(),
 	)
 	return root
 }
