@@ -12,6 +12,9 @@ const initScript = `#!/bin/busybox sh
 export PATH=/sbin:/usr/sbin:/bin:/usr/bin
 export LD_LIBRARY_PATH=/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu
 exec </dev/console >/dev/console 2>&1
+# busybox sh runs its own applets before searching PATH, and busybox's ip
+# has no xfrm: route every "ip" to iproute2's.
+ip() { /sbin/ip "$@"; }
 log() { echo "espgw-guest: $*"; }
 arg() {
 	for w in $(cat /proc/cmdline); do
