@@ -25,7 +25,12 @@ var guestModules = []string{
 	// crypto templates and algorithms of every suite
 	"authenc", "authencesn", "cbc", "ctr", "gcm", "ghash_generic",
 	"seqiv", "echainiv", "des_generic", "aes_generic", "sha1_generic",
-	"sha256_generic", "sha512_generic", "md5", "hmac", "crypto_null",
+	"sha256_generic", "sha512_generic", "md5", "hmac", "crypto_null", "ecb",
+	// seqiv and echainiv draw their IV salt from the default RNG; without
+	// drbg no SA can be created ("unable to initialize cryptographic
+	// operations"). drbg runs without jitterentropy_rng, which fails to
+	// load in this kernel.
+	"drbg",
 }
 
 // moduleIndex maps module names (with '-' written as '_') to their files
