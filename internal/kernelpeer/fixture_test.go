@@ -88,6 +88,8 @@ func bootShared() (*Peer, error) {
 		GuestRoutes: []Route{{Dst: netip.PrefixFrom(hostInner, 24).Masked(), Via: hostAddr.Addr()}},
 		Assets:      assets,
 		Logger:      log,
+		BootTimeout: 5 * time.Minute,
+		MTU:         9000,
 	})
 	if err != nil {
 		return nil, err

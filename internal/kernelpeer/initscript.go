@@ -1,9 +1,9 @@
 package kernelpeer
 
 // initScript is the guest's /init, run by busybox sh as PID 1. Its settings
-// come from the kernel command line (espgw_addr, espgw_route, espgw_natt),
-// so one initramfs serves every peer. It logs to the serial console, which
-// the host keeps as the boot log; it never sees key material.
+// come from the kernel command line (espgw_addr, espgw_route, espgw_mtu,
+// espgw_natt), so one initramfs serves every peer. It logs to the serial
+// console, which the host keeps as the boot log; it never sees key material.
 const initScript = `#!/bin/busybox sh
 /bin/busybox mount -t proc proc /proc
 /bin/busybox mount -t sysfs sysfs /sys
@@ -27,6 +27,8 @@ for m in $(cat /etc/espgw/modules); do
 done
 log "modules loaded"
 ip link set lo up
+mtu=$(arg espgw_mtu)
+[ -n "$mtu" ] && { ip link set eth0 mtu "$mtu" || log "mtu $mtu failed"; }
 ip link set eth0 up || log "no eth0"
 for a in $(arg espgw_addr); do
 	case "$a" in

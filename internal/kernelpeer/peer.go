@@ -35,6 +35,9 @@ type Config struct {
 	GuestAddrs []netip.Prefix
 	// GuestRoutes are routes in the guest, e.g. 198.51.100.0/24 via 192.0.2.1.
 	GuestRoutes []Route
+	// MTU of the tap and the guest's eth0; 0 leaves 1500. Tests that send
+	// full-size inner packets through ESP need more room than 1500.
+	MTU int
 	// NATTPorts are the UDP ports on which the guest accepts ESP-in-UDP;
 	// nil means 4500, an empty non-nil slice none.
 	NATTPorts []uint16
@@ -44,8 +47,9 @@ type Config struct {
 	Assets *Assets
 	// MemoryMB is the guest's memory; 0 means 256.
 	MemoryMB int
-	// BootTimeout bounds the boot until the agent answers; 0 means 120 s
-	// (TCG emulation on a busy 2-core machine).
+	// BootTimeout bounds the boot until the agent answers; 0 means 180 s.
+	// An idle machine boots in seconds, but TCG emulation slows down
+	// roughly in proportion to the load on a 2-core machine.
 	BootTimeout time.Duration
 	// CommandTimeout bounds each command that has no shorter context
 	// deadline; 0 means 30 s.
@@ -90,7 +94,7 @@ const consoleTail = 3000
 
 // Start boots a guest and returns once its agent answers. On any failure
 // it cleans up what it made and the error carries the console's tail.
-func Start(ctx context.Context, cfg Config) (p *Peer, err error) {
+func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 	if err := cfg.fill(); err != nil {
 		return nil, err
 	}
@@ -105,7 +109,7 @@ func Start(ctx context.Context, cfg Config) (p *Peer, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("start kernel peer: %w", err)
 	}
-	p = &Peer{cfg: cfg, log: cfg.Logger, work: work, exited: make(chan struct{}), lines: make(chan []byte, 16)}
+	p := &Peer{cfg: cfg, log: cfg.Logger, work: work, exited: make(chan struct{}), lines: make(chan []byte, 16)}
 	defer func() {
 		if err != nil {
 			p.Close()
@@ -144,11 +148,14 @@ func (c *Config) fill() error {
 	if c.NATTPorts == nil {
 		c.NATTPorts = []uint16{4500}
 	}
+	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 65535) {
+		return fmt.Errorf("start kernel peer: MTU %d outside 576..65535", c.MTU)
+	}
 	if c.MemoryMB == 0 {
 		c.MemoryMB = 256
 	}
 	if c.BootTimeout == 0 {
-		c.BootTimeout = 120 * time.Second
+		c.BootTimeout = 180 * time.Second
 	}
 	if c.CommandTimeout == 0 {
 		c.CommandTimeout = 30 * time.Second
@@ -209,6 +216,11 @@ func (p *Peer) makeTap() error {
 			return fmt.Errorf("address the kernel peer's tap: %w", err)
 		}
 	}
+	if p.cfg.MTU != 0 {
+		if err := p.ipHost("link", "set", p.cfg.Tap, "mtu", strconv.Itoa(p.cfg.MTU)); err != nil {
+			return fmt.Errorf("set the kernel peer's tap MTU: %w", err)
+		}
+	}
 	if err := p.ipHost("link", "set", p.cfg.Tap, "up"); err != nil {
 		return fmt.Errorf("bring up the kernel peer's tap: %w", err)
 	}
@@ -236,6 +248,9 @@ func (c *Config) kernelArgs() string {
 		if len(v) > 0 {
 			args = append(args, k+"="+strings.Join(v, ","))
 		}
+	}
+	if c.MTU != 0 {
+		args = append(args, "espgw_mtu="+strconv.Itoa(c.MTU))
 	}
 	return strings.Join(args, " ")
 }

@@ -19,6 +19,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,7 +179,7 @@ func natt(ports []string) error {
 			if err != nil {
 				return fmt.Errorf("natt: listen %s port %d: %w", network, port, err)
 			}
-			if err := setEncap(c); err != nil {
+			if err := setEncap(c, network == "udp6"); err != nil {
 				return fmt.Errorf("natt: %s port %d: %w", network, port, err)
 			}
 			go drain(c, failed)
@@ -200,7 +201,7 @@ func drain(c *net.UDPConn, failed chan<- error) {
 	}
 }
 
-func setEncap(c *net.UDPConn) error {
+func setEncap(c *net.UDPConn, v6 bool) error {
 	const (
 		solUDP           = 17 // SOL_UDP
 		udpEncap         = 100
@@ -213,11 +214,51 @@ func setEncap(c *net.UDPConn) error {
 	var serr error
 	if err := raw.Control(func(fd uintptr) {
 		serr = syscall.SetsockoptInt(int(fd), solUDP, udpEncap, udpEncapESPInUDP)
+		if serr != nil {
+			serr = fmt.Errorf("setsockopt UDP_ENCAP: %w", serr)
+			return
+		}
+		serr = bypassPolicies(int(fd), v6)
 	}); err != nil {
 		return err
 	}
-	if serr != nil {
-		return fmt.Errorf("setsockopt UDP_ENCAP: %w", serr)
+	return serr
+}
+
+// bypassPolicies exempts the socket from IPsec policy in both directions,
+// as IKE daemons do for theirs (strongSwan's add_socket_bypass). The
+// kernel checks the inbound policy on a UDP datagram before handing it to
+// the encapsulation handler, so without the bypass a transport-mode policy
+// covering the two hosts drops the very ESP-in-UDP packets it expects
+// (XfrmInTmplMismatch).
+func bypassPolicies(fd int, v6 bool) error {
+	// struct xfrm_userpolicy_info (linux/xfrm.h): selector (56 bytes),
+	// lifetime cfg (8 x u64), lifetime cur (4 x u64), priority, index,
+	// dir, action, flags, share; 168 bytes with padding.
+	const (
+		size         = 168
+		offFamily    = 40
+		offLifetime  = 56
+		offDir       = 160
+		policyIn     = 0
+		policyOut    = 1
+		ipXfrmPolicy = 17 // IP_XFRM_POLICY
+		ip6XfrmPol   = 35 // IPV6_XFRM_POLICY
+	)
+	level, opt, family := syscall.IPPROTO_IP, ipXfrmPolicy, uint16(syscall.AF_INET)
+	if v6 {
+		level, opt, family = syscall.IPPROTO_IPV6, ip6XfrmPol, syscall.AF_INET6
+	}
+	for _, dir := range []byte{policyIn, policyOut} {
+		var pol [size]byte
+		binary.NativeEndian.PutUint16(pol[offFamily:], family)
+		for i := range 4 { // soft and hard byte and packet limits: infinite
+			binary.NativeEndian.PutUint64(pol[offLifetime+8*i:], ^uint64(0))
+		}
+		pol[offDir] = dir // action 0 is XFRM_POLICY_ALLOW
+		if err := syscall.SetsockoptString(fd, level, opt, string(pol[:])); err != nil {
+			return fmt.Errorf("setsockopt XFRM_POLICY bypass (dir %d): %w", dir, err)
+		}
 	}
 	return nil
 }
