@@ -320,6 +320,116 @@ func TestRelay(t *testing.T) {
 		}
 	})
 
+	t.Run("delay and reorder in real time", func(t *testing.T) {
+		d := impair.Delay{Time: 5 * time.Millisecond, Jitter: time.Millisecond}
+		r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) {
+			c.Delay = d
+			c.Reorder = impair.Reorder{Percent: 5, Depth: 2, MaxHold: 50 * time.Millisecond}
+		})})
+		rx := listen(t, b.b, "ip4:50", "192.0.2.2")
+		type arrival struct {
+			seq     uint32
+			latency time.Duration
+		}
+		done := make(chan []arrival, 1)
+		go func() {
+			var got []arrival
+			buf := make([]byte, 2048)
+			for {
+				rx.SetReadDeadline(time.Now().Add(700 * time.Millisecond))
+				n, _, err := rx.ReadFrom(buf)
+				if err != nil {
+					done <- got
+					return
+				}
+				if n >= 16 {
+					sent := time.Unix(0, int64(binary.BigEndian.Uint64(buf[8:])))
+					got = append(got, arrival{binary.BigEndian.Uint32(buf[4:]), time.Since(sent)})
+				}
+			}
+		}()
+		tx := listen(t, b.a, "ip4:50", "192.0.2.1")
+		const n = 500
+		for i := 1; i <= n; i++ {
+			p := espPayload(uint32(i), 64)
+			binary.BigEndian.PutUint64(p[8:], uint64(time.Now().UnixNano()))
+			tx.WriteTo(p, &net.IPAddr{IP: net.IPv4(192, 0, 2, 2)})
+			if i%20 == 0 {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		got := <-done
+		settle(t, r)
+		ic := r.Counters().AToB.Impair
+		t.Logf("relay a→b: %+v", ic)
+		if len(got) != n || ic.Delayed != n {
+			t.Fatalf("%d of %d received, %d delayed", len(got), n, ic.Delayed)
+		}
+		late, maxSeq := 0, uint32(0)
+		var sum time.Duration
+		for _, a := range got {
+			if a.seq < maxSeq {
+				late++
+			}
+			maxSeq = max(maxSeq, a.seq)
+			sum += a.latency
+			if a.latency < d.Time-d.Jitter {
+				t.Fatalf("seq %d arrived after %v, want ≥ %v", a.seq, a.latency, d.Time-d.Jitter)
+			}
+		}
+		if uint64(late) != ic.Reordered || ic.Reordered == 0 {
+			t.Fatalf("%d packets arrived late, relay reordered %d", late, ic.Reordered)
+		}
+		t.Logf("mean latency %v through a %v±%v delay", sum/n, d.Time, d.Jitter)
+	})
+
+	t.Run("tcp crosses whole", func(t *testing.T) {
+		drop := impairs(func(c *impair.Config) { c.Loss = 100 })
+		r, _ := startRelay(t, b, Config{AToB: drop, BToA: drop})
+		var ln net.Listener
+		if err := withNetns(b.b, func() (err error) { ln, err = net.Listen("tcp4", "192.0.2.2:8080"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		const size = 8 << 20
+		sum := make(chan []byte, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				sum <- nil
+				return
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			b, _ := io.ReadAll(c)
+			sum <- b
+		}()
+		var c net.Conn
+		if err := withNetns(b.a, func() (err error) {
+			c, err = net.DialTimeout("tcp4", "192.0.2.2:8080", 5*time.Second)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		data := make([]byte, size)
+		for i := range data {
+			data[i] = byte(i * 13)
+		}
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := c.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if got := <-sum; !bytes.Equal(got, data) {
+			t.Fatalf("received %d bytes, not the %d sent", len(got), size)
+		}
+		cs := r.Counters()
+		t.Logf("a→b: %d frames, %d GSO frames passed whole, %d checksums completed", cs.AToB.TxFrames, cs.AToB.GSOPassed, cs.AToB.ChecksumsCompleted)
+		if cs.AToB.Impair.Matched != 0 || cs.AToB.Impair.Lost != 0 {
+			t.Fatalf("TCP was matched: %+v", cs.AToB.Impair)
+		}
+	})
+
 	t.Run("main control and counters file", func(t *testing.T) {
 		dir := t.TempDir()
 		cfg := Config{Netns: b.w, A: "wa", B: "wb", Control: filepath.Join(dir, "ctl.sock"),

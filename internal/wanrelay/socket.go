@@ -1,54 +1,33 @@
 package wanrelay
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"syscall"
 	"unsafe"
 
-	"github.com/vishvananda/netns"
+	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/espgw/espgw/internal/netns"
 )
 
 // withNetns runs fn on an OS thread inside the named network namespace
 // ("" runs it where the caller is). Sockets fn opens stay in that namespace
-// for their lifetime, whichever thread uses them later.
+// for their lifetime, whichever thread uses them later. It runs on a fresh
+// goroutine, so a thread that cannot return to its namespace dies with it.
 func withNetns(name string, fn func() error) error {
 	if name == "" {
 		return fn()
 	}
+	h, err := vnetns.GetFromName(name)
+	if err != nil {
+		return fmt.Errorf("open netns %q: %w", name, err)
+	}
+	defer h.Close()
 	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// The thread is unlocked only once it is back in its own namespace;
-		// otherwise it dies with this goroutine.
-		orig, err := netns.Get()
-		if err != nil {
-			errc <- fmt.Errorf("get current netns: %w", err)
-			return
-		}
-		defer orig.Close()
-		ns, err := netns.GetFromName(name)
-		if err != nil {
-			errc <- fmt.Errorf("open netns %q: %w", name, err)
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("enter netns %q: %w", name, err)
-			return
-		}
-		ferr := fn()
-		if err := netns.Set(orig); err != nil {
-			errc <- errors.Join(ferr, fmt.Errorf("leave netns %q: %w", name, err))
-			return
-		}
-		runtime.UnlockOSThread()
-		errc <- ferr
-	}()
+	go func() { errc <- netns.Run(h, fn) }()
 	return <-errc
 }
 
