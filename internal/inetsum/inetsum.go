@@ -10,14 +10,26 @@ import "encoding/binary"
 // byte is padded with zero, as RFC 1071 says; so only the last slice given to
 // a chain of Add calls may have an odd length.
 func Add(sum uint32, b []byte) uint32 {
-	n := len(b) &^ 1
-	for i := 0; i < n; i += 2 {
-		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	// Eight bytes at a time as two 32-bit words: 2^16 ≡ 1 in one's
+	// complement arithmetic, so folding a sum of 32-bit words gives the sum
+	// of their 16-bit halves.
+	s := uint64(sum)
+	for len(b) >= 8 {
+		v := binary.BigEndian.Uint64(b)
+		s += v>>32 + v&0xffffffff
+		b = b[8:]
 	}
-	if len(b)&1 == 1 {
-		sum += uint32(b[len(b)-1]) << 8
+	for len(b) >= 2 {
+		s += uint64(b[0])<<8 | uint64(b[1])
+		b = b[2:]
 	}
-	return fold32(sum)
+	if len(b) == 1 {
+		s += uint64(b[0]) << 8
+	}
+	for s > 0xffff {
+		s = s&0xffff + s>>16
+	}
+	return uint32(s)
 }
 
 // fold32 keeps the running sum from overflowing on long inputs.

@@ -47,3 +47,33 @@ func TestL4RoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// simpleAdd is RFC 1071's loop, 16 bits at a time.
+func simpleAdd(sum uint32, b []byte) uint32 {
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)&1 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	return fold32(sum)
+}
+
+func FuzzAdd(f *testing.F) {
+	f.Add(uint16(0), []byte{})
+	f.Add(uint16(0xffff), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	f.Add(uint16(1234), make([]byte, 1500))
+	f.Fuzz(func(t *testing.T, init uint16, b []byte) {
+		if got, want := Add(uint32(init), b), simpleAdd(uint32(init), b); fold32(got) != fold32(want) && !(got == 0xffff && want == 0 || got == 0 && want == 0xffff) {
+			t.Fatalf("Add(%#x, % x) = %#x, want %#x", init, b, got, want)
+		}
+	})
+}
+
+func BenchmarkAdd1500(b *testing.B) {
+	buf := make([]byte, 1500)
+	b.SetBytes(1500)
+	for b.Loop() {
+		Add(0, buf)
+	}
+}

@@ -66,6 +66,7 @@ func newDirection(from, to *link, st *impair.Stage, size int, pcap *capture) *di
 func (d *direction) counters() Direction {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.c.RxKernelDrops += d.from.kernelDrops()
 	c := d.c
 	c.Impair = d.stage.Counters()
 	c.InFlight = d.stage.InFlight()

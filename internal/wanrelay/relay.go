@@ -78,6 +78,9 @@ type Direction struct {
 	RxBytes     uint64 `json:"rx_bytes"`
 	RxTruncated uint64 `json:"rx_truncated"` // frames longer than the receive buffer, dropped
 	RxRunts     uint64 `json:"rx_runts"`     // frames shorter than an Ethernet header, dropped
+	// RxKernelDrops are frames the kernel dropped before the relay could
+	// read them (socket buffer full): the relay was overrun.
+	RxKernelDrops uint64 `json:"rx_kernel_drops"`
 
 	ChecksumsCompleted uint64 `json:"checksums_completed"` // checksums left to the hardware, computed here
 	GSOSegmented       uint64 `json:"gso_segmented"`       // UDP GSO super-packets of ESP cut up

@@ -30,14 +30,14 @@ type bed struct {
 	a, w, b string
 }
 
-func run(t *testing.T, args ...string) {
+func run(t testing.TB, args ...string) {
 	t.Helper()
 	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
 	}
 }
 
-func newBed(t *testing.T) *bed {
+func newBed(t testing.TB) *bed {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Fatal("the relay tests need root: they create network namespaces, veths and packet sockets")
@@ -69,7 +69,7 @@ func newBed(t *testing.T) *bed {
 }
 
 // startRelay runs a relay on the bed until the test ends or stop is called.
-func startRelay(t *testing.T, b *bed, cfg Config) (r *Relay, stop func()) {
+func startRelay(t testing.TB, b *bed, cfg Config) (r *Relay, stop func()) {
 	t.Helper()
 	cfg.Netns, cfg.A, cfg.B = b.w, "wa", "wb"
 	r, err := New(cfg)
@@ -109,7 +109,7 @@ func espPayload(seq uint32, n int) []byte {
 }
 
 // inNetns opens a packet conn in a namespace.
-func listen(t *testing.T, ns, network, addr string) net.PacketConn {
+func listen(t testing.TB, ns, network, addr string) net.PacketConn {
 	t.Helper()
 	var c net.PacketConn
 	err := withNetns(ns, func() (err error) {

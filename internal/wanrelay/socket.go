@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -63,6 +64,9 @@ type link struct {
 	fd    int
 	file  *os.File        // the fd in Go's poller, for deadlines
 	raw   syscall.RawConn // reads and writes that wait in the poller
+
+	mu     sync.Mutex // guards closed against kernelDrops
+	closed bool
 }
 
 // openLink opens a raw packet socket on the named interface, in promiscuous
@@ -116,7 +120,29 @@ func openLink(name string) (*link, error) {
 	return &link{name: name, index: ifi.Index, mtu: ifi.MTU, fd: fd, file: f, raw: raw}, nil
 }
 
-func (l *link) close() error { return l.file.Close() }
+func (l *link) close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.closed = true
+	return l.file.Close()
+}
+
+// kernelDrops returns the frames the kernel dropped on this socket since
+// the last call (its receive buffer was full: the relay fell behind).
+func (l *link) kernelDrops() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0 // the fd number may belong to another file by now
+	}
+	var n uint64
+	l.raw.Control(func(fd uintptr) {
+		if st, err := unix.GetsockoptTpacketStats(int(fd), unix.SOL_PACKET, unix.PACKET_STATISTICS); err == nil {
+			n = uint64(st.Drops)
+		}
+	})
+	return n
+}
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
