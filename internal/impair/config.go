@@ -2,6 +2,8 @@ package impair
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -165,6 +167,9 @@ func (c *Config) UnmarshalYAML(node *yaml.Node) error {
 }
 
 // decodeStrict decodes node into v and fails on fields v does not have.
+// yaml.v3 checks unknown fields only when decoding a document, so the node
+// is written out and decoded again; the line numbers in the errors are then
+// moved back to where the node sits in its file.
 func decodeStrict(node *yaml.Node, v any) error {
 	b, err := yaml.Marshal(node)
 	if err != nil {
@@ -173,10 +178,16 @@ func decodeStrict(node *yaml.Node, v any) error {
 	d := yaml.NewDecoder(bytesReader(b))
 	d.KnownFields(true)
 	if err := d.Decode(v); err != nil {
-		return fmt.Errorf("impairments (line %d): %w", node.Line, err)
+		msg := lineRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
+			n, _ := strconv.Atoi(m[5:])
+			return fmt.Sprintf("line %d", n+node.Line-1)
+		})
+		return fmt.Errorf("impairments: %s", msg)
 	}
 	return nil
 }
+
+var lineRE = regexp.MustCompile(`line \d+`)
 
 // Validate reports the first field that is out of range, by its YAML name.
 func (c *Config) Validate() error {

@@ -48,6 +48,11 @@ type Topology struct {
 	Pin  map[netip.Addr]Side
 }
 
+// The limits of the mapping: addresses inside ICMP error messages (the
+// quoted packet), in IPv4 options and in IPv6 routing headers are left as
+// captured, and ESP or AH in the capture keep their (now wrong) integrity
+// values.
+
 func (t *Topology) hosts(s Side) Hosts {
 	if s == A {
 		return t.A
@@ -67,10 +72,10 @@ const (
 
 // Options tune Rewrite.
 type Options struct {
-	Timing Timing
+	Timing Timing `yaml:"timing" json:"timing"`
 	// Speed divides the capture's gaps under KeepTiming: 2 replays twice as
 	// fast. 0 means 1.
-	Speed float64
+	Speed float64 `yaml:"speed" json:"speed"`
 }
 
 // Packet is one rewritten packet ready to send.
@@ -264,3 +269,28 @@ func adjust(hc uint16, old, new []byte) uint16 {
 	}
 	return ^uint16(sum)
 }
+
+// String names the timing as UnmarshalText reads it.
+func (t Timing) String() string {
+	if t == AsFast {
+		return "fast"
+	}
+	return "keep"
+}
+
+// UnmarshalText reads "keep" (the capture's timing) or "fast" (as fast as
+// possible), so a Timing can sit in a YAML scenario.
+func (t *Timing) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "keep", "":
+		*t = KeepTiming
+	case "fast":
+		*t = AsFast
+	default:
+		return fmt.Errorf("timing %q: want keep or fast", b)
+	}
+	return nil
+}
+
+// MarshalText writes the timing's name.
+func (t Timing) MarshalText() ([]byte, error) { return []byte(t.String()), nil }

@@ -426,3 +426,13 @@ func TestReadErrors(t *testing.T) {
 		t.Fatalf("802.11 capture: %v, %+v", err, st)
 	}
 }
+
+func TestTimingText(t *testing.T) {
+	var tm Timing
+	if err := tm.UnmarshalText([]byte("fast")); err != nil || tm != AsFast {
+		t.Fatalf("fast: %v %v", tm, err)
+	}
+	if err := tm.UnmarshalText([]byte("slow")); err == nil || !strings.Contains(err.Error(), "keep or fast") {
+		t.Fatalf("slow: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package wanrelay
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
 	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/espgw/espgw/internal/impair"
 )
 
 // Main runs a relay for the espgw CLI's internal subcommand: it opens the
@@ -109,4 +115,27 @@ func writeCounters(path string, c Counters) error {
 		return fmt.Errorf("write wan relay counters to %s: %w", path, err)
 	}
 	return nil
+}
+
+// LoadConfig reads a relay configuration from a YAML file, rejecting
+// unknown fields; errors name the file and line.
+func LoadConfig(path string) (Config, error) {
+	var c Config
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return c, fmt.Errorf("wan relay config: %w", err)
+	}
+	d := yaml.NewDecoder(bytes.NewReader(b))
+	d.KnownFields(true)
+	if err := d.Decode(&c); err != nil {
+		return c, fmt.Errorf("wan relay config %s: %w", path, err)
+	}
+	for _, ic := range []*impair.Config{&c.AToB, &c.BToA} {
+		if !reflect.ValueOf(*ic).IsZero() {
+			if err := ic.Validate(); err != nil {
+				return c, fmt.Errorf("wan relay config %s: %w", path, err)
+			}
+		}
+	}
+	return c, nil
 }
