@@ -34,8 +34,8 @@ pcap: /tmp/wan.pcap
 		t.Fatalf("decoded %+v", c)
 	}
 	for src, want := range map[string]string{
-		"a: x\nb: y\nloss: 3\n":             "field loss not found",
-		"a_to_b: {loss: 300}\n":             "loss 300",
+		"a: x\nb: y\nloss: 3\n":                            "field loss not found",
+		"a_to_b: {loss: 300}\n":                            "loss 300",
 		"a: x\na_to_b:\n  loss: 1\n  corrupt: {byts: 1}\n": "line 4: field byts not found",
 	} {
 		_, err := LoadConfig(write(src))
