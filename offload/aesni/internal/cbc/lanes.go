@@ -20,8 +20,27 @@ type lanes struct {
 // that finish and refills their lanes, until every job is done. A kernel call
 // needs one round count, so each key size runs as its own set of lanes.
 func encryptBatch(jobs []Job, asm bool) {
-	for _, rounds := range [...]int{10, 12, 14} {
-		runLanes(jobs, rounds, asm)
+	first := -1
+	mixed := false
+	for i := range jobs {
+		if len(jobs[i].Src) == 0 {
+			continue
+		}
+		if first < 0 {
+			first = i
+		} else if jobs[i].Key.rounds != jobs[first].Key.rounds {
+			mixed = true
+			break
+		}
+	}
+	switch {
+	case first < 0:
+	case !mixed:
+		runLanes(jobs[first:], jobs[first].Key.rounds, asm)
+	default:
+		for _, rounds := range [...]int{10, 12, 14} {
+			runLanes(jobs[first:], rounds, asm)
+		}
 	}
 }
 
