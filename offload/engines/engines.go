@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/aesni"
 	"github.com/espgw/espgw/offload/cpu"
 )
 
@@ -21,7 +22,7 @@ type Options struct {
 
 // Names lists the engines New knows, profiles spelled out.
 func Names() []string {
-	return []string{cpu.Name}
+	return []string{cpu.Name, aesni.Name}
 }
 
 // New builds the engine called name.
@@ -30,6 +31,8 @@ func New(name string, opts Options) (offload.Engine, error) {
 	switch base {
 	case cpu.Name:
 		return cpu.New(), nil
+	case aesni.Name:
+		return aesni.New(), nil
 	}
 	return nil, fmt.Errorf("unknown offload engine %q (known: %s)", name, strings.Join(Names(), ", "))
 }

@@ -145,3 +145,7 @@ func encrypt(k *Key, iv *[BlockSize]byte, dst, src []byte, asm bool) {
 		prev = out
 	}
 }
+
+// Accelerated reports whether this CPU and build run the assembly rather
+// than the pure-Go fallback.
+func Accelerated() bool { return useAsm }
