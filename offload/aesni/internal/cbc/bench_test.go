@@ -130,3 +130,42 @@ func reportRatio(b *testing.B, bytesPerRun int64, std, ours time.Duration) {
 	b.ReportMetric(n/ours.Seconds()/1e6, "aesni-MB/s")
 	b.ReportMetric(std.Seconds()/ours.Seconds(), "x-stdlib")
 }
+
+// BenchmarkKernels runs every kernel this CPU has in turn within every
+// iteration (see BenchmarkRatio) and reports each one's rate.
+func BenchmarkKernels(b *testing.B) {
+	r := rand.New(rand.NewPCG(13, 14))
+	k, _ := NewKey(randBytes(r, 16))
+	iv := (*[16]byte)(randBytes(r, 16))
+	for _, size := range benchSizes {
+		jobs := make([]Job, 8)
+		for i := range jobs {
+			buf := randBytes(r, size)
+			jobs[i] = Job{Key: k, IV: iv, Dst: buf, Src: buf}
+		}
+		buf := jobs[0].Src
+		for _, op := range []struct {
+			name  string
+			bytes int
+			run   func(kernel)
+		}{
+			{"encrypt-batch8", 8 * size, func(kern kernel) { encryptBatch(jobs, kern) }},
+			{"decrypt", size, func(kern kernel) { decrypt(k, iv, buf, buf, kern) }},
+		} {
+			b.Run(fmt.Sprintf("%s/%d", op.name, size), func(b *testing.B) {
+				kernels := impls()
+				spent := make([]time.Duration, len(kernels))
+				for b.Loop() {
+					for i, kern := range kernels {
+						t0 := time.Now()
+						op.run(kern)
+						spent[i] += time.Since(t0)
+					}
+				}
+				for i, kern := range kernels {
+					b.ReportMetric(float64(b.N*op.bytes)/spent[i].Seconds()/1e6, kern.String()+"-MB/s")
+				}
+			})
+		}
+	}
+}

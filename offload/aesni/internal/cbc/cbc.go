@@ -41,7 +41,7 @@ func (k *Key) Decrypt(iv *[BlockSize]byte, dst, src []byte) error {
 	if err := checkBuffers(k, iv, dst, src); err != nil {
 		return fmt.Errorf("cbc decrypt: %w", err)
 	}
-	decrypt(k, iv, dst, src, useAsm)
+	decrypt(k, iv, dst, src, best)
 	return nil
 }
 
@@ -52,7 +52,7 @@ func (k *Key) Encrypt(iv *[BlockSize]byte, dst, src []byte) error {
 	if err := checkBuffers(k, iv, dst, src); err != nil {
 		return fmt.Errorf("cbc encrypt: %w", err)
 	}
-	encrypt(k, iv, dst, src, useAsm)
+	encrypt(k, iv, dst, src, best)
 	return nil
 }
 
@@ -66,7 +66,7 @@ func EncryptBatch(jobs []Job) error {
 			return fmt.Errorf("cbc encrypt batch: job %d of %d: %w", i, len(jobs), err)
 		}
 	}
-	encryptBatch(jobs, useAsm)
+	encryptBatch(jobs, best)
 	return nil
 }
 
@@ -105,12 +105,12 @@ func inexactOverlap(x, y []byte) bool {
 	return xs < ys+uintptr(len(y)) && ys < xs+uintptr(len(x))
 }
 
-func decrypt(k *Key, iv *[BlockSize]byte, dst, src []byte, asm bool) {
+func decrypt(k *Key, iv *[BlockSize]byte, dst, src []byte, kern kernel) {
 	if len(src) == 0 {
 		return
 	}
-	if asm {
-		decryptBlocksAsm(&k.dec[0], k.rounds, iv, &dst[0], &src[0], len(src)/BlockSize)
+	if kern != kernelGo {
+		decryptBlocksAsm(&k.dec[0], k.rounds, iv, &dst[0], &src[0], len(src)/BlockSize, kern == kernelVAES)
 		return
 	}
 	// Backwards, so that in place the ciphertext block each block needs
@@ -127,11 +127,11 @@ func decrypt(k *Key, iv *[BlockSize]byte, dst, src []byte, asm bool) {
 	}
 }
 
-func encrypt(k *Key, iv *[BlockSize]byte, dst, src []byte, asm bool) {
+func encrypt(k *Key, iv *[BlockSize]byte, dst, src []byte, kern kernel) {
 	if len(src) == 0 {
 		return
 	}
-	if asm {
+	if kern != kernelGo {
 		encryptBlocksAsm(&k.enc[0], k.rounds, iv, &dst[0], &src[0], len(src)/BlockSize)
 		return
 	}
@@ -146,6 +146,23 @@ func encrypt(k *Key, iv *[BlockSize]byte, dst, src []byte, asm bool) {
 	}
 }
 
+// kernel names an implementation of the CBC loops.
+type kernel uint8
+
+const (
+	kernelGo   kernel = iota // the standard library's block cipher
+	kernelXMM                // AES-NI on XMM registers, one block per instruction
+	kernelVAES               // VAES on YMM registers, two blocks per instruction
+)
+
+var kernelNames = [...]string{kernelGo: "go", kernelXMM: "aes-ni", kernelVAES: "vaes-avx2"}
+
+func (k kernel) String() string { return kernelNames[k] }
+
 // Accelerated reports whether this CPU and build run the assembly rather
 // than the pure-Go fallback.
-func Accelerated() bool { return useAsm }
+func Accelerated() bool { return best != kernelGo }
+
+// Implementation names what runs the CBC loops on this CPU and build:
+// "vaes-avx2", "aes-ni" or "go".
+func Implementation() string { return best.String() }

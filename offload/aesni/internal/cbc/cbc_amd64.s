@@ -2,16 +2,28 @@
 
 #include "textflag.h"
 
-// AES-CBC with AES-NI. The schedules are arrays of (rounds+1) 16-byte round
-// keys; R9 holds rounds*16, the offset of the last one.
+// AES-CBC with AES-NI and VAES. The schedules are arrays of (rounds+1)
+// 16-byte round keys; R9 holds rounds*16, the offset of the last one.
 
-// func decryptBlocksAsm(dk *byte, rounds int, iv *[16]byte, dst, src *byte, n int)
+// func hasVAES() bool
+TEXT ·hasVAES(SB), NOSPLIT, $0-1
+	MOVL $7, AX
+	XORL CX, CX
+	CPUID
+	SHRL $9, CX
+	ANDL $1, CX
+	MOVB CX, ret+0(FP)
+	RET
+
+// func decryptBlocksAsm(dk *byte, rounds int, iv *[16]byte, dst, src *byte, n int, wide bool)
 //
-// Eight blocks are decrypted at once. CBC xors each decrypted block with the
-// ciphertext before it; that xor is folded into AESDECLAST's round key, and the
-// ciphertexts are read again from src before any of the eight is stored, so
-// dst may be src. X15 carries the ciphertext block before the group.
-TEXT ·decryptBlocksAsm(SB), NOSPLIT, $0-48
+// CBC decryption is parallel: many blocks are in flight at once, 16 in eight
+// YMM registers (VAES) while wide and 16 remain, then 8 in XMM registers, then
+// one by one. Each decrypted block is xored with the ciphertext block before
+// it; that xor is folded into the last round's key, and the ciphertexts are
+// read again from src before any block of the group is stored, so dst may be
+// src. X15 carries the ciphertext block before the group.
+TEXT ·decryptBlocksAsm(SB), NOSPLIT, $0-49
 	MOVQ dk+0(FP), R8
 	MOVQ rounds+8(FP), R9
 	MOVQ iv+16(FP), AX
@@ -20,6 +32,87 @@ TEXT ·decryptBlocksAsm(SB), NOSPLIT, $0-48
 	MOVQ n+40(FP), CX
 	SHLQ $4, R9
 	MOVOU (AX), X15
+	CMPB wide+48(FP), $0
+	JEQ  dec8check
+	CMPQ CX, $16
+	JB   dec8check
+
+dec16:
+	VMOVDQU 0(SI), Y0
+	VMOVDQU 32(SI), Y1
+	VMOVDQU 64(SI), Y2
+	VMOVDQU 96(SI), Y3
+	VMOVDQU 128(SI), Y4
+	VMOVDQU 160(SI), Y5
+	VMOVDQU 192(SI), Y6
+	VMOVDQU 224(SI), Y7
+	VBROADCASTI128 (R8), Y8
+	VPXOR   Y8, Y0, Y0
+	VPXOR   Y8, Y1, Y1
+	VPXOR   Y8, Y2, Y2
+	VPXOR   Y8, Y3, Y3
+	VPXOR   Y8, Y4, Y4
+	VPXOR   Y8, Y5, Y5
+	VPXOR   Y8, Y6, Y6
+	VPXOR   Y8, Y7, Y7
+	MOVQ    $16, DX
+
+dec16round:
+	VBROADCASTI128 (R8)(DX*1), Y8
+	VAESDEC Y8, Y0, Y0
+	VAESDEC Y8, Y1, Y1
+	VAESDEC Y8, Y2, Y2
+	VAESDEC Y8, Y3, Y3
+	VAESDEC Y8, Y4, Y4
+	VAESDEC Y8, Y5, Y5
+	VAESDEC Y8, Y6, Y6
+	VAESDEC Y8, Y7, Y7
+	ADDQ    $16, DX
+	CMPQ    DX, R9
+	JB      dec16round
+
+	VBROADCASTI128 (R8)(R9*1), Y8
+	VINSERTI128 $1, (SI), Y15, Y9
+	VPXOR   Y8, Y9, Y9
+	VAESDECLAST Y9, Y0, Y0
+	VMOVDQU 16(SI), Y9
+	VPXOR   Y8, Y9, Y9
+	VAESDECLAST Y9, Y1, Y1
+	VMOVDQU 48(SI), Y9
+	VPXOR   Y8, Y9, Y9
+	VAESDECLAST Y9, Y2, Y2
+	VMOVDQU 80(SI), Y9
+	VPXOR   Y8, Y9, Y9
+	VAESDECLAST Y9, Y3, Y3
+	VMOVDQU 112(SI), Y9
+	VPXOR   Y8, Y9, Y9
+	VAESDECLAST Y9, Y4, Y4
+	VMOVDQU 144(SI), Y9
+	VPXOR   Y8, Y9, Y9
+	VAESDECLAST Y9, Y5, Y5
+	VMOVDQU 176(SI), Y9
+	VPXOR   Y8, Y9, Y9
+	VAESDECLAST Y9, Y6, Y6
+	VMOVDQU 208(SI), Y9
+	VPXOR   Y8, Y9, Y9
+	VAESDECLAST Y9, Y7, Y7
+	VMOVDQU 240(SI), X15
+	VMOVDQU Y0, 0(DI)
+	VMOVDQU Y1, 32(DI)
+	VMOVDQU Y2, 64(DI)
+	VMOVDQU Y3, 96(DI)
+	VMOVDQU Y4, 128(DI)
+	VMOVDQU Y5, 160(DI)
+	VMOVDQU Y6, 192(DI)
+	VMOVDQU Y7, 224(DI)
+	ADDQ $256, SI
+	ADDQ $256, DI
+	SUBQ $16, CX
+	CMPQ CX, $16
+	JAE  dec16
+	VZEROUPPER
+
+dec8check:
 	CMPQ CX, $8
 	JB   dec1
 
@@ -312,4 +405,124 @@ lanesround:
 	MOVOU X7, 304(DI)
 
 lanesdone:
+	RET
+
+// func encryptLanesVAES(st *lanes, rounds int, n int)
+//
+// encryptLanesAsm with lanes 2p and 2p+1 in the low and high halves of Yp, so
+// one VAESENC advances two lanes. Each round key register is assembled from
+// the two lanes' schedules, which may differ.
+TEXT ·encryptLanesVAES(SB), NOSPLIT, $0-24
+	MOVQ st+0(FP), DI
+	MOVQ rounds+8(FP), R9
+	MOVQ n+16(FP), DX
+	SHLQ $4, R9
+	SHLQ $4, DX
+	TESTQ DX, DX
+	JZ    vlanesdone
+	MOVQ  128(DI), R8
+	MOVQ  136(DI), R10
+	MOVQ  144(DI), R11
+	MOVQ  152(DI), R12
+	MOVQ  160(DI), R13
+	MOVQ  168(DI), R14
+	MOVQ  176(DI), R15
+	MOVQ  184(DI), BX
+	VMOVDQU 192(DI), Y0
+	VMOVDQU 224(DI), Y1
+	VMOVDQU 256(DI), Y2
+	VMOVDQU 288(DI), Y3
+	XORQ  CX, CX
+
+vlanesloop:
+	MOVQ    0(DI), SI
+	VMOVDQU (SI)(CX*1), X8
+	MOVQ    8(DI), SI
+	VINSERTI128 $1, (SI)(CX*1), Y8, Y8
+	VPXOR   Y8, Y0, Y0
+	MOVQ    16(DI), SI
+	VMOVDQU (SI)(CX*1), X9
+	MOVQ    24(DI), SI
+	VINSERTI128 $1, (SI)(CX*1), Y9, Y9
+	VPXOR   Y9, Y1, Y1
+	MOVQ    32(DI), SI
+	VMOVDQU (SI)(CX*1), X10
+	MOVQ    40(DI), SI
+	VINSERTI128 $1, (SI)(CX*1), Y10, Y10
+	VPXOR   Y10, Y2, Y2
+	MOVQ    48(DI), SI
+	VMOVDQU (SI)(CX*1), X11
+	MOVQ    56(DI), SI
+	VINSERTI128 $1, (SI)(CX*1), Y11, Y11
+	VPXOR   Y11, Y3, Y3
+	VMOVDQU (R8), X4
+	VINSERTI128 $1, (R10), Y4, Y4
+	VPXOR   Y4, Y0, Y0
+	VMOVDQU (R11), X5
+	VINSERTI128 $1, (R12), Y5, Y5
+	VPXOR   Y5, Y1, Y1
+	VMOVDQU (R13), X6
+	VINSERTI128 $1, (R14), Y6, Y6
+	VPXOR   Y6, Y2, Y2
+	VMOVDQU (R15), X7
+	VINSERTI128 $1, (BX), Y7, Y7
+	VPXOR   Y7, Y3, Y3
+	MOVQ  $16, AX
+
+vlanesround:
+	VMOVDQU (R8)(AX*1), X4
+	VINSERTI128 $1, (R10)(AX*1), Y4, Y4
+	VAESENC Y4, Y0, Y0
+	VMOVDQU (R11)(AX*1), X5
+	VINSERTI128 $1, (R12)(AX*1), Y5, Y5
+	VAESENC Y5, Y1, Y1
+	VMOVDQU (R13)(AX*1), X6
+	VINSERTI128 $1, (R14)(AX*1), Y6, Y6
+	VAESENC Y6, Y2, Y2
+	VMOVDQU (R15)(AX*1), X7
+	VINSERTI128 $1, (BX)(AX*1), Y7, Y7
+	VAESENC Y7, Y3, Y3
+	ADDQ  $16, AX
+	CMPQ  AX, R9
+	JB    vlanesround
+
+	VMOVDQU (R8)(R9*1), X4
+	VINSERTI128 $1, (R10)(R9*1), Y4, Y4
+	VAESENCLAST Y4, Y0, Y0
+	VMOVDQU (R11)(R9*1), X5
+	VINSERTI128 $1, (R12)(R9*1), Y5, Y5
+	VAESENCLAST Y5, Y1, Y1
+	VMOVDQU (R13)(R9*1), X6
+	VINSERTI128 $1, (R14)(R9*1), Y6, Y6
+	VAESENCLAST Y6, Y2, Y2
+	VMOVDQU (R15)(R9*1), X7
+	VINSERTI128 $1, (BX)(R9*1), Y7, Y7
+	VAESENCLAST Y7, Y3, Y3
+	MOVQ    64(DI), SI
+	VMOVDQU X0, (SI)(CX*1)
+	MOVQ    72(DI), SI
+	VEXTRACTI128 $1, Y0, (SI)(CX*1)
+	MOVQ    80(DI), SI
+	VMOVDQU X1, (SI)(CX*1)
+	MOVQ    88(DI), SI
+	VEXTRACTI128 $1, Y1, (SI)(CX*1)
+	MOVQ    96(DI), SI
+	VMOVDQU X2, (SI)(CX*1)
+	MOVQ    104(DI), SI
+	VEXTRACTI128 $1, Y2, (SI)(CX*1)
+	MOVQ    112(DI), SI
+	VMOVDQU X3, (SI)(CX*1)
+	MOVQ    120(DI), SI
+	VEXTRACTI128 $1, Y3, (SI)(CX*1)
+	ADDQ  $16, CX
+	CMPQ  CX, DX
+	JB    vlanesloop
+
+	VMOVDQU Y0, 192(DI)
+	VMOVDQU Y1, 224(DI)
+	VMOVDQU Y2, 256(DI)
+	VMOVDQU Y3, 288(DI)
+	VZEROUPPER
+
+vlanesdone:
 	RET

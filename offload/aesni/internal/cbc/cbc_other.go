@@ -2,10 +2,10 @@
 
 package cbc
 
-// useAsm is false: there is no assembly for this platform or build.
-const useAsm = false
+// best is the pure-Go kernel: there is no assembly for this platform or build.
+const best = kernelGo
 
-func decryptBlocksAsm(dk *byte, rounds int, iv *[BlockSize]byte, dst, src *byte, n int) {
+func decryptBlocksAsm(dk *byte, rounds int, iv *[BlockSize]byte, dst, src *byte, n int, wide bool) {
 	panic("cbc: assembly called in a build without it")
 }
 
@@ -14,5 +14,9 @@ func encryptBlocksAsm(ek *byte, rounds int, iv *[BlockSize]byte, dst, src *byte,
 }
 
 func encryptLanesAsm(st *lanes, rounds int, n int) {
+	panic("cbc: assembly called in a build without it")
+}
+
+func encryptLanesVAES(st *lanes, rounds int, n int) {
 	panic("cbc: assembly called in a build without it")
 }

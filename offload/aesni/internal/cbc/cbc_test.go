@@ -12,18 +12,14 @@ import (
 	"unsafe"
 )
 
-type impl struct {
-	name string
-	asm  bool
-}
-
-// impls are the implementations this build and CPU can run; the tests hold
-// each of them against the standard library.
-func impls() []impl {
-	if useAsm {
-		return []impl{{"generic", false}, {"asm", true}}
+// impls are the kernels this build and CPU can run; the tests hold each of
+// them against the standard library.
+func impls() []kernel {
+	var out []kernel
+	for k := kernelGo; k <= best; k++ {
+		out = append(out, k)
 	}
-	return []impl{{"generic", false}}
+	return out
 }
 
 var keySizes = []int{16, 24, 32}
@@ -109,13 +105,13 @@ func TestKnownAnswer(t *testing.T) {
 	k, _ := NewKey(key)
 	for _, im := range impls() {
 		buf := bytes.Clone(plain)
-		encryptBatch([]Job{{Key: k, IV: iv, Dst: buf, Src: buf}}, im.asm)
+		encryptBatch([]Job{{Key: k, IV: iv, Dst: buf, Src: buf}}, im)
 		if !bytes.Equal(buf, want) {
-			t.Errorf("%s: encrypt = %x, want %x", im.name, buf, want)
+			t.Errorf("%s: encrypt = %x, want %x", im, buf, want)
 		}
-		decrypt(k, iv, buf, buf, im.asm)
+		decrypt(k, iv, buf, buf, im)
 		if !bytes.Equal(buf, plain) {
-			t.Errorf("%s: decrypt = %x, want %x", im.name, buf, plain)
+			t.Errorf("%s: decrypt = %x, want %x", im, buf, plain)
 		}
 	}
 }
@@ -133,25 +129,25 @@ func TestEveryLength(t *testing.T) {
 				ivCopy := *iv
 				plain := randBytes(r, n)
 				want := stdEncrypt(key, iv, plain)
-				where := fmt.Sprintf("%s, %d-byte key, %d bytes", im.name, ks, n)
+				where := fmt.Sprintf("%s, %d-byte key, %d bytes", im, ks, n)
 
 				got := make([]byte, n)
-				encrypt(k, iv, got, plain, im.asm)
+				encrypt(k, iv, got, plain, im)
 				if !bytes.Equal(got, want) {
 					t.Fatalf("%s: encrypt differs from crypto/cipher", where)
 				}
 				inplace := bytes.Clone(plain)
-				encryptBatch([]Job{{Key: k, IV: iv, Dst: inplace, Src: inplace}}, im.asm)
+				encryptBatch([]Job{{Key: k, IV: iv, Dst: inplace, Src: inplace}}, im)
 				if !bytes.Equal(inplace, want) {
 					t.Fatalf("%s: in-place batch of one differs from crypto/cipher", where)
 				}
 
 				dec := make([]byte, n)
-				decrypt(k, iv, dec, want, im.asm)
+				decrypt(k, iv, dec, want, im)
 				if !bytes.Equal(dec, plain) {
 					t.Fatalf("%s: decrypt differs from crypto/cipher", where)
 				}
-				decrypt(k, iv, inplace, inplace, im.asm)
+				decrypt(k, iv, inplace, inplace, im)
 				if !bytes.Equal(inplace, plain) {
 					t.Fatalf("%s: in-place decrypt differs from crypto/cipher", where)
 				}
@@ -194,10 +190,10 @@ func TestBatches(t *testing.T) {
 					}
 					jobs[i] = Job{Key: keys[ki], IV: iv, Dst: dst, Src: src}
 				}
-				encryptBatch(jobs, im.asm)
+				encryptBatch(jobs, im)
 				for i, j := range jobs {
 					if !bytes.Equal(j.Dst[:len(j.Src)], want[i]) {
-						t.Fatalf("%s: batch of %d, job %d (%d bytes, %d rounds): differs from crypto/cipher", im.name, n, i, len(j.Src), j.Key.Rounds())
+						t.Fatalf("%s: batch of %d, job %d (%d bytes, %d rounds): differs from crypto/cipher", im, n, i, len(j.Src), j.Key.Rounds())
 					}
 				}
 			}
@@ -281,9 +277,9 @@ func FuzzDecrypt(f *testing.F) {
 		k, _ := NewKey(key)
 		for _, im := range impls() {
 			got := bytes.Clone(data)
-			decrypt(k, (*[16]byte)(iv), got, got, im.asm)
+			decrypt(k, (*[16]byte)(iv), got, got, im)
 			if !bytes.Equal(got, want) {
-				t.Fatalf("%s: decrypt of %d bytes differs from crypto/cipher", im.name, len(data))
+				t.Fatalf("%s: decrypt of %d bytes differs from crypto/cipher", im, len(data))
 			}
 		}
 	})
@@ -326,10 +322,10 @@ func FuzzEncryptBatch(f *testing.F) {
 			for i := range jobs {
 				copy(jobs[i].Src, refs[i].src)
 			}
-			encryptBatch(jobs, im.asm)
+			encryptBatch(jobs, im)
 			for i, j := range jobs {
 				if want := stdEncrypt(refs[i].key, &refs[i].iv, refs[i].src); !bytes.Equal(j.Dst, want) {
-					t.Fatalf("%s: job %d of %d (%d bytes) differs from crypto/cipher", im.name, i, len(jobs), len(j.Src))
+					t.Fatalf("%s: job %d of %d (%d bytes) differs from crypto/cipher", im, i, len(jobs), len(j.Src))
 				}
 			}
 		}
@@ -342,4 +338,8 @@ func mustHex(s string) []byte {
 		panic(err)
 	}
 	return b
+}
+
+func TestImplementation(t *testing.T) {
+	t.Logf("CBC kernels: %s (tested: %v)", Implementation(), impls())
 }

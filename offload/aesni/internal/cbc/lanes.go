@@ -19,7 +19,7 @@ type lanes struct {
 // kernel for as many blocks as the shortest job still needs, retires the jobs
 // that finish and refills their lanes, until every job is done. A kernel call
 // needs one round count, so each key size runs as its own set of lanes.
-func encryptBatch(jobs []Job, asm bool) {
+func encryptBatch(jobs []Job, kern kernel) {
 	first := -1
 	mixed := false
 	for i := range jobs {
@@ -36,15 +36,16 @@ func encryptBatch(jobs []Job, asm bool) {
 	switch {
 	case first < 0:
 	case !mixed:
-		runLanes(jobs[first:], jobs[first].Key.rounds, asm)
+		runLanes(jobs[first:], jobs[first].Key.rounds, kern)
 	default:
 		for _, rounds := range [...]int{10, 12, 14} {
-			runLanes(jobs[first:], rounds, asm)
+			runLanes(jobs[first:], rounds, kern)
 		}
 	}
 }
 
-func runLanes(jobs []Job, rounds int, asm bool) {
+func runLanes(jobs []Job, rounds int, kern kernel) {
+	asm := kern != kernelGo
 	var (
 		st   lanes
 		job  [Lanes]int // index into jobs of each lane's job
@@ -100,7 +101,11 @@ func runLanes(jobs []Job, rounds int, asm bool) {
 					st.in[l], st.out[l], st.keys[l], st.iv[l] = st.in[first], st.out[first], st.keys[first], st.iv[first]
 				}
 			}
-			encryptLanesAsm(&st, rounds, blocks)
+			if kern == kernelVAES {
+				encryptLanesVAES(&st, rounds, blocks)
+			} else {
+				encryptLanesAsm(&st, rounds, blocks)
+			}
 		} else {
 			encryptLanesGeneric(&st, blocks)
 		}
