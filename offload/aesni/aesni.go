@@ -168,6 +168,7 @@ const sealChunk = 64
 // worker is the scratch one batch needs: the multi-buffer jobs of its seals
 // and the hash states. Reused, so a batch allocates nothing.
 type worker struct {
+	enc   cbc.Encrypter
 	jobs  []cbc.Job
 	ops   []*offload.Op
 	macer *macer
@@ -253,7 +254,7 @@ func (w *worker) flushSeals() {
 	if len(w.jobs) == 0 {
 		return
 	}
-	err := cbc.EncryptBatch(w.jobs)
+	err := w.enc.EncryptBatch(w.jobs)
 	for _, op := range w.ops {
 		if err != nil {
 			op.Status = offload.Failed

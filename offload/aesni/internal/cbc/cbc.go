@@ -5,16 +5,18 @@
 // run faster than one stream at a time, as intel-ipsec-mb does:
 //
 //   - Decrypt: CBC decryption is parallel within one buffer, so the assembly
-//     keeps 8 blocks in flight (AESDEC on 8 XMM registers).
+//     keeps 8 blocks in flight (AESDEC on 8 XMM registers), or 16 where the
+//     CPU has VAES (VAESDEC on 8 YMM registers, two blocks each).
 //   - EncryptBatch: CBC encryption is serial within one buffer but independent
 //     across buffers, so the assembly runs up to 8 buffers as lanes, one block
 //     per lane per step, and a job scheduler refills a lane with the next
 //     buffer as soon as its buffer is done.
 //
 // Everything works in place (dst may be src) and allocates nothing per call.
-// The assembly is used on amd64 CPUs with AES-NI; elsewhere, on CPUs without
-// it and in builds with the purego tag, the same scheduler drives the
-// standard library's block cipher.
+// The assembly is used on amd64 CPUs with AES-NI (and VAES with AVX2 where
+// present, found with CPUID); elsewhere, on CPUs without it and in builds
+// with the purego tag, the same scheduler drives the standard library's
+// block cipher. The key schedules are computed in Go (FIPS 197) once per key.
 package cbc
 
 import (
@@ -23,10 +25,7 @@ import (
 	"unsafe"
 )
 
-// Lanes is the number of buffers EncryptBatch keeps in flight.
-const Lanes = 8
-
-// Job is one buffer for EncryptBatch: Src encrypted under Key in CBC mode from
+// Job is one buffer for Encrypter.EncryptBatch: Src encrypted under Key in CBC mode from
 // IV into Dst. IV is only read; Dst may be Src.
 type Job struct {
 	Key *Key
@@ -53,20 +52,6 @@ func (k *Key) Encrypt(iv *[BlockSize]byte, dst, src []byte) error {
 		return fmt.Errorf("cbc encrypt: %w", err)
 	}
 	encrypt(k, iv, dst, src, best)
-	return nil
-}
-
-// EncryptBatch encrypts every job, up to Lanes of them at a time in parallel.
-// Jobs may differ in length, key and key size. It checks every job before it
-// encrypts any, so on error nothing has been written.
-func EncryptBatch(jobs []Job) error {
-	for i := range jobs {
-		j := &jobs[i]
-		if err := checkBuffers(j.Key, j.IV, j.Dst, j.Src); err != nil {
-			return fmt.Errorf("cbc encrypt batch: job %d of %d: %w", i, len(jobs), err)
-		}
-	}
-	encryptBatch(jobs, best)
 	return nil
 }
 

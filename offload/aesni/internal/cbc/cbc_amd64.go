@@ -39,8 +39,3 @@ func encryptBlocksAsm(ek *byte, rounds int, iv *[BlockSize]byte, dst, src *byte,
 //
 //go:noescape
 func encryptLanesAsm(st *lanes, rounds int, n int)
-
-// encryptLanesVAES is encryptLanesAsm with two lanes per YMM register.
-//
-//go:noescape
-func encryptLanesVAES(st *lanes, rounds int, n int)

@@ -16,7 +16,3 @@ func encryptBlocksAsm(ek *byte, rounds int, iv *[BlockSize]byte, dst, src *byte,
 func encryptLanesAsm(st *lanes, rounds int, n int) {
 	panic("cbc: assembly called in a build without it")
 }
-
-func encryptLanesVAES(st *lanes, rounds int, n int) {
-	panic("cbc: assembly called in a build without it")
-}

@@ -105,7 +105,7 @@ func TestKnownAnswer(t *testing.T) {
 	k, _ := NewKey(key)
 	for _, im := range impls() {
 		buf := bytes.Clone(plain)
-		encryptBatch([]Job{{Key: k, IV: iv, Dst: buf, Src: buf}}, im)
+		new(Encrypter).encryptBatch([]Job{{Key: k, IV: iv, Dst: buf, Src: buf}}, im)
 		if !bytes.Equal(buf, want) {
 			t.Errorf("%s: encrypt = %x, want %x", im, buf, want)
 		}
@@ -137,7 +137,7 @@ func TestEveryLength(t *testing.T) {
 					t.Fatalf("%s: encrypt differs from crypto/cipher", where)
 				}
 				inplace := bytes.Clone(plain)
-				encryptBatch([]Job{{Key: k, IV: iv, Dst: inplace, Src: inplace}}, im)
+				new(Encrypter).encryptBatch([]Job{{Key: k, IV: iv, Dst: inplace, Src: inplace}}, im)
 				if !bytes.Equal(inplace, want) {
 					t.Fatalf("%s: in-place batch of one differs from crypto/cipher", where)
 				}
@@ -159,9 +159,9 @@ func TestEveryLength(t *testing.T) {
 	}
 }
 
-// TestBatches encrypts batches of 1 to 16 buffers of random lengths, key
-// sizes and keys (some shared), in place or not, and compares each buffer
-// with crypto/cipher.
+// TestBatches encrypts batches of 1 to 40 buffers (more than the lanes) of
+// random lengths, key sizes and keys (some shared), in place or not, with
+// one Encrypter, and compares each buffer with crypto/cipher.
 func TestBatches(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	var keys [6]*Key
@@ -171,8 +171,9 @@ func TestBatches(t *testing.T) {
 		keys[i], _ = NewKey(raw[i])
 	}
 	for _, im := range impls() {
-		for round := 0; round < 40; round++ {
-			for n := 1; n <= 16; n++ {
+		var e Encrypter
+		for round := 0; round < 12; round++ {
+			for n := 1; n <= 40; n++ {
 				jobs := make([]Job, n)
 				want := make([][]byte, n)
 				for i := range jobs {
@@ -190,11 +191,40 @@ func TestBatches(t *testing.T) {
 					}
 					jobs[i] = Job{Key: keys[ki], IV: iv, Dst: dst, Src: src}
 				}
-				encryptBatch(jobs, im)
+				e.encryptBatch(jobs, im)
 				for i, j := range jobs {
 					if !bytes.Equal(j.Dst[:len(j.Src)], want[i]) {
 						t.Fatalf("%s: batch of %d, job %d (%d bytes, %d rounds): differs from crypto/cipher", im, n, i, len(j.Src), j.Key.Rounds())
 					}
+				}
+			}
+		}
+	}
+}
+
+// TestReusedKey refills a Key that an Encrypter has used, between batches.
+func TestReusedKey(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, im := range impls() {
+		var e Encrypter
+		k := new(Key)
+		for round := 0; round < 4; round++ {
+			key := randBytes(r, keySizes[round%3])
+			if err := k.Init(key); err != nil {
+				t.Fatal(err)
+			}
+			jobs := make([]Job, 12)
+			want := make([][]byte, len(jobs))
+			for i := range jobs {
+				iv := (*[16]byte)(randBytes(r, 16))
+				src := randBytes(r, 16*(1+r.IntN(40)))
+				want[i] = stdEncrypt(key, iv, src)
+				jobs[i] = Job{Key: k, IV: iv, Dst: src, Src: src}
+			}
+			e.encryptBatch(jobs, im)
+			for i, j := range jobs {
+				if !bytes.Equal(j.Dst, want[i]) {
+					t.Fatalf("%s: key refilled %d times: job %d differs from crypto/cipher", im, round, i)
 				}
 			}
 		}
@@ -224,7 +254,7 @@ func TestBadInput(t *testing.T) {
 			for what, err := range map[string]error{
 				"Decrypt":      c.k.Decrypt(c.iv, c.dst, c.src),
 				"Encrypt":      c.k.Encrypt(c.iv, c.dst, c.src),
-				"EncryptBatch": EncryptBatch([]Job{{Key: k, IV: &iv, Dst: make([]byte, 16), Src: make([]byte, 16)}, {Key: c.k, IV: c.iv, Dst: c.dst, Src: c.src}}),
+				"EncryptBatch": new(Encrypter).EncryptBatch([]Job{{Key: k, IV: &iv, Dst: make([]byte, 16), Src: make([]byte, 16)}, {Key: c.k, IV: c.iv, Dst: c.dst, Src: c.src}}),
 			} {
 				if err == nil || !strings.Contains(err.Error(), c.want) {
 					t.Errorf("%s: error %v, want one saying %q", what, err, c.want)
@@ -252,7 +282,8 @@ func TestNoAllocations(t *testing.T) {
 		jobs[i] = Job{Key: k, IV: iv, Dst: b, Src: b}
 	}
 	buf := randBytes(r, 1024)
-	if n := testing.AllocsPerRun(50, func() { _ = EncryptBatch(jobs) }); n != 0 {
+	var e Encrypter
+	if n := testing.AllocsPerRun(50, func() { _ = e.EncryptBatch(jobs) }); n != 0 {
 		t.Errorf("EncryptBatch allocates %v times per call", n)
 	}
 	if n := testing.AllocsPerRun(50, func() { _ = k.Decrypt(iv, buf, buf) }); n != 0 {
@@ -322,7 +353,7 @@ func FuzzEncryptBatch(f *testing.F) {
 			for i := range jobs {
 				copy(jobs[i].Src, refs[i].src)
 			}
-			encryptBatch(jobs, im)
+			new(Encrypter).encryptBatch(jobs, im)
 			for i, j := range jobs {
 				if want := stdEncrypt(refs[i].key, &refs[i].iv, refs[i].src); !bytes.Equal(j.Dst, want) {
 					t.Fatalf("%s: job %d of %d (%d bytes) differs from crypto/cipher", im, i, len(jobs), len(j.Src))

@@ -1,6 +1,19 @@
 package cbc
 
-import "unsafe"
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Lanes is how many buffers the multi-buffer kernel keeps in flight.
+//
+// Eight XMM registers at one AESENC each per round keep the AES unit busy
+// while each chain waits out its latency. VAES on YMM registers (two lanes per
+// register, 16 lanes) was tried: on this project's Zen 3 test machine it was
+// no faster at 8 buffers and slower at 16 page-aligned buffers of 8 KiB, where
+// 16 streams at the same page offset overflow the 8-way L1 sets, so
+// encryption stays on XMM; VAES pays off in decryption (see Key.Decrypt).
+const Lanes = 8
 
 // lanes is the state the multi-buffer kernel works on: per lane, where the
 // next block is read and written, the key, and the chaining value. The
@@ -15,11 +28,32 @@ type lanes struct {
 	active [Lanes]bool
 }
 
+// Encrypter runs batches of CBC encryptions as parallel lanes. Its zero value
+// is ready to use; reuse one per goroutine, so that the lane state is not
+// set up again for every batch. It is not safe for concurrent use.
+type Encrypter struct {
+	st lanes
+}
+
+// EncryptBatch encrypts every job, up to Lanes of them at a time in
+// parallel. Jobs may differ in length, key and key size. It checks
+// every job before it encrypts any, so on error nothing has been written.
+func (e *Encrypter) EncryptBatch(jobs []Job) error {
+	for i := range jobs {
+		j := &jobs[i]
+		if err := checkBuffers(j.Key, j.IV, j.Dst, j.Src); err != nil {
+			return fmt.Errorf("cbc encrypt batch: job %d of %d: %w", i, len(jobs), err)
+		}
+	}
+	e.encryptBatch(jobs, best)
+	return nil
+}
+
 // encryptBatch is the job manager: it fills the lanes with jobs, runs the
 // kernel for as many blocks as the shortest job still needs, retires the jobs
 // that finish and refills their lanes, until every job is done. A kernel call
 // needs one round count, so each key size runs as its own set of lanes.
-func encryptBatch(jobs []Job, kern kernel) {
+func (e *Encrypter) encryptBatch(jobs []Job, kern kernel) {
 	first := -1
 	mixed := false
 	for i := range jobs {
@@ -36,22 +70,26 @@ func encryptBatch(jobs []Job, kern kernel) {
 	switch {
 	case first < 0:
 	case !mixed:
-		runLanes(jobs[first:], jobs[first].Key.rounds, kern)
+		e.runLanes(jobs[first:], jobs[first].Key.rounds, kern)
 	default:
 		for _, rounds := range [...]int{10, 12, 14} {
-			runLanes(jobs[first:], rounds, kern)
+			e.runLanes(jobs[first:], rounds, kern)
 		}
 	}
+	// Drop the references to the caller's buffers and keys.
+	clear(e.st.in[:])
+	clear(e.st.out[:])
+	clear(e.st.keys[:])
 }
 
-func runLanes(jobs []Job, rounds int, kern kernel) {
-	asm := kern != kernelGo
+func (e *Encrypter) runLanes(jobs []Job, rounds int, kern kernel) {
 	var (
-		st   lanes
+		st   = &e.st
 		job  [Lanes]int // index into jobs of each lane's job
 		off  [Lanes]int // bytes of that job done
 		next int        // next job to consider
 	)
+	clear(st.active[:])
 	for {
 		busy, first := 0, -1
 		for l := 0; l < Lanes; l++ {
@@ -76,7 +114,7 @@ func runLanes(jobs []Job, rounds int, kern kernel) {
 		switch {
 		case busy == 0:
 			return
-		case busy == 1 && asm:
+		case busy == 1 && kern != kernelGo:
 			// The last job runs alone: the single-stream kernel is as fast
 			// and reads no idle lanes.
 			j, o := &jobs[job[first]], off[first]
@@ -92,7 +130,7 @@ func runLanes(jobs []Job, rounds int, kern kernel) {
 				st.in[l], st.out[l] = &j.Src[off[l]], &j.Dst[off[l]]
 			}
 		}
-		if asm {
+		if kern != kernelGo {
 			for l := 0; l < Lanes; l++ {
 				if !st.active[l] {
 					// Repeat a busy lane: the same input, key and chaining
@@ -101,13 +139,11 @@ func runLanes(jobs []Job, rounds int, kern kernel) {
 					st.in[l], st.out[l], st.keys[l], st.iv[l] = st.in[first], st.out[first], st.keys[first], st.iv[first]
 				}
 			}
-			if kern == kernelVAES {
-				encryptLanesVAES(&st, rounds, blocks)
-			} else {
-				encryptLanesAsm(&st, rounds, blocks)
-			}
+		}
+		if kern != kernelGo {
+			encryptLanesAsm(st, rounds, blocks)
 		} else {
-			encryptLanesGeneric(&st, blocks)
+			encryptLanesGeneric(st, blocks)
 		}
 		for l := 0; l < Lanes; l++ {
 			if st.active[l] {
