@@ -63,8 +63,10 @@ type benchRun struct {
 	sealed [][]byte
 	w      *offload.Waiter
 	bytes  int64
-	spent  time.Duration
-	runs   int
+	// fastest is the shortest run: on a machine shared with other work most
+	// runs are stretched by preemption, the shortest is the closest to the
+	// engine's own speed, and taking it on both sides keeps the ratio fair.
+	fastest time.Duration
 }
 
 func newBenchRun(b *testing.B, e offload.Engine, sess offload.Session, dir offload.Direction, suite sa.Suite, payload, batch int, r *rand.Rand) *benchRun {
@@ -93,8 +95,9 @@ func (br *benchRun) run(b *testing.B) {
 	if err := br.w.Run(context.Background(), br.e, br.ops); err != nil {
 		b.Fatal(err)
 	}
-	br.spent += time.Since(start)
-	br.runs++
+	if d := time.Since(start); br.fastest == 0 || d < br.fastest {
+		br.fastest = d
+	}
 	for i := range br.ops {
 		if br.ops[i].Status != offload.OK {
 			b.Fatalf("%s: op %d: %s", br.e.Name(), i, br.ops[i].Status)
@@ -102,7 +105,7 @@ func (br *benchRun) run(b *testing.B) {
 	}
 }
 
-// rate is the engine's throughput in MB/s over the runs so far.
+// rate is the engine's throughput in MB/s in its fastest run.
 func (br *benchRun) rate() float64 {
-	return float64(br.bytes) * float64(br.runs) / br.spent.Seconds() / 1e6
+	return float64(br.bytes) / br.fastest.Seconds() / 1e6
 }

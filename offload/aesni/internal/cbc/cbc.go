@@ -7,7 +7,7 @@
 //   - Decrypt: CBC decryption is parallel within one buffer, so the assembly
 //     keeps 8 blocks in flight (AESDEC on 8 XMM registers), or 16 where the
 //     CPU has VAES (VAESDEC on 8 YMM registers, two blocks each).
-//   - EncryptBatch: CBC encryption is serial within one buffer but independent
+//   - Encrypter.EncryptBatch: CBC encryption is serial within one buffer but independent
 //     across buffers, so the assembly runs up to 8 buffers as lanes, one block
 //     per lane per step, and a job scheduler refills a lane with the next
 //     buffer as soon as its buffer is done.
@@ -25,8 +25,8 @@ import (
 	"unsafe"
 )
 
-// Job is one buffer for Encrypter.EncryptBatch: Src encrypted under Key in CBC mode from
-// IV into Dst. IV is only read; Dst may be Src.
+// Job is one buffer for Encrypter.EncryptBatch: Src encrypted under Key in
+// CBC mode from IV into Dst. IV is only read; Dst may be Src.
 type Job struct {
 	Key *Key
 	IV  *[BlockSize]byte
