@@ -9,6 +9,7 @@ type Device interface {
 	Read(bufs [][]byte, sizes []int, offset int) (n int, err error)
 	Write(bufs [][]byte, offset int) (int, error)
 	BatchSize() int
+	Close() error
 }
 
 // Message is one outer packet. On Receive, Buf[Off:Off+Len] is the ESP

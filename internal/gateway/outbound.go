@@ -31,8 +31,7 @@ func (g *Gateway) readTUN(b *batch) error {
 		p := &b.pkts[i]
 		p.Reset(b.bufs[i], esp.Headroom, b.sizes[i])
 		s, r, ok := g.route(st, p.Data())
-		if ok && p.Len > g.opts.InnerMTU {
-			g.tooBig(p.Data())
+		if ok && p.Len > g.opts.InnerMTU && g.tooBig(p.Data()) {
 			r, ok = TooBig, false
 		}
 		if !ok {
