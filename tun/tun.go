@@ -19,16 +19,15 @@
 package tun
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
-	"runtime"
 	"time"
 	"unsafe"
 
+	"github.com/espgw/espgw/internal/nsrun"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -106,7 +105,7 @@ func Create(name string, opt Options) (*Device, error) {
 	}
 	var err error
 	if opt.Namespace > 0 {
-		err = inNamespace(opt.Namespace, create)
+		err = nsrun.Run(opt.Namespace, create)
 	} else {
 		err = create()
 	}
@@ -222,28 +221,6 @@ func deviceFlags(f *os.File) (uint16, error) {
 		return 0, err
 	}
 	return flags, ioErr
-}
-
-// inNamespace runs fn on a locked OS thread inside ns. If the thread cannot
-// be switched back it stays locked so the runtime retires it.
-func inNamespace(ns vnetns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("get current namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := vnetns.Set(ns); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter namespace %s: %w", ns, err)
-	}
-	fnErr := fn()
-	if err := vnetns.Set(orig); err != nil {
-		return errors.Join(fnErr, fmt.Errorf("return to original namespace: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return fnErr
 }
 
 // Name is the device's interface name.

@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/espgw/espgw/internal/nsrun"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -343,28 +343,8 @@ func (ns *Namespace) Do(fn func() error) error {
 }
 
 // Run runs fn on a locked OS thread inside the namespace h, restoring the
-// thread's namespace afterwards. If the thread cannot be restored it is left
-// locked, so the Go runtime discards it instead of reusing it elsewhere.
-func Run(h vnetns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("get current namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := vnetns.Set(h); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter namespace %s: %w", h, err)
-	}
-	fnErr := fn()
-	if err := vnetns.Set(orig); err != nil {
-		// Thread stays locked: it exits with the goroutine.
-		return errors.Join(fnErr, fmt.Errorf("return to original namespace: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return fnErr
-}
+// thread's namespace afterwards (see nsrun.Run).
+func Run(h vnetns.NsHandle, fn func() error) error { return nsrun.Run(h, fn) }
 
 // Command returns a command that runs name with args inside the namespace
 // (through `ip netns exec`). Start it with Bed.Start to have Close kill it.

@@ -30,12 +30,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/espgw/espgw/internal/nsrun"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
@@ -212,7 +212,7 @@ func Open(cfg Config) (*Conn, error) {
 	open := func() error { return c.open(cfg) }
 	var err error
 	if cfg.Namespace > 0 {
-		err = inNamespace(cfg.Namespace, open)
+		err = nsrun.Run(cfg.Namespace, open)
 	} else {
 		err = open()
 	}
@@ -328,28 +328,6 @@ func (c *Conn) setOptions(cfg Config) error {
 		return ctlErr
 	}
 	return errors.Join(errs...)
-}
-
-// inNamespace runs fn on a locked OS thread inside ns.
-func inNamespace(ns vnetns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("get current namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := vnetns.Set(ns); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter namespace %s: %w", ns, err)
-	}
-	fnErr := fn()
-	if err := vnetns.Set(orig); err != nil {
-		// Leave the thread locked: the runtime discards it with the goroutine.
-		return errors.Join(fnErr, fmt.Errorf("return to original namespace: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return fnErr
 }
 
 // Kind is the transport's encapsulation.
