@@ -198,8 +198,8 @@ func TestOffloadModes(t *testing.T) {
 	if err != nil {
 		t.Fatalf("offloads required on this kernel: %v", err)
 	}
-	if !on.Offloads() || on.BatchSize() < 2 {
-		t.Errorf("offloads on: Offloads()=%v BatchSize()=%d", on.Offloads(), on.BatchSize())
+	if !on.Offloads() || on.BatchSize() < 2 || on.UDPOffloads() != kernelAtLeast(6, 2) {
+		t.Errorf("offloads on: Offloads()=%v BatchSize()=%d UDPOffloads()=%v", on.Offloads(), on.BatchSize(), on.UDPOffloads())
 	}
 	if mtu, err := on.MTU(); err != nil || mtu != 1500 {
 		t.Errorf("default MTU = %d, %v; want 1500", mtu, err)
@@ -210,7 +210,7 @@ func TestOffloadModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer off.Close()
-	if off.Offloads() || off.BatchSize() != 1 {
+	if off.Offloads() || off.BatchSize() != 1 || off.UDPOffloads() {
 		t.Errorf("offloads off: Offloads()=%v BatchSize()=%d", off.Offloads(), off.BatchSize())
 	}
 	if mtu, err := off.MTU(); err != nil || mtu != 1438 {
@@ -314,8 +314,14 @@ func TestGSOSplit(t *testing.T) {
 		}
 		batch = max(batch, inBatch)
 	}
-	if uso := kernelAtLeast(6, 2); uso && dev.Offloads() && batch != segs {
-		t.Errorf("kernel ≥ 6.2 with offloads: one Read returned %d segments, want all %d of the super-packet", batch, segs)
+	if uso := kernelAtLeast(6, 2); uso != dev.UDPOffloads() {
+		t.Errorf("UDPOffloads() = %v on a kernel where USO support is %v", dev.UDPOffloads(), uso)
+	}
+	if dev.UDPOffloads() && batch != segs {
+		t.Errorf("with UDP offloads one Read returned %d segments, want all %d of the super-packet", batch, segs)
+	}
+	if !dev.UDPOffloads() && batch != 1 {
+		t.Errorf("without UDP offloads one Read returned %d segments, want 1", batch)
 	}
 	t.Logf("offloads=%v: largest batch %d of %d segments", dev.Offloads(), batch, segs)
 }
