@@ -17,6 +17,11 @@
 // Device.UDPOffloads whether the UDP ones are too); when the
 // kernel refuses them, Create falls back to a plain TUN (one packet per
 // Read, BatchSize 1) and logs why.
+//
+// GRO on Write coalesces into the spare capacity of the first buffer of
+// each flow: buffers handed to Write need cap ≥ offset+MaxSegment for it to
+// happen. With tighter buffers the packets are still written, one by one,
+// and the kernel behind the device handles one skb per packet again.
 package tun
 
 import (
