@@ -496,3 +496,39 @@ func TestFragment(t *testing.T) {
 		}
 	}
 }
+
+// TestGROCarryOver: a 64-segment super-datagram received with only 5 slots
+// per call comes out whole and in order over several calls.
+func TestGROCarryOver(t *testing.T) {
+	p := newPair(t)
+	a := open(t, p.a, UDPEncap, p.a4, true)
+	b := open(t, p.b, UDPEncap, p.b4, false, true)
+	peer := netip.AddrPortFrom(p.b4, DefaultUDPPort)
+	const total = 64
+	out := make([]Packet, total)
+	for i := range out {
+		out[i] = Packet{Data: espPacket(8, uint32(i+1), 1000), Peer: peer}
+	}
+	if n, err := a.Send(out); err != nil || n != total {
+		t.Fatalf("send: %d, %v", n, err)
+	}
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	in := slots(5, 2048)
+	next, calls := uint32(1), 0
+	for next <= total {
+		n, err := b.Receive(in)
+		if err != nil {
+			t.Fatalf("receive after seq %d: %v", next-1, err)
+		}
+		calls++
+		for _, pk := range in[:n] {
+			if seq := binary.BigEndian.Uint32(pk.Data[4:]); seq != next || len(pk.Data) != 1000 {
+				t.Fatalf("got seq %d (%d bytes), want %d", seq, len(pk.Data), next)
+			}
+			next++
+		}
+	}
+	if s := b.Stats(); s.GROBatches == 0 || calls < total/5 {
+		t.Errorf("GRO batches %d over %d calls: want the super-datagram split across ≥ %d calls", s.GROBatches, calls, total/5)
+	}
+}
