@@ -33,6 +33,9 @@ type Options struct {
 	// Batch is the number of packets per pipeline batch (default: the
 	// device's batch size, at least 32).
 	Batch int
+	// StateDir, when set, is where outbound sequence numbers are reserved
+	// so a restarted gateway resumes above them (see seqStore).
+	StateDir string
 	// ICMPSource are addresses ICMP too-big errors may come from (the TUN's
 	// own addresses); the local outer addresses serve otherwise.
 	ICMPSource []netip.Addr
@@ -116,7 +119,22 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 		}
 		s := reuse(old, cfg)
 		if s == nil {
-			s, err = esp.NewSA(cfg, g.engine, esp.Options{OnSoftExpire: g.softExpired})
+			opts := esp.Options{OnSoftExpire: g.softExpired}
+			run := cfg
+			if outbound && g.opts.StateDir != "" {
+				store := seqStore{dir: g.opts.StateDir}
+				if run, err = store.resume(cfg); err != nil {
+					return fmt.Errorf("load: %w", err)
+				}
+				opts.Reserve = func(s *esp.SA, upTo uint64) error {
+					err := store.reserve(s, upTo)
+					if err != nil {
+						g.log.Error("sequence numbers not persisted", "err", err)
+					}
+					return err
+				}
+			}
+			s, err = esp.NewSA(run, g.engine, opts)
 			if err != nil {
 				return fmt.Errorf("load: %w", err)
 			}

@@ -26,7 +26,7 @@ type Capture struct {
 // stays quick after a bulk transfer.
 func StartCapture(ns *netns.Namespace, ifname, path string, limit int) (*Capture, error) {
 	c := &Capture{Path: path}
-	args := []string{"-i", ifname, "-U", "-s", "0", "-n", "-w", path}
+	args := []string{"-i", ifname, "--immediate-mode", "-U", "-s", "0", "-n", "-w", path}
 	if limit > 0 {
 		args = append(args, "-c", fmt.Sprint(limit))
 	}
