@@ -47,7 +47,10 @@ type Options struct {
 	// TUNOffloads turns vnet-hdr offloads on (default on; set NoOffloads).
 	NoOffloads bool
 	Hard       sa.Lifetime
-	Log        *slog.Logger
+	// Customize, if set, may change the SA file (keys, policies, lifetimes)
+	// before both gateways get it.
+	Customize func(*sa.Config) error
+	Log       *slog.Logger
 }
 
 // Bed is a running test bed.
@@ -176,7 +179,13 @@ func (b *Bed) makeSAs() error {
 		}
 		b.SAs[i] = s
 	}
-	return sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), &sa.Config{SAs: b.SAs[:]})
+	cfg := &sa.Config{SAs: b.SAs[:]}
+	if b.opts.Customize != nil {
+		if err := b.opts.Customize(cfg); err != nil {
+			return fmt.Errorf("customize the SAs: %w", err)
+		}
+	}
+	return sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), cfg)
 }
 
 // writeConfig writes gateway i's configuration: its outer address, a TUN

@@ -1,0 +1,139 @@
+package scenario
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// PrintTable writes the verdict table: one block per scenario, one line per
+// expectation, and the conservation equations that did not balance.
+func PrintTable(w io.Writer, results []*Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	pass := 0
+	for _, r := range results {
+		verdict := "FAIL"
+		if r.Pass {
+			verdict = "PASS"
+			pass++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1fs\t\n", verdict, r.Name, r.Seconds)
+		if r.Error != "" {
+			fmt.Fprintf(tw, "\terror: %s\t\t\n", r.Error)
+		}
+		for _, st := range r.Steps {
+			line := fmt.Sprintf("\tstep %s (%s): sent %d received %d", st.Name, st.Kind, st.Sent, st.Received)
+			if st.Mismatched > 0 {
+				line += fmt.Sprintf(" mismatched %d", st.Mismatched)
+			}
+			if st.BPS > 0 {
+				line += fmt.Sprintf(" %.1f Mbit/s", st.BPS/1e6)
+			}
+			fmt.Fprintln(tw, line+"\t\t")
+		}
+		for _, v := range r.Verdicts {
+			mark := "ok"
+			if !v.Pass {
+				mark = "FAILED"
+			}
+			fmt.Fprintf(tw, "\t  %s %s\tgot %s (want %s)\t%s\n", v.Metric, v.Expr, num(v.Got), num(v.Want), mark)
+		}
+		for _, b := range r.Balances {
+			if b.In != b.Out {
+				fmt.Fprintf(tw, "\t  unbalanced %s: %s\t\t\n", b.Where, b.Terms)
+			}
+		}
+	}
+	fmt.Fprintf(tw, "%d of %d scenarios passed\t\t\t\n", pass, len(results))
+	tw.Flush()
+}
+
+func num(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+
+// WriteJSON writes the results as one JSON document.
+func WriteJSON(w io.Writer, results []*Result) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(struct {
+		Results []*Result `json:"results"`
+	}{results})
+}
+
+type junitSuites struct {
+	XMLName xml.Name     `xml:"testsuites"`
+	Suites  []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name     string      `xml:"name,attr"`
+	Tests    int         `xml:"tests,attr"`
+	Failures int         `xml:"failures,attr"`
+	Errors   int         `xml:"errors,attr"`
+	Time     string      `xml:"time,attr"`
+	Cases    []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Name      string        `xml:"name,attr"`
+	ClassName string        `xml:"classname,attr"`
+	Time      string        `xml:"time,attr"`
+	Failure   *junitMessage `xml:"failure,omitempty"`
+	Error     *junitMessage `xml:"error,omitempty"`
+	SystemOut string        `xml:"system-out,omitempty"`
+}
+
+type junitMessage struct {
+	Message string `xml:"message,attr"`
+	Body    string `xml:",chardata"`
+}
+
+// WriteJUnit writes the results as JUnit XML: a test suite per scenario
+// file, a test case per scenario, failed expectations as failures.
+func WriteJUnit(path string, results []*Result) error {
+	var doc junitSuites
+	idx := map[string]int{}
+	for _, r := range results {
+		i, ok := idx[r.File]
+		if !ok {
+			i = len(doc.Suites)
+			idx[r.File] = i
+			doc.Suites = append(doc.Suites, junitSuite{Name: r.File})
+		}
+		s := &doc.Suites[i]
+		c := junitCase{Name: r.Name, ClassName: "scenario", Time: fmt.Sprintf("%.3f", r.Seconds)}
+		var failed []string
+		for _, v := range r.Verdicts {
+			if !v.Pass {
+				failed = append(failed, fmt.Sprintf("%s:%d: %s %s: got %s, want %s", r.File, v.Line, v.Metric, v.Expr, num(v.Got), num(v.Want)))
+			}
+		}
+		if r.Error != "" {
+			c.Error = &junitMessage{Message: r.Error, Body: r.Error}
+			s.Errors++
+		} else if len(failed) > 0 {
+			c.Failure = &junitMessage{Message: fmt.Sprintf("%d expectations failed", len(failed)), Body: strings.Join(failed, "\n")}
+			s.Failures++
+		}
+		var b strings.Builder
+		PrintTable(&b, []*Result{r})
+		c.SystemOut = b.String()
+		s.Tests++
+		t, _ := strconv.ParseFloat(s.Time, 64)
+		s.Time = fmt.Sprintf("%.3f", t+r.Seconds)
+		s.Cases = append(s.Cases, c)
+	}
+	out, err := xml.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("junit report: %w", err)
+	}
+	out = append([]byte(xml.Header), append(out, '\n')...)
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		return fmt.Errorf("junit report: %w", err)
+	}
+	return nil
+}

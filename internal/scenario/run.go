@@ -1,0 +1,403 @@
+package scenario
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/espgw/espgw/internal/capture"
+	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/impair"
+	"github.com/espgw/espgw/internal/testbed"
+	"github.com/espgw/espgw/internal/wanrelay"
+	"github.com/espgw/espgw/sa"
+)
+
+// Options tune a run.
+type Options struct {
+	// Binary is the espgw executable the gateways run (default: this one).
+	Binary string
+	// Prefix starts the namespace names (default "sc").
+	Prefix string
+	// Captures, if set, is a directory that receives, per scenario, the
+	// WAN capture (wan.pcap, both directions, as the relay forwarded
+	// them), the inner captures on hostA's and hostB's interfaces
+	// (hostA.pcap, hostB.pcap) and Wireshark's esp_sa file with the keys.
+	Captures string
+	// Progress, if set, receives a line per phase.
+	Progress io.Writer
+	Log      *slog.Logger
+}
+
+// Verdict is one checked expectation.
+type Verdict struct {
+	Metric string  `json:"metric"`
+	Expr   string  `json:"expr"`
+	Got    float64 `json:"got"`
+	Want   float64 `json:"want"`
+	Pass   bool    `json:"pass"`
+	Line   int     `json:"line"`
+}
+
+// Balance is one packet-conservation equation: In must equal Out; the
+// difference is unaccounted.
+type Balance struct {
+	Where string `json:"where"`
+	In    int64  `json:"in"`
+	Out   int64  `json:"out"`
+	Terms string `json:"terms"`
+}
+
+// Result is what running one scenario gave.
+type Result struct {
+	Name     string            `json:"name"`
+	File     string            `json:"file"`
+	Matrix   map[string]string `json:"matrix,omitempty"`
+	Pass     bool              `json:"pass"`
+	Error    string            `json:"error,omitempty"`
+	Seconds  float64           `json:"seconds"`
+	Verdicts []Verdict         `json:"verdicts"`
+	Steps    []StepResult      `json:"steps"`
+	Metrics  Metrics           `json:"metrics"`
+	Balances []Balance         `json:"conservation"`
+	Gateways [2]gateway.Stats  `json:"gateways"`
+	WAN      wanrelay.Counters `json:"wan"`
+	Captures string            `json:"captures,omitempty"`
+}
+
+// RunFile loads a scenario file and runs every scenario in it (one per
+// matrix combination). A malformed file is an error; a failed expectation
+// is a Result with Pass false.
+func RunFile(ctx context.Context, path string, opts Options) ([]*Result, error) {
+	scs, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Result
+	for _, s := range scs {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		out = append(out, Run(ctx, s, opts))
+	}
+	return out, nil
+}
+
+type runner struct {
+	s     *Scenario
+	opts  Options
+	bed   *testbed.Bed
+	relay *testbed.Relay
+	log   *slog.Logger
+}
+
+func (o Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
+}
+
+// Run runs one scenario and judges it. Everything it builds (namespaces,
+// gateways, relay, capture processes) is gone when it returns, also when
+// ctx is cancelled.
+func Run(ctx context.Context, s *Scenario, opts Options) *Result {
+	if opts.Prefix == "" {
+		opts.Prefix = "sc"
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	res := &Result{Name: s.Name, File: s.File, Matrix: s.Matrix}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	r := &runner{s: s, opts: opts, log: opts.Log}
+	err := r.run(ctx, res)
+	res.Seconds = time.Since(start).Seconds()
+	if err != nil {
+		res.Error = err.Error()
+	}
+	res.Pass = err == nil && len(res.Verdicts) > 0
+	for _, v := range res.Verdicts {
+		res.Pass = res.Pass && v.Pass
+	}
+	return res
+}
+
+func (r *runner) run(ctx context.Context, res *Result) (err error) {
+	s := r.s
+	r.opts.progress("%s: building the test bed (%s %s %s, engines %s/%s)", s.Name, s.SA.Suite, s.SA.Mode, s.Topology.Outer, s.Engines.GW1, s.Engines.GW2)
+	offloads := s.Topology.Offloads == nil || *s.Topology.Offloads
+	r.bed, err = testbed.Start(ctx, testbed.Options{
+		Binary: r.opts.Binary, Prefix: r.opts.Prefix, Suite: s.SA.suite, AESBits: s.SA.aesBits, Mode: s.SA.mode,
+		Encap: s.SA.encap, OuterV6: s.Topology.Outer == "ipv6", ESN: s.SA.ESN, ReplayWindow: s.SA.ReplayWindow,
+		InitialSeq: s.SA.InitialSeq, Engine: [2]string{s.Engines.GW1, s.Engines.GW2}, NoOffloads: !offloads,
+		Hard: s.SA.Lifetimes.Hard.sa(), Customize: r.customize, Log: r.log,
+	})
+	if err != nil {
+		return fmt.Errorf("start the test bed: %w", err)
+	}
+	defer func() {
+		if cerr := r.bed.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("tear down the test bed: %w", cerr)
+		}
+	}()
+	capDir := ""
+	if r.opts.Captures != "" {
+		capDir = filepath.Join(r.opts.Captures, fileName(s.Name))
+		if err := os.MkdirAll(capDir, 0o755); err != nil {
+			return fmt.Errorf("captures: %w", err)
+		}
+		res.Captures = capDir
+		if err := r.writeEspSA(capDir); err != nil {
+			return err
+		}
+	}
+	rc := wanrelay.Config{Logger: r.log}
+	if c := s.Impair.GW1ToGW2; c != nil {
+		rc.AToB = *c
+	} else {
+		rc.AToB = impair.DefaultConfig()
+	}
+	if c := s.Impair.GW2ToGW1; c != nil {
+		rc.BToA = *c
+	} else {
+		rc.BToA = impair.DefaultConfig()
+		rc.BToA.Seed = 2
+	}
+	if capDir != "" {
+		rc.Pcap = filepath.Join(capDir, "wan.pcap")
+	}
+	if r.relay, err = r.bed.StartRelay(rc); err != nil {
+		return fmt.Errorf("start the WAN relay: %w", err)
+	}
+	defer func() {
+		if cerr := r.relay.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("stop the WAN relay: %w", cerr)
+		}
+	}()
+	if err := r.warmUp(ctx); err != nil {
+		return err
+	}
+	if s.SA.mode == sa.Transport {
+		if err := r.bed.RouteTransport(ctx); err != nil {
+			return err
+		}
+	}
+	if err := r.setupPhantoms(); err != nil {
+		return err
+	}
+	if capDir != "" {
+		for _, h := range []string{"hostA", "hostB"} {
+			c, err := startInnerCapture(r, h, filepath.Join(capDir, h+".pcap"))
+			if err != nil {
+				return err
+			}
+			defer c.stop()
+		}
+	}
+	before, err := r.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	res.Steps = r.traffic(ctx)
+	r.settle()
+	if ctx.Err() != nil {
+		return fmt.Errorf("scenario stopped: %w", context.Cause(ctx))
+	}
+	after, err := r.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	d := after.minus(before)
+	res.Gateways, res.WAN = d.gw, d.wan
+	res.Metrics, res.Balances = r.metrics(d, res.Steps)
+	for _, e := range s.Expect {
+		got, want, pass := e.check.eval(res.Metrics)
+		res.Verdicts = append(res.Verdicts, Verdict{Metric: e.Metric, Expr: e.Expr, Got: got, Want: want, Pass: pass, Line: e.Line})
+	}
+	var stepErrs []string
+	for _, st := range res.Steps {
+		if st.Error != "" {
+			stepErrs = append(stepErrs, fmt.Sprintf("step %s: %s", st.Name, st.Error))
+		}
+	}
+	if len(stepErrs) > 0 {
+		return errors.New(strings.Join(stepErrs, "; "))
+	}
+	return nil
+}
+
+// customize writes given keys, soft lifetimes and transport policies into
+// the SA file.
+func (r *runner) customize(cfg *sa.Config) error {
+	spec := r.s.SA
+	for i, s := range cfg.SAs {
+		s.Soft = spec.Lifetimes.Soft.sa()
+		if len(spec.Keys.Given) == 2 {
+			kp := spec.Keys.Given[i]
+			var err error
+			if s.EncKey, err = sa.ParseKeyHex(kp.Enc); err != nil {
+				return fmt.Errorf("sa.keys[%d].enc-key: %w", i, err)
+			}
+			s.AuthKey = nil
+			if kp.Auth != "" {
+				if s.AuthKey, err = sa.ParseKeyHex(kp.Auth); err != nil {
+					return fmt.Errorf("sa.keys[%d].auth-key: %w", i, err)
+				}
+			}
+		}
+		if err := s.Validate(); err != nil {
+			return err
+		}
+	}
+	if spec.mode == sa.Transport {
+		cfg.SPD = testbed.TransportPolicies([2]*sa.SA{cfg.SAs[0], cfg.SAs[1]})
+	}
+	return nil
+}
+
+// warmUp resolves every neighbour the traffic needs without touching the
+// tunnel (hosts to their gateways, gateways to each other over the bare
+// WAN, which the relay passes unimpaired), so no scenario counts a packet
+// that waited for ARP or neighbour discovery.
+func (r *runner) warmUp(ctx context.Context) error {
+	t := r.bed.Topo
+	a := t.Addr
+	gw1, gw2 := r.bed.Outer()
+	pings := []struct {
+		host host
+		dsts []string
+	}{
+		{host{ns: t.HostA}, []string{a.GW1LAN4.Addr().String(), a.GW1LAN6.Addr().String()}},
+		{host{ns: t.HostB}, []string{a.GW2LAN4.Addr().String(), a.GW2LAN6.Addr().String()}},
+		{host{ns: t.GW1}, []string{gw2.String()}},
+		{host{ns: t.GW2}, []string{gw1.String()}},
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for _, p := range pings {
+		for _, d := range p.dsts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := p.host.ns.Command(ctx, "ping", "-n", "-q", "-c", "1", "-W", "2", d).CombinedOutput()
+				if err != nil {
+					errs <- fmt.Errorf("warm-up ping from %s to %s: %w: %s", p.host.ns.Short(), d, err, out)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// settle waits until the relay holds nothing and the counters rest.
+func (r *runner) settle() {
+	maxHold := 200 * time.Millisecond
+	for _, c := range []*impair.Config{r.s.Impair.GW1ToGW2, r.s.Impair.GW2ToGW1} {
+		if c != nil {
+			if d := c.Replay.After + c.Reorder.MaxHold + c.Delay.Time + c.Delay.Jitter; d > maxHold {
+				maxHold = d
+			}
+		}
+	}
+	r.relay.Settle(150*time.Millisecond, maxHold+3*time.Second)
+	time.Sleep(100 * time.Millisecond) // the receiving gateway's last batch
+}
+
+func (r *runner) traffic(ctx context.Context) []StepResult {
+	steps := r.s.Traffic.Steps
+	out := make([]StepResult, len(steps))
+	if !r.s.Traffic.Together {
+		for i := range steps {
+			r.opts.progress("%s: step %s (%s)", r.s.Name, steps[i].Name, steps[i].kind())
+			out[i] = r.runStep(ctx, &steps[i])
+		}
+		return out
+	}
+	r.opts.progress("%s: %d steps together", r.s.Name, len(steps))
+	var wg sync.WaitGroup
+	for i := range steps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = r.runStep(ctx, &steps[i])
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// snapshot is every counter at one moment.
+type snapshot struct {
+	gw  [2]gateway.Stats
+	wan wanrelay.Counters
+}
+
+func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
+	var s snapshot
+	for i := range s.gw {
+		st, err := r.bed.Stats(ctx, i)
+		if err != nil {
+			return s, err
+		}
+		s.gw[i] = st
+	}
+	s.wan = r.relay.Counters()
+	return s, nil
+}
+
+func (r *runner) writeEspSA(dir string) error {
+	b, err := capture.WiresharkSAFile(r.bed.SAs[:])
+	if err != nil {
+		return fmt.Errorf("esp_sa file: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "esp_sa"), b, 0o600); err != nil {
+		return fmt.Errorf("esp_sa file: %w", err)
+	}
+	return nil
+}
+
+// innerCapture is a tcpdump on a host's interface.
+type innerCapture struct{ cmd *exec.Cmd }
+
+func startInnerCapture(r *runner, h, path string) (*innerCapture, error) {
+	ns := r.host(h).ns
+	cmd := ns.Command(context.Background(), "tcpdump", "-i", "eth0", "-U", "-s", "0", "-n", "-w", path, "ip or ip6")
+	if err := r.bed.Topo.Start(cmd); err != nil {
+		return nil, fmt.Errorf("inner capture on %s: %w", h, err)
+	}
+	time.Sleep(300 * time.Millisecond) // tcpdump opens its socket
+	return &innerCapture{cmd: cmd}, nil
+}
+
+func (c *innerCapture) stop() {
+	c.cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan struct{})
+	go func() { c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		c.cmd.Process.Kill()
+	}
+}
+
+func fileName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, s)
+}
