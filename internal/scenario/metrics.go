@@ -13,12 +13,12 @@ import (
 // kept as they are at the end).
 func (s snapshot) minus(b snapshot) snapshot {
 	var d snapshot
-	for i := range s.gw {
-		d.gw[i] = statsMinus(s.gw[i], b.gw[i])
+	for i := range s.GW {
+		d.GW[i] = statsMinus(s.GW[i], b.GW[i])
 	}
-	d.wan = s.wan
-	subtract(reflect.ValueOf(&d.wan).Elem(), reflect.ValueOf(b.wan))
-	d.wan.AToB.InFlight, d.wan.BToA.InFlight = s.wan.AToB.InFlight, s.wan.BToA.InFlight
+	d.WAN = s.WAN
+	subtract(reflect.ValueOf(&d.WAN).Elem(), reflect.ValueOf(b.WAN))
+	d.WAN.AToB.InFlight, d.WAN.BToA.InFlight = s.WAN.AToB.InFlight, s.WAN.BToA.InFlight
 	return d
 }
 
@@ -105,7 +105,7 @@ func (r *runner) metrics(d snapshot, steps []StepResult) (Metrics, []Balance) {
 	for k, v := range latencyMetricsOf(lat) {
 		m[k] = v
 	}
-	for i, g := range d.gw {
+	for i, g := range d.GW {
 		p := fmt.Sprintf("gw%d.", i+1)
 		var sealed, opened, drops float64
 		for _, s := range g.SAs {
@@ -133,7 +133,7 @@ func (r *runner) metrics(d snapshot, steps []StepResult) (Metrics, []Balance) {
 	for _, dir := range []struct {
 		name string
 		c    wanrelay.Direction
-	}{{"gw1-to-gw2", d.wan.AToB}, {"gw2-to-gw1", d.wan.BToA}} {
+	}{{"gw1-to-gw2", d.WAN.AToB}, {"gw2-to-gw1", d.WAN.BToA}} {
 		v := reflect.ValueOf(dir.c.Impair)
 		t := v.Type()
 		for i := range t.NumField() {
@@ -175,7 +175,7 @@ func b2f(b bool) float64 {
 func balances(d snapshot) []Balance {
 	var out []Balance
 	outboundReasons := []string{"no-policy", "policy-discard", "bypass", "no-sa", "not-ip", "too-big"}
-	for i, g := range d.gw {
+	for i, g := range d.GW {
 		name := fmt.Sprintf("gw%d", i+1)
 		var sealed, opened, outDrops, inDrops int64
 		var outTerms, inTerms []string
@@ -221,13 +221,13 @@ func balances(d snapshot) []Balance {
 		name     string
 		from, to int
 		c        wanrelay.Direction
-	}{{"wan gw1→gw2", 0, 1, d.wan.AToB}, {"wan gw2→gw1", 1, 0, d.wan.BToA}} {
+	}{{"wan gw1→gw2", 0, 1, d.WAN.AToB}, {"wan gw2→gw1", 1, 0, d.WAN.BToA}} {
 		ic := dir.c.Impair
-		in := int64(d.gw[dir.from].WireOut + ic.Duplicated + ic.Replayed)
+		in := int64(d.GW[dir.from].WireOut + ic.Duplicated + ic.Replayed)
 		out = append(out, Balance{Where: dir.name, In: in,
-			Out: int64(d.gw[dir.to].WireIn+ic.Dropped()) + int64(dir.c.InFlight),
+			Out: int64(d.GW[dir.to].WireIn+ic.Dropped()) + int64(dir.c.InFlight),
 			Terms: fmt.Sprintf("wire_out %d + duplicated %d + replayed %d = wire_in %d + relay drops %d + in flight %d",
-				d.gw[dir.from].WireOut, ic.Duplicated, ic.Replayed, d.gw[dir.to].WireIn, ic.Dropped(), dir.c.InFlight)})
+				d.GW[dir.from].WireOut, ic.Duplicated, ic.Replayed, d.GW[dir.to].WireIn, ic.Dropped(), dir.c.InFlight)})
 	}
 	return out
 }

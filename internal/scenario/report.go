@@ -11,10 +11,10 @@ import (
 	"text/tabwriter"
 )
 
-// PrintTable writes the verdict table: one block per scenario, one line per
-// expectation, and the conservation equations that did not balance.
+// PrintTable writes the verdict table: one block per scenario, a line per
+// traffic step and per expectation, and the conservation equations that
+// did not balance.
 func PrintTable(w io.Writer, results []*Result) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	pass := 0
 	for _, r := range results {
 		verdict := "FAIL"
@@ -22,35 +22,36 @@ func PrintTable(w io.Writer, results []*Result) {
 			verdict = "PASS"
 			pass++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1fs\t\n", verdict, r.Name, r.Seconds)
+		fmt.Fprintf(w, "%s  %s  (%.1fs)\n", verdict, r.Name, r.Seconds)
 		if r.Error != "" {
-			fmt.Fprintf(tw, "\terror: %s\t\t\n", r.Error)
+			fmt.Fprintf(w, "      error: %s\n", r.Error)
 		}
 		for _, st := range r.Steps {
-			line := fmt.Sprintf("\tstep %s (%s): sent %d received %d", st.Name, st.Kind, st.Sent, st.Received)
+			line := fmt.Sprintf("      step %-12s %-6s sent %d, received %d", st.Name, st.Kind, st.Sent, st.Received)
 			if st.Mismatched > 0 {
-				line += fmt.Sprintf(" mismatched %d", st.Mismatched)
+				line += fmt.Sprintf(", mismatched %d", st.Mismatched)
 			}
 			if st.BPS > 0 {
-				line += fmt.Sprintf(" %.1f Mbit/s", st.BPS/1e6)
+				line += fmt.Sprintf(", %.1f Mbit/s", st.BPS/1e6)
 			}
-			fmt.Fprintln(tw, line+"\t\t")
+			fmt.Fprintln(w, line)
 		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		for _, v := range r.Verdicts {
 			mark := "ok"
 			if !v.Pass {
 				mark = "FAILED"
 			}
-			fmt.Fprintf(tw, "\t  %s %s\tgot %s (want %s)\t%s\n", v.Metric, v.Expr, num(v.Got), num(v.Want), mark)
+			fmt.Fprintf(tw, "      %s\t%s %s\tgot %s\twant %s\n", mark, v.Metric, v.Expr, num(v.Got), num(v.Want))
 		}
+		tw.Flush()
 		for _, b := range r.Balances {
 			if b.In != b.Out {
-				fmt.Fprintf(tw, "\t  unbalanced %s: %s\t\t\n", b.Where, b.Terms)
+				fmt.Fprintf(w, "      unbalanced %s: %s\n", b.Where, b.Terms)
 			}
 		}
 	}
-	fmt.Fprintf(tw, "%d of %d scenarios passed\t\t\t\n", pass, len(results))
-	tw.Flush()
+	fmt.Fprintf(w, "%d of %d scenarios passed\n", pass, len(results))
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }

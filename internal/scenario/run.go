@@ -1,7 +1,9 @@
 package scenario
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -205,7 +207,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			defer c.stop()
 		}
 	}
-	before, err := r.snapshot(ctx)
+	before, err := r.stableSnapshot(ctx)
 	if err != nil {
 		return err
 	}
@@ -214,12 +216,12 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	if ctx.Err() != nil {
 		return fmt.Errorf("scenario stopped: %w", context.Cause(ctx))
 	}
-	after, err := r.snapshot(ctx)
+	after, err := r.stableSnapshot(ctx)
 	if err != nil {
 		return err
 	}
 	d := after.minus(before)
-	res.Gateways, res.WAN = d.gw, d.wan
+	res.Gateways, res.WAN = d.GW, d.WAN
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
 	for _, e := range s.Expect {
 		got, want, pass := e.check.eval(res.Metrics)
@@ -341,21 +343,44 @@ func (r *runner) traffic(ctx context.Context) []StepResult {
 
 // snapshot is every counter at one moment.
 type snapshot struct {
-	gw  [2]gateway.Stats
-	wan wanrelay.Counters
+	GW  [2]gateway.Stats  `json:"gw"`
+	WAN wanrelay.Counters `json:"wan"`
 }
 
 func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 	var s snapshot
-	for i := range s.gw {
+	for i := range s.GW {
 		st, err := r.bed.Stats(ctx, i)
 		if err != nil {
 			return s, err
 		}
-		s.gw[i] = st
+		s.GW[i] = st
 	}
-	s.wan = r.relay.Counters()
+	s.WAN = r.relay.Counters()
 	return s, nil
+}
+
+// stableSnapshot reads the counters until two readings in a row agree, so
+// a packet still inside a gateway's pipeline is not missed (at most 2s).
+func (r *runner) stableSnapshot(ctx context.Context) (snapshot, error) {
+	last, err := r.snapshot(ctx)
+	if err != nil {
+		return last, err
+	}
+	for range 20 {
+		time.Sleep(100 * time.Millisecond)
+		next, err := r.snapshot(ctx)
+		if err != nil {
+			return next, err
+		}
+		a, _ := json.Marshal(last)
+		b, _ := json.Marshal(next)
+		if bytes.Equal(a, b) {
+			return next, nil
+		}
+		last = next
+	}
+	return last, nil
 }
 
 func (r *runner) writeEspSA(dir string) error {
