@@ -62,7 +62,13 @@ type Topology struct {
 	Family string `yaml:"family" json:"family,omitempty"`
 	Outer  string `yaml:"outer" json:"outer"` // ipv4 (default) | ipv6: the tunnel's outer family
 	Inner  string `yaml:"inner" json:"inner"` // ipv4 (default) | ipv6 | mixed: default family of the traffic
-	// Offloads turns the TUN devices' vnet-hdr offloads on (default true).
+	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
+	// (default 1500): 1600 lets 1500-byte inner packets through.
+	WANMTU int `yaml:"wan-mtu" json:"wan_mtu,omitempty"`
+	// Offloads turns the TUN devices' vnet-hdr offloads (GSO/GRO) on.
+	// Default: on, except in scenarios that replay a capture, whose TCP
+	// segments GRO would merge on the way (as LRO on a NIC does) and so
+	// deliver bytes that are no longer packet-for-packet the capture's.
 	Offloads *bool `yaml:"offloads" json:"offloads,omitempty"`
 }
 
@@ -476,6 +482,19 @@ func (s *Scenario) defaults() {
 	}
 }
 
+// offloads says whether the TUN devices use vnet-hdr offloads.
+func (s *Scenario) offloads() bool {
+	if s.Topology.Offloads != nil {
+		return *s.Topology.Offloads
+	}
+	for _, st := range s.Traffic.Steps {
+		if st.Pcap != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func (st *Step) kind() string {
 	switch {
 	case st.Ping != nil:
@@ -527,6 +546,9 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	}
 	if s.SA.Encap == "udp" {
 		s.SA.encap = sa.EncapUDP
+	}
+	if m := s.Topology.WANMTU; m != 0 && (m < 1280 || m > 9000) {
+		return perr(at("topology", "wan-mtu"), "topology.wan-mtu", fmt.Errorf("%d: want 1280..9000", m))
 	}
 	if w := s.SA.ReplayWindow; w < 0 || w > 1<<20 {
 		return perr(at("sa", "replay-window"), "sa.replay-window", fmt.Errorf("%d: want 1..%d", w, 1<<20))

@@ -3,6 +3,7 @@ package scenario
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/espgw/espgw/internal/gateway"
@@ -139,7 +140,9 @@ func (r *runner) metrics(d snapshot, steps []StepResult) (Metrics, []Balance) {
 		for i := range t.NumField() {
 			name := strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
 			m[dir.name+"."+name] = float64(v.Field(i).Uint())
-			m[name] += float64(v.Field(i).Uint())
+			if slices.Contains(impairCounters, name) { // not received: that is the hosts'
+				m[name] += float64(v.Field(i).Uint())
+			}
 		}
 	}
 	bal := balances(d)

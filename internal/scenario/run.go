@@ -138,12 +138,12 @@ func Run(ctx context.Context, s *Scenario, opts Options) *Result {
 func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	s := r.s
 	r.opts.progress("%s: building the test bed (%s %s %s, engines %s/%s)", s.Name, s.SA.Suite, s.SA.Mode, s.Topology.Outer, s.Engines.GW1, s.Engines.GW2)
-	offloads := s.Topology.Offloads == nil || *s.Topology.Offloads
+	offloads := s.offloads()
 	r.bed, err = testbed.Start(ctx, testbed.Options{
 		Binary: r.opts.Binary, Prefix: r.opts.Prefix, Suite: s.SA.suite, AESBits: s.SA.aesBits, Mode: s.SA.mode,
 		Encap: s.SA.encap, OuterV6: s.Topology.Outer == "ipv6", ESN: s.SA.ESN, ReplayWindow: s.SA.ReplayWindow,
 		InitialSeq: s.SA.InitialSeq, Engine: [2]string{s.Engines.GW1, s.Engines.GW2}, NoOffloads: !offloads,
-		Hard: s.SA.Lifetimes.Hard.sa(), Customize: r.customize, Log: r.log,
+		Hard: s.SA.Lifetimes.Hard.sa(), Customize: r.customize, WANMTU: s.Topology.WANMTU, Log: r.log,
 	})
 	if err != nil {
 		return fmt.Errorf("start the test bed: %w", err)

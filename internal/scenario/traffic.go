@@ -9,13 +9,16 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"regexp"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/espgw/espgw/internal/inetsum"
 	"github.com/espgw/espgw/internal/netns"
 	"github.com/espgw/espgw/internal/pcaprewrite"
 	"github.com/espgw/espgw/internal/testbed"
@@ -96,17 +99,44 @@ func (r *runner) ping(ctx context.Context, p *PingStep, res *StepResult) error {
 	var detail []string
 	for _, fam := range families(p.Family) {
 		for _, size := range p.Sizes {
-			pr, err := testbed.Ping(ctx, from.ns, to.addr(fam), size, p.Count)
+			sent, received, err := ping(ctx, from.ns, to.addr(fam), size, p.Count, p.Interval, *p.DF)
 			if err != nil {
 				return err
 			}
-			res.Sent += pr.Sent
-			res.Received += pr.Received
-			detail = append(detail, fmt.Sprintf("%s/%d:%d/%d", fam, size, pr.Received, pr.Sent))
+			res.Sent += sent
+			res.Received += received
+			detail = append(detail, fmt.Sprintf("%s/%d:%d/%d", fam, size, received, sent))
 		}
 	}
 	res.Detail = fmt.Sprint(detail)
 	return nil
+}
+
+var pingCounts = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
+
+// ping sends count echo requests of size payload bytes, interval apart,
+// and counts the replies. With df, IPv4 requests forbid fragmentation
+// (IPv6 routers never fragment).
+func ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool) (sent, received int, err error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(count)*(interval+50*time.Millisecond)+5*time.Second)
+	defer cancel()
+	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size),
+		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "1"}
+	if dst.Is4() {
+		if df {
+			args = append(args, "-M", "do")
+		} else {
+			args = append(args, "-M", "dont")
+		}
+	}
+	out, _ := ns.Command(ctx, "ping", append(args, dst.String())...).CombinedOutput()
+	m := pingCounts.FindSubmatch(out)
+	if m == nil {
+		return 0, 0, fmt.Errorf("ping %s from %s: no summary in output:\n%s", dst, ns.Short(), out)
+	}
+	sent, _ = strconv.Atoi(string(m[1]))
+	received, _ = strconv.Atoi(string(m[2]))
+	return sent, received, nil
 }
 
 // udp sends a paced flow of stamped datagrams and counts what arrives:
@@ -329,11 +359,11 @@ func (r *runner) replay(ctx context.Context, p *PcapStep, res *StepResult) error
 			return err
 		}
 		defer send[i].close()
-		dst := [2]netip.Addr{phantomA4, phantomA6}
+		own, far := [2]netip.Addr{phantomA4, phantomA6}, [2]netip.Addr{phantomB4, phantomB6}
 		if i == 1 {
-			dst = [2]netip.Addr{phantomB4, phantomB6}
+			own, far = far, own
 		}
-		if recv[i], err = newSniffer(ns, "eth0", dst); err != nil {
+		if recv[i], err = newSniffer(ns, "eth0", far, own); err != nil {
 			return err
 		}
 		defer recv[i].close()
@@ -430,14 +460,15 @@ func (s *rawSender) close() {
 // drops them).
 type sniffer struct {
 	fd   int
+	src  [2]netip.Addr
 	dst  [2]netip.Addr
 	mu   sync.Mutex
 	got  [][]byte
 	done chan struct{}
 }
 
-func newSniffer(ns *netns.Namespace, ifname string, dst [2]netip.Addr) (*sniffer, error) {
-	s := &sniffer{fd: -1, dst: dst, done: make(chan struct{})}
+func newSniffer(ns *netns.Namespace, ifname string, src, dst [2]netip.Addr) (*sniffer, error) {
+	s := &sniffer{fd: -1, src: src, dst: dst, done: make(chan struct{})}
 	err := ns.Do(func() error {
 		l, err := netlink.LinkByName(ifname)
 		if err != nil {
@@ -447,6 +478,11 @@ func newSniffer(ns *netns.Namespace, ifname string, dst [2]netip.Addr) (*sniffer
 			return err
 		}
 		unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
+		// Auxiliary data says when a packet's transport checksum was
+		// left to the (veth) hardware: the sniffer completes it.
+		if err := unix.SetsockoptInt(s.fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
+			return err
+		}
 		unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100000})
 		return unix.Bind(s.fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index})
 	})
@@ -465,8 +501,9 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 func (s *sniffer) loop(fd int) {
 	defer close(s.done)
 	buf := make([]byte, 65536)
+	oob := make([]byte, 256)
 	for !s.closed() {
-		n, from, err := unix.Recvfrom(fd, buf, 0)
+		n, oobn, _, from, err := unix.Recvmsg(fd, buf, oob, 0)
 		if err != nil {
 			if err == unix.EAGAIN || err == unix.EINTR {
 				if s.closed() {
@@ -480,18 +517,65 @@ func (s *sniffer) loop(fd int) {
 			continue
 		}
 		p := buf[:n]
-		var dst netip.Addr
+		var src, dst netip.Addr
 		if n >= 20 && p[0]>>4 == 4 {
-			dst = netip.AddrFrom4([4]byte(p[16:20]))
+			src, dst = netip.AddrFrom4([4]byte(p[12:16])), netip.AddrFrom4([4]byte(p[16:20]))
 		} else if n >= 40 && p[0]>>4 == 6 {
-			dst = netip.AddrFrom16([16]byte(p[24:40]))
+			src, dst = netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40]))
 		}
-		if dst != s.dst[0] && dst != s.dst[1] {
+		// Only the replay's own packets: not the ICMP errors routers
+		// send the phantom source.
+		if dst != s.dst[0] && dst != s.dst[1] || src != s.src[0] && src != s.src[1] {
 			continue
 		}
+		q := bytes.Clone(p)
+		if checksumNotReady(oob[:oobn]) {
+			completeChecksum(q)
+		}
 		s.mu.Lock()
-		s.got = append(s.got, bytes.Clone(p))
+		s.got = append(s.got, q)
 		s.mu.Unlock()
+	}
+}
+
+// checksumNotReady reads TP_STATUS_CSUMNOTREADY from a packet's
+// tpacket_auxdata.
+func checksumNotReady(oob []byte) bool {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return false
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_PACKET && m.Header.Type == unix.PACKET_AUXDATA && len(m.Data) >= 4 {
+			return binary.NativeEndian.Uint32(m.Data)&unix.TP_STATUS_CSUMNOTREADY != 0
+		}
+	}
+	return false
+}
+
+// completeChecksum computes the TCP or UDP checksum of an IP packet (no
+// extension headers: the replayed captures' IPv6 packets carry none).
+func completeChecksum(p []byte) {
+	var src, dst, seg []byte
+	var proto uint8
+	switch p[0] >> 4 {
+	case 4:
+		ihl := int(p[0]&0xf) * 4
+		if len(p) < ihl {
+			return
+		}
+		src, dst, proto, seg = p[12:16], p[16:20], p[9], p[ihl:]
+	case 6:
+		if len(p) < 40 {
+			return
+		}
+		src, dst, proto, seg = p[8:24], p[24:40], p[6], p[40:]
+	}
+	switch {
+	case proto == 6 && len(seg) >= 20:
+		inetsum.L4(seg, src, dst, proto, inetsum.OffsetTCP)
+	case proto == 17 && len(seg) >= 8:
+		inetsum.L4(seg, src, dst, proto, inetsum.OffsetUDP)
 	}
 }
 

@@ -47,6 +47,9 @@ type Options struct {
 	// TUNOffloads turns vnet-hdr offloads on (default on; set NoOffloads).
 	NoOffloads bool
 	Hard       sa.Lifetime
+	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
+	// (0: 1500).
+	WANMTU int
 	// Customize, if set, may change the SA file (keys, policies, lifetimes)
 	// before both gateways get it.
 	Customize func(*sa.Config) error
@@ -122,7 +125,7 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 	if err := netns.CheckPrerequisites(); err != nil {
 		return nil, err
 	}
-	topo, err := netns.NewTopology(opts.Prefix, netns.TopologyOptions{Log: opts.Log})
+	topo, err := netns.NewTopology(opts.Prefix, netns.TopologyOptions{Log: opts.Log, WANMTU: opts.WANMTU})
 	if err != nil {
 		return nil, err
 	}
@@ -214,6 +217,9 @@ tun:
 sa-file: sas.yaml
 state-dir: gw%d-state
 `, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1)
+	if b.opts.WANMTU > 0 {
+		cfg += fmt.Sprintf("outer-mtu: %d\n", b.opts.WANMTU)
+	}
 	if b.opts.Workers > 0 {
 		cfg += fmt.Sprintf("workers: %d\n", b.opts.Workers)
 	}
