@@ -19,6 +19,7 @@ import (
 	"github.com/espgw/espgw/internal/capture"
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/impair"
+	"github.com/espgw/espgw/internal/netns"
 	"github.com/espgw/espgw/internal/testbed"
 	"github.com/espgw/espgw/internal/wanrelay"
 	"github.com/espgw/espgw/sa"
@@ -143,7 +144,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		Binary: r.opts.Binary, Prefix: r.opts.Prefix, Suite: s.SA.suite, AESBits: s.SA.aesBits, Mode: s.SA.mode,
 		Encap: s.SA.encap, OuterV6: s.Topology.Outer == "ipv6", ESN: s.SA.ESN, ReplayWindow: s.SA.ReplayWindow,
 		InitialSeq: s.SA.InitialSeq, Engine: [2]string{s.Engines.GW1, s.Engines.GW2}, NoOffloads: !offloads,
-		Hard: s.SA.Lifetimes.Hard.sa(), Customize: r.customize, WANMTU: s.Topology.WANMTU, Log: r.log,
+		Hard: s.SA.Lifetimes.Hard.sa(), Prepare: quietMLD, Customize: r.customize, WANMTU: s.Topology.WANMTU, Log: r.log,
 	})
 	if err != nil {
 		return fmt.Errorf("start the test bed: %w", err)
@@ -264,6 +265,23 @@ func (r *runner) customize(cfg *sa.Config) error {
 	}
 	if spec.mode == sa.Transport {
 		cfg.SPD = testbed.TransportPolicies([2]*sa.SA{cfg.SAs[0], cfg.SAs[1]})
+	}
+	return nil
+}
+
+// quietMLD makes the kernel send its unsolicited MLD reports for a new
+// TUN device at once rather than over the next second or two. The reports
+// (from ::, to ff02::16) enter the TUN and the gateway seals them like any
+// other packet: sent in the middle of a scenario they would cross the
+// tunnel uncounted by the traffic steps.
+func quietMLD(t *netns.Topology) error {
+	for _, ns := range []*netns.Namespace{t.GW1, t.GW2} {
+		if err := ns.Sysctl(map[string]string{
+			"net/ipv6/conf/default/mldv1_unsolicited_report_interval": "1",
+			"net/ipv6/conf/default/mldv2_unsolicited_report_interval": "1",
+		}); err != nil {
+			return err
+		}
 	}
 	return nil
 }

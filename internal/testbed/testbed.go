@@ -50,6 +50,8 @@ type Options struct {
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
 	// (0: 1500).
 	WANMTU int
+	// Prepare, if set, runs on the topology before the gateways start.
+	Prepare func(*netns.Topology) error
 	// Customize, if set, may change the SA file (keys, policies, lifetimes)
 	// before both gateways get it.
 	Customize func(*sa.Config) error
@@ -137,6 +139,11 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 	}()
 	if b.Dir, err = os.MkdirTemp("", "espgw-"+opts.Prefix+"-"); err != nil {
 		return b, fmt.Errorf("make work folder: %w", err)
+	}
+	if opts.Prepare != nil {
+		if err = opts.Prepare(topo); err != nil {
+			return b, fmt.Errorf("prepare the topology: %w", err)
+		}
 	}
 	if err = b.makeSAs(); err != nil {
 		return b, err
