@@ -210,6 +210,7 @@ type IperfStep struct {
 	Bitrate  string        `yaml:"bitrate" json:"bitrate"`   // UDP target, e.g. 20M (default 10M)
 	Length   int           `yaml:"length" json:"length"`     // datagram / write size
 	Streams  int           `yaml:"streams" json:"streams"`
+	Window   string        `yaml:"window" json:"window,omitempty"` // socket buffers (iperf3 -w), e.g. 4M
 }
 
 // Expectation is one check: a metric, a comparison and what it is compared

@@ -17,6 +17,10 @@ func (s snapshot) minus(b snapshot) snapshot {
 	for i := range s.GW {
 		d.GW[i] = statsMinus(s.GW[i], b.GW[i])
 	}
+	for i := range s.TUNDrops {
+		d.TUNDrops[i] = s.TUNDrops[i] - b.TUNDrops[i]
+		d.RcvbufDrops[i] = s.RcvbufDrops[i] - b.RcvbufDrops[i]
+	}
 	d.WAN = s.WAN
 	subtract(reflect.ValueOf(&d.WAN).Elem(), reflect.ValueOf(b.WAN))
 	d.WAN.AToB.InFlight, d.WAN.BToA.InFlight = s.WAN.AToB.InFlight, s.WAN.BToA.InFlight
@@ -124,11 +128,13 @@ func (r *runner) metrics(d snapshot, steps []StepResult) (Metrics, []Balance) {
 			m[p+k] += float64(v)
 			drops += float64(v)
 		}
+		m[p+"tun-queue"] = float64(d.TUNDrops[i])
+		drops += float64(d.TUNDrops[i])
 		m[p+"sealed"], m[p+"opened"], m[p+"drops"] = sealed, opened, drops
 		m[p+"tun_in"], m[p+"tun_out"] = float64(g.TunIn), float64(g.TunOut)
 		m[p+"wire_in"], m[p+"wire_out"] = float64(g.WireIn), float64(g.WireOut)
 	}
-	for _, k := range append(dropReasons(), "sealed", "opened", "drops", "tun_in", "tun_out", "wire_in", "wire_out") {
+	for _, k := range append(dropReasons(), "tun-queue", "sealed", "opened", "drops", "tun_in", "tun_out", "wire_in", "wire_out") {
 		m[k] = m["gw1."+k] + m["gw2."+k]
 	}
 	for _, dir := range []struct {
@@ -145,6 +151,8 @@ func (r *runner) metrics(d snapshot, steps []StepResult) (Metrics, []Balance) {
 			}
 		}
 	}
+	m["hostA.udp-rcvbuf"], m["hostB.udp-rcvbuf"] = float64(d.RcvbufDrops[0]), float64(d.RcvbufDrops[1])
+	m["udp-rcvbuf"] = m["hostA.udp-rcvbuf"] + m["hostB.udp-rcvbuf"]
 	bal := balances(d)
 	var unaccounted int64
 	for _, b := range bal {

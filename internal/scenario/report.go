@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // PrintTable writes the verdict table: one block per scenario, a line per
@@ -34,6 +35,9 @@ func PrintTable(w io.Writer, results []*Result) {
 			if st.BPS > 0 {
 				line += fmt.Sprintf(", %.1f Mbit/s", st.BPS/1e6)
 			}
+			if l := latencyMetricsOf(st.Latencies); l != nil {
+				line += fmt.Sprintf(", one-way latency p50 %s p99 %s", seconds(l["latency.p50"]), seconds(l["latency.p99"]))
+			}
 			fmt.Fprintln(w, line)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -52,6 +56,10 @@ func PrintTable(w io.Writer, results []*Result) {
 		}
 	}
 	fmt.Fprintf(w, "%d of %d scenarios passed\n", pass, len(results))
+}
+
+func seconds(v float64) string {
+	return time.Duration(v * float64(time.Second)).Round(10 * time.Microsecond).String()
 }
 
 func num(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }

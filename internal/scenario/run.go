@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -363,6 +364,13 @@ func (r *runner) traffic(ctx context.Context) []StepResult {
 type snapshot struct {
 	GW  [2]gateway.Stats  `json:"gw"`
 	WAN wanrelay.Counters `json:"wan"`
+	// TUNDrops are the packets each gateway's kernel dropped because the
+	// TUN device's queue was full (the gateway did not read them in time):
+	// they never reached the gateway, so it cannot count them itself.
+	TUNDrops [2]uint64 `json:"tun_drops"`
+	// RcvbufDrops are the UDP datagrams each host's kernel dropped for a
+	// full socket receive buffer (hostA, hostB).
+	RcvbufDrops [2]uint64 `json:"udp_rcvbuf_drops"`
 }
 
 func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
@@ -373,6 +381,20 @@ func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 			return s, err
 		}
 		s.GW[i] = st
+		l, err := r.bed.GW[i].NS.Netlink().LinkByName("esp0")
+		if err != nil {
+			return s, fmt.Errorf("TUN device of %s: %w", r.bed.GW[i].Name, err)
+		}
+		if ls := l.Attrs().Statistics; ls != nil {
+			s.TUNDrops[i] = ls.TxDropped
+		}
+	}
+	for i, ns := range []*netns.Namespace{r.bed.Topo.HostA, r.bed.Topo.HostB} {
+		n, err := udpRcvbufErrors(ns)
+		if err != nil {
+			return s, err
+		}
+		s.RcvbufDrops[i] = n
 	}
 	s.WAN = r.relay.Counters()
 	return s, nil
@@ -399,6 +421,46 @@ func (r *runner) stableSnapshot(ctx context.Context) (snapshot, error) {
 		last = next
 	}
 	return last, nil
+}
+
+// udpRcvbufErrors reads Udp RcvbufErrors (IPv4 and IPv6) from the
+// namespace's SNMP counters.
+func udpRcvbufErrors(ns *netns.Namespace) (uint64, error) {
+	var total uint64
+	err := ns.Do(func() error {
+		for _, f := range []struct{ path, prefix, field string }{
+			{"/proc/thread-self/net/snmp", "Udp:", "RcvbufErrors"},
+			{"/proc/thread-self/net/snmp6", "Udp6RcvbufErrors", ""},
+		} {
+			b, err := os.ReadFile(f.path)
+			if err != nil {
+				return err
+			}
+			lines := strings.Split(string(b), "\n")
+			for i, l := range lines {
+				fs := strings.Fields(l)
+				if len(fs) == 2 && fs[0] == f.prefix {
+					n, _ := strconv.ParseUint(fs[1], 10, 64)
+					total += n
+				}
+				if f.field != "" && len(fs) > 1 && fs[0] == f.prefix && i+1 < len(lines) {
+					vals := strings.Fields(lines[i+1])
+					for j, name := range fs {
+						if name == f.field && j < len(vals) {
+							n, _ := strconv.ParseUint(vals[j], 10, 64)
+							total += n
+						}
+					}
+					break
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("UDP counters of %s: %w", ns.Short(), err)
+	}
+	return total, nil
 }
 
 func (r *runner) writeEspSA(dir string) error {

@@ -265,7 +265,7 @@ func (r *runner) iperf(ctx context.Context, p *IperfStep, res *StepResult) error
 	from, to := r.host(p.From), r.host(p.To)
 	for _, fam := range families(p.Family) {
 		ir, err := testbed.Iperf3(ctx, to.ns, from.ns, to.addr(fam), testbed.IperfOptions{
-			Duration: p.Duration, Streams: p.Streams, UDP: p.Protocol == "udp", Bitrate: p.Bitrate, Length: p.Length})
+			Duration: p.Duration, Streams: p.Streams, UDP: p.Protocol == "udp", Bitrate: p.Bitrate, Length: p.Length, Window: p.Window})
 		if err != nil {
 			return err
 		}
