@@ -557,13 +557,27 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	if !s.SA.ESN && s.SA.InitialSeq > 0xffffffff {
 		return perr(at("sa", "initial-seq"), "sa.initial-seq", fmt.Errorf("%#x does not fit 32 bits: set esn: true", s.SA.InitialSeq))
 	}
-	for i, kp := range s.SA.Keys.Given {
-		for _, k := range []struct{ name, v string }{{"enc-key", kp.Enc}, {"auth-key", kp.Auth}} {
-			if k.v == "" && k.name == "auth-key" && s.SA.suite.Cipher.IsAEAD() {
-				continue
-			}
-			if _, err := sa.ParseKeyHex(k.v); err != nil {
-				return perr(lineOf(s.root, "sa", "keys"), fmt.Sprintf("sa.keys[%d].%s", i, k.name), err)
+	if len(s.SA.Keys.Given) > 0 {
+		enc, auth, err := sa.RandomKeys(s.SA.suite, s.SA.aesBits)
+		if err != nil {
+			return perr(at("sa", "keys"), "sa.keys", err)
+		}
+		for i, kp := range s.SA.Keys.Given {
+			for _, k := range []struct {
+				name, v string
+				want int
+			}{{"enc-key", kp.Enc, len(enc)}, {"auth-key", kp.Auth, len(auth)}} {
+				if k.v == "" && k.want == 0 {
+					continue
+				}
+				field := fmt.Sprintf("sa.keys[%d].%s", i, k.name)
+				key, err := sa.ParseKeyHex(k.v)
+				if err != nil {
+					return perr(at("sa", "keys"), field, err)
+				}
+				if len(key) != k.want {
+					return perr(at("sa", "keys"), field, fmt.Errorf("%d bytes, %s wants %d", len(key), s.SA.Suite, k.want))
+				}
 			}
 		}
 	}
