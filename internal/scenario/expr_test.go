@@ -3,10 +3,10 @@ package scenario
 import (
 	"testing"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/impair"
 	"github.com/espgw/espgw/internal/wanrelay"
-	"github.com/espgw/espgw/esp"
 )
 
 func TestCheckEval(t *testing.T) {

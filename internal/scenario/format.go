@@ -162,7 +162,6 @@ type Step struct {
 	UDP    *UDPStep   `yaml:"udp" json:"udp,omitempty"`
 	Pcap   *PcapStep  `yaml:"pcap" json:"pcap,omitempty"`
 	Iperf3 *IperfStep `yaml:"iperf3" json:"iperf3,omitempty"`
-	line   int
 }
 
 // Ends say where a step's traffic goes: hostA, hostB, gw1 or gw2 (the
@@ -565,7 +564,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		for i, kp := range s.SA.Keys.Given {
 			for _, k := range []struct {
 				name, v string
-				want int
+				want    int
 			}{{"enc-key", kp.Enc, len(enc)}, {"auth-key", kp.Auth, len(auth)}} {
 				if k.v == "" && k.want == 0 {
 					continue

@@ -118,10 +118,10 @@ var pingCounts = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets
 // and counts the replies. With df, IPv4 requests forbid fragmentation
 // (IPv6 routers never fragment).
 func ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool) (sent, received int, err error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(count)*(interval+50*time.Millisecond)+5*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(count)*(interval+50*time.Millisecond)+10*time.Second)
 	defer cancel()
 	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size),
-		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "1"}
+		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "5"}
 	if dst.Is4() {
 		if df {
 			args = append(args, "-M", "do")
