@@ -22,7 +22,7 @@ func hasVAES() bool
 
 // decryptBlocksAsm decrypts n blocks from src to dst in CBC mode from iv with
 // the AESDEC schedule dk: 16 blocks at a time on YMM registers if wide, then
-// 8 at a time on XMM registers.
+// 8 at a time on XMM registers, then 4, 2 and 1.
 //
 //go:noescape
 func decryptBlocksAsm(dk *byte, rounds int, iv *[BlockSize]byte, dst, src *byte, n int, wide bool)

@@ -18,8 +18,9 @@ TEXT ·hasVAES(SB), NOSPLIT, $0-1
 // func decryptBlocksAsm(dk *byte, rounds int, iv *[16]byte, dst, src *byte, n int, wide bool)
 //
 // CBC decryption is parallel: many blocks are in flight at once, 16 in eight
-// YMM registers (VAES) while wide and 16 remain, then 8 in XMM registers, then
-// one by one. Each decrypted block is xored with the ciphertext block before
+// YMM registers (VAES) while wide and 16 remain, then 8 in XMM registers while
+// 8 remain, then groups of 4, 2 and 1 for the rest, so that a packet's tail
+// does not run one latency-bound block at a time. Each decrypted block is xored with the ciphertext block before
 // it; that xor is folded into the last round's key, and the ciphertexts are
 // read again from src before any block of the group is stored, so dst may be
 // src. X15 carries the ciphertext block before the group.
@@ -114,7 +115,7 @@ dec16round:
 
 dec8check:
 	CMPQ CX, $8
-	JB   dec1
+	JB   dec4check
 
 dec8:
 	MOVOU 0(SI), X0
@@ -190,36 +191,118 @@ dec8round:
 	CMPQ CX, $8
 	JAE  dec8
 
-dec1:
-	TESTQ CX, CX
-	JZ    decdone
+dec4check:
+	CMPQ CX, $4
+	JB   dec2check
 
-dec1loop:
-	MOVOU (SI), X0
-	MOVOU X0, X10
+dec4:
+	MOVOU 0(SI), X0
+	MOVOU 16(SI), X1
+	MOVOU 32(SI), X2
+	MOVOU 48(SI), X3
+	MOVOU (R8), X8
+	PXOR  X8, X0
+	PXOR  X8, X1
+	PXOR  X8, X2
+	PXOR  X8, X3
+	MOVQ  $16, DX
+
+dec4round:
+	MOVOU (R8)(DX*1), X8
+	AESDEC X8, X0
+	AESDEC X8, X1
+	AESDEC X8, X2
+	AESDEC X8, X3
+	ADDQ  $16, DX
+	CMPQ  DX, R9
+	JB    dec4round
+
+	MOVOU (R8)(R9*1), X8
+	MOVOU X8, X9
+	PXOR  X15, X9
+	AESDECLAST X9, X0
+	MOVOU 0(SI), X9
+	PXOR  X8, X9
+	AESDECLAST X9, X1
+	MOVOU 16(SI), X9
+	PXOR  X8, X9
+	AESDECLAST X9, X2
+	MOVOU 32(SI), X9
+	PXOR  X8, X9
+	AESDECLAST X9, X3
+	MOVOU 48(SI), X15
+	MOVOU X0, 0(DI)
+	MOVOU X1, 16(DI)
+	MOVOU X2, 32(DI)
+	MOVOU X3, 48(DI)
+	ADDQ $64, SI
+	ADDQ $64, DI
+	SUBQ $4, CX
+
+dec2check:
+	CMPQ CX, $2
+	JB   dec1check
+
+dec2:
+	MOVOU 0(SI), X0
+	MOVOU 16(SI), X1
+	MOVOU (R8), X8
+	PXOR  X8, X0
+	PXOR  X8, X1
+	MOVQ  $16, DX
+
+dec2round:
+	MOVOU (R8)(DX*1), X8
+	AESDEC X8, X0
+	AESDEC X8, X1
+	ADDQ  $16, DX
+	CMPQ  DX, R9
+	JB    dec2round
+
+	MOVOU (R8)(R9*1), X8
+	MOVOU X8, X9
+	PXOR  X15, X9
+	AESDECLAST X9, X0
+	MOVOU 0(SI), X9
+	PXOR  X8, X9
+	AESDECLAST X9, X1
+	MOVOU 16(SI), X15
+	MOVOU X0, 0(DI)
+	MOVOU X1, 16(DI)
+	ADDQ $32, SI
+	ADDQ $32, DI
+	SUBQ $2, CX
+
+dec1check:
+	CMPQ CX, $1
+	JB   decdonecheck
+
+dec1:
+	MOVOU 0(SI), X0
 	MOVOU (R8), X8
 	PXOR  X8, X0
 	MOVQ  $16, DX
 
 dec1round:
-	MOVOU  (R8)(DX*1), X8
+	MOVOU (R8)(DX*1), X8
 	AESDEC X8, X0
-	ADDQ   $16, DX
-	CMPQ   DX, R9
-	JB     dec1round
+	ADDQ  $16, DX
+	CMPQ  DX, R9
+	JB    dec1round
 
 	MOVOU (R8)(R9*1), X8
-	PXOR  X15, X8
-	AESDECLAST X8, X0
-	MOVOU X0, (DI)
-	MOVOU X10, X15
-	ADDQ  $16, SI
-	ADDQ  $16, DI
-	DECQ  CX
-	JNZ   dec1loop
+	MOVOU X8, X9
+	PXOR  X15, X9
+	AESDECLAST X9, X0
+	MOVOU 0(SI), X15
+	MOVOU X0, 0(DI)
+	ADDQ $16, SI
+	ADDQ $16, DI
+	SUBQ $1, CX
 
-decdone:
+decdonecheck:
 	RET
+
 
 // func encryptBlocksAsm(ek *byte, rounds int, iv *[16]byte, dst, src *byte, n int)
 //
