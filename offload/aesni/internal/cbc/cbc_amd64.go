@@ -4,7 +4,7 @@ package cbc
 
 import "golang.org/x/sys/cpu"
 
-// best is the fastest kernel this CPU runs: VAES needs AVX2 (which x/sys/cpu
+// best is the fastest kernel this CPU runs. VAES needs AVX2 (which x/sys/cpu
 // reports only when the OS saves YMM state) and the VAES CPUID bit, which
 // x/sys/cpu reports only on AVX-512 CPUs, hence hasVAES.
 var best = func() kernel {
@@ -13,6 +13,8 @@ var best = func() kernel {
 		return kernelGo
 	case cpu.X86.HasAVX2 && hasVAES():
 		return kernelVAES
+	case cpu.X86.HasAVX:
+		return kernelAVX
 	}
 	return kernelXMM
 }()
@@ -39,3 +41,9 @@ func encryptBlocksAsm(ek *byte, rounds int, iv *[BlockSize]byte, dst, src *byte,
 //
 //go:noescape
 func encryptLanesAsm(st *lanes, rounds int, n int)
+
+// encryptLanesAVX is encryptLanesAsm in VEX encoding, with the round keys and
+// plaintext blocks as memory operands.
+//
+//go:noescape
+func encryptLanesAVX(st *lanes, rounds int, n int)

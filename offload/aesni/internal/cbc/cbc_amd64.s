@@ -491,3 +491,114 @@ lanesround:
 
 lanesdone:
 	RET
+
+// func encryptLanesAVX(st *lanes, rounds int, n int)
+//
+// encryptLanesAsm in VEX encoding, where AESENC and PXOR take unaligned
+// memory operands: each lane's round key and plaintext block go straight into
+// the instruction, which halves the instructions per round.
+TEXT ·encryptLanesAVX(SB), NOSPLIT, $0-24
+	MOVQ st+0(FP), DI
+	MOVQ rounds+8(FP), R9
+	MOVQ n+16(FP), DX
+	SHLQ $4, R9
+	SHLQ $4, DX
+	TESTQ DX, DX
+	JZ    alanesdone
+	MOVQ  128(DI), R8
+	MOVQ  136(DI), R10
+	MOVQ  144(DI), R11
+	MOVQ  152(DI), R12
+	MOVQ  160(DI), R13
+	MOVQ  168(DI), R14
+	MOVQ  176(DI), R15
+	MOVQ  184(DI), BX
+	VMOVDQU 192(DI), X0
+	VMOVDQU 208(DI), X1
+	VMOVDQU 224(DI), X2
+	VMOVDQU 240(DI), X3
+	VMOVDQU 256(DI), X4
+	VMOVDQU 272(DI), X5
+	VMOVDQU 288(DI), X6
+	VMOVDQU 304(DI), X7
+	XORQ  CX, CX
+
+alanesloop:
+	MOVQ  0(DI), SI
+	VPXOR (SI)(CX*1), X0, X0
+	MOVQ  8(DI), SI
+	VPXOR (SI)(CX*1), X1, X1
+	MOVQ  16(DI), SI
+	VPXOR (SI)(CX*1), X2, X2
+	MOVQ  24(DI), SI
+	VPXOR (SI)(CX*1), X3, X3
+	MOVQ  32(DI), SI
+	VPXOR (SI)(CX*1), X4, X4
+	MOVQ  40(DI), SI
+	VPXOR (SI)(CX*1), X5, X5
+	MOVQ  48(DI), SI
+	VPXOR (SI)(CX*1), X6, X6
+	MOVQ  56(DI), SI
+	VPXOR (SI)(CX*1), X7, X7
+	VPXOR (R8), X0, X0
+	VPXOR (R10), X1, X1
+	VPXOR (R11), X2, X2
+	VPXOR (R12), X3, X3
+	VPXOR (R13), X4, X4
+	VPXOR (R14), X5, X5
+	VPXOR (R15), X6, X6
+	VPXOR (BX), X7, X7
+	MOVQ  $16, AX
+
+alanesround:
+	VAESENC (R8)(AX*1), X0, X0
+	VAESENC (R10)(AX*1), X1, X1
+	VAESENC (R11)(AX*1), X2, X2
+	VAESENC (R12)(AX*1), X3, X3
+	VAESENC (R13)(AX*1), X4, X4
+	VAESENC (R14)(AX*1), X5, X5
+	VAESENC (R15)(AX*1), X6, X6
+	VAESENC (BX)(AX*1), X7, X7
+	ADDQ  $16, AX
+	CMPQ  AX, R9
+	JB    alanesround
+
+	VAESENCLAST (R8)(R9*1), X0, X0
+	VAESENCLAST (R10)(R9*1), X1, X1
+	VAESENCLAST (R11)(R9*1), X2, X2
+	VAESENCLAST (R12)(R9*1), X3, X3
+	VAESENCLAST (R13)(R9*1), X4, X4
+	VAESENCLAST (R14)(R9*1), X5, X5
+	VAESENCLAST (R15)(R9*1), X6, X6
+	VAESENCLAST (BX)(R9*1), X7, X7
+	MOVQ  64(DI), SI
+	VMOVDQU X0, (SI)(CX*1)
+	MOVQ  72(DI), SI
+	VMOVDQU X1, (SI)(CX*1)
+	MOVQ  80(DI), SI
+	VMOVDQU X2, (SI)(CX*1)
+	MOVQ  88(DI), SI
+	VMOVDQU X3, (SI)(CX*1)
+	MOVQ  96(DI), SI
+	VMOVDQU X4, (SI)(CX*1)
+	MOVQ  104(DI), SI
+	VMOVDQU X5, (SI)(CX*1)
+	MOVQ  112(DI), SI
+	VMOVDQU X6, (SI)(CX*1)
+	MOVQ  120(DI), SI
+	VMOVDQU X7, (SI)(CX*1)
+	ADDQ  $16, CX
+	CMPQ  CX, DX
+	JB    alanesloop
+
+	VMOVDQU X0, 192(DI)
+	VMOVDQU X1, 208(DI)
+	VMOVDQU X2, 224(DI)
+	VMOVDQU X3, 240(DI)
+	VMOVDQU X4, 256(DI)
+	VMOVDQU X5, 272(DI)
+	VMOVDQU X6, 288(DI)
+	VMOVDQU X7, 304(DI)
+
+alanesdone:
+	RET

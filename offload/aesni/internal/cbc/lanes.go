@@ -141,9 +141,12 @@ func (e *Encrypter) runLanes(jobs []Job, rounds int, kern kernel) {
 				}
 			}
 		}
-		if kern != kernelGo {
+		switch {
+		case kern >= kernelAVX:
+			encryptLanesAVX(st, rounds, blocks)
+		case kern == kernelXMM:
 			encryptLanesAsm(st, rounds, blocks)
-		} else {
+		default:
 			encryptLanesGeneric(st, blocks)
 		}
 		for l := 0; l < Lanes; l++ {

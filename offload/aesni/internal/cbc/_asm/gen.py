@@ -174,4 +174,37 @@ a('\tADDQ  $16, CX\n\tCMPQ  CX, DX\n\tJB    lanesloop\n')
 for j in range(8): a(f'\tMOVOU X{j}, {192+16*j}(DI)')
 a('\nlanesdone:\n\tRET')
 
+a("""
+// func encryptLanesAVX(st *lanes, rounds int, n int)
+//
+// encryptLanesAsm in VEX encoding, where AESENC and PXOR take unaligned
+// memory operands: each lane's round key and plaintext block go straight into
+// the instruction, which halves the instructions per round.
+TEXT ·encryptLanesAVX(SB), NOSPLIT, $0-24
+	MOVQ st+0(FP), DI
+	MOVQ rounds+8(FP), R9
+	MOVQ n+16(FP), DX
+	SHLQ $4, R9
+	SHLQ $4, DX
+	TESTQ DX, DX
+	JZ    alanesdone""")
+for j in range(8): a(f'\tMOVQ  {128+8*j}(DI), {kr[j]}')
+for j in range(8): a(f'\tVMOVDQU {192+16*j}(DI), X{j}')
+a('\tXORQ  CX, CX\n\nalanesloop:')
+for j in range(8):
+    a(f'\tMOVQ  {8*j}(DI), SI\n\tVPXOR (SI)(CX*1), X{j}, X{j}')
+for j in range(8):
+    a(f'\tVPXOR ({kr[j]}), X{j}, X{j}')
+a('\tMOVQ  $16, AX\n\nalanesround:')
+for j in range(8):
+    a(f'\tVAESENC ({kr[j]})(AX*1), X{j}, X{j}')
+a('\tADDQ  $16, AX\n\tCMPQ  AX, R9\n\tJB    alanesround\n')
+for j in range(8):
+    a(f'\tVAESENCLAST ({kr[j]})(R9*1), X{j}, X{j}')
+for j in range(8):
+    a(f'\tMOVQ  {64+8*j}(DI), SI\n\tVMOVDQU X{j}, (SI)(CX*1)')
+a('\tADDQ  $16, CX\n\tCMPQ  CX, DX\n\tJB    alanesloop\n')
+for j in range(8): a(f'\tVMOVDQU X{j}, {192+16*j}(DI)')
+a('\nalanesdone:\n\tRET')
+
 open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'cbc_amd64.s'), 'w').write('\n'.join(L)+'\n')
