@@ -46,6 +46,8 @@ func newRoot() *cobra.Command {
 		newRun(),
 		newDemo(),
 		newStats(),
+		newPcap(),
+		newSpeed(),
 	)
 	return root
 }

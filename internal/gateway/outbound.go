@@ -12,7 +12,8 @@ import (
 
 // outbound moves packets from the TUN device out through the tunnel.
 func (g *Gateway) outbound(ctx context.Context) error {
-	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch)
+	size := esp.Headroom + g.opts.InnerMTU + esp.Tailroom + outboundSlack
+	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch, size)
 	return p.run(ctx, g.opts.Workers, g.readTUN, g.sendESP)
 }
 
