@@ -52,6 +52,10 @@ func New() *Engine {
 // build, rather than on the pure-Go fallback.
 func Accelerated() bool { return cbc.Accelerated() }
 
+// Implementation names what runs AES-CBC on this CPU and build: "vaes-avx2"
+// (AES-NI lanes for encryption, VAES for decryption), "aes-ni" or "go".
+func Implementation() string { return cbc.Implementation() }
+
 // Name returns "aesni".
 func (e *Engine) Name() string { return Name }
 
