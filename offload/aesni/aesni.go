@@ -36,9 +36,9 @@ const espHeaderLen = 8
 // Engine runs ops inline on the submitting goroutine. It is safe for
 // concurrent use: each Submit borrows a worker's scratch from a pool.
 type Engine struct {
-	workers                             sync.Pool
-	ops, bytes, batches, errors, badICV atomic.Uint64
-	closed                              atomic.Bool
+	workers  sync.Pool
+	counters offload.Counters
+	closed   atomic.Bool
 }
 
 // New returns the engine.
@@ -124,27 +124,7 @@ func (e *Engine) TrySubmit(b *offload.Batch) error {
 	w.run(b.Ops)
 	e.workers.Put(w)
 
-	var n, bad, failed uint64
-	for i := range b.Ops {
-		op := &b.Ops[i]
-		n += uint64(len(op.Packet))
-		switch op.Status {
-		case offload.OK:
-		case offload.BadICV:
-			bad++
-		default:
-			failed++
-		}
-	}
-	e.ops.Add(uint64(len(b.Ops)))
-	e.bytes.Add(n)
-	e.batches.Add(1)
-	if bad != 0 {
-		e.badICV.Add(bad)
-	}
-	if failed != 0 {
-		e.errors.Add(failed)
-	}
+	e.counters.Count(b)
 	if b.Done != nil {
 		b.Done(b)
 	}
@@ -152,12 +132,7 @@ func (e *Engine) TrySubmit(b *offload.Batch) error {
 }
 
 // Stats returns the engine's counters.
-func (e *Engine) Stats() offload.Stats {
-	return offload.Stats{
-		Ops: e.ops.Load(), Bytes: e.bytes.Load(), Batches: e.batches.Load(),
-		Errors: e.errors.Load(), BadICV: e.badICV.Load(),
-	}
-}
+func (e *Engine) Stats() offload.Stats { return e.counters.Stats() }
 
 // Close stops the engine from taking more work.
 func (e *Engine) Close() error {
