@@ -281,6 +281,45 @@ func TestRelay(t *testing.T) {
 		}
 	})
 
+	t.Run("ipv6 esp spi rewrite", func(t *testing.T) {
+		r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) {
+			c.RewriteSPI = impair.RewriteSPI{Percent: 10, SPI: 0xbad}
+			c.Corrupt = impair.Corrupt{Percent: 10, Bytes: 1, From: 8, To: -4}
+		})})
+		rx := listen(t, b.b, "ip6:50", "2001:db8::2")
+		got := collect(rx)
+		tx := listen(t, b.a, "ip6:50", "2001:db8::1")
+		const n, size = 600, 100
+		for i := 1; i <= n; i++ {
+			if _, err := tx.WriteTo(espPayload(uint32(i), size), &net.IPAddr{IP: net.ParseIP("2001:db8::2")}); err != nil {
+				t.Fatal(err)
+			}
+			if i%50 == 0 {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+		payloads := <-got
+		settle(t, r)
+		ic := r.Counters().AToB.Impair
+		rewritten, damaged := 0, 0
+		for _, p := range payloads {
+			if binary.BigEndian.Uint32(p) == 0xbad {
+				rewritten++
+				binary.BigEndian.PutUint32(p, 0x1001)
+			}
+			if want := espPayload(binary.BigEndian.Uint32(p[4:]), size); !bytes.Equal(p, want) {
+				damaged++
+				if !bytes.Equal(p[size-4:], want[size-4:]) {
+					t.Fatal("corruption reached the last 4 bytes, outside to: -4")
+				}
+			}
+		}
+		t.Logf("relay a→b: %+v", ic)
+		if len(payloads) != n || uint64(rewritten) != ic.Rewritten || uint64(damaged) != ic.Corrupted || ic.Rewritten == 0 || ic.Corrupted == 0 {
+			t.Fatalf("received %d of %d, %d rewritten, %d damaged; relay %+v", len(payloads), n, rewritten, damaged, ic)
+		}
+	})
+
 	t.Run("udp gso segmented", func(t *testing.T) {
 		r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) { c.Loss = 10 })})
 		rx := listen(t, b.b, "udp4", "192.0.2.2:4500")
