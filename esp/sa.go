@@ -69,6 +69,10 @@ type SA struct {
 	// unique across restarts with the same keys: IV = seq XOR ivSalt.
 	ivBlock cipher.Block
 	ivSalt  uint64
+	ivFunc  func(seq uint64, iv []byte) // Options.IV, known-answer tests only
+
+	reserve  func(*SA, uint64) error
+	reserved atomic.Uint64
 
 	created   time.Time
 	expired   atomic.Bool
@@ -85,7 +89,23 @@ type Options struct {
 	OnSoftExpire func(*SA)
 	// Now overrides the clock for lifetimes (tests).
 	Now func() time.Time
+	// IV, when set, writes the IV of the packet with sequence number seq
+	// instead of the SA's own generator. It exists for known-answer tests
+	// that must reproduce a published packet; never set it in production,
+	// where a fixed IV would break CBC's unpredictability and CTR/GCM's
+	// uniqueness.
+	IV func(seq uint64, iv []byte)
+	// Reserve, when set, is called before the first packet numbered above
+	// the last reservation, with a new upper bound (RFC 4303 §3.3.3 asks a
+	// sender never to reuse a number under one key; a gateway that persists
+	// the bound resumes above it after a crash instead of being refused as
+	// a replay). It is called on the sealing goroutine; an error is logged
+	// by the caller and the packet still goes out.
+	Reserve func(s *SA, upTo uint64) error
 }
+
+// ReserveBlock is how many sequence numbers one Reserve call covers.
+const ReserveBlock = 1 << 16
 
 // NewSA builds the working state for cfg with a session on engine.
 func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
@@ -102,7 +122,7 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 	s := &SA{
 		Config: cfg, suite: cfg.Suite, engine: engine, sess: sess,
 		ivLen: cfg.Suite.IVLen(), icvLen: cfg.Suite.ICVLen(), block: cfg.Suite.BlockLen(),
-		onSoft: opts.OnSoftExpire,
+		onSoft: opts.OnSoftExpire, reserve: opts.Reserve, ivFunc: opts.IV,
 	}
 	var ivKey [16]byte
 	var salt [8]byte

@@ -62,6 +62,11 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 		return s.reject(p, SeqExhausted)
 	}
 	p.Seq = seq
+	if s.reserve != nil && seq > s.reserved.Load() {
+		upTo := seq + ReserveBlock
+		s.reserved.Store(upTo)
+		s.reserve(s, upTo) // the caller logs a failure; the packet goes on
+	}
 
 	if hdrLen > 0 {
 		hdr := p.Buf[start : start+hdrLen]
@@ -94,6 +99,10 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 // The encryption runs in the packet's own header bytes so the IV costs no
 // allocation; the header is written afterwards.
 func (s *SA) writeIV(esp []byte, seq uint64) {
+	if s.ivFunc != nil {
+		s.ivFunc(seq, esp[HeaderLen:HeaderLen+s.ivLen])
+		return
+	}
 	switch s.suite.Cipher {
 	case sa.CipherAESCBC, sa.Cipher3DES:
 		blk := esp[:16] // SPI, seq and IV for 3DES; the IV for AES

@@ -44,7 +44,10 @@ func newRoot() *cobra.Command {
 	root.AddCommand(
 		newVersion(),
 		newRun(),
+		newDemo(),
 		newStats(),
+		newPcap(),
+		newSpeed(),
 	)
 	return root
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/transport"
@@ -80,6 +81,12 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			return rt, fmt.Errorf("%s: tun address %s: %w", cfg.File, a, err)
 		}
 	}
+	// No IPv6 link-local address on the TUN: the kernel would otherwise send
+	// router solicitations and MLD reports into the tunnel. Routes need none.
+	quiet := "/proc/sys/net/ipv6/conf/" + cfg.TUN.Name + "/addr_gen_mode"
+	if err := os.WriteFile(quiet, []byte("1"), 0o644); err != nil && !os.IsNotExist(err) {
+		log.Warn("could not turn off IPv6 link-local addressing on the TUN", "err", err)
+	}
 	if err := rt.TUN.Up(); err != nil {
 		return rt, fmt.Errorf("%s: tun up: %w", cfg.File, err)
 	}
@@ -88,12 +95,19 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			return rt, fmt.Errorf("%s: tun route %s: %w", cfg.File, r, err)
 		}
 	}
+	stateDir := ""
+	if cfg.StateDir != "" {
+		stateDir = cfg.rel(cfg.StateDir)
+		if err := os.MkdirAll(stateDir, 0o700); err != nil {
+			return rt, fmt.Errorf("%s: state-dir: %w", cfg.File, err)
+		}
+	}
 	var conns []Conn
 	for _, w := range rt.conns {
 		conns = append(conns, w)
 	}
 	rt.Gateway = New(rt.TUN, conns, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, Workers: cfg.Workers, Batch: cfg.Batch, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
@@ -117,7 +131,7 @@ func (rt *Runtime) open(k connKey, cfg *Config) error {
 			}
 		}
 	}
-	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, port), GSO: false})
+	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, port), GSO: kind == transport.UDPEncap})
 	if err != nil {
 		return fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
 	}
@@ -181,4 +195,12 @@ func innerMTU(outerMTU int, s *sa.SA) (int, error) {
 		m += o.OuterIP
 	}
 	return m, err
+}
+
+func prefixAddrs(ps []netip.Prefix) []netip.Addr {
+	var out []netip.Addr
+	for _, p := range ps {
+		out = append(out, p.Addr())
+	}
+	return out
 }

@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -65,8 +66,32 @@ type Gateway struct {
 	NS     *netns.Namespace
 	Config string
 	cmd    *exec.Cmd
-	out    bytes.Buffer
+	out    lockedBuffer
 	done   chan error
+}
+
+// lockedBuffer collects a process's output while others read it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *lockedBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
 }
 
 // Start builds the topology and starts both gateways; on error everything
@@ -178,7 +203,8 @@ tun:
   routes: [%s]
   offloads: %v
 sa-file: sas.yaml
-`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads)
+state-dir: gw%d-state
+`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1)
 	if b.opts.Workers > 0 {
 		cfg += fmt.Sprintf("workers: %d\n", b.opts.Workers)
 	}
@@ -275,3 +301,14 @@ func (b *Bed) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Signal sends sig to the gateway process.
+func (g *Gateway) Signal(sig syscall.Signal) error {
+	if g.cmd == nil || g.cmd.Process == nil {
+		return fmt.Errorf("gateway %s is not running", g.Name)
+	}
+	return g.cmd.Process.Signal(sig)
+}
+
+// Output is what the gateway has logged so far.
+func (g *Gateway) Output() string { return g.out.String() }

@@ -112,6 +112,9 @@ type Packet struct {
 	// Peer is the destination on Send and the source on Receive. Its port
 	// is the UDP port (0 for raw ESP).
 	Peer netip.AddrPort
+	// Tag is the caller's: Receive reorders whole entries, so a Tag set
+	// alongside Buf (say, the index of the buffer's owner) stays with it.
+	Tag int
 }
 
 // Stats are a Conn's counters since Open.

@@ -369,6 +369,9 @@ func TestSocketBuffers(t *testing.T) {
 // TestBatchPathsDoNotAllocate: a full send+receive round of a batch costs
 // no allocation, for every transport.
 func TestBatchPathsDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector; run without -race")
+	}
 	p := newPair(t)
 	for _, kind := range []Kind{RawESP, UDPEncap} {
 		for _, fam := range families {
@@ -403,5 +406,59 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestReceiveKeepsTagWithBuffer: Receive moves ignored datagrams' slots
+// behind the ESP ones; each Tag must still name its own buffer.
+func TestReceiveKeepsTagWithBuffer(t *testing.T) {
+	p := newPair(t)
+	for _, gro := range []bool{false, true} {
+		a := open(t, p.a, UDPEncap, p.a4, false)
+		b := open(t, p.b, UDPEncap, p.b4, false, gro)
+		to := netip.AddrPortFrom(p.b4, DefaultUDPPort)
+		// keepalive, ESP 1, keepalive, ESP 2: slots 0 and 2 are ignored.
+		for i, data := range [][]byte{{0xff}, espPacket(1, 1, 100), {0xff}, espPacket(1, 2, 100)} {
+			var err error
+			if len(data) == 1 {
+				err = a.SendKeepalive(to)
+			} else {
+				_, err = a.Send([]Packet{{Data: data, Peer: to}})
+			}
+			if err != nil {
+				t.Fatalf("send %d: %v", i, err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // all four queued, so one recvmmsg sees them
+		pkts := slots(8, 2048)
+		bufs := map[int]*byte{}
+		for i := range pkts {
+			pkts[i].Tag = i
+			bufs[i] = &pkts[i].Buf[0]
+		}
+		b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got := 0
+		for got < 2 {
+			n, err := b.Receive(pkts[got:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+		for i, pk := range pkts {
+			if &pk.Buf[0] != bufs[pk.Tag] {
+				t.Errorf("gro=%v: slot %d: Tag %d no longer names its buffer", gro, i, pk.Tag)
+			}
+		}
+		for i := range 2 {
+			if seq := binary.BigEndian.Uint32(pkts[i].Data[4:]); seq != uint32(i+1) {
+				t.Errorf("gro=%v: packet %d has seq %d", gro, i, seq)
+			}
+			if &pkts[i].Data[0] != &pkts[i].Buf[0] {
+				t.Errorf("gro=%v: packet %d Data is not at the start of its Buf", gro, i)
+			}
+		}
+		a.Close()
+		b.Close()
 	}
 }
