@@ -179,7 +179,9 @@ func (r *Relay) Counters() Counters {
 }
 
 // Run forwards frames until ctx is done (then it returns nil) or a socket
-// fails. Packets still held by the stages when it returns are not sent.
+// fails: a port that goes away with its peer's namespace ends it with an
+// error wrapping ENETDOWN. Packets still held by the stages when it returns
+// are not sent (Counters shows them as in flight).
 func (r *Relay) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
