@@ -1,7 +1,11 @@
 // Package wanrelay is the WAN middlebox of the espgw test bed: inside the
-// "wan" network namespace it bridges two interfaces (one toward each
-// gateway) at layer 2 with AF_PACKET sockets and passes every frame through
-// an impairment stage (internal/impair), one per direction. ESP and ESP in
+// "wan" network namespace it joins two interfaces (one toward each gateway)
+// with AF_PACKET sockets and passes every frame through an impairment stage
+// (internal/impair), one per direction. In Bridge mode it forwards frames
+// unchanged, a bump in the wire between gateways on one subnet; in Route mode
+// it takes over the forwarding of a wan namespace that routes between two
+// subnets (the standard topology), so impairments need no change of
+// addresses. ESP and ESP in
 // UDP/4500 get the impairments; ARP, neighbour discovery and all other
 // traffic cross untouched. It counts what it read, impaired and sent, can
 // capture what it forwarded to a pcap, and answers a control request with
@@ -20,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"reflect"
 	"sync"
@@ -40,6 +45,8 @@ type Config struct {
 	// A and B name the interfaces toward the two gateways.
 	A string `yaml:"a" json:"a"`
 	B string `yaml:"b" json:"b"`
+	// Mode is Bridge (the default) or Route.
+	Mode Mode `yaml:"mode" json:"mode,omitempty"`
 	// AToB and BToA are the impairments of each direction; a zero value
 	// impairs nothing (impair.DefaultConfig, with seeds 1 and 2).
 	AToB impair.Config `yaml:"a_to_b" json:"a_to_b"`
@@ -87,6 +94,17 @@ type Direction struct {
 	GSOSegments        uint64 `json:"gso_segments"`        // datagrams made from them
 	GSOPassed          uint64 `json:"gso_passed"`          // other GSO frames forwarded whole
 
+	// Route mode: frames left to wan's own kernel (ARP, ND, packets for
+	// wan), dropped for an expired TTL or hop limit or for want of a route
+	// out of the other port, held while wan resolved a next hop, and
+	// dropped when that took over a second or too many waited.
+	NotRouted          uint64 `json:"not_routed,omitempty"`
+	TTLExpired         uint64 `json:"ttl_expired,omitempty"`
+	NoRoute            uint64 `json:"no_route,omitempty"`
+	NeighborWaits      uint64 `json:"neighbor_waits,omitempty"`
+	NeighborUnresolved uint64 `json:"neighbor_unresolved,omitempty"`
+	NeighborOverflow   uint64 `json:"neighbor_overflow,omitempty"`
+
 	TxFrames    uint64 `json:"tx_frames"`
 	TxBytes     uint64 `json:"tx_bytes"`
 	TxErrors    uint64 `json:"tx_errors"` // frames the kernel refused, dropped
@@ -103,6 +121,8 @@ type Relay struct {
 	a, b *link
 	dirs [2]*direction
 	pcap *capture
+	// forwarding holds wan's forwarding switches as Route mode found them.
+	forwarding []string
 }
 
 // maxFrame bounds what one read can return: a GSO super-packet of 64 KiB
@@ -121,16 +141,33 @@ func New(cfg Config) (*Relay, error) {
 		cfg.BToA = impair.DefaultConfig()
 		cfg.BToA.Seed = 2
 	}
+	switch cfg.Mode {
+	case "":
+		cfg.Mode = Bridge
+	case Bridge, Route:
+	default:
+		return nil, fmt.Errorf("wan relay: mode %q: want bridge or route", cfg.Mode)
+	}
 	r := &Relay{cfg: cfg, log: cfg.Logger}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
+	var local map[netip.Addr]bool
 	err := withNetns(cfg.Netns, func() error {
 		var err error
 		if r.a, err = openLink(cfg.A); err != nil {
 			return err
 		}
-		r.b, err = openLink(cfg.B)
+		if r.b, err = openLink(cfg.B); err != nil {
+			return err
+		}
+		if cfg.Mode != Route {
+			return nil
+		}
+		if local, err = localAddrs(); err != nil {
+			return err
+		}
+		r.forwarding, err = setForwarding([]string{"0", "0"})
 		return err
 	})
 	if err != nil {
@@ -155,6 +192,12 @@ func New(cfg Config) (*Relay, error) {
 			return nil, fmt.Errorf("wan relay %s→%s: %w", d.from.name, d.to.name, err)
 		}
 		r.dirs[i] = newDirection(d.from, d.to, st, size, r.pcap)
+		if cfg.Mode == Route {
+			if r.dirs[i].router, err = newRouter(cfg.Netns, d.from, d.to, local); err != nil {
+				r.Close()
+				return nil, fmt.Errorf("wan relay: %w", err)
+			}
+		}
 	}
 	return r, nil
 }
@@ -169,6 +212,20 @@ func (r *Relay) Close() error {
 	}
 	if r.pcap != nil {
 		errs = append(errs, r.pcap.close())
+		r.pcap = nil
+	}
+	for _, d := range r.dirs {
+		if d != nil && d.router != nil {
+			d.router.close()
+			d.router = nil
+		}
+	}
+	if r.forwarding != nil {
+		errs = append(errs, withNetns(r.cfg.Netns, func() error {
+			_, err := setForwarding(r.forwarding)
+			return err
+		}))
+		r.forwarding = nil
 	}
 	return errors.Join(errs...)
 }

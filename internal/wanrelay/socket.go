@@ -61,6 +61,7 @@ type link struct {
 	name  string
 	index int
 	mtu   int
+	mac   net.HardwareAddr
 	fd    int
 	file  *os.File        // the fd in Go's poller, for deadlines
 	raw   syscall.RawConn // reads and writes that wait in the poller
@@ -115,7 +116,7 @@ func openLink(name string) (*link, error) {
 	if err != nil {
 		return nil, fmt.Errorf("packet socket on %s: %w", name, err)
 	}
-	l.index = ifi.Index
+	l.index, l.mac = ifi.Index, ifi.HardwareAddr
 	return l, nil
 }
 
