@@ -154,9 +154,10 @@ func (d *direction) ingest(now time.Time, i int) {
 		}
 		if d.router != nil {
 			if v := d.router.route(frame); v != forward {
-				d.routed(now, frame, v) // counted; a GSO frame does not wait for a neighbour
-				if v == pending {
+				if v == pending { // a GSO frame does not wait for a neighbour
 					d.c.NeighborUnresolved++
+				} else {
+					d.routed(now, frame, v)
 				}
 				return
 			}
