@@ -140,7 +140,7 @@ func (d *direction) ingest(now time.Time, i int) {
 	}
 	buf := d.rx.bufs[i][:m.Len]
 	if len(buf) < vnetHdrLen+14 {
-		d.c.RxRunts++
+		d.c.RxMalformed++
 		return
 	}
 	h := decodeVnetHdr(buf)
@@ -168,7 +168,7 @@ func (d *direction) ingest(now time.Time, i int) {
 	}
 	if h.flags&unix.VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
 		if !completeChecksum(frame, int(h.csumStart), int(h.csumOffset)) {
-			d.c.RxRunts++
+			d.c.RxMalformed++
 			return
 		}
 		d.c.ChecksumsCompleted++
@@ -231,7 +231,7 @@ func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 	udp, size := int(h.csumStart), int(h.gsoSize)
 	ip := ipOffset(frame)
 	if ip < 0 || udp < ip+20 || udp+8 > len(frame) || size == 0 || udp+8+size > len(d.seg) {
-		d.c.RxRunts++
+		d.c.RxMalformed++
 		return
 	}
 	v6 := frame[ip]>>4 == 6

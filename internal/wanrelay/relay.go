@@ -84,7 +84,7 @@ type Direction struct {
 	RxFrames    uint64 `json:"rx_frames"`
 	RxBytes     uint64 `json:"rx_bytes"`
 	RxTruncated uint64 `json:"rx_truncated"` // frames longer than the receive buffer, dropped
-	RxRunts     uint64 `json:"rx_runts"`     // frames shorter than an Ethernet header, dropped
+	RxMalformed uint64 `json:"rx_malformed"` // frames too short or inconsistent to forward (runts, bad GSO or checksum offsets), dropped
 	// RxKernelDrops are frames the kernel dropped before the relay could
 	// read them (socket buffer full): the relay was overrun.
 	RxKernelDrops uint64 `json:"rx_kernel_drops"`
