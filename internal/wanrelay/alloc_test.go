@@ -99,6 +99,9 @@ func directionNoAllocs(t *testing.T, mode Mode) {
 		t.Fatalf("%v allocations per batch of 8 frames, want 0", a)
 	}
 	c := d.counters()
+	if err := c.Conserved(); err != nil {
+		t.Fatal(err)
+	}
 	if mode == Route {
 		if _, err := unix.Write(in, frame); err != nil {
 			t.Fatal(err)

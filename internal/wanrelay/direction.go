@@ -80,6 +80,9 @@ func (d *direction) counters() Direction {
 	c := d.c
 	c.Impair = d.stage.Counters()
 	c.InFlight = d.stage.InFlight()
+	if d.router != nil {
+		c.NeighborWaiting = len(d.router.pend)
+	}
 	return c
 }
 
@@ -134,6 +137,7 @@ func (d *direction) run(ctx context.Context) error {
 // frame the stage must not see whole).
 func (d *direction) ingest(now time.Time, i int) {
 	m := &d.rx.msgs[i]
+	d.c.RxFrames++
 	if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
 		d.c.RxTruncated++
 		return
@@ -145,7 +149,6 @@ func (d *direction) ingest(now time.Time, i int) {
 	}
 	h := decodeVnetHdr(buf)
 	frame := buf[vnetHdrLen:]
-	d.c.RxFrames++
 	d.c.RxBytes += uint64(len(frame))
 	if h.gsoType != unix.VIRTIO_NET_HDR_GSO_NONE {
 		if h.gsoType&^unix.VIRTIO_NET_HDR_GSO_ECN == unix.VIRTIO_NET_HDR_GSO_UDP_L4 && d.stage.Matches(frame) {

@@ -70,18 +70,21 @@ type Counters struct {
 	BToA Direction `json:"b_to_a"`
 }
 
-// Direction counts one direction of the relay. Frames sent are the stage's
-// emitted packets plus the GSO frames passed whole, less TxErrors:
+// Direction counts one direction of the relay. Every frame read is
+// accounted for: Conserved checks
 //
+//	RxFrames + GSOSegments − GSOSegmented ==
+//	    Impair.Received + GSOPassed + RxTruncated + RxMalformed
+//	    + NotRouted + TTLExpired + NoRoute + NeighborUnresolved + NeighborOverflow + NeighborWaiting
 //	TxFrames + TxErrors == Impair.Emitted + GSOPassed
 //
-// and the stage's own conservation holds over Impair (see impair.Counters),
-// with InFlight the packets still in the stage.
+// and the stage's own law holds over Impair (see impair.Counters), with
+// InFlight the packets still in the stage.
 type Direction struct {
 	From string `json:"from"`
 	To   string `json:"to"`
 
-	RxFrames    uint64 `json:"rx_frames"`
+	RxFrames    uint64 `json:"rx_frames"` // every frame read, whatever became of it
 	RxBytes     uint64 `json:"rx_bytes"`
 	RxTruncated uint64 `json:"rx_truncated"` // frames longer than the receive buffer, dropped
 	RxMalformed uint64 `json:"rx_malformed"` // frames too short or inconsistent to forward (runts, bad GSO or checksum offsets), dropped
@@ -104,6 +107,7 @@ type Direction struct {
 	NeighborWaits      uint64 `json:"neighbor_waits,omitempty"`
 	NeighborUnresolved uint64 `json:"neighbor_unresolved,omitempty"`
 	NeighborOverflow   uint64 `json:"neighbor_overflow,omitempty"`
+	NeighborWaiting    int    `json:"neighbor_waiting,omitempty"` // frames waiting now
 
 	TxFrames    uint64 `json:"tx_frames"`
 	TxBytes     uint64 `json:"tx_bytes"`
@@ -324,4 +328,23 @@ func (c *capture) flush() error {
 func (c *capture) close() error {
 	err := c.flush()
 	return errors.Join(err, c.f.Close())
+}
+
+// Conserved reports which accounting law of the direction does not hold, if
+// any: a frame the relay lost track of is a bug.
+func (c Direction) Conserved() error {
+	in := c.RxFrames + c.GSOSegments - c.GSOSegmented
+	out := c.Impair.Received + c.GSOPassed + c.RxTruncated + c.RxMalformed + c.NotRouted + c.TTLExpired +
+		c.NoRoute + c.NeighborUnresolved + c.NeighborOverflow + uint64(c.NeighborWaiting)
+	if in != out {
+		return fmt.Errorf("relay %s→%s: %d frames in (with GSO segments), %d accounted for: %+v", c.From, c.To, in, out, c)
+	}
+	if tx, due := c.TxFrames+c.TxErrors, c.Impair.Emitted+c.GSOPassed; tx != due {
+		return fmt.Errorf("relay %s→%s: %d frames sent or refused, %d due: %+v", c.From, c.To, tx, due, c)
+	}
+	i := c.Impair
+	if i.Received+i.Duplicated+i.Replayed != i.Emitted+i.Dropped()+uint64(c.InFlight) {
+		return fmt.Errorf("relay %s→%s: impairment stage does not add up: %+v in flight %d", c.From, c.To, i, c.InFlight)
+	}
+	return nil
 }

@@ -182,6 +182,11 @@ func settle(t *testing.T, r *Relay) {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		c := r.Counters()
 		if c.AToB.InFlight == 0 && c.BToA.InFlight == 0 {
+			for _, d := range []Direction{c.AToB, c.BToA} {
+				if err := d.Conserved(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			return
 		}
 	}
