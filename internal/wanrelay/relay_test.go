@@ -325,44 +325,52 @@ func TestRelay(t *testing.T) {
 		}
 	})
 
-	t.Run("udp gso segmented", func(t *testing.T) {
-		r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) { c.Loss = 10 })})
-		rx := listen(t, b.b, "udp4", "192.0.2.2:4500")
-		got := collect(rx)
-		tx := listen(t, b.a, "udp4", "192.0.2.1:4500")
-		const writes, per, size = 40, 10, 300
-		sc, err := tx.(*net.UDPConn).SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var serr error
-		sc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size) })
-		if serr != nil {
-			t.Fatalf("UDP_SEGMENT: %v", serr)
-		}
-		dst := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 2), Port: 4500}
-		for w := 0; w < writes; w++ {
-			var buf []byte
-			for i := 0; i < per; i++ {
-				buf = append(buf, espPayload(uint32(w*per+i+1), size)...)
-			}
-			if _, err := tx.WriteTo(buf, dst); err != nil {
+	for _, fam := range []struct{ name, network, src, dst string }{
+		{"udp4", "udp4", "192.0.2.1:4500", "192.0.2.2:4500"},
+		{"udp6", "udp6", "[2001:db8::1]:4500", "[2001:db8::2]:4500"},
+	} {
+		t.Run("gso segmented "+fam.name, func(t *testing.T) {
+			r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) { c.Loss = 10 })})
+			rx := listen(t, b.b, fam.network, fam.dst)
+			got := collect(rx)
+			tx := listen(t, b.a, fam.network, fam.src)
+			const writes, per, size = 40, 10, 300
+			sc, err := tx.(*net.UDPConn).SyscallConn()
+			if err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Millisecond)
-		}
-		tl := count(t, <-got, size)
-		settle(t, r)
-		c := r.Counters().AToB
-		t.Logf("relay a→b: gso %d → %d segments, %+v", c.GSOSegmented, c.GSOSegments, c.Impair)
-		if c.GSOSegmented == 0 {
-			t.Fatal("no GSO super-packet reached the relay: the test did not exercise segmentation")
-		}
-		const n = writes * per
-		if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || tl.extra != 0 || tl.damaged != 0 {
-			t.Fatalf("received %d distinct (%d extra, %d damaged) of %d; relay %+v", tl.distinct, tl.extra, tl.damaged, n, c.Impair)
-		}
-	})
+			var serr error
+			sc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size) })
+			if serr != nil {
+				t.Fatalf("UDP_SEGMENT: %v", serr)
+			}
+			dst, err := net.ResolveUDPAddr(fam.network, fam.dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for w := 0; w < writes; w++ {
+				var buf []byte
+				for i := 0; i < per; i++ {
+					buf = append(buf, espPayload(uint32(w*per+i+1), size)...)
+				}
+				if _, err := tx.WriteTo(buf, dst); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			tl := count(t, <-got, size)
+			settle(t, r)
+			c := r.Counters().AToB
+			t.Logf("relay a→b: gso %d → %d segments, %+v", c.GSOSegmented, c.GSOSegments, c.Impair)
+			if c.GSOSegmented == 0 {
+				t.Fatal("no GSO super-packet reached the relay: the test did not exercise segmentation")
+			}
+			const n = writes * per
+			if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || tl.extra != 0 || tl.damaged != 0 {
+				t.Fatalf("received %d distinct (%d extra, %d damaged) of %d; relay %+v", tl.distinct, tl.extra, tl.damaged, n, c.Impair)
+			}
+		})
+	}
 
 	t.Run("delay and reorder in real time", func(t *testing.T) {
 		d := impair.Delay{Time: 5 * time.Millisecond, Jitter: time.Millisecond}
