@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,6 +121,13 @@ func listen(t testing.TB, ns, network, addr string) net.PacketConn {
 		t.Fatalf("listen %s %s in %s: %v", network, addr, ns, err)
 	}
 	t.Cleanup(func() { c.Close() })
+	// A receive buffer deep enough that a slow test reader (the race
+	// detector, a loaded machine) loses nothing the relay delivered.
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 32<<20) })
+		}
+	}
 	return c
 }
 
