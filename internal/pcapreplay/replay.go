@@ -16,8 +16,10 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"net"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -56,6 +58,27 @@ type Result struct {
 	MissingPackets []int         `json:"missing_packets,omitempty"`
 	LastSendError  string        `json:"last_send_error,omitempty"`
 	Elapsed        time.Duration `json:"elapsed"`
+	// Latency is the one-way time from send to arrival of the delivered
+	// packets (both hosts share the machine's clock).
+	Latency Latency `json:"latency"`
+}
+
+// Latency summarizes one-way delays.
+type Latency struct {
+	P50 time.Duration `json:"p50"`
+	P90 time.Duration `json:"p90"`
+	P99 time.Duration `json:"p99"`
+	Max time.Duration `json:"max"`
+}
+
+// summarize returns the percentiles of d (nearest rank), sorting it.
+func summarize(d []time.Duration) Latency {
+	if len(d) == 0 {
+		return Latency{}
+	}
+	slices.Sort(d)
+	rank := func(p float64) time.Duration { return d[int(math.Ceil(p*float64(len(d))))-1] }
+	return Latency{P50: rank(0.50), P90: rank(0.90), P99: rank(0.99), Max: d[len(d)-1]}
 }
 
 // Run sends pkts from hosts[A] and hosts[B] at their due times and watches
@@ -95,6 +118,8 @@ func Run(ctx context.Context, pkts []pcaprewrite.Packet, hosts [2]Host, opt Opti
 	}
 	var mu sync.Mutex
 	arrived := make([]bool, len(pkts))
+	sentAt := make([]time.Time, len(pkts))
+	var delays []time.Duration
 	allIn := make(chan struct{})
 	receive := func(side int, pkt []byte) {
 		mu.Lock()
@@ -102,6 +127,7 @@ func Run(ctx context.Context, pkts []pcaprewrite.Packet, hosts [2]Host, opt Opti
 		for _, zeroID := range []bool{false, true} {
 			if idx := expect[side][key(pkt, zeroID)]; len(idx) > 0 {
 				arrived[idx[0]] = true
+				delays = append(delays, time.Since(sentAt[idx[0]]))
 				expect[side][key(pkt, zeroID)] = idx[1:]
 				res.Delivered[1-side]++
 				if outstanding--; outstanding == 0 {
@@ -140,6 +166,9 @@ func Run(ctx context.Context, pkts []pcaprewrite.Packet, hosts [2]Host, opt Opti
 			}
 		}
 		res.Sent[p.From]++
+		mu.Lock()
+		sentAt[i] = time.Now()
+		mu.Unlock()
 		if err := ends[p.From].send(p.Data); err != nil {
 			mu.Lock()
 			res.SendErrors[p.From]++
@@ -154,6 +183,7 @@ func Run(ctx context.Context, pkts []pcaprewrite.Packet, hosts [2]Host, opt Opti
 	}
 	stopWatching()
 	res.Elapsed = time.Since(start)
+	res.Latency = summarize(delays)
 	for i, ok := range arrived {
 		if !ok {
 			res.Missing[pkts[i].From]++

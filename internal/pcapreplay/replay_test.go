@@ -132,6 +132,9 @@ func TestReplayThroughRelay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if l := res.Latency; l.P50 <= 0 || l.P50 > l.P90 || l.P90 > l.P99 || l.P99 > l.Max || l.Max > time.Second {
+			t.Fatalf("latency %+v", l)
+		}
 		if want := span / 50; res.Elapsed < want || res.Missing != [2]int{} {
 			t.Fatalf("replay took %v for a %v capture at 50×, want ≥ %v; %+v", res.Elapsed, span, want, res)
 		}
@@ -156,4 +159,19 @@ func TestReplayThroughRelay(t *testing.T) {
 			}
 		}
 	})
+}
+
+func TestSummarize(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	got := summarize(d)
+	want := Latency{P50: 50 * time.Millisecond, P90: 90 * time.Millisecond, P99: 99 * time.Millisecond, Max: 100 * time.Millisecond}
+	if got != want {
+		t.Fatalf("%+v, want %+v", got, want)
+	}
+	if summarize(nil) != (Latency{}) {
+		t.Fatal("no delays, some latency")
+	}
 }
