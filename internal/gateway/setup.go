@@ -59,7 +59,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			}
 		}
 		if cfg.TUN.MTU == 0 {
-			m, err := innerMTU(cfg.OuterMTU, s)
+			m, err := InnerMTU(cfg.OuterMTU, s)
 			if err != nil {
 				return rt, fmt.Errorf("%s: MTU for %s: %w", cfg.File, s, err)
 			}
@@ -190,8 +190,8 @@ func (rt *Runtime) Close() {
 	}
 }
 
-// innerMTU is the largest inner packet an SA carries in outerMTU bytes.
-func innerMTU(outerMTU int, s *sa.SA) (int, error) {
+// InnerMTU is the largest inner packet an SA carries in outerMTU bytes.
+func InnerMTU(outerMTU int, s *sa.SA) (int, error) {
 	o := tun.Overhead{OuterIP: 20, ESPHeader: esp.HeaderLen, IV: s.Suite.IVLen(), Block: s.Suite.BlockLen(), ICV: s.Suite.ICVLen()}
 	if s.Dst.Is6() {
 		o.OuterIP = 40
