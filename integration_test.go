@@ -199,6 +199,9 @@ func TestTunnelMatrix(t *testing.T) {
 								t.Errorf("gw%d SA %s drops: %v", i+1, s.SPI, s.Drops)
 							}
 						}
+						if len(st.Drops) > 0 {
+							t.Errorf("gw%d drops: %v", i+1, st.Drops)
+						}
 					}
 					t.Logf("%d ESP packets judged by tshark; TCP %.0f Mbit/s", v.ESP, ip.BitsPerSecond/1e6)
 				})
