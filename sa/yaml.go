@@ -73,6 +73,7 @@ func ParseYAML(name string, data []byte) (*Config, error) {
 	}
 	p := &yamlParser{file: name}
 	c := p.config(&doc)
+	slices.SortStableFunc(p.errs, func(a, b error) int { return lineOf(a) - lineOf(b) })
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err
 	}
@@ -88,9 +89,22 @@ func yamlSyntax(err error) error {
 	return err
 }
 
+// lineOf orders errors by line; the "too many errors" note, without a
+// line, goes last.
+func lineOf(err error) int {
+	var ce *ConfigError
+	if errors.As(err, &ce) && ce.Line > 0 {
+		return ce.Line
+	}
+	return math.MaxInt32
+}
+
 type yamlParser struct {
 	file string
 	errs []error
+	// spdOnly reads an spd: list whose SAs come from elsewhere: protect
+	// policies keep their SPI and NewSPD binds them.
+	spdOnly bool
 }
 
 func (p *yamlParser) fail(n *yaml.Node, entry, field string, err error) {
@@ -142,6 +156,19 @@ func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) map[stri
 	return out
 }
 
+// findField returns the first field of a mapping with the name.
+func findField(m *yaml.Node, name string) (field, bool) {
+	if m.Kind != yaml.MappingNode {
+		return field{}, false
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if k := m.Content[i]; k.Kind == yaml.ScalarNode && k.Value == name {
+			return field{k, m.Content[i+1]}, true
+		}
+	}
+	return field{}, false
+}
+
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.ScalarNode:
@@ -160,7 +187,7 @@ func kindName(n *yaml.Node) string {
 // that 0x0011… stays a string and keeps its leading zeros.
 func (p *yamlParser) scalar(f field, entry string) (string, bool) {
 	if f.val.Kind != yaml.ScalarNode {
-		p.failf(f.val, entry, f.key.Value, "want a single value, got a %s", kindName(f.val))
+		p.failf(f.key, entry, f.key.Value, "want a single value, got a %s", kindName(f.val))
 		return "", false
 	}
 	return f.val.Value, true
@@ -174,7 +201,9 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 	fs := p.fields(root, "", []string{"sa", "spd"})
 	c := &Config{}
 	saList, ok := fs["sa"]
-	if !ok {
+	if !ok && p.spdOnly {
+		saList = field{val: &yaml.Node{Kind: yaml.SequenceNode}}
+	} else if !ok {
 		if root.Kind == yaml.MappingNode {
 			p.failf(root, "", "sa", "missing: an SA file needs an sa: list")
 		}
@@ -184,7 +213,7 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 		p.failf(saList.val, "", "sa", "want a list of SAs, got a %s", kindName(saList.val))
 		return c
 	}
-	if len(saList.val.Content) == 0 {
+	if len(saList.val.Content) == 0 && !p.spdOnly {
 		p.failf(saList.val, "", "sa", "empty list")
 	}
 	type seen struct {
@@ -230,22 +259,24 @@ var saFields = []string{
 func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	entry := fmt.Sprintf("sa[%d]", i)
 	before := len(p.errs)
+	s := &SA{ReplayWindow: 64}
+	// The SPI names the entry in every other error, so it is read first.
+	if f, ok := findField(n, "spi"); ok {
+		if v, ok := p.scalar(f, entry); ok {
+			spi, err := strconv.ParseUint(v, 0, 32)
+			if err != nil {
+				p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", echoShort(v))
+			} else {
+				s.SPI = uint32(spi)
+				entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
+			}
+		}
+	} else if n.Kind == yaml.MappingNode {
+		p.failf(n, entry, "spi", "missing")
+	}
 	fs := p.fields(n, entry, saFields)
 	if n.Kind != yaml.MappingNode {
 		return nil, entry
-	}
-	s := &SA{ReplayWindow: 64}
-
-	if f, ok := fs["spi"]; !ok {
-		p.failf(n, entry, "spi", "missing")
-	} else if v, ok := p.scalar(f, entry); ok {
-		spi, err := strconv.ParseUint(v, 0, 32)
-		if err != nil {
-			p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", echo(v))
-		} else {
-			s.SPI = uint32(spi)
-			entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
-		}
 	}
 	str := func(name string) (field, string, bool) {
 		f, ok := fs[name]
@@ -342,6 +373,9 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		s.Suite.Auth = a
 	} else if _, given := fs["auth"]; given {
 		suiteOK = false
+	} else if suiteOK && !s.Suite.Cipher.IsAEAD() {
+		p.failf(n, entry, "auth", "missing: %s needs hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256 or hmac-md5-96", s.Suite.Cipher)
+		suiteOK = false
 	}
 	if suiteOK {
 		if err := s.Suite.Validate(); err != nil {
@@ -376,6 +410,8 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		seq, err := strconv.ParseUint(v, 0, 64)
 		if err != nil {
 			p.failf(f.val, entry, "initial-seq", "%s is not a number", echo(v))
+		} else if !s.ESN && seq > math.MaxUint32 {
+			p.failf(f.val, entry, "initial-seq", "%d does not fit 32 bits: set esn: true", seq)
 		}
 		s.InitialSeq = seq
 	}
@@ -391,7 +427,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	}
 	if f, ok := fs["selectors"]; ok {
 		if f.val.Kind != yaml.SequenceNode {
-			p.failf(f.val, entry, "selectors", "want a list, got a %s", kindName(f.val))
+			p.failf(f.key, entry, "selectors", "want a list, got a %s", kindName(f.val))
 		} else {
 			for j, sn := range f.val.Content {
 				sel, ok := p.selector(sn, fmt.Sprintf("%s selectors[%d]", entry, j), nil)
@@ -436,7 +472,11 @@ func (p *yamlParser) key(fs map[string]field, n *yaml.Node, entry, name string, 
 	if !ok {
 		return nil
 	}
-	if slices.Contains(want, 0) && (v == "" || f.val.Tag == "!!null") {
+	if slices.Equal(want, []int{0}) {
+		if v == "" || f.val.Tag == "!!null" {
+			return nil
+		}
+		p.failf(f.val, entry, name, "not used with this suite: leave it out")
 		return nil
 	}
 	if strings.HasPrefix(v, "random") {
@@ -528,7 +568,7 @@ func (p *yamlParser) lifetimes(f field, entry string) (soft, hard Lifetime) {
 	}
 	soft, hard = read("soft"), read("hard")
 	if err := checkLifetimes(soft, hard); err != nil {
-		p.fail(f.val, entry, "lifetimes", errors.Unwrap(err))
+		p.fail(f.key, entry, "lifetimes", err)
 	}
 	return soft, hard
 }
@@ -684,7 +724,11 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas []*SA) (Policy, bool) {
 		}
 		spi, err := strconv.ParseUint(v, 0, 32)
 		if err != nil {
-			p.failf(saf.val, entry, "sa", "%s is not an SPI", echo(v))
+			p.failf(saf.val, entry, "sa", "%s is not an SPI", echoShort(v))
+			break
+		}
+		if p.spdOnly {
+			pol.SPI = uint32(spi)
 			break
 		}
 		s, err := findSPI(sas, uint32(spi))

@@ -26,6 +26,7 @@ import (
 	"net/netip"
 	"os"
 	"runtime"
+	"time"
 	"unsafe"
 
 	"github.com/vishvananda/netlink"
@@ -327,7 +328,14 @@ func (d *Device) SetMTU(mtu int) error {
 	return nil
 }
 
-// Up sets the link up.
+// upSettle bounds how long Up waits for the kernel to install the local
+// routes of the device's IPv6 addresses.
+const upSettle = 2 * time.Second
+
+// Up sets the link up. IPv6 addresses added while the link was down only
+// become local (accepted as destinations) when the kernel's address work
+// runs after the link comes up; Up waits for that, so the first packet
+// written to the device for such an address is not dropped.
 func (d *Device) Up() error {
 	l, err := d.link()
 	if err != nil {
@@ -336,7 +344,29 @@ func (d *Device) Up() error {
 	if err := d.nl.LinkSetUp(l); err != nil {
 		return fmt.Errorf("set TUN %s up: %w", d.name, err)
 	}
+	addrs, err := d.nl.AddrList(l, netlink.FAMILY_V6)
+	if err != nil {
+		return fmt.Errorf("list IPv6 addresses of TUN %s: %w", d.name, err)
+	}
+	deadline := time.Now().Add(upSettle)
+	for _, a := range addrs {
+		if a.IP.IsLinkLocalUnicast() {
+			continue
+		}
+		for !d.isLocal(a.IP) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("set TUN %s up: address %s not usable after %v", d.name, a.IP, upSettle)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
 	return nil
+}
+
+// isLocal reports whether the kernel routes ip to this host.
+func (d *Device) isLocal(ip net.IP) bool {
+	rs, err := d.nl.RouteGet(ip)
+	return err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL
 }
 
 // AddAddress assigns p (address with prefix length), IPv4 or IPv6, to the

@@ -130,22 +130,24 @@ func echoReply(t *testing.T, req []byte) []byte {
 	switch ip := p.NetworkLayer().(type) {
 	case *layers.IPv4:
 		icmp := p.Layer(layers.LayerTypeICMPv4).(*layers.ICMPv4)
+		if len(icmp.Payload) == 0 {
+			t.Fatalf("echo request without data: % x", req)
+		}
 		rip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolICMPv4, SrcIP: ip.DstIP, DstIP: ip.SrcIP}
 		ricmp := &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(layers.ICMPv4TypeEchoReply, 0), Id: icmp.Id, Seq: icmp.Seq}
 		if err := gopacket.SerializeLayers(buf, opts, rip, ricmp, gopacket.Payload(icmp.Payload)); err != nil {
 			t.Fatal(err)
 		}
 	case *layers.IPv6:
+		// The ICMPv6 layer's payload is the echo identifier, sequence
+		// number and data: the reply carries them all back.
 		icmp := p.Layer(layers.LayerTypeICMPv6).(*layers.ICMPv6)
-		echo := p.Layer(layers.LayerTypeICMPv6Echo).(*layers.ICMPv6Echo)
 		rip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolICMPv6, SrcIP: ip.DstIP, DstIP: ip.SrcIP}
 		ricmp := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(layers.ICMPv6TypeEchoReply, 0)}
 		ricmp.SetNetworkLayerForChecksum(rip)
-		recho := &layers.ICMPv6Echo{Identifier: echo.Identifier, SeqNumber: echo.SeqNumber}
-		if err := gopacket.SerializeLayers(buf, opts, rip, ricmp, recho, gopacket.Payload(echo.Payload)); err != nil {
+		if err := gopacket.SerializeLayers(buf, opts, rip, ricmp, gopacket.Payload(icmp.Payload)); err != nil {
 			t.Fatal(err)
 		}
-		_ = icmp
 	default:
 		t.Fatalf("not an IP packet: % x", req)
 	}
@@ -174,6 +176,9 @@ func TestPingThroughTUN(t *testing.T) {
 					t.Errorf("echo request %d bytes, want ≥ 1000", len(req))
 				}
 				reply := echoReply(t, req)
+				if len(reply) != len(req) {
+					t.Fatalf("reply %d bytes for a %d-byte request", len(reply), len(req))
+				}
 				wbuf := make([]byte, headroom+len(reply), headroom+MaxSegment)
 				copy(wbuf[headroom:], reply)
 				if _, err := dev.Write([][]byte{wbuf}, headroom); err != nil {
@@ -323,4 +328,92 @@ func kernelAtLeast(major, minor int) bool {
 	var ma, mi int
 	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi)
 	return ma > major || ma == major && mi >= minor
+}
+
+// TestCreateInCurrentNamespace: a caller that already runs inside the
+// namespace (locked thread, or a process started by `ip netns exec`) creates
+// the device without naming the namespace.
+func TestCreateInCurrentNamespace(t *testing.T) {
+	ns := newBed(t)
+	var dev *Device
+	err := ns.Do(func() error {
+		var err error
+		dev, err = Create("esp9", Options{MTU: 1422})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	// Configured from another thread: the device's netlink handle is bound
+	// to its namespace, not to whichever thread runs this.
+	if err := dev.AddAddress(netip.MustParsePrefix("192.0.2.1/24")); err != nil {
+		t.Fatal(err)
+	}
+	if err := dev.Up(); err != nil {
+		t.Fatal(err)
+	}
+	out, err := ns.Output(context.Background(), "ip", "-o", "addr", "show", "dev", "esp9")
+	if err != nil || !strings.Contains(out, "192.0.2.1/24") {
+		t.Errorf("esp9 in namespace: %q, %v", out, err)
+	}
+	if _, err := net.InterfaceByName("esp9"); err == nil {
+		t.Error("esp9 visible in the test's own namespace")
+	}
+}
+
+// TestGROOnWrite writes 8 consecutive segments of one TCP flow in one Write.
+// With offloads and buffers that have room, they reach the kernel as one
+// coalesced super-packet: the device counts one received packet, not 8.
+// Without the room (or without offloads) they go one by one.
+func TestGROOnWrite(t *testing.T) {
+	const segs, segLen = 8, 1000
+	for _, tt := range []struct {
+		name   string
+		mode   OffloadMode
+		roomy  bool
+		wantRx uint64
+	}{
+		{"offloads+capacity", OffloadAuto, true, 1},
+		{"offloads, exact-size buffers", OffloadAuto, false, segs},
+		{"no offloads", OffloadOff, true, segs},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ns := newBed(t)
+			dev := newTUN(t, ns, tt.mode)
+			bufs := make([][]byte, segs)
+			for i := range bufs {
+				ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolTCP, Flags: layers.IPv4DontFragment,
+					SrcIP: net.IPv4(192, 0, 2, 2).To4(), DstIP: net.IPv4(192, 0, 2, 1).To4(), Id: uint16(100 + i)}
+				tcp := &layers.TCP{SrcPort: 40000, DstPort: 5001, Seq: uint32(1000 + i*segLen), Ack: 1, ACK: true, Window: 512}
+				tcp.SetNetworkLayerForChecksum(ip)
+				b := gopacket.NewSerializeBuffer()
+				if err := gopacket.SerializeLayers(b, gopacket.SerializeOptions{ComputeChecksums: true, FixLengths: true}, ip, tcp, gopacket.Payload(make([]byte, segLen))); err != nil {
+					t.Fatal(err)
+				}
+				c := headroom + len(b.Bytes())
+				if tt.roomy {
+					c = headroom + MaxSegment
+				}
+				bufs[i] = make([]byte, headroom+len(b.Bytes()), c)
+				copy(bufs[i][headroom:], b.Bytes())
+			}
+			before := rxPackets(t, ns)
+			if _, err := dev.Write(bufs, headroom); err != nil {
+				t.Fatal(err)
+			}
+			if got := rxPackets(t, ns) - before; got != tt.wantRx {
+				t.Errorf("device counted %d received packets for %d segments, want %d", got, segs, tt.wantRx)
+			}
+		})
+	}
+}
+
+func rxPackets(t *testing.T, ns *netns.Namespace) uint64 {
+	t.Helper()
+	l, err := ns.Netlink().LinkByName("esp0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l.Attrs().Statistics.RxPackets
 }

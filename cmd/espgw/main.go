@@ -43,8 +43,11 @@ func newRoot() *cobra.Command {
 	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages")
 	root.AddCommand(
 		newVersion(),
+		newRun(),
+		newDemo(),
 		newStats(),
 		newPcap(),
+		newSpeed(),
 	)
 	return root
 }

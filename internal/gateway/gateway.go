@@ -33,7 +33,13 @@ type Options struct {
 	// Batch is the number of packets per pipeline batch (default: the
 	// device's batch size, at least 32).
 	Batch int
-	Log   *slog.Logger
+	// StateDir, when set, is where outbound sequence numbers are reserved
+	// so a restarted gateway resumes above them (see seqStore).
+	StateDir string
+	// ICMPSource are addresses ICMP too-big errors may come from (the TUN's
+	// own addresses); the local outer addresses serve otherwise.
+	ICMPSource []netip.Addr
+	Log        *slog.Logger
 }
 
 // Gateway is one espgw gateway: a device, outer connections, an engine and
@@ -50,6 +56,7 @@ type Gateway struct {
 	mu    sync.Mutex // serialises Load
 
 	counters Counters
+	icmp     [][]byte // scratch for ICMP errors, used by the outbound reader only
 }
 
 // Counters are the gateway's own traffic counts and the drops no SA owns.
@@ -85,7 +92,8 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	if opts.InnerMTU <= 0 {
 		opts.InnerMTU = 1400
 	}
-	g := &Gateway{opts: opts, log: opts.Log, dev: dev, conns: conns, pick: pick, engine: engine}
+	g := &Gateway{opts: opts, log: opts.Log, dev: dev, conns: conns, pick: pick, engine: engine,
+		icmp: [][]byte{make([]byte, tunOffset+1500)}}
 	g.state.Store(&state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}})
 	return g
 }
@@ -111,7 +119,22 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 		}
 		s := reuse(old, cfg)
 		if s == nil {
-			s, err = esp.NewSA(cfg, g.engine, esp.Options{OnSoftExpire: g.softExpired})
+			opts := esp.Options{OnSoftExpire: g.softExpired}
+			run := cfg
+			if outbound && g.opts.StateDir != "" {
+				store := seqStore{dir: g.opts.StateDir}
+				if run, err = store.resume(cfg); err != nil {
+					return fmt.Errorf("load: %w", err)
+				}
+				opts.Reserve = func(s *esp.SA, upTo uint64) error {
+					err := store.reserve(s, upTo)
+					if err != nil {
+						g.log.Error("sequence numbers not persisted", "err", err)
+					}
+					return err
+				}
+			}
+			s, err = esp.NewSA(run, g.engine, opts)
 			if err != nil {
 				return fmt.Errorf("load: %w", err)
 			}

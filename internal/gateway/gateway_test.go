@@ -124,12 +124,22 @@ func TestTunnelCarriesPacketsInOrder(t *testing.T) {
 
 func TestTooBigAndUnknownCounted(t *testing.T) {
 	b := newBed(t, cpu.New(), pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64))
-	b.dev1.Send(ipv4UDP(1500, 1))         // over the inner MTU
+	big := ipv4UDP(1500, 1) // over the inner MTU, with DF
+	big[6] |= 0x40
+	b.dev1.Send(big)
 	b.dev1.Send([]byte{0x00, 0x01, 0x02}) // not IP
 	b.dev1.Send(ipv4UDP(10, 2))
 	bufs, sizes := [][]byte{make([]byte, 2000)}, []int{0}
 	if _, err := b.dev2.Receive(bufs, sizes); err != nil {
 		t.Fatal(err)
+	}
+	// The sender of the big packet hears ICMP fragmentation needed with the MTU.
+	if _, err := b.dev1.Receive(bufs, sizes); err != nil {
+		t.Fatal(err)
+	}
+	icmp := bufs[0][:sizes[0]]
+	if icmp[9] != 1 || icmp[20] != 3 || icmp[21] != 4 || int(icmp[26])<<8|int(icmp[27]) != 1438 {
+		t.Errorf("want ICMP type 3 code 4 mtu 1438 back, got % x", icmp[:28])
 	}
 	deadline := time.Now().Add(2 * time.Second)
 	c := b.gw1.Counters()

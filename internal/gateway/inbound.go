@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/espgw/espgw/esp"
@@ -10,7 +11,8 @@ import (
 
 // inbound moves ESP packets received on c into the TUN device.
 func (g *Gateway) inbound(ctx context.Context, c Conn) error {
-	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch)
+	size := max(inboundBuf, rxOffset+g.opts.InnerMTU+esp.Headroom+esp.Tailroom)
+	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch, size)
 	return p.run(ctx, g.opts.Workers, func(b *batch) error { return g.readESP(b, c) }, g.writeTUN)
 }
 
@@ -73,10 +75,18 @@ func (g *Gateway) writeTUN(b *batch) {
 	if len(b.out) == 0 {
 		return
 	}
-	n, err := g.dev.Write(b.out, tunOffset)
-	g.counters.TunOut.Add(uint64(n))
-	if lost := len(b.out) - n; lost > 0 {
+	// Device.Write reports bytes, not packets; with GRO several packets
+	// go out as one write. A failed write is one joined error per packet.
+	_, err := g.dev.Write(b.out, tunOffset)
+	lost := 0
+	if err != nil {
+		lost = len(b.out)
+		var joined interface{ Unwrap() []error }
+		if errors.As(err, &joined) {
+			lost = min(len(joined.Unwrap()), len(b.out))
+		}
 		g.counters.Drops[TunWrite].Add(uint64(lost))
 		g.log.Debug("TUN write", "lost", lost, "err", err)
 	}
+	g.counters.TunOut.Add(uint64(len(b.out) - lost))
 }

@@ -12,7 +12,8 @@ import (
 
 // outbound moves packets from the TUN device out through the tunnel.
 func (g *Gateway) outbound(ctx context.Context) error {
-	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch)
+	size := esp.Headroom + g.opts.InnerMTU + esp.Tailroom + outboundSlack
+	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch, size)
 	return p.run(ctx, g.opts.Workers, g.readTUN, g.sendESP)
 }
 
@@ -31,8 +32,7 @@ func (g *Gateway) readTUN(b *batch) error {
 		p := &b.pkts[i]
 		p.Reset(b.bufs[i], esp.Headroom, b.sizes[i])
 		s, r, ok := g.route(st, p.Data())
-		if ok && p.Len > g.opts.InnerMTU {
-			g.tooBig(p.Data())
+		if ok && p.Len > g.opts.InnerMTU && g.tooBig(p.Data()) {
 			r, ok = TooBig, false
 		}
 		if !ok {

@@ -30,6 +30,24 @@ func (r *recvState) init(n int) {
 	r.call = r.recvmmsg
 }
 
+// post sets message i up to receive into b, with control buffer oob.
+func (r *recvState) post(i int, b, oob []byte) {
+	r.iovs[i].Base = &b[0]
+	r.iovs[i].SetLen(len(b))
+	h := &r.hdrs[i]
+	h.Hdr = unix.Msghdr{
+		Name:    (*byte)(unsafe.Pointer(&r.names[i])),
+		Namelen: unix.SizeofSockaddrInet6,
+		Iov:     &r.iovs[i],
+		Iovlen:  1,
+	}
+	if len(oob) > 0 {
+		h.Hdr.Control = &oob[0]
+		h.Hdr.SetControllen(len(oob))
+	}
+	h.Len = 0
+}
+
 func (r *recvState) recvmmsg(fd uintptr) bool {
 	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
 	if errno == unix.EAGAIN || errno == unix.EWOULDBLOCK {
@@ -58,25 +76,20 @@ func (c *Conn) Receive(pkts []Packet) (int, error) {
 	}
 	c.recvMu.Lock()
 	defer c.recvMu.Unlock()
-	r := &c.recv
-	want := min(len(pkts), c.batch)
-	for i := range want {
-		b := pkts[i].Buf
-		if len(b) == 0 {
+	for i := range pkts {
+		if len(pkts[i].Buf) == 0 {
 			return 0, fmt.Errorf("receive over %s on %s: packet slot %d has an empty buffer", c.kind, c.local, i)
 		}
-		r.iovs[i].Base = &b[0]
-		r.iovs[i].SetLen(len(b))
-		h := &r.hdrs[i]
-		h.Hdr = unix.Msghdr{
-			Name:    (*byte)(unsafe.Pointer(&r.names[i])),
-			Namelen: unix.SizeofSockaddrInet6,
-			Iov:     &r.iovs[i],
-			Iovlen:  1,
-		}
-		h.Len = 0
 	}
+	if c.gro.Load() {
+		return c.receiveGRO(pkts)
+	}
+	r := &c.recv
+	want := min(len(pkts), c.batch)
 	for {
+		for i := range want {
+			r.post(i, pkts[i].Buf, nil)
+		}
 		r.want = want
 		if err := c.rc.Read(r.call); err != nil {
 			return 0, fmt.Errorf("receive over %s on %s: %w", c.kind, c.local, err)
@@ -89,7 +102,7 @@ func (c *Conn) Receive(pkts []Packet) (int, error) {
 			return n, nil
 		}
 		// Everything in this batch was ignored (keepalives, IKE, runts):
-		// the iovecs still point at the same buffers, so just read again.
+		// read again.
 	}
 }
 
@@ -100,39 +113,14 @@ func (c *Conn) keepESP(pkts []Packet, got int) int {
 	out := 0
 	for i := range got {
 		h := &r.hdrs[i]
-		n := int(h.Len)
 		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
 			c.stats.truncated.Add(1)
 			continue
 		}
 		// Swaps below only touch positions ≤ i, so pkts[i] still holds
 		// the buffer message i was read into.
-		data := pkts[i].Buf[:n]
-		if c.kind == RawESP && !c.v6 {
-			// IPv4 raw sockets deliver the IP header; IPv6 ones do not.
-			if n < 20 {
-				c.stats.short.Add(1)
-				continue
-			}
-			ihl := int(data[0]&0x0f) * 4
-			if ihl < 20 || ihl > n {
-				c.stats.short.Add(1)
-				continue
-			}
-			data = data[ihl:]
-		}
-		if c.kind == UDPEncap {
-			if len(data) == 1 && data[0] == 0xff {
-				c.stats.keepalives.Add(1)
-				continue
-			}
-			if len(data) >= 4 && [4]byte(data[:4]) == esp0 {
-				c.stats.nonESP.Add(1)
-				continue
-			}
-		}
-		if len(data) < MinPacketLen {
-			c.stats.short.Add(1)
+		data, ok := c.classify(pkts[i].Buf[:h.Len])
+		if !ok {
 			continue
 		}
 		pkts[out], pkts[i] = pkts[i], pkts[out]
@@ -143,6 +131,39 @@ func (c *Conn) keepESP(pkts []Packet, got int) int {
 		out++
 	}
 	return out
+}
+
+// classify returns the ESP packet inside datagram d, or counts why there is
+// none.
+func (c *Conn) classify(d []byte) ([]byte, bool) {
+	if c.kind == RawESP && !c.v6 {
+		// IPv4 raw sockets deliver the IP header; IPv6 ones do not.
+		if len(d) < 20 {
+			c.stats.short.Add(1)
+			return nil, false
+		}
+		ihl := int(d[0]&0x0f) * 4
+		if ihl < 20 || ihl > len(d) {
+			c.stats.short.Add(1)
+			return nil, false
+		}
+		d = d[ihl:]
+	}
+	if c.kind == UDPEncap {
+		if len(d) == 1 && d[0] == 0xff {
+			c.stats.keepalives.Add(1)
+			return nil, false
+		}
+		if len(d) >= 4 && [4]byte(d[:4]) == esp0 {
+			c.stats.nonESP.Add(1)
+			return nil, false
+		}
+	}
+	if len(d) < MinPacketLen {
+		c.stats.short.Add(1)
+		return nil, false
+	}
+	return d, true
 }
 
 func (c *Conn) peer(sa *unix.RawSockaddrInet6) netip.AddrPort {

@@ -19,9 +19,8 @@
 //   - UDP: the same, plus UDP GSO (UDP_SEGMENT, Linux ≥ 4.18) when
 //     Config.GSO is set: runs of equal-size packets to the same peer go to
 //     the kernel as one super-datagram that it segments (in the NIC or in
-//     software). GRO on receive is not used: it would need 64 KiB receive
-//     buffers and a copy to split, and recvmmsg already amortises the
-//     syscalls.
+//     software), and UDP GRO (UDP_GRO, readable from Linux 5.12) when
+//     Config.GRO is set: see gro.go.
 package transport
 
 import (
@@ -94,6 +93,9 @@ type Config struct {
 	SocketBuffer int
 	// GSO enables UDP generic segmentation offload on send (UDP only).
 	GSO bool
+	// GRO enables UDP generic receive offload (UDP only): coalesced
+	// super-datagrams are received whole and split into packets by copying.
+	GRO bool
 	// Namespace, when set (a handle > 0), is the network namespace the
 	// socket is opened in; otherwise the calling thread's current one.
 	Namespace vnetns.NsHandle
@@ -110,6 +112,9 @@ type Packet struct {
 	// Peer is the destination on Send and the source on Receive. Its port
 	// is the UDP port (0 for raw ESP).
 	Peer netip.AddrPort
+	// Tag is the caller's: Receive reorders whole entries, so a Tag set
+	// alongside Buf (say, the index of the buffer's owner) stays with it.
+	Tag int
 }
 
 // Stats are a Conn's counters since Open.
@@ -123,13 +128,14 @@ type Stats struct {
 	Short                uint64 // datagrams too short for an ESP header, dropped
 	Truncated            uint64 // datagrams longer than Packet.Buf, dropped
 	GSOBatches           uint64 // UDP GSO super-datagrams sent
+	GROBatches           uint64 // UDP GRO super-datagrams received
 }
 
 type counters struct {
 	packetsOut, bytesOut, packetsIn, bytesIn atomic.Uint64
 	sendErrors, receiveErrors                atomic.Uint64
 	keepalives, nonESP, short, truncated     atomic.Uint64
-	gsoBatches                               atomic.Uint64
+	gsoBatches, groBatches                   atomic.Uint64
 }
 
 // Conn is an open transport endpoint. Send and Receive may run concurrently;
@@ -146,12 +152,13 @@ type Conn struct {
 
 	rcvBuf, sndBuf int
 
-	gso atomic.Bool
+	gso, gro atomic.Bool
 
-	sendMu sync.Mutex
-	send   sendState
-	recvMu sync.Mutex
-	recv   recvState
+	sendMu  sync.Mutex
+	send    sendState
+	recvMu  sync.Mutex
+	recv    recvState
+	groRecv groState
 
 	stats counters
 }
@@ -183,8 +190,8 @@ func Open(cfg Config) (*Conn, error) {
 	if cfg.SocketBuffer < 4096 {
 		return nil, fmt.Errorf("open %s transport on %s: socket buffer %d below 4096 bytes", cfg.Kind, cfg.Local, cfg.SocketBuffer)
 	}
-	if cfg.GSO && cfg.Kind != UDPEncap {
-		return nil, fmt.Errorf("open %s transport on %s: GSO is for UDP encapsulation only", cfg.Kind, cfg.Local)
+	if (cfg.GSO || cfg.GRO) && cfg.Kind != UDPEncap {
+		return nil, fmt.Errorf("open %s transport on %s: GSO and GRO are for UDP encapsulation only", cfg.Kind, cfg.Local)
 	}
 	addr := cfg.Local.Addr().Unmap()
 	if cfg.Kind == UDPEncap && cfg.Local.Port() == 0 {
@@ -208,7 +215,10 @@ func Open(cfg Config) (*Conn, error) {
 		return nil, fmt.Errorf("open %s transport on %s: %w", cfg.Kind, cfg.Local, err)
 	}
 	c.send.init(c.batch, c.kind, c.v6)
-	c.recv.init(c.batch)
+	c.recv.init(max(c.batch, groMessages(c.batch)))
+	if c.gro.Load() {
+		c.groRecv.init(c.batch)
+	}
 	return c, nil
 }
 
@@ -293,6 +303,14 @@ func (c *Conn) setOptions(cfg Config) error {
 				c.gso.Store(true)
 			}
 		}
+		if cfg.GRO {
+			// Kernels before 5.12 cannot read UDP_GRO back; there GRO stays off.
+			if unix.SetsockoptInt(s, unix.IPPROTO_UDP, unix.UDP_GRO, 1) == nil {
+				if v, err := unix.GetsockoptInt(s, unix.IPPROTO_UDP, unix.UDP_GRO); err == nil && v == 1 {
+					c.gro.Store(true)
+				}
+			}
+		}
 	})
 	if ctlErr != nil {
 		return ctlErr
@@ -335,6 +353,9 @@ func (c *Conn) BatchSize() int { return c.batch }
 // kernel refuses a super-datagram (EIO: no checksum offload on the route).
 func (c *Conn) GSO() bool { return c.gso.Load() }
 
+// GRO reports whether UDP GRO is on for receiving.
+func (c *Conn) GRO() bool { return c.gro.Load() }
+
 // SocketBuffers are the receive and send buffer sizes the kernel granted
 // (as it reports them: twice the requested size, for its bookkeeping).
 func (c *Conn) SocketBuffers() (receive, send int) { return c.rcvBuf, c.sndBuf }
@@ -367,6 +388,6 @@ func (c *Conn) Stats() Stats {
 		SendErrors: s.sendErrors.Load(), ReceiveErrors: s.receiveErrors.Load(),
 		Keepalives: s.keepalives.Load(), NonESP: s.nonESP.Load(),
 		Short: s.short.Load(), Truncated: s.truncated.Load(),
-		GSOBatches: s.gsoBatches.Load(),
+		GSOBatches: s.gsoBatches.Load(), GROBatches: s.groBatches.Load(),
 	}
 }

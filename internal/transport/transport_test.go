@@ -59,10 +59,11 @@ func newPair(t testing.TB) *pair {
 	return p
 }
 
-// open opens a transport of kind in ns bound to addr.
-func open(t testing.TB, ns *netns.Namespace, kind Kind, addr netip.Addr, gso bool) *Conn {
+// open opens a transport of kind in ns bound to addr; gso and gro (UDP
+// only) say which offloads to ask for.
+func open(t testing.TB, ns *netns.Namespace, kind Kind, addr netip.Addr, gso bool, gro ...bool) *Conn {
 	t.Helper()
-	c, err := Open(Config{Kind: kind, Local: netip.AddrPortFrom(addr, 0), Namespace: ns.Handle(), GSO: gso})
+	c, err := Open(Config{Kind: kind, Local: netip.AddrPortFrom(addr, 0), Namespace: ns.Handle(), GSO: gso, GRO: len(gro) > 0 && gro[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,17 +124,27 @@ var families = []family{
 	{"ipv6", func(p *pair) netip.Addr { return p.a6 }, func(p *pair) netip.Addr { return p.b6 }, 40, 0},
 }
 
+// offloads lists the GSO (sender) / GRO (receiver) combinations to test:
+// none for raw ESP, all four for UDP.
+func offloads(kind Kind) [][2]bool {
+	if kind != UDPEncap {
+		return [][2]bool{{false, false}}
+	}
+	return [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}}
+}
+
 func TestSendReceiveBatch(t *testing.T) {
 	p := newPair(t)
 	for _, kind := range []Kind{RawESP, UDPEncap} {
 		for _, fam := range families {
-			for _, gso := range []bool{false, true} {
-				if gso && kind != UDPEncap {
-					continue
-				}
-				t.Run(fmt.Sprintf("%s/%s/gso=%v", kind, fam.name, gso), func(t *testing.T) {
+			for _, off := range offloads(kind) {
+				gso, gro := off[0], off[1]
+				t.Run(fmt.Sprintf("%s/%s/gso=%v/gro=%v", kind, fam.name, gso, gro), func(t *testing.T) {
 					a := open(t, p.a, kind, fam.local(p), gso)
-					b := open(t, p.b, kind, fam.remote(p), false)
+					b := open(t, p.b, kind, fam.remote(p), false, gro)
+					if gro && !b.GRO() {
+						t.Fatalf("GRO asked for but not on (kernel ≥ 5.12 has it)")
+					}
 					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
 					if kind == UDPEncap && peer.Port() != DefaultUDPPort {
 						t.Fatalf("UDP transport bound port %d, want %d", peer.Port(), DefaultUDPPort)
@@ -179,7 +190,15 @@ func TestSendReceiveBatch(t *testing.T) {
 					if !gso && as.GSOBatches != 0 {
 						t.Errorf("GSO off but %d super-datagrams sent", as.GSOBatches)
 					}
-					t.Logf("sender %+v", as)
+					// A GSO super-datagram crosses the veth whole; a GRO
+					// socket receives it whole.
+					if gso && gro && bs.GROBatches == 0 {
+						t.Errorf("GSO sender and GRO receiver but no super-datagram received: %+v", bs)
+					}
+					if !gro && bs.GROBatches != 0 {
+						t.Errorf("GRO off but %d super-datagrams received", bs.GROBatches)
+					}
+					t.Logf("sender GSO batches %d, receiver GRO batches %d", as.GSOBatches, bs.GROBatches)
 				})
 			}
 		}
@@ -192,43 +211,45 @@ func TestSendReceiveBatch(t *testing.T) {
 func TestUDPNonESP(t *testing.T) {
 	p := newPair(t)
 	for _, fam := range families {
-		t.Run(fam.name, func(t *testing.T) {
-			a := open(t, p.a, UDPEncap, fam.local(p), false)
-			b := open(t, p.b, UDPEncap, fam.remote(p), false)
-			to := netip.AddrPortFrom(fam.remote(p), DefaultUDPPort)
-			if err := a.SendKeepalive(to); err != nil {
-				t.Fatal(err)
-			}
-			// IKE behind the non-ESP marker, and a 3-byte runt, from another socket.
-			err := p.a.Do(func() error {
-				u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(fam.local(p), 0)))
-				if err != nil {
-					return err
+		for _, gro := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/gro=%v", fam.name, gro), func(t *testing.T) {
+				a := open(t, p.a, UDPEncap, fam.local(p), false)
+				b := open(t, p.b, UDPEncap, fam.remote(p), false, gro)
+				to := netip.AddrPortFrom(fam.remote(p), DefaultUDPPort)
+				if err := a.SendKeepalive(to); err != nil {
+					t.Fatal(err)
 				}
-				defer u.Close()
-				for _, d := range [][]byte{append([]byte{0, 0, 0, 0}, "IKE_SA_INIT..."...), {1, 2, 3}} {
-					if _, err := u.WriteToUDPAddrPort(d, to); err != nil {
+				// IKE behind the non-ESP marker, and a 3-byte runt, from another socket.
+				err := p.a.Do(func() error {
+					u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(fam.local(p), 0)))
+					if err != nil {
 						return err
 					}
+					defer u.Close()
+					for _, d := range [][]byte{append([]byte{0, 0, 0, 0}, "IKE_SA_INIT..."...), {1, 2, 3}} {
+						if _, err := u.WriteToUDPAddrPort(d, to); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
 				}
-				return nil
+				esp := espPacket(0x2002, 7, 64)
+				if _, err := a.Send([]Packet{{Data: esp, Peer: to}}); err != nil {
+					t.Fatal(err)
+				}
+				got, _ := receiveN(t, b, 1)
+				if string(got[0]) != string(esp) {
+					t.Errorf("received % x, want the ESP packet", got[0])
+				}
+				s := b.Stats()
+				if s.Keepalives != 1 || s.NonESP != 1 || s.Short != 1 || s.PacketsIn != 1 {
+					t.Errorf("counters %+v: want 1 keepalive, 1 non-ESP, 1 short, 1 ESP", s)
+				}
 			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			esp := espPacket(0x2002, 7, 64)
-			if _, err := a.Send([]Packet{{Data: esp, Peer: to}}); err != nil {
-				t.Fatal(err)
-			}
-			got, _ := receiveN(t, b, 1)
-			if string(got[0]) != string(esp) {
-				t.Errorf("received % x, want the ESP packet", got[0])
-			}
-			s := b.Stats()
-			if s.Keepalives != 1 || s.NonESP != 1 || s.Short != 1 || s.PacketsIn != 1 {
-				t.Errorf("counters %+v: want 1 keepalive, 1 non-ESP, 1 short, 1 ESP", s)
-			}
-		})
+		}
 	}
 }
 
@@ -348,16 +369,17 @@ func TestSocketBuffers(t *testing.T) {
 // TestBatchPathsDoNotAllocate: a full send+receive round of a batch costs
 // no allocation, for every transport.
 func TestBatchPathsDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector; run without -race")
+	}
 	p := newPair(t)
 	for _, kind := range []Kind{RawESP, UDPEncap} {
 		for _, fam := range families {
-			for _, gso := range []bool{false, true} {
-				if gso && kind != UDPEncap {
-					continue
-				}
-				t.Run(fmt.Sprintf("%s/%s/gso=%v", kind, fam.name, gso), func(t *testing.T) {
+			for _, off := range offloads(kind) {
+				gso, gro := off[0], off[1]
+				t.Run(fmt.Sprintf("%s/%s/gso=%v/gro=%v", kind, fam.name, gso, gro), func(t *testing.T) {
 					a := open(t, p.a, kind, fam.local(p), gso)
-					b := open(t, p.b, kind, fam.remote(p), false)
+					b := open(t, p.b, kind, fam.remote(p), false, gro)
 					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
 					const batch = 32
 					out := make([]Packet, batch)
@@ -384,5 +406,59 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// TestReceiveKeepsTagWithBuffer: Receive moves ignored datagrams' slots
+// behind the ESP ones; each Tag must still name its own buffer.
+func TestReceiveKeepsTagWithBuffer(t *testing.T) {
+	p := newPair(t)
+	for _, gro := range []bool{false, true} {
+		a := open(t, p.a, UDPEncap, p.a4, false)
+		b := open(t, p.b, UDPEncap, p.b4, false, gro)
+		to := netip.AddrPortFrom(p.b4, DefaultUDPPort)
+		// keepalive, ESP 1, keepalive, ESP 2: slots 0 and 2 are ignored.
+		for i, data := range [][]byte{{0xff}, espPacket(1, 1, 100), {0xff}, espPacket(1, 2, 100)} {
+			var err error
+			if len(data) == 1 {
+				err = a.SendKeepalive(to)
+			} else {
+				_, err = a.Send([]Packet{{Data: data, Peer: to}})
+			}
+			if err != nil {
+				t.Fatalf("send %d: %v", i, err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // all four queued, so one recvmmsg sees them
+		pkts := slots(8, 2048)
+		bufs := map[int]*byte{}
+		for i := range pkts {
+			pkts[i].Tag = i
+			bufs[i] = &pkts[i].Buf[0]
+		}
+		b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got := 0
+		for got < 2 {
+			n, err := b.Receive(pkts[got:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+		for i, pk := range pkts {
+			if &pk.Buf[0] != bufs[pk.Tag] {
+				t.Errorf("gro=%v: slot %d: Tag %d no longer names its buffer", gro, i, pk.Tag)
+			}
+		}
+		for i := range 2 {
+			if seq := binary.BigEndian.Uint32(pkts[i].Data[4:]); seq != uint32(i+1) {
+				t.Errorf("gro=%v: packet %d has seq %d", gro, i, seq)
+			}
+			if &pkts[i].Data[0] != &pkts[i].Buf[0] {
+				t.Errorf("gro=%v: packet %d Data is not at the start of its Buf", gro, i)
+			}
+		}
+		a.Close()
+		b.Close()
 	}
 }

@@ -67,7 +67,7 @@ type gcmScratch struct {
 // NewSession expands the SA's keys for the suite.
 func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	suite := cfg.Suite
-	if err := suite.ValidateKeys(cfg.EncKey, cfg.AuthKey); err != nil {
+	if err := validate(cfg); err != nil {
 		return nil, fmt.Errorf("new %s session: %w", suite, err)
 	}
 	s := &Session{suite: suite, esn: cfg.ESN, ivLen: suite.IVLen(), icvLen: suite.ICVLen()}
@@ -103,6 +103,24 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	s.gcm.New = func() any { return new(gcmScratch) }
 	s.ctrs.New = func() any { return new(ctrScratch) }
 	return s, nil
+}
+
+// validate checks an ESP suite and its keys, or, for a cipher-only session,
+// that the suite really has no integrity and the cipher key fits.
+func validate(cfg offload.SessionConfig) error {
+	if !cfg.CipherOnly {
+		return cfg.Suite.ValidateKeys(cfg.EncKey, cfg.AuthKey)
+	}
+	s := cfg.Suite
+	if s.Auth != sa.AuthNone || s.Cipher.IsAEAD() || len(cfg.AuthKey) != 0 {
+		return fmt.Errorf("a cipher-only session needs a non-AEAD cipher with auth none and no auth key, not %s", s)
+	}
+	for _, n := range s.EncKeyLens() {
+		if len(cfg.EncKey) == n {
+			return nil
+		}
+	}
+	return fmt.Errorf("enc-key for %s is %d bytes, want %v", s.Cipher, len(cfg.EncKey), s.EncKeyLens())
 }
 
 func hashFunc(a sa.Auth) func() hash.Hash {
@@ -153,11 +171,13 @@ func (s *Session) Process(op *offload.Op) {
 	iv := pkt[espHeaderLen:body]
 	if op.Dir == offload.Seal {
 		s.crypt(offload.Seal, iv, payload)
-		s.writeICV(op)
+		if s.icvLen > 0 {
+			s.writeICV(op)
+		}
 		op.Status = offload.OK
 		return
 	}
-	if !s.verifyICV(op) {
+	if s.icvLen > 0 && !s.verifyICV(op) {
 		op.Status = offload.BadICV
 		return
 	}

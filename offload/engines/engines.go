@@ -8,7 +8,10 @@ import (
 	"strings"
 
 	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/aesni"
 	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/offload/emul"
+	"github.com/espgw/espgw/offload/ring"
 )
 
 // Options tune the engines that have knobs; zero values mean the engine's
@@ -21,15 +24,29 @@ type Options struct {
 
 // Names lists the engines New knows, profiles spelled out.
 func Names() []string {
-	return []string{cpu.Name}
+	names := []string{cpu.Name, aesni.Name, ring.Name}
+	for _, p := range emul.ProfileNames() {
+		names = append(names, emul.Prefix+":"+p)
+	}
+	return names
 }
 
 // New builds the engine called name.
 func New(name string, opts Options) (offload.Engine, error) {
-	base, _, _ := strings.Cut(name, ":")
-	switch base {
-	case cpu.Name:
+	base, profile, hasProfile := strings.Cut(name, ":")
+	switch {
+	case base == cpu.Name && !hasProfile:
 		return cpu.New(), nil
+	case base == ring.Name && !hasProfile:
+		return ring.New(ring.Config{Units: opts.Workers, QueueDepth: opts.QueueDepth, Aggregation: opts.Aggregation}), nil
+	case base == emul.Prefix:
+		e, err := emul.New(profile, emul.Options{QueueDepth: opts.QueueDepth, Aggregation: opts.Aggregation})
+		if err != nil {
+			return nil, fmt.Errorf("offload engine %q: %w", name, err)
+		}
+		return e, nil
+	case base == aesni.Name && !hasProfile:
+		return aesni.New(), nil
 	}
 	return nil, fmt.Errorf("unknown offload engine %q (known: %s)", name, strings.Join(Names(), ", "))
 }

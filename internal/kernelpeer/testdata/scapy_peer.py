@@ -1,0 +1,169 @@
+"""Independent ESP peer for the kernelpeer tests, built on scapy.
+
+Reads one JSON case per line on stdin, writes one JSON result per line on
+stdout. For each case it seals an ICMP echo request to the guest with the
+inbound SA, sends it, waits for the guest's ESP-protected echo reply,
+verifies and decrypts that with the outbound SA, then sends a tampered
+packet and a replay of the first one (the Go side checks the kernel
+counted both). Run it with /usr/bin/python3 inside the test namespace.
+
+scapy computes HMAC ICVs without the ESN high bits (it honours ESN only for
+GCM), so for HMAC suites with ESN this script appends seq-hi to the ICV
+input itself (RFC 4303 §2.2.1, Appendix A), as the kernel does.
+"""
+import hashlib
+import hmac
+import json
+import os
+import select
+import socket
+import struct
+import sys
+import time
+
+from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.ipsec import ESP, SecurityAssociation
+from scapy.packet import Raw
+
+ETH_P_IP = 0x0800
+HASHES = {"HMAC-SHA1-96": hashlib.sha1, "SHA2-256-128": hashlib.sha256,
+          "SHA2-384-192": hashlib.sha384, "SHA2-512-256": hashlib.sha512,
+          "HMAC-MD5-96": hashlib.md5}
+
+
+def make_sa(c, spi, src, dst, hi):
+    return SecurityAssociation(
+        ESP, spi=spi, crypt_algo=c["crypt"], crypt_key=bytes.fromhex(c["crypt_key"]),
+        auth_algo=c["auth"], auth_key=bytes.fromhex(c["auth_key"]) if c["auth_key"] else None,
+        tunnel_header=IP(src=src, dst=dst) if c["mode"] == "tunnel" else None,
+        nat_t_header=UDP(sport=4500, dport=4500) if c["udp"] else None,
+        esn_en=c["esn"], esn=hi)
+
+
+def esp_offset(b, udp):
+    return (b[0] & 0x0F) * 4 + (8 if udp else 0)
+
+
+def esn_icv(c, esp_bytes, hi):
+    """ICV of an HMAC suite with ESN: HMAC over ESP || seq-hi."""
+    mac = hmac.new(bytes.fromhex(c["auth_key"]), esp_bytes + struct.pack("!L", hi), HASHES[c["auth"]])
+    return mac.digest()[:c["icv_len"]]
+
+
+def seal(c, sa, inner, seq):
+    lo, hi = seq & 0xFFFFFFFF, seq >> 32
+    p = sa.encrypt(inner, seq_num=lo, esn_en=c["esn"], esn=hi)
+    if c["udp"]:
+        # scapy writes the UDP length before the ESP payload exists (8)
+        p[UDP].len = None
+        p[UDP].chksum = 0
+    b = bytearray(bytes(IP(bytes(p))))
+    if c["esn"] and c["auth"] != "NULL":
+        off = esp_offset(b, c["udp"])
+        b[-c["icv_len"]:] = esn_icv(c, bytes(b[off:-c["icv_len"]]), hi)
+    return bytes(b)
+
+
+def open_reply(c, sa, b, hi):
+    """Verify and decrypt the guest's reply; returns (inner packet, seq)."""
+    off = esp_offset(b, c["udp"])
+    seq = struct.unpack("!L", b[off + 4:off + 8])[0]
+    if c["esn"] and c["auth"] != "NULL":
+        want = esn_icv(c, b[off:-c["icv_len"]], hi)
+        if not hmac.compare_digest(want, b[-c["icv_len"]:]):
+            raise ValueError("reply ICV (with ESN high bits %d) does not verify" % hi)
+        return sa.decrypt(IP(b), verify=False), seq
+    return sa.decrypt(IP(b)), seq
+
+
+def is_reply(c, b):
+    if len(b) < 28 or b[0] >> 4 != 4:
+        return False
+    src = socket.inet_ntoa(b[12:16])
+    if src != c["guest"]:
+        return False
+    off = esp_offset(b, c["udp"])
+    if c["udp"]:
+        if b[9] != 17 or struct.unpack("!H", b[off - 6:off - 4])[0] != 4500:
+            return False
+    elif b[9] != 50:
+        return False
+    return struct.unpack("!L", b[off:off + 4])[0] == c["spi_out"]
+
+
+def run_case(c, tx, rx):
+    hi_in = (c["seq_in"] + 1) >> 32
+    hi_out = (c["seq_out"] + 1) >> 32
+    sa_in = make_sa(c, c["spi_in"], c["host"], c["guest"], hi_in)
+    sa_out = make_sa(c, c["spi_out"], c["guest"], c["host"], hi_out)
+    src, dst = (c["host_inner"], c["guest_inner"]) if c["mode"] == "tunnel" else (c["host"], c["guest"])
+    payload = os.urandom(c["payload_len"])
+    ident = c["spi_in"] & 0xFFFF
+    req = IP(src=src, dst=dst) / ICMP(type=8, id=ident, seq=7) / Raw(payload)
+    pkt = seal(c, sa_in, IP(bytes(req)), c["seq_in"] + 1)
+
+    while select.select([rx], [], [], 0)[0]:
+        rx.recv(65535)  # drop what came before
+    tx.sendto(pkt, (c["guest"], 0))
+    deadline = time.time() + c["timeout"]
+    reply = None
+    while reply is None:
+        left = deadline - time.time()
+        if left <= 0 or not select.select([rx], [], [], left)[0]:
+            return {"ok": False, "error": "no ESP reply from the guest within %ss" % c["timeout"]}
+        frame = rx.recv(65535)
+        if is_reply(c, frame):
+            reply = frame
+    inner, seq = open_reply(c, sa_out, reply, hi_out)
+    icmp = inner[ICMP] if ICMP in inner else None
+    problems = []
+    if icmp is None:
+        problems.append("decrypted reply is not ICMP: %r" % inner)
+    else:
+        if icmp.type != 0 or icmp.id != ident or icmp.seq != 7:
+            problems.append("not our echo reply: type %d id %d seq %d" % (icmp.type, icmp.id, icmp.seq))
+        if bytes(icmp.payload) != payload:
+            problems.append("echo payload differs (%d bytes, want %d)" % (len(bytes(icmp.payload)), len(payload)))
+        if inner.src != dst or inner.dst != src:
+            problems.append("inner addresses %s->%s, want %s->%s" % (inner.src, inner.dst, dst, src))
+    if seq != (c["seq_out"] + 1) & 0xFFFFFFFF:
+        problems.append("reply sequence %#x, want %#x" % (seq, (c["seq_out"] + 1) & 0xFFFFFFFF))
+
+    # A tampered packet: one bit flipped in the last ciphertext byte before
+    # the ICV, under a fresh sequence number so only the ICV can reject it.
+    bad = bytearray(seal(c, sa_in, IP(bytes(req)), c["seq_in"] + 2))
+    bad[-c["icv_len"] - 1] ^= 0x01
+    tx.sendto(bytes(bad), (c["guest"], 0))
+    # A replay of the first packet.
+    if c["replay"]:
+        tx.sendto(pkt, (c["guest"], 0))
+    return {"ok": not problems, "error": "; ".join(problems), "reply_len": len(reply)}
+
+
+def main():
+    tx = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+    rx = None
+    # This namespace's kernel has no ESP: open sockets so it does not answer
+    # the guest's ESP with ICMP unreachables.
+    quiet_esp = socket.socket(socket.AF_INET, socket.SOCK_RAW, 50)
+    quiet_udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    quiet_udp.bind(("0.0.0.0", 4500))
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        c = json.loads(line)
+        if rx is None:
+            rx = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(ETH_P_IP))
+            rx.bind((c["iface"], ETH_P_IP))
+        try:
+            res = run_case(c, tx, rx)
+        except Exception as e:  # report, do not die: the next case may work
+            res = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}
+        print(json.dumps(res), flush=True)
+    quiet_esp.close()
+    quiet_udp.close()
+
+
+if __name__ == "__main__":
+    main()
