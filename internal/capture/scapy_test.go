@@ -40,9 +40,14 @@ func interopCases(t *testing.T) []*interopCase {
 						name: fmt.Sprintf("%s/%s/v6=%v/encap=%s", sc, mode, v6, encap),
 						cfg:  randomSA(sc, mode, v6, encap),
 					}
+					// Tunnels over UDP carry the other family inside.
+					innerV6 := v6 != (mode == sa.Tunnel && encap == sa.EncapUDP)
+					if innerV6 != v6 {
+						c.name += "/inner-v6=" + fmt.Sprint(innerV6)
+					}
 					for j := 0; j < 3; j++ {
 						size := interopSizes[(k+j*5)%len(interopSizes)]
-						c.inners = append(c.inners, udpPacket(v6, size, uint16(k*3+j)))
+						c.inners = append(c.inners, udpPacket(innerV6, size, uint16(k*3+j)))
 					}
 					k++
 					cases = append(cases, c)
