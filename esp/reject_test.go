@@ -72,7 +72,10 @@ func TestFlippedBitsRejected(t *testing.T) {
 			cfg := testSA(t, suite, sa.Tunnel, false)
 			cfg.ReplayWindow = 32
 			tx, rx := newPair(t, cfg)
-			sad := map[uint32]*esp.SA{cfg.SPI: rx}
+			sad, err := sa.NewSAD([]*sa.SA{cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
 			pkts := sealN(t, tx, 100, 61, false)
 			model := newWindowModel(cfg.ReplayWindow)
 			// Accept 1…99 except 70, so the window holds both seen and unseen numbers.
@@ -91,14 +94,18 @@ func TestFlippedBitsRejected(t *testing.T) {
 					pkt := append([]byte(nil), orig...)
 					pkt[bit/8] ^= 1 << (bit % 8)
 					spi, _ := esp.SPIOf(pkt)
-					s, ok := sad[spi]
-					var want esp.Reason
-					switch {
-					case bit < 32:
-						if ok {
+					if bit < 32 {
+						if sad.Lookup(spi) != nil || sad.LookupDst(spi, cfg.Dst) != nil {
 							t.Fatalf("bit %d: flipped SPI %#x still finds an SA", bit, spi)
 						}
 						continue
+					}
+					if sad.Lookup(spi) != cfg {
+						t.Fatalf("bit %d: SPI %#x does not find the SA", bit, spi)
+					}
+					s := rx
+					var want esp.Reason
+					switch {
 					case bit < 64:
 						want = model.verdict(uint64(binary.BigEndian.Uint32(pkt[4:8])))
 						if want == esp.OK {
