@@ -1,0 +1,43 @@
+package speed
+
+import (
+	"context"
+	"testing"
+
+	"github.com/espgw/espgw/offload/engines"
+)
+
+func BenchmarkRound(b *testing.B) {
+	for _, tc := range []struct {
+		alg  string
+		size int
+	}{{"aes-128-cbc", 16}, {"aes-128-cbc", 8192}, {"des-ede3-cbc", 8192}} {
+		b.Run(tc.alg+"/"+itoa(tc.size), func(b *testing.B) {
+			eng, err := engines.New("cpu", engines.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			alg, _ := ParseAlg(tc.alg)
+			s, err := newStream(eng, alg, tc.size, 1)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.SetBytes(int64(tc.size))
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := s.round(context.Background(), eng, tc.size); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func itoa(n int) string {
+	s := ""
+	for n > 0 {
+		s = string(rune('0'+n%10)) + s
+		n /= 10
+	}
+	return s
+}
