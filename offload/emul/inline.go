@@ -21,7 +21,8 @@ type inline struct {
 	virtual bool // the cores' clocks run on the model alone (see ring.Config.Virtual)
 
 	mu    sync.Mutex
-	cores []time.Duration // modelled time each core is next idle
+	cores []time.Duration                  // modelled time each core is next idle
+	loops map[*offload.Batch]time.Duration // virtual: each batch's last modelled completion
 
 	ops, bytes, batches, errors, badICV atomic.Uint64
 	closed                              atomic.Bool
@@ -33,7 +34,8 @@ type inline struct {
 const minWait = 20 * time.Microsecond
 
 func newInline(name string, m *model, virtual bool) *inline {
-	return &inline{name: name, m: m, epoch: time.Now(), virtual: virtual, cores: make([]time.Duration, max(1, m.prof.Units))}
+	return &inline{name: name, m: m, epoch: time.Now(), virtual: virtual,
+		cores: make([]time.Duration, max(1, m.prof.Units)), loops: make(map[*offload.Batch]time.Duration)}
 }
 
 // ModelClock is the modelled time the busiest core is done, as time since
@@ -87,11 +89,17 @@ func (e *inline) TrySubmit(b *offload.Batch) error {
 		}
 	}
 	start := e.cores[i]
-	if !e.virtual {
+	if e.virtual {
+		// A caller's next batch starts after its last one in the model.
+		start = max(start, e.loops[b])
+	} else {
 		start = max(start, now)
 	}
 	done := start + work
 	e.cores[i] = done
+	if e.virtual {
+		e.loops[b] = done
+	}
 	e.mu.Unlock()
 	if done-now > minWait {
 		for done > time.Since(e.epoch) {
