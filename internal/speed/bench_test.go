@@ -2,6 +2,7 @@ package speed
 
 import (
 	"context"
+	"strconv"
 	"testing"
 
 	"github.com/espgw/espgw/offload/engines"
@@ -12,7 +13,7 @@ func BenchmarkRound(b *testing.B) {
 		alg  string
 		size int
 	}{{"aes-128-cbc", 16}, {"aes-128-cbc", 8192}, {"des-ede3-cbc", 8192}} {
-		b.Run(tc.alg+"/"+itoa(tc.size), func(b *testing.B) {
+		b.Run(tc.alg+"/"+strconv.Itoa(tc.size), func(b *testing.B) {
 			eng, err := engines.New("cpu", engines.Options{})
 			if err != nil {
 				b.Fatal(err)
@@ -31,13 +32,4 @@ func BenchmarkRound(b *testing.B) {
 			}
 		})
 	}
-}
-
-func itoa(n int) string {
-	s := ""
-	for n > 0 {
-		s = string(rune('0'+n%10)) + s
-		n /= 10
-	}
-	return s
 }
