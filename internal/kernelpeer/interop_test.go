@@ -186,13 +186,7 @@ func TestKernelESPInteropWithScapy(t *testing.T) {
 
 func checkExchange(t *testing.T, ctx context.Context, p *Peer, scapy *scapyPeer, st interopSuite, in, out *sa.SA, size int) {
 	t.Helper()
-	if err := p.FlushXFRM(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.InstallSA(ctx, in, Inbound); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.InstallSA(ctx, out, Outbound); err != nil {
+	if err := p.ReplaceSAs(ctx, DirectedSA{in, Inbound}, DirectedSA{out, Outbound}); err != nil {
 		t.Fatal(err)
 	}
 	before, err := p.Counters(ctx)

@@ -305,6 +305,29 @@ func (p *Peer) InstallSA(ctx context.Context, s *sa.SA, dir Direction) error {
 	return nil
 }
 
+// DirectedSA is an SA with the direction it has in the guest.
+type DirectedSA struct {
+	SA  *sa.SA
+	Dir Direction
+}
+
+// ReplaceSAs flushes the guest's SAs and policies and installs sas, in one
+// round trip (commands cost the most under emulation).
+func (p *Peer) ReplaceSAs(ctx context.Context, sas ...DirectedSA) error {
+	cmds := []Command{{Args: []string{"xfrm", "policy", "flush"}}, {Args: []string{"xfrm", "state", "flush"}}}
+	for _, d := range sas {
+		c, err := XFRMCommands(d.SA, d.Dir)
+		if err != nil {
+			return err
+		}
+		cmds = append(cmds, c...)
+	}
+	if out, err := p.Run(ctx, script(cmds)); err != nil {
+		return fmt.Errorf("install %d SAs in the kernel peer: %w", len(sas), redactErr(err, out))
+	}
+	return nil
+}
+
 // redactErr keeps an install error's message from carrying the script:
 // iproute2 prints only its own diagnostics, but the error of a failed
 // shell may echo a line.
