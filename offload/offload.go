@@ -81,6 +81,12 @@ type SessionConfig struct {
 	EncKey  sa.Key
 	AuthKey sa.Key
 	ESN     bool
+	// CipherOnly asks for a session with no integrity at all (the suite's
+	// Auth must be none and its cipher not an AEAD): ops encrypt or decrypt
+	// the payload and carry no ICV. It exists to measure a bulk cipher the
+	// way `openssl speed -evp` does; ESP never asks for it, and an engine
+	// that cannot do it returns an error from NewSession.
+	CipherOnly bool
 }
 
 // Session is an engine's cached per-SA state: expanded keys, HMAC pads.

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/espgw/espgw/internal/gateway"
+)
+
+func newRun() *cobra.Command {
+	var file string
+	cmd := &cobra.Command{
+		Use:   "run -c FILE",
+		Short: "Run one gateway from a configuration file",
+		Long: `Run one espgw gateway: a TUN device, outer sockets and an offload engine,
+with the SAs and policies of FILE. SIGINT or SIGTERM stop it and print the
+final counters; SIGHUP reloads the SAs without dropping the tunnel.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return errors.New("run: -c FILE is required")
+			}
+			cfg, err := gateway.LoadConfig(file)
+			if err != nil {
+				return err
+			}
+			return runGateway(cmd.Context(), cmd, cfg)
+		},
+	}
+	cmd.Flags().StringVarP(&file, "config", "c", "", "gateway configuration file (YAML)")
+	return cmd
+}
+
+func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config) error {
+	log := slog.Default()
+	rt, err := gateway.Start(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer rt.Close()
+
+	if cfg.Metrics != "off" && cfg.Metrics != "" {
+		ln, err := net.Listen("tcp", cfg.Metrics)
+		if err != nil {
+			return fmt.Errorf("%s: metrics address %s: %w", cfg.File, cfg.Metrics, err)
+		}
+		srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln)
+		defer srv.Close()
+		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	}
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := rt.Reload(); err != nil {
+					log.Error("reload failed; the SAs in force stay", "err", err)
+				}
+			}
+		}
+	}()
+
+	err = rt.Run(ctx)
+	fmt.Fprintln(cmd.OutOrStdout(), "final counters:")
+	printStats(cmd.OutOrStdout(), rt.Stats())
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	return nil
+}

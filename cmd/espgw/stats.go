@@ -1,0 +1,91 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/espgw/espgw/internal/gateway"
+)
+
+func newStats() *cobra.Command {
+	var addr string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Show a running gateway's counters per SA and drop reason",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			client := &http.Client{Timeout: 5 * time.Second}
+			resp, err := client.Get("http://" + addr + "/stats")
+			if err != nil {
+				return fmt.Errorf("read stats from the gateway at %s (is `espgw run` up with metrics on?): %w", addr, err)
+			}
+			defer resp.Body.Close()
+			body, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("read stats from %s: status %s: %v", addr, resp.Status, err)
+			}
+			if asJSON {
+				_, err := cmd.OutOrStdout().Write(body)
+				return err
+			}
+			var st gateway.Stats
+			if err := json.Unmarshal(body, &st); err != nil {
+				return fmt.Errorf("decode stats from %s: %w", addr, err)
+			}
+			printStats(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&addr, "addr", gateway.DefaultMetrics, "the gateway's metrics address")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw JSON")
+	return cmd
+}
+
+// printStats writes a gateway's counters as tables.
+func printStats(w io.Writer, st gateway.Stats) {
+	if w == nil {
+		w = os.Stdout
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "TUN in\tTUN out\twire in\twire out\tengine\n")
+	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s (%d ops, %d queue full)\n", st.TunIn, st.TunOut, st.WireIn, st.WireOut, st.Engine.Name, st.Engine.Ops, st.Engine.QueueFull)
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "SPI\tdir\tsuite\tmode\tsealed\topened\tlast seq\tdrops\n")
+	for _, s := range st.SAs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.SPI, s.Direction, s.Suite, s.Mode, s.SealedPackets, s.OpenedPackets, s.LastSeq, formatDrops(s.Drops))
+	}
+	tw.Flush()
+	if len(st.Drops) > 0 {
+		fmt.Fprintf(w, "\ngateway drops: %s\n", formatDrops(st.Drops))
+	}
+}
+
+func formatDrops(d map[string]uint64) string {
+	if len(d) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(d))
+	for k := range d {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := ""
+	for i, k := range keys {
+		if i > 0 {
+			out += " "
+		}
+		out += fmt.Sprintf("%s=%d", k, d[k])
+	}
+	return out
+}

@@ -1,0 +1,166 @@
+package esp
+
+import (
+	"encoding/binary"
+
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/sa"
+)
+
+// SPIOf returns the SPI of an ESP packet, for the SAD lookup that picks the
+// SA to open it with; ok is false when the packet is too short to have one.
+func SPIOf(esp []byte) (spi uint32, ok bool) {
+	if len(esp) < HeaderLen {
+		return 0, false
+	}
+	return binary.BigEndian.Uint32(esp), true
+}
+
+// PrepareOpen checks the ESP packet in p against the SA before any crypto:
+// length, lifetime and the replay window (RFC 4303 §3.4.3: the cheap check
+// first), infers the ESN high bits, and fills p.Op for the engine.
+func (s *SA) PrepareOpen(p *Packet) Reason {
+	p.SA, p.Drop = s, OK
+	pkt := p.Buf[p.Off : p.Off+p.Len]
+	min := HeaderLen + s.ivLen + 2 + s.icvLen
+	if len(pkt) < min || (len(pkt)-HeaderLen-s.ivLen-s.icvLen)%s.block != 0 {
+		return s.reject(p, Truncated)
+	}
+	if s.expired.Load() {
+		return s.reject(p, Expired)
+	}
+	lo := binary.BigEndian.Uint32(pkt[4:8])
+	seq := uint64(lo)
+	s.mu.Lock()
+	if s.Config.ESN {
+		seq |= uint64(InferSeqHi(s.window.Last(), s.window.size, lo)) << 32
+	}
+	verdict := OK
+	if s.Config.ReplayWindow > 0 {
+		verdict = s.window.Check(seq)
+	}
+	s.mu.Unlock()
+	if verdict != OK {
+		return s.reject(p, verdict)
+	}
+	p.Seq = seq
+	p.Op = offload.Op{Session: s.sess, Dir: offload.Open, Packet: pkt, SeqHi: uint32(seq >> 32)}
+	return OK
+}
+
+// FinishOpen takes the engine's verdict, updates the replay window (only now
+// that the ICV verified), checks padding and next header, and leaves the
+// inner packet in p.
+func (s *SA) FinishOpen(p *Packet) Reason {
+	if p.Drop != OK {
+		return p.Drop
+	}
+	switch p.Op.Status {
+	case offload.OK:
+	case offload.BadICV:
+		return s.reject(p, BadICV)
+	case offload.BadLength:
+		return s.reject(p, Truncated)
+	default:
+		return s.reject(p, EngineFailure)
+	}
+	s.mu.Lock()
+	verdict := s.window.Accept(p.Seq)
+	s.mu.Unlock()
+	if verdict != OK && s.Config.ReplayWindow > 0 {
+		return s.reject(p, verdict)
+	}
+
+	pkt := p.Buf[p.Off : p.Off+p.Len]
+	ct := pkt[HeaderLen+s.ivLen : len(pkt)-s.icvLen]
+	padLen := int(ct[len(ct)-2])
+	nh := ct[len(ct)-1]
+	if padLen+2 > len(ct) {
+		return s.reject(p, BadPadding)
+	}
+	pad := ct[len(ct)-2-padLen : len(ct)-2]
+	for i, v := range pad {
+		if v != byte(i+1) {
+			return s.reject(p, BadPadding)
+		}
+	}
+	if nh == protoNone {
+		return s.reject(p, Dummy)
+	}
+	payload := ct[:len(ct)-2-padLen]
+	payloadOff := p.Off + HeaderLen + s.ivLen
+
+	if s.Config.Mode == sa.Transport {
+		if r := s.restoreTransport(p, payloadOff, len(payload), nh); r != OK {
+			return s.reject(p, r)
+		}
+	} else {
+		n, r := innerLen(payload, nh)
+		if r != OK {
+			return s.reject(p, r)
+		}
+		p.Off, p.Len = payloadOff, n // n < len(payload) drops TFC padding
+	}
+	if len(s.Config.Selectors) > 0 && !s.selects(p.Data()) {
+		return s.reject(p, Policy)
+	}
+	pk := s.Counters.OpenedPackets.Add(1)
+	by := s.Counters.OpenedBytes.Add(uint64(p.Len))
+	s.account(pk, by)
+	return OK
+}
+
+// innerLen checks that a tunnel-mode payload is the IP packet nh says and
+// returns its length from its own header.
+func innerLen(payload []byte, nh uint8) (int, Reason) {
+	switch {
+	case nh == protoIPv4 && len(payload) >= 20 && payload[0]>>4 == 4:
+		n := int(binary.BigEndian.Uint16(payload[2:4]))
+		if n < 20 || n > len(payload) {
+			return 0, BadNextHeader
+		}
+		return n, OK
+	case nh == protoIPv6 && len(payload) >= 40 && payload[0]>>4 == 6:
+		n := 40 + int(binary.BigEndian.Uint16(payload[4:6]))
+		if n > len(payload) {
+			return 0, BadNextHeader
+		}
+		return n, OK
+	}
+	return 0, BadNextHeader
+}
+
+// restoreTransport moves the IP header found before the ESP packet up to
+// the decrypted payload and gives it back its protocol and length.
+func (s *SA) restoreTransport(p *Packet, payloadOff, n int, nh uint8) Reason {
+	hdrStart := p.Off - p.HdrLen
+	if p.HdrLen == 0 || hdrStart < 0 {
+		return BadNextHeader
+	}
+	hl, proto, at, ok := ipHeaderLen(p.Buf[hdrStart:p.Off])
+	if !ok || hl != p.HdrLen || proto != protoESP {
+		return BadNextHeader
+	}
+	dst := payloadOff - hl
+	copy(p.Buf[dst:payloadOff], p.Buf[hdrStart:p.Off])
+	hdr := p.Buf[dst:payloadOff]
+	hdr[at] = nh
+	fixIPLength(hdr, hl+n)
+	p.Off, p.Len = dst, hl+n
+	return OK
+}
+
+// selects reports whether an opened inner packet falls under the SA's
+// selectors.
+func (s *SA) selects(pkt []byte) bool {
+	src, dst, proto, sport, dport, ok := innerFlow(pkt)
+	if !ok {
+		return false
+	}
+	for _, sel := range s.Config.Selectors {
+		if sel.Matches(src, dst, proto, sport, dport) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,159 @@
+package esp
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/espgw/espgw/offload"
+)
+
+// Packet is one packet worked in place in Buf. Data is Buf[Off:Off+Len]:
+// before Seal the inner IP packet, after it the ESP packet (tunnel mode) or
+// the IP header followed by ESP (transport mode); before Open the ESP packet
+// from the SPI on, after it the inner IP packet. Packets are reused: nothing
+// in them is allocated per packet.
+type Packet struct {
+	Buf      []byte
+	Off, Len int
+	// HdrLen is, for Open in transport mode, the length of the IP header
+	// found just before Off (raw IPv4 sockets deliver it; see WriteIPHeader).
+	HdrLen int
+
+	SA  *SA
+	Seq uint64 // full sequence number, known after Prepare
+	// Drop is the reason the packet did not come out, or OK.
+	Drop Reason
+	// Op is the engine request Prepare fills; batchers copy it into their
+	// offload.Batch and the Status back before Finish.
+	Op offload.Op
+}
+
+// Data returns the packet's current bytes.
+func (p *Packet) Data() []byte { return p.Buf[p.Off : p.Off+p.Len] }
+
+// Reset points the packet at n bytes at off in buf, clearing the rest.
+func (p *Packet) Reset(buf []byte, off, n int) {
+	*p = Packet{Buf: buf, Off: off, Len: n}
+}
+
+// ipHeaderLen finds where a transport-mode payload starts and which protocol
+// it carries: the IPv4 header, or the IPv6 header and the extension headers
+// that must stay in front of ESP (hop-by-hop, routing, fragment; RFC 4303
+// §3.1.1). It returns the offset of the next-header byte to rewrite.
+func ipHeaderLen(pkt []byte) (hdrLen int, proto uint8, protoAt int, ok bool) {
+	if len(pkt) < 1 {
+		return 0, 0, 0, false
+	}
+	switch pkt[0] >> 4 {
+	case 4:
+		if len(pkt) < 20 {
+			return 0, 0, 0, false
+		}
+		ihl := int(pkt[0]&0x0f) * 4
+		if ihl < 20 || len(pkt) < ihl {
+			return 0, 0, 0, false
+		}
+		return ihl, pkt[9], 9, true
+	case 6:
+		if len(pkt) < 40 {
+			return 0, 0, 0, false
+		}
+		at, off := 6, 40
+		nh := pkt[6]
+		for nh == 0 || nh == 43 || nh == 44 {
+			if len(pkt) < off+8 {
+				return 0, 0, 0, false
+			}
+			at = off
+			next := pkt[off]
+			if nh == 44 {
+				off += 8
+			} else {
+				off += (int(pkt[off+1]) + 1) * 8
+			}
+			if len(pkt) < off {
+				return 0, 0, 0, false
+			}
+			nh = next
+		}
+		return off, nh, at, true
+	}
+	return 0, 0, 0, false
+}
+
+// fixIPLength rewrites the length fields (and IPv4 checksum) of the IP
+// header at hdr for a packet of total bytes.
+func fixIPLength(hdr []byte, total int) {
+	if hdr[0]>>4 == 4 {
+		binary.BigEndian.PutUint16(hdr[2:4], uint16(total))
+		ihl := int(hdr[0]&0x0f) * 4
+		hdr[10], hdr[11] = 0, 0
+		binary.BigEndian.PutUint16(hdr[10:12], ^checksum(hdr[:ihl], 0))
+		return
+	}
+	binary.BigEndian.PutUint16(hdr[4:6], uint16(total-40))
+}
+
+// checksum is the Internet checksum's folded one's-complement sum.
+func checksum(b []byte, sum uint32) uint16 {
+	for len(b) >= 2 {
+		sum += uint32(b[0])<<8 | uint32(b[1])
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		sum += uint32(b[0]) << 8
+	}
+	for sum > 0xffff {
+		sum = (sum >> 16) + (sum & 0xffff)
+	}
+	return uint16(sum)
+}
+
+// WriteIPHeader writes a minimal IP header for src→dst carrying proto in
+// front of a payload of n bytes, ending at buf[end], and returns its length.
+// Gateways use it to give an opened transport-mode packet the header an IPv6
+// raw socket does not deliver; pcap writers use it for outer headers.
+func WriteIPHeader(buf []byte, end int, src, dst netip.Addr, proto uint8, n int) int {
+	if src.Is4() {
+		h := buf[end-20 : end]
+		clear(h)
+		h[0] = 0x45
+		h[8] = 64
+		h[9] = proto
+		s, d := src.As4(), dst.As4()
+		copy(h[12:16], s[:])
+		copy(h[16:20], d[:])
+		fixIPLength(h, 20+n)
+		return 20
+	}
+	h := buf[end-40 : end]
+	clear(h)
+	h[0] = 0x60
+	h[6] = proto
+	h[7] = 64
+	s, d := src.As16(), dst.As16()
+	copy(h[8:24], s[:])
+	copy(h[24:40], d[:])
+	fixIPLength(h, 40+n)
+	return 40
+}
+
+// innerFlow pulls the selector fields out of an IP packet.
+func innerFlow(pkt []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, ok bool) {
+	hl, proto, _, ok := ipHeaderLen(pkt)
+	if !ok {
+		return
+	}
+	if pkt[0]>>4 == 4 {
+		src = netip.AddrFrom4([4]byte(pkt[12:16]))
+		dst = netip.AddrFrom4([4]byte(pkt[16:20]))
+	} else {
+		src = netip.AddrFrom16([16]byte(pkt[8:24]))
+		dst = netip.AddrFrom16([16]byte(pkt[24:40]))
+	}
+	if (proto == 6 || proto == 17 || proto == 132) && len(pkt) >= hl+4 {
+		sport = binary.BigEndian.Uint16(pkt[hl:])
+		dport = binary.BigEndian.Uint16(pkt[hl+2:])
+	}
+	return src, dst, proto, sport, dport, true
+}

@@ -1,0 +1,231 @@
+// Package esp owns the RFC 4303 transform: the ESP header, IV, padding and
+// trailer, the ICV layout per suite, sealing and opening in place in a
+// caller's buffer, sequence numbers and ESN, and the anti-replay window. The
+// cipher and ICV work itself goes to an offload engine; esp frames the packet
+// and judges the result, giving every rejected packet a typed Reason.
+package esp
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/sa"
+)
+
+// HeaderLen is the ESP header: SPI and sequence number.
+const HeaderLen = 8
+
+// Headroom is the room a buffer needs in front of an inner packet: an outer
+// IPv6 header, a UDP header, the ESP header and the largest IV.
+const Headroom = 40 + 8 + HeaderLen + 16
+
+// Tailroom is the room a buffer needs after an inner packet: the largest
+// padding, pad length, next header and the largest ICV. TFC padding needs
+// more, as much as it asks for.
+const Tailroom = 255 + 2 + 32
+
+// Counters are one SA's packet and drop counts. They are updated atomically
+// and may be read at any time.
+type Counters struct {
+	SealedPackets, SealedBytes atomic.Uint64
+	OpenedPackets, OpenedBytes atomic.Uint64
+	Drops                      [NumReasons]atomic.Uint64
+}
+
+// Snapshot is a plain copy of Counters.
+type Snapshot struct {
+	SealedPackets uint64            `json:"sealed_packets"`
+	SealedBytes   uint64            `json:"sealed_bytes"`
+	OpenedPackets uint64            `json:"opened_packets"`
+	OpenedBytes   uint64            `json:"opened_bytes"`
+	Drops         map[string]uint64 `json:"drops"` // only reasons with a count
+}
+
+// SA is the working state of one security association: its configuration,
+// engine session, sequence counter, replay window, lifetimes and counters.
+// Sealing and opening are safe for concurrent use.
+type SA struct {
+	Config *sa.SA
+	suite  sa.Suite
+	engine offload.Engine
+	sess   offload.Session
+
+	ivLen, icvLen, block int
+
+	seq atomic.Uint64 // last sequence number assigned
+
+	mu     sync.Mutex // guards window
+	window Window
+
+	// ivBlock makes CBC IVs: IV = E_ivKey(seq), unpredictable without the
+	// random per-SA ivKey and never repeated; ivSalt makes CTR and GCM IVs
+	// unique across restarts with the same keys: IV = seq XOR ivSalt.
+	ivBlock cipher.Block
+	ivSalt  uint64
+	ivFunc  func(seq uint64, iv []byte) // Options.IV, known-answer tests only
+
+	reserve  func(*SA, uint64) error
+	reserved atomic.Uint64
+
+	created   time.Time
+	expired   atomic.Bool
+	softFired atomic.Bool
+	onSoft    func(*SA)
+
+	Counters Counters
+}
+
+// Options tune an SA beyond its configuration.
+type Options struct {
+	// OnSoftExpire is called once, from whichever goroutine crosses a soft
+	// lifetime first.
+	OnSoftExpire func(*SA)
+	// Now overrides the clock for lifetimes (tests).
+	Now func() time.Time
+	// IV, when set, writes the IV of the packet with sequence number seq
+	// instead of the SA's own generator. It exists for known-answer tests
+	// that must reproduce a published packet; never set it in production,
+	// where a fixed IV would break CBC's unpredictability and CTR/GCM's
+	// uniqueness.
+	IV func(seq uint64, iv []byte)
+	// Reserve, when set, is called before the first packet numbered above
+	// the last reservation, with a new upper bound (RFC 4303 §3.3.3 asks a
+	// sender never to reuse a number under one key; a gateway that persists
+	// the bound resumes above it after a crash instead of being refused as
+	// a replay). It is called on the sealing goroutine; an error is logged
+	// by the caller and the packet still goes out.
+	Reserve func(s *SA, upTo uint64) error
+}
+
+// ReserveBlock is how many sequence numbers one Reserve call covers.
+const ReserveBlock = 1 << 16
+
+// NewSA builds the working state for cfg with a session on engine.
+func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
+	if err := cfg.Suite.ValidateKeys(cfg.EncKey, cfg.AuthKey); err != nil {
+		return nil, fmt.Errorf("SA %#x: %w", cfg.SPI, err)
+	}
+	if cfg.ReplayWindow < 0 || cfg.ReplayWindow > sa.MaxReplayWindow {
+		return nil, fmt.Errorf("SA %#x: replay window %d outside 0…%d", cfg.SPI, cfg.ReplayWindow, sa.MaxReplayWindow)
+	}
+	sess, err := engine.NewSession(offload.SessionConfig{Suite: cfg.Suite, EncKey: cfg.EncKey, AuthKey: cfg.AuthKey, ESN: cfg.ESN})
+	if err != nil {
+		return nil, fmt.Errorf("SA %#x: %s engine session: %w", cfg.SPI, engine.Name(), err)
+	}
+	s := &SA{
+		Config: cfg, suite: cfg.Suite, engine: engine, sess: sess,
+		ivLen: cfg.Suite.IVLen(), icvLen: cfg.Suite.ICVLen(), block: cfg.Suite.BlockLen(),
+		onSoft: opts.OnSoftExpire, reserve: opts.Reserve, ivFunc: opts.IV,
+	}
+	var ivKey [16]byte
+	var salt [8]byte
+	rand.Read(ivKey[:])
+	rand.Read(salt[:])
+	s.ivSalt = binary.BigEndian.Uint64(salt[:])
+	s.ivBlock, _ = aes.NewCipher(ivKey[:])
+	s.seq.Store(cfg.InitialSeq)
+	s.window.Reset(s.windowSize())
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	s.created = now()
+	return s, nil
+}
+
+// windowSize is the configured window, or 64 when anti-replay is off (ESN
+// inference still needs a window).
+func (s *SA) windowSize() int {
+	if s.Config.ReplayWindow == 0 {
+		return 64
+	}
+	return s.Config.ReplayWindow
+}
+
+// SPI returns the SA's SPI.
+func (s *SA) SPI() uint32 { return s.Config.SPI }
+
+// Engine returns the offload engine the SA's crypto goes to.
+func (s *SA) Engine() offload.Engine { return s.engine }
+
+// Close releases the engine session.
+func (s *SA) Close() error { return s.sess.Close() }
+
+// Overhead is the most ESP adds to an inner packet of n bytes, not counting
+// any outer IP or UDP header or TFC padding.
+func (s *SA) Overhead(n int) int {
+	padded := (n + 2 + s.block - 1) / s.block * s.block
+	return HeaderLen + s.ivLen + padded - n + s.icvLen
+}
+
+// Expired reports whether the SA passed a hard lifetime.
+func (s *SA) Expired() bool { return s.expired.Load() }
+
+// CheckTime applies the time lifetimes at now; gateways call it on a ticker
+// rather than reading the clock per packet.
+func (s *SA) CheckTime(now time.Time) {
+	age := now.Sub(s.created)
+	if t := s.Config.Hard.Time; t > 0 && age >= t {
+		s.expired.Store(true)
+	}
+	if t := s.Config.Soft.Time; t > 0 && age >= t {
+		s.fireSoft()
+	}
+}
+
+func (s *SA) fireSoft() {
+	if s.softFired.CompareAndSwap(false, true) && s.onSoft != nil {
+		s.onSoft(s)
+	}
+}
+
+// account adds a processed packet to the lifetimes: it reports false when
+// the SA is (now) past a hard lifetime.
+func (s *SA) account(packets, bytes uint64) {
+	h, so := s.Config.Hard, s.Config.Soft
+	if (h.Packets > 0 && packets >= h.Packets) || (h.Bytes > 0 && bytes >= h.Bytes) {
+		s.expired.Store(true)
+	}
+	if (so.Packets > 0 && packets >= so.Packets) || (so.Bytes > 0 && bytes >= so.Bytes) {
+		s.fireSoft()
+	}
+}
+
+// Drop counts a packet dropped on this SA under r and returns r.
+func (s *SA) Drop(r Reason) Reason {
+	s.Counters.Drops[r].Add(1)
+	return r
+}
+
+// Snapshot copies the counters.
+func (s *SA) Snapshot() Snapshot {
+	c := &s.Counters
+	out := Snapshot{
+		SealedPackets: c.SealedPackets.Load(), SealedBytes: c.SealedBytes.Load(),
+		OpenedPackets: c.OpenedPackets.Load(), OpenedBytes: c.OpenedBytes.Load(),
+		Drops: map[string]uint64{},
+	}
+	for r := Reason(1); r < NumReasons; r++ {
+		if n := c.Drops[r].Load(); n > 0 {
+			out.Drops[r.String()] = n
+		}
+	}
+	return out
+}
+
+// LastSeq returns the last sequence number assigned on the sealing side.
+func (s *SA) LastSeq() uint64 { return s.seq.Load() }
+
+// HighestAccepted returns the highest sequence number accepted inbound.
+func (s *SA) HighestAccepted() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.window.Last()
+}

@@ -1,0 +1,192 @@
+package gateway_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/memnet"
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/sa"
+)
+
+var (
+	gw1Addr = netip.MustParseAddr("198.51.100.1")
+	gw2Addr = netip.MustParseAddr("198.51.100.2")
+)
+
+func key(n int) sa.Key {
+	k := make(sa.Key, n)
+	rand.Read(k)
+	return k
+}
+
+// pairSAs returns the two SAs of a tunnel between gw1 and gw2.
+func pairSAs(suite sa.Suite, window int) []*sa.SA {
+	mk := func(spi uint32, src, dst netip.Addr) *sa.SA {
+		return &sa.SA{SPI: spi, Mode: sa.Tunnel, Src: src, Dst: dst, Suite: suite,
+			EncKey: key(suite.EncKeyLens()[0]), AuthKey: key(suite.AuthKeyLen()), ReplayWindow: window}
+	}
+	return []*sa.SA{mk(0x1001, gw1Addr, gw2Addr), mk(0x2001, gw2Addr, gw1Addr)}
+}
+
+type bed struct {
+	dev1, dev2 *memnet.Device
+	gw1, gw2   *gateway.Gateway
+	stop       func()
+}
+
+// newBed runs two gateways joined by an in-memory outer link.
+func newBed(t testing.TB, engine offload.Engine, sas []*sa.SA) *bed {
+	t.Helper()
+	c1, c2 := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 1024)
+	b := &bed{dev1: memnet.NewDevice(1024, 64), dev2: memnet.NewDevice(1024, 64)}
+	mk := func(dev *memnet.Device, c *memnet.Conn, local netip.Addr) *gateway.Gateway {
+		g := gateway.New(dev, []gateway.Conn{c}, func(*sa.SA) gateway.Conn { return c }, engine,
+			gateway.Options{Local: []netip.Addr{local}, InnerMTU: 1438})
+		if err := g.Load(sas, nil); err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	b.gw1, b.gw2 = mk(b.dev1, c1, gw1Addr), mk(b.dev2, c2, gw2Addr)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- b.gw1.Run(ctx) }()
+	go func() { done <- b.gw2.Run(ctx) }()
+	b.stop = func() {
+		cancel()
+		for range 2 {
+			if err := <-done; err != nil {
+				t.Errorf("gateway run: %v", err)
+			}
+		}
+	}
+	t.Cleanup(b.stop)
+	return b
+}
+
+func ipv4UDP(n int, id uint16) []byte {
+	pkt := make([]byte, 28+n)
+	pkt[0] = 0x45
+	pkt[2], pkt[3] = byte((28+n)>>8), byte(28+n)
+	pkt[4], pkt[5] = byte(id>>8), byte(id)
+	pkt[8], pkt[9] = 64, 17
+	copy(pkt[12:], []byte{192, 0, 2, 10})
+	copy(pkt[16:], []byte{203, 0, 113, 10})
+	pkt[20], pkt[21], pkt[22], pkt[23] = 0x30, 0x39, 0x30, 0x3a
+	pkt[24], pkt[25] = byte((8+n)>>8), byte(8+n)
+	for i := 28; i < len(pkt); i++ {
+		pkt[i] = byte(i * int(id))
+	}
+	return pkt
+}
+
+func TestTunnelCarriesPacketsInOrder(t *testing.T) {
+	for _, suite := range []sa.Suite{
+		{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96},
+		{Cipher: sa.CipherAESGCM16},
+		{Cipher: sa.Cipher3DES, Auth: sa.AuthHMACSHA256_128},
+	} {
+		t.Run(suite.String(), func(t *testing.T) {
+			b := newBed(t, cpu.New(), pairSAs(suite, 64))
+			const count = 500
+			go func() {
+				for i := range count {
+					b.dev1.Send(ipv4UDP(i%1400, uint16(i)))
+				}
+			}()
+			bufs := [][]byte{make([]byte, 2000)}
+			sizes := []int{0}
+			for i := range count {
+				if _, err := b.dev2.Receive(bufs, sizes); err != nil {
+					t.Fatal(err)
+				}
+				if want := ipv4UDP(i%1400, uint16(i)); !bytes.Equal(bufs[0][:sizes[0]], want) {
+					t.Fatalf("packet %d differs", i)
+				}
+			}
+			out := b.gw1.SAs()[0].Snapshot()
+			in := b.gw2.SAs()[0].Snapshot()
+			if out.SealedPackets != count || in.OpenedPackets != count || len(in.Drops) != 0 {
+				t.Errorf("counters: sealed %d opened %d drops %v, want %d %d none", out.SealedPackets, in.OpenedPackets, in.Drops, count, count)
+			}
+		})
+	}
+}
+
+func TestTooBigAndUnknownCounted(t *testing.T) {
+	b := newBed(t, cpu.New(), pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64))
+	big := ipv4UDP(1500, 1) // over the inner MTU, with DF
+	big[6] |= 0x40
+	b.dev1.Send(big)
+	b.dev1.Send([]byte{0x00, 0x01, 0x02}) // not IP
+	b.dev1.Send(ipv4UDP(10, 2))
+	bufs, sizes := [][]byte{make([]byte, 2000)}, []int{0}
+	if _, err := b.dev2.Receive(bufs, sizes); err != nil {
+		t.Fatal(err)
+	}
+	// The sender of the big packet hears ICMP fragmentation needed with the MTU.
+	if _, err := b.dev1.Receive(bufs, sizes); err != nil {
+		t.Fatal(err)
+	}
+	icmp := bufs[0][:sizes[0]]
+	if icmp[9] != 1 || icmp[20] != 3 || icmp[21] != 4 || int(icmp[26])<<8|int(icmp[27]) != 1438 {
+		t.Errorf("want ICMP type 3 code 4 mtu 1438 back, got % x", icmp[:28])
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	c := b.gw1.Counters()
+	for c.Drops[gateway.TooBig].Load() != 1 || c.Drops[gateway.NotIP].Load() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("too-big %d not-ip %d, want 1 1", c.Drops[gateway.TooBig].Load(), c.Drops[gateway.NotIP].Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// BenchmarkPipeline measures the data plane alone: packets through two
+// gateways joined in memory, per suite and engine.
+func BenchmarkPipeline(b *testing.B) {
+	for _, suite := range []sa.Suite{
+		{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96},
+		{Cipher: sa.CipherAESGCM16},
+	} {
+		for _, size := range []int{64, 1400} {
+			b.Run(fmt.Sprintf("%s/%d", suite, size), func(b *testing.B) {
+				bed := newBed(b, cpu.New(), pairSAs(suite, 1024))
+				pkt := ipv4UDP(size-28, 7)
+				b.SetBytes(int64(len(pkt)))
+				b.ReportAllocs()
+				b.ResetTimer()
+				go func() {
+					for range b.N {
+						bed.dev1.Send(pkt)
+					}
+				}()
+				bufs := make([][]byte, 64)
+				for i := range bufs {
+					bufs[i] = make([]byte, 2000)
+				}
+				sizes := make([]int, 64)
+				for got := 0; got < b.N; {
+					n, err := bed.dev2.Receive(bufs, sizes)
+					if err != nil {
+						b.Fatal(err)
+					}
+					got += n
+				}
+				b.StopTimer()
+				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pkt/s")
+			})
+		}
+	}
+}
+
+var _ = esp.OK

@@ -1,0 +1,47 @@
+package gateway
+
+import (
+	"net/netip"
+
+	"github.com/espgw/espgw/internal/pmtu"
+)
+
+// tooBig answers an inner packet larger than the tunnel MTU that must not
+// be fragmented with ICMP "fragmentation needed" or ICMPv6 "packet too
+// big", written back into the TUN toward its sender. It reports whether
+// the packet is to be dropped; an IPv4 packet without DF goes on, and the
+// outer packet fragments.
+func (g *Gateway) tooBig(pkt []byte) bool {
+	if pmtu.Check(pkt, g.opts.InnerMTU) != pmtu.Report {
+		return false
+	}
+	buf := g.icmp[0]
+	var n int
+	var err error
+	if pkt[0]>>4 == 4 {
+		n, err = pmtu.FragmentationNeeded(buf[tunOffset:], pkt, g.source(true), g.opts.InnerMTU)
+	} else {
+		n, err = pmtu.PacketTooBig(buf[tunOffset:], pkt, g.source(false), max(g.opts.InnerMTU, 1280))
+	}
+	if err == nil {
+		g.icmp[0] = buf[:tunOffset+n]
+		if _, err := g.dev.Write(g.icmp, tunOffset); err != nil {
+			g.log.Debug("ICMP too-big to TUN", "err", err)
+		}
+		g.icmp[0] = buf[:cap(buf)]
+	}
+	return true
+}
+
+// source is the address the gateway's ICMP errors come from.
+func (g *Gateway) source(v4 bool) netip.Addr {
+	for _, a := range append(g.opts.ICMPSource, g.opts.Local...) {
+		if a.Is4() == v4 {
+			return a
+		}
+	}
+	if v4 {
+		return netip.MustParseAddr("192.0.0.8") // RFC 7600 dummy address
+	}
+	return netip.MustParseAddr("2001:db8::1")
+}

@@ -1,0 +1,92 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/sa"
+)
+
+// inbound moves ESP packets received on c into the TUN device.
+func (g *Gateway) inbound(ctx context.Context, c Conn) error {
+	size := max(inboundBuf, rxOffset+g.opts.InnerMTU+esp.Headroom+esp.Tailroom)
+	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch, size)
+	return p.run(ctx, g.opts.Workers, func(b *batch) error { return g.readESP(b, c) }, g.writeTUN)
+}
+
+// readESP receives a batch of ESP packets and checks each against its SA
+// before any crypto.
+func (g *Gateway) readESP(b *batch, c Conn) error {
+	for i := range b.msgs {
+		b.msgs[i] = Message{Buf: b.bufs[i]}
+	}
+	n, err := c.Receive(b.msgs)
+	if err != nil {
+		return fmt.Errorf("receive ESP: %w", err)
+	}
+	b.n = n
+	g.counters.WireIn.Add(uint64(n))
+	st := g.state.Load()
+	for i := range n {
+		m := &b.msgs[i]
+		p := &b.pkts[i]
+		p.Reset(m.Buf, m.Off, m.Len)
+		p.HdrLen = m.HdrLen
+		spi, ok := esp.SPIOf(p.Data())
+		if !ok {
+			g.drop(Runt)
+			b.skip[i] = true
+			continue
+		}
+		s := st.in[spi]
+		if s == nil {
+			g.drop(UnknownSPI)
+			b.skip[i] = true
+			continue
+		}
+		if s.Config.Mode == sa.Transport && p.HdrLen == 0 && p.Off >= 40 {
+			// IPv6 raw sockets deliver no header: give the packet the one
+			// it arrived with, so the opened packet has its own addresses.
+			p.HdrLen = esp.WriteIPHeader(p.Buf, p.Off, s.Config.Src, s.Config.Dst, 50, p.Len)
+		}
+		if s.PrepareOpen(p) != esp.OK {
+			b.skip[i] = true
+			continue
+		}
+		b.queue(i)
+	}
+	return nil
+}
+
+// writeTUN finishes an opened batch and writes the inner packets, in order.
+func (g *Gateway) writeTUN(b *batch) {
+	for i := range b.n {
+		if b.skip[i] {
+			continue
+		}
+		p := &b.pkts[i]
+		if p.SA.FinishOpen(p) != esp.OK {
+			continue
+		}
+		b.out = append(b.out, p.Buf[p.Off-tunOffset:p.Off+p.Len])
+	}
+	if len(b.out) == 0 {
+		return
+	}
+	// Device.Write reports bytes, not packets; with GRO several packets
+	// go out as one write. A failed write is one joined error per packet.
+	_, err := g.dev.Write(b.out, tunOffset)
+	lost := 0
+	if err != nil {
+		lost = len(b.out)
+		var joined interface{ Unwrap() []error }
+		if errors.As(err, &joined) {
+			lost = min(len(joined.Unwrap()), len(b.out))
+		}
+		g.counters.Drops[TunWrite].Add(uint64(lost))
+		g.log.Debug("TUN write", "lost", lost, "err", err)
+	}
+	g.counters.TunOut.Add(uint64(len(b.out) - lost))
+}

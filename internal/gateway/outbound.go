@@ -1,0 +1,147 @@
+package gateway
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/sa"
+)
+
+// outbound moves packets from the TUN device out through the tunnel.
+func (g *Gateway) outbound(ctx context.Context) error {
+	size := esp.Headroom + g.opts.InnerMTU + esp.Tailroom + outboundSlack
+	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch, size)
+	return p.run(ctx, g.opts.Workers, g.readTUN, g.sendESP)
+}
+
+// readTUN reads a batch of inner packets, finds each one's SA and frames it.
+// Sequence numbers are assigned here, on one goroutine, so they go out in
+// order.
+func (g *Gateway) readTUN(b *batch) error {
+	n, err := g.dev.Read(b.bufs, b.sizes, esp.Headroom)
+	if err != nil {
+		return fmt.Errorf("read TUN: %w", err)
+	}
+	b.n = n
+	g.counters.TunIn.Add(uint64(n))
+	st := g.state.Load()
+	for i := range n {
+		p := &b.pkts[i]
+		p.Reset(b.bufs[i], esp.Headroom, b.sizes[i])
+		s, r, ok := g.route(st, p.Data())
+		if ok && p.Len > g.opts.InnerMTU && g.tooBig(p.Data()) {
+			r, ok = TooBig, false
+		}
+		if !ok {
+			g.drop(r)
+			b.skip[i] = true
+			continue
+		}
+		if s.PrepareSeal(p) != esp.OK {
+			b.skip[i] = true // counted on the SA
+			continue
+		}
+		b.queue(i)
+	}
+	return nil
+}
+
+// route applies the SPD to an outbound packet.
+func (g *Gateway) route(st *state, pkt []byte) (*esp.SA, Reason, bool) {
+	src, dst, proto, sport, dport, ok := flowOf(pkt)
+	if !ok {
+		return nil, NotIP, false
+	}
+	if st.only != nil {
+		return st.only, 0, true
+	}
+	pol := st.spd.Lookup(src, dst, proto, sport, dport)
+	if pol == nil {
+		return nil, NoPolicy, false
+	}
+	switch pol.Action {
+	case sa.Protect:
+		if s := st.out[pol.SPI]; s != nil {
+			return s, 0, true
+		}
+		return nil, NoSA, false
+	case sa.Bypass:
+		return nil, Bypass, false
+	}
+	return nil, PolicyDiscard, false
+}
+
+// sendESP finishes a sealed batch and sends it, in order.
+func (g *Gateway) sendESP(b *batch) {
+	msgs := b.msgs[:0]
+	var conn Conn
+	flush := func() {
+		if len(msgs) == 0 {
+			return
+		}
+		sent, _ := conn.Send(msgs)
+		g.counters.WireOut.Add(uint64(sent))
+		if lost := len(msgs) - sent; lost > 0 {
+			g.counters.Drops[SendError].Add(uint64(lost))
+		}
+		msgs = msgs[len(msgs):]
+	}
+	for i := range b.n {
+		if b.skip[i] {
+			continue
+		}
+		p := &b.pkts[i]
+		if p.SA.FinishSeal(p) != esp.OK {
+			continue
+		}
+		cfg := p.SA.Config
+		c := g.pick(cfg)
+		if c != conn {
+			flush()
+			conn = c
+		}
+		espLen := len(p.Op.Packet)
+		port := cfg.DstPort
+		if cfg.Encap == sa.EncapUDP && port == 0 {
+			port = sa.DefaultNATTPort
+		}
+		msgs = append(msgs, Message{Buf: p.Buf, Off: p.Off + p.Len - espLen, Len: espLen, Peer: netip.AddrPortFrom(cfg.Dst, port)})
+	}
+	flush()
+}
+
+// flowOf pulls the SPD selector fields out of an inner IP packet.
+func flowOf(pkt []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, ok bool) {
+	if len(pkt) < 1 {
+		return
+	}
+	var hl int
+	switch pkt[0] >> 4 {
+	case 4:
+		if len(pkt) < 20 {
+			return
+		}
+		hl = int(pkt[0]&0x0f) * 4
+		proto = pkt[9]
+		src = netip.AddrFrom4([4]byte(pkt[12:16]))
+		dst = netip.AddrFrom4([4]byte(pkt[16:20]))
+	case 6:
+		if len(pkt) < 40 {
+			return
+		}
+		hl = 40
+		proto = pkt[6]
+		src = netip.AddrFrom16([16]byte(pkt[8:24]))
+		dst = netip.AddrFrom16([16]byte(pkt[24:40]))
+	default:
+		return
+	}
+	if (proto == 6 || proto == 17 || proto == 132) && len(pkt) >= hl+4 {
+		sport = binary.BigEndian.Uint16(pkt[hl:])
+		dport = binary.BigEndian.Uint16(pkt[hl+2:])
+	}
+	return src, dst, proto, sport, dport, true
+}

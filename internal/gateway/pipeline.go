@@ -1,0 +1,170 @@
+package gateway
+
+import (
+	"context"
+	"sync"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/offload"
+)
+
+// Buffer sizes bound the gateway's memory. TUN reads with offloads split
+// GSO super-packets into MTU-sized segments, so an outbound buffer holds one
+// inner packet with the ESP framing around it. Inbound buffers are larger:
+// GRO coalesces consecutive segments of a flow into the capacity of the
+// first one's buffer before writing them to the TUN, one write for many.
+const (
+	outboundSlack = 1024 // TFC padding beyond the framing
+	inboundBuf    = 16 << 10
+)
+
+// tunOffset is where inner packets sit when written to the TUN device: the
+// room its virtio-net header needs in front of them.
+const tunOffset = 16
+
+// batch is the unit of work of the pipelines: packets read together, framed
+// together, sent to the engine as one offload.Batch, and written out
+// together, in order. Batches are recycled; nothing in them is allocated per
+// packet.
+type batch struct {
+	bufs  [][]byte
+	sizes []int
+	pkts  []esp.Packet
+	skip  []bool // dropped before the engine, already counted
+	n     int
+
+	ops   []offload.Op
+	owner []int // packet index of each op
+	ob    offload.Batch
+	done  chan struct{}
+
+	msgs []Message // outer packets (received, or to send)
+	out  [][]byte  // inner packets to write to the TUN
+	conn Conn      // the connection an inbound batch came from
+}
+
+func newBatch(size, bufSize int) *batch {
+	b := &batch{
+		bufs:  make([][]byte, size),
+		sizes: make([]int, size),
+		pkts:  make([]esp.Packet, size),
+		skip:  make([]bool, size),
+		ops:   make([]offload.Op, 0, size),
+		owner: make([]int, 0, size),
+		done:  make(chan struct{}, 1),
+		msgs:  make([]Message, size),
+		out:   make([][]byte, 0, size),
+	}
+	for i := range b.bufs {
+		b.bufs[i] = make([]byte, bufSize)
+	}
+	b.ob.Done = b.complete
+	return b
+}
+
+func (b *batch) complete(*offload.Batch) { b.done <- struct{}{} }
+
+func (b *batch) reset() {
+	b.n = 0
+	b.ops, b.owner, b.out = b.ops[:0], b.owner[:0], b.out[:0]
+	clear(b.skip)
+}
+
+// queue an op for the engine for packet i.
+func (b *batch) queue(i int) {
+	b.ops = append(b.ops, b.pkts[i].Op)
+	b.owner = append(b.owner, i)
+}
+
+// collect copies the engine's verdicts back to the packets.
+func (b *batch) collect() {
+	for k, i := range b.owner {
+		b.pkts[i].Op.Status = b.ops[k].Status
+	}
+}
+
+// pipeline runs one direction: a reader fills batches, workers hand them to
+// the engine in parallel, and a writer finishes them in the order read —
+// wireguard-go's send pipeline, with the engine in the middle.
+type pipeline struct {
+	engine offload.Engine
+	free   chan *batch
+	work   chan *batch
+	order  chan *batch
+}
+
+func newPipeline(engine offload.Engine, batches, size, bufSize int) *pipeline {
+	p := &pipeline{
+		engine: engine,
+		free:   make(chan *batch, batches),
+		work:   make(chan *batch, batches),
+		order:  make(chan *batch, batches),
+	}
+	for range batches {
+		p.free <- newBatch(size, bufSize)
+	}
+	return p
+}
+
+// run drives the pipeline until fill fails or ctx ends. fill reads into a
+// batch and queues its ops; finish judges and writes a completed batch.
+func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error, finish func(*batch)) error {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range p.work {
+				p.submit(ctx, b)
+			}
+		}()
+	}
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		for b := range p.order {
+			<-b.done
+			b.collect()
+			finish(b)
+			b.reset()
+			p.free <- b
+		}
+	}()
+
+	var err error
+	for err == nil {
+		var b *batch
+		select {
+		case <-ctx.Done():
+		case b = <-p.free:
+		}
+		if b == nil {
+			break
+		}
+		if err = fill(b); err != nil {
+			p.free <- b
+			break
+		}
+		p.order <- b
+		p.work <- b
+	}
+	close(p.work)
+	wg.Wait()
+	close(p.order)
+	<-writerDone
+	return err
+}
+
+func (p *pipeline) submit(ctx context.Context, b *batch) {
+	if len(b.ops) == 0 {
+		b.complete(nil)
+		return
+	}
+	b.ob.Ops = b.ops
+	if err := p.engine.Submit(ctx, &b.ob); err != nil {
+		for i := range b.ops {
+			b.ops[i].Status = offload.Failed
+		}
+		b.complete(nil)
+	}
+}

@@ -1,0 +1,44 @@
+package gateway
+
+import "fmt"
+
+// Reason says why a packet that reached the gateway did not come out, when
+// no SA can be blamed (packets dropped on an SA count there, under an
+// esp.Reason).
+type Reason uint8
+
+const (
+	NoPolicy      Reason = iota // no SPD entry matches an outbound packet
+	PolicyDiscard               // the matching SPD entry says discard
+	Bypass                      // the matching SPD entry says bypass: a TUN gateway has no clear path
+	NoSA                        // the SPD names an SA the gateway does not have
+	NotIP                       // a TUN packet that is not IPv4 or IPv6
+	TooBig                      // an inner packet larger than the tunnel MTU (ICMP sent back)
+	UnknownSPI                  // an ESP packet whose SPI has no inbound SA
+	Runt                        // an outer packet too short to carry an SPI
+	TunWrite                    // the TUN device refused a write
+	SendError                   // the outer socket refused a send
+	Shutdown                    // in flight when the gateway stopped
+	NumReasons
+)
+
+var reasonNames = [NumReasons]string{
+	NoPolicy:      "no-policy",
+	PolicyDiscard: "policy-discard",
+	Bypass:        "bypass",
+	NoSA:          "no-sa",
+	NotIP:         "not-ip",
+	TooBig:        "too-big",
+	UnknownSPI:    "unknown-spi",
+	Runt:          "runt",
+	TunWrite:      "tun-write",
+	SendError:     "send-error",
+	Shutdown:      "shutdown",
+}
+
+func (r Reason) String() string {
+	if r < NumReasons {
+		return reasonNames[r]
+	}
+	return fmt.Sprintf("reason(%d)", uint8(r))
+}

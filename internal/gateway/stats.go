@@ -1,0 +1,138 @@
+package gateway
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/offload"
+)
+
+// Stats is a point-in-time copy of every counter of a gateway.
+type Stats struct {
+	TunIn   uint64            `json:"tun_in"`
+	TunOut  uint64            `json:"tun_out"`
+	WireIn  uint64            `json:"wire_in"`
+	WireOut uint64            `json:"wire_out"`
+	Drops   map[string]uint64 `json:"drops"` // gateway-level, by reason
+	SAs     []SAStats         `json:"sas"`
+	Engine  EngineStats       `json:"engine"`
+}
+
+// SAStats are one SA's counters.
+type SAStats struct {
+	SPI       string `json:"spi"`
+	Direction string `json:"direction"` // out, in, or both
+	Suite     string `json:"suite"`
+	Mode      string `json:"mode"`
+	Expired   bool   `json:"expired"`
+	LastSeq   uint64 `json:"last_seq"`
+	Highest   uint64 `json:"highest_accepted"`
+	esp.Snapshot
+}
+
+// EngineStats names the engine next to its counters.
+type EngineStats struct {
+	Name string `json:"name"`
+	offload.Stats
+}
+
+// Stats copies the counters.
+func (g *Gateway) Stats() Stats {
+	st := g.state.Load()
+	c := &g.counters
+	out := Stats{
+		TunIn: c.TunIn.Load(), TunOut: c.TunOut.Load(), WireIn: c.WireIn.Load(), WireOut: c.WireOut.Load(),
+		Drops:  map[string]uint64{},
+		Engine: EngineStats{Name: g.engine.Name(), Stats: g.engine.Stats()},
+	}
+	for r := Reason(0); r < NumReasons; r++ {
+		if n := c.Drops[r].Load(); n > 0 {
+			out.Drops[r.String()] = n
+		}
+	}
+	for _, s := range st.all {
+		dir := ""
+		if st.out[s.SPI()] == s {
+			dir = "out"
+		}
+		if st.in[s.SPI()] == s {
+			dir += "in"
+		}
+		if dir == "outin" {
+			dir = "both"
+		}
+		out.SAs = append(out.SAs, SAStats{
+			SPI: fmt.Sprintf("%#x", s.SPI()), Direction: dir, Suite: s.Config.Suite.String(), Mode: s.Config.Mode.String(),
+			Expired: s.Expired(), LastSeq: s.LastSeq(), Highest: s.HighestAccepted(), Snapshot: s.Snapshot(),
+		})
+	}
+	return out
+}
+
+// Handler serves /metrics (Prometheus) and /stats (the Stats as JSON, which
+// `espgw stats` reads).
+func (g *Gateway) Handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collector{g})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(g.Stats())
+	})
+	return mux
+}
+
+// collector reads the counters at scrape time, so the data path pays
+// nothing for metrics.
+type collector struct{ g *Gateway }
+
+var (
+	descPackets = prometheus.NewDesc("espgw_packets_total", "Packets by place: tun_in, tun_out, wire_in, wire_out.", []string{"place"}, nil)
+	descDrops   = prometheus.NewDesc("espgw_drops_total", "Packets dropped by the gateway with no SA to blame, by reason.", []string{"reason"}, nil)
+	descSAPkts  = prometheus.NewDesc("espgw_sa_packets_total", "Packets sealed or opened per SA.", []string{"spi", "op"}, nil)
+	descSABytes = prometheus.NewDesc("espgw_sa_bytes_total", "Bytes sealed or opened per SA.", []string{"spi", "op"}, nil)
+	descSADrops = prometheus.NewDesc("espgw_sa_drops_total", "Packets dropped per SA, by reason.", []string{"spi", "reason"}, nil)
+	descEngine  = prometheus.NewDesc("espgw_engine_ops_total", "Offload engine counters.", []string{"engine", "counter"}, nil)
+)
+
+func (collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descPackets, descDrops, descSAPkts, descSABytes, descSADrops, descEngine} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.g.Stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descPackets, s.TunIn, "tun_in")
+	counter(descPackets, s.TunOut, "tun_out")
+	counter(descPackets, s.WireIn, "wire_in")
+	counter(descPackets, s.WireOut, "wire_out")
+	for r := Reason(0); r < NumReasons; r++ {
+		counter(descDrops, s.Drops[r.String()], r.String())
+	}
+	for _, sa := range s.SAs {
+		counter(descSAPkts, sa.SealedPackets, sa.SPI, "seal")
+		counter(descSAPkts, sa.OpenedPackets, sa.SPI, "open")
+		counter(descSABytes, sa.SealedBytes, sa.SPI, "seal")
+		counter(descSABytes, sa.OpenedBytes, sa.SPI, "open")
+		for r := esp.Reason(1); r < esp.NumReasons; r++ {
+			counter(descSADrops, sa.Drops[r.String()], sa.SPI, r.String())
+		}
+	}
+	e := s.Engine
+	for name, v := range map[string]uint64{
+		"ops": e.Ops, "bytes": e.Bytes, "batches": e.Batches, "records": e.Records, "interrupts": e.Interrupts,
+		"queue_full": e.QueueFull, "mcr_full": e.MCRFull, "errors": e.Errors, "bad_icv": e.BadICV,
+	} {
+		counter(descEngine, v, e.Name, name)
+	}
+}

@@ -1,0 +1,53 @@
+package gateway
+
+import (
+	"github.com/espgw/espgw/internal/transport"
+)
+
+// rxOffset is where received ESP lands in a buffer: room in front for the
+// IPv6 header an opened transport-mode packet needs (raw IPv6 sockets do
+// not deliver it).
+const rxOffset = 64
+
+// Wire adapts a transport.Conn (raw ESP or UDP-encapsulated, batched) to
+// the gateway's Conn. Receive and Send each reuse their own scratch, so one
+// goroutine may receive while another sends.
+type Wire struct {
+	*transport.Conn
+	rx, tx []transport.Packet
+	owner  map[*byte][]byte // received slot → the full buffer it belongs to
+}
+
+// NewWire wraps c.
+func NewWire(c *transport.Conn) *Wire {
+	return &Wire{Conn: c, owner: map[*byte][]byte{}}
+}
+
+// Receive implements Conn.
+func (w *Wire) Receive(msgs []Message) (int, error) {
+	w.rx = w.rx[:0]
+	clear(w.owner)
+	for _, m := range msgs {
+		slot := m.Buf[rxOffset:]
+		w.owner[&slot[0]] = m.Buf
+		w.rx = append(w.rx, transport.Packet{Buf: slot})
+	}
+	n, err := w.Conn.Receive(w.rx)
+	for i := range n {
+		p := &w.rx[i]
+		full := w.owner[&p.Buf[0]]
+		off := len(full) - cap(p.Data)
+		// A raw IPv4 socket's header stays in the buffer before the ESP.
+		msgs[i] = Message{Buf: full, Off: off, Len: len(p.Data), HdrLen: off - rxOffset, Peer: p.Peer}
+	}
+	return n, err
+}
+
+// Send implements Conn.
+func (w *Wire) Send(msgs []Message) (int, error) {
+	w.tx = w.tx[:0]
+	for _, m := range msgs {
+		w.tx = append(w.tx, transport.Packet{Data: m.Buf[m.Off : m.Off+m.Len], Peer: m.Peer})
+	}
+	return w.Conn.Send(w.tx)
+}

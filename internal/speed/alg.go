@@ -1,0 +1,102 @@
+package speed
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/espgw/espgw/sa"
+)
+
+// Alg is one algorithm `espgw speed` can time: a bulk cipher over a buffer
+// (as `openssl speed -evp` does) or a whole ESP seal of a packet.
+type Alg struct {
+	Name   string // as given, lower case: aes-128-cbc, esp:aes-128-cbc+hmac-sha1-96
+	Suite  sa.Suite
+	KeyLen int  // encryption key bytes, including a CTR nonce or GCM salt
+	ESP    bool // a whole ESP seal through esp.Processor
+	// CipherOnly: a bulk op is a cipher-only session (no ICV); false for
+	// GCM, whose tag is part of the cipher.
+	CipherOnly bool
+}
+
+// Label is the row label: openssl's upper-case EVP name for bulk ciphers,
+// the name as given for ESP suites.
+func (a Alg) Label() string {
+	if a.ESP {
+		return a.Name
+	}
+	return strings.ToUpper(a.Name)
+}
+
+// BulkAlgs lists the bulk cipher names ParseAlg knows.
+var BulkAlgs = []string{
+	"aes-128-cbc", "aes-192-cbc", "aes-256-cbc", "des-ede3-cbc",
+	"aes-128-ctr", "aes-192-ctr", "aes-256-ctr",
+	"aes-128-gcm", "aes-192-gcm", "aes-256-gcm",
+}
+
+// parseCipher reads an openssl-style cipher name (or an espgw one).
+func parseCipher(name string) (sa.Cipher, int, bool) {
+	switch name {
+	case "des-ede3-cbc", "3des-cbc":
+		return sa.Cipher3DES, 24, true
+	case "null":
+		return sa.CipherNull, 0, true
+	case "aes-cbc":
+		return sa.CipherAESCBC, 16, true
+	case "aes-ctr":
+		return sa.CipherAESCTR, 20, true
+	case "aes-gcm", "aes-gcm-16":
+		return sa.CipherAESGCM16, 20, true
+	}
+	var bits int
+	var mode string
+	if _, err := fmt.Sscanf(strings.ReplaceAll(name, "-", " "), "aes %d %s", &bits, &mode); err != nil || (bits != 128 && bits != 192 && bits != 256) {
+		return 0, 0, false
+	}
+	if name != fmt.Sprintf("aes-%d-%s", bits, mode) {
+		return 0, 0, false
+	}
+	switch mode {
+	case "cbc":
+		return sa.CipherAESCBC, bits / 8, true
+	case "ctr":
+		return sa.CipherAESCTR, bits/8 + 4, true
+	case "gcm":
+		return sa.CipherAESGCM16, bits/8 + 4, true
+	}
+	return 0, 0, false
+}
+
+// ParseAlg reads a bulk cipher name (aes-128-cbc, des-ede3-cbc, aes-128-gcm,
+// aes-128-ctr, …) or esp:CIPHER+AUTH (esp:aes-128-cbc+hmac-sha1-96,
+// esp:aes-128-gcm).
+func ParseAlg(name string) (Alg, error) {
+	name = strings.ToLower(name)
+	if rest, ok := strings.CutPrefix(name, "esp:"); ok {
+		cname, aname, hasAuth := strings.Cut(rest, "+")
+		c, keyLen, ok := parseCipher(cname)
+		if !ok {
+			return Alg{}, fmt.Errorf("algorithm %q: unknown cipher %q (want aes-128-cbc, aes-256-cbc, des-ede3-cbc, aes-128-ctr, aes-128-gcm, null, …)", name, cname)
+		}
+		auth := sa.AuthNone
+		if hasAuth {
+			a, err := sa.ParseAuth(aname)
+			if err != nil {
+				return Alg{}, fmt.Errorf("algorithm %q: %w", name, err)
+			}
+			auth = a
+		}
+		suite := sa.Suite{Cipher: c, Auth: auth}
+		if err := suite.Validate(); err != nil {
+			return Alg{}, fmt.Errorf("algorithm %q: %w", name, err)
+		}
+		return Alg{Name: name, Suite: suite, KeyLen: keyLen, ESP: true}, nil
+	}
+	c, keyLen, ok := parseCipher(name)
+	if !ok || c == sa.CipherNull || !strings.Contains(name, "-") || strings.HasPrefix(name, "aes-gcm") ||
+		name == "aes-cbc" || name == "aes-ctr" || name == "3des-cbc" {
+		return Alg{}, fmt.Errorf("unknown algorithm %q (want one of %s, or esp:CIPHER+AUTH such as esp:aes-128-cbc+hmac-sha1-96)", name, strings.Join(BulkAlgs, ", "))
+	}
+	return Alg{Name: name, Suite: sa.Suite{Cipher: c}, KeyLen: keyLen, CipherOnly: c != sa.CipherAESGCM16}, nil
+}

@@ -1,0 +1,298 @@
+// Package speed is `espgw speed`: it times an offload engine the way
+// `openssl speed -evp ALG` times a cipher, and prints the same table, so the
+// two (and the published tables the project started from) can be laid side
+// by side.
+//
+// A bulk cipher (aes-128-cbc, des-ede3-cbc, aes-128-ctr, aes-128-gcm, …) is
+// timed as one engine op per buffer of the given size: the op is shaped like
+// an ESP packet whose payload is the buffer — SPI and sequence number, the
+// IV, the buffer — on a cipher-only session (offload.SessionConfig.CipherOnly:
+// no ICV is computed or carried), so exactly the engine's cipher path is
+// timed. GCM uses an ordinary ESP session: its tag over an 8-byte AAD is
+// part of each op (openssl -evp times only the GCM update). A CBC buffer
+// that is not a whole number of blocks is rounded up; only the given size is
+// counted. esp:SUITE times whole ESP seals (framing, IV, padding, cipher,
+// ICV) through esp.Processor of an inner packet of the given size, tunnel
+// mode.
+//
+// Like openssl, the rate is bytes over the CPU time the process used
+// (getrusage: every goroutine, the Go runtime included), unless -elapsed
+// asks for wall-clock time; with -multi N the N streams share one engine
+// and the rate is N times bytes over the CPU time (openssl sums N
+// processes' rates). Engines with a timing model (emul:…) are always timed
+// by the wall clock, as the published tables were (-elapsed): their CPU
+// time means nothing.
+package speed
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/engines"
+	"github.com/espgw/espgw/sa"
+)
+
+// Sizes are openssl speed's buffer sizes.
+var Sizes = []int{16, 64, 256, 1024, 8192, 16384}
+
+// Config is one `espgw speed` run.
+type Config struct {
+	Algs    []Alg
+	Engine  string
+	Options engines.Options
+	Multi   int           // concurrent streams (openssl -multi)
+	Seconds time.Duration // per size
+	Sizes   []int         // Sizes, or the one -bytes size
+	Batch   int           // ops per submitted batch
+	Elapsed bool          // wall clock rather than CPU time
+}
+
+// Row is one algorithm's results.
+type Row struct {
+	Alg   string    `json:"alg"`
+	Label string    `json:"label"`
+	KBps  []float64 `json:"kbps"` // 1000s of bytes per second, one per size
+	Ops   []uint64  `json:"ops"`  // ops completed, one per size
+	Secs  []float64 `json:"secs"` // the time the rate is over, one per size
+}
+
+// Result is a whole run.
+type Result struct {
+	Engine  string        `json:"engine"`
+	Multi   int           `json:"multi"`
+	Batch   int           `json:"batch"`
+	Seconds float64       `json:"seconds"`
+	Timing  string        `json:"timing"` // "cpu" or "elapsed"
+	Sizes   []int         `json:"sizes"`
+	Rows    []Row         `json:"rows"`
+	Stats   offload.Stats `json:"stats"`
+}
+
+// Elapsed reports whether cfg is timed by the wall clock.
+func (c Config) elapsed() bool { return c.Elapsed || strings.HasPrefix(c.Engine, "emul:") }
+
+// Run times every algorithm at every size. progress, if set, gets openssl's
+// "Doing …" lines.
+func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error) {
+	if cfg.Multi <= 0 {
+		cfg.Multi = 1
+	}
+	if cfg.Batch <= 0 {
+		cfg.Batch = 1
+	}
+	if len(cfg.Sizes) == 0 {
+		cfg.Sizes = Sizes
+	}
+	eng, err := engines.New(cfg.Engine, cfg.Options)
+	if err != nil {
+		return nil, err
+	}
+	defer eng.Close()
+	res := &Result{Engine: eng.Name(), Multi: cfg.Multi, Batch: cfg.Batch, Seconds: cfg.Seconds.Seconds(),
+		Timing: "cpu", Sizes: cfg.Sizes}
+	if cfg.elapsed() {
+		res.Timing = "elapsed"
+	}
+	for _, alg := range cfg.Algs {
+		row := Row{Alg: alg.Name, Label: alg.Label()}
+		for _, size := range cfg.Sizes {
+			ops, secs, err := measure(ctx, eng, alg, size, cfg)
+			if err != nil {
+				return nil, fmt.Errorf("speed %s at %d bytes on %s: %w", alg.Name, size, eng.Name(), err)
+			}
+			rate := 0.0
+			if secs > 0 {
+				rate = float64(ops) * float64(size) / secs / 1000
+			}
+			if progress != nil {
+				progress(fmt.Sprintf("Doing %s for %gs on %d size blocks: %d %s's in %.2fs",
+					alg.Label(), cfg.Seconds.Seconds(), size, ops, alg.Label(), secs))
+			}
+			row.KBps = append(row.KBps, rate)
+			row.Ops = append(row.Ops, ops)
+			row.Secs = append(row.Secs, secs)
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	res.Stats = eng.Stats()
+	return res, nil
+}
+
+// stream is one submitter's ops, buffers and completion signal.
+type stream struct {
+	batch offload.Batch
+	state atomic.Int32 // 0 pending, 1 done, 2 waiter parked
+	wake  chan struct{}
+	bufs  [][]byte
+
+	// ESP streams
+	proc *esp.Processor
+	pkts []*esp.Packet
+	sa   *esp.SA
+}
+
+func (s *stream) done(*offload.Batch) {
+	if !s.state.CompareAndSwap(0, 1) {
+		s.wake <- struct{}{}
+	}
+}
+
+// wait returns once the submitted batch is done; an inline engine has
+// already called done, so it costs no channel operation.
+func (s *stream) wait() {
+	if s.state.CompareAndSwap(0, 2) {
+		<-s.wake
+	}
+	s.state.Store(0)
+}
+
+func randomKey(n int) sa.Key {
+	k := make(sa.Key, n)
+	rand.Read(k)
+	return k
+}
+
+// newStream sets up a session (or an SA) and Batch ops over fresh buffers.
+func newStream(eng offload.Engine, alg Alg, size, batch int) (*stream, error) {
+	s := &stream{wake: make(chan struct{}, 1)}
+	s.batch.Done = s.done
+	suite := alg.Suite
+	if alg.ESP {
+		cfg := &sa.SA{SPI: 0x1001, Mode: sa.Tunnel, Suite: suite,
+			Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"),
+			EncKey: randomKey(alg.KeyLen), AuthKey: randomKey(suite.AuthKeyLen())}
+		a, err := esp.NewSA(cfg, eng, esp.Options{})
+		if err != nil {
+			return nil, err
+		}
+		s.sa, s.proc = a, esp.NewProcessor(eng)
+		for range batch {
+			buf := make([]byte, esp.Headroom+size+esp.Tailroom)
+			s.bufs = append(s.bufs, buf)
+			s.pkts = append(s.pkts, new(esp.Packet))
+		}
+		return s, nil
+	}
+	sess, err := eng.NewSession(offload.SessionConfig{Suite: suite, EncKey: randomKey(alg.KeyLen), CipherOnly: alg.CipherOnly})
+	if err != nil {
+		return nil, fmt.Errorf("%s session: %w", eng.Name(), err)
+	}
+	payload := size
+	if bl := suite.BlockLen(); suite.Cipher == sa.CipherAESCBC || suite.Cipher == sa.Cipher3DES {
+		payload = (size + bl - 1) / bl * bl
+	}
+	n := esp.HeaderLen + suite.IVLen() + payload + suite.ICVLen()
+	s.batch.Ops = make([]offload.Op, batch)
+	for i := range s.batch.Ops {
+		buf := make([]byte, n)
+		rand.Read(buf)
+		s.bufs = append(s.bufs, buf)
+		s.batch.Ops[i] = offload.Op{Session: sess, Dir: offload.Seal, Packet: buf}
+	}
+	return s, nil
+}
+
+// round submits one batch and waits for it; it returns the ops done.
+func (s *stream) round(ctx context.Context, eng offload.Engine, size int) (int, error) {
+	if s.proc != nil {
+		for i, p := range s.pkts {
+			*p = esp.Packet{Buf: s.bufs[i], Off: esp.Headroom, Len: size, SA: s.sa}
+			s.bufs[i][esp.Headroom] = 0x45 // an IPv4 packet as far as tunnel mode cares
+		}
+		if err := s.proc.Seal(ctx, s.pkts); err != nil {
+			return 0, err
+		}
+		for _, p := range s.pkts {
+			if p.Drop != esp.OK {
+				return 0, fmt.Errorf("seal dropped a packet: %v", p.Drop)
+			}
+		}
+		return len(s.pkts), nil
+	}
+	if err := eng.Submit(ctx, &s.batch); err != nil {
+		return 0, err
+	}
+	s.wait()
+	for i := range s.batch.Ops {
+		if st := s.batch.Ops[i].Status; st != offload.OK {
+			return 0, fmt.Errorf("op %d: %v", i, st)
+		}
+	}
+	return len(s.batch.Ops), nil
+}
+
+// measure runs cfg.Multi streams on eng for cfg.Seconds and returns the ops
+// done and the seconds they took (CPU or wall, per stream).
+func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Config) (uint64, float64, error) {
+	streams := make([]*stream, cfg.Multi)
+	for i := range streams {
+		s, err := newStream(eng, alg, size, cfg.Batch)
+		if err != nil {
+			return 0, 0, err
+		}
+		streams[i] = s
+		// warm up pools and key schedules outside the timed part
+		if _, err := s.round(ctx, eng, size); err != nil {
+			return 0, 0, err
+		}
+	}
+	var stop atomic.Bool
+	var total atomic.Uint64
+	errs := make([]error, len(streams))
+	var wg sync.WaitGroup
+	cpu0 := cpuTime()
+	t0 := time.Now()
+	timer := time.AfterFunc(cfg.Seconds, func() { stop.Store(true) })
+	defer timer.Stop()
+	for i, s := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var n uint64
+			for !stop.Load() && ctx.Err() == nil {
+				k, err := s.round(ctx, eng, size)
+				if err != nil {
+					errs[i] = err
+					stop.Store(true)
+					break
+				}
+				n += uint64(k)
+			}
+			total.Add(n)
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(t0).Seconds()
+	used := (cpuTime() - cpu0).Seconds()
+	for _, err := range errs {
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	secs := wall
+	if !cfg.elapsed() {
+		secs = used / float64(cfg.Multi) // the per-process CPU time openssl would see
+	}
+	return total.Load(), secs, nil
+}
+
+// cpuTime is the user and system time the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

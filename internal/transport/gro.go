@@ -1,0 +1,148 @@
+package transport
+
+import (
+	"fmt"
+	"net/netip"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// UDP GRO: with UDP_GRO set on the socket, the kernel hands over runs of
+// same-size datagrams of one flow as one super-datagram plus a control
+// message giving the segment size. Above all it keeps a UDP GSO
+// super-datagram from the peer whole all the way up (veth and the router in
+// between forward it unsegmented), so the receiving kernel does one socket
+// delivery per 64 segments instead of one per packet. The super-datagrams
+// land in the Conn's own 64 KiB buffers and each segment is copied into a
+// caller's Packet.Buf; segments that do not fit in this call's slots wait
+// for the next Receive.
+
+// groBufLen holds the largest super-datagram (a UDP payload of 65535-8 for IPv6).
+const groBufLen = 65535
+
+// groMessages is how many super-datagram buffers one Receive call posts:
+// enough for a full batch of 64-segment runs, and for small batches of
+// datagrams that did not coalesce.
+func groMessages(batch int) int { return max(4, batch/32) }
+
+type groState struct {
+	bufs [][]byte
+	oobs [][]byte
+	// Received datagrams not yet fully handed out, in arrival order.
+	pending []groDatagram
+	head    int // first pending entry with segments left
+}
+
+type groDatagram struct {
+	data []byte // remaining bytes of the (super-)datagram
+	seg  int    // segment size (len(data) for a plain datagram)
+	peer netip.AddrPort
+}
+
+func (g *groState) init(batch int) {
+	n := groMessages(batch)
+	g.bufs = make([][]byte, n)
+	g.oobs = make([][]byte, n)
+	for i := range g.bufs {
+		g.bufs[i] = make([]byte, groBufLen)
+		g.oobs[i] = make([]byte, unix.CmsgSpace(4))
+	}
+	g.pending = make([]groDatagram, 0, n)
+}
+
+// receiveGRO is Receive for a socket with UDP_GRO on.
+func (c *Conn) receiveGRO(pkts []Packet) (int, error) {
+	g := &c.groRecv
+	r := &c.recv
+	for {
+		if out := c.drainGRO(pkts); out > 0 {
+			return out, nil
+		}
+		// Nothing pending: every scratch buffer is free again.
+		g.pending, g.head = g.pending[:0], 0
+		want := len(g.bufs)
+		for i := range want {
+			r.post(i, g.bufs[i], g.oobs[i])
+		}
+		r.want = want
+		if err := c.rc.Read(r.call); err != nil {
+			return 0, fmt.Errorf("receive over %s on %s: %w", c.kind, c.local, err)
+		}
+		if r.errno != 0 {
+			c.stats.receiveErrors.Add(1)
+			return 0, fmt.Errorf("receive over %s on %s: recvmmsg: %w", c.kind, c.local, r.errno)
+		}
+		for i := range r.got {
+			h := &r.hdrs[i]
+			if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+				c.stats.truncated.Add(1)
+				continue
+			}
+			d := groDatagram{data: g.bufs[i][:h.Len], peer: c.peer(&r.names[i])}
+			d.seg = groSegment(g.oobs[i][:h.Hdr.Controllen])
+			if d.seg <= 0 || d.seg > len(d.data) {
+				d.seg = len(d.data)
+			} else if d.seg < len(d.data) {
+				c.stats.groBatches.Add(1)
+			}
+			if len(d.data) == 0 {
+				c.stats.short.Add(1)
+				continue
+			}
+			g.pending = append(g.pending, d)
+		}
+	}
+}
+
+// drainGRO copies pending segments into pkts and returns how many ESP
+// packets it placed.
+func (c *Conn) drainGRO(pkts []Packet) int {
+	g := &c.groRecv
+	out := 0
+	for out < len(pkts) && g.head < len(g.pending) {
+		d := &g.pending[g.head]
+		if len(d.data) == 0 {
+			g.head++
+			continue
+		}
+		seg := d.data[:min(d.seg, len(d.data))]
+		d.data = d.data[len(seg):]
+		esp, ok := c.classify(seg)
+		if !ok {
+			continue
+		}
+		p := &pkts[out]
+		if len(esp) > len(p.Buf) {
+			c.stats.truncated.Add(1)
+			continue
+		}
+		p.Data = p.Buf[:copy(p.Buf, esp)]
+		p.Peer = d.peer
+		c.stats.packetsIn.Add(1)
+		c.stats.bytesIn.Add(uint64(len(esp)))
+		out++
+	}
+	return out
+}
+
+// groSegment returns the segment size from a UDP_GRO control message in
+// oob, or 0 when there is none.
+func groSegment(oob []byte) int {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return 0
+		}
+		if h.Level == unix.SOL_UDP && h.Type == unix.UDP_GRO && l >= unix.CmsgLen(2) {
+			data := oob[unix.CmsgLen(0):l]
+			if len(data) >= 4 {
+				return int(*(*int32)(unsafe.Pointer(&data[0])))
+			}
+			return int(*(*uint16)(unsafe.Pointer(&data[0])))
+		}
+		oob = oob[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(oob)):]
+	}
+	return 0
+}

@@ -1,0 +1,177 @@
+package transport
+
+import (
+	"fmt"
+	"net/netip"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// recvState is the reused scratch of Receive. recvmmsg is called directly
+// rather than through x/net's ReadBatch, which allocates a net.Addr (and its
+// IP slice) for every message it returns.
+type recvState struct {
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	names []unix.RawSockaddrInet6 // large enough for either family
+
+	// Arguments and results of the recvmmsg call inside RawConn.Read.
+	want, got int
+	errno     syscall.Errno
+	call      func(fd uintptr) bool // bound once, so Read does not allocate a closure
+}
+
+func (r *recvState) init(n int) {
+	r.hdrs = make([]unix.Mmsghdr, n)
+	r.iovs = make([]unix.Iovec, n)
+	r.names = make([]unix.RawSockaddrInet6, n)
+	r.call = r.recvmmsg
+}
+
+// post sets message i up to receive into b, with control buffer oob.
+func (r *recvState) post(i int, b, oob []byte) {
+	r.iovs[i].Base = &b[0]
+	r.iovs[i].SetLen(len(b))
+	h := &r.hdrs[i]
+	h.Hdr = unix.Msghdr{
+		Name:    (*byte)(unsafe.Pointer(&r.names[i])),
+		Namelen: unix.SizeofSockaddrInet6,
+		Iov:     &r.iovs[i],
+		Iovlen:  1,
+	}
+	if len(oob) > 0 {
+		h.Hdr.Control = &oob[0]
+		h.Hdr.SetControllen(len(oob))
+	}
+	h.Len = 0
+}
+
+func (r *recvState) recvmmsg(fd uintptr) bool {
+	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
+	if errno == unix.EAGAIN || errno == unix.EWOULDBLOCK {
+		return false // not ready: the poller waits and calls again
+	}
+	if errno == unix.EINTR {
+		return false
+	}
+	r.got, r.errno = int(n), errno
+	return true
+}
+
+var esp0 = [4]byte{} // RFC 3948 non-ESP marker: where an SPI would be, four zero bytes
+
+// Receive waits for ESP packets and returns how many it put in pkts[:n]
+// (n ≥ 1 unless err != nil). Each pkts[i].Buf must be non-empty; a
+// datagram is read into all of it, and pkts[i].Data is set to the ESP
+// packet (SPI to ICV, with an IPv4 header stripped) and pkts[i].Peer to its
+// source. Datagrams that are not ESP — NAT keepalives, non-ESP-marked (IKE)
+// datagrams, runts, or those longer than Buf — are counted and not returned.
+// Receive reorders pkts (whole entries, Buf included) so the n ESP packets
+// come first; every Buf stays in pkts.
+func (c *Conn) Receive(pkts []Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, fmt.Errorf("receive over %s on %s: no packet slots", c.kind, c.local)
+	}
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	for i := range pkts {
+		if len(pkts[i].Buf) == 0 {
+			return 0, fmt.Errorf("receive over %s on %s: packet slot %d has an empty buffer", c.kind, c.local, i)
+		}
+	}
+	if c.gro.Load() {
+		return c.receiveGRO(pkts)
+	}
+	r := &c.recv
+	want := min(len(pkts), c.batch)
+	for {
+		for i := range want {
+			r.post(i, pkts[i].Buf, nil)
+		}
+		r.want = want
+		if err := c.rc.Read(r.call); err != nil {
+			return 0, fmt.Errorf("receive over %s on %s: %w", c.kind, c.local, err)
+		}
+		if r.errno != 0 {
+			c.stats.receiveErrors.Add(1)
+			return 0, fmt.Errorf("receive over %s on %s: recvmmsg: %w", c.kind, c.local, r.errno)
+		}
+		if n := c.keepESP(pkts, r.got); n > 0 {
+			return n, nil
+		}
+		// Everything in this batch was ignored (keepalives, IKE, runts):
+		// read again.
+	}
+}
+
+// keepESP classifies the got received datagrams, moves the ESP packets to
+// the front of pkts and returns their number.
+func (c *Conn) keepESP(pkts []Packet, got int) int {
+	r := &c.recv
+	out := 0
+	for i := range got {
+		h := &r.hdrs[i]
+		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
+			c.stats.truncated.Add(1)
+			continue
+		}
+		// Swaps below only touch positions ≤ i, so pkts[i] still holds
+		// the buffer message i was read into.
+		data, ok := c.classify(pkts[i].Buf[:h.Len])
+		if !ok {
+			continue
+		}
+		pkts[out], pkts[i] = pkts[i], pkts[out]
+		pkts[out].Data = data
+		pkts[out].Peer = c.peer(&r.names[i])
+		c.stats.packetsIn.Add(1)
+		c.stats.bytesIn.Add(uint64(len(data)))
+		out++
+	}
+	return out
+}
+
+// classify returns the ESP packet inside datagram d, or counts why there is
+// none.
+func (c *Conn) classify(d []byte) ([]byte, bool) {
+	if c.kind == RawESP && !c.v6 {
+		// IPv4 raw sockets deliver the IP header; IPv6 ones do not.
+		if len(d) < 20 {
+			c.stats.short.Add(1)
+			return nil, false
+		}
+		ihl := int(d[0]&0x0f) * 4
+		if ihl < 20 || ihl > len(d) {
+			c.stats.short.Add(1)
+			return nil, false
+		}
+		d = d[ihl:]
+	}
+	if c.kind == UDPEncap {
+		if len(d) == 1 && d[0] == 0xff {
+			c.stats.keepalives.Add(1)
+			return nil, false
+		}
+		if len(d) >= 4 && [4]byte(d[:4]) == esp0 {
+			c.stats.nonESP.Add(1)
+			return nil, false
+		}
+	}
+	if len(d) < MinPacketLen {
+		c.stats.short.Add(1)
+		return nil, false
+	}
+	return d, true
+}
+
+func (c *Conn) peer(sa *unix.RawSockaddrInet6) netip.AddrPort {
+	if sa.Family == unix.AF_INET {
+		sa4 := (*unix.RawSockaddrInet4)(unsafe.Pointer(sa))
+		p := (*[2]byte)(unsafe.Pointer(&sa4.Port))
+		return netip.AddrPortFrom(netip.AddrFrom4(sa4.Addr), uint16(p[0])<<8|uint16(p[1]))
+	}
+	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
+	return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(p[0])<<8|uint16(p[1]))
+}

@@ -1,0 +1,241 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"unsafe"
+
+	"golang.org/x/net/ipv4"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	// The kernel segments at most this many datagrams from one UDP_SEGMENT send.
+	maxGSOSegments = 64
+	// Largest UDP payload of one (super-)datagram: 65535 minus the headers
+	// the length fields cover.
+	maxUDPPayload4 = 65535 - 20 - 8
+	maxUDPPayload6 = 65535 - 8
+)
+
+// sendState is the reused scratch of Send: one message per packet at most.
+type sendState struct {
+	msgs  []ipv4.Message
+	iovs  [][]byte // backing array of the messages' Buffers
+	ips   [][16]byte
+	udp   []net.UDPAddr
+	raw   []net.IPAddr
+	oob   [][]byte // per message, room for one UDP_SEGMENT control message
+	first []int    // index in the chunk of each message's first packet
+	count []int    // packets in each message
+	bytes []int    // ESP bytes in each message
+}
+
+func (s *sendState) init(n int, kind Kind, v6 bool) {
+	s.msgs = make([]ipv4.Message, n)
+	s.iovs = make([][]byte, n)
+	s.ips = make([][16]byte, n)
+	s.udp = make([]net.UDPAddr, n)
+	s.raw = make([]net.IPAddr, n)
+	s.oob = make([][]byte, n)
+	s.first = make([]int, n)
+	s.count = make([]int, n)
+	s.bytes = make([]int, n)
+	ipLen := 4
+	if v6 {
+		ipLen = 16
+	}
+	for i := range n {
+		s.udp[i].IP = s.ips[i][:ipLen]
+		s.raw[i].IP = s.ips[i][:ipLen]
+		s.oob[i] = make([]byte, unix.CmsgSpace(2))
+		if kind == UDPEncap {
+			s.msgs[i].Addr = &s.udp[i]
+		} else {
+			s.msgs[i].Addr = &s.raw[i]
+		}
+	}
+}
+
+// Send sends each pkts[i].Data to pkts[i].Peer, in order, in batches of at
+// most BatchSize packets per system call, and returns how many packets the
+// kernel took. A packet it refuses (or that is invalid: empty, wrong address
+// family, UDP port 0) is counted in Stats.SendErrors and skipped; Send goes
+// on with the rest and returns the first such error.
+func (c *Conn) Send(pkts []Packet) (int, error) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	var (
+		sent     int
+		firstErr error
+	)
+	for len(pkts) > 0 {
+		chunk := pkts[:min(len(pkts), c.batch)]
+		pkts = pkts[len(chunk):]
+		n, err := c.sendChunk(chunk)
+		sent += n
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	return sent, firstErr
+}
+
+func (c *Conn) sendChunk(chunk []Packet) (int, error) {
+	var firstErr error
+	s := &c.send
+	m := 0
+	gso := c.gso.Load()
+	maxPayload := maxUDPPayload4
+	if c.v6 {
+		maxPayload = maxUDPPayload6
+	}
+	gsoSize, ended := 0, false
+	for i := range chunk {
+		p := &chunk[i]
+		if err := c.checkPacket(p); err != nil {
+			c.stats.sendErrors.Add(1)
+			if firstErr == nil {
+				firstErr = err
+			}
+			ended = true // an invalid packet ends a GSO run: packets stay in order
+			continue
+		}
+		n := len(p.Data)
+		if gso && m > 0 && !ended {
+			// Extend the previous super-datagram when the kernel can
+			// segment it back into exactly these packets.
+			prev := m - 1
+			if p.Peer == chunk[s.first[prev]].Peer && n <= gsoSize &&
+				s.count[prev] < maxGSOSegments && s.bytes[prev]+n <= maxPayload {
+				s.count[prev]++
+				s.bytes[prev] += n
+				s.msgs[prev].Buffers = s.iovs[s.first[prev] : s.first[prev]+s.count[prev]]
+				s.iovs[i] = p.Data
+				ended = n < gsoSize // a shorter tail segment must be the last
+				continue
+			}
+		}
+		s.iovs[i] = p.Data
+		msg := &s.msgs[m]
+		msg.Buffers = s.iovs[i : i+1]
+		msg.OOB = nil
+		c.setPeer(m, p)
+		s.first[m], s.count[m], s.bytes[m] = i, 1, n
+		gsoSize, ended = n, false
+		m++
+	}
+	if gso {
+		for j := range m {
+			if s.count[j] > 1 {
+				s.msgs[j].OOB = s.oob[j]
+				putUDPSegment(s.msgs[j].OOB, uint16(len(chunk[s.first[j]].Data)))
+			}
+		}
+	}
+
+	sent := 0
+	for start := 0; start < m; {
+		n, err := c.writer.WriteBatch(s.msgs[start:m], 0)
+		n = max(n, 0)
+		for j := start; j < start+n; j++ {
+			sent += s.count[j]
+			c.stats.packetsOut.Add(uint64(s.count[j]))
+			c.stats.bytesOut.Add(uint64(s.bytes[j]))
+			if s.count[j] > 1 {
+				c.stats.gsoBatches.Add(1)
+			}
+		}
+		start += n
+		if err == nil {
+			continue
+		}
+		if start >= m {
+			break
+		}
+		if gso && s.count[start] > 1 && errors.Is(err, unix.EIO) {
+			// EIO: the route's device cannot checksum-offload, which
+			// UDP_SEGMENT requires. Send the rest one datagram each.
+			c.gso.Store(false)
+			rest, restErr := c.sendChunk(chunk[s.first[start]:])
+			if firstErr == nil {
+				firstErr = restErr
+			}
+			return sent + rest, firstErr
+		}
+		c.stats.sendErrors.Add(uint64(s.count[start]))
+		if firstErr == nil {
+			firstErr = fmt.Errorf("send %d-byte ESP packet to %s over %s: %w", s.bytes[start], chunk[s.first[start]].Peer, c.kind, unwrapSyscall(err))
+		}
+		start++ // skip the refused message, keep going
+	}
+	return sent, firstErr
+}
+
+func (c *Conn) checkPacket(p *Packet) error {
+	switch {
+	case len(p.Data) == 0:
+		return fmt.Errorf("send over %s: empty packet", c.kind)
+	case !p.Peer.Addr().IsValid():
+		return fmt.Errorf("send over %s: packet has no peer address", c.kind)
+	case isIPv6(p.Peer.Addr()) != c.v6:
+		return fmt.Errorf("send over %s from %s: peer %s is of the other address family", c.kind, c.local, p.Peer.Addr())
+	case c.kind == UDPEncap && p.Peer.Port() == 0:
+		return fmt.Errorf("send over %s: peer %s has no UDP port", c.kind, p.Peer)
+	}
+	return nil
+}
+
+func (c *Conn) setPeer(m int, p *Packet) {
+	s := &c.send
+	a := p.Peer.Addr().Unmap()
+	if c.v6 {
+		s.ips[m] = a.As16()
+	} else {
+		a4 := a.As4()
+		copy(s.ips[m][:4], a4[:])
+	}
+	s.udp[m].Port = int(p.Peer.Port())
+}
+
+// putUDPSegment writes a UDP_SEGMENT control message with the segment size
+// into b (which has room for exactly one).
+func putUDPSegment(b []byte, size uint16) {
+	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
+	h.Level = unix.SOL_UDP
+	h.Type = unix.UDP_SEGMENT
+	h.SetLen(unix.CmsgLen(2))
+	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], size)
+}
+
+// unwrapSyscall turns x/net's *os.SyscallError into its errno, so callers
+// can test for unix.EMSGSIZE and friends with errors.Is either way.
+func unwrapSyscall(err error) error {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		return fmt.Errorf("%s: %w", se.Syscall, se.Err)
+	}
+	return err
+}
+
+// isIPv6 reports whether a is a real IPv6 address (not an IPv4-mapped one).
+func isIPv6(a netip.Addr) bool { return a.Is6() && !a.Is4In6() }
+
+// SendKeepalive sends one RFC 3948 NAT keepalive (a single 0xFF byte) to
+// peer, which keeps a NAT mapping open between ESP packets (UDP only).
+func (c *Conn) SendKeepalive(peer netip.AddrPort) error {
+	if c.kind != UDPEncap {
+		return fmt.Errorf("send NAT keepalive to %s: %s transport has no keepalives", peer, c.kind)
+	}
+	if isIPv6(peer.Addr()) != c.v6 || peer.Port() == 0 {
+		return fmt.Errorf("send NAT keepalive from %s: bad peer %s", c.local, peer)
+	}
+	if _, err := c.pc.WriteTo([]byte{0xff}, net.UDPAddrFromAddrPort(peer)); err != nil {
+		return fmt.Errorf("send NAT keepalive to %s: %w", peer, err)
+	}
+	return nil
+}

@@ -1,0 +1,464 @@
+package transport
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/internal/netns"
+	"golang.org/x/sys/unix"
+)
+
+// pair is two namespaces joined by one veth: a (…::1, .1) and b (…::2, .2).
+type pair struct {
+	a, b   *netns.Namespace
+	a4, b4 netip.Addr
+	a6, b6 netip.Addr
+}
+
+func newPair(t testing.TB) *pair {
+	t.Helper()
+	if err := netns.CheckPrerequisites(); err != nil {
+		t.Fatalf("transport tests need namespaces: %v", err)
+	}
+	bed, err := netns.New("ni-t-", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := bed.Close(); err != nil {
+			t.Errorf("teardown: %v", err)
+		}
+	})
+	p := &pair{
+		a4: netip.MustParseAddr("198.51.100.1"), b4: netip.MustParseAddr("198.51.100.2"),
+		a6: netip.MustParseAddr("2001:db8:1::1"), b6: netip.MustParseAddr("2001:db8:1::2"),
+	}
+	if p.a, err = bed.AddNamespace("a"); err != nil {
+		t.Fatal(err)
+	}
+	if p.b, err = bed.AddNamespace("b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := bed.Connect(p.a, "veth0", p.b, "veth0", netns.LinkOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []struct {
+		ns *netns.Namespace
+		p  string
+	}{{p.a, "198.51.100.1/24"}, {p.a, "2001:db8:1::1/64"}, {p.b, "198.51.100.2/24"}, {p.b, "2001:db8:1::2/64"}} {
+		if err := x.ns.AddAddr("veth0", netip.MustParsePrefix(x.p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// open opens a transport of kind in ns bound to addr; gso and gro (UDP
+// only) say which offloads to ask for.
+func open(t testing.TB, ns *netns.Namespace, kind Kind, addr netip.Addr, gso bool, gro ...bool) *Conn {
+	t.Helper()
+	c, err := Open(Config{Kind: kind, Local: netip.AddrPortFrom(addr, 0), Namespace: ns.Handle(), GSO: gso, GRO: len(gro) > 0 && gro[0]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// espPacket makes a recognisable fake ESP packet: SPI, sequence number,
+// then bytes derived from the sequence number.
+func espPacket(spi, seq uint32, size int) []byte {
+	b := make([]byte, size)
+	binary.BigEndian.PutUint32(b[0:], spi)
+	binary.BigEndian.PutUint32(b[4:], seq)
+	for i := 8; i < size; i++ {
+		b[i] = byte(int(seq) + i)
+	}
+	return b
+}
+
+func slots(n, size int) []Packet {
+	p := make([]Packet, n)
+	for i := range p {
+		p[i].Buf = make([]byte, size)
+	}
+	return p
+}
+
+// receiveN receives until want ESP packets arrived (or 5 s passed) and
+// returns copies of their data and peers in arrival order.
+func receiveN(t testing.TB, c *Conn, want int) ([][]byte, []netip.AddrPort) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	pkts := slots(c.BatchSize(), 2048)
+	var data [][]byte
+	var peers []netip.AddrPort
+	for len(data) < want {
+		n, err := c.Receive(pkts)
+		if err != nil {
+			t.Fatalf("receive after %d of %d packets: %v", len(data), want, err)
+		}
+		for _, p := range pkts[:n] {
+			data = append(data, append([]byte(nil), p.Data...))
+			peers = append(peers, p.Peer)
+		}
+	}
+	return data, peers
+}
+
+type family struct {
+	name           string
+	local, remote  func(*pair) netip.Addr
+	ipHdr, udpPort int
+}
+
+var families = []family{
+	{"ipv4", func(p *pair) netip.Addr { return p.a4 }, func(p *pair) netip.Addr { return p.b4 }, 20, 0},
+	{"ipv6", func(p *pair) netip.Addr { return p.a6 }, func(p *pair) netip.Addr { return p.b6 }, 40, 0},
+}
+
+// offloads lists the GSO (sender) / GRO (receiver) combinations to test:
+// none for raw ESP, all four for UDP.
+func offloads(kind Kind) [][2]bool {
+	if kind != UDPEncap {
+		return [][2]bool{{false, false}}
+	}
+	return [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}}
+}
+
+func TestSendReceiveBatch(t *testing.T) {
+	p := newPair(t)
+	for _, kind := range []Kind{RawESP, UDPEncap} {
+		for _, fam := range families {
+			for _, off := range offloads(kind) {
+				gso, gro := off[0], off[1]
+				t.Run(fmt.Sprintf("%s/%s/gso=%v/gro=%v", kind, fam.name, gso, gro), func(t *testing.T) {
+					a := open(t, p.a, kind, fam.local(p), gso)
+					b := open(t, p.b, kind, fam.remote(p), false, gro)
+					if gro && !b.GRO() {
+						t.Fatalf("GRO asked for but not on (kernel ≥ 5.12 has it)")
+					}
+					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
+					if kind == UDPEncap && peer.Port() != DefaultUDPPort {
+						t.Fatalf("UDP transport bound port %d, want %d", peer.Port(), DefaultUDPPort)
+					}
+					// 300 packets: more than one batch; runs of equal sizes
+					// (GSO candidates) broken by odd sizes.
+					const total = 300
+					var sent [][]byte
+					pkts := make([]Packet, total)
+					for i := range pkts {
+						size := 1200
+						if i%50 == 49 {
+							size = 100 + i
+						}
+						sent = append(sent, espPacket(0x1001, uint32(i+1), size))
+						pkts[i] = Packet{Data: sent[i], Peer: peer}
+					}
+					n, err := a.Send(pkts)
+					if err != nil || n != total {
+						t.Fatalf("send: %d of %d, %v", n, total, err)
+					}
+					got, peers := receiveN(t, b, total)
+					for i := range total {
+						if string(got[i]) != string(sent[i]) {
+							t.Fatalf("packet %d: got %d bytes seq %d, want %d bytes seq %d", i, len(got[i]), binary.BigEndian.Uint32(got[i][4:]), len(sent[i]), i+1)
+						}
+						wantPeer := netip.AddrPortFrom(fam.local(p), a.LocalAddr().Port())
+						if peers[i] != wantPeer {
+							t.Fatalf("packet %d from %s, want %s", i, peers[i], wantPeer)
+						}
+					}
+					as, bs := a.Stats(), b.Stats()
+					var bytes uint64
+					for _, s := range sent {
+						bytes += uint64(len(s))
+					}
+					if as.PacketsOut != total || as.BytesOut != bytes || bs.PacketsIn != total || bs.BytesIn != bytes {
+						t.Errorf("counters: sender %+v, receiver %+v; want %d packets, %d bytes", as, bs, total, bytes)
+					}
+					if gso && a.GSO() && as.GSOBatches == 0 {
+						t.Errorf("GSO on but no super-datagram sent: %+v", as)
+					}
+					if !gso && as.GSOBatches != 0 {
+						t.Errorf("GSO off but %d super-datagrams sent", as.GSOBatches)
+					}
+					// A GSO super-datagram crosses the veth whole; a GRO
+					// socket receives it whole.
+					if gso && gro && bs.GROBatches == 0 {
+						t.Errorf("GSO sender and GRO receiver but no super-datagram received: %+v", bs)
+					}
+					if !gro && bs.GROBatches != 0 {
+						t.Errorf("GRO off but %d super-datagrams received", bs.GROBatches)
+					}
+					t.Logf("sender GSO batches %d, receiver GRO batches %d", as.GSOBatches, bs.GROBatches)
+				})
+			}
+		}
+	}
+}
+
+// TestUDPNonESP checks RFC 3948's demultiplexing: keepalives and
+// non-ESP-marked datagrams are ignored and counted; runts are dropped and
+// counted; the ESP packet among them comes through alone.
+func TestUDPNonESP(t *testing.T) {
+	p := newPair(t)
+	for _, fam := range families {
+		for _, gro := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/gro=%v", fam.name, gro), func(t *testing.T) {
+				a := open(t, p.a, UDPEncap, fam.local(p), false)
+				b := open(t, p.b, UDPEncap, fam.remote(p), false, gro)
+				to := netip.AddrPortFrom(fam.remote(p), DefaultUDPPort)
+				if err := a.SendKeepalive(to); err != nil {
+					t.Fatal(err)
+				}
+				// IKE behind the non-ESP marker, and a 3-byte runt, from another socket.
+				err := p.a.Do(func() error {
+					u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(fam.local(p), 0)))
+					if err != nil {
+						return err
+					}
+					defer u.Close()
+					for _, d := range [][]byte{append([]byte{0, 0, 0, 0}, "IKE_SA_INIT..."...), {1, 2, 3}} {
+						if _, err := u.WriteToUDPAddrPort(d, to); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				esp := espPacket(0x2002, 7, 64)
+				if _, err := a.Send([]Packet{{Data: esp, Peer: to}}); err != nil {
+					t.Fatal(err)
+				}
+				got, _ := receiveN(t, b, 1)
+				if string(got[0]) != string(esp) {
+					t.Errorf("received % x, want the ESP packet", got[0])
+				}
+				s := b.Stats()
+				if s.Keepalives != 1 || s.NonESP != 1 || s.Short != 1 || s.PacketsIn != 1 {
+					t.Errorf("counters %+v: want 1 keepalive, 1 non-ESP, 1 short, 1 ESP", s)
+				}
+			})
+		}
+	}
+}
+
+func TestRawShortAndTruncated(t *testing.T) {
+	p := newPair(t)
+	a := open(t, p.a, RawESP, p.a4, false)
+	b := open(t, p.b, RawESP, p.b4, false)
+	to := netip.AddrPortFrom(p.b4, 0)
+	pkts := []Packet{
+		{Data: []byte{1, 2, 3, 4}, Peer: to},    // shorter than SPI+seq
+		{Data: espPacket(9, 1, 3000), Peer: to}, // longer than the receiver's buffer (fragmented on the wire, reassembled)
+		{Data: espPacket(9, 2, 500), Peer: to},
+	}
+	if n, err := a.Send(pkts); n != 2 || err == nil || !errors.Is(err, unix.EMSGSIZE) {
+		// PMTUDISC_DO: the 3000-byte packet is refused, not fragmented.
+		t.Fatalf("send: %d, %v; want 2 sent and EMSGSIZE for the 3000-byte packet", n, err)
+	}
+	if s := a.Stats(); s.SendErrors != 1 {
+		t.Errorf("sender SendErrors = %d, want 1", s.SendErrors)
+	}
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	slot := slots(4, 100) // too small for 500 bytes + IP header
+	if _, err := a.Send([]Packet{{Data: espPacket(9, 3, 80), Peer: to}}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b.Receive(slot)
+	if err != nil || n != 1 || binary.BigEndian.Uint32(slot[0].Data[4:]) != 3 {
+		t.Fatalf("receive: %d, %v", n, err)
+	}
+	if s := b.Stats(); s.Short != 1 || s.Truncated != 1 {
+		t.Errorf("receiver counters %+v: want 1 short, 1 truncated", s)
+	}
+}
+
+func TestSendBadInput(t *testing.T) {
+	p := newPair(t)
+	a := open(t, p.a, UDPEncap, p.a4, false)
+	b := open(t, p.b, UDPEncap, p.b4, false)
+	good := netip.AddrPortFrom(p.b4, DefaultUDPPort)
+	pkts := []Packet{
+		{Data: espPacket(1, 1, 40), Peer: netip.AddrPortFrom(p.b6, 4500)}, // wrong family
+		{Data: espPacket(1, 2, 40), Peer: netip.AddrPortFrom(p.b4, 0)},    // no port
+		{Data: nil, Peer: good},                             // empty
+		{Data: espPacket(1, 3, 40), Peer: netip.AddrPort{}}, // no peer
+		{Data: espPacket(1, 4, 40), Peer: good},
+	}
+	n, err := a.Send(pkts)
+	if n != 1 || err == nil || !strings.Contains(err.Error(), "other address family") {
+		t.Errorf("send: %d, %v; want 1 sent and the family error first", n, err)
+	}
+	if s := a.Stats(); s.SendErrors != 4 || s.PacketsOut != 1 {
+		t.Errorf("counters %+v: want 4 errors, 1 out", s)
+	}
+	got, _ := receiveN(t, b, 1)
+	if binary.BigEndian.Uint32(got[0][4:]) != 4 {
+		t.Errorf("received seq %d, want 4", binary.BigEndian.Uint32(got[0][4:]))
+	}
+	if _, err := b.Receive(nil); err == nil {
+		t.Error("Receive with no slots accepted")
+	}
+	if _, err := b.Receive([]Packet{{}}); err == nil {
+		t.Error("Receive with an empty buffer accepted")
+	}
+	for _, cfg := range []Config{
+		{Kind: UDPEncap},
+		{Kind: Kind(7), Local: good},
+		{Kind: RawESP, Local: good, GSO: true},
+		{Kind: UDPEncap, Local: good, BatchSize: -1},
+		{Kind: UDPEncap, Local: good, SocketBuffer: 10},
+	} {
+		if c, err := Open(cfg); err == nil {
+			c.Close()
+			t.Errorf("Open(%+v) accepted", cfg)
+		}
+	}
+	if err := a.SendKeepalive(netip.AddrPortFrom(p.b6, 4500)); err == nil {
+		t.Error("keepalive to the other family accepted")
+	}
+}
+
+func TestCloseUnblocksReceive(t *testing.T) {
+	p := newPair(t)
+	b := open(t, p.b, RawESP, p.b6, false)
+	done := make(chan error, 1)
+	go func() {
+		_, err := b.Receive(slots(4, 2048))
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	b.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Receive after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Receive still blocked 5 s after Close")
+	}
+}
+
+func TestSocketBuffers(t *testing.T) {
+	p := newPair(t)
+	c, err := Open(Config{Kind: UDPEncap, Local: netip.AddrPortFrom(p.a4, 0), Namespace: p.a.Handle(), SocketBuffer: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// As root SO_*BUFFORCE passes rmem_max; the kernel reports double.
+	if r, s := c.SocketBuffers(); r < 8<<20 || s < 8<<20 {
+		t.Errorf("socket buffers %d/%d, want ≥ 8 MiB each", r, s)
+	}
+	if ip, udp := c.HeaderLen(); ip != 20 || udp != 8 {
+		t.Errorf("HeaderLen = %d, %d", ip, udp)
+	}
+}
+
+// TestBatchPathsDoNotAllocate: a full send+receive round of a batch costs
+// no allocation, for every transport.
+func TestBatchPathsDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector; run without -race")
+	}
+	p := newPair(t)
+	for _, kind := range []Kind{RawESP, UDPEncap} {
+		for _, fam := range families {
+			for _, off := range offloads(kind) {
+				gso, gro := off[0], off[1]
+				t.Run(fmt.Sprintf("%s/%s/gso=%v/gro=%v", kind, fam.name, gso, gro), func(t *testing.T) {
+					a := open(t, p.a, kind, fam.local(p), gso)
+					b := open(t, p.b, kind, fam.remote(p), false, gro)
+					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
+					const batch = 32
+					out := make([]Packet, batch)
+					for i := range out {
+						out[i] = Packet{Data: espPacket(3, uint32(i), 1000), Peer: peer}
+					}
+					in := slots(batch, 2048)
+					b.SetReadDeadline(time.Now().Add(30 * time.Second))
+					round := func() {
+						if n, err := a.Send(out); err != nil || n != batch {
+							t.Fatalf("send: %d, %v", n, err)
+						}
+						for got := 0; got < batch; {
+							n, err := b.Receive(in)
+							if err != nil {
+								t.Fatalf("receive: %v", err)
+							}
+							got += n
+						}
+					}
+					if allocs := testing.AllocsPerRun(50, round); allocs != 0 {
+						t.Errorf("%.1f allocations per batch of %d, want 0", allocs, batch)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestReceiveKeepsTagWithBuffer: Receive moves ignored datagrams' slots
+// behind the ESP ones; each Tag must still name its own buffer.
+func TestReceiveKeepsTagWithBuffer(t *testing.T) {
+	p := newPair(t)
+	for _, gro := range []bool{false, true} {
+		a := open(t, p.a, UDPEncap, p.a4, false)
+		b := open(t, p.b, UDPEncap, p.b4, false, gro)
+		to := netip.AddrPortFrom(p.b4, DefaultUDPPort)
+		// keepalive, ESP 1, keepalive, ESP 2: slots 0 and 2 are ignored.
+		for i, data := range [][]byte{{0xff}, espPacket(1, 1, 100), {0xff}, espPacket(1, 2, 100)} {
+			var err error
+			if len(data) == 1 {
+				err = a.SendKeepalive(to)
+			} else {
+				_, err = a.Send([]Packet{{Data: data, Peer: to}})
+			}
+			if err != nil {
+				t.Fatalf("send %d: %v", i, err)
+			}
+		}
+		time.Sleep(50 * time.Millisecond) // all four queued, so one recvmmsg sees them
+		pkts := slots(8, 2048)
+		bufs := map[int]*byte{}
+		for i := range pkts {
+			pkts[i].Tag = i
+			bufs[i] = &pkts[i].Buf[0]
+		}
+		b.SetReadDeadline(time.Now().Add(5 * time.Second))
+		got := 0
+		for got < 2 {
+			n, err := b.Receive(pkts[got:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += n
+		}
+		for i, pk := range pkts {
+			if &pk.Buf[0] != bufs[pk.Tag] {
+				t.Errorf("gro=%v: slot %d: Tag %d no longer names its buffer", gro, i, pk.Tag)
+			}
+		}
+		for i := range 2 {
+			if seq := binary.BigEndian.Uint32(pkts[i].Data[4:]); seq != uint32(i+1) {
+				t.Errorf("gro=%v: packet %d has seq %d", gro, i, seq)
+			}
+			if &pkts[i].Data[0] != &pkts[i].Buf[0] {
+				t.Errorf("gro=%v: packet %d Data is not at the start of its Buf", gro, i)
+			}
+		}
+		a.Close()
+		b.Close()
+	}
+}

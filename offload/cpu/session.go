@@ -1,0 +1,287 @@
+package cpu
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/des"
+	"crypto/hmac"
+	"crypto/md5"
+	"crypto/sha1"
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/subtle"
+	"encoding/binary"
+	"fmt"
+	"hash"
+	"sync"
+
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/sa"
+)
+
+// espHeaderLen is SPI(4) + sequence number(4).
+const espHeaderLen = 8
+
+// Session holds one SA's key schedules. It is safe for concurrent use: the
+// block cipher and AEAD are stateless, and the stateful parts (CBC modes,
+// HMAC states) come from per-session pools, so steady-state ops allocate
+// nothing.
+type Session struct {
+	suite  sa.Suite
+	esn    bool
+	ivLen  int
+	icvLen int
+	block  cipher.Block
+	aead   cipher.AEAD
+	nonce  [4]byte // CTR nonce or GCM salt
+	cbcEnc sync.Pool
+	cbcDec sync.Pool
+	macs   sync.Pool
+	gcm    sync.Pool
+	ctrs   sync.Pool
+}
+
+// ctrScratch holds counter blocks and keystream; pooled because slices
+// handed to cipher.Block escape and would otherwise allocate per packet.
+type ctrScratch struct {
+	blocks, stream [8 * aes.BlockSize]byte
+}
+
+// ivSetter is implemented by the standard library's CBC modes.
+type ivSetter interface {
+	cipher.BlockMode
+	SetIV([]byte)
+}
+
+type macState struct {
+	h     hash.Hash
+	sum   [64]byte
+	seqHi [4]byte
+}
+
+type gcmScratch struct {
+	nonce [12]byte
+	aad   [12]byte
+}
+
+// NewSession expands the SA's keys for the suite.
+func NewSession(cfg offload.SessionConfig) (*Session, error) {
+	suite := cfg.Suite
+	if err := validate(cfg); err != nil {
+		return nil, fmt.Errorf("new %s session: %w", suite, err)
+	}
+	s := &Session{suite: suite, esn: cfg.ESN, ivLen: suite.IVLen(), icvLen: suite.ICVLen()}
+	key := []byte(cfg.EncKey)
+	var err error
+	switch suite.Cipher {
+	case sa.CipherAESCBC:
+		s.block, err = aes.NewCipher(key)
+	case sa.Cipher3DES:
+		s.block, err = des.NewTripleDESCipher(key)
+	case sa.CipherAESCTR:
+		copy(s.nonce[:], key[len(key)-4:])
+		s.block, err = aes.NewCipher(key[:len(key)-4])
+	case sa.CipherAESGCM16:
+		copy(s.nonce[:], key[len(key)-4:])
+		s.block, err = aes.NewCipher(key[:len(key)-4])
+		if err == nil {
+			s.aead, err = cipher.NewGCM(s.block)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("new %s session: expand key: %w", suite, err)
+	}
+	if s.block != nil && (suite.Cipher == sa.CipherAESCBC || suite.Cipher == sa.Cipher3DES) {
+		zero := make([]byte, s.block.BlockSize())
+		s.cbcEnc.New = func() any { return cipher.NewCBCEncrypter(s.block, zero).(ivSetter) }
+		s.cbcDec.New = func() any { return cipher.NewCBCDecrypter(s.block, zero).(ivSetter) }
+	}
+	if hf := hashFunc(suite.Auth); hf != nil {
+		authKey := append([]byte(nil), cfg.AuthKey...)
+		s.macs.New = func() any { return &macState{h: hmac.New(hf, authKey)} }
+	}
+	s.gcm.New = func() any { return new(gcmScratch) }
+	s.ctrs.New = func() any { return new(ctrScratch) }
+	return s, nil
+}
+
+// validate checks an ESP suite and its keys, or, for a cipher-only session,
+// that the suite really has no integrity and the cipher key fits.
+func validate(cfg offload.SessionConfig) error {
+	if !cfg.CipherOnly {
+		return cfg.Suite.ValidateKeys(cfg.EncKey, cfg.AuthKey)
+	}
+	s := cfg.Suite
+	if s.Auth != sa.AuthNone || s.Cipher.IsAEAD() || len(cfg.AuthKey) != 0 {
+		return fmt.Errorf("a cipher-only session needs a non-AEAD cipher with auth none and no auth key, not %s", s)
+	}
+	for _, n := range s.EncKeyLens() {
+		if len(cfg.EncKey) == n {
+			return nil
+		}
+	}
+	return fmt.Errorf("enc-key for %s is %d bytes, want %v", s.Cipher, len(cfg.EncKey), s.EncKeyLens())
+}
+
+func hashFunc(a sa.Auth) func() hash.Hash {
+	switch a {
+	case sa.AuthHMACSHA1_96:
+		return sha1.New
+	case sa.AuthHMACSHA256_128:
+		return sha256.New
+	case sa.AuthHMACSHA384_192:
+		return sha512.New384
+	case sa.AuthHMACSHA512_256:
+		return sha512.New
+	case sa.AuthHMACMD5_96:
+		return md5.New
+	}
+	return nil
+}
+
+// Suite returns the session's suite.
+func (s *Session) Suite() sa.Suite { return s.suite }
+
+// ESN reports whether the ICV covers the high sequence bits.
+func (s *Session) ESN() bool { return s.esn }
+
+// Close is a no-op: the schedules are garbage collected.
+func (s *Session) Close() error { return nil }
+
+// CPUSession lets wrapping engines reach the cipher work.
+func (s *Session) CPUSession() *Session { return s }
+
+// Process seals or opens one ESP packet in place.
+func (s *Session) Process(op *offload.Op) {
+	pkt := op.Packet
+	body := espHeaderLen + s.ivLen
+	if len(pkt) < body+s.icvLen {
+		op.Status = offload.BadLength
+		return
+	}
+	if s.aead != nil {
+		s.processGCM(op)
+		return
+	}
+	payload := pkt[body : len(pkt)-s.icvLen]
+	if bs := s.suite.BlockLen(); len(payload)%bs != 0 {
+		op.Status = offload.BadLength
+		return
+	}
+	iv := pkt[espHeaderLen:body]
+	if op.Dir == offload.Seal {
+		s.crypt(offload.Seal, iv, payload)
+		if s.icvLen > 0 {
+			s.writeICV(op)
+		}
+		op.Status = offload.OK
+		return
+	}
+	if s.icvLen > 0 && !s.verifyICV(op) {
+		op.Status = offload.BadICV
+		return
+	}
+	s.crypt(offload.Open, iv, payload)
+	op.Status = offload.OK
+}
+
+// crypt encrypts or decrypts payload in place.
+func (s *Session) crypt(dir offload.Direction, iv, payload []byte) {
+	switch s.suite.Cipher {
+	case sa.CipherAESCBC, sa.Cipher3DES:
+		pool := &s.cbcEnc
+		if dir == offload.Open {
+			pool = &s.cbcDec
+		}
+		m := pool.Get().(ivSetter)
+		m.SetIV(iv)
+		m.CryptBlocks(payload, payload)
+		pool.Put(m)
+	case sa.CipherAESCTR:
+		s.ctr(iv, payload)
+	}
+}
+
+// ctr applies the RFC 3686 keystream: counter block = nonce | IV | counter
+// from 1. It works eight blocks at a time in pooled scratch rather than
+// through cipher.NewCTR, which would allocate per packet.
+func (s *Session) ctr(iv, payload []byte) {
+	sc := s.ctrs.Get().(*ctrScratch)
+	defer s.ctrs.Put(sc)
+	ctrBlocks, stream := &sc.blocks, &sc.stream
+	for i := 0; i < 8; i++ {
+		b := ctrBlocks[i*aes.BlockSize:]
+		copy(b[:4], s.nonce[:])
+		copy(b[4:12], iv)
+	}
+	counter := uint32(1)
+	for len(payload) > 0 {
+		n := min(len(payload), len(stream))
+		for i := 0; i*aes.BlockSize < n; i++ {
+			b := ctrBlocks[i*aes.BlockSize:]
+			binary.BigEndian.PutUint32(b[12:16], counter)
+			counter++
+			s.block.Encrypt(stream[i*aes.BlockSize:], b[:aes.BlockSize])
+		}
+		subtle.XORBytes(payload[:n], payload[:n], stream[:n])
+		payload = payload[n:]
+	}
+}
+
+// mac computes the full HMAC over the packet's authenticated part (and the
+// ESN high bits, RFC 4303 §2.2.1) into the state's sum buffer.
+func (s *Session) mac(st *macState, op *offload.Op) []byte {
+	st.h.Reset()
+	st.h.Write(op.Packet[:len(op.Packet)-s.icvLen])
+	if s.esn {
+		binary.BigEndian.PutUint32(st.seqHi[:], op.SeqHi)
+		st.h.Write(st.seqHi[:])
+	}
+	return st.h.Sum(st.sum[:0])
+}
+
+func (s *Session) writeICV(op *offload.Op) {
+	st := s.macs.Get().(*macState)
+	sum := s.mac(st, op)
+	copy(op.Packet[len(op.Packet)-s.icvLen:], sum[:s.icvLen])
+	s.macs.Put(st)
+}
+
+func (s *Session) verifyICV(op *offload.Op) bool {
+	st := s.macs.Get().(*macState)
+	sum := s.mac(st, op)
+	ok := subtle.ConstantTimeCompare(sum[:s.icvLen], op.Packet[len(op.Packet)-s.icvLen:]) == 1
+	s.macs.Put(st)
+	return ok
+}
+
+// processGCM seals or opens with RFC 4106: nonce = salt | IV, AAD = SPI |
+// [seq high] | seq low. Go's GCM verifies the tag before it decrypts.
+func (s *Session) processGCM(op *offload.Op) {
+	pkt := op.Packet
+	sc := s.gcm.Get().(*gcmScratch)
+	defer s.gcm.Put(sc)
+	copy(sc.nonce[:4], s.nonce[:])
+	copy(sc.nonce[4:], pkt[espHeaderLen:espHeaderLen+8])
+	aad := sc.aad[:8]
+	copy(aad[:4], pkt[:4])
+	if s.esn {
+		aad = sc.aad[:12]
+		binary.BigEndian.PutUint32(aad[4:8], op.SeqHi)
+		copy(aad[8:12], pkt[4:8])
+	} else {
+		copy(aad[4:8], pkt[4:8])
+	}
+	body := pkt[espHeaderLen+8:]
+	if op.Dir == offload.Seal {
+		plain := body[:len(body)-s.icvLen]
+		s.aead.Seal(plain[:0], sc.nonce[:], plain, aad)
+		op.Status = offload.OK
+		return
+	}
+	if _, err := s.aead.Open(body[:0], sc.nonce[:], body, aad); err != nil {
+		op.Status = offload.BadICV
+		return
+	}
+	op.Status = offload.OK
+}

@@ -1,0 +1,52 @@
+// Package engines builds offload engines by name: the one registry that the
+// CLI, gateway configs and scenarios use, so an engine is named the same way
+// everywhere ("cpu", "ring", "emul:ubsec-2014", …).
+package engines
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/aesni"
+	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/offload/emul"
+	"github.com/espgw/espgw/offload/ring"
+)
+
+// Options tune the engines that have knobs; zero values mean the engine's
+// defaults.
+type Options struct {
+	Workers     int // goroutines standing in for the card's units
+	QueueDepth  int // request queue length (ubsec: 60)
+	Aggregation int // ops per command record (ubsec: 5)
+}
+
+// Names lists the engines New knows, profiles spelled out.
+func Names() []string {
+	names := []string{cpu.Name, aesni.Name, ring.Name}
+	for _, p := range emul.ProfileNames() {
+		names = append(names, emul.Prefix+":"+p)
+	}
+	return names
+}
+
+// New builds the engine called name.
+func New(name string, opts Options) (offload.Engine, error) {
+	base, profile, hasProfile := strings.Cut(name, ":")
+	switch {
+	case base == cpu.Name && !hasProfile:
+		return cpu.New(), nil
+	case base == ring.Name && !hasProfile:
+		return ring.New(ring.Config{Units: opts.Workers, QueueDepth: opts.QueueDepth, Aggregation: opts.Aggregation}), nil
+	case base == emul.Prefix:
+		e, err := emul.New(profile, emul.Options{QueueDepth: opts.QueueDepth, Aggregation: opts.Aggregation})
+		if err != nil {
+			return nil, fmt.Errorf("offload engine %q: %w", name, err)
+		}
+		return e, nil
+	case base == aesni.Name && !hasProfile:
+		return aesni.New(), nil
+	}
+	return nil, fmt.Errorf("unknown offload engine %q (known: %s)", name, strings.Join(Names(), ", "))
+}

@@ -1,0 +1,551 @@
+// Package ring is a descriptor-ring offload engine modelled on the ubsec(4)
+// driver for Broadcom BCM58xx cards. Requests wait in a bounded queue
+// (UBS_MAX_NQUEUE, 60 by default); a free unit of the "card" — a worker
+// goroutine — stacks up to Aggregation of them into one multiple command
+// record (MCR, UBS_MAX_AGGR, 5 by default), runs them with the cpu engine's
+// ciphers, and raises one completion "interrupt" per record. Batches complete
+// strictly in the order they were submitted. When the queue is full, TrySubmit
+// answers ErrQueueFull (the driver's ERESTART) and Submit blocks until
+// completions make room (the driver's unblock), or until its context ends.
+// The counters are the driver's: queue full, MCR full, max batch (largest
+// aggregation), max queue.
+//
+// A Model, when set, decides when records start and finish and when the host
+// sees a completion; package emul uses it to emulate real cards. Without one
+// the ring runs as fast as the CPU does, which measures what the queueing and
+// hand-off themselves cost.
+//
+// Aggregation saves interrupts at the cost of latency: NetBSD's ubsec(4)
+// notes that 1 gives the best latency for network traffic.
+package ring
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/cpu"
+)
+
+// Name is the registry name of the untimed ring engine.
+const Name = "ring"
+
+// Defaults from the ubsec(4) driver.
+const (
+	DefaultQueueDepth  = 60 // UBS_MAX_NQUEUE
+	DefaultAggregation = 5  // UBS_MAX_AGGR
+)
+
+// Config shapes a ring. Zero values take the defaults.
+type Config struct {
+	Name        string // reported by Name(); "ring" by default
+	QueueDepth  int    // ops admitted at once
+	Aggregation int    // ops per command record; 1 for the lowest latency
+	Units       int    // worker goroutines standing in for the card's units; GOMAXPROCS by default
+	// Model, if set, times the card (see Model). Its sessions may wrap the
+	// cpu sessions (they must answer CPUSession).
+	Model Model
+	// NewSession, if set, builds sessions instead of cpu.NewSession, so a
+	// model can attach per-session costs.
+	NewSession func(offload.SessionConfig) (offload.Session, error)
+}
+
+// Model is a card's timing. The ring keeps a modelled clock (nanoseconds
+// since the engine started) and waits in real time for the modelled events,
+// so completions arrive when the card would have raised them; the cipher
+// results are still computed for real.
+//
+// The modelled card works like ubsec(4) with its chip: a request submitted at
+// modelled time t reaches the queue at Submit(t); a unit accepts up to
+// Pipeline records at once (the chip's MCR FIFO) and the driver feeds it a
+// record of up to Aggregation queued ops whenever it has room, so ops stack
+// up in records only while the chip is full; a unit works its records one
+// after another, each for Record; and the host sees the completion of a batch
+// whose last record finished at t at Complete(t) (interrupt, wake-up,
+// copy-out). Submit and Complete are called with the ring locked, in
+// submission and completion order, so a model may keep state in them (a
+// host's CPUs); Record is called by the units concurrently and must not.
+type Model interface {
+	Submit(t time.Duration, b *offload.Batch) time.Duration
+	Record(ops []*offload.Op) time.Duration
+	Complete(t time.Duration, b *offload.Batch) time.Duration
+	// Pipeline is how many records a unit accepts before it is full.
+	Pipeline() int
+}
+
+// batchRec tracks one submitted batch through the ring.
+type batchRec struct {
+	b         *offload.Batch
+	admitted  int   // ops counted against the queue (a batch larger than the queue streams in)
+	next      int   // next op to hand to a unit
+	completed int   // ops with a Status
+	arrival   int64 // modelled arrival (ns since epoch)
+	deadline  int64 // modelled completion of its last record
+}
+
+// Engine is a ring engine. It is safe for concurrent use.
+type Engine struct {
+	cfg   Config
+	epoch time.Time
+
+	mu      sync.Mutex
+	work    sync.Cond // units wait here for ops
+	deliver sync.Cond // the timed delivery loop waits here
+
+	fifo       []*batchRec // ring buffer of batches in submission order
+	head, n    int         // fifo head index and length
+	disp       int         // fifo offset (from head) of the batch being dispatched
+	free       []*batchRec // spare records
+	inflight   int         // ops admitted and not yet completed
+	streaming  *batchRec   // a batch larger than the queue, still streaming in
+	delivering bool        // one goroutine calls Done at a time, in order
+	closed     bool
+	waiting    bool          // a Submit is blocked for room
+	room       chan struct{} // signalled when ops complete and a Submit waits
+	turn       chan struct{} // blocked Submits queue here one at a time
+	done       chan struct{} // closed by Close
+	wg         sync.WaitGroup
+
+	// modelled clock
+	lastArrival   int64
+	lastDelivered int64
+
+	stats offload.Stats
+}
+
+// New starts a ring with cfg.
+func New(cfg Config) *Engine {
+	if cfg.Name == "" {
+		cfg.Name = Name
+	}
+	if cfg.QueueDepth <= 0 {
+		cfg.QueueDepth = DefaultQueueDepth
+	}
+	if cfg.Aggregation <= 0 {
+		cfg.Aggregation = DefaultAggregation
+	}
+	if cfg.Units <= 0 {
+		cfg.Units = runtime.GOMAXPROCS(0)
+	}
+	e := &Engine{
+		cfg:   cfg,
+		epoch: time.Now(),
+		fifo:  make([]*batchRec, 2*cfg.QueueDepth),
+		room:  make(chan struct{}, 1),
+		turn:  make(chan struct{}, 1),
+		done:  make(chan struct{}),
+	}
+	e.work.L = &e.mu
+	e.deliver.L = &e.mu
+	e.free = make([]*batchRec, 0, len(e.fifo))
+	for range len(e.fifo) {
+		e.free = append(e.free, new(batchRec))
+	}
+	for u := range cfg.Units {
+		e.wg.Add(1)
+		go e.unit(u)
+	}
+	if cfg.Model != nil {
+		e.wg.Add(1)
+		go e.deliverTimed()
+	}
+	return e
+}
+
+// Name returns the configured name.
+func (e *Engine) Name() string { return e.cfg.Name }
+
+// Config returns the ring's configuration with defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Capabilities lists the cpu suites; batches up to the queue depth are
+// admitted at once, larger ones stream through the queue.
+func (e *Engine) Capabilities() offload.Capabilities {
+	return offload.Capabilities{Suites: cpu.AllSuites(), MaxBatch: e.cfg.QueueDepth, InPlace: true, Async: true}
+}
+
+// NewSession builds the key schedules for one SA.
+func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
+	if e.cfg.NewSession != nil {
+		return e.cfg.NewSession(cfg)
+	}
+	return cpu.NewSession(cfg)
+}
+
+// now is the modelled clock's reading of the real clock.
+func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
+
+// hostSlack is how late a submission may come after the last completion and
+// still count as arriving at that completion's modelled time: a closed-loop
+// submitter reacts to its completion at once in the model, but a Go
+// goroutine takes microseconds to wake up (and longer on a busy machine),
+// which would otherwise slow every modelled card down.
+const hostSlack = int64(500 * time.Microsecond)
+
+// admissible reports whether b fits now; mu held.
+func (e *Engine) admissible(b *offload.Batch) bool {
+	if e.closed || e.streaming != nil || e.n == len(e.fifo) {
+		return false
+	}
+	if len(b.Ops) > e.cfg.QueueDepth {
+		return e.inflight == 0
+	}
+	return e.inflight+len(b.Ops) <= e.cfg.QueueDepth
+}
+
+// admit puts b in the fifo; mu held and admissible(b) true. It reports
+// whether the batch is already complete (no ops, nothing ahead of it).
+func (e *Engine) admit(b *offload.Batch) {
+	r := e.free[len(e.free)-1]
+	e.free = e.free[:len(e.free)-1]
+	*r = batchRec{b: b, admitted: min(len(b.Ops), e.cfg.QueueDepth)}
+	if r.admitted < len(b.Ops) {
+		e.streaming = r
+	}
+	if e.cfg.Model != nil {
+		now := e.now()
+		at := now
+		if now-e.lastDelivered < hostSlack {
+			at = e.lastDelivered
+		}
+		r.arrival = max(e.lastArrival, int64(e.cfg.Model.Submit(time.Duration(at), b)))
+		e.lastArrival = r.arrival
+	}
+	e.fifo[(e.head+e.n)%len(e.fifo)] = r
+	e.n++
+	e.inflight += r.admitted
+	e.stats.Batches++
+	e.stats.MaxQueue = max(e.stats.MaxQueue, uint64(e.inflight))
+	if r.admitted > 0 {
+		e.work.Signal()
+	}
+}
+
+// TrySubmit queues b or returns offload.ErrQueueFull without blocking. A
+// batch larger than the queue is taken only when the queue is empty; it then
+// streams in as room frees up.
+func (e *Engine) TrySubmit(b *offload.Batch) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return offload.ErrClosed
+	}
+	if e.waiting || !e.admissible(b) {
+		e.stats.QueueFull++
+		e.mu.Unlock()
+		return offload.ErrQueueFull
+	}
+	e.admit(b)
+	e.finish() // a batch with no ops may be complete already
+	return nil
+}
+
+// Submit queues b, blocking while the queue is full, until ctx ends.
+func (e *Engine) Submit(ctx context.Context, b *offload.Batch) error {
+	e.mu.Lock()
+	if !e.closed && !e.waiting && e.admissible(b) {
+		e.admit(b)
+		e.finish()
+		return nil
+	}
+	if e.closed {
+		e.mu.Unlock()
+		return offload.ErrClosed
+	}
+	e.stats.QueueFull++
+	e.mu.Unlock()
+	// Blocked submitters take turns, so that the one at the front gets the
+	// room as it frees up.
+	select {
+	case e.turn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for %s queue: %w", e.cfg.Name, ctx.Err())
+	case <-e.done:
+		return offload.ErrClosed
+	}
+	defer func() { <-e.turn }()
+	for {
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			return offload.ErrClosed
+		}
+		e.waiting = false
+		if e.admissible(b) {
+			e.admit(b)
+			e.finish()
+			return nil
+		}
+		e.waiting = true
+		e.mu.Unlock()
+		select {
+		case <-e.room:
+		case <-ctx.Done():
+			e.mu.Lock()
+			e.waiting = false
+			e.mu.Unlock()
+			return fmt.Errorf("wait for %s queue: %w", e.cfg.Name, ctx.Err())
+		case <-e.done:
+			return offload.ErrClosed
+		}
+	}
+}
+
+// unit is one of the card's units: it takes a record of up to Aggregation
+// ops, runs them, and completes them with one interrupt.
+func (e *Engine) unit(u int) {
+	defer e.wg.Done()
+	ops := make([]*offload.Op, 0, e.cfg.Aggregation)
+	recs := make([]*batchRec, 0, e.cfg.Aggregation)
+	// With a model: the modelled completion times of the last Pipeline
+	// records, and of the latest one.
+	var fifo []int64
+	if e.cfg.Model != nil {
+		fifo = make([]int64, max(1, e.cfg.Model.Pipeline()))
+	}
+	var nrec int
+	var last int64
+	e.mu.Lock()
+	for {
+		r := e.dispatchable()
+		if r == nil {
+			if e.closed {
+				e.mu.Unlock()
+				return
+			}
+			e.work.Wait()
+			continue
+		}
+		var feed int64
+		if e.cfg.Model != nil {
+			// The driver feeds a record once the first op has arrived and
+			// the chip has room, and puts in everything that arrived by then.
+			feed = max(fifo[nrec%len(fifo)], r.arrival)
+			if feed > e.now() {
+				e.mu.Unlock()
+				waitUntil(e.epoch, feed)
+				e.mu.Lock()
+				continue
+			}
+		}
+		ops, recs = ops[:0], recs[:0]
+		for len(ops) < e.cfg.Aggregation {
+			r := e.dispatchable()
+			if r == nil || (e.cfg.Model != nil && r.arrival > feed) {
+				break
+			}
+			ops = append(ops, &r.b.Ops[r.next])
+			recs = append(recs, r)
+			r.next++
+		}
+		k := uint64(len(ops))
+		e.stats.Records++
+		e.stats.MaxBatch = max(e.stats.MaxBatch, k)
+		if len(ops) == e.cfg.Aggregation {
+			e.stats.MCRFull++
+		}
+		if e.dispatchable() != nil {
+			e.work.Signal() // more for another unit
+		}
+		e.mu.Unlock()
+
+		var bytes, bad, failed uint64
+		for _, op := range ops {
+			cpu.Process(op)
+			bytes += uint64(len(op.Packet))
+			switch op.Status {
+			case offload.OK:
+			case offload.BadICV:
+				bad++
+			default:
+				failed++
+			}
+		}
+		var done int64
+		if e.cfg.Model != nil {
+			// Records are worked in order: this one starts when it was fed
+			// and the previous one is done. The delivery loop waits for
+			// the modelled time; the unit goes on feeding.
+			done = max(feed, last) + int64(e.cfg.Model.Record(ops))
+			fifo[nrec%len(fifo)] = done
+			nrec++
+			last = done
+		}
+
+		e.mu.Lock()
+		e.stats.Interrupts++
+		e.stats.Ops += k
+		e.stats.Bytes += bytes
+		e.stats.BadICV += bad
+		e.stats.Errors += failed
+		for _, r := range recs {
+			r.completed++
+			r.deadline = max(r.deadline, done)
+			e.release(r)
+		}
+		clear(ops) // drop references to the caller's ops
+		clear(recs)
+		e.finish()
+		e.mu.Lock()
+	}
+}
+
+// dispatchable returns the batch holding the next op a unit may take; mu held.
+func (e *Engine) dispatchable() *batchRec {
+	for e.disp < e.n {
+		r := e.fifo[(e.head+e.disp)%len(e.fifo)]
+		if r.next < r.admitted {
+			return r
+		}
+		if r.next < len(r.b.Ops) {
+			return nil // streaming: wait for room
+		}
+		e.disp++
+	}
+	return nil
+}
+
+// release frees one op's place in the queue, streams in the next op of a
+// batch larger than the queue, or wakes a blocked Submit; mu held.
+func (e *Engine) release(r *batchRec) {
+	if s := e.streaming; s != nil {
+		s.admitted++
+		if s.admitted == len(s.b.Ops) {
+			e.streaming = nil
+		}
+		e.work.Signal()
+		return
+	}
+	e.inflight--
+	if e.waiting {
+		select {
+		case e.room <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// finish delivers the completed batches at the head of the fifo, in order,
+// and unlocks mu. With a model, the delivery loop does it at the modelled
+// time instead.
+func (e *Engine) finish() {
+	if e.cfg.Model != nil {
+		if e.n > 0 && e.fifo[e.head].completed == len(e.fifo[e.head].b.Ops) {
+			e.deliver.Signal()
+		}
+		e.mu.Unlock()
+		return
+	}
+	if e.delivering {
+		e.mu.Unlock()
+		return
+	}
+	e.delivering = true
+	for e.n > 0 {
+		r := e.fifo[e.head]
+		if r.completed < len(r.b.Ops) {
+			break
+		}
+		b := e.pop()
+		e.mu.Unlock()
+		if b.Done != nil {
+			b.Done(b)
+		}
+		e.mu.Lock()
+	}
+	e.delivering = false
+	e.mu.Unlock()
+}
+
+// pop removes the fifo head, recycles its record and returns its batch; mu held.
+func (e *Engine) pop() *offload.Batch {
+	r := e.fifo[e.head]
+	b := r.b
+	*r = batchRec{}
+	e.fifo[e.head] = nil
+	e.free = append(e.free, r)
+	e.head = (e.head + 1) % len(e.fifo)
+	e.n--
+	if e.disp > 0 {
+		e.disp--
+	}
+	return b
+}
+
+// deliverTimed raises the host-side completion of each batch, in order, at
+// its modelled time: its last record's completion plus the host's time.
+func (e *Engine) deliverTimed() {
+	defer e.wg.Done()
+	e.mu.Lock()
+	for {
+		if e.n == 0 || e.fifo[e.head].completed < len(e.fifo[e.head].b.Ops) {
+			if e.closed && e.n == 0 {
+				e.mu.Unlock()
+				return
+			}
+			e.deliver.Wait()
+			continue
+		}
+		r := e.fifo[e.head]
+		at := int64(e.cfg.Model.Complete(time.Duration(max(r.deadline, r.arrival)), r.b))
+		at = max(at, e.lastDelivered)
+		e.mu.Unlock()
+		waitUntil(e.epoch, at)
+		e.mu.Lock()
+		b := e.pop()
+		e.lastDelivered = at
+		e.mu.Unlock()
+		if b.Done != nil {
+			b.Done(b)
+		}
+		e.mu.Lock()
+	}
+}
+
+// Stats returns the driver-like counters.
+func (e *Engine) Stats() offload.Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.stats
+	s.QueueDepth = uint64(e.inflight)
+	return s
+}
+
+// Close stops taking work, lets the units finish what was admitted, and
+// returns when they have.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.done)
+	e.work.Broadcast()
+	e.deliver.Broadcast()
+	e.mu.Unlock()
+	e.wg.Wait()
+	return nil
+}
+
+// spinWindow is how close to a deadline waitUntil stops sleeping and spins:
+// Go's timers on Linux wake up to about a millisecond late.
+const spinWindow = 1500 * time.Microsecond
+
+// waitUntil returns once the real clock reaches at (ns since epoch): a sleep
+// for the bulk, then spinning, yielding the processor, for the rest.
+func waitUntil(epoch time.Time, at int64) {
+	d := time.Duration(at) - time.Since(epoch)
+	if d <= 0 {
+		return
+	}
+	if d > spinWindow {
+		time.Sleep(d - spinWindow)
+	}
+	for time.Duration(at) > time.Since(epoch) {
+		runtime.Gosched()
+	}
+}

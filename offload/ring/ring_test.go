@@ -1,0 +1,243 @@
+package ring_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	mrand "math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/offload/ring"
+	"github.com/espgw/espgw/sa"
+)
+
+func session(t testing.TB, e offload.Engine) offload.Session {
+	t.Helper()
+	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
+	enc, auth := make(sa.Key, 16), make(sa.Key, 20)
+	rand.Read(enc)
+	rand.Read(auth)
+	s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: enc, AuthKey: auth})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// ops returns n seal ops of 8+16+64+12 bytes, tagged by their first IV byte.
+func ops(s offload.Session, n int) []offload.Op {
+	out := make([]offload.Op, n)
+	for i := range out {
+		pkt := make([]byte, 8+16+64+12)
+		pkt[8] = byte(i)
+		out[i] = offload.Op{Session: s, Dir: offload.Seal, Packet: pkt}
+	}
+	return out
+}
+
+// gate is a Model whose records wait until the gate opens: it holds the
+// ring's only unit so the queue fills up.
+type gate struct{ open chan struct{} }
+
+func (g gate) Submit(t time.Duration, _ *offload.Batch) time.Duration   { return t }
+func (g gate) Complete(t time.Duration, _ *offload.Batch) time.Duration { return t }
+func (g gate) Pipeline() int                                            { return 1 }
+func (g gate) Record([]*offload.Op) time.Duration {
+	<-g.open
+	return 0
+}
+
+func TestBackPressure(t *testing.T) {
+	g := gate{open: make(chan struct{})}
+	e := ring.New(ring.Config{QueueDepth: 4, Aggregation: 1, Units: 1, Model: g})
+	defer e.Close()
+	s := session(t, e)
+	var mu sync.Mutex
+	var order []int
+	batch := func(id, n int) *offload.Batch {
+		return &offload.Batch{Ops: ops(s, n), Done: func(*offload.Batch) {
+			mu.Lock()
+			order = append(order, id)
+			mu.Unlock()
+		}}
+	}
+	if err := e.TrySubmit(batch(1, 4)); err != nil {
+		t.Fatalf("first batch: %v", err)
+	}
+	if err := e.TrySubmit(batch(2, 1)); !errors.Is(err, offload.ErrQueueFull) {
+		t.Fatalf("TrySubmit on a full queue: %v, want ErrQueueFull", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := e.Submit(ctx, batch(3, 1)); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Submit on a full queue with a short context: %v, want deadline exceeded", err)
+	}
+	// A blocked Submit is let in once the unit moves again; a batch larger
+	// than the whole queue streams through behind it.
+	submitted := make(chan error, 2)
+	go func() { submitted <- e.Submit(context.Background(), batch(4, 2)) }()
+	time.Sleep(10 * time.Millisecond)
+	select {
+	case err := <-submitted:
+		t.Fatalf("Submit returned %v while the queue was full", err)
+	default:
+	}
+	close(g.open)
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Submit(context.Background(), batch(5, 11)); err != nil {
+		t.Fatal(err)
+	}
+	w := offload.NewWaiter()
+	if err := w.Run(context.Background(), e, ops(s, 1)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(order) != "[1 4 5]" {
+		t.Errorf("completion order %v, want [1 4 5]", order)
+	}
+	st := e.Stats()
+	if st.QueueFull < 2 || st.Ops != 4+2+11+1 || st.MaxQueue != 4 || st.QueueDepth != 0 {
+		t.Errorf("stats %+v: want QueueFull ≥ 2, Ops 18, MaxQueue 4, QueueDepth 0", st)
+	}
+}
+
+// TestOrderConcurrent checks, under concurrent submitters, that every batch
+// completes once, with the right results, and that a batch submitted after
+// another's Submit returned never completes before it.
+func TestOrderConcurrent(t *testing.T) {
+	for _, aggr := range []int{1, 5} {
+		t.Run(fmt.Sprintf("aggregation=%d", aggr), func(t *testing.T) {
+			e := ring.New(ring.Config{QueueDepth: 16, Aggregation: aggr, Units: 3})
+			defer e.Close()
+			ref := cpu.New()
+			s := session(t, e)
+			var ticket atomic.Int64
+			type rec struct{ start, ret, done int64 }
+			const submitters, rounds = 6, 150
+			recs := make([][]rec, submitters)
+			var wg sync.WaitGroup
+			for g := range submitters {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rng := mrand.New(mrand.NewPCG(uint64(g), 1))
+					for r := range rounds {
+						n := 1 + rng.IntN(24) // some batches larger than the queue
+						b := &offload.Batch{Ops: ops(s, n)}
+						want := ops(s, n)
+						for i := range n {
+							rand.Read(b.Ops[i].Packet)
+							copy(want[i].Packet, b.Ops[i].Packet)
+						}
+						done := make(chan struct{})
+						recs[g] = append(recs[g], rec{})
+						me := &recs[g][r]
+						b.Done = func(*offload.Batch) { me.done = ticket.Add(1); close(done) }
+						me.start = ticket.Add(1)
+						var err error
+						if r%2 == 0 {
+							err = e.Submit(context.Background(), b)
+						} else {
+							for err = e.TrySubmit(b); errors.Is(err, offload.ErrQueueFull); err = e.TrySubmit(b) {
+								time.Sleep(time.Microsecond)
+							}
+						}
+						me.ret = ticket.Add(1)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						<-done
+						ref.TrySubmit(&offload.Batch{Ops: want})
+						for i := range n {
+							if string(b.Ops[i].Packet) != string(want[i].Packet) || b.Ops[i].Status != offload.OK {
+								t.Errorf("submitter %d batch %d op %d differs from cpu", g, r, i)
+								return
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			var all []rec
+			for _, r := range recs {
+				all = append(all, r...)
+			}
+			sort.Slice(all, func(i, j int) bool { return all[i].done < all[j].done })
+			minRet := int64(1 << 62)
+			for i := len(all) - 1; i >= 0; i-- {
+				if minRet < all[i].start {
+					t.Fatalf("a batch submitted after another's Submit returned completed before it")
+				}
+				minRet = min(minRet, all[i].ret)
+			}
+			st := e.Stats()
+			if st.Batches != submitters*rounds || st.Interrupts != st.Records || st.MaxBatch > uint64(aggr) || st.QueueDepth != 0 {
+				t.Errorf("stats %+v", st)
+			}
+			if aggr > 1 && st.MaxBatch < 2 {
+				t.Errorf("no record carried more than one op: %+v", st)
+			}
+		})
+	}
+}
+
+func TestClosed(t *testing.T) {
+	e := ring.New(ring.Config{})
+	s := session(t, e)
+	e.Close()
+	b := &offload.Batch{Ops: ops(s, 1)}
+	if err := e.TrySubmit(b); !errors.Is(err, offload.ErrClosed) {
+		t.Errorf("TrySubmit after Close: %v", err)
+	}
+	if err := e.Submit(context.Background(), b); !errors.Is(err, offload.ErrClosed) {
+		t.Errorf("Submit after Close: %v", err)
+	}
+}
+
+func TestEmptyBatchCompletes(t *testing.T) {
+	e := ring.New(ring.Config{})
+	defer e.Close()
+	done := make(chan struct{})
+	if err := e.Submit(context.Background(), &offload.Batch{Done: func(*offload.Batch) { close(done) }}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+		t.Fatal("an empty batch never completed")
+	}
+}
+
+// TestSteadyStateAllocatesNothing proves a submit-and-wait round allocates
+// nothing once warm.
+func TestSteadyStateAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates; run without -race")
+	}
+	e := ring.New(ring.Config{})
+	defer e.Close()
+	s := session(t, e)
+	w := offload.NewWaiter()
+	batch := ops(s, 32)
+	ctx := context.Background()
+	round := func() {
+		if err := w.Run(ctx, e, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	round()
+	if n := testing.AllocsPerRun(200, round); n != 0 {
+		t.Errorf("a 32-op round allocates %.1f times, want 0", n)
+	}
+}

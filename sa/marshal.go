@@ -1,0 +1,165 @@
+package sa
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Marshal writes SAs and policies as a YAML SA file that ParseConfig reads
+// back to the same values. It is the one place keys are written out: as 0x
+// hex, quoted so that no YAML reader takes them for numbers.
+func Marshal(c *Config) ([]byte, error) {
+	root := mapping()
+	list := &yaml.Node{Kind: yaml.SequenceNode}
+	for _, s := range c.SAs {
+		if err := s.Validate(); err != nil {
+			return nil, fmt.Errorf("marshal SA %#x: %w", s.SPI, err)
+		}
+		list.Content = append(list.Content, marshalSA(s))
+	}
+	add(root, "sa", list)
+	if len(c.SPD) > 0 {
+		spd := &yaml.Node{Kind: yaml.SequenceNode}
+		for i := range c.SPD {
+			spd.Content = append(spd.Content, marshalPolicy(&c.SPD[i]))
+		}
+		add(root, "spd", spd)
+	}
+	var buf bytes.Buffer
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}); err != nil {
+		return nil, fmt.Errorf("marshal SA file: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("marshal SA file: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteFile writes an SA file readable only by its owner: it holds keys.
+func WriteFile(path string, c *Config) error {
+	data, err := Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return fmt.Errorf("write SA file: %w", err)
+	}
+	return nil
+}
+
+func mapping() *yaml.Node { return &yaml.Node{Kind: yaml.MappingNode} }
+
+func add(m *yaml.Node, key string, val *yaml.Node) {
+	m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: key}, val)
+}
+
+func addStr(m *yaml.Node, key, val string) {
+	add(m, key, &yaml.Node{Kind: yaml.ScalarNode, Value: val})
+}
+
+func addQuoted(m *yaml.Node, key, val string) {
+	add(m, key, &yaml.Node{Kind: yaml.ScalarNode, Value: val, Style: yaml.DoubleQuotedStyle})
+}
+
+func marshalSA(s *SA) *yaml.Node {
+	m := mapping()
+	addStr(m, "spi", fmt.Sprintf("%#x", s.SPI))
+	addStr(m, "mode", s.Mode.String())
+	addStr(m, "src", s.Src.String())
+	addStr(m, "dst", s.Dst.String())
+	addStr(m, "encap", s.Encap.String())
+	if s.Encap == EncapUDP {
+		addStr(m, "sport", strconv.Itoa(int(s.SrcPort)))
+		addStr(m, "dport", strconv.Itoa(int(s.DstPort)))
+	}
+	addStr(m, "enc", s.Suite.Cipher.String())
+	if len(s.EncKey) > 0 {
+		addQuoted(m, "enc-key", hexKey(s.EncKey))
+	}
+	addStr(m, "auth", s.Suite.Auth.String())
+	if len(s.AuthKey) > 0 {
+		addQuoted(m, "auth-key", hexKey(s.AuthKey))
+	}
+	addStr(m, "esn", strconv.FormatBool(s.ESN))
+	addStr(m, "replay-window", strconv.Itoa(s.ReplayWindow))
+	if s.InitialSeq != 0 {
+		addStr(m, "initial-seq", strconv.FormatUint(s.InitialSeq, 10))
+	}
+	if s.TFCPad != 0 {
+		addStr(m, "tfc-pad", strconv.Itoa(s.TFCPad))
+	}
+	if !s.Soft.IsZero() || !s.Hard.IsZero() {
+		lt := mapping()
+		for _, l := range []struct {
+			name string
+			l    Lifetime
+		}{{"soft", s.Soft}, {"hard", s.Hard}} {
+			if l.l.IsZero() {
+				continue
+			}
+			lm := mapping()
+			if l.l.Bytes != 0 {
+				addStr(lm, "bytes", strconv.FormatUint(l.l.Bytes, 10))
+			}
+			if l.l.Packets != 0 {
+				addStr(lm, "packets", strconv.FormatUint(l.l.Packets, 10))
+			}
+			if l.l.Time != 0 {
+				addStr(lm, "time", l.l.Time.String())
+			}
+			add(lt, l.name, lm)
+		}
+		add(m, "lifetimes", lt)
+	}
+	if len(s.Selectors) > 0 {
+		sels := &yaml.Node{Kind: yaml.SequenceNode}
+		for _, sel := range s.Selectors {
+			sm := mapping()
+			marshalSelector(sm, sel)
+			sels.Content = append(sels.Content, sm)
+		}
+		add(m, "selectors", sels)
+	}
+	return m
+}
+
+func marshalSelector(m *yaml.Node, sel Selector) {
+	if sel.Src.IsValid() {
+		addStr(m, "src", sel.Src.String())
+	}
+	if sel.Dst.IsValid() {
+		addStr(m, "dst", sel.Dst.String())
+	}
+	if sel.Proto != 0 {
+		addStr(m, "proto", ProtoName(sel.Proto))
+	}
+	if sel.SrcPorts != (PortRange{}) {
+		addStr(m, "sport", sel.SrcPorts.String())
+	}
+	if sel.DstPorts != (PortRange{}) {
+		addStr(m, "dport", sel.DstPorts.String())
+	}
+}
+
+func marshalPolicy(p *Policy) *yaml.Node {
+	m := mapping()
+	if p.Priority != 0 {
+		addStr(m, "priority", strconv.Itoa(p.Priority))
+	}
+	marshalSelector(m, p.Selector)
+	addStr(m, "action", p.Action.String())
+	if p.Action == Protect {
+		spi := p.SPI
+		if p.SA != nil {
+			spi = p.SA.SPI
+		}
+		addStr(m, "sa", fmt.Sprintf("%#x", spi))
+	}
+	return m
+}

@@ -1,0 +1,808 @@
+package sa
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// setkeyCommands are the first words of setkey(8) statements.
+var setkeyCommands = []string{
+	"add", "update", "get", "delete", "deleteall", "flush", "dump",
+	"spdadd", "spdupdate", "spddelete", "spdflush", "spddump", "getspi",
+}
+
+// looksLikeSetkey reports whether the first statement of the data is a
+// setkey(8) command (a YAML file starts with a key and a colon).
+func looksLikeSetkey(data []byte) bool {
+	toks, err := tokenizeSetkey(data, 1)
+	if err != nil || len(toks) == 0 {
+		return false
+	}
+	return slices.Contains(setkeyCommands, toks[0].text) && !toks[0].quoted
+}
+
+type skToken struct {
+	text   string
+	line   int
+	quoted bool
+}
+
+// tokenizeSetkey splits setkey(8) input into words, "quoted strings" and
+// ";", dropping # comments. It stops after limit tokens when limit > 0.
+func tokenizeSetkey(data []byte, limit int) ([]skToken, error) {
+	var toks []skToken
+	line := 1
+	for i := 0; i < len(data); {
+		if limit > 0 && len(toks) >= limit {
+			break
+		}
+		c := data[i]
+		switch {
+		case c == '\n':
+			line++
+			i++
+		case c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v':
+			i++
+		case c == '\\' && (i+1 == len(data) || data[i+1] == '\n' || data[i+1] == '\r'):
+			i++ // shell-style line continuation, as copied from scripts
+		case c == '#':
+			for i < len(data) && data[i] != '\n' {
+				i++
+			}
+		case c == ';':
+			toks = append(toks, skToken{";", line, false})
+			i++
+		case c == '"':
+			start, startLine := i+1, line
+			j := start
+			for j < len(data) && data[j] != '"' {
+				if data[j] == '\n' {
+					line++
+				}
+				j++
+			}
+			if j == len(data) {
+				return toks, &ConfigError{Line: startLine, Err: errors.New("quoted string never closed")}
+			}
+			toks = append(toks, skToken{string(data[start:j]), startLine, true})
+			i = j + 1
+		default:
+			j := i
+			for j < len(data) && !strings.ContainsRune(" \t\r\n\f\v;\"", rune(data[j])) {
+				j++
+			}
+			toks = append(toks, skToken{string(data[i:j]), line, false})
+			i = j
+		}
+	}
+	return toks, nil
+}
+
+// setkeyParser imports setkey(8) statements into SAs and policies.
+type setkeyParser struct {
+	file   string
+	errs   []error
+	sas    []*SA
+	lines  map[*SA]int
+	reqids map[uint32]*SA
+	spd    []pendingPolicy
+}
+
+// pendingPolicy is an spdadd whose SA is found once all statements are read
+// (a file may add its policies before its SAs).
+type pendingPolicy struct {
+	head, where string
+	line        int
+	dir         string
+	pol         Policy
+	rule        *ipsecRule // nil for none and discard
+}
+
+// ipsecRule is the esp/mode/src-dst/level part of an spdadd.
+type ipsecRule struct {
+	mode     Mode
+	src, dst netip.Addr // tunnel endpoints; invalid in transport mode
+	reqid    uint32     // from unique:N
+}
+
+// ParseSetkey imports setkey(8) manual-keying statements (the BSD and
+// ipsec-tools format): add … esp … ; statements become SAs, spdadd … -P out
+// statements become SPD entries, spdadd … -P in|fwd ipsec statements become
+// the selectors of their SA. See the package doc for what is accepted.
+func ParseSetkey(name string, data []byte) (*Config, error) {
+	p := &setkeyParser{file: name, lines: map[*SA]int{}, reqids: map[uint32]*SA{}}
+	toks, err := tokenizeSetkey(data, 0)
+	if ce, ok := err.(*ConfigError); ok {
+		ce.File = name
+		return nil, ce
+	}
+	for len(toks) > 0 {
+		end := slices.IndexFunc(toks, func(t skToken) bool { return t.text == ";" && !t.quoted })
+		if end < 0 {
+			p.fail(toks[0].line, headOf(toks), "", errors.New("statement not ended by ;"))
+			break
+		}
+		if end > 0 {
+			p.statement(toks[:end])
+		}
+		toks = toks[end+1:]
+		if len(p.errs) > maxErrors {
+			break
+		}
+	}
+	c := &Config{SAs: p.sas}
+	p.resolvePolicies(c)
+	if err := errors.Join(p.errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (p *setkeyParser) fail(line int, head, field string, err error) {
+	if len(p.errs) == maxErrors {
+		p.errs = append(p.errs, &ConfigError{File: p.file, Err: errors.New("too many errors, stopping")})
+	}
+	if len(p.errs) > maxErrors {
+		return
+	}
+	p.errs = append(p.errs, &ConfigError{File: p.file, Line: line, Entry: head, Field: field, Err: err})
+}
+
+// headOf names a statement in errors by its command and first words, up to
+// the first option: never a key, which only follows -E or -A.
+func headOf(toks []skToken) string {
+	var words []string
+	for i, t := range toks {
+		if i > 0 && strings.HasPrefix(t.text, "-") && t.text != "-4" && t.text != "-6" && t.text != "-n" || t.quoted || len(words) == 6 {
+			break
+		}
+		words = append(words, echoWord(t.text))
+	}
+	return strings.Join(words, " ")
+}
+
+// echoWord is echo without the quotes, for words shown as part of a statement.
+func echoWord(s string) string {
+	e := echo(s)
+	if uq, err := strconv.Unquote(e); err == nil {
+		return uq
+	}
+	return e
+}
+
+func (p *setkeyParser) statement(toks []skToken) {
+	head := headOf(toks)
+	switch cmd := toks[0]; cmd.text {
+	case "flush", "spdflush", "dump", "spddump", "get":
+		// Nothing to import: these act on a kernel's state, and espgw's
+		// state is exactly what the file adds.
+	case "add", "update":
+		p.add(toks, head)
+	case "delete":
+		p.delete(toks, head)
+	case "spdadd", "spdupdate":
+		p.spdadd(toks, head)
+	default:
+		p.fail(cmd.line, head, "", fmt.Errorf("%s is not supported by the import (use add, spdadd, delete, flush, spdflush)", echo(cmd.text)))
+	}
+}
+
+// args walks a statement's tokens.
+type args struct {
+	toks []skToken
+	i    int
+}
+
+func (a *args) more() bool { return a.i < len(a.toks) }
+func (a *args) peek() skToken {
+	if a.more() {
+		return a.toks[a.i]
+	}
+	return skToken{}
+}
+func (a *args) next() (skToken, bool) {
+	if !a.more() {
+		return skToken{}, false
+	}
+	a.i++
+	return a.toks[a.i-1], true
+}
+
+// line is where the next token is (or the last one, at the end).
+func (a *args) line() int {
+	if a.more() {
+		return a.toks[a.i].line
+	}
+	return a.toks[len(a.toks)-1].line
+}
+
+// skipFamilyFlags skips -4, -6 and -n (addresses are always numeric here).
+func (a *args) skipFamilyFlags() {
+	for a.more() && !a.peek().quoted && (a.peek().text == "-4" || a.peek().text == "-6" || a.peek().text == "-n") {
+		a.i++
+	}
+}
+
+// parseHostPort reads an address with an optional [port].
+func parseHostPort(s string) (netip.Addr, uint16, error) {
+	host, port, err := splitBracketPort(s)
+	if err != nil {
+		return netip.Addr{}, 0, err
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, 0, fmt.Errorf("%s is not a numeric IPv4 or IPv6 address (host names are not resolved)", echo(host))
+	}
+	var p uint16
+	if port != "" && port != "any" {
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return netip.Addr{}, 0, fmt.Errorf("port %s is not a number 0..65535", echo(port))
+		}
+		p = uint16(n)
+	}
+	return a, p, nil
+}
+
+// splitBracketPort splits "addr[port]" into its parts.
+func splitBracketPort(s string) (host, port string, err error) {
+	open := strings.IndexByte(s, '[')
+	if open < 0 {
+		return s, "", nil
+	}
+	if !strings.HasSuffix(s, "]") || open == 0 {
+		return "", "", fmt.Errorf("%s: want address[port]", echo(s))
+	}
+	return s[:open], s[open+1 : len(s)-1], nil
+}
+
+var setkeyCiphers = map[string]Cipher{
+	"null": CipherNull, "3des-cbc": Cipher3DES, "des3-cbc": Cipher3DES,
+	"rijndael-cbc": CipherAESCBC, "aes-cbc": CipherAESCBC,
+	"aes-ctr": CipherAESCTR, "rijndael-ctr": CipherAESCTR,
+	"aes-gcm-16": CipherAESGCM16, "rijndael-gcm-16": CipherAESGCM16, "aes-gcm": CipherAESGCM16,
+}
+
+// setkey's hmac-sha256/384/512 are the RFC 4868 ESP algorithms with an ICV
+// of half the hash, which is what every current kernel uses for ESP.
+var setkeyAuths = map[string]Auth{
+	"null": AuthNone, "hmac-md5": AuthHMACMD5_96, "hmac-sha1": AuthHMACSHA1_96,
+	"hmac-sha256": AuthHMACSHA256_128, "hmac-sha2-256": AuthHMACSHA256_128,
+	"hmac-sha384": AuthHMACSHA384_192, "hmac-sha2-384": AuthHMACSHA384_192,
+	"hmac-sha512": AuthHMACSHA512_256, "hmac-sha2-512": AuthHMACSHA512_256,
+}
+
+// setkeyKey reads a key token: 0x-prefixed hex, or a quoted string whose
+// bytes are the key.
+func setkeyKey(t skToken) (Key, error) {
+	if t.quoted {
+		return Key(t.text), nil
+	}
+	if !strings.HasPrefix(t.text, "0x") && !strings.HasPrefix(t.text, "0X") {
+		return nil, errors.New("missing key: want 0x-prefixed hex or a \"quoted string\"")
+	}
+	return ParseKeyHex(t.text)
+}
+
+// add imports: add [-46n] src dst esp|esp-udp spi [extensions] -E ealgo key [-A aalgo key] ;
+func (p *setkeyParser) add(toks []skToken, head string) {
+	a := &args{toks: toks, i: 1}
+	a.skipFamilyFlags()
+	line := toks[0].line
+	var pos []skToken
+	for len(pos) < 4 && a.more() {
+		t, _ := a.next()
+		pos = append(pos, t)
+	}
+	if len(pos) < 4 {
+		p.fail(line, head, "", errors.New("want add src dst esp spi …"))
+		return
+	}
+	s := &SA{Mode: Transport}
+	var sport, dport uint16
+	var err error
+	if s.Src, sport, err = parseHostPort(pos[0].text); err != nil {
+		p.fail(pos[0].line, head, "src", err)
+		return
+	}
+	if s.Dst, dport, err = parseHostPort(pos[1].text); err != nil {
+		p.fail(pos[1].line, head, "dst", err)
+		return
+	}
+	switch pos[2].text {
+	case "esp":
+		if sport != 0 || dport != 0 {
+			p.fail(pos[2].line, head, "src/dst", errors.New("ports are for esp-udp"))
+			return
+		}
+	case "esp-udp":
+		s.Encap = EncapUDP
+		s.SrcPort, s.DstPort = cmp0(sport, DefaultNATTPort), cmp0(dport, DefaultNATTPort)
+	default:
+		p.fail(pos[2].line, head, "protocol", fmt.Errorf("%s: only esp and esp-udp SAs are supported", echo(pos[2].text)))
+		return
+	}
+	spi, err := strconv.ParseUint(pos[3].text, 0, 32)
+	if err != nil {
+		p.fail(pos[3].line, head, "spi", fmt.Errorf("%s is not a 32-bit number", echo(pos[3].text)))
+		return
+	}
+	s.SPI = uint32(spi)
+	head = fmt.Sprintf("%s %s %s %s %#x", toks[0].text, s.Src, s.Dst, pos[2].text, s.SPI)
+
+	var reqid uint32
+	sawEnc, sawAuth := false, false
+	for a.more() {
+		opt, _ := a.next()
+		if opt.quoted {
+			p.fail(opt.line, head, "", errors.New("a quoted string where an option belongs"))
+			return
+		}
+		val := func() (skToken, bool) {
+			t, ok := a.next()
+			if !ok {
+				p.fail(opt.line, head, opt.text, errors.New("missing value"))
+			}
+			return t, ok
+		}
+		num := func(bits int) (uint64, bool) {
+			t, ok := val()
+			if !ok {
+				return 0, false
+			}
+			n, err := strconv.ParseUint(t.text, 10, bits)
+			if err != nil || t.quoted {
+				p.fail(t.line, head, opt.text, fmt.Errorf("%s is not a number", echo(t.text)))
+				return 0, false
+			}
+			return n, true
+		}
+		switch opt.text {
+		case "-m":
+			t, ok := val()
+			if !ok {
+				return
+			}
+			switch t.text {
+			case "tunnel":
+				s.Mode = Tunnel
+			case "transport", "any":
+				// any is setkey's default, which kernels treat as transport.
+				s.Mode = Transport
+			default:
+				p.fail(t.line, head, "-m", fmt.Errorf("%s, want tunnel, transport or any", echo(t.text)))
+				return
+			}
+		case "-r":
+			// setkey(8): "window size of bytes"; espgw counts packets.
+			n, ok := num(32)
+			if !ok {
+				return
+			}
+			if n*8 > MaxReplayWindow {
+				p.fail(opt.line, head, "-r", fmt.Errorf("%d bytes is a window of %d packets, more than %d", n, n*8, MaxReplayWindow))
+				return
+			}
+			s.ReplayWindow = int(n * 8)
+		case "-u":
+			n, ok := num(32)
+			if !ok {
+				return
+			}
+			reqid = uint32(n)
+		case "-f":
+			t, ok := val()
+			if !ok {
+				return
+			}
+			switch t.text {
+			case "zero-pad", "random-pad", "seq-pad", "nocyclic-seq", "cyclic-seq":
+				// espgw pads 1, 2, 3 … (RFC 4303) and never cycles.
+			default:
+				p.fail(t.line, head, "-f", fmt.Errorf("%s, want zero-pad, random-pad, seq-pad or nocyclic-seq", echo(t.text)))
+				return
+			}
+		case "-lh", "-ls", "-bh", "-bs":
+			n, ok := num(64)
+			if !ok {
+				return
+			}
+			l := &s.Hard
+			if opt.text[2] == 's' {
+				l = &s.Soft
+			}
+			if opt.text[1] == 'l' {
+				if n > uint64(1<<63-1)/uint64(time.Second) {
+					p.fail(opt.line, head, opt.text, fmt.Errorf("%d seconds is too long", n))
+					return
+				}
+				l.Time = time.Duration(n) * time.Second
+			} else {
+				l.Bytes = n
+			}
+		case "-E":
+			t, ok := val()
+			if !ok {
+				return
+			}
+			c, known := setkeyCiphers[t.text]
+			if !known {
+				p.fail(t.line, head, "-E", fmt.Errorf("%s is not supported (want rijndael-cbc, aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", echo(t.text)))
+				return
+			}
+			field := "-E " + t.text
+			s.Suite.Cipher, sawEnc = c, true
+			if c == CipherNull && (!a.more() || !a.peek().quoted && !strings.HasPrefix(a.peek().text, "0x")) {
+				break // null takes no key
+			}
+			kt, ok := val()
+			if !ok {
+				return
+			}
+			if s.EncKey, err = setkeyKey(kt); err != nil {
+				p.fail(kt.line, head, field, err)
+				return
+			}
+			if !slices.Contains(s.Suite.EncKeyLens(), len(s.EncKey)) {
+				p.fail(kt.line, head, field, fmt.Errorf("key is %d bytes, want %s", len(s.EncKey), lens(s.Suite.EncKeyLens())))
+				return
+			}
+		case "-A":
+			t, ok := val()
+			if !ok {
+				return
+			}
+			au, known := setkeyAuths[t.text]
+			if !known {
+				p.fail(t.line, head, "-A", fmt.Errorf("%s is not supported (want hmac-sha1, hmac-sha256, hmac-sha384, hmac-sha512, hmac-md5 or null)", echo(t.text)))
+				return
+			}
+			field := "-A " + t.text
+			s.Suite.Auth, sawAuth = au, true
+			if au == AuthNone && (!a.more() || !a.peek().quoted && !strings.HasPrefix(a.peek().text, "0x")) {
+				break
+			}
+			kt, ok := val()
+			if !ok {
+				return
+			}
+			if s.AuthKey, err = setkeyKey(kt); err != nil {
+				p.fail(kt.line, head, field, err)
+				return
+			}
+			if len(s.AuthKey) != s.Suite.AuthKeyLen() {
+				p.fail(kt.line, head, field, fmt.Errorf("key is %d bytes, want %d", len(s.AuthKey), s.Suite.AuthKeyLen()))
+				return
+			}
+		case "-e", "-C", "-ctx":
+			p.fail(opt.line, head, opt.text, errors.New("not supported (only ESP with -E and -A)"))
+			return
+		default:
+			p.fail(opt.line, head, "", fmt.Errorf("unknown option %s", echo(opt.text)))
+			return
+		}
+	}
+	if !sawEnc {
+		p.fail(line, head, "-E", errors.New("missing: an ESP SA needs -E ealgo key"))
+		return
+	}
+	_ = sawAuth
+	if err := s.Validate(); err != nil {
+		p.fail(line, head, "", err)
+		return
+	}
+	for _, prev := range p.sas {
+		if prev.SPI == s.SPI && prev.Dst == s.Dst {
+			p.fail(line, head, "spi", fmt.Errorf("duplicate SPI for dst %s (also added on line %d)", s.Dst, p.lines[prev]))
+			return
+		}
+	}
+	if reqid != 0 {
+		if prev, dup := p.reqids[reqid]; dup {
+			p.fail(line, head, "-u", fmt.Errorf("reqid %d is also used by SA %#x (line %d)", reqid, prev.SPI, p.lines[prev]))
+			return
+		}
+		p.reqids[reqid] = s
+	}
+	p.sas = append(p.sas, s)
+	p.lines[s] = line
+}
+
+func cmp0(v, def uint16) uint16 {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+// delete removes an SA added earlier: delete [-46n] src dst esp spi ;
+func (p *setkeyParser) delete(toks []skToken, head string) {
+	a := &args{toks: toks, i: 1}
+	a.skipFamilyFlags()
+	if len(toks)-a.i != 4 {
+		p.fail(toks[0].line, head, "", errors.New("want delete src dst esp spi"))
+		return
+	}
+	src, _, err1 := parseHostPort(toks[a.i].text)
+	dst, _, err2 := parseHostPort(toks[a.i+1].text)
+	spi, err3 := strconv.ParseUint(toks[a.i+3].text, 0, 32)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		p.fail(toks[0].line, head, "", err)
+		return
+	}
+	for i, s := range p.sas {
+		if s.SPI == uint32(spi) && s.Src == src && s.Dst == dst {
+			p.sas = slices.Delete(p.sas, i, i+1)
+			for id, r := range p.reqids {
+				if r == s {
+					delete(p.reqids, id)
+				}
+			}
+			return
+		}
+	}
+	p.fail(toks[0].line, head, "", errors.New("no such SA was added before"))
+}
+
+// spdadd imports: spdadd [-46n] src_range dst_range upperspec -P dir [prio …] discard|none|ipsec rule ;
+func (p *setkeyParser) spdadd(toks []skToken, head string) {
+	a := &args{toks: toks, i: 1}
+	a.skipFamilyFlags()
+	line := toks[0].line
+	if a.peek().text == "tagged" {
+		p.fail(line, head, "", errors.New("tagged policies are not supported"))
+		return
+	}
+	var sel Selector
+	for _, side := range []struct {
+		name string
+		pfx  *netip.Prefix
+		port *PortRange
+	}{{"src_range", &sel.Src, &sel.SrcPorts}, {"dst_range", &sel.Dst, &sel.DstPorts}} {
+		t, ok := a.next()
+		if !ok {
+			p.fail(line, head, side.name, errors.New("missing"))
+			return
+		}
+		host, port, err := splitBracketPort(t.text)
+		if err == nil {
+			*side.pfx, err = ParsePrefix(host)
+		}
+		if err == nil && port != "" && port != "any" {
+			var n uint64
+			n, err = strconv.ParseUint(port, 10, 16)
+			if err != nil {
+				err = fmt.Errorf("port %s is not a number", echo(port))
+			}
+			*side.port = PortRange{uint16(n), uint16(n)}
+		}
+		if err != nil {
+			p.fail(t.line, head, side.name, err)
+			return
+		}
+		if side.pfx.Bits() == 0 {
+			*side.pfx = netip.Prefix{} // 0.0.0.0/0 and ::/0 match any
+		}
+	}
+	t, ok := a.next()
+	if !ok {
+		p.fail(line, head, "upperspec", errors.New("missing"))
+		return
+	}
+	proto, err := ParseProto(t.text)
+	if err != nil {
+		p.fail(t.line, head, "upperspec", err)
+		return
+	}
+	sel.Proto = proto
+	if (sel.SrcPorts != PortRange{} || sel.DstPorts != PortRange{}) && !hasPorts(proto) {
+		p.fail(t.line, head, "upperspec", fmt.Errorf("ports need tcp, udp or sctp, not %s", ProtoName(proto)))
+		return
+	}
+	if a.more() && !strings.HasPrefix(a.peek().text, "-") {
+		p.fail(a.line(), head, "upperspec", errors.New("ICMP type/code and GRE key selectors are not supported"))
+		return
+	}
+	if opt, _ := a.next(); opt.text != "-P" {
+		p.fail(a.line(), head, "", fmt.Errorf("want -P direction policy, got %s", echo(opt.text)))
+		return
+	}
+	dt, _ := a.next()
+	dir := dt.text
+	if dir != "out" && dir != "in" && dir != "fwd" {
+		p.fail(dt.line, head, "-P", fmt.Errorf("direction %s, want out, in or fwd", echo(dir)))
+		return
+	}
+	pol := Policy{Selector: sel}
+	if a.peek().text == "prio" || a.peek().text == "priority" {
+		a.next()
+		prio, err := parseSetkeyPriority(a)
+		if err != nil {
+			p.fail(a.line(), head, "priority", err)
+			return
+		}
+		// setkey puts higher priorities first; espgw consults lower values first.
+		pol.Priority = -prio
+	}
+	at, _ := a.next()
+	pp := pendingPolicy{head: head, line: line, dir: dir, pol: pol}
+	switch at.text {
+	case "discard":
+		pp.pol.Action = Discard
+	case "none":
+		pp.pol.Action = Bypass
+	case "ipsec":
+		pp.pol.Action = Protect
+		rt, ok := a.next()
+		if !ok {
+			p.fail(at.line, head, "ipsec", errors.New("missing esp/mode/src-dst/level"))
+			return
+		}
+		rule, err := parseIPsecRule(rt.text)
+		if err != nil {
+			p.fail(rt.line, head, "ipsec", err)
+			return
+		}
+		pp.rule = rule
+		pp.where = rt.text
+	default:
+		p.fail(at.line, head, "-P "+dir, fmt.Errorf("%s, want discard, none or ipsec", echo(at.text)))
+		return
+	}
+	if a.more() {
+		p.fail(a.line(), head, "", errors.New("more than one rule (SA bundles are not supported) or extra words"))
+		return
+	}
+	p.spd = append(p.spd, pp)
+}
+
+// parseSetkeyPriority reads N, or low|def|high [+|- N].
+func parseSetkeyPriority(a *args) (int, error) {
+	t, ok := a.next()
+	if !ok {
+		return 0, errors.New("missing")
+	}
+	bases := map[string]int{"low": -1 << 30, "def": 0, "high": 1 << 30}
+	base, isBase := bases[t.text]
+	if !isBase {
+		n, err := strconv.ParseInt(t.text, 10, 32)
+		if err != nil {
+			return 0, fmt.Errorf("%s is not a priority", echo(t.text))
+		}
+		return int(n), nil
+	}
+	sign, rest := 0, ""
+	switch nt := a.peek().text; {
+	case nt == "+" || nt == "-":
+		a.next()
+		sign = map[string]int{"+": 1, "-": -1}[nt]
+		o, _ := a.next()
+		rest = o.text
+	case strings.HasPrefix(nt, "+") && len(nt) > 1:
+		a.next()
+		sign, rest = 1, nt[1:]
+	case strings.HasPrefix(nt, "-") && len(nt) > 1 && nt[1] >= '0' && nt[1] <= '9':
+		a.next()
+		sign, rest = -1, nt[1:]
+	}
+	if sign == 0 {
+		return base, nil
+	}
+	off, err := strconv.ParseUint(rest, 10, 30)
+	if err != nil {
+		return 0, fmt.Errorf("offset %s is not a number", echo(rest))
+	}
+	return base + sign*int(off), nil
+}
+
+// parseIPsecRule reads esp/tunnel/A-B/level or esp/transport//level.
+func parseIPsecRule(s string) (*ipsecRule, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) != 4 {
+		return nil, fmt.Errorf("%s: want esp/mode/src-dst/level", echo(s))
+	}
+	if parts[0] != "esp" {
+		return nil, fmt.Errorf("%s: only esp rules are supported", echo(parts[0]))
+	}
+	r := &ipsecRule{}
+	switch parts[1] {
+	case "tunnel":
+		r.mode = Tunnel
+		src, dst, ok := strings.Cut(parts[2], "-")
+		if !ok {
+			return nil, errors.New("tunnel rule needs src-dst endpoints")
+		}
+		var err1, err2 error
+		r.src, _, err1 = parseHostPort(src)
+		r.dst, _, err2 = parseHostPort(dst)
+		if err := errors.Join(err1, err2); err != nil {
+			return nil, err
+		}
+	case "transport":
+		r.mode = Transport
+		if parts[2] != "" {
+			return nil, errors.New("transport rule takes no endpoints")
+		}
+	default:
+		return nil, fmt.Errorf("mode %s, want tunnel or transport", echo(parts[1]))
+	}
+	level, id, hasID := strings.Cut(parts[3], ":")
+	switch level {
+	case "default", "use", "require", "unique":
+	default:
+		return nil, fmt.Errorf("level %s, want default, use, require or unique", echo(level))
+	}
+	if hasID {
+		n, err := strconv.ParseUint(id, 10, 32)
+		if err != nil || level != "unique" {
+			return nil, fmt.Errorf("%s: want unique:N", echo(parts[3]))
+		}
+		r.reqid = uint32(n)
+	}
+	return r, nil
+}
+
+// resolvePolicies binds every spdadd to its SA: out policies become SPD
+// entries, in and fwd ipsec policies become selectors of their SA.
+func (p *setkeyParser) resolvePolicies(c *Config) {
+	for _, pp := range p.spd {
+		if pp.rule == nil {
+			if pp.dir == "out" {
+				c.SPD = append(c.SPD, pp.pol)
+			}
+			// Inbound none and discard have no counterpart: inbound traffic
+			// is checked against the selectors of the SA it arrived on.
+			continue
+		}
+		s, err := p.findRuleSA(pp)
+		if err != nil {
+			p.fail(pp.line, pp.head, "ipsec "+echoWord(pp.where), err)
+			continue
+		}
+		if pp.dir == "out" {
+			pp.pol.SA, pp.pol.SPI = s, s.SPI
+			if err := checkSelectorFits(pp.pol.Selector, s); err != nil {
+				p.fail(pp.line, pp.head, "", err)
+				continue
+			}
+			c.SPD = append(c.SPD, pp.pol)
+			continue
+		}
+		if !slices.Contains(s.Selectors, pp.pol.Selector) {
+			s.Selectors = append(s.Selectors, pp.pol.Selector)
+		}
+	}
+}
+
+func (p *setkeyParser) findRuleSA(pp pendingPolicy) (*SA, error) {
+	r := pp.rule
+	if r.reqid != 0 {
+		s, ok := p.reqids[r.reqid]
+		if !ok {
+			return nil, fmt.Errorf("no SA added with -u %d", r.reqid)
+		}
+		if s.Mode != r.mode {
+			return nil, fmt.Errorf("SA %#x (-u %d) is in %s mode, the policy in %s mode", s.SPI, r.reqid, s.Mode, r.mode)
+		}
+		return s, nil
+	}
+	src, dst := r.src, r.dst
+	if r.mode == Transport {
+		sel := pp.pol.Selector
+		if !sel.Src.IsSingleIP() || !sel.Dst.IsSingleIP() {
+			return nil, errors.New("a transport policy without unique:N needs single-address ranges to find its SA")
+		}
+		src, dst = sel.Src.Addr(), sel.Dst.Addr()
+	}
+	for _, s := range p.sas {
+		if s.Mode == r.mode && s.Src == src && s.Dst == dst {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("no %s-mode SA from %s to %s was added", r.mode, src, dst)
+}

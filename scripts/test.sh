@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the whole espgw test suite, as CI does: set-up, then every package's
+# tests with the race detector, including the root-only tests that build
+# network namespaces, TUN devices and the Linux-kernel ESP peer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/setup.sh
+export PATH=/usr/local/go/bin:$PATH
+if [ -x scripts/prepare-kernel-peer.sh ]; then
+  ./scripts/prepare-kernel-peer.sh
+fi
+go vet ./...
+go test -race -count=1 -timeout 60m ./... "$@"
