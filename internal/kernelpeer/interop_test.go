@@ -167,6 +167,9 @@ func TestKernelESPInteropWithScapy(t *testing.T) {
 					in := &sa.SA{SPI: spi + 1, Mode: mode, Src: host, Dst: guest, Encap: encap, Suite: st.suite,
 						EncKey: randomKey(t, st.encKeyLen), AuthKey: randomKey(t, st.suite.AuthKeyLen()),
 						ESN: esn, ReplayWindow: 64}
+					if encap == sa.EncapUDP {
+						in.SrcPort, in.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
+					}
 					out := *in
 					out.SPI, out.Src, out.Dst = spi+2, guest, host
 					if esn {

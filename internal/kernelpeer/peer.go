@@ -367,7 +367,12 @@ func (p *Peer) waitAgent(ctx context.Context) error {
 		select {
 		case line, ok := <-p.lines:
 			if !ok {
-				return errors.New("control socket closed")
+				select { // qemu closing the socket usually means qemu is gone
+				case <-p.exited:
+					return fmt.Errorf("qemu exited: %v", p.waitErr)
+				case <-time.After(5 * time.Second):
+					return errors.New("control socket closed")
+				}
 			}
 			var resp response
 			if json.Unmarshal(line, &resp) == nil && resp.ID != 0 {

@@ -42,6 +42,7 @@ func TestStartFailureReportsAndCleansUp(t *testing.T) {
 	if err == nil {
 		t.Fatal("Start with a bogus kernel succeeded")
 	}
+	t.Logf("Start error: %v", err)
 	if !strings.Contains(err.Error(), "qemu exited") || !strings.Contains(err.Error(), "guest console") {
 		t.Errorf("error does not say qemu exited and show the console: %v", err)
 	}

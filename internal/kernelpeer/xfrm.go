@@ -140,23 +140,14 @@ func checkSA(s *sa.SA) error {
 	if s == nil {
 		return fmt.Errorf("mirror SA: nil SA")
 	}
-	if err := s.Suite.ValidateKeys(s.EncKey, s.AuthKey); err != nil {
+	if err := s.Validate(); err != nil {
 		return fmt.Errorf("mirror %v: %w", s, err)
-	}
-	if !s.Src.IsValid() || !s.Dst.IsValid() || s.Src.Is4() != s.Dst.Is4() {
-		return fmt.Errorf("mirror %v: endpoints must be two IPv4 or two IPv6 addresses", s)
 	}
 	if s.SPI < 256 {
 		return fmt.Errorf("mirror %v: SPI %d is reserved (RFC 4303 §2.1: 1-255)", s, s.SPI)
 	}
 	if s.ESN && s.ReplayWindow == 0 {
 		return fmt.Errorf("mirror %v: the kernel does ESN only with a replay window; set one", s)
-	}
-	if !s.ESN && s.InitialSeq > 0xffffffff {
-		return fmt.Errorf("mirror %v: initial sequence %#x needs ESN", s, s.InitialSeq)
-	}
-	if s.ReplayWindow < 0 || s.ReplayWindow > sa.MaxReplayWindow {
-		return fmt.Errorf("mirror %v: replay window %d outside 0..%d", s, s.ReplayWindow, sa.MaxReplayWindow)
 	}
 	return nil
 }
