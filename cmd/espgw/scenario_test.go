@@ -22,6 +22,10 @@ func TestScenarioList(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
+	bundled, errOut, code := run(bin, "scenario", "list")
+	if code != 0 || strings.Count(bundled, "\n") != strings.Count(out, "\n") {
+		t.Errorf("bundled list (exit %d, %s) differs in length from the directory's:\n%s\n%s", code, errOut, bundled, out)
+	}
 	for _, want := range []string{"dpdk[transport,aes-gcm-16,ipv6]", "replay-attack", "engines[emul:ubsec-2014]"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("list lacks %s:\n%s", want, out)

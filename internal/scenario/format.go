@@ -11,7 +11,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -51,6 +53,7 @@ type Scenario struct {
 	ExpectNode yaml.Node  `yaml:"expect" json:"-"`
 	MatrixNode yaml.Node  `yaml:"matrix" json:"-"`
 	root       *yaml.Node // the document, for line numbers
+	fsys       fs.FS      // where pcap files are read from (nil: the OS)
 }
 
 // Topology picks the address families; the namespaces are always the
@@ -254,9 +257,22 @@ func Load(path string) ([]*Scenario, error) {
 	return Parse(path, data)
 }
 
+// LoadFS reads a scenario file from fsys (such as the bundled scenarios,
+// github.com/espgw/espgw/scenarios.Bundled); its pcap files come from fsys
+// too.
+func LoadFS(fsys fs.FS, path string) ([]*Scenario, error) {
+	data, err := fs.ReadFile(fsys, path)
+	if err != nil {
+		return nil, fmt.Errorf("read scenario: %w", err)
+	}
+	return parse(fsys, path, data)
+}
+
 // Parse reads a scenario document; path names it in errors and anchors
 // relative pcap files.
-func Parse(path string, data []byte) ([]*Scenario, error) {
+func Parse(path string, data []byte) ([]*Scenario, error) { return parse(nil, path, data) }
+
+func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
 		return nil, &ParseError{File: path, Err: err}
@@ -292,7 +308,7 @@ func Parse(path string, data []byte) ([]*Scenario, error) {
 				return nil, &ParseError{File: path, Line: kv.line, Field: "matrix." + kv.path, Err: err}
 			}
 		}
-		s, err := parseOne(path, r)
+		s, err := parseOne(fsys, path, r)
 		if err != nil {
 			return nil, err
 		}
@@ -312,11 +328,11 @@ func Parse(path string, data []byte) ([]*Scenario, error) {
 
 var topFields = []string{"name", "description", "peer", "topology", "sa", "engine", "engines", "impair", "traffic", "expect", "timeout", "matrix"}
 
-func parseOne(path string, root *yaml.Node) (*Scenario, error) {
+func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 	perr := func(line int, field string, err error) error {
 		return &ParseError{File: path, Line: line, Field: field, Err: err}
 	}
-	s := &Scenario{File: path}
+	s := &Scenario{File: path, fsys: fsys}
 	if err := root.Decode(s); err != nil {
 		return nil, yamlError(path, err)
 	}
@@ -461,7 +477,9 @@ func (s *Scenario) defaults() {
 				st.Pcap.Speed = 1
 			}
 			st.Pcap.path = st.Pcap.File
-			if !filepath.IsAbs(st.Pcap.path) {
+			if s.fsys != nil {
+				st.Pcap.path = path.Join(path.Dir(s.File), st.Pcap.File)
+			} else if !filepath.IsAbs(st.Pcap.path) {
 				st.Pcap.path = filepath.Join(filepath.Dir(s.File), st.Pcap.File)
 			}
 		case st.Iperf3 != nil:
@@ -480,6 +498,20 @@ func (s *Scenario) defaults() {
 			st.Name = fmt.Sprintf("%s%d", st.kind(), i+1)
 		}
 	}
+}
+
+func (s *Scenario) stat(name string) (fs.FileInfo, error) {
+	if s.fsys != nil {
+		return fs.Stat(s.fsys, name)
+	}
+	return os.Stat(name)
+}
+
+func (s *Scenario) open(name string) (fs.File, error) {
+	if s.fsys != nil {
+		return s.fsys.Open(name)
+	}
+	return os.Open(name)
 }
 
 // offloads says whether the TUN devices use vnet-hdr offloads.
@@ -646,7 +678,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			if st.Pcap.File == "" {
 				return perr(line, field+".pcap.file", errors.New("missing"))
 			}
-			if _, err := os.Stat(st.Pcap.path); err != nil {
+			if _, err := s.stat(st.Pcap.path); err != nil {
 				return perr(line, field+".pcap.file", err)
 			}
 			if err := oneOf(st.Pcap.Timing, nil, "keep", "fast"); err != nil {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/sa"
+	"github.com/espgw/espgw/scenarios"
 )
 
 const good = `name: t
@@ -190,6 +191,27 @@ func TestBundledScenariosParse(t *testing.T) {
 	}
 	if n < 20 {
 		t.Errorf("%d bundled scenarios, want the DPDK matrix alone to give 16", n)
+	}
+}
+
+// TestBundledEmbedded checks that the embedded copy holds every bundled
+// file, pcaps included (LoadFS checks that each replayed file is there).
+func TestBundledEmbedded(t *testing.T) {
+	names, err := BundledFiles(scenarios.Bundled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := Files([]string{"../../scenarios"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != len(files) {
+		t.Errorf("embedded %v, on disk %v", names, files)
+	}
+	for _, n := range names {
+		if _, err := LoadFS(scenarios.Bundled, n); err != nil {
+			t.Error(err)
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -83,6 +84,29 @@ type Result struct {
 // is a Result with Pass false.
 func RunFile(ctx context.Context, path string, opts Options) ([]*Result, error) {
 	scs, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Result
+	for _, s := range scs {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		out = append(out, Run(ctx, s, opts))
+	}
+	return out, nil
+}
+
+// BundledFiles lists the scenario files in fsys's top directory.
+func BundledFiles(fsys fs.FS) ([]string, error) {
+	return fs.Glob(fsys, "*.yaml")
+}
+
+// RunBundled loads name (e.g. "engines.yaml") from fsys — the bundled
+// scenarios, github.com/espgw/espgw/scenarios.Bundled — and runs every
+// scenario in it, as RunFile does.
+func RunBundled(ctx context.Context, fsys fs.FS, name string, opts Options) ([]*Result, error) {
+	scs, err := LoadFS(fsys, name)
 	if err != nil {
 		return nil, err
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"regexp"
 	"sort"
 	"strconv"
@@ -334,7 +333,7 @@ func (r *runner) setupPhantoms() error {
 // host byte for byte (less the TTL or hop limit the two routers took, and
 // the IPv4 header checksum that follows it).
 func (r *runner) replay(ctx context.Context, p *PcapStep, res *StepResult) error {
-	f, err := os.Open(p.path)
+	f, err := r.s.open(p.path)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
