@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -62,7 +63,12 @@ func seconds(v float64) string {
 	return time.Duration(v * float64(time.Second)).Round(10 * time.Microsecond).String()
 }
 
-func num(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+func num(v float64) string {
+	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(v, 'g', 6, 64)
+}
 
 // WriteJSON writes the results as one JSON document.
 func WriteJSON(w io.Writer, results []*Result) error {
