@@ -216,11 +216,6 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	if err := r.warmUp(ctx); err != nil {
 		return err
 	}
-	if s.SA.mode == sa.Transport {
-		if err := r.bed.RouteTransport(ctx); err != nil {
-			return err
-		}
-	}
 	if err := r.setupPhantoms(); err != nil {
 		return err
 	}
@@ -265,8 +260,9 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	return nil
 }
 
-// customize writes given keys, soft lifetimes and transport policies into
-// the SA file.
+// customize writes given keys and soft lifetimes into the SA file. (In
+// transport mode the gateways route what they send each other into their
+// TUN devices themselves, and pick the SA by peer.)
 func (r *runner) customize(cfg *sa.Config) error {
 	spec := r.s.SA
 	for i, s := range cfg.SAs {
@@ -287,9 +283,6 @@ func (r *runner) customize(cfg *sa.Config) error {
 		if err := s.Validate(); err != nil {
 			return err
 		}
-	}
-	if spec.mode == sa.Transport {
-		cfg.SPD = testbed.TransportPolicies([2]*sa.SA{cfg.SAs[0], cfg.SAs[1]})
 	}
 	return nil
 }
