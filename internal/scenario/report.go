@@ -39,6 +39,12 @@ func PrintTable(w io.Writer, results []*Result) {
 			if l := latencyMetricsOf(st.Latencies); l != nil {
 				line += fmt.Sprintf(", one-way latency p50 %s p99 %s", seconds(l["latency.p50"]), seconds(l["latency.p99"]))
 			}
+			if st.Error != "" {
+				line += ", error: " + st.Error
+			}
+			if st.Detail != "" && st.Received != st.Sent {
+				line += " " + st.Detail
+			}
 			fmt.Fprintln(w, line)
 		}
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
