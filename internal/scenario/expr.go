@@ -209,7 +209,8 @@ var (
 		"truncated", "duplicated", "replayed", "replay_skipped", "reordered", "reorder_expired", "delayed"}
 	gatewayCounters = []string{"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out", "drops", "last_seq"}
 	stepMetrics     = []string{"sent", "received", "delivered", "mismatched", "exact", "bytes", "bps", "retransmits"}
-	runMetrics      = []string{"udp-rcvbuf", "hostA.udp-rcvbuf", "hostB.udp-rcvbuf", "sent", "received", "delivered", "mismatched", "exact", "conservation", "unaccounted", "drops",
+	runMetrics      = []string{"kernel", "hostA.kernel", "gw1.kernel", "gw2.kernel", "hostB.kernel",
+		"udp-rcvbuf", "hostA.udp-rcvbuf", "hostB.udp-rcvbuf", "sent", "received", "delivered", "mismatched", "exact", "conservation", "unaccounted", "drops",
 		"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out"}
 	latencyMetrics = []string{"latency.p50", "latency.p90", "latency.p99", "latency.max", "latency.mean"}
 )

@@ -21,6 +21,9 @@ func (s snapshot) minus(b snapshot) snapshot {
 		d.TUNDrops[i] = s.TUNDrops[i] - b.TUNDrops[i]
 		d.RcvbufDrops[i] = s.RcvbufDrops[i] - b.RcvbufDrops[i]
 	}
+	for i := range s.KernelDrops {
+		d.KernelDrops[i] = s.KernelDrops[i] - b.KernelDrops[i]
+	}
 	d.WAN = s.WAN
 	subtract(reflect.ValueOf(&d.WAN).Elem(), reflect.ValueOf(b.WAN))
 	d.WAN.AToB.InFlight, d.WAN.BToA.InFlight = s.WAN.AToB.InFlight, s.WAN.BToA.InFlight
@@ -153,6 +156,10 @@ func (r *runner) metrics(d snapshot, steps []StepResult) (Metrics, []Balance) {
 	}
 	m["hostA.udp-rcvbuf"], m["hostB.udp-rcvbuf"] = float64(d.RcvbufDrops[0]), float64(d.RcvbufDrops[1])
 	m["udp-rcvbuf"] = m["hostA.udp-rcvbuf"] + m["hostB.udp-rcvbuf"]
+	for i, n := range []string{"hostA", "gw1", "gw2", "hostB"} {
+		m[n+".kernel"] = float64(d.KernelDrops[i])
+		m["kernel"] += float64(d.KernelDrops[i])
+	}
 	bal := balances(d)
 	var unaccounted int64
 	for _, b := range bal {

@@ -388,6 +388,12 @@ type snapshot struct {
 	// RcvbufDrops are the UDP datagrams each host's kernel dropped for a
 	// full socket receive buffer (hostA, hostB).
 	RcvbufDrops [2]uint64 `json:"udp_rcvbuf_drops"`
+	// KernelDrops are the packets the kernel dropped on the namespaces'
+	// links — received or sent, counted per device: a full per-CPU
+	// backlog on a busy machine drops packets a gateway wrote into its
+	// TUN device or a veth passed on. Order: hostA, gw1, gw2, hostB. (The
+	// TUN's full transmit queue is TUNDrops.)
+	KernelDrops [4]uint64 `json:"kernel_drops"`
 }
 
 func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
@@ -404,6 +410,23 @@ func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 		}
 		if ls := l.Attrs().Statistics; ls != nil {
 			s.TUNDrops[i] = ls.TxDropped
+		}
+	}
+	t := r.bed.Topo
+	for i, ns := range []*netns.Namespace{t.HostA, t.GW1, t.GW2, t.HostB} {
+		links, err := ns.Netlink().LinkList()
+		if err != nil {
+			return s, fmt.Errorf("links of %s: %w", ns.Short(), err)
+		}
+		for _, l := range links {
+			st := l.Attrs().Statistics
+			if st == nil {
+				continue
+			}
+			s.KernelDrops[i] += st.RxDropped
+			if l.Attrs().Name != "esp0" {
+				s.KernelDrops[i] += st.TxDropped
+			}
 		}
 	}
 	for i, ns := range []*netns.Namespace{r.bed.Topo.HostA, r.bed.Topo.HostB} {

@@ -35,6 +35,7 @@ type StepResult struct {
 	Retransmit int       `json:"retransmits,omitempty"`
 	Latencies  []float64 `json:"-"` // one-way, seconds
 	Detail     string    `json:"detail,omitempty"`
+	Output     string    `json:"output,omitempty"` // what a tool said when packets went missing
 	Error      string    `json:"error,omitempty"`
 }
 
@@ -98,13 +99,17 @@ func (r *runner) ping(ctx context.Context, p *PingStep, res *StepResult) error {
 	var detail []string
 	for _, fam := range families(p.Family) {
 		for _, size := range p.Sizes {
-			sent, received, err := ping(ctx, from.ns, to.addr(fam), size, p.Count, p.Interval, *p.DF)
+			sent, received, out, err := ping(ctx, from.ns, to.addr(fam), size, p.Count, p.Interval, *p.DF)
 			if err != nil {
 				return err
 			}
 			res.Sent += sent
 			res.Received += received
 			detail = append(detail, fmt.Sprintf("%s/%d:%d/%d", fam, size, received, sent))
+			if received < sent && !*p.DF || received < sent && size < 1400 {
+				// Keep what ping said about a loss it should not have seen.
+				res.Output += fmt.Sprintf("ping %s size %d:\n%s\n", to.addr(fam), size, out)
+			}
 		}
 	}
 	res.Detail = fmt.Sprint(detail)
@@ -116,7 +121,7 @@ var pingCounts = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets
 // ping sends count echo requests of size payload bytes, interval apart,
 // and counts the replies. With df, IPv4 requests forbid fragmentation
 // (IPv6 routers never fragment).
-func ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool) (sent, received int, err error) {
+func ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool) (sent, received int, output string, err error) {
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(count)*(interval+50*time.Millisecond)+10*time.Second)
 	defer cancel()
 	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size),
@@ -131,11 +136,11 @@ func ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count 
 	out, _ := ns.Command(ctx, "ping", append(args, dst.String())...).CombinedOutput()
 	m := pingCounts.FindSubmatch(out)
 	if m == nil {
-		return 0, 0, fmt.Errorf("ping %s from %s: no summary in output:\n%s", dst, ns.Short(), out)
+		return 0, 0, string(out), fmt.Errorf("ping %s from %s: no summary in output:\n%s", dst, ns.Short(), out)
 	}
 	sent, _ = strconv.Atoi(string(m[1]))
 	received, _ = strconv.Atoi(string(m[2]))
-	return sent, received, nil
+	return sent, received, string(out), nil
 }
 
 // udp sends a paced flow of stamped datagrams and counts what arrives:
