@@ -56,6 +56,13 @@ func PrintTable(w io.Writer, results []*Result) {
 			fmt.Fprintf(tw, "      %s\t%s %s\tgot %s\twant %s\n", mark, v.Metric, v.Expr, num(v.Got), num(v.Want))
 		}
 		tw.Flush()
+		if !r.Pass {
+			for _, n := range []string{"hostA", "gw1", "gw2", "hostB"} {
+				if len(r.Kernel[n]) > 0 {
+					fmt.Fprintf(w, "      kernel counters in %s: %v\n", n, r.Kernel[n])
+				}
+			}
+		}
 		for _, b := range r.Balances {
 			if b.In != b.Out {
 				fmt.Fprintf(w, "      unbalanced %s: %s\n", b.Where, b.Terms)

@@ -74,9 +74,12 @@ type Result struct {
 	Steps    []StepResult      `json:"steps"`
 	Metrics  Metrics           `json:"metrics"`
 	Balances []Balance         `json:"conservation"`
-	Gateways [2]gateway.Stats  `json:"gateways"`
-	WAN      wanrelay.Counters `json:"wan"`
-	Captures string            `json:"captures,omitempty"`
+	// Kernel are the error-like SNMP counters that moved during the
+	// traffic, per namespace: where packets went that nothing else counted.
+	Kernel   map[string]map[string]uint64 `json:"kernel,omitempty"`
+	Gateways [2]gateway.Stats             `json:"gateways"`
+	WAN      wanrelay.Counters            `json:"wan"`
+	Captures string                       `json:"captures,omitempty"`
 }
 
 // RunFile loads a scenario file and runs every scenario in it (one per
@@ -243,6 +246,19 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	}
 	d := after.minus(before)
 	res.Gateways, res.WAN = d.GW, d.WAN
+	for i, n := range []string{"hostA", "gw1", "gw2", "hostB"} {
+		for k, v := range after.SNMP[i] {
+			if dv := v - before.SNMP[i][k]; dv > 0 {
+				if res.Kernel == nil {
+					res.Kernel = map[string]map[string]uint64{}
+				}
+				if res.Kernel[n] == nil {
+					res.Kernel[n] = map[string]uint64{}
+				}
+				res.Kernel[n][k] = dv
+			}
+		}
+	}
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
 	for _, e := range s.Expect {
 		got, want, pass := e.check.eval(res.Metrics)
@@ -394,6 +410,9 @@ type snapshot struct {
 	// TUN device or a veth passed on. Order: hostA, gw1, gw2, hostB. (The
 	// TUN's full transmit queue is TUNDrops.)
 	KernelDrops [4]uint64 `json:"kernel_drops"`
+	// SNMP are the error-like IP, ICMP, UDP and TCP counters of each
+	// namespace (hostA, gw1, gw2, hostB), for diagnosis.
+	SNMP [4]map[string]uint64 `json:"snmp"`
 }
 
 func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
@@ -414,6 +433,11 @@ func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 	}
 	t := r.bed.Topo
 	for i, ns := range []*netns.Namespace{t.HostA, t.GW1, t.GW2, t.HostB} {
+		snmp, err := snmpErrors(ns)
+		if err != nil {
+			return s, err
+		}
+		s.SNMP[i] = snmp
 		links, err := ns.Netlink().LinkList()
 		if err != nil {
 			return s, fmt.Errorf("links of %s: %w", ns.Short(), err)
@@ -461,6 +485,44 @@ func (r *runner) stableSnapshot(ctx context.Context) (snapshot, error) {
 		last = next
 	}
 	return last, nil
+}
+
+// snmpErrors reads the namespace's SNMP counters whose names say they
+// count errors, discards or failures.
+func snmpErrors(ns *netns.Namespace) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	err := ns.Do(func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/snmp")
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(string(b), "\n")
+		for i := 0; i+1 < len(lines); i += 2 {
+			names, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+			for j := 1; j < len(names) && j < len(vals); j++ {
+				out[strings.TrimSuffix(names[0], ":")+names[j]], _ = strconv.ParseUint(vals[j], 10, 64)
+			}
+		}
+		b, err = os.ReadFile("/proc/thread-self/net/snmp6")
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 2 {
+				out[f[0]], _ = strconv.ParseUint(f[1], 10, 64)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("SNMP counters of %s: %w", ns.Short(), err)
+	}
+	for k := range out {
+		if !strings.Contains(k, "Err") && !strings.Contains(k, "Discard") && !strings.Contains(k, "Fail") && !strings.Contains(k, "NoPorts") {
+			delete(out, k)
+		}
+	}
+	return out, nil
 }
 
 // udpRcvbufErrors reads Udp RcvbufErrors (IPv4 and IPv6) from the
