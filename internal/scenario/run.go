@@ -518,7 +518,8 @@ func snmpErrors(ns *netns.Namespace) (map[string]uint64, error) {
 		return nil, fmt.Errorf("SNMP counters of %s: %w", ns.Short(), err)
 	}
 	for k := range out {
-		if !strings.Contains(k, "Err") && !strings.Contains(k, "Discard") && !strings.Contains(k, "Fail") && !strings.Contains(k, "NoPorts") {
+		if !strings.Contains(k, "Err") && !strings.Contains(k, "Discard") && !strings.Contains(k, "Fail") && !strings.Contains(k, "NoPorts") &&
+			!strings.Contains(k, "Trunc") && !strings.Contains(k, "NoRoute") && !strings.Contains(k, "Unknown") && !strings.Contains(k, "Reasm") {
 			delete(out, k)
 		}
 	}
