@@ -122,10 +122,14 @@ var pingCounts = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets
 // and counts the replies. With df, IPv4 requests forbid fragmentation
 // (IPv6 routers never fragment).
 func ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool) (sent, received int, output string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(count)*(interval+50*time.Millisecond)+10*time.Second)
+	// -w, an overall deadline, makes ping wait for every reply: with only
+	// -W, once one reply came it waits just two round trips for the rest,
+	// and on a loaded machine counts late replies as lost.
+	deadline := time.Duration(count)*interval + 3*time.Second
+	ctx, cancel := context.WithTimeout(ctx, deadline+5*time.Second)
 	defer cancel()
 	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size),
-		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "5"}
+		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "2", "-w", strconv.Itoa(int(deadline.Seconds() + 0.999))}
 	if dst.Is4() {
 		if df {
 			args = append(args, "-M", "do")
