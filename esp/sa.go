@@ -71,6 +71,9 @@ type SA struct {
 	ivSalt  uint64
 	ivFunc  func(seq uint64, iv []byte) // Options.IV, known-answer tests only
 
+	reserve  func(*SA, uint64) error
+	reserved atomic.Uint64
+
 	created   time.Time
 	expired   atomic.Bool
 	softFired atomic.Bool
@@ -92,7 +95,17 @@ type Options struct {
 	// where a fixed IV would break CBC's unpredictability and CTR/GCM's
 	// uniqueness.
 	IV func(seq uint64, iv []byte)
+	// Reserve, when set, is called before the first packet numbered above
+	// the last reservation, with a new upper bound (RFC 4303 §3.3.3 asks a
+	// sender never to reuse a number under one key; a gateway that persists
+	// the bound resumes above it after a crash instead of being refused as
+	// a replay). It is called on the sealing goroutine; an error is logged
+	// by the caller and the packet still goes out.
+	Reserve func(s *SA, upTo uint64) error
 }
+
+// ReserveBlock is how many sequence numbers one Reserve call covers.
+const ReserveBlock = 1 << 16
 
 // NewSA builds the working state for cfg with a session on engine.
 func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
@@ -109,7 +122,7 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 	s := &SA{
 		Config: cfg, suite: cfg.Suite, engine: engine, sess: sess,
 		ivLen: cfg.Suite.IVLen(), icvLen: cfg.Suite.ICVLen(), block: cfg.Suite.BlockLen(),
-		onSoft: opts.OnSoftExpire, ivFunc: opts.IV,
+		onSoft: opts.OnSoftExpire, reserve: opts.Reserve, ivFunc: opts.IV,
 	}
 	var ivKey [16]byte
 	var salt [8]byte

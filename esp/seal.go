@@ -62,6 +62,11 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 		return s.reject(p, SeqExhausted)
 	}
 	p.Seq = seq
+	if s.reserve != nil && seq > s.reserved.Load() {
+		upTo := seq + ReserveBlock
+		s.reserved.Store(upTo)
+		s.reserve(s, upTo) // the caller logs a failure; the packet goes on
+	}
 
 	if hdrLen > 0 {
 		hdr := p.Buf[start : start+hdrLen]

@@ -8,7 +8,9 @@ import (
 
 // ParseNodes reads SAs and policies from the sa: and spd: values of a larger
 // YAML document (a gateway config embeds them); either may be nil. Errors
-// carry the lines of the original file.
+// carry the lines of the original file. With saList nil, the policies'
+// SAs come from elsewhere: protect policies keep only their SPI, and
+// NewSPD binds them to the SAs it is given.
 func ParseNodes(name string, saList, spdList *yaml.Node) (*Config, error) {
 	m := &yaml.Node{Kind: yaml.MappingNode}
 	if saList != nil {
@@ -17,7 +19,7 @@ func ParseNodes(name string, saList, spdList *yaml.Node) (*Config, error) {
 	if spdList != nil {
 		m.Content = append(m.Content, &yaml.Node{Kind: yaml.ScalarNode, Value: "spd", Line: spdList.Line}, spdList)
 	}
-	p := &yamlParser{file: name}
+	p := &yamlParser{file: name, spdOnly: saList == nil}
 	c := p.config(m)
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err

@@ -1,15 +1,8 @@
-// Package sa owns the security association model of espgw: the SA (SPI, mode,
-// outer endpoints, encapsulation, algorithms and keys, ESN, replay window,
-// lifetimes), the SAD that finds an SA by SPI, the SPD that maps traffic
-// selectors to protect, bypass or discard, and the loading and validation of
-// SA files (YAML, and setkey(8) manual-keying lines).
-//
-// It knows nothing of packets or I/O: the esp package turns an SA into a
-// working transform, the gateway puts it on the wire.
 package sa
 
 import (
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 )
@@ -84,7 +77,7 @@ func (k Key) GoString() string { return k.String() }
 func (k Key) Format(f fmt.State, _ rune) { fmt.Fprint(f, k.String()) }
 
 // LogValue hides the key from log/slog.
-func (k Key) LogValue() any { return k.String() }
+func (k Key) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // SA is one security association, as configured. Runtime state (sequence
 // numbers, replay window, counters) lives in the esp package.

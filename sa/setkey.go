@@ -67,7 +67,7 @@ func tokenizeSetkey(data []byte, limit int) ([]skToken, error) {
 				j++
 			}
 			if j == len(data) {
-				return toks, fmt.Errorf("line %d: quoted string never closed", startLine)
+				return toks, &ConfigError{Line: startLine, Err: errors.New("quoted string never closed")}
 			}
 			toks = append(toks, skToken{string(data[start:j]), startLine, true})
 			i = j + 1
@@ -117,8 +117,9 @@ type ipsecRule struct {
 func ParseSetkey(name string, data []byte) (*Config, error) {
 	p := &setkeyParser{file: name, lines: map[*SA]int{}, reqids: map[uint32]*SA{}}
 	toks, err := tokenizeSetkey(data, 0)
-	if err != nil {
-		return nil, &ConfigError{File: name, Err: err}
+	if ce, ok := err.(*ConfigError); ok {
+		ce.File = name
+		return nil, ce
 	}
 	for len(toks) > 0 {
 		end := slices.IndexFunc(toks, func(t skToken) bool { return t.text == ";" && !t.quoted })

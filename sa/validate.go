@@ -62,7 +62,7 @@ func (s *SA) Validate() error {
 		errs = append(errs, fmt.Errorf("tfc-pad: %d, want 0..65535", s.TFCPad))
 	}
 	if err := checkLifetimes(s.Soft, s.Hard); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("lifetimes: %w", err))
 	}
 	for i, sel := range s.Selectors {
 		if err := sel.Validate(); err != nil {
@@ -91,7 +91,7 @@ func checkEndpoints(src, dst netip.Addr) error {
 func checkLifetimes(soft, hard Lifetime) error {
 	check := func(what string, s, h uint64) error {
 		if s != 0 && h != 0 && s > h {
-			return fmt.Errorf("lifetimes: soft %s %d exceeds hard %d", what, s, h)
+			return fmt.Errorf("soft %s %d exceeds hard %d", what, s, h)
 		}
 		return nil
 	}
@@ -105,7 +105,7 @@ func checkLifetimes(soft, hard Lifetime) error {
 
 func nonNegative(which string, d time.Duration) error {
 	if d < 0 {
-		return fmt.Errorf("lifetimes: %s time %s is negative", which, d)
+		return fmt.Errorf("%s time %s is negative", which, d)
 	}
 	return nil
 }

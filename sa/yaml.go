@@ -73,6 +73,7 @@ func ParseYAML(name string, data []byte) (*Config, error) {
 	}
 	p := &yamlParser{file: name}
 	c := p.config(&doc)
+	slices.SortStableFunc(p.errs, func(a, b error) int { return lineOf(a) - lineOf(b) })
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err
 	}
@@ -88,9 +89,23 @@ func yamlSyntax(err error) error {
 	return err
 }
 
+// lineOf orders errors by line; the "too many errors" note, without a
+// line, goes last.
+func lineOf(err error) int {
+	var ce *ConfigError
+	if errors.As(err, &ce) && ce.Line > 0 {
+		return ce.Line
+	}
+	return math.MaxInt32
+}
+
 type yamlParser struct {
 	file string
 	errs []error
+	// spdOnly reads an spd: list whose SAs come from elsewhere: protect
+	// policies keep their SPI and NewSPD binds them.
+	spdOnly bool
+	merges  int // merge keys expanded so far
 }
 
 func (p *yamlParser) fail(n *yaml.Node, entry, field string, err error) {
@@ -116,17 +131,44 @@ type field struct {
 	key, val *yaml.Node
 }
 
-// fields reads a mapping, reporting unknown and repeated keys.
+// maxAliasDepth bounds alias and merge-key chains: a YAML alias may point
+// into its own anchor.
+const maxAliasDepth = 8
+
+// maxMerges bounds the merge keys expanded in one file, so that merges of
+// merges cannot multiply into a long parse.
+const maxMerges = 10000
+
+// resolve follows aliases (*name) to the node they name.
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && n.Alias != nil && i < maxAliasDepth; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+// fields reads a mapping, reporting unknown and repeated keys. Merge keys
+// (<<: *defaults) fill in the fields the mapping does not set itself.
 func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) map[string]field {
+	return p.fieldsDepth(m, entry, known, 0)
+}
+
+func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, depth int) map[string]field {
 	out := make(map[string]field)
+	m = resolve(m)
 	if m.Kind != yaml.MappingNode {
-		p.failf(m, entry, "", "want a mapping of fields, got %s", kindName(m))
+		p.failf(m, entry, "", "want a mapping of fields, got a %s", kindName(m))
 		return out
 	}
+	var merges []*yaml.Node
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
+		k, v := m.Content[i], resolve(m.Content[i+1])
 		if k.Kind != yaml.ScalarNode {
 			p.failf(k, entry, "", "field name is a %s, want a name", kindName(k))
+			continue
+		}
+		if k.Value == "<<" && k.Tag == "!!merge" {
+			merges = append(merges, v)
 			continue
 		}
 		if !slices.Contains(known, k.Value) {
@@ -138,6 +180,24 @@ func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) map[stri
 			continue
 		}
 		out[k.Value] = field{k, v}
+	}
+	for _, mv := range merges {
+		p.merges++
+		if depth >= maxAliasDepth || p.merges > maxMerges {
+			p.failf(mv, entry, "<<", "merges nested more than %d deep or more than %d in all", maxAliasDepth, maxMerges)
+			break
+		}
+		srcs := []*yaml.Node{mv}
+		if mv.Kind == yaml.SequenceNode {
+			srcs = mv.Content // in YAML's order of precedence
+		}
+		for _, src := range srcs {
+			for name, f := range p.fieldsDepth(src, entry, known, depth+1) {
+				if _, set := out[name]; !set {
+					out[name] = f
+				}
+			}
+		}
 	}
 	return out
 }
@@ -160,7 +220,7 @@ func kindName(n *yaml.Node) string {
 // that 0x0011… stays a string and keeps its leading zeros.
 func (p *yamlParser) scalar(f field, entry string) (string, bool) {
 	if f.val.Kind != yaml.ScalarNode {
-		p.failf(f.val, entry, f.key.Value, "want a single value, got a %s", kindName(f.val))
+		p.failf(f.key, entry, f.key.Value, "want a single value, got a %s", kindName(f.val))
 		return "", false
 	}
 	return f.val.Value, true
@@ -169,12 +229,14 @@ func (p *yamlParser) scalar(f field, entry string) (string, bool) {
 func (p *yamlParser) config(doc *yaml.Node) *Config {
 	root := doc
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
-		root = doc.Content[0]
+		root = resolve(doc.Content[0])
 	}
 	fs := p.fields(root, "", []string{"sa", "spd"})
 	c := &Config{}
 	saList, ok := fs["sa"]
-	if !ok {
+	if !ok && p.spdOnly {
+		saList = field{val: &yaml.Node{Kind: yaml.SequenceNode}}
+	} else if !ok {
 		if root.Kind == yaml.MappingNode {
 			p.failf(root, "", "sa", "missing: an SA file needs an sa: list")
 		}
@@ -184,7 +246,7 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 		p.failf(saList.val, "", "sa", "want a list of SAs, got a %s", kindName(saList.val))
 		return c
 	}
-	if len(saList.val.Content) == 0 {
+	if len(saList.val.Content) == 0 && !p.spdOnly {
 		p.failf(saList.val, "", "sa", "empty list")
 	}
 	type seen struct {
@@ -193,6 +255,7 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 	}
 	bySPIDst := make(map[spiDst]seen)
 	for i, n := range saList.val.Content {
+		n = resolve(n)
 		s, entry := p.sa(i, n)
 		if s == nil {
 			continue
@@ -211,7 +274,7 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 			return c
 		}
 		for i, n := range spd.val.Content {
-			if pol, ok := p.policy(i, n, c.SAs); ok {
+			if pol, ok := p.policy(i, resolve(n), c.SAs); ok {
 				c.SPD = append(c.SPD, pol)
 			}
 		}
@@ -230,22 +293,25 @@ var saFields = []string{
 func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	entry := fmt.Sprintf("sa[%d]", i)
 	before := len(p.errs)
-	fs := p.fields(n, entry, saFields)
-	if n.Kind != yaml.MappingNode {
-		return nil, entry
-	}
 	s := &SA{ReplayWindow: 64}
-
-	if f, ok := fs["spi"]; !ok {
-		p.failf(n, entry, "spi", "missing")
-	} else if v, ok := p.scalar(f, entry); ok {
-		spi, err := strconv.ParseUint(v, 0, 32)
-		if err != nil {
-			p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", echo(v))
-		} else {
-			s.SPI = uint32(spi)
-			entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
+	// The SPI names the entry in every other error, so it is read first
+	// (by a silent pass: the errors come with the entry's name below).
+	if f, ok := (&yamlParser{file: p.file}).fields(n, entry, saFields)["spi"]; ok {
+		if v, ok := p.scalar(f, entry); ok {
+			spi, err := strconv.ParseUint(v, 0, 32)
+			if err != nil {
+				p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", echoShort(v))
+			} else {
+				s.SPI = uint32(spi)
+				entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
+			}
 		}
+	} else if resolve(n).Kind == yaml.MappingNode {
+		p.failf(n, entry, "spi", "missing")
+	}
+	fs := p.fields(n, entry, saFields)
+	if resolve(n).Kind != yaml.MappingNode {
+		return nil, entry
 	}
 	str := func(name string) (field, string, bool) {
 		f, ok := fs[name]
@@ -342,6 +408,9 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		s.Suite.Auth = a
 	} else if _, given := fs["auth"]; given {
 		suiteOK = false
+	} else if suiteOK && !s.Suite.Cipher.IsAEAD() {
+		p.failf(n, entry, "auth", "missing: %s needs hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256 or hmac-md5-96", s.Suite.Cipher)
+		suiteOK = false
 	}
 	if suiteOK {
 		if err := s.Suite.Validate(); err != nil {
@@ -376,6 +445,8 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		seq, err := strconv.ParseUint(v, 0, 64)
 		if err != nil {
 			p.failf(f.val, entry, "initial-seq", "%s is not a number", echo(v))
+		} else if !s.ESN && seq > math.MaxUint32 {
+			p.failf(f.val, entry, "initial-seq", "%d does not fit 32 bits: set esn: true", seq)
 		}
 		s.InitialSeq = seq
 	}
@@ -391,9 +462,10 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	}
 	if f, ok := fs["selectors"]; ok {
 		if f.val.Kind != yaml.SequenceNode {
-			p.failf(f.val, entry, "selectors", "want a list, got a %s", kindName(f.val))
+			p.failf(f.key, entry, "selectors", "want a list, got a %s", kindName(f.val))
 		} else {
 			for j, sn := range f.val.Content {
+				sn = resolve(sn)
 				sel, ok := p.selector(sn, fmt.Sprintf("%s selectors[%d]", entry, j), nil)
 				if ok && s.Mode == Transport {
 					for _, pf := range []netip.Prefix{sel.Src, sel.Dst} {
@@ -436,7 +508,11 @@ func (p *yamlParser) key(fs map[string]field, n *yaml.Node, entry, name string, 
 	if !ok {
 		return nil
 	}
-	if slices.Contains(want, 0) && (v == "" || f.val.Tag == "!!null") {
+	if slices.Equal(want, []int{0}) {
+		if v == "" || f.val.Tag == "!!null" {
+			return nil
+		}
+		p.failf(f.val, entry, name, "not used with this suite: leave it out")
 		return nil
 	}
 	if strings.HasPrefix(v, "random") {
@@ -528,7 +604,7 @@ func (p *yamlParser) lifetimes(f field, entry string) (soft, hard Lifetime) {
 	}
 	soft, hard = read("soft"), read("hard")
 	if err := checkLifetimes(soft, hard); err != nil {
-		p.fail(f.val, entry, "lifetimes", errors.Unwrap(err))
+		p.fail(f.key, entry, "lifetimes", err)
 	}
 	return soft, hard
 }
@@ -638,14 +714,11 @@ var policyFields = []string{"priority", "action", "sa"}
 func (p *yamlParser) policy(i int, n *yaml.Node, sas []*SA) (Policy, bool) {
 	entry := fmt.Sprintf("spd[%d]", i)
 	before := len(p.errs)
-	sel, _ := p.selector(n, entry, policyFields)
+	fs := p.fields(n, entry, append(slices.Clip(selectorFields), policyFields...))
 	if n.Kind != yaml.MappingNode {
 		return Policy{}, false
 	}
-	fs := make(map[string]field)
-	for j := 0; j+1 < len(n.Content); j += 2 {
-		fs[n.Content[j].Value] = field{n.Content[j], n.Content[j+1]}
-	}
+	sel := p.selectorFrom(fs, entry, n)
 	pol := Policy{Selector: sel}
 	if f, ok := fs["priority"]; ok {
 		if v, ok := p.scalar(f, entry); ok {
@@ -684,7 +757,11 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas []*SA) (Policy, bool) {
 		}
 		spi, err := strconv.ParseUint(v, 0, 32)
 		if err != nil {
-			p.failf(saf.val, entry, "sa", "%s is not an SPI", echo(v))
+			p.failf(saf.val, entry, "sa", "%s is not an SPI", echoShort(v))
+			break
+		}
+		if p.spdOnly {
+			pol.SPI = uint32(spi)
 			break
 		}
 		s, err := findSPI(sas, uint32(spi))

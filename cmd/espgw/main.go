@@ -44,7 +44,9 @@ func newRoot() *cobra.Command {
 	root.AddCommand(
 		newVersion(),
 		newRun(),
+		newDemo(),
 		newStats(),
+		newPcap(),
 		newSpeed(),
 	)
 	return root

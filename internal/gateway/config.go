@@ -32,6 +32,8 @@ type Config struct {
 	// Metrics is the address of the /metrics and /stats endpoint
 	// (default 127.0.0.1:9478; "off" disables it).
 	Metrics string
+	// StateDir keeps outbound sequence reservations across restarts.
+	StateDir string
 
 	// SAFile and SetkeyFile name where the SAs come from, when not inline.
 	SAFile, SetkeyFile string
@@ -75,7 +77,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	p := &cfgParser{file: path}
 	var saNode, spdNode *yaml.Node
 	m := doc.Content[0]
-	known := []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "metrics", "sa", "spd", "sa-file", "setkey-file"}
+	known := []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "metrics", "sa", "spd", "sa-file", "setkey-file", "state-dir"}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		switch k.Value {
@@ -99,6 +101,8 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			saNode = v
 		case "spd":
 			spdNode = v
+		case "state-dir":
+			c.StateDir = v.Value
 		case "sa-file":
 			c.SAFile = v.Value
 		case "setkey-file":

@@ -33,6 +33,9 @@ type Options struct {
 	// Batch is the number of packets per pipeline batch (default: the
 	// device's batch size, at least 32).
 	Batch int
+	// StateDir, when set, is where outbound sequence numbers are reserved
+	// so a restarted gateway resumes above them (see seqStore).
+	StateDir string
 	// ICMPSource are addresses ICMP too-big errors may come from (the TUN's
 	// own addresses); the local outer addresses serve otherwise.
 	ICMPSource []netip.Addr
@@ -72,6 +75,9 @@ type state struct {
 	// only is the outbound SA used when there is no SPD and exactly one
 	// outbound tunnel SA: the common two-gateway test bed needs no policy.
 	only *esp.SA
+	// byPeer are the outbound transport-mode SAs by destination, which
+	// without an SPD protect the gateway's own traffic to that peer.
+	byPeer map[netip.Addr]*esp.SA
 }
 
 // New builds a gateway. pick chooses the outer connection for an SA (raw
@@ -102,7 +108,7 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	old := g.state.Load()
-	next := &state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}}
+	next := &state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}}
 	spd, err := sa.NewSPD(policies, sas)
 	if err != nil {
 		return fmt.Errorf("load policies: %w", err)
@@ -116,7 +122,22 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 		}
 		s := reuse(old, cfg)
 		if s == nil {
-			s, err = esp.NewSA(cfg, g.engine, esp.Options{OnSoftExpire: g.softExpired})
+			opts := esp.Options{OnSoftExpire: g.softExpired}
+			run := cfg
+			if outbound && g.opts.StateDir != "" {
+				store := seqStore{dir: g.opts.StateDir}
+				if run, err = store.resume(cfg); err != nil {
+					return fmt.Errorf("load: %w", err)
+				}
+				opts.Reserve = func(s *esp.SA, upTo uint64) error {
+					err := store.reserve(s, upTo)
+					if err != nil {
+						g.log.Error("sequence numbers not persisted", "err", err)
+					}
+					return err
+				}
+			}
+			s, err = esp.NewSA(run, g.engine, opts)
 			if err != nil {
 				return fmt.Errorf("load: %w", err)
 			}
@@ -126,6 +147,8 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 			next.out[cfg.SPI] = s
 			if cfg.Mode == sa.Tunnel {
 				tunnels = append(tunnels, s)
+			} else if len(policies) == 0 {
+				next.byPeer[cfg.Dst] = s
 			}
 		}
 		if inbound {

@@ -12,7 +12,8 @@ import (
 
 // outbound moves packets from the TUN device out through the tunnel.
 func (g *Gateway) outbound(ctx context.Context) error {
-	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch)
+	size := esp.Headroom + g.opts.InnerMTU + esp.Tailroom + outboundSlack
+	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch, size)
 	return p.run(ctx, g.opts.Workers, g.readTUN, g.sendESP)
 }
 
@@ -53,6 +54,9 @@ func (g *Gateway) route(st *state, pkt []byte) (*esp.SA, Reason, bool) {
 	src, dst, proto, sport, dport, ok := flowOf(pkt)
 	if !ok {
 		return nil, NotIP, false
+	}
+	if s := st.byPeer[dst]; s != nil && s.Config.Src == src {
+		return s, 0, true
 	}
 	if st.only != nil {
 		return st.only, 0, true

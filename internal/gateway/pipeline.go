@@ -8,10 +8,15 @@ import (
 	"github.com/espgw/espgw/offload"
 )
 
-// bufSize fits the largest inner packet with ESP framing around it. TUN
-// reads with offloads split GSO super-packets into MTU-sized segments, so
-// one segment per buffer is all a buffer holds.
-const bufSize = esp.Headroom + 65535 + esp.Tailroom
+// Buffer sizes bound the gateway's memory. TUN reads with offloads split
+// GSO super-packets into MTU-sized segments, so an outbound buffer holds one
+// inner packet with the ESP framing around it. Inbound buffers are larger:
+// GRO coalesces consecutive segments of a flow into the capacity of the
+// first one's buffer before writing them to the TUN, one write for many.
+const (
+	outboundSlack = 1024 // TFC padding beyond the framing
+	inboundBuf    = 16 << 10
+)
 
 // tunOffset is where inner packets sit when written to the TUN device: the
 // room its virtio-net header needs in front of them.
@@ -38,7 +43,7 @@ type batch struct {
 	conn Conn      // the connection an inbound batch came from
 }
 
-func newBatch(size int) *batch {
+func newBatch(size, bufSize int) *batch {
 	b := &batch{
 		bufs:  make([][]byte, size),
 		sizes: make([]int, size),
@@ -88,7 +93,7 @@ type pipeline struct {
 	order  chan *batch
 }
 
-func newPipeline(engine offload.Engine, batches, size int) *pipeline {
+func newPipeline(engine offload.Engine, batches, size, bufSize int) *pipeline {
 	p := &pipeline{
 		engine: engine,
 		free:   make(chan *batch, batches),
@@ -96,7 +101,7 @@ func newPipeline(engine offload.Engine, batches, size int) *pipeline {
 		order:  make(chan *batch, batches),
 	}
 	for range batches {
-		p.free <- newBatch(size)
+		p.free <- newBatch(size, bufSize)
 	}
 	return p
 }

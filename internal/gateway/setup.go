@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/transport"
@@ -22,6 +25,7 @@ type Runtime struct {
 	TUN    *tun.Device
 	Engine offload.Engine
 	conns  map[connKey]*Wire
+	rules  []*netlink.Rule
 }
 
 type connKey struct {
@@ -55,7 +59,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			}
 		}
 		if cfg.TUN.MTU == 0 {
-			m, err := innerMTU(cfg.OuterMTU, s)
+			m, err := InnerMTU(cfg.OuterMTU, s)
 			if err != nil {
 				return rt, fmt.Errorf("%s: MTU for %s: %w", cfg.File, s, err)
 			}
@@ -80,6 +84,12 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			return rt, fmt.Errorf("%s: tun address %s: %w", cfg.File, a, err)
 		}
 	}
+	// No IPv6 link-local address on the TUN: the kernel would otherwise send
+	// router solicitations and MLD reports into the tunnel. Routes need none.
+	quiet := "/proc/sys/net/ipv6/conf/" + cfg.TUN.Name + "/addr_gen_mode"
+	if err := os.WriteFile(quiet, []byte("1"), 0o644); err != nil && !os.IsNotExist(err) {
+		log.Warn("could not turn off IPv6 link-local addressing on the TUN", "err", err)
+	}
 	if err := rt.TUN.Up(); err != nil {
 		return rt, fmt.Errorf("%s: tun up: %w", cfg.File, err)
 	}
@@ -88,12 +98,23 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			return rt, fmt.Errorf("%s: tun route %s: %w", cfg.File, r, err)
 		}
 	}
+	rt.rules, err = routeTransportPeers(cfg.TUN.Name, transportPeers(cfg))
+	if err != nil {
+		return rt, fmt.Errorf("%s: %w", cfg.File, err)
+	}
+	stateDir := ""
+	if cfg.StateDir != "" {
+		stateDir = cfg.rel(cfg.StateDir)
+		if err := os.MkdirAll(stateDir, 0o700); err != nil {
+			return rt, fmt.Errorf("%s: state-dir: %w", cfg.File, err)
+		}
+	}
 	var conns []Conn
 	for _, w := range rt.conns {
 		conns = append(conns, w)
 	}
 	rt.Gateway = New(rt.TUN, conns, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, ICMPSource: prefixAddrs(cfg.TUN.Addresses), Workers: cfg.Workers, Batch: cfg.Batch, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
@@ -117,7 +138,7 @@ func (rt *Runtime) open(k connKey, cfg *Config) error {
 			}
 		}
 	}
-	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, port), GSO: false})
+	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap, Mark: fwMark})
 	if err != nil {
 		return fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
 	}
@@ -153,6 +174,9 @@ func (rt *Runtime) Reload() error {
 
 // Close releases what Start built and Run did not close.
 func (rt *Runtime) Close() {
+	for _, r := range rt.rules {
+		netlink.RuleDel(r)
+	}
 	if rt.Gateway == nil {
 		for _, c := range rt.conns {
 			c.Close()
@@ -166,8 +190,8 @@ func (rt *Runtime) Close() {
 	}
 }
 
-// innerMTU is the largest inner packet an SA carries in outerMTU bytes.
-func innerMTU(outerMTU int, s *sa.SA) (int, error) {
+// InnerMTU is the largest inner packet an SA carries in outerMTU bytes.
+func InnerMTU(outerMTU int, s *sa.SA) (int, error) {
 	o := tun.Overhead{OuterIP: 20, ESPHeader: esp.HeaderLen, IV: s.Suite.IVLen(), Block: s.Suite.BlockLen(), ICV: s.Suite.ICVLen()}
 	if s.Dst.Is6() {
 		o.OuterIP = 40

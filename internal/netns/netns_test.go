@@ -2,8 +2,12 @@ package netns
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -69,8 +73,13 @@ func TestTopologyPingAndTeardown(t *testing.T) {
 	defer cancel()
 	// Plain routing end to end, both families.
 	for _, dst := range []string{topo.Addr.HostB4.Addr().String(), topo.Addr.HostB6.Addr().String()} {
-		if out, err := topo.HostA.Output(ctx, "ping", "-c", "1", "-W", "2", dst); err != nil {
+		out, err := topo.HostA.Output(ctx, "ping", "-c", "1", "-W", "2", dst)
+		if err != nil {
 			t.Errorf("ping hostA -> %s: %v\n%s", dst, err, out)
+		}
+		// hostB answers with TTL 64; gw2, wan and gw1 each forward it once.
+		if !strings.Contains(out, "ttl=61") {
+			t.Errorf("ping hostA -> %s: reply did not cross three routers:\n%s", dst, out)
 		}
 	}
 	// Sysctl really landed in the namespace (and not in ours).
@@ -215,5 +224,58 @@ func TestBadInput(t *testing.T) {
 	}
 	if err := a.SetUp("nosuchlink"); err == nil || !strings.Contains(err.Error(), "nosuchlink") {
 		t.Errorf("SetUp on a missing link: %v", err)
+	}
+}
+
+func TestPrerequisiteErrorWithoutIP(t *testing.T) {
+	requirePrereqs(t)
+	t.Setenv("PATH", t.TempDir())
+	err := CheckPrerequisites()
+	if err == nil || !strings.Contains(err.Error(), "iproute2") {
+		t.Errorf("without ip on PATH: %v, want an error naming iproute2", err)
+	}
+	if _, err := New(testPrefix, nil); err == nil {
+		t.Error("New succeeded without ip")
+	}
+}
+
+// TestPrerequisiteErrorNotRoot runs this test binary as user nobody and
+// checks that New refuses with a clear message.
+func TestPrerequisiteErrorNotRoot(t *testing.T) {
+	if os.Getenv("NI_NOT_ROOT_CHILD") == "1" {
+		_, err := New(testPrefix, nil)
+		fmt.Printf("child error: %v\n", err)
+		return
+	}
+	requirePrereqs(t)
+	dir, err := os.MkdirTemp("", "ni-notroot-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "netns.test")
+	data, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^TestPrerequisiteErrorNotRoot$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "NI_NOT_ROOT_CHILD=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child as nobody: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "need root") {
+		t.Errorf("as nobody, New said:\n%s\nwant an error saying root is needed", out)
 	}
 }

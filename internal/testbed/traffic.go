@@ -30,7 +30,7 @@ func Ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count 
 	r := PingResult{Size: size}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(count)*100*time.Millisecond+5*time.Second)
 	defer cancel()
-	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size), "-i", "0.01", "-W", "1"}
+	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size), "-i", "0.01", "-W", "2"}
 	if dst.Is4() {
 		args = append(args, "-M", "do") // DF: too-big must come back as ICMP, not fragments
 	}

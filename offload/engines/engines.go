@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/aesni"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/emul"
 	"github.com/espgw/espgw/offload/ring"
@@ -26,7 +27,7 @@ type Options struct {
 
 // Names lists the engines New knows, profiles spelled out.
 func Names() []string {
-	names := []string{cpu.Name, ring.Name}
+	names := []string{cpu.Name, aesni.Name, ring.Name}
 	for _, p := range emul.ProfileNames() {
 		names = append(names, emul.Prefix+":"+p)
 	}
@@ -47,6 +48,8 @@ func New(name string, opts Options) (offload.Engine, error) {
 			return nil, fmt.Errorf("offload engine %q: %w", name, err)
 		}
 		return e, nil
+	case base == aesni.Name && !hasProfile:
+		return aesni.New(), nil
 	}
 	return nil, fmt.Errorf("unknown offload engine %q (known: %s)", name, strings.Join(Names(), ", "))
 }

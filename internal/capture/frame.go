@@ -1,0 +1,372 @@
+package capture
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/sa"
+)
+
+const (
+	protoUDP = 17
+	protoESP = 50
+	udpLen   = 8
+)
+
+// Sealer turns inner IP packets into ESP packets as they travel on the wire:
+// in tunnel mode behind an outer IPv4 or IPv6 header from the SA, in
+// transport mode behind the packet's own header, and with a UDP header
+// (RFC 3948) in between when the SA is UDP-encapsulated. It reuses one
+// buffer, so a result is valid until the next call.
+type Sealer struct {
+	sa  *esp.SA
+	pr  *esp.Processor
+	buf []byte
+	pkt esp.Packet
+	one []*esp.Packet
+}
+
+// NewSealer returns a Sealer for s.
+func NewSealer(s *esp.SA) *Sealer {
+	z := &Sealer{sa: s, pr: esp.NewProcessor(s.Engine())}
+	z.one = []*esp.Packet{&z.pkt}
+	return z
+}
+
+// Seal seals one inner IP packet. A packet the SA refuses comes back as an
+// esp.Reason error.
+func (z *Sealer) Seal(ctx context.Context, inner []byte) ([]byte, error) {
+	cfg := z.sa.Config
+	need := esp.Headroom + len(inner) + esp.Tailroom + max(cfg.TFCPad, 0)
+	if len(z.buf) < need {
+		z.buf = make([]byte, need)
+	}
+	buf := z.buf
+	copy(buf[esp.Headroom:], inner)
+	z.pkt = esp.Packet{Buf: buf, Off: esp.Headroom, Len: len(inner), SA: z.sa}
+	if err := z.pr.Seal(ctx, z.one); err != nil {
+		return nil, err
+	}
+	if z.pkt.Drop != esp.OK {
+		return nil, z.pkt.Drop
+	}
+	off, n := z.pkt.Off, z.pkt.Len
+	if cfg.Mode == sa.Transport {
+		if cfg.Encap == sa.EncapUDP {
+			hl, protoAt, ok := ipHeader(buf[off : off+n])
+			if !ok {
+				return nil, fmt.Errorf("sealed transport packet has no IP header")
+			}
+			copy(buf[off-udpLen:], buf[off:off+hl])
+			off -= udpLen
+			n += udpLen
+			buf[off+protoAt] = protoUDP
+			src, dst := addrs(buf[off : off+hl])
+			putUDP(buf[off+hl:off+n], cfg, src, dst)
+			setIPLength(buf[off:off+hl], n)
+		}
+		return buf[off : off+n], nil
+	}
+	proto := uint8(protoESP)
+	if cfg.Encap == sa.EncapUDP {
+		off -= udpLen
+		n += udpLen
+		proto = protoUDP
+		putUDP(buf[off:off+n], cfg, cfg.Src, cfg.Dst)
+	}
+	hl := esp.WriteIPHeader(buf, off, cfg.Src, cfg.Dst, proto, n)
+	return buf[off-hl : off+n], nil
+}
+
+// natPorts returns the SA's UDP ports, RFC 3948's 4500 where unset.
+func natPorts(cfg *sa.SA) (src, dst uint16) {
+	src, dst = cfg.SrcPort, cfg.DstPort
+	if src == 0 {
+		src = sa.DefaultNATTPort
+	}
+	if dst == 0 {
+		dst = sa.DefaultNATTPort
+	}
+	return src, dst
+}
+
+// putUDP writes the UDP header at the start of seg (header and ESP). The
+// checksum is zero over IPv4, as RFC 3948 §2.1 allows, and computed over
+// IPv6, where zero is not allowed.
+func putUDP(seg []byte, cfg *sa.SA, src, dst netip.Addr) {
+	sport, dport := natPorts(cfg)
+	binary.BigEndian.PutUint16(seg[0:], sport)
+	binary.BigEndian.PutUint16(seg[2:], dport)
+	binary.BigEndian.PutUint16(seg[4:], uint16(len(seg)))
+	seg[6], seg[7] = 0, 0
+	if src.Is6() && !src.Is4In6() {
+		binary.BigEndian.PutUint16(seg[6:], udp6Checksum(src, dst, seg))
+	}
+}
+
+func udp6Checksum(src, dst netip.Addr, seg []byte) uint16 {
+	s, d := src.As16(), dst.As16()
+	var sum uint32
+	add := func(b []byte) {
+		for len(b) >= 2 {
+			sum += uint32(b[0])<<8 | uint32(b[1])
+			b = b[2:]
+		}
+		if len(b) == 1 {
+			sum += uint32(b[0]) << 8
+		}
+	}
+	add(s[:])
+	add(d[:])
+	sum += uint32(len(seg)) + protoUDP
+	add(seg)
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	c := ^uint16(sum)
+	if c == 0 {
+		c = 0xffff
+	}
+	return c
+}
+
+// ipHeader finds the length of the IP header that stays in front of a
+// transport payload — the IPv4 header, or the IPv6 header with hop-by-hop,
+// routing, destination options and fragment headers — and the offset of
+// the next-header byte naming that payload.
+func ipHeader(pkt []byte) (hl, protoAt int, ok bool) {
+	if len(pkt) < 1 {
+		return 0, 0, false
+	}
+	switch pkt[0] >> 4 {
+	case 4:
+		hl = int(pkt[0]&0x0f) * 4
+		if hl < 20 || len(pkt) < hl {
+			return 0, 0, false
+		}
+		return hl, 9, true
+	case 6:
+		if len(pkt) < 40 {
+			return 0, 0, false
+		}
+		// The same extension headers esp keeps in front of ESP (RFC 4303 §3.1.1).
+		at, off, nh := 6, 40, pkt[6]
+		for nh == 0 || nh == 43 || nh == 44 {
+			if len(pkt) < off+8 {
+				return 0, 0, false
+			}
+			cur := nh
+			at, nh = off, pkt[off]
+			if cur == 44 {
+				off += 8
+			} else {
+				off += (int(pkt[off+1]) + 1) * 8
+			}
+			if len(pkt) < off {
+				return 0, 0, false
+			}
+		}
+		return off, at, true
+	}
+	return 0, 0, false
+}
+
+// ipv6Fragment reports whether a fragment header is among the extension
+// headers ipHeader walked (the first hl bytes).
+func ipv6Fragment(pkt []byte, hl int) bool {
+	off, nh := 40, pkt[6]
+	for off < hl {
+		if nh == 44 {
+			return true
+		}
+		next := pkt[off]
+		off += (int(pkt[off+1]) + 1) * 8
+		nh = next
+	}
+	return false
+}
+
+// setIPLength rewrites the total (IPv4, with checksum) or payload (IPv6)
+// length of the header at hdr for a packet of total bytes.
+func setIPLength(hdr []byte, total int) {
+	if hdr[0]>>4 == 4 {
+		binary.BigEndian.PutUint16(hdr[2:], uint16(total))
+		hl := int(hdr[0]&0x0f) * 4
+		hdr[10], hdr[11] = 0, 0
+		binary.BigEndian.PutUint16(hdr[10:], ipv4Checksum(hdr[:hl]))
+		return
+	}
+	binary.BigEndian.PutUint16(hdr[4:], uint16(total-40))
+}
+
+func ipv4Checksum(h []byte) uint16 {
+	var sum uint32
+	for i := 0; i+1 < len(h); i += 2 {
+		sum += uint32(h[i])<<8 | uint32(h[i+1])
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	return ^uint16(sum)
+}
+
+// addrs reads the source and destination of an IP header.
+func addrs(hdr []byte) (src, dst netip.Addr) {
+	if hdr[0]>>4 == 4 {
+		return netip.AddrFrom4([4]byte(hdr[12:16])), netip.AddrFrom4([4]byte(hdr[16:20]))
+	}
+	return netip.AddrFrom16([16]byte(hdr[8:24])), netip.AddrFrom16([16]byte(hdr[24:40]))
+}
+
+// Skip names why a captured packet was not an ESP packet to open.
+type Skip string
+
+const (
+	NotSkipped   Skip = ""
+	NotIP        Skip = "not-ip"         // no IPv4 or IPv6 packet in the frame
+	MalformedIP  Skip = "malformed-ip"   // an IP header that does not parse
+	IPFragment   Skip = "ip-fragment"    // an IP fragment: ESP is opened whole
+	NotESP       Skip = "not-esp"        // neither protocol 50 nor UDP on an ESP port
+	NATKeepalive Skip = "nat-keepalive"  // RFC 3948 §2.3: one 0xff byte
+	NonESPMarker Skip = "non-esp-marker" // RFC 3948 §2.2: IKE on port 4500
+	Truncated    Skip = "truncated-capture"
+)
+
+// Result is what became of one packet given to Opener.Open.
+type Result struct {
+	// Inner is the opened inner packet, valid until the next Open.
+	Inner []byte
+	// SA is the SA that judged the packet; nil when none was found.
+	SA *esp.SA
+	// SPI is the packet's SPI, when it had one.
+	SPI uint32
+	// Reject is why an ESP packet did not open; OK when it did or when
+	// the packet was skipped.
+	Reject esp.Reason
+	// Skip is set when the packet was not ESP at all.
+	Skip Skip
+}
+
+// Opener opens ESP packets as captured on the wire — IP protocol 50, or UDP
+// on the SAs' ports (4500 by default) — with the SA their SPI (and outer
+// destination) names.
+type Opener struct {
+	sad   *sa.SAD
+	sas   map[*sa.SA]*esp.SA
+	ports map[uint16]bool
+	pr    *esp.Processor
+	buf   []byte
+	pkt   esp.Packet
+	one   []*esp.Packet
+}
+
+// NewOpener returns an Opener for the SAs, which share one engine.
+func NewOpener(sas []*esp.SA) (*Opener, error) {
+	if len(sas) == 0 {
+		return nil, fmt.Errorf("no SAs to open with")
+	}
+	cfgs := make([]*sa.SA, len(sas))
+	o := &Opener{sas: map[*sa.SA]*esp.SA{}, ports: map[uint16]bool{sa.DefaultNATTPort: true}}
+	for i, s := range sas {
+		cfgs[i] = s.Config
+		o.sas[s.Config] = s
+		if s.Config.Encap == sa.EncapUDP {
+			sp, dp := natPorts(s.Config)
+			o.ports[sp], o.ports[dp] = true, true
+		}
+	}
+	sad, err := sa.NewSAD(cfgs)
+	if err != nil {
+		return nil, fmt.Errorf("index SAs by SPI: %w", err)
+	}
+	o.sad = sad
+	o.pr = esp.NewProcessor(sas[0].Engine())
+	o.one = []*esp.Packet{&o.pkt}
+	return o, nil
+}
+
+// Open classifies one IP packet and opens it if it is ESP for a known SA.
+func (o *Opener) Open(ctx context.Context, ip []byte) (Result, error) {
+	hl, protoAt, ok := ipHeader(ip)
+	if !ok {
+		return Result{Skip: MalformedIP}, nil
+	}
+	if ip[0]>>4 == 4 {
+		total := int(binary.BigEndian.Uint16(ip[2:]))
+		if total < hl || total > len(ip) {
+			return Result{Skip: MalformedIP}, nil
+		}
+		ip = ip[:total]
+		if ip[6]&0x20 != 0 || binary.BigEndian.Uint16(ip[6:])&0x1fff != 0 {
+			return Result{Skip: IPFragment}, nil
+		}
+	} else {
+		total := 40 + int(binary.BigEndian.Uint16(ip[4:]))
+		if total > len(ip) || total < hl {
+			return Result{Skip: MalformedIP}, nil
+		}
+		ip = ip[:total]
+		if ipv6Fragment(ip, hl) {
+			return Result{Skip: IPFragment}, nil
+		}
+	}
+	espOff := hl
+	switch ip[protoAt] {
+	case protoESP:
+	case protoUDP:
+		if len(ip) < hl+udpLen {
+			return Result{Skip: NotESP}, nil
+		}
+		sport, dport := binary.BigEndian.Uint16(ip[hl:]), binary.BigEndian.Uint16(ip[hl+2:])
+		if !o.ports[sport] && !o.ports[dport] {
+			return Result{Skip: NotESP}, nil
+		}
+		payload := ip[hl+udpLen:]
+		if len(payload) == 1 && payload[0] == 0xff {
+			return Result{Skip: NATKeepalive}, nil
+		}
+		if len(payload) >= 4 && binary.BigEndian.Uint32(payload) == 0 {
+			return Result{Skip: NonESPMarker}, nil
+		}
+		espOff = hl + udpLen
+	default:
+		return Result{Skip: NotESP}, nil
+	}
+	espPkt := ip[espOff:]
+	spi, ok := esp.SPIOf(espPkt)
+	if !ok {
+		return Result{Reject: esp.Truncated}, nil
+	}
+	_, dst := addrs(ip)
+	cfg := o.sad.LookupDst(spi, dst)
+	if cfg == nil {
+		cfg = o.sad.Lookup(spi)
+	}
+	if cfg == nil {
+		return Result{SPI: spi, Reject: esp.UnknownSPI}, nil
+	}
+	s := o.sas[cfg]
+	if need := hl + len(espPkt); len(o.buf) < need {
+		o.buf = make([]byte, need)
+	}
+	off, hdrLen := 0, 0
+	if cfg.Mode == sa.Transport {
+		// The IP header goes right in front of ESP, as a raw socket
+		// delivers it, naming ESP even when UDP carried it.
+		copy(o.buf, ip[:hl])
+		o.buf[protoAt] = protoESP
+		off, hdrLen = hl, hl
+	}
+	n := copy(o.buf[off:], espPkt)
+	o.pkt = esp.Packet{Buf: o.buf, Off: off, Len: n, HdrLen: hdrLen, SA: s}
+	if err := o.pr.Open(ctx, o.one); err != nil {
+		return Result{}, err
+	}
+	if o.pkt.Drop != esp.OK {
+		return Result{SA: s, SPI: spi, Reject: o.pkt.Drop}, nil
+	}
+	return Result{Inner: o.pkt.Data(), SA: s, SPI: spi}, nil
+}

@@ -1,0 +1,208 @@
+package impair
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/espgw/espgw/internal/inetsum"
+)
+
+// LinkType says what a packet handed to a Stage starts with.
+type LinkType uint8
+
+const (
+	// Ethernet frames (with up to two 802.1Q/802.1ad tags), as the WAN relay
+	// sees them on its interfaces.
+	Ethernet LinkType = iota
+	// IP packets with no link header (IPv4 or IPv6 by the version nibble).
+	IP
+)
+
+// matcher decides which packets the impairments apply to: ESP (IP protocol
+// 50) and ESP inside UDP on the configured ports (RFC 3948). On a UDP port,
+// only datagrams that carry ESP match: IKE behind the non-ESP marker (four
+// zero bytes) and NAT keepalives (one 0xff byte) are forwarded untouched.
+type matcher struct {
+	esp   bool
+	ports []uint16
+}
+
+func parseMatch(list []string) (matcher, error) {
+	var m matcher
+	if len(list) == 0 {
+		return m, fmt.Errorf("match is empty: no packet would be impaired (default: [esp, udp/4500])")
+	}
+	for i, s := range list {
+		s = strings.ToLower(strings.TrimSpace(s))
+		switch {
+		case s == "esp":
+			m.esp = true
+		case strings.HasPrefix(s, "udp/"):
+			p, err := strconv.ParseUint(s[4:], 10, 16)
+			if err != nil || p == 0 {
+				return m, fmt.Errorf("match[%d] %q: want a UDP port 1-65535 after udp/", i, list[i])
+			}
+			m.ports = append(m.ports, uint16(p))
+		default:
+			return m, fmt.Errorf("match[%d] %q: want esp or udp/PORT", i, list[i])
+		}
+	}
+	return m, nil
+}
+
+// layout locates the headers of a matching packet inside its frame.
+type layout struct {
+	ip    int // start of the IP header
+	ipEnd int // end of the IP packet (link padding may follow)
+	v6    bool
+	udp   int // start of the UDP header, or -1 for raw ESP
+	esp   int // start of the ESP header
+}
+
+const (
+	ipProtoUDP = 17
+	ipProtoESP = 50
+)
+
+// locate reports whether frame matches and where its headers are.
+// Fragments never match: without the whole datagram an impairment could not
+// keep the lengths and checksums consistent.
+func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
+	var l layout
+	off := 0
+	if link == Ethernet {
+		off = 12
+		for tags := 0; ; tags++ {
+			if len(frame) < off+2 {
+				return l, false
+			}
+			et := binary.BigEndian.Uint16(frame[off:])
+			if (et == 0x8100 || et == 0x88a8) && tags < 2 {
+				off += 4
+				continue
+			}
+			off += 2
+			if et != 0x0800 && et != 0x86dd {
+				return l, false
+			}
+			break
+		}
+	}
+	l.ip = off
+	if len(frame) < off+20 {
+		return l, false
+	}
+	var proto uint8
+	var l4 int
+	switch frame[off] >> 4 {
+	case 4:
+		ihl := int(frame[off]&0x0f) * 4
+		total := int(binary.BigEndian.Uint16(frame[off+2:]))
+		if ihl < 20 || total < ihl || off+total > len(frame) {
+			return l, false
+		}
+		if binary.BigEndian.Uint16(frame[off+6:])&0x3fff != 0 { // MF or an offset
+			return l, false
+		}
+		proto = frame[off+9]
+		l4, l.ipEnd = off+ihl, off+total
+	case 6:
+		if len(frame) < off+40 {
+			return l, false
+		}
+		l.v6 = true
+		l.ipEnd = off + 40 + int(binary.BigEndian.Uint16(frame[off+4:]))
+		if l.ipEnd > len(frame) {
+			return l, false
+		}
+		proto, l4 = frame[off+6], off+40
+		for hops := 0; ; hops++ {
+			switch proto {
+			case 0, 43, 60, 51: // hop-by-hop, routing, destination options, AH
+				if hops > 8 || l4+8 > l.ipEnd {
+					return l, false
+				}
+				n := (int(frame[l4+1]) + 1) * 8
+				if proto == 51 {
+					n = (int(frame[l4+1]) + 2) * 4
+				}
+				proto, l4 = frame[l4], l4+n
+				continue
+			}
+			break
+		}
+	default:
+		return l, false
+	}
+	switch {
+	case proto == ipProtoESP && m.esp:
+		l.udp, l.esp = -1, l4
+	case proto == ipProtoUDP && len(m.ports) > 0:
+		if l4+8 > l.ipEnd || int(binary.BigEndian.Uint16(frame[l4+4:])) != l.ipEnd-l4 {
+			return l, false
+		}
+		sp, dp := binary.BigEndian.Uint16(frame[l4:]), binary.BigEndian.Uint16(frame[l4+2:])
+		if !m.port(sp) && !m.port(dp) {
+			return l, false
+		}
+		l.udp, l.esp = l4, l4+8
+		if l.esp+8 <= l.ipEnd && binary.BigEndian.Uint32(frame[l.esp:]) == 0 {
+			return l, false // non-ESP marker: IKE
+		}
+	default:
+		return l, false
+	}
+	if l.esp+8 > l.ipEnd { // no room for SPI and sequence number: keepalive or junk
+		return l, false
+	}
+	return l, true
+}
+
+func (m *matcher) port(p uint16) bool {
+	for _, q := range m.ports {
+		if p == q {
+			return true
+		}
+	}
+	return false
+}
+
+// setLength makes the packet in frame end at newEnd (inside the ESP part),
+// fixing the IP and UDP lengths and checksums, and returns the new frame
+// length: link padding after the IP packet is dropped with the bytes cut.
+func (l *layout) setLength(frame []byte, newEnd int) int {
+	if l.v6 {
+		binary.BigEndian.PutUint16(frame[l.ip+4:], uint16(newEnd-l.ip-40))
+	} else {
+		ihl := int(frame[l.ip]&0x0f) * 4
+		binary.BigEndian.PutUint16(frame[l.ip+2:], uint16(newEnd-l.ip))
+		inetsum.IPv4Header(frame[l.ip : l.ip+ihl])
+	}
+	l.ipEnd = newEnd
+	if l.udp >= 0 {
+		binary.BigEndian.PutUint16(frame[l.udp+4:], uint16(newEnd-l.udp))
+	}
+	l.fixUDP(frame)
+	return newEnd
+}
+
+// fixUDP recomputes the UDP checksum after the payload changed, so the
+// receiving stack delivers the datagram and the ESP layer judges it. An IPv4
+// UDP checksum of zero (none, allowed by RFC 3948) stays zero.
+func (l *layout) fixUDP(frame []byte) {
+	if l.udp < 0 {
+		return
+	}
+	if !l.v6 && binary.BigEndian.Uint16(frame[l.udp+6:]) == 0 {
+		return
+	}
+	var src, dst []byte
+	if l.v6 {
+		src, dst = frame[l.ip+8:l.ip+24], frame[l.ip+24:l.ip+40]
+	} else {
+		src, dst = frame[l.ip+12:l.ip+16], frame[l.ip+16:l.ip+20]
+	}
+	inetsum.L4(frame[l.udp:l.ipEnd], src, dst, ipProtoUDP, inetsum.OffsetUDP)
+}

@@ -1,0 +1,79 @@
+package inetsum
+
+import (
+	"encoding/hex"
+	"testing"
+)
+
+// The IPv4 header of the classic example on Wikipedia's "IPv4 header
+// checksum" page, whose checksum is 0xb861.
+func TestIPv4Header(t *testing.T) {
+	h, _ := hex.DecodeString("450000730000400040110000c0a80001c0a800c7")
+	IPv4Header(h)
+	if got := uint16(h[10])<<8 | uint16(h[11]); got != 0xb861 {
+		t.Fatalf("checksum %#04x, want 0xb861", got)
+	}
+	if !Valid(0, h) {
+		t.Fatal("header with its checksum does not verify")
+	}
+}
+
+func TestL4RoundTrip(t *testing.T) {
+	tests := []struct {
+		name     string
+		src, dst []byte
+		proto    uint8
+		field    int
+		seg      []byte
+	}{
+		{"udp4", []byte{192, 0, 2, 1}, []byte{192, 0, 2, 2}, 17, OffsetUDP, []byte{0x11, 0x94, 0x11, 0x94, 0, 13, 0, 0, 1, 2, 3, 4, 5}},
+		{"tcp6", make([]byte, 16), append(make([]byte, 15), 1), 6, OffsetTCP, make([]byte, 20)},
+		{"icmp4", []byte{192, 0, 2, 1}, []byte{192, 0, 2, 2}, 1, OffsetICMP, []byte{8, 0, 0, 0, 0, 1, 0, 1, 0xaa}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			L4(tt.seg, tt.src, tt.dst, tt.proto, tt.field)
+			var p uint32
+			if tt.proto != 1 {
+				p = Pseudo(tt.src, tt.dst, tt.proto, len(tt.seg))
+			}
+			if !Valid(p, tt.seg) {
+				t.Fatalf("%x does not verify", tt.seg)
+			}
+			tt.seg[len(tt.seg)-1] ^= 1
+			if Valid(p, tt.seg) {
+				t.Fatal("a flipped bit still verifies")
+			}
+		})
+	}
+}
+
+// simpleAdd is RFC 1071's loop, 16 bits at a time.
+func simpleAdd(sum uint32, b []byte) uint32 {
+	for i := 0; i+1 < len(b); i += 2 {
+		sum += uint32(b[i])<<8 | uint32(b[i+1])
+	}
+	if len(b)&1 == 1 {
+		sum += uint32(b[len(b)-1]) << 8
+	}
+	return fold32(sum)
+}
+
+func FuzzAdd(f *testing.F) {
+	f.Add(uint16(0), []byte{})
+	f.Add(uint16(0xffff), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	f.Add(uint16(1234), make([]byte, 1500))
+	f.Fuzz(func(t *testing.T, init uint16, b []byte) {
+		if got, want := Add(uint32(init), b), simpleAdd(uint32(init), b); fold32(got) != fold32(want) && !(got == 0xffff && want == 0 || got == 0 && want == 0xffff) {
+			t.Fatalf("Add(%#x, % x) = %#x, want %#x", init, b, got, want)
+		}
+	})
+}
+
+func BenchmarkAdd1500(b *testing.B) {
+	buf := make([]byte, 1500)
+	b.SetBytes(1500)
+	for b.Loop() {
+		Add(0, buf)
+	}
+}

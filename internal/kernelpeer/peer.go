@@ -1,0 +1,555 @@
+package kernelpeer
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config describes one kernel peer.
+type Config struct {
+	// Netns is the existing network namespace that gets the peer's tap
+	// device; a gateway in it reaches the guest through the tap.
+	Netns string
+	// Tap names the tap device (at most 15 bytes, unique in Netns);
+	// empty means "kptap0".
+	Tap string
+	// HostAddrs go on the tap in Netns, e.g. 192.0.2.1/24; may be empty.
+	HostAddrs []netip.Prefix
+	// GuestAddrs go on the guest's eth0, e.g. 192.0.2.2/24; at least one.
+	GuestAddrs []netip.Prefix
+	// GuestRoutes are routes in the guest, e.g. 198.51.100.0/24 via 192.0.2.1.
+	GuestRoutes []Route
+	// MTU of the tap and the guest's eth0; 0 leaves 1500. Tests that send
+	// full-size inner packets through ESP need more room than 1500.
+	MTU int
+	// NATTPorts are the UDP ports on which the guest accepts ESP-in-UDP;
+	// nil means 4500, an empty non-nil slice none.
+	NATTPorts []uint16
+
+	// Assets are the prepared kernel and initramfs; nil means the ones a
+	// previous Prepare left in PrepareOptions{}.dir() (offline).
+	Assets *Assets
+	// MemoryMB is the guest's memory; 0 means 256.
+	MemoryMB int
+	// BootTimeout bounds the boot until the agent answers; 0 means 180 s.
+	// An idle machine boots in seconds, but TCG emulation slows down
+	// roughly in proportion to the load on a 2-core machine.
+	BootTimeout time.Duration
+	// CommandTimeout bounds each command that has no shorter context
+	// deadline; 0 means 30 s.
+	CommandTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// Route is a guest route: traffic to Dst goes via Via.
+type Route struct {
+	Dst netip.Prefix // an invalid prefix means the default route
+	Via netip.Addr
+}
+
+// Peer is a running guest.
+type Peer struct {
+	cfg      Config
+	log      *slog.Logger
+	work     string // temporary folder: control socket, console log
+	cmd      *exec.Cmd
+	exited   chan struct{} // closed when qemu has exited
+	waitErr  error
+	tapMade  bool
+	BootTime time.Duration // from starting qemu to the agent's first answer
+	// GuestMAC is the guest's eth0 address, for static neighbour entries.
+	GuestMAC net.HardwareAddr
+	// BootCPU is the CPU time qemu used for the boot: what the boot costs
+	// on an idle machine, where BootTime grows with the load of others.
+	BootCPU time.Duration
+
+	mu     sync.Mutex // one command at a time
+	conn   net.Conn
+	lines  chan []byte
+	nextID uint64
+}
+
+// ExitError is a guest command that ran and exited non-zero.
+type ExitError struct {
+	Code   int
+	Output string
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("exit status %d: %s", e.Code, tail(e.Output, 800))
+}
+
+const consoleTail = 3000
+
+// Start boots a guest and returns once its agent answers. On any failure
+// it cleans up what it made and the error carries the console's tail.
+func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	qemu, err := exec.LookPath("qemu-system-x86_64")
+	if err != nil {
+		return nil, fmt.Errorf("start kernel peer: qemu-system-x86_64 not found: apt-get install qemu-system-x86")
+	}
+	if err := exec.Command("ip", "netns", "exec", cfg.Netns, "true").Run(); err != nil {
+		return nil, fmt.Errorf("start kernel peer: network namespace %q is not usable: %w", cfg.Netns, err)
+	}
+	work, err := os.MkdirTemp("", "espgw-kernelpeer-")
+	if err != nil {
+		return nil, fmt.Errorf("start kernel peer: %w", err)
+	}
+	p := &Peer{cfg: cfg, log: cfg.Logger, work: work, exited: make(chan struct{}), lines: make(chan []byte, 16)}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	if err := p.makeTap(); err != nil {
+		return nil, err
+	}
+	started := time.Now()
+	if err := p.startQEMU(qemu); err != nil {
+		return nil, err
+	}
+	bootCtx, cancel := context.WithTimeout(ctx, cfg.BootTimeout)
+	defer cancel()
+	if err := p.waitAgent(bootCtx); err != nil {
+		return nil, fmt.Errorf("boot kernel peer (%s): %w\n--- guest console (tail) ---\n%s", cfg.Assets.KernelRelease, err, p.Console(consoleTail))
+	}
+	if err := p.pinNeighbours(ctx); err != nil {
+		return nil, err
+	}
+	p.BootTime = time.Since(started)
+	p.BootCPU = processCPU(p.cmd.Process.Pid)
+	p.log.Info("kernel peer up", "kernel", cfg.Assets.KernelRelease, "boot", p.BootTime.Round(time.Millisecond),
+		"boot_cpu", p.BootCPU, "netns", cfg.Netns, "tap", cfg.Tap)
+	return p, nil
+}
+
+func (c *Config) fill() error {
+	if c.Netns == "" {
+		return errors.New("start kernel peer: Config.Netns is empty: the tap needs a network namespace")
+	}
+	if c.Tap == "" {
+		c.Tap = "kptap0"
+	}
+	if len(c.Tap) > 15 {
+		return fmt.Errorf("start kernel peer: tap name %q is longer than 15 bytes", c.Tap)
+	}
+	if len(c.GuestAddrs) == 0 {
+		return errors.New("start kernel peer: Config.GuestAddrs is empty")
+	}
+	if c.NATTPorts == nil {
+		c.NATTPorts = []uint16{4500}
+	}
+	if c.MTU != 0 && (c.MTU < 576 || c.MTU > 65535) {
+		return fmt.Errorf("start kernel peer: MTU %d outside 576..65535", c.MTU)
+	}
+	if c.MemoryMB == 0 {
+		c.MemoryMB = 256
+	}
+	if c.BootTimeout == 0 {
+		c.BootTimeout = 180 * time.Second
+	}
+	if c.CommandTimeout == 0 {
+		c.CommandTimeout = 30 * time.Second
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Assets == nil {
+		a, err := Prepared(PrepareOptions{})
+		if err != nil {
+			return fmt.Errorf("start kernel peer: %w", err)
+		}
+		c.Assets = a
+	}
+	for _, f := range []string{c.Assets.Kernel, c.Assets.Initramfs} {
+		if _, err := os.Stat(f); err != nil {
+			return fmt.Errorf("start kernel peer: %w: run `%s`", err, PrepareCommand)
+		}
+	}
+	return nil
+}
+
+// Prepared returns the assets a previous Prepare recorded, without
+// building or downloading anything.
+func Prepared(opts PrepareOptions) (*Assets, error) {
+	rec := filepath.Join(opts.dir(), "assets.json")
+	b, err := os.ReadFile(rec)
+	if err != nil {
+		return nil, fmt.Errorf("kernel peer not prepared (%w): run `%s`", err, PrepareCommand)
+	}
+	var a Assets
+	if err := json.Unmarshal(b, &a); err != nil {
+		return nil, fmt.Errorf("read %s: %w: run `%s` again", rec, err, PrepareCommand)
+	}
+	return &a, nil
+}
+
+func (p *Peer) ipHost(args ...string) error {
+	full := append([]string{"-n", p.cfg.Netns}, args...)
+	out, err := exec.Command("ip", full...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ip %s: %w: %s", strings.Join(full, " "), err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+func (p *Peer) makeTap() error {
+	if err := p.ipHost("tuntap", "add", "dev", p.cfg.Tap, "mode", "tap"); err != nil {
+		return fmt.Errorf("create tap for kernel peer: %w", err)
+	}
+	p.tapMade = true
+	for _, a := range p.cfg.HostAddrs {
+		args := []string{"addr", "add", a.String(), "dev", p.cfg.Tap}
+		if a.Addr().Is6() {
+			args = append(args, "nodad")
+		}
+		if err := p.ipHost(args...); err != nil {
+			return fmt.Errorf("address the kernel peer's tap: %w", err)
+		}
+	}
+	if p.cfg.MTU != 0 {
+		if err := p.ipHost("link", "set", p.cfg.Tap, "mtu", strconv.Itoa(p.cfg.MTU)); err != nil {
+			return fmt.Errorf("set the kernel peer's tap MTU: %w", err)
+		}
+	}
+	if err := p.ipHost("link", "set", p.cfg.Tap, "up"); err != nil {
+		return fmt.Errorf("bring up the kernel peer's tap: %w", err)
+	}
+	return nil
+}
+
+// pinNeighbours makes permanent neighbour entries between the tap and the
+// guest, both ways. IPv6 neighbour unreachability probes are unicast
+// ICMPv6 between the two addresses, so a transport-mode policy covering
+// them would demand ESP from Neighbor Discovery itself; with static
+// entries no such probes are sent.
+func (p *Peer) pinNeighbours(ctx context.Context) error {
+	b, err := exec.Command("ip", "netns", "exec", p.cfg.Netns, "cat", "/sys/class/net/"+p.cfg.Tap+"/address").Output()
+	if err != nil {
+		return fmt.Errorf("read the kernel peer tap's MAC: %w", err)
+	}
+	tapMAC := strings.TrimSpace(string(b))
+	var guestScript strings.Builder
+	for _, h := range p.cfg.HostAddrs {
+		for _, g := range p.cfg.GuestAddrs {
+			if !h.Contains(g.Addr()) {
+				continue
+			}
+			if err := p.ipHost("neigh", "replace", g.Addr().String(), "lladdr", p.GuestMAC.String(), "dev", p.cfg.Tap, "nud", "permanent"); err != nil {
+				return fmt.Errorf("pin the guest's neighbour entry: %w", err)
+			}
+			fmt.Fprintf(&guestScript, "ip neigh replace %s lladdr %s dev eth0 nud permanent\n", h.Addr(), tapMAC)
+		}
+	}
+	if guestScript.Len() == 0 {
+		return nil
+	}
+	if _, err := p.Run(ctx, guestScript.String()); err != nil {
+		return fmt.Errorf("pin the tap's neighbour entry in the guest: %w", err)
+	}
+	return nil
+}
+
+// processCPU is the CPU time a process has used so far (user + system),
+// or 0 when /proc does not say.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses: state is
+	// field 3, utime 14 and stime 15, in clock ticks of 1/100 s on Linux.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
+}
+
+// kernelArgs passes the guest's network settings to its /init.
+func (c *Config) kernelArgs() string {
+	args := []string{"console=ttyS0", "panic=-1", "quiet", "mitigations=off"}
+	var addrs, routes, ports []string
+	for _, a := range c.GuestAddrs {
+		addrs = append(addrs, a.String())
+	}
+	for _, r := range c.GuestRoutes {
+		dst := "default"
+		if r.Dst.IsValid() {
+			dst = r.Dst.String()
+		}
+		routes = append(routes, dst+"@"+r.Via.String())
+	}
+	for _, port := range c.NATTPorts {
+		ports = append(ports, strconv.Itoa(int(port)))
+	}
+	for k, v := range map[string][]string{"espgw_addr": addrs, "espgw_route": routes, "espgw_natt": ports} {
+		if len(v) > 0 {
+			args = append(args, k+"="+strings.Join(v, ","))
+		}
+	}
+	if c.MTU != 0 {
+		args = append(args, "espgw_mtu="+strconv.Itoa(c.MTU))
+	}
+	return strings.Join(args, " ")
+}
+
+func (p *Peer) startQEMU(qemu string) error {
+	p.GuestMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0} // QEMU's OUI
+	rand.Read(p.GuestMAC[3:])
+	args := []string{"netns", "exec", p.cfg.Netns, qemu,
+		"-accel", "tcg", "-m", strconv.Itoa(p.cfg.MemoryMB), "-smp", "1",
+		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
+		"-kernel", p.cfg.Assets.Kernel, "-initrd", p.cfg.Assets.Initramfs,
+		"-append", p.cfg.kernelArgs(),
+		"-serial", "file:" + p.consolePath(),
+		"-netdev", "tap,id=n0,ifname=" + p.cfg.Tap + ",script=no,downscript=no",
+		"-device", "virtio-net-pci,netdev=n0,mac=" + p.GuestMAC.String(),
+		"-device", "virtio-rng-pci",
+		"-device", "virtio-serial-pci",
+		"-chardev", "socket,id=ctl,path=" + p.socketPath() + ",server=on,wait=off",
+		"-device", "virtserialport,chardev=ctl,name=org.espgw.ctl",
+	}
+	// ip netns exec execs qemu in place: the PID is qemu's.
+	p.cmd = exec.Command("ip", args...)
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr bytes.Buffer
+	p.cmd.Stdout, p.cmd.Stderr = &stderr, &stderr
+	if err := p.cmd.Start(); err != nil {
+		return fmt.Errorf("start qemu: %w", err)
+	}
+	go func() {
+		err := p.cmd.Wait()
+		if s := strings.TrimSpace(stderr.String()); s != "" {
+			err = fmt.Errorf("%v: %s", err, tail(s, 1000))
+		}
+		p.waitErr = err
+		close(p.exited)
+	}()
+	return nil
+}
+
+func (p *Peer) consolePath() string { return filepath.Join(p.work, "console.log") }
+func (p *Peer) socketPath() string  { return filepath.Join(p.work, "ctl.sock") }
+
+// Console returns up to the last n bytes of the guest's serial console.
+func (p *Peer) Console(n int) string {
+	b, _ := os.ReadFile(p.consolePath())
+	return tail(string(b), n)
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// waitAgent connects to the control socket and pings until the agent
+// answers. Pings sent before the guest opened its port may be lost or
+// answered late; answers are matched by id, so late ones are ignored.
+func (p *Peer) waitAgent(ctx context.Context) error {
+	for p.conn == nil {
+		c, err := net.Dial("unix", p.socketPath())
+		if err == nil {
+			p.conn = c
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("control socket never opened: %w", ctx.Err())
+		case <-p.exited:
+			return fmt.Errorf("qemu exited: %v", p.waitErr)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	go p.readLines()
+	// Ping until any answer comes back. A ping answered late still proves
+	// the agent is up; exec later skips answers to pings by their ids.
+	ping := func() error {
+		p.nextID++
+		req, _ := json.Marshal(request{ID: p.nextID, Argv: []string{"true"}, TimeoutMS: 30000})
+		p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, err := p.conn.Write(append(req, '\n'))
+		return err
+	}
+	if err := ping(); err != nil {
+		return fmt.Errorf("ping guest agent: %w", err)
+	}
+	every := time.NewTicker(2 * time.Second)
+	defer every.Stop()
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				select { // qemu closing the socket usually means qemu is gone
+				case <-p.exited:
+					return fmt.Errorf("qemu exited: %v", p.waitErr)
+				case <-time.After(5 * time.Second):
+					return errors.New("control socket closed")
+				}
+			}
+			var resp response
+			if json.Unmarshal(line, &resp) == nil && resp.ID != 0 {
+				return nil
+			}
+		case <-every.C:
+			if err := ping(); err != nil {
+				return fmt.Errorf("ping guest agent: %w", err)
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("guest agent never answered: %w", ctx.Err())
+		case <-p.exited:
+			return fmt.Errorf("qemu exited: %v", p.waitErr)
+		}
+	}
+}
+
+func (p *Peer) readLines() {
+	r := bufio.NewReaderSize(p.conn, 64<<10)
+	defer close(p.lines)
+	for {
+		line, err := r.ReadBytes('\n')
+		if len(line) > 0 {
+			p.lines <- line
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// request and response mirror the agent's protocol (see ./agent).
+type request struct {
+	ID        uint64   `json:"id"`
+	Argv      []string `json:"argv"`
+	TimeoutMS int64    `json:"timeout_ms"`
+}
+
+type response struct {
+	ID     uint64 `json:"id"`
+	Exit   int    `json:"exit"`
+	Output []byte `json:"output"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Exec runs argv in the guest (no shell) and returns its combined output.
+// A non-zero exit is an *ExitError. The command line itself is never put
+// into errors or logs: it may hold keys.
+func (p *Peer) Exec(ctx context.Context, argv ...string) (string, error) {
+	return p.exec(ctx, argv, p.cfg.CommandTimeout)
+}
+
+// Run runs a busybox sh script in the guest, in which "ip" is iproute2's
+// /sbin/ip (busybox's own ip applet has no xfrm).
+func (p *Peer) Run(ctx context.Context, script string) (string, error) {
+	return p.exec(ctx, []string{"/bin/sh", "-c", "ip() { /sbin/ip \"$@\"; }\n" + script}, p.cfg.CommandTimeout)
+}
+
+func (p *Peer) exec(ctx context.Context, argv []string, timeout time.Duration) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.conn == nil {
+		return "", errors.New("kernel peer is closed")
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < timeout {
+		timeout = time.Until(d)
+	}
+	if timeout <= 0 {
+		return "", fmt.Errorf("guest command: %w", context.DeadlineExceeded)
+	}
+	p.nextID++
+	id := p.nextID
+	req, _ := json.Marshal(request{ID: id, Argv: argv, TimeoutMS: timeout.Milliseconds()})
+	p.conn.SetWriteDeadline(time.Now().Add(timeout))
+	if _, err := p.conn.Write(append(req, '\n')); err != nil {
+		return "", fmt.Errorf("send guest command: %w", err)
+	}
+	// The agent enforces the timeout itself; the margin covers the round trip.
+	deadline := time.NewTimer(timeout + 2*time.Second)
+	defer deadline.Stop()
+	for {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				return "", errors.New("guest command: control channel closed")
+			}
+			var resp response
+			if err := json.Unmarshal(line, &resp); err != nil {
+				return "", fmt.Errorf("guest command: bad response %q: %w", tail(string(line), 200), err)
+			}
+			if resp.ID != id {
+				continue // a late answer to an earlier ping
+			}
+			out := string(resp.Output)
+			switch {
+			case resp.Error != "":
+				return out, fmt.Errorf("guest command: %s", resp.Error)
+			case resp.Exit != 0:
+				return out, &ExitError{Code: resp.Exit, Output: out}
+			}
+			return out, nil
+		case <-deadline.C:
+			return "", fmt.Errorf("guest command: no answer within %v", timeout+2*time.Second)
+		case <-ctx.Done():
+			return "", fmt.Errorf("guest command: %w", ctx.Err())
+		case <-p.exited:
+			return "", fmt.Errorf("guest command: qemu exited: %v", p.waitErr)
+		}
+	}
+}
+
+// Close stops qemu (by its PID), removes the tap and the work folder.
+func (p *Peer) Close() error {
+	var errs []error
+	p.mu.Lock()
+	if p.conn != nil {
+		p.conn.Close()
+		p.conn = nil
+	}
+	p.mu.Unlock()
+	if p.cmd != nil && p.cmd.Process != nil {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			select {
+			case <-p.exited:
+			case <-time.After(10 * time.Second):
+				errs = append(errs, fmt.Errorf("qemu (pid %d) did not exit after SIGKILL", p.cmd.Process.Pid))
+			}
+		}
+	}
+	if p.tapMade {
+		if err := p.ipHost("link", "del", p.cfg.Tap); err != nil {
+			errs = append(errs, fmt.Errorf("remove kernel peer tap: %w", err))
+		}
+		p.tapMade = false
+	}
+	if err := os.RemoveAll(p.work); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,361 @@
+package pcaprewrite
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net/netip"
+	"time"
+
+	"github.com/espgw/espgw/internal/inetsum"
+)
+
+// Side is one end of the replay topology.
+type Side uint8
+
+const (
+	// A is hostA, behind the first gateway; the capture's first sender
+	// lands here.
+	A Side = iota
+	// B is hostB, behind the second gateway.
+	B
+)
+
+func (s Side) String() string {
+	if s == A {
+		return "A"
+	}
+	return "B"
+}
+
+func (s Side) other() Side { return 1 - s }
+
+// Hosts are the addresses of one side; an invalid (zero) address means the
+// side has none of that family, and packets that need it are skipped.
+type Hosts struct {
+	IPv4 netip.Addr `yaml:"ipv4" json:"ipv4"`
+	IPv6 netip.Addr `yaml:"ipv6" json:"ipv6"`
+}
+
+// Topology is where a capture's hosts go. Each capture address goes to one
+// side: an address in Pin where it says; otherwise, the first time an
+// address is seen, opposite to the other end of its packet if that end
+// already has a side, else the source to A and the destination to B. So the
+// capture's first sender becomes hostA and its peer hostB. Several capture
+// hosts on one side all become that side's one address.
+type Topology struct {
+	A, B Hosts
+	Pin  map[netip.Addr]Side
+}
+
+// The packet quoted in an ICMP or ICMPv6 error is mapped too. The limits of
+// the mapping: addresses in IPv4 options and IPv6 routing headers are left
+// as captured, and ESP or AH in the capture keep their (now wrong) integrity
+// values.
+
+func (t *Topology) hosts(s Side) Hosts {
+	if s == A {
+		return t.A
+	}
+	return t.B
+}
+
+// Timing says when the packets are due.
+type Timing uint8
+
+const (
+	// KeepTiming keeps the capture's gaps, divided by Options.Speed.
+	KeepTiming Timing = iota
+	// AsFast makes every packet due at once.
+	AsFast
+)
+
+// Options tune Rewrite.
+type Options struct {
+	Timing Timing `yaml:"timing" json:"timing"`
+	// Speed divides the capture's gaps under KeepTiming: 2 replays twice as
+	// fast. 0 means 1.
+	Speed float64 `yaml:"speed" json:"speed"`
+}
+
+// Packet is one rewritten packet ready to send.
+type Packet struct {
+	From Side          // the host that sends it
+	At   time.Duration // when, from the start of the replay
+	Data []byte        // the IP packet, addresses and checksums rewritten
+}
+
+// Load reads a capture and rewrites it onto topo.
+func Load(r io.Reader, name string, topo Topology, opt Options) ([]Packet, Stats, error) {
+	frames, st, err := Read(r, name)
+	if err != nil {
+		return nil, st, err
+	}
+	pkts, st2, err := Rewrite(frames, topo, opt)
+	st.Packets, st.Hosts = st2.Packets, st2.Hosts
+	for k, v := range st2.Skipped {
+		if st.Skipped == nil {
+			st.Skipped = map[string]int{}
+		}
+		st.Skipped[k] += v
+	}
+	if err != nil {
+		return nil, st, fmt.Errorf("capture %s: %w", name, err)
+	}
+	return pkts, st, nil
+}
+
+// Rewrite maps frames onto topo: it replaces both addresses of each packet
+// by its sides' addresses of the same family, fixes the checksums and sets
+// the due times. The frames' data is rewritten in place.
+func Rewrite(frames []Frame, topo Topology, opt Options) ([]Packet, Stats, error) {
+	var st Stats
+	speed := opt.Speed
+	if speed == 0 {
+		speed = 1
+	}
+	if speed < 0 {
+		return nil, st, fmt.Errorf("replay speed %v: want a factor > 0", opt.Speed)
+	}
+	sides := map[netip.Addr]Side{}
+	for a, s := range topo.Pin {
+		sides[a] = s
+	}
+	var out []Packet
+	var t0 time.Time
+	var last time.Duration
+	for i, f := range frames {
+		st.Frames++
+		d := f.Data
+		v6 := d[0]>>4 == 6
+		sOff, dOff, n := 12, 16, 4
+		if v6 {
+			sOff, dOff, n = 8, 24, 16
+		}
+		src, _ := netip.AddrFromSlice(d[sOff : sOff+n])
+		dst, _ := netip.AddrFromSlice(d[dOff : dOff+n])
+		from, okS := sides[src]
+		to, okD := sides[dst]
+		switch {
+		case !okS && !okD:
+			from, to = A, B
+		case !okS:
+			from = to.other()
+		case !okD:
+			to = from.other()
+		}
+		if from == to {
+			st.skip(fmt.Sprintf("both hosts on side %v", from))
+			continue
+		}
+		sides[src], sides[dst] = from, to
+		newSrc, newDst := topo.hosts(from).IPv4, topo.hosts(to).IPv4
+		if v6 {
+			newSrc, newDst = topo.hosts(from).IPv6, topo.hosts(to).IPv6
+		}
+		if !newSrc.IsValid() || !newDst.IsValid() {
+			st.skip(fmt.Sprintf("no IPv%d address on the topology", map[bool]int{false: 4, true: 6}[v6]))
+			continue
+		}
+		mapInner := func(old []byte) []byte {
+			a, _ := netip.AddrFromSlice(old)
+			side, ok := sides[a]
+			if !ok {
+				return nil
+			}
+			if a.Is4() {
+				return topo.hosts(side).IPv4.AsSlice()
+			}
+			return topo.hosts(side).IPv6.AsSlice()
+		}
+		if err := readdress(d, newSrc.AsSlice(), newDst.AsSlice(), mapInner); err != nil {
+			return nil, st, fmt.Errorf("packet %d: %w", i+1, err)
+		}
+		var at time.Duration
+		if opt.Timing == KeepTiming {
+			if len(out) == 0 {
+				t0 = f.Time
+			}
+			at = max(time.Duration(float64(f.Time.Sub(t0))/speed), last)
+			last = at
+		}
+		out = append(out, Packet{From: from, At: at, Data: d})
+		st.Packets++
+	}
+	st.Hosts = map[string]string{}
+	for a, s := range sides {
+		st.Hosts[a.String()] = s.String()
+	}
+	if len(out) == 0 {
+		return nil, st, fmt.Errorf("no packet could be mapped onto the topology (skipped: %v)", st.Skipped)
+	}
+	return out, st, nil
+}
+
+// readdress writes new addresses into the IP packet d and fixes every
+// checksum they enter: the IPv4 header's, and the TCP, UDP or ICMPv6 one
+// (recomputed in full for a whole packet; for a first fragment, whose
+// payload is incomplete, adjusted for the address change as RFC 1624 says).
+// ICMPv4 is recomputed too, for captures taken before checksum offload.
+func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
+	v6 := d[0]>>4 == 6
+	var proto uint8
+	var l4 int
+	var firstFrag, laterFrag bool
+	var old [32]byte
+	if v6 {
+		copy(old[:16], d[8:24])
+		copy(old[16:], d[24:40])
+		copy(d[8:24], src)
+		copy(d[24:40], dst)
+		proto, l4 = d[6], 40
+	walk:
+		for hops := 0; hops < 16; hops++ {
+			if l4+8 > len(d) {
+				return fmt.Errorf("IPv6 extension header past the end of the packet")
+			}
+			switch proto {
+			case 0, 43, 60:
+				proto, l4 = d[l4], l4+(int(d[l4+1])+1)*8
+			case 51:
+				proto, l4 = d[l4], l4+(int(d[l4+1])+2)*4
+			case 44:
+				off := binary.BigEndian.Uint16(d[l4+2:])
+				laterFrag = off>>3 != 0
+				firstFrag = !laterFrag && off&1 != 0
+				proto, l4 = d[l4], l4+8
+			default:
+				break walk
+			}
+		}
+	} else {
+		ihl := int(d[0]&0x0f) * 4
+		copy(old[:4], d[12:16])
+		copy(old[4:8], d[16:20])
+		copy(d[12:16], src)
+		copy(d[16:20], dst)
+		inetsum.IPv4Header(d[:ihl])
+		frag := binary.BigEndian.Uint16(d[6:])
+		laterFrag = frag&0x1fff != 0
+		firstFrag = !laterFrag && frag&0x2000 != 0
+		proto, l4 = d[9], ihl
+	}
+	if laterFrag || l4 > len(d) {
+		return nil
+	}
+	field := map[uint8]int{6: inetsum.OffsetTCP, 17: inetsum.OffsetUDP, 1: inetsum.OffsetICMP, 58: inetsum.OffsetICMPv6}
+	off, ok := field[proto]
+	if !ok || (proto == 1 && v6) || (proto == 58 && !v6) || l4+off+2 > len(d) {
+		return nil
+	}
+	if !firstFrag && l4+8 < len(d) && isICMPError(proto, d[l4]) {
+		rewriteQuoted(d[l4+8:], mapInner)
+	}
+	sum := binary.BigEndian.Uint16(d[l4+off:])
+	if proto == 17 && !v6 && sum == 0 {
+		return nil // no UDP checksum: stays none
+	}
+	if firstFrag {
+		if proto == 1 {
+			return nil // no pseudo-header: the addresses do not enter it
+		}
+		n := 8
+		if v6 {
+			n = 32
+		}
+		binary.BigEndian.PutUint16(d[l4+off:], adjust(sum, old[:n], append(append([]byte(nil), src...), dst...)))
+		return nil
+	}
+	inetsum.L4(d[l4:], src, dst, proto, off)
+	return nil
+}
+
+// isICMPError reports whether an ICMP or ICMPv6 message of this type quotes
+// the packet that caused it.
+func isICMPError(proto, typ uint8) bool {
+	switch proto {
+	case 1: // destination unreachable, source quench, redirect, time exceeded, parameter problem
+		return typ == 3 || typ == 4 || typ == 5 || typ == 11 || typ == 12
+	case 58: // destination unreachable, packet too big, time exceeded, parameter problem
+		return typ >= 1 && typ <= 4
+	}
+	return false
+}
+
+// rewriteQuoted maps the addresses of the packet quoted in an ICMP error
+// (as much of it as the error carries) the way the outer packets are
+// mapped, fixing the quoted IPv4 header checksum and, when the quote reaches
+// it, the quoted UDP or TCP checksum, so the error matches the rewritten
+// flow it reports on. An address with no side yet is left as captured.
+func rewriteQuoted(q []byte, mapInner func(old []byte) []byte) {
+	var sOff, n, hl int
+	var proto uint8
+	switch {
+	case len(q) >= 20 && q[0]>>4 == 4:
+		sOff, n, hl, proto = 12, 4, int(q[0]&0x0f)*4, q[9]
+	case len(q) >= 40 && q[0]>>4 == 6:
+		sOff, n, hl, proto = 8, 16, 40, q[6]
+	default:
+		return
+	}
+	if hl < 20 || hl > len(q) {
+		return
+	}
+	var old, now [32]byte
+	copy(old[:], q[sOff:sOff+2*n])
+	for i := 0; i < 2; i++ {
+		if a := mapInner(q[sOff+i*n : sOff+(i+1)*n]); len(a) == n {
+			copy(q[sOff+i*n:], a)
+		}
+	}
+	copy(now[:], q[sOff:sOff+2*n])
+	if n == 4 {
+		inetsum.IPv4Header(q[:hl])
+	}
+	off := map[uint8]int{6: inetsum.OffsetTCP, 17: inetsum.OffsetUDP}[proto]
+	if off == 0 || hl+off+2 > len(q) {
+		return
+	}
+	if c := binary.BigEndian.Uint16(q[hl+off:]); c != 0 || n == 16 {
+		binary.BigEndian.PutUint16(q[hl+off:], adjust(c, old[:2*n], now[:2*n]))
+	}
+}
+
+// adjust returns checksum hc updated for the bytes old becoming new
+// (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')).
+func adjust(hc uint16, old, new []byte) uint16 {
+	sum := uint32(^hc)
+	for i := 0; i+1 < len(old); i += 2 {
+		sum += uint32(^binary.BigEndian.Uint16(old[i:]))
+		sum += uint32(binary.BigEndian.Uint16(new[i:]))
+	}
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
+}
+
+// String names the timing as UnmarshalText reads it.
+func (t Timing) String() string {
+	if t == AsFast {
+		return "fast"
+	}
+	return "keep"
+}
+
+// UnmarshalText reads "keep" (the capture's timing) or "fast" (as fast as
+// possible), so a Timing can sit in a YAML scenario.
+func (t *Timing) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "keep", "":
+		*t = KeepTiming
+	case "fast":
+		*t = AsFast
+	default:
+		return fmt.Errorf("timing %q: want keep or fast", b)
+	}
+	return nil
+}
+
+// MarshalText writes the timing's name.
+func (t Timing) MarshalText() ([]byte, error) { return []byte(t.String()), nil }

@@ -1,0 +1,255 @@
+// Package aesni is the instruction-level offload engine: AES-CBC in amd64
+// assembly (AES-NI), used the way a gateway holding a batch of packets can
+// use it, as intel-ipsec-mb does. The seals of a batch are encrypted as up to
+// eight independent CBC streams at once (multi-buffer), and each open is
+// decrypted eight blocks at a time; see package internal/cbc. HMAC runs on
+// the standard library (SHA-NI where the CPU has it) from inner and outer
+// hash states precomputed per SA. The other ciphers (3DES, AES-CTR,
+// AES-GCM, NULL) go through the cpu engine's code.
+//
+// On CPUs without AES-NI, on other architectures and in builds with the
+// purego tag the same engine runs with the pure-Go fallback of internal/cbc.
+package aesni
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/aesni/internal/cbc"
+	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/sa"
+)
+
+// Name is the registry name of this engine.
+const Name = "aesni"
+
+// MaxBatch is the largest batch one Submit takes.
+const MaxBatch = cpu.MaxBatch
+
+// espHeaderLen is SPI(4) + sequence number(4).
+const espHeaderLen = 8
+
+// Engine runs ops inline on the submitting goroutine. It is safe for
+// concurrent use: each Submit borrows a worker's scratch from a pool.
+type Engine struct {
+	workers  sync.Pool
+	counters offload.Counters
+	closed   atomic.Bool
+}
+
+// New returns the engine.
+func New() *Engine {
+	e := &Engine{}
+	e.workers.New = func() any { return newWorker() }
+	return e
+}
+
+// Accelerated reports whether AES-CBC runs in assembly on this CPU and
+// build, rather than on the pure-Go fallback.
+func Accelerated() bool { return cbc.Accelerated() }
+
+// Implementation names what runs AES-CBC on this CPU and build: "vaes-avx2"
+// (AES-NI lanes for encryption, VAES for decryption), "aes-ni" or "go".
+func Implementation() string { return cbc.Implementation() }
+
+// Name returns "aesni".
+func (e *Engine) Name() string { return Name }
+
+// Capabilities lists every suite espgw knows.
+func (e *Engine) Capabilities() offload.Capabilities {
+	return offload.Capabilities{Suites: cpu.AllSuites(), MaxBatch: MaxBatch, InPlace: true}
+}
+
+// Session is one SA's state: for aes-cbc the AES schedules and the
+// precomputed HMAC states, for the other suites the cpu engine's session.
+type Session struct {
+	cpu    *cpu.Session
+	cbc    bool // aes-cbc: the ops run here, not in cpu
+	key    cbc.Key
+	mac    hmacKey
+	icvLen int
+}
+
+// NewSession builds the key schedules for one SA.
+func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
+	return NewSession(cfg)
+}
+
+// NewSession builds the key schedules for one SA.
+func NewSession(cfg offload.SessionConfig) (*Session, error) {
+	c, err := cpu.NewSession(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("aesni: %w", err)
+	}
+	s := &Session{cpu: c, icvLen: cfg.Suite.ICVLen()}
+	if cfg.Suite.Cipher != sa.CipherAESCBC {
+		return s, nil
+	}
+	s.cbc = true
+	if err := s.key.Init(cfg.EncKey); err != nil {
+		return nil, fmt.Errorf("aesni: new %s session: %w", cfg.Suite, err)
+	}
+	if s.mac, err = newHMACKey(cfg.Suite.Auth, cfg.AuthKey); err != nil {
+		return nil, fmt.Errorf("aesni: new %s session: %w", cfg.Suite, err)
+	}
+	return s, nil
+}
+
+// Suite returns the session's suite.
+func (s *Session) Suite() sa.Suite { return s.cpu.Suite() }
+
+// ESN reports whether the ICV covers the high sequence bits.
+func (s *Session) ESN() bool { return s.cpu.ESN() }
+
+// Close is a no-op: the schedules are garbage collected.
+func (s *Session) Close() error { return nil }
+
+// CPUSession lets engines that wrap others run this session's ops with the
+// cpu engine's code.
+func (s *Session) CPUSession() *cpu.Session { return s.cpu }
+
+// Submit runs the batch inline and calls its Done before returning.
+func (e *Engine) Submit(_ context.Context, b *offload.Batch) error { return e.TrySubmit(b) }
+
+// TrySubmit is Submit: an inline engine never has a full queue.
+func (e *Engine) TrySubmit(b *offload.Batch) error {
+	if e.closed.Load() {
+		return offload.ErrClosed
+	}
+	w := e.workers.Get().(*worker)
+	w.run(b.Ops)
+	e.workers.Put(w)
+
+	e.counters.Count(b)
+	if b.Done != nil {
+		b.Done(b)
+	}
+	return nil
+}
+
+// Stats returns the engine's counters.
+func (e *Engine) Stats() offload.Stats { return e.counters.Stats() }
+
+// Close stops the engine from taking more work.
+func (e *Engine) Close() error {
+	e.closed.Store(true)
+	return nil
+}
+
+// sealChunk is how many seals a worker gathers for one multi-buffer run;
+// larger batches run in chunks of this size.
+const sealChunk = 64
+
+// worker is the scratch one batch needs: the multi-buffer jobs of its seals
+// and the hash states. Reused, so a batch allocates nothing.
+type worker struct {
+	enc   cbc.Encrypter
+	jobs  []cbc.Job
+	ops   []*offload.Op
+	macer *macer
+}
+
+func newWorker() *worker {
+	return &worker{
+		jobs:  make([]cbc.Job, 0, sealChunk),
+		ops:   make([]*offload.Op, 0, sealChunk),
+		macer: newMacer(),
+	}
+}
+
+// run gives every op its Status. Opens are verified and decrypted one by
+// one; aes-cbc seals are gathered and encrypted together, then MACed.
+func (w *worker) run(ops []offload.Op) {
+	for i := range ops {
+		op := &ops[i]
+		s, ok := op.Session.(*Session)
+		switch {
+		case !ok:
+			op.Status = offload.Failed
+		case !s.cbc:
+			s.cpu.Process(op)
+		case op.Dir == offload.Open:
+			w.open(s, op)
+		default:
+			w.addSeal(s, op)
+		}
+	}
+	w.flushSeals()
+}
+
+// layout splits an aes-cbc packet into IV, payload and ICV, or says it
+// does not fit.
+func (s *Session) layout(pkt []byte) (iv *[cbc.BlockSize]byte, payload []byte, ok bool) {
+	body := espHeaderLen + cbc.BlockSize
+	if len(pkt) < body+s.icvLen || (len(pkt)-body-s.icvLen)%cbc.BlockSize != 0 {
+		return nil, nil, false
+	}
+	return (*[cbc.BlockSize]byte)(pkt[espHeaderLen:body]), pkt[body : len(pkt)-s.icvLen], true
+}
+
+func (w *worker) open(s *Session, op *offload.Op) {
+	iv, payload, ok := s.layout(op.Packet)
+	if !ok {
+		op.Status = offload.BadLength
+		return
+	}
+	authed := op.Packet[:len(op.Packet)-s.icvLen]
+	sum, err := w.macer.mac(&s.mac, authed, s.ESN(), op.SeqHi)
+	if err != nil {
+		op.Status = offload.Failed
+		return
+	}
+	if subtle.ConstantTimeCompare(sum[:s.icvLen], op.Packet[len(authed):]) != 1 {
+		op.Status = offload.BadICV
+		return
+	}
+	if err := s.key.Decrypt(iv, payload, payload); err != nil {
+		op.Status = offload.Failed
+		return
+	}
+	op.Status = offload.OK
+}
+
+func (w *worker) addSeal(s *Session, op *offload.Op) {
+	iv, payload, ok := s.layout(op.Packet)
+	if !ok {
+		op.Status = offload.BadLength
+		return
+	}
+	w.jobs = append(w.jobs, cbc.Job{Key: &s.key, IV: iv, Dst: payload, Src: payload})
+	w.ops = append(w.ops, op)
+	if len(w.jobs) == cap(w.jobs) {
+		w.flushSeals()
+	}
+}
+
+// flushSeals encrypts the gathered seals together, then writes their ICVs
+// (encrypt-then-MAC: the ICV covers the ciphertext).
+func (w *worker) flushSeals() {
+	if len(w.jobs) == 0 {
+		return
+	}
+	err := w.enc.EncryptBatch(w.jobs)
+	for _, op := range w.ops {
+		if err != nil {
+			op.Status = offload.Failed
+			continue
+		}
+		s := op.Session.(*Session)
+		authed := op.Packet[:len(op.Packet)-s.icvLen]
+		sum, err := w.macer.mac(&s.mac, authed, s.ESN(), op.SeqHi)
+		if err != nil {
+			op.Status = offload.Failed
+			continue
+		}
+		copy(op.Packet[len(authed):], sum[:s.icvLen])
+		op.Status = offload.OK
+	}
+	clear(w.jobs)
+	clear(w.ops)
+	w.jobs, w.ops = w.jobs[:0], w.ops[:0]
+}

@@ -1,0 +1,126 @@
+package sa
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestSPDPriorityOrder(t *testing.T) {
+	out := saTo(0x1001, "192.0.2.2")
+	other := saTo(0x1002, "192.0.2.3")
+	pfx := netip.MustParsePrefix
+	policies := []Policy{
+		{Priority: 100, Action: Discard}, // catch-all, last
+		{Priority: 10, Selector: Selector{Dst: pfx("203.0.113.0/24")}, Action: Protect, SPI: 0x1001},
+		{Priority: 5, Selector: Selector{Dst: pfx("203.0.113.0/24"), Proto: 6, DstPorts: PortRange{22, 22}}, Action: Bypass},
+		{Priority: 10, Selector: Selector{Dst: pfx("203.0.113.128/25")}, Action: Protect, SA: other}, // same priority, later: shadowed
+		{Priority: -1, Selector: Selector{Src: pfx("2001:db8::/32")}, Action: Protect, SPI: 0x1002},
+	}
+	spd, err := NewSPD(policies, []*SA{out, other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddr
+	cases := []struct {
+		name         string
+		src, dst     string
+		proto        uint8
+		sport, dport uint16
+		action       Action
+		sa           *SA
+	}{
+		{"ssh bypasses", "198.51.100.1", "203.0.113.5", 6, 40000, 22, Bypass, nil},
+		{"udp 22 protected", "198.51.100.1", "203.0.113.5", 17, 40000, 22, Protect, out},
+		{"tcp 80 protected", "198.51.100.1", "203.0.113.5", 6, 40000, 80, Protect, out},
+		{"equal priority keeps file order", "198.51.100.1", "203.0.113.200", 6, 1, 443, Protect, out},
+		{"rest discarded", "198.51.100.1", "192.0.2.99", 1, 0, 0, Discard, nil},
+		{"ipv6 first", "2001:db8::1", "203.0.113.5", 6, 1, 22, Protect, other},
+	}
+	for _, c := range cases {
+		p := spd.Lookup(a(c.src), a(c.dst), c.proto, c.sport, c.dport)
+		if p == nil {
+			t.Errorf("%s: no policy", c.name)
+			continue
+		}
+		if p.Action != c.action || p.SA != c.sa {
+			t.Errorf("%s: %v, want %s with %v", c.name, p, c.action, c.sa)
+		}
+	}
+	var prios []int
+	for _, p := range spd.Policies() {
+		prios = append(prios, p.Priority)
+	}
+	if want := []int{-1, 5, 10, 10, 100}; !equalInts(prios, want) {
+		t.Errorf("order %v, want %v", prios, want)
+	}
+	if p := spd.Policies()[3]; p.SA != other {
+		t.Errorf("equal priorities reordered: %v", &p)
+	}
+	// The caller's slice is not reordered.
+	if policies[0].Priority != 100 {
+		t.Error("NewSPD sorted the caller's slice")
+	}
+}
+
+func equalInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestSPDNoMatchIsNil(t *testing.T) {
+	spd, err := NewSPD([]Policy{{Selector: Selector{Dst: netip.MustParsePrefix("203.0.113.0/24")}, Action: Bypass}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := spd.Lookup(netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), 6, 1, 2); p != nil {
+		t.Errorf("got %v, want nil (discard)", p)
+	}
+	var empty SPD
+	if empty.Lookup(netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2"), 6, 1, 2) != nil {
+		t.Error("zero SPD matched")
+	}
+}
+
+func TestSPDBindErrors(t *testing.T) {
+	s := saTo(0x1001, "192.0.2.2")
+	dup := saTo(0x1001, "192.0.2.3")
+	tr := saTo(0x3003, "192.0.2.2")
+	tr.Mode = Transport
+	cases := []struct {
+		p    Policy
+		sas  []*SA
+		want string
+	}{
+		{Policy{Action: Protect, SPI: 0x9999}, []*SA{s}, "no SA with SPI 0x9999"},
+		{Policy{Action: Protect, SPI: 0x1001}, []*SA{s, dup}, "SPI 0x1001 is ambiguous"},
+		{Policy{Action: Bypass, SPI: 0x1001}, []*SA{s}, "bypass policy names an SA"},
+		{Policy{Action: Action(9)}, nil, "unknown action action(9)"},
+		{Policy{Action: Protect, SPI: 0x3003, Selector: Selector{Dst: netip.MustParsePrefix("2001:db8::/32")}}, []*SA{tr}, "another address family than transport-mode SA 0x3003"},
+		{Policy{Action: Discard, Selector: Selector{Proto: 1, DstPorts: PortRange{1, 2}}}, nil, "dport: ports need proto"},
+	}
+	for _, c := range cases {
+		_, err := NewSPD([]Policy{c.p}, c.sas)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%v: got %v, want %q", &c.p, err, c.want)
+		}
+	}
+}
+
+func TestSPDLookupDoesNotAllocate(t *testing.T) {
+	spd, _ := NewSPD([]Policy{
+		{Priority: 1, Selector: Selector{Dst: netip.MustParsePrefix("203.0.113.0/24"), Proto: 6}, Action: Bypass},
+		{Priority: 2, Action: Discard},
+	}, nil)
+	src, dst := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("203.0.113.1")
+	if n := testing.AllocsPerRun(1000, func() { spd.Lookup(src, dst, 17, 1, 2) }); n != 0 {
+		t.Errorf("%v allocations per lookup", n)
+	}
+}
