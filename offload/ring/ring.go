@@ -17,6 +17,15 @@
 //
 // Aggregation saves interrupts at the cost of latency: NetBSD's ubsec(4)
 // notes that 1 gives the best latency for network traffic.
+//
+// A batch larger than the queue is taken when the queue is empty and
+// streams in as its first ops complete; other submitters wait behind it.
+// Once a blocked Submit has its batch in, the context no longer matters:
+// the engine owns the ops until Done. Steady-state submission allocates
+// nothing (TestSteadyStateAllocatesNothing). Queue slots are freed when a
+// unit finishes an op; with a model, a unit runs at most Pipeline records
+// ahead of the modelled card, and the host-side time after that is spent in
+// the delivery loop, outside the queue.
 package ring
 
 import (
