@@ -6,9 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 export PATH=/usr/local/go/bin:$PATH
-if [ -x scripts/prepare-kernel-peer.sh ]; then
-  ./scripts/prepare-kernel-peer.sh
-fi
+# Debian's kernel and a small initramfs for the Linux-kernel ESP peer
+# (unpacked into a cache folder, never installed as this machine's kernel).
+go run ./internal/kernelpeer/cmd/prepare
 go vet ./...
 go test -race -count=1 -timeout 60m ./... "$@"
 # Allocation tests skip under the race detector (it makes sync.Pool drop
