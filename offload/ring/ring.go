@@ -114,6 +114,9 @@ type loop struct {
 	since time.Time // real time it went out
 }
 
+// unitSpins is how many times an idle unit yields before it parks.
+const unitSpins = 20
+
 // stragglerWait is how long (real time) a caller due back in the model may
 // stay away before a unit takes it for gone. Long enough for a goroutine on
 // a busy machine to be scheduled, short enough not to stall the ring for
@@ -360,6 +363,7 @@ func (e *Engine) unit(u int) {
 	}
 	var nrec int
 	var last int64
+	var spins int
 	e.mu.Lock()
 	for {
 		r := e.dispatchable()
@@ -368,6 +372,17 @@ func (e *Engine) unit(u int) {
 				e.mu.Unlock()
 				return
 			}
+			if spins < unitSpins {
+				// The next batch of a busy caller usually comes within
+				// microseconds: yield a few times before parking, which
+				// costs a futex sleep and wake-up each time.
+				spins++
+				e.mu.Unlock()
+				runtime.Gosched()
+				e.mu.Lock()
+				continue
+			}
+			spins = 0
 			e.work.Wait()
 			continue
 		}
