@@ -14,6 +14,9 @@ go test -race -count=1 -timeout 60m ./... "$@"
 # Allocation tests skip under the race detector (it makes sync.Pool drop
 # items): run them again in the plain build.
 go test -count=1 -run 'Alloc' ./...
+# The emulated cards' calibration against the published tables (skipped
+# under the race detector, where too few ops run to judge a cell).
+go test -count=1 -run Calibration ./offload/emul/
 # The aesni engine's pure-Go fallback, through the same tests.
 go test -count=1 -tags purego ./offload/aesni/...
 ./scripts/fuzz.sh
