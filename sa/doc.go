@@ -65,7 +65,8 @@
 // then read, not in a file a gateway reloads. Unknown fields,
 // repeated fields and an SPI given twice for one destination are errors.
 // Counts take k, M, G (×1000) or Ki, Mi, Gi (×1024); a time is a number of
-// seconds or a Go duration. SPI 0 is accepted (test vectors use it) though
+// seconds or a Go duration. YAML anchors, aliases and merge keys
+// (<<: *first) share fields between entries; an entry's own fields win. SPI 0 is accepted (test vectors use it) though
 // RFC 4303 keeps it off the wire.
 //
 // # setkey(8) import

@@ -75,10 +75,10 @@ func isHex(c byte) bool {
 }
 
 // echoShort is echo for fields that never hold keys (SPIs), where a short
-// hex number is what the user wrote and worth showing: anything longer than
-// 8 bytes of hex is still hidden.
+// hex number is what the user wrote and worth showing: runs of more than 11
+// hex digits (more than a mistyped 32-bit SPI) are still hidden.
 func echoShort(s string) string {
-	if len(s) <= 18 && !strings.ContainsAny(s, " \t\r\n\"'\\") {
+	if len(s) <= 18 && hexRun(s) < 12 && !strings.ContainsAny(s, " \t\r\n\"'\\") {
 		return fmt.Sprintf("%q", s)
 	}
 	return echo(s)

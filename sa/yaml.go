@@ -105,6 +105,7 @@ type yamlParser struct {
 	// spdOnly reads an spd: list whose SAs come from elsewhere: protect
 	// policies keep their SPI and NewSPD binds them.
 	spdOnly bool
+	merges  int // merge keys expanded so far
 }
 
 func (p *yamlParser) fail(n *yaml.Node, entry, field string, err error) {
@@ -130,17 +131,44 @@ type field struct {
 	key, val *yaml.Node
 }
 
-// fields reads a mapping, reporting unknown and repeated keys.
+// maxAliasDepth bounds alias and merge-key chains: a YAML alias may point
+// into its own anchor.
+const maxAliasDepth = 8
+
+// maxMerges bounds the merge keys expanded in one file, so that merges of
+// merges cannot multiply into a long parse.
+const maxMerges = 10000
+
+// resolve follows aliases (*name) to the node they name.
+func resolve(n *yaml.Node) *yaml.Node {
+	for i := 0; n != nil && n.Kind == yaml.AliasNode && n.Alias != nil && i < maxAliasDepth; i++ {
+		n = n.Alias
+	}
+	return n
+}
+
+// fields reads a mapping, reporting unknown and repeated keys. Merge keys
+// (<<: *defaults) fill in the fields the mapping does not set itself.
 func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) map[string]field {
+	return p.fieldsDepth(m, entry, known, 0)
+}
+
+func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, depth int) map[string]field {
 	out := make(map[string]field)
+	m = resolve(m)
 	if m.Kind != yaml.MappingNode {
-		p.failf(m, entry, "", "want a mapping of fields, got %s", kindName(m))
+		p.failf(m, entry, "", "want a mapping of fields, got a %s", kindName(m))
 		return out
 	}
+	var merges []*yaml.Node
 	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
+		k, v := m.Content[i], resolve(m.Content[i+1])
 		if k.Kind != yaml.ScalarNode {
 			p.failf(k, entry, "", "field name is a %s, want a name", kindName(k))
+			continue
+		}
+		if k.Value == "<<" && k.Tag == "!!merge" {
+			merges = append(merges, v)
 			continue
 		}
 		if !slices.Contains(known, k.Value) {
@@ -153,20 +181,25 @@ func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) map[stri
 		}
 		out[k.Value] = field{k, v}
 	}
-	return out
-}
-
-// findField returns the first field of a mapping with the name.
-func findField(m *yaml.Node, name string) (field, bool) {
-	if m.Kind != yaml.MappingNode {
-		return field{}, false
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if k := m.Content[i]; k.Kind == yaml.ScalarNode && k.Value == name {
-			return field{k, m.Content[i+1]}, true
+	for _, mv := range merges {
+		p.merges++
+		if depth >= maxAliasDepth || p.merges > maxMerges {
+			p.failf(mv, entry, "<<", "merges nested more than %d deep or more than %d in all", maxAliasDepth, maxMerges)
+			break
+		}
+		srcs := []*yaml.Node{mv}
+		if mv.Kind == yaml.SequenceNode {
+			srcs = mv.Content // in YAML's order of precedence
+		}
+		for _, src := range srcs {
+			for name, f := range p.fieldsDepth(src, entry, known, depth+1) {
+				if _, set := out[name]; !set {
+					out[name] = f
+				}
+			}
 		}
 	}
-	return field{}, false
+	return out
 }
 
 func kindName(n *yaml.Node) string {
@@ -196,7 +229,7 @@ func (p *yamlParser) scalar(f field, entry string) (string, bool) {
 func (p *yamlParser) config(doc *yaml.Node) *Config {
 	root := doc
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
-		root = doc.Content[0]
+		root = resolve(doc.Content[0])
 	}
 	fs := p.fields(root, "", []string{"sa", "spd"})
 	c := &Config{}
@@ -222,6 +255,7 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 	}
 	bySPIDst := make(map[spiDst]seen)
 	for i, n := range saList.val.Content {
+		n = resolve(n)
 		s, entry := p.sa(i, n)
 		if s == nil {
 			continue
@@ -240,7 +274,7 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 			return c
 		}
 		for i, n := range spd.val.Content {
-			if pol, ok := p.policy(i, n, c.SAs); ok {
+			if pol, ok := p.policy(i, resolve(n), c.SAs); ok {
 				c.SPD = append(c.SPD, pol)
 			}
 		}
@@ -260,8 +294,9 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	entry := fmt.Sprintf("sa[%d]", i)
 	before := len(p.errs)
 	s := &SA{ReplayWindow: 64}
-	// The SPI names the entry in every other error, so it is read first.
-	if f, ok := findField(n, "spi"); ok {
+	// The SPI names the entry in every other error, so it is read first
+	// (by a silent pass: the errors come with the entry's name below).
+	if f, ok := (&yamlParser{file: p.file}).fields(n, entry, saFields)["spi"]; ok {
 		if v, ok := p.scalar(f, entry); ok {
 			spi, err := strconv.ParseUint(v, 0, 32)
 			if err != nil {
@@ -271,11 +306,11 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 				entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
 			}
 		}
-	} else if n.Kind == yaml.MappingNode {
+	} else if resolve(n).Kind == yaml.MappingNode {
 		p.failf(n, entry, "spi", "missing")
 	}
 	fs := p.fields(n, entry, saFields)
-	if n.Kind != yaml.MappingNode {
+	if resolve(n).Kind != yaml.MappingNode {
 		return nil, entry
 	}
 	str := func(name string) (field, string, bool) {
@@ -430,6 +465,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 			p.failf(f.key, entry, "selectors", "want a list, got a %s", kindName(f.val))
 		} else {
 			for j, sn := range f.val.Content {
+				sn = resolve(sn)
 				sel, ok := p.selector(sn, fmt.Sprintf("%s selectors[%d]", entry, j), nil)
 				if ok && s.Mode == Transport {
 					for _, pf := range []netip.Prefix{sel.Src, sel.Dst} {
@@ -678,14 +714,11 @@ var policyFields = []string{"priority", "action", "sa"}
 func (p *yamlParser) policy(i int, n *yaml.Node, sas []*SA) (Policy, bool) {
 	entry := fmt.Sprintf("spd[%d]", i)
 	before := len(p.errs)
-	sel, _ := p.selector(n, entry, policyFields)
+	fs := p.fields(n, entry, append(slices.Clip(selectorFields), policyFields...))
 	if n.Kind != yaml.MappingNode {
 		return Policy{}, false
 	}
-	fs := make(map[string]field)
-	for j := 0; j+1 < len(n.Content); j += 2 {
-		fs[n.Content[j].Value] = field{n.Content[j], n.Content[j+1]}
-	}
+	sel := p.selectorFrom(fs, entry, n)
 	pol := Policy{Selector: sel}
 	if f, ok := fs["priority"]; ok {
 		if v, ok := p.scalar(f, entry); ok {

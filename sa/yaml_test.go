@@ -402,3 +402,71 @@ func TestMarshalRejectsInvalidSA(t *testing.T) {
 	}
 	assertNoSecret(t, "error", fmt.Sprint(err))
 }
+
+// Anchors and merge keys share fields between entries; an entry's own
+// fields win over merged ones.
+func TestParseYAMLAnchorsAndMerge(t *testing.T) {
+	in := `sa:
+  - &out
+    spi: 0x1001
+    mode: tunnel
+    src: 192.0.2.1
+    dst: 192.0.2.2
+    enc: aes-cbc
+    enc-key: &k 0x` + testEncHex + `
+    auth: hmac-sha1-96
+    auth-key: 0x` + testAuthHex + `
+    selectors: &sel
+      - {src: 198.51.100.0/24}
+  - <<: *out
+    spi: 0x1002
+    dst: 192.0.2.3
+    replay-window: 128
+  - <<: [*out]
+    spi: 0x1003
+    enc-key: *k
+    selectors: *sel
+`
+	sas, err := Parse("t.yaml", []byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sas) != 3 {
+		t.Fatalf("%d SAs", len(sas))
+	}
+	b := sas[1]
+	if b.SPI != 0x1002 || b.Dst != netip.MustParseAddr("192.0.2.3") || b.ReplayWindow != 128 ||
+		!bytes.Equal(b.EncKey, sas[0].EncKey) || len(b.Selectors) != 1 || b.Src != sas[0].Src {
+		t.Errorf("merged SA: %+v", *b)
+	}
+	if c := sas[2]; c.SPI != 0x1003 || !bytes.Equal(c.EncKey, sas[0].EncKey) || len(c.Selectors) != 1 {
+		t.Errorf("SA from a merge list: %+v", *c)
+	}
+	// A self-referencing alias is an error, not a hang.
+	for _, bad := range []string{"sa: &a [*a]\n", "sa:\n  - &a {<<: *a}\n", "a: &a {<<: *a}\n"} {
+		if _, err := Parse("t.yaml", []byte(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}
+
+// Merges of merges cannot multiply into a long parse.
+func TestParseYAMLMergeBomb(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("a0: &a0 {mode: tunnel}\n")
+	for i := 1; i <= 8; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d {<<: [", i, i)
+		for j := range 10 {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*a%d", i-1)
+		}
+		b.WriteString("]}\n")
+	}
+	b.WriteString("sa:\n  - {<<: *a8, spi: 1}\n")
+	_, err := Parse("t.yaml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "<<: merges nested more than 8 deep or more than 10000 in all") {
+		t.Errorf("got %v", err)
+	}
+}

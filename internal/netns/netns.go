@@ -26,7 +26,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -34,6 +33,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/espgw/espgw/internal/nsrun"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
@@ -261,7 +261,29 @@ func (ns *Namespace) AddAddr(name string, p netip.Prefix) error {
 	if err := ns.nl.AddrAdd(l, a); err != nil {
 		return fmt.Errorf("add address %s to %s in namespace %s: %w", p, name, ns.full, err)
 	}
+	if p.Addr().Is6() && l.Attrs().Flags&net.FlagUp != 0 {
+		// On a link whose carrier is still coming up the kernel installs
+		// the address's local route later, from its address work; until
+		// then neighbour solicitations for it go unanswered and the first
+		// packets wait a second for a retry. Wait for the route instead.
+		return ns.waitLocal(p.Addr())
+	}
 	return nil
+}
+
+// waitLocal waits (up to 2 s) until the kernel routes a to this namespace.
+func (ns *Namespace) waitLocal(a netip.Addr) error {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		rs, err := ns.nl.RouteGet(net.IP(a.AsSlice()))
+		if err == nil && len(rs) > 0 && rs[0].Type == unix.RTN_LOCAL {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("address %s in namespace %s not usable after 2s", a, ns.full)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
 
 // AddRoute routes dst via gateway gw (which must be on a connected subnet).
@@ -321,28 +343,8 @@ func (ns *Namespace) Do(fn func() error) error {
 }
 
 // Run runs fn on a locked OS thread inside the namespace h, restoring the
-// thread's namespace afterwards. If the thread cannot be restored it is left
-// locked, so the Go runtime discards it instead of reusing it elsewhere.
-func Run(h vnetns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("get current namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := vnetns.Set(h); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter namespace %s: %w", h, err)
-	}
-	fnErr := fn()
-	if err := vnetns.Set(orig); err != nil {
-		// Thread stays locked: it exits with the goroutine.
-		return errors.Join(fnErr, fmt.Errorf("return to original namespace: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return fnErr
-}
+// thread's namespace afterwards (see nsrun.Run).
+func Run(h vnetns.NsHandle, fn func() error) error { return nsrun.Run(h, fn) }
 
 // Command returns a command that runs name with args inside the namespace
 // (through `ip netns exec`). Start it with Bed.Start to have Close kill it.

@@ -73,8 +73,13 @@ func TestTopologyPingAndTeardown(t *testing.T) {
 	defer cancel()
 	// Plain routing end to end, both families.
 	for _, dst := range []string{topo.Addr.HostB4.Addr().String(), topo.Addr.HostB6.Addr().String()} {
-		if out, err := topo.HostA.Output(ctx, "ping", "-c", "1", "-W", "2", dst); err != nil {
+		out, err := topo.HostA.Output(ctx, "ping", "-c", "1", "-W", "2", dst)
+		if err != nil {
 			t.Errorf("ping hostA -> %s: %v\n%s", dst, err, out)
+		}
+		// hostB answers with TTL 64; gw2, wan and gw1 each forward it once.
+		if !strings.Contains(out, "ttl=61") {
+			t.Errorf("ping hostA -> %s: reply did not cross three routers:\n%s", dst, out)
 		}
 	}
 	// Sysctl really landed in the namespace (and not in ours).

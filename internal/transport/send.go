@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/net/ipv4"
@@ -64,8 +65,10 @@ func (s *sendState) init(n int, kind Kind, v6 bool) {
 // Send sends each pkts[i].Data to pkts[i].Peer, in order, in batches of at
 // most BatchSize packets per system call, and returns how many packets the
 // kernel took. A packet it refuses (or that is invalid: empty, wrong address
-// family, UDP port 0) is counted in Stats.SendErrors and skipped; Send goes
-// on with the rest and returns the first such error.
+// family, UDP port 0) gets the reason in pkts[i].Err (a syscall.Errno such
+// as EMSGSIZE, or one of the Err* values here), is counted in
+// Stats.SendErrors and skipped; Send goes on with the rest and returns the
+// first such error. Sent packets get Err nil.
 func (c *Conn) Send(pkts []Packet) (int, error) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
@@ -97,10 +100,11 @@ func (c *Conn) sendChunk(chunk []Packet) (int, error) {
 	gsoSize, ended := 0, false
 	for i := range chunk {
 		p := &chunk[i]
-		if err := c.checkPacket(p); err != nil {
+		p.Err = c.checkPacket(p)
+		if p.Err != nil {
 			c.stats.sendErrors.Add(1)
 			if firstErr == nil {
-				firstErr = err
+				firstErr = fmt.Errorf("send over %s from %s to %s: %w", c.kind, c.local, p.Peer, p.Err)
 			}
 			ended = true // an invalid packet ends a GSO run: packets stay in order
 			continue
@@ -168,24 +172,40 @@ func (c *Conn) sendChunk(chunk []Packet) (int, error) {
 			return sent + rest, firstErr
 		}
 		c.stats.sendErrors.Add(uint64(s.count[start]))
+		var errno syscall.Errno
+		var pktErr error = err
+		if errors.As(err, &errno) {
+			pktErr = errno // a small integer: boxing it does not allocate
+		}
+		for k := s.first[start]; k < s.first[start]+s.count[start]; k++ {
+			chunk[k].Err = pktErr
+		}
 		if firstErr == nil {
-			firstErr = fmt.Errorf("send %d-byte ESP packet to %s over %s: %w", s.bytes[start], chunk[s.first[start]].Peer, c.kind, unwrapSyscall(err))
+			firstErr = fmt.Errorf("send %d ESP packet(s) of %d bytes to %s over %s: %w", s.count[start], s.bytes[start], chunk[s.first[start]].Peer, c.kind, unwrapSyscall(err))
 		}
 		start++ // skip the refused message, keep going
 	}
 	return sent, firstErr
 }
 
+// Why Send refused a packet before the kernel saw it (Packet.Err).
+var (
+	ErrEmptyPacket   = errors.New("empty packet")
+	ErrNoPeer        = errors.New("packet has no peer address")
+	ErrAddressFamily = errors.New("peer is of the other address family than the transport")
+	ErrNoPort        = errors.New("peer has no UDP port")
+)
+
 func (c *Conn) checkPacket(p *Packet) error {
 	switch {
 	case len(p.Data) == 0:
-		return fmt.Errorf("send over %s: empty packet", c.kind)
+		return ErrEmptyPacket
 	case !p.Peer.Addr().IsValid():
-		return fmt.Errorf("send over %s: packet has no peer address", c.kind)
+		return ErrNoPeer
 	case isIPv6(p.Peer.Addr()) != c.v6:
-		return fmt.Errorf("send over %s from %s: peer %s is of the other address family", c.kind, c.local, p.Peer.Addr())
+		return ErrAddressFamily
 	case c.kind == UDPEncap && p.Peer.Port() == 0:
-		return fmt.Errorf("send over %s: peer %s has no UDP port", c.kind, p.Peer)
+		return ErrNoPort
 	}
 	return nil
 }

@@ -8,14 +8,16 @@
 //
 // The batch paths allocate nothing per packet: callers own the packet
 // buffers (Packet.Buf) and the Packet slice; the Conn reuses its message
-// headers, socket addresses and control buffers.
+// headers, socket addresses and control buffers. (Receive calls recvmmsg
+// itself because x/net's ReadBatch allocates a net.Addr per message.)
 //
 // What the kernel does for each transport:
 //   - Raw ESP: the kernel builds the outer IP header on send. IPv4 raw
 //     sockets deliver the IP header on receive, IPv6 ones do not; Receive
 //     strips it, so Packet.Data always starts at the SPI. The socket sets
 //     IP_PMTUDISC_DO (IPv6: IPV6_PMTUDISC_DO): a packet too big for the path
-//     fails with EMSGSIZE instead of being fragmented.
+//     fails with EMSGSIZE instead of being fragmented, unless
+//     Config.Fragment asks the kernel to fragment instead.
 //   - UDP: the same, plus UDP GSO (UDP_SEGMENT, Linux ≥ 4.18) when
 //     Config.GSO is set: runs of equal-size packets to the same peer go to
 //     the kernel as one super-datagram that it segments (in the NIC or in
@@ -28,12 +30,12 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/espgw/espgw/internal/nsrun"
 	vnetns "github.com/vishvananda/netns"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
@@ -96,6 +98,12 @@ type Config struct {
 	// GRO enables UDP generic receive offload (UDP only): coalesced
 	// super-datagrams are received whole and split into packets by copying.
 	GRO bool
+	// Fragment lets the kernel fragment outer packets larger than the path
+	// MTU (IP_PMTUDISC_DONT) instead of refusing them with EMSGSIZE.
+	Fragment bool
+	// Mark, when not 0, is the socket's firewall mark (SO_MARK): policy
+	// routing keeps marked ESP away from routes into the tunnel itself.
+	Mark uint32
 	// Namespace, when set (a handle > 0), is the network namespace the
 	// socket is opened in; otherwise the calling thread's current one.
 	Namespace vnetns.NsHandle
@@ -115,6 +123,9 @@ type Packet struct {
 	// Tag is the caller's: Receive reorders whole entries, so a Tag set
 	// alongside Buf (say, the index of the buffer's owner) stays with it.
 	Tag int
+	// Err is set by Send: nil when the kernel took the packet, else why
+	// not (for per-packet drop accounting).
+	Err error
 }
 
 // Stats are a Conn's counters since Open.
@@ -204,7 +215,7 @@ func Open(cfg Config) (*Conn, error) {
 	open := func() error { return c.open(cfg) }
 	var err error
 	if cfg.Namespace > 0 {
-		err = inNamespace(cfg.Namespace, open)
+		err = nsrun.Run(cfg.Namespace, open)
 	} else {
 		err = open()
 	}
@@ -270,6 +281,10 @@ func (w ipv6Writer) WriteBatch(ms []ipv4.Message, flags int) (int, error) {
 
 func (c *Conn) setOptions(cfg Config) error {
 	var errs []error
+	pmtu4, pmtu6 := unix.IP_PMTUDISC_DO, unix.IPV6_PMTUDISC_DO
+	if cfg.Fragment {
+		pmtu4, pmtu6 = unix.IP_PMTUDISC_DONT, unix.IPV6_PMTUDISC_DONT
+	}
 	ctlErr := c.rc.Control(func(fd uintptr) {
 		s := int(fd)
 		for _, o := range []struct{ plain, force int }{{unix.SO_RCVBUF, unix.SO_RCVBUFFORCE}, {unix.SO_SNDBUF, unix.SO_SNDBUFFORCE}} {
@@ -291,11 +306,16 @@ func (c *Conn) setOptions(cfg Config) error {
 		if c.v6 {
 			// Go opens "udp6" sockets with IPV6_V6ONLY, so a v6 endpoint
 			// never sees v4-mapped peers.
-			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, unix.IPV6_PMTUDISC_DO); err != nil {
+			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, pmtu6); err != nil {
 				errs = append(errs, fmt.Errorf("set IPV6_MTU_DISCOVER: %w", err))
 			}
-		} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, unix.IP_PMTUDISC_DO); err != nil {
+		} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, pmtu4); err != nil {
 			errs = append(errs, fmt.Errorf("set IP_MTU_DISCOVER: %w", err))
+		}
+		if cfg.Mark != 0 {
+			if err := unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_MARK, int(cfg.Mark)); err != nil {
+				errs = append(errs, fmt.Errorf("set SO_MARK: %w", err))
+			}
 		}
 		if cfg.GSO {
 			// Probe: UDP_SEGMENT is readable exactly where the kernel has it.
@@ -316,28 +336,6 @@ func (c *Conn) setOptions(cfg Config) error {
 		return ctlErr
 	}
 	return errors.Join(errs...)
-}
-
-// inNamespace runs fn on a locked OS thread inside ns.
-func inNamespace(ns vnetns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := vnetns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("get current namespace: %w", err)
-	}
-	defer orig.Close()
-	if err := vnetns.Set(ns); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter namespace %s: %w", ns, err)
-	}
-	fnErr := fn()
-	if err := vnetns.Set(orig); err != nil {
-		// Leave the thread locked: the runtime discards it with the goroutine.
-		return errors.Join(fnErr, fmt.Errorf("return to original namespace: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return fnErr
 }
 
 // Kind is the transport's encapsulation.

@@ -270,6 +270,9 @@ func TestRawShortAndTruncated(t *testing.T) {
 	if s := a.Stats(); s.SendErrors != 1 {
 		t.Errorf("sender SendErrors = %d, want 1", s.SendErrors)
 	}
+	if pkts[0].Err != nil || pkts[1].Err != unix.EMSGSIZE || pkts[2].Err != nil {
+		t.Errorf("per-packet errors %v, %v, %v; want nil, EMSGSIZE, nil", pkts[0].Err, pkts[1].Err, pkts[2].Err)
+	}
 	b.SetReadDeadline(time.Now().Add(5 * time.Second))
 	slot := slots(4, 100) // too small for 500 bytes + IP header
 	if _, err := a.Send([]Packet{{Data: espPacket(9, 3, 80), Peer: to}}); err != nil {
@@ -297,8 +300,13 @@ func TestSendBadInput(t *testing.T) {
 		{Data: espPacket(1, 4, 40), Peer: good},
 	}
 	n, err := a.Send(pkts)
-	if n != 1 || err == nil || !strings.Contains(err.Error(), "other address family") {
+	if n != 1 || !errors.Is(err, ErrAddressFamily) || !strings.Contains(err.Error(), "2001:db8:1::2") {
 		t.Errorf("send: %d, %v; want 1 sent and the family error first", n, err)
+	}
+	for i, want := range []error{ErrAddressFamily, ErrNoPort, ErrEmptyPacket, ErrNoPeer, nil} {
+		if pkts[i].Err != want {
+			t.Errorf("packet %d: Err = %v, want %v", i, pkts[i].Err, want)
+		}
 	}
 	if s := a.Stats(); s.SendErrors != 4 || s.PacketsOut != 1 {
 		t.Errorf("counters %+v: want 4 errors, 1 out", s)
@@ -460,5 +468,67 @@ func TestReceiveKeepsTagWithBuffer(t *testing.T) {
 		}
 		a.Close()
 		b.Close()
+	}
+}
+
+// TestFragment: with Config.Fragment a packet over the path MTU leaves in
+// fragments and arrives reassembled, for both families.
+func TestFragment(t *testing.T) {
+	p := newPair(t)
+	for _, fam := range families {
+		for _, kind := range []Kind{RawESP, UDPEncap} {
+			a, err := Open(Config{Kind: kind, Local: netip.AddrPortFrom(fam.local(p), 0), Namespace: p.a.Handle(), Fragment: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := open(t, p.b, kind, fam.remote(p), false)
+			big := espPacket(7, 1, 3000)
+			if _, err := a.Send([]Packet{{Data: big, Peer: netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())}}); err != nil {
+				t.Fatalf("%s/%s: send 3000 bytes with fragmentation allowed: %v", kind, fam.name, err)
+			}
+			b.SetReadDeadline(time.Now().Add(5 * time.Second))
+			in := slots(1, 4096)
+			if n, err := b.Receive(in); err != nil || n != 1 || string(in[0].Data) != string(big) {
+				t.Errorf("%s/%s: reassembled packet: n=%d err=%v len=%d", kind, fam.name, n, err, len(in[0].Data))
+			}
+			a.Close()
+			b.Close()
+		}
+	}
+}
+
+// TestGROCarryOver: a 64-segment super-datagram received with only 5 slots
+// per call comes out whole and in order over several calls.
+func TestGROCarryOver(t *testing.T) {
+	p := newPair(t)
+	a := open(t, p.a, UDPEncap, p.a4, true)
+	b := open(t, p.b, UDPEncap, p.b4, false, true)
+	peer := netip.AddrPortFrom(p.b4, DefaultUDPPort)
+	const total = 64
+	out := make([]Packet, total)
+	for i := range out {
+		out[i] = Packet{Data: espPacket(8, uint32(i+1), 1000), Peer: peer}
+	}
+	if n, err := a.Send(out); err != nil || n != total {
+		t.Fatalf("send: %d, %v", n, err)
+	}
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	in := slots(5, 2048)
+	next, calls := uint32(1), 0
+	for next <= total {
+		n, err := b.Receive(in)
+		if err != nil {
+			t.Fatalf("receive after seq %d: %v", next-1, err)
+		}
+		calls++
+		for _, pk := range in[:n] {
+			if seq := binary.BigEndian.Uint32(pk.Data[4:]); seq != next || len(pk.Data) != 1000 {
+				t.Fatalf("got seq %d (%d bytes), want %d", seq, len(pk.Data), next)
+			}
+			next++
+		}
+	}
+	if s := b.Stats(); s.GROBatches == 0 || calls < total/5 {
+		t.Errorf("GRO batches %d over %d calls: want the super-datagram split across ≥ %d calls", s.GROBatches, calls, total/5)
 	}
 }
