@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 export PATH=/usr/local/go/bin:$PATH
 # Debian's kernel and a small initramfs for the Linux-kernel ESP peer
 # (unpacked into a cache folder, never installed as this machine's kernel).
-go run ./internal/kernelpeer/cmd/prepare
+./scripts/prepare-kernel-peer.sh
 go vet ./...
 go test -race -count=1 -timeout 60m ./... "$@"
 # Allocation tests skip under the race detector (it makes sync.Pool drop
