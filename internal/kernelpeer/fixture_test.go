@@ -49,6 +49,9 @@ func TestMain(m *testing.M) {
 // make the boot possible.
 func sharedPeer(t *testing.T) *Peer {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a QEMU guest under TCG (seconds idle, minutes on a loaded machine); run without -short")
+	}
 	shared.once.Do(func() { shared.peer, shared.err = bootShared() })
 	if shared.err != nil {
 		t.Fatalf("kernel peer unavailable: %v", shared.err)
@@ -94,7 +97,7 @@ func bootShared() (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "kernel peer %s booted in %v\n", assets.KernelRelease, p.BootTime.Round(time.Millisecond))
+	fmt.Fprintf(os.Stderr, "kernel peer %s booted in %v (qemu CPU time %v)\n", assets.KernelRelease, p.BootTime.Round(time.Millisecond), p.BootCPU)
 	if _, err := p.Run(ctx, "ip addr add "+guestInner.String()+"/32 dev lo"); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("add the guest's inner address: %w", err)

@@ -167,6 +167,9 @@ func TestKernelESPInteropWithScapy(t *testing.T) {
 					in := &sa.SA{SPI: spi + 1, Mode: mode, Src: host, Dst: guest, Encap: encap, Suite: st.suite,
 						EncKey: randomKey(t, st.encKeyLen), AuthKey: randomKey(t, st.suite.AuthKeyLen()),
 						ESN: esn, ReplayWindow: 64}
+					if encap == sa.EncapUDP {
+						in.SrcPort, in.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
+					}
 					out := *in
 					out.SPI, out.Src, out.Dst = spi+2, guest, host
 					if esn {
@@ -186,13 +189,7 @@ func TestKernelESPInteropWithScapy(t *testing.T) {
 
 func checkExchange(t *testing.T, ctx context.Context, p *Peer, scapy *scapyPeer, st interopSuite, in, out *sa.SA, size int) {
 	t.Helper()
-	if err := p.FlushXFRM(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.InstallSA(ctx, in, Inbound); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.InstallSA(ctx, out, Outbound); err != nil {
+	if err := p.ReplaceSAs(ctx, DirectedSA{in, Inbound}, DirectedSA{out, Outbound}); err != nil {
 		t.Fatal(err)
 	}
 	before, err := p.Counters(ctx)
