@@ -73,6 +73,8 @@ type Peer struct {
 	waitErr  error
 	tapMade  bool
 	BootTime time.Duration // from starting qemu to the agent's first answer
+	// GuestMAC is the guest's eth0 address, for static neighbour entries.
+	GuestMAC net.HardwareAddr
 	// BootCPU is the CPU time qemu used for the boot: what the boot costs
 	// on an idle machine, where BootTime grows with the load of others.
 	BootCPU time.Duration
@@ -129,6 +131,9 @@ func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 	defer cancel()
 	if err := p.waitAgent(bootCtx); err != nil {
 		return nil, fmt.Errorf("boot kernel peer (%s): %w\n--- guest console (tail) ---\n%s", cfg.Assets.KernelRelease, err, p.Console(consoleTail))
+	}
+	if err := p.pinNeighbours(ctx); err != nil {
+		return nil, err
 	}
 	p.BootTime = time.Since(started)
 	p.BootCPU = processCPU(p.cmd.Process.Pid)
@@ -232,6 +237,38 @@ func (p *Peer) makeTap() error {
 	return nil
 }
 
+// pinNeighbours makes permanent neighbour entries between the tap and the
+// guest, both ways. IPv6 neighbour unreachability probes are unicast
+// ICMPv6 between the two addresses, so a transport-mode policy covering
+// them would demand ESP from Neighbor Discovery itself; with static
+// entries no such probes are sent.
+func (p *Peer) pinNeighbours(ctx context.Context) error {
+	b, err := exec.Command("ip", "netns", "exec", p.cfg.Netns, "cat", "/sys/class/net/"+p.cfg.Tap+"/address").Output()
+	if err != nil {
+		return fmt.Errorf("read the kernel peer tap's MAC: %w", err)
+	}
+	tapMAC := strings.TrimSpace(string(b))
+	var guestScript strings.Builder
+	for _, h := range p.cfg.HostAddrs {
+		for _, g := range p.cfg.GuestAddrs {
+			if !h.Contains(g.Addr()) {
+				continue
+			}
+			if err := p.ipHost("neigh", "replace", g.Addr().String(), "lladdr", p.GuestMAC.String(), "dev", p.cfg.Tap, "nud", "permanent"); err != nil {
+				return fmt.Errorf("pin the guest's neighbour entry: %w", err)
+			}
+			fmt.Fprintf(&guestScript, "ip neigh replace %s lladdr %s dev eth0 nud permanent\n", h.Addr(), tapMAC)
+		}
+	}
+	if guestScript.Len() == 0 {
+		return nil
+	}
+	if _, err := p.Run(ctx, guestScript.String()); err != nil {
+		return fmt.Errorf("pin the tap's neighbour entry in the guest: %w", err)
+	}
+	return nil
+}
+
 // processCPU is the CPU time a process has used so far (user + system),
 // or 0 when /proc does not say.
 func processCPU(pid int) time.Duration {
@@ -280,8 +317,8 @@ func (c *Config) kernelArgs() string {
 }
 
 func (p *Peer) startQEMU(qemu string) error {
-	mac := make([]byte, 3)
-	rand.Read(mac)
+	p.GuestMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0} // QEMU's OUI
+	rand.Read(p.GuestMAC[3:])
 	args := []string{"netns", "exec", p.cfg.Netns, qemu,
 		"-accel", "tcg", "-m", strconv.Itoa(p.cfg.MemoryMB), "-smp", "1",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -289,7 +326,7 @@ func (p *Peer) startQEMU(qemu string) error {
 		"-append", p.cfg.kernelArgs(),
 		"-serial", "file:" + p.consolePath(),
 		"-netdev", "tap,id=n0,ifname=" + p.cfg.Tap + ",script=no,downscript=no",
-		"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=52:54:00:%02x:%02x:%02x", mac[0], mac[1], mac[2]),
+		"-device", "virtio-net-pci,netdev=n0,mac=" + p.GuestMAC.String(),
 		"-device", "virtio-rng-pci",
 		"-device", "virtio-serial-pci",
 		"-chardev", "socket,id=ctl,path=" + p.socketPath() + ",server=on,wait=off",
