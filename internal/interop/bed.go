@@ -173,6 +173,11 @@ func StartBed(ctx context.Context, opts BedOptions) (b *Bed, err error) {
 		func() error {
 			return b.GW1.Sysctl(map[string]string{"net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0"})
 		},
+		// New devices (gw1's TUN) get IPv6 host behaviour: with
+		// forwarding=1 inherited they would join ff02::2 and send MLD
+		// reports into the tunnel at creation (see the package doc).
+		// Forwarding itself follows conf/all.
+		func() error { return b.GW1.Sysctl(map[string]string{"net/ipv6/conf/default/forwarding": "0"}) },
 	}
 	for _, step := range steps {
 		if err := step(); err != nil {

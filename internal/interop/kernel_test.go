@@ -188,9 +188,10 @@ func checkTraffic(t *testing.T, b *Bed, c Case) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stray := watchStray(t, b, tun)
 	defer func() {
 		if t.Failed() {
-			t.Logf("gw1 log:\n%s", b.GatewayOutput())
+			t.Logf("gw1 log:\n%s\npackets into gw1's TUN outside the tunnel's flows:\n%s", b.GatewayOutput(), stray())
 		}
 	}()
 	sent := 0 // echo requests each way, for the counter check
@@ -200,7 +201,7 @@ func checkTraffic(t *testing.T, b *Bed, c Case) {
 			sizes = pingSizes6
 		}
 		for _, size := range sizes {
-			r, err := testbed.Ping(ctx, tun.Near, far, size, 2)
+			r, err := PingNear(ctx, tun.Near, far, size, 2)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -293,6 +294,16 @@ func checkCounters(t *testing.T, ctx context.Context, b *Bed, tun *Tunnel, befor
 		t.Errorf("the kernel's last sent sequence number %#x, gw1's highest accepted %#x, want InitialSeq %#x + %d",
 			kout.OSeq, gin.Highest, tun.In.InitialSeq, kout.Packets)
 	}
+	// The kernel counts inner bytes without the IP header in transport
+	// mode (the payload after it), with it in tunnel mode; gw1's opened
+	// bytes are whole inner packets (IPv4 here: 20-byte headers).
+	wantBytes := gin.OpenedBytes
+	if tun.Mode == sa.Transport {
+		wantBytes -= 20 * gin.OpenedPackets
+	}
+	if kout.Bytes != wantBytes {
+		t.Errorf("the kernel sealed %d inner bytes on SA %#x, gw1 opened %d (%d less IPv4 headers in transport mode)", kout.Bytes, tun.In.SPI, gin.OpenedBytes, wantBytes)
+	}
 	if kin.IntegrityFailed != corrupted || kin.Replayed != replayed || kin.ReplayWindowDrops != 0 {
 		t.Errorf("kernel SA %#x: integrity failed %d, replayed %d, outside the window %d; want %d, %d, 0",
 			tun.Out.SPI, kin.IntegrityFailed, kin.Replayed, kin.ReplayWindowDrops, corrupted, replayed)
@@ -368,7 +379,7 @@ func checkImpaired(t *testing.T, b *Bed, c Case) {
 		t.Fatal(err)
 	}
 	const count = 40
-	r, err := testbed.Ping(ctx, tun.Near, tun.FarAddrs[0], 100, count)
+	r, err := PingNear(ctx, tun.Near, tun.FarAddrs[0], 100, count)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,4 +396,26 @@ func checkImpaired(t *testing.T, b *Bed, c Case) {
 		t.Errorf("%d echo replies, want %d (%d requests less %d corrupted)", r.Received, want, count, imp.Corrupted)
 	}
 	checkCounters(t, ctx, b, tun, before, imp.Corrupted, imp.Replayed)
+}
+
+// watchStray captures what enters gw1's TUN outside the case's own flows,
+// to explain a drop or an extra packet when a case fails.
+func watchStray(t *testing.T, b *Bed, tun *Tunnel) func() string {
+	filter := "not (host 192.0.2.1 and host 192.0.2.2)"
+	if tun.Mode == sa.Tunnel {
+		filter = "not (net 198.51.100.0/24 or net 2001:db8:a::/64)"
+	}
+	file := filepath.Join(b.Dir, "stray.pcap")
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := b.GW1.Command(ctx, "tcpdump", "-U", "-ni", tunIf, "-c", "20", "-w", file, filter)
+	if err := cmd.Start(); err != nil {
+		t.Logf("tcpdump on gw1's TUN: %v", err)
+		cancel()
+		return func() string { return "" }
+	}
+	t.Cleanup(func() { cancel(); cmd.Wait() })
+	return func() string {
+		out, _ := exec.Command("tcpdump", "-nvr", file).CombinedOutput()
+		return string(out)
+	}
 }

@@ -100,19 +100,44 @@ func StartXfrmPeer(ctx context.Context, cfg XfrmPeerConfig, sas []*sa.SA) (*Xfrm
 // policies are made from them); transport SAs without selectors protect
 // all traffic between their two hosts.
 func (x *XfrmPeer) Configure(ctx context.Context, sas []*sa.SA) error {
-	var d []kernelpeer.DirectedSA
+	var cmds []kernelpeer.Command
 	addr := x.cfg.Addr.Addr()
 	for _, s := range sas {
+		var dir kernelpeer.Direction
 		switch addr {
 		case s.Dst:
-			d = append(d, kernelpeer.DirectedSA{SA: s, Dir: kernelpeer.Inbound})
+			dir = kernelpeer.Inbound
 		case s.Src:
-			d = append(d, kernelpeer.DirectedSA{SA: s, Dir: kernelpeer.Outbound})
+			dir = kernelpeer.Outbound
 		default:
 			return fmt.Errorf("configure xfrm peer: %v is neither from nor to the guest's %s", s, addr)
 		}
+		c, err := kernelpeer.XFRMCommands(s, dir)
+		if err != nil {
+			return fmt.Errorf("configure xfrm peer: %w", err)
+		}
+		if interFamily(s) {
+			// The state's selector takes the outer family unless told
+			// otherwise; the kernel then refuses inner packets of the
+			// other family (XfrmInStateMismatch, XfrmOutNoStates).
+			c[0].Args = append(c[0].Args, "flag", "af-unspec")
+		}
+		cmds = append(cmds, c...)
 	}
-	return x.kernel.ReplaceSAs(ctx, d...)
+	return x.kernel.ReplaceWithCommands(ctx, cmds)
+}
+
+// interFamily reports whether a tunnel SA carries an inner family other
+// than its outer one (IPv6 in IPv4 or the reverse).
+func interFamily(s *sa.SA) bool {
+	for _, sel := range s.Selectors {
+		for _, p := range []netip.Prefix{sel.Src, sel.Dst} {
+			if p.IsValid() && p.Addr().Is4() != s.Src.Is4() {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Counters reads the guest kernel's per-SA counters (`ip -s xfrm state`)
