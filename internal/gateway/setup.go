@@ -83,18 +83,9 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	}
 	// No IPv6 link-local address on the TUN: the kernel would otherwise send
 	// router solicitations and MLD reports into the tunnel. Routes need none.
-	// Nor router behaviour: in a namespace that forwards IPv6 the TUN
-	// inherits forwarding=1 and joins ff02::2, whose MLD reports (from ::)
-	// would go into the tunnel at Up. Per-device forwarding only sets
-	// host/router behaviour; forwarding itself follows conf/all.
-	for _, q := range []struct{ key, val, what string }{
-		{"addr_gen_mode", "1", "IPv6 link-local addressing"},
-		{"forwarding", "0", "IPv6 router behaviour (all-routers group)"},
-	} {
-		path := "/proc/sys/net/ipv6/conf/" + cfg.TUN.Name + "/" + q.key
-		if err := os.WriteFile(path, []byte(q.val), 0o644); err != nil && !os.IsNotExist(err) {
-			log.Warn("could not turn off "+q.what+" on the TUN", "err", err)
-		}
+	quiet := "/proc/sys/net/ipv6/conf/" + cfg.TUN.Name + "/addr_gen_mode"
+	if err := os.WriteFile(quiet, []byte("1"), 0o644); err != nil && !os.IsNotExist(err) {
+		log.Warn("could not turn off IPv6 link-local addressing on the TUN", "err", err)
 	}
 	if err := rt.TUN.Up(); err != nil {
 		return rt, fmt.Errorf("%s: tun up: %w", cfg.File, err)
