@@ -194,7 +194,6 @@ func checkTraffic(t *testing.T, b *Bed, c Case) {
 			t.Logf("gw1 log:\n%s\npackets into gw1's TUN outside the tunnel's flows:\n%s", b.GatewayOutput(), stray())
 		}
 	}()
-	sent := 0 // echo requests each way, for the counter check
 	for _, far := range tun.FarAddrs {
 		sizes := pingSizes4
 		if far.Is6() {
@@ -205,10 +204,10 @@ func checkTraffic(t *testing.T, b *Bed, c Case) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if r.Received != r.Sent {
-				t.Errorf("ping %s → %s, %d bytes: %d of %d replies\n%s", tun.Near.Short(), far, size, r.Received, r.Sent, r.Output)
+			// PingNear sends until 2 replies came or its deadline passed.
+			if r.Received < 2 {
+				t.Errorf("ping %s → %s, %d bytes: %d replies to %d requests\n%s", tun.Near.Short(), far, size, r.Received, r.Sent, r.Output)
 			}
-			sent += r.Sent
 		}
 	}
 	for _, near := range tun.NearAddrs {
@@ -392,8 +391,11 @@ func checkImpaired(t *testing.T, b *Bed, c Case) {
 	if imp.Corrupted == 0 || imp.Replayed == 0 {
 		t.Fatalf("the relay corrupted %d and replayed %d packets: the test proves nothing without both", imp.Corrupted, imp.Replayed)
 	}
-	if want := count - int(imp.Corrupted); r.Received != want {
-		t.Errorf("%d echo replies, want %d (%d requests less %d corrupted)", r.Received, want, count, imp.Corrupted)
+	// ping sends until count replies came: the corrupted requests get
+	// none, and so must have been resent.
+	if r.Received != count || r.Sent < count+int(imp.Corrupted) {
+		t.Errorf("%d echo replies to %d requests, want %d replies and at least %d requests (%d corrupted)",
+			r.Received, r.Sent, count, count+int(imp.Corrupted), imp.Corrupted)
 	}
 	checkCounters(t, ctx, b, tun, before, imp.Corrupted, imp.Replayed)
 }
