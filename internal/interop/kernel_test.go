@@ -386,7 +386,7 @@ func checkImpaired(t *testing.T, b *Bed, c Case) {
 	// last ones arrive.
 	time.Sleep(500 * time.Millisecond)
 	imp := b.RelayCounters().AToB.Impair
-	t.Logf("ping: %d of %d replies; relay gw1→guest: matched %d, corrupted %d, replayed %d",
+	t.Logf("ping: %d replies to %d requests; relay gw1→guest: matched %d, corrupted %d, replayed %d",
 		r.Received, r.Sent, imp.Matched, imp.Corrupted, imp.Replayed)
 	if imp.Corrupted == 0 || imp.Replayed == 0 {
 		t.Fatalf("the relay corrupted %d and replayed %d packets: the test proves nothing without both", imp.Corrupted, imp.Replayed)
