@@ -116,19 +116,23 @@ func (r *runner) ping(ctx context.Context, p *PingStep, res *StepResult) error {
 	return nil
 }
 
-var pingCounts = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
+var pingReply = regexp.MustCompile(`(?m)^\d+ bytes from .* icmp_seq=(\d+) .*$`)
 
 // ping sends count echo requests of size payload bytes, interval apart,
-// and counts the replies. With df, IPv4 requests forbid fragmentation
-// (IPv6 routers never fragment).
+// and counts the replies to them. With df, IPv4 requests forbid
+// fragmentation (IPv6 routers never fragment).
+//
+// ping's own summary cannot be used: with -W alone, once one reply came it
+// waits only two round trips for the rest, and counts late replies on a
+// loaded machine as lost; with a deadline (-w) it keeps sending until count
+// replies came, and exits with the extra requests in flight. So ping runs
+// with a deadline and the replies to sequence numbers 1..count are
+// counted from its per-reply lines.
 func ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool) (sent, received int, output string, err error) {
-	// -w, an overall deadline, makes ping wait for every reply: with only
-	// -W, once one reply came it waits just two round trips for the rest,
-	// and on a loaded machine counts late replies as lost.
 	deadline := time.Duration(count)*interval + 3*time.Second
 	ctx, cancel := context.WithTimeout(ctx, deadline+5*time.Second)
 	defer cancel()
-	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size),
+	args := []string{"-n", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size),
 		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "2", "-w", strconv.Itoa(int(deadline.Seconds() + 0.999))}
 	if dst.Is4() {
 		if df {
@@ -138,13 +142,19 @@ func ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count 
 		}
 	}
 	out, _ := ns.Command(ctx, "ping", append(args, dst.String())...).CombinedOutput()
-	m := pingCounts.FindSubmatch(out)
-	if m == nil {
+	if !bytes.Contains(out, []byte("packets transmitted")) {
 		return 0, 0, string(out), fmt.Errorf("ping %s from %s: no summary in output:\n%s", dst, ns.Short(), out)
 	}
-	sent, _ = strconv.Atoi(string(m[1]))
-	received, _ = strconv.Atoi(string(m[2]))
-	return sent, received, string(out), nil
+	seen := map[int]bool{}
+	for _, m := range pingReply.FindAllSubmatch(out, -1) {
+		if bytes.Contains(m[0], []byte("(DUP!)")) {
+			continue
+		}
+		if seq, _ := strconv.Atoi(string(m[1])); seq >= 1 && seq <= count {
+			seen[seq] = true
+		}
+	}
+	return count, len(seen), string(out), nil
 }
 
 // udp sends a paced flow of stamped datagrams and counts what arrives:
