@@ -74,7 +74,9 @@ func TestScenarioVerdictsMatchTshark(t *testing.T) {
 	if bad := float64(v.ESP - v.ICVGood); bad != m["bad-icv"]+m["unknown-spi"] || m["bad-icv"] == 0 || m["unknown-spi"] == 0 {
 		t.Errorf("tshark: %d ESP packets, %d with good ICVs; gateways: bad-icv %v, unknown-spi %v", v.ESP, v.ICVGood, m["bad-icv"], m["unknown-spi"])
 	}
-	if float64(v.ESP) != m["wire_out"] {
+	// The capture starts with the relay, a moment before the counters'
+	// baseline: it may hold a few more (good) packets than were counted.
+	if float64(v.ESP) < m["wire_out"] || float64(v.ESP) > m["wire_out"]+8 {
 		t.Errorf("tshark saw %d ESP packets on the WAN, the gateways sent %v", v.ESP, m["wire_out"])
 	}
 }
