@@ -34,6 +34,15 @@
 // SAs, Ping/PingSizes ping from the guest, Counters reads the kernel's
 // per-SA and global XFRM counters, Close tears it all down.
 //
+// StartScapyPeer is the hook for `peer: scapy`: scapy_responder.py (run
+// with /usr/bin/python3, embedded in this package) listens on an interface
+// in the runner's namespace, opens ESP for its SAs (ICV, anti-replay
+// window, ESN high bits) and answers ICMP echo requests for its addresses
+// with ESP echo replies; ScapyPeer.Counters says what it received, opened,
+// rejected (bad ICV, replay, unknown SPI) and answered. BedOptions.Scapy
+// builds the same bed with the responder in a namespace of its own behind
+// the relay instead of the guest.
+//
 // # Interop matrix
 //
 // The tests record every combination they run in a Matrix; with
