@@ -44,8 +44,11 @@ func Ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count 
 	if m == nil {
 		return r, fmt.Errorf("ping %s from %s: no summary in output:\n%s", dst, ns.Short(), r.Output)
 	}
-	r.Sent, _ = strconv.Atoi(m[1])
-	r.Received, _ = strconv.Atoi(m[2])
+	// With a deadline ping goes on sending until count replies came, so
+	// it may transmit more than count: what counts is whether the count
+	// asked for was answered.
+	got, _ := strconv.Atoi(m[2])
+	r.Sent, r.Received = count, min(got, count)
 	if m := pingRTT.FindStringSubmatch(r.Output); m != nil {
 		ms, _ := strconv.ParseFloat(m[1], 64)
 		r.RTTAvg = time.Duration(ms * float64(time.Millisecond))
