@@ -40,12 +40,14 @@ def ip_class(c):
     return IPv6 if v6(c) else IP
 
 
-def make_sa(c, spi, src, dst, hi):
+def make_sa(c, spi, src, dst, hi, udp=None):
+    if udp is None:
+        udp = c["udp"]
     return SecurityAssociation(
         ESP, spi=spi, crypt_algo=c["crypt"], crypt_key=bytes.fromhex(c["crypt_key"]),
         auth_algo=c["auth"], auth_key=bytes.fromhex(c["auth_key"]) if c["auth_key"] else None,
         tunnel_header=ip_class(c)(src=src, dst=dst) if c["mode"] == "tunnel" else None,
-        nat_t_header=UDP(sport=4500, dport=4500) if c["udp"] else None,
+        nat_t_header=UDP(sport=4500, dport=4500) if udp else None,
         esn_en=c["esn"], esn=hi)
 
 
@@ -62,24 +64,57 @@ def esn_icv(c, esp_bytes, hi):
     return mac.digest()[:c["icv_len"]]
 
 
-def seal(c, sa, inner, seq):
+def udp6_checksum(b):
+    """Recompute the UDP checksum of an IPv6 packet without extension
+    headers, after its ESP bytes changed (RFC 8200 §8.1 pseudo-header)."""
+    b[46:48] = b"\x00\x00"
+    udp = bytes(b[40:])
+    data = bytes(b[8:40]) + struct.pack("!LxxxB", len(udp), 17) + udp
+    if len(data) % 2:
+        data += b"\x00"
+    total = sum(struct.unpack("!%dH" % (len(data) // 2), data))
+    while total > 0xFFFF:
+        total = (total & 0xFFFF) + (total >> 16)
+    b[46:48] = struct.pack("!H", (~total & 0xFFFF) or 0xFFFF)
+
+
+def seal(c, sa, inner, seq, tamper=False):
     lo, hi = seq & 0xFFFFFFFF, seq >> 32
     p = sa.encrypt(inner, seq_num=lo, esn_en=c["esn"], esn=hi)
     if c["udp"]:
-        # scapy writes the UDP length before the ESP payload exists (8)
+        # scapy writes the UDP length before the ESP payload exists (8).
+        # A zero UDP checksum is fine over IPv4 (RFC 3948 §3.1.1) but not
+        # over IPv6, where receivers drop it (RFC 8200 §8.1).
         p[UDP].len = None
-        p[UDP].chksum = 0
+        p[UDP].chksum = None if v6(c) else 0
     b = bytearray(bytes(ip_class(c)(bytes(p))))
     if c["esn"] and c["auth"] != "NULL":
         off = esp_offset(b, c["udp"])
         b[-c["icv_len"]:] = esn_icv(c, bytes(b[off:-c["icv_len"]]), hi)
+    if tamper:
+        # one bit of the last ciphertext byte before the ICV
+        b[-c["icv_len"] - 1] ^= 0x01
+    if c["udp"] and v6(c):
+        udp6_checksum(b)  # the UDP checksum covers the ESP bytes changed above
     return bytes(b)
 
 
 def open_reply(c, sa, b, hi):
-    """Verify and decrypt the guest's reply; returns (inner packet, seq)."""
+    """Verify and decrypt the guest's reply; returns (inner packet, seq).
+
+    A UDP-encapsulated reply is first turned into plain ESP (the ICV covers
+    only the ESP part): scapy's decrypt mishandles IPv6 transport mode with
+    a UDP header, and this keeps one path for all cases."""
     off = esp_offset(b, c["udp"])
     seq = struct.unpack("!L", b[off + 4:off + 8])[0]
+    if c["udp"]:
+        outer = ip_class(c)(b)
+        if v6(c):
+            plain = IPv6(src=outer.src, dst=outer.dst, nh=50, hlim=outer.hlim) / Raw(b[off:])
+        else:
+            plain = IP(src=outer.src, dst=outer.dst, proto=50, ttl=outer.ttl) / Raw(b[off:])
+        b = bytes(ip_class(c)(bytes(plain)))
+        off = esp_offset(b, False)
     if c["esn"] and c["auth"] != "NULL":
         want = esn_icv(c, b[off:-c["icv_len"]], hi)
         if not hmac.compare_digest(want, b[-c["icv_len"]:]):
@@ -115,7 +150,7 @@ def run_case(c, txs, rx):
     hi_in = (c["seq_in"] + 1) >> 32
     hi_out = (c["seq_out"] + 1) >> 32
     sa_in = make_sa(c, c["spi_in"], c["host"], c["guest"], hi_in)
-    sa_out = make_sa(c, c["spi_out"], c["guest"], c["host"], hi_out)
+    sa_out = make_sa(c, c["spi_out"], c["guest"], c["host"], hi_out, udp=False)
     src, dst = (c["host_inner"], c["guest_inner"]) if c["mode"] == "tunnel" else (c["host"], c["guest"])
     payload = os.urandom(c["payload_len"])
     ident = c["spi_in"] & 0xFFFF
@@ -160,9 +195,8 @@ def run_case(c, txs, rx):
 
     # A tampered packet: one bit flipped in the last ciphertext byte before
     # the ICV, under a fresh sequence number so only the ICV can reject it.
-    bad = bytearray(seal(c, sa_in, req, c["seq_in"] + 2))
-    bad[-c["icv_len"] - 1] ^= 0x01
-    tx.sendto(bytes(bad), (c["guest"], 0))
+    bad = seal(c, sa_in, req, c["seq_in"] + 2, tamper=True)
+    tx.sendto(bad, (c["guest"], 0))
     # A replay of the first packet.
     if c["replay"]:
         tx.sendto(pkt, (c["guest"], 0))
