@@ -25,6 +25,12 @@
 // (ip rule … ipproto icmp|tcp lookup 100), while the gateway's own ESP to
 // the same address takes the main table.
 //
+// gw1's namespace forwards IPv6 (conf/all) but gives new devices host
+// behaviour (conf/default/forwarding=0): a TUN created with forwarding=1
+// joins ff02::2 and the kernel sends MLDv2 reports from :: into it, which
+// the gateway seals into the tunnel (or drops as no-policy when an SPD is
+// in force) — extra packets that would spoil the exact counter comparison.
+//
 // # Scenario hook
 //
 // StartXfrmPeer is the API a scenario runner calls for `peer: linux-xfrm`:
