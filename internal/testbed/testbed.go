@@ -146,6 +146,15 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 	if b.Dir, err = os.MkdirTemp("", "espgw-"+opts.Prefix+"-"); err != nil {
 		return b, fmt.Errorf("make work folder: %w", err)
 	}
+	// Interfaces made from now on (the gateways' TUNs) act as IPv6 hosts,
+	// not routers: a router interface joins ff02::2 and its MLD report
+	// would be the first packet into the tunnel. Forwarding follows
+	// conf/all and stays on.
+	for _, ns := range []*netns.Namespace{topo.GW1, topo.GW2} {
+		if err := ns.Sysctl(map[string]string{"net/ipv6/conf/default/forwarding": "0"}); err != nil {
+			return b, fmt.Errorf("quiet new interfaces in %s: %w", ns.Short(), err)
+		}
+	}
 	if opts.Prepare != nil {
 		if err = opts.Prepare(topo); err != nil {
 			return b, fmt.Errorf("prepare the topology: %w", err)
