@@ -11,3 +11,6 @@ if [ -x scripts/prepare-kernel-peer.sh ]; then
 fi
 go vet ./...
 go test -race -count=1 -timeout 60m ./... "$@"
+# The aesni engine's pure-Go fallback, through the same tests.
+go test -count=1 -tags purego ./offload/aesni/...
+./scripts/fuzz.sh

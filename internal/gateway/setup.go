@@ -131,7 +131,7 @@ func (rt *Runtime) open(k connKey, cfg *Config) error {
 			}
 		}
 	}
-	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, port), GSO: kind == transport.UDPEncap})
+	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap})
 	if err != nil {
 		return fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
 	}

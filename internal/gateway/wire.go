@@ -15,27 +15,24 @@ const rxOffset = 64
 type Wire struct {
 	*transport.Conn
 	rx, tx []transport.Packet
-	owner  map[*byte][]byte // received slot → the full buffer it belongs to
+	bufs   [][]byte // the receive buffers by Tag, as msgs get rewritten
 }
 
 // NewWire wraps c.
-func NewWire(c *transport.Conn) *Wire {
-	return &Wire{Conn: c, owner: map[*byte][]byte{}}
-}
+func NewWire(c *transport.Conn) *Wire { return &Wire{Conn: c} }
 
 // Receive implements Conn.
 func (w *Wire) Receive(msgs []Message) (int, error) {
-	w.rx = w.rx[:0]
-	clear(w.owner)
-	for _, m := range msgs {
-		slot := m.Buf[rxOffset:]
-		w.owner[&slot[0]] = m.Buf
-		w.rx = append(w.rx, transport.Packet{Buf: slot})
+	w.rx, w.bufs = w.rx[:0], w.bufs[:0]
+	for i, m := range msgs {
+		w.bufs = append(w.bufs, m.Buf)
+		// Receive reorders whole entries; the Tag says whose buffer it is.
+		w.rx = append(w.rx, transport.Packet{Buf: m.Buf[rxOffset:], Tag: i})
 	}
 	n, err := w.Conn.Receive(w.rx)
 	for i := range n {
 		p := &w.rx[i]
-		full := w.owner[&p.Buf[0]]
+		full := w.bufs[p.Tag]
 		off := len(full) - cap(p.Data)
 		// A raw IPv4 socket's header stays in the buffer before the ESP.
 		msgs[i] = Message{Buf: full, Off: off, Len: len(p.Data), HdrLen: off - rxOffset, Peer: p.Peer}

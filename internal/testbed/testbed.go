@@ -42,7 +42,7 @@ type Options struct {
 	ESN          bool
 	ReplayWindow int // default 64
 	InitialSeq   uint64
-	Engine       [2]string // per gateway (default cpu)
+	Engine       [2]string // per gateway (default: DefaultEngine)
 	Workers      int
 	// TUNOffloads turns vnet-hdr offloads on (default on; set NoOffloads).
 	NoOffloads bool
@@ -110,7 +110,7 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 	}
 	for i := range opts.Engine {
 		if opts.Engine[i] == "" {
-			opts.Engine[i] = "cpu"
+			opts.Engine[i] = DefaultEngine()
 		}
 	}
 	if opts.Log == nil {
@@ -321,3 +321,13 @@ func (g *Gateway) PID() int {
 
 // Output is what the gateway has logged so far.
 func (g *Gateway) Output() string { return g.out.String() }
+
+// DefaultEngine is the engine gateways get when none is named: $ESPGW_ENGINE,
+// or cpu. Running the test suite with ESPGW_ENGINE=aesni (or ring, …) puts
+// every end-to-end test on that engine.
+func DefaultEngine() string {
+	if e := os.Getenv("ESPGW_ENGINE"); e != "" {
+		return e
+	}
+	return "cpu"
+}

@@ -36,9 +36,9 @@ const espHeaderLen = 8
 // Engine runs ops inline on the submitting goroutine. It is safe for
 // concurrent use: each Submit borrows a worker's scratch from a pool.
 type Engine struct {
-	workers                             sync.Pool
-	ops, bytes, batches, errors, badICV atomic.Uint64
-	closed                              atomic.Bool
+	workers  sync.Pool
+	counters offload.Counters
+	closed   atomic.Bool
 }
 
 // New returns the engine.
@@ -51,6 +51,10 @@ func New() *Engine {
 // Accelerated reports whether AES-CBC runs in assembly on this CPU and
 // build, rather than on the pure-Go fallback.
 func Accelerated() bool { return cbc.Accelerated() }
+
+// Implementation names what runs AES-CBC on this CPU and build: "vaes-avx2"
+// (AES-NI lanes for encryption, VAES for decryption), "aes-ni" or "go".
+func Implementation() string { return cbc.Implementation() }
 
 // Name returns "aesni".
 func (e *Engine) Name() string { return Name }
@@ -120,27 +124,7 @@ func (e *Engine) TrySubmit(b *offload.Batch) error {
 	w.run(b.Ops)
 	e.workers.Put(w)
 
-	var n, bad, failed uint64
-	for i := range b.Ops {
-		op := &b.Ops[i]
-		n += uint64(len(op.Packet))
-		switch op.Status {
-		case offload.OK:
-		case offload.BadICV:
-			bad++
-		default:
-			failed++
-		}
-	}
-	e.ops.Add(uint64(len(b.Ops)))
-	e.bytes.Add(n)
-	e.batches.Add(1)
-	if bad != 0 {
-		e.badICV.Add(bad)
-	}
-	if failed != 0 {
-		e.errors.Add(failed)
-	}
+	e.counters.Count(b)
 	if b.Done != nil {
 		b.Done(b)
 	}
@@ -148,12 +132,7 @@ func (e *Engine) TrySubmit(b *offload.Batch) error {
 }
 
 // Stats returns the engine's counters.
-func (e *Engine) Stats() offload.Stats {
-	return offload.Stats{
-		Ops: e.ops.Load(), Bytes: e.bytes.Load(), Batches: e.batches.Load(),
-		Errors: e.errors.Load(), BadICV: e.badICV.Load(),
-	}
-}
+func (e *Engine) Stats() offload.Stats { return e.counters.Stats() }
 
 // Close stops the engine from taking more work.
 func (e *Engine) Close() error {

@@ -180,7 +180,64 @@ func TestForeignSessionFails(t *testing.T) {
 	}
 }
 
+// TestConcurrentSubmit has several goroutines share one engine and its
+// sessions, as a gateway's workers do; run it with -race.
+func TestConcurrentSubmit(t *testing.T) {
+	r := rand.New(rand.NewPCG(25, 26))
+	pairs := allPairs(t, r)
+	e := New()
+	const goroutines = 4
+	errs := make(chan error, goroutines)
+	for g := 0; g < goroutines; g++ {
+		r := rand.New(rand.NewPCG(uint64(g), 27))
+		ops := make([]offload.Op, 24)
+		plain := make([][]byte, len(ops))
+		for i := range ops {
+			p := &pairs[r.IntN(len(pairs))]
+			ops[i] = offload.Op{Session: p.aes, Dir: offload.Seal, Packet: packet(r, p.suite, randPayloadLen(r, p.suite)%2048)}
+			plain[i] = bytes.Clone(ops[i].Packet)
+		}
+		go func() {
+			w := offload.NewWaiter()
+			for round := 0; round < 20; round++ {
+				for _, dir := range []offload.Direction{offload.Seal, offload.Open} {
+					for i := range ops {
+						ops[i].Dir = dir
+					}
+					if err := w.Run(context.Background(), e, ops); err != nil {
+						errs <- err
+						return
+					}
+					for i := range ops {
+						if ops[i].Status != offload.OK {
+							errs <- fmt.Errorf("round %d, %s op %d: %s", round, dir, i, ops[i].Status)
+							return
+						}
+					}
+				}
+				for i := range ops {
+					icv := ops[i].Session.Suite().ICVLen()
+					n := len(ops[i].Packet) - icv
+					if !bytes.Equal(ops[i].Packet[:n], plain[i][:n]) {
+						errs <- fmt.Errorf("round %d, op %d: seal then open did not give the plaintext back", round, i)
+						return
+					}
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for g := 0; g < goroutines; g++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
 func TestNoAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector makes sync.Pool drop items, so allocations cannot be counted")
+	}
 	r := rand.New(rand.NewPCG(17, 18))
 	e := New()
 	w := offload.NewWaiter()

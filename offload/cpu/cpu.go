@@ -20,8 +20,8 @@ const MaxBatch = 1024
 
 // Engine runs ops inline. It is safe for concurrent use.
 type Engine struct {
-	ops, bytes, batches, errors, badICV atomic.Uint64
-	closed                              atomic.Bool
+	counters offload.Counters
+	closed   atomic.Bool
 }
 
 // New returns the inline engine.
@@ -48,28 +48,10 @@ func (e *Engine) TrySubmit(b *offload.Batch) error {
 	if e.closed.Load() {
 		return offload.ErrClosed
 	}
-	var n, bad, failed uint64
 	for i := range b.Ops {
-		op := &b.Ops[i]
-		Process(op)
-		n += uint64(len(op.Packet))
-		switch op.Status {
-		case offload.BadICV:
-			bad++
-		case offload.OK:
-		default:
-			failed++
-		}
+		Process(&b.Ops[i])
 	}
-	e.ops.Add(uint64(len(b.Ops)))
-	e.bytes.Add(n)
-	e.batches.Add(1)
-	if bad != 0 {
-		e.badICV.Add(bad)
-	}
-	if failed != 0 {
-		e.errors.Add(failed)
-	}
+	e.counters.Count(b)
 	if b.Done != nil {
 		b.Done(b)
 	}
@@ -77,12 +59,7 @@ func (e *Engine) TrySubmit(b *offload.Batch) error {
 }
 
 // Stats returns the engine's counters.
-func (e *Engine) Stats() offload.Stats {
-	return offload.Stats{
-		Ops: e.ops.Load(), Bytes: e.bytes.Load(), Batches: e.batches.Load(),
-		Errors: e.errors.Load(), BadICV: e.badICV.Load(),
-	}
-}
+func (e *Engine) Stats() offload.Stats { return e.counters.Stats() }
 
 // Close stops the engine from taking more work.
 func (e *Engine) Close() error {

@@ -136,11 +136,12 @@ type kernel uint8
 
 const (
 	kernelGo   kernel = iota // the standard library's block cipher
-	kernelXMM                // AES-NI on XMM registers, one block per instruction
-	kernelVAES               // VAES on YMM registers, two blocks per instruction
+	kernelXMM                // AES-NI on XMM registers, legacy SSE encoding
+	kernelAVX                // AES-NI on XMM registers, VEX encoding with memory operands
+	kernelVAES               // kernelAVX, and VAES on YMM registers (two blocks per instruction) to decrypt
 )
 
-var kernelNames = [...]string{kernelGo: "go", kernelXMM: "aes-ni", kernelVAES: "vaes-avx2"}
+var kernelNames = [...]string{kernelGo: "go", kernelXMM: "aes-ni", kernelAVX: "aes-ni-avx", kernelVAES: "vaes-avx2"}
 
 func (k kernel) String() string { return kernelNames[k] }
 
@@ -149,5 +150,5 @@ func (k kernel) String() string { return kernelNames[k] }
 func Accelerated() bool { return best != kernelGo }
 
 // Implementation names what runs the CBC loops on this CPU and build:
-// "vaes-avx2", "aes-ni" or "go".
+// "vaes-avx2", "aes-ni-avx", "aes-ni" or "go".
 func Implementation() string { return best.String() }

@@ -4,7 +4,7 @@ package cbc
 
 import "golang.org/x/sys/cpu"
 
-// best is the fastest kernel this CPU runs: VAES needs AVX2 (which x/sys/cpu
+// best is the fastest kernel this CPU runs. VAES needs AVX2 (which x/sys/cpu
 // reports only when the OS saves YMM state) and the VAES CPUID bit, which
 // x/sys/cpu reports only on AVX-512 CPUs, hence hasVAES.
 var best = func() kernel {
@@ -13,6 +13,8 @@ var best = func() kernel {
 		return kernelGo
 	case cpu.X86.HasAVX2 && hasVAES():
 		return kernelVAES
+	case cpu.X86.HasAVX:
+		return kernelAVX
 	}
 	return kernelXMM
 }()
@@ -22,7 +24,7 @@ func hasVAES() bool
 
 // decryptBlocksAsm decrypts n blocks from src to dst in CBC mode from iv with
 // the AESDEC schedule dk: 16 blocks at a time on YMM registers if wide, then
-// 8 at a time on XMM registers.
+// 8 at a time on XMM registers, then 4, 2 and 1.
 //
 //go:noescape
 func decryptBlocksAsm(dk *byte, rounds int, iv *[BlockSize]byte, dst, src *byte, n int, wide bool)
@@ -39,3 +41,9 @@ func encryptBlocksAsm(ek *byte, rounds int, iv *[BlockSize]byte, dst, src *byte,
 //
 //go:noescape
 func encryptLanesAsm(st *lanes, rounds int, n int)
+
+// encryptLanesAVX is encryptLanesAsm in VEX encoding, with the round keys and
+// plaintext blocks as memory operands.
+//
+//go:noescape
+func encryptLanesAVX(st *lanes, rounds int, n int)

@@ -16,3 +16,7 @@ func encryptBlocksAsm(ek *byte, rounds int, iv *[BlockSize]byte, dst, src *byte,
 func encryptLanesAsm(st *lanes, rounds int, n int) {
 	panic("cbc: assembly called in a build without it")
 }
+
+func encryptLanesAVX(st *lanes, rounds int, n int) {
+	panic("cbc: assembly called in a build without it")
+}

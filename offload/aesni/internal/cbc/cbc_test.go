@@ -202,6 +202,39 @@ func TestBatches(t *testing.T) {
 	}
 }
 
+// TestUnaligned puts buffers at every offset from a 16-byte boundary, as
+// ESP payloads behind headers of any length are.
+func TestUnaligned(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	key := randBytes(r, 32)
+	k, _ := NewKey(key)
+	for _, im := range impls() {
+		var e Encrypter
+		for shift := 0; shift < BlockSize; shift++ {
+			jobs := make([]Job, 11)
+			want := make([][]byte, len(jobs))
+			for i := range jobs {
+				n := BlockSize * (1 + r.IntN(300))
+				src := randBytes(r, n+shift)[shift:]
+				iv := (*[16]byte)(randBytes(r, 16))
+				want[i] = stdEncrypt(key, iv, src)
+				jobs[i] = Job{Key: k, IV: iv, Dst: src, Src: src}
+			}
+			e.encryptBatch(jobs, im)
+			for i, j := range jobs {
+				if !bytes.Equal(j.Dst, want[i]) {
+					t.Fatalf("%s: buffers %d bytes past a 16-byte boundary: job %d differs from crypto/cipher", im, shift, i)
+				}
+				plain := stdDecrypt(key, j.IV, j.Dst)
+				decrypt(k, j.IV, j.Dst, j.Dst, im)
+				if !bytes.Equal(j.Dst, plain) {
+					t.Fatalf("%s: buffer %d bytes past a 16-byte boundary: decrypt differs from crypto/cipher", im, shift)
+				}
+			}
+		}
+	}
+}
+
 // TestReusedKey refills a Key that an Encrypter has used, between batches.
 func TestReusedKey(t *testing.T) {
 	r := rand.New(rand.NewPCG(21, 22))

@@ -1,0 +1,5 @@
+//go:build !race
+
+package aesni
+
+const raceEnabled = false
