@@ -315,7 +315,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 func (o *Options) stepsPerPath() int {
-	return 2 + len(o.Frames)*(1+o.Iterations+o.PartialIters) + len(o.LatencyLoads)
+	return 2 + len(o.measuredFrames())*(1+o.Iterations+o.PartialIters) + len(o.LatencyLoads)
+}
+
+// measuredFrames are the frames asked for and, if it is not among them, the
+// latency frame, whose zero-loss rate the latency loads need.
+func (o *Options) measuredFrames() []Mix {
+	for _, f := range o.Frames {
+		if !f.IsIMIX() && f.Frames[0] == o.LatencyFrame {
+			return o.Frames
+		}
+	}
+	return append(o.Frames[:len(o.Frames):len(o.Frames)], Single(o.LatencyFrame))
 }
 
 // meter runs the measurements and keeps the progress count.
@@ -325,7 +336,7 @@ type meter struct {
 }
 
 func (m *meter) step(what string, n int) {
-	m.done += n
+	m.done = min(m.done+max(n, 0), m.total)
 	m.o.Progress(what, m.done, m.total)
 }
 
@@ -449,17 +460,7 @@ func (m *meter) measure(ctx context.Context, topo *netns.Topology, procs []proce
 	}
 
 	latencyMix := Single(o.LatencyFrame)
-	haveLatencyFrame := false
-	frames := o.Frames
-	for _, f := range frames {
-		if !f.IsIMIX() && f.Frames[0] == o.LatencyFrame {
-			haveLatencyFrame = true
-		}
-	}
-	if !haveLatencyFrame {
-		frames = append(frames[:len(frames):len(frames)], latencyMix)
-	}
-	for _, mix := range frames {
+	for _, mix := range o.measuredFrames() {
 		fr, err := m.frame(ctx, probe, res.Name, mix)
 		res.Frames = append(res.Frames, fr)
 		if err != nil {
