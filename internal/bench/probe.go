@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
@@ -20,9 +21,11 @@ import (
 )
 
 // probeHeader is what every probe datagram starts with: the trial it belongs
-// to (4 bytes), its sequence number (4) and when it was sent (8, nanoseconds
-// on the probe's own monotonic clock). Sender and receiver are one process,
-// so one-way delay needs no clock synchronisation.
+// to (4 bytes), its sequence number (4) and when it was sent (8, Unix
+// nanoseconds). The receiver takes the arrival time from the kernel
+// (SO_TIMESTAMPNS, stamped when the packet reaches hostB's socket), so time
+// the datagram waits for the receiving goroutine to be scheduled is not
+// counted as path latency. Sender and receiver share this machine's clock.
 const probeHeader = 16
 
 const (
@@ -43,7 +46,6 @@ type Probe struct {
 	sconn *net.UDPConn
 	rconn *net.UDPConn
 	recv  *ipv4.PacketConn
-	base  time.Time
 
 	current atomic.Pointer[trialState]
 	nextID  uint32
@@ -90,7 +92,7 @@ func (r TrialResult) Loss() float64 {
 // NewProbe opens the receiver on dst (a local address of to) and the sender
 // in from, and starts receiving.
 func NewProbe(from, to *netns.Namespace, dst netip.Addr) (*Probe, error) {
-	p := &Probe{base: time.Now(), done: make(chan struct{})}
+	p := &Probe{done: make(chan struct{})}
 	raddr := &net.UDPAddr{IP: dst.AsSlice(), Port: probePort}
 	err := to.Do(func() error {
 		c, err := net.ListenUDP("udp4", raddr)
@@ -108,6 +110,10 @@ func NewProbe(from, to *netns.Namespace, dst netip.Addr) (*Probe, error) {
 	if err := setBuffer(p.rconn, unix.SO_RCVBUFFORCE, 16<<20); err != nil {
 		p.rconn.Close()
 		return nil, fmt.Errorf("probe receiver buffer: %w", err)
+	}
+	if err := setBuffer(p.rconn, unix.SO_TIMESTAMPNS, 1); err != nil {
+		p.rconn.Close()
+		return nil, fmt.Errorf("probe receiver timestamps: %w", err)
 	}
 	err = from.Do(func() error {
 		c, err := net.DialUDP("udp4", nil, raddr)
@@ -156,6 +162,7 @@ func (p *Probe) receive() {
 	msgs := make([]ipv4.Message, probeBatch)
 	for i := range msgs {
 		msgs[i].Buffers = [][]byte{make([]byte, 2048)}
+		msgs[i].OOB = make([]byte, 64)
 	}
 	for {
 		select {
@@ -171,7 +178,7 @@ func (p *Probe) receive() {
 			}
 			return // closed
 		}
-		now := time.Since(p.base)
+		now := time.Now().UnixNano()
 		t := p.current.Load()
 		if t == nil {
 			continue
@@ -184,7 +191,11 @@ func (p *Probe) receive() {
 			}
 			t.received++
 			if t.lat != nil {
-				t.lat.Record(now - time.Duration(binary.BigEndian.Uint64(b[8:])))
+				at, ok := kernelTimestamp(m.OOB[:m.NN])
+				if !ok {
+					at = now
+				}
+				t.lat.Record(time.Duration(at - int64(binary.BigEndian.Uint64(b[8:]))))
 			}
 		}
 		t.last = time.Now()
@@ -251,7 +262,7 @@ func (p *Probe) offer(ctx context.Context, id uint32, mix Mix, rate float64, d t
 			}
 			n = int(min(due, probeBatch))
 		}
-		ts := uint64(time.Since(p.base))
+		ts := uint64(time.Now().UnixNano())
 		for i := range n {
 			frame := mix.Frames[k]
 			k = (k + 1) % len(mix.Frames)
@@ -284,4 +295,23 @@ func (p *Probe) offer(ctx context.Context, id uint32, mix Mix, rate float64, d t
 		}
 	}
 	return sent, time.Since(start), nil
+}
+
+// kernelTimestamp finds SCM_TIMESTAMPNS in a control message buffer and
+// returns it in Unix nanoseconds; it parses in place, allocating nothing.
+func kernelTimestamp(oob []byte) (int64, bool) {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		if h.Len < unix.SizeofCmsghdr || int(h.Len) > len(oob) {
+			return 0, false
+		}
+		if h.Level == unix.SOL_SOCKET && h.Type == unix.SCM_TIMESTAMPNS && int(h.Len) >= unix.CmsgLen(16) {
+			data := oob[unix.CmsgLen(0):]
+			sec := int64(binary.NativeEndian.Uint64(data))
+			nsec := int64(binary.NativeEndian.Uint64(data[8:]))
+			return sec*1e9 + nsec, true
+		}
+		oob = oob[min(unix.CmsgSpace(int(h.Len)-unix.CmsgLen(0)), len(oob)):]
+	}
+	return 0, false
 }
