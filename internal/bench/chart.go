@@ -6,12 +6,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // Chart file names WriteCharts writes.
@@ -46,15 +48,42 @@ func WriteCharts(dir string, rep *Report) ([]string, error) {
 		}
 		files = append(files, path)
 	}
-	p, err := latencyChart(rep)
+	plots, err := latencyChart(rep)
 	if err != nil {
 		return files, err
 	}
 	path := filepath.Join(dir, ChartLatency)
-	if err := p.Save(18*vg.Centimeter, 11*vg.Centimeter, path); err != nil {
-		return files, fmt.Errorf("chart %s: %w", path, err)
+	if err := savePanels(plots, path); err != nil {
+		return files, err
 	}
 	return append(files, path), nil
+}
+
+// savePanels draws plots stacked in one PNG.
+func savePanels(plots []*plot.Plot, path string) error {
+	w, h := 18*vg.Centimeter, 10*vg.Centimeter*vg.Length(len(plots))
+	img := vgimg.New(w, h)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Centimeter / 2, PadTop: vg.Centimeter / 4, PadBottom: vg.Centimeter / 4}
+	table := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		table[i] = []*plot.Plot{p}
+	}
+	for i, c := range plot.Align(table, tiles, dc) {
+		plots[i].Draw(c[0])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("chart %s: %w", path, err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("chart %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("chart %s: %w", path, err)
+	}
+	return nil
 }
 
 // style gives each path a colour of its own, and the baselines grey and black.
@@ -119,6 +148,9 @@ func frameChart(rep *Report, ylabel string, value func(FrameResult) float64) (*p
 	}
 	if !drawn {
 		noData(p, &p.Y)
+	} else {
+		// Head room above the highest line for the legend in the top left.
+		p.Y.Max *= math.Pow(p.Y.Max/p.Y.Min, 0.6)
 	}
 	if hasIMIX(rep) && drawn {
 		// One legend line explains the squares of every path.
@@ -160,21 +192,43 @@ func sortXY(pts plotter.XYs) {
 	}
 }
 
-// latencyChart is the one-way latency CDF: x the delay on a log axis, y the
-// fraction of packets at or below it; colour per path, dashes per load.
-func latencyChart(rep *Report) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = "One-way latency CDF under load (fraction of each path's zero-loss rate)"
-	p.X.Label.Text = "latency (µs, log)"
-	p.Y.Label.Text = "fraction of packets"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top, p.Legend.Left = false, false
-	p.Add(plotter.NewGrid())
-	drawn := false
-	for i, r := range rep.Results {
-		for j, l := range r.Latency {
+// latencyChart is the one-way latency CDF, one panel per load (a fraction
+// of each path's own zero-loss rate) and a line per path: x the delay on a
+// log axis, y the fraction of packets at or below it.
+func latencyChart(rep *Report) ([]*plot.Plot, error) {
+	var loads []float64
+	for _, r := range rep.Results {
+		for _, l := range r.Latency {
+			if !slices.Contains(loads, l.Load) {
+				loads = append(loads, l.Load)
+			}
+		}
+	}
+	slices.Sort(loads)
+	if len(loads) == 0 {
+		p := plot.New()
+		p.Title.Text = "One-way latency CDF under load"
+		noData(p, &p.X)
+		return []*plot.Plot{p}, nil
+	}
+	var plots []*plot.Plot
+	for _, load := range loads {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("One-way latency CDF at %.0f%% of the zero-loss rate", load*100)
+		p.X.Label.Text = "latency (µs, log)"
+		p.Y.Label.Text = "fraction of packets"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Min, p.Y.Max = 0, 1
+		// A CDF leaves its top left corner empty: the legend goes there.
+		p.Legend.Top, p.Legend.Left = true, true
+		p.Add(plotter.NewGrid())
+		drawn := false
+		for i, r := range rep.Results {
+			l := r.LatencyAt(load)
+			if l == nil {
+				continue
+			}
 			var pts plotter.XYs
 			for _, c := range l.CDF {
 				if c.Micros > 0 && !math.IsInf(c.Micros, 0) {
@@ -190,16 +244,19 @@ func latencyChart(rep *Report) (*plot.Plot, error) {
 			}
 			line.Color = style(i, r)
 			line.Width = vg.Points(1.5)
-			line.Dashes = plotutil.Dashes(j)
-			drawn = true
 			p.Add(line)
-			p.Legend.Add(fmt.Sprintf("%s @%.0f%%", r.Name, l.Load*100), line)
+			p.Legend.Add(fmt.Sprintf("%s (p99 %.0f µs)", r.Name, l.P99), line)
+			drawn = true
 		}
+		if !drawn {
+			noData(p, &p.X)
+		} else {
+			// Room on the left for the legend.
+			p.X.Min /= math.Pow(p.X.Max/p.X.Min, 0.4)
+		}
+		plots = append(plots, p)
 	}
-	if !drawn {
-		noData(p, &p.X)
-	}
-	return p, nil
+	return plots, nil
 }
 
 // noData makes an empty chart drawable (a log axis over no data has no
