@@ -16,7 +16,7 @@ import (
 
 func newBench() *cobra.Command {
 	var o bench.Options
-	var encaps, frames, baseline, charts string
+	var encaps, frames, baseline, charts, save string
 	var asJSON, quiet bool
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -83,6 +83,15 @@ with the results so far.`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "charts: %s\n", strings.Join(files, ", "))
 				}
 			}
+			if save != "" {
+				b, err := json.MarshalIndent(rep, "", "  ")
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(save, append(b, '\n'), 0o644); err != nil {
+					return fmt.Errorf("save the report: %w", err)
+				}
+			}
 			fmt.Fprintln(cmd.ErrOrStderr())
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -119,6 +128,7 @@ with the results so far.`,
 	f.DurationVar(&o.LatencyTime, "latency-time", 2*time.Second, "length of each latency load")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&charts, "charts", "", "write PNG charts into this folder")
+	f.StringVar(&save, "save", "", "also write the JSON report to this file")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
 	return cmd
 }
