@@ -218,6 +218,16 @@ type Report struct {
 
 // Check refuses, clearly, to run where the bench cannot.
 func Check(o Options) error {
+	for _, b := range o.Baselines {
+		if b != KindWireguard {
+			return fmt.Errorf("baseline %q: the only baseline besides plain routing is %s", b, KindWireguard)
+		}
+	}
+	for _, s := range o.Suites {
+		if _, _, err := testbed.ParseSuite(s); err != nil {
+			return err
+		}
+	}
 	if err := netns.CheckPrerequisites(); err != nil {
 		return fmt.Errorf("espgw bench: %w", err)
 	}
@@ -235,11 +245,6 @@ func Check(o Options) error {
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("espgw bench needs %s on PATH (apt-get install -y iperf3 wireguard-tools)", strings.Join(missing, ", "))
-	}
-	for _, b := range o.Baselines {
-		if b != KindWireguard {
-			return fmt.Errorf("baseline %q: the only baseline besides plain routing is %s", b, KindWireguard)
-		}
 	}
 	return nil
 }
