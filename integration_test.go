@@ -199,6 +199,9 @@ func TestTunnelMatrix(t *testing.T) {
 								t.Errorf("gw%d SA %s drops: %v", i+1, s.SPI, s.Drops)
 							}
 						}
+						if len(st.Drops) > 0 {
+							t.Errorf("gw%d drops: %v", i+1, st.Drops)
+						}
 					}
 					t.Logf("%d ESP packets judged by tshark; TCP %.0f Mbit/s", v.ESP, ip.BitsPerSecond/1e6)
 				})
@@ -270,5 +273,55 @@ func TestGatewayReloadKeepsTunnel(t *testing.T) {
 	}
 	if !strings.Contains(b.GW[0].Output(), "SAs loaded") {
 		t.Errorf("no reload in the gateway's log:\n%s", b.GW[0].Output())
+	}
+}
+
+// TestTransportMode protects the gateways' own traffic to each other in
+// transport mode: pings between their outer addresses go through the TUN,
+// and the WAN sees only ESP, which tshark opens.
+func TestTransportMode(t *testing.T) {
+	needRoot(t)
+	for _, encap := range []sa.Encap{sa.EncapNone, sa.EncapUDP} {
+		for _, v6 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/v6=%v", encap, v6), func(t *testing.T) {
+				b := startBed(t, testbed.Options{Prefix: "ittrs", Mode: sa.Transport, Encap: encap, OuterV6: v6,
+					Suite: sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}})
+				ctx := context.Background()
+				wan, err := testbed.StartCapture(b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, gw2 := b.Outer()
+				testbed.Ping(ctx, b.GW[0].NS, gw2, 8, 1) // neighbour discovery
+				for _, size := range []int{0, 100, 1000, 1300} {
+					r, err := testbed.Ping(ctx, b.GW[0].NS, gw2, size, 3)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if r.Received != r.Sent {
+						t.Errorf("ping gw1→gw2 size %d: %d of %d\n%s", size, r.Received, r.Sent, r.Output)
+					}
+				}
+				if err := wan.Stop(); err != nil {
+					t.Fatal(err)
+				}
+				v, err := testbed.Tshark(ctx, wan.Path, []string{testbed.EspSALine(b.SAs[0]), testbed.EspSALine(b.SAs[1])})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v.ESP < 24 || v.ICVGood != v.ESP {
+					t.Errorf("tshark: %d ESP packets, %d with a good ICV; want at least 24, all good", v.ESP, v.ICVGood)
+				}
+				st, err := b.Stats(ctx, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, s := range st.SAs {
+					if len(s.Drops) > 0 {
+						t.Errorf("gw2 SA %s drops %v", s.SPI, s.Drops)
+					}
+				}
+			})
+		}
 	}
 }

@@ -5,6 +5,7 @@ package esp_test
 // expired SAs, sequence number exhaustion, and ESN across 2^32.
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
@@ -71,7 +72,10 @@ func TestFlippedBitsRejected(t *testing.T) {
 			cfg := testSA(t, suite, sa.Tunnel, false)
 			cfg.ReplayWindow = 32
 			tx, rx := newPair(t, cfg)
-			sad := map[uint32]*esp.SA{cfg.SPI: rx}
+			sad, err := sa.NewSAD([]*sa.SA{cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
 			pkts := sealN(t, tx, 100, 61, false)
 			model := newWindowModel(cfg.ReplayWindow)
 			// Accept 1…99 except 70, so the window holds both seen and unseen numbers.
@@ -90,14 +94,18 @@ func TestFlippedBitsRejected(t *testing.T) {
 					pkt := append([]byte(nil), orig...)
 					pkt[bit/8] ^= 1 << (bit % 8)
 					spi, _ := esp.SPIOf(pkt)
-					s, ok := sad[spi]
-					var want esp.Reason
-					switch {
-					case bit < 32:
-						if ok {
+					if bit < 32 {
+						if sad.Lookup(spi) != nil || sad.LookupDst(spi, cfg.Dst) != nil {
 							t.Fatalf("bit %d: flipped SPI %#x still finds an SA", bit, spi)
 						}
 						continue
+					}
+					if sad.Lookup(spi) != cfg {
+						t.Fatalf("bit %d: SPI %#x does not find the SA", bit, spi)
+					}
+					s := rx
+					var want esp.Reason
+					switch {
 					case bit < 64:
 						want = model.verdict(uint64(binary.BigEndian.Uint32(pkt[4:8])))
 						if want == esp.OK {
@@ -482,5 +490,36 @@ func TestWindowUpdatedOnlyAfterICV(t *testing.T) {
 	}
 	if _, r := openOne(t, rx, pkts[10], 0); r != esp.OK {
 		t.Fatalf("seq 11 after a forged 1000: %v", r)
+	}
+}
+
+// TestNothingDecryptedBeforeTheICV: a packet whose ICV fails releases no
+// plaintext. With the HMAC suites the buffer stays as it came, ciphertext
+// included: the ICV is checked before any decryption in place. Go's AES-GCM
+// decrypts and authenticates in one pass and, on a bad tag, wipes what it
+// wrote: the payload comes back zeroed, never as plaintext.
+func TestNothingDecryptedBeforeTheICV(t *testing.T) {
+	for _, suite := range cpu.AllSuites() {
+		t.Run(suite.String(), func(t *testing.T) {
+			tx, rx := newPair(t, testSA(t, suite, sa.Tunnel, false))
+			inner := udpPacket(false, 200)
+			pkt := sealOne(t, tx, inner)
+			pkt[len(pkt)-1] ^= 1
+			buf := append([]byte(nil), pkt...)
+			p := &esp.Packet{Buf: buf, Off: 0, Len: len(buf), SA: rx}
+			if err := esp.NewProcessor(rx.Engine()).Open(t.Context(), []*esp.Packet{p}); err != nil || p.Drop != esp.BadICV {
+				t.Fatalf("open: %v %v", err, p.Drop)
+			}
+			if suite.Cipher != sa.CipherNull && bytes.Contains(buf, inner[20:]) {
+				t.Fatalf("plaintext released from a packet with a bad ICV")
+			}
+			if bytes.Equal(buf, pkt) {
+				return
+			}
+			body := buf[esp.HeaderLen+suite.IVLen() : len(buf)-suite.ICVLen()]
+			if !suite.Cipher.IsAEAD() || !bytes.Equal(body, make([]byte, len(body))) {
+				t.Fatalf("a packet with a bad ICV was changed in place, not only wiped")
+			}
+		})
 	}
 }

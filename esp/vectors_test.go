@@ -464,3 +464,23 @@ func TestHMACSHA256_128(t *testing.T) {
 		t.Fatalf("only %d HMAC-SHA-256-128 vectors went through the engine", engine)
 	}
 }
+
+// TestESNICVLayout checks the HMAC input with ESN against RFC 4303 §2.2.1
+// computed here independently: the ICV covers SPI, sequence number (low
+// 32 bits, as sent), IV, payload and trailer, then the high 32 bits, which
+// are not sent.
+func TestESNICVLayout(t *testing.T) {
+	authKey := randomKey(t, 20)
+	cfg := &sa.SA{SPI: 0x4242, Mode: sa.Tunnel, Suite: sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96},
+		EncKey: randomKey(t, 16), AuthKey: authKey, ESN: true, ReplayWindow: 64}
+	const seq = 7<<32 | 5
+	out := sealOne(t, knownSA(t, cfg, seq, make([]byte, 16)), udpPacket(false, 30))
+	if lo := binary.BigEndian.Uint32(out[4:8]); lo != 5 {
+		t.Fatalf("sequence number on the wire %#x, want the low 32 bits 5", lo)
+	}
+	body := out[:len(out)-12]
+	want := hmacSHA1_96(authKey, append(append([]byte(nil), body...), 0, 0, 0, 7))
+	if !bytes.Equal(out[len(out)-12:], want) {
+		t.Fatalf("ICV %x, want HMAC over SPI..trailer||seq-hi %x", out[len(out)-12:], want)
+	}
+}

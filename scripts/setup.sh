@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(iproute2 iputils-ping iperf3 tshark tcpdump python3-scapy
+packages=(iproute2 iputils-ping iperf3 tshark tcpdump ethtool python3-scapy
           qemu-system-x86 busybox-static cpio xz-utils zstd openssl ca-certificates)
 missing=()
 for p in "${packages[@]}"; do

@@ -11,6 +11,9 @@ if [ -x scripts/prepare-kernel-peer.sh ]; then
 fi
 go vet ./...
 go test -race -count=1 -timeout 60m ./... "$@"
+# Allocation tests skip under the race detector (it makes sync.Pool drop
+# items): run them again in the plain build.
+go test -count=1 -run 'Alloc' ./...
 # The aesni engine's pure-Go fallback, through the same tests.
 go test -count=1 -tags purego ./offload/aesni/...
 ./scripts/fuzz.sh

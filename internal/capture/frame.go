@@ -174,6 +174,21 @@ func ipHeader(pkt []byte) (hl, protoAt int, ok bool) {
 	return 0, 0, false
 }
 
+// ipv6Fragment reports whether a fragment header is among the extension
+// headers ipHeader walked (the first hl bytes).
+func ipv6Fragment(pkt []byte, hl int) bool {
+	off, nh := 40, pkt[6]
+	for off < hl {
+		if nh == 44 {
+			return true
+		}
+		next := pkt[off]
+		off += (int(pkt[off+1]) + 1) * 8
+		nh = next
+	}
+	return false
+}
+
 // setIPLength rewrites the total (IPv4, with checksum) or payload (IPv6)
 // length of the header at hdr for a packet of total bytes.
 func setIPLength(hdr []byte, total int) {
@@ -213,7 +228,7 @@ const (
 	NotSkipped   Skip = ""
 	NotIP        Skip = "not-ip"         // no IPv4 or IPv6 packet in the frame
 	MalformedIP  Skip = "malformed-ip"   // an IP header that does not parse
-	IPFragment   Skip = "ip-fragment"    // an IPv4 fragment: ESP is opened whole
+	IPFragment   Skip = "ip-fragment"    // an IP fragment: ESP is opened whole
 	NotESP       Skip = "not-esp"        // neither protocol 50 nor UDP on an ESP port
 	NATKeepalive Skip = "nat-keepalive"  // RFC 3948 §2.3: one 0xff byte
 	NonESPMarker Skip = "non-esp-marker" // RFC 3948 §2.2: IKE on port 4500
@@ -290,10 +305,13 @@ func (o *Opener) Open(ctx context.Context, ip []byte) (Result, error) {
 		}
 	} else {
 		total := 40 + int(binary.BigEndian.Uint16(ip[4:]))
-		if total > len(ip) {
+		if total > len(ip) || total < hl {
 			return Result{Skip: MalformedIP}, nil
 		}
 		ip = ip[:total]
+		if ipv6Fragment(ip, hl) {
+			return Result{Skip: IPFragment}, nil
+		}
 	}
 	espOff := hl
 	switch ip[protoAt] {

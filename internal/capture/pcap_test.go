@@ -7,6 +7,7 @@ package capture
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -221,7 +222,7 @@ func writeRaw(t *testing.T, path string, pkts [][]byte) {
 }
 
 // writeNg writes a pcapng capture of UDP packets with an Ethernet link.
-func writeNg(t *testing.T, path string, v6 bool, sizes []int) [][]byte {
+func writeNg(t testing.TB, path string, v6 bool, sizes []int) [][]byte {
 	t.Helper()
 	f, err := os.Create(path)
 	if err != nil {
@@ -279,6 +280,8 @@ func TestMalformedInputs(t *testing.T) {
 		{"not a capture", write("text.pcap", []byte("hello, this is not a capture file at all")), saFile, "not a pcap or pcapng file"},
 		{"unknown link type", write("user0.pcap", hdr), saFile, "unsupported link type"},
 		{"truncated record", write("cut.pcap", goodBytes[:len(goodBytes)-10]), saFile, "frame 1"},
+		{"huge pcap record", write("huge.pcap", hugeRecord(goodBytes)), saFile, "exceeds snap length"},
+		{"huge pcapng record", write("huge.pcapng", hugeNgRecord(t, dir)), saFile, "does not fit the block"},
 		{"missing SA file", good, filepath.Join(dir, "nope.yaml"), "load SA file"},
 		{"bad SA file", good, badSA, "bad.yaml"},
 	}
@@ -329,4 +332,31 @@ func TestMalformedInputs(t *testing.T) {
 	if rep.Written != 1 || rep.Skipped["truncated-capture"] != 1 || rep.Skipped["malformed-ip"] != 3 {
 		t.Fatalf("%+v", rep)
 	}
+}
+
+// hugeRecord declares a 4 GB snap length and a 2 GB first record.
+func hugeRecord(pcap []byte) []byte {
+	b := append([]byte(nil), pcap...)
+	binary.LittleEndian.PutUint32(b[16:], 0xffffffff)
+	binary.LittleEndian.PutUint32(b[24+8:], 0x7fffffff)
+	binary.LittleEndian.PutUint32(b[24+12:], 0x7fffffff)
+	return b
+}
+
+// hugeNgRecord is a pcapng capture whose first packet block declares a
+// 2 GB capture length.
+func hugeNgRecord(t *testing.T, dir string) []byte {
+	path := filepath.Join(dir, "ng.pcapng")
+	pkts := writeNg(t, path, false, []int{100})
+	b := readFile(t, path)
+	n := uint32(len(pkts[0]) + 18) // Ethernet header and trailer
+	var pair [8]byte
+	binary.LittleEndian.PutUint32(pair[0:], n)
+	binary.LittleEndian.PutUint32(pair[4:], n)
+	i := bytes.Index(b, pair[:])
+	if i < 0 {
+		t.Fatal("no packet block lengths in the pcapng file")
+	}
+	binary.LittleEndian.PutUint32(b[i:], 0x7fffffff)
+	return b
 }

@@ -65,10 +65,14 @@ func NewReader(r io.Reader, name string) (*Reader, error) {
 		return nil, fmt.Errorf("read capture %s: too short for a pcap header: %w", name, err)
 	}
 	var src packetSource
-	if binary.BigEndian.Uint32(magic) == 0x0a0d0d0a {
-		src, err = pcapgo.NewNgReader(br, pcapgo.DefaultNgReaderOptions)
+	if binary.BigEndian.Uint32(magic) == ngSectionHeader {
+		src, err = newNgReader(bufio.NewReader(newNgGuard(br)))
 	} else {
-		src, err = pcapgo.NewReader(br)
+		var pr *pcapgo.Reader
+		if pr, err = pcapgo.NewReader(br); err == nil && pr.Snaplen() > maxSnaplen {
+			pr.SetSnaplen(maxSnaplen) // longer records are refused, not allocated
+		}
+		src = pr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read capture %s: not a pcap or pcapng file: %w", name, err)
@@ -78,6 +82,34 @@ func NewReader(r io.Reader, name string) (*Reader, error) {
 		return nil, fmt.Errorf("read capture %s: %w", name, err)
 	}
 	return &Reader{name: name, src: src, decoder: dec}, nil
+}
+
+// newNgReader and ngSource turn panics of gopacket's pcapng reader into
+// errors: on corrupt files (v1.1.19) it divides by zero for a timestamp
+// resolution past 10^19 and slices option values shorter than it expects.
+// The panic is the parser's, confined to reading one block.
+func newNgReader(r io.Reader) (src packetSource, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("corrupt pcapng section: %v", p)
+		}
+	}()
+	ng, err := pcapgo.NewNgReader(r, pcapgo.DefaultNgReaderOptions)
+	if err != nil {
+		return nil, err
+	}
+	return ngSource{ng}, nil
+}
+
+type ngSource struct{ *pcapgo.NgReader }
+
+func (s ngSource) ReadPacketData() (data []byte, ci gopacket.CaptureInfo, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("corrupt pcapng block: %v", p)
+		}
+	}()
+	return s.NgReader.ReadPacketData()
 }
 
 func decoderFor(lt layers.LinkType) (gopacket.Decoder, error) {

@@ -191,32 +191,41 @@ func randomSA(sc suiteCase, mode sa.Mode, v6 bool, encap sa.Encap) *sa.SA {
 	return c
 }
 
-// udpPacket builds an IPv4 or IPv6 UDP packet of total bytes (at least 28
-// or 48) with correct IP and UDP checksums.
+// udpPacket builds an IPv4 or IPv6 UDP packet of total bytes with correct
+// IP and UDP checksums; below the size of the two headers, an IP packet of
+// protocol 253 (experimental) with no payload beyond what fits.
 func udpPacket(v6 bool, total int, id uint16) []byte {
 	hl := 20
 	src, dst := inner4[0], inner4[1]
 	if v6 {
 		hl, src, dst = 40, inner6[0], inner6[1]
 	}
+	total = max(total, hl)
+	proto := byte(protoUDP)
+	if total < hl+8 {
+		proto = 253
+	}
 	p := make([]byte, total)
 	for i := hl + 8; i < total; i++ {
 		p[i] = byte(i*7) ^ byte(id)
 	}
 	if v6 {
-		p[0], p[6], p[7] = 0x60, protoUDP, 64
+		p[0], p[6], p[7] = 0x60, proto, 64
 		binary.BigEndian.PutUint16(p[4:], uint16(total-40))
 		s, d := src.As16(), dst.As16()
 		copy(p[8:], s[:])
 		copy(p[24:], d[:])
 	} else {
-		p[0], p[8], p[9] = 0x45, 64, protoUDP
+		p[0], p[8], p[9] = 0x45, 64, proto
 		binary.BigEndian.PutUint16(p[2:], uint16(total))
 		binary.BigEndian.PutUint16(p[4:], id)
 		s, d := src.As4(), dst.As4()
 		copy(p[12:], s[:])
 		copy(p[16:], d[:])
 		binary.BigEndian.PutUint16(p[10:], ipv4Checksum(p[:20]))
+	}
+	if proto != protoUDP {
+		return p
 	}
 	u := p[hl:]
 	binary.BigEndian.PutUint16(u[0:], 40000+id)

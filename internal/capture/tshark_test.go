@@ -27,7 +27,8 @@ func requireTshark(t *testing.T) string {
 	return path
 }
 
-// concatCaptures copies the packets of several raw-IP captures into one.
+// concatCaptures copies the packets of several raw-IP captures into one,
+// and then a copy of the first packet with its last byte (ICV) flipped.
 func concatCaptures(t *testing.T, out string, ins []string) {
 	t.Helper()
 	o, err := os.Create(out)
@@ -39,6 +40,7 @@ func concatCaptures(t *testing.T, out string, ins []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var first []byte
 	for _, in := range ins {
 		f, err := os.Open(in)
 		if err != nil {
@@ -59,8 +61,15 @@ func concatCaptures(t *testing.T, out string, ins []string) {
 			if err := w.Write(fr.CI, fr.IP); err != nil {
 				t.Fatal(err)
 			}
+			if first == nil {
+				first = append([]byte(nil), fr.IP...)
+			}
 		}
 		f.Close()
+	}
+	first[len(first)-1] ^= 1
+	if err := w.Write(ciAt(0), first); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -90,6 +99,9 @@ func TestTsharkOpensSealedCaptures(t *testing.T) {
 	for i, c := range cfgs {
 		want[c.SPI] = c
 		v6 := c.Src.Is6()
+		if c.Mode == sa.Tunnel && c.Encap == sa.EncapUDP {
+			v6 = !v6 // the other family inside
+		}
 		in := filepath.Join(dir, fmt.Sprintf("in%d.pcap", i))
 		writeInnerCapture(t, in, v6, []int{40 + i%5, 700, 1500})
 		out := filepath.Join(dir, fmt.Sprintf("out%d.pcap", i))
@@ -122,10 +134,14 @@ func TestTsharkOpensSealedCaptures(t *testing.T) {
 		t.Fatalf("tshark: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 3*len(cfgs) {
-		t.Fatalf("tshark printed %d lines for %d packets:\n%s", len(lines), 3*len(cfgs), out)
+	if len(lines) != 3*len(cfgs)+1 {
+		t.Fatalf("tshark printed %d lines for %d packets:\n%s", len(lines), 3*len(cfgs)+1, out)
 	}
-	t.Logf("tshark, first and last lines:\n%s\n%s", lines[0], lines[len(lines)-1])
+	// The judge judges: the tampered copy at the end has a bad ICV.
+	if f := strings.Split(lines[len(lines)-1], "|"); len(f) != 4 || (f[2] != "0" && f[2] != "False") {
+		t.Fatalf("tshark on a packet with a flipped ICV bit: %q, want esp.icv_good 0", lines[len(lines)-1])
+	}
+	lines = lines[:len(lines)-1]
 	seen := map[uint32]int{}
 	for _, line := range lines {
 		f := strings.Split(line, "|")

@@ -6,6 +6,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,9 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/pcapgen"
+	"github.com/espgw/espgw/internal/pcapreplay"
+	"github.com/espgw/espgw/internal/pcaprewrite"
 	"github.com/espgw/espgw/internal/testbed"
 	"github.com/espgw/espgw/sa"
 )
@@ -66,13 +70,13 @@ func Check() error {
 		return errors.New("espgw demo needs root: it creates network namespaces and TUN devices (run it with sudo)")
 	}
 	var missing []string
-	for _, tool := range []string{"ip", "ping", "iperf3", "tcpdump", "tshark"} {
+	for _, tool := range []string{"ip", "ping", "iperf3", "tcpdump", "tshark", "ethtool"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, tool)
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("espgw demo needs %s on PATH (apt-get install iproute2 iputils-ping iperf3 tcpdump tshark, or run scripts/setup.sh)", strings.Join(missing, ", "))
+		return fmt.Errorf("espgw demo needs %s on PATH (apt-get install iproute2 iputils-ping iperf3 tcpdump tshark ethtool, or run scripts/setup.sh)", strings.Join(missing, ", "))
 	}
 	return nil
 }
@@ -105,7 +109,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r := &Report{Suite: testbed.SuiteName(suite, bits), Engine: o.Engine, Encap: o.Encap.String()}
 	progress("building hostA — gw1 — wan — gw2 — hostB; gateways with %s on engine %s (%s encapsulation)", r.Suite, o.Engine, r.Encap)
 	bed, err := testbed.Start(ctx, testbed.Options{Binary: o.Binary, Prefix: o.Prefix, Suite: suite, AESBits: bits,
-		Encap: o.Encap, OuterV6: o.OuterV6, Engine: [2]string{o.Engine, o.Engine}})
+		Encap: o.Encap, OuterV6: o.OuterV6, Engine: [2]string{o.Engine, o.Engine}, SegmentOnWire: true})
 	if err != nil {
 		return nil, err
 	}
@@ -143,6 +147,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		r.Steps = append(r.Steps, step)
 	}
 
+	for _, name := range []string{"http.pcap", "dns.pcap", "icmp.pcap", "ipv6.pcap"} {
+		progress("replaying the bundled capture %s between the hosts", name)
+		step, err := replay(ctx, bed, name)
+		if err != nil {
+			return r, err
+		}
+		r.Steps = append(r.Steps, step)
+	}
+
 	progress("iperf3 TCP hostA→hostB for %s", o.Duration)
 	ip, err := testbed.Iperf3(ctx, bed.Topo.HostB, bed.Topo.HostA, a.HostB4.Addr(), testbed.IperfOptions{Duration: o.Duration})
 	if err != nil {
@@ -170,6 +183,64 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	r.judge()
 	r.Elapsed = time.Since(start)
 	return r, nil
+}
+
+// replay sends a bundled capture (internal/pcapgen) from hostA and hostB,
+// rewritten onto the test bed, and counts what arrived byte for byte.
+func replay(ctx context.Context, bed *testbed.Bed, name string) (Step, error) {
+	step := Step{Name: "pcap replay " + name}
+	var data []byte
+	var err error
+	for _, c := range pcapgen.Captures() {
+		if c.Name == name {
+			data, err = c.Generate()
+		}
+	}
+	if data == nil || err != nil {
+		return step, fmt.Errorf("bundled capture %s: %v", name, err)
+	}
+	a := bed.Topo.Addr
+	topo := pcaprewrite.Topology{
+		A: pcaprewrite.Hosts{IPv4: a.HostA4.Addr(), IPv6: a.HostA6.Addr()},
+		B: pcaprewrite.Hosts{IPv4: a.HostB4.Addr(), IPv6: a.HostB6.Addr()},
+	}
+	all, _, err := pcaprewrite.Load(bytes.NewReader(data), name, topo, pcaprewrite.Options{Timing: pcaprewrite.KeepTiming, Speed: 10})
+	if err != nil {
+		return step, err
+	}
+	// Packets larger than the tunnel's MTU cannot cross it: the sender's
+	// router answers ICMP instead. The replay keeps to those that fit.
+	mtu, err := gateway.InnerMTU(1500, bed.SAs[0])
+	if err != nil {
+		return step, err
+	}
+	var pkts []pcaprewrite.Packet
+	for _, p := range all {
+		if len(p.Data) <= mtu {
+			pkts = append(pkts, p)
+		}
+	}
+	res, err := pcapreplay.Run(ctx, pkts, [2]pcapreplay.Host{
+		{Netns: bed.Topo.HostA.Name(), Interface: "eth0"},
+		{Netns: bed.Topo.HostB.Name(), Interface: "eth0"},
+	}, pcapreplay.Options{})
+	if err != nil {
+		return step, err
+	}
+	step.Sent = res.Sent[0] + res.Sent[1]
+	step.Delivered = res.Delivered[0] + res.Delivered[1]
+	step.Note = fmt.Sprintf("byte for byte; one-way p50 %s", res.Latency.P50.Round(time.Microsecond))
+	if len(res.MissingPackets) > 0 {
+		var lens []string
+		for _, i := range res.MissingPackets {
+			lens = append(lens, fmt.Sprintf("#%d (%d bytes)", i, len(pkts[i].Data)))
+		}
+		step.Note += "; missing " + strings.Join(lens, ", ")
+	}
+	if skipped := len(all) - len(pkts); skipped > 0 {
+		step.Note += fmt.Sprintf("; %d packets over the %d-byte tunnel MTU left out", skipped, mtu)
+	}
+	return step, nil
 }
 
 // judge lists what does not add up.

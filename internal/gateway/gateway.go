@@ -75,6 +75,9 @@ type state struct {
 	// only is the outbound SA used when there is no SPD and exactly one
 	// outbound tunnel SA: the common two-gateway test bed needs no policy.
 	only *esp.SA
+	// byPeer are the outbound transport-mode SAs by destination, which
+	// without an SPD protect the gateway's own traffic to that peer.
+	byPeer map[netip.Addr]*esp.SA
 }
 
 // New builds a gateway. pick chooses the outer connection for an SA (raw
@@ -105,7 +108,7 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	old := g.state.Load()
-	next := &state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}}
+	next := &state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}}
 	spd, err := sa.NewSPD(policies, sas)
 	if err != nil {
 		return fmt.Errorf("load policies: %w", err)
@@ -144,6 +147,8 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 			next.out[cfg.SPI] = s
 			if cfg.Mode == sa.Tunnel {
 				tunnels = append(tunnels, s)
+			} else if len(policies) == 0 {
+				next.byPeer[cfg.Dst] = s
 			}
 		}
 		if inbound {

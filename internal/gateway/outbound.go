@@ -55,6 +55,9 @@ func (g *Gateway) route(st *state, pkt []byte) (*esp.SA, Reason, bool) {
 	if !ok {
 		return nil, NotIP, false
 	}
+	if s := st.byPeer[dst]; s != nil && s.Config.Src == src {
+		return s, 0, true
+	}
 	if st.only != nil {
 		return st.only, 0, true
 	}

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/transport"
 	"github.com/espgw/espgw/offload"
@@ -23,6 +25,7 @@ type Runtime struct {
 	TUN    *tun.Device
 	Engine offload.Engine
 	conns  map[connKey]*Wire
+	rules  []*netlink.Rule
 }
 
 type connKey struct {
@@ -56,7 +59,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			}
 		}
 		if cfg.TUN.MTU == 0 {
-			m, err := innerMTU(cfg.OuterMTU, s)
+			m, err := InnerMTU(cfg.OuterMTU, s)
 			if err != nil {
 				return rt, fmt.Errorf("%s: MTU for %s: %w", cfg.File, s, err)
 			}
@@ -95,6 +98,10 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			return rt, fmt.Errorf("%s: tun route %s: %w", cfg.File, r, err)
 		}
 	}
+	rt.rules, err = routeTransportPeers(cfg.TUN.Name, transportPeers(cfg))
+	if err != nil {
+		return rt, fmt.Errorf("%s: %w", cfg.File, err)
+	}
 	stateDir := ""
 	if cfg.StateDir != "" {
 		stateDir = cfg.rel(cfg.StateDir)
@@ -131,7 +138,7 @@ func (rt *Runtime) open(k connKey, cfg *Config) error {
 			}
 		}
 	}
-	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap})
+	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap, Mark: fwMark})
 	if err != nil {
 		return fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
 	}
@@ -167,6 +174,9 @@ func (rt *Runtime) Reload() error {
 
 // Close releases what Start built and Run did not close.
 func (rt *Runtime) Close() {
+	for _, r := range rt.rules {
+		netlink.RuleDel(r)
+	}
 	if rt.Gateway == nil {
 		for _, c := range rt.conns {
 			c.Close()
@@ -180,8 +190,8 @@ func (rt *Runtime) Close() {
 	}
 }
 
-// innerMTU is the largest inner packet an SA carries in outerMTU bytes.
-func innerMTU(outerMTU int, s *sa.SA) (int, error) {
+// InnerMTU is the largest inner packet an SA carries in outerMTU bytes.
+func InnerMTU(outerMTU int, s *sa.SA) (int, error) {
 	o := tun.Overhead{OuterIP: 20, ESPHeader: esp.HeaderLen, IV: s.Suite.IVLen(), Block: s.Suite.BlockLen(), ICV: s.Suite.ICVLen()}
 	if s.Dst.Is6() {
 		o.OuterIP = 40

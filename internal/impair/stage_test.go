@@ -628,3 +628,59 @@ func BenchmarkStage(b *testing.B) {
 		}
 	}
 }
+
+// With packets further apart than the jitter's span, each wait is its own
+// uniform draw in [Time-Jitter, Time+Jitter]: check mean, spread and bounds.
+func TestJitterUniform(t *testing.T) {
+	d := Delay{Time: 3 * time.Millisecond, Jitter: time.Millisecond}
+	r := newRun(t, cfgWith(func(c *Config) { c.Delay = d }))
+	const n = 4000
+	var waits []float64
+	for i := 0; i < n; i++ {
+		start := r.now
+		r.s.Push(r.now, frame(t, rawESP4, uint32(i), 64))
+		next, ok := r.s.Next()
+		if !ok {
+			t.Fatal("a delayed packet has no due time")
+		}
+		r.now = next
+		r.drain()
+		if len(r.out) != i+1 {
+			t.Fatalf("packet %d not out at its due time", i)
+		}
+		waits = append(waits, float64(r.now.Sub(start))/float64(time.Millisecond))
+		r.now = r.now.Add(5 * time.Millisecond) // beyond the jitter's span
+	}
+	var sum, sq, lo, hi float64 = 0, 0, 1e9, 0
+	for _, w := range waits {
+		sum += w
+		lo, hi = min(lo, w), max(hi, w)
+	}
+	mean := sum / n
+	for _, w := range waits {
+		sq += (w - mean) * (w - mean)
+	}
+	sd := math.Sqrt(sq / n)
+	wantSD := 2.0 / math.Sqrt(12) // uniform over 2 ms
+	if math.Abs(mean-3) > 5*wantSD/math.Sqrt(n) || math.Abs(sd-wantSD) > 0.05*wantSD {
+		t.Errorf("waits mean %.3f ms sd %.3f ms, want 3 ms and %.3f ms", mean, sd, wantSD)
+	}
+	if lo < 2 || hi > 4 || lo > 2.01 || hi < 3.99 {
+		t.Errorf("waits span [%.3f, %.3f] ms, want [2, 4]", lo, hi)
+	}
+}
+
+// A duplicate leaves right behind its original.
+func TestDuplicateFollows(t *testing.T) {
+	r := newRun(t, cfgWith(func(c *Config) { c.Duplicate = 20 }))
+	r.feed(t, udpESP6, 2000)
+	dups := 0
+	for i := 1; i < len(r.out); i++ {
+		if bytes.Equal(r.out[i], r.out[i-1]) {
+			dups++
+		}
+	}
+	if c := r.s.Counters(); uint64(dups) != c.Duplicated {
+		t.Fatalf("%d adjacent copies, counters say %d duplicated", dups, c.Duplicated)
+	}
+}

@@ -44,9 +44,19 @@
 //
 // KVM does not work on this project's machines, hence TCG. /init (see
 // initScript) mounts proc, sys and devtmpfs, insmods the modules, sets up
-// eth0 from the kernel command line, starts `espgw-agent natt` (the kernel
-// takes ESP out of UDP only on a socket with UDP_ENCAP_ESPINUDP set, which
-// an IKE daemon would otherwise hold) and then serves the control port.
+// eth0 (addresses, routes, MTU) from the kernel command line, starts
+// `espgw-agent natt` and then serves the control port. The natt sockets
+// matter: the kernel takes ESP out of UDP only on a socket with
+// UDP_ENCAP_ESPINUDP set, which an IKE daemon would otherwise hold, and the
+// socket needs per-socket bypass policies (as strongSwan sets on its own)
+// because the kernel checks inbound policy on the UDP datagram before
+// decapsulating it: without them, a transport-mode policy between the two
+// hosts drops the ESP-in-UDP it expects (XfrmInTmplMismatch).
+//
+// Once the agent answers, Start pins permanent neighbour entries between
+// the tap and the guest in both directions, so IPv6 neighbour
+// unreachability probes (unicast ICMPv6 between the very addresses a
+// transport-mode policy covers) never need ESP.
 //
 // The control channel is the virtio-serial port org.espgw.ctl: the host
 // writes one JSON request per line ({"id","argv","timeout_ms"}) to the unix
@@ -55,6 +65,9 @@
 // once, read-write, for both directions (a second open fails). Start pings
 // until the agent answers, so a boot is complete when commands work; a
 // failed boot returns an error with the tail of the serial console.
+// Peer.BootTime is the wall time of the boot, Peer.BootCPU the CPU time
+// qemu spent on it (about 15 s of TCG emulation; the wall time grows with
+// the machine's load).
 //
 // Close kills qemu by its PID, removes the tap and the work folder.
 // Commands may hold key material: neither side logs commands, errors never

@@ -29,6 +29,11 @@ var (
 	guestAddr  = netip.MustParsePrefix("192.0.2.2/24")
 	hostInner  = netip.MustParseAddr("198.51.100.1")
 	guestInner = netip.MustParseAddr("203.0.113.2")
+
+	hostAddr6   = netip.MustParsePrefix("2001:db8:1::1/64")
+	guestAddr6  = netip.MustParsePrefix("2001:db8:1::2/64")
+	hostInner6  = netip.MustParseAddr("2001:db8:2::1")
+	guestInner6 = netip.MustParseAddr("2001:db8:3::2")
 )
 
 func TestMain(m *testing.M) {
@@ -49,6 +54,9 @@ func TestMain(m *testing.M) {
 // make the boot possible.
 func sharedPeer(t *testing.T) *Peer {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("boots a QEMU guest under TCG (seconds idle, minutes on a loaded machine); run without -short")
+	}
 	shared.once.Do(func() { shared.peer, shared.err = bootShared() })
 	if shared.err != nil {
 		t.Fatalf("kernel peer unavailable: %v", shared.err)
@@ -81,11 +89,14 @@ func bootShared() (*Peer, error) {
 	exec.Command("ip", "-n", ns, "link", "set", "lo", "up").Run()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	p, err := Start(ctx, Config{
-		Netns:       ns,
-		Tap:         "kptap0",
-		HostAddrs:   []netip.Prefix{hostAddr},
-		GuestAddrs:  []netip.Prefix{guestAddr},
-		GuestRoutes: []Route{{Dst: netip.PrefixFrom(hostInner, 24).Masked(), Via: hostAddr.Addr()}},
+		Netns:      ns,
+		Tap:        "kptap0",
+		HostAddrs:  []netip.Prefix{hostAddr, hostAddr6},
+		GuestAddrs: []netip.Prefix{guestAddr, guestAddr6},
+		GuestRoutes: []Route{
+			{Dst: netip.PrefixFrom(hostInner, 24).Masked(), Via: hostAddr.Addr()},
+			{Dst: netip.PrefixFrom(hostInner6, 64).Masked(), Via: hostAddr6.Addr()},
+		},
 		Assets:      assets,
 		Logger:      log,
 		BootTimeout: 5 * time.Minute,
@@ -94,16 +105,10 @@ func bootShared() (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "kernel peer %s booted in %v\n", assets.KernelRelease, p.BootTime.Round(time.Millisecond))
-	if _, err := p.Run(ctx, "ip addr add "+guestInner.String()+"/32 dev lo"); err != nil {
+	fmt.Fprintf(os.Stderr, "kernel peer %s booted in %v (qemu CPU time %v)\n", assets.KernelRelease, p.BootTime.Round(time.Millisecond), p.BootCPU)
+	if _, err := p.Run(ctx, "ip addr add "+guestInner.String()+"/32 dev lo && ip addr add "+guestInner6.String()+"/128 dev lo"); err != nil {
 		p.Close()
 		return nil, fmt.Errorf("add the guest's inner address: %w", err)
-	}
-	// The host's inner address lives on the namespace's loopback so the
-	// namespace's own kernel accepts what it sends from there.
-	if out, err := exec.Command("ip", "-n", ns, "addr", "add", hostInner.String()+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		p.Close()
-		return nil, fmt.Errorf("add the host's inner address: %v: %s", err, strings.TrimSpace(string(out)))
 	}
 	return p, nil
 }

@@ -149,50 +149,61 @@ func TestKernelESPInteropWithScapy(t *testing.T) {
 	p := sharedPeer(t)
 	scapy := startScapy(t, shared.netns)
 	ctx := context.Background()
-	host, guest := hostAddr.Addr(), guestAddr.Addr()
+	type family struct {
+		name                               string
+		host, guest, hostInner, guestInner netip.Addr
+		innerBits                          int
+		suites                             []interopSuite
+	}
+	families := []family{
+		{"ipv4", hostAddr.Addr(), guestAddr.Addr(), hostInner, guestInner, 24, interopSuites},
+		// IPv6 outer and inner on a few suites: the cipher code is the same.
+		{"ipv6", hostAddr6.Addr(), guestAddr6.Addr(), hostInner6, guestInner6, 64,
+			[]interopSuite{interopSuites[0], interopSuites[3], interopSuites[6]}},
+	}
 	sizes := []int{0, 1, 15, 56, 255, 1000, 1400}
 	spi := uint32(0x1000)
 	n := 0
-	for _, st := range interopSuites {
-		for _, mode := range []sa.Mode{sa.Tunnel, sa.Transport} {
-			for _, encap := range []sa.Encap{sa.EncapNone, sa.EncapUDP} {
-				// ESN on half the matrix, starting above 2^32 so the high
-				// bits take part in every ICV.
-				esn := (mode == sa.Tunnel) == (encap == sa.EncapUDP)
-				name := fmt.Sprintf("%s/%s/%s/esn=%v", st.name, mode, encap, esn)
-				spi += 0x10
-				size := sizes[n%len(sizes)]
-				n++
-				t.Run(name, func(t *testing.T) {
-					in := &sa.SA{SPI: spi + 1, Mode: mode, Src: host, Dst: guest, Encap: encap, Suite: st.suite,
-						EncKey: randomKey(t, st.encKeyLen), AuthKey: randomKey(t, st.suite.AuthKeyLen()),
-						ESN: esn, ReplayWindow: 64}
-					out := *in
-					out.SPI, out.Src, out.Dst = spi+2, guest, host
-					if esn {
-						in.InitialSeq, out.InitialSeq = 1<<32|0x10, 2<<32|0xfffffff0
-					}
-					if mode == sa.Tunnel {
-						hostNet, guestNet := netip.PrefixFrom(hostInner, 24).Masked(), netip.PrefixFrom(guestInner, 24).Masked()
-						in.Selectors = []sa.Selector{{Src: hostNet, Dst: guestNet}}
-						out.Selectors = []sa.Selector{{Src: guestNet, Dst: hostNet}}
-					}
-					checkExchange(t, ctx, p, scapy, st, in, &out, size)
-				})
+	for _, fam := range families {
+		for _, st := range fam.suites {
+			for _, mode := range []sa.Mode{sa.Tunnel, sa.Transport} {
+				for _, encap := range []sa.Encap{sa.EncapNone, sa.EncapUDP} {
+					// ESN on half the matrix, starting above 2^32 so the high
+					// bits take part in every ICV.
+					esn := (mode == sa.Tunnel) == (encap == sa.EncapUDP)
+					name := fmt.Sprintf("%s/%s/%s/%s/esn=%v", fam.name, st.name, mode, encap, esn)
+					spi += 0x10
+					size := sizes[n%len(sizes)]
+					n++
+					t.Run(name, func(t *testing.T) {
+						in := &sa.SA{SPI: spi + 1, Mode: mode, Src: fam.host, Dst: fam.guest, Encap: encap, Suite: st.suite,
+							EncKey: randomKey(t, st.encKeyLen), AuthKey: randomKey(t, st.suite.AuthKeyLen()),
+							ESN: esn, ReplayWindow: 64}
+						if encap == sa.EncapUDP {
+							in.SrcPort, in.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
+						}
+						out := *in
+						out.SPI, out.Src, out.Dst = spi+2, fam.guest, fam.host
+						if esn {
+							in.InitialSeq, out.InitialSeq = 1<<32|0x10, 2<<32|0xfffffff0
+						}
+						if mode == sa.Tunnel {
+							hostNet := netip.PrefixFrom(fam.hostInner, fam.innerBits).Masked()
+							guestNet := netip.PrefixFrom(fam.guestInner, fam.innerBits).Masked()
+							in.Selectors = []sa.Selector{{Src: hostNet, Dst: guestNet}}
+							out.Selectors = []sa.Selector{{Src: guestNet, Dst: hostNet}}
+						}
+						checkExchange(t, ctx, p, scapy, st, in, &out, fam.hostInner, fam.guestInner, size)
+					})
+				}
 			}
 		}
 	}
 }
 
-func checkExchange(t *testing.T, ctx context.Context, p *Peer, scapy *scapyPeer, st interopSuite, in, out *sa.SA, size int) {
+func checkExchange(t *testing.T, ctx context.Context, p *Peer, scapy *scapyPeer, st interopSuite, in, out *sa.SA, hostIn, guestIn netip.Addr, size int) {
 	t.Helper()
-	if err := p.FlushXFRM(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.InstallSA(ctx, in, Inbound); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.InstallSA(ctx, out, Outbound); err != nil {
+	if err := p.ReplaceSAs(ctx, DirectedSA{in, Inbound}, DirectedSA{out, Outbound}); err != nil {
 		t.Fatal(err)
 	}
 	before, err := p.Counters(ctx)
@@ -204,7 +215,7 @@ func checkExchange(t *testing.T, ctx context.Context, p *Peer, scapy *scapyPeer,
 		Crypt: st.crypt, CryptKey: hex.EncodeToString(in.EncKey),
 		Auth: st.auth, AuthKey: hex.EncodeToString(in.AuthKey), ICVLen: in.Suite.ICVLen(),
 		ESN: in.ESN, SeqIn: in.InitialSeq, SeqOut: out.InitialSeq, SPIIn: in.SPI, SPIOut: out.SPI,
-		Host: in.Src.String(), Guest: in.Dst.String(), HostInner: hostInner.String(), GuestInner: guestInner.String(),
+		Host: in.Src.String(), Guest: in.Dst.String(), HostInner: hostIn.String(), GuestInner: guestIn.String(),
 		PayloadLen: size, Iface: p.cfg.Tap, Timeout: 20, Replay: true,
 	})
 	if err != nil {

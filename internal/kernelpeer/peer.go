@@ -73,6 +73,11 @@ type Peer struct {
 	waitErr  error
 	tapMade  bool
 	BootTime time.Duration // from starting qemu to the agent's first answer
+	// GuestMAC is the guest's eth0 address, for static neighbour entries.
+	GuestMAC net.HardwareAddr
+	// BootCPU is the CPU time qemu used for the boot: what the boot costs
+	// on an idle machine, where BootTime grows with the load of others.
+	BootCPU time.Duration
 
 	mu     sync.Mutex // one command at a time
 	conn   net.Conn
@@ -127,8 +132,13 @@ func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 	if err := p.waitAgent(bootCtx); err != nil {
 		return nil, fmt.Errorf("boot kernel peer (%s): %w\n--- guest console (tail) ---\n%s", cfg.Assets.KernelRelease, err, p.Console(consoleTail))
 	}
+	if err := p.pinNeighbours(ctx); err != nil {
+		return nil, err
+	}
 	p.BootTime = time.Since(started)
-	p.log.Info("kernel peer up", "kernel", cfg.Assets.KernelRelease, "boot", p.BootTime.Round(time.Millisecond), "netns", cfg.Netns, "tap", cfg.Tap)
+	p.BootCPU = processCPU(p.cmd.Process.Pid)
+	p.log.Info("kernel peer up", "kernel", cfg.Assets.KernelRelease, "boot", p.BootTime.Round(time.Millisecond),
+		"boot_cpu", p.BootCPU, "netns", cfg.Netns, "tap", cfg.Tap)
 	return p, nil
 }
 
@@ -227,6 +237,57 @@ func (p *Peer) makeTap() error {
 	return nil
 }
 
+// pinNeighbours makes permanent neighbour entries between the tap and the
+// guest, both ways. IPv6 neighbour unreachability probes are unicast
+// ICMPv6 between the two addresses, so a transport-mode policy covering
+// them would demand ESP from Neighbor Discovery itself; with static
+// entries no such probes are sent.
+func (p *Peer) pinNeighbours(ctx context.Context) error {
+	b, err := exec.Command("ip", "netns", "exec", p.cfg.Netns, "cat", "/sys/class/net/"+p.cfg.Tap+"/address").Output()
+	if err != nil {
+		return fmt.Errorf("read the kernel peer tap's MAC: %w", err)
+	}
+	tapMAC := strings.TrimSpace(string(b))
+	var guestScript strings.Builder
+	for _, h := range p.cfg.HostAddrs {
+		for _, g := range p.cfg.GuestAddrs {
+			if !h.Contains(g.Addr()) {
+				continue
+			}
+			if err := p.ipHost("neigh", "replace", g.Addr().String(), "lladdr", p.GuestMAC.String(), "dev", p.cfg.Tap, "nud", "permanent"); err != nil {
+				return fmt.Errorf("pin the guest's neighbour entry: %w", err)
+			}
+			fmt.Fprintf(&guestScript, "ip neigh replace %s lladdr %s dev eth0 nud permanent\n", h.Addr(), tapMAC)
+		}
+	}
+	if guestScript.Len() == 0 {
+		return nil
+	}
+	if _, err := p.Run(ctx, guestScript.String()); err != nil {
+		return fmt.Errorf("pin the tap's neighbour entry in the guest: %w", err)
+	}
+	return nil
+}
+
+// processCPU is the CPU time a process has used so far (user + system),
+// or 0 when /proc does not say.
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name, which is in parentheses: state is
+	// field 3, utime 14 and stime 15, in clock ticks of 1/100 s on Linux.
+	_, rest, ok := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
+}
+
 // kernelArgs passes the guest's network settings to its /init.
 func (c *Config) kernelArgs() string {
 	args := []string{"console=ttyS0", "panic=-1", "quiet", "mitigations=off"}
@@ -256,8 +317,8 @@ func (c *Config) kernelArgs() string {
 }
 
 func (p *Peer) startQEMU(qemu string) error {
-	mac := make([]byte, 3)
-	rand.Read(mac)
+	p.GuestMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0} // QEMU's OUI
+	rand.Read(p.GuestMAC[3:])
 	args := []string{"netns", "exec", p.cfg.Netns, qemu,
 		"-accel", "tcg", "-m", strconv.Itoa(p.cfg.MemoryMB), "-smp", "1",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
@@ -265,7 +326,7 @@ func (p *Peer) startQEMU(qemu string) error {
 		"-append", p.cfg.kernelArgs(),
 		"-serial", "file:" + p.consolePath(),
 		"-netdev", "tap,id=n0,ifname=" + p.cfg.Tap + ",script=no,downscript=no",
-		"-device", fmt.Sprintf("virtio-net-pci,netdev=n0,mac=52:54:00:%02x:%02x:%02x", mac[0], mac[1], mac[2]),
+		"-device", "virtio-net-pci,netdev=n0,mac=" + p.GuestMAC.String(),
 		"-device", "virtio-rng-pci",
 		"-device", "virtio-serial-pci",
 		"-chardev", "socket,id=ctl,path=" + p.socketPath() + ",server=on,wait=off",
@@ -325,19 +386,43 @@ func (p *Peer) waitAgent(ctx context.Context) error {
 		}
 	}
 	go p.readLines()
+	// Ping until any answer comes back. A ping answered late still proves
+	// the agent is up; exec later skips answers to pings by their ids.
+	ping := func() error {
+		p.nextID++
+		req, _ := json.Marshal(request{ID: p.nextID, Argv: []string{"true"}, TimeoutMS: 30000})
+		p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		_, err := p.conn.Write(append(req, '\n'))
+		return err
+	}
+	if err := ping(); err != nil {
+		return fmt.Errorf("ping guest agent: %w", err)
+	}
+	every := time.NewTicker(2 * time.Second)
+	defer every.Stop()
 	for {
-		pingCtx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err := p.exec(pingCtx, []string{"true"}, time.Second)
-		cancel()
-		if err == nil {
-			return nil
-		}
 		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				select { // qemu closing the socket usually means qemu is gone
+				case <-p.exited:
+					return fmt.Errorf("qemu exited: %v", p.waitErr)
+				case <-time.After(5 * time.Second):
+					return errors.New("control socket closed")
+				}
+			}
+			var resp response
+			if json.Unmarshal(line, &resp) == nil && resp.ID != 0 {
+				return nil
+			}
+		case <-every.C:
+			if err := ping(); err != nil {
+				return fmt.Errorf("ping guest agent: %w", err)
+			}
 		case <-ctx.Done():
 			return fmt.Errorf("guest agent never answered: %w", ctx.Err())
 		case <-p.exited:
 			return fmt.Errorf("qemu exited: %v", p.waitErr)
-		default:
 		}
 	}
 }

@@ -195,6 +195,8 @@ func fetchKernel(ctx context.Context, dir, pkg, root string, log *slog.Logger) e
 	if err := os.Rename(tmp, root); err != nil {
 		return fmt.Errorf("move unpacked kernel into place: %w", err)
 	}
+	// The unpacked tree is what counts; the 70 MB package is not needed again.
+	os.Remove(debs[0])
 	return nil
 }
 

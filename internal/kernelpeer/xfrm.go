@@ -140,23 +140,14 @@ func checkSA(s *sa.SA) error {
 	if s == nil {
 		return fmt.Errorf("mirror SA: nil SA")
 	}
-	if err := s.Suite.ValidateKeys(s.EncKey, s.AuthKey); err != nil {
+	if err := s.Validate(); err != nil {
 		return fmt.Errorf("mirror %v: %w", s, err)
-	}
-	if !s.Src.IsValid() || !s.Dst.IsValid() || s.Src.Is4() != s.Dst.Is4() {
-		return fmt.Errorf("mirror %v: endpoints must be two IPv4 or two IPv6 addresses", s)
 	}
 	if s.SPI < 256 {
 		return fmt.Errorf("mirror %v: SPI %d is reserved (RFC 4303 §2.1: 1-255)", s, s.SPI)
 	}
 	if s.ESN && s.ReplayWindow == 0 {
 		return fmt.Errorf("mirror %v: the kernel does ESN only with a replay window; set one", s)
-	}
-	if !s.ESN && s.InitialSeq > 0xffffffff {
-		return fmt.Errorf("mirror %v: initial sequence %#x needs ESN", s, s.InitialSeq)
-	}
-	if s.ReplayWindow < 0 || s.ReplayWindow > sa.MaxReplayWindow {
-		return fmt.Errorf("mirror %v: replay window %d outside 0..%d", s, s.ReplayWindow, sa.MaxReplayWindow)
 	}
 	return nil
 }
@@ -301,6 +292,29 @@ func (p *Peer) InstallSA(ctx context.Context, s *sa.SA, dir Direction) error {
 	}
 	if out, err := p.Run(ctx, script(cmds)); err != nil {
 		return fmt.Errorf("install %v (%s) in the kernel peer: %w", s, dir, redactErr(err, out))
+	}
+	return nil
+}
+
+// DirectedSA is an SA with the direction it has in the guest.
+type DirectedSA struct {
+	SA  *sa.SA
+	Dir Direction
+}
+
+// ReplaceSAs flushes the guest's SAs and policies and installs sas, in one
+// round trip (commands cost the most under emulation).
+func (p *Peer) ReplaceSAs(ctx context.Context, sas ...DirectedSA) error {
+	cmds := []Command{{Args: []string{"xfrm", "policy", "flush"}}, {Args: []string{"xfrm", "state", "flush"}}}
+	for _, d := range sas {
+		c, err := XFRMCommands(d.SA, d.Dir)
+		if err != nil {
+			return err
+		}
+		cmds = append(cmds, c...)
+	}
+	if out, err := p.Run(ctx, script(cmds)); err != nil {
+		return fmt.Errorf("install %d SAs in the kernel peer: %w", len(sas), redactErr(err, out))
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func TestXFRMCommands(t *testing.T) {
 		},
 	}, {
 		name: "gcm tunnel udp esn in, across 2^32",
-		sa: sa.SA{SPI: 0x2002, Mode: sa.Tunnel, Src: a, Dst: b, Encap: sa.EncapUDP, Suite: sa.Suite{Cipher: sa.CipherAESGCM16},
+		sa: sa.SA{SPI: 0x2002, Mode: sa.Tunnel, Src: a, Dst: b, Encap: sa.EncapUDP, SrcPort: 4500, DstPort: 4500, Suite: sa.Suite{Cipher: sa.CipherAESGCM16},
 			EncKey: key(20, 0x33), ESN: true, ReplayWindow: 128, InitialSeq: 1<<32 | 5, Selectors: nets},
 		dir: Inbound,
 		want: []string{
@@ -103,17 +103,17 @@ func TestXFRMCommandsRejects(t *testing.T) {
 		want   string
 	}{
 		{"short key", func(s *sa.SA) { s.EncKey = key(15, 1) }, "enc-key"},
-		{"mixed families", func(s *sa.SA) { s.Dst = netip.MustParseAddr("2001:db8::2") }, "two IPv4 or two IPv6"},
+		{"mixed families", func(s *sa.SA) { s.Dst = netip.MustParseAddr("2001:db8::2") }, "different address families"},
 		{"reserved spi", func(s *sa.SA) { s.SPI = 200 }, "reserved"},
 		{"esn without window", func(s *sa.SA) { s.ESN = true }, "replay window"},
-		{"64-bit seq without esn", func(s *sa.SA) { s.InitialSeq = 1 << 32 }, "needs ESN"},
+		{"64-bit seq without esn", func(s *sa.SA) { s.InitialSeq = 1 << 32 }, "without esn"},
 		{"tunnel without selectors", func(s *sa.SA) { s.Mode = sa.Tunnel }, "needs selectors"},
 		{"port range", func(s *sa.SA) {
 			s.Selectors = []sa.Selector{{Proto: 6, DstPorts: sa.PortRange{Lo: 1, Hi: 1024}}}
 		}, "one port"},
 		{"ports without protocol", func(s *sa.SA) {
 			s.Selectors = []sa.Selector{{DstPorts: sa.PortRange{Lo: 80, Hi: 80}}}
-		}, "without a protocol"},
+		}, "ports need proto"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

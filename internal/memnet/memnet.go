@@ -169,9 +169,9 @@ func (c *Conn) Send(msgs []gateway.Message) (int, error) {
 	return len(msgs), nil
 }
 
-// Close ends both directions.
+// Close ends this end's receiving; the far end's sends to it fail from now
+// on, while the far end's own receiving goes on until it closes too.
 func (c *Conn) Close() error {
 	c.in.close()
-	c.out.close()
 	return nil
 }

@@ -48,9 +48,9 @@ type Topology struct {
 	Pin  map[netip.Addr]Side
 }
 
-// The limits of the mapping: addresses inside ICMP error messages (the
-// quoted packet), in IPv4 options and in IPv6 routing headers are left as
-// captured, and ESP or AH in the capture keep their (now wrong) integrity
+// The packet quoted in an ICMP or ICMPv6 error is mapped too. The limits of
+// the mapping: addresses in IPv4 options and IPv6 routing headers are left
+// as captured, and ESP or AH in the capture keep their (now wrong) integrity
 // values.
 
 func (t *Topology) hosts(s Side) Hosts {
@@ -157,7 +157,18 @@ func Rewrite(frames []Frame, topo Topology, opt Options) ([]Packet, Stats, error
 			st.skip(fmt.Sprintf("no IPv%d address on the topology", map[bool]int{false: 4, true: 6}[v6]))
 			continue
 		}
-		if err := readdress(d, newSrc.AsSlice(), newDst.AsSlice()); err != nil {
+		mapInner := func(old []byte) []byte {
+			a, _ := netip.AddrFromSlice(old)
+			side, ok := sides[a]
+			if !ok {
+				return nil
+			}
+			if a.Is4() {
+				return topo.hosts(side).IPv4.AsSlice()
+			}
+			return topo.hosts(side).IPv6.AsSlice()
+		}
+		if err := readdress(d, newSrc.AsSlice(), newDst.AsSlice(), mapInner); err != nil {
 			return nil, st, fmt.Errorf("packet %d: %w", i+1, err)
 		}
 		var at time.Duration
@@ -186,7 +197,7 @@ func Rewrite(frames []Frame, topo Topology, opt Options) ([]Packet, Stats, error
 // (recomputed in full for a whole packet; for a first fragment, whose
 // payload is incomplete, adjusted for the address change as RFC 1624 says).
 // ICMPv4 is recomputed too, for captures taken before checksum offload.
-func readdress(d, src, dst []byte) error {
+func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
 	v6 := d[0]>>4 == 6
 	var proto uint8
 	var l4 int
@@ -237,6 +248,9 @@ func readdress(d, src, dst []byte) error {
 	if !ok || (proto == 1 && v6) || (proto == 58 && !v6) || l4+off+2 > len(d) {
 		return nil
 	}
+	if !firstFrag && l4+8 < len(d) && isICMPError(proto, d[l4]) {
+		rewriteQuoted(d[l4+8:], mapInner)
+	}
 	sum := binary.BigEndian.Uint16(d[l4+off:])
 	if proto == 17 && !v6 && sum == 0 {
 		return nil // no UDP checksum: stays none
@@ -254,6 +268,57 @@ func readdress(d, src, dst []byte) error {
 	}
 	inetsum.L4(d[l4:], src, dst, proto, off)
 	return nil
+}
+
+// isICMPError reports whether an ICMP or ICMPv6 message of this type quotes
+// the packet that caused it.
+func isICMPError(proto, typ uint8) bool {
+	switch proto {
+	case 1: // destination unreachable, source quench, redirect, time exceeded, parameter problem
+		return typ == 3 || typ == 4 || typ == 5 || typ == 11 || typ == 12
+	case 58: // destination unreachable, packet too big, time exceeded, parameter problem
+		return typ >= 1 && typ <= 4
+	}
+	return false
+}
+
+// rewriteQuoted maps the addresses of the packet quoted in an ICMP error
+// (as much of it as the error carries) the way the outer packets are
+// mapped, fixing the quoted IPv4 header checksum and, when the quote reaches
+// it, the quoted UDP or TCP checksum, so the error matches the rewritten
+// flow it reports on. An address with no side yet is left as captured.
+func rewriteQuoted(q []byte, mapInner func(old []byte) []byte) {
+	var sOff, n, hl int
+	var proto uint8
+	switch {
+	case len(q) >= 20 && q[0]>>4 == 4:
+		sOff, n, hl, proto = 12, 4, int(q[0]&0x0f)*4, q[9]
+	case len(q) >= 40 && q[0]>>4 == 6:
+		sOff, n, hl, proto = 8, 16, 40, q[6]
+	default:
+		return
+	}
+	if hl < 20 || hl > len(q) {
+		return
+	}
+	var old, now [32]byte
+	copy(old[:], q[sOff:sOff+2*n])
+	for i := 0; i < 2; i++ {
+		if a := mapInner(q[sOff+i*n : sOff+(i+1)*n]); len(a) == n {
+			copy(q[sOff+i*n:], a)
+		}
+	}
+	copy(now[:], q[sOff:sOff+2*n])
+	if n == 4 {
+		inetsum.IPv4Header(q[:hl])
+	}
+	off := map[uint8]int{6: inetsum.OffsetTCP, 17: inetsum.OffsetUDP}[proto]
+	if off == 0 || hl+off+2 > len(q) {
+		return
+	}
+	if c := binary.BigEndian.Uint16(q[hl+off:]); c != 0 || n == 16 {
+		binary.BigEndian.PutUint16(q[hl+off:], adjust(c, old[:2*n], now[:2*n]))
+	}
 }
 
 // adjust returns checksum hc updated for the bytes old becoming new

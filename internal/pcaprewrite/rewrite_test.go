@@ -436,3 +436,69 @@ func TestTimingText(t *testing.T) {
 		t.Fatalf("slow: %v", err)
 	}
 }
+
+// An ICMP error quotes the packet it answers: the quote is mapped like the
+// flow, with its checksums kept right.
+func TestRewriteICMPErrors(t *testing.T) {
+	ser := func(ls ...gopacket.SerializableLayer) []byte {
+		buf := gopacket.NewSerializeBuffer()
+		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+			t.Fatal(err)
+		}
+		return append([]byte(nil), buf.Bytes()...)
+	}
+	var frames []Frame
+	for _, v6 := range []bool{false, true} {
+		cli, srv := net.IP{192, 0, 2, 10}, net.IP{203, 0, 113, 80}
+		if v6 {
+			cli, srv = net.ParseIP("2001:db8:a::10"), net.ParseIP("2001:db8:b::80")
+		}
+		ip := func(src, dst net.IP, p layers.IPProtocol) gopacket.NetworkLayer {
+			if v6 {
+				return &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: p, SrcIP: src, DstIP: dst}
+			}
+			return &layers.IPv4{Version: 4, TTL: 64, Protocol: p, SrcIP: src, DstIP: dst}
+		}
+		n := ip(cli, srv, layers.IPProtocolUDP)
+		u := &layers.UDP{SrcPort: 5000, DstPort: 9}
+		u.SetNetworkLayerForChecksum(n)
+		query := ser(n.(gopacket.SerializableLayer), u, gopacket.Payload([]byte("query")))
+		var reply []byte
+		if v6 {
+			e := ip(srv, cli, layers.IPProtocolICMPv6)
+			ic := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(1, 4)}
+			ic.SetNetworkLayerForChecksum(e)
+			reply = ser(e.(gopacket.SerializableLayer), ic, gopacket.Payload(append(make([]byte, 4), query...)))
+		} else {
+			reply = ser(ip(srv, cli, layers.IPProtocolICMPv4).(gopacket.SerializableLayer),
+				&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(3, 3)}, gopacket.Payload(query[:28]))
+		}
+		frames = append(frames, Frame{Time: time.Unix(1, 0), Data: query}, Frame{Time: time.Unix(2, 0), Data: reply})
+	}
+	pkts, _, err := Rewrite(frames, topo, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{1, 3} {
+		p := pkts[i]
+		checkPacket(t, p)
+		if p.From != B {
+			t.Fatalf("error %d sent from side %v, want B", i, p.From)
+		}
+		if p.Data[0]>>4 == 4 {
+			q := p.Data[20+8:]
+			if !bytes.Equal(q[12:16], topo.A.IPv4.AsSlice()) || !bytes.Equal(q[16:20], topo.B.IPv4.AsSlice()) || !inetsum.Valid(0, q[:20]) {
+				t.Fatalf("quoted IPv4 header % x", q[:20])
+			}
+		} else {
+			q := p.Data[40+8:]
+			if !bytes.Equal(q[8:24], topo.A.IPv6.AsSlice()) || !bytes.Equal(q[24:40], topo.B.IPv6.AsSlice()) {
+				t.Fatalf("quoted IPv6 header % x", q[:40])
+			}
+			if !inetsum.Valid(inetsum.Pseudo(q[8:24], q[24:40], 17, len(q)-40), q[40:]) {
+				t.Fatal("quoted UDP checksum does not verify after the mapping")
+			}
+		}
+	}
+	tsharkClean(t, pkts)
+}

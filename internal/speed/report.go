@@ -61,10 +61,10 @@ func writeRow(w io.Writer, label string, vals []float64, unit string) {
 		switch {
 		case unit == "x":
 			fmt.Fprintf(w, " %11.3fx", v)
-		case v > 10000:
+		case v*1000 > 10000:
 			fmt.Fprintf(w, " %11.2fk", v)
 		default:
-			fmt.Fprintf(w, " %11.2f ", v)
+			fmt.Fprintf(w, " %11.2f ", v*1000)
 		}
 	}
 	fmt.Fprintln(w)
@@ -137,9 +137,13 @@ func ParseOpenSSL(out []byte, label string, n int) (*Row, error) {
 		}
 		row := &Row{Alg: strings.ToLower(label), Label: label}
 		for _, s := range f[1:] {
-			v, err := strconv.ParseFloat(strings.TrimSuffix(s, "k"), 64)
+			num, k := strings.CutSuffix(s, "k")
+			v, err := strconv.ParseFloat(num, 64)
 			if err != nil {
 				return nil, fmt.Errorf("read rate %q in %q: %w", s, sc.Text(), err)
+			}
+			if !k {
+				v /= 1000 // openssl prints small rates in bytes per second
 			}
 			row.KBps = append(row.KBps, v)
 		}

@@ -19,9 +19,12 @@
 // (getrusage: every goroutine, the Go runtime included), unless -elapsed
 // asks for wall-clock time; with -multi N the N streams share one engine
 // and the rate is N times bytes over the CPU time (openssl sums N
-// processes' rates). Engines with a timing model (emul:…) are always timed
-// by the wall clock, as the published tables were (-elapsed): their CPU
-// time means nothing.
+// processes' rates). An engine with a timing model (emul:…) is timed by its
+// modelled clock (engines.Options.ModelledTime), so that its table shows
+// the card and not the load of the machine emulating it; the ciphers still
+// run for real and the engine still waits whenever the model is ahead of
+// the real clock. -elapsed times it by the wall clock instead, with the
+// model following the real clock.
 package speed
 
 import (
@@ -77,8 +80,14 @@ type Result struct {
 	Stats   offload.Stats `json:"stats"`
 }
 
-// Elapsed reports whether cfg is timed by the wall clock.
-func (c Config) elapsed() bool { return c.Elapsed || strings.HasPrefix(c.Engine, "emul:") }
+// elapsed reports whether cfg is timed by the wall clock.
+func (c Config) elapsed() bool { return c.Elapsed }
+
+// modelled reports whether cfg is timed by the engine's model.
+func (c Config) modelled() bool { return !c.Elapsed && strings.HasPrefix(c.Engine, "emul:") }
+
+// modelClock is an engine with a timing model's clock.
+type modelClock interface{ ModelClock() time.Duration }
 
 // Run times every algorithm at every size. progress, if set, gets openssl's
 // "Doing …" lines.
@@ -92,20 +101,44 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 	if len(cfg.Sizes) == 0 {
 		cfg.Sizes = Sizes
 	}
-	eng, err := engines.New(cfg.Engine, cfg.Options)
+	opts := cfg.Options
+	opts.ModelledTime = cfg.modelled()
+	// A fresh engine for every measurement, as openssl starts afresh for
+	// every size: nothing queued or modelled carries over.
+	newEngine := func() (offload.Engine, error) {
+		eng, err := engines.New(cfg.Engine, opts)
+		if err != nil {
+			return nil, err
+		}
+		if _, ok := eng.(modelClock); cfg.modelled() && !ok {
+			eng.Close()
+			return nil, fmt.Errorf("engine %s has no model clock", eng.Name())
+		}
+		return eng, nil
+	}
+	eng, err := newEngine()
 	if err != nil {
 		return nil, err
 	}
-	defer eng.Close()
+	eng.Close()
 	res := &Result{Engine: eng.Name(), Multi: cfg.Multi, Batch: cfg.Batch, Seconds: cfg.Seconds.Seconds(),
 		Timing: "cpu", Sizes: cfg.Sizes}
-	if cfg.elapsed() {
+	switch {
+	case cfg.elapsed():
 		res.Timing = "elapsed"
+	case cfg.modelled():
+		res.Timing = "modelled"
 	}
 	for _, alg := range cfg.Algs {
 		row := Row{Alg: alg.Name, Label: alg.Label()}
 		for _, size := range cfg.Sizes {
+			eng, err := newEngine()
+			if err != nil {
+				return nil, err
+			}
 			ops, secs, err := measure(ctx, eng, alg, size, cfg)
+			res.Stats = addStats(res.Stats, eng.Stats())
+			eng.Close()
 			if err != nil {
 				return nil, fmt.Errorf("speed %s at %d bytes on %s: %w", alg.Name, size, eng.Name(), err)
 			}
@@ -123,8 +156,23 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 		}
 		res.Rows = append(res.Rows, row)
 	}
-	res.Stats = eng.Stats()
 	return res, nil
+}
+
+// addStats sums two engines' counters (the maxima stay maxima).
+func addStats(a, b offload.Stats) offload.Stats {
+	a.Ops += b.Ops
+	a.Bytes += b.Bytes
+	a.Batches += b.Batches
+	a.Records += b.Records
+	a.Interrupts += b.Interrupts
+	a.QueueFull += b.QueueFull
+	a.MCRFull += b.MCRFull
+	a.MaxBatch = max(a.MaxBatch, b.MaxBatch)
+	a.MaxQueue = max(a.MaxQueue, b.MaxQueue)
+	a.Errors += b.Errors
+	a.BadICV += b.BadICV
+	return a
 }
 
 // stream is one submitter's ops, buffers and completion signal.
@@ -231,7 +279,9 @@ func (s *stream) round(ctx context.Context, eng offload.Engine, size int) (int, 
 }
 
 // measure runs cfg.Multi streams on eng for cfg.Seconds and returns the ops
-// done and the seconds they took (CPU or wall, per stream).
+// done and the seconds they took (CPU, wall or modelled; per stream). The
+// streams run a warm-up first (a fifth of the time, at most 200 ms) that is
+// not counted: pools, schedulers and a modelled card's queues settle.
 func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Config) (uint64, float64, error) {
 	streams := make([]*stream, cfg.Multi)
 	for i := range streams {
@@ -240,24 +290,15 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 			return 0, 0, err
 		}
 		streams[i] = s
-		// warm up pools and key schedules outside the timed part
-		if _, err := s.round(ctx, eng, size); err != nil {
-			return 0, 0, err
-		}
 	}
 	var stop atomic.Bool
-	var total atomic.Uint64
+	counts := make([]paddedCount, len(streams))
 	errs := make([]error, len(streams))
 	var wg sync.WaitGroup
-	cpu0 := cpuTime()
-	t0 := time.Now()
-	timer := time.AfterFunc(cfg.Seconds, func() { stop.Store(true) })
-	defer timer.Stop()
 	for i, s := range streams {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var n uint64
 			for !stop.Load() && ctx.Err() == nil {
 				k, err := s.round(ctx, eng, size)
 				if err != nil {
@@ -265,14 +306,37 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 					stop.Store(true)
 					break
 				}
-				n += uint64(k)
+				counts[i].n.Add(uint64(k))
 			}
-			total.Add(n)
 		}()
 	}
+	total := func() uint64 {
+		var n uint64
+		for i := range counts {
+			n += counts[i].n.Load()
+		}
+		return n
+	}
+	clock, _ := eng.(modelClock)
+	snapshot := func() (uint64, time.Duration, time.Duration, time.Time) {
+		var model time.Duration
+		if cfg.modelled() {
+			model = clock.ModelClock()
+		}
+		return total(), model, cpuTime(), time.Now()
+	}
+	wait := func(d time.Duration) {
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+	}
+	wait(min(200*time.Millisecond, cfg.Seconds/5))
+	ops0, model0, cpu0, t0 := snapshot()
+	wait(cfg.Seconds)
+	ops1, model1, cpu1, t1 := snapshot()
+	stop.Store(true)
 	wg.Wait()
-	wall := time.Since(t0).Seconds()
-	used := (cpuTime() - cpu0).Seconds()
 	for _, err := range errs {
 		if err != nil {
 			return 0, 0, err
@@ -281,11 +345,22 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 	if err := ctx.Err(); err != nil {
 		return 0, 0, err
 	}
-	secs := wall
-	if !cfg.elapsed() {
-		secs = used / float64(cfg.Multi) // the per-process CPU time openssl would see
+	var secs float64
+	switch {
+	case cfg.elapsed():
+		secs = t1.Sub(t0).Seconds()
+	case cfg.modelled():
+		secs = (model1 - model0).Seconds()
+	default:
+		secs = (cpu1 - cpu0).Seconds() / float64(cfg.Multi) // the per-process CPU time openssl would see
 	}
-	return total.Load(), secs, nil
+	return ops1 - ops0, secs, nil
+}
+
+// paddedCount keeps each stream's counter on its own cache line.
+type paddedCount struct {
+	n atomic.Uint64
+	_ [56]byte
 }
 
 // cpuTime is the user and system time the process has used.

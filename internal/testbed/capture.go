@@ -18,7 +18,7 @@ import (
 type Capture struct {
 	Path string
 	cmd  *exec.Cmd
-	errb bytes.Buffer
+	errb lockedBuffer
 }
 
 // StartCapture captures ESP (raw and UDP 4500) on ifname in ns into path,

@@ -47,7 +47,13 @@ type Options struct {
 	// TUNOffloads turns vnet-hdr offloads on (default on; set NoOffloads).
 	NoOffloads bool
 	Hard       sa.Lifetime
-	Log        *slog.Logger
+	// SegmentOnWire has the gateways' interfaces cut GSO super-packets
+	// into packets before they leave — UDP GSO of ESP on the WAN, TCP and
+	// UDP packets coalesced by GRO on the TUN toward the LANs — so that a
+	// capture on the wire shows each packet on its own (needs ethtool). The
+	// gateways still use the offloads; only where segmentation happens moves.
+	SegmentOnWire bool
+	Log           *slog.Logger
 }
 
 // Bed is a running test bed.
@@ -131,6 +137,15 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 	}()
 	if b.Dir, err = os.MkdirTemp("", "espgw-"+opts.Prefix+"-"); err != nil {
 		return b, fmt.Errorf("make work folder: %w", err)
+	}
+	if opts.SegmentOnWire {
+		for _, ns := range []*netns.Namespace{topo.GW1, topo.GW2} {
+			for _, dev := range []string{"wan0", "lan0"} {
+				if out, err := ns.Output(ctx, "ethtool", "-K", dev, "tx-udp-segmentation", "off", "tso", "off", "gso", "off"); err != nil {
+					return b, fmt.Errorf("segment on the wire in %s (is ethtool installed?): %w: %s", ns.Short(), err, out)
+				}
+			}
+		}
 	}
 	if err = b.makeSAs(); err != nil {
 		return b, err

@@ -101,6 +101,9 @@ type Config struct {
 	// Fragment lets the kernel fragment outer packets larger than the path
 	// MTU (IP_PMTUDISC_DONT) instead of refusing them with EMSGSIZE.
 	Fragment bool
+	// Mark, when not 0, is the socket's firewall mark (SO_MARK): policy
+	// routing keeps marked ESP away from routes into the tunnel itself.
+	Mark uint32
 	// Namespace, when set (a handle > 0), is the network namespace the
 	// socket is opened in; otherwise the calling thread's current one.
 	Namespace vnetns.NsHandle
@@ -308,6 +311,11 @@ func (c *Conn) setOptions(cfg Config) error {
 			}
 		} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, pmtu4); err != nil {
 			errs = append(errs, fmt.Errorf("set IP_MTU_DISCOVER: %w", err))
+		}
+		if cfg.Mark != 0 {
+			if err := unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_MARK, int(cfg.Mark)); err != nil {
+				errs = append(errs, fmt.Errorf("set SO_MARK: %w", err))
+			}
 		}
 		if cfg.GSO {
 			// Probe: UDP_SEGMENT is readable exactly where the kernel has it.

@@ -25,9 +25,12 @@ type direction struct {
 	from, to *link
 	pcap     *capture
 
-	mu    sync.Mutex
-	stage *impair.Stage
-	c     Direction
+	mu     sync.Mutex
+	stage  *impair.Stage
+	router *router // Route mode only
+	c      Direction
+	now    time.Time // of the frames being handled, for emitFn
+	emitFn func(frame []byte, v verdict)
 
 	rx, tx *batch
 	seg    []byte // one datagram cut from a GSO super-packet
@@ -48,6 +51,13 @@ func newDirection(from, to *link, st *impair.Stage, size int, pcap *capture) *di
 		rx: newBatch(batchSize, maxFrame), tx: newBatch(batchSize, vnetHdrLen+size),
 		seg: make([]byte, size)}
 	d.c.From, d.c.To = from.name, to.name
+	d.emitFn = func(frame []byte, v verdict) {
+		if v == pending {
+			d.c.NeighborUnresolved++
+			return
+		}
+		d.routed(d.now, frame, v)
+	}
 	d.readFn = func(fd uintptr) bool {
 		d.rxN, d.rxErr = d.rx.recv(int(fd))
 		return d.rxErr != unix.EAGAIN
@@ -70,14 +80,25 @@ func (d *direction) counters() Direction {
 	c := d.c
 	c.Impair = d.stage.Counters()
 	c.InFlight = d.stage.InFlight()
+	if d.router != nil {
+		c.NeighborWaiting = len(d.router.pend)
+	}
 	return c
 }
 
 func (d *direction) run(ctx context.Context) error {
 	for {
 		d.mu.Lock()
-		err := d.flush(time.Now())
+		now := time.Now()
+		if d.router != nil {
+			d.now = now
+			d.router.retry(now, d.emitFn)
+		}
+		err := d.flush(now)
 		next, timed := d.stage.Next()
+		if d.router != nil && !d.router.retryAt.IsZero() && (!timed || d.router.retryAt.Before(next)) {
+			next, timed = d.router.retryAt, true
+		}
 		d.mu.Unlock()
 		if err != nil {
 			return err
@@ -104,7 +125,7 @@ func (d *direction) run(ctx context.Context) error {
 			return fmt.Errorf("relay: read from %s: %w", d.from.name, err)
 		}
 		d.mu.Lock()
-		now := time.Now()
+		now = time.Now()
 		for i := 0; i < d.rxN; i++ {
 			d.ingest(now, i)
 		}
@@ -116,23 +137,33 @@ func (d *direction) run(ctx context.Context) error {
 // frame the stage must not see whole).
 func (d *direction) ingest(now time.Time, i int) {
 	m := &d.rx.msgs[i]
+	d.c.RxFrames++
 	if m.Hdr.Flags&unix.MSG_TRUNC != 0 {
 		d.c.RxTruncated++
 		return
 	}
 	buf := d.rx.bufs[i][:m.Len]
 	if len(buf) < vnetHdrLen+14 {
-		d.c.RxRunts++
+		d.c.RxMalformed++
 		return
 	}
 	h := decodeVnetHdr(buf)
 	frame := buf[vnetHdrLen:]
-	d.c.RxFrames++
 	d.c.RxBytes += uint64(len(frame))
 	if h.gsoType != unix.VIRTIO_NET_HDR_GSO_NONE {
 		if h.gsoType&^unix.VIRTIO_NET_HDR_GSO_ECN == unix.VIRTIO_NET_HDR_GSO_UDP_L4 && d.stage.Matches(frame) {
 			d.segment(now, h, frame)
 			return
+		}
+		if d.router != nil {
+			if v := d.router.route(frame); v != forward {
+				if v == pending { // a GSO frame does not wait for a neighbour
+					d.c.NeighborUnresolved++
+				} else {
+					d.routed(now, frame, v)
+				}
+				return
+			}
 		}
 		d.c.GSOPassed++
 		d.pass(now, buf)
@@ -140,12 +171,45 @@ func (d *direction) ingest(now time.Time, i int) {
 	}
 	if h.flags&unix.VIRTIO_NET_HDR_F_NEEDS_CSUM != 0 {
 		if !completeChecksum(frame, int(h.csumStart), int(h.csumOffset)) {
-			d.c.RxRunts++
+			d.c.RxMalformed++
 			return
 		}
 		d.c.ChecksumsCompleted++
 	}
-	d.stage.Push(now, frame)
+	d.push(now, frame)
+}
+
+// push routes the frame in Route mode and hands it to the stage.
+func (d *direction) push(now time.Time, frame []byte) {
+	if d.router == nil {
+		d.stage.Push(now, frame)
+		return
+	}
+	if len(d.router.pend) > 0 { // frames wait behind the ones waiting for a neighbour
+		d.routed(now, frame, pending)
+		return
+	}
+	d.routed(now, frame, d.router.route(frame))
+}
+
+// routed acts on a routing verdict, counting every frame not forwarded.
+func (d *direction) routed(now time.Time, frame []byte, v verdict) {
+	switch v {
+	case forward:
+		d.stage.Push(now, frame)
+	case notRouted:
+		d.c.NotRouted++
+	case ttlExpired:
+		d.c.TTLExpired++
+	case noRoute:
+		d.c.NoRoute++
+	case pending:
+		if d.router.hold(now, frame) {
+			d.c.NeighborWaits++
+		} else {
+			d.c.NeighborOverflow++
+		}
+	}
 }
 
 // completeChecksum does what the NIC would have: sums the frame from start
@@ -170,7 +234,7 @@ func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 	udp, size := int(h.csumStart), int(h.gsoSize)
 	ip := ipOffset(frame)
 	if ip < 0 || udp < ip+20 || udp+8 > len(frame) || size == 0 || udp+8+size > len(d.seg) {
-		d.c.RxRunts++
+		d.c.RxMalformed++
 		return
 	}
 	v6 := frame[ip]>>4 == 6
@@ -196,7 +260,7 @@ func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 		binary.BigEndian.PutUint16(seg[udp+4:], uint16(8+len(chunk)))
 		inetsum.L4(seg[udp:], src, dst, 17, inetsum.OffsetUDP)
 		d.c.GSOSegments++
-		d.stage.Push(now, seg)
+		d.push(now, seg)
 	}
 }
 

@@ -1,7 +1,11 @@
 // Package wanrelay is the WAN middlebox of the espgw test bed: inside the
-// "wan" network namespace it bridges two interfaces (one toward each
-// gateway) at layer 2 with AF_PACKET sockets and passes every frame through
-// an impairment stage (internal/impair), one per direction. ESP and ESP in
+// "wan" network namespace it joins two interfaces (one toward each gateway)
+// with AF_PACKET sockets and passes every frame through an impairment stage
+// (internal/impair), one per direction. In Bridge mode it forwards frames
+// unchanged, a bump in the wire between gateways on one subnet; in Route mode
+// it takes over the forwarding of a wan namespace that routes between two
+// subnets (the standard topology), so impairments need no change of
+// addresses. ESP and ESP in
 // UDP/4500 get the impairments; ARP, neighbour discovery and all other
 // traffic cross untouched. It counts what it read, impaired and sent, can
 // capture what it forwarded to a pcap, and answers a control request with
@@ -20,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"reflect"
 	"sync"
@@ -40,6 +45,8 @@ type Config struct {
 	// A and B name the interfaces toward the two gateways.
 	A string `yaml:"a" json:"a"`
 	B string `yaml:"b" json:"b"`
+	// Mode is Bridge (the default) or Route.
+	Mode Mode `yaml:"mode" json:"mode,omitempty"`
 	// AToB and BToA are the impairments of each direction; a zero value
 	// impairs nothing (impair.DefaultConfig, with seeds 1 and 2).
 	AToB impair.Config `yaml:"a_to_b" json:"a_to_b"`
@@ -63,21 +70,24 @@ type Counters struct {
 	BToA Direction `json:"b_to_a"`
 }
 
-// Direction counts one direction of the relay. Frames sent are the stage's
-// emitted packets plus the GSO frames passed whole, less TxErrors:
+// Direction counts one direction of the relay. Every frame read is
+// accounted for: Conserved checks
 //
+//	RxFrames + GSOSegments − GSOSegmented ==
+//	    Impair.Received + GSOPassed + RxTruncated + RxMalformed
+//	    + NotRouted + TTLExpired + NoRoute + NeighborUnresolved + NeighborOverflow + NeighborWaiting
 //	TxFrames + TxErrors == Impair.Emitted + GSOPassed
 //
-// and the stage's own conservation holds over Impair (see impair.Counters),
-// with InFlight the packets still in the stage.
+// and the stage's own law holds over Impair (see impair.Counters), with
+// InFlight the packets still in the stage.
 type Direction struct {
 	From string `json:"from"`
 	To   string `json:"to"`
 
-	RxFrames    uint64 `json:"rx_frames"`
+	RxFrames    uint64 `json:"rx_frames"` // every frame read, whatever became of it
 	RxBytes     uint64 `json:"rx_bytes"`
 	RxTruncated uint64 `json:"rx_truncated"` // frames longer than the receive buffer, dropped
-	RxRunts     uint64 `json:"rx_runts"`     // frames shorter than an Ethernet header, dropped
+	RxMalformed uint64 `json:"rx_malformed"` // frames too short or inconsistent to forward (runts, bad GSO or checksum offsets), dropped
 	// RxKernelDrops are frames the kernel dropped before the relay could
 	// read them (socket buffer full): the relay was overrun.
 	RxKernelDrops uint64 `json:"rx_kernel_drops"`
@@ -86,6 +96,18 @@ type Direction struct {
 	GSOSegmented       uint64 `json:"gso_segmented"`       // UDP GSO super-packets of ESP cut up
 	GSOSegments        uint64 `json:"gso_segments"`        // datagrams made from them
 	GSOPassed          uint64 `json:"gso_passed"`          // other GSO frames forwarded whole
+
+	// Route mode: frames left to wan's own kernel (ARP, ND, packets for
+	// wan), dropped for an expired TTL or hop limit or for want of a route
+	// out of the other port, held while wan resolved a next hop, and
+	// dropped when that took over a second or too many waited.
+	NotRouted          uint64 `json:"not_routed,omitempty"`
+	TTLExpired         uint64 `json:"ttl_expired,omitempty"`
+	NoRoute            uint64 `json:"no_route,omitempty"`
+	NeighborWaits      uint64 `json:"neighbor_waits,omitempty"`
+	NeighborUnresolved uint64 `json:"neighbor_unresolved,omitempty"`
+	NeighborOverflow   uint64 `json:"neighbor_overflow,omitempty"`
+	NeighborWaiting    int    `json:"neighbor_waiting,omitempty"` // frames waiting now
 
 	TxFrames    uint64 `json:"tx_frames"`
 	TxBytes     uint64 `json:"tx_bytes"`
@@ -103,6 +125,8 @@ type Relay struct {
 	a, b *link
 	dirs [2]*direction
 	pcap *capture
+	// forwarding holds wan's forwarding switches as Route mode found them.
+	forwarding []string
 }
 
 // maxFrame bounds what one read can return: a GSO super-packet of 64 KiB
@@ -121,16 +145,33 @@ func New(cfg Config) (*Relay, error) {
 		cfg.BToA = impair.DefaultConfig()
 		cfg.BToA.Seed = 2
 	}
+	switch cfg.Mode {
+	case "":
+		cfg.Mode = Bridge
+	case Bridge, Route:
+	default:
+		return nil, fmt.Errorf("wan relay: mode %q: want bridge or route", cfg.Mode)
+	}
 	r := &Relay{cfg: cfg, log: cfg.Logger}
 	if r.log == nil {
 		r.log = slog.Default()
 	}
+	var local map[netip.Addr]bool
 	err := withNetns(cfg.Netns, func() error {
 		var err error
 		if r.a, err = openLink(cfg.A); err != nil {
 			return err
 		}
-		r.b, err = openLink(cfg.B)
+		if r.b, err = openLink(cfg.B); err != nil {
+			return err
+		}
+		if cfg.Mode != Route {
+			return nil
+		}
+		if local, err = localAddrs(); err != nil {
+			return err
+		}
+		r.forwarding, err = setForwarding([]string{"0", "0"})
 		return err
 	})
 	if err != nil {
@@ -155,6 +196,12 @@ func New(cfg Config) (*Relay, error) {
 			return nil, fmt.Errorf("wan relay %s→%s: %w", d.from.name, d.to.name, err)
 		}
 		r.dirs[i] = newDirection(d.from, d.to, st, size, r.pcap)
+		if cfg.Mode == Route {
+			if r.dirs[i].router, err = newRouter(cfg.Netns, d.from, d.to, local); err != nil {
+				r.Close()
+				return nil, fmt.Errorf("wan relay: %w", err)
+			}
+		}
 	}
 	return r, nil
 }
@@ -169,6 +216,20 @@ func (r *Relay) Close() error {
 	}
 	if r.pcap != nil {
 		errs = append(errs, r.pcap.close())
+		r.pcap = nil
+	}
+	for _, d := range r.dirs {
+		if d != nil && d.router != nil {
+			d.router.close()
+			d.router = nil
+		}
+	}
+	if r.forwarding != nil {
+		errs = append(errs, withNetns(r.cfg.Netns, func() error {
+			_, err := setForwarding(r.forwarding)
+			return err
+		}))
+		r.forwarding = nil
 	}
 	return errors.Join(errs...)
 }
@@ -179,7 +240,9 @@ func (r *Relay) Counters() Counters {
 }
 
 // Run forwards frames until ctx is done (then it returns nil) or a socket
-// fails. Packets still held by the stages when it returns are not sent.
+// fails: a port that goes away with its peer's namespace ends it with an
+// error wrapping ENETDOWN. Packets still held by the stages when it returns
+// are not sent (Counters shows them as in flight).
 func (r *Relay) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -265,4 +328,23 @@ func (c *capture) flush() error {
 func (c *capture) close() error {
 	err := c.flush()
 	return errors.Join(err, c.f.Close())
+}
+
+// Conserved reports which accounting law of the direction does not hold, if
+// any: a frame the relay lost track of is a bug.
+func (c Direction) Conserved() error {
+	in := c.RxFrames + c.GSOSegments - c.GSOSegmented
+	out := c.Impair.Received + c.GSOPassed + c.RxTruncated + c.RxMalformed + c.NotRouted + c.TTLExpired +
+		c.NoRoute + c.NeighborUnresolved + c.NeighborOverflow + uint64(c.NeighborWaiting)
+	if in != out {
+		return fmt.Errorf("relay %s→%s: %d frames in (with GSO segments), %d accounted for: %+v", c.From, c.To, in, out, c)
+	}
+	if tx, due := c.TxFrames+c.TxErrors, c.Impair.Emitted+c.GSOPassed; tx != due {
+		return fmt.Errorf("relay %s→%s: %d frames sent or refused, %d due: %+v", c.From, c.To, tx, due, c)
+	}
+	i := c.Impair
+	if i.Received+i.Duplicated+i.Replayed != i.Emitted+i.Dropped()+uint64(c.InFlight) {
+		return fmt.Errorf("relay %s→%s: impairment stage does not add up: %+v in flight %d", c.From, c.To, i, c.InFlight)
+	}
+	return nil
 }

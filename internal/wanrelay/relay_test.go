@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -120,6 +121,13 @@ func listen(t testing.TB, ns, network, addr string) net.PacketConn {
 		t.Fatalf("listen %s %s in %s: %v", network, addr, ns, err)
 	}
 	t.Cleanup(func() { c.Close() })
+	// A receive buffer deep enough that a slow test reader (the race
+	// detector, a loaded machine) loses nothing the relay delivered.
+	if sc, ok := c.(syscall.Conn); ok {
+		if rc, err := sc.SyscallConn(); err == nil {
+			rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 32<<20) })
+		}
+	}
 	return c
 }
 
@@ -182,6 +190,11 @@ func settle(t *testing.T, r *Relay) {
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		c := r.Counters()
 		if c.AToB.InFlight == 0 && c.BToA.InFlight == 0 {
+			for _, d := range []Direction{c.AToB, c.BToA} {
+				if err := d.Conserved(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			return
 		}
 	}
@@ -281,44 +294,91 @@ func TestRelay(t *testing.T) {
 		}
 	})
 
-	t.Run("udp gso segmented", func(t *testing.T) {
-		r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) { c.Loss = 10 })})
-		rx := listen(t, b.b, "udp4", "192.0.2.2:4500")
+	t.Run("ipv6 esp spi rewrite", func(t *testing.T) {
+		r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) {
+			c.RewriteSPI = impair.RewriteSPI{Percent: 10, SPI: 0xbad}
+			c.Corrupt = impair.Corrupt{Percent: 10, Bytes: 1, From: 8, To: -4}
+		})})
+		rx := listen(t, b.b, "ip6:50", "2001:db8::2")
 		got := collect(rx)
-		tx := listen(t, b.a, "udp4", "192.0.2.1:4500")
-		const writes, per, size = 40, 10, 300
-		sc, err := tx.(*net.UDPConn).SyscallConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var serr error
-		sc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size) })
-		if serr != nil {
-			t.Fatalf("UDP_SEGMENT: %v", serr)
-		}
-		dst := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 2), Port: 4500}
-		for w := 0; w < writes; w++ {
-			var buf []byte
-			for i := 0; i < per; i++ {
-				buf = append(buf, espPayload(uint32(w*per+i+1), size)...)
-			}
-			if _, err := tx.WriteTo(buf, dst); err != nil {
+		tx := listen(t, b.a, "ip6:50", "2001:db8::1")
+		const n, size = 600, 100
+		for i := 1; i <= n; i++ {
+			if _, err := tx.WriteTo(espPayload(uint32(i), size), &net.IPAddr{IP: net.ParseIP("2001:db8::2")}); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(time.Millisecond)
+			if i%50 == 0 {
+				time.Sleep(2 * time.Millisecond)
+			}
 		}
-		tl := count(t, <-got, size)
+		payloads := <-got
 		settle(t, r)
-		c := r.Counters().AToB
-		t.Logf("relay a→b: gso %d → %d segments, %+v", c.GSOSegmented, c.GSOSegments, c.Impair)
-		if c.GSOSegmented == 0 {
-			t.Fatal("no GSO super-packet reached the relay: the test did not exercise segmentation")
+		ic := r.Counters().AToB.Impair
+		rewritten, damaged := 0, 0
+		for _, p := range payloads {
+			if binary.BigEndian.Uint32(p) == 0xbad {
+				rewritten++
+				binary.BigEndian.PutUint32(p, 0x1001)
+			}
+			if want := espPayload(binary.BigEndian.Uint32(p[4:]), size); !bytes.Equal(p, want) {
+				damaged++
+				if !bytes.Equal(p[size-4:], want[size-4:]) {
+					t.Fatal("corruption reached the last 4 bytes, outside to: -4")
+				}
+			}
 		}
-		const n = writes * per
-		if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || tl.extra != 0 || tl.damaged != 0 {
-			t.Fatalf("received %d distinct (%d extra, %d damaged) of %d; relay %+v", tl.distinct, tl.extra, tl.damaged, n, c.Impair)
+		t.Logf("relay a→b: %+v", ic)
+		if len(payloads) != n || uint64(rewritten) != ic.Rewritten || uint64(damaged) != ic.Corrupted || ic.Rewritten == 0 || ic.Corrupted == 0 {
+			t.Fatalf("received %d of %d, %d rewritten, %d damaged; relay %+v", len(payloads), n, rewritten, damaged, ic)
 		}
 	})
+
+	for _, fam := range []struct{ name, network, src, dst string }{
+		{"udp4", "udp4", "192.0.2.1:4500", "192.0.2.2:4500"},
+		{"udp6", "udp6", "[2001:db8::1]:4500", "[2001:db8::2]:4500"},
+	} {
+		t.Run("gso segmented "+fam.name, func(t *testing.T) {
+			r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) { c.Loss = 10 })})
+			rx := listen(t, b.b, fam.network, fam.dst)
+			got := collect(rx)
+			tx := listen(t, b.a, fam.network, fam.src)
+			const writes, per, size = 40, 10, 300
+			sc, err := tx.(*net.UDPConn).SyscallConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var serr error
+			sc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size) })
+			if serr != nil {
+				t.Fatalf("UDP_SEGMENT: %v", serr)
+			}
+			dst, err := net.ResolveUDPAddr(fam.network, fam.dst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for w := 0; w < writes; w++ {
+				var buf []byte
+				for i := 0; i < per; i++ {
+					buf = append(buf, espPayload(uint32(w*per+i+1), size)...)
+				}
+				if _, err := tx.WriteTo(buf, dst); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			tl := count(t, <-got, size)
+			settle(t, r)
+			c := r.Counters().AToB
+			t.Logf("relay a→b: gso %d → %d segments, %+v", c.GSOSegmented, c.GSOSegments, c.Impair)
+			if c.GSOSegmented == 0 {
+				t.Fatal("no GSO super-packet reached the relay: the test did not exercise segmentation")
+			}
+			const n = writes * per
+			if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || tl.extra != 0 || tl.damaged != 0 {
+				t.Fatalf("received %d distinct (%d extra, %d damaged) of %d; relay %+v", tl.distinct, tl.extra, tl.damaged, n, c.Impair)
+			}
+		})
+	}
 
 	t.Run("delay and reorder in real time", func(t *testing.T) {
 		d := impair.Delay{Time: 5 * time.Millisecond, Jitter: time.Millisecond}

@@ -61,6 +61,7 @@ type link struct {
 	name  string
 	index int
 	mtu   int
+	mac   net.HardwareAddr
 	fd    int
 	file  *os.File        // the fd in Go's poller, for deadlines
 	raw   syscall.RawConn // reads and writes that wait in the poller
@@ -111,13 +112,23 @@ func openLink(name string) (*link, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("packet socket on %s: %w", name, err)
 	}
+	l, err := newLink(name, fd, ifi.MTU)
+	if err != nil {
+		return nil, fmt.Errorf("packet socket on %s: %w", name, err)
+	}
+	l.index, l.mac = ifi.Index, ifi.HardwareAddr
+	return l, nil
+}
+
+// newLink puts the non-blocking socket fd into Go's poller.
+func newLink(name string, fd, mtu int) (*link, error) {
 	f := os.NewFile(uintptr(fd), "packet:"+name)
 	raw, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("packet socket on %s: %w", name, err)
+		return nil, err
 	}
-	return &link{name: name, index: ifi.Index, mtu: ifi.MTU, fd: fd, file: f, raw: raw}, nil
+	return &link{name: name, mtu: mtu, fd: fd, file: f, raw: raw}, nil
 }
 
 func (l *link) close() error {

@@ -13,11 +13,19 @@
 //   - PerByte: time per cipher byte, by cipher and key size (DMA in and out
 //     plus the cipher core).
 //   - Units: card units working records in parallel.
-//   - Latency: time from a record's end to the host seeing it, which uses
-//     no CPU (interrupt delivery, scheduler wake-up).
-//   - HostCPU and HostPerByte: host CPU time per request and per byte (the
-//     cryptodev ioctl, copyin and copyout, openssl's EVP layer), spent on one
-//     of HostCPUs processors: with more submitters than that, they queue.
+//   - Host and HostPerByte: the host's time per request and per byte on the
+//     way in (the cryptodev ioctl, copyin and copyout, openssl's EVP layer);
+//     a closed-loop submitter's think time.
+//   - Latency: time from a record's end to the host seeing it (interrupt
+//     delivery).
+//   - Pipeline: records a unit accepts at once (the chip's MCR FIFO): the
+//     driver feeds queued ops as soon as it has room, so ops stack up in a
+//     record only while the chip is full.
+//   - Exponential: record times are drawn from an exponential
+//     distribution around their mean (and host times jitter by ±25%). The 2014 rows show the smooth
+//     knee of a queue whose times vary (scheduling, interrupt
+//     coalescing); fixed times lock N streams into step and, once two
+//     requests share a record, they share every record after.
 //
 // An inline profile (Inline) models crypto instructions rather than a card:
 // ops run on the submitting goroutine and each costs PerOp plus PerByte per
@@ -29,20 +37,23 @@
 // payload between IV and ICV), which for `espgw speed -evp` is the buffer
 // size, so the published `openssl speed` tables translate directly:
 //
-// ubsec-2014 is NetBSD 6.1.4 on a Xeon X3430 (4 cores) with a Broadcom
-// card through cryptodev, `openssl speed -engine cryptodev -evp ALG -elapsed
-// [-multi N]` (2014). The single-stream row fixes the sum of the fixed costs
-// (≈27 µs per op at 16 bytes) and, at 8 KiB, the per-byte cost of host and
-// card together; the -multi 8 and 16 rows at 8 KiB (≈140 MB/s, flat) fix the
-// card's own per-byte cost (AES-128 7.1 ns/B); -multi 16 at 16 and 64 bytes
-// (≈225k ops/s) fixes the shared per-op costs; -multi 4 (3.65× single at
-// 16 B) fixes how much of the fixed cost is a shared CPU rather than
-// latency. The remaining parameters were fitted by minimising the largest
-// relative error over the 20 cells of the AES-128 rows with a discrete-event
-// simulation of the same model (closed loop, N submitters, one op each);
-// the AES-192, AES-256 and 3DES per-byte costs then follow from their
-// single-stream rows at 8 KiB. TestCalibration checks every cell of the
-// single, -multi 4 and -multi 16 rows against the table.
+// ubsec-2014 is NetBSD 6.1.4 on a Xeon X3430 with a Broadcom card through
+// cryptodev, `openssl speed -engine cryptodev -evp ALG -elapsed [-multi N]`
+// (2014). The rows read as a closed queueing network: N streams, each a
+// host delay (think time) then the card. The single-stream row gives the
+// cycle (27.4 µs at 16 B, 102 µs at 8 KiB); -multi 8 and 16 at 8 KiB
+// (≈140 MB/s, flat) give the card's per-byte cost (≈7.1 ns/B) and -multi 16
+// at 16 B (≈225k ops/s) its per-op cost (≈4.4 µs); the rest of the cycle is
+// the host's. -multi 4 scaling 3.65× at 16 B (mean-value analysis of this
+// network with exponential card times gives exactly 133k ops/s) is why
+// times are exponential. Record setup, per-op, per-byte and host costs were
+// then fitted with a discrete-event simulation of this very model
+// (minimising the largest relative error over the 20 cells of the AES-128
+// rows, -multi 8 weighted less: its 1024-byte cell, below -multi 4's, no
+// such model reaches), and the AES-192, AES-256 and 3DES per-byte costs
+// follow from their single-stream rows at 8 KiB. TestCalibration checks
+// every cell of the single, -multi 4 and -multi 16 rows and of t4 against
+// the tables through package speed.
 //
 // t4 is a SPARC T4's crypto instructions with `openssl speed -evp
 // aes-128-cbc` (2012, "with the T4 instructions" row): op time = 24 ns +
@@ -55,6 +66,7 @@ package emul
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sort"
 	"strings"
@@ -83,13 +95,15 @@ type Profile struct {
 
 	RecordSetup time.Duration
 	PerOp       time.Duration
+	// Exponential draws each record's time from an exponential
+	// distribution around the modelled mean rather than using the mean.
+	Exponential bool
 	// PerByte is nanoseconds per cipher byte by class (see Class).
 	PerByte map[string]float64
 
-	Latency     time.Duration
-	HostCPU     time.Duration
+	Host        time.Duration
 	HostPerByte float64 // ns per byte
-	HostCPUs    int     // 0: every submitter has its own
+	Latency     time.Duration
 }
 
 // Profiles returns the known profiles by name.
@@ -104,10 +118,11 @@ func Profiles() map[string]Profile {
 		"ubsec-2014": {
 			Name:       "ubsec-2014",
 			About:      "Broadcom ubsec(4) card via NetBSD 6.1.4 cryptodev on a Xeon X3430, 2014",
-			QueueDepth: ring.DefaultQueueDepth, Aggregation: ring.DefaultAggregation, Pipeline: 1, Units: 1,
-			RecordSetup: 13716 * time.Nanosecond, PerOp: 1238 * time.Nanosecond,
-			PerByte: map[string]float64{"aes-128": 7.0, "aes-192": 7.7, "aes-256": 8.6, "3des": 7.4, "null": 0},
-			Latency: 0, HostCPU: 10900 * time.Nanosecond, HostPerByte: 2.2, HostCPUs: 0,
+			QueueDepth: ring.DefaultQueueDepth, Aggregation: ring.DefaultAggregation, Units: 1,
+			Pipeline: 3, Exponential: true,
+			RecordSetup: 244 * time.Nanosecond, PerOp: 4188 * time.Nanosecond,
+			PerByte: map[string]float64{"aes-128": 7.206, "aes-192": 8.45, "aes-256": 9.90, "3des": 7.90, "null": 0},
+			Host:    24250 * time.Nanosecond, HostPerByte: 2.758,
 		},
 		"t4": {
 			Name: "t4", About: "SPARC T4 crypto instructions, openssl speed 2012", Inline: true, Units: 8,
@@ -147,6 +162,10 @@ func Class(suite sa.Suite, encKeyLen int) string {
 // Options tune an emulated engine beyond its profile.
 type Options struct {
 	QueueDepth, Aggregation int // 0: the profile's
+	// Virtual runs the model on its own clock (ring.Config.Virtual): what
+	// `espgw speed` uses so that the host's load does not show in a card's
+	// table. The engines then have a ModelClock method.
+	Virtual bool
 }
 
 // New builds emul:<profile>; name may carry the prefix or not.
@@ -161,16 +180,13 @@ func New(name string, opts Options) (offload.Engine, error) {
 // NewProfile builds an engine that follows prof.
 func NewProfile(prof Profile, opts Options) offload.Engine {
 	m := &model{prof: prof}
-	if prof.HostCPUs > 0 {
-		m.cpus = make([]time.Duration, prof.HostCPUs)
-	}
 	name := Prefix + ":" + prof.Name
 	if prof.Inline {
-		return newInline(name, m)
+		return newInline(name, m, opts.Virtual)
 	}
 	cfg := ring.Config{
 		Name: name, QueueDepth: prof.QueueDepth, Aggregation: prof.Aggregation, Units: prof.Units,
-		Model: m, NewSession: m.newSession,
+		Model: m, NewSession: m.newSession, Virtual: opts.Virtual,
 	}
 	if opts.QueueDepth > 0 {
 		cfg.QueueDepth = opts.QueueDepth
@@ -191,7 +207,6 @@ type session struct {
 // model implements ring.Model (and the inline engine's costs) for a profile.
 type model struct {
 	prof Profile
-	cpus []time.Duration // when each host CPU is next free (ring lock held)
 }
 
 func (m *model) newSession(cfg offload.SessionConfig) (offload.Session, error) {
@@ -229,7 +244,17 @@ func (m *model) bytes(b *offload.Batch) int {
 
 func (m *model) Pipeline() int { return max(1, m.prof.Pipeline) }
 
-func (m *model) Submit(t time.Duration, _ *offload.Batch) time.Duration { return t }
+// Submit adds the host's time on the way in, ±25% at random with
+// Exponential, so that requests which completed together do not arrive
+// together for ever after, as on a real host (a closed network's
+// throughput does not depend on how its think times are spread).
+func (m *model) Submit(t time.Duration, b *offload.Batch) time.Duration {
+	d := m.prof.Host + time.Duration(float64(m.bytes(b))*m.prof.HostPerByte)
+	if m.prof.Exponential {
+		d = time.Duration(float64(d) * (0.75 + 0.5*rand.Float64()))
+	}
+	return t + d
+}
 
 func (m *model) Record(ops []*offload.Op) time.Duration {
 	d := m.prof.RecordSetup
@@ -237,26 +262,15 @@ func (m *model) Record(ops []*offload.Op) time.Duration {
 		c, _ := m.cost(op)
 		d += c
 	}
+	if m.prof.Exponential {
+		d = time.Duration(float64(d) * rand.ExpFloat64())
+	}
 	return d
 }
 
-// Complete adds the latency and the host CPU time, queueing for a host CPU
-// when the profile has a limited number.
-func (m *model) Complete(t time.Duration, b *offload.Batch) time.Duration {
-	t += m.prof.Latency
-	work := m.prof.HostCPU + time.Duration(float64(m.bytes(b))*m.prof.HostPerByte)
-	if len(m.cpus) == 0 {
-		return t + work
-	}
-	i := 0
-	for j := range m.cpus {
-		if m.cpus[j] < m.cpus[i] {
-			i = j
-		}
-	}
-	start := max(t, m.cpus[i])
-	m.cpus[i] = start + work
-	return m.cpus[i]
+// Complete adds the latency from a record's end to the host seeing it.
+func (m *model) Complete(t time.Duration, _ *offload.Batch) time.Duration {
+	return t + m.prof.Latency
 }
 
 // suites lists what the profile can time: every cpu suite.

@@ -3,6 +3,7 @@ package emul
 import (
 	"context"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,12 +15,14 @@ import (
 // inline is an inline profile's engine: the ops run on the submitting
 // goroutine, then the call returns at the modelled completion time.
 type inline struct {
-	name  string
-	m     *model
-	epoch time.Time
+	name    string
+	m       *model
+	epoch   time.Time
+	virtual bool // the cores' clocks run on the model alone (see ring.Config.Virtual)
 
 	mu    sync.Mutex
-	cores []time.Duration // modelled time each core is next idle
+	cores []time.Duration                  // modelled time each core is next idle
+	loops map[*offload.Batch]time.Duration // virtual: each batch's last modelled completion
 
 	ops, bytes, batches, errors, badICV atomic.Uint64
 	closed                              atomic.Bool
@@ -30,12 +33,17 @@ type inline struct {
 // timer nor a spin is finer than a few microseconds.
 const minWait = 20 * time.Microsecond
 
-// coreSlack is how late a caller may come back and still find its core
-// where the model left it (see ring's hostSlack).
-const coreSlack = 500 * time.Microsecond
+func newInline(name string, m *model, virtual bool) *inline {
+	return &inline{name: name, m: m, epoch: time.Now(), virtual: virtual,
+		cores: make([]time.Duration, max(1, m.prof.Units)), loops: make(map[*offload.Batch]time.Duration)}
+}
 
-func newInline(name string, m *model) *inline {
-	return &inline{name: name, m: m, epoch: time.Now(), cores: make([]time.Duration, max(1, m.prof.Units))}
+// ModelClock is the modelled time the busiest core is done, as time since
+// the engine started.
+func (e *inline) ModelClock() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Max(e.cores)
 }
 
 func (e *inline) Name() string { return e.name }
@@ -81,11 +89,17 @@ func (e *inline) TrySubmit(b *offload.Batch) error {
 		}
 	}
 	start := e.cores[i]
-	if now-start > coreSlack {
-		start = now
+	if e.virtual {
+		// A caller's next batch starts after its last one in the model.
+		start = max(start, e.loops[b])
+	} else {
+		start = max(start, now)
 	}
 	done := start + work
 	e.cores[i] = done
+	if e.virtual {
+		e.loops[b] = done
+	}
 	e.mu.Unlock()
 	if done-now > minWait {
 		for done > time.Since(e.epoch) {

@@ -20,6 +20,9 @@ type Options struct {
 	Workers     int // goroutines standing in for the card's units
 	QueueDepth  int // request queue length (ubsec: 60)
 	Aggregation int // ops per command record (ubsec: 5)
+	// ModelledTime runs an emulated engine's model on its own clock, apart
+	// from the host's load (emul.Options.Virtual); for measurements.
+	ModelledTime bool
 }
 
 // Names lists the engines New knows, profiles spelled out.
@@ -40,7 +43,7 @@ func New(name string, opts Options) (offload.Engine, error) {
 	case base == ring.Name && !hasProfile:
 		return ring.New(ring.Config{Units: opts.Workers, QueueDepth: opts.QueueDepth, Aggregation: opts.Aggregation}), nil
 	case base == emul.Prefix:
-		e, err := emul.New(profile, emul.Options{QueueDepth: opts.QueueDepth, Aggregation: opts.Aggregation})
+		e, err := emul.New(profile, emul.Options{QueueDepth: opts.QueueDepth, Aggregation: opts.Aggregation, Virtual: opts.ModelledTime})
 		if err != nil {
 			return nil, fmt.Errorf("offload engine %q: %w", name, err)
 		}

@@ -22,6 +22,7 @@ package ring
 import (
 	"context"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -51,6 +52,16 @@ type Config struct {
 	// NewSession, if set, builds sessions instead of cpu.NewSession, so a
 	// model can attach per-session costs.
 	NewSession func(offload.SessionConfig) (offload.Session, error)
+	// Virtual runs the model on its own clock, for measuring a card apart
+	// from the host running the emulation: a batch submitted again after
+	// its Done arrives at its modelled completion time however late the
+	// goroutine came back (a closed loop reacts at once in the model), a new
+	// batch at the last modelled completion; the card takes requests in
+	// the order they arrive in the model (so "submission order" is the
+	// model's), and the ring waits in real time only when the model is
+	// ahead of the real clock. ModelClock tells the modelled time. Without
+	// it, a batch arrives when it is submitted.
+	Virtual bool
 }
 
 // Model is a card's timing. The ring keeps a modelled clock (nanoseconds
@@ -86,6 +97,20 @@ type batchRec struct {
 	deadline  int64 // modelled completion of its last record
 }
 
+// loop is a batch a caller submits again and again (Virtual): when it last
+// completed in the model, and whether it is out with the caller.
+type loop struct {
+	done  int64
+	out   bool
+	since time.Time // real time it went out
+}
+
+// stragglerWait is how long (real time) a caller due back in the model may
+// stay away before a unit takes it for gone. Long enough for a goroutine on
+// a busy machine to be scheduled, short enough not to stall the ring for
+// long when a caller stops.
+const stragglerWait = 300 * time.Millisecond
+
 // Engine is a ring engine. It is safe for concurrent use.
 type Engine struct {
 	cfg   Config
@@ -110,8 +135,9 @@ type Engine struct {
 	wg         sync.WaitGroup
 
 	// modelled clock
-	lastArrival   int64
 	lastDelivered int64
+	lastFresh     int64                   // latest arrival of a batch not in a closed loop
+	resubmit      map[*offload.Batch]loop // Virtual: the closed loops seen
 
 	stats offload.Stats
 }
@@ -137,6 +163,9 @@ func New(cfg Config) *Engine {
 		room:  make(chan struct{}, 1),
 		turn:  make(chan struct{}, 1),
 		done:  make(chan struct{}),
+	}
+	if cfg.Virtual {
+		e.resubmit = make(map[*offload.Batch]loop)
 	}
 	e.work.L = &e.mu
 	e.deliver.L = &e.mu
@@ -178,13 +207,6 @@ func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) 
 // now is the modelled clock's reading of the real clock.
 func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
 
-// hostSlack is how late a submission may come after the last completion and
-// still count as arriving at that completion's modelled time: a closed-loop
-// submitter reacts to its completion at once in the model, but a Go
-// goroutine takes microseconds to wake up (and longer on a busy machine),
-// which would otherwise slow every modelled card down.
-const hostSlack = int64(500 * time.Microsecond)
-
 // admissible reports whether b fits now; mu held.
 func (e *Engine) admissible(b *offload.Batch) bool {
 	if e.closed || e.streaming != nil || e.n == len(e.fifo) {
@@ -206,15 +228,36 @@ func (e *Engine) admit(b *offload.Batch) {
 		e.streaming = r
 	}
 	if e.cfg.Model != nil {
-		now := e.now()
-		at := now
-		if now-e.lastDelivered < hostSlack {
+		at := e.now()
+		fresh := true
+		if e.cfg.Virtual {
 			at = e.lastDelivered
+			if l, ok := e.resubmit[b]; ok {
+				at, fresh = l.done, false
+				e.resubmit[b] = loop{done: l.done}
+			}
 		}
-		r.arrival = max(e.lastArrival, int64(e.cfg.Model.Submit(time.Duration(at), b)))
-		e.lastArrival = r.arrival
+		r.arrival = int64(e.cfg.Model.Submit(time.Duration(at), b))
+		if fresh {
+			// One caller's batches arrive in the order it submits them.
+			r.arrival = max(r.arrival, e.lastFresh)
+			e.lastFresh = r.arrival
+		}
 	}
-	e.fifo[(e.head+e.n)%len(e.fifo)] = r
+	// On its own clock, the card sees requests in the order they arrive
+	// in the model, not the order goroutines happened to run in.
+	at := e.n
+	if e.cfg.Virtual {
+		for at > e.disp {
+			prev := e.fifo[(e.head+at-1)%len(e.fifo)]
+			if prev.next > 0 || prev.arrival <= r.arrival {
+				break
+			}
+			e.fifo[(e.head+at)%len(e.fifo)] = prev
+			at--
+		}
+	}
+	e.fifo[(e.head+at)%len(e.fifo)] = r
 	e.n++
 	e.inflight += r.admitted
 	e.stats.Batches++
@@ -323,23 +366,47 @@ func (e *Engine) unit(u int) {
 		if e.cfg.Model != nil {
 			// The driver feeds a record once the first op has arrived and
 			// the chip has room, and puts in everything that arrived by then.
-			feed = max(fifo[nrec%len(fifo)], r.arrival)
+			feed = max(fifo[nrec%len(fifo)], e.earliest())
 			if feed > e.now() {
 				e.mu.Unlock()
 				waitUntil(e.epoch, feed)
 				e.mu.Lock()
 				continue
 			}
+			// On its own clock, the record must also hold the ops of
+			// callers that are due back by then but have not yet been
+			// scheduled in real time.
+			if e.cfg.Virtual && e.straggling(feed) {
+				e.mu.Unlock()
+				runtime.Gosched()
+				e.mu.Lock()
+				continue
+			}
 		}
 		ops, recs = ops[:0], recs[:0]
-		for len(ops) < e.cfg.Aggregation {
-			r := e.dispatchable()
-			if r == nil || (e.cfg.Model != nil && r.arrival > feed) {
-				break
+		if e.cfg.Model == nil {
+			for len(ops) < e.cfg.Aggregation {
+				r := e.dispatchable()
+				if r == nil {
+					break
+				}
+				ops = append(ops, &r.b.Ops[r.next])
+				recs = append(recs, r)
+				r.next++
 			}
-			ops = append(ops, &r.b.Ops[r.next])
-			recs = append(recs, r)
-			r.next++
+		} else {
+			// Everything that has arrived by the feed, in submission
+			// order (a late goroutine may have queued behind a later
+			// arrival in the model).
+			e.dispatchable() // advance past dispatched batches
+			for i := e.disp; i < e.n && len(ops) < e.cfg.Aggregation; i++ {
+				r := e.fifo[(e.head+i)%len(e.fifo)]
+				for r.arrival <= feed && r.next < r.admitted && len(ops) < e.cfg.Aggregation {
+					ops = append(ops, &r.b.Ops[r.next])
+					recs = append(recs, r)
+					r.next++
+				}
+			}
 		}
 		k := uint64(len(ops))
 		e.stats.Records++
@@ -391,6 +458,48 @@ func (e *Engine) unit(u int) {
 		e.finish()
 		e.mu.Lock()
 	}
+}
+
+// straggling reports whether a closed-loop caller is due back in the model
+// by feed. A caller away for longer than stragglerWait is taken for gone and
+// forgotten. mu held.
+func (e *Engine) straggling(feed int64) bool {
+	late := false
+	// Completed batches about to be delivered may come back by feed too
+	// (only those at the head: the rest wait for batches ahead of them).
+	for i := range e.n {
+		r := e.fifo[(e.head+i)%len(e.fifo)]
+		if r.completed < len(r.b.Ops) {
+			break
+		}
+		if r.deadline <= feed {
+			late = true
+			break
+		}
+	}
+	for b, l := range e.resubmit {
+		if l.out && l.done <= feed {
+			if time.Since(l.since) > stragglerWait {
+				delete(e.resubmit, b)
+				continue
+			}
+			late = true
+		}
+	}
+	return late
+}
+
+// earliest is the earliest modelled arrival of an op waiting for a unit;
+// mu held and some op waiting.
+func (e *Engine) earliest() int64 {
+	first := int64(math.MaxInt64)
+	for i := e.disp; i < e.n; i++ {
+		r := e.fifo[(e.head+i)%len(e.fifo)]
+		if r.next < r.admitted {
+			first = min(first, r.arrival)
+		}
+	}
+	return first
 }
 
 // dispatchable returns the batch holding the next op a unit may take; mu held.
@@ -497,12 +606,24 @@ func (e *Engine) deliverTimed() {
 		e.mu.Lock()
 		b := e.pop()
 		e.lastDelivered = at
+		if e.resubmit != nil {
+			e.resubmit[b] = loop{done: at, out: true, since: time.Now()}
+		}
 		e.mu.Unlock()
 		if b.Done != nil {
 			b.Done(b)
 		}
 		e.mu.Lock()
 	}
+}
+
+// ModelClock is the modelled time of the latest completion delivered, as
+// time since the engine started; with Virtual it runs apart from the real
+// clock.
+func (e *Engine) ModelClock() time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return time.Duration(e.lastDelivered)
 }
 
 // Stats returns the driver-like counters.

@@ -1,0 +1,5 @@
+//go:build !race
+
+package esp_test
+
+const raceEnabled = false

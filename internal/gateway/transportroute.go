@@ -1,0 +1,89 @@
+package gateway
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/espgw/espgw/sa"
+)
+
+// Transport-mode SAs protect traffic to the peer's own address, which is
+// also where the ESP packets go: a plain route into the TUN would loop them
+// back in. As wg-quick does, the gateway marks its outer sockets and routes
+// only unmarked traffic for those peers through the TUN, from a table of
+// its own.
+const (
+	fwMark      = 0x4553 // "ES"
+	routeTable  = 0x4553
+	rulePrioity = 100
+)
+
+// peerRoute is a transport-mode peer and the local address its SA sends from.
+type peerRoute struct{ peer, local netip.Addr }
+
+// transportPeers are the peers of outbound transport-mode SAs.
+func transportPeers(cfg *Config) []peerRoute {
+	var out []peerRoute
+	seen := map[netip.Addr]bool{}
+	for _, s := range cfg.SAs {
+		if s.Mode == sa.Transport && containsAddr(cfg.Local, s.Src) && !seen[s.Dst] {
+			seen[s.Dst] = true
+			out = append(out, peerRoute{peer: s.Dst, local: s.Src})
+		}
+	}
+	return out
+}
+
+func containsAddr(list []netip.Addr, a netip.Addr) bool {
+	for _, l := range list {
+		if l == a {
+			return true
+		}
+	}
+	return false
+}
+
+// routeTransportPeers sends unmarked traffic for each peer into the TUN and
+// returns the rules it added, for removal.
+func routeTransportPeers(tunName string, peers []peerRoute) ([]*netlink.Rule, error) {
+	if len(peers) == 0 {
+		return nil, nil
+	}
+	link, err := netlink.LinkByName(tunName)
+	if err != nil {
+		return nil, fmt.Errorf("find TUN %s: %w", tunName, err)
+	}
+	families := map[int]bool{}
+	for _, p := range peers {
+		bits := 32
+		fam := unix.AF_INET
+		if p.peer.Is6() {
+			bits, fam = 128, unix.AF_INET6
+		}
+		families[fam] = true
+		// The source must be the SA's: the TUN has no address of its own
+		// for the kernel to pick.
+		r := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: &net.IPNet{IP: p.peer.AsSlice(), Mask: net.CIDRMask(bits, bits)},
+			Src: p.local.AsSlice(), Table: routeTable}
+		if err := netlink.RouteReplace(r); err != nil {
+			return nil, fmt.Errorf("route transport-mode peer %s into %s: %w", p.peer, tunName, err)
+		}
+	}
+	var rules []*netlink.Rule
+	for fam := range families {
+		rule := netlink.NewRule()
+		rule.Family, rule.Table, rule.Priority = fam, routeTable, rulePrioity
+		rule.Mark, rule.Invert = fwMark, true
+		mask := uint32(0xffffffff)
+		rule.Mask = &mask
+		if err := netlink.RuleAdd(rule); err != nil {
+			return rules, fmt.Errorf("add policy rule for transport-mode peers: %w", err)
+		}
+		rules = append(rules, rule)
+	}
+	return rules, nil
+}
