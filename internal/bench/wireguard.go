@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,36 +12,39 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/espgw/espgw/internal/netns"
-)
+	"github.com/espgw/espgw/internal/netns")
 
 // wireguardModule is the wireguard-go module; the bench builds it at the
 // version espgw itself is built with (go.mod pins it), so the baseline is the
 // same code the TUN layer comes from.
 const wireguardModule = "golang.zx2c4.com/wireguard"
 
-// wireguardVersion is the version of wireguard-go this binary was built with.
-func wireguardVersion() (string, error) {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "", errors.New("wireguard-go baseline: this binary carries no module build information")
-	}
-	for _, d := range bi.Deps {
-		if d.Path == wireguardModule {
-			if d.Replace != nil {
-				d = d.Replace
+// wireguardVersion is the version of wireguard-go go.mod pins: from this
+// binary's build information (espgw links wireguard-go's tun package), or,
+// in a test binary, which carries none, from `go list -m` in the module.
+func wireguardVersion(ctx context.Context) (string, error) {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == wireguardModule {
+				if d.Replace != nil {
+					d = d.Replace
+				}
+				return d.Version, nil
 			}
-			return d.Version, nil
 		}
 	}
-	return "", fmt.Errorf("wireguard-go baseline: %s is not among this binary's modules", wireguardModule)
+	out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Version}}", wireguardModule).Output()
+	if v := strings.TrimSpace(string(out)); err == nil && v != "" {
+		return v, nil
+	}
+	return "", fmt.Errorf("wireguard-go baseline: no version of %s in this binary's build information or from go list (%v)", wireguardModule, err)
 }
 
 // BuildWireguard returns the path of a wireguard-go binary at the pinned
 // version, building it into cacheDir with `go install` (from the Go module
 // proxy) the first time.
 func BuildWireguard(ctx context.Context, cacheDir string) (string, error) {
-	version, err := wireguardVersion()
+	version, err := wireguardVersion(ctx)
 	if err != nil {
 		return "", err
 	}
