@@ -12,7 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/espgw/espgw/internal/netns")
+	"github.com/espgw/espgw/internal/netns"
+)
 
 // wireguardModule is the wireguard-go module; the bench builds it at the
 // version espgw itself is built with (go.mod pins it), so the baseline is the
