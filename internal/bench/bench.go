@@ -254,13 +254,18 @@ type pathSpec struct {
 	kind                 string
 	suite, engine, encap string
 	enc                  sa.Encap
+	outerV6              bool
 }
 
 func (p pathSpec) name() string {
 	if p.kind != KindESP {
 		return p.kind
 	}
-	return fmt.Sprintf("espgw %s %s %s", p.suite, p.engine, p.encap)
+	n := fmt.Sprintf("espgw %s %s %s", p.suite, p.engine, p.encap)
+	if p.outerV6 {
+		n += " ipv6-outer"
+	}
+	return n
 }
 
 // Run measures every path the options ask for and returns the report. A
@@ -294,7 +299,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		for _, e := range o.Engines {
 			for _, enc := range o.Encaps {
-				specs = append(specs, pathSpec{kind: KindESP, suite: testbed.SuiteName(suite, bits), engine: e, encap: enc.String(), enc: enc})
+				specs = append(specs, pathSpec{kind: KindESP, suite: testbed.SuiteName(suite, bits), engine: e, encap: enc.String(), enc: enc, outerV6: o.OuterV6})
 			}
 		}
 	}
@@ -363,6 +368,9 @@ func (m *meter) path(ctx context.Context, spec pathSpec, wgBin string) *Result {
 	defer closeFn()
 	if err := m.measure(ctx, topo, procs, stats, res); err != nil {
 		res.Error = err.Error()
+		if ctx.Err() != nil {
+			res.Error = "interrupted (" + res.Error + ")"
+		}
 	}
 	return res
 }

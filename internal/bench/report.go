@@ -121,8 +121,10 @@ func (rep *Report) Print(w io.Writer) {
 		}
 		tw.Flush()
 	}
-	for _, p := range rep.Problems {
-		fmt.Fprintln(w, "problem:", p)
+	for _, r := range rep.Results {
+		if r.Error != "" {
+			fmt.Fprintf(w, "%s: %s\n", r.Name, r.Error)
+		}
 	}
 }
 
