@@ -68,7 +68,6 @@ with the results so far.`,
 					bar.Set(done)
 				}
 			}
-			o.Log = nil
 			rep, err := bench.Run(cmd.Context(), o)
 			if err != nil {
 				return err

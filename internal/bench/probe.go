@@ -32,9 +32,12 @@ const (
 	probePort  = 9
 	probeBatch = 64
 	// drainQuiet is how long the receiver must hear nothing of a finished
-	// trial before its count is final; drainMax bounds the wait.
-	drainQuiet = 50 * time.Millisecond
-	drainMax   = 500 * time.Millisecond
+	// trial before its count is final; drainMax bounds the wait at RFC 2544's
+	// two seconds. On a busy machine packets can sit for a hundred
+	// milliseconds and more in a starved softirq: a shorter wait would count
+	// them as lost.
+	drainQuiet = 200 * time.Millisecond
+	drainMax   = 2 * time.Second
 )
 
 // Probe is a UDP load generator with timestamps: a sender socket opened in
@@ -219,7 +222,7 @@ func (p *Probe) Run(ctx context.Context, mix Mix, rate float64, d time.Duration,
 	// Wait until the receiver has been quiet for a while: whatever is still
 	// in flight after that counts as lost.
 	drainStart := time.Now()
-	for time.Since(drainStart) < drainMax {
+	for time.Since(drainStart) < drainMax && ctx.Err() == nil {
 		time.Sleep(drainQuiet / 2)
 		t.mu.Lock()
 		quiet := time.Since(t.last) >= drainQuiet
