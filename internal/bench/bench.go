@@ -360,13 +360,13 @@ func (m *meter) path(ctx context.Context, spec pathSpec, wgBin string) *Result {
 		m.step(res.Name+": done", doneBefore+m.o.stepsPerPath()-m.done)
 	}()
 	m.step(res.Name+": setting up", 0)
-	topo, procs, stats, closeFn, err := m.setUp(ctx, spec, wgBin)
+	p, err := m.setUp(ctx, spec, wgBin)
 	if err != nil {
 		res.Error = err.Error()
 		return res
 	}
-	defer closeFn()
-	if err := m.measure(ctx, topo, procs, stats, res); err != nil {
+	defer p.close()
+	if err := m.measure(ctx, p, res); err != nil {
 		res.Error = err.Error()
 		if ctx.Err() != nil {
 			res.Error = "interrupted (" + res.Error + ")"
@@ -381,46 +381,56 @@ type process struct {
 	pid  int
 }
 
+// path is a built path: the topology, the processes that forward across it
+// (none for plain routing), how to read their engine counters (espgw only)
+// and how to tear it all down.
+type path struct {
+	topo  *netns.Topology
+	procs []process
+	stats func(context.Context) []gateway.Stats
+	close func()
+}
+
 // setUp builds the path: the topology and whatever forwards across it.
-func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*netns.Topology, []process, func(context.Context) []gateway.Stats, func(), error) {
+func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*path, error) {
 	o := m.o
 	switch spec.kind {
 	case KindPlain:
 		topo, err := netns.NewTopology(o.Prefix, netns.TopologyOptions{PlainRouting: true, Log: o.Log})
 		if err != nil {
-			return nil, nil, nil, nil, err
+			return nil, err
 		}
-		return topo, nil, nil, func() { topo.Close() }, nil
+		return &path{topo: topo, close: func() { topo.Close() }}, nil
 	case KindWireguard:
 		topo, err := netns.NewTopology(o.Prefix, netns.TopologyOptions{Log: o.Log})
 		if err != nil {
-			return nil, nil, nil, nil, err
+			return nil, err
 		}
 		w, err := startWireguard(ctx, wgBin, topo)
 		if err != nil {
 			topo.Close()
-			return nil, nil, nil, nil, err
+			return nil, err
 		}
-		var procs []process
+		p := &path{topo: topo, close: func() { w.Close(); topo.Close() }}
 		for i, pid := range w.PIDs() {
-			procs = append(procs, process{fmt.Sprintf("gw%d", i+1), pid})
+			p.procs = append(p.procs, process{fmt.Sprintf("gw%d", i+1), pid})
 		}
-		return topo, procs, nil, func() { w.Close(); topo.Close() }, nil
+		return p, nil
 	}
 	suite, bits, err := testbed.ParseSuite(spec.suite)
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, err
 	}
 	bed, err := testbed.Start(ctx, testbed.Options{Binary: o.Binary, Prefix: o.Prefix, Suite: suite, AESBits: bits,
 		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, Log: o.Log})
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, err
 	}
-	var procs []process
+	p := &path{topo: bed.Topo, close: func() { bed.Close() }}
 	for _, g := range bed.GW {
-		procs = append(procs, process{g.Name, g.PID()})
+		p.procs = append(p.procs, process{g.Name, g.PID()})
 	}
-	stats := func(ctx context.Context) []gateway.Stats {
+	p.stats = func(ctx context.Context) []gateway.Stats {
 		var out []gateway.Stats
 		for i := range bed.GW {
 			st, err := bed.Stats(ctx, i)
@@ -431,18 +441,18 @@ func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*netns.
 		}
 		return out
 	}
-	return bed.Topo, procs, stats, func() { bed.Close() }, nil
+	return p, nil
 }
 
 // measure runs every load across topo from hostA to hostB.
-func (m *meter) measure(ctx context.Context, topo *netns.Topology, procs []process, stats func(context.Context) []gateway.Stats, res *Result) error {
-	o := m.o
+func (m *meter) measure(ctx context.Context, p *path, res *Result) error {
+	o, topo, procs := m.o, p.topo, p.procs
 	start := time.Now()
 	cpu0 := make([]time.Duration, len(procs))
-	for i, p := range procs {
-		cpu0[i], _ = cpuTime(p.pid)
+	for i, proc := range procs {
+		cpu0[i], _ = cpuTime(proc.pid)
 	}
-	defer func() { res.Gateways = usage(ctx, procs, cpu0, time.Since(start), stats) }()
+	defer func() { res.Gateways = usage(ctx, procs, cpu0, time.Since(start), p.stats) }()
 
 	dst := topo.Addr.HostB4.Addr()
 	for _, streams := range []int{1, 4} {
