@@ -220,8 +220,9 @@ func latencyChart(rep *Report) ([]*plot.Plot, error) {
 		p.X.Scale = plot.LogScale{}
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		p.Y.Min, p.Y.Max = 0, 1
-		// A CDF leaves its top left corner empty: the legend goes there.
-		p.Legend.Top, p.Legend.Left = true, true
+		// A CDF leaves its bottom right corner empty (few packets are slow):
+		// the legend goes there, with the axis stretched to make room.
+		p.Legend.Top, p.Legend.Left = false, false
 		p.Add(plotter.NewGrid())
 		drawn := false
 		for i, r := range rep.Results {
@@ -251,8 +252,7 @@ func latencyChart(rep *Report) ([]*plot.Plot, error) {
 		if !drawn {
 			noData(p, &p.X)
 		} else {
-			// Room on the left for the legend.
-			p.X.Min /= math.Pow(p.X.Max/p.X.Min, 0.4)
+			p.X.Max *= math.Pow(p.X.Max/p.X.Min, 0.6)
 		}
 		plots = append(plots, p)
 	}
