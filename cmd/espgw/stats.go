@@ -69,6 +69,10 @@ func printStats(w io.Writer, st gateway.Stats) {
 	if len(st.Drops) > 0 {
 		fmt.Fprintf(w, "\ngateway drops: %s\n", formatDrops(st.Drops))
 	}
+	for _, k := range st.Sockets {
+		fmt.Fprintf(w, "socket %s %s: in %d out %d; ignored: keepalives=%d non-esp=%d short=%d truncated=%d; errors: send=%d receive=%d\n",
+			k.Kind, k.Local, k.PacketsIn, k.PacketsOut, k.Keepalives, k.NonESP, k.Short, k.Truncated, k.SendErrors, k.ReceiveErrors)
+	}
 }
 
 func formatDrops(d map[string]uint64) string {

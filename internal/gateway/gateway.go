@@ -141,6 +141,12 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 			if err != nil {
 				return fmt.Errorf("load: %w", err)
 			}
+			if inbound && cfg.InitialSeq != 0 {
+				// The peer's first packet is InitialSeq+1 (sa.SA): start
+				// the window there, as the kernel's replay-seq does, so
+				// that ESN high bits are inferred from it and not from 0.
+				s.StartReceiveAfter(cfg.InitialSeq)
+			}
 		}
 		next.all = append(next.all, s)
 		if outbound {

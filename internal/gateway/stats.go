@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/transport"
 	"github.com/espgw/espgw/offload"
 )
 
@@ -22,6 +23,16 @@ type Stats struct {
 	Drops   map[string]uint64 `json:"drops"` // gateway-level, by reason
 	SAs     []SAStats         `json:"sas"`
 	Engine  EngineStats       `json:"engine"`
+	// Sockets are the outer sockets' own counts: NAT keepalives and
+	// non-ESP datagrams ignored, runts, send and receive errors.
+	Sockets []SocketStats `json:"sockets,omitempty"`
+}
+
+// SocketStats are one outer socket's counters.
+type SocketStats struct {
+	Kind  string `json:"kind"`
+	Local string `json:"local"`
+	transport.Stats
 }
 
 // SAStats are one SA's counters.
@@ -54,6 +65,11 @@ func (g *Gateway) Stats() Stats {
 	for r := Reason(0); r < NumReasons; r++ {
 		if n := c.Drops[r].Load(); n > 0 {
 			out.Drops[r.String()] = n
+		}
+	}
+	for _, c := range g.conns {
+		if w, ok := c.(*Wire); ok {
+			out.Sockets = append(out.Sockets, SocketStats{Kind: w.Kind().String(), Local: w.LocalAddr().String(), Stats: w.Conn.Stats()})
 		}
 	}
 	for _, s := range st.all {
@@ -103,11 +119,12 @@ var (
 	descSAPkts  = prometheus.NewDesc("espgw_sa_packets_total", "Packets sealed or opened per SA.", []string{"spi", "op"}, nil)
 	descSABytes = prometheus.NewDesc("espgw_sa_bytes_total", "Bytes sealed or opened per SA.", []string{"spi", "op"}, nil)
 	descSADrops = prometheus.NewDesc("espgw_sa_drops_total", "Packets dropped per SA, by reason.", []string{"spi", "reason"}, nil)
+	descSocket  = prometheus.NewDesc("espgw_socket_packets_total", "Outer socket counters: datagrams ignored or refused.", []string{"kind", "counter"}, nil)
 	descEngine  = prometheus.NewDesc("espgw_engine_ops_total", "Offload engine counters.", []string{"engine", "counter"}, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descDrops, descSAPkts, descSABytes, descSADrops, descEngine} {
+	for _, d := range []*prometheus.Desc{descPackets, descDrops, descSAPkts, descSABytes, descSADrops, descSocket, descEngine} {
 		ch <- d
 	}
 }
@@ -131,6 +148,14 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descSABytes, sa.OpenedBytes, sa.SPI, "open")
 		for r := esp.Reason(1); r < esp.NumReasons; r++ {
 			counter(descSADrops, sa.Drops[r.String()], sa.SPI, r.String())
+		}
+	}
+	for _, k := range s.Sockets {
+		for name, v := range map[string]uint64{
+			"keepalives": k.Keepalives, "non_esp": k.NonESP, "short": k.Short, "truncated": k.Truncated,
+			"send_errors": k.SendErrors, "receive_errors": k.ReceiveErrors,
+		} {
+			counter(descSocket, v, k.Kind, name)
 		}
 	}
 	e := s.Engine

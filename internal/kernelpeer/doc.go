@@ -88,9 +88,18 @@
 // # Tests
 //
 // The tests boot one guest for the whole test binary and put scapy
-// (testdata/scapy_peer.py, run with /usr/bin/python3) on the tap side: for
-// every suite, mode, encapsulation and ESN setting, scapy's echo request
-// must come back as an ESP echo reply scapy verifies, and a tampered and a
-// replayed packet must show up in the kernel's counters. Missing qemu,
-// kernel files or scapy fail the tests with the command that fixes it.
+// (testdata/scapy_peer.py, run with /usr/bin/python3) on the tap side. For
+// every suite × tunnel/transport × raw/UDP over IPv4 (and three suites over
+// IPv6), with ESN on half the cases and its high bits non-zero, scapy's echo
+// request must come back as an ESP echo reply that scapy verifies and
+// decrypts; then a tampered packet and a replayed one must appear in the
+// kernel's counters (integrity failed / XfrmInStateProtoError, replay /
+// XfrmInStateSeqError) and nothing else may. Missing qemu, kernel files or
+// scapy fail the tests with the command that fixes it; -short skips the
+// tests that boot a guest.
+//
+// Run them with
+//
+//	go run ./internal/kernelpeer/cmd/prepare
+//	go test -count=1 -timeout 30m ./internal/kernelpeer/
 package kernelpeer

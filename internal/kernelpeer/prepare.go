@@ -17,6 +17,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // DefaultDir is where Prepare keeps the kernel and the initramfs unless
@@ -84,6 +85,12 @@ func Prepare(ctx context.Context, opts PrepareOptions) (*Assets, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("kernel peer cache folder: %w", err)
 	}
+	// Test binaries of several packages may prepare at the same time.
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	a := &Assets{Dir: dir}
 	if a.Package, err = kernelPackage(ctx, dir, opts); err != nil {
 		return nil, err
@@ -112,6 +119,19 @@ func Prepare(ctx context.Context, opts PrepareOptions) (*Assets, error) {
 		return nil, fmt.Errorf("record prepared kernel peer: %w", err)
 	}
 	return a, nil
+}
+
+// lockDir takes an exclusive lock on the cache folder until unlock.
+func lockDir(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("lock kernel peer cache folder: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock kernel peer cache folder: %w", err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // kernelPackage names the kernel image package: the option, the package
@@ -221,10 +241,14 @@ func buildAgent(ctx context.Context, dir string) (string, error) {
 		return "", err
 	}
 	out := filepath.Join(dir, "espgw-agent")
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, agentPackage)
+	tmp := out + ".tmp"
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", tmp, agentPackage)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("build the guest agent %s (run from inside the espgw module): %w: %s", agentPackage, err, bytes.TrimSpace(b))
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return "", fmt.Errorf("build the guest agent: %w", err)
 	}
 	return out, nil
 }

@@ -231,6 +231,10 @@ func newStream(eng offload.Engine, alg Alg, size, batch int) (*stream, error) {
 		return s, nil
 	}
 	sess, err := eng.NewSession(offload.SessionConfig{Suite: suite, EncKey: randomKey(alg.KeyLen), CipherOnly: alg.CipherOnly})
+	if err != nil && alg.CipherOnly {
+		return nil, fmt.Errorf("engine %s cannot make the cipher-only session a bulk %s needs (time esp:%s+AUTH instead): %w",
+			eng.Name(), alg.Name, alg.Name, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s session: %w", eng.Name(), err)
 	}

@@ -30,7 +30,11 @@ func Ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count 
 	r := PingResult{Size: size}
 	ctx, cancel := context.WithTimeout(ctx, time.Duration(count)*100*time.Millisecond+5*time.Second)
 	defer cancel()
-	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size), "-i", "0.01", "-W", "2"}
+	// -w, an overall deadline, makes ping wait for every reply: with only
+	// -W, once one reply came it waits just two round trips for the rest,
+	// and on a loaded machine counts late replies as lost.
+	deadline := strconv.Itoa(count/100 + 5)
+	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size), "-i", "0.01", "-W", "2", "-w", deadline}
 	if dst.Is4() {
 		args = append(args, "-M", "do") // DF: too-big must come back as ICMP, not fragments
 	}

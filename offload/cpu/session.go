@@ -256,7 +256,10 @@ func (s *Session) verifyICV(op *offload.Op) bool {
 }
 
 // processGCM seals or opens with RFC 4106: nonce = salt | IV, AAD = SPI |
-// [seq high] | seq low. Go's GCM verifies the tag before it decrypts.
+// [seq high] | seq low. Go's GCM computes the tag over the ciphertext in
+// the same pass as it decrypts and, on a mismatch, wipes what it wrote
+// before returning: no unverified plaintext leaves the engine, though the
+// dropped packet's bytes are zeroed rather than left as they came.
 func (s *Session) processGCM(op *offload.Op) {
 	pkt := op.Packet
 	sc := s.gcm.Get().(*gcmScratch)

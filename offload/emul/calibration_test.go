@@ -37,6 +37,9 @@ func TestCalibration(t *testing.T) {
 	if testing.Short() {
 		t.Skip("calibration takes about half a minute")
 	}
+	if raceEnabled {
+		t.Skip("too few ops under the race detector to judge a cell; run without -race")
+	}
 	for _, row := range published {
 		t.Run(fmt.Sprintf("%s/%s/multi=%d", row.engine, row.alg, row.multi), func(t *testing.T) {
 			alg, err := speed.ParseAlg(row.alg)

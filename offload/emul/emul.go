@@ -21,21 +21,36 @@
 //   - Pipeline: records a unit accepts at once (the chip's MCR FIFO): the
 //     driver feeds queued ops as soon as it has room, so ops stack up in a
 //     record only while the chip is full.
-//   - Exponential: record times are drawn from an exponential
-//     distribution around their mean (and host times jitter by ±25%). The 2014 rows show the smooth
-//     knee of a queue whose times vary (scheduling, interrupt
+//   - Exponential: record times are drawn from an exponential distribution
+//     around their mean, and host times jitter by ±25%. The 2014 rows show
+//     the smooth knee of a queue whose times vary (scheduling, interrupt
 //     coalescing); fixed times lock N streams into step and, once two
 //     requests share a record, they share every record after.
+//
+// Time. By default the model follows the real clock: a batch arrives when
+// it is submitted and completes when the model says, so a tunnel through an
+// emulated card sees the card's latency (plus the host's own). On a busy
+// machine the host's own delays (goroutine wake-ups: microseconds idle,
+// milliseconds at load 20 on 2 cores) add to every modelled cycle. With
+// Options.Virtual (what `espgw speed` uses unless -elapsed) the model runs
+// on its own clock (ring.Config.Virtual, ModelClock): a caller that
+// resubmits its batch is taken to do so at the modelled completion time,
+// so the table shows the card and not the emulating machine's load; the
+// ciphers still run for real.
 //
 // An inline profile (Inline) models crypto instructions rather than a card:
 // ops run on the submitting goroutine and each costs PerOp plus PerByte per
 // byte on one of Units cores; the caller returns when that modelled time is
-// reached (waited once per batch, or accumulated while under a few
-// microseconds, since no timer is that fine).
+// reached (waited once per batch, or accumulated while under 20 µs, since
+// no timer is that fine).
 //
 // Calibration. Every time is charged on the cipher bytes of an op (the ESP
 // payload between IV and ICV), which for `espgw speed -evp` is the buffer
 // size, so the published `openssl speed` tables translate directly:
+//
+// Parameters of ubsec-2014: Host 24.25 µs + 2.758 ns/B, RecordSetup 0.244
+// µs, PerOp 4.188 µs, PerByte 7.206 ns/B (AES-128), Pipeline 3, Aggregation
+// 5, one unit, exponential.
 //
 // ubsec-2014 is NetBSD 6.1.4 on a Xeon X3430 with a Broadcom card through
 // cryptodev, `openssl speed -engine cryptodev -evp ALG -elapsed [-multi N]`

@@ -27,7 +27,7 @@ func BenchmarkSeal1400x32(b *testing.B) {
 	for _, tc := range []struct {
 		name  string
 		units int
-	}{{"cpu", 0}, {"ring", 0}, {"ring", 1}, {"cpu", 0}, {"ring", 0}, {"ring", 1}} {
+	}{{"cpu", 0}, {"ring", 0}, {"cpu", 0}, {"ring", 0}, {"cpu", 0}, {"ring", 0}} {
 		name := tc.name
 		if tc.units > 0 {
 			name += "-units=1"

@@ -17,6 +17,15 @@
 //
 // Aggregation saves interrupts at the cost of latency: NetBSD's ubsec(4)
 // notes that 1 gives the best latency for network traffic.
+//
+// A batch larger than the queue is taken when the queue is empty and
+// streams in as its first ops complete; other submitters wait behind it.
+// Once a blocked Submit has its batch in, the context no longer matters:
+// the engine owns the ops until Done. Steady-state submission allocates
+// nothing (TestSteadyStateAllocatesNothing). Queue slots are freed when a
+// unit finishes an op; with a model, a unit runs at most Pipeline records
+// ahead of the modelled card, and the host-side time after that is spent in
+// the delivery loop, outside the queue.
 package ring
 
 import (
@@ -104,6 +113,9 @@ type loop struct {
 	out   bool
 	since time.Time // real time it went out
 }
+
+// unitSpins is how many times an idle unit yields before it parks.
+const unitSpins = 20
 
 // stragglerWait is how long (real time) a caller due back in the model may
 // stay away before a unit takes it for gone. Long enough for a goroutine on
@@ -351,6 +363,7 @@ func (e *Engine) unit(u int) {
 	}
 	var nrec int
 	var last int64
+	var spins int
 	e.mu.Lock()
 	for {
 		r := e.dispatchable()
@@ -359,6 +372,17 @@ func (e *Engine) unit(u int) {
 				e.mu.Unlock()
 				return
 			}
+			if spins < unitSpins {
+				// The next batch of a busy caller usually comes within
+				// microseconds: yield a few times before parking, which
+				// costs a futex sleep and wake-up each time.
+				spins++
+				e.mu.Unlock()
+				runtime.Gosched()
+				e.mu.Lock()
+				continue
+			}
+			spins = 0
 			e.work.Wait()
 			continue
 		}

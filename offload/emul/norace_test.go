@@ -1,0 +1,5 @@
+//go:build !race
+
+package emul_test
+
+const raceEnabled = false
