@@ -229,7 +229,7 @@ func Check(o Options) error {
 		}
 	}
 	if err := netns.CheckPrerequisites(); err != nil {
-		return fmt.Errorf("espgw bench: %w", err)
+		return fmt.Errorf("bench: %w", err)
 	}
 	tools := []string{"iperf3"}
 	for _, b := range o.Baselines {
@@ -244,7 +244,7 @@ func Check(o Options) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("espgw bench needs %s on PATH (apt-get install -y iperf3 wireguard-tools)", strings.Join(missing, ", "))
+		return fmt.Errorf("bench needs %s on PATH (apt-get install -y iperf3 wireguard-tools)", strings.Join(missing, ", "))
 	}
 	return nil
 }
