@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what espgw's demo and tests need on a Debian machine (root):
 # the independent judges (scapy, tshark), traffic tools (iperf3, ping),
+# wg (wireguard-tools) for the bench's wireguard-go baseline,
 # the kernel-peer toolchain (qemu, busybox), and Go's modules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(iproute2 iputils-ping iperf3 tshark tcpdump ethtool python3-scapy
+packages=(iproute2 iputils-ping iperf3 tshark tcpdump ethtool python3-scapy wireguard-tools
           qemu-system-x86 busybox-static cpio xz-utils zstd openssl ca-certificates)
 missing=()
 for p in "${packages[@]}"; do

@@ -49,6 +49,7 @@ func newRoot() *cobra.Command {
 		newPcap(),
 		newSpeed(),
 		newScenario(),
+		newBench(),
 	)
 	return root
 }

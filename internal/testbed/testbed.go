@@ -356,6 +356,15 @@ func (g *Gateway) Signal(sig syscall.Signal) error {
 	return g.cmd.Process.Signal(sig)
 }
 
+// PID is the gateway process's id (0 when it is not running); `ip netns
+// exec` execs in place, so it is espgw's own.
+func (g *Gateway) PID() int {
+	if g.cmd == nil || g.cmd.Process == nil {
+		return 0
+	}
+	return g.cmd.Process.Pid
+}
+
 // Output is what the gateway has logged so far.
 func (g *Gateway) Output() string { return g.out.String() }
 

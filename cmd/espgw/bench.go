@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+
+	"github.com/espgw/espgw/internal/bench"
+	"github.com/espgw/espgw/sa"
+)
+
+func newBench() *cobra.Command {
+	var o bench.Options
+	var encaps, frames, baseline, charts, save string
+	var asJSON, quiet bool
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure tunnels under load, RFC 2544 style, beside plain routing and wireguard-go",
+		Long: `Build hostA — gw1 — wan — gw2 — hostB in network namespaces and, for plain
+routing (the ceiling), a wireguard-go tunnel (--baseline) and every espgw
+configuration asked for (--suites × --engines × --encaps), measure: iperf3 TCP
+with 1 and 4 streams; UDP at each frame size and IMIX as fast as the probe
+sends; the RFC 2544 zero-loss rate per frame size by binary search and the
+partial-drop rate (loss ≤ 0.1%); one-way latency p50/p99/p99.9 at 10, 50 and
+90% of the zero-loss rate; CPU and memory of each gateway and the offload
+engine's queue counters. Prints tables and the ratios of each espgw
+configuration to the baselines; --json for the whole report, --charts for PNG
+charts. Needs root, iperf3 and (for the wireguard-go baseline) wg from
+wireguard-tools and the go tool. Every load is bounded in time; Ctrl-C stops
+with the results so far.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, e := range splitList(encaps) {
+				switch e {
+				case "none", "raw":
+					o.Encaps = append(o.Encaps, sa.EncapNone)
+				case "udp":
+					o.Encaps = append(o.Encaps, sa.EncapUDP)
+				default:
+					return fmt.Errorf("--encaps %q: want none or udp", e)
+				}
+			}
+			var err error
+			if o.Frames, err = bench.ParseMixes(frames); err != nil {
+				return fmt.Errorf("--frames: %w", err)
+			}
+			for _, b := range splitList(baseline) {
+				if b != "none" {
+					o.Baselines = append(o.Baselines, b)
+				}
+			}
+			if !quiet {
+				bar := progressbar.NewOptions(1, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
+					progressbar.OptionSetWidth(30), progressbar.OptionShowCount(), progressbar.OptionSetElapsedTime(true),
+					progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish(),
+					progressbar.OptionThrottle(100*time.Millisecond))
+				defer bar.Finish()
+				o.Progress = func(what string, done, total int) {
+					if total > 0 && bar.GetMax() != total {
+						bar.ChangeMax(total)
+					}
+					bar.Describe(what)
+					bar.Set(done)
+				}
+			}
+			rep, err := bench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			rep.Command = "espgw " + strings.Join(os.Args[1:], " ")
+			if charts != "" {
+				files, err := bench.WriteCharts(charts, rep)
+				if err != nil {
+					return err
+				}
+				if !asJSON {
+					fmt.Fprintf(cmd.ErrOrStderr(), "charts: %s\n", strings.Join(files, ", "))
+				}
+			}
+			if save != "" {
+				b, err := json.MarshalIndent(rep, "", "  ")
+				if err != nil {
+					return err
+				}
+				if err := os.WriteFile(save, append(b, '\n'), 0o644); err != nil {
+					return fmt.Errorf("save the report: %w", err)
+				}
+			}
+			fmt.Fprintln(cmd.ErrOrStderr())
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(rep); err != nil {
+					return err
+				}
+			} else {
+				rep.Print(cmd.OutOrStdout())
+			}
+			if rep.Partial {
+				return fmt.Errorf("bench interrupted: results above are partial")
+			}
+			if len(rep.Problems) > 0 {
+				return fmt.Errorf("bench: %d path(s) failed (see the report)", len(rep.Problems))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.Suites, "suites", []string{"aes-gcm-16", "aes-cbc-128+hmac-sha1-96"}, "ESP suites, CIPHER[-BITS][+AUTH], comma-separated")
+	f.StringSliceVar(&o.Engines, "engines", []string{"cpu"}, "offload engines, comma-separated")
+	f.StringVar(&encaps, "encaps", "none", "outer encapsulations, comma-separated: none (raw ESP), udp (RFC 3948)")
+	f.StringVar(&baseline, "baseline", "wireguard-go", "baseline tunnel besides plain routing: wireguard-go or none")
+	f.StringVar(&o.WireguardDir, "cache-dir", "", "where the wireguard-go build is kept (default: the user cache folder)")
+	f.BoolVar(&o.OuterV6, "ipv6-outer", false, "carry the espgw tunnels over IPv6")
+	f.BoolVar(&o.NoOffloads, "no-offloads", false, "turn the gateways' TUN vnet-hdr offloads off")
+	f.StringVar(&frames, "frames", "all", "frame sizes in bytes and/or imix, comma-separated; all = 64,128,256,512,1024,1280,1400,imix")
+	f.DurationVar(&o.TCPDuration, "tcp-time", 3*time.Second, "length of each iperf3 TCP run")
+	f.DurationVar(&o.TrialDuration, "trial-time", time.Second, "length of each UDP trial")
+	f.IntVar(&o.Iterations, "iterations", 8, "most trials of each zero-loss search")
+	f.IntVar(&o.PartialIters, "partial-iterations", 3, "most extra trials for each partial-drop rate")
+	f.IntVar(&o.LatencyFrame, "latency-frame", 512, "frame size of the latency loads")
+	f.DurationVar(&o.LatencyTime, "latency-time", 2*time.Second, "length of each latency load")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&charts, "charts", "", "write PNG charts into this folder")
+	f.StringVar(&save, "save", "", "also write the JSON report to this file")
+	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	return cmd
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}

@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// Chart file names WriteCharts writes.
+const (
+	ChartThroughput = "throughput.png"
+	ChartPackets    = "packets.png"
+	ChartLatency    = "latency-cdf.png"
+)
+
+// WriteCharts draws the report into dir: zero-loss throughput (Mbit/s and
+// kpkt/s) against frame size per path, and the latency CDF per path and load.
+// It returns the files written.
+func WriteCharts(dir string, rep *Report) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("charts: %w", err)
+	}
+	var files []string
+	for _, c := range []struct {
+		file, y string
+		value   func(FrameResult) float64
+	}{
+		{ChartThroughput, "zero-loss throughput (Mbit/s of frames, log)", func(f FrameResult) float64 { return f.Mbps(f.ZeroLoss) }},
+		{ChartPackets, "zero-loss rate (kpkt/s, log)", func(f FrameResult) float64 { return f.ZeroLoss / 1e3 }},
+	} {
+		p, err := frameChart(rep, c.y, c.value)
+		if err != nil {
+			return files, err
+		}
+		path := filepath.Join(dir, c.file)
+		if err := p.Save(18*vg.Centimeter, 11*vg.Centimeter, path); err != nil {
+			return files, fmt.Errorf("chart %s: %w", path, err)
+		}
+		files = append(files, path)
+	}
+	plots, err := latencyChart(rep)
+	if err != nil {
+		return files, err
+	}
+	path := filepath.Join(dir, ChartLatency)
+	if err := savePanels(plots, path); err != nil {
+		return files, err
+	}
+	return append(files, path), nil
+}
+
+// savePanels draws plots stacked in one PNG.
+func savePanels(plots []*plot.Plot, path string) error {
+	w, h := 18*vg.Centimeter, 10*vg.Centimeter*vg.Length(len(plots))
+	img := vgimg.New(w, h)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Centimeter / 2, PadTop: vg.Centimeter / 4, PadBottom: vg.Centimeter / 4}
+	table := make([][]*plot.Plot, len(plots))
+	for i, p := range plots {
+		table[i] = []*plot.Plot{p}
+	}
+	for i, c := range plot.Align(table, tiles, dc) {
+		plots[i].Draw(c[0])
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("chart %s: %w", path, err)
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return fmt.Errorf("chart %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("chart %s: %w", path, err)
+	}
+	return nil
+}
+
+// style gives each path a colour of its own, and the baselines grey and black.
+func style(i int, r *Result) color.Color {
+	switch r.Kind {
+	case KindPlain:
+		return color.Gray{Y: 0x60}
+	case KindWireguard:
+		return color.Black
+	}
+	return plotutil.Color(i)
+}
+
+func frameChart(rep *Report, ylabel string, value func(FrameResult) float64) (*plot.Plot, error) {
+	p := plot.New()
+	p.Title.Text = "RFC 2544 zero-loss rate against frame size"
+	p.X.Label.Text = "frame size (bytes)"
+	p.Y.Label.Text = ylabel
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.X.Tick.Marker = plot.ConstantTicks(frameTicks(rep))
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Add(plotter.NewGrid())
+	drawn := false
+	for i, r := range rep.Results {
+		var pts plotter.XYs
+		var imix plotter.XYs
+		for _, f := range r.Frames {
+			v := value(f)
+			if v <= 0 {
+				continue // a log axis has no zero
+			}
+			if f.Mix == IMIX().Name {
+				imix = append(imix, plotter.XY{X: f.MeanFrame, Y: v})
+				continue
+			}
+			pts = append(pts, plotter.XY{X: f.MeanFrame, Y: v})
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		sortXY(pts)
+		drawn = true
+		l, s, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			return nil, fmt.Errorf("chart line for %s: %w", r.Name, err)
+		}
+		c := style(i, r)
+		l.Color, s.Color = c, c
+		l.Width = vg.Points(1.5)
+		s.Shape = draw.CircleGlyph{}
+		p.Add(l, s)
+		p.Legend.Add(r.Name, l, s)
+		if len(imix) > 0 {
+			m, err := plotter.NewScatter(imix)
+			if err != nil {
+				return nil, err
+			}
+			m.Color, m.Shape, m.Radius = c, draw.BoxGlyph{}, vg.Points(4)
+			p.Add(m)
+		}
+	}
+	if !drawn {
+		noData(p, &p.Y)
+	} else {
+		// Head room above the highest line for the legend in the top left.
+		p.Y.Max *= math.Pow(p.Y.Max/p.Y.Min, 0.6)
+	}
+	if hasIMIX(rep) && drawn {
+		// One legend line explains the squares of every path.
+		m, _ := plotter.NewScatter(plotter.XYs{{X: 0, Y: 1}})
+		m.Shape, m.Radius, m.Color = draw.BoxGlyph{}, vg.Points(4), color.Gray{Y: 0x90}
+		p.Legend.Add("IMIX (at its mean frame size)", m)
+	}
+	return p, nil
+}
+
+func hasIMIX(rep *Report) bool {
+	for _, r := range rep.Results {
+		if r.Frame(IMIX().Name) != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func frameTicks(rep *Report) []plot.Tick {
+	seen := map[float64]bool{}
+	var ticks []plot.Tick
+	for _, r := range rep.Results {
+		for _, f := range r.Frames {
+			if f.Mix != IMIX().Name && !seen[f.MeanFrame] {
+				seen[f.MeanFrame] = true
+				ticks = append(ticks, plot.Tick{Value: f.MeanFrame, Label: f.Mix})
+			}
+		}
+	}
+	return ticks
+}
+
+func sortXY(pts plotter.XYs) {
+	for i := 1; i < len(pts); i++ {
+		for j := i; j > 0 && pts[j].X < pts[j-1].X; j-- {
+			pts[j], pts[j-1] = pts[j-1], pts[j]
+		}
+	}
+}
+
+// latencyChart is the one-way latency CDF, one panel per load (a fraction
+// of each path's own zero-loss rate) and a line per path: x the delay on a
+// log axis, y the fraction of packets at or below it.
+func latencyChart(rep *Report) ([]*plot.Plot, error) {
+	var loads []float64
+	for _, r := range rep.Results {
+		for _, l := range r.Latency {
+			if !slices.Contains(loads, l.Load) {
+				loads = append(loads, l.Load)
+			}
+		}
+	}
+	slices.Sort(loads)
+	if len(loads) == 0 {
+		p := plot.New()
+		p.Title.Text = "One-way latency CDF under load"
+		noData(p, &p.X)
+		return []*plot.Plot{p}, nil
+	}
+	var plots []*plot.Plot
+	for _, load := range loads {
+		p := plot.New()
+		p.Title.Text = fmt.Sprintf("One-way latency CDF at %.0f%% of the zero-loss rate", load*100)
+		p.X.Label.Text = "latency (µs, log)"
+		p.Y.Label.Text = "fraction of packets"
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.Y.Min, p.Y.Max = 0, 1
+		// A CDF leaves its bottom right corner empty (few packets are slow):
+		// the legend goes there, with the axis stretched to make room.
+		p.Legend.Top, p.Legend.Left = false, false
+		p.Add(plotter.NewGrid())
+		drawn := false
+		for i, r := range rep.Results {
+			l := r.LatencyAt(load)
+			if l == nil {
+				continue
+			}
+			var pts plotter.XYs
+			for _, c := range l.CDF {
+				if c.Micros > 0 && !math.IsInf(c.Micros, 0) {
+					pts = append(pts, plotter.XY{X: c.Micros, Y: c.Percentile / 100})
+				}
+			}
+			if len(pts) < 2 {
+				continue
+			}
+			line, err := plotter.NewLine(pts)
+			if err != nil {
+				return nil, fmt.Errorf("latency line for %s: %w", r.Name, err)
+			}
+			line.Color = style(i, r)
+			line.Width = vg.Points(1.5)
+			p.Add(line)
+			p.Legend.Add(fmt.Sprintf("%s (p99 %.0f µs)", r.Name, l.P99), line)
+			drawn = true
+		}
+		if !drawn {
+			noData(p, &p.X)
+		} else {
+			p.X.Max *= math.Pow(p.X.Max/p.X.Min, 0.6)
+		}
+		plots = append(plots, p)
+	}
+	return plots, nil
+}
+
+// noData makes an empty chart drawable (a log axis over no data has no
+// range) and says why it is empty.
+func noData(p *plot.Plot, axis *plot.Axis) {
+	axis.Scale = plot.LinearScale{}
+	axis.Tick.Marker = plot.DefaultTicks{}
+	p.Title.Text += " — no data"
+}

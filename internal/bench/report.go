@@ -1,0 +1,147 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// Print writes the report as tables: per path, per frame size, latency,
+// ratios, targets.
+func (rep *Report) Print(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	line := func(cells ...string) { fmt.Fprintln(tw, strings.Join(cells, "\t")+"\t") }
+	if rep.Partial {
+		fmt.Fprintln(w, "PARTIAL RESULTS: the run was interrupted.")
+	}
+	if rep.LoadAvg != "" {
+		fmt.Fprintf(w, "load average at start: %s\n", rep.LoadAvg)
+	}
+	fmt.Fprintln(w, "\nPaths (TCP: iperf3 hostA→hostB; CPU: % of one core over the path's whole run):")
+	line("path", "TCP×1 Mbit/s", "TCP×4 Mbit/s", "gw1 CPU%", "gw2 CPU%", "peak RSS MiB", "engine max queue", "queue full")
+	for _, r := range rep.Results {
+		cpu := []string{"-", "-"}
+		var hwm, maxQ, full uint64
+		for i, g := range r.Gateways {
+			if i < 2 {
+				cpu[i] = fmt.Sprintf("%.0f", g.CPUPercent)
+			}
+			hwm = max(hwm, g.HWM)
+			maxQ = max(maxQ, g.MaxQueue)
+			full += g.QueueFull
+		}
+		mem, q, qf := "-", "-", "-"
+		if len(r.Gateways) > 0 {
+			mem = fmt.Sprintf("%.1f", float64(hwm)/(1<<20))
+		}
+		if r.Kind == KindESP {
+			q, qf = fmt.Sprint(maxQ), fmt.Sprint(full)
+		}
+		line(r.Name, mbps(r.TCP1), mbps(r.TCP4), cpu[0], cpu[1], mem, q, qf)
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nUDP per frame size (kpkt/s; Mbit/s of Ethernet frames; zero-loss by RFC 2544 binary search):")
+	line("path", "frame", "offered", "delivered", "zero-loss", "zero-loss Mbit/s", "≤0.1% loss", "trials")
+	for _, r := range rep.Results {
+		for _, f := range r.Frames {
+			zl := kpps(f.ZeroLoss)
+			if f.GeneratorLimited {
+				zl += "+"
+			}
+			line(r.Name, f.Mix, kpps(f.Offered), kpps(f.Delivered), zl, fmt.Sprintf("%.0f", f.Mbps(f.ZeroLoss)), kpps(f.Partial), fmt.Sprint(len(f.Trials)))
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "(+: no loss even at the probe's top rate; the path may do more)")
+
+	fmt.Fprintln(w, "\nOne-way latency (µs) under load, as a fraction of each path's own zero-loss rate:")
+	line("path", "load", "frame", "kpkt/s", "p50", "p99", "p99.9", "lost")
+	for _, r := range rep.Results {
+		for _, l := range r.Latency {
+			lost := uint64(0)
+			if l.Sent > l.Received {
+				lost = l.Sent - l.Received
+			}
+			line(r.Name, fmt.Sprintf("%.0f%%", l.Load*100), fmt.Sprint(l.Frame), kpps(l.Rate),
+				fmt.Sprintf("%.0f", l.P50), fmt.Sprintf("%.0f", l.P99), fmt.Sprintf("%.0f", l.P999), fmt.Sprint(lost))
+		}
+	}
+	tw.Flush()
+
+	if len(rep.Ratios) > 0 {
+		fmt.Fprintln(w, "\nRatios (espgw ÷ baseline, same run, same topology):")
+		var measures []string
+		seen := map[string]bool{}
+		for _, x := range rep.Ratios {
+			if !seen[x.Measure] && keyMeasure(x.Measure) {
+				seen[x.Measure] = true
+				measures = append(measures, x.Measure)
+			}
+		}
+		line(append([]string{"path", "baseline"}, measures...)...)
+		type key struct{ path, base string }
+		rows := map[key]map[string]float64{}
+		var order []key
+		for _, x := range rep.Ratios {
+			k := key{x.Path, x.Baseline}
+			if rows[k] == nil {
+				rows[k] = map[string]float64{}
+				order = append(order, k)
+			}
+			rows[k][x.Measure] = x.Value
+		}
+		for _, k := range order {
+			cells := []string{k.path, k.base}
+			for _, m := range measures {
+				if v, ok := rows[k][m]; ok {
+					cells = append(cells, fmt.Sprintf("%.2f×", v))
+				} else {
+					cells = append(cells, "-")
+				}
+			}
+			line(cells...)
+		}
+		tw.Flush()
+	}
+	if len(rep.Targets) > 0 {
+		fmt.Fprintln(w, "\nTargets:")
+		line("path", "target", "measured", "want", "")
+		for _, t := range rep.Targets {
+			verdict := "FAIL"
+			if t.Pass {
+				verdict = "pass"
+			}
+			m, want := fmt.Sprintf("%.2f×", t.Measured), fmt.Sprintf("≥ %.1f×", t.Want)
+			if t.Unit == "us" {
+				m, want = fmt.Sprintf("%+.0f µs", t.Measured), fmt.Sprintf("≤ %+.0f µs", t.Want)
+			}
+			line(t.Path, t.Target, m, want, verdict)
+		}
+		tw.Flush()
+	}
+	for _, r := range rep.Results {
+		if r.Error != "" {
+			fmt.Fprintf(w, "%s: %s\n", r.Name, r.Error)
+		}
+	}
+}
+
+// keyMeasure picks the ratios the table shows; --json has them all.
+func keyMeasure(m string) bool {
+	switch m {
+	case "TCP 1 stream", "TCP 4 streams", "UDP 64 zero-loss", "UDP 512 zero-loss", "UDP 1400 zero-loss", "UDP imix zero-loss":
+		return true
+	}
+	return false
+}
+
+func mbps(bps float64) string {
+	if bps == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", bps/1e6)
+}
+
+func kpps(pps float64) string { return fmt.Sprintf("%.1f", pps/1e3) }
