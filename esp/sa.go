@@ -74,6 +74,10 @@ type SA struct {
 	reserve  func(*SA, uint64) error
 	reserved atomic.Uint64
 
+	// framed and framedBytes count packets as they are framed for sealing,
+	// so a hard lifetime holds exactly even with a batch in flight.
+	framed, framedBytes atomic.Uint64
+
 	created   time.Time
 	expired   atomic.Bool
 	softFired atomic.Bool

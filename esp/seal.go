@@ -56,6 +56,13 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 	if start < 0 || end > len(p.Buf) {
 		return s.reject(p, NoRoom)
 	}
+	if h := s.Config.Hard; h.Packets > 0 || h.Bytes > 0 {
+		n, b := s.framed.Add(1), s.framedBytes.Add(uint64(p.Len))
+		if (h.Packets > 0 && n > h.Packets) || (h.Bytes > 0 && b > h.Bytes) {
+			s.expired.Store(true)
+			return s.reject(p, Expired)
+		}
+	}
 	seq := s.seq.Add(1)
 	if (!s.Config.ESN && seq > math.MaxUint32) || seq == 0 {
 		s.seq.Store(math.MaxUint64) // stay exhausted, never wrap

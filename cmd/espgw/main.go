@@ -48,6 +48,7 @@ func newRoot() *cobra.Command {
 		newStats(),
 		newPcap(),
 		newSpeed(),
+		newScenario(),
 		newBench(),
 	)
 	return root

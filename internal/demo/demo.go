@@ -24,8 +24,10 @@ import (
 	"github.com/espgw/espgw/internal/pcapgen"
 	"github.com/espgw/espgw/internal/pcapreplay"
 	"github.com/espgw/espgw/internal/pcaprewrite"
+	"github.com/espgw/espgw/internal/scenario"
 	"github.com/espgw/espgw/internal/testbed"
 	"github.com/espgw/espgw/sa"
+	"github.com/espgw/espgw/scenarios"
 )
 
 // Options choose what the demo runs.
@@ -57,6 +59,7 @@ type Report struct {
 	TCPBits  float64               `json:"tcp_bits_per_second"`
 	Gateways [2]gateway.Stats      `json:"gateways"`
 	WAN      testbed.TsharkVerdict `json:"wan_tshark"`
+	Scenario []*scenario.Result    `json:"scenario"`
 	Problems []string              `json:"problems,omitempty"`
 	Elapsed  time.Duration         `json:"elapsed_ns"`
 }
@@ -181,6 +184,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return r, err
 	}
 	r.judge()
+	// The tunnel under faults: the bundled demo scenario runs the same kind
+	// of traffic across a WAN that duplicates and replays ESP, and checks
+	// every drop is counted under its reason.
+	bed.Close()
+	progress("running the bundled scenario demo.yaml: the same traffic across a WAN that duplicates and replays ESP")
+	results, err := scenario.RunBundled(ctx, scenarios.Bundled, "demo.yaml", scenario.Options{Binary: o.Binary, Prefix: o.Prefix + "sc"})
+	if err != nil {
+		return r, err
+	}
+	r.Scenario = results
+	for _, res := range results {
+		if !res.Pass {
+			r.Problems = append(r.Problems, fmt.Sprintf("scenario %s failed: %s", res.Name, res.Error))
+		}
+	}
 	r.Elapsed = time.Since(start)
 	return r, nil
 }
@@ -296,6 +314,10 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(tw, "gw%d\t(gateway)\t\t\t\t%s\n", i+1, drops(g.Drops))
 	}
 	tw.Flush()
+	if len(r.Scenario) > 0 {
+		fmt.Fprintln(w)
+		scenario.PrintTable(w, r.Scenario)
+	}
 	fmt.Fprintf(w, "\nWAN capture: %d ESP packets; tshark with the SAs' keys: %d good ICV, %d decrypted to IP\n", r.WAN.ESP, r.WAN.ICVGood, r.WAN.Decrypted)
 	if r.OK() {
 		fmt.Fprintln(w, "\nverdict: PASS — every packet sent came out, and an independent implementation agrees.")

@@ -57,6 +57,9 @@ type BedOptions struct {
 	Prefix      string
 	BootTimeout time.Duration
 	Log         *slog.Logger
+	// Scapy puts scapy's ESP responder (StartScapyPeer) in a namespace of
+	// its own behind the relay instead of booting the kernel guest.
+	Scapy bool
 }
 
 // Bed is hostA — gw1 (espgw run) — wan (wanrelay) — Linux kernel guest,
@@ -66,7 +69,10 @@ type BedOptions struct {
 type Bed struct {
 	NS               *netns.Bed
 	HostA, GW1, WAN  *netns.Namespace
-	Peer             *XfrmPeer
+	Peer             *XfrmPeer // the kernel guest, unless BedOptions.Scapy
+	Far              *netns.Namespace
+	Scapy            *ScapyPeer // the current case's responder, with BedOptions.Scapy
+	useScapy         bool
 	Dir              string
 	binary           string
 	log              *slog.Logger
@@ -127,7 +133,7 @@ func StartBed(ctx context.Context, opts BedOptions) (b *Bed, err error) {
 	if err != nil {
 		return nil, err
 	}
-	b = &Bed{NS: nsb, binary: opts.Binary, log: opts.Log}
+	b = &Bed{NS: nsb, binary: opts.Binary, log: opts.Log, useScapy: opts.Scapy}
 	defer func() {
 		if err != nil {
 			b.Close()
@@ -184,6 +190,18 @@ func StartBed(ctx context.Context, opts BedOptions) (b *Bed, err error) {
 			return b, fmt.Errorf("start interop bed: %w", err)
 		}
 	}
+	if opts.Scapy {
+		if b.Far, err = nsb.AddNamespace("far"); err != nil {
+			return b, err
+		}
+		if err := nsb.Connect(b.WAN, tapIf, b.Far, "eth0", netns.LinkOptions{MTU: wanMTU}); err != nil {
+			return b, err
+		}
+		if err := b.Far.AddAddr("eth0", GuestWAN); err != nil {
+			return b, err
+		}
+		return b, nil
+	}
 	b.Peer, err = StartXfrmPeer(ctx, XfrmPeerConfig{
 		Netns: b.WAN.Name(), Tap: tapIf, Addr: GuestWAN,
 		Inner: []netip.Prefix{FarHost4, FarHost6},
@@ -217,7 +235,16 @@ func (b *Bed) Configure(ctx context.Context, c Case) (*Tunnel, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.Peer.Configure(ctx, []*sa.SA{t.Out, t.In}); err != nil {
+	if b.useScapy {
+		if b.Scapy != nil {
+			b.Scapy.Close()
+			b.Scapy = nil
+		}
+		owned := append([]netip.Addr{}, t.FarAddrs...)
+		if b.Scapy, err = StartScapyPeer(ctx, ScapyPeerConfig{Netns: b.Far.Name(), Iface: "eth0", Local: GuestWAN.Addr(), Owned: owned}, []*sa.SA{t.Out, t.In}); err != nil {
+			return nil, err
+		}
+	} else if err := b.Peer.Configure(ctx, []*sa.SA{t.Out, t.In}); err != nil {
 		return nil, err
 	}
 	cfg, err := b.writeConfig(t)
@@ -373,6 +400,9 @@ func (b *Bed) Close() error {
 	}
 	if b.Peer != nil {
 		errs = append(errs, b.Peer.Close())
+	}
+	if b.Scapy != nil {
+		errs = append(errs, b.Scapy.Close())
 	}
 	if b.NS != nil {
 		errs = append(errs, b.NS.Close())

@@ -25,6 +25,12 @@
 // (ip rule … ipproto icmp|tcp lookup 100), while the gateway's own ESP to
 // the same address takes the main table.
 //
+// gw1's namespace forwards IPv6 (conf/all) but gives new devices host
+// behaviour (conf/default/forwarding=0): a TUN created with forwarding=1
+// joins ff02::2 and the kernel sends MLDv2 reports from :: into it, which
+// the gateway seals into the tunnel (or drops as no-policy when an SPD is
+// in force) — extra packets that would spoil the exact counter comparison.
+//
 // # Scenario hook
 //
 // StartXfrmPeer is the API a scenario runner calls for `peer: linux-xfrm`:
@@ -33,6 +39,15 @@
 // (directions follow from the guest's address). XfrmPeer.Configure swaps
 // SAs, Ping/PingSizes ping from the guest, Counters reads the kernel's
 // per-SA and global XFRM counters, Close tears it all down.
+//
+// StartScapyPeer is the hook for `peer: scapy`: scapy_responder.py (run
+// with /usr/bin/python3, embedded in this package) listens on an interface
+// in the runner's namespace, opens ESP for its SAs (ICV, anti-replay
+// window, ESN high bits) and answers ICMP echo requests for its addresses
+// with ESP echo replies; ScapyPeer.Counters says what it received, opened,
+// rejected (bad ICV, replay, unknown SPI) and answered. BedOptions.Scapy
+// builds the same bed with the responder in a namespace of its own behind
+// the relay instead of the guest.
 //
 // # Interop matrix
 //

@@ -26,7 +26,6 @@ var shared struct {
 	once    sync.Once
 	bed     *Bed
 	err     error
-	dir     string // the espgw binary's folder
 	release string // the guest's kernel release, for the matrix
 }
 
@@ -44,8 +43,14 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	if shared.dir != "" {
-		os.RemoveAll(shared.dir)
+	if scapyShared.bed != nil {
+		if err := scapyShared.bed.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "close scapy interop bed:", err)
+			code = 1
+		}
+	}
+	if espgwBuild.dir != "" {
+		os.RemoveAll(espgwBuild.dir)
 	}
 	if os.Getenv("ESPGW_WRITE_MATRIX") == "1" && matrix.Len() > 0 {
 		path := filepath.Join("..", "..", "docs", "interop-matrix.md")
@@ -107,12 +112,9 @@ func bootBed() (*Bed, error) {
 		return nil, fmt.Errorf("%w (run `%s`)", err, kernelpeer.PrepareCommand)
 	}
 	shared.release = assets.KernelRelease
-	if shared.dir, err = os.MkdirTemp("", "espgw-ki-"); err != nil {
+	binary, err := buildEspgw()
+	if err != nil {
 		return nil, err
-	}
-	binary := filepath.Join(shared.dir, "espgw")
-	if out, err := exec.CommandContext(ctx, "go", "build", "-o", binary, "github.com/espgw/espgw/cmd/espgw").CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("build espgw: %v\n%s", err, out)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	start := time.Now()

@@ -20,6 +20,7 @@ type IperfOptions struct {
 	Bitrate  string // UDP target rate, e.g. "100M" (iperf3 -b)
 	Length   int    // UDP datagram / TCP write size (iperf3 -l)
 	Reverse  bool   // server sends
+	Window   string // socket buffer size, e.g. "4M" (iperf3 -w; the server takes it too)
 }
 
 // IperfResult is iperf3's end-of-test summary.
@@ -62,6 +63,9 @@ func Iperf3(ctx context.Context, server, client *netns.Namespace, addr netip.Add
 	}
 	if o.Length > 0 {
 		args = append(args, "-l", strconv.Itoa(o.Length))
+	}
+	if o.Window != "" {
+		args = append(args, "-w", o.Window)
 	}
 	if o.Reverse {
 		args = append(args, "-R")

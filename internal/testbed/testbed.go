@@ -47,6 +47,14 @@ type Options struct {
 	// TUNOffloads turns vnet-hdr offloads on (default on; set NoOffloads).
 	NoOffloads bool
 	Hard       sa.Lifetime
+	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
+	// (0: 1500).
+	WANMTU int
+	// Prepare, if set, runs on the topology before the gateways start.
+	Prepare func(*netns.Topology) error
+	// Customize, if set, may change the SA file (keys, policies, lifetimes)
+	// before both gateways get it.
+	Customize func(*sa.Config) error
 	// SegmentOnWire has the gateways' interfaces cut GSO super-packets
 	// into packets before they leave — UDP GSO of ESP on the WAN, TCP and
 	// UDP packets coalesced by GRO on the TUN toward the LANs — so that a
@@ -125,7 +133,7 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 	if err := netns.CheckPrerequisites(); err != nil {
 		return nil, err
 	}
-	topo, err := netns.NewTopology(opts.Prefix, netns.TopologyOptions{Log: opts.Log})
+	topo, err := netns.NewTopology(opts.Prefix, netns.TopologyOptions{Log: opts.Log, WANMTU: opts.WANMTU})
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +145,20 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 	}()
 	if b.Dir, err = os.MkdirTemp("", "espgw-"+opts.Prefix+"-"); err != nil {
 		return b, fmt.Errorf("make work folder: %w", err)
+	}
+	// Interfaces made from now on (the gateways' TUNs) act as IPv6 hosts,
+	// not routers: a router interface joins ff02::2 and its MLD report
+	// would be the first packet into the tunnel. Forwarding follows
+	// conf/all and stays on.
+	for _, ns := range []*netns.Namespace{topo.GW1, topo.GW2} {
+		if err := ns.Sysctl(map[string]string{"net/ipv6/conf/default/forwarding": "0"}); err != nil {
+			return b, fmt.Errorf("quiet new interfaces in %s: %w", ns.Short(), err)
+		}
+	}
+	if opts.Prepare != nil {
+		if err = opts.Prepare(topo); err != nil {
+			return b, fmt.Errorf("prepare the topology: %w", err)
+		}
 	}
 	if opts.SegmentOnWire {
 		for _, ns := range []*netns.Namespace{topo.GW1, topo.GW2} {
@@ -191,7 +213,13 @@ func (b *Bed) makeSAs() error {
 		}
 		b.SAs[i] = s
 	}
-	return sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), &sa.Config{SAs: b.SAs[:]})
+	cfg := &sa.Config{SAs: b.SAs[:]}
+	if b.opts.Customize != nil {
+		if err := b.opts.Customize(cfg); err != nil {
+			return fmt.Errorf("customize the SAs: %w", err)
+		}
+	}
+	return sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), cfg)
 }
 
 // writeConfig writes gateway i's configuration: its outer address, a TUN
@@ -220,6 +248,9 @@ tun:
 sa-file: sas.yaml
 state-dir: gw%d-state
 `, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1)
+	if b.opts.WANMTU > 0 {
+		cfg += fmt.Sprintf("outer-mtu: %d\n", b.opts.WANMTU)
+	}
 	if b.opts.Workers > 0 {
 		cfg += fmt.Sprintf("workers: %d\n", b.opts.Workers)
 	}

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/espgw/espgw/internal/scenario"
+	"github.com/espgw/espgw/scenarios"
+)
+
+func newScenario() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "scenario",
+		Short: "Run scenario files: topology, SAs, traffic, WAN faults and expectations",
+	}
+	cmd.AddCommand(newScenarioRun(), newScenarioList())
+	return cmd
+}
+
+func newScenarioRun() *cobra.Command {
+	var o scenario.Options
+	var asJSON, bundled bool
+	var junit string
+	cmd := &cobra.Command{
+		Use:   "run FILE|DIR ... | run --bundled [NAME ...]",
+		Short: "Run scenarios and print a verdict table",
+		Long: `Run each scenario (a directory: every *.yaml in it; a file with a matrix:
+every combination) on a fresh test bed — hostA — gw1 — wan — gw2 — hostB in
+network namespaces, the wan namespace bridging the gateways through the
+impairment relay — and check its expectations. The format is documented in
+scenarios/README.md. Exits non-zero if any expectation failed or a scenario
+could not run. Needs root. Removes everything it made, also on Ctrl-C.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 && !bundled {
+				return errors.New("name scenario files or directories, or give --bundled")
+			}
+			// Parse everything first: a malformed file stops the run before
+			// any test bed is built.
+			all, _, err := loadScenarios(args, bundled)
+			if err != nil {
+				return err
+			}
+			o.Progress = cmd.ErrOrStderr()
+			var results []*scenario.Result
+			for i, s := range all {
+				if err := cmd.Context().Err(); err != nil {
+					break
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "[%d/%d] %s\n", i+1, len(all), s.Name)
+				r := scenario.Run(cmd.Context(), s, o)
+				verdict := "FAIL"
+				if r.Pass {
+					verdict = "PASS"
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "[%d/%d] %s %s (%.1fs)\n", i+1, len(all), verdict, s.Name, r.Seconds)
+				results = append(results, r)
+			}
+			if asJSON {
+				if err := scenario.WriteJSON(cmd.OutOrStdout(), results); err != nil {
+					return err
+				}
+			} else {
+				scenario.PrintTable(cmd.OutOrStdout(), results)
+			}
+			if junit != "" {
+				if err := scenario.WriteJUnit(junit, results); err != nil {
+					return err
+				}
+			}
+			if err := cmd.Context().Err(); err != nil {
+				return fmt.Errorf("interrupted after %d of %d scenarios", len(results), len(all))
+			}
+			failed := 0
+			for _, r := range results {
+				if !r.Pass {
+					failed++
+				}
+			}
+			if failed > 0 {
+				return fmt.Errorf("%d of %d scenarios failed", failed, len(results))
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&asJSON, "json", false, "print the full report as JSON instead of the table")
+	f.StringVar(&junit, "junit", "", "also write a JUnit XML report to this file")
+	f.StringVar(&o.Captures, "captures", "", "write WAN and inner captures and an esp_sa file per scenario under this directory")
+	f.StringVar(&o.Prefix, "prefix", "sc", "namespace name prefix")
+	f.BoolVar(&bundled, "bundled", false, "run the scenarios built into espgw (NAME: a file name such as replay-attack; none: all)")
+	return cmd
+}
+
+// loadScenarios reads the scenarios of files and directories, or of the
+// bundled files named (all when none is).
+func loadScenarios(args []string, bundled bool) ([]*scenario.Scenario, []string, error) {
+	var all []*scenario.Scenario
+	var from []string
+	if bundled {
+		names, err := scenario.BundledFiles(scenarios.Bundled)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, a := range args {
+			if !slices.Contains(names, strings.TrimSuffix(a, ".yaml")+".yaml") {
+				return nil, nil, fmt.Errorf("no bundled scenario file %q (have %s)", a, strings.Join(names, ", "))
+			}
+		}
+		for _, n := range names {
+			if len(args) > 0 && !slices.Contains(args, n) && !slices.Contains(args, strings.TrimSuffix(n, ".yaml")) {
+				continue
+			}
+			scs, err := scenario.LoadFS(scenarios.Bundled, n)
+			if err != nil {
+				return nil, nil, err
+			}
+			for range scs {
+				from = append(from, "bundled:"+n)
+			}
+			all = append(all, scs...)
+		}
+		return all, from, nil
+	}
+	files, err := scenario.Files(args)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, f := range files {
+		scs, err := scenario.Load(f)
+		if err != nil {
+			return nil, nil, err
+		}
+		for range scs {
+			from = append(from, f)
+		}
+		all = append(all, scs...)
+	}
+	return all, from, nil
+}
+
+func newScenarioList() *cobra.Command {
+	var bundled bool
+	cmd := &cobra.Command{
+		Use:   "list [FILE|DIR ...] | list --bundled",
+		Short: "List the scenarios in files or directories, or those built into espgw",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 && !bundled {
+				bundled = true
+			}
+			all, from, err := loadScenarios(args, bundled)
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tFILE\tSUITE\tMODE\tOUTER\tENGINES\tSTEPS\tDESCRIPTION")
+			for i, s := range all {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t%s\n", s.Name, from[i], s.SA.Suite, s.SA.Mode, s.Topology.Outer,
+					s.Engines.GW1, s.Engines.GW2, len(s.Traffic.Steps), s.Description)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&bundled, "bundled", false, "list the scenarios built into espgw (the default with no arguments)")
+	return cmd
+}

@@ -1,0 +1,132 @@
+package main
+
+// `espgw scenario` as a user runs it: the built binary, its output, its
+// reports and its exit status.
+
+import (
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/espgw/espgw/internal/netns"
+	"github.com/espgw/espgw/internal/testbed"
+)
+
+func TestScenarioList(t *testing.T) {
+	bin := buildEspgw(t)
+	out, errOut, code := run(bin, "scenario", "list", "../../scenarios")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	bundled, errOut, code := run(bin, "scenario", "list")
+	if code != 0 || strings.Count(bundled, "\n") != strings.Count(out, "\n") {
+		t.Errorf("bundled list (exit %d, %s) differs in length from the directory's:\n%s\n%s", code, errOut, bundled, out)
+	}
+	for _, want := range []string{"dpdk[transport,aes-gcm-16,ipv6]", "replay-attack", "engines[emul:ubsec-2014]"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("list lacks %s:\n%s", want, out)
+		}
+	}
+}
+
+func TestScenarioMalformed(t *testing.T) {
+	bin := buildEspgw(t)
+	path := filepath.Join(t.TempDir(), "bad.yaml")
+	doc := "name: bad\ntraffic:\n  steps:\n    - ping: {count: -1}\nexpect: {delivered: 1}\n"
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut, code := run(bin, "scenario", "run", path)
+	if code == 0 || !strings.Contains(errOut, path+":4: traffic.steps[0].ping.count: -1") {
+		t.Errorf("exit %d, stderr %q: want a failure naming file, line 4 and the field", code, errOut)
+	}
+}
+
+// TestScenarioRun runs one passing and one failing scenario with every
+// report: the table, JSON, JUnit and the captures.
+func TestScenarioRun(t *testing.T) {
+	if err := netns.CheckPrerequisites(); err != nil {
+		t.Fatalf("scenario runs need root and network namespaces: %v", err)
+	}
+	bin := buildEspgw(t)
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.yaml")
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(good, []byte(`name: good
+impair: {gw1-to-gw2: {duplicate: 10}}
+traffic: {steps: [{name: flow, udp: {packets: 200, rate: 2000}}]}
+expect:
+  delivered: 1
+  replay: == duplicated
+  conservation: true
+`), 0o644)
+	os.WriteFile(bad, []byte(`name: bad
+traffic: {steps: [{ping: {count: 2}}]}
+expect:
+  delivered: == 0.5
+`), 0o644)
+	caps, junit := filepath.Join(dir, "caps"), filepath.Join(dir, "junit.xml")
+	out, errOut, code := run(bin, "scenario", "run", "--prefix", "scc", "--json", "--junit", junit, "--captures", caps, good, bad)
+	if code == 0 {
+		t.Errorf("exit 0 with a failing expectation; stderr:\n%s", errOut)
+	}
+	var rep struct {
+		Results []struct {
+			Name     string
+			Pass     bool
+			Verdicts []struct {
+				Metric string
+				Got    float64
+				Pass   bool
+			}
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output: %v\n%s", err, out)
+	}
+	if len(rep.Results) != 2 || !rep.Results[0].Pass || rep.Results[1].Pass {
+		t.Fatalf("results %+v: want good passing, bad failing", rep.Results)
+	}
+	if v := rep.Results[1].Verdicts[0]; v.Got != 1 {
+		t.Errorf("bad: delivered %v, want 1 (every ping answered)", v.Got)
+	}
+	var j struct {
+		Suites []struct {
+			Tests    int `xml:"tests,attr"`
+			Failures int `xml:"failures,attr"`
+		} `xml:"testsuite"`
+	}
+	b, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := xml.Unmarshal(b, &j); err != nil || len(j.Suites) != 2 || j.Suites[1].Failures != 1 || j.Suites[0].Failures != 0 {
+		t.Errorf("junit %+v (%v):\n%s", j, err, b)
+	}
+	for _, f := range []string{"wan.pcap", "hostA.pcap", "hostB.pcap", "esp_sa"} {
+		if fi, err := os.Stat(filepath.Join(caps, "good", f)); err != nil || fi.Size() == 0 {
+			t.Errorf("capture %s: %v", f, err)
+		}
+	}
+	// An independent judge: tshark decrypts the WAN capture with the
+	// esp_sa file and checks every ICV; the relay forwarded 200 flow
+	// packets plus their duplicates gw1→gw2.
+	lines, err := os.ReadFile(filepath.Join(caps, "good", "esp_sa"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := testbed.Tshark(context.Background(), filepath.Join(caps, "good", "wan.pcap"), strings.Split(strings.TrimSpace(string(lines)), "\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.ESP < 210 || v.ICVGood != v.ESP || v.Decrypted != v.ESP {
+		t.Errorf("tshark on the WAN capture: %+v, want at least 210 ESP packets, all with good ICVs, all decrypted", v)
+	}
+	if left, _ := netns.List("scc"); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+}

@@ -1,0 +1,148 @@
+package interop
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/sa"
+)
+
+// The scapy bed needs no guest: it is cheap, and kept apart from the
+// kernel's so each can run alone.
+var scapyShared struct {
+	once sync.Once
+	bed  *Bed
+	err  error
+}
+
+func scapyBed(t *testing.T) *Bed {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs espgw gateways and scapy in namespaces; run without -short")
+	}
+	scapyShared.once.Do(func() {
+		binary, err := buildEspgw()
+		if err != nil {
+			scapyShared.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		scapyShared.bed, scapyShared.err = StartBed(ctx, BedOptions{Binary: binary, Prefix: "kis", Scapy: true})
+	})
+	if scapyShared.err != nil {
+		t.Fatalf("gateway ↔ scapy interop bed unavailable: %v", scapyShared.err)
+	}
+	return scapyShared.bed
+}
+
+// TestGatewayScapyInterop puts scapy's ESP (driven by
+// scapy_responder.py) on the far side: pings of a spread of sizes must be
+// answered through the tunnel, and scapy's counters must agree with gw1's.
+// scapy is slow and answers pings only, so this covers one row per suite,
+// with modes, encapsulations and ESN spread over them.
+func TestGatewayScapyInterop(t *testing.T) {
+	b := scapyBed(t)
+	for i, name := range suiteNames {
+		suite, bits := parseSuite(t, name)
+		c := Case{Suite: suite, AESBits: bits, Mode: []sa.Mode{sa.Tunnel, sa.Transport}[i%2],
+			Encap: []sa.Encap{sa.EncapNone, sa.EncapUDP}[(i/2)%2], ESN: i%3 != 1}
+		ok := t.Run(c.Name(), func(t *testing.T) { checkScapy(t, b, c) })
+		matrix.Add(MatrixRow{Suite: name, Mode: c.Mode.String(), Encap: EncapName(c.Encap), ESN: c.ESN,
+			Peer: "scapy (python3-scapy)", Checks: "ping+counters", Pass: ok})
+	}
+}
+
+func checkScapy(t *testing.T, b *Bed, c Case) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tun, err := b.Configure(ctx, c)
+	if err != nil {
+		t.Fatalf("configure: %v", err)
+	}
+	requests := 0
+	for _, size := range pingSizes4 {
+		r, err := PingNear(ctx, tun.Near, tun.FarAddrs[0], size, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Received < 2 {
+			t.Errorf("ping %s → %s, %d bytes: %d replies to %d requests", tun.Near.Short(), tun.FarAddrs[0], size, r.Received, r.Sent)
+		}
+		requests += r.Sent
+	}
+	var sc ScapyCounters
+	var gout, gin *gateway.SAStats
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if sc, err = b.Scapy.Counters(ctx); err != nil {
+			t.Fatal(err)
+		}
+		gs, err := b.GatewayStats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gout, gin = gatewaySA(gs, tun.Out.SPI), gatewaySA(gs, tun.In.SPI)
+		if gout == nil || gin == nil {
+			t.Fatalf("gw1 lacks SA %#x or %#x", tun.Out.SPI, tun.In.SPI)
+		}
+		if len(gs.Drops) > 0 {
+			t.Errorf("gw1 dropped packets no SA owns: %v", gs.Drops)
+		}
+		if gout.SealedPackets == sc.Opened && sc.Replied == gin.OpenedPackets || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("%d requests; gw1 sealed %d, scapy received %d, opened %d, replied %d, gw1 opened %d",
+		requests, gout.SealedPackets, sc.Received, sc.Opened, sc.Replied, gin.OpenedPackets)
+	if sc.Opened != gout.SealedPackets || sc.Received != sc.Opened {
+		t.Errorf("gw1 sealed %d packets, scapy received %d and opened %d", gout.SealedPackets, sc.Received, sc.Opened)
+	}
+	if sc.Replied != gin.OpenedPackets || sc.Replied != sc.Opened {
+		t.Errorf("scapy opened %d requests and sealed %d replies, gw1 opened %d", sc.Opened, sc.Replied, gin.OpenedPackets)
+	}
+	if gin.Highest != tun.In.InitialSeq+sc.Replied {
+		t.Errorf("gw1's highest accepted sequence number %#x, want %#x", gin.Highest, tun.In.InitialSeq+sc.Replied)
+	}
+	if bad := sc.BadICV + sc.Replayed + sc.OutsideWindow + sc.UnknownSPI + sc.NotEcho + sc.Errors; bad != 0 {
+		t.Errorf("scapy counted problems: %+v", sc)
+	}
+	for _, s := range []*gateway.SAStats{gout, gin} {
+		if len(s.Drops) > 0 {
+			t.Errorf("gw1 SA %s dropped packets: %v", s.SPI, s.Drops)
+		}
+	}
+	if t.Failed() {
+		t.Logf("gw1 log:\n%s", b.GatewayOutput())
+	}
+}
+
+// buildEspgw builds the espgw binary once for every bed of this test binary.
+func buildEspgw() (string, error) {
+	espgwBuild.once.Do(func() {
+		dir, err := os.MkdirTemp("", "espgw-ki-")
+		if err != nil {
+			espgwBuild.err = err
+			return
+		}
+		espgwBuild.dir = dir
+		espgwBuild.path = filepath.Join(dir, "espgw")
+		if out, err := exec.Command("go", "build", "-o", espgwBuild.path, "github.com/espgw/espgw/cmd/espgw").CombinedOutput(); err != nil {
+			espgwBuild.err = fmt.Errorf("build espgw: %v\n%s", err, out)
+		}
+	})
+	return espgwBuild.path, espgwBuild.err
+}
+
+var espgwBuild struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
