@@ -50,10 +50,12 @@ func BuildWireguard(ctx context.Context, cacheDir string) (string, error) {
 		return "", err
 	}
 	if cacheDir == "" {
-		if cacheDir, err = os.UserCacheDir(); err != nil {
-			return "", fmt.Errorf("wireguard-go baseline: find a cache folder: %w", err)
+		// No $HOME (as under some CI runners): a folder in /tmp does.
+		if dir, err := os.UserCacheDir(); err == nil {
+			cacheDir = filepath.Join(dir, "espgw")
+		} else {
+			cacheDir = filepath.Join(os.TempDir(), "espgw-cache")
 		}
-		cacheDir = filepath.Join(cacheDir, "espgw")
 	}
 	dir := filepath.Join(cacheDir, "wireguard-go@"+version)
 	bin := filepath.Join(dir, "wireguard")
