@@ -6,8 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(iproute2 iputils-ping iperf3 tshark tcpdump ethtool python3-scapy wireguard-tools
-          qemu-system-x86 busybox-static cpio xz-utils zstd openssl ca-certificates)
+mapfile -t packages < <(grep -v '^#' scripts/packages.txt | grep -v '^$')
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -2,8 +2,8 @@ package aesni
 
 import (
 	"bytes"
-	crand "crypto/rand"
 	"context"
+	crand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
 	"testing"
