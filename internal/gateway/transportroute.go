@@ -19,7 +19,7 @@ import (
 const (
 	fwMark      = 0x4553 // "ES"
 	routeTable  = 0x4553
-	rulePrioity = 100
+	rulePriority = 100
 )
 
 // peerRoute is a transport-mode peer and the local address its SA sends from.
@@ -76,7 +76,7 @@ func routeTransportPeers(tunName string, peers []peerRoute) ([]*netlink.Rule, er
 	var rules []*netlink.Rule
 	for fam := range families {
 		rule := netlink.NewRule()
-		rule.Family, rule.Table, rule.Priority = fam, routeTable, rulePrioity
+		rule.Family, rule.Table, rule.Priority = fam, routeTable, rulePriority
 		rule.Mark, rule.Invert = fwMark, true
 		mask := uint32(0xffffffff)
 		rule.Mask = &mask
