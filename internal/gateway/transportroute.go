@@ -17,8 +17,8 @@ import (
 // only unmarked traffic for those peers through the TUN, from a table of
 // its own.
 const (
-	fwMark      = 0x4553 // "ES"
-	routeTable  = 0x4553
+	fwMark       = 0x4553 // "ES"
+	routeTable   = 0x4553
 	rulePriority = 100
 )
 
