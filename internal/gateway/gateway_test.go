@@ -4,6 +4,11 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -262,5 +267,59 @@ func TestPipelineAllocatesNothing(t *testing.T) {
 				t.Errorf("%.2f allocations per packet through the pipeline, want 0", n)
 			}
 		})
+	}
+}
+
+// TestMetricsAndStats reads the counters the way Prometheus and `espgw
+// stats` do, after traffic and a drop.
+func TestMetricsAndStats(t *testing.T) {
+	b := newBed(t, cpu.New(), pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64))
+	b.dev1.Send([]byte{0x00, 0x01, 0x02}) // not IP: a gateway-level drop
+	b.dev1.Send(ipv4UDP(100, 1))
+	bufs, sizes := [][]byte{make([]byte, 2000)}, []int{0}
+	if _, err := b.dev2.Receive(bufs, sizes); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(b.gw2.Handler())
+	defer srv.Close()
+	get := func(path string) string {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return string(body)
+	}
+	metrics := get("/metrics")
+	for _, want := range []string{
+		`espgw_sa_packets_total{op="open",spi="0x1001"} 1`,
+		`espgw_packets_total{place="tun_out"} 1`,
+		`espgw_sa_drops_total{reason="bad-icv",spi="0x1001"} 0`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	var st gateway.Stats
+	if err := json.Unmarshal([]byte(get("/stats")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if len(st.SAs) != 2 || st.TunOut != 1 {
+		t.Errorf("gw2 /stats: %+v", st)
+	}
+	srv1 := httptest.NewServer(b.gw1.Handler())
+	defer srv1.Close()
+	resp, err := http.Get(srv1.URL + "/stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st1 gateway.Stats
+	if err := json.NewDecoder(resp.Body).Decode(&st1); err != nil {
+		t.Fatal(err)
+	}
+	if st1.Drops["not-ip"] != 1 {
+		t.Errorf("gw1 drops %v, want not-ip=1", st1.Drops)
 	}
 }
