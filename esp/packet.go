@@ -138,8 +138,11 @@ func WriteIPHeader(buf []byte, end int, src, dst netip.Addr, proto uint8, n int)
 	return 40
 }
 
-// innerFlow pulls the selector fields out of an IP packet.
-func innerFlow(pkt []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, ok bool) {
+// FlowOf pulls the selector fields (RFC 4301 §4.4.1) out of an IP packet:
+// addresses, the upper-layer protocol past any IPv6 hop-by-hop, routing and
+// fragment headers, and TCP, UDP or SCTP ports. Policy checks on both sides
+// of the tunnel use it.
+func FlowOf(pkt []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, ok bool) {
 	hl, proto, _, ok := ipHeaderLen(pkt)
 	if !ok {
 		return

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 
@@ -51,7 +50,7 @@ func (g *Gateway) readTUN(b *batch) error {
 
 // route applies the SPD to an outbound packet.
 func (g *Gateway) route(st *state, pkt []byte) (*esp.SA, Reason, bool) {
-	src, dst, proto, sport, dport, ok := flowOf(pkt)
+	src, dst, proto, sport, dport, ok := esp.FlowOf(pkt)
 	if !ok {
 		return nil, NotIP, false
 	}
@@ -114,37 +113,4 @@ func (g *Gateway) sendESP(b *batch) {
 		msgs = append(msgs, Message{Buf: p.Buf, Off: p.Off + p.Len - espLen, Len: espLen, Peer: netip.AddrPortFrom(cfg.Dst, port)})
 	}
 	flush()
-}
-
-// flowOf pulls the SPD selector fields out of an inner IP packet.
-func flowOf(pkt []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, ok bool) {
-	if len(pkt) < 1 {
-		return
-	}
-	var hl int
-	switch pkt[0] >> 4 {
-	case 4:
-		if len(pkt) < 20 {
-			return
-		}
-		hl = int(pkt[0]&0x0f) * 4
-		proto = pkt[9]
-		src = netip.AddrFrom4([4]byte(pkt[12:16]))
-		dst = netip.AddrFrom4([4]byte(pkt[16:20]))
-	case 6:
-		if len(pkt) < 40 {
-			return
-		}
-		hl = 40
-		proto = pkt[6]
-		src = netip.AddrFrom16([16]byte(pkt[8:24]))
-		dst = netip.AddrFrom16([16]byte(pkt[24:40]))
-	default:
-		return
-	}
-	if (proto == 6 || proto == 17 || proto == 132) && len(pkt) >= hl+4 {
-		sport = binary.BigEndian.Uint16(pkt[hl:])
-		dport = binary.BigEndian.Uint16(pkt[hl+2:])
-	}
-	return src, dst, proto, sport, dport, true
 }
