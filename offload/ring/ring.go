@@ -139,9 +139,11 @@ type Engine struct {
 	inflight   int         // ops admitted and not yet completed
 	streaming  *batchRec   // a batch larger than the queue, still streaming in
 	delivering bool        // one goroutine calls Done at a time, in order
+	spinning   bool        // an idle unit is yielding before it parks
 	closed     bool
-	waiting    bool          // a Submit is blocked for room
-	room       chan struct{} // signalled when ops complete and a Submit waits
+	waiting    bool           // a Submit is blocked for room
+	blocked    *offload.Batch // the batch it waits to admit
+	room       chan struct{}  // signalled when the blocked batch fits
 	turn       chan struct{} // blocked Submits queue here one at a time
 	done       chan struct{} // closed by Close
 	wg         sync.WaitGroup
@@ -294,7 +296,8 @@ func (e *Engine) TrySubmit(b *offload.Batch) error {
 		return offload.ErrQueueFull
 	}
 	e.admit(b)
-	e.finish() // a batch with no ops may be complete already
+	e.complete() // a batch with no ops may be complete already
+	e.mu.Unlock()
 	return nil
 }
 
@@ -303,7 +306,8 @@ func (e *Engine) Submit(ctx context.Context, b *offload.Batch) error {
 	e.mu.Lock()
 	if !e.closed && !e.waiting && e.admissible(b) {
 		e.admit(b)
-		e.finish()
+		e.complete()
+		e.mu.Unlock()
 		return nil
 	}
 	if e.closed {
@@ -328,19 +332,20 @@ func (e *Engine) Submit(ctx context.Context, b *offload.Batch) error {
 			e.mu.Unlock()
 			return offload.ErrClosed
 		}
-		e.waiting = false
+		e.waiting, e.blocked = false, nil
 		if e.admissible(b) {
 			e.admit(b)
-			e.finish()
+			e.complete()
+			e.mu.Unlock()
 			return nil
 		}
-		e.waiting = true
+		e.waiting, e.blocked = true, b
 		e.mu.Unlock()
 		select {
 		case <-e.room:
 		case <-ctx.Done():
 			e.mu.Lock()
-			e.waiting = false
+			e.waiting, e.blocked = false, nil
 			e.mu.Unlock()
 			return fmt.Errorf("wait for %s queue: %w", e.cfg.Name, ctx.Err())
 		case <-e.done:
@@ -372,19 +377,29 @@ func (e *Engine) unit(u int) {
 				e.mu.Unlock()
 				return
 			}
-			if spins < unitSpins {
+			if spins < unitSpins && (spins > 0 || !e.spinning) {
 				// The next batch of a busy caller usually comes within
 				// microseconds: yield a few times before parking, which
-				// costs a futex sleep and wake-up each time.
+				// costs a futex sleep and wake-up each time. One unit
+				// spins at a time; the others park at once (spinning
+				// units only contend for the lock and the run queue).
+				if spins == 0 {
+					e.spinning = true
+				}
 				spins++
 				e.mu.Unlock()
 				runtime.Gosched()
 				e.mu.Lock()
 				continue
 			}
-			spins = 0
+			if spins > 0 {
+				spins, e.spinning = 0, false
+			}
 			e.work.Wait()
 			continue
+		}
+		if spins > 0 {
+			spins, e.spinning = 0, false
 		}
 		var feed int64
 		if e.cfg.Model != nil {
@@ -477,10 +492,12 @@ func (e *Engine) unit(u int) {
 			r.deadline = max(r.deadline, done)
 			e.release(r)
 		}
+		e.unblock()
 		clear(ops) // drop references to the caller's ops
 		clear(recs)
-		e.finish()
-		e.mu.Lock()
+		e.complete()
+		// mu held: straight on to the next record, one critical section
+		// per record.
 	}
 }
 
@@ -541,8 +558,8 @@ func (e *Engine) dispatchable() *batchRec {
 	return nil
 }
 
-// release frees one op's place in the queue, streams in the next op of a
-// batch larger than the queue, or wakes a blocked Submit; mu held.
+// release frees one op's place in the queue, or streams in the next op of
+// a batch larger than the queue; mu held.
 func (e *Engine) release(r *batchRec) {
 	if s := e.streaming; s != nil {
 		s.admitted++
@@ -553,7 +570,13 @@ func (e *Engine) release(r *batchRec) {
 		return
 	}
 	e.inflight--
-	if e.waiting {
+}
+
+// unblock wakes a blocked Submit once its batch fits: the driver's
+// crypto_unblock at a completion interrupt, once per record rather than
+// once per op, and only when the wait is over; mu held.
+func (e *Engine) unblock() {
+	if e.waiting && e.admissible(e.blocked) {
 		select {
 		case e.room <- struct{}{}:
 		default:
@@ -561,19 +584,17 @@ func (e *Engine) release(r *batchRec) {
 	}
 }
 
-// finish delivers the completed batches at the head of the fifo, in order,
-// and unlocks mu. With a model, the delivery loop does it at the modelled
-// time instead.
-func (e *Engine) finish() {
+// complete calls Done for the completed batches at the head of the fifo, in
+// order, with mu released around each call; mu held on entry and on return.
+// With a model, the delivery loop does it at the modelled time instead.
+func (e *Engine) complete() {
 	if e.cfg.Model != nil {
 		if e.n > 0 && e.fifo[e.head].completed == len(e.fifo[e.head].b.Ops) {
 			e.deliver.Signal()
 		}
-		e.mu.Unlock()
 		return
 	}
 	if e.delivering {
-		e.mu.Unlock()
 		return
 	}
 	e.delivering = true
@@ -590,7 +611,6 @@ func (e *Engine) finish() {
 		e.mu.Lock()
 	}
 	e.delivering = false
-	e.mu.Unlock()
 }
 
 // pop removes the fifo head, recycles its record and returns its batch; mu held.
