@@ -144,8 +144,8 @@ type Engine struct {
 	waiting    bool           // a Submit is blocked for room
 	blocked    *offload.Batch // the batch it waits to admit
 	room       chan struct{}  // signalled when the blocked batch fits
-	turn       chan struct{} // blocked Submits queue here one at a time
-	done       chan struct{} // closed by Close
+	turn       chan struct{}  // blocked Submits queue here one at a time
+	done       chan struct{}  // closed by Close
 	wg         sync.WaitGroup
 
 	// modelled clock
