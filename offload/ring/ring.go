@@ -638,6 +638,7 @@ func (e *Engine) pop() *offload.Batch {
 	if e.disp > 0 {
 		e.disp--
 	}
+	e.unblock() // a blocked batch may have waited for a place in the fifo
 	return b
 }
 

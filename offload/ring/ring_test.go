@@ -114,6 +114,56 @@ func TestBackPressure(t *testing.T) {
 // TestOrderConcurrent checks, under concurrent submitters, that every batch
 // completes once, with the right results, and that a batch submitted after
 // another's Submit returned never completes before it.
+// lateHost is a Model whose host sees each completion a while after the
+// card raised it.
+type lateHost struct{ delay time.Duration }
+
+func (h lateHost) Submit(t time.Duration, _ *offload.Batch) time.Duration   { return t }
+func (h lateHost) Complete(t time.Duration, _ *offload.Batch) time.Duration { return t + h.delay }
+func (h lateHost) Pipeline() int                                            { return 1 }
+func (h lateHost) Record([]*offload.Op) time.Duration                       { return 0 }
+
+// TestBlockedSubmitWaitsForDelivery: a Submit blocked because every place
+// for a batch is taken by completed batches not yet delivered is let in
+// when they are delivered, with no op completing in between.
+func TestBlockedSubmitWaitsForDelivery(t *testing.T) {
+	e := ring.New(ring.Config{QueueDepth: 1, Aggregation: 1, Units: 1, Model: lateHost{delay: 20 * time.Millisecond}})
+	defer e.Close()
+	s := session(t, e)
+	var order []int
+	var mu sync.Mutex
+	all := make(chan struct{}, 3)
+	batches := make([]*offload.Batch, 3)
+	for i := range batches {
+		batches[i] = &offload.Batch{Ops: ops(s, 1), Done: func(*offload.Batch) {
+			mu.Lock()
+			order = append(order, i)
+			mu.Unlock()
+			all <- struct{}{}
+		}}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	// The queue holds one op and the fifo two batches: the third Submit
+	// finds both places taken by batches done on the card and waiting for
+	// the host.
+	for i, b := range batches {
+		if err := e.Submit(ctx, b); err != nil {
+			t.Fatalf("batch %d: %v", i, err)
+		}
+	}
+	for range batches {
+		select {
+		case <-all:
+		case <-ctx.Done():
+			t.Fatal("batches not delivered")
+		}
+	}
+	if fmt.Sprint(order) != "[0 1 2]" {
+		t.Errorf("delivered in order %v, want [0 1 2]", order)
+	}
+}
+
 func TestOrderConcurrent(t *testing.T) {
 	for _, aggr := range []int{1, 5} {
 		t.Run(fmt.Sprintf("aggregation=%d", aggr), func(t *testing.T) {
