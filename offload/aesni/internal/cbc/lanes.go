@@ -76,6 +76,7 @@ func (e *Encrypter) encryptBatch(jobs []Job, kern kernel) {
 	}
 	switch {
 	case first < 0:
+	case !mixed && kern != kernelGo && e.runEqual(jobs, kern):
 	case !mixed:
 		e.runLanes(jobs[first:], jobs[first].Key.rounds, kern)
 	default:
@@ -93,6 +94,42 @@ func (e *Encrypter) encryptBatch(jobs []Job, kern kernel) {
 		clear(e.st.pairBuf[:])
 		e.st.pairBufUsed = false
 	}
+}
+
+// runEqual runs the commonest batch — at most Lanes jobs of one length
+// under keys of one size, as a burst of equal packets gives — in a single
+// kernel call, without the scheduler's bookkeeping: for short packets that
+// bookkeeping costs more than the AES. It reports false, having done
+// nothing, for any other batch.
+func (e *Encrypter) runEqual(jobs []Job, kern kernel) bool {
+	n := len(jobs)
+	if n < 2 || n > Lanes {
+		return false
+	}
+	size := len(jobs[0].Src)
+	for i := 1; i < n; i++ {
+		if len(jobs[i].Src) != size {
+			return false
+		}
+	}
+	st := &e.st
+	for l := range Lanes {
+		// Idle lanes repeat the last job: the same block, key and chaining
+		// value give the same output to the same place.
+		j := &jobs[min(l, n-1)]
+		st.in[l], st.out[l], st.keys[l], st.iv[l] = &j.Src[0], &j.Dst[0], j.Key, *j.IV
+	}
+	rounds, blocks := jobs[0].Key.rounds, size/BlockSize
+	switch {
+	case kern >= kernelVAES:
+		st.pairSchedules(rounds)
+		encryptLanesVAES(st, rounds, blocks)
+	case kern >= kernelAVX:
+		encryptLanesAVX(st, rounds, blocks)
+	default:
+		encryptLanesAsm(st, rounds, blocks)
+	}
+	return true
 }
 
 func (e *Encrypter) runLanes(jobs []Job, rounds int, kern kernel) {
