@@ -181,6 +181,10 @@ type Usage struct {
 	QueueFull  uint64 `json:"engine_queue_full"`
 	MaxBatch   uint64 `json:"engine_max_batch"`
 	QueueDepth uint64 `json:"engine_queue_depth"`
+	// Drops are the packets the gateway dropped over the whole path, by
+	// reason, its own and its SAs' together (espgw only). Losses in the
+	// kernel — a full TUN queue, a full socket buffer — are not in them.
+	Drops map[string]uint64 `json:"drops,omitempty"`
 }
 
 // Frame returns the result for mix name, or nil.
@@ -574,6 +578,15 @@ func usage(ctx context.Context, procs []process, cpu0 []time.Duration, wall time
 		if i < len(st) {
 			e := st[i].Engine
 			u.Engine, u.MaxQueue, u.QueueFull, u.MaxBatch, u.QueueDepth = e.Name, e.MaxQueue, e.QueueFull, e.MaxBatch, e.QueueDepth
+			u.Drops = map[string]uint64{}
+			for r, n := range st[i].Drops {
+				u.Drops[r] += n
+			}
+			for _, s := range st[i].SAs {
+				for r, n := range s.Drops {
+					u.Drops[r] += n
+				}
+			}
 		}
 		out = append(out, u)
 	}
