@@ -18,6 +18,9 @@ func (rep *Report) Print(w io.Writer) {
 	if rep.LoadAvg != "" {
 		fmt.Fprintf(w, "load average at start: %s\n", rep.LoadAvg)
 	}
+	if rep.Nice != 0 {
+		fmt.Fprintf(w, "tunnel processes (espgw and wireguard-go alike) at nice %d\n", rep.Nice)
+	}
 	fmt.Fprintln(w, "\nPaths (TCP: iperf3 hostA→hostB; CPU: % of one core over the path's whole run):")
 	line("path", "TCP×1 Mbit/s", "TCP×4 Mbit/s", "gw1 CPU%", "gw2 CPU%", "peak RSS MiB", "engine max queue", "queue full", "gateway drops")
 	for _, r := range rep.Results {
