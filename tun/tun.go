@@ -87,6 +87,9 @@ type Device struct {
 	udpGSO   bool
 	nl       *netlink.Handle
 	index    int
+	// fd is the device's descriptor, for Pending's poll. Taken once through
+	// SyscallConn: File().Fd() would switch the file to blocking mode.
+	fd int
 }
 
 // Create creates (or attaches to a persistent) TUN device called name.
@@ -151,6 +154,10 @@ func create(name string, opt Options, log *slog.Logger) (*Device, error) {
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("read flags of TUN %s: %w", name, err)
+	}
+	d.fd = -1
+	if rc, err := dev.File().SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) { d.fd = int(fd) })
 	}
 	d.offloads = dev.BatchSize() > 1 && flags&unix.IFF_VNET_HDR != 0
 	if d.offloads {
@@ -281,6 +288,18 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 		return n, fmt.Errorf("read TUN %s: %w", d.name, err)
 	}
 	return n, nil
+}
+
+// Pending reports, without blocking, whether a packet is waiting to be read:
+// a reader that got one packet can take those queued behind it into the same
+// batch. It reports false when it cannot tell.
+func (d *Device) Pending() bool {
+	if d.fd < 0 {
+		return false
+	}
+	fds := [1]unix.PollFd{{Fd: int32(d.fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds[:], 0)
+	return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
 }
 
 // Write writes the packets bufs[i][offset:] and returns how many bytes it

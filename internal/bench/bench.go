@@ -41,6 +41,10 @@ type Options struct {
 	Encaps     []sa.Encap
 	OuterV6    bool
 	NoOffloads bool // TUN vnet-hdr offloads off in the gateways
+	// Nice, when not 0, runs every tunnel's processes — the espgw gateways
+	// and the wireguard-go baseline alike — at this nice(1) value, as a
+	// data plane is often run above bulk work.
+	Nice int
 
 	// Baselines besides plain routing, which is always measured: "wireguard-go".
 	Baselines     []string
@@ -181,6 +185,10 @@ type Usage struct {
 	QueueFull  uint64 `json:"engine_queue_full"`
 	MaxBatch   uint64 `json:"engine_max_batch"`
 	QueueDepth uint64 `json:"engine_queue_depth"`
+	// Drops are the packets the gateway dropped over the whole path, by
+	// reason, its own and its SAs' together (espgw only). Losses in the
+	// kernel — a full TUN queue, a full socket buffer — are not in them.
+	Drops map[string]uint64 `json:"drops,omitempty"`
 }
 
 // Frame returns the result for mix name, or nil.
@@ -209,6 +217,7 @@ type Report struct {
 	Elapsed  time.Duration `json:"elapsed_ns"`
 	Command  string        `json:"command,omitempty"`
 	LoadAvg  string        `json:"loadavg,omitempty"` // /proc/loadavg at the start: how busy the machine was
+	Nice     int           `json:"nice,omitempty"`    // nice(1) value of every tunnel's processes (Options.Nice)
 	Results  []*Result     `json:"results"`
 	Ratios   []Ratio       `json:"ratios"`
 	Targets  []TargetCheck `json:"targets"`
@@ -306,6 +315,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{Started: time.Now()}
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		rep.LoadAvg = strings.TrimSpace(string(b))
+	}
+	if o.Nice != 0 {
+		rep.Nice = o.Nice
 	}
 	m := &meter{o: o, total: len(specs) * o.stepsPerPath()}
 	for _, spec := range specs {
@@ -406,7 +418,7 @@ func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*path, 
 		if err != nil {
 			return nil, err
 		}
-		w, err := startWireguard(ctx, wgBin, topo)
+		w, err := startWireguard(ctx, wgBin, topo, o.Nice)
 		if err != nil {
 			topo.Close()
 			return nil, err
@@ -421,7 +433,7 @@ func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*path, 
 	if err != nil {
 		return nil, err
 	}
-	bed, err := testbed.Start(ctx, testbed.Options{Binary: o.Binary, Prefix: o.Prefix, Suite: suite, AESBits: bits,
+	bed, err := testbed.Start(ctx, testbed.Options{Binary: o.Binary, Nice: o.Nice, Prefix: o.Prefix, Suite: suite, AESBits: bits,
 		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, Log: o.Log})
 	if err != nil {
 		return nil, err
@@ -574,6 +586,15 @@ func usage(ctx context.Context, procs []process, cpu0 []time.Duration, wall time
 		if i < len(st) {
 			e := st[i].Engine
 			u.Engine, u.MaxQueue, u.QueueFull, u.MaxBatch, u.QueueDepth = e.Name, e.MaxQueue, e.QueueFull, e.MaxBatch, e.QueueDepth
+			u.Drops = map[string]uint64{}
+			for r, n := range st[i].Drops {
+				u.Drops[r] += n
+			}
+			for _, s := range st[i].SAs {
+				for r, n := range s.Drops {
+					u.Drops[r] += n
+				}
+			}
 		}
 		out = append(out, u)
 	}

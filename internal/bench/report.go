@@ -18,11 +18,14 @@ func (rep *Report) Print(w io.Writer) {
 	if rep.LoadAvg != "" {
 		fmt.Fprintf(w, "load average at start: %s\n", rep.LoadAvg)
 	}
+	if rep.Nice != 0 {
+		fmt.Fprintf(w, "tunnel processes (espgw and wireguard-go alike) at nice %d\n", rep.Nice)
+	}
 	fmt.Fprintln(w, "\nPaths (TCP: iperf3 hostA→hostB; CPU: % of one core over the path's whole run):")
-	line("path", "TCP×1 Mbit/s", "TCP×4 Mbit/s", "gw1 CPU%", "gw2 CPU%", "peak RSS MiB", "engine max queue", "queue full")
+	line("path", "TCP×1 Mbit/s", "TCP×4 Mbit/s", "gw1 CPU%", "gw2 CPU%", "peak RSS MiB", "engine max queue", "queue full", "gateway drops")
 	for _, r := range rep.Results {
 		cpu := []string{"-", "-"}
-		var hwm, maxQ, full uint64
+		var hwm, maxQ, full, drops uint64
 		for i, g := range r.Gateways {
 			if i < 2 {
 				cpu[i] = fmt.Sprintf("%.0f", g.CPUPercent)
@@ -30,15 +33,18 @@ func (rep *Report) Print(w io.Writer) {
 			hwm = max(hwm, g.HWM)
 			maxQ = max(maxQ, g.MaxQueue)
 			full += g.QueueFull
+			for _, n := range g.Drops {
+				drops += n
+			}
 		}
-		mem, q, qf := "-", "-", "-"
+		mem, q, qf, dr := "-", "-", "-", "-"
 		if len(r.Gateways) > 0 {
 			mem = fmt.Sprintf("%.1f", float64(hwm)/(1<<20))
 		}
 		if r.Kind == KindESP {
-			q, qf = fmt.Sprint(maxQ), fmt.Sprint(full)
+			q, qf, dr = fmt.Sprint(maxQ), fmt.Sprint(full), fmt.Sprint(drops)
 		}
-		line(r.Name, mbps(r.TCP1), mbps(r.TCP4), cpu[0], cpu[1], mem, q, qf)
+		line(r.Name, mbps(r.TCP1), mbps(r.TCP4), cpu[0], cpu[1], mem, q, qf, dr)
 	}
 	tw.Flush()
 

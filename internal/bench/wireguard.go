@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -97,7 +98,7 @@ const wireguardMTU = 1420
 
 // startWireguard brings a wireguard-go tunnel up across topo's gateways and
 // routes the LANs through it.
-func startWireguard(ctx context.Context, bin string, topo *netns.Topology) (w *wireguardTunnel, err error) {
+func startWireguard(ctx context.Context, bin string, topo *netns.Topology, nice int) (w *wireguardTunnel, err error) {
 	if _, err := exec.LookPath("wg"); err != nil {
 		return nil, fmt.Errorf("wireguard-go baseline: the wg tool is missing (apt-get install -y wireguard-tools): %w", err)
 	}
@@ -142,6 +143,9 @@ func startWireguard(ctx context.Context, bin string, topo *netns.Topology) (w *w
 	sides := [2]side{{a.GW1WAN4.Addr(), []netip.Prefix{a.LANA4, a.LANA6}}, {a.GW2WAN4.Addr(), []netip.Prefix{a.LANB4, a.LANB6}}}
 	for i, ns := range gws {
 		cmd := ns.Command(context.Background(), bin, "-f", w.names[i])
+		if nice != 0 {
+			cmd = ns.Command(context.Background(), "nice", "-n", strconv.Itoa(nice), bin, "-f", w.names[i])
+		}
 		cmd.Env = append(os.Environ(), "LOG_LEVEL=error", "WG_PROCESS_FOREGROUND=1")
 		if err := topo.Start(cmd); err != nil {
 			return w, fmt.Errorf("wireguard-go baseline: %w", err)

@@ -33,7 +33,7 @@ func TestWireguardBaselineCarriesTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { topo.Close() })
-	w, err := startWireguard(ctx, bin, topo)
+	w, err := startWireguard(ctx, bin, topo, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,8 @@ type Config struct {
 	Engine   string
 	Workers  int
 	Batch    int
+	// Inline is gateway.Options.Inline (0: the default; -1: never).
+	Inline int
 	// Metrics is the address of the /metrics and /stats endpoint
 	// (default 127.0.0.1:9478; "off" disables it).
 	Metrics string
@@ -77,7 +79,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	p := &cfgParser{file: path}
 	var saNode, spdNode *yaml.Node
 	m := doc.Content[0]
-	known := []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "metrics", "sa", "spd", "sa-file", "setkey-file", "state-dir"}
+	known := []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "sa", "spd", "sa-file", "setkey-file", "state-dir"}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		switch k.Value {
@@ -95,6 +97,8 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			c.Workers = p.int(v, "workers", 1, 256)
 		case "batch":
 			c.Batch = p.int(v, "batch", 1, 1024)
+		case "inline":
+			c.Inline = p.int(v, "inline", -1, 1024)
 		case "metrics":
 			c.Metrics = v.Value
 		case "sa":

@@ -33,6 +33,11 @@ type Options struct {
 	// Batch is the number of packets per pipeline batch (default: the
 	// device's batch size, at least 32).
 	Batch int
+	// Inline is the largest batch that the goroutine which read it seals or
+	// opens and sends itself, when nothing else is in flight and the engine
+	// works inline (default DefaultInline; negative: never, every batch
+	// goes through the workers).
+	Inline int
 	// StateDir, when set, is where outbound sequence numbers are reserved
 	// so a restarted gateway resumes above them (see seqStore).
 	StateDir string
@@ -41,6 +46,12 @@ type Options struct {
 	ICMPSource []netip.Addr
 	Log        *slog.Logger
 }
+
+// DefaultInline is Options.Inline's default: the batches a TUN read gives
+// for anything but TCP (one packet each) and the short trains of a slow
+// TCP flow run to completion on their reader; GSO trains of bulk TCP use
+// the workers.
+const DefaultInline = 8
 
 // Gateway is one espgw gateway: a device, outer connections, an engine and
 // the SAs and policies in force.
@@ -88,6 +99,12 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	}
 	if opts.Batch <= 0 {
 		opts.Batch = max(dev.BatchSize(), 32)
+	}
+	switch {
+	case opts.Inline == 0:
+		opts.Inline = DefaultInline
+	case opts.Inline < 0:
+		opts.Inline = 0
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()

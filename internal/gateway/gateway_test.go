@@ -59,11 +59,17 @@ func newBed(t testing.TB, engine offload.Engine, sas []*sa.SA) *bed {
 // newBedEngines is newBed with an engine per gateway, as two boxes have.
 func newBedEngines(t testing.TB, engine [2]offload.Engine, sas []*sa.SA) *bed {
 	t.Helper()
+	return newBedOptions(t, engine, sas, 0)
+}
+
+// newBedOptions is newBedEngines with the gateways' Options.Inline.
+func newBedOptions(t testing.TB, engine [2]offload.Engine, sas []*sa.SA, inline int) *bed {
+	t.Helper()
 	c1, c2 := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 1024)
 	b := &bed{dev1: memnet.NewDevice(1024, 64), dev2: memnet.NewDevice(1024, 64)}
 	mk := func(dev *memnet.Device, c *memnet.Conn, local netip.Addr, engine offload.Engine) *gateway.Gateway {
 		g := gateway.New(dev, []gateway.Conn{c}, func(*sa.SA) gateway.Conn { return c }, engine,
-			gateway.Options{Local: []netip.Addr{local}, InnerMTU: 1438, Log: slog.New(slog.DiscardHandler)})
+			gateway.Options{Local: []netip.Addr{local}, InnerMTU: 1438, Inline: inline, Log: slog.New(slog.DiscardHandler)})
 		if err := g.Load(sas, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -112,8 +118,16 @@ func TestTunnelCarriesPacketsInOrder(t *testing.T) {
 			b := newBed(t, cpu.New(), pairSAs(suite, 64))
 			const count = 500
 			go func() {
-				for i := range count {
-					b.dev1.Send(ipv4UDP(i%1400, uint16(i)))
+				// Bursts of 1 to 40 packets with pauses between them: the
+				// gateways run short batches read while idle to completion
+				// on their readers and the rest through the workers, and
+				// the two must keep one order.
+				for i := 0; i < count; {
+					for range min(1+i%41, count-i) {
+						b.dev1.Send(ipv4UDP(i%1400, uint16(i)))
+						i++
+					}
+					time.Sleep(200 * time.Microsecond)
 				}
 			}()
 			bufs := [][]byte{make([]byte, 2000)}
@@ -247,9 +261,19 @@ func TestPipelineAllocatesNothing(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector; the test runs in the plain build")
 	}
-	for _, suite := range []sa.Suite{{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, {Cipher: sa.CipherAESGCM16}} {
-		t.Run(suite.String(), func(t *testing.T) {
-			b := newBed(t, cpu.New(), pairSAs(suite, 1024))
+	for _, tc := range []struct {
+		suite  sa.Suite
+		inline int // Options.Inline: -1 sends every batch through the workers
+	}{
+		{sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 0},
+		{sa.Suite{Cipher: sa.CipherAESGCM16}, 0},
+		{sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, -1},
+		{sa.Suite{Cipher: sa.CipherAESGCM16}, -1},
+	} {
+		suite := tc.suite
+		t.Run(fmt.Sprintf("%s/inline=%d", suite, tc.inline), func(t *testing.T) {
+			e := cpu.New()
+			b := newBedOptions(t, [2]offload.Engine{e, e}, pairSAs(suite, 1024), tc.inline)
 			pkt := ipv4UDP(1000, 9)
 			bufs, sizes := [][]byte{make([]byte, 2000)}, []int{0}
 			round := func() {

@@ -12,6 +12,10 @@ type Device interface {
 	Close() error
 }
 
+// pendingDevice is a Device that can tell, without blocking, that a Read
+// would return at once (tun.Device).
+type pendingDevice interface{ Pending() bool }
+
 // Message is one outer packet. On Receive, Buf[Off:Off+Len] is the ESP
 // packet from the SPI on and HdrLen the length of the outer IP header the
 // socket delivered just before it (0 when it delivered none). On Send,

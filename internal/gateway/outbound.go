@@ -12,17 +12,39 @@ import (
 // outbound moves packets from the TUN device out through the tunnel.
 func (g *Gateway) outbound(ctx context.Context) error {
 	size := esp.Headroom + g.opts.InnerMTU + esp.Tailroom + outboundSlack
-	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch, size)
+	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch+drainMax, size, g.opts.Inline)
 	return p.run(ctx, g.opts.Workers, g.readTUN, g.sendESP)
 }
+
+// drainMax is the most packets readTUN gathers into a batch from the queue
+// behind its first read.
+const drainMax = 64
 
 // readTUN reads a batch of inner packets, finds each one's SA and frames it.
 // Sequence numbers are assigned here, on one goroutine, so they go out in
 // order.
+//
+// A TUN read returns one packet (or one GSO train). When more are already
+// queued — the gateway is behind — they are read into the same batch, so
+// they are sealed together and leave in one send: with UDP encapsulation
+// one GSO train crosses the outer path instead of a packet at a time. An
+// idle gateway finds nothing queued and sends at once.
 func (g *Gateway) readTUN(b *batch) error {
-	n, err := g.dev.Read(b.bufs, b.sizes, esp.Headroom)
+	n, err := g.dev.Read(b.bufs[:len(b.bufs)-drainMax], b.sizes, esp.Headroom)
 	if err != nil {
 		return fmt.Errorf("read TUN: %w", err)
+	}
+	if pd, ok := g.dev.(pendingDevice); ok {
+		// Each read may split a GSO train into up to BatchSize buffers.
+		room := g.dev.BatchSize()
+		for n < drainMax && len(b.bufs)-n >= room && pd.Pending() {
+			m, err := g.dev.Read(b.bufs[n:], b.sizes[n:], esp.Headroom)
+			n += m
+			if err != nil {
+				g.log.Debug("read TUN", "err", err)
+				break
+			}
+		}
 	}
 	b.n = n
 	g.counters.TunIn.Add(uint64(n))

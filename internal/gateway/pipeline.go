@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/offload"
@@ -86,19 +87,36 @@ func (b *batch) collect() {
 // pipeline runs one direction: a reader fills batches, workers hand them to
 // the engine in parallel, and a writer finishes them in the order read —
 // wireguard-go's send pipeline, with the engine in the middle.
+//
+// A small batch read while nothing is in flight is run to completion on the
+// reader instead, when the engine works inline: every hand-off between
+// goroutines is a wake-up, and at a few packets per batch the wake-ups, not
+// the crypto, are what a packet costs (and what its latency is made of).
+// Large batches, and every batch while others are in flight, still go
+// through the workers, so bulk traffic keeps its parallel crypto.
 type pipeline struct {
 	engine offload.Engine
 	free   chan *batch
 	work   chan *batch
 	order  chan *batch
+
+	// inlineMax is the largest batch (in ops) the reader runs itself; 0
+	// when the engine completes asynchronously.
+	inlineMax int
+	// inflight counts batches handed to the workers and not yet finished.
+	inflight atomic.Int32
 }
 
-func newPipeline(engine offload.Engine, batches, size, bufSize int) *pipeline {
+func newPipeline(engine offload.Engine, batches, size, bufSize, inlineMax int) *pipeline {
+	if engine.Capabilities().Async {
+		inlineMax = 0
+	}
 	p := &pipeline{
-		engine: engine,
-		free:   make(chan *batch, batches),
-		work:   make(chan *batch, batches),
-		order:  make(chan *batch, batches),
+		engine:    engine,
+		free:      make(chan *batch, batches),
+		work:      make(chan *batch, batches),
+		order:     make(chan *batch, batches),
+		inlineMax: inlineMax,
 	}
 	for range batches {
 		p.free <- newBatch(size, bufSize)
@@ -126,6 +144,7 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 			<-b.done
 			b.collect()
 			finish(b)
+			p.inflight.Add(-1)
 			b.reset()
 			p.free <- b
 		}
@@ -145,6 +164,18 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 			p.free <- b
 			break
 		}
+		// With nothing in flight the writer is idle, so finishing here
+		// keeps the order and never runs finish twice at once.
+		if len(b.ops) <= p.inlineMax && p.inflight.Load() == 0 {
+			p.submit(ctx, b)
+			<-b.done
+			b.collect()
+			finish(b)
+			b.reset()
+			p.free <- b
+			continue
+		}
+		p.inflight.Add(1)
 		p.order <- b
 		p.work <- b
 	}

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,6 +31,8 @@ import (
 type Options struct {
 	// Binary is the espgw executable the gateways run (default: this one).
 	Binary string
+	// Nice, when not 0, runs the gateway processes at this nice(1) value.
+	Nice int
 	// Prefix names the namespaces; it must be unique among running beds.
 	Prefix string
 	Suite  sa.Suite
@@ -267,6 +270,10 @@ func (b *Bed) StartGateway(ctx context.Context, i int) error {
 	g := b.GW[i]
 	g.out.Reset()
 	cmd := g.NS.Command(context.Background(), b.opts.Binary, "run", "-c", g.Config)
+	if b.opts.Nice != 0 {
+		// nice(1) execs the gateway, so the PID stays the gateway's.
+		cmd = g.NS.Command(context.Background(), "nice", "-n", strconv.Itoa(b.opts.Nice), b.opts.Binary, "run", "-c", g.Config)
+	}
 	cmd.Stdout, cmd.Stderr = &g.out, &g.out
 	if err := b.Topo.Start(cmd); err != nil {
 		return err

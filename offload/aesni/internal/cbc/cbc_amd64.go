@@ -47,3 +47,9 @@ func encryptLanesAsm(st *lanes, rounds int, n int)
 //
 //go:noescape
 func encryptLanesAVX(st *lanes, rounds int, n int)
+
+// encryptLanesVAES is encryptLanesAVX with the lanes in pairs on YMM
+// registers (VAES), the round keys taken from st.pair.
+//
+//go:noescape
+func encryptLanesVAES(st *lanes, rounds int, n int)

@@ -602,3 +602,97 @@ alanesround:
 
 alanesdone:
 	RET
+
+// func encryptLanesVAES(st *lanes, rounds int, n int)
+//
+// The eight lanes as four pairs, each pair in one YMM register (lane 2p in
+// the low half, 2p+1 in the high half): VAESENC runs two lanes' rounds in
+// one instruction, so a step is latency-bound rather than bound by the AES
+// unit's issue rate. Each pair's round keys are 32-byte pairs (st.pairKeys
+// points at them; R9 holds rounds*32, the offset of the last).
+TEXT ·encryptLanesVAES(SB), NOSPLIT, $0-24
+	MOVQ st+0(FP), DI
+	MOVQ rounds+8(FP), R9
+	MOVQ n+16(FP), DX
+	SHLQ $5, R9
+	SHLQ $4, DX
+	TESTQ DX, DX
+	JZ    vlanesdone
+	MOVQ  320(DI), R8
+	MOVQ  328(DI), R10
+	MOVQ  336(DI), R11
+	MOVQ  344(DI), R12
+	VMOVDQU 192(DI), Y0
+	VMOVDQU 224(DI), Y1
+	VMOVDQU 256(DI), Y2
+	VMOVDQU 288(DI), Y3
+	XORQ  CX, CX
+
+vlanesloop:
+	MOVQ  0(DI), SI
+	MOVQ  8(DI), R13
+	VMOVDQU (SI)(CX*1), X4
+	VINSERTI128 $1, (R13)(CX*1), Y4, Y4
+	MOVQ  16(DI), SI
+	MOVQ  24(DI), R13
+	VMOVDQU (SI)(CX*1), X5
+	VINSERTI128 $1, (R13)(CX*1), Y5, Y5
+	MOVQ  32(DI), SI
+	MOVQ  40(DI), R13
+	VMOVDQU (SI)(CX*1), X6
+	VINSERTI128 $1, (R13)(CX*1), Y6, Y6
+	MOVQ  48(DI), SI
+	MOVQ  56(DI), R13
+	VMOVDQU (SI)(CX*1), X7
+	VINSERTI128 $1, (R13)(CX*1), Y7, Y7
+	VPXOR Y4, Y0, Y0
+	VPXOR Y5, Y1, Y1
+	VPXOR Y6, Y2, Y2
+	VPXOR Y7, Y3, Y3
+	VPXOR (R8), Y0, Y0
+	VPXOR (R10), Y1, Y1
+	VPXOR (R11), Y2, Y2
+	VPXOR (R12), Y3, Y3
+	MOVQ  $32, AX
+
+vlanesround:
+	VAESENC (R8)(AX*1), Y0, Y0
+	VAESENC (R10)(AX*1), Y1, Y1
+	VAESENC (R11)(AX*1), Y2, Y2
+	VAESENC (R12)(AX*1), Y3, Y3
+	ADDQ  $32, AX
+	CMPQ  AX, R9
+	JB    vlanesround
+
+	VAESENCLAST (R8)(R9*1), Y0, Y0
+	VAESENCLAST (R10)(R9*1), Y1, Y1
+	VAESENCLAST (R11)(R9*1), Y2, Y2
+	VAESENCLAST (R12)(R9*1), Y3, Y3
+	MOVQ  64(DI), SI
+	MOVQ  72(DI), R13
+	VMOVDQU X0, (SI)(CX*1)
+	VEXTRACTI128 $1, Y0, (R13)(CX*1)
+	MOVQ  80(DI), SI
+	MOVQ  88(DI), R13
+	VMOVDQU X1, (SI)(CX*1)
+	VEXTRACTI128 $1, Y1, (R13)(CX*1)
+	MOVQ  96(DI), SI
+	MOVQ  104(DI), R13
+	VMOVDQU X2, (SI)(CX*1)
+	VEXTRACTI128 $1, Y2, (R13)(CX*1)
+	MOVQ  112(DI), SI
+	MOVQ  120(DI), R13
+	VMOVDQU X3, (SI)(CX*1)
+	VEXTRACTI128 $1, Y3, (R13)(CX*1)
+	ADDQ  $16, CX
+	CMPQ  CX, DX
+	JB    vlanesloop
+
+	VMOVDQU Y0, 192(DI)
+	VMOVDQU Y1, 224(DI)
+	VMOVDQU Y2, 256(DI)
+	VMOVDQU Y3, 288(DI)
+	VZEROUPPER
+
+vlanesdone:
+	RET

@@ -61,6 +61,7 @@ func TestLayoutMatchesAssembly(t *testing.T) {
 		{"lanes.out", unsafe.Offsetof(st.out), 64},
 		{"lanes.keys", unsafe.Offsetof(st.keys), 128},
 		{"lanes.iv", unsafe.Offsetof(st.iv), 192},
+		{"lanes.pair", unsafe.Offsetof(st.pair), 320},
 	} {
 		if c.got != c.want {
 			t.Errorf("offset of %s = %d, the assembly expects %d", c.what, c.got, c.want)

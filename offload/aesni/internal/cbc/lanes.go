@@ -24,9 +24,15 @@ type lanes struct {
 	out  [Lanes]*byte
 	keys [Lanes]*Key // the kernel reads the encryption schedule at offset 0
 	iv   [Lanes][BlockSize]byte
+	// pair points, for the VAES kernel, at the paired schedule of lanes 2p
+	// and 2p+1: the key's enc2 when both lanes use one key, else pairBuf[p].
+	pair    [Lanes / 2]*byte
+	pairBuf [Lanes / 2][(maxRounds + 1) * 2 * BlockSize]byte
 	// active marks lanes holding a job. The assembly runs every lane (idle
 	// lanes repeat a busy one, harmlessly); the Go kernel skips idle ones.
 	active [Lanes]bool
+	// pairBufUsed says pairBuf holds round keys to wipe.
+	pairBufUsed bool
 }
 
 // Encrypter runs batches of CBC encryptions as parallel lanes. Its zero value
@@ -70,6 +76,7 @@ func (e *Encrypter) encryptBatch(jobs []Job, kern kernel) {
 	}
 	switch {
 	case first < 0:
+	case !mixed && kern != kernelGo && e.runEqual(jobs, kern):
 	case !mixed:
 		e.runLanes(jobs[first:], jobs[first].Key.rounds, kern)
 	default:
@@ -81,6 +88,48 @@ func (e *Encrypter) encryptBatch(jobs []Job, kern kernel) {
 	clear(e.st.in[:])
 	clear(e.st.out[:])
 	clear(e.st.keys[:])
+	clear(e.st.pair[:])
+	if e.st.pairBufUsed {
+		// Key material does not outlive the batch.
+		clear(e.st.pairBuf[:])
+		e.st.pairBufUsed = false
+	}
+}
+
+// runEqual runs the commonest batch — at most Lanes jobs of one length
+// under keys of one size, as a burst of equal packets gives — in a single
+// kernel call, without the scheduler's bookkeeping: for short packets that
+// bookkeeping costs more than the AES. It reports false, having done
+// nothing, for any other batch.
+func (e *Encrypter) runEqual(jobs []Job, kern kernel) bool {
+	n := len(jobs)
+	if n < 2 || n > Lanes {
+		return false
+	}
+	size := len(jobs[0].Src)
+	for i := 1; i < n; i++ {
+		if len(jobs[i].Src) != size {
+			return false
+		}
+	}
+	st := &e.st
+	for l := range Lanes {
+		// Idle lanes repeat the last job: the same block, key and chaining
+		// value give the same output to the same place.
+		j := &jobs[min(l, n-1)]
+		st.in[l], st.out[l], st.keys[l], st.iv[l] = &j.Src[0], &j.Dst[0], j.Key, *j.IV
+	}
+	rounds, blocks := jobs[0].Key.rounds, size/BlockSize
+	switch {
+	case kern >= kernelVAES:
+		st.pairSchedules(rounds)
+		encryptLanesVAES(st, rounds, blocks)
+	case kern >= kernelAVX:
+		encryptLanesAVX(st, rounds, blocks)
+	default:
+		encryptLanesAsm(st, rounds, blocks)
+	}
+	return true
 }
 
 func (e *Encrypter) runLanes(jobs []Job, rounds int, kern kernel) {
@@ -142,6 +191,9 @@ func (e *Encrypter) runLanes(jobs []Job, rounds int, kern kernel) {
 			}
 		}
 		switch {
+		case kern >= kernelVAES:
+			st.pairSchedules(rounds)
+			encryptLanesVAES(st, rounds, blocks)
 		case kern >= kernelAVX:
 			encryptLanesAVX(st, rounds, blocks)
 		case kern == kernelXMM:
@@ -157,6 +209,26 @@ func (e *Encrypter) runLanes(jobs []Job, rounds int, kern kernel) {
 				}
 			}
 		}
+	}
+}
+
+// pairSchedules points each lane pair at a schedule of 32-byte round-key
+// pairs: the shared key's enc2 (the common case: one SA's packets), or the
+// two schedules interleaved into pairBuf.
+func (st *lanes) pairSchedules(rounds int) {
+	for p := range st.pair {
+		lo, hi := st.keys[2*p], st.keys[2*p+1]
+		if lo == hi {
+			st.pair[p] = &lo.enc2[0]
+			continue
+		}
+		buf := &st.pairBuf[p]
+		st.pairBufUsed = true
+		for r := 0; r <= rounds; r++ {
+			copy(buf[2*r*BlockSize:(2*r+1)*BlockSize], lo.enc[r*BlockSize:])
+			copy(buf[(2*r+1)*BlockSize:(2*r+2)*BlockSize], hi.enc[r*BlockSize:])
+		}
+		st.pair[p] = &buf[0]
 	}
 }
 

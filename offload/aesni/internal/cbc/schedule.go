@@ -20,8 +20,11 @@ const maxRounds = 14
 //
 // The assembly reads enc at offset 0 of the struct; keep it first.
 type Key struct {
-	enc    [(maxRounds + 1) * BlockSize]byte
-	dec    [(maxRounds + 1) * BlockSize]byte
+	enc [(maxRounds + 1) * BlockSize]byte
+	dec [(maxRounds + 1) * BlockSize]byte
+	// enc2 is enc with every round key twice, the schedule of a YMM
+	// register holding two lanes under this key (encryptLanesVAES).
+	enc2   [(maxRounds + 1) * 2 * BlockSize]byte
 	rounds int
 	// block is the standard library's cipher for the same key, the engine of
 	// the pure-Go fallback.
@@ -54,6 +57,11 @@ func (k *Key) Init(key []byte) error {
 	*k = Key{block: block}
 	k.rounds = expandEncrypt(&k.enc, key)
 	expandDecrypt(&k.dec, &k.enc, k.rounds)
+	for r := 0; r <= k.rounds; r++ {
+		rk := k.enc[r*BlockSize : (r+1)*BlockSize]
+		copy(k.enc2[2*r*BlockSize:], rk)
+		copy(k.enc2[(2*r+1)*BlockSize:], rk)
+	}
 	return nil
 }
 

@@ -207,4 +207,44 @@ a('\tADDQ  $16, CX\n\tCMPQ  CX, DX\n\tJB    alanesloop\n')
 for j in range(8): a(f'\tVMOVDQU X{j}, {192+16*j}(DI)')
 a('\nalanesdone:\n\tRET')
 
+a("""
+// func encryptLanesVAES(st *lanes, rounds int, n int)
+//
+// The eight lanes as four pairs, each pair in one YMM register (lane 2p in
+// the low half, 2p+1 in the high half): VAESENC runs two lanes' rounds in
+// one instruction, so a step is latency-bound rather than bound by the AES
+// unit's issue rate. Each pair's round keys are 32-byte pairs (st.pairKeys
+// points at them; R9 holds rounds*32, the offset of the last).
+TEXT ·encryptLanesVAES(SB), NOSPLIT, $0-24
+	MOVQ st+0(FP), DI
+	MOVQ rounds+8(FP), R9
+	MOVQ n+16(FP), DX
+	SHLQ $5, R9
+	SHLQ $4, DX
+	TESTQ DX, DX
+	JZ    vlanesdone""")
+pk=['R8','R10','R11','R12']
+for p in range(4): a(f'\tMOVQ  {320+8*p}(DI), {pk[p]}')
+for p in range(4): a(f'\tVMOVDQU {192+32*p}(DI), Y{p}')
+a('\tXORQ  CX, CX\n\nvlanesloop:')
+for p in range(4):
+    a(f'\tMOVQ  {16*p}(DI), SI\n\tMOVQ  {16*p+8}(DI), R13')
+    a(f'\tVMOVDQU (SI)(CX*1), X{4+p}\n\tVINSERTI128 $1, (R13)(CX*1), Y{4+p}, Y{4+p}')
+for p in range(4):
+    a(f'\tVPXOR Y{4+p}, Y{p}, Y{p}')
+for p in range(4):
+    a(f'\tVPXOR ({pk[p]}), Y{p}, Y{p}')
+a('\tMOVQ  $32, AX\n\nvlanesround:')
+for p in range(4):
+    a(f'\tVAESENC ({pk[p]})(AX*1), Y{p}, Y{p}')
+a('\tADDQ  $32, AX\n\tCMPQ  AX, R9\n\tJB    vlanesround\n')
+for p in range(4):
+    a(f'\tVAESENCLAST ({pk[p]})(R9*1), Y{p}, Y{p}')
+for p in range(4):
+    a(f'\tMOVQ  {64+16*p}(DI), SI\n\tMOVQ  {64+16*p+8}(DI), R13')
+    a(f'\tVMOVDQU X{p}, (SI)(CX*1)\n\tVEXTRACTI128 $1, Y{p}, (R13)(CX*1)')
+a('\tADDQ  $16, CX\n\tCMPQ  CX, DX\n\tJB    vlanesloop\n')
+for p in range(4): a(f'\tVMOVDQU Y{p}, {192+32*p}(DI)')
+a('\tVZEROUPPER\n\nvlanesdone:\n\tRET')
+
 open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'cbc_amd64.s'), 'w').write('\n'.join(L)+'\n')
