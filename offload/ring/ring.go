@@ -408,6 +408,8 @@ func (e *Engine) unit(u int) {
 			if spins > 0 {
 				spins, e.spinning = 0, false
 			}
+			clear(ops[:cap(ops)]) // drop references to the callers' ops while parked
+			clear(recs[:cap(recs)])
 			e.work.Wait()
 			continue
 		}
@@ -506,8 +508,6 @@ func (e *Engine) unit(u int) {
 			e.release(r)
 		}
 		e.unblock()
-		clear(ops) // drop references to the caller's ops
-		clear(recs)
 		e.complete()
 		// mu held: straight on to the next record, one critical section
 		// per record.
