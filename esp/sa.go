@@ -71,8 +71,10 @@ type SA struct {
 	ivSalt  uint64
 	ivFunc  func(seq uint64, iv []byte) // Options.IV, known-answer tests only
 
-	reserve  func(*SA, uint64) error
-	reserved atomic.Uint64
+	reserve   func(*SA, uint64) error
+	reserved  atomic.Uint64 // the bound the last completed Reserve recorded
+	reserveMu sync.Mutex    // serialises Reserve calls
+	reserving atomic.Bool   // a reservation ahead of need is running
 
 	// framed and framedBytes count packets as they are framed for sealing,
 	// so a hard lifetime holds exactly even with a batch in flight.
@@ -99,17 +101,52 @@ type Options struct {
 	// where a fixed IV would break CBC's unpredictability and CTR/GCM's
 	// uniqueness.
 	IV func(seq uint64, iv []byte)
-	// Reserve, when set, is called before the first packet numbered above
-	// the last reservation, with a new upper bound (RFC 4303 §3.3.3 asks a
-	// sender never to reuse a number under one key; a gateway that persists
-	// the bound resumes above it after a crash instead of being refused as
-	// a replay). It is called on the sealing goroutine; an error is logged
-	// by the caller and the packet still goes out.
+	// Reserve, when set, records a new upper bound of the sequence numbers
+	// the SA may send (RFC 4303 §3.3.3 asks a sender never to reuse a
+	// number under one key; a gateway that persists the bound resumes above
+	// it after a crash instead of being refused as a replay). No packet is
+	// numbered above a bound before the Reserve call recording it has
+	// returned. The first call is made on the sealing goroutine; later ones
+	// reserve the next ReserveBlock numbers on a goroutine of their own
+	// once half the current block is used, so a slow Reserve (an fsync)
+	// holds up the data path only if the traffic outruns it. Calls never
+	// overlap. An error is logged by the caller and the packets still go
+	// out.
 	Reserve func(s *SA, upTo uint64) error
 }
 
 // ReserveBlock is how many sequence numbers one Reserve call covers.
 const ReserveBlock = 1 << 16
+
+// reserveFor makes sure seq is under a recorded reservation before its
+// packet goes out, and starts the next reservation in the background once
+// half of the current block is used.
+func (s *SA) reserveFor(seq uint64) {
+	r := s.reserved.Load()
+	if seq <= r {
+		if seq > r-ReserveBlock/2 && s.reserving.CompareAndSwap(false, true) {
+			go func() {
+				defer s.reserving.Store(false)
+				s.reserveUpTo(r + ReserveBlock)
+			}()
+		}
+		return
+	}
+	// The first packet, or traffic faster than the reservations: wait.
+	s.reserveUpTo(seq + ReserveBlock)
+}
+
+// reserveUpTo records upTo, unless a reservation at least as high already
+// completed (the bound never goes down).
+func (s *SA) reserveUpTo(upTo uint64) {
+	s.reserveMu.Lock()
+	defer s.reserveMu.Unlock()
+	if upTo <= s.reserved.Load() {
+		return
+	}
+	s.reserve(s, upTo) // the caller logs a failure; the packets go on
+	s.reserved.Store(upTo)
+}
 
 // NewSA builds the working state for cfg with a session on engine.
 func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {

@@ -69,10 +69,8 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 		return s.reject(p, SeqExhausted)
 	}
 	p.Seq = seq
-	if s.reserve != nil && seq > s.reserved.Load() {
-		upTo := seq + ReserveBlock
-		s.reserved.Store(upTo)
-		s.reserve(s, upTo) // the caller logs a failure; the packet goes on
+	if s.reserve != nil {
+		s.reserveFor(seq)
 	}
 
 	if hdrLen > 0 {

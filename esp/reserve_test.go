@@ -1,0 +1,93 @@
+package esp_test
+
+import (
+	"bytes"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/sa"
+)
+
+// TestReservationsStayAhead seals several reservation blocks' worth of
+// packets with a slow Reserve (an fsync's worth of sleep) and checks the
+// promise of Options.Reserve: no packet is numbered above a bound whose
+// Reserve call has not returned, calls never overlap, the bounds only go
+// up, and the later reservations are made ahead of need, off the sealing
+// goroutine.
+func TestReservationsStayAhead(t *testing.T) {
+	cfg := testSA(t, sa.Suite{Cipher: sa.CipherAESGCM16}, sa.Tunnel, false)
+	var (
+		durable atomic.Uint64 // the highest bound whose Reserve returned
+		running atomic.Int32
+		mu      sync.Mutex
+		bounds  []uint64
+		caller  = make(chan bool, 64) // whether each call ran on the sealing goroutine
+	)
+	reserve := func(s *esp.SA, upTo uint64) error {
+		if running.Add(1) != 1 {
+			t.Error("Reserve calls overlap")
+		}
+		// On the sealing goroutine the test function is on the stack.
+		stack := make([]byte, 8<<10)
+		stack = stack[:runtime.Stack(stack, false)]
+		caller <- bytes.Contains(stack, []byte("TestReservationsStayAhead("))
+		time.Sleep(5 * time.Millisecond)
+		mu.Lock()
+		bounds = append(bounds, upTo)
+		mu.Unlock()
+		durable.Store(upTo)
+		running.Add(-1)
+		return nil
+	}
+	tx, err := esp.NewSA(cfg, cpu.New(), esp.Options{Reserve: reserve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt := udpPacket(false, 10)
+	buf := make([]byte, esp.Headroom+len(pkt)+esp.Tailroom)
+	const n = 4 * esp.ReserveBlock
+	for i := range n {
+		copy(buf[esp.Headroom:], pkt)
+		p := &esp.Packet{Buf: buf, Off: esp.Headroom, Len: len(pkt), SA: tx}
+		r := tx.PrepareSeal(p)
+		if r != esp.OK {
+			t.Fatalf("packet %d: %v", i, r)
+		}
+		if d := durable.Load(); p.Seq > d {
+			t.Fatalf("packet %d numbered %d above the recorded bound %d", i, p.Seq, d)
+		}
+		if i%esp.ReserveBlock == esp.ReserveBlock/2+2 { // just after the next reservation started
+			// Give the background reservation the time a slow disk takes,
+			// as traffic slower than the disk would.
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for running.Load() != 0 {
+		time.Sleep(time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(bounds) < 4 {
+		t.Fatalf("%d reservations for %d packets: %v", len(bounds), n, bounds)
+	}
+	for i := 1; i < len(bounds); i++ {
+		if bounds[i] <= bounds[i-1] {
+			t.Fatalf("bounds went down: %v", bounds)
+		}
+	}
+	close(caller)
+	onSealing := 0
+	for c := range caller {
+		if c {
+			onSealing++
+		}
+	}
+	if onSealing != 1 {
+		t.Errorf("%d of %d reservations held up the sealing goroutine, want only the first", onSealing, len(bounds))
+	}
+}
