@@ -53,7 +53,7 @@ func New() *Engine {
 func Accelerated() bool { return cbc.Accelerated() }
 
 // Implementation names what runs AES-CBC on this CPU and build: "vaes-avx2"
-// (AES-NI lanes for encryption, VAES for decryption), "aes-ni" or "go".
+// (VAES on YMM registers, two lanes or blocks per instruction), "aes-ni" or "go".
 func Implementation() string { return cbc.Implementation() }
 
 // Name returns "aesni".
