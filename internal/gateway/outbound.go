@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
+	"os"
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/sa"
@@ -41,7 +43,10 @@ func (g *Gateway) readTUN(b *batch) error {
 			m, err := g.dev.Read(b.bufs[n:], b.sizes[n:], esp.Headroom)
 			n += m
 			if err != nil {
-				g.log.Debug("read TUN", "err", err)
+				if !errors.Is(err, os.ErrClosed) {
+					g.drop(TunRead)
+					g.log.Warn("read TUN", "err", err)
+				}
 				break
 			}
 		}

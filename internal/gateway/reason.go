@@ -17,6 +17,7 @@ const (
 	UnknownSPI                  // an ESP packet whose SPI has no inbound SA
 	Runt                        // an outer packet too short to carry an SPI
 	TunWrite                    // the TUN device refused a write
+	TunRead                     // a TUN read failed after the batch's first: what it held is lost
 	SendError                   // the outer socket refused a send
 	Shutdown                    // in flight when the gateway stopped
 	NumReasons
@@ -32,6 +33,7 @@ var reasonNames = [NumReasons]string{
 	UnknownSPI:    "unknown-spi",
 	Runt:          "runt",
 	TunWrite:      "tun-write",
+	TunRead:       "tun-read",
 	SendError:     "send-error",
 	Shutdown:      "shutdown",
 }
