@@ -122,17 +122,23 @@ func (e *Encrypter) runEqual(jobs []Job, kern kernel) bool {
 		j := &jobs[min(l, n-1)]
 		st.in[l], st.out[l], st.keys[l], st.iv[l] = &j.Src[0], &j.Dst[0], j.Key, *j.IV
 	}
-	rounds, blocks := jobs[0].Key.rounds, size/BlockSize
+	st.encrypt(kern, jobs[0].Key.rounds, size/BlockSize)
+	return true
+}
+
+// encrypt runs kernel kern for blocks blocks of every lane.
+func (st *lanes) encrypt(kern kernel, rounds, blocks int) {
 	switch {
 	case kern >= kernelVAES:
 		st.pairSchedules(rounds)
 		encryptLanesVAES(st, rounds, blocks)
 	case kern >= kernelAVX:
 		encryptLanesAVX(st, rounds, blocks)
-	default:
+	case kern == kernelXMM:
 		encryptLanesAsm(st, rounds, blocks)
+	default:
+		encryptLanesGeneric(st, blocks)
 	}
-	return true
 }
 
 func (e *Encrypter) runLanes(jobs []Job, rounds int, kern kernel) {
@@ -193,17 +199,7 @@ func (e *Encrypter) runLanes(jobs []Job, rounds int, kern kernel) {
 				}
 			}
 		}
-		switch {
-		case kern >= kernelVAES:
-			st.pairSchedules(rounds)
-			encryptLanesVAES(st, rounds, blocks)
-		case kern >= kernelAVX:
-			encryptLanesAVX(st, rounds, blocks)
-		case kern == kernelXMM:
-			encryptLanesAsm(st, rounds, blocks)
-		default:
-			encryptLanesGeneric(st, blocks)
-		}
+		st.encrypt(kern, rounds, blocks)
 		for l := 0; l < Lanes; l++ {
 			if st.active[l] {
 				off[l] += blocks * BlockSize
