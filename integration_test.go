@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/espgw/espgw/internal/netns"
-	"github.com/espgw/espgw/internal/testbed"
+	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
 

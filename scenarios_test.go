@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/espgw/espgw/internal/scenario"
-	"github.com/espgw/espgw/internal/testbed"
+	"github.com/espgw/espgw/internal/lab/scenario"
+	"github.com/espgw/espgw/internal/lab/testbed"
 )
 
 // TestScenarios runs every bundled scenario (scenarios/*.yaml, each matrix

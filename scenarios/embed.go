@@ -1,7 +1,7 @@
 // Package scenarios holds espgw's bundled scenario files and the captures
 // they replay, embedded so that an installed binary (espgw scenario run
 // --bundled, espgw demo) carries them. The format is documented in
-// README.md; internal/scenario reads and runs them.
+// README.md; internal/lab/scenario reads and runs them.
 package scenarios
 
 import "embed"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepares the Linux-kernel ESP peer (internal/kernelpeer): Debian's kernel
+# Prepares the Linux-kernel ESP peer (internal/lab/kernelpeer): Debian's kernel
 # image unpacked into $ESPGW_KERNEL_DIR (default /var/cache/espgw/kernel),
 # never installed as the machine's kernel; the guest agent; the initramfs.
 # Idempotent: a prepared folder takes seconds. Needs root, apt, dpkg-deb,

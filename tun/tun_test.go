@@ -11,7 +11,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/espgw/espgw/internal/netns"
+	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"

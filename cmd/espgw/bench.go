@@ -10,7 +10,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
-	"github.com/espgw/espgw/internal/bench"
+	"github.com/espgw/espgw/internal/lab/bench"
 	"github.com/espgw/espgw/sa"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/espgw/espgw/internal/demo"
+	"github.com/espgw/espgw/internal/lab/demo"
 	"github.com/espgw/espgw/sa"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/espgw/espgw/internal/capture"
+	"github.com/espgw/espgw/internal/lab/capture"
 )
 
 func newPcap() *cobra.Command {

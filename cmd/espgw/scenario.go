@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/espgw/espgw/internal/scenario"
+	"github.com/espgw/espgw/internal/lab/scenario"
 	"github.com/espgw/espgw/scenarios"
 )
 

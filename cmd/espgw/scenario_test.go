@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/espgw/espgw/internal/netns"
-	"github.com/espgw/espgw/internal/testbed"
+	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/testbed"
 )
 
 func TestScenarioList(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/espgw/espgw/internal/speed"
+	"github.com/espgw/espgw/internal/lab/speed"
 	"github.com/spf13/cobra"
 )
 

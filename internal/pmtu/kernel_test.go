@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/espgw/espgw/internal/netns"
+	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/tun"
 )
 

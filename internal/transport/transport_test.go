@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/espgw/espgw/internal/netns"
+	"github.com/espgw/espgw/internal/lab/netns"
 	"golang.org/x/sys/unix"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/espgw/espgw/internal/speed"
+	"github.com/espgw/espgw/internal/lab/speed"
 	"github.com/espgw/espgw/offload/emul"
 )
 

@@ -1,0 +1,144 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/internal/lab/netns"
+)
+
+// espgwBinary builds the espgw command for the gateways of a real bench.
+func espgwBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "espgw")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/espgw/espgw/cmd/espgw").CombinedOutput()
+	if err != nil {
+		t.Fatalf("build espgw: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// shortOptions is a real bench cut to seconds: one espgw configuration
+// beside plain routing, two frame sizes, few and short trials.
+func shortOptions(bin, prefix string) Options {
+	frames, _ := ParseMixes("64,imix")
+	return Options{Binary: bin, Prefix: prefix, Suites: []string{"aes-gcm-16"}, Engines: []string{"cpu"},
+		TCPDuration: time.Second, TrialDuration: 300 * time.Millisecond, Iterations: 4, PartialIters: 1,
+		Frames: frames, LatencyFrame: 512, LatencyLoads: []float64{0.1, 0.5}, LatencyTime: 500 * time.Millisecond}
+}
+
+func requireBench(t *testing.T, o Options) {
+	t.Helper()
+	if err := Check(o); err != nil {
+		t.Fatalf("this test runs a real bench in network namespaces and cannot here: %v", err)
+	}
+}
+
+func noLeftovers(t *testing.T, prefix string) {
+	t.Helper()
+	left, err := netns.List(prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) > 0 {
+		netns.RemoveLeftovers(prefix)
+		t.Errorf("namespaces left behind: %v", left)
+	}
+}
+
+func TestShortRealBench(t *testing.T) {
+	o := shortOptions(espgwBinary(t), "bnt")
+	requireBench(t, o)
+	var steps, last int
+	o.Progress = func(_ string, done, total int) {
+		steps++
+		if done < last || (total > 0 && done > total) {
+			t.Errorf("progress went %d → %d of %d", last, done, total)
+		}
+		last = done
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { noLeftovers(t, "bnt") })
+	if rep.Partial || len(rep.Problems) > 0 {
+		t.Fatalf("partial %v, problems %v", rep.Partial, rep.Problems)
+	}
+	if len(rep.Results) != 2 || rep.Results[0].Kind != KindPlain || rep.Results[1].Kind != KindESP {
+		t.Fatalf("results %v, want plain then espgw", rep.Results)
+	}
+	for _, r := range rep.Results {
+		if r.TCP1 <= 0 || r.TCP4 <= 0 {
+			t.Errorf("%s: TCP %g / %g bit/s", r.Name, r.TCP1, r.TCP4)
+		}
+		for _, f := range r.Frames {
+			if f.ZeroLoss <= 0 || f.Partial < f.ZeroLoss || f.Offered <= 0 || len(f.Trials) == 0 {
+				t.Errorf("%s %s: offered %g zero-loss %g partial %g after %d trials", r.Name, f.Mix, f.Offered, f.ZeroLoss, f.Partial, len(f.Trials))
+			}
+			for _, a := range f.Trials {
+				if a.Rate == f.ZeroLoss && a.Loss != 0 {
+					t.Errorf("%s %s: the zero-loss rate %g lost %g", r.Name, f.Mix, a.Rate, a.Loss)
+				}
+			}
+		}
+		if len(r.Latency) != 2 {
+			t.Fatalf("%s: %d latency loads, want 2", r.Name, len(r.Latency))
+		}
+		for _, l := range r.Latency {
+			if l.Received == 0 || !(0 < l.P50 && l.P50 <= l.P99 && l.P99 <= l.P999) || len(l.CDF) == 0 {
+				t.Errorf("%s at %.0f%%: received %d, p50 %g p99 %g p99.9 %g", r.Name, l.Load*100, l.Received, l.P50, l.P99, l.P999)
+			}
+		}
+	}
+	esp := rep.Results[1]
+	if len(esp.Gateways) != 2 {
+		t.Fatalf("espgw gateways accounted: %+v", esp.Gateways)
+	}
+	for _, g := range esp.Gateways {
+		if g.CPUSeconds <= 0 || g.HWM == 0 || g.Engine != "cpu" {
+			t.Errorf("gateway %s: cpu %gs peak RSS %d engine %q", g.Name, g.CPUSeconds, g.HWM, g.Engine)
+		}
+	}
+	if len(rep.Ratios) == 0 || len(rep.Targets) != 1 {
+		t.Errorf("ratios %v, targets %v: want ratios to plain and the latency target", rep.Ratios, rep.Targets)
+	}
+	if steps == 0 || last != len(rep.Results)*o.stepsPerPath() {
+		t.Errorf("progress ended at %d of %d after %d calls", last, len(rep.Results)*o.stepsPerPath(), steps)
+	}
+	dir := t.TempDir()
+	if _, err := WriteCharts(dir, rep); err != nil {
+		t.Error(err)
+	}
+	rep.Print(os.Stdout)
+}
+
+func TestBenchInterruptedGivesPartialResultsAndCleansUp(t *testing.T) {
+	o := shortOptions(espgwBinary(t), "bnc")
+	requireBench(t, o)
+	o.TCPDuration = 2 * time.Second
+	ctx, cancel := context.WithCancel(context.Background())
+	// Interrupt in plain routing's UDP searches, after its TCP runs.
+	time.AfterFunc(5*time.Second, cancel)
+	start := time.Now()
+	rep, err := Run(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("took %v to stop after the interrupt at 5s", took)
+	}
+	if !rep.Partial || len(rep.Results) != 1 {
+		t.Fatalf("partial %v with %d results, want a partial report of plain routing", rep.Partial, len(rep.Results))
+	}
+	if r := rep.Results[0]; r.TCP1 <= 0 {
+		t.Errorf("the TCP result measured before the interrupt is lost: %+v", r)
+	}
+	noLeftovers(t, "bnc")
+}

@@ -1,0 +1,300 @@
+package capture
+
+// Helpers shared by the interop tests: the scapy peer (testdata/scapy at the
+// repository root, run with Debian's /usr/bin/python3), random SAs, and inner
+// packets with correct checksums.
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	mrand "math/rand/v2"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/google/gopacket"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/sa"
+)
+
+const (
+	python     = "/usr/bin/python3"
+	peerScript = "../../../testdata/scapy/esp_peer.py"
+)
+
+// requireScapy fails the test, with what to install, when scapy is missing.
+func requireScapy(t *testing.T) {
+	t.Helper()
+	if out, err := exec.Command(python, "-c", "import scapy.layers.ipsec").CombinedOutput(); err != nil {
+		t.Fatalf("scapy is needed as the independent ESP peer: %v %s\n(apt-get install -y python3-scapy; it must import under %s)", err, out, python)
+	}
+}
+
+type peerJob struct {
+	Op      string         `json:"op"`
+	SA      map[string]any `json:"sa"`
+	Packets []string       `json:"packets"`
+	Seqs    []uint64       `json:"seqs,omitempty"`
+	File    string         `json:"file,omitempty"`
+	Link    string         `json:"link,omitempty"`
+	Extra   bool           `json:"extra,omitempty"`
+}
+
+type peerResult struct {
+	Packets []*string `json:"packets"`
+	Errors  []*string `json:"errors"`
+}
+
+// runPeer runs every job in one scapy process.
+func runPeer(t *testing.T, jobs []peerJob) []peerResult {
+	t.Helper()
+	requireScapy(t)
+	in, err := json.Marshal(map[string]any{"jobs": jobs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(python, peerScript)
+	cmd.Stdin = bytes.NewReader(in)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("scapy peer: %v\n%s", err, stderr.String())
+	}
+	var res struct{ Results []peerResult }
+	if err := json.Unmarshal(out, &res); err != nil {
+		t.Fatalf("scapy peer output: %v", err)
+	}
+	if len(res.Results) != len(jobs) {
+		t.Fatalf("scapy peer answered %d jobs of %d", len(res.Results), len(jobs))
+	}
+	return res.Results
+}
+
+// packet returns result i's packet, failing with scapy's error.
+func (r peerResult) packet(t *testing.T, what string, i int) []byte {
+	t.Helper()
+	if r.Packets[i] == nil {
+		msg := "?"
+		if r.Errors[i] != nil {
+			msg = *r.Errors[i]
+		}
+		t.Fatalf("%s: scapy: %s", what, msg)
+	}
+	b, err := hex.DecodeString(*r.Packets[i])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func peerSA(c *sa.SA) map[string]any {
+	m := map[string]any{
+		"spi": c.SPI, "mode": c.Mode.String(), "src": c.Src.String(), "dst": c.Dst.String(),
+		"encap": c.Encap.String(), "enc": c.Suite.Cipher.String(), "enc_key": hex.EncodeToString(c.EncKey),
+		"auth": c.Suite.Auth.String(), "auth_key": hex.EncodeToString(c.AuthKey), "esn": c.ESN,
+	}
+	if c.Encap == sa.EncapUDP {
+		sp, dp := natPorts(c)
+		m["sport"], m["dport"] = sp, dp
+	}
+	return m
+}
+
+func hexes(pkts [][]byte) []string {
+	out := make([]string, len(pkts))
+	for i, p := range pkts {
+		out[i] = hex.EncodeToString(p)
+	}
+	return out
+}
+
+// suiteCase is a suite with an AES key size.
+type suiteCase struct {
+	suite  sa.Suite
+	encLen int
+}
+
+func (s suiteCase) String() string {
+	switch s.suite.Cipher {
+	case sa.CipherAESCBC:
+		return fmt.Sprintf("aes-cbc-%d+%s", s.encLen*8, s.suite.Auth)
+	case sa.CipherAESGCM16:
+		return fmt.Sprintf("aes-gcm-16-%d", (s.encLen-4)*8)
+	case sa.CipherAESCTR:
+		return fmt.Sprintf("aes-ctr-%d+%s", (s.encLen-4)*8, s.suite.Auth)
+	}
+	return s.suite.String()
+}
+
+// interopSuites is every suite, with every AES-CBC key size and the two
+// ends of the AES-CTR and GCM sizes.
+func interopSuites() []suiteCase {
+	var out []suiteCase
+	for _, s := range cpu.AllSuites() {
+		switch s.Cipher {
+		case sa.CipherAESCBC:
+			for _, n := range []int{16, 24, 32} {
+				out = append(out, suiteCase{s, n})
+			}
+		case sa.CipherAESCTR, sa.CipherAESGCM16:
+			out = append(out, suiteCase{s, 20}, suiteCase{s, 36})
+		default:
+			out = append(out, suiteCase{s, s.EncKeyLens()[0]})
+		}
+	}
+	return out
+}
+
+func randomBytes(n int) sa.Key {
+	k := make(sa.Key, n)
+	rand.Read(k)
+	return k
+}
+
+// Inner addresses: tunnel-mode inner packets go between these; in transport
+// mode they are the SA's own addresses.
+var (
+	inner4 = [2]netip.Addr{netip.MustParseAddr("198.51.100.10"), netip.MustParseAddr("203.0.113.20")}
+	inner6 = [2]netip.Addr{netip.MustParseAddr("2001:db8:1::10"), netip.MustParseAddr("2001:db8:2::20")}
+	outer4 = [2]netip.Addr{netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")}
+	outer6 = [2]netip.Addr{netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")}
+)
+
+// randomSA returns an SA with a random SPI and keys.
+func randomSA(sc suiteCase, mode sa.Mode, v6 bool, encap sa.Encap) *sa.SA {
+	c := &sa.SA{SPI: 0x100 + mrand.Uint32N(1<<31), Mode: mode, Encap: encap, Suite: sc.suite, ReplayWindow: 64}
+	c.Src, c.Dst = outer4[0], outer4[1]
+	if v6 {
+		c.Src, c.Dst = outer6[0], outer6[1]
+	}
+	if mode == sa.Transport {
+		c.Src, c.Dst = inner4[0], inner4[1]
+		if v6 {
+			c.Src, c.Dst = inner6[0], inner6[1]
+		}
+	}
+	if encap == sa.EncapUDP {
+		c.SrcPort, c.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
+	}
+	c.EncKey = randomBytes(sc.encLen)
+	c.AuthKey = randomBytes(sc.suite.AuthKeyLen())
+	return c
+}
+
+// udpPacket builds an IPv4 or IPv6 UDP packet of total bytes with correct
+// IP and UDP checksums; below the size of the two headers, an IP packet of
+// protocol 253 (experimental) with no payload beyond what fits.
+func udpPacket(v6 bool, total int, id uint16) []byte {
+	hl := 20
+	src, dst := inner4[0], inner4[1]
+	if v6 {
+		hl, src, dst = 40, inner6[0], inner6[1]
+	}
+	total = max(total, hl)
+	proto := byte(protoUDP)
+	if total < hl+8 {
+		proto = 253
+	}
+	p := make([]byte, total)
+	for i := hl + 8; i < total; i++ {
+		p[i] = byte(i*7) ^ byte(id)
+	}
+	if v6 {
+		p[0], p[6], p[7] = 0x60, proto, 64
+		binary.BigEndian.PutUint16(p[4:], uint16(total-40))
+		s, d := src.As16(), dst.As16()
+		copy(p[8:], s[:])
+		copy(p[24:], d[:])
+	} else {
+		p[0], p[8], p[9] = 0x45, 64, proto
+		binary.BigEndian.PutUint16(p[2:], uint16(total))
+		binary.BigEndian.PutUint16(p[4:], id)
+		s, d := src.As4(), dst.As4()
+		copy(p[12:], s[:])
+		copy(p[16:], d[:])
+		binary.BigEndian.PutUint16(p[10:], ipv4Checksum(p[:20]))
+	}
+	if proto != protoUDP {
+		return p
+	}
+	u := p[hl:]
+	binary.BigEndian.PutUint16(u[0:], 40000+id)
+	binary.BigEndian.PutUint16(u[2:], 9)
+	binary.BigEndian.PutUint16(u[4:], uint16(len(u)))
+	binary.BigEndian.PutUint16(u[6:], udpChecksum(src, dst, u))
+	return p
+}
+
+func udpChecksum(src, dst netip.Addr, seg []byte) uint16 {
+	if src.Is6() {
+		return udp6Checksum(src, dst, seg)
+	}
+	var sum uint32
+	s, d := src.As4(), dst.As4()
+	pseudo := append(append(s[:], d[:]...), 0, protoUDP, byte(len(seg)>>8), byte(len(seg)))
+	for _, b := range [][]byte{pseudo, seg} {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	for sum > 0xffff {
+		sum = sum>>16 + sum&0xffff
+	}
+	c := ^uint16(sum)
+	if c == 0 {
+		c = 0xffff
+	}
+	return c
+}
+
+// newSAs builds working SAs for the configurations on one cpu engine.
+func newSAs(t *testing.T, cfgs ...*sa.SA) []*esp.SA {
+	t.Helper()
+	eng := cpu.New()
+	out := make([]*esp.SA, len(cfgs))
+	for i, c := range cfgs {
+		s, err := esp.NewSA(c, eng, esp.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = s
+	}
+	return out
+}
+
+// writeSAFile writes the SAs as an SA file in a test directory.
+func writeSAFile(t *testing.T, cfgs ...*sa.SA) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sa.yaml")
+	if err := sa.WriteFile(path, &sa.Config{SAs: cfgs}); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// ciAt is a capture timestamp i milliseconds into 2026.
+func ciAt(i int) gopacket.CaptureInfo {
+	return gopacket.CaptureInfo{Timestamp: time.Date(2026, 1, 1, 0, 0, 0, i*1e6, time.UTC)}
+}

@@ -1,0 +1,444 @@
+package interop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/kernelpeer"
+	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/testbed"
+	"github.com/espgw/espgw/internal/lab/wanrelay"
+	"github.com/espgw/espgw/sa"
+)
+
+// The bed's addresses (TEST-NET and 2001:db8::/32 only).
+var (
+	HostA4   = netip.MustParsePrefix("198.51.100.2/24")
+	GW1LAN4  = netip.MustParsePrefix("198.51.100.1/24")
+	HostA6   = netip.MustParsePrefix("2001:db8:a::2/64")
+	GW1LAN6  = netip.MustParsePrefix("2001:db8:a::1/64")
+	GW1WAN   = netip.MustParsePrefix("192.0.2.1/24")
+	GuestWAN = netip.MustParsePrefix("192.0.2.2/24")
+	// The far inner network: hosts on the guest's loopback.
+	FarHost4 = netip.MustParsePrefix("203.0.113.10/32")
+	FarHost6 = netip.MustParsePrefix("2001:db8:b::10/128")
+)
+
+// Interface names: gw1's LAN and WAN ports, the relay's port toward gw1,
+// the guest's tap in the wan namespace, and gw1's TUN.
+const (
+	lanIf   = "lan"
+	wanIf   = "wan"
+	relayIf = "gw1"
+	tapIf   = "kptap0"
+	tunIf   = "esp0"
+	// transportTable holds gw1's route into the TUN for transport mode.
+	transportTable = "100"
+	// wanMTU leaves room for ESP around the largest inner packets the
+	// tests send (1400-byte pings, 1500-byte TCP segments), so neither
+	// side fragments.
+	wanMTU = 1600
+)
+
+// BedOptions shape a Bed.
+type BedOptions struct {
+	// Binary is the espgw executable gw1 runs.
+	Binary string
+	// Prefix names the namespaces (unique among concurrent runs).
+	Prefix      string
+	BootTimeout time.Duration
+	Log         *slog.Logger
+	// Scapy puts scapy's ESP responder (StartScapyPeer) in a namespace of
+	// its own behind the relay instead of booting the kernel guest.
+	Scapy bool
+}
+
+// Bed is hostA — gw1 (espgw run) — wan (wanrelay) — Linux kernel guest,
+// each in its own namespace; the guest is the far gateway, with the far
+// inner network on its loopback. The guest boots once; Configure sets up
+// each case.
+type Bed struct {
+	NS               *netns.Bed
+	HostA, GW1, WAN  *netns.Namespace
+	Peer             *XfrmPeer // the kernel guest, unless BedOptions.Scapy
+	Far              *netns.Namespace
+	Scapy            *ScapyPeer // the current case's responder, with BedOptions.Scapy
+	useScapy         bool
+	Dir              string
+	binary           string
+	log              *slog.Logger
+	gw               *testbed.Gateway
+	relay            *runningRelay
+	tunnel           *Tunnel
+	transportRouting bool
+}
+
+// Case is one tunnel between gw1 and the guest.
+type Case struct {
+	Suite   sa.Suite
+	AESBits int // 128 or 256 for AES suites
+	Mode    sa.Mode
+	Encap   sa.Encap
+	ESN     bool
+	// Impair is what the relay does to gw1's packets toward the guest;
+	// nil impairs nothing.
+	Impair *impair.Config
+}
+
+// Name is the case as a test name: suite/mode/encap/esn.
+func (c Case) Name() string {
+	return fmt.Sprintf("%s/%s/%s/esn=%v", testbed.SuiteName(c.Suite, c.AESBits), c.Mode, EncapName(c.Encap), c.ESN)
+}
+
+// EncapName names an encapsulation for test names and the matrix.
+func EncapName(e sa.Encap) string {
+	if e == sa.EncapUDP {
+		return "udp-4500"
+	}
+	return "esp"
+}
+
+// Tunnel is a configured case: its SAs and the addresses its traffic uses.
+type Tunnel struct {
+	Case
+	// Out carries gw1 → guest, In guest → gw1.
+	Out, In *sa.SA
+	// Near is where traffic starts on espgw's side (hostA in tunnel mode,
+	// gw1 itself in transport mode), NearAddrs its addresses; FarAddrs are
+	// the guest's.
+	Near      *netns.Namespace
+	NearAddrs []netip.Addr
+	FarAddrs  []netip.Addr
+}
+
+// StartBed builds the namespaces and links and boots the guest. On error
+// everything made so far is removed.
+func StartBed(ctx context.Context, opts BedOptions) (b *Bed, err error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := os.Stat(opts.Binary); err != nil {
+		return nil, fmt.Errorf("start interop bed: espgw binary: %w", err)
+	}
+	nsb, err := netns.New(opts.Prefix, opts.Log)
+	if err != nil {
+		return nil, err
+	}
+	b = &Bed{NS: nsb, binary: opts.Binary, log: opts.Log, useScapy: opts.Scapy}
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	if b.Dir, err = os.MkdirTemp("", "espgw-interop-"); err != nil {
+		return b, fmt.Errorf("start interop bed: %w", err)
+	}
+	for _, p := range []struct {
+		ns   **netns.Namespace
+		name string
+	}{{&b.HostA, "hosta"}, {&b.GW1, "gw1"}, {&b.WAN, "wan"}} {
+		if *p.ns, err = nsb.AddNamespace(p.name); err != nil {
+			return b, err
+		}
+	}
+	// The wan namespace is a bump in the wire: no addresses, no IPv6, no
+	// forwarding, so its own kernel never answers on the relay's ports.
+	if err := b.WAN.Sysctl(map[string]string{
+		"net/ipv6/conf/all/disable_ipv6": "1", "net/ipv6/conf/default/disable_ipv6": "1",
+	}); err != nil {
+		return b, err
+	}
+	if err := nsb.Connect(b.HostA, lanIf, b.GW1, lanIf, netns.LinkOptions{}); err != nil {
+		return b, err
+	}
+	if err := nsb.Connect(b.GW1, wanIf, b.WAN, relayIf, netns.LinkOptions{MTU: wanMTU}); err != nil {
+		return b, err
+	}
+	steps := []func() error{
+		func() error { return b.HostA.AddAddr(lanIf, HostA4) },
+		func() error { return b.HostA.AddAddr(lanIf, HostA6) },
+		func() error { return b.HostA.AddRoute(netip.MustParsePrefix("0.0.0.0/0"), GW1LAN4.Addr()) },
+		func() error { return b.HostA.AddRoute(netip.MustParsePrefix("::/0"), GW1LAN6.Addr()) },
+		func() error { return b.GW1.AddAddr(lanIf, GW1LAN4) },
+		func() error { return b.GW1.AddAddr(lanIf, GW1LAN6) },
+		func() error { return b.GW1.AddAddr(wanIf, GW1WAN) },
+		b.GW1.EnableForwarding,
+		// Transport mode delivers the guest's packets to gw1's own
+		// address from the TUN, while the route back to the guest points
+		// out of the WAN port: strict reverse-path filtering would drop
+		// them.
+		func() error {
+			return b.GW1.Sysctl(map[string]string{"net/ipv4/conf/all/rp_filter": "0", "net/ipv4/conf/default/rp_filter": "0"})
+		},
+		// New devices (gw1's TUN) get IPv6 host behaviour: with
+		// forwarding=1 inherited they would join ff02::2 and send MLD
+		// reports into the tunnel at creation (see the package doc).
+		// Forwarding itself follows conf/all.
+		func() error { return b.GW1.Sysctl(map[string]string{"net/ipv6/conf/default/forwarding": "0"}) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return b, fmt.Errorf("start interop bed: %w", err)
+		}
+	}
+	if opts.Scapy {
+		if b.Far, err = nsb.AddNamespace("far"); err != nil {
+			return b, err
+		}
+		if err := nsb.Connect(b.WAN, tapIf, b.Far, "eth0", netns.LinkOptions{MTU: wanMTU}); err != nil {
+			return b, err
+		}
+		if err := b.Far.AddAddr("eth0", GuestWAN); err != nil {
+			return b, err
+		}
+		return b, nil
+	}
+	b.Peer, err = StartXfrmPeer(ctx, XfrmPeerConfig{
+		Netns: b.WAN.Name(), Tap: tapIf, Addr: GuestWAN,
+		Inner: []netip.Prefix{FarHost4, FarHost6},
+		Routes: []kernelpeer.Route{
+			{Dst: HostA4.Masked(), Via: GW1WAN.Addr()},
+			{Dst: HostA6.Masked()}, // IPv6 inside the IPv4 tunnel: out of eth0, then XFRM
+		},
+		MTU: wanMTU, BootTimeout: opts.BootTimeout, Logger: opts.Log,
+	}, nil)
+	if err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+// Configure sets up c: fresh SAs with random keys, the guest's XFRM state
+// and policies, gw1's gateway (restarted on the new SA file), gw1's routing
+// for transport mode, and a fresh relay with c's impairments.
+func (b *Bed) Configure(ctx context.Context, c Case) (*Tunnel, error) {
+	if c.AESBits == 0 {
+		c.AESBits = 128
+	}
+	b.stopRelay()
+	if b.gw != nil {
+		if out, err := b.gw.Stop(syscall.SIGTERM); err != nil {
+			return nil, fmt.Errorf("stop gw1: %w\n%s", err, out)
+		}
+		b.gw = nil
+	}
+	t, err := b.makeTunnel(c)
+	if err != nil {
+		return nil, err
+	}
+	if b.useScapy {
+		if b.Scapy != nil {
+			b.Scapy.Close()
+			b.Scapy = nil
+		}
+		owned := append([]netip.Addr{}, t.FarAddrs...)
+		if b.Scapy, err = StartScapyPeer(ctx, ScapyPeerConfig{Netns: b.Far.Name(), Iface: "eth0", Local: GuestWAN.Addr(), Owned: owned}, []*sa.SA{t.Out, t.In}); err != nil {
+			return nil, err
+		}
+	} else if err := b.Peer.Configure(ctx, []*sa.SA{t.Out, t.In}); err != nil {
+		return nil, err
+	}
+	cfg, err := b.writeConfig(t)
+	if err != nil {
+		return nil, err
+	}
+	if b.gw, err = testbed.RunGateway(ctx, b.GW1, b.binary, cfg); err != nil {
+		return nil, err
+	}
+	if err := b.setTransportRouting(c.Mode == sa.Transport); err != nil {
+		return nil, err
+	}
+	imp := impair.DefaultConfig()
+	if c.Impair != nil {
+		imp = *c.Impair
+	}
+	if b.relay, err = startRelay(wanrelay.Config{Netns: b.WAN.Name(), A: relayIf, B: tapIf, AToB: imp, Logger: b.log}); err != nil {
+		return nil, err
+	}
+	b.tunnel = t
+	return t, nil
+}
+
+func (b *Bed) makeTunnel(c Case) (*Tunnel, error) {
+	enc, auth, err := sa.RandomKeys(c.Suite, c.AESBits)
+	if err != nil {
+		return nil, fmt.Errorf("keys for %s: %w", c.Name(), err)
+	}
+	enc2, auth2, err := sa.RandomKeys(c.Suite, c.AESBits)
+	if err != nil {
+		return nil, fmt.Errorf("keys for %s: %w", c.Name(), err)
+	}
+	gw1, guest := GW1WAN.Addr(), GuestWAN.Addr()
+	out := &sa.SA{SPI: 0x1001, Mode: c.Mode, Src: gw1, Dst: guest, Encap: c.Encap, Suite: c.Suite,
+		EncKey: enc, AuthKey: auth, ESN: c.ESN, ReplayWindow: 64}
+	in := &sa.SA{SPI: 0x2001, Mode: c.Mode, Src: guest, Dst: gw1, Encap: c.Encap, Suite: c.Suite,
+		EncKey: enc2, AuthKey: auth2, ESN: c.ESN, ReplayWindow: 64}
+	if c.Encap == sa.EncapUDP {
+		for _, s := range []*sa.SA{out, in} {
+			s.SrcPort, s.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
+		}
+	}
+	if c.ESN {
+		// Both directions cross 2^32 within the first packets, so the
+		// high bits take part in every ICV and the carry is exercised.
+		out.InitialSeq = 1<<32 - 3
+		in.InitialSeq = 2<<32 - 3
+	}
+	t := &Tunnel{Case: c, Out: out, In: in}
+	if c.Mode == sa.Tunnel {
+		near4, near6 := HostA4.Masked(), HostA6.Masked()
+		far4, far6 := FarHost4.Masked(), FarHost6.Masked()
+		out.Selectors = []sa.Selector{{Src: near4, Dst: far4}, {Src: near6, Dst: far6}}
+		in.Selectors = []sa.Selector{{Src: far4, Dst: near4}, {Src: far6, Dst: near6}}
+		t.Near = b.HostA
+		t.NearAddrs = []netip.Addr{HostA4.Addr(), HostA6.Addr()}
+		t.FarAddrs = []netip.Addr{FarHost4.Addr(), FarHost6.Addr()}
+	} else {
+		t.Near = b.GW1
+		t.NearAddrs = []netip.Addr{gw1}
+		t.FarAddrs = []netip.Addr{guest}
+	}
+	return t, nil
+}
+
+// writeConfig writes gw1's SA file and configuration for t.
+func (b *Bed) writeConfig(t *Tunnel) (string, error) {
+	set := &sa.Config{SAs: []*sa.SA{t.Out, t.In}}
+	var routes string
+	if t.Mode == sa.Tunnel {
+		routes = fmt.Sprintf("[%s, %s]", FarHost4.Masked(), FarHost6.Masked())
+	} else {
+		// The gateway picks a transport SA through the SPD; its traffic
+		// reaches the TUN by the policy routes of setTransportRouting.
+		routes = "[]"
+		set.SPD = []sa.Policy{{Selector: sa.Selector{Src: netip.PrefixFrom(t.Out.Src, 32), Dst: netip.PrefixFrom(t.Out.Dst, 32)},
+			Action: sa.Protect, SPI: t.Out.SPI}}
+	}
+	if err := sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), set); err != nil {
+		return "", fmt.Errorf("write gw1's SA file: %w", err)
+	}
+	cfg := fmt.Sprintf("local: %s\npeer: %s\nengine: cpu\nouter-mtu: %d\ntun:\n  name: %s\n  routes: %s\nsa-file: sas.yaml\n",
+		t.Out.Src, t.Out.Dst, wanMTU, tunIf, routes)
+	path := filepath.Join(b.Dir, "gw1.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return "", fmt.Errorf("write gw1's config: %w", err)
+	}
+	return path, nil
+}
+
+// setTransportRouting sends gw1's own ICMP and TCP toward the guest into
+// the TUN (policy routing, table 100) while the gateway's ESP to the same
+// address keeps the main table and the WAN port.
+func (b *Bed) setTransportRouting(on bool) error {
+	guest := GuestWAN.Addr().String() + "/32"
+	if b.transportRouting {
+		for _, pref := range []string{"100", "101"} {
+			if _, err := b.GW1.Output(context.Background(), "ip", "rule", "del", "pref", pref); err != nil {
+				return err
+			}
+		}
+		b.transportRouting = false
+	}
+	if !on {
+		return nil
+	}
+	cmds := [][]string{
+		{"ip", "rule", "add", "pref", "100", "to", guest, "ipproto", "icmp", "lookup", transportTable},
+		{"ip", "rule", "add", "pref", "101", "to", guest, "ipproto", "tcp", "lookup", transportTable},
+		{"ip", "route", "replace", guest, "dev", tunIf, "src", GW1WAN.Addr().String(), "table", transportTable},
+	}
+	for i, c := range cmds {
+		if _, err := b.GW1.Output(context.Background(), c[0], c[1:]...); err != nil {
+			return fmt.Errorf("transport-mode routing in gw1: %w", err)
+		}
+		if i == 1 {
+			b.transportRouting = true
+		}
+	}
+	return nil
+}
+
+// GatewayStats reads gw1's counters (`espgw stats --json`).
+func (b *Bed) GatewayStats(ctx context.Context) (gateway.Stats, error) {
+	return testbed.GatewayStats(ctx, b.GW1, b.binary)
+}
+
+// GatewayOutput is what gw1 has logged since its last start.
+func (b *Bed) GatewayOutput() string {
+	if b.gw == nil {
+		return ""
+	}
+	return b.gw.Output()
+}
+
+// RelayCounters are the relay's counters of the current case.
+func (b *Bed) RelayCounters() wanrelay.Counters {
+	if b.relay == nil {
+		return wanrelay.Counters{}
+	}
+	return b.relay.r.Counters()
+}
+
+// Close stops the relay, the gateway and the guest and removes the
+// namespaces and files.
+func (b *Bed) Close() error {
+	var errs []error
+	b.stopRelay()
+	if b.gw != nil {
+		if _, err := b.gw.Stop(syscall.SIGTERM); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.Peer != nil {
+		errs = append(errs, b.Peer.Close())
+	}
+	if b.Scapy != nil {
+		errs = append(errs, b.Scapy.Close())
+	}
+	if b.NS != nil {
+		errs = append(errs, b.NS.Close())
+	}
+	if b.Dir != "" {
+		os.RemoveAll(b.Dir)
+	}
+	return errors.Join(errs...)
+}
+
+// runningRelay is a wanrelay.Relay running in this process.
+type runningRelay struct {
+	r      *wanrelay.Relay
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startRelay(cfg wanrelay.Config) (*runningRelay, error) {
+	r, err := wanrelay.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	rr := &runningRelay{r: r, cancel: cancel, done: make(chan error, 1)}
+	go func() { rr.done <- r.Run(ctx) }()
+	return rr, nil
+}
+
+func (b *Bed) stopRelay() {
+	if b.relay == nil {
+		return
+	}
+	b.relay.cancel()
+	if err := <-b.relay.done; err != nil {
+		b.log.Warn("wan relay", "err", err)
+	}
+	b.relay.r.Close()
+	b.relay = nil
+}

@@ -1,0 +1,57 @@
+// Package interop puts an ESP implementation espgw did not write on the far
+// side of an espgw gateway's tunnel, and proves the two agree: the Linux
+// kernel's own ESP (XFRM), in a QEMU guest run by internal/lab/kernelpeer.
+//
+// # The bed (StartBed)
+//
+//	hostA ──lan── gw1 (espgw run) ──wan── [wan: wanrelay] ──tap── Linux guest
+//	198.51.100.2   198.51.100.1  192.0.2.1                         192.0.2.2
+//	2001:db8:a::2  2001:db8:a::1                                   lo: 203.0.113.10,
+//	                                                                   2001:db8:b::10
+//
+// Each box but the guest is a network namespace. gw1 is a real `espgw run`
+// process; the wan namespace holds no address and runs internal/lab/wanrelay
+// between gw1's WAN port and the guest's tap, so internal/lab/impair can tamper
+// with and replay gw1's ESP on its way to the kernel. The guest is the far
+// gateway with the far inner network on its loopback. It boots once per
+// test binary (seconds under TCG, more on a loaded machine); Bed.Configure
+// then sets up each case: fresh SAs with random keys, the same sa.SA values
+// mirrored into the guest (`ip xfrm state/policy`), gw1 restarted on them,
+// a fresh relay.
+//
+// Tunnel mode carries hostA ↔ 203.0.113.10 (and IPv6 inside the IPv4
+// tunnel). Transport mode carries gw1 ↔ the guest's own outer address: gw1
+// sends its ICMP and TCP toward 192.0.2.2 into its TUN by policy routing
+// (ip rule … ipproto icmp|tcp lookup 100), while the gateway's own ESP to
+// the same address takes the main table.
+//
+// gw1's namespace forwards IPv6 (conf/all) but gives new devices host
+// behaviour (conf/default/forwarding=0): a TUN created with forwarding=1
+// joins ff02::2 and the kernel sends MLDv2 reports from :: into it, which
+// the gateway seals into the tunnel (or drops as no-policy when an SPD is
+// in force) — extra packets that would spoil the exact counter comparison.
+//
+// # Scenario hook
+//
+// StartXfrmPeer is the API a scenario runner calls for `peer: linux-xfrm`:
+// it boots the guest with its tap in a namespace the runner names, gives it
+// outer and inner addresses and routes, and installs the scenario's SAs
+// (directions follow from the guest's address). XfrmPeer.Configure swaps
+// SAs, Ping/PingSizes ping from the guest, Counters reads the kernel's
+// per-SA and global XFRM counters, Close tears it all down.
+//
+// StartScapyPeer is the hook for `peer: scapy`: scapy_responder.py (run
+// with /usr/bin/python3, embedded in this package) listens on an interface
+// in the runner's namespace, opens ESP for its SAs (ICV, anti-replay
+// window, ESN high bits) and answers ICMP echo requests for its addresses
+// with ESP echo replies; ScapyPeer.Counters says what it received, opened,
+// rejected (bad ICV, replay, unknown SPI) and answered. BedOptions.Scapy
+// builds the same bed with the responder in a namespace of its own behind
+// the relay instead of the guest.
+//
+// # Interop matrix
+//
+// The tests record every combination they run in a Matrix; with
+// ESPGW_WRITE_MATRIX=1 they write it to docs/interop-matrix.md at the
+// repository root (see the test file for the exact command).
+package interop

@@ -1,0 +1,177 @@
+package pcapreplay
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/pcapgen"
+	"github.com/espgw/espgw/internal/lab/pcaprewrite"
+	"github.com/espgw/espgw/internal/lab/wanrelay"
+)
+
+// bed is hostA — wan — hostB on one subnet, wan bridged by the relay.
+func bed(t *testing.T) (*netns.Bed, [2]Host, string) {
+	t.Helper()
+	if err := netns.CheckPrerequisites(); err != nil {
+		t.Fatalf("test needs namespaces: %v", err)
+	}
+	b, err := netns.New("im-rp", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	var ns [3]*netns.Namespace
+	for i, n := range []string{"a", "w", "b"} {
+		if ns[i], err = b.AddNamespace(n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ns[1].Sysctl(map[string]string{"net/ipv6/conf/default/disable_ipv6": "1", "net/ipv6/conf/all/disable_ipv6": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		x         *netns.Namespace
+		xn, yn    string
+		y         *netns.Namespace
+		addr4, a6 string
+	}{{ns[0], "eth0", "wa", ns[1], "192.0.2.1/24", "2001:db8::1/64"}, {ns[2], "eth0", "wb", ns[1], "192.0.2.2/24", "2001:db8::2/64"}} {
+		if err := b.Connect(c.x, c.xn, c.y, c.yn, netns.LinkOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{c.addr4, c.a6} {
+			if err := c.x.AddAddr(c.xn, netip.MustParsePrefix(p)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return b, [2]Host{{ns[0].Name(), "eth0"}, {ns[2].Name(), "eth0"}}, ns[1].Name()
+}
+
+func bundled(t *testing.T) []pcaprewrite.Packet {
+	t.Helper()
+	var frames []pcaprewrite.Frame
+	for _, c := range pcapgen.Captures() {
+		b, err := c.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _, err := pcaprewrite.Read(bytes.NewReader(b), c.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames = append(frames, f...)
+	}
+	topo := pcaprewrite.Topology{
+		A: pcaprewrite.Hosts{IPv4: netip.MustParseAddr("192.0.2.1"), IPv6: netip.MustParseAddr("2001:db8::1")},
+		B: pcaprewrite.Hosts{IPv4: netip.MustParseAddr("192.0.2.2"), IPv6: netip.MustParseAddr("2001:db8::2")},
+	}
+	pkts, st, err := pcaprewrite.Rewrite(frames, topo, pcaprewrite.Options{Timing: pcaprewrite.AsFast})
+	if err != nil || len(st.Skipped) != 0 {
+		t.Fatalf("rewrite: %v %+v", err, st)
+	}
+	return pkts
+}
+
+func startRelay(t *testing.T, wan string, cfg impair.Config) *wanrelay.Relay {
+	t.Helper()
+	r, err := wanrelay.New(wanrelay.Config{Netns: wan, A: "wa", B: "wb", AToB: cfg, BToA: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		r.Close()
+	})
+	return r
+}
+
+func TestReplayThroughRelay(t *testing.T) {
+	_, hosts, wan := bed(t)
+	pkts := bundled(t)
+
+	t.Run("everything arrives", func(t *testing.T) {
+		startRelay(t, wan, impair.DefaultConfig())
+		res, err := Run(context.Background(), pkts, hosts, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%+v", res)
+		if res.Sent[0]+res.Sent[1] != len(pkts) || res.Missing != [2]int{} || res.Delivered != res.Sent || res.SendErrors != [2]int{} {
+			t.Fatalf("replay of %d packets: %+v", len(pkts), res)
+		}
+	})
+
+	t.Run("timing kept and scaled", func(t *testing.T) {
+		startRelay(t, wan, impair.DefaultConfig())
+		var icmp []pcaprewrite.Frame
+		for _, c := range pcapgen.Captures() {
+			if c.Name == "icmp.pcap" {
+				b, _ := c.Generate()
+				icmp, _, _ = pcaprewrite.Read(bytes.NewReader(b), c.Name)
+			}
+		}
+		span := icmp[len(icmp)-1].Time.Sub(icmp[0].Time)
+		topo := pcaprewrite.Topology{A: pcaprewrite.Hosts{IPv4: netip.MustParseAddr("192.0.2.1")},
+			B: pcaprewrite.Hosts{IPv4: netip.MustParseAddr("192.0.2.2")}}
+		paced, _, err := pcaprewrite.Rewrite(icmp, topo, pcaprewrite.Options{Speed: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := Run(context.Background(), paced, hosts, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := res.Latency; l.P50 <= 0 || l.P50 > l.P90 || l.P90 > l.P99 || l.P99 > l.Max || l.Max > time.Second {
+			t.Fatalf("latency %+v", l)
+		}
+		if want := span / 50; res.Elapsed < want || res.Missing != [2]int{} {
+			t.Fatalf("replay took %v for a %v capture at 50×, want ≥ %v; %+v", res.Elapsed, span, want, res)
+		}
+	})
+
+	t.Run("missing equals what the relay dropped", func(t *testing.T) {
+		cfg := impair.DefaultConfig()
+		cfg.Match, cfg.Loss, cfg.Seed = []string{"udp/53"}, 30, 3 // the DNS exchanges
+		r := startRelay(t, wan, cfg)
+		res, err := Run(context.Background(), pkts, hosts, Options{Linger: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := r.Counters()
+		t.Logf("%+v; relay lost %d a→b, %d b→a", res, c.AToB.Impair.Lost, c.BToA.Impair.Lost)
+		if c.AToB.Impair.Lost == 0 || uint64(res.Missing[0]) != c.AToB.Impair.Lost || uint64(res.Missing[1]) != c.BToA.Impair.Lost {
+			t.Fatalf("missing %v, relay lost %d and %d", res.Missing, c.AToB.Impair.Lost, c.BToA.Impair.Lost)
+		}
+		for _, i := range res.MissingPackets {
+			if d := pkts[i].Data; !(d[0]>>4 == 4 && d[9] == 17 || d[0]>>4 == 6 && d[6] == 17) {
+				t.Fatalf("packet %d missing but it is no UDP", i)
+			}
+		}
+	})
+}
+
+func TestSummarize(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	got := summarize(d)
+	want := Latency{P50: 50 * time.Millisecond, P90: 90 * time.Millisecond, P99: 99 * time.Millisecond, Max: 100 * time.Millisecond}
+	if got != want {
+		t.Fatalf("%+v, want %+v", got, want)
+	}
+	if summarize(nil) != (Latency{}) {
+		t.Fatal("no delays, some latency")
+	}
+}

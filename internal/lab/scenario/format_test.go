@@ -1,0 +1,232 @@
+package scenario
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/sa"
+	"github.com/espgw/espgw/scenarios"
+)
+
+const good = `name: t
+description: d
+topology: {family: ipv6, wan-mtu: 1600}
+sa:
+  suite: aes-gcm-16-256
+  mode: tunnel
+  encap: udp
+  esn: true
+  replay-window: 128
+  initial-seq: 0x1fffffff0
+  lifetimes: {soft: {packets: 10}, hard: {packets: 20, bytes: 3000, time: 1m}}
+engines: {gw1: ring, gw2: cpu}
+impair:
+  gw1-to-gw2: {seed: 3, loss: 1, replay: {percent: 5, after: 2ms}}
+traffic:
+  together: true
+  steps:
+    - ping: {sizes: [56, 1000], count: 2}
+    - name: flow
+      udp: {from: hostB, to: hostA, packets: 10, rate: 100, size: 100}
+    - iperf3: {protocol: udp, duration: 1s}
+expect:
+  delivered: ">= 0.99"
+  replay: == replayed + duplicated
+  steps.flow.latency.p99: "<20ms"
+  gw2.outside-window: 0
+  conservation: true
+`
+
+func TestParseGood(t *testing.T) {
+	scs, err := Parse("good.yaml", []byte(good))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(scs) != 1 {
+		t.Fatalf("got %d scenarios, want 1", len(scs))
+	}
+	s := scs[0]
+	if s.Topology.Outer != "ipv6" || s.Topology.Inner != "ipv6" || s.Topology.WANMTU != 1600 {
+		t.Errorf("topology = %+v", s.Topology)
+	}
+	if s.SA.suite.Cipher != sa.CipherAESGCM16 || s.SA.aesBits != 256 || s.SA.encap != sa.EncapUDP || s.SA.InitialSeq != 0x1fffffff0 {
+		t.Errorf("sa = %+v", s.SA)
+	}
+	if s.SA.Lifetimes.Hard != (Lifetime{Packets: 20, Bytes: 3000, Time: time.Minute}) {
+		t.Errorf("hard lifetime = %+v", s.SA.Lifetimes.Hard)
+	}
+	if s.Engines != (Engines{GW1: "ring", GW2: "cpu"}) {
+		t.Errorf("engines = %+v", s.Engines)
+	}
+	if c := s.Impair.GW1ToGW2; c == nil || c.Loss != 1 || c.Replay.After != 2*time.Millisecond || c.Reorder.Depth != 3 {
+		t.Errorf("impairment = %+v (defaults must fill the rest)", c)
+	}
+	st := s.Traffic.Steps
+	if st[0].Name != "ping1" || st[0].Ping.From != "hostA" || st[0].Ping.Family != "ipv6" || !*st[0].Ping.DF {
+		t.Errorf("step 0 = %+v %+v", st[0], st[0].Ping)
+	}
+	if st[1].UDP.From != "hostB" || st[1].UDP.Port != 9000 {
+		t.Errorf("step 1 = %+v", st[1].UDP)
+	}
+	if st[2].Name != "iperf33" || st[2].Iperf3.Bitrate != "10M" {
+		t.Errorf("step 2 = %+v %+v", st[2], st[2].Iperf3)
+	}
+	want := []string{"delivered >= 0.99", "replay == replayed + duplicated", "steps.flow.latency.p99 < 0.02", "gw2.outside-window == 0", "conservation == 1"}
+	for i, e := range s.Expect {
+		if got := e.Metric + " " + e.Expr; got != want[i] {
+			t.Errorf("expect[%d] = %q, want %q", i, got, want[i])
+		}
+	}
+	if s.Expect[0].Line != 23 {
+		t.Errorf("expect[0] at line %d, want 23", s.Expect[0].Line)
+	}
+}
+
+func TestTransportDefaults(t *testing.T) {
+	scs, err := Parse("t.yaml", []byte("sa: {mode: transport}\ntopology: {family: mixed}\ntraffic: {steps: [{ping: {}}]}\nexpect: {delivered: 1}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := scs[0].Traffic.Steps[0].Ping
+	if p.From != "gw1" || p.To != "gw2" || p.Family != "ipv4" {
+		t.Errorf("transport ping = %+v, want gw1 -> gw2 over the outer family", p.Ends)
+	}
+}
+
+func TestMatrix(t *testing.T) {
+	doc := `name: m
+matrix:
+  sa.mode: [tunnel, transport]
+  topology.family: [ipv4, ipv6]
+  engine: [cpu, ring]
+traffic: {steps: [{ping: {}}]}
+expect: {delivered: 1}
+`
+	scs, err := Parse("m.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(scs) != 8 {
+		t.Fatalf("got %d scenarios, want 8", len(scs))
+	}
+	last := scs[7]
+	if last.Name != "m[transport,ipv6,ring]" || last.SA.mode != sa.Transport || last.Topology.Outer != "ipv6" || last.Engines.GW2 != "ring" {
+		t.Errorf("last = %s %+v %+v %+v", last.Name, last.SA, last.Topology, last.Engines)
+	}
+	if p := last.Traffic.Steps[0].Ping; p.From != "gw1" || p.Family != "ipv6" {
+		t.Errorf("transport step defaults in a matrix: %+v", p.Ends)
+	}
+	if scs[0].Traffic.Steps[0].Ping.From != "hostA" {
+		t.Error("combinations share state")
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "x.pcap"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	base := "traffic: {steps: [{ping: {}}]}\nexpect: {delivered: 1}\n"
+	for _, tc := range []struct {
+		name, doc string
+		line      int
+		field     string
+		msg       string
+	}{
+		{"unknown top field", "nmae: x\n" + base, 1, "nmae", "unknown field"},
+		{"unknown nested field", "sa:\n  suite: aes-gcm-16\n  windw: 3\n" + base, 3, "", "windw"},
+		{"bad suite", "sa:\n  suite: rot13\n" + base, 2, "sa.suite", "rot13"},
+		{"bad mode", "sa: {mode: tunel}\n" + base, 1, "sa.mode", "tunel"},
+		{"wide initial seq", "sa: {initial-seq: 0x100000000}\n" + base, 1, "sa.initial-seq", "esn"},
+		{"bad type", "sa:\n  esn: maybe\n" + base, 2, "", "bool"},
+		{"no traffic", "expect: {delivered: 1}\n", 1, "traffic.steps", "no traffic"},
+		{"two kinds", "traffic:\n  steps:\n    - ping: {}\n      udp: {}\nexpect: {delivered: 1}\n", 3, "traffic.steps[0]", "exactly one"},
+		{"no expect", "traffic: {steps: [{ping: {}}]}\n", 1, "expect", "missing"},
+		{"unknown metric", "traffic: {steps: [{ping: {}}]}\nexpect:\n  delivred: 1\n", 3, "expect.delivred", "unknown metric"},
+		{"unknown step metric", "traffic: {steps: [{ping: {}}]}\nexpect:\n  steps.nope.sent: 1\n", 3, "expect.steps.nope.sent", "unknown metric"},
+		{"bad expression", "traffic: {steps: [{ping: {}}]}\nexpect:\n  replay: == duplicated +\n", 3, "expect.replay", "operator"},
+		{"bad number", "traffic: {steps: [{ping: {}}]}\nexpect:\n  latency.p99: < 2parsecs\n", 3, "expect.latency.p99", "number"},
+		{"impairment", "impair:\n  gw1-to-gw2: {loss: 140}\n" + base, 2, "impair.gw1-to-gw2", "loss"},
+		{"missing pcap", "traffic:\n  steps:\n    - pcap: {file: nope.pcap}\nexpect: {delivered: 1}\n", 3, "traffic.steps[0].pcap.file", "no such file"},
+		{"bad timing", "traffic:\n  steps:\n    - pcap: {file: x.pcap, timing: slow}\nexpect: {delivered: 1}\n", 3, "traffic.steps[0].pcap.timing", "slow"},
+		{"gateway end in tunnel mode", "traffic:\n  steps:\n    - ping: {from: gw1, to: gw2}\nexpect: {delivered: 1}\n", 3, "traffic.steps[0]", "transport"},
+		{"host end in transport mode", "sa: {mode: transport}\ntraffic:\n  steps:\n    - ping: {from: hostA, to: hostB}\nexpect: {delivered: 1}\n", 4, "traffic.steps[0]", "gw1"},
+		{"linux peer", "peer: linux-xfrm\n" + base, 1, "peer", "not supported"},
+		{"matrix not a list", "matrix: {sa.suite: aes-gcm-16}\n" + base, 1, "matrix.sa.suite", "list"},
+		{"matrix bad path", "matrix: {foo.bar: [1]}\n" + base, 1, "matrix.foo.bar", "field path"},
+		{"matrix bad value", "matrix:\n  sa.mode: [tunnel, sideways]\n" + base, 2, "sa.mode", "sideways"},
+		{"duplicate step name", "traffic:\n  steps:\n    - {name: a, ping: {}}\n    - {name: a, ping: {}}\nexpect: {delivered: 1}\n", 4, "traffic.steps[1].name", "twice"},
+		{"keys", "sa:\n  keys: [{enc-key: 0x00, auth-key: 0x01}, {enc-key: 0x02, auth-key: zz}]\n" + base, 2, "sa.keys[0].enc-key", "1 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "s.yaml")
+			_, err := Parse(path, []byte(tc.doc))
+			var pe *ParseError
+			if !errors.As(err, &pe) {
+				t.Fatalf("err = %v, want a ParseError", err)
+			}
+			if pe.File != path || pe.Line != tc.line || pe.Field != tc.field || !strings.Contains(pe.Error(), tc.msg) {
+				t.Errorf("err = %q (line %d, field %q), want line %d, field %q, mentioning %q", pe, pe.Line, pe.Field, tc.line, tc.field, tc.msg)
+			}
+		})
+	}
+}
+
+func TestBundledScenariosParse(t *testing.T) {
+	files, err := Files([]string{"../../../scenarios"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		scs, err := Load(f)
+		if err != nil {
+			t.Error(err)
+		}
+		n += len(scs)
+	}
+	if n < 20 {
+		t.Errorf("%d bundled scenarios, want the DPDK matrix alone to give 16", n)
+	}
+}
+
+// TestBundledEmbedded checks that the embedded copy holds every bundled
+// file, pcaps included (LoadFS checks that each replayed file is there).
+func TestBundledEmbedded(t *testing.T) {
+	names, err := BundledFiles(scenarios.Bundled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := Files([]string{"../../../scenarios"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(names) != len(files) {
+		t.Errorf("embedded %v, on disk %v", names, files)
+	}
+	for _, n := range names {
+		if _, err := LoadFS(scenarios.Bundled, n); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestREADMEExampleParses(t *testing.T) {
+	b, err := os.ReadFile("../../../scenarios/README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The complete example is the first ```yaml block.
+	_, rest, ok := strings.Cut(string(b), "```yaml\n")
+	if !ok {
+		t.Fatal("no ```yaml block in scenarios/README.md")
+	}
+	doc, _, _ := strings.Cut(rest, "```")
+	if _, err := Parse("../../../scenarios/README.yaml", []byte(doc)); err != nil {
+		t.Fatalf("the README's complete example: %v", err)
+	}
+}

@@ -1,0 +1,611 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/capture"
+	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/testbed"
+	"github.com/espgw/espgw/internal/lab/wanrelay"
+	"github.com/espgw/espgw/sa"
+)
+
+// Options tune a run.
+type Options struct {
+	// Binary is the espgw executable the gateways run (default: this one).
+	Binary string
+	// Prefix starts the namespace names (default "sc").
+	Prefix string
+	// Captures, if set, is a directory that receives, per scenario, the
+	// WAN capture (wan.pcap, both directions, as the relay forwarded
+	// them), the inner captures on hostA's and hostB's interfaces
+	// (hostA.pcap, hostB.pcap) and Wireshark's esp_sa file with the keys.
+	Captures string
+	// Progress, if set, receives a line per phase.
+	Progress io.Writer
+	Log      *slog.Logger
+}
+
+// Verdict is one checked expectation.
+type Verdict struct {
+	Metric string  `json:"metric"`
+	Expr   string  `json:"expr"`
+	Got    float64 `json:"got"`
+	Want   float64 `json:"want"`
+	Pass   bool    `json:"pass"`
+	Line   int     `json:"line"`
+}
+
+// Balance is one packet-conservation equation: In must equal Out; the
+// difference is unaccounted.
+type Balance struct {
+	Where string `json:"where"`
+	In    int64  `json:"in"`
+	Out   int64  `json:"out"`
+	Terms string `json:"terms"`
+}
+
+// Result is what running one scenario gave.
+type Result struct {
+	Name     string            `json:"name"`
+	File     string            `json:"file"`
+	Matrix   map[string]string `json:"matrix,omitempty"`
+	Pass     bool              `json:"pass"`
+	Error    string            `json:"error,omitempty"`
+	Seconds  float64           `json:"seconds"`
+	Verdicts []Verdict         `json:"verdicts"`
+	Steps    []StepResult      `json:"steps"`
+	Metrics  Metrics           `json:"metrics"`
+	Balances []Balance         `json:"conservation"`
+	// Kernel are the error-like SNMP counters that moved during the
+	// traffic, per namespace: where packets went that nothing else counted.
+	Kernel   map[string]map[string]uint64 `json:"kernel,omitempty"`
+	Gateways [2]gateway.Stats             `json:"gateways"`
+	WAN      wanrelay.Counters            `json:"wan"`
+	Captures string                       `json:"captures,omitempty"`
+}
+
+// RunFile loads a scenario file and runs every scenario in it (one per
+// matrix combination). A malformed file is an error; a failed expectation
+// is a Result with Pass false.
+func RunFile(ctx context.Context, path string, opts Options) ([]*Result, error) {
+	scs, err := Load(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Result
+	for _, s := range scs {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		out = append(out, Run(ctx, s, opts))
+	}
+	return out, nil
+}
+
+// BundledFiles lists the scenario files in fsys's top directory.
+func BundledFiles(fsys fs.FS) ([]string, error) {
+	return fs.Glob(fsys, "*.yaml")
+}
+
+// RunBundled loads name (e.g. "engines.yaml") from fsys — the bundled
+// scenarios, github.com/espgw/espgw/scenarios.Bundled — and runs every
+// scenario in it, as RunFile does.
+func RunBundled(ctx context.Context, fsys fs.FS, name string, opts Options) ([]*Result, error) {
+	scs, err := LoadFS(fsys, name)
+	if err != nil {
+		return nil, err
+	}
+	var out []*Result
+	for _, s := range scs {
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+		out = append(out, Run(ctx, s, opts))
+	}
+	return out, nil
+}
+
+type runner struct {
+	s     *Scenario
+	opts  Options
+	bed   *testbed.Bed
+	relay *testbed.Relay
+	log   *slog.Logger
+}
+
+func (o Options) progress(format string, args ...any) {
+	if o.Progress != nil {
+		fmt.Fprintf(o.Progress, format+"\n", args...)
+	}
+}
+
+// Run runs one scenario and judges it. Everything it builds (namespaces,
+// gateways, relay, capture processes) is gone when it returns, also when
+// ctx is cancelled.
+func Run(ctx context.Context, s *Scenario, opts Options) *Result {
+	if opts.Prefix == "" {
+		opts.Prefix = "sc"
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	res := &Result{Name: s.Name, File: s.File, Matrix: s.Matrix}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
+	defer cancel()
+	r := &runner{s: s, opts: opts, log: opts.Log}
+	err := r.run(ctx, res)
+	res.Seconds = time.Since(start).Seconds()
+	if err != nil {
+		res.Error = err.Error()
+	}
+	res.Pass = err == nil && len(res.Verdicts) > 0
+	for _, v := range res.Verdicts {
+		res.Pass = res.Pass && v.Pass
+	}
+	return res
+}
+
+func (r *runner) run(ctx context.Context, res *Result) (err error) {
+	s := r.s
+	r.opts.progress("%s: building the test bed (%s %s %s, engines %s/%s)", s.Name, s.SA.Suite, s.SA.Mode, s.Topology.Outer, s.Engines.GW1, s.Engines.GW2)
+	offloads := s.offloads()
+	r.bed, err = testbed.Start(ctx, testbed.Options{
+		Binary: r.opts.Binary, Prefix: r.opts.Prefix, Suite: s.SA.suite, AESBits: s.SA.aesBits, Mode: s.SA.mode,
+		Encap: s.SA.encap, OuterV6: s.Topology.Outer == "ipv6", ESN: s.SA.ESN, ReplayWindow: s.SA.ReplayWindow,
+		InitialSeq: s.SA.InitialSeq, Engine: [2]string{s.Engines.GW1, s.Engines.GW2}, NoOffloads: !offloads,
+		Hard: s.SA.Lifetimes.Hard.sa(), Prepare: quietMLD, Customize: r.customize, WANMTU: s.Topology.WANMTU, Log: r.log,
+	})
+	if err != nil {
+		return fmt.Errorf("start the test bed: %w", err)
+	}
+	defer func() {
+		if cerr := r.bed.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("tear down the test bed: %w", cerr)
+		}
+	}()
+	capDir := ""
+	if r.opts.Captures != "" {
+		capDir = filepath.Join(r.opts.Captures, fileName(s.Name))
+		if err := os.MkdirAll(capDir, 0o755); err != nil {
+			return fmt.Errorf("captures: %w", err)
+		}
+		res.Captures = capDir
+		if err := r.writeEspSA(capDir); err != nil {
+			return err
+		}
+	}
+	rc := wanrelay.Config{Logger: r.log}
+	if c := s.Impair.GW1ToGW2; c != nil {
+		rc.AToB = *c
+	} else {
+		rc.AToB = impair.DefaultConfig()
+	}
+	if c := s.Impair.GW2ToGW1; c != nil {
+		rc.BToA = *c
+	} else {
+		rc.BToA = impair.DefaultConfig()
+		rc.BToA.Seed = 2
+	}
+	if capDir != "" {
+		rc.Pcap = filepath.Join(capDir, "wan.pcap")
+	}
+	if r.relay, err = r.bed.StartRelay(rc); err != nil {
+		return fmt.Errorf("start the WAN relay: %w", err)
+	}
+	defer func() {
+		if cerr := r.relay.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("stop the WAN relay: %w", cerr)
+		}
+	}()
+	if err := r.warmUp(ctx); err != nil {
+		return err
+	}
+	if err := r.setupPhantoms(); err != nil {
+		return err
+	}
+	if capDir != "" {
+		for _, h := range []string{"hostA", "hostB"} {
+			c, err := startInnerCapture(r, h, filepath.Join(capDir, h+".pcap"))
+			if err != nil {
+				return err
+			}
+			defer c.stop()
+		}
+	}
+	before, err := r.stableSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	res.Steps = r.traffic(ctx)
+	r.settle()
+	if ctx.Err() != nil {
+		return fmt.Errorf("scenario stopped: %w", context.Cause(ctx))
+	}
+	after, err := r.stableSnapshot(ctx)
+	if err != nil {
+		return err
+	}
+	d := after.minus(before)
+	res.Gateways, res.WAN = d.GW, d.WAN
+	for i, n := range []string{"hostA", "gw1", "gw2", "hostB"} {
+		for k, v := range after.SNMP[i] {
+			if dv := v - before.SNMP[i][k]; dv > 0 {
+				if res.Kernel == nil {
+					res.Kernel = map[string]map[string]uint64{}
+				}
+				if res.Kernel[n] == nil {
+					res.Kernel[n] = map[string]uint64{}
+				}
+				res.Kernel[n][k] = dv
+			}
+		}
+	}
+	res.Metrics, res.Balances = r.metrics(d, res.Steps)
+	for _, e := range s.Expect {
+		got, want, pass := e.check.eval(res.Metrics)
+		res.Verdicts = append(res.Verdicts, Verdict{Metric: e.Metric, Expr: e.Expr, Got: got, Want: want, Pass: pass, Line: e.Line})
+	}
+	var stepErrs []string
+	for _, st := range res.Steps {
+		if st.Error != "" {
+			stepErrs = append(stepErrs, fmt.Sprintf("step %s: %s", st.Name, st.Error))
+		}
+	}
+	if len(stepErrs) > 0 {
+		return errors.New(strings.Join(stepErrs, "; "))
+	}
+	return nil
+}
+
+// customize writes given keys and soft lifetimes into the SA file. (In
+// transport mode the gateways route what they send each other into their
+// TUN devices themselves, and pick the SA by peer.)
+func (r *runner) customize(cfg *sa.Config) error {
+	spec := r.s.SA
+	for i, s := range cfg.SAs {
+		s.Soft = spec.Lifetimes.Soft.sa()
+		if len(spec.Keys.Given) == 2 {
+			kp := spec.Keys.Given[i]
+			var err error
+			if s.EncKey, err = sa.ParseKeyHex(kp.Enc); err != nil {
+				return fmt.Errorf("sa.keys[%d].enc-key: %w", i, err)
+			}
+			s.AuthKey = nil
+			if kp.Auth != "" {
+				if s.AuthKey, err = sa.ParseKeyHex(kp.Auth); err != nil {
+					return fmt.Errorf("sa.keys[%d].auth-key: %w", i, err)
+				}
+			}
+		}
+		if err := s.Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// quietMLD makes the kernel send its unsolicited MLD reports for a new
+// TUN device at once rather than over the next second or two. The reports
+// (from ::, to ff02::16) enter the TUN and the gateway seals them like any
+// other packet: sent in the middle of a scenario they would cross the
+// tunnel uncounted by the traffic steps.
+func quietMLD(t *netns.Topology) error {
+	for _, ns := range []*netns.Namespace{t.GW1, t.GW2} {
+		if err := ns.Sysctl(map[string]string{
+			"net/ipv6/conf/default/mldv1_unsolicited_report_interval": "1",
+			"net/ipv6/conf/default/mldv2_unsolicited_report_interval": "1",
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// warmUp resolves every neighbour the traffic needs without touching the
+// tunnel (hosts to their gateways, gateways to each other over the bare
+// WAN, which the relay passes unimpaired), so no scenario counts a packet
+// that waited for ARP or neighbour discovery.
+func (r *runner) warmUp(ctx context.Context) error {
+	t := r.bed.Topo
+	a := t.Addr
+	gw1, gw2 := r.bed.Outer()
+	pings := []struct {
+		host host
+		dsts []string
+	}{
+		{host{ns: t.HostA}, []string{a.GW1LAN4.Addr().String(), a.GW1LAN6.Addr().String()}},
+		{host{ns: t.HostB}, []string{a.GW2LAN4.Addr().String(), a.GW2LAN6.Addr().String()}},
+		{host{ns: t.GW1}, []string{gw2.String()}},
+		{host{ns: t.GW2}, []string{gw1.String()}},
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for _, p := range pings {
+		for _, d := range p.dsts {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				out, err := p.host.ns.Command(ctx, "ping", "-n", "-q", "-c", "1", "-W", "2", d).CombinedOutput()
+				if err != nil {
+					errs <- fmt.Errorf("warm-up ping from %s to %s: %w: %s", p.host.ns.Short(), d, err, out)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// settle waits until the relay holds nothing and the counters rest.
+func (r *runner) settle() {
+	maxHold := 200 * time.Millisecond
+	for _, c := range []*impair.Config{r.s.Impair.GW1ToGW2, r.s.Impair.GW2ToGW1} {
+		if c != nil {
+			if d := c.Replay.After + c.Reorder.MaxHold + c.Delay.Time + c.Delay.Jitter; d > maxHold {
+				maxHold = d
+			}
+		}
+	}
+	r.relay.Settle(150*time.Millisecond, maxHold+3*time.Second)
+	time.Sleep(100 * time.Millisecond) // the receiving gateway's last batch
+}
+
+func (r *runner) traffic(ctx context.Context) []StepResult {
+	steps := r.s.Traffic.Steps
+	out := make([]StepResult, len(steps))
+	if !r.s.Traffic.Together {
+		for i := range steps {
+			r.opts.progress("%s: step %s (%s)", r.s.Name, steps[i].Name, steps[i].kind())
+			out[i] = r.runStep(ctx, &steps[i])
+		}
+		return out
+	}
+	r.opts.progress("%s: %d steps together", r.s.Name, len(steps))
+	var wg sync.WaitGroup
+	for i := range steps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = r.runStep(ctx, &steps[i])
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// snapshot is every counter at one moment.
+type snapshot struct {
+	GW  [2]gateway.Stats  `json:"gw"`
+	WAN wanrelay.Counters `json:"wan"`
+	// TUNDrops are the packets each gateway's kernel dropped because the
+	// TUN device's queue was full (the gateway did not read them in time):
+	// they never reached the gateway, so it cannot count them itself.
+	TUNDrops [2]uint64 `json:"tun_drops"`
+	// RcvbufDrops are the UDP datagrams each host's kernel dropped for a
+	// full socket receive buffer (hostA, hostB).
+	RcvbufDrops [2]uint64 `json:"udp_rcvbuf_drops"`
+	// KernelDrops are the packets the kernel dropped on the namespaces'
+	// links — received or sent, counted per device: a full per-CPU
+	// backlog on a busy machine drops packets a gateway wrote into its
+	// TUN device or a veth passed on. Order: hostA, gw1, gw2, hostB. (The
+	// TUN's full transmit queue is TUNDrops.)
+	KernelDrops [4]uint64 `json:"kernel_drops"`
+	// SNMP are the error-like IP, ICMP, UDP and TCP counters of each
+	// namespace (hostA, gw1, gw2, hostB), for diagnosis.
+	SNMP [4]map[string]uint64 `json:"snmp"`
+}
+
+func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
+	var s snapshot
+	for i := range s.GW {
+		st, err := r.bed.Stats(ctx, i)
+		if err != nil {
+			return s, err
+		}
+		s.GW[i] = st
+		l, err := r.bed.GW[i].NS.Netlink().LinkByName("esp0")
+		if err != nil {
+			return s, fmt.Errorf("TUN device of %s: %w", r.bed.GW[i].Name, err)
+		}
+		if ls := l.Attrs().Statistics; ls != nil {
+			s.TUNDrops[i] = ls.TxDropped
+		}
+	}
+	t := r.bed.Topo
+	for i, ns := range []*netns.Namespace{t.HostA, t.GW1, t.GW2, t.HostB} {
+		snmp, err := snmpErrors(ns)
+		if err != nil {
+			return s, err
+		}
+		s.SNMP[i] = snmp
+		links, err := ns.Netlink().LinkList()
+		if err != nil {
+			return s, fmt.Errorf("links of %s: %w", ns.Short(), err)
+		}
+		for _, l := range links {
+			st := l.Attrs().Statistics
+			if st == nil {
+				continue
+			}
+			s.KernelDrops[i] += st.RxDropped
+			if l.Attrs().Name != "esp0" {
+				s.KernelDrops[i] += st.TxDropped
+			}
+		}
+	}
+	for i, ns := range []*netns.Namespace{r.bed.Topo.HostA, r.bed.Topo.HostB} {
+		n, err := udpRcvbufErrors(ns)
+		if err != nil {
+			return s, err
+		}
+		s.RcvbufDrops[i] = n
+	}
+	s.WAN = r.relay.Counters()
+	return s, nil
+}
+
+// stableSnapshot reads the counters until two readings in a row agree, so
+// a packet still inside a gateway's pipeline is not missed (at most 2s).
+func (r *runner) stableSnapshot(ctx context.Context) (snapshot, error) {
+	last, err := r.snapshot(ctx)
+	if err != nil {
+		return last, err
+	}
+	for range 20 {
+		time.Sleep(100 * time.Millisecond)
+		next, err := r.snapshot(ctx)
+		if err != nil {
+			return next, err
+		}
+		a, _ := json.Marshal(last)
+		b, _ := json.Marshal(next)
+		if bytes.Equal(a, b) {
+			return next, nil
+		}
+		last = next
+	}
+	return last, nil
+}
+
+// snmpErrors reads the namespace's SNMP counters whose names say they
+// count errors, discards or failures.
+func snmpErrors(ns *netns.Namespace) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	err := ns.Do(func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/snmp")
+		if err != nil {
+			return err
+		}
+		lines := strings.Split(string(b), "\n")
+		for i := 0; i+1 < len(lines); i += 2 {
+			names, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+			for j := 1; j < len(names) && j < len(vals); j++ {
+				out[strings.TrimSuffix(names[0], ":")+names[j]], _ = strconv.ParseUint(vals[j], 10, 64)
+			}
+		}
+		b, err = os.ReadFile("/proc/thread-self/net/snmp6")
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) == 2 {
+				out[f[0]], _ = strconv.ParseUint(f[1], 10, 64)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("SNMP counters of %s: %w", ns.Short(), err)
+	}
+	for k := range out {
+		if !strings.Contains(k, "Err") && !strings.Contains(k, "Discard") && !strings.Contains(k, "Fail") && !strings.Contains(k, "NoPorts") &&
+			!strings.Contains(k, "Trunc") && !strings.Contains(k, "NoRoute") && !strings.Contains(k, "Unknown") && !strings.Contains(k, "Reasm") {
+			delete(out, k)
+		}
+	}
+	return out, nil
+}
+
+// udpRcvbufErrors reads Udp RcvbufErrors (IPv4 and IPv6) from the
+// namespace's SNMP counters.
+func udpRcvbufErrors(ns *netns.Namespace) (uint64, error) {
+	var total uint64
+	err := ns.Do(func() error {
+		for _, f := range []struct{ path, prefix, field string }{
+			{"/proc/thread-self/net/snmp", "Udp:", "RcvbufErrors"},
+			{"/proc/thread-self/net/snmp6", "Udp6RcvbufErrors", ""},
+		} {
+			b, err := os.ReadFile(f.path)
+			if err != nil {
+				return err
+			}
+			lines := strings.Split(string(b), "\n")
+			for i, l := range lines {
+				fs := strings.Fields(l)
+				if len(fs) == 2 && fs[0] == f.prefix {
+					n, _ := strconv.ParseUint(fs[1], 10, 64)
+					total += n
+				}
+				if f.field != "" && len(fs) > 1 && fs[0] == f.prefix && i+1 < len(lines) {
+					vals := strings.Fields(lines[i+1])
+					for j, name := range fs {
+						if name == f.field && j < len(vals) {
+							n, _ := strconv.ParseUint(vals[j], 10, 64)
+							total += n
+						}
+					}
+					break
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("UDP counters of %s: %w", ns.Short(), err)
+	}
+	return total, nil
+}
+
+func (r *runner) writeEspSA(dir string) error {
+	b, err := capture.WiresharkSAFile(r.bed.SAs[:])
+	if err != nil {
+		return fmt.Errorf("esp_sa file: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "esp_sa"), b, 0o600); err != nil {
+		return fmt.Errorf("esp_sa file: %w", err)
+	}
+	return nil
+}
+
+// innerCapture is a tcpdump on a host's interface.
+type innerCapture struct{ cmd *exec.Cmd }
+
+func startInnerCapture(r *runner, h, path string) (*innerCapture, error) {
+	ns := r.host(h).ns
+	cmd := ns.Command(context.Background(), "tcpdump", "-i", "eth0", "-U", "-s", "0", "-n", "-w", path, "ip or ip6")
+	if err := r.bed.Topo.Start(cmd); err != nil {
+		return nil, fmt.Errorf("inner capture on %s: %w", h, err)
+	}
+	time.Sleep(300 * time.Millisecond) // tcpdump opens its socket
+	return &innerCapture{cmd: cmd}, nil
+}
+
+func (c *innerCapture) stop() {
+	c.cmd.Process.Signal(syscall.SIGINT)
+	done := make(chan struct{})
+	go func() { c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(3 * time.Second):
+		c.cmd.Process.Kill()
+	}
+}
+
+func fileName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, s)
+}

@@ -1,0 +1,386 @@
+// Package testbed runs two espgw gateways on the standard topology
+// (hostA — gw1 — wan — gw2 — hostB, in network namespaces) with a fresh pair
+// of SAs, and drives traffic across: the shared ground of `espgw demo`, the
+// integration tests, scenarios and the bench. Gateways are real `espgw run`
+// processes; everything the bed makes is removed by Close.
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/sa"
+)
+
+// Options choose the tunnel.
+type Options struct {
+	// Binary is the espgw executable the gateways run (default: this one).
+	Binary string
+	// Nice, when not 0, runs the gateway processes at this nice(1) value.
+	Nice int
+	// Prefix names the namespaces; it must be unique among running beds.
+	Prefix string
+	Suite  sa.Suite
+	// AESBits picks 128, 192 or 256 for aes ciphers (default 128).
+	AESBits int
+	Mode    sa.Mode
+	Encap   sa.Encap
+	// OuterV6 carries the tunnel over IPv6 between the gateways.
+	OuterV6      bool
+	ESN          bool
+	ReplayWindow int // default 64
+	InitialSeq   uint64
+	Engine       [2]string // per gateway (default: DefaultEngine)
+	Workers      int
+	// TUNOffloads turns vnet-hdr offloads on (default on; set NoOffloads).
+	NoOffloads bool
+	Hard       sa.Lifetime
+	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
+	// (0: 1500).
+	WANMTU int
+	// Prepare, if set, runs on the topology before the gateways start.
+	Prepare func(*netns.Topology) error
+	// Customize, if set, may change the SA file (keys, policies, lifetimes)
+	// before both gateways get it.
+	Customize func(*sa.Config) error
+	// SegmentOnWire has the gateways' interfaces cut GSO super-packets
+	// into packets before they leave — UDP GSO of ESP on the WAN, TCP and
+	// UDP packets coalesced by GRO on the TUN toward the LANs — so that a
+	// capture on the wire shows each packet on its own (needs ethtool). The
+	// gateways still use the offloads; only where segmentation happens moves.
+	SegmentOnWire bool
+	Log           *slog.Logger
+}
+
+// Bed is a running test bed.
+type Bed struct {
+	Topo *netns.Topology
+	Dir  string    // configs, SA files, captures
+	SAs  [2]*sa.SA // gw1→gw2 and gw2→gw1
+	GW   [2]*Gateway
+	opts Options
+	log  *slog.Logger
+}
+
+// Gateway is one espgw run process.
+type Gateway struct {
+	Name   string
+	NS     *netns.Namespace
+	Config string
+	cmd    *exec.Cmd
+	out    lockedBuffer
+	done   chan error
+}
+
+// lockedBuffer collects a process's output while others read it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *lockedBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
+}
+
+// Start builds the topology and starts both gateways; on error everything
+// is torn down.
+func Start(ctx context.Context, opts Options) (b *Bed, err error) {
+	if opts.Binary == "" {
+		if opts.Binary, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("find the espgw binary: %w", err)
+		}
+	}
+	if opts.ReplayWindow == 0 {
+		opts.ReplayWindow = 64
+	}
+	if opts.AESBits == 0 {
+		opts.AESBits = 128
+	}
+	for i := range opts.Engine {
+		if opts.Engine[i] == "" {
+			opts.Engine[i] = DefaultEngine()
+		}
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	if err := netns.CheckPrerequisites(); err != nil {
+		return nil, err
+	}
+	topo, err := netns.NewTopology(opts.Prefix, netns.TopologyOptions{Log: opts.Log, WANMTU: opts.WANMTU})
+	if err != nil {
+		return nil, err
+	}
+	b = &Bed{Topo: topo, opts: opts, log: opts.Log}
+	defer func() {
+		if err != nil {
+			b.Close()
+		}
+	}()
+	if b.Dir, err = os.MkdirTemp("", "espgw-"+opts.Prefix+"-"); err != nil {
+		return b, fmt.Errorf("make work folder: %w", err)
+	}
+	// Interfaces made from now on (the gateways' TUNs) act as IPv6 hosts,
+	// not routers: a router interface joins ff02::2 and its MLD report
+	// would be the first packet into the tunnel. Forwarding follows
+	// conf/all and stays on.
+	for _, ns := range []*netns.Namespace{topo.GW1, topo.GW2} {
+		if err := ns.Sysctl(map[string]string{"net/ipv6/conf/default/forwarding": "0"}); err != nil {
+			return b, fmt.Errorf("quiet new interfaces in %s: %w", ns.Short(), err)
+		}
+	}
+	if opts.Prepare != nil {
+		if err = opts.Prepare(topo); err != nil {
+			return b, fmt.Errorf("prepare the topology: %w", err)
+		}
+	}
+	if opts.SegmentOnWire {
+		for _, ns := range []*netns.Namespace{topo.GW1, topo.GW2} {
+			for _, dev := range []string{"wan0", "lan0"} {
+				if out, err := ns.Output(ctx, "ethtool", "-K", dev, "tx-udp-segmentation", "off", "tso", "off", "gso", "off"); err != nil {
+					return b, fmt.Errorf("segment on the wire in %s (is ethtool installed?): %w: %s", ns.Short(), err, out)
+				}
+			}
+		}
+	}
+	if err = b.makeSAs(); err != nil {
+		return b, err
+	}
+	for i, ns := range []*netns.Namespace{topo.GW1, topo.GW2} {
+		g := &Gateway{Name: ns.Short(), NS: ns}
+		if g.Config, err = b.writeConfig(i); err != nil {
+			return b, err
+		}
+		b.GW[i] = g
+		if err = b.StartGateway(ctx, i); err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}
+
+// Outer returns the outer (WAN) addresses of gw1 and gw2 in the family the
+// tunnel uses.
+func (b *Bed) Outer() (netip.Addr, netip.Addr) {
+	a := b.Topo.Addr
+	if b.opts.OuterV6 {
+		return a.GW1WAN6.Addr(), a.GW2WAN6.Addr()
+	}
+	return a.GW1WAN4.Addr(), a.GW2WAN4.Addr()
+}
+
+func (b *Bed) makeSAs() error {
+	gw1, gw2 := b.Outer()
+	for i, spi := range []uint32{0x1001, 0x2001} {
+		enc, auth, err := sa.RandomKeys(b.opts.Suite, b.opts.AESBits)
+		if err != nil {
+			return fmt.Errorf("random keys for %s: %w", b.opts.Suite, err)
+		}
+		s := &sa.SA{SPI: spi, Mode: b.opts.Mode, Src: gw1, Dst: gw2, Encap: b.opts.Encap, Suite: b.opts.Suite,
+			EncKey: enc, AuthKey: auth, ESN: b.opts.ESN, ReplayWindow: b.opts.ReplayWindow,
+			InitialSeq: b.opts.InitialSeq, Hard: b.opts.Hard}
+		if i == 1 {
+			s.Src, s.Dst = gw2, gw1
+		}
+		if s.Encap == sa.EncapUDP {
+			s.SrcPort, s.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
+		}
+		b.SAs[i] = s
+	}
+	cfg := &sa.Config{SAs: b.SAs[:]}
+	if b.opts.Customize != nil {
+		if err := b.opts.Customize(cfg); err != nil {
+			return fmt.Errorf("customize the SAs: %w", err)
+		}
+	}
+	return sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), cfg)
+}
+
+// writeConfig writes gateway i's configuration: its outer address, a TUN
+// routing the far LAN, the shared SA file.
+func (b *Bed) writeConfig(i int) (string, error) {
+	a := b.Topo.Addr
+	gw1, gw2 := b.Outer()
+	local, peer := gw1, gw2
+	routes := []netip.Prefix{a.LANB4, a.LANB6}
+	if i == 1 {
+		local, peer = gw2, gw1
+		routes = []netip.Prefix{a.LANA4, a.LANA6}
+	}
+	var rs []string
+	for _, r := range routes {
+		rs = append(rs, r.String())
+	}
+	cfg := fmt.Sprintf(`local: %s
+peer: %s
+engine: %s
+metrics: 127.0.0.1:9478
+tun:
+  name: esp0
+  routes: [%s]
+  offloads: %v
+sa-file: sas.yaml
+state-dir: gw%d-state
+`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1)
+	if b.opts.WANMTU > 0 {
+		cfg += fmt.Sprintf("outer-mtu: %d\n", b.opts.WANMTU)
+	}
+	if b.opts.Workers > 0 {
+		cfg += fmt.Sprintf("workers: %d\n", b.opts.Workers)
+	}
+	path := filepath.Join(b.Dir, fmt.Sprintf("gw%d.yaml", i+1))
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return "", fmt.Errorf("write gateway config: %w", err)
+	}
+	return path, nil
+}
+
+// StartGateway starts gateway i's espgw run process and waits until its
+// stats endpoint answers.
+func (b *Bed) StartGateway(ctx context.Context, i int) error {
+	g := b.GW[i]
+	g.out.Reset()
+	cmd := g.NS.Command(context.Background(), b.opts.Binary, "run", "-c", g.Config)
+	if b.opts.Nice != 0 {
+		// nice(1) execs the gateway, so the PID stays the gateway's.
+		cmd = g.NS.Command(context.Background(), "nice", "-n", strconv.Itoa(b.opts.Nice), b.opts.Binary, "run", "-c", g.Config)
+	}
+	cmd.Stdout, cmd.Stderr = &g.out, &g.out
+	if err := b.Topo.Start(cmd); err != nil {
+		return err
+	}
+	g.cmd = cmd
+	g.done = make(chan error, 1)
+	go func() { g.done <- cmd.Wait() }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := b.Stats(ctx, i); err == nil {
+			return nil
+		}
+		select {
+		case err := <-g.done:
+			g.done <- err
+			return fmt.Errorf("gateway %s exited at start (%v):\n%s", g.Name, err, g.out.String())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("gateway %s did not come up in 10s:\n%s", g.Name, g.out.String())
+		}
+	}
+}
+
+// StopGateway signals gateway i and waits for it to exit, returning its output.
+func (b *Bed) StopGateway(i int, sig syscall.Signal) (string, error) {
+	g := b.GW[i]
+	if g == nil || g.cmd == nil {
+		return "", errors.New("gateway not running")
+	}
+	g.cmd.Process.Signal(sig)
+	select {
+	case err := <-g.done:
+		g.cmd = nil
+		var ee *exec.ExitError
+		if err != nil && !(sig == syscall.SIGKILL && errors.As(err, &ee)) {
+			return g.out.String(), fmt.Errorf("gateway %s: %w", g.Name, err)
+		}
+		return g.out.String(), nil
+	case <-time.After(10 * time.Second):
+		g.cmd.Process.Kill()
+		return g.out.String(), fmt.Errorf("gateway %s did not stop within 10s of %s", g.Name, sig)
+	}
+}
+
+// Stats reads gateway i's counters through `espgw stats --json` in its namespace.
+func (b *Bed) Stats(ctx context.Context, i int) (gateway.Stats, error) {
+	var st gateway.Stats
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := b.GW[i].NS.Command(ctx, b.opts.Binary, "stats", "--json").Output()
+	if err != nil {
+		return st, fmt.Errorf("stats of %s: %w", b.GW[i].Name, err)
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("stats of %s: %w", b.GW[i].Name, err)
+	}
+	return st, nil
+}
+
+// Close stops the gateways and removes every namespace, link and file.
+func (b *Bed) Close() error {
+	var errs []error
+	for i, g := range b.GW {
+		if g != nil && g.cmd != nil {
+			if _, err := b.StopGateway(i, syscall.SIGTERM); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if b.Topo != nil {
+		errs = append(errs, b.Topo.Close())
+	}
+	if b.Dir != "" {
+		os.RemoveAll(b.Dir)
+	}
+	return errors.Join(errs...)
+}
+
+// Signal sends sig to the gateway process.
+func (g *Gateway) Signal(sig syscall.Signal) error {
+	if g.cmd == nil || g.cmd.Process == nil {
+		return fmt.Errorf("gateway %s is not running", g.Name)
+	}
+	return g.cmd.Process.Signal(sig)
+}
+
+// PID is the gateway process's id (0 when it is not running); `ip netns
+// exec` execs in place, so it is espgw's own.
+func (g *Gateway) PID() int {
+	if g.cmd == nil || g.cmd.Process == nil {
+		return 0
+	}
+	return g.cmd.Process.Pid
+}
+
+// Output is what the gateway has logged so far.
+func (g *Gateway) Output() string { return g.out.String() }
+
+// DefaultEngine is the engine gateways get when none is named: $ESPGW_ENGINE,
+// or cpu. Running the test suite with ESPGW_ENGINE=aesni (or ring, …) puts
+// every end-to-end test on that engine.
+func DefaultEngine() string {
+	if e := os.Getenv("ESPGW_ENGINE"); e != "" {
+		return e
+	}
+	return "cpu"
+}
