@@ -9,6 +9,7 @@ import (
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/aesni"
+	"github.com/espgw/espgw/offload/afalg"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/emul"
 	"github.com/espgw/espgw/offload/ring"
@@ -25,7 +26,9 @@ type Options struct {
 	ModelledTime bool
 }
 
-// Names lists the engines New knows, profiles spelled out.
+// Names lists the engines New knows that run on any machine, profiles
+// spelled out. New also knows afalg and afalg:DRIVER (afalg.Name), which
+// need a Linux kernel with AF_ALG.
 func Names() []string {
 	names := []string{cpu.Name, aesni.Name, ring.Name}
 	for _, p := range emul.ProfileNames() {
@@ -50,6 +53,17 @@ func New(name string, opts Options) (offload.Engine, error) {
 		return e, nil
 	case base == aesni.Name && !hasProfile:
 		return aesni.New(), nil
+	case base == afalg.Name:
+		// afalg:DRIVER binds the kernel driver DRIVER; the engine's own
+		// error says what the kernel lacks.
+		if hasProfile && profile == "" {
+			return nil, fmt.Errorf("offload engine %q: name a kernel driver after the colon (see /proc/crypto), or use %q", name, afalg.Name)
+		}
+		e, err := afalg.New(afalg.Options{Driver: profile, Sockets: opts.Workers, QueueDepth: opts.QueueDepth})
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
 	}
 	return nil, fmt.Errorf("unknown offload engine %q (known: %s)", name, strings.Join(Names(), ", "))
 }

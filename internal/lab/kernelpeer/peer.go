@@ -55,6 +55,31 @@ type Config struct {
 	// deadline; 0 means 30 s.
 	CommandTimeout time.Duration
 	Logger         *slog.Logger
+
+	// What a boot may add, each opt-in so that the kernel-interop guests
+	// stay as they are (see devices.go).
+
+	// Extra adds files and modules to this boot only.
+	Extra *Extra
+	// CryptoDevice adds QEMU's virtio-crypto-pci device (id crypto0) with
+	// the builtin software backend: a real virtqueue device the guest's
+	// virtio_crypto driver serves cbc(aes) with. The guest kernel's own
+	// ESP would use it too, hence opt-in.
+	CryptoDevice bool
+	// QMP opens QEMU's monitor on a socket of the peer's (Peer.QMP).
+	QMP bool
+	// CPU is QEMU's -cpu model (e.g. "max" for AES-NI and AVX under TCG);
+	// empty leaves QEMU's default. CPUs is -smp; 0 means 1.
+	CPU  string
+	CPUs int
+	// Machine is QEMU's -machine (e.g. "q35"); empty leaves QEMU's default.
+	Machine string
+	// IOMMU adds an emulated Intel IOMMU (needs Machine "q35"), turns it
+	// on in the guest kernel, and puts the crypto device behind it
+	// (iommu_platform=on, disable-legacy=on): what VFIO in the guest needs.
+	IOMMU bool
+	// KernelArgs are added to the guest kernel's command line.
+	KernelArgs []string
 }
 
 // Route is a guest route: traffic to Dst goes via Via.
@@ -83,6 +108,10 @@ type Peer struct {
 	conn   net.Conn
 	lines  chan []byte
 	nextID uint64
+
+	initrd       string   // the boot's own initrd when Extra is set
+	laterModules []string // Extra.LaterModules with dependencies, in load order
+	qmp          *qmpConn
 }
 
 // ExitError is a guest command that ran and exited non-zero.
@@ -123,6 +152,12 @@ func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 	if err := p.makeTap(); err != nil {
 		return nil, err
 	}
+	var bootModules []string
+	if cfg.Extra != nil {
+		if p.initrd, bootModules, p.laterModules, err = p.cfg.writeBootInitrd(work); err != nil {
+			return nil, err
+		}
+	}
 	started := time.Now()
 	if err := p.startQEMU(qemu); err != nil {
 		return nil, err
@@ -134,6 +169,14 @@ func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 	}
 	if err := p.pinNeighbours(ctx); err != nil {
 		return nil, err
+	}
+	if err := p.loadModules(ctx, bootModules); err != nil {
+		return nil, err
+	}
+	if cfg.QMP {
+		if p.qmp, err = dialQMP(ctx, p.qmpPath()); err != nil {
+			return nil, err
+		}
 	}
 	p.BootTime = time.Since(started)
 	p.BootCPU = processCPU(p.cmd.Process.Pid)
@@ -163,6 +206,12 @@ func (c *Config) fill() error {
 	}
 	if c.MemoryMB == 0 {
 		c.MemoryMB = 256
+	}
+	if c.CPUs == 0 {
+		c.CPUs = 1
+	}
+	if c.IOMMU && c.Machine != "q35" {
+		return errors.New("start kernel peer: Config.IOMMU needs Machine \"q35\" (intel-iommu is a q35 device)")
 	}
 	if c.BootTimeout == 0 {
 		c.BootTimeout = 180 * time.Second
@@ -313,25 +362,37 @@ func (c *Config) kernelArgs() string {
 	if c.MTU != 0 {
 		args = append(args, "espgw_mtu="+strconv.Itoa(c.MTU))
 	}
+	if c.IOMMU {
+		args = append(args, "intel_iommu=on", "iommu=pt")
+	}
+	args = append(args, c.KernelArgs...)
 	return strings.Join(args, " ")
 }
 
 func (p *Peer) startQEMU(qemu string) error {
 	p.GuestMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0} // QEMU's OUI
 	rand.Read(p.GuestMAC[3:])
+	initrd := p.cfg.Assets.Initramfs
+	if p.initrd != "" {
+		initrd = p.initrd
+	}
 	args := []string{"netns", "exec", p.cfg.Netns, qemu,
-		"-accel", "tcg", "-m", strconv.Itoa(p.cfg.MemoryMB), "-smp", "1",
+		"-accel", "tcg", "-m", strconv.Itoa(p.cfg.MemoryMB), "-smp", strconv.Itoa(p.cfg.CPUs),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-kernel", p.cfg.Assets.Kernel, "-initrd", p.cfg.Assets.Initramfs,
+		"-kernel", p.cfg.Assets.Kernel, "-initrd", initrd,
 		"-append", p.cfg.kernelArgs(),
 		"-serial", "file:" + p.consolePath(),
-		"-netdev", "tap,id=n0,ifname=" + p.cfg.Tap + ",script=no,downscript=no",
-		"-device", "virtio-net-pci,netdev=n0,mac=" + p.GuestMAC.String(),
+	}
+	args = append(args, p.cfg.machineArgs()...)
+	args = append(args,
+		"-netdev", "tap,id=n0,ifname="+p.cfg.Tap+",script=no,downscript=no",
+		"-device", "virtio-net-pci,netdev=n0,mac="+p.GuestMAC.String(),
 		"-device", "virtio-rng-pci",
 		"-device", "virtio-serial-pci",
-		"-chardev", "socket,id=ctl,path=" + p.socketPath() + ",server=on,wait=off",
+		"-chardev", "socket,id=ctl,path="+p.socketPath()+",server=on,wait=off",
 		"-device", "virtserialport,chardev=ctl,name=org.espgw.ctl",
-	}
+	)
+	args = append(args, p.cfg.deviceArgs(p.qmpPath())...)
 	// ip netns exec execs qemu in place: the PID is qemu's.
 	p.cmd = exec.Command("ip", args...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -353,6 +414,7 @@ func (p *Peer) startQEMU(qemu string) error {
 
 func (p *Peer) consolePath() string { return filepath.Join(p.work, "console.log") }
 func (p *Peer) socketPath() string  { return filepath.Join(p.work, "ctl.sock") }
+func (p *Peer) qmpPath() string     { return filepath.Join(p.work, "qmp.sock") }
 
 // Console returns up to the last n bytes of the guest's serial console.
 func (p *Peer) Console(n int) string {
@@ -530,6 +592,10 @@ func (p *Peer) Close() error {
 		p.conn = nil
 	}
 	p.mu.Unlock()
+	if p.qmp != nil {
+		p.qmp.close()
+		p.qmp = nil
+	}
 	if p.cmd != nil && p.cmd.Process != nil {
 		select {
 		case <-p.exited:
