@@ -101,8 +101,8 @@ func planFor(s sa.Suite, esn, cipherOnly bool, driver string, algs kcapi.Algs) (
 	case cipher == "rfc4106(gcm(aes))" && d.Name == "gcm(aes)":
 		cipherDrv = "rfc4106(" + driver + ")"
 	default:
-		return plan{}, fmt.Errorf("driver %s cannot do %s: /proc/crypto lists it as %s (%s, module %s), and %s needs %s, which is offered by: %s",
-			driver, s, d.Name, d.Type, d.Module, s, p.alg, offering(algs, cipher))
+		return plan{}, fmt.Errorf("driver %s cannot do %s: /proc/crypto lists it as %s (%s, module %s), and %s needs %s (as %s); /proc/crypto offers for it: %s",
+			driver, s, d.Name, d.Type, d.Module, s, cipher, p.alg, offering(algs, cipher))
 	}
 	if cipherOnly || s.Cipher == sa.CipherAESGCM16 {
 		p.bind = cipherDrv
