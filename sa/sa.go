@@ -109,6 +109,13 @@ type SA struct {
 
 	Soft, Hard Lifetime
 
+	// Outer-header options (header.go): the outer DSCP, DF and TTL a
+	// tunnel-mode SA writes, and whether it copies the outer DSCP inward.
+	DSCP      DSCP
+	DF        DF
+	TTL       uint8 // outer TTL / hop limit; 0 means DefaultTTL
+	DecapDSCP DecapDSCP
+
 	// Selectors, when set, are the traffic this SA carries: inbound, a
 	// decrypted packet outside them is dropped (RFC 4301 §5.2).
 	Selectors []Selector
