@@ -16,7 +16,7 @@ type recvState struct {
 	hdrs  []unix.Mmsghdr
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet6 // large enough for either family
-	oobs  [][]byte                 // control messages: the outer TOS or traffic class
+	oobs  [][]byte                // control messages: the outer TOS or traffic class
 
 	// Arguments and results of the recvmmsg call inside RawConn.Read.
 	want, got int

@@ -28,12 +28,12 @@ type sendState struct {
 	ips   [][16]byte
 	udp   []net.UDPAddr
 	raw   []net.IPAddr
-	oob   [][]byte // per message, room for UDP_SEGMENT and the TOS and TTL messages
+	oob   [][]byte              // per message, room for UDP_SEGMENT and the TOS and TTL messages
 	hdr   [][ipv4HeaderLen]byte // IPv4 raw ESP: each message's outer header
 	pair  [][2][]byte           // IPv4 raw ESP: each message's header and ESP packet
-	first []int    // index in the chunk of each message's first packet
-	count []int    // packets in each message
-	bytes []int    // ESP bytes in each message
+	first []int                 // index in the chunk of each message's first packet
+	count []int                 // packets in each message
+	bytes []int                 // ESP bytes in each message
 }
 
 func (s *sendState) init(n int, kind Kind, v6 bool) {
