@@ -34,9 +34,9 @@ type batch struct {
 	skip  []bool // dropped before the engine, already counted
 	n     int
 
-	ops   []*offload.Op // the Ops of the packets going to the engine
-	ob    offload.Batch
-	done  chan struct{}
+	ops  []*offload.Op // the Ops of the packets going to the engine
+	ob   offload.Batch
+	done chan struct{}
 
 	msgs []Message // outer packets (received, or to send)
 	out  [][]byte  // inner packets to write to the TUN
