@@ -274,8 +274,9 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 			p.failf(spd.val, "", "spd", "want a list of policies, got a %s", kindName(spd.val))
 			return c
 		}
+		idx := NewSPIIndex(c.SAs)
 		for i, n := range spd.val.Content {
-			if pol, ok := p.policy(i, resolve(n), c.SAs); ok {
+			if pol, ok := p.policy(i, resolve(n), idx); ok {
 				c.SPD = append(c.SPD, pol)
 			}
 		}
@@ -712,7 +713,7 @@ func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Nod
 var policyFields = []string{"priority", "action", "sa"}
 
 // policy reads one entry of the spd: list.
-func (p *yamlParser) policy(i int, n *yaml.Node, sas []*SA) (Policy, bool) {
+func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 	entry := fmt.Sprintf("spd[%d]", i)
 	before := len(p.errs)
 	fs := p.fields(n, entry, append(slices.Clip(selectorFields), policyFields...))
@@ -765,7 +766,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas []*SA) (Policy, bool) {
 			pol.SPI = uint32(spi)
 			break
 		}
-		s, err := findSPI(sas, uint32(spi))
+		s, err := sas.Find(uint32(spi))
 		if err != nil {
 			p.fail(saf.val, entry, "sa", err)
 			break

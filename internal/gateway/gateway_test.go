@@ -215,7 +215,7 @@ func BenchmarkPipeline(b *testing.B) {
 }
 
 func supports(e offload.Engine, s sa.Suite) bool {
-	for _, x := range e.Capabilities().Suites {
+	for _, x := range e.Suites() {
 		if x == s {
 			return true
 		}
@@ -287,8 +287,8 @@ func TestPipelineAllocatesNothing(t *testing.T) {
 			for range 200 { // warm the pools and the batch ring
 				round()
 			}
-			if n := testing.AllocsPerRun(500, round); n > 0.05 {
-				t.Errorf("%.2f allocations per packet through the pipeline, want 0", n)
+			if n := testing.AllocsPerRun(500, round); n != 0 {
+				t.Errorf("%.3f allocations per packet through the pipeline, want 0", n)
 			}
 		})
 	}
