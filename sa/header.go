@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // The outer-header options of an SA: what a tunnel-mode SA writes into the
@@ -165,28 +167,28 @@ func (p *yamlParser) header(str func(string) (field, string, bool), entry string
 	if f, v, ok := str("dscp"); ok {
 		d, err := ParseDSCP(v)
 		if err != nil {
-			p.failf(f.val, entry, "dscp", "%s, want copy or a DSCP value 0..63", echo(v))
+			p.failf(f.val, entry, "dscp", "%s, want copy or a DSCP value 0..63", secret.Word(v, "copy"))
 		}
 		s.DSCP = d
 	}
 	if f, v, ok := str("decap-dscp"); ok {
 		d, err := ParseDecapDSCP(v)
 		if err != nil {
-			p.failf(f.val, entry, "decap-dscp", "%s, want keep or copy", echo(v))
+			p.failf(f.val, entry, "decap-dscp", "%s, want keep or copy", secret.Word(v, "keep", "copy"))
 		}
 		s.DecapDSCP = d
 	}
 	if f, v, ok := str("df"); ok {
 		d, err := ParseDF(v)
 		if err != nil {
-			p.failf(f.val, entry, "df", "%s, want copy, set or clear", echo(v))
+			p.failf(f.val, entry, "df", "%s, want copy, set or clear", secret.Word(v, "copy", "set", "clear"))
 		}
 		s.DF = d
 	}
 	if f, v, ok := str("ttl"); ok {
 		t, err := strconv.ParseUint(v, 10, 8)
 		if err != nil || t == 0 {
-			p.failf(f.val, entry, "ttl", "%s, want an outer TTL 1..255", echo(v))
+			p.failf(f.val, entry, "ttl", "%s, want an outer TTL 1..255", secret.Number(v))
 		}
 		s.TTL = uint8(t)
 	}

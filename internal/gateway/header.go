@@ -72,7 +72,7 @@ func setTrafficClass(pkt []byte, tc uint8) {
 	old := pkt[1]
 	pkt[1] = tc
 	// RFC 1624 incremental update: HC' = ~(~HC + ~m + m').
-	sum := uint32(^binary.BigEndian.Uint16(pkt[10:12])) + uint32(^(uint16(pkt[0])<<8|uint16(old))) + uint32(uint16(pkt[0])<<8|uint16(tc))
+	sum := uint32(^binary.BigEndian.Uint16(pkt[10:12])) + uint32(^(uint16(pkt[0])<<8 | uint16(old))) + uint32(uint16(pkt[0])<<8|uint16(tc))
 	for sum > 0xffff {
 		sum = sum>>16 + sum&0xffff
 	}
