@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -36,6 +37,12 @@ type Config struct {
 	Metrics string
 	// StateDir keeps outbound sequence reservations across restarts.
 	StateDir string
+	// PMTUExpiry is how long a path MTU learned from ICMP holds (0: the
+	// default, DefaultPMTUExpiry).
+	PMTUExpiry time.Duration
+	// Reassembly bounds the kernel's reassembly of outer fragments in the
+	// gateway's namespace (zero: the kernel's settings).
+	Reassembly ReassemblyLimits
 
 	// SAFile and SetkeyFile name where the SAs come from, when not inline.
 	SAFile, SetkeyFile string
@@ -79,7 +86,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	p := &cfgParser{file: path}
 	var saNode, spdNode *yaml.Node
 	m := doc.Content[0]
-	known := []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "sa", "spd", "sa-file", "setkey-file", "state-dir"}
+	known := []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly"}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		switch k.Value {
@@ -107,6 +114,14 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			spdNode = v
 		case "state-dir":
 			c.StateDir = v.Value
+		case "pmtu-expires":
+			d, err := time.ParseDuration(v.Value)
+			if err != nil || d < time.Second || d > 24*time.Hour {
+				p.failf(v, "pmtu-expires", "%q: want a duration from 1s to 24h (like 10m)", v.Value)
+			}
+			c.PMTUExpiry = d
+		case "reassembly":
+			p.reassembly(v, &c.Reassembly)
 		case "sa-file":
 			c.SAFile = v.Value
 		case "setkey-file":
@@ -221,6 +236,39 @@ func (p *cfgParser) int(n *yaml.Node, field string, lo, hi int) int {
 		p.failf(n, field, "%q is not a whole number in %d…%d", n.Value, lo, hi)
 	}
 	return v
+}
+
+// reassembly reads reassembly: {memory: 4M, timeout: 30s}.
+func (p *cfgParser) reassembly(n *yaml.Node, r *ReassemblyLimits) {
+	if n.Kind != yaml.MappingNode {
+		p.failf(n, "reassembly", "want a mapping (memory, timeout)")
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch k.Value {
+		case "memory":
+			s, mult := strings.ToUpper(v.Value), uint64(1)
+			for suffix, m := range map[string]uint64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30} {
+				if strings.HasSuffix(s, suffix) {
+					s, mult = strings.TrimSuffix(s, suffix), m
+				}
+			}
+			b, err := strconv.ParseUint(s, 10, 64)
+			if err != nil || b*mult < 64<<10 || b*mult > 1<<30 {
+				p.failf(v, "reassembly.memory", "%q: want bytes from 64K to 1G (like 4M)", v.Value)
+			}
+			r.Memory = b * mult
+		case "timeout":
+			d, err := time.ParseDuration(v.Value)
+			if err != nil || d < time.Second || d > 10*time.Minute {
+				p.failf(v, "reassembly.timeout", "%q: want a duration from 1s to 10m (like 30s)", v.Value)
+			}
+			r.Timeout = d
+		default:
+			p.failf(k, "reassembly", "unknown setting %q (want memory or timeout)", k.Value)
+		}
+	}
 }
 
 func (p *cfgParser) tun(n *yaml.Node, t *TUNConfig) {

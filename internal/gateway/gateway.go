@@ -74,7 +74,11 @@ type Gateway struct {
 	mu    sync.Mutex // serialises Load
 
 	counters Counters
-	icmp     [][]byte // scratch for ICMP errors, used by the outbound reader only
+	pmtu     PMTUCounters
+	// icmpConns are raw ICMP sockets whose path MTU reports HandleICMP
+	// applies (opened by Start; owned by Run once it starts).
+	icmpConns []icmpConn
+	icmp      [][]byte // scratch for ICMP errors, used by the outbound reader only
 }
 
 // Counters are the gateway's own traffic counts and the drops no SA owns.
@@ -268,11 +272,17 @@ func (g *Gateway) Run(ctx context.Context) error {
 		start(func(ctx context.Context) error { return g.inbound(ctx, c) })
 	}
 	start(g.lifetimes)
+	for _, c := range g.icmpConns {
+		start(func(ctx context.Context) error { g.readICMP(c); return nil })
+	}
 	<-ctx.Done()
 	// Closing the device and sockets is what unblocks the readers.
 	g.dev.Close()
 	for _, c := range g.conns {
 		c.Close()
+	}
+	for _, c := range g.icmpConns {
+		c.pc.Close()
 	}
 	wg.Wait()
 	select {
