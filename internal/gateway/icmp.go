@@ -11,17 +11,17 @@ import (
 // big", written back into the TUN toward its sender. It reports whether
 // the packet is to be dropped; an IPv4 packet without DF goes on, and the
 // outer packet fragments.
-func (g *Gateway) tooBig(pkt []byte) bool {
-	if pmtu.Check(pkt, g.opts.InnerMTU) != pmtu.Report {
+func (g *Gateway) tooBig(pkt []byte, mtu int) bool {
+	if pmtu.Check(pkt, mtu) != pmtu.Report {
 		return false
 	}
 	buf := g.icmp[0]
 	var n int
 	var err error
 	if pkt[0]>>4 == 4 {
-		n, err = pmtu.FragmentationNeeded(buf[tunOffset:], pkt, g.source(true), g.opts.InnerMTU)
+		n, err = pmtu.FragmentationNeeded(buf[tunOffset:], pkt, g.source(true), mtu)
 	} else {
-		n, err = pmtu.PacketTooBig(buf[tunOffset:], pkt, g.source(false), max(g.opts.InnerMTU, 1280))
+		n, err = pmtu.PacketTooBig(buf[tunOffset:], pkt, g.source(false), max(mtu, 1280))
 	}
 	if err == nil {
 		g.icmp[0] = buf[:tunOffset+n]

@@ -28,7 +28,8 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 	}
 	b.n = n
 	g.counters.WireIn.Add(uint64(n))
-	st := g.state.Load()
+	st := g.view()
+	defer g.release()
 	for i := range n {
 		m := &b.msgs[i]
 		p := &b.pkts[i]

@@ -53,12 +53,14 @@ func (g *Gateway) readTUN(b *batch) error {
 	}
 	b.n = n
 	g.counters.TunIn.Add(uint64(n))
-	st := g.state.Load()
+	mtu := g.InnerMTU()
+	st := g.view()
+	defer g.release()
 	for i := range n {
 		p := &b.pkts[i]
 		p.Reset(b.bufs[i], esp.Headroom, b.sizes[i])
 		s, r, ok := g.route(st, p.Data())
-		if ok && p.Len > g.opts.InnerMTU && g.tooBig(p.Data()) {
+		if ok && p.Len > mtu && g.tooBig(p.Data(), mtu) {
 			r, ok = TooBig, false
 		}
 		if !ok {
@@ -128,6 +130,11 @@ func (g *Gateway) sendESP(b *batch) {
 		}
 		cfg := p.SA.Config
 		c := g.pick(cfg)
+		if c == nil {
+			// A reload closed the socket while the packet was in flight.
+			g.drop(NoSocket)
+			continue
+		}
 		if c != conn {
 			flush()
 			conn = c

@@ -20,6 +20,7 @@ const (
 	TunRead                     // a TUN read failed after the batch's first: what it held is lost
 	SendError                   // the outer socket refused a send
 	Shutdown                    // in flight when the gateway stopped
+	NoSocket                    // sealed for an outer socket a change closed while the packet was in flight
 	NumReasons
 )
 
@@ -36,6 +37,7 @@ var reasonNames = [NumReasons]string{
 	TunRead:       "tun-read",
 	SendError:     "send-error",
 	Shutdown:      "shutdown",
+	NoSocket:      "no-socket",
 }
 
 func (r Reason) String() string {
