@@ -28,6 +28,13 @@ type Options struct {
 	// InnerMTU is the largest inner packet the tunnel carries without
 	// fragmenting the outer path; larger packets get ICMP back.
 	InnerMTU int
+	// OuterMTU is the outer path's MTU until ICMP says otherwise: where
+	// IPv4 outer packets without DF are fragmented (default InnerMTU plus
+	// 100).
+	OuterMTU int
+	// PMTUExpiry is how long a path MTU learned from ICMP holds (default
+	// DefaultPMTUExpiry).
+	PMTUExpiry time.Duration
 	// Workers is the number of crypto goroutines (default: 2).
 	Workers int
 	// Batch is the number of packets per pipeline batch (default: the
@@ -124,6 +131,12 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	}
 	if opts.InnerMTU <= 0 {
 		opts.InnerMTU = 1400
+	}
+	if opts.OuterMTU <= 0 {
+		opts.OuterMTU = opts.InnerMTU + 100
+	}
+	if opts.PMTUExpiry <= 0 {
+		opts.PMTUExpiry = DefaultPMTUExpiry
 	}
 	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine,
 		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState()}
@@ -288,6 +301,7 @@ func (g *Gateway) lifetimes(ctx context.Context) error {
 			for _, s := range st.all {
 				s.CheckTime(now)
 			}
+			g.expirePMTU(st, now)
 			g.release()
 		}
 	}

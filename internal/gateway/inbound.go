@@ -63,6 +63,7 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 
 // writeTUN finishes an opened batch and writes the inner packets, in order.
 func (g *Gateway) writeTUN(b *batch) {
+	st := g.view()
 	for i := range b.n {
 		if b.skip[i] {
 			continue
@@ -71,8 +72,13 @@ func (g *Gateway) writeTUN(b *batch) {
 		if p.SA.FinishOpen(p) != esp.OK {
 			continue
 		}
+		if h := st.hdr[p.SA]; h != nil && !h.decapsulate(p.Data(), b.msgs[i].TOS) {
+			g.drop(ECNDrop)
+			continue
+		}
 		b.out = append(b.out, p.Buf[p.Off-tunOffset:p.Off+p.Len])
 	}
+	g.release()
 	if len(b.out) == 0 {
 		return
 	}

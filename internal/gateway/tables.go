@@ -29,6 +29,8 @@ type state struct {
 	// byPeer are the outbound transport-mode SAs by destination, which
 	// without an SPD protect the gateway's own traffic to that peer.
 	byPeer map[netip.Addr]*esp.SA
+	// hdr are every SA's outer-header options and learned path MTU.
+	hdr map[*esp.SA]*saHeader
 	// named counts the policies naming each outbound SPI, so an SA still
 	// in use is not deleted from under them.
 	named map[uint32]int
@@ -44,7 +46,7 @@ func keyOf(s *sa.SA) saKey { return saKey{s.SPI, s.Dst} }
 
 func newState() *state {
 	return &state{spd: new(sa.SPD), out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{},
-		all: map[saKey]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}, named: map[uint32]int{}}
+		all: map[saKey]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}, named: map[uint32]int{}, hdr: map[*esp.SA]*saHeader{}}
 }
 
 // DefaultRetireAfter is Options.RetireAfter's default: long enough for any
@@ -82,6 +84,9 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 			fresh = append(fresh, s)
 		}
 		next.insert(s, g.isLocal(cfg.Src), g.isLocal(cfg.Dst), len(policies) == 0)
+		if h := old.hdr[s]; h != nil {
+			next.hdr[s] = h // its learned path MTU with it
+		}
 	}
 	// The policies bind by SPI to the SAs of the set being loaded. A
 	// policy naming an SA that is inbound here (one SA file for both
@@ -187,6 +192,9 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 func (st *state) insert(s *esp.SA, outbound, inbound, noPolicies bool) {
 	cfg := s.Config
 	st.all[keyOf(cfg)] = s
+	if st.hdr != nil && st.hdr[s] == nil {
+		st.hdr[s] = newSAHeader(cfg, nil)
+	}
 	if outbound {
 		st.out[cfg.SPI] = s
 		if cfg.Mode == sa.Transport && noPolicies {
@@ -202,6 +210,7 @@ func (st *state) insert(s *esp.SA, outbound, inbound, noPolicies bool) {
 func (st *state) remove(s *esp.SA) {
 	cfg := s.Config
 	delete(st.all, keyOf(cfg))
+	delete(st.hdr, s)
 	if st.out[cfg.SPI] == s {
 		delete(st.out, cfg.SPI)
 	}
@@ -415,7 +424,9 @@ func (g *Gateway) Apply(c Change) error {
 	st.spd, st.named = spd, named
 	noPolicies = spd.Len() == 0
 	for _, s := range gone {
-		st.remove(s)
+		if !slices.Contains(added, s) {
+			st.remove(s)
+		}
 	}
 	for _, s := range added {
 		st.insert(s, g.isLocal(s.Config.Src), g.isLocal(s.Config.Dst), noPolicies)
