@@ -153,10 +153,11 @@ type pathMTU struct {
 
 // innerLimit is the largest inner packet the SA carries now.
 func (g *Gateway) innerLimit(h *saHeader) int {
-	if m := int(h.path.inner.Load()); m > 0 && m < g.opts.InnerMTU {
+	lim := g.InnerMTU()
+	if m := int(h.path.inner.Load()); m > 0 && m < lim {
 		return m
 	}
-	return g.opts.InnerMTU
+	return lim
 }
 
 // outerMTU is the largest outer packet the SA sends now.
@@ -228,7 +229,8 @@ func (g *Gateway) HandleICMP(msg []byte, v6 bool, now time.Time) {
 		return // not about a path MTU: someone else's business
 	}
 	src, dst, proto, payload, ok := quotedFlow(quote, v6)
-	st := g.state.Load()
+	st := g.view()
+	defer g.release()
 	updated := false
 	if ok {
 		switch proto {

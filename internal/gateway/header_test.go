@@ -151,11 +151,11 @@ func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 func TestHandleICMP(t *testing.T) {
 	cfg := &sa.SA{SPI: 0x1001, Mode: sa.Tunnel, Src: mustAddr("198.51.100.1"), Dst: mustAddr("198.51.100.129"),
 		Suite: sa.Suite{Cipher: sa.CipherAESGCM16}, EncKey: make(sa.Key, 20), ReplayWindow: 64}
-	g := New(nopDevice{}, nil, nil, cpu.New(), Options{Local: []netip.Addr{cfg.Src}, InnerMTU: 1438, OuterMTU: 1500, Log: slog.New(slog.DiscardHandler)})
+	g := New(nopDevice{}, nil, func(*sa.SA) Conn { return nopConn{} }, cpu.New(), Options{Local: []netip.Addr{cfg.Src}, InnerMTU: 1438, OuterMTU: 1500, Log: slog.New(slog.DiscardHandler)})
 	if err := g.Load([]*sa.SA{cfg}, nil); err != nil {
 		t.Fatal(err)
 	}
-	st := g.state.Load()
+	st := g.current()
 	s := st.out[0x1001]
 	h := st.hdr[s]
 	report := func(mtu uint16, spi uint32, dst string) []byte {
@@ -197,11 +197,11 @@ func TestHandleICMP(t *testing.T) {
 	if got := g.innerLimit(h); got != want {
 		t.Errorf("inner limit %d at path MTU %d, want %d", got, minPMTU4, want)
 	}
-	g.expirePMTU(g.state.Load(), now.Add(DefaultPMTUExpiry-time.Second))
+	g.expirePMTU(g.current(), now.Add(DefaultPMTUExpiry-time.Second))
 	if h.path.mtu.Load() == 0 {
 		t.Errorf("path MTU expired early")
 	}
-	g.expirePMTU(g.state.Load(), now.Add(DefaultPMTUExpiry+time.Second))
+	g.expirePMTU(g.current(), now.Add(DefaultPMTUExpiry+time.Second))
 	if h.path.mtu.Load() != 0 || g.innerLimit(h) != 1438 {
 		t.Errorf("path MTU did not expire: %d, inner limit %d", h.path.mtu.Load(), g.innerLimit(h))
 	}
@@ -210,7 +210,7 @@ func TestHandleICMP(t *testing.T) {
 	if err := g.Load([]*sa.SA{cfg}, nil); err != nil {
 		t.Fatal(err)
 	}
-	st2 := g.state.Load()
+	st2 := g.current()
 	if got := st2.hdr[st2.out[0x1001]].path.mtu.Load(); got != 1000 {
 		t.Errorf("after reload path MTU %d, want 1000", got)
 	}
@@ -222,3 +222,9 @@ func (nopDevice) Read([][]byte, []int, int) (int, error) { return 0, io.EOF }
 func (nopDevice) Write(b [][]byte, _ int) (int, error)   { return len(b), nil }
 func (nopDevice) BatchSize() int                         { return 1 }
 func (nopDevice) Close() error                           { return nil }
+
+type nopConn struct{}
+
+func (nopConn) Receive([]Message) (int, error) { return 0, io.EOF }
+func (nopConn) Send(m []Message) (int, error)  { return len(m), nil }
+func (nopConn) Close() error                   { return nil }
