@@ -215,7 +215,7 @@ func BenchmarkPipeline(b *testing.B) {
 }
 
 func supports(e offload.Engine, s sa.Suite) bool {
-	for _, x := range e.Capabilities().Suites {
+	for _, x := range e.Suites() {
 		if x == s {
 			return true
 		}
