@@ -93,13 +93,15 @@ func startBed(t *testing.T, o testbed.Options) *testbed.Bed {
 func icmpFlows(t *testing.T, pcap string, espSA []string) []string {
 	t.Helper()
 	args := []string{"-r", pcap, "-n", "-o", "esp.enable_encryption_decode:TRUE", "-o", "esp.enable_authentication_check:TRUE"}
-	for _, l := range espSA {
-		args = append(args, "-o", "uat:esp_sa:"+l)
-	}
 	args = append(args, "-Y", "icmp.type==8 || icmp.type==0 || icmpv6.type==128 || icmpv6.type==129",
 		"-T", "fields", "-E", "separator=/", "-e", "icmp.type", "-e", "icmpv6.type", "-e", "icmp.ident", "-e", "icmpv6.echo.identifier",
 		"-e", "icmp.seq", "-e", "icmpv6.echo.sequence_number", "-e", "data.len")
-	out, err := exec.Command("tshark", args...).Output()
+	cmd, done, err := testbed.TsharkCommand(context.Background(), espSA, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("tshark %s: %v", pcap, err)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"sync/atomic"
+
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // Action is what the SPD does with an outbound packet (RFC 4301 §4.4.1).
@@ -37,7 +39,7 @@ func ParseAction(s string) (Action, error) {
 			return Action(a), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown action %s (want protect, bypass or discard)", echo(s))
+	return 0, fmt.Errorf("unknown action %s (want protect, bypass or discard)", secret.Word(s, actionNames[:]...))
 }
 
 // Policy is one SPD entry: traffic matching Selector gets Action.

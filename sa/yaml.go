@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/espgw/espgw/internal/secret"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -172,7 +173,7 @@ func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, dep
 			continue
 		}
 		if !slices.Contains(known, k.Value) {
-			p.failf(k, entry, "", "unknown field %s (want one of %s)", echo(k.Value), strings.Join(known, ", "))
+			p.failf(k, entry, "", "unknown field %s (want one of %s)", secret.Word(k.Value, known...), strings.Join(known, ", "))
 			continue
 		}
 		if prev, dup := out[k.Value]; dup {
@@ -301,7 +302,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		if v, ok := p.scalar(f, entry); ok {
 			spi, err := strconv.ParseUint(v, 0, 32)
 			if err != nil {
-				p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", echoShort(v))
+				p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", secret.Number(v))
 			} else {
 				s.SPI = uint32(spi)
 				entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
@@ -329,7 +330,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		case "transport":
 			s.Mode = Transport
 		default:
-			p.failf(f.val, entry, "mode", "%s, want tunnel or transport", echo(v))
+			p.failf(f.val, entry, "mode", "%s, want tunnel or transport", secret.Word(v, "tunnel", "transport"))
 		}
 	}
 	for _, a := range []struct {
@@ -345,7 +346,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		}
 		addr, err := netip.ParseAddr(v)
 		if err != nil || addr.Zone() != "" {
-			p.failf(f.val, entry, a.name, "%s is not an IPv4 or IPv6 address", echo(v))
+			p.failf(f.val, entry, a.name, "%s is not an IPv4 or IPv6 address", secret.Number(v))
 			continue
 		}
 		*a.dst = addr
@@ -363,7 +364,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 			s.Encap = EncapUDP
 			s.SrcPort, s.DstPort = DefaultNATTPort, DefaultNATTPort
 		default:
-			p.failf(f.val, entry, "encap", "%s, want none or udp", echo(v))
+			p.failf(f.val, entry, "encap", "%s, want none or udp", secret.Word(v, "none", "udp"))
 		}
 	}
 	for _, a := range []struct {
@@ -376,7 +377,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		}
 		port, err := strconv.ParseUint(v, 10, 16)
 		if err != nil || port == 0 {
-			p.failf(f.val, entry, a.name, "%s is not a port 1..65535", echo(v))
+			p.failf(f.val, entry, a.name, "%s is not a port 1..65535", secret.Number(v))
 			continue
 		}
 		if s.Encap != EncapUDP {
@@ -390,7 +391,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("enc"); ok {
 		c, err := ParseCipher(v)
 		if err != nil {
-			p.failf(f.val, entry, "enc", "unknown cipher %s (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", echo(v))
+			p.failf(f.val, entry, "enc", "unknown cipher %s (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", secret.Word(v, cipherNames[:]...))
 			suiteOK = false
 		}
 		s.Suite.Cipher = c
@@ -403,7 +404,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("auth"); ok {
 		a, err := ParseAuth(v)
 		if err != nil {
-			p.failf(f.val, entry, "auth", "unknown integrity algorithm %s (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", echo(v))
+			p.failf(f.val, entry, "auth", "unknown integrity algorithm %s (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", secret.Word(v, authNames[:]...))
 			suiteOK = false
 		}
 		s.Suite.Auth = a
@@ -431,21 +432,21 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("esn"); ok {
 		b, err := parseBool(v)
 		if err != nil {
-			p.failf(f.val, entry, "esn", "%s, want true or false", echo(v))
+			p.failf(f.val, entry, "esn", "%s, want true or false", secret.Word(v, "true", "false"))
 		}
 		s.ESN = b
 	}
 	if f, v, ok := str("replay-window"); ok {
 		w, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || w > MaxReplayWindow {
-			p.failf(f.val, entry, "replay-window", "%s, want 0..%d packets (0 turns anti-replay off)", echo(v), MaxReplayWindow)
+			p.failf(f.val, entry, "replay-window", "%s, want 0..%d packets (0 turns anti-replay off)", secret.Number(v), MaxReplayWindow)
 		}
 		s.ReplayWindow = int(w)
 	}
 	if f, v, ok := str("initial-seq"); ok {
 		seq, err := strconv.ParseUint(v, 0, 64)
 		if err != nil {
-			p.failf(f.val, entry, "initial-seq", "%s is not a number", echo(v))
+			p.failf(f.val, entry, "initial-seq", "%s is not a number", secret.Number(v))
 		} else if !s.ESN && seq > math.MaxUint32 {
 			p.failf(f.val, entry, "initial-seq", "%d does not fit 32 bits: set esn: true", seq)
 		}
@@ -454,7 +455,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("tfc-pad"); ok {
 		pad, err := strconv.ParseUint(v, 10, 16)
 		if err != nil {
-			p.failf(f.val, entry, "tfc-pad", "%s, want 0..65535 bytes", echo(v))
+			p.failf(f.val, entry, "tfc-pad", "%s, want 0..65535 bytes", secret.Number(v))
 		}
 		s.TFCPad = int(pad)
 	}
@@ -521,12 +522,12 @@ func (p *yamlParser) key(fs map[string]field, n *yaml.Node, entry, name string, 
 		if bits, isSized := strings.CutPrefix(v, "random-"); isSized && len(want) > 1 {
 			b, err := strconv.Atoi(bits)
 			if err != nil || (b != 128 && b != 192 && b != 256) {
-				p.failf(f.val, entry, name, "%s, want random, random-128, random-192 or random-256", echo(v))
+				p.failf(f.val, entry, name, "%s, want random, random-128, random-192 or random-256", secret.Hidden(v))
 				return nil
 			}
 			n = want[(b-128)/64]
 		} else if v != "random" {
-			p.failf(f.val, entry, name, "%s, want random (or random-128/192/256 for AES)", echo(v))
+			p.failf(f.val, entry, name, "%s, want random (or random-128/192/256 for AES)", secret.Hidden(v))
 			return nil
 		}
 		k, err := RandomKey(n)
@@ -626,7 +627,7 @@ func parseSize(s string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(num), 10, 64)
 	if err != nil || n > math.MaxUint64/mult {
-		return 0, fmt.Errorf("%s is not a count (write 1000000, 1M or 1Gi)", echo(s))
+		return 0, fmt.Errorf("%s is not a count (write 1000000, 1M or 1Gi)", secret.Number(s))
 	}
 	return n * mult, nil
 }
@@ -638,7 +639,7 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%s is not a duration (write 3600, 1h or 90m)", echo(s))
+		return 0, fmt.Errorf("%s is not a duration (write 3600, 1h or 90m)", secret.Number(s))
 	}
 	return d, nil
 }
@@ -725,7 +726,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 		if v, ok := p.scalar(f, entry); ok {
 			pr, err := strconv.ParseInt(v, 0, 32)
 			if err != nil {
-				p.failf(f.val, entry, "priority", "%s is not a number (lower is consulted first)", echo(v))
+				p.failf(f.val, entry, "priority", "%s is not a number (lower is consulted first)", secret.Number(v))
 			}
 			pol.Priority = int(pr)
 		}
@@ -758,7 +759,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 		}
 		spi, err := strconv.ParseUint(v, 0, 32)
 		if err != nil {
-			p.failf(saf.val, entry, "sa", "%s is not an SPI", echoShort(v))
+			p.failf(saf.val, entry, "sa", "%s is not an SPI", secret.Number(v))
 			break
 		}
 		if p.spdOnly {

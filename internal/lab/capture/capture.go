@@ -22,6 +22,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
@@ -145,7 +146,7 @@ func load(opts Options) (*loaded, error) {
 	if opts.WiresharkSA != "" {
 		lines, err := WiresharkSAFile(cfgs)
 		if err == nil {
-			err = os.WriteFile(opts.WiresharkSA, lines, 0o600)
+			err = secret.WriteFile(opts.WiresharkSA, lines)
 		}
 		if err != nil {
 			l.close()
@@ -173,6 +174,25 @@ func (l *loaded) pick(opts Options) (*esp.SA, error) {
 		}
 	}
 	return nil, fmt.Errorf("SA file %s has no SA with SPI %#x", opts.SAFile, opts.SPI)
+}
+
+// distinctFiles refuses an output that is the input (by name, through a
+// symbolic link or a hard link: the same file), before anything is
+// truncated: creating the output would empty the capture being read.
+func distinctFiles(in string, outs ...string) error {
+	inFi, err := os.Stat(in)
+	if err != nil {
+		return fmt.Errorf("open input capture: %w", err)
+	}
+	for _, out := range outs {
+		if out == "" {
+			continue
+		}
+		if outFi, err := os.Stat(out); err == nil && os.SameFile(inFi, outFi) {
+			return fmt.Errorf("output %s is the input capture %s: refusing to overwrite it (write to another file)", out, in)
+		}
+	}
+	return nil
 }
 
 // files opens the input capture and creates the output.
@@ -214,6 +234,9 @@ func files(in, out string, link Link) (*Reader, *Writer, func() error, error) {
 // file, sequence numbers from the SA's start (1 unless initial-seq says
 // otherwise), and writes the ESP packets to out.
 func SealFile(ctx context.Context, opts Options, in, out string) (*Report, error) {
+	if err := distinctFiles(in, out, opts.WiresharkSA); err != nil {
+		return nil, err
+	}
 	l, err := load(opts)
 	if err != nil {
 		return nil, err
@@ -294,6 +317,9 @@ func trimIP(ip []byte) ([]byte, Skip) {
 // OpenFile opens every ESP packet of the capture in whose SPI is in the SA
 // file and writes the inner packets to out.
 func OpenFile(ctx context.Context, opts Options, in, out string) (*Report, error) {
+	if err := distinctFiles(in, out, opts.WiresharkSA); err != nil {
+		return nil, err
+	}
 	l, err := load(opts)
 	if err != nil {
 		return nil, err

@@ -66,6 +66,9 @@ func NewReader(r io.Reader, name string) (*Reader, error) {
 	}
 	var src packetSource
 	if binary.BigEndian.Uint32(magic) == ngSectionHeader {
+		if onlySectionHeader(br) {
+			return nil, fmt.Errorf("read capture %s: no packets (a pcapng section header and nothing after it)", name)
+		}
 		src, err = newNgReader(bufio.NewReader(newNgGuard(br)))
 	} else {
 		var pr *pcapgo.Reader
@@ -82,6 +85,29 @@ func NewReader(r io.Reader, name string) (*Reader, error) {
 		return nil, fmt.Errorf("read capture %s: %w", name, err)
 	}
 	return &Reader{name: name, src: src, decoder: dec}, nil
+}
+
+// onlySectionHeader reports whether what is left in br is one whole
+// pcapng section header block and nothing after it: a valid but empty
+// capture, which gopacket reports as a bare EOF.
+func onlySectionHeader(br *bufio.Reader) bool {
+	hdr, err := br.Peek(12)
+	if err != nil {
+		return false
+	}
+	var order binary.ByteOrder = binary.LittleEndian
+	if binary.BigEndian.Uint32(hdr[8:]) == 0x1a2b3c4d {
+		order = binary.BigEndian
+	}
+	n := int(order.Uint32(hdr[4:]))
+	if n < 28 || n >= br.Size() {
+		return false
+	}
+	if b, err := br.Peek(n); err != nil || order.Uint32(b[n-4:]) != uint32(n) {
+		return false
+	}
+	_, err = br.Peek(n + 1)
+	return errors.Is(err, io.EOF)
 }
 
 // newNgReader and ngSource turn panics of gopacket's pcapng reader into
