@@ -12,6 +12,7 @@ import (
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/emul"
 	"github.com/espgw/espgw/offload/ring"
+	"github.com/espgw/espgw/offload/virtio"
 )
 
 // Options tune the engines that have knobs; zero values mean the engine's
@@ -27,7 +28,7 @@ type Options struct {
 
 // Names lists the engines New knows, profiles spelled out.
 func Names() []string {
-	names := []string{cpu.Name, aesni.Name, ring.Name}
+	names := []string{cpu.Name, aesni.Name, ring.Name, virtio.Name}
 	for _, p := range emul.ProfileNames() {
 		names = append(names, emul.Prefix+":"+p)
 	}
@@ -50,6 +51,13 @@ func New(name string, opts Options) (offload.Engine, error) {
 		return e, nil
 	case base == aesni.Name && !hasProfile:
 		return aesni.New(), nil
+	case base == virtio.Name:
+		// virtio:ADDRESS names the PCI device; plain virtio takes the first.
+		e, err := virtio.Open(virtio.Config{Device: profile, QueueSize: 2 * opts.QueueDepth})
+		if err != nil {
+			return nil, fmt.Errorf("offload engine %q: %w", name, err)
+		}
+		return e, nil
 	}
 	return nil, fmt.Errorf("unknown offload engine %q (known: %s)", name, strings.Join(Names(), ", "))
 }

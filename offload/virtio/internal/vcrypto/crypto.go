@@ -95,6 +95,30 @@ type Config struct {
 // Has says whether the device offers cipher c.
 func (c Config) Has(cipher Cipher) bool { return c.CipherAlgos&(1<<uint(cipher)) != 0 }
 
+// probeKeys are key lengths to try sessions with, per cipher.
+var probeKeyLen = map[Cipher]int{AESCBC: 16, AESCTR: 16, DES3CBC: 24}
+
+// probe finds ciphers the device serves beyond those its configuration
+// advertises — QEMU's builtin backend advertises AES-CBC alone but creates
+// AES-CTR and 3DES-CBC sessions too — by creating and destroying a session
+// of each, and adds them to Config.CipherAlgos. It returns what it found.
+func (d *Device) probe() []Cipher {
+	var found []Cipher
+	for _, c := range []Cipher{AESCBC, AESCTR, DES3CBC} {
+		if d.Config.Has(c) {
+			continue
+		}
+		id, err := d.createSession(c, Encrypt, make([]byte, probeKeyLen[c]))
+		if err != nil {
+			continue
+		}
+		d.DestroySession(id)
+		d.Config.CipherAlgos |= 1 << uint(c)
+		found = append(found, c)
+	}
+	return found
+}
+
 // Options tune the driver.
 type Options struct {
 	// QueueSize is the number of descriptors of the data queue (two per
@@ -109,6 +133,10 @@ type Options struct {
 type Device struct {
 	Address string
 	Config  Config
+	// Advertised is the cipher mask the device's configuration gave;
+	// Probed the ciphers it served beyond it (see probe).
+	Advertised uint64
+	Probed     []Cipher
 
 	vdev *vfio.Device
 	t    *transport
@@ -187,6 +215,8 @@ func Open(addr string, opts Options) (_ *Device, err error) {
 	if d.t.device.read32(0)&hwReady == 0 {
 		return nil, fmt.Errorf("virtio-crypto %s: device is not ready (VIRTIO_CRYPTO_S_HW_READY clear)", addr)
 	}
+	d.Advertised = d.Config.CipherAlgos
+	d.Probed = d.probe()
 	return d, nil
 }
 
@@ -206,6 +236,10 @@ func (d *Device) CreateSession(c Cipher, op Op, key []byte) (uint64, error) {
 	if !d.Config.Has(c) {
 		return 0, fmt.Errorf("virtio-crypto %s: the device does not offer %s (cipher mask %#x)", d.Address, c, d.Config.CipherAlgos)
 	}
+	return d.createSession(c, op, key)
+}
+
+func (d *Device) createSession(c Cipher, op Op, key []byte) (uint64, error) {
 	if len(key) > maxKey || uint32(len(key)) > d.Config.MaxCipherKey {
 		return 0, fmt.Errorf("virtio-crypto %s: %s key of %d bytes is longer than the device takes (%d)", d.Address, c, len(key), d.Config.MaxCipherKey)
 	}
