@@ -146,6 +146,11 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 				if run, err = store.resume(cfg); err != nil {
 					return fmt.Errorf("load: %w", err)
 				}
+				if err := run.Validate(); err != nil {
+					// A bound at the end of the sequence space (2^32-1 without
+					// ESN) would make every packet seq-exhausted.
+					return fmt.Errorf("load SA %#x resumed from %s: %w", cfg.SPI, store.path(cfg.SPI), err)
+				}
 				opts.Reserve = func(s *esp.SA, upTo uint64) error {
 					err := store.reserve(s, upTo)
 					if err != nil {
