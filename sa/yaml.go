@@ -289,6 +289,7 @@ var saFields = []string{
 	"spi", "mode", "src", "dst", "encap", "sport", "dport",
 	"enc", "enc-key", "auth", "auth-key", "esn", "replay-window",
 	"lifetimes", "initial-seq", "tfc-pad", "selectors",
+	"dscp", "decap-dscp", "df", "ttl",
 }
 
 // sa reads one entry of the sa: list. It returns nil if the entry has errors
@@ -460,6 +461,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		}
 		s.TFCPad = int(pad)
 	}
+	p.header(str, entry, s)
 	if f, ok := fs["lifetimes"]; ok {
 		s.Soft, s.Hard = p.lifetimes(f, entry)
 	}

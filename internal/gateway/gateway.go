@@ -28,6 +28,13 @@ type Options struct {
 	// InnerMTU is the largest inner packet the tunnel carries without
 	// fragmenting the outer path; larger packets get ICMP back.
 	InnerMTU int
+	// OuterMTU is the outer path's MTU until ICMP says otherwise: where
+	// IPv4 outer packets without DF are fragmented (default InnerMTU plus
+	// 100).
+	OuterMTU int
+	// PMTUExpiry is how long a path MTU learned from ICMP holds (default
+	// DefaultPMTUExpiry).
+	PMTUExpiry time.Duration
 	// Workers is the number of crypto goroutines (default: 2).
 	Workers int
 	// Batch is the number of packets per pipeline batch (default: the
@@ -89,6 +96,8 @@ type state struct {
 	// byPeer are the outbound transport-mode SAs by destination, which
 	// without an SPD protect the gateway's own traffic to that peer.
 	byPeer map[netip.Addr]*esp.SA
+	// hdr are every SA's outer-header options and learned path MTU.
+	hdr map[*esp.SA]*saHeader
 }
 
 // New builds a gateway. pick chooses the outer connection for an SA (raw
@@ -112,6 +121,12 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	if opts.InnerMTU <= 0 {
 		opts.InnerMTU = 1400
 	}
+	if opts.OuterMTU <= 0 {
+		opts.OuterMTU = opts.InnerMTU + 100
+	}
+	if opts.PMTUExpiry <= 0 {
+		opts.PMTUExpiry = DefaultPMTUExpiry
+	}
 	g := &Gateway{opts: opts, log: opts.Log, dev: dev, conns: conns, pick: pick, engine: engine,
 		icmp: [][]byte{make([]byte, tunOffset+1500)}}
 	g.state.Store(&state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}})
@@ -125,7 +140,7 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	old := g.state.Load()
-	next := &state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}}
+	next := &state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}, hdr: map[*esp.SA]*saHeader{}}
 	spd, err := sa.NewSPD(policies, sas)
 	if err != nil {
 		return fmt.Errorf("load policies: %w", err)
@@ -171,6 +186,13 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 			}
 		}
 		next.all = append(next.all, s)
+		// The options are read from the file just loaded, also for an SA
+		// kept from before: a reload changes them without a new SA.
+		var path *pathMTU
+		if h := old.hdr[s]; h != nil {
+			path = h.path
+		}
+		next.hdr[s] = newSAHeader(cfg, path)
 		if outbound {
 			next.out[cfg.SPI] = s
 			if cfg.Mode == sa.Tunnel {
@@ -276,9 +298,11 @@ func (g *Gateway) lifetimes(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case now := <-t.C:
-			for _, s := range g.state.Load().all {
+			st := g.state.Load()
+			for _, s := range st.all {
 				s.CheckTime(now)
 			}
+			g.expirePMTU(st, now)
 		}
 	}
 }

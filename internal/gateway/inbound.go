@@ -62,12 +62,17 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 
 // writeTUN finishes an opened batch and writes the inner packets, in order.
 func (g *Gateway) writeTUN(b *batch) {
+	st := g.state.Load()
 	for i := range b.n {
 		if b.skip[i] {
 			continue
 		}
 		p := &b.pkts[i]
 		if p.SA.FinishOpen(p) != esp.OK {
+			continue
+		}
+		if h := st.hdr[p.SA]; h != nil && !h.decapsulate(p.Data(), b.msgs[i].TOS) {
+			g.drop(ECNDrop)
 			continue
 		}
 		b.out = append(b.out, p.Buf[p.Off-tunOffset:p.Off+p.Len])

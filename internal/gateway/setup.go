@@ -114,7 +114,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		conns = append(conns, w)
 	}
 	rt.Gateway = New(rt.TUN, conns, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
