@@ -28,7 +28,8 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 	}
 	b.n = n
 	g.counters.WireIn.Add(uint64(n))
-	st := g.state.Load()
+	st := g.view()
+	defer g.release()
 	for i := range n {
 		m := &b.msgs[i]
 		p := &b.pkts[i]
@@ -62,7 +63,7 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 
 // writeTUN finishes an opened batch and writes the inner packets, in order.
 func (g *Gateway) writeTUN(b *batch) {
-	st := g.state.Load()
+	st := g.view()
 	for i := range b.n {
 		if b.skip[i] {
 			continue
@@ -77,6 +78,7 @@ func (g *Gateway) writeTUN(b *batch) {
 		}
 		b.out = append(b.out, p.Buf[p.Off-tunOffset:p.Off+p.Len])
 	}
+	g.release()
 	if len(b.out) == 0 {
 		return
 	}
