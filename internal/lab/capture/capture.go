@@ -1,14 +1,21 @@
-// Package capture seals and opens packet captures offline, as `espgw pcap
-// seal` and `espgw pcap open` do: it reads pcap or pcapng files (Ethernet,
-// raw IP or Linux SLL), turns every IP packet into an ESP packet as it would
-// travel on the wire (outer header, UDP encapsulation) or opens every ESP
-// packet of known SPI back into its inner packet, writes the result as a
-// pcap, and counts every packet: written, rejected per reason, or skipped
-// per kind. It also writes Wireshark's esp_sa lines so that the same
-// captures open decrypted in Wireshark and tshark.
+// Package capture is the test bed's one place for packet captures and for
+// packets on the wire, used by `espgw pcap`, `espgw demo` and the scenarios
+// alike:
+//
+//   - reading (Reader, ReadAll): pcap or pcapng of every usual link type,
+//     safe on hostile input; writing (Writer);
+//   - sealing and opening captures offline (SealFile, OpenFile: `espgw pcap
+//     seal|open`), every packet counted: written, rejected per reason, or
+//     skipped per kind; Wireshark's esp_sa lines, so the same captures open
+//     decrypted in Wireshark and tshark;
+//   - rewriting any capture onto the test bed's two hosts (Load, Rewrite);
+//   - replaying it between the hosts and judging what arrived byte for byte
+//     (Replay);
+//   - watching an interface (Sniff) and sending whole IP packets from a
+//     namespace.
 //
 // The ESP transform is the esp package's; this package only frames packets
-// for the wire and does the capture I/O (gopacket's pcapgo and layers).
+// for the wire and does the capture I/O (gopacket's pcapgo).
 package capture
 
 import (
@@ -274,12 +281,7 @@ func Seal(ctx context.Context, r *Reader, w *Writer, s *esp.SA) (*Report, error)
 			rep.Skipped[string(f.Skip)]++
 			continue
 		}
-		ip, skip := trimIP(f.IP)
-		if skip != NotSkipped {
-			rep.Skipped[string(skip)]++
-			continue
-		}
-		out, err := z.Seal(ctx, ip)
+		out, err := z.Seal(ctx, f.IP)
 		var reason esp.Reason
 		if errors.As(err, &reason) {
 			rep.Rejects[reason.String()]++
@@ -295,23 +297,6 @@ func Seal(ctx context.Context, r *Reader, w *Writer, s *esp.SA) (*Report, error)
 	}
 	rep.SAs = []SAReport{saReport(s, "seal")}
 	return rep, nil
-}
-
-// trimIP cuts link-layer trailer bytes off an IP packet by its own length.
-func trimIP(ip []byte) ([]byte, Skip) {
-	if _, _, ok := ipHeader(ip); !ok {
-		return nil, MalformedIP
-	}
-	var total int
-	if ip[0]>>4 == 4 {
-		total = int(ip[2])<<8 | int(ip[3])
-	} else {
-		total = 40 + (int(ip[4])<<8 | int(ip[5]))
-	}
-	if total > len(ip) || total < 20 {
-		return nil, MalformedIP
-	}
-	return ip[:total], NotSkipped
 }
 
 // OpenFile opens every ESP packet of the capture in whose SPI is in the SA
