@@ -28,12 +28,24 @@ type Options struct {
 
 // Names lists the engines New knows, profiles spelled out.
 func Names() []string {
-	names := []string{cpu.Name, aesni.Name, ring.Name, virtio.Name}
+	return append(Software(), Devices()...)
+}
+
+// Software lists the engines that run on any machine: the CPU's
+// instructions and the models. Tests that go through every engine take
+// these; the device engines are proven where their device is
+// (internal/lab/devicetest).
+func Software() []string {
+	names := []string{cpu.Name, aesni.Name, ring.Name}
 	for _, p := range emul.ProfileNames() {
 		names = append(names, emul.Prefix+":"+p)
 	}
 	return names
 }
+
+// Devices lists the engines that need a crypto device, each of which
+// fails to open, saying why, on a machine without one.
+func Devices() []string { return []string{virtio.Name} }
 
 // New builds the engine called name.
 func New(name string, opts Options) (offload.Engine, error) {
