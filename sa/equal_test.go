@@ -34,6 +34,10 @@ func TestEqualSeesEveryField(t *testing.T) {
 		"Soft":         func(s *SA) { s.Soft.Time = time.Minute },
 		"Hard":         func(s *SA) { s.Hard.Packets = 1 },
 		"Selectors":    func(s *SA) { s.Selectors[0].Dst = netip.MustParsePrefix("203.0.113.0/25") },
+		"DSCP":         func(s *SA) { s.DSCP = DSCP{Fixed: true} },
+		"DF":           func(s *SA) { s.DF = DFClear },
+		"TTL":          func(s *SA) { s.TTL = 9 },
+		"DecapDSCP":    func(s *SA) { s.DecapDSCP = DecapCopy },
 	}
 	typ := reflect.TypeOf(SA{})
 	for i := range typ.NumField() {

@@ -95,6 +95,7 @@ func marshalSA(s *SA) *yaml.Node {
 	if s.TFCPad != 0 {
 		addStr(m, "tfc-pad", strconv.Itoa(s.TFCPad))
 	}
+	marshalHeader(m, s)
 	if !s.Soft.IsZero() || !s.Hard.IsZero() {
 		lt := mapping()
 		for _, l := range []struct {

@@ -110,6 +110,13 @@ type SA struct {
 
 	Soft, Hard Lifetime
 
+	// Outer-header options (header.go): the outer DSCP, DF and TTL a
+	// tunnel-mode SA writes, and whether it copies the outer DSCP inward.
+	DSCP      DSCP
+	DF        DF
+	TTL       uint8 // outer TTL / hop limit; 0 means DefaultTTL
+	DecapDSCP DecapDSCP
+
 	// Selectors, when set, are the traffic this SA carries: inbound, a
 	// decrypted packet outside them is dropped (RFC 4301 §5.2).
 	Selectors []Selector
@@ -130,5 +137,6 @@ func (s *SA) Equal(o *SA) bool {
 		s.Suite == o.Suite && string(s.EncKey) == string(o.EncKey) && string(s.AuthKey) == string(o.AuthKey) &&
 		s.ESN == o.ESN && s.ReplayWindow == o.ReplayWindow && s.InitialSeq == o.InitialSeq &&
 		s.TFCPad == o.TFCPad && s.Soft == o.Soft && s.Hard == o.Hard &&
+		s.DSCP == o.DSCP && s.DF == o.DF && s.TTL == o.TTL && s.DecapDSCP == o.DecapDSCP &&
 		slices.Equal(s.Selectors, o.Selectors)
 }

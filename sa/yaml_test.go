@@ -56,6 +56,7 @@ func TestParseYAMLExample(t *testing.T) {
 		EncKey:       mustHex("00112233445566778899aabbccddeeff"),
 		AuthKey:      mustHex("0102030405060708090a0b0c0d0e0f1011121314"),
 		ReplayWindow: 64,
+		TTL:          64,
 		Soft:         Lifetime{Bytes: 900e6, Packets: 900000, Time: 50 * time.Minute},
 		Hard:         Lifetime{Bytes: 1e9, Packets: 1000000, Time: time.Hour},
 		Selectors: []Selector{{
@@ -76,6 +77,10 @@ func TestParseYAMLExample(t *testing.T) {
 		ReplayWindow: 4096,
 		InitialSeq:   0xfffffff0,
 		TFCPad:       256,
+		DSCP:         DSCP{Fixed: true, Value: 46},
+		DecapDSCP:    DecapCopy,
+		DF:           DFClear,
+		TTL:          32,
 	}
 	if !reflect.DeepEqual(b, wantB) {
 		t.Errorf("sa[1] = %+v\nwant     %+v", *b, *wantB)
@@ -198,6 +203,14 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"bad spi", edit("spi: 0x1001", "spi: 0x100000000 #<"), "sa[0]: spi: \"0x100000000\" is not a 32-bit number"},
 		{"spi not a number", edit("spi: 0x1001", "spi: one #<"), `sa[0]: spi: "one" is not a 32-bit number`},
 		{"bad mode", edit("mode: tunnel", "mode: tunel #<"), e + `mode: "tunel", want tunnel or transport`},
+		{"dscp too big", edit("mode: tunnel", "mode: tunnel\n    dscp: 64 #<"), e + `dscp: "64", want copy or a DSCP value 0..63`},
+		{"dscp word", edit("mode: tunnel", "mode: tunnel\n    dscp: ef #<"), e + `dscp: "ef", want copy or a DSCP value 0..63`},
+		{"bad df", edit("mode: tunnel", "mode: tunnel\n    df: yes #<"), e + `df: "yes", want copy, set or clear`},
+		{"bad decap-dscp", edit("mode: tunnel", "mode: tunnel\n    decap-dscp: true #<"), e + `decap-dscp: "true", want keep or copy`},
+		{"ttl zero", edit("mode: tunnel", "mode: tunnel\n    ttl: 0 #<"), e + `ttl: "0", want an outer TTL 1..255`},
+		{"ttl too big", edit("mode: tunnel", "mode: tunnel\n    ttl: 256 #<"), e + `ttl: "256", want an outer TTL 1..255`},
+		{"dscp in transport mode", edit("mode: tunnel", "mode: transport\n    dscp: 10"), e + "dscp: transport mode has no outer header"},
+		{"df on IPv6 outer", strings.Replace(strings.Replace(edit("mode: tunnel", "mode: tunnel\n    df: set"), "192.0.2.1", "2001:db8::1", 1), "192.0.2.2", "2001:db8::2", 1), e + "df: IPv6 outer headers have no DF bit"},
 		{"bad src", edit("src: 192.0.2.1", "src: 192.0.2.300 #<"), e + `src: "192.0.2.300" is not an IPv4 or IPv6 address`},
 		{"family mismatch", edit("dst: 192.0.2.2", "dst: 2001:db8::2 #<"), e + "dst: 2001:db8::2 is not of the same address family as src 192.0.2.1"},
 		{"unspecified dst", edit("dst: 192.0.2.2", "dst: 0.0.0.0 #<"), e + "dst: 0.0.0.0 is the unspecified address"},
@@ -394,7 +407,7 @@ func TestMarshalRandomKeysRoundTrip(t *testing.T) {
 }
 
 func TestMarshalRejectsInvalidSA(t *testing.T) {
-	s := &SA{SPI: 1, Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"),
+	s := &SA{SPI: 0x101, Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"),
 		Suite: Suite{CipherAESCBC, AuthHMACSHA1_96}, EncKey: mustHex(testEncHex[:30]), AuthKey: mustHex(testAuthHex)}
 	_, err := Marshal(&Config{SAs: []*SA{s}})
 	if err == nil || !strings.Contains(err.Error(), "enc-key for aes-cbc is 15 bytes") {

@@ -31,7 +31,8 @@ type batch struct {
 	bufs  [][]byte
 	sizes []int
 	pkts  []esp.Packet
-	skip  []bool // dropped before the engine, already counted
+	skip  []bool  // dropped before the engine, already counted
+	outer []outer // outbound: each packet's outer header
 	n     int
 
 	ops  []*offload.Op // the Ops of the packets going to the engine
@@ -49,6 +50,7 @@ func newBatch(size, bufSize int) *batch {
 		sizes: make([]int, size),
 		pkts:  make([]esp.Packet, size),
 		skip:  make([]bool, size),
+		outer: make([]outer, size),
 		ops:   make([]*offload.Op, 0, size),
 		done:  make(chan struct{}, 1),
 		msgs:  make([]Message, size),
