@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // setkeyCommands are the first words of setkey(8) statements.
@@ -19,11 +21,9 @@ var setkeyCommands = []string{
 // looksLikeSetkey reports whether the first statement of the data is a
 // setkey(8) command (a YAML file starts with a key and a colon).
 func looksLikeSetkey(data []byte) bool {
-	toks, err := tokenizeSetkey(data, 1)
-	if err != nil || len(toks) == 0 {
-		return false
-	}
-	return slices.Contains(setkeyCommands, toks[0].text) && !toks[0].quoted
+	sc := &skScanner{data: data, line: 1}
+	t, ok, err := sc.next()
+	return err == nil && ok && !t.quoted && slices.Contains(setkeyCommands, t.text)
 }
 
 type skToken struct {
@@ -32,56 +32,65 @@ type skToken struct {
 	quoted bool
 }
 
-// tokenizeSetkey splits setkey(8) input into words, "quoted strings" and
-// ";", dropping # comments. It stops after limit tokens when limit > 0.
-func tokenizeSetkey(data []byte, limit int) ([]skToken, error) {
-	var toks []skToken
-	line := 1
-	for i := 0; i < len(data); {
-		if limit > 0 && len(toks) >= limit {
-			break
-		}
-		c := data[i]
+// skScanner splits setkey(8) input into words, "quoted strings" and ";",
+// dropping # comments, one token at a time: a statement is parsed as soon
+// as its ; is read, so memory follows the longest statement, not the file.
+type skScanner struct {
+	data []byte
+	i    int
+	line int
+}
+
+// next returns the next token; ok is false at the end of the data.
+func (sc *skScanner) next() (t skToken, ok bool, err error) {
+	data := sc.data
+	for sc.i < len(data) {
+		c := data[sc.i]
 		switch {
 		case c == '\n':
-			line++
-			i++
+			sc.line++
+			sc.i++
 		case c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v':
-			i++
-		case c == '\\' && (i+1 == len(data) || data[i+1] == '\n' || data[i+1] == '\r'):
-			i++ // shell-style line continuation, as copied from scripts
+			sc.i++
+		case c == '\\' && (sc.i+1 == len(data) || data[sc.i+1] == '\n' || data[sc.i+1] == '\r'):
+			sc.i++ // shell-style line continuation, as copied from scripts
 		case c == '#':
-			for i < len(data) && data[i] != '\n' {
-				i++
+			for sc.i < len(data) && data[sc.i] != '\n' {
+				sc.i++
 			}
 		case c == ';':
-			toks = append(toks, skToken{";", line, false})
-			i++
+			sc.i++
+			return skToken{";", sc.line, false}, true, nil
 		case c == '"':
-			start, startLine := i+1, line
+			start, startLine := sc.i+1, sc.line
 			j := start
 			for j < len(data) && data[j] != '"' {
 				if data[j] == '\n' {
-					line++
+					sc.line++
 				}
 				j++
 			}
 			if j == len(data) {
-				return toks, &ConfigError{Line: startLine, Err: errors.New("quoted string never closed")}
+				return skToken{}, false, &ConfigError{Line: startLine, Err: errors.New("quoted string never closed")}
 			}
-			toks = append(toks, skToken{string(data[start:j]), startLine, true})
-			i = j + 1
+			sc.i = j + 1
+			return skToken{string(data[start:j]), startLine, true}, true, nil
 		default:
-			j := i
+			j := sc.i
 			for j < len(data) && !strings.ContainsRune(" \t\r\n\f\v;\"", rune(data[j])) {
 				j++
 			}
-			toks = append(toks, skToken{string(data[i:j]), line, false})
-			i = j
+			t := skToken{string(data[sc.i:j]), sc.line, false}
+			sc.i = j
+			return t, true, nil
 		}
 	}
-	return toks, nil
+	return skToken{}, false, nil
 }
+
+// maxStatementTokens bounds one statement (the longest real one, an add
+// with every option, has about 30 words).
+const maxStatementTokens = 256
 
 // setkeyParser imports setkey(8) statements into SAs and policies.
 type setkeyParser struct {
@@ -91,6 +100,17 @@ type setkeyParser struct {
 	lines  map[*SA]int
 	reqids map[uint32]*SA
 	spd    []pendingPolicy
+	// bySPIDst and byEnds index the SAs added so far, so that duplicate
+	// checks and policy binding take constant time per statement: a file of
+	// tens of thousands of SAs parses in linear time.
+	bySPIDst map[spiDst]*SA
+	byEnds   map[saEnds]*SA // the first SA added per mode and endpoints
+}
+
+// saEnds is how a policy without unique:N finds its SA.
+type saEnds struct {
+	mode     Mode
+	src, dst netip.Addr
 }
 
 // pendingPolicy is an spdadd whose SA is found once all statements are read
@@ -115,25 +135,33 @@ type ipsecRule struct {
 // statements become SPD entries, spdadd … -P in|fwd ipsec statements become
 // the selectors of their SA. See the package doc for what is accepted.
 func ParseSetkey(name string, data []byte) (*Config, error) {
-	p := &setkeyParser{file: name, lines: map[*SA]int{}, reqids: map[uint32]*SA{}}
-	toks, err := tokenizeSetkey(data, 0)
-	if ce, ok := err.(*ConfigError); ok {
-		ce.File = name
-		return nil, ce
-	}
-	for len(toks) > 0 {
-		end := slices.IndexFunc(toks, func(t skToken) bool { return t.text == ";" && !t.quoted })
-		if end < 0 {
-			p.fail(toks[0].line, headOf(toks), "", errors.New("statement not ended by ;"))
+	p := &setkeyParser{file: name, lines: map[*SA]int{}, reqids: map[uint32]*SA{}, bySPIDst: map[spiDst]*SA{}, byEnds: map[saEnds]*SA{}}
+	sc := &skScanner{data: data, line: 1}
+	var toks []skToken
+	for len(p.errs) <= maxErrors {
+		t, ok, err := sc.next()
+		if ce, isCE := err.(*ConfigError); isCE {
+			ce.File = name
+			return nil, ce
+		}
+		if !ok {
+			if len(toks) > 0 {
+				p.fail(toks[0].line, headOf(toks), "", errors.New("statement not ended by ;"))
+			}
 			break
 		}
-		if end > 0 {
-			p.statement(toks[:end])
+		if t.text == ";" && !t.quoted {
+			if len(toks) > 0 {
+				p.statement(toks)
+			}
+			toks = toks[:0]
+			continue
 		}
-		toks = toks[end+1:]
-		if len(p.errs) > maxErrors {
+		if len(toks) == maxStatementTokens {
+			p.fail(toks[0].line, headOf(toks), "", fmt.Errorf("more than %d words without a ; (is a ; missing?)", maxStatementTokens))
 			break
 		}
+		toks = append(toks, t)
 	}
 	c := &Config{SAs: p.sas}
 	p.resolvePolicies(c)
@@ -161,18 +189,34 @@ func headOf(toks []skToken) string {
 		if i > 0 && strings.HasPrefix(t.text, "-") && t.text != "-4" && t.text != "-6" && t.text != "-n" || t.quoted || len(words) == 6 {
 			break
 		}
-		words = append(words, echoWord(t.text))
+		words = append(words, headWord(t.text))
 	}
 	return strings.Join(words, " ")
 }
 
-// echoWord is echo without the quotes, for words shown as part of a statement.
-func echoWord(s string) string {
-	e := echo(s)
+// headWord is a word of a statement's head as an error may show it: an
+// address, an SPI or a known word, or a description of what is hidden.
+func headWord(s string) string {
+	e := secret.Value(s, headWords...)
 	if uq, err := strconv.Unquote(e); err == nil {
 		return uq
 	}
 	return e
+}
+
+// headWords are the words a statement's head may hold.
+var headWords = slices.Concat([]string{"esp", "esp-udp", "-4", "-6", "-n"}, setkeyCommands, protoWords())
+
+// setkeyOptions are the options of add that an error may suggest.
+var setkeyOptions = []string{"-m", "-r", "-u", "-f", "-lh", "-ls", "-bh", "-bs", "-E", "-A", "-e", "-C", "-ctx"}
+
+// mapKeys lists a map's keys, for the words an error may suggest.
+func mapKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 func (p *setkeyParser) statement(toks []skToken) {
@@ -188,7 +232,7 @@ func (p *setkeyParser) statement(toks []skToken) {
 	case "spdadd", "spdupdate":
 		p.spdadd(toks, head)
 	default:
-		p.fail(cmd.line, head, "", fmt.Errorf("%s is not supported by the import (use add, spdadd, delete, flush, spdflush)", echo(cmd.text)))
+		p.fail(cmd.line, head, "", fmt.Errorf("%s is not supported by the import (use add, spdadd, delete, flush, spdflush)", secret.Word(cmd.text, setkeyCommands...)))
 	}
 }
 
@@ -236,13 +280,13 @@ func parseHostPort(s string) (netip.Addr, uint16, error) {
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil || a.Zone() != "" {
-		return netip.Addr{}, 0, fmt.Errorf("%s is not a numeric IPv4 or IPv6 address (host names are not resolved)", echo(host))
+		return netip.Addr{}, 0, fmt.Errorf("%s is not a numeric IPv4 or IPv6 address (host names are not resolved)", secret.Number(host))
 	}
 	var p uint16
 	if port != "" && port != "any" {
 		n, err := strconv.ParseUint(port, 10, 16)
 		if err != nil {
-			return netip.Addr{}, 0, fmt.Errorf("port %s is not a number 0..65535", echo(port))
+			return netip.Addr{}, 0, fmt.Errorf("port %s is not a number 0..65535", secret.Number(port))
 		}
 		p = uint16(n)
 	}
@@ -256,7 +300,7 @@ func splitBracketPort(s string) (host, port string, err error) {
 		return s, "", nil
 	}
 	if !strings.HasSuffix(s, "]") || open == 0 {
-		return "", "", fmt.Errorf("%s: want address[port]", echo(s))
+		return "", "", fmt.Errorf("%s: want address[port]", secret.Number(s))
 	}
 	return s[:open], s[open+1 : len(s)-1], nil
 }
@@ -324,12 +368,12 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 		s.Encap = EncapUDP
 		s.SrcPort, s.DstPort = cmp0(sport, DefaultNATTPort), cmp0(dport, DefaultNATTPort)
 	default:
-		p.fail(pos[2].line, head, "protocol", fmt.Errorf("%s: only esp and esp-udp SAs are supported", echo(pos[2].text)))
+		p.fail(pos[2].line, head, "protocol", fmt.Errorf("%s: only esp and esp-udp SAs are supported", secret.Word(pos[2].text, "esp", "esp-udp")))
 		return
 	}
 	spi, err := strconv.ParseUint(pos[3].text, 0, 32)
 	if err != nil {
-		p.fail(pos[3].line, head, "spi", fmt.Errorf("%s is not a 32-bit number", echo(pos[3].text)))
+		p.fail(pos[3].line, head, "spi", fmt.Errorf("%s is not a 32-bit number", secret.Number(pos[3].text)))
 		return
 	}
 	s.SPI = uint32(spi)
@@ -357,7 +401,7 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			}
 			n, err := strconv.ParseUint(t.text, 10, bits)
 			if err != nil || t.quoted {
-				p.fail(t.line, head, opt.text, fmt.Errorf("%s is not a number", echo(t.text)))
+				p.fail(t.line, head, opt.text, fmt.Errorf("%s is not a number", secret.Number(t.text)))
 				return 0, false
 			}
 			return n, true
@@ -375,7 +419,7 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 				// any is setkey's default, which kernels treat as transport.
 				s.Mode = Transport
 			default:
-				p.fail(t.line, head, "-m", fmt.Errorf("%s, want tunnel, transport or any", echo(t.text)))
+				p.fail(t.line, head, "-m", fmt.Errorf("%s, want tunnel, transport or any", secret.Word(t.text, "tunnel", "transport", "any")))
 				return
 			}
 		case "-r":
@@ -404,7 +448,7 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			case "zero-pad", "random-pad", "seq-pad", "nocyclic-seq", "cyclic-seq":
 				// espgw pads 1, 2, 3 … (RFC 4303) and never cycles.
 			default:
-				p.fail(t.line, head, "-f", fmt.Errorf("%s, want zero-pad, random-pad, seq-pad or nocyclic-seq", echo(t.text)))
+				p.fail(t.line, head, "-f", fmt.Errorf("%s, want zero-pad, random-pad, seq-pad or nocyclic-seq", secret.Word(t.text, "zero-pad", "random-pad", "seq-pad", "nocyclic-seq", "cyclic-seq")))
 				return
 			}
 		case "-lh", "-ls", "-bh", "-bs":
@@ -430,9 +474,13 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			if !ok {
 				return
 			}
+			if t.quoted {
+				p.fail(t.line, head, "-E", errors.New("a quoted key where the algorithm name belongs (was the algorithm left out?)"))
+				return
+			}
 			c, known := setkeyCiphers[t.text]
 			if !known {
-				p.fail(t.line, head, "-E", fmt.Errorf("%s is not supported (want rijndael-cbc, aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", echo(t.text)))
+				p.fail(t.line, head, "-E", fmt.Errorf("%s is not supported (want rijndael-cbc, aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", secret.Word(t.text, mapKeys(setkeyCiphers)...)))
 				return
 			}
 			field := "-E " + t.text
@@ -457,9 +505,13 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			if !ok {
 				return
 			}
+			if t.quoted {
+				p.fail(t.line, head, "-A", errors.New("a quoted key where the algorithm name belongs (was the algorithm left out?)"))
+				return
+			}
 			au, known := setkeyAuths[t.text]
 			if !known {
-				p.fail(t.line, head, "-A", fmt.Errorf("%s is not supported (want hmac-sha1, hmac-sha256, hmac-sha384, hmac-sha512, hmac-md5 or null)", echo(t.text)))
+				p.fail(t.line, head, "-A", fmt.Errorf("%s is not supported (want hmac-sha1, hmac-sha256, hmac-sha384, hmac-sha512, hmac-md5 or null)", secret.Word(t.text, mapKeys(setkeyAuths)...)))
 				return
 			}
 			field := "-A " + t.text
@@ -483,7 +535,7 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			p.fail(opt.line, head, opt.text, errors.New("not supported (only ESP with -E and -A)"))
 			return
 		default:
-			p.fail(opt.line, head, "", fmt.Errorf("unknown option %s", echo(opt.text)))
+			p.fail(opt.line, head, "", fmt.Errorf("unknown option %s", secret.Word(opt.text, setkeyOptions...)))
 			return
 		}
 	}
@@ -496,11 +548,9 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 		p.fail(line, head, "", err)
 		return
 	}
-	for _, prev := range p.sas {
-		if prev.SPI == s.SPI && prev.Dst == s.Dst {
-			p.fail(line, head, "spi", fmt.Errorf("duplicate SPI for dst %s (also added on line %d)", s.Dst, p.lines[prev]))
-			return
-		}
+	if prev, dup := p.bySPIDst[spiDst{s.SPI, s.Dst}]; dup {
+		p.fail(line, head, "spi", fmt.Errorf("duplicate SPI for dst %s (also added on line %d)", s.Dst, p.lines[prev]))
+		return
 	}
 	if reqid != 0 {
 		if prev, dup := p.reqids[reqid]; dup {
@@ -511,6 +561,10 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 	}
 	p.sas = append(p.sas, s)
 	p.lines[s] = line
+	p.bySPIDst[spiDst{s.SPI, s.Dst}] = s
+	if ends := (saEnds{s.Mode, s.Src, s.Dst}); p.byEnds[ends] == nil {
+		p.byEnds[ends] = s
+	}
 }
 
 func cmp0(v, def uint16) uint16 {
@@ -535,16 +589,27 @@ func (p *setkeyParser) delete(toks []skToken, head string) {
 		p.fail(toks[0].line, head, "", err)
 		return
 	}
-	for i, s := range p.sas {
-		if s.SPI == uint32(spi) && s.Src == src && s.Dst == dst {
-			p.sas = slices.Delete(p.sas, i, i+1)
-			for id, r := range p.reqids {
-				if r == s {
-					delete(p.reqids, id)
+	if s := p.bySPIDst[spiDst{uint32(spi), dst}]; s != nil && s.Src == src {
+		i := slices.Index(p.sas, s)
+		p.sas = slices.Delete(p.sas, i, i+1)
+		delete(p.bySPIDst, spiDst{s.SPI, s.Dst})
+		for id, r := range p.reqids {
+			if r == s {
+				delete(p.reqids, id)
+			}
+		}
+		if ends := (saEnds{s.Mode, s.Src, s.Dst}); p.byEnds[ends] == s {
+			delete(p.byEnds, ends)
+			// The next SA of these endpoints, in the order added, binds
+			// their policies now.
+			for _, o := range p.sas {
+				if o.Mode == s.Mode && o.Src == s.Src && o.Dst == s.Dst {
+					p.byEnds[ends] = o
+					break
 				}
 			}
-			return
 		}
+		return
 	}
 	p.fail(toks[0].line, head, "", errors.New("no such SA was added before"))
 }
@@ -577,7 +642,7 @@ func (p *setkeyParser) spdadd(toks []skToken, head string) {
 			var n uint64
 			n, err = strconv.ParseUint(port, 10, 16)
 			if err != nil {
-				err = fmt.Errorf("port %s is not a number", echo(port))
+				err = fmt.Errorf("port %s is not a number", secret.Number(port))
 			}
 			*side.port = PortRange{uint16(n), uint16(n)}
 		}
@@ -609,13 +674,13 @@ func (p *setkeyParser) spdadd(toks []skToken, head string) {
 		return
 	}
 	if opt, _ := a.next(); opt.text != "-P" {
-		p.fail(a.line(), head, "", fmt.Errorf("want -P direction policy, got %s", echo(opt.text)))
+		p.fail(a.line(), head, "", fmt.Errorf("want -P direction policy, got %s", secret.Word(opt.text, "-P")))
 		return
 	}
 	dt, _ := a.next()
 	dir := dt.text
 	if dir != "out" && dir != "in" && dir != "fwd" {
-		p.fail(dt.line, head, "-P", fmt.Errorf("direction %s, want out, in or fwd", echo(dir)))
+		p.fail(dt.line, head, "-P", fmt.Errorf("direction %s, want out, in or fwd", secret.Word(dir, "out", "in", "fwd")))
 		return
 	}
 	pol := Policy{Selector: sel}
@@ -651,7 +716,7 @@ func (p *setkeyParser) spdadd(toks []skToken, head string) {
 		pp.rule = rule
 		pp.where = rt.text
 	default:
-		p.fail(at.line, head, "-P "+dir, fmt.Errorf("%s, want discard, none or ipsec", echo(at.text)))
+		p.fail(at.line, head, "-P "+dir, fmt.Errorf("%s, want discard, none or ipsec", secret.Word(at.text, "discard", "none", "ipsec")))
 		return
 	}
 	if a.more() {
@@ -672,7 +737,7 @@ func parseSetkeyPriority(a *args) (int, error) {
 	if !isBase {
 		n, err := strconv.ParseInt(t.text, 10, 32)
 		if err != nil {
-			return 0, fmt.Errorf("%s is not a priority", echo(t.text))
+			return 0, fmt.Errorf("%s is not a priority", secret.Value(t.text, "low", "def", "high"))
 		}
 		return int(n), nil
 	}
@@ -695,7 +760,7 @@ func parseSetkeyPriority(a *args) (int, error) {
 	}
 	off, err := strconv.ParseUint(rest, 10, 30)
 	if err != nil {
-		return 0, fmt.Errorf("offset %s is not a number", echo(rest))
+		return 0, fmt.Errorf("offset %s is not a number", secret.Number(rest))
 	}
 	return base + sign*int(off), nil
 }
@@ -704,10 +769,10 @@ func parseSetkeyPriority(a *args) (int, error) {
 func parseIPsecRule(s string) (*ipsecRule, error) {
 	parts := strings.Split(s, "/")
 	if len(parts) != 4 {
-		return nil, fmt.Errorf("%s: want esp/mode/src-dst/level", echo(s))
+		return nil, fmt.Errorf("%s: want esp/mode/src-dst/level", secret.Word(s, "esp/transport//require"))
 	}
 	if parts[0] != "esp" {
-		return nil, fmt.Errorf("%s: only esp rules are supported", echo(parts[0]))
+		return nil, fmt.Errorf("%s: only esp rules are supported", secret.Word(parts[0], "esp"))
 	}
 	r := &ipsecRule{}
 	switch parts[1] {
@@ -729,18 +794,18 @@ func parseIPsecRule(s string) (*ipsecRule, error) {
 			return nil, errors.New("transport rule takes no endpoints")
 		}
 	default:
-		return nil, fmt.Errorf("mode %s, want tunnel or transport", echo(parts[1]))
+		return nil, fmt.Errorf("mode %s, want tunnel or transport", secret.Word(parts[1], "tunnel", "transport"))
 	}
 	level, id, hasID := strings.Cut(parts[3], ":")
 	switch level {
 	case "default", "use", "require", "unique":
 	default:
-		return nil, fmt.Errorf("level %s, want default, use, require or unique", echo(level))
+		return nil, fmt.Errorf("level %s, want default, use, require or unique", secret.Word(level, "default", "use", "require", "unique"))
 	}
 	if hasID {
 		n, err := strconv.ParseUint(id, 10, 32)
 		if err != nil || level != "unique" {
-			return nil, fmt.Errorf("%s: want unique:N", echo(parts[3]))
+			return nil, fmt.Errorf("%s: want unique:N", secret.Word(parts[3], "unique:1"))
 		}
 		r.reqid = uint32(n)
 	}
@@ -761,7 +826,7 @@ func (p *setkeyParser) resolvePolicies(c *Config) {
 		}
 		s, err := p.findRuleSA(pp)
 		if err != nil {
-			p.fail(pp.line, pp.head, "ipsec "+echoWord(pp.where), err)
+			p.fail(pp.line, pp.head, "ipsec "+pp.where, err) // where was read as a rule: no key
 			continue
 		}
 		if pp.dir == "out" {
@@ -799,10 +864,8 @@ func (p *setkeyParser) findRuleSA(pp pendingPolicy) (*SA, error) {
 		}
 		src, dst = sel.Src.Addr(), sel.Dst.Addr()
 	}
-	for _, s := range p.sas {
-		if s.Mode == r.mode && s.Src == src && s.Dst == dst {
-			return s, nil
-		}
+	if s := p.byEnds[saEnds{r.mode, src, dst}]; s != nil {
+		return s, nil
 	}
 	return nil, fmt.Errorf("no %s-mode SA from %s to %s was added", r.mode, src, dst)
 }

@@ -56,6 +56,7 @@ func TestParseYAMLExample(t *testing.T) {
 		EncKey:       mustHex("00112233445566778899aabbccddeeff"),
 		AuthKey:      mustHex("0102030405060708090a0b0c0d0e0f1011121314"),
 		ReplayWindow: 64,
+		TTL:          64,
 		Soft:         Lifetime{Bytes: 900e6, Packets: 900000, Time: 50 * time.Minute},
 		Hard:         Lifetime{Bytes: 1e9, Packets: 1000000, Time: time.Hour},
 		Selectors: []Selector{{
@@ -76,6 +77,10 @@ func TestParseYAMLExample(t *testing.T) {
 		ReplayWindow: 4096,
 		InitialSeq:   0xfffffff0,
 		TFCPad:       256,
+		DSCP:         DSCP{Fixed: true, Value: 46},
+		DecapDSCP:    DecapCopy,
+		DF:           DFClear,
+		TTL:          32,
 	}
 	if !reflect.DeepEqual(b, wantB) {
 		t.Errorf("sa[1] = %+v\nwant     %+v", *b, *wantB)
@@ -198,6 +203,14 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"bad spi", edit("spi: 0x1001", "spi: 0x100000000 #<"), "sa[0]: spi: \"0x100000000\" is not a 32-bit number"},
 		{"spi not a number", edit("spi: 0x1001", "spi: one #<"), `sa[0]: spi: "one" is not a 32-bit number`},
 		{"bad mode", edit("mode: tunnel", "mode: tunel #<"), e + `mode: "tunel", want tunnel or transport`},
+		{"dscp too big", edit("mode: tunnel", "mode: tunnel\n    dscp: 64 #<"), e + `dscp: "64", want copy or a DSCP value 0..63`},
+		{"dscp word", edit("mode: tunnel", "mode: tunnel\n    dscp: ef #<"), e + `dscp: "ef", want copy or a DSCP value 0..63`},
+		{"bad df", edit("mode: tunnel", "mode: tunnel\n    df: yes #<"), e + `df: "yes", want copy, set or clear`},
+		{"bad decap-dscp", edit("mode: tunnel", "mode: tunnel\n    decap-dscp: true #<"), e + `decap-dscp: "true", want keep or copy`},
+		{"ttl zero", edit("mode: tunnel", "mode: tunnel\n    ttl: 0 #<"), e + `ttl: "0", want an outer TTL 1..255`},
+		{"ttl too big", edit("mode: tunnel", "mode: tunnel\n    ttl: 256 #<"), e + `ttl: "256", want an outer TTL 1..255`},
+		{"dscp in transport mode", edit("mode: tunnel", "mode: transport\n    dscp: 10"), e + "dscp: transport mode has no outer header"},
+		{"df on IPv6 outer", strings.Replace(strings.Replace(edit("mode: tunnel", "mode: tunnel\n    df: set"), "192.0.2.1", "2001:db8::1", 1), "192.0.2.2", "2001:db8::2", 1), e + "df: IPv6 outer headers have no DF bit"},
 		{"bad src", edit("src: 192.0.2.1", "src: 192.0.2.300 #<"), e + `src: "192.0.2.300" is not an IPv4 or IPv6 address`},
 		{"family mismatch", edit("dst: 192.0.2.2", "dst: 2001:db8::2 #<"), e + "dst: 2001:db8::2 is not of the same address family as src 192.0.2.1"},
 		{"unspecified dst", edit("dst: 192.0.2.2", "dst: 0.0.0.0 #<"), e + "dst: 0.0.0.0 is the unspecified address"},
@@ -212,12 +225,12 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"bad encap", edit("mode: tunnel", "mode: tunnel\n    encap: tcp #<"), e + `encap: "tcp", want none or udp`},
 		{"window too big", edit("mode: tunnel", "mode: tunnel\n    replay-window: 4097 #<"), e + `replay-window: "4097", want 0..4096 packets`},
 		{"window negative", edit("mode: tunnel", "mode: tunnel\n    replay-window: -1 #<"), e + `replay-window: "-1", want 0..4096`},
-		{"esn not bool", edit("mode: tunnel", "mode: tunnel\n    esn: maybe #<"), e + `esn: "maybe", want true or false`},
+		{"esn not bool", edit("mode: tunnel", "mode: tunnel\n    esn: flase #<"), e + `esn: "flase", want true or false`},
 		{"initial-seq without esn", edit("mode: tunnel", "mode: tunnel\n    initial-seq: 0x100000000 #<"), e + "initial-seq: 4294967296 does not fit 32 bits: set esn: true"},
 		{"tfc-pad too big", edit("mode: tunnel", "mode: tunnel\n    tfc-pad: 65536 #<"), e + `tfc-pad: "65536", want 0..65535 bytes`},
-		{"random size", edit("enc-key: 0x"+testEncHex, "enc-key: random-512 #<"), e + `enc-key: "random-512", want random, random-128, random-192 or random-256`},
+		{"random size", edit("enc-key: 0x"+testEncHex, "enc-key: random-512 #<"), e + `enc-key: (a 10-character value, not shown), want random, random-128, random-192 or random-256`},
 		{"soft over hard", edit("mode: tunnel", "mode: tunnel\n    lifetimes: #<\n      soft: {bytes: 2G}\n      hard: {bytes: 1G}"), e + "lifetimes: soft bytes 2000000000 exceeds hard 1000000000"},
-		{"lifetime unknown", edit("mode: tunnel", "mode: tunnel\n    lifetimes:\n      soft: {minutes: 5} #<"), e[:len(e)-2] + ` lifetimes soft: unknown field "minutes" (want one of bytes, packets, seconds, time)`},
+		{"lifetime unknown", edit("mode: tunnel", "mode: tunnel\n    lifetimes:\n      soft: {minutes: 5} #<"), e[:len(e)-2] + ` lifetimes soft: unknown field (a 7-character value, not shown) (want one of bytes, packets, seconds, time)`},
 		{"lifetime bad time", edit("mode: tunnel", "mode: tunnel\n    lifetimes:\n      hard: {time: soon} #<"), e[:len(e)-2] + ` lifetimes hard: time: "soon" is not a duration`},
 		{"lifetime both", edit("mode: tunnel", "mode: tunnel\n    lifetimes:\n      hard: {seconds: 5, time: 5s} #<"), e[:len(e)-2] + " lifetimes hard: time: give seconds or time, not both"},
 		{"selector ports without proto", edit("mode: tunnel", "mode: tunnel\n    selectors:\n      - {src: 198.51.100.0/24, dport: 80} #<"), e[:len(e)-2] + " selectors[0]: dport: ports need proto tcp, udp, sctp or udplite, not any"},
@@ -233,7 +246,7 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"spd protect without sa", baseSA + "spd:\n  - {action: protect} #<\n", "spd[0]: sa: missing: a protect policy names the SPI of its outbound SA"},
 		{"spd unknown sa", baseSA + "spd:\n  - {action: protect, sa: 0x2002} #<\n", "spd[0]: sa: no SA with SPI 0x2002"},
 		{"spd bypass with sa", baseSA + "spd:\n  - {action: bypass, sa: 0x1001} #<\n", "spd[0]: sa: only a protect policy names an SA"},
-		{"spd bad action", baseSA + "spd:\n  - {action: allow} #<\n", `spd[0]: action: unknown action "allow" (want protect, bypass or discard)`},
+		{"spd bad action", baseSA + "spd:\n  - {action: allow} #<\n", `spd[0]: action: unknown action (a 5-character value, not shown) (want protect, bypass or discard)`},
 		{"spd no action", baseSA + "spd:\n  - {src: 10.0.0.0/8} #<\n", "spd[0]: action: missing (protect, bypass or discard)"},
 		{"spd bad priority", baseSA + "spd:\n  - {action: discard, priority: high} #<\n", `spd[0]: priority: "high" is not a number`},
 		{"spd unknown field", baseSA + "spd:\n  - {action: discard, prio: 1} #<\n", `spd[0]: unknown field "prio"`},
@@ -394,7 +407,7 @@ func TestMarshalRandomKeysRoundTrip(t *testing.T) {
 }
 
 func TestMarshalRejectsInvalidSA(t *testing.T) {
-	s := &SA{SPI: 1, Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"),
+	s := &SA{SPI: 0x101, Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"),
 		Suite: Suite{CipherAESCBC, AuthHMACSHA1_96}, EncKey: mustHex(testEncHex[:30]), AuthKey: mustHex(testAuthHex)}
 	_, err := Marshal(&Config{SAs: []*SA{s}})
 	if err == nil || !strings.Contains(err.Error(), "enc-key for aes-cbc is 15 bytes") {

@@ -172,10 +172,8 @@ func (e *Engine) noteSuffix() string {
 // Name is "afalg" or "afalg:DRIVER".
 func (e *Engine) Name() string { return e.name }
 
-// Capabilities lists the suites the driver can serve.
-func (e *Engine) Capabilities() offload.Capabilities {
-	return offload.Capabilities{Suites: e.suites, MaxBatch: e.opts.QueueDepth, InPlace: true, Async: true}
-}
+// Suites lists the suites the driver can serve.
+func (e *Engine) Suites() []sa.Suite { return e.suites }
 
 // Drivers lists the kernel drivers the engine's sessions were bound to.
 func (e *Engine) Drivers() []offload.Driver {
@@ -221,7 +219,8 @@ func (e *Engine) Submit(ctx context.Context, b *offload.Batch) error {
 	}
 }
 
-// TrySubmit queues a batch or returns offload.ErrQueueFull.
+// TrySubmit queues a batch or returns offload.ErrQueueFull without
+// blocking.
 func (e *Engine) TrySubmit(b *offload.Batch) error {
 	ok, _, err := e.admit(b, false)
 	if err != nil {
@@ -234,19 +233,17 @@ func (e *Engine) TrySubmit(b *offload.Batch) error {
 	return nil
 }
 
-// admit queues b if it fits; otherwise, when asked to wait, it registers
-// as a waiter and returns the channel that is closed when ops complete.
+// admit queues b if it fits (a batch larger than the whole queue fits an
+// empty one); otherwise, when asked to wait, it registers as a waiter and
+// returns the channel that is closed when ops complete.
 func (e *Engine) admit(b *offload.Batch, wait bool) (bool, chan struct{}, error) {
 	n := max(len(b.Ops), 1)
-	if n > e.opts.QueueDepth {
-		return false, nil, fmt.Errorf("%s: batch of %d ops is larger than the queue (%d)", e.name, len(b.Ops), e.opts.QueueDepth)
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed {
 		return false, nil, offload.ErrClosed
 	}
-	if e.inflight+n > e.opts.QueueDepth {
+	if e.inflight+n > e.opts.QueueDepth && e.inflight > 0 {
 		if !wait {
 			return false, nil, nil
 		}
@@ -262,14 +259,15 @@ func (e *Engine) admit(b *offload.Batch, wait bool) (bool, chan struct{}, error)
 	p.b = b
 	p.left.Store(int32(len(b.Ops)))
 	// Both channels hold QueueDepth entries and at most QueueDepth ops
-	// are admitted, so these sends never block; sending under mu keeps
-	// batches and their ops in submission order.
+	// are admitted (but for one oversized batch, whose ops the workers
+	// drain as they go), so these sends do not wait for completions;
+	// sending under mu keeps batches and their ops in submission order.
 	e.fifo <- p
 	if len(b.Ops) == 0 {
 		p.done <- struct{}{}
 	}
-	for i := range b.Ops {
-		e.jobs <- job{op: &b.Ops[i], p: p}
+	for _, op := range b.Ops {
+		e.jobs <- job{op: op, p: p}
 	}
 	return true, nil, nil
 }
@@ -295,7 +293,7 @@ func (e *Engine) complete() {
 		b := p.b
 		p.b = nil
 		e.pend.Put(p)
-		e.counters.Count(b)
+		e.counters.Count(b.Ops)
 		e.release(max(len(b.Ops), 1))
 		if b.Done != nil {
 			b.Done(b)

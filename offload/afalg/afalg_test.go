@@ -53,7 +53,7 @@ func newEngine(t testing.TB, opts afalg.Options) *afalg.Engine {
 }
 
 func serves(e *afalg.Engine, s sa.Suite) bool {
-	for _, x := range e.Capabilities().Suites {
+	for _, x := range e.Suites() {
 		if x == s {
 			return true
 		}
@@ -88,7 +88,7 @@ func (v vector) bytes(t *testing.T, k string) []byte {
 
 func run(t *testing.T, e offload.Engine, ops []offload.Op) {
 	t.Helper()
-	if err := offload.NewWaiter().Run(context.Background(), e, ops); err != nil {
+	if err := offload.NewWaiter(e).Run(context.Background(), offload.Refs(ops)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -372,14 +372,15 @@ func TestSessionAllocatesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	w := offload.NewWaiter()
+	w := offload.NewWaiter(e)
 	ops := make([]offload.Op, 8)
 	for i := range ops {
 		ops[i] = offload.Op{Session: s, Dir: offload.Seal, Packet: make([]byte, 8+16+1024+12)}
 	}
+	refs := offload.Refs(ops)
 	ctx := context.Background()
-	w.Run(ctx, e, ops) // warm the pools
-	if a := testing.AllocsPerRun(50, func() { w.Run(ctx, e, ops) }); a != 0 {
+	w.Run(ctx, refs) // warm the pools
+	if a := testing.AllocsPerRun(50, func() { w.Run(ctx, refs) }); a != 0 {
 		t.Fatalf("%.2f allocations per batch", a)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/emul"
 	"github.com/espgw/espgw/offload/ring"
+	"github.com/espgw/espgw/offload/virtio"
 )
 
 // Options tune the engines that have knobs; zero values mean the engine's
@@ -26,16 +27,27 @@ type Options struct {
 	ModelledTime bool
 }
 
-// Names lists the engines New knows that run on any machine, profiles
-// spelled out. New also knows afalg and afalg:DRIVER (afalg.Name), which
-// need a Linux kernel with AF_ALG.
+// Names lists the engines New knows, profiles spelled out.
 func Names() []string {
+	return append(Software(), Devices()...)
+}
+
+// Software lists the engines that run on any machine: the CPU's
+// instructions and the models. Tests that go through every engine take
+// these; the device engines are proven where their device is
+// (internal/lab/devicetest).
+func Software() []string {
 	names := []string{cpu.Name, aesni.Name, ring.Name}
 	for _, p := range emul.ProfileNames() {
 		names = append(names, emul.Prefix+":"+p)
 	}
 	return names
 }
+
+// Devices lists the engines that need a crypto device (or the kernel's
+// door to one), each of which fails to open, saying why, on a machine
+// without one. afalg also takes a driver: afalg:DRIVER.
+func Devices() []string { return []string{afalg.Name, virtio.Name} }
 
 // New builds the engine called name.
 func New(name string, opts Options) (offload.Engine, error) {
@@ -62,6 +74,13 @@ func New(name string, opts Options) (offload.Engine, error) {
 		e, err := afalg.New(afalg.Options{Driver: profile, Sockets: opts.Workers, QueueDepth: opts.QueueDepth})
 		if err != nil {
 			return nil, err
+		}
+		return e, nil
+	case base == virtio.Name:
+		// virtio:ADDRESS names the PCI device; plain virtio takes the first.
+		e, err := virtio.Open(virtio.Config{Device: profile, QueueSize: 2 * opts.QueueDepth})
+		if err != nil {
+			return nil, fmt.Errorf("offload engine %q: %w", name, err)
 		}
 		return e, nil
 	}

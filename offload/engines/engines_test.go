@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -23,7 +22,7 @@ func testEngines() []string {
 	if v := os.Getenv("ESPGW_TEST_ENGINES"); v != "" {
 		return strings.Split(v, ",")
 	}
-	return engines.Names()
+	return engines.Software()
 }
 
 func newEngine(t testing.TB, name string) offload.Engine {
@@ -50,7 +49,7 @@ type pair struct {
 
 func sessions(t testing.TB, e, ref offload.Engine, esn bool) []pair {
 	var out []pair
-	suites := e.Capabilities().Suites
+	suites := e.Suites()
 	if len(suites) == 0 {
 		t.Fatalf("%s: declares no suites", e.Name())
 	}
@@ -91,10 +90,10 @@ func run(t testing.TB, e, ref offload.Engine, p pair, dir offload.Direction, pkt
 		want[i] = offload.Op{Session: p.ref, Dir: dir, Packet: append([]byte(nil), pkt...), SeqHi: seqHi}
 	}
 	ctx := context.Background()
-	if err := offload.NewWaiter().Run(ctx, e, got); err != nil {
+	if err := offload.NewWaiter(e).Run(ctx, offload.Refs(got)); err != nil {
 		t.Fatal(err)
 	}
-	if err := offload.NewWaiter().Run(ctx, ref, want); err != nil {
+	if err := offload.NewWaiter(ref).Run(ctx, offload.Refs(want)); err != nil {
 		t.Fatal(err)
 	}
 	out := make([][]byte, len(pkts))
@@ -177,8 +176,8 @@ func FuzzEngines(f *testing.F) {
 // TestEverySuite: the engines that run anywhere serve every suite espgw
 // knows (a device engine declares what its driver can do).
 func TestEverySuite(t *testing.T) {
-	for _, name := range engines.Names() {
-		if got, want := len(newEngine(t, name).Capabilities().Suites), len(cpu.AllSuites()); got != want {
+	for _, name := range engines.Software() {
+		if got, want := len(newEngine(t, name).Suites()), len(cpu.AllSuites()); got != want {
 			t.Errorf("%s: %d suites, want all %d", name, got, want)
 		}
 	}
@@ -232,11 +231,11 @@ func openStatus(t *testing.T, e offload.Engine, p pair, pkt []byte, seqHi ...uin
 	if len(seqHi) > 0 {
 		hi = seqHi[0]
 	}
-	ops := []offload.Op{{Session: p.got, Dir: offload.Open, Packet: append([]byte(nil), pkt...), SeqHi: hi}}
-	if err := offload.NewWaiter().Run(context.Background(), e, ops); err != nil {
+	op := &offload.Op{Session: p.got, Dir: offload.Open, Packet: append([]byte(nil), pkt...), SeqHi: hi}
+	if err := offload.NewWaiter(e).Run(context.Background(), []*offload.Op{op}); err != nil {
 		t.Fatal(err)
 	}
-	return ops[0].Status
+	return op.Status
 }
 
 // TestInOrderCompletion: batches submitted back to back, from several
@@ -261,9 +260,9 @@ func TestInOrderCompletion(t *testing.T) {
 					defer wg.Done()
 					for k := range perSubmitter {
 						id := g*perSubmitter + k
-						b := &offload.Batch{Ops: make([]offload.Op, 1+id%7)}
+						b := &offload.Batch{Ops: make([]*offload.Op, 1+id%7)}
 						for i := range b.Ops {
-							b.Ops[i] = offload.Op{Session: p.got, Dir: offload.Seal, Packet: packet(p.suite, 40+i*100)}
+							b.Ops[i] = &offload.Op{Session: p.got, Dir: offload.Seal, Packet: packet(p.suite, 40+i*100)}
 						}
 						b.Done = func(b *offload.Batch) {
 							for i := range b.Ops {
@@ -276,23 +275,14 @@ func TestInOrderCompletion(t *testing.T) {
 							doneMu.Unlock()
 							all.Done()
 						}
-						for {
-							mu.Lock()
-							err := e.TrySubmit(b)
-							if err == nil {
-								taken = append(taken, id)
-							}
-							mu.Unlock()
-							if err == nil {
-								break
-							}
-							if err != offload.ErrQueueFull {
-								t.Errorf("submit: %v", err)
-								all.Done()
-								break
-							}
-							runtime.Gosched()
+						mu.Lock()
+						if err := e.Submit(context.Background(), b); err != nil {
+							t.Errorf("submit: %v", err)
+							all.Done()
+						} else {
+							taken = append(taken, id)
 						}
+						mu.Unlock()
 					}
 				}()
 			}

@@ -34,7 +34,7 @@ func TestESPRoundTripEveryEngine(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			eng := newEngine(t, name)
 			pr := esp.NewProcessor(eng)
-			for _, suite := range eng.Capabilities().Suites {
+			for _, suite := range eng.Suites() {
 				for _, mode := range []sa.Mode{sa.Tunnel, sa.Transport} {
 					for _, esn := range []bool{false, true} {
 						cfg := &sa.SA{SPI: 0x1001, Mode: mode, Suite: suite, ReplayWindow: 64, ESN: esn,

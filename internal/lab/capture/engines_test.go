@@ -17,12 +17,12 @@ import (
 
 func TestEveryEngineInterop(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range engines.Names() {
+	for _, name := range engines.Software() {
 		eng, err := engines.New(name, engines.Options{})
 		if err != nil {
 			t.Fatalf("engine %s: %v", name, err)
 		}
-		suites := eng.Capabilities().Suites
+		suites := eng.Suites()
 		eng.Close()
 		for _, sc := range interopSuites() {
 			if !slices.Contains(suites, sc.suite) {

@@ -167,7 +167,7 @@ func TestAFALGSoftware(t *testing.T) {
 // usedIndex reads the device's data queue used index.
 func usedIndex(t *testing.T, g *Guest) uint16 {
 	t.Helper()
-	n, err := g.CryptoRequests()
+	n, err := g.CryptoRequests(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,18 +14,17 @@
 package cryptoguest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/devicetest"
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
@@ -95,7 +94,7 @@ func Boot(ctx context.Context, opts Options) (g *Guest, err error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "cg"
 	}
-	modRoot, err := moduleRoot()
+	modRoot, err := devicetest.ModuleRoot(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -110,9 +109,13 @@ func Boot(ctx context.Context, opts Options) (g *Guest, err error) {
 			g = nil
 		}
 	}()
-	extra, err := g.extra(ctx, opts)
+	files, err := g.files(ctx, opts)
 	if err != nil {
 		return nil, err
+	}
+	devices := kernelpeer.Devices{}
+	if opts.CryptoDevice {
+		devices.Crypto = 1
 	}
 	if g.bed, err = netns.New(opts.Prefix, opts.Logger); err != nil {
 		return nil, fmt.Errorf("boot crypto guest: %w", err)
@@ -130,7 +133,7 @@ func Boot(ctx context.Context, opts Options) (g *Guest, err error) {
 		MTU: 1600, NATTPorts: []uint16{},
 		Assets: assets, MemoryMB: 768, CPU: "max",
 		BootTimeout: opts.BootTimeout, CommandTimeout: time.Minute, Logger: opts.Logger,
-		Extra: extra, CryptoDevice: opts.CryptoDevice, QMP: opts.CryptoDevice,
+		Files: files, Modules: BootModules, LaterModules: LaterModules, Devices: devices,
 	})
 	if err != nil {
 		return nil, err
@@ -138,37 +141,39 @@ func Boot(ctx context.Context, opts Options) (g *Guest, err error) {
 	return g, nil
 }
 
-// extra builds what the boot adds: espgw, test binaries, vectors, openssl.
-func (g *Guest) extra(ctx context.Context, opts Options) (*kernelpeer.Extra, error) {
-	x := &kernelpeer.Extra{Modules: BootModules, LaterModules: LaterModules}
+// files builds what the boot adds: espgw, test binaries, vectors, openssl.
+func (g *Guest) files(ctx context.Context, opts Options) (map[string]string, error) {
+	files := map[string]string{}
 	g.binary = filepath.Join(g.dir, "espgw")
-	if err := kernelpeer.BuildStatic(ctx, "github.com/espgw/espgw/cmd/espgw", g.binary); err != nil {
+	if err := devicetest.Build(ctx, g.modRoot, "./cmd/espgw", g.binary); err != nil {
 		return nil, err
 	}
-	x.Files = append(x.Files, kernelpeer.File{Path: Espgw, Src: g.binary})
+	files[Espgw] = g.binary
 	for _, pkg := range opts.Tests {
 		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, "github.com/espgw/espgw/"), "./")
 		bin := filepath.Join(g.dir, strings.ReplaceAll(rel, "/", "_")+".test")
-		if err := kernelpeer.BuildTest(ctx, "github.com/espgw/espgw/"+rel, bin); err != nil {
+		if err := devicetest.BuildTest(ctx, g.modRoot, "./"+rel, bin); err != nil {
 			return nil, err
 		}
-		x.Files = append(x.Files, kernelpeer.File{Path: TestBinary(rel), Src: bin})
+		files[TestBinary(rel)] = bin
 	}
 	vectors, err := filepath.Glob(filepath.Join(g.modRoot, "testdata", "vectors", "*"))
 	if err != nil || len(vectors) == 0 {
 		return nil, fmt.Errorf("boot crypto guest: no known-answer vectors in %s/testdata/vectors", g.modRoot)
 	}
 	for _, v := range vectors {
-		x.Files = append(x.Files, kernelpeer.File{Path: path.Join(Root, "testdata", "vectors", filepath.Base(v)), Src: v, Mode: 0o644})
+		files[path.Join(Root, "testdata", "vectors", filepath.Base(v))] = v
 	}
 	if opts.OpenSSL {
-		files, err := kernelpeer.HostProgram(OpenSSL, OpenSSLEngine)
+		prog, err := kernelpeer.HostProgram(OpenSSL, OpenSSLEngine)
 		if err != nil {
 			return nil, fmt.Errorf("bring openssl into the guest (apt-get install openssl libssl3): %w", err)
 		}
-		x.Files = append(x.Files, files...)
+		for k, v := range prog {
+			files[k] = v
+		}
 	}
-	return x, nil
+	return files, nil
 }
 
 // TestBinary is where the test binary of the package in folder rel of the
@@ -223,12 +228,8 @@ func (g *Guest) Close() error {
 	return nil
 }
 
-// moduleRoot is the espgw module's folder (go env GOMOD).
-func moduleRoot() (string, error) {
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	gomod := string(bytes.TrimSpace(out))
-	if err != nil || gomod == "" || gomod == os.DevNull {
-		return "", fmt.Errorf("find the espgw module (run inside it): go env GOMOD: %v %q", err, gomod)
-	}
-	return filepath.Dir(gomod), nil
+// CryptoRequests is the used index of the device's data queue, read from
+// QEMU: the requests it completed since boot, modulo 2^16.
+func (g *Guest) CryptoRequests(ctx context.Context) (uint16, error) {
+	return g.QueueUsed(ctx, "crypto0", 0)
 }

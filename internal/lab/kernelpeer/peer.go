@@ -3,6 +3,7 @@ package kernelpeer
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -56,30 +57,52 @@ type Config struct {
 	CommandTimeout time.Duration
 	Logger         *slog.Logger
 
-	// What a boot may add, each opt-in so that the kernel-interop guests
-	// stay as they are (see devices.go).
+	// Devices is opt-in hardware for device tests; the zero value is the
+	// plain peer the kernel-interop tests use.
+	Devices Devices
+	// Files are put into the guest's file system at boot, guest path →
+	// host file (e.g. espgw's own static binaries, test binaries and the
+	// files they read). They travel as a second cpio archive appended to
+	// the prepared initramfs, which the kernel unpacks after the first, so
+	// the prepared one is shared as it is.
+	Files map[string]string
+	// Modules are kernel modules of the guest's kernel, not in the
+	// prepared initramfs, that this boot adds (with the dependencies it
+	// lacks) and loads before Start returns; LaterModules are added but
+	// loaded only by LoadModules (a device driver a test wants to bring in
+	// at a moment of its choosing). See modules.go.
+	Modules, LaterModules []string
+	// CPU is QEMU's -cpu model ("max": AES-NI, AVX and the rest under
+	// TCG); empty leaves QEMU's default.
+	CPU string
+}
 
-	// Extra adds files and modules to this boot only.
-	Extra *Extra
-	// CryptoDevice adds QEMU's virtio-crypto-pci device (id crypto0) with
-	// the builtin software backend: a real virtqueue device the guest's
-	// virtio_crypto driver serves cbc(aes) with. The guest kernel's own
-	// ESP would use it too, hence opt-in.
-	CryptoDevice bool
-	// QMP opens QEMU's monitor on a socket of the peer's (Peer.QMP).
-	QMP bool
-	// CPU is QEMU's -cpu model (e.g. "max" for AES-NI and AVX under TCG);
-	// empty leaves QEMU's default. CPUs is -smp; 0 means 1.
-	CPU  string
-	CPUs int
-	// Machine is QEMU's -machine (e.g. "q35"); empty leaves QEMU's default.
-	Machine string
-	// IOMMU adds an emulated Intel IOMMU (needs Machine "q35"), turns it
-	// on in the guest kernel, and puts the crypto device behind it
-	// (iommu_platform=on, disable-legacy=on): what VFIO in the guest needs.
+// Devices are QEMU devices a guest can be started with.
+type Devices struct {
+	// Crypto adds this many virtio-crypto-pci devices with QEMU's builtin
+	// backend (AES-CBC/CTR/ECB/XTS and 3DES sessions), named crypto0,
+	// crypto1, … (see QueueUsed).
+	Crypto int
+	// IOMMU starts the guest on a q35 machine with an emulated Intel IOMMU
+	// (intel_iommu=on) and puts the crypto devices behind it
+	// (iommu_platform=on, disable-legacy=on), so that a user-space driver
+	// can take them through VFIO.
 	IOMMU bool
-	// KernelArgs are added to the guest kernel's command line.
-	KernelArgs []string
+}
+
+func (d Devices) qemuArgs() []string {
+	var args []string
+	if d.IOMMU {
+		args = append(args, "-machine", "q35", "-device", "intel-iommu,intremap=on")
+	}
+	for i := range d.Crypto {
+		dev := fmt.Sprintf("virtio-crypto-pci,id=crypto%d,cryptodev=cryptodev%d", i, i)
+		if d.IOMMU {
+			dev += ",iommu_platform=on,disable-legacy=on"
+		}
+		args = append(args, "-object", fmt.Sprintf("cryptodev-backend-builtin,id=cryptodev%d", i), "-device", dev)
+	}
+	return args
 }
 
 // Route is a guest route: traffic to Dst goes via Via.
@@ -90,14 +113,17 @@ type Route struct {
 
 // Peer is a running guest.
 type Peer struct {
-	cfg      Config
-	log      *slog.Logger
-	work     string // temporary folder: control socket, console log
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when qemu has exited
-	waitErr  error
-	tapMade  bool
-	BootTime time.Duration // from starting qemu to the agent's first answer
+	cfg     Config
+	log     *slog.Logger
+	work    string // temporary folder: control socket, console log
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when qemu has exited
+	waitErr error
+	tapMade bool
+	// bootModules and laterModules are Config.Modules and LaterModules
+	// with their dependencies, in load order, as put into the initrd.
+	bootModules, laterModules []string
+	BootTime                  time.Duration // from starting qemu to the agent's first answer
 	// GuestMAC is the guest's eth0 address, for static neighbour entries.
 	GuestMAC net.HardwareAddr
 	// BootCPU is the CPU time qemu used for the boot: what the boot costs
@@ -108,10 +134,6 @@ type Peer struct {
 	conn   net.Conn
 	lines  chan []byte
 	nextID uint64
-
-	initrd       string   // the boot's own initrd when Extra is set
-	laterModules []string // Extra.LaterModules with dependencies, in load order
-	qmp          *qmpConn
 }
 
 // ExitError is a guest command that ran and exited non-zero.
@@ -152,12 +174,6 @@ func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 	if err := p.makeTap(); err != nil {
 		return nil, err
 	}
-	var bootModules []string
-	if cfg.Extra != nil {
-		if p.initrd, bootModules, p.laterModules, err = p.cfg.writeBootInitrd(work); err != nil {
-			return nil, err
-		}
-	}
 	started := time.Now()
 	if err := p.startQEMU(qemu); err != nil {
 		return nil, err
@@ -170,13 +186,8 @@ func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 	if err := p.pinNeighbours(ctx); err != nil {
 		return nil, err
 	}
-	if err := p.loadModules(ctx, bootModules); err != nil {
+	if err := p.loadModules(ctx, p.bootModules); err != nil {
 		return nil, err
-	}
-	if cfg.QMP {
-		if p.qmp, err = dialQMP(ctx, p.qmpPath()); err != nil {
-			return nil, err
-		}
 	}
 	p.BootTime = time.Since(started)
 	p.BootCPU = processCPU(p.cmd.Process.Pid)
@@ -206,12 +217,6 @@ func (c *Config) fill() error {
 	}
 	if c.MemoryMB == 0 {
 		c.MemoryMB = 256
-	}
-	if c.CPUs == 0 {
-		c.CPUs = 1
-	}
-	if c.IOMMU && c.Machine != "q35" {
-		return errors.New("start kernel peer: Config.IOMMU needs Machine \"q35\" (intel-iommu is a q35 device)")
 	}
 	if c.BootTimeout == 0 {
 		c.BootTimeout = 180 * time.Second
@@ -340,6 +345,11 @@ func processCPU(pid int) time.Duration {
 // kernelArgs passes the guest's network settings to its /init.
 func (c *Config) kernelArgs() string {
 	args := []string{"console=ttyS0", "panic=-1", "quiet", "mitigations=off"}
+	if c.Devices.IOMMU {
+		// pt: the kernel's own drivers keep identity mappings; VFIO still
+		// gets a translated domain of its own.
+		args = append(args, "intel_iommu=on", "iommu=pt")
+	}
 	var addrs, routes, ports []string
 	for _, a := range c.GuestAddrs {
 		addrs = append(addrs, a.String())
@@ -362,37 +372,34 @@ func (c *Config) kernelArgs() string {
 	if c.MTU != 0 {
 		args = append(args, "espgw_mtu="+strconv.Itoa(c.MTU))
 	}
-	if c.IOMMU {
-		args = append(args, "intel_iommu=on", "iommu=pt")
-	}
-	args = append(args, c.KernelArgs...)
 	return strings.Join(args, " ")
 }
 
 func (p *Peer) startQEMU(qemu string) error {
 	p.GuestMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0} // QEMU's OUI
 	rand.Read(p.GuestMAC[3:])
-	initrd := p.cfg.Assets.Initramfs
-	if p.initrd != "" {
-		initrd = p.initrd
+	initrd, err := p.initrd()
+	if err != nil {
+		return err
 	}
 	args := []string{"netns", "exec", p.cfg.Netns, qemu,
-		"-accel", "tcg", "-m", strconv.Itoa(p.cfg.MemoryMB), "-smp", strconv.Itoa(p.cfg.CPUs),
+		"-accel", "tcg", "-m", strconv.Itoa(p.cfg.MemoryMB), "-smp", "1",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-kernel", p.cfg.Assets.Kernel, "-initrd", initrd,
 		"-append", p.cfg.kernelArgs(),
+		"-qmp", "unix:" + p.qmpPath() + ",server=on,wait=off",
 		"-serial", "file:" + p.consolePath(),
-	}
-	args = append(args, p.cfg.machineArgs()...)
-	args = append(args,
-		"-netdev", "tap,id=n0,ifname="+p.cfg.Tap+",script=no,downscript=no",
-		"-device", "virtio-net-pci,netdev=n0,mac="+p.GuestMAC.String(),
+		"-netdev", "tap,id=n0,ifname=" + p.cfg.Tap + ",script=no,downscript=no",
+		"-device", "virtio-net-pci,netdev=n0,mac=" + p.GuestMAC.String(),
 		"-device", "virtio-rng-pci",
 		"-device", "virtio-serial-pci",
-		"-chardev", "socket,id=ctl,path="+p.socketPath()+",server=on,wait=off",
+		"-chardev", "socket,id=ctl,path=" + p.socketPath() + ",server=on,wait=off",
 		"-device", "virtserialport,chardev=ctl,name=org.espgw.ctl",
-	)
-	args = append(args, p.cfg.deviceArgs(p.qmpPath())...)
+	}
+	args = append(args, p.cfg.Devices.qemuArgs()...)
+	if p.cfg.CPU != "" {
+		args = append(args, "-cpu", p.cfg.CPU)
+	}
 	// ip netns exec execs qemu in place: the PID is qemu's.
 	p.cmd = exec.Command("ip", args...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -415,6 +422,45 @@ func (p *Peer) startQEMU(qemu string) error {
 func (p *Peer) consolePath() string { return filepath.Join(p.work, "console.log") }
 func (p *Peer) socketPath() string  { return filepath.Join(p.work, "ctl.sock") }
 func (p *Peer) qmpPath() string     { return filepath.Join(p.work, "qmp.sock") }
+
+// initrd is the prepared initramfs, or, with Config.Files, a copy of it
+// with a second archive holding those files appended.
+func (p *Peer) initrd() (string, error) {
+	if len(p.cfg.Files)+len(p.cfg.Modules)+len(p.cfg.LaterModules) == 0 {
+		return p.cfg.Assets.Initramfs, nil
+	}
+	base, err := os.ReadFile(p.cfg.Assets.Initramfs)
+	if err != nil {
+		return "", fmt.Errorf("start kernel peer: %w", err)
+	}
+	arc := newArchive()
+	for guest, host := range p.cfg.Files {
+		st, err := os.Stat(host)
+		if err != nil {
+			return "", fmt.Errorf("start kernel peer: file for the guest's %s: %w", guest, err)
+		}
+		if err := addFile(arc, guest, host, uint32(st.Mode().Perm())); err != nil {
+			return "", fmt.Errorf("start kernel peer: %w", err)
+		}
+	}
+	if p.bootModules, p.laterModules, err = p.cfg.extraModules(arc); err != nil {
+		return "", fmt.Errorf("start kernel peer: %w", err)
+	}
+	var buf bytes.Buffer
+	buf.Write(base)
+	gz := gzip.NewWriter(&buf)
+	if err := arc.writeTo(gz); err != nil {
+		return "", fmt.Errorf("start kernel peer: extra files: %w", err)
+	}
+	if err := gz.Close(); err != nil {
+		return "", fmt.Errorf("start kernel peer: extra files: %w", err)
+	}
+	path := filepath.Join(p.work, "initramfs.cpio.gz")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		return "", fmt.Errorf("start kernel peer: %w", err)
+	}
+	return path, nil
+}
 
 // Console returns up to the last n bytes of the guest's serial console.
 func (p *Peer) Console(n int) string {
@@ -592,10 +638,6 @@ func (p *Peer) Close() error {
 		p.conn = nil
 	}
 	p.mu.Unlock()
-	if p.qmp != nil {
-		p.qmp.close()
-		p.qmp = nil
-	}
 	if p.cmd != nil && p.cmd.Process != nil {
 		select {
 		case <-p.exited:
