@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/espgw/espgw/internal/control"
 	"github.com/espgw/espgw/internal/gateway"
 )
 
@@ -24,7 +25,9 @@ func newRun() *cobra.Command {
 		Short: "Run one gateway from a configuration file",
 		Long: `Run one espgw gateway: a TUN device, outer sockets and an offload engine,
 with the SAs and policies of FILE. SIGINT or SIGTERM stop it and print the
-final counters; SIGHUP reloads the SAs without dropping the tunnel.`,
+final counters; SIGHUP reloads the SAs without dropping the tunnel. With
+control: PATH in FILE, espgw sa and espgw policy change the SAs and
+policies of the running gateway through that socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -58,6 +61,20 @@ func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config) er
 		go srv.Serve(ln)
 		defer srv.Close()
 		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	}
+
+	if path := cfg.ControlPath(); path != "" {
+		srv, err := control.Listen(path, rt, log)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cfg.File, err)
+		}
+		defer srv.Close()
+		go func() {
+			if err := srv.Serve(ctx); err != nil {
+				log.Error("control socket", "err", err)
+			}
+		}()
+		log.Info("control socket", "path", path)
 	}
 
 	hup := make(chan os.Signal, 1)

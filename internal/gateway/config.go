@@ -36,6 +36,9 @@ type Config struct {
 	Metrics string
 	// StateDir keeps outbound sequence reservations across restarts.
 	StateDir string
+	// Control is the path of the control socket (espgw sa|policy …);
+	// empty: none.
+	Control string
 
 	// SAFile and SetkeyFile name where the SAs come from, when not inline.
 	SAFile, SetkeyFile string
@@ -79,7 +82,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	p := &cfgParser{file: path}
 	var saNode, spdNode *yaml.Node
 	m := doc.Content[0]
-	known := []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "sa", "spd", "sa-file", "setkey-file", "state-dir"}
+	known := []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "sa", "spd", "sa-file", "setkey-file", "state-dir", "control"}
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], m.Content[i+1]
 		switch k.Value {
@@ -107,6 +110,11 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			spdNode = v
 		case "state-dir":
 			c.StateDir = v.Value
+		case "control":
+			if v.Value == "" {
+				p.failf(v, "control", "want the path of the control socket")
+			}
+			c.Control = v.Value
 		case "sa-file":
 			c.SAFile = v.Value
 		case "setkey-file":
@@ -165,6 +173,14 @@ func (c *Config) loadSAs(saNode, spdNode *yaml.Node) error {
 // Reload reads the SAs again from the same place: the config file itself
 // for inline SAs.
 func (c *Config) Reload() (*Config, error) { return LoadConfig(c.File) }
+
+// ControlPath is where the control socket is, empty when there is none.
+func (c *Config) ControlPath() string {
+	if c.Control == "" {
+		return ""
+	}
+	return c.rel(c.Control)
+}
 
 func (c *Config) rel(name string) string {
 	if filepath.IsAbs(name) {
@@ -278,6 +294,7 @@ func (c *Config) restartOnly(next *Config) error {
 	check("inline", c.Inline == next.Inline)
 	check("metrics", c.Metrics == next.Metrics)
 	check("state-dir", c.StateDir == next.StateDir)
+	check("control", c.Control == next.Control)
 	if len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))
 	}
