@@ -24,7 +24,7 @@ type Runtime struct {
 	Config *Config
 	TUN    *tun.Device
 	Engine offload.Engine
-	conns  map[connKey]*Wire
+	conns  map[connKey]*transport.Conn
 	rules  []*netlink.Rule
 }
 
@@ -40,7 +40,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	rt = &Runtime{Config: cfg, conns: map[connKey]*Wire{}}
+	rt = &Runtime{Config: cfg, conns: map[connKey]*transport.Conn{}}
 	defer func() {
 		if err != nil {
 			rt.Close()
@@ -142,7 +142,7 @@ func (rt *Runtime) open(k connKey, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
 	}
-	rt.conns[k] = NewWire(c)
+	rt.conns[k] = c
 	return nil
 }
 

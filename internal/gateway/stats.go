@@ -68,8 +68,8 @@ func (g *Gateway) Stats() Stats {
 		}
 	}
 	for _, c := range g.conns {
-		if w, ok := c.(*Wire); ok {
-			out.Sockets = append(out.Sockets, SocketStats{Kind: w.Kind().String(), Local: w.LocalAddr().String(), Stats: w.Conn.Stats()})
+		if w, ok := c.(*transport.Conn); ok {
+			out.Sockets = append(out.Sockets, SocketStats{Kind: w.Kind().String(), Local: w.LocalAddr().String(), Stats: w.Stats()})
 		}
 	}
 	for _, s := range st.all {
