@@ -270,6 +270,9 @@ func (s *SPD) lookupLinear(src, dst netip.Addr, proto uint8, sport, dport uint16
 	return nil
 }
 
+// Len is the number of policies.
+func (s *SPD) Len() int { return len(s.Policies()) }
+
 // Policies returns the policies in lookup order. The slice is shared: do not modify it.
 func (s *SPD) Policies() []Policy {
 	if t := s.table.Load(); t != nil {

@@ -69,7 +69,7 @@ func newBedOptions(t testing.TB, engine [2]offload.Engine, sas []*sa.SA, inline 
 	b := &bed{dev1: memnet.NewDevice(1024, 64), dev2: memnet.NewDevice(1024, 64)}
 	mk := func(dev *memnet.Device, c *memnet.Conn, local netip.Addr, engine offload.Engine) *gateway.Gateway {
 		g := gateway.New(dev, []gateway.Conn{c}, func(*sa.SA) gateway.Conn { return c }, engine,
-			gateway.Options{Local: []netip.Addr{local}, InnerMTU: 1438, Inline: inline, Log: slog.New(slog.DiscardHandler)})
+			gateway.Options{Local: []netip.Addr{local}, InnerMTU: 1438, Inline: inline, RetireAfter: 10 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 		if err := g.Load(sas, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -191,7 +191,7 @@ func BenchmarkPipeline(b *testing.B) {
 		{Cipher: sa.CipherAESCTR, Auth: sa.AuthHMACSHA256_128},
 		{Cipher: sa.Cipher3DES, Auth: sa.AuthHMACSHA1_96},
 	} {
-		for _, name := range engines.Names() {
+		for _, name := range engines.Software() {
 			for _, size := range []int{64, 1400} {
 				b.Run(fmt.Sprintf("%s/%s/%d", suite, name, size), func(b *testing.B) {
 					var es [2]offload.Engine

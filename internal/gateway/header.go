@@ -152,10 +152,11 @@ type pathMTU struct {
 
 // innerLimit is the largest inner packet the SA carries now.
 func (g *Gateway) innerLimit(h *saHeader) int {
-	if m := int(h.path.inner.Load()); m > 0 && m < g.opts.InnerMTU {
+	lim := g.InnerMTU()
+	if m := int(h.path.inner.Load()); m > 0 && m < lim {
 		return m
 	}
-	return g.opts.InnerMTU
+	return lim
 }
 
 // outerMTU is the largest outer packet the SA sends now.

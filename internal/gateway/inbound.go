@@ -33,7 +33,8 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 	}
 	b.n = n
 	g.counters.WireIn.Add(uint64(n))
-	st := g.state.Load()
+	st := g.view()
+	defer g.release()
 	for i, p := range b.ptrs[:n] {
 		spi, ok := esp.SPIOf(p.Data())
 		if !ok {
@@ -63,7 +64,7 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 
 // writeTUN finishes an opened batch and writes the inner packets, in order.
 func (g *Gateway) writeTUN(b *batch) {
-	st := g.state.Load()
+	st := g.view()
 	for i, p := range b.ptrs[:b.n] {
 		if b.skip[i] {
 			continue
@@ -77,6 +78,7 @@ func (g *Gateway) writeTUN(b *batch) {
 		}
 		b.out = append(b.out, p.Buf[p.Off-tunOffset:p.Off+p.Len])
 	}
+	g.release()
 	if len(b.out) == 0 {
 		return
 	}

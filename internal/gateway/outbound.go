@@ -53,7 +53,8 @@ func (g *Gateway) readTUN(b *batch) error {
 	}
 	b.n = n
 	g.counters.TunIn.Add(uint64(n))
-	st := g.state.Load()
+	st := g.view()
+	defer g.release()
 	for i := range n {
 		p := b.ptrs[i]
 		p.Reset(b.bufs[i], esp.Headroom, b.sizes[i])
@@ -146,6 +147,11 @@ func (g *Gateway) sendESP(b *batch) {
 		}
 		cfg := p.SA.Config
 		c := g.pick(cfg)
+		if c == nil {
+			// A change closed the socket while the packet was in flight.
+			g.drop(NoSocket)
+			continue
+		}
 		if c != conn {
 			flush()
 			conn = c

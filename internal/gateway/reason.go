@@ -21,6 +21,7 @@ const (
 	SendError                   // the outer socket refused a send
 	Shutdown                    // in flight when the gateway stopped
 	ECNDrop                     // outer CE over an inner Not-ECT packet: RFC 6040 §4.2 drops it
+	NoSocket                    // sealed for an outer socket a change closed while the packet was in flight
 	NumReasons
 )
 
@@ -38,6 +39,7 @@ var reasonNames = [NumReasons]string{
 	SendError:     "send-error",
 	Shutdown:      "shutdown",
 	ECNDrop:       "ecn-ce-not-ect",
+	NoSocket:      "no-socket",
 }
 
 func (r Reason) String() string {

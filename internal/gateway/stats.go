@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -55,7 +57,7 @@ type EngineStats struct {
 
 // Stats copies the counters.
 func (g *Gateway) Stats() Stats {
-	st := g.state.Load()
+	sas := g.SAs()
 	c := &g.counters
 	out := Stats{
 		TunIn: c.TunIn.Load(), TunOut: c.TunOut.Load(), WireIn: c.WireIn.Load(), WireOut: c.WireOut.Load(),
@@ -67,12 +69,15 @@ func (g *Gateway) Stats() Stats {
 			out.Drops[r.String()] = n
 		}
 	}
-	for _, c := range g.conns {
+	for _, c := range g.Conns() {
 		if w, ok := c.(*transport.Conn); ok {
 			out.Sockets = append(out.Sockets, SocketStats{Kind: w.Kind().String(), Local: w.LocalAddr().String(), Stats: w.Stats()})
 		}
 	}
-	for _, s := range st.all {
+	slices.SortFunc(out.Sockets, func(a, b SocketStats) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Local, b.Local)) })
+	st := g.view()
+	defer g.release()
+	for _, s := range sas {
 		dir := ""
 		if st.out[s.SPI()] == s {
 			dir = "out"
@@ -98,14 +103,25 @@ func (g *Gateway) Handler() http.Handler {
 	reg.MustRegister(collector{g})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	// The profiler is on the same loopback listener: what a data path spends
-	// its time on is a question users of a test bed ask.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(g.Stats())
 	})
+	return mux
+}
+
+// ProfileHandler serves Go's profiler (/debug/pprof/). It is apart from
+// Handler, on its own opt-in address (the pprof: setting): a profile shows
+// the process's memory and goroutines, keys included, and the endpoints
+// have no authentication, so they must never ride along on a metrics
+// address a user opened to a network.
+func ProfileHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }
 
