@@ -363,6 +363,9 @@ func (p *xfrmListing) protoLine(n int, f []string) {
 // "auth hmac(sha1) 0x…" and "aead rfc4106(gcm(aes)) 0x… 128".
 func (p *xfrmListing) algLine(n int, f []string) {
 	s := p.cur
+	if len(f) == 2 && (f[1] == "ecb(cipher_null)" || f[1] == "cipher_null") {
+		f = append(f, "")
+	}
 	if len(f) < 3 {
 		p.failCur(n, f[0], errors.New("want ALGORITHM KEY"))
 		return
@@ -380,6 +383,10 @@ func (p *xfrmListing) algLine(n int, f []string) {
 // enc, auth, auth-trunc or aead; rest holds the ICV length in bits for
 // auth-trunc and aead.
 func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
+	// ip -s prints the key's length after it: "0x… (256 bits)".
+	if len(rest) >= 2 && strings.HasPrefix(rest[0], "(") && rest[1] == "bits)" {
+		rest = rest[2:]
+	}
 	k, err := keyToken(key)
 	if name == "ecb(cipher_null)" || name == "cipher_null" || name == "digest_null" {
 		k, err = nil, nil // iproute2 prints "" or nothing useful for null
