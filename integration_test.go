@@ -93,13 +93,15 @@ func startBed(t *testing.T, o testbed.Options) *testbed.Bed {
 func icmpFlows(t *testing.T, pcap string, espSA []string) []string {
 	t.Helper()
 	args := []string{"-r", pcap, "-n", "-o", "esp.enable_encryption_decode:TRUE", "-o", "esp.enable_authentication_check:TRUE"}
-	for _, l := range espSA {
-		args = append(args, "-o", "uat:esp_sa:"+l)
-	}
 	args = append(args, "-Y", "icmp.type==8 || icmp.type==0 || icmpv6.type==128 || icmpv6.type==129",
 		"-T", "fields", "-E", "separator=/", "-e", "icmp.type", "-e", "icmpv6.type", "-e", "icmp.ident", "-e", "icmpv6.echo.identifier",
 		"-e", "icmp.seq", "-e", "icmpv6.echo.sequence_number", "-e", "data.len")
-	out, err := exec.Command("tshark", args...).Output()
+	cmd, done, err := testbed.TsharkCommand(context.Background(), espSA, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("tshark %s: %v", pcap, err)
 	}
@@ -274,6 +276,61 @@ func TestGatewayReloadKeepsTunnel(t *testing.T) {
 	if !strings.Contains(b.GW[0].Output(), "SAs loaded") {
 		t.Errorf("no reload in the gateway's log:\n%s", b.GW[0].Output())
 	}
+}
+
+// TestGatewayReloadChangesEncap reloads both gateways of a raw-ESP tunnel
+// into UDP encapsulation: each opens the UDP socket it did not have at
+// start and closes the raw one no SA uses (a reload that needed a socket
+// the gateway had not opened used to crash it on the next packet), and the
+// tunnel carries on over UDP. A change only a restart can apply is refused
+// whole, with its name.
+func TestGatewayReloadChangesEncap(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	b := startBed(t, testbed.Options{Prefix: "itenc", Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
+	pingAll(t, b, 2)
+	for _, s := range b.SAs {
+		s.Encap, s.SrcPort, s.DstPort = sa.EncapUDP, sa.DefaultNATTPort, sa.DefaultNATTPort
+	}
+	if err := sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), &sa.Config{SAs: b.SAs[:]}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range b.GW {
+		if err := g.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	pingAll(t, b, 3)
+	for i := range b.GW {
+		st, err := b.Stats(ctx, i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Sockets) != 1 || st.Sockets[0].Kind != "udp-encap" {
+			t.Errorf("gw%d sockets after the reload: %+v, want the UDP one only", i+1, st.Sockets)
+		}
+		for _, s := range st.SAs {
+			if s.OpenedPackets+s.SealedPackets < 3 {
+				t.Errorf("gw%d SA %s carried %d packets, want the pings", i+1, s.SPI, s.OpenedPackets+s.SealedPackets)
+			}
+		}
+	}
+	cfg, err := os.ReadFile(b.GW[0].Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(b.GW[0].Config, append(cfg, []byte("outer-mtu: 1400\n")...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.GW[0].Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if out := b.GW[0].Output(); !strings.Contains(out, "outer-mtu changed: restart the gateway to apply it") {
+		t.Errorf("a reload changing outer-mtu was not refused by name:\n%s", out)
+	}
+	pingAll(t, b, 2)
 }
 
 // TestTransportMode protects the gateways' own traffic to each other in

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/sa"
 )
@@ -81,7 +82,7 @@ func FuzzOpen(f *testing.F) {
 		copy(buf[esp.Headroom:], inner)
 		p := &esp.Packet{Buf: buf, Off: esp.Headroom, Len: len(inner)}
 		tx.PrepareSeal(p)
-		cpu.Process(&p.Op)
+		offload.Process(&p.Op)
 		f.Add(uint8(i), p.Data())
 	}
 	f.Add(uint8(0), []byte{})

@@ -23,8 +23,8 @@ type Packet struct {
 	Seq uint64 // full sequence number, known after Prepare
 	// Drop is the reason the packet did not come out, or OK.
 	Drop Reason
-	// Op is the engine request Prepare fills; batchers copy it into their
-	// offload.Batch and the Status back before Finish.
+	// Op is the engine request Prepare fills. The packet owns it: batches
+	// hand the engine &p.Op, and the engine's Status is where Finish reads it.
 	Op offload.Op
 }
 

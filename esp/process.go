@@ -11,21 +11,19 @@ import (
 // for the results. It belongs to one goroutine and reuses its buffers, so a
 // batch allocates nothing.
 type Processor struct {
-	engine offload.Engine
 	waiter *offload.Waiter
-	ops    []offload.Op
-	owner  []*Packet
+	ops    []*offload.Op // the Ops of the packets going to the engine
 }
 
 // NewProcessor returns a Processor for batches on engine.
 func NewProcessor(engine offload.Engine) *Processor {
-	return &Processor{engine: engine, waiter: offload.NewWaiter()}
+	return &Processor{waiter: offload.NewWaiter(engine)}
 }
 
 // Seal seals every packet with its p.SA, which the caller sets. Packets that
 // did not come out have p.Drop set and are counted on their SA.
 func (pr *Processor) Seal(ctx context.Context, pkts []*Packet) error {
-	pr.ops, pr.owner = pr.ops[:0], pr.owner[:0]
+	pr.ops = pr.ops[:0]
 	for _, p := range pkts {
 		if p.SA == nil {
 			return fmt.Errorf("seal: packet without an SA")
@@ -47,7 +45,7 @@ func (pr *Processor) Seal(ctx context.Context, pkts []*Packet) error {
 // Open opens every ESP packet with its p.SA, which the caller found by SPI.
 // Packets that did not come out have p.Drop set and are counted on their SA.
 func (pr *Processor) Open(ctx context.Context, pkts []*Packet) error {
-	pr.ops, pr.owner = pr.ops[:0], pr.owner[:0]
+	pr.ops = pr.ops[:0]
 	for _, p := range pkts {
 		if p.SA == nil {
 			return fmt.Errorf("open: packet without an SA")
@@ -66,20 +64,15 @@ func (pr *Processor) Open(ctx context.Context, pkts []*Packet) error {
 	return nil
 }
 
-func (pr *Processor) add(p *Packet) {
-	pr.ops = append(pr.ops, p.Op)
-	pr.owner = append(pr.owner, p)
-}
+func (pr *Processor) add(p *Packet) { pr.ops = append(pr.ops, &p.Op) }
 
 func (pr *Processor) run(ctx context.Context) error {
-	if err := pr.waiter.Run(ctx, pr.engine, pr.ops); err != nil {
-		for _, p := range pr.owner {
-			p.Op.Status = offload.Failed
+	err := pr.waiter.Run(ctx, pr.ops)
+	if err != nil {
+		for _, op := range pr.ops {
+			op.Status = offload.Failed
 		}
-		return err
 	}
-	for i, p := range pr.owner {
-		p.Op.Status = pr.ops[i].Status
-	}
-	return nil
+	clear(pr.ops) // hold no packets between batches
+	return err
 }

@@ -9,10 +9,9 @@ type Counters struct {
 }
 
 // Count tallies a completed batch: its ops, bytes and failures by status.
-func (c *Counters) Count(b *Batch) {
+func (c *Counters) Count(ops []*Op) {
 	var n, bad, failed uint64
-	for i := range b.Ops {
-		op := &b.Ops[i]
+	for _, op := range ops {
 		n += uint64(len(op.Packet))
 		switch op.Status {
 		case OK:
@@ -22,7 +21,7 @@ func (c *Counters) Count(b *Batch) {
 			failed++
 		}
 	}
-	c.ops.Add(uint64(len(b.Ops)))
+	c.ops.Add(uint64(len(ops)))
 	c.bytes.Add(n)
 	c.batches.Add(1)
 	if bad != 0 {
@@ -39,4 +38,22 @@ func (c *Counters) Stats() Stats {
 		Ops: c.ops.Load(), Bytes: c.bytes.Load(), Batches: c.batches.Load(),
 		Errors: c.errors.Load(), BadICV: c.badICV.Load(),
 	}
+}
+
+// InlineBase is what every Inline engine shares: its counters and its
+// closed state. An engine embeds it (for Stats and Close), checks Closed at
+// the top of Run, calls Count at the end, and answers Submit with
+// SubmitInline.
+type InlineBase struct {
+	Counters
+	closed atomic.Bool
+}
+
+// Closed reports whether Close was called.
+func (b *InlineBase) Closed() bool { return b.closed.Load() }
+
+// Close stops the engine from taking more work.
+func (b *InlineBase) Close() error {
+	b.closed.Store(true)
+	return nil
 }

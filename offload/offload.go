@@ -98,14 +98,6 @@ type Session interface {
 	Close() error
 }
 
-// Capabilities describe what an engine can do.
-type Capabilities struct {
-	Suites   []sa.Suite
-	MaxBatch int  // largest batch accepted by one Submit
-	InPlace  bool // always true for espgw engines: output overwrites input
-	Async    bool // completions arrive on another goroutine
-}
-
 // Stats are an engine's counters, named after the ubsec(4) driver's where
 // they mean the same thing.
 type Stats struct {
@@ -125,28 +117,84 @@ type Stats struct {
 
 // Batch is a set of ops submitted together. Done is called once, when every
 // op has its Status, and batches complete in the order they were submitted.
+// The ops belong to the caller (each packet owns its Op: esp.Packet.Op), so
+// the engine writes every Status where the packet will read it.
 type Batch struct {
-	Ops  []Op
+	Ops  []*Op
 	Done func(*Batch)
 }
 
-// ErrQueueFull is returned by TrySubmit when the engine cannot take the batch
-// now (ubsec's ERESTART); the caller retries later or uses Submit.
+// ErrQueueFull is returned by a non-blocking submit (ring.Engine.TrySubmit)
+// when the engine cannot take the batch now (ubsec's ERESTART).
 var ErrQueueFull = errors.New("offload: queue full")
 
 // ErrClosed is returned for submissions to a closed engine.
 var ErrClosed = errors.New("offload: engine closed")
 
 // Engine is a crypto engine: inline CPU instructions, a descriptor ring, or
-// an emulated card.
+// an emulated card. Adding one is a package implementing it and a line in
+// the registry (package engines).
 type Engine interface {
 	Name() string
-	Capabilities() Capabilities
+	// Suites lists what NewSession accepts.
+	Suites() []sa.Suite
 	NewSession(SessionConfig) (Session, error)
-	// Submit queues a batch, blocking while the engine is full, until ctx ends.
+	// Submit queues a batch, blocking while the engine is full, until ctx
+	// ends. Once Submit returned nil the engine owns the ops until Done.
 	Submit(ctx context.Context, b *Batch) error
-	// TrySubmit queues a batch or returns ErrQueueFull without blocking.
-	TrySubmit(b *Batch) error
 	Stats() Stats
 	Close() error
+}
+
+// Inline is an Engine whose work runs on the calling goroutine (cpu, aesni,
+// the inline emulated profiles). Callers holding a batch call Run and skip
+// the Batch, the Done callback and the wait: for a batch of one, that
+// bookkeeping would cost as much as the cipher. Engines without it complete
+// asynchronously.
+type Inline interface {
+	Engine
+	// Run gives every op its Status before it returns; it fails only when
+	// the engine is closed, and then touches no op.
+	Run(ops []*Op) error
+}
+
+// Processor is a Session that can run one op itself on the calling
+// goroutine. Engines that schedule work rather than doing it (ring, emul)
+// run their ops through it; the sessions of cpu (and everything that wraps
+// them) and of aesni are Processors.
+type Processor interface {
+	Session
+	Process(op *Op)
+}
+
+// Process runs op with its own session, or fails it when the session is
+// not a Processor.
+func Process(op *Op) {
+	p, ok := op.Session.(Processor)
+	if !ok {
+		op.Status = Failed
+		return
+	}
+	p.Process(op)
+}
+
+// SubmitInline is Submit for an Inline engine: Run, then Done.
+func SubmitInline(e Inline, b *Batch) error {
+	if err := e.Run(b.Ops); err != nil {
+		return err
+	}
+	if b.Done != nil {
+		b.Done(b)
+	}
+	return nil
+}
+
+// Refs returns a pointer to each of ops, for setting up a batch over ops
+// kept in one slice. It allocates the slice it returns: keep the result.
+func Refs(ops []Op) []*Op {
+	refs := make([]*Op, len(ops))
+	for i := range ops {
+		refs[i] = &ops[i]
+	}
+	return refs
 }

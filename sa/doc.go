@@ -98,7 +98,9 @@
 // # SAD and SPD
 //
 // NewSAD indexes validated SAs by SPI and by (SPI, destination); NewSPD
-// orders policies by priority and binds each protect policy to its SA.
+// orders policies by priority, binds each protect policy to its SA, and
+// indexes them by destination prefix so that a lookup does not grow with
+// the number of policies (first match in priority order, exactly).
 // Both answer lookups without locks or allocation, and Replace swaps in a
 // new set atomically while lookups run (the gateway reloads on SIGHUP).
 package sa

@@ -40,46 +40,6 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // gives a readable answer.
 const maxErrors = 20
 
-// echo returns a user-written token fit to quote in an error message, or a
-// neutral description when the token could be (part of) a key: a long value,
-// one with spaces (YAML folds a forgotten colon into the previous value), or
-// one with a run of 8 or more hex digits.
-func echo(s string) string {
-	if len(s) > 40 || strings.ContainsAny(s, " \t\r\n\"'\\") || hexRun(s) >= 8 {
-		return fmt.Sprintf("(a %d-character value, not shown)", len(s))
-	}
-	for _, r := range s {
-		if r < 0x20 || r > 0x7e {
-			return fmt.Sprintf("(a %d-character value, not shown)", len(s))
-		}
-	}
-	return fmt.Sprintf("%q", s)
-}
-
-// hexRun is the length of the longest run of hex digits in s.
-func hexRun(s string) int {
-	longest, n := 0, 0
-	for i := 0; i < len(s); i++ {
-		if isHex(s[i]) {
-			n++
-			longest = max(longest, n)
-		} else {
-			n = 0
-		}
-	}
-	return longest
-}
-
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
-}
-
-// echoShort is echo for fields that never hold keys (SPIs), where a short
-// hex number is what the user wrote and worth showing: runs of more than 11
-// hex digits (more than a mistyped 32-bit SPI) are still hidden.
-func echoShort(s string) string {
-	if len(s) <= 18 && hexRun(s) < 12 && !strings.ContainsAny(s, " \t\r\n\"'\\") {
-		return fmt.Sprintf("%q", s)
-	}
-	return echo(s)
 }

@@ -3,9 +3,9 @@ package sa
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"strconv"
 
+	"github.com/espgw/espgw/internal/secret"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -41,13 +41,14 @@ func Marshal(c *Config) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// WriteFile writes an SA file readable only by its owner: it holds keys.
+// WriteFile writes an SA file readable only by its owner (it holds keys),
+// whatever was at path before: see secret.WriteFile.
 func WriteFile(path string, c *Config) error {
 	data, err := Marshal(c)
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	if err := secret.WriteFile(path, data); err != nil {
 		return fmt.Errorf("write SA file: %w", err)
 	}
 	return nil
@@ -94,6 +95,7 @@ func marshalSA(s *SA) *yaml.Node {
 	if s.TFCPad != 0 {
 		addStr(m, "tfc-pad", strconv.Itoa(s.TFCPad))
 	}
+	marshalHeader(m, s)
 	if !s.Soft.IsZero() || !s.Hard.IsZero() {
 		lt := mapping()
 		for _, l := range []struct {

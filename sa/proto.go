@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // protoNames are the upper-layer protocols selectors may name; any other
@@ -24,7 +26,7 @@ func ParseProto(s string) (uint8, error) {
 	}
 	n, err := strconv.ParseUint(s, 10, 8)
 	if err != nil {
-		return 0, fmt.Errorf("unknown protocol %s (want a name such as tcp, udp, icmp, icmp6, any, or a number 0..255)", echo(s))
+		return 0, fmt.Errorf("unknown protocol %s (want a name such as tcp, udp, icmp, icmp6, any, or a number 0..255)", secret.Value(s, protoWords()...))
 	}
 	return uint8(n), nil
 }
@@ -67,12 +69,12 @@ func ParsePortRange(s string) (PortRange, error) {
 	lo, hi, isRange := strings.Cut(s, "-")
 	l, err := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
 	if err != nil {
-		return PortRange{}, fmt.Errorf("port %s: want a port, a range lo-hi or any", echo(s))
+		return PortRange{}, fmt.Errorf("port %s: want a port, a range lo-hi or any", secret.Number(s))
 	}
 	h := l
 	if isRange {
 		if h, err = strconv.ParseUint(strings.TrimSpace(hi), 10, 16); err != nil {
-			return PortRange{}, fmt.Errorf("port range %s: want lo-hi", echo(s))
+			return PortRange{}, fmt.Errorf("port range %s: want lo-hi", secret.Number(s))
 		}
 	}
 	switch {
@@ -102,7 +104,7 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	if strings.Contains(s, "/") {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return netip.Prefix{}, fmt.Errorf("%s is not an address prefix", echo(s))
+			return netip.Prefix{}, fmt.Errorf("%s is not an address prefix", secret.Number(s))
 		}
 		if p != p.Masked() {
 			return netip.Prefix{}, fmt.Errorf("%s has host bits set (did you mean %s?)", p, p.Masked())
@@ -111,7 +113,7 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil || a.Zone() != "" {
-		return netip.Prefix{}, fmt.Errorf("%s is not an address or prefix", echo(s))
+		return netip.Prefix{}, fmt.Errorf("%s is not an address or prefix", secret.Number(s))
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
@@ -125,3 +127,6 @@ func (s Selector) String() string {
 	}
 	return fmt.Sprintf("%s[%s] -> %s[%s] %s", pfx(s.Src), s.SrcPorts, pfx(s.Dst), s.DstPorts, ProtoName(s.Proto))
 }
+
+// protoWords are the protocol names an error may suggest.
+func protoWords() []string { return mapKeys(protoNames) }

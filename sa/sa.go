@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -109,6 +110,13 @@ type SA struct {
 
 	Soft, Hard Lifetime
 
+	// Outer-header options (header.go): the outer DSCP, DF and TTL a
+	// tunnel-mode SA writes, and whether it copies the outer DSCP inward.
+	DSCP      DSCP
+	DF        DF
+	TTL       uint8 // outer TTL / hop limit; 0 means DefaultTTL
+	DecapDSCP DecapDSCP
+
 	// Selectors, when set, are the traffic this SA carries: inbound, a
 	// decrypted packet outside them is dropped (RFC 4301 §5.2).
 	Selectors []Selector
@@ -117,4 +125,18 @@ type SA struct {
 // String names the SA without any key material.
 func (s *SA) String() string {
 	return fmt.Sprintf("SA %#x %s %s->%s %s", s.SPI, s.Mode, s.Src, s.Dst, s.Suite)
+}
+
+// Equal reports whether two SAs are configured identically, field for field,
+// keys, selectors, lifetimes and the initial sequence included: an SA that
+// is Equal to the one in force keeps its working state on a reload, any
+// other is a new SA.
+func (s *SA) Equal(o *SA) bool {
+	return s.SPI == o.SPI && s.Mode == o.Mode && s.Src == o.Src && s.Dst == o.Dst &&
+		s.Encap == o.Encap && s.SrcPort == o.SrcPort && s.DstPort == o.DstPort &&
+		s.Suite == o.Suite && string(s.EncKey) == string(o.EncKey) && string(s.AuthKey) == string(o.AuthKey) &&
+		s.ESN == o.ESN && s.ReplayWindow == o.ReplayWindow && s.InitialSeq == o.InitialSeq &&
+		s.TFCPad == o.TFCPad && s.Soft == o.Soft && s.Hard == o.Hard &&
+		s.DSCP == o.DSCP && s.DF == o.DF && s.TTL == o.TTL && s.DecapDSCP == o.DecapDSCP &&
+		slices.Equal(s.Selectors, o.Selectors)
 }

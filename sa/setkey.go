@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // setkeyCommands are the first words of setkey(8) statements.
@@ -161,18 +163,31 @@ func headOf(toks []skToken) string {
 		if i > 0 && strings.HasPrefix(t.text, "-") && t.text != "-4" && t.text != "-6" && t.text != "-n" || t.quoted || len(words) == 6 {
 			break
 		}
-		words = append(words, echoWord(t.text))
+		words = append(words, headWord(t.text))
 	}
 	return strings.Join(words, " ")
 }
 
-// echoWord is echo without the quotes, for words shown as part of a statement.
-func echoWord(s string) string {
-	e := echo(s)
+// headWord is a word of a statement's head as an error may show it: an
+// address, an SPI or a known word, or a description of what is hidden.
+func headWord(s string) string {
+	e := secret.Value(s, append(append([]string{"esp", "esp-udp", "-4", "-6", "-n"}, setkeyCommands...), protoWords()...)...)
 	if uq, err := strconv.Unquote(e); err == nil {
 		return uq
 	}
 	return e
+}
+
+// setkeyOptions are the options of add that an error may suggest.
+var setkeyOptions = []string{"-m", "-r", "-u", "-f", "-lh", "-ls", "-bh", "-bs", "-E", "-A", "-e", "-C", "-ctx"}
+
+// mapKeys lists a map's keys, for the words an error may suggest.
+func mapKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 func (p *setkeyParser) statement(toks []skToken) {
@@ -188,7 +203,7 @@ func (p *setkeyParser) statement(toks []skToken) {
 	case "spdadd", "spdupdate":
 		p.spdadd(toks, head)
 	default:
-		p.fail(cmd.line, head, "", fmt.Errorf("%s is not supported by the import (use add, spdadd, delete, flush, spdflush)", echo(cmd.text)))
+		p.fail(cmd.line, head, "", fmt.Errorf("%s is not supported by the import (use add, spdadd, delete, flush, spdflush)", secret.Word(cmd.text, setkeyCommands...)))
 	}
 }
 
@@ -236,13 +251,13 @@ func parseHostPort(s string) (netip.Addr, uint16, error) {
 	}
 	a, err := netip.ParseAddr(host)
 	if err != nil || a.Zone() != "" {
-		return netip.Addr{}, 0, fmt.Errorf("%s is not a numeric IPv4 or IPv6 address (host names are not resolved)", echo(host))
+		return netip.Addr{}, 0, fmt.Errorf("%s is not a numeric IPv4 or IPv6 address (host names are not resolved)", secret.Number(host))
 	}
 	var p uint16
 	if port != "" && port != "any" {
 		n, err := strconv.ParseUint(port, 10, 16)
 		if err != nil {
-			return netip.Addr{}, 0, fmt.Errorf("port %s is not a number 0..65535", echo(port))
+			return netip.Addr{}, 0, fmt.Errorf("port %s is not a number 0..65535", secret.Number(port))
 		}
 		p = uint16(n)
 	}
@@ -256,7 +271,7 @@ func splitBracketPort(s string) (host, port string, err error) {
 		return s, "", nil
 	}
 	if !strings.HasSuffix(s, "]") || open == 0 {
-		return "", "", fmt.Errorf("%s: want address[port]", echo(s))
+		return "", "", fmt.Errorf("%s: want address[port]", secret.Number(s))
 	}
 	return s[:open], s[open+1 : len(s)-1], nil
 }
@@ -324,12 +339,12 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 		s.Encap = EncapUDP
 		s.SrcPort, s.DstPort = cmp0(sport, DefaultNATTPort), cmp0(dport, DefaultNATTPort)
 	default:
-		p.fail(pos[2].line, head, "protocol", fmt.Errorf("%s: only esp and esp-udp SAs are supported", echo(pos[2].text)))
+		p.fail(pos[2].line, head, "protocol", fmt.Errorf("%s: only esp and esp-udp SAs are supported", secret.Word(pos[2].text, "esp", "esp-udp")))
 		return
 	}
 	spi, err := strconv.ParseUint(pos[3].text, 0, 32)
 	if err != nil {
-		p.fail(pos[3].line, head, "spi", fmt.Errorf("%s is not a 32-bit number", echo(pos[3].text)))
+		p.fail(pos[3].line, head, "spi", fmt.Errorf("%s is not a 32-bit number", secret.Number(pos[3].text)))
 		return
 	}
 	s.SPI = uint32(spi)
@@ -357,7 +372,7 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			}
 			n, err := strconv.ParseUint(t.text, 10, bits)
 			if err != nil || t.quoted {
-				p.fail(t.line, head, opt.text, fmt.Errorf("%s is not a number", echo(t.text)))
+				p.fail(t.line, head, opt.text, fmt.Errorf("%s is not a number", secret.Number(t.text)))
 				return 0, false
 			}
 			return n, true
@@ -375,7 +390,7 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 				// any is setkey's default, which kernels treat as transport.
 				s.Mode = Transport
 			default:
-				p.fail(t.line, head, "-m", fmt.Errorf("%s, want tunnel, transport or any", echo(t.text)))
+				p.fail(t.line, head, "-m", fmt.Errorf("%s, want tunnel, transport or any", secret.Word(t.text, "tunnel", "transport", "any")))
 				return
 			}
 		case "-r":
@@ -404,7 +419,7 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			case "zero-pad", "random-pad", "seq-pad", "nocyclic-seq", "cyclic-seq":
 				// espgw pads 1, 2, 3 … (RFC 4303) and never cycles.
 			default:
-				p.fail(t.line, head, "-f", fmt.Errorf("%s, want zero-pad, random-pad, seq-pad or nocyclic-seq", echo(t.text)))
+				p.fail(t.line, head, "-f", fmt.Errorf("%s, want zero-pad, random-pad, seq-pad or nocyclic-seq", secret.Word(t.text, "zero-pad", "random-pad", "seq-pad", "nocyclic-seq", "cyclic-seq")))
 				return
 			}
 		case "-lh", "-ls", "-bh", "-bs":
@@ -430,9 +445,13 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			if !ok {
 				return
 			}
+			if t.quoted {
+				p.fail(t.line, head, "-E", errors.New("a quoted key where the algorithm name belongs (was the algorithm left out?)"))
+				return
+			}
 			c, known := setkeyCiphers[t.text]
 			if !known {
-				p.fail(t.line, head, "-E", fmt.Errorf("%s is not supported (want rijndael-cbc, aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", echo(t.text)))
+				p.fail(t.line, head, "-E", fmt.Errorf("%s is not supported (want rijndael-cbc, aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", secret.Word(t.text, mapKeys(setkeyCiphers)...)))
 				return
 			}
 			field := "-E " + t.text
@@ -457,9 +476,13 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			if !ok {
 				return
 			}
+			if t.quoted {
+				p.fail(t.line, head, "-A", errors.New("a quoted key where the algorithm name belongs (was the algorithm left out?)"))
+				return
+			}
 			au, known := setkeyAuths[t.text]
 			if !known {
-				p.fail(t.line, head, "-A", fmt.Errorf("%s is not supported (want hmac-sha1, hmac-sha256, hmac-sha384, hmac-sha512, hmac-md5 or null)", echo(t.text)))
+				p.fail(t.line, head, "-A", fmt.Errorf("%s is not supported (want hmac-sha1, hmac-sha256, hmac-sha384, hmac-sha512, hmac-md5 or null)", secret.Word(t.text, mapKeys(setkeyAuths)...)))
 				return
 			}
 			field := "-A " + t.text
@@ -483,7 +506,7 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			p.fail(opt.line, head, opt.text, errors.New("not supported (only ESP with -E and -A)"))
 			return
 		default:
-			p.fail(opt.line, head, "", fmt.Errorf("unknown option %s", echo(opt.text)))
+			p.fail(opt.line, head, "", fmt.Errorf("unknown option %s", secret.Word(opt.text, setkeyOptions...)))
 			return
 		}
 	}
@@ -577,7 +600,7 @@ func (p *setkeyParser) spdadd(toks []skToken, head string) {
 			var n uint64
 			n, err = strconv.ParseUint(port, 10, 16)
 			if err != nil {
-				err = fmt.Errorf("port %s is not a number", echo(port))
+				err = fmt.Errorf("port %s is not a number", secret.Number(port))
 			}
 			*side.port = PortRange{uint16(n), uint16(n)}
 		}
@@ -609,13 +632,13 @@ func (p *setkeyParser) spdadd(toks []skToken, head string) {
 		return
 	}
 	if opt, _ := a.next(); opt.text != "-P" {
-		p.fail(a.line(), head, "", fmt.Errorf("want -P direction policy, got %s", echo(opt.text)))
+		p.fail(a.line(), head, "", fmt.Errorf("want -P direction policy, got %s", secret.Word(opt.text, "-P")))
 		return
 	}
 	dt, _ := a.next()
 	dir := dt.text
 	if dir != "out" && dir != "in" && dir != "fwd" {
-		p.fail(dt.line, head, "-P", fmt.Errorf("direction %s, want out, in or fwd", echo(dir)))
+		p.fail(dt.line, head, "-P", fmt.Errorf("direction %s, want out, in or fwd", secret.Word(dir, "out", "in", "fwd")))
 		return
 	}
 	pol := Policy{Selector: sel}
@@ -651,7 +674,7 @@ func (p *setkeyParser) spdadd(toks []skToken, head string) {
 		pp.rule = rule
 		pp.where = rt.text
 	default:
-		p.fail(at.line, head, "-P "+dir, fmt.Errorf("%s, want discard, none or ipsec", echo(at.text)))
+		p.fail(at.line, head, "-P "+dir, fmt.Errorf("%s, want discard, none or ipsec", secret.Word(at.text, "discard", "none", "ipsec")))
 		return
 	}
 	if a.more() {
@@ -672,7 +695,7 @@ func parseSetkeyPriority(a *args) (int, error) {
 	if !isBase {
 		n, err := strconv.ParseInt(t.text, 10, 32)
 		if err != nil {
-			return 0, fmt.Errorf("%s is not a priority", echo(t.text))
+			return 0, fmt.Errorf("%s is not a priority", secret.Value(t.text, "low", "def", "high"))
 		}
 		return int(n), nil
 	}
@@ -695,7 +718,7 @@ func parseSetkeyPriority(a *args) (int, error) {
 	}
 	off, err := strconv.ParseUint(rest, 10, 30)
 	if err != nil {
-		return 0, fmt.Errorf("offset %s is not a number", echo(rest))
+		return 0, fmt.Errorf("offset %s is not a number", secret.Number(rest))
 	}
 	return base + sign*int(off), nil
 }
@@ -704,10 +727,10 @@ func parseSetkeyPriority(a *args) (int, error) {
 func parseIPsecRule(s string) (*ipsecRule, error) {
 	parts := strings.Split(s, "/")
 	if len(parts) != 4 {
-		return nil, fmt.Errorf("%s: want esp/mode/src-dst/level", echo(s))
+		return nil, fmt.Errorf("%s: want esp/mode/src-dst/level", secret.Word(s, "esp/transport//require"))
 	}
 	if parts[0] != "esp" {
-		return nil, fmt.Errorf("%s: only esp rules are supported", echo(parts[0]))
+		return nil, fmt.Errorf("%s: only esp rules are supported", secret.Word(parts[0], "esp"))
 	}
 	r := &ipsecRule{}
 	switch parts[1] {
@@ -729,18 +752,18 @@ func parseIPsecRule(s string) (*ipsecRule, error) {
 			return nil, errors.New("transport rule takes no endpoints")
 		}
 	default:
-		return nil, fmt.Errorf("mode %s, want tunnel or transport", echo(parts[1]))
+		return nil, fmt.Errorf("mode %s, want tunnel or transport", secret.Word(parts[1], "tunnel", "transport"))
 	}
 	level, id, hasID := strings.Cut(parts[3], ":")
 	switch level {
 	case "default", "use", "require", "unique":
 	default:
-		return nil, fmt.Errorf("level %s, want default, use, require or unique", echo(level))
+		return nil, fmt.Errorf("level %s, want default, use, require or unique", secret.Word(level, "default", "use", "require", "unique"))
 	}
 	if hasID {
 		n, err := strconv.ParseUint(id, 10, 32)
 		if err != nil || level != "unique" {
-			return nil, fmt.Errorf("%s: want unique:N", echo(parts[3]))
+			return nil, fmt.Errorf("%s: want unique:N", secret.Word(parts[3], "unique:1"))
 		}
 		r.reqid = uint32(n)
 	}
@@ -761,7 +784,7 @@ func (p *setkeyParser) resolvePolicies(c *Config) {
 		}
 		s, err := p.findRuleSA(pp)
 		if err != nil {
-			p.fail(pp.line, pp.head, "ipsec "+echoWord(pp.where), err)
+			p.fail(pp.line, pp.head, "ipsec "+pp.where, err) // where was read as a rule: no key
 			continue
 		}
 		if pp.dir == "out" {

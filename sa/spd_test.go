@@ -1,6 +1,8 @@
 package sa
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -122,5 +124,98 @@ func TestSPDLookupDoesNotAllocate(t *testing.T) {
 	src, dst := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("203.0.113.1")
 	if n := testing.AllocsPerRun(1000, func() { spd.Lookup(src, dst, 17, 1, 2) }); n != 0 {
 		t.Errorf("%v allocations per lookup", n)
+	}
+}
+
+// TestSPDIndexMatchesLinearSearch builds random SPDs — overlapping prefixes
+// of every length in both families, policies without a destination, equal
+// priorities, protocols and port ranges — and asks the indexed Lookup and
+// the plain first-match walk of the list the same random questions.
+func TestSPDIndexMatchesLinearSearch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 4301))
+	// Addresses come from a small pool so prefixes overlap and packets hit.
+	addr := func(v6 bool) netip.Addr {
+		if v6 {
+			return netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(rng.IntN(4)), 14: byte(rng.IntN(3)), 7: byte(rng.IntN(2))})
+		}
+		return netip.AddrFrom4([4]byte{203, 0, byte(rng.IntN(3)), byte(rng.IntN(8))})
+	}
+	prefix := func(v6 bool) netip.Prefix {
+		switch rng.IntN(5) {
+		case 0:
+			return netip.Prefix{} // any
+		}
+		bits := rng.IntN(33)
+		if v6 {
+			bits = rng.IntN(129)
+		}
+		p, _ := addr(v6).Prefix(bits)
+		return p
+	}
+	ports := func() PortRange {
+		if rng.IntN(2) == 0 {
+			return PortRange{}
+		}
+		lo := uint16(1 + rng.IntN(8))
+		return PortRange{lo, lo + uint16(rng.IntN(4))}
+	}
+	for round := range 200 {
+		var ps []Policy
+		for range 1 + rng.IntN(60) {
+			v6 := rng.IntN(3) == 0
+			sel := Selector{Src: prefix(v6), Dst: prefix(v6)}
+			if rng.IntN(2) == 0 {
+				sel.Proto = []uint8{6, 17}[rng.IntN(2)]
+				sel.SrcPorts, sel.DstPorts = ports(), ports()
+			}
+			ps = append(ps, Policy{Priority: rng.IntN(5), Selector: sel, Action: Action(rng.IntN(2))})
+		}
+		spd, err := NewSPD(ps, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 500 {
+			v6 := rng.IntN(3) == 0
+			src, dst := addr(v6), addr(v6)
+			proto := []uint8{1, 6, 17}[rng.IntN(3)]
+			sport, dport := uint16(rng.IntN(12)), uint16(rng.IntN(12))
+			got, want := spd.Lookup(src, dst, proto, sport, dport), spd.lookupLinear(src, dst, proto, sport, dport)
+			if got != want {
+				t.Fatalf("round %d: %s → %s proto %d ports %d→%d: index gives %v, the list %v", round, src, dst, proto, sport, dport, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkSPDScale finds a tunnel's policy among n, one destination /24
+// each (the many-tunnel gateway) behind a catch-all discard, indexed and by
+// walking the list.
+func BenchmarkSPDScale(b *testing.B) {
+	for _, n := range []int{1, 100, 10000} {
+		var ps []Policy
+		for i := range n {
+			ps = append(ps, Policy{Priority: 10, Selector: Selector{
+				Src: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 0}), 24),
+				Dst: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 128 | byte(i>>8), byte(i), 0}), 24)}, Action: Bypass})
+		}
+		ps = append(ps, Policy{Priority: 100, Action: Discard})
+		spd, err := NewSPD(ps, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		i := n - 1
+		src, dst := netip.AddrFrom4([4]byte{10, byte(i >> 8), byte(i), 1}), netip.AddrFrom4([4]byte{10, 128 | byte(i>>8), byte(i), 1})
+		for _, m := range []struct {
+			name   string
+			lookup func(src, dst netip.Addr, proto uint8, sport, dport uint16) *Policy
+		}{{"index", spd.Lookup}, {"linear", spd.lookupLinear}} {
+			b.Run(fmt.Sprintf("%d/%s", n, m.name), func(b *testing.B) {
+				for b.Loop() {
+					if m.lookup(src, dst, 17, 1, 2).Action != Bypass {
+						b.Fatal("wrong policy")
+					}
+				}
+			})
+		}
 	}
 }

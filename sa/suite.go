@@ -1,6 +1,10 @@
 package sa
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/espgw/espgw/internal/secret"
+)
 
 // Cipher is an ESP encryption algorithm.
 type Cipher uint8
@@ -35,7 +39,7 @@ func ParseCipher(name string) (Cipher, error) {
 			return Cipher(c), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown cipher %q (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", name)
+	return 0, fmt.Errorf("unknown cipher %s (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", secret.Word(name, cipherNames[:]...))
 }
 
 // IsAEAD reports whether the cipher computes its own ICV.
@@ -76,7 +80,7 @@ func ParseAuth(name string) (Auth, error) {
 			return Auth(a), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown auth %q (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", name)
+	return 0, fmt.Errorf("unknown auth %s (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", secret.Word(name, authNames[:]...))
 }
 
 // Suite is a cipher and an integrity algorithm used together.

@@ -61,6 +61,9 @@ func (s *SA) Validate() error {
 	if s.TFCPad < 0 || s.TFCPad > 65535 {
 		errs = append(errs, fmt.Errorf("tfc-pad: %d, want 0..65535", s.TFCPad))
 	}
+	if err := s.validateHeader(); err != nil {
+		errs = append(errs, err)
+	}
 	if err := checkLifetimes(s.Soft, s.Hard); err != nil {
 		errs = append(errs, fmt.Errorf("lifetimes: %w", err))
 	}

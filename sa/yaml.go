@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/espgw/espgw/internal/secret"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -172,7 +173,7 @@ func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, dep
 			continue
 		}
 		if !slices.Contains(known, k.Value) {
-			p.failf(k, entry, "", "unknown field %s (want one of %s)", echo(k.Value), strings.Join(known, ", "))
+			p.failf(k, entry, "", "unknown field %s (want one of %s)", secret.Word(k.Value, known...), strings.Join(known, ", "))
 			continue
 		}
 		if prev, dup := out[k.Value]; dup {
@@ -273,8 +274,9 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 			p.failf(spd.val, "", "spd", "want a list of policies, got a %s", kindName(spd.val))
 			return c
 		}
+		idx := NewSPIIndex(c.SAs)
 		for i, n := range spd.val.Content {
-			if pol, ok := p.policy(i, resolve(n), c.SAs); ok {
+			if pol, ok := p.policy(i, resolve(n), idx); ok {
 				c.SPD = append(c.SPD, pol)
 			}
 		}
@@ -286,6 +288,7 @@ var saFields = []string{
 	"spi", "mode", "src", "dst", "encap", "sport", "dport",
 	"enc", "enc-key", "auth", "auth-key", "esn", "replay-window",
 	"lifetimes", "initial-seq", "tfc-pad", "selectors",
+	"dscp", "decap-dscp", "df", "ttl",
 }
 
 // sa reads one entry of the sa: list. It returns nil if the entry has errors
@@ -300,7 +303,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		if v, ok := p.scalar(f, entry); ok {
 			spi, err := strconv.ParseUint(v, 0, 32)
 			if err != nil {
-				p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", echoShort(v))
+				p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", secret.Number(v))
 			} else {
 				s.SPI = uint32(spi)
 				entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
@@ -328,7 +331,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		case "transport":
 			s.Mode = Transport
 		default:
-			p.failf(f.val, entry, "mode", "%s, want tunnel or transport", echo(v))
+			p.failf(f.val, entry, "mode", "%s, want tunnel or transport", secret.Word(v, "tunnel", "transport"))
 		}
 	}
 	for _, a := range []struct {
@@ -344,7 +347,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		}
 		addr, err := netip.ParseAddr(v)
 		if err != nil || addr.Zone() != "" {
-			p.failf(f.val, entry, a.name, "%s is not an IPv4 or IPv6 address", echo(v))
+			p.failf(f.val, entry, a.name, "%s is not an IPv4 or IPv6 address", secret.Number(v))
 			continue
 		}
 		*a.dst = addr
@@ -362,7 +365,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 			s.Encap = EncapUDP
 			s.SrcPort, s.DstPort = DefaultNATTPort, DefaultNATTPort
 		default:
-			p.failf(f.val, entry, "encap", "%s, want none or udp", echo(v))
+			p.failf(f.val, entry, "encap", "%s, want none or udp", secret.Word(v, "none", "udp"))
 		}
 	}
 	for _, a := range []struct {
@@ -375,7 +378,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		}
 		port, err := strconv.ParseUint(v, 10, 16)
 		if err != nil || port == 0 {
-			p.failf(f.val, entry, a.name, "%s is not a port 1..65535", echo(v))
+			p.failf(f.val, entry, a.name, "%s is not a port 1..65535", secret.Number(v))
 			continue
 		}
 		if s.Encap != EncapUDP {
@@ -389,7 +392,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("enc"); ok {
 		c, err := ParseCipher(v)
 		if err != nil {
-			p.failf(f.val, entry, "enc", "unknown cipher %s (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", echo(v))
+			p.failf(f.val, entry, "enc", "unknown cipher %s (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", secret.Word(v, cipherNames[:]...))
 			suiteOK = false
 		}
 		s.Suite.Cipher = c
@@ -402,7 +405,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("auth"); ok {
 		a, err := ParseAuth(v)
 		if err != nil {
-			p.failf(f.val, entry, "auth", "unknown integrity algorithm %s (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", echo(v))
+			p.failf(f.val, entry, "auth", "unknown integrity algorithm %s (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", secret.Word(v, authNames[:]...))
 			suiteOK = false
 		}
 		s.Suite.Auth = a
@@ -430,21 +433,21 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("esn"); ok {
 		b, err := parseBool(v)
 		if err != nil {
-			p.failf(f.val, entry, "esn", "%s, want true or false", echo(v))
+			p.failf(f.val, entry, "esn", "%s, want true or false", secret.Word(v, "true", "false"))
 		}
 		s.ESN = b
 	}
 	if f, v, ok := str("replay-window"); ok {
 		w, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || w > MaxReplayWindow {
-			p.failf(f.val, entry, "replay-window", "%s, want 0..%d packets (0 turns anti-replay off)", echo(v), MaxReplayWindow)
+			p.failf(f.val, entry, "replay-window", "%s, want 0..%d packets (0 turns anti-replay off)", secret.Number(v), MaxReplayWindow)
 		}
 		s.ReplayWindow = int(w)
 	}
 	if f, v, ok := str("initial-seq"); ok {
 		seq, err := strconv.ParseUint(v, 0, 64)
 		if err != nil {
-			p.failf(f.val, entry, "initial-seq", "%s is not a number", echo(v))
+			p.failf(f.val, entry, "initial-seq", "%s is not a number", secret.Number(v))
 		} else if !s.ESN && seq > math.MaxUint32 {
 			p.failf(f.val, entry, "initial-seq", "%d does not fit 32 bits: set esn: true", seq)
 		}
@@ -453,10 +456,11 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("tfc-pad"); ok {
 		pad, err := strconv.ParseUint(v, 10, 16)
 		if err != nil {
-			p.failf(f.val, entry, "tfc-pad", "%s, want 0..65535 bytes", echo(v))
+			p.failf(f.val, entry, "tfc-pad", "%s, want 0..65535 bytes", secret.Number(v))
 		}
 		s.TFCPad = int(pad)
 	}
+	p.header(str, entry, s)
 	if f, ok := fs["lifetimes"]; ok {
 		s.Soft, s.Hard = p.lifetimes(f, entry)
 	}
@@ -520,12 +524,12 @@ func (p *yamlParser) key(fs map[string]field, n *yaml.Node, entry, name string, 
 		if bits, isSized := strings.CutPrefix(v, "random-"); isSized && len(want) > 1 {
 			b, err := strconv.Atoi(bits)
 			if err != nil || (b != 128 && b != 192 && b != 256) {
-				p.failf(f.val, entry, name, "%s, want random, random-128, random-192 or random-256", echo(v))
+				p.failf(f.val, entry, name, "%s, want random, random-128, random-192 or random-256", secret.Hidden(v))
 				return nil
 			}
 			n = want[(b-128)/64]
 		} else if v != "random" {
-			p.failf(f.val, entry, name, "%s, want random (or random-128/192/256 for AES)", echo(v))
+			p.failf(f.val, entry, name, "%s, want random (or random-128/192/256 for AES)", secret.Hidden(v))
 			return nil
 		}
 		k, err := RandomKey(n)
@@ -625,7 +629,7 @@ func parseSize(s string) (uint64, error) {
 	}
 	n, err := strconv.ParseUint(strings.TrimSpace(num), 10, 64)
 	if err != nil || n > math.MaxUint64/mult {
-		return 0, fmt.Errorf("%s is not a count (write 1000000, 1M or 1Gi)", echo(s))
+		return 0, fmt.Errorf("%s is not a count (write 1000000, 1M or 1Gi)", secret.Number(s))
 	}
 	return n * mult, nil
 }
@@ -637,7 +641,7 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d < 0 {
-		return 0, fmt.Errorf("%s is not a duration (write 3600, 1h or 90m)", echo(s))
+		return 0, fmt.Errorf("%s is not a duration (write 3600, 1h or 90m)", secret.Number(s))
 	}
 	return d, nil
 }
@@ -711,7 +715,7 @@ func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Nod
 var policyFields = []string{"priority", "action", "sa"}
 
 // policy reads one entry of the spd: list.
-func (p *yamlParser) policy(i int, n *yaml.Node, sas []*SA) (Policy, bool) {
+func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 	entry := fmt.Sprintf("spd[%d]", i)
 	before := len(p.errs)
 	fs := p.fields(n, entry, append(slices.Clip(selectorFields), policyFields...))
@@ -724,7 +728,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas []*SA) (Policy, bool) {
 		if v, ok := p.scalar(f, entry); ok {
 			pr, err := strconv.ParseInt(v, 0, 32)
 			if err != nil {
-				p.failf(f.val, entry, "priority", "%s is not a number (lower is consulted first)", echo(v))
+				p.failf(f.val, entry, "priority", "%s is not a number (lower is consulted first)", secret.Number(v))
 			}
 			pol.Priority = int(pr)
 		}
@@ -757,14 +761,14 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas []*SA) (Policy, bool) {
 		}
 		spi, err := strconv.ParseUint(v, 0, 32)
 		if err != nil {
-			p.failf(saf.val, entry, "sa", "%s is not an SPI", echoShort(v))
+			p.failf(saf.val, entry, "sa", "%s is not an SPI", secret.Number(v))
 			break
 		}
 		if p.spdOnly {
 			pol.SPI = uint32(spi)
 			break
 		}
-		s, err := findSPI(sas, uint32(spi))
+		s, err := sas.Find(uint32(spi))
 		if err != nil {
 			p.fail(saf.val, entry, "sa", err)
 			break

@@ -454,3 +454,12 @@ func (d *Device) AddRoute(r Route) error {
 func ipNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
 }
+
+// DelRoute removes a route AddRoute added.
+func (d *Device) DelRoute(r Route) error {
+	nr := &netlink.Route{LinkIndex: d.index, Dst: ipNet(r.Dst.Masked()), Scope: netlink.SCOPE_LINK, Priority: r.Metric}
+	if err := d.nl.RouteDel(nr); err != nil {
+		return fmt.Errorf("delete route %s via TUN %s: %w", r.Dst, d.name, err)
+	}
+	return nil
+}

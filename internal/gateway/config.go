@@ -255,3 +255,31 @@ func (p *cfgParser) tun(n *yaml.Node, t *TUNConfig) {
 		}
 	}
 }
+
+// restartOnly reports the settings of next that differ from c and that only
+// a restart applies: everything but the SAs, the policies, the TUN routes
+// and the informational peer list.
+func (c *Config) restartOnly(next *Config) error {
+	var changed []string
+	check := func(name string, same bool) {
+		if !same {
+			changed = append(changed, name)
+		}
+	}
+	check("local", slices.Equal(c.Local, next.Local))
+	check("tun.name", c.TUN.Name == next.TUN.Name)
+	check("tun.addresses", slices.Equal(c.TUN.Addresses, next.TUN.Addresses))
+	check("tun.mtu", c.TUN.MTU == next.TUN.MTU)
+	check("tun.offloads", c.TUN.Offloads == next.TUN.Offloads)
+	check("outer-mtu", c.OuterMTU == next.OuterMTU)
+	check("engine", c.Engine == next.Engine)
+	check("workers", c.Workers == next.Workers)
+	check("batch", c.Batch == next.Batch)
+	check("inline", c.Inline == next.Inline)
+	check("metrics", c.Metrics == next.Metrics)
+	check("state-dir", c.StateDir == next.StateDir)
+	if len(changed) > 0 {
+		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))
+	}
+	return nil
+}

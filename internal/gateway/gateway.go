@@ -28,6 +28,13 @@ type Options struct {
 	// InnerMTU is the largest inner packet the tunnel carries without
 	// fragmenting the outer path; larger packets get ICMP back.
 	InnerMTU int
+	// OuterMTU is the outer path's MTU until ICMP says otherwise: where
+	// IPv4 outer packets without DF are fragmented (default InnerMTU plus
+	// 100).
+	OuterMTU int
+	// PMTUExpiry is how long a path MTU learned from ICMP holds (default
+	// DefaultPMTUExpiry).
+	PMTUExpiry time.Duration
 	// Workers is the number of crypto goroutines (default: 2).
 	Workers int
 	// Batch is the number of packets per pipeline batch (default: the
@@ -41,6 +48,9 @@ type Options struct {
 	// StateDir, when set, is where outbound sequence numbers are reserved
 	// so a restarted gateway resumes above them (see seqStore).
 	StateDir string
+	// RetireAfter is how long the engine session of an SA taken out of
+	// force stays open for packets in flight (default DefaultRetireAfter).
+	RetireAfter time.Duration
 	// ICMPSource are addresses ICMP too-big errors may come from (the TUN's
 	// own addresses); the local outer addresses serve otherwise.
 	ICMPSource []netip.Addr
@@ -59,15 +69,39 @@ type Gateway struct {
 	opts   Options
 	log    *slog.Logger
 	dev    Device
-	conns  []Conn
 	pick   func(*sa.SA) Conn
 	engine offload.Engine
 
-	state atomic.Pointer[state]
-	mu    sync.Mutex // serialises Load
+	// mu serialises changes (Load, Apply); tables guards st against the
+	// data path (see state).
+	mu     sync.Mutex
+	tables sync.RWMutex
+	st     *state
+
+	// innerMTU is the largest inner packet sent without ICMP too-big; a
+	// reload may lower it (never above Options.InnerMTU, which sized the
+	// buffers).
+	innerMTU atomic.Int64
+
+	// connMu guards conns and run: outer connections come and go with
+	// the SAs that need them.
+	connMu sync.Mutex
+	conns  map[Conn]*connRun
+	run    *runner
 
 	counters Counters
 	icmp     [][]byte // scratch for ICMP errors, used by the outbound reader only
+}
+
+// connRun is an outer connection's receiving goroutine, while Run runs.
+type connRun struct{ stop context.CancelFunc }
+
+// runner is what Run started, so connections added later join it.
+type runner struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	errc   chan error
 }
 
 // Counters are the gateway's own traffic counts and the drops no SA owns.
@@ -76,23 +110,9 @@ type Counters struct {
 	Drops                          [NumReasons]atomic.Uint64
 }
 
-// state is the SAs and policies in force, replaced whole on reload so the
-// data path reads it without locks.
-type state struct {
-	spd *sa.SPD
-	out map[uint32]*esp.SA // outbound SAs by SPI
-	in  map[uint32]*esp.SA // inbound SAs by SPI
-	all []*esp.SA
-	// only is the outbound SA used when there is no SPD and exactly one
-	// outbound tunnel SA: the common two-gateway test bed needs no policy.
-	only *esp.SA
-	// byPeer are the outbound transport-mode SAs by destination, which
-	// without an SPD protect the gateway's own traffic to that peer.
-	byPeer map[netip.Addr]*esp.SA
-}
-
-// New builds a gateway. pick chooses the outer connection for an SA (raw
-// ESP or UDP, IPv4 or IPv6); conns are all the connections to receive on.
+// New builds a gateway. pick chooses the outer connection for an outbound
+// SA (raw ESP or UDP, IPv4 or IPv6), nil when there is none; conns are the
+// connections to receive on (AddConn and RemoveConn change them).
 func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine, opts Options) *Gateway {
 	if opts.Workers <= 0 {
 		opts.Workers = 2
@@ -112,95 +132,96 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	if opts.InnerMTU <= 0 {
 		opts.InnerMTU = 1400
 	}
-	g := &Gateway{opts: opts, log: opts.Log, dev: dev, conns: conns, pick: pick, engine: engine,
-		icmp: [][]byte{make([]byte, tunOffset+1500)}}
-	g.state.Store(&state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}})
+	if opts.OuterMTU <= 0 {
+		opts.OuterMTU = opts.InnerMTU + 100
+	}
+	if opts.PMTUExpiry <= 0 {
+		opts.PMTUExpiry = DefaultPMTUExpiry
+	}
+	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine,
+		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState()}
+	g.innerMTU.Store(int64(opts.InnerMTU))
+	for _, c := range conns {
+		g.conns[c] = &connRun{}
+	}
 	return g
 }
 
-// Load puts a set of SAs and policies in force. SAs whose configuration is
-// unchanged keep their working state — sequence numbers, replay windows,
-// counters — so a reload does not drop the tunnel.
-func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	old := g.state.Load()
-	next := &state{out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}}
-	spd, err := sa.NewSPD(policies, sas)
-	if err != nil {
-		return fmt.Errorf("load policies: %w", err)
+// InnerMTU is the largest inner packet the gateway sends through the tunnel.
+func (g *Gateway) InnerMTU() int { return int(g.innerMTU.Load()) }
+
+// SetInnerMTU changes the largest inner packet sent through the tunnel, as
+// when a reload brings an SA with more overhead. It cannot exceed the
+// Options.InnerMTU the gateway was built with.
+func (g *Gateway) SetInnerMTU(mtu int) error {
+	if mtu > g.opts.InnerMTU || mtu < 68 {
+		return fmt.Errorf("inner MTU %d: want 68…%d (the MTU the gateway started with)", mtu, g.opts.InnerMTU)
 	}
-	next.spd = spd
-	var tunnels []*esp.SA
-	for _, cfg := range sas {
-		outbound, inbound := g.isLocal(cfg.Src), g.isLocal(cfg.Dst)
-		if !outbound && !inbound {
-			return fmt.Errorf("load %s: neither %s nor %s is a local address of this gateway", cfg, cfg.Src, cfg.Dst)
-		}
-		s := reuse(old, cfg)
-		if s == nil {
-			opts := esp.Options{OnSoftExpire: g.softExpired}
-			run := cfg
-			if outbound && g.opts.StateDir != "" {
-				store := seqStore{dir: g.opts.StateDir}
-				if run, err = store.resume(cfg); err != nil {
-					return fmt.Errorf("load: %w", err)
-				}
-				opts.Reserve = func(s *esp.SA, upTo uint64) error {
-					err := store.reserve(s, upTo)
-					if err != nil {
-						g.log.Error("sequence numbers not persisted", "err", err)
-					}
-					return err
-				}
-			}
-			s, err = esp.NewSA(run, g.engine, opts)
-			if err != nil {
-				return fmt.Errorf("load: %w", err)
-			}
-			if inbound && cfg.InitialSeq != 0 {
-				// The peer's first packet is InitialSeq+1 (sa.SA): start
-				// the window there, as the kernel's replay-seq does, so
-				// that ESN high bits are inferred from it and not from 0.
-				s.StartReceiveAfter(cfg.InitialSeq)
-			}
-		}
-		next.all = append(next.all, s)
-		if outbound {
-			next.out[cfg.SPI] = s
-			if cfg.Mode == sa.Tunnel {
-				tunnels = append(tunnels, s)
-			} else if len(policies) == 0 {
-				next.byPeer[cfg.Dst] = s
-			}
-		}
-		if inbound {
-			next.in[cfg.SPI] = s
-		}
-	}
-	if len(policies) == 0 && len(tunnels) == 1 {
-		next.only = tunnels[0]
-	}
-	g.state.Store(next)
-	g.log.Info("SAs loaded", "sas", len(sas), "policies", len(policies), "outbound", len(next.out), "inbound", len(next.in))
+	g.innerMTU.Store(int64(mtu))
 	return nil
 }
 
-// reuse finds the working state of an SA whose configuration did not change.
-func reuse(old *state, cfg *sa.SA) *esp.SA {
-	for _, s := range old.all {
-		if sameSA(s.Config, cfg) {
-			return s
-		}
+// AddConn starts receiving on another outer connection (at once if the
+// gateway runs).
+func (g *Gateway) AddConn(c Conn) {
+	g.connMu.Lock()
+	defer g.connMu.Unlock()
+	if _, ok := g.conns[c]; ok {
+		return
 	}
-	return nil
+	r := &connRun{}
+	g.conns[c] = r
+	if g.run != nil {
+		g.startConn(c, r)
+	}
 }
 
-func sameSA(a, b *sa.SA) bool {
-	return a.SPI == b.SPI && a.Mode == b.Mode && a.Src == b.Src && a.Dst == b.Dst &&
-		a.Encap == b.Encap && a.SrcPort == b.SrcPort && a.DstPort == b.DstPort &&
-		a.Suite == b.Suite && string(a.EncKey) == string(b.EncKey) && string(a.AuthKey) == string(b.AuthKey) &&
-		a.ESN == b.ESN && a.ReplayWindow == b.ReplayWindow
+// RemoveConn stops receiving on c and closes it. Sends to it fail from now
+// on (counted as send errors), so it is removed only once no SA in force
+// uses it.
+func (g *Gateway) RemoveConn(c Conn) {
+	g.connMu.Lock()
+	r, ok := g.conns[c]
+	delete(g.conns, c)
+	g.connMu.Unlock()
+	if !ok {
+		return
+	}
+	if r.stop != nil {
+		r.stop()
+	}
+	c.Close()
+}
+
+// startConn runs the inbound pipeline of c; connMu is held.
+func (g *Gateway) startConn(c Conn, r *connRun) {
+	ctx, stop := context.WithCancel(g.run.ctx)
+	r.stop = stop
+	run := g.run
+	run.wg.Add(1)
+	go func() {
+		defer run.wg.Done()
+		// Both contexts: a cancelled parent is seen before its children
+		// are cancelled, and Run closes the connections on the parent.
+		if err := g.inbound(ctx, c); err != nil && ctx.Err() == nil && run.ctx.Err() == nil {
+			select {
+			case run.errc <- err:
+			default:
+			}
+			run.cancel()
+		}
+	}()
+}
+
+// Conns returns the outer connections received on.
+func (g *Gateway) Conns() []Conn {
+	g.connMu.Lock()
+	defer g.connMu.Unlock()
+	out := make([]Conn, 0, len(g.conns))
+	for c := range g.conns {
+		out = append(out, c)
+	}
+	return out
 }
 
 func (g *Gateway) isLocal(a netip.Addr) bool {
@@ -216,9 +237,6 @@ func (g *Gateway) softExpired(s *esp.SA) {
 	g.log.Warn("SA passed its soft lifetime", "spi", fmt.Sprintf("%#x", s.SPI()))
 }
 
-// SAs returns the working SAs in force.
-func (g *Gateway) SAs() []*esp.SA { return g.state.Load().all }
-
 // Counters returns the gateway's own counters.
 func (g *Gateway) Counters() *Counters { return &g.counters }
 
@@ -229,32 +247,40 @@ func (g *Gateway) drop(r Reason) { g.counters.Drops[r].Add(1) }
 func (g *Gateway) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 1+len(g.conns))
+	r := &runner{ctx: ctx, cancel: cancel, errc: make(chan error, 1)}
 	start := func(f func(context.Context) error) {
-		wg.Add(1)
+		r.wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer r.wg.Done()
 			if err := f(ctx); err != nil && ctx.Err() == nil {
-				errc <- err
+				select {
+				case r.errc <- err:
+				default:
+				}
 				cancel()
 			}
 		}()
 	}
 	start(g.outbound)
-	for _, c := range g.conns {
-		start(func(ctx context.Context) error { return g.inbound(ctx, c) })
-	}
 	start(g.lifetimes)
+	g.connMu.Lock()
+	g.run = r
+	for c, cr := range g.conns {
+		g.startConn(c, cr)
+	}
+	g.connMu.Unlock()
 	<-ctx.Done()
 	// Closing the device and sockets is what unblocks the readers.
 	g.dev.Close()
-	for _, c := range g.conns {
+	g.connMu.Lock()
+	g.run = nil
+	for c := range g.conns {
 		c.Close()
 	}
-	wg.Wait()
+	g.connMu.Unlock()
+	r.wg.Wait()
 	select {
-	case err := <-errc:
+	case err := <-r.errc:
 		return err
 	default:
 		return nil
@@ -271,9 +297,12 @@ func (g *Gateway) lifetimes(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case now := <-t.C:
-			for _, s := range g.state.Load().all {
+			st := g.view()
+			for _, s := range st.all {
 				s.CheckTime(now)
 			}
+			g.expirePMTU(st, now)
+			g.release()
 		}
 	}
 }

@@ -69,7 +69,7 @@ func newBedOptions(t testing.TB, engine [2]offload.Engine, sas []*sa.SA, inline 
 	b := &bed{dev1: memnet.NewDevice(1024, 64), dev2: memnet.NewDevice(1024, 64)}
 	mk := func(dev *memnet.Device, c *memnet.Conn, local netip.Addr, engine offload.Engine) *gateway.Gateway {
 		g := gateway.New(dev, []gateway.Conn{c}, func(*sa.SA) gateway.Conn { return c }, engine,
-			gateway.Options{Local: []netip.Addr{local}, InnerMTU: 1438, Inline: inline, Log: slog.New(slog.DiscardHandler)})
+			gateway.Options{Local: []netip.Addr{local}, InnerMTU: 1438, Inline: inline, RetireAfter: 10 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 		if err := g.Load(sas, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -215,7 +215,7 @@ func BenchmarkPipeline(b *testing.B) {
 }
 
 func supports(e offload.Engine, s sa.Suite) bool {
-	for _, x := range e.Capabilities().Suites {
+	for _, x := range e.Suites() {
 		if x == s {
 			return true
 		}
@@ -287,8 +287,8 @@ func TestPipelineAllocatesNothing(t *testing.T) {
 			for range 200 { // warm the pools and the batch ring
 				round()
 			}
-			if n := testing.AllocsPerRun(500, round); n > 0.05 {
-				t.Errorf("%.2f allocations per packet through the pipeline, want 0", n)
+			if n := testing.AllocsPerRun(500, round); n != 0 {
+				t.Errorf("%.3f allocations per packet through the pipeline, want 0", n)
 			}
 		})
 	}

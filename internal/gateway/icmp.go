@@ -6,22 +6,18 @@ import (
 	"github.com/espgw/espgw/internal/pmtu"
 )
 
-// tooBig answers an inner packet larger than the tunnel MTU that must not
-// be fragmented with ICMP "fragmentation needed" or ICMPv6 "packet too
-// big", written back into the TUN toward its sender. It reports whether
-// the packet is to be dropped; an IPv4 packet without DF goes on, and the
-// outer packet fragments.
-func (g *Gateway) tooBig(pkt []byte) bool {
-	if pmtu.Check(pkt, g.opts.InnerMTU) != pmtu.Report {
-		return false
-	}
+// tooBig answers an inner packet larger than the tunnel's MTU mtu, which
+// the gateway drops, with ICMP "fragmentation needed" or ICMPv6 "packet
+// too big", written back into the TUN toward its sender (unless the rules
+// forbid an error about it).
+func (g *Gateway) tooBig(pkt []byte, mtu int) {
 	buf := g.icmp[0]
 	var n int
 	var err error
 	if pkt[0]>>4 == 4 {
-		n, err = pmtu.FragmentationNeeded(buf[tunOffset:], pkt, g.source(true), g.opts.InnerMTU)
+		n, err = pmtu.FragmentationNeeded(buf[tunOffset:], pkt, g.source(true), mtu)
 	} else {
-		n, err = pmtu.PacketTooBig(buf[tunOffset:], pkt, g.source(false), max(g.opts.InnerMTU, 1280))
+		n, err = pmtu.PacketTooBig(buf[tunOffset:], pkt, g.source(false), max(mtu, 1280))
 	}
 	if err == nil {
 		g.icmp[0] = buf[:tunOffset+n]
@@ -30,7 +26,6 @@ func (g *Gateway) tooBig(pkt []byte) bool {
 		}
 		g.icmp[0] = buf[:cap(buf)]
 	}
-	return true
 }
 
 // source is the address the gateway's ICMP errors come from.

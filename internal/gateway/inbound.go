@@ -28,7 +28,8 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 	}
 	b.n = n
 	g.counters.WireIn.Add(uint64(n))
-	st := g.state.Load()
+	st := g.view()
+	defer g.release()
 	for i := range n {
 		m := &b.msgs[i]
 		p := &b.pkts[i]
@@ -62,6 +63,7 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 
 // writeTUN finishes an opened batch and writes the inner packets, in order.
 func (g *Gateway) writeTUN(b *batch) {
+	st := g.view()
 	for i := range b.n {
 		if b.skip[i] {
 			continue
@@ -70,8 +72,13 @@ func (g *Gateway) writeTUN(b *batch) {
 		if p.SA.FinishOpen(p) != esp.OK {
 			continue
 		}
+		if h := st.hdr[p.SA]; h != nil && !h.decapsulate(p.Data(), b.msgs[i].TOS) {
+			g.drop(ECNDrop)
+			continue
+		}
 		b.out = append(b.out, p.Buf[p.Off-tunOffset:p.Off+p.Len])
 	}
+	g.release()
 	if len(b.out) == 0 {
 		return
 	}

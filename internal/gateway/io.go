@@ -25,6 +25,12 @@ type Message struct {
 	Off, Len int
 	HdrLen   int
 	Peer     netip.AddrPort
+	// The outer header (header.go): on Receive the TOS or traffic class it
+	// arrived with; on Send the TOS, TTL (0: the socket's default) and, for
+	// IPv4, whether DF is clear and at what MTU to fragment.
+	TOS, TTL uint8
+	Fragment bool
+	FragMTU  int
 }
 
 // Conn is the outer side: one socket carrying ESP (raw IP protocol 50, or

@@ -53,19 +53,39 @@ func (g *Gateway) readTUN(b *batch) error {
 	}
 	b.n = n
 	g.counters.TunIn.Add(uint64(n))
-	st := g.state.Load()
+	st := g.view()
+	defer g.release()
 	for i := range n {
 		p := &b.pkts[i]
 		p.Reset(b.bufs[i], esp.Headroom, b.sizes[i])
 		s, r, ok := g.route(st, p.Data())
-		if ok && p.Len > g.opts.InnerMTU && g.tooBig(p.Data()) {
-			r, ok = TooBig, false
-		}
 		if !ok {
 			g.drop(r)
 			b.skip[i] = true
 			continue
 		}
+		h := st.hdr[s]
+		o := h.outerFor(p.Data())
+		if lim := g.innerLimit(h); p.Len > lim {
+			// Too big for the path: the outer packet is fragmented when
+			// its DF is clear; otherwise the sender hears the MTU that
+			// fits, except that IPv6's minimum MTU (RFC 8200 §5) is
+			// carried whatever the path, in IPv4 fragments.
+			switch {
+			case o.fragment:
+			case p.Data()[0]>>4 == 6 && p.Len <= minPMTU6 && !h.outer6:
+				o.fragment = true
+			default:
+				g.tooBig(p.Data(), lim)
+				g.drop(TooBig)
+				b.skip[i] = true
+				continue
+			}
+		}
+		if o.fragment {
+			o.fragMTU = g.outerMTU(h)
+		}
+		b.outer[i] = o
 		if s.PrepareSeal(p) != esp.OK {
 			b.skip[i] = true // counted on the SA
 			continue
@@ -128,6 +148,11 @@ func (g *Gateway) sendESP(b *batch) {
 		}
 		cfg := p.SA.Config
 		c := g.pick(cfg)
+		if c == nil {
+			// A change closed the socket while the packet was in flight.
+			g.drop(NoSocket)
+			continue
+		}
 		if c != conn {
 			flush()
 			conn = c
@@ -137,7 +162,9 @@ func (g *Gateway) sendESP(b *batch) {
 		if cfg.Encap == sa.EncapUDP && port == 0 {
 			port = sa.DefaultNATTPort
 		}
-		msgs = append(msgs, Message{Buf: p.Buf, Off: p.Off + p.Len - espLen, Len: espLen, Peer: netip.AddrPortFrom(cfg.Dst, port)})
+		o := &b.outer[i]
+		msgs = append(msgs, Message{Buf: p.Buf, Off: p.Off + p.Len - espLen, Len: espLen, Peer: netip.AddrPortFrom(cfg.Dst, port),
+			TOS: o.tos, TTL: o.ttl, Fragment: o.fragment, FragMTU: o.fragMTU})
 	}
 	flush()
 }

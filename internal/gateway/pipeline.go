@@ -31,13 +31,13 @@ type batch struct {
 	bufs  [][]byte
 	sizes []int
 	pkts  []esp.Packet
-	skip  []bool // dropped before the engine, already counted
+	skip  []bool  // dropped before the engine, already counted
+	outer []outer // outbound: each packet's outer header
 	n     int
 
-	ops   []offload.Op
-	owner []int // packet index of each op
-	ob    offload.Batch
-	done  chan struct{}
+	ops  []*offload.Op // the Ops of the packets going to the engine
+	ob   offload.Batch
+	done chan struct{}
 
 	msgs []Message // outer packets (received, or to send)
 	out  [][]byte  // inner packets to write to the TUN
@@ -50,8 +50,8 @@ func newBatch(size, bufSize int) *batch {
 		sizes: make([]int, size),
 		pkts:  make([]esp.Packet, size),
 		skip:  make([]bool, size),
-		ops:   make([]offload.Op, 0, size),
-		owner: make([]int, 0, size),
+		outer: make([]outer, size),
+		ops:   make([]*offload.Op, 0, size),
 		done:  make(chan struct{}, 1),
 		msgs:  make([]Message, size),
 		out:   make([][]byte, 0, size),
@@ -67,22 +67,13 @@ func (b *batch) complete(*offload.Batch) { b.done <- struct{}{} }
 
 func (b *batch) reset() {
 	b.n = 0
-	b.ops, b.owner, b.out = b.ops[:0], b.owner[:0], b.out[:0]
+	clear(b.ops)
+	b.ops, b.out = b.ops[:0], b.out[:0]
 	clear(b.skip)
 }
 
-// queue an op for the engine for packet i.
-func (b *batch) queue(i int) {
-	b.ops = append(b.ops, b.pkts[i].Op)
-	b.owner = append(b.owner, i)
-}
-
-// collect copies the engine's verdicts back to the packets.
-func (b *batch) collect() {
-	for k, i := range b.owner {
-		b.pkts[i].Op.Status = b.ops[k].Status
-	}
-}
+// queue packet i's op for the engine.
+func (b *batch) queue(i int) { b.ops = append(b.ops, &b.pkts[i].Op) }
 
 // pipeline runs one direction: a reader fills batches, workers hand them to
 // the engine in parallel, and a writer finishes them in the order read —
@@ -96,23 +87,26 @@ func (b *batch) collect() {
 // through the workers, so bulk traffic keeps its parallel crypto.
 type pipeline struct {
 	engine offload.Engine
+	inline offload.Inline // engine, when it works on the caller's goroutine
 	free   chan *batch
 	work   chan *batch
 	order  chan *batch
 
 	// inlineMax is the largest batch (in ops) the reader runs itself; 0
-	// when the engine completes asynchronously.
+	// when the engine completes asynchronously (is not offload.Inline).
 	inlineMax int
 	// inflight counts batches handed to the workers and not yet finished.
 	inflight atomic.Int32
 }
 
 func newPipeline(engine offload.Engine, batches, size, bufSize, inlineMax int) *pipeline {
-	if engine.Capabilities().Async {
+	in, ok := engine.(offload.Inline)
+	if !ok {
 		inlineMax = 0
 	}
 	p := &pipeline{
 		engine:    engine,
+		inline:    in,
 		free:      make(chan *batch, batches),
 		work:      make(chan *batch, batches),
 		order:     make(chan *batch, batches),
@@ -142,7 +136,6 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 		defer close(writerDone)
 		for b := range p.order {
 			<-b.done
-			b.collect()
 			finish(b)
 			p.inflight.Add(-1)
 			b.reset()
@@ -167,9 +160,11 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 		// With nothing in flight the writer is idle, so finishing here
 		// keeps the order and never runs finish twice at once.
 		if len(b.ops) <= p.inlineMax && p.inflight.Load() == 0 {
-			p.submit(ctx, b)
-			<-b.done
-			b.collect()
+			if len(b.ops) > 0 {
+				if err := p.inline.Run(b.ops); err != nil {
+					fail(b.ops)
+				}
+			}
 			finish(b)
 			b.reset()
 			p.free <- b
@@ -193,9 +188,15 @@ func (p *pipeline) submit(ctx context.Context, b *batch) {
 	}
 	b.ob.Ops = b.ops
 	if err := p.engine.Submit(ctx, &b.ob); err != nil {
-		for i := range b.ops {
-			b.ops[i].Status = offload.Failed
-		}
+		fail(b.ops)
 		b.complete(nil)
+	}
+}
+
+// fail marks ops the engine did not take as failed, so their packets are
+// counted as engine failures.
+func fail(ops []*offload.Op) {
+	for _, op := range ops {
+		op.Status = offload.Failed
 	}
 }

@@ -2,10 +2,15 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
 
@@ -24,13 +29,51 @@ type Runtime struct {
 	Config *Config
 	TUN    *tun.Device
 	Engine offload.Engine
-	conns  map[connKey]*Wire
-	rules  []*netlink.Rule
+	// conns are the outer sockets by what they carry, replaced whole when
+	// a change opens or closes one, so the data path reads them without
+	// a lock.
+	conns atomic.Pointer[map[connKey]*Wire]
+	rules []*netlink.Rule
+	// mtu is the TUN MTU the gateway started with: the most a change can
+	// give it back, as the buffers were sized for it.
+	mtu int
+	// changeMu serialises reloads and control-socket changes, which open
+	// and close sockets around the gateway's own change.
+	changeMu sync.Mutex
 }
 
+// connKey is what an outer socket carries: a family, an encapsulation and,
+// for UDP, its local port.
 type connKey struct {
 	v6    bool
 	encap sa.Encap
+	port  uint16
+}
+
+// keyFor is the socket an SA uses, seen from this gateway: an outbound SA
+// sends from its source port, an inbound one arrives at its destination
+// port.
+func keyFor(local []netip.Addr, s *sa.SA) connKey {
+	k := connKey{v6: s.Dst.Is6(), encap: s.Encap}
+	if s.Encap == sa.EncapUDP {
+		k.port = s.DstPort
+		if containsAddr(local, s.Src) {
+			k.port = s.SrcPort
+		}
+		if k.port == 0 {
+			k.port = sa.DefaultNATTPort
+		}
+	}
+	return k
+}
+
+// neededConns are the sockets a set of SAs uses.
+func neededConns(local []netip.Addr, sas []*sa.SA) map[connKey]bool {
+	need := map[connKey]bool{}
+	for _, s := range sas {
+		need[keyFor(local, s)] = true
+	}
+	return need
 }
 
 // Start builds everything a Config asks for in the current network
@@ -40,7 +83,8 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	rt = &Runtime{Config: cfg, conns: map[connKey]*Wire{}}
+	rt = &Runtime{Config: cfg}
+	rt.conns.Store(&map[connKey]*Wire{})
 	defer func() {
 		if err != nil {
 			rt.Close()
@@ -50,27 +94,23 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if err != nil {
 		return rt, fmt.Errorf("%s: engine: %w", cfg.File, err)
 	}
-	mtu := cfg.TUN.MTU
-	for _, s := range cfg.SAs {
-		k := connKey{v6: s.Src.Is6(), encap: s.Encap}
-		if rt.conns[k] == nil {
-			if err := rt.open(k, cfg); err != nil {
-				return rt, err
+	conns := map[connKey]*Wire{}
+	for k := range neededConns(cfg.Local, cfg.SAs) {
+		w, err := rt.open(k, cfg)
+		if err != nil {
+			for _, w := range conns {
+				w.Close()
 			}
+			return rt, err
 		}
-		if cfg.TUN.MTU == 0 {
-			m, err := InnerMTU(cfg.OuterMTU, s)
-			if err != nil {
-				return rt, fmt.Errorf("%s: MTU for %s: %w", cfg.File, s, err)
-			}
-			if mtu == 0 || m < mtu {
-				mtu = m
-			}
-		}
+		conns[k] = w
 	}
-	if mtu == 0 {
-		mtu = cfg.OuterMTU - 100
+	rt.conns.Store(&conns)
+	mtu, err := tunMTU(cfg)
+	if err != nil {
+		return rt, err
 	}
+	rt.mtu = mtu
 	mode := tun.OffloadAuto
 	if !cfg.TUN.Offloads {
 		mode = tun.OffloadOff
@@ -109,67 +149,223 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			return rt, fmt.Errorf("%s: state-dir: %w", cfg.File, err)
 		}
 	}
-	var conns []Conn
-	for _, w := range rt.conns {
-		conns = append(conns, w)
+	var list []Conn
+	for _, w := range conns {
+		list = append(list, w)
 	}
-	rt.Gateway = New(rt.TUN, conns, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
+	rt.Gateway = New(rt.TUN, list, rt.pick, rt.Engine, Options{
+		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
 	}
-	log.Info("gateway ready", "tun", cfg.TUN.Name, "mtu", mtu, "offloads", rt.TUN.Offloads(), "engine", rt.Engine.Name(), "sockets", len(conns))
+	log.Info("gateway ready", "tun", cfg.TUN.Name, "mtu", mtu, "offloads", rt.TUN.Offloads(), "engine", rt.Engine.Name(), "sockets", len(list))
 	return rt, nil
 }
 
-func (rt *Runtime) open(k connKey, cfg *Config) error {
+// tunMTU is the TUN MTU of a config: the one it gives, or the largest inner
+// packet every SA carries in the outer MTU.
+func tunMTU(cfg *Config) (int, error) {
+	if cfg.TUN.MTU != 0 {
+		return cfg.TUN.MTU, nil
+	}
+	mtu := 0
+	for _, s := range cfg.SAs {
+		m, err := InnerMTU(cfg.OuterMTU, s)
+		if err != nil {
+			return 0, fmt.Errorf("%s: MTU for %s: %w", cfg.File, s, err)
+		}
+		if mtu == 0 || m < mtu {
+			mtu = m
+		}
+	}
+	if mtu == 0 {
+		mtu = cfg.OuterMTU - 100
+	}
+	return mtu, nil
+}
+
+func (rt *Runtime) open(k connKey, cfg *Config) (*Wire, error) {
 	local := netip.IPv4Unspecified()
 	if k.v6 {
 		local = netip.IPv6Unspecified()
 	}
 	kind := transport.RawESP
-	port := uint16(0)
 	if k.encap == sa.EncapUDP {
-		kind, port = transport.UDPEncap, sa.DefaultNATTPort
-		for _, s := range cfg.SAs {
-			if s.Encap == sa.EncapUDP && s.Src.Is6() == k.v6 && s.SrcPort != 0 && rt.isOutbound(cfg, s) {
-				port = s.SrcPort
-			}
-		}
+		kind = transport.UDPEncap
 	}
-	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap, Mark: fwMark})
+	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, k.port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap, Mark: fwMark})
 	if err != nil {
-		return fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
+		return nil, fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
 	}
-	rt.conns[k] = NewWire(c)
-	return nil
+	return NewWire(c), nil
 }
 
-func (rt *Runtime) isOutbound(cfg *Config, s *sa.SA) bool {
-	for _, l := range cfg.Local {
-		if l == s.Src {
-			return true
-		}
-	}
-	return false
-}
-
+// pick is the socket an outbound SA sends on; nil (not a nil *Wire) when
+// there is none, so the gateway refuses the SA instead of crashing on it.
 func (rt *Runtime) pick(s *sa.SA) Conn {
-	return rt.conns[connKey{v6: s.Dst.Is6(), encap: s.Encap}]
+	if w := (*rt.conns.Load())[keyFor(rt.Config.Local, s)]; w != nil {
+		return w
+	}
+	return nil
 }
 
 // Run runs the gateway until ctx ends.
 func (rt *Runtime) Run(ctx context.Context) error { return rt.Gateway.Run(ctx) }
 
-// Reload reads the SAs again and puts them in force without dropping the
-// tunnel.
+// Reload reads the configuration again and puts its SAs, policies and
+// routes in force, or refuses the whole of it with the reason: a change of
+// anything else (the TUN, the engine, the local addresses…) needs a
+// restart and is never silently ignored. Sockets are opened for what the
+// new SAs need before they go in force, and closed once no SA uses them;
+// the TUN MTU follows the SAs' overhead down (and back up to where it
+// started).
 func (rt *Runtime) Reload() error {
 	next, err := rt.Config.Reload()
 	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	rt.changeMu.Lock()
+	defer rt.changeMu.Unlock()
+	if err := rt.Config.restartOnly(next); err != nil {
+		return fmt.Errorf("reload %s: %w", next.File, err)
+	}
+	mtu, err := tunMTU(next)
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	if mtu > rt.mtu {
+		mtu = rt.mtu
+	}
+	if peers := transportPeers(next); !slices.Equal(peers, transportPeers(rt.Config)) {
+		return fmt.Errorf("reload %s: the transport-mode peers change (%v to %v): restart the gateway to apply it", next.File, transportPeers(rt.Config), peers)
+	}
+	opened, err := rt.openFor(next.SAs)
+	if err != nil {
+		return fmt.Errorf("reload: %w", err)
+	}
+	oldMTU := rt.InnerMTU()
+	// A smaller MTU goes in force before the SAs that need it, a larger
+	// one after them: no packet is ever too big for the SA it meets.
+	if mtu < oldMTU {
+		if err := rt.setMTU(mtu); err != nil {
+			rt.closeConns(opened)
+			return fmt.Errorf("reload: %w", err)
+		}
+	}
+	if err := rt.Load(next.SAs, next.SPD); err != nil {
+		rt.closeConns(opened)
+		if mtu < oldMTU {
+			rt.setMTU(oldMTU)
+		}
+		return fmt.Errorf("reload %s: %w", next.File, err)
+	}
+	if mtu > oldMTU {
+		if err := rt.setMTU(mtu); err != nil {
+			rt.Gateway.log.Warn("reload: the TUN MTU stays lower than the SAs allow", "err", err)
+		}
+	}
+	rt.closeUnused(next.SAs)
+	if err := rt.syncRoutes(rt.Config.TUN.Routes, next.TUN.Routes); err != nil {
+		return fmt.Errorf("reload %s: the SAs are in force, but: %w", next.File, err)
+	}
+	rt.Config = next
+	return nil
+}
+
+// openFor opens the sockets sas need that are not open, and returns them.
+func (rt *Runtime) openFor(sas []*sa.SA) ([]connKey, error) {
+	cur := *rt.conns.Load()
+	next := maps.Clone(cur)
+	var opened []connKey
+	for k := range neededConns(rt.Config.Local, sas) {
+		if next[k] != nil {
+			continue
+		}
+		w, err := rt.open(k, rt.Config)
+		if err != nil {
+			for _, k := range opened {
+				next[k].Close()
+			}
+			return nil, err
+		}
+		next[k] = w
+		opened = append(opened, k)
+	}
+	if len(opened) == 0 {
+		return nil, nil
+	}
+	rt.conns.Store(&next)
+	for _, k := range opened {
+		rt.AddConn(next[k])
+	}
+	rt.Gateway.log.Info("outer sockets opened", "count", len(opened))
+	return opened, nil
+}
+
+// closeConns closes sockets openFor opened for a change that failed.
+func (rt *Runtime) closeConns(keys []connKey) {
+	if len(keys) == 0 {
+		return
+	}
+	next := maps.Clone(*rt.conns.Load())
+	var gone []*Wire
+	for _, k := range keys {
+		gone = append(gone, next[k])
+		delete(next, k)
+	}
+	rt.conns.Store(&next)
+	for _, w := range gone {
+		rt.RemoveConn(w)
+	}
+}
+
+// closeUnused closes the sockets no SA of sas uses.
+func (rt *Runtime) closeUnused(sas []*sa.SA) {
+	need := neededConns(rt.Config.Local, sas)
+	var unused []connKey
+	for k := range *rt.conns.Load() {
+		if !need[k] {
+			unused = append(unused, k)
+		}
+	}
+	rt.closeConns(unused)
+}
+
+// setMTU sets the TUN's MTU and the gateway's.
+func (rt *Runtime) setMTU(mtu int) error {
+	if rt.Config.TUN.MTU != 0 || mtu == rt.InnerMTU() {
+		return nil
+	}
+	if err := rt.SetInnerMTU(mtu); err != nil {
 		return err
 	}
-	return rt.Load(next.SAs, next.SPD)
+	if err := rt.TUN.SetMTU(mtu); err != nil {
+		return fmt.Errorf("set TUN MTU %d: %w", mtu, err)
+	}
+	rt.Gateway.log.Info("TUN MTU changed for the SAs in force", "mtu", mtu)
+	return nil
+}
+
+// syncRoutes adds the routes of want the TUN lacks and removes those of
+// have no longer wanted.
+func (rt *Runtime) syncRoutes(have, want []netip.Prefix) error {
+	var errs []error
+	for _, r := range want {
+		if !slices.Contains(have, r) {
+			if err := rt.TUN.AddRoute(tun.Route{Dst: r}); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for _, r := range have {
+		if !slices.Contains(want, r) {
+			if err := rt.TUN.DelRoute(tun.Route{Dst: r}); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Close releases what Start built and Run did not close.
@@ -178,8 +374,10 @@ func (rt *Runtime) Close() {
 		netlink.RuleDel(r)
 	}
 	if rt.Gateway == nil {
-		for _, c := range rt.conns {
-			c.Close()
+		if m := rt.conns.Load(); m != nil {
+			for _, c := range *m {
+				c.Close()
+			}
 		}
 		if rt.TUN != nil {
 			rt.TUN.Close()

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -55,7 +57,7 @@ type EngineStats struct {
 
 // Stats copies the counters.
 func (g *Gateway) Stats() Stats {
-	st := g.state.Load()
+	sas := g.SAs()
 	c := &g.counters
 	out := Stats{
 		TunIn: c.TunIn.Load(), TunOut: c.TunOut.Load(), WireIn: c.WireIn.Load(), WireOut: c.WireOut.Load(),
@@ -67,12 +69,15 @@ func (g *Gateway) Stats() Stats {
 			out.Drops[r.String()] = n
 		}
 	}
-	for _, c := range g.conns {
+	for _, c := range g.Conns() {
 		if w, ok := c.(*Wire); ok {
 			out.Sockets = append(out.Sockets, SocketStats{Kind: w.Kind().String(), Local: w.LocalAddr().String(), Stats: w.Conn.Stats()})
 		}
 	}
-	for _, s := range st.all {
+	slices.SortFunc(out.Sockets, func(a, b SocketStats) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Local, b.Local)) })
+	st := g.view()
+	defer g.release()
+	for _, s := range sas {
 		dir := ""
 		if st.out[s.SPI()] == s {
 			dir = "out"

@@ -35,7 +35,7 @@ func (w *Wire) Receive(msgs []Message) (int, error) {
 		full := w.bufs[p.Tag]
 		off := len(full) - cap(p.Data)
 		// A raw IPv4 socket's header stays in the buffer before the ESP.
-		msgs[i] = Message{Buf: full, Off: off, Len: len(p.Data), HdrLen: off - rxOffset, Peer: p.Peer}
+		msgs[i] = Message{Buf: full, Off: off, Len: len(p.Data), HdrLen: off - rxOffset, Peer: p.Peer, TOS: p.TOS}
 	}
 	return n, err
 }
@@ -44,7 +44,7 @@ func (w *Wire) Receive(msgs []Message) (int, error) {
 func (w *Wire) Send(msgs []Message) (int, error) {
 	w.tx = w.tx[:0]
 	for _, m := range msgs {
-		w.tx = append(w.tx, transport.Packet{Data: m.Buf[m.Off : m.Off+m.Len], Peer: m.Peer})
+		w.tx = append(w.tx, transport.Packet{Data: m.Buf[m.Off : m.Off+m.Len], Peer: m.Peer, TOS: m.TOS, TTL: m.TTL, Fragment: m.Fragment, FragMTU: m.FragMTU})
 	}
 	return w.Conn.Send(w.tx)
 }

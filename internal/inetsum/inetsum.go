@@ -1,7 +1,9 @@
-// Package inetsum computes the Internet checksum (RFC 1071) and the
-// pseudo-header sums of UDP, TCP and ICMPv6 over IPv4 and IPv6, so the packet
-// editors of espgw (the WAN impairments, the pcap rewriter) can leave every
-// packet they touch with checksums a real stack accepts.
+// Package inetsum is espgw's one place for the Internet checksum (RFC 1071,
+// with RFC 1624's incremental update), the pseudo-header sums of UDP, TCP
+// and ICMPv6 over IPv4 and IPv6, and the reading of IP header lengths, so
+// that the data path (ESP framing, ICMP errors) and the lab's packet editors
+// (impairments, the WAN relay, the capture rewriter) parse and sum packets
+// the same way, with checksums a real stack accepts.
 package inetsum
 
 import "encoding/binary"
@@ -96,4 +98,87 @@ func L4(seg, src, dst []byte, proto uint8, field int) {
 // place) plus the pseudo-header sum pseudo verifies.
 func Valid(pseudo uint32, seg []byte) bool {
 	return fold32(Add(pseudo, seg)) == 0xffff
+}
+
+// Update returns the checksum hc updated for the bytes old becoming new, of
+// the same even length (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')), so a
+// field can change without summing the whole packet again.
+func Update(hc uint16, old, new []byte) uint16 {
+	sum := uint32(^hc)
+	for i := 0; i+1 < len(old); i += 2 {
+		sum += uint32(^binary.BigEndian.Uint16(old[i:]))
+		sum += uint32(binary.BigEndian.Uint16(new[i:]))
+	}
+	return ^uint16(fold32(sum))
+}
+
+// IPv4HeaderLen returns the length of the IPv4 header at the start of b
+// (IHL × 4), or false when b is not IPv4 or shorter than its header.
+func IPv4HeaderLen(b []byte) (int, bool) {
+	if len(b) < 20 || b[0]>>4 != 4 {
+		return 0, false
+	}
+	n := int(b[0]&0x0f) * 4
+	return n, n >= 20 && n <= len(b)
+}
+
+// PacketLength returns the length the IPv4 or IPv6 header at the start of b
+// gives its packet, or false when the header does not parse or b is shorter
+// than that length (bytes past it are a link layer's padding).
+func PacketLength(b []byte) (int, bool) {
+	if len(b) < 1 {
+		return 0, false
+	}
+	switch b[0] >> 4 {
+	case 4:
+		hl, ok := IPv4HeaderLen(b)
+		if !ok {
+			return 0, false
+		}
+		n := int(binary.BigEndian.Uint16(b[2:]))
+		return n, n >= hl && n <= len(b)
+	case 6:
+		if len(b) < 40 {
+			return 0, false
+		}
+		n := 40 + int(binary.BigEndian.Uint16(b[4:]))
+		return n, n <= len(b)
+	}
+	return 0, false
+}
+
+// Header finds the IP header that stays in front of a transport payload:
+// the IPv4 header, or the IPv6 header with the extension headers RFC 4303
+// §3.1.1 keeps in front of ESP (hop-by-hop, routing, fragment). It returns
+// their length, the protocol that follows, the offset of the byte naming
+// it, and whether a fragment header is among them; ok is false when the
+// headers do not parse within b.
+func Header(b []byte) (hl int, proto uint8, protoAt int, frag bool, ok bool) {
+	if len(b) >= 1 && b[0]>>4 == 4 {
+		if hl, ok = IPv4HeaderLen(b); !ok {
+			return 0, 0, 0, false, false
+		}
+		return hl, b[9], 9, false, true
+	}
+	if len(b) < 40 || b[0]>>4 != 6 {
+		return 0, 0, 0, false, false
+	}
+	protoAt, hl, proto = 6, 40, b[6]
+	for proto == 0 || proto == 43 || proto == 44 {
+		if len(b) < hl+8 {
+			return 0, 0, 0, false, false
+		}
+		cur := proto
+		protoAt, proto = hl, b[hl]
+		if cur == 44 {
+			frag = true
+			hl += 8
+		} else {
+			hl += (int(b[hl+1]) + 1) * 8
+		}
+		if len(b) < hl {
+			return 0, 0, 0, false, false
+		}
+	}
+	return hl, proto, protoAt, frag, true
 }

@@ -38,6 +38,7 @@ type groDatagram struct {
 	data []byte // remaining bytes of the (super-)datagram
 	seg  int    // segment size (len(data) for a plain datagram)
 	peer netip.AddrPort
+	tos  uint8 // GRO coalesces only segments with the same TOS
 }
 
 func (g *groState) init(batch int) {
@@ -46,7 +47,7 @@ func (g *groState) init(batch int) {
 	g.oobs = make([][]byte, n)
 	for i := range g.bufs {
 		g.bufs[i] = make([]byte, groBufLen)
-		g.oobs[i] = make([]byte, unix.CmsgSpace(4))
+		g.oobs[i] = make([]byte, controlLen)
 	}
 	g.pending = make([]groDatagram, 0, n)
 }
@@ -81,6 +82,7 @@ func (c *Conn) receiveGRO(pkts []Packet) (int, error) {
 			}
 			d := groDatagram{data: g.bufs[i][:h.Len], peer: c.peer(&r.names[i])}
 			d.seg = groSegment(g.oobs[i][:h.Hdr.Controllen])
+			d.tos = receivedTOS(g.oobs[i][:h.Hdr.Controllen])
 			if d.seg <= 0 || d.seg > len(d.data) {
 				d.seg = len(d.data)
 			} else if d.seg < len(d.data) {
@@ -119,6 +121,7 @@ func (c *Conn) drainGRO(pkts []Packet) int {
 		}
 		p.Data = p.Buf[:copy(p.Buf, esp)]
 		p.Peer = d.peer
+		p.TOS = d.tos
 		c.stats.packetsIn.Add(1)
 		c.stats.bytesIn.Add(uint64(len(esp)))
 		out++

@@ -16,6 +16,7 @@ type recvState struct {
 	hdrs  []unix.Mmsghdr
 	iovs  []unix.Iovec
 	names []unix.RawSockaddrInet6 // large enough for either family
+	oobs  [][]byte                // control messages: the outer TOS or traffic class
 
 	// Arguments and results of the recvmmsg call inside RawConn.Read.
 	want, got int
@@ -27,6 +28,10 @@ func (r *recvState) init(n int) {
 	r.hdrs = make([]unix.Mmsghdr, n)
 	r.iovs = make([]unix.Iovec, n)
 	r.names = make([]unix.RawSockaddrInet6, n)
+	r.oobs = make([][]byte, n)
+	for i := range r.oobs {
+		r.oobs[i] = make([]byte, controlLen)
+	}
 	r.call = r.recvmmsg
 }
 
@@ -88,7 +93,7 @@ func (c *Conn) Receive(pkts []Packet) (int, error) {
 	want := min(len(pkts), c.batch)
 	for {
 		for i := range want {
-			r.post(i, pkts[i].Buf, nil)
+			r.post(i, pkts[i].Buf, r.oobs[i])
 		}
 		r.want = want
 		if err := c.rc.Read(r.call); err != nil {
@@ -119,12 +124,15 @@ func (c *Conn) keepESP(pkts []Packet, got int) int {
 		}
 		// Swaps below only touch positions ≤ i, so pkts[i] still holds
 		// the buffer message i was read into.
-		data, ok := c.classify(pkts[i].Buf[:h.Len])
+		d := pkts[i].Buf[:h.Len]
+		data, ok := c.classify(d)
 		if !ok {
 			continue
 		}
+		tos := c.tos(d, r.oobs[i][:h.Hdr.Controllen])
 		pkts[out], pkts[i] = pkts[i], pkts[out]
 		pkts[out].Data = data
+		pkts[out].TOS = tos
 		pkts[out].Peer = c.peer(&r.names[i])
 		c.stats.packetsIn.Add(1)
 		c.stats.bytesIn.Add(uint64(len(data)))
@@ -164,6 +172,15 @@ func (c *Conn) classify(d []byte) ([]byte, bool) {
 		return nil, false
 	}
 	return d, true
+}
+
+// tos is the outer TOS or traffic class of datagram d: from the IPv4
+// header raw IPv4 sockets deliver, else from its control messages.
+func (c *Conn) tos(d, oob []byte) uint8 {
+	if c.kind == RawESP && !c.v6 {
+		return d[1] // classify checked the header is there
+	}
+	return receivedTOS(oob)
 }
 
 func (c *Conn) peer(sa *unix.RawSockaddrInet6) netip.AddrPort {

@@ -1,14 +1,12 @@
 package transport
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"os"
 	"syscall"
-	"unsafe"
 
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
@@ -30,10 +28,12 @@ type sendState struct {
 	ips   [][16]byte
 	udp   []net.UDPAddr
 	raw   []net.IPAddr
-	oob   [][]byte // per message, room for one UDP_SEGMENT control message
-	first []int    // index in the chunk of each message's first packet
-	count []int    // packets in each message
-	bytes []int    // ESP bytes in each message
+	oob   [][]byte              // per message, room for UDP_SEGMENT and the TOS and TTL messages
+	hdr   [][ipv4HeaderLen]byte // IPv4 raw ESP: each message's outer header
+	pair  [][2][]byte           // IPv4 raw ESP: each message's header and ESP packet
+	first []int                 // index in the chunk of each message's first packet
+	count []int                 // packets in each message
+	bytes []int                 // ESP bytes in each message
 }
 
 func (s *sendState) init(n int, kind Kind, v6 bool) {
@@ -46,6 +46,8 @@ func (s *sendState) init(n int, kind Kind, v6 bool) {
 	s.first = make([]int, n)
 	s.count = make([]int, n)
 	s.bytes = make([]int, n)
+	s.hdr = make([][ipv4HeaderLen]byte, n)
+	s.pair = make([][2][]byte, n)
 	ipLen := 4
 	if v6 {
 		ipLen = 16
@@ -53,7 +55,7 @@ func (s *sendState) init(n int, kind Kind, v6 bool) {
 	for i := range n {
 		s.udp[i].IP = s.ips[i][:ipLen]
 		s.raw[i].IP = s.ips[i][:ipLen]
-		s.oob[i] = make([]byte, unix.CmsgSpace(2))
+		s.oob[i] = make([]byte, controlLen)
 		if kind == UDPEncap {
 			s.msgs[i].Addr = &s.udp[i]
 		} else {
@@ -77,10 +79,35 @@ func (c *Conn) Send(pkts []Packet) (int, error) {
 		firstErr error
 	)
 	for len(pkts) > 0 {
-		chunk := pkts[:min(len(pkts), c.batch)]
-		pkts = pkts[len(chunk):]
-		n, err := c.sendChunk(chunk)
-		sent += n
+		// A packet whose header is written here (header.go) goes on its
+		// own, between the batches before and after it: order is kept.
+		if c.ownHeader(&pkts[0]) {
+			p := &pkts[0]
+			p.Err = c.checkPacket(p)
+			if p.Err == nil {
+				p.Err = c.sendOwn(p)
+			}
+			if p.Err != nil {
+				c.stats.sendErrors.Add(1)
+				if firstErr == nil {
+					firstErr = fmt.Errorf("send %d-byte packet without DF over %s to %s: %w", len(p.Data), c.kind, p.Peer, p.Err)
+				}
+			} else {
+				sent++
+				c.stats.packetsOut.Add(1)
+				c.stats.bytesOut.Add(uint64(len(p.Data)))
+			}
+			pkts = pkts[1:]
+			continue
+		}
+		n := 1
+		for n < min(len(pkts), c.batch) && !c.ownHeader(&pkts[n]) {
+			n++
+		}
+		chunk := pkts[:n]
+		pkts = pkts[n:]
+		got, err := c.sendChunk(chunk)
+		sent += got
 		if firstErr == nil {
 			firstErr = err
 		}
@@ -114,7 +141,8 @@ func (c *Conn) sendChunk(chunk []Packet) (int, error) {
 			// Extend the previous super-datagram when the kernel can
 			// segment it back into exactly these packets.
 			prev := m - 1
-			if p.Peer == chunk[s.first[prev]].Peer && n <= gsoSize &&
+			head := &chunk[s.first[prev]]
+			if p.Peer == head.Peer && n <= gsoSize && p.TOS == head.TOS && p.TTL == head.TTL &&
 				s.count[prev] < maxGSOSegments && s.bytes[prev]+n <= maxPayload {
 				s.count[prev]++
 				s.bytes[prev] += n
@@ -128,6 +156,13 @@ func (c *Conn) sendChunk(chunk []Packet) (int, error) {
 		msg := &s.msgs[m]
 		msg.Buffers = s.iovs[i : i+1]
 		msg.OOB = nil
+		if c.kind == RawESP && !c.v6 {
+			fillHeader(s.hdr[m][:], p)
+			s.pair[m] = [2][]byte{s.hdr[m][:], p.Data}
+			msg.Buffers = s.pair[m][:]
+		} else if p.TOS != 0 || p.TTL != 0 {
+			msg.OOB = s.oob[m][:c.putControl(s.oob[m], p, 0)]
+		}
 		c.setPeer(m, p)
 		s.first[m], s.count[m], s.bytes[m] = i, 1, n
 		gsoSize, ended = n, false
@@ -136,8 +171,8 @@ func (c *Conn) sendChunk(chunk []Packet) (int, error) {
 	if gso {
 		for j := range m {
 			if s.count[j] > 1 {
-				s.msgs[j].OOB = s.oob[j]
-				putUDPSegment(s.msgs[j].OOB, uint16(len(chunk[s.first[j]].Data)))
+				head := &chunk[s.first[j]]
+				s.msgs[j].OOB = s.oob[j][:c.putControl(s.oob[j], head, uint16(len(head.Data)))]
 			}
 		}
 	}
@@ -220,16 +255,6 @@ func (c *Conn) setPeer(m int, p *Packet) {
 		copy(s.ips[m][:4], a4[:])
 	}
 	s.udp[m].Port = int(p.Peer.Port())
-}
-
-// putUDPSegment writes a UDP_SEGMENT control message with the segment size
-// into b (which has room for exactly one).
-func putUDPSegment(b []byte, size uint16) {
-	h := (*unix.Cmsghdr)(unsafe.Pointer(&b[0]))
-	h.Level = unix.SOL_UDP
-	h.Type = unix.UDP_SEGMENT
-	h.SetLen(unix.CmsgLen(2))
-	binary.NativeEndian.PutUint16(b[unix.CmsgLen(0):], size)
 }
 
 // unwrapSyscall turns x/net's *os.SyscallError into its errno, so callers

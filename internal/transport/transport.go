@@ -17,7 +17,8 @@
 //     strips it, so Packet.Data always starts at the SPI. The socket sets
 //     IP_PMTUDISC_DO (IPv6: IPV6_PMTUDISC_DO): a packet too big for the path
 //     fails with EMSGSIZE instead of being fragmented, unless
-//     Config.Fragment asks the kernel to fragment instead.
+//     Config.Fragment asks the kernel to fragment instead (IPv6; IPv4
+//     packets say so one by one: Packet.Fragment, see header.go).
 //   - UDP: the same, plus UDP GSO (UDP_SEGMENT, Linux ≥ 4.18) when
 //     Config.GSO is set: runs of equal-size packets to the same peer go to
 //     the kernel as one super-datagram that it segments (in the NIC or in
@@ -126,6 +127,17 @@ type Packet struct {
 	// Err is set by Send: nil when the kernel took the packet, else why
 	// not (for per-packet drop accounting).
 	Err error
+
+	// The outer header (see header.go). TOS is, on Send, the IPv4 TOS or
+	// IPv6 traffic class byte (DSCP and ECN) to write; on Receive, the one
+	// the packet arrived with. TTL is the TTL or hop limit to write (0:
+	// the kernel's default). Fragment (IPv4 only) clears DF, and a packet
+	// larger than FragMTU (when > 0) then goes out as fragments; without
+	// Fragment, DF is set and the path's MTU is the gateway's business.
+	TOS      uint8
+	TTL      uint8
+	Fragment bool
+	FragMTU  int
 }
 
 // Stats are a Conn's counters since Open.
@@ -140,6 +152,8 @@ type Stats struct {
 	Truncated            uint64 // datagrams longer than Packet.Buf, dropped
 	GSOBatches           uint64 // UDP GSO super-datagrams sent
 	GROBatches           uint64 // UDP GRO super-datagrams received
+	Fragmented           uint64 // IPv4 packets sent as fragments (Packet.Fragment, larger than FragMTU)
+	FragmentsOut         uint64 // the fragments they were sent as
 }
 
 type counters struct {
@@ -147,6 +161,7 @@ type counters struct {
 	sendErrors, receiveErrors                atomic.Uint64
 	keepalives, nonESP, short, truncated     atomic.Uint64
 	gsoBatches, groBatches                   atomic.Uint64
+	fragmented, fragmentsOut                 atomic.Uint64
 }
 
 // Conn is an open transport endpoint. Send and Receive may run concurrently;
@@ -161,12 +176,18 @@ type Conn struct {
 	rc     syscall.RawConn // for recvmmsg and socket options
 	writer batchWriter     // x/net ipv4 or ipv6 PacketConn
 
+	// IPv4 UDP only: the send-only IPPROTO_RAW socket for packets without
+	// DF (header.go); nil when it could not be opened.
+	raw4   batchWriter
+	raw4pc net.PacketConn
+
 	rcvBuf, sndBuf int
 
 	gso, gro atomic.Bool
 
 	sendMu  sync.Mutex
 	send    sendState
+	frag    fragState
 	recvMu  sync.Mutex
 	recv    recvState
 	groRecv groState
@@ -226,6 +247,7 @@ func Open(cfg Config) (*Conn, error) {
 		return nil, fmt.Errorf("open %s transport on %s: %w", cfg.Kind, cfg.Local, err)
 	}
 	c.send.init(c.batch, c.kind, c.v6)
+	c.frag.init()
 	c.recv.init(max(c.batch, groMessages(c.batch)))
 	if c.gro.Load() {
 		c.groRecv.init(c.batch)
@@ -260,6 +282,13 @@ func (c *Conn) open(cfg Config) error {
 		c.writer = ipv6Writer{ipv6.NewPacketConn(pc)}
 	} else {
 		c.writer = ipv4.NewPacketConn(pc)
+	}
+	if c.kind == UDPEncap && !c.v6 {
+		if err := c.openRaw4(cfg); err != nil {
+			// Packets with DF still go; those without fail with
+			// ErrNoRawSocket, counted, rather than leave with DF set.
+			c.raw4, c.raw4pc = nil, nil
+		}
 	}
 	switch a := pc.LocalAddr().(type) {
 	case *net.UDPAddr:
@@ -309,8 +338,23 @@ func (c *Conn) setOptions(cfg Config) error {
 			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_MTU_DISCOVER, pmtu6); err != nil {
 				errs = append(errs, fmt.Errorf("set IPV6_MTU_DISCOVER: %w", err))
 			}
-		} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, pmtu4); err != nil {
-			errs = append(errs, fmt.Errorf("set IP_MTU_DISCOVER: %w", err))
+			// The outer traffic class, for ECN and DSCP on decapsulation.
+			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
+				errs = append(errs, fmt.Errorf("set IPV6_RECVTCLASS: %w", err))
+			}
+		} else {
+			if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, pmtu4); err != nil {
+				errs = append(errs, fmt.Errorf("set IP_MTU_DISCOVER: %w", err))
+			}
+			if c.kind == RawESP {
+				// The transport writes the outer header: DF, TOS and TTL
+				// per packet (header.go).
+				if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_HDRINCL, 1); err != nil {
+					errs = append(errs, fmt.Errorf("set IP_HDRINCL: %w", err))
+				}
+			} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+				errs = append(errs, fmt.Errorf("set IP_RECVTOS: %w", err))
+			}
 		}
 		if cfg.Mark != 0 {
 			if err := unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_MARK, int(cfg.Mark)); err != nil {
@@ -375,7 +419,12 @@ func (c *Conn) HeaderLen() (ip, udp int) {
 func (c *Conn) SetReadDeadline(t time.Time) error { return c.pc.SetReadDeadline(t) }
 
 // Close closes the socket; a blocked Receive returns net.ErrClosed.
-func (c *Conn) Close() error { return c.pc.Close() }
+func (c *Conn) Close() error {
+	if c.raw4pc != nil {
+		c.raw4pc.Close()
+	}
+	return c.pc.Close()
+}
 
 // Stats returns a snapshot of the counters.
 func (c *Conn) Stats() Stats {
@@ -387,5 +436,6 @@ func (c *Conn) Stats() Stats {
 		Keepalives: s.keepalives.Load(), NonESP: s.nonESP.Load(),
 		Short: s.short.Load(), Truncated: s.truncated.Load(),
 		GSOBatches: s.gsoBatches.Load(), GROBatches: s.groBatches.Load(),
+		Fragmented: s.fragmented.Load(), FragmentsOut: s.fragmentsOut.Load(),
 	}
 }

@@ -483,7 +483,9 @@ func TestFragment(t *testing.T) {
 			}
 			b := open(t, p.b, kind, fam.remote(p), false)
 			big := espPacket(7, 1, 3000)
-			if _, err := a.Send([]Packet{{Data: big, Peer: netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())}}); err != nil {
+			// IPv4 fragments per packet (header.go); IPv6 through the kernel.
+			out := Packet{Data: big, Peer: netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port()), Fragment: fam.name == "ipv4", FragMTU: 1500}
+			if _, err := a.Send([]Packet{out}); err != nil {
 				t.Fatalf("%s/%s: send 3000 bytes with fragmentation allowed: %v", kind, fam.name, err)
 			}
 			b.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -16,7 +16,6 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/aesni/internal/cbc"
@@ -27,18 +26,14 @@ import (
 // Name is the registry name of this engine.
 const Name = "aesni"
 
-// MaxBatch is the largest batch one Submit takes.
-const MaxBatch = cpu.MaxBatch
-
 // espHeaderLen is SPI(4) + sequence number(4).
 const espHeaderLen = 8
 
 // Engine runs ops inline on the submitting goroutine. It is safe for
 // concurrent use: each Submit borrows a worker's scratch from a pool.
 type Engine struct {
-	workers  sync.Pool
-	counters offload.Counters
-	closed   atomic.Bool
+	offload.InlineBase
+	workers sync.Pool
 }
 
 // New returns the engine.
@@ -46,6 +41,10 @@ func New() *Engine {
 	e := &Engine{}
 	e.workers.New = func() any { return newWorker() }
 	return e
+}
+
+func newWorkerPool() *sync.Pool {
+	return &sync.Pool{New: func() any { return newWorker() }}
 }
 
 // Accelerated reports whether AES-CBC runs in assembly on this CPU and
@@ -59,10 +58,8 @@ func Implementation() string { return cbc.Implementation() }
 // Name returns "aesni".
 func (e *Engine) Name() string { return Name }
 
-// Capabilities lists every suite espgw knows.
-func (e *Engine) Capabilities() offload.Capabilities {
-	return offload.Capabilities{Suites: cpu.AllSuites(), MaxBatch: MaxBatch, InPlace: true}
-}
+// Suites lists every suite espgw knows.
+func (e *Engine) Suites() []sa.Suite { return cpu.AllSuites() }
 
 // Session is one SA's state: for aes-cbc the AES schedules and the
 // precomputed HMAC states, for the other suites the cpu engine's session.
@@ -75,20 +72,28 @@ type Session struct {
 	// cipherOnly sessions (offload.SessionConfig.CipherOnly) have no ICV:
 	// espgw speed times the bare cipher with them.
 	cipherOnly bool
+	// workers lends Process a worker's scratch: the engine's pool, or the
+	// session's own when made with the package's NewSession.
+	workers *sync.Pool
 }
 
 // NewSession builds the key schedules for one SA.
 func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
-	return NewSession(cfg)
+	return newSession(cfg, &e.workers)
 }
 
-// NewSession builds the key schedules for one SA.
+// NewSession builds the key schedules for one SA, for use without an Engine
+// (its ops run with Process).
 func NewSession(cfg offload.SessionConfig) (*Session, error) {
+	return newSession(cfg, newWorkerPool())
+}
+
+func newSession(cfg offload.SessionConfig, workers *sync.Pool) (*Session, error) {
 	c, err := cpu.NewSession(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("aesni: %w", err)
 	}
-	s := &Session{cpu: c, icvLen: cfg.Suite.ICVLen(), cipherOnly: cfg.CipherOnly}
+	s := &Session{cpu: c, icvLen: cfg.Suite.ICVLen(), cipherOnly: cfg.CipherOnly, workers: workers}
 	if cfg.Suite.Cipher != sa.CipherAESCBC {
 		return s, nil
 	}
@@ -114,36 +119,38 @@ func (s *Session) ESN() bool { return s.cpu.ESN() }
 // Close is a no-op: the schedules are garbage collected.
 func (s *Session) Close() error { return nil }
 
-// CPUSession lets engines that wrap others run this session's ops with the
-// cpu engine's code.
-func (s *Session) CPUSession() *cpu.Session { return s.cpu }
+// Process runs one op on the calling goroutine: the session is an
+// offload.Processor, so engines that schedule work (ring) can run it.
+func (s *Session) Process(op *offload.Op) {
+	if !s.cbc {
+		s.cpu.Process(op)
+		return
+	}
+	w := s.workers.Get().(*worker)
+	if op.Dir == offload.Open {
+		w.open(s, op)
+	} else {
+		w.addSeal(s, op)
+		w.flushSeals()
+	}
+	s.workers.Put(w)
+}
 
-// Submit runs the batch inline and calls its Done before returning.
-func (e *Engine) Submit(_ context.Context, b *offload.Batch) error { return e.TrySubmit(b) }
-
-// TrySubmit is Submit: an inline engine never has a full queue.
-func (e *Engine) TrySubmit(b *offload.Batch) error {
-	if e.closed.Load() {
+// Run works every op on the calling goroutine with a worker's scratch.
+func (e *Engine) Run(ops []*offload.Op) error {
+	if e.Closed() {
 		return offload.ErrClosed
 	}
 	w := e.workers.Get().(*worker)
-	w.run(b.Ops)
+	w.run(ops)
 	e.workers.Put(w)
-
-	e.counters.Count(b)
-	if b.Done != nil {
-		b.Done(b)
-	}
+	e.Count(ops)
 	return nil
 }
 
-// Stats returns the engine's counters.
-func (e *Engine) Stats() offload.Stats { return e.counters.Stats() }
-
-// Close stops the engine from taking more work.
-func (e *Engine) Close() error {
-	e.closed.Store(true)
-	return nil
+// Submit runs the batch inline and calls its Done before returning.
+func (e *Engine) Submit(_ context.Context, b *offload.Batch) error {
+	return offload.SubmitInline(e, b)
 }
 
 // sealChunk is how many seals a worker gathers for one multi-buffer run;
@@ -169,9 +176,8 @@ func newWorker() *worker {
 
 // run gives every op its Status. Opens are verified and decrypted one by
 // one; aes-cbc seals are gathered and encrypted together, then MACed.
-func (w *worker) run(ops []offload.Op) {
-	for i := range ops {
-		op := &ops[i]
+func (w *worker) run(ops []*offload.Op) {
+	for _, op := range ops {
 		s, ok := op.Session.(*Session)
 		switch {
 		case !ok:

@@ -90,11 +90,10 @@ func runBoth(t *testing.T, what string, ops []offload.Op, pairs []*pair) {
 		ops[i].Session = pairs[i].aes
 	}
 	aesEngine, refEngine := New(), cpu.New()
-	w := offload.NewWaiter()
-	if err := w.Run(context.Background(), aesEngine, ops); err != nil {
+	if err := offload.NewWaiter(aesEngine).Run(context.Background(), offload.Refs(ops)); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Run(context.Background(), refEngine, ref); err != nil {
+	if err := offload.NewWaiter(refEngine).Run(context.Background(), offload.Refs(ref)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range ops {
@@ -173,7 +172,7 @@ func TestForeignSessionFails(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	p := newPair(t, r, sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 16, false)
 	ops := []offload.Op{{Session: p.ref, Dir: offload.Seal, Packet: packet(r, p.suite, 64)}}
-	if err := offload.NewWaiter().Run(context.Background(), New(), ops); err != nil {
+	if err := offload.NewWaiter(New()).Run(context.Background(), offload.Refs(ops)); err != nil {
 		t.Fatal(err)
 	}
 	if ops[0].Status != offload.Failed {
@@ -199,13 +198,13 @@ func TestConcurrentSubmit(t *testing.T) {
 			plain[i] = bytes.Clone(ops[i].Packet)
 		}
 		go func() {
-			w := offload.NewWaiter()
+			w, refs := offload.NewWaiter(e), offload.Refs(ops)
 			for round := 0; round < 20; round++ {
 				for _, dir := range []offload.Direction{offload.Seal, offload.Open} {
 					for i := range ops {
 						ops[i].Dir = dir
 					}
-					if err := w.Run(context.Background(), e, ops); err != nil {
+					if err := w.Run(context.Background(), refs); err != nil {
 						errs <- err
 						return
 					}
@@ -241,7 +240,7 @@ func TestNoAllocations(t *testing.T) {
 	}
 	r := rand.New(rand.NewPCG(17, 18))
 	e := New()
-	w := offload.NewWaiter()
+	w := offload.NewWaiter(e)
 	for _, suite := range []sa.Suite{
 		{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96},
 		{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA512_256},
@@ -251,12 +250,13 @@ func TestNoAllocations(t *testing.T) {
 		for i := range ops {
 			ops[i] = offload.Op{Session: p.aes, Packet: packet(r, suite, 16*(1+i%90))}
 		}
+		refs := offload.Refs(ops)
 		for _, dir := range []offload.Direction{offload.Seal, offload.Open} {
 			for i := range ops {
 				ops[i].Dir = dir
 			}
 			allocs := testing.AllocsPerRun(20, func() {
-				if err := w.Run(context.Background(), e, ops); err != nil {
+				if err := w.Run(context.Background(), refs); err != nil {
 					t.Fatal(err)
 				}
 			})
@@ -323,7 +323,7 @@ func TestCipherOnlyMatchesCPU(t *testing.T) {
 		for _, dir := range []offload.Direction{offload.Seal, offload.Open} {
 			a := offload.Op{Session: ours, Dir: dir, Packet: pkt}
 			b := offload.Op{Session: ref, Dir: dir, Packet: want}
-			if err := New().Submit(context.Background(), &offload.Batch{Ops: []offload.Op{a}}); err != nil {
+			if err := New().Submit(context.Background(), &offload.Batch{Ops: []*offload.Op{&a}}); err != nil {
 				t.Fatal(err)
 			}
 			ref.Process(&b)

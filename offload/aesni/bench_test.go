@@ -60,6 +60,7 @@ func BenchmarkEngine(b *testing.B) {
 type benchRun struct {
 	e      offload.Engine
 	ops    []offload.Op
+	refs   []*offload.Op
 	sealed [][]byte
 	w      *offload.Waiter
 	bytes  int64
@@ -70,13 +71,14 @@ type benchRun struct {
 }
 
 func newBenchRun(b *testing.B, e offload.Engine, sess offload.Session, dir offload.Direction, suite sa.Suite, payload, batch int, r *rand.Rand) *benchRun {
-	br := &benchRun{e: e, ops: make([]offload.Op, batch), w: offload.NewWaiter()}
+	br := &benchRun{e: e, ops: make([]offload.Op, batch), w: offload.NewWaiter(e)}
+	br.refs = offload.Refs(br.ops)
 	for i := range br.ops {
 		br.ops[i] = offload.Op{Session: sess, Dir: offload.Seal, Packet: packet(r, suite, payload)}
 		br.bytes += int64(len(br.ops[i].Packet))
 	}
 	if dir == offload.Open {
-		if err := br.w.Run(context.Background(), e, br.ops); err != nil {
+		if err := br.w.Run(context.Background(), br.refs); err != nil {
 			b.Fatal(err)
 		}
 		for i := range br.ops {
@@ -92,7 +94,7 @@ func (br *benchRun) run(b *testing.B) {
 		copy(br.ops[i].Packet, p)
 	}
 	start := time.Now()
-	if err := br.w.Run(context.Background(), br.e, br.ops); err != nil {
+	if err := br.w.Run(context.Background(), br.refs); err != nil {
 		b.Fatal(err)
 	}
 	if d := time.Since(start); br.fastest == 0 || d < br.fastest {

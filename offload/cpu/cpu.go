@@ -6,7 +6,6 @@ package cpu
 
 import (
 	"context"
-	"sync/atomic"
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/sa"
@@ -15,13 +14,9 @@ import (
 // Name is the registry name of this engine.
 const Name = "cpu"
 
-// MaxBatch is the largest batch one Submit takes.
-const MaxBatch = 1024
-
 // Engine runs ops inline. It is safe for concurrent use.
 type Engine struct {
-	counters offload.Counters
-	closed   atomic.Bool
+	offload.InlineBase
 }
 
 // New returns the inline engine.
@@ -30,52 +25,29 @@ func New() *Engine { return &Engine{} }
 // Name returns "cpu".
 func (e *Engine) Name() string { return Name }
 
-// Capabilities lists every suite espgw knows.
-func (e *Engine) Capabilities() offload.Capabilities {
-	return offload.Capabilities{Suites: AllSuites(), MaxBatch: MaxBatch, InPlace: true}
-}
+// Suites lists every suite espgw knows.
+func (e *Engine) Suites() []sa.Suite { return AllSuites() }
 
 // NewSession builds the key schedules for one SA.
 func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
 	return NewSession(cfg)
 }
 
-// Submit runs the batch inline and calls its Done before returning.
-func (e *Engine) Submit(_ context.Context, b *offload.Batch) error { return e.TrySubmit(b) }
-
-// TrySubmit is Submit: an inline engine never has a full queue.
-func (e *Engine) TrySubmit(b *offload.Batch) error {
-	if e.closed.Load() {
+// Run works every op on the calling goroutine.
+func (e *Engine) Run(ops []*offload.Op) error {
+	if e.Closed() {
 		return offload.ErrClosed
 	}
-	for i := range b.Ops {
-		Process(&b.Ops[i])
+	for _, op := range ops {
+		offload.Process(op)
 	}
-	e.counters.Count(b)
-	if b.Done != nil {
-		b.Done(b)
-	}
+	e.Count(ops)
 	return nil
 }
 
-// Stats returns the engine's counters.
-func (e *Engine) Stats() offload.Stats { return e.counters.Stats() }
-
-// Close stops the engine from taking more work.
-func (e *Engine) Close() error {
-	e.closed.Store(true)
-	return nil
-}
-
-// Process runs one op with the cipher work of its session, which must be a
-// *Session of this package (or embed one, see Unwrap).
-func Process(op *offload.Op) {
-	s, ok := op.Session.(interface{ CPUSession() *Session })
-	if !ok {
-		op.Status = offload.Failed
-		return
-	}
-	s.CPUSession().Process(op)
+// Submit runs the batch inline and calls its Done before returning.
+func (e *Engine) Submit(_ context.Context, b *offload.Batch) error {
+	return offload.SubmitInline(e, b)
 }
 
 // AllSuites lists every cipher and auth combination espgw supports.

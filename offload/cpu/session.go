@@ -148,9 +148,6 @@ func (s *Session) ESN() bool { return s.esn }
 // Close is a no-op: the schedules are garbage collected.
 func (s *Session) Close() error { return nil }
 
-// CPUSession lets wrapping engines reach the cipher work.
-func (s *Session) CPUSession() *Session { return s }
-
 // Process seals or opens one ESP packet in place.
 func (s *Session) Process(op *offload.Op) {
 	pkt := op.Packet

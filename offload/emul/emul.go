@@ -250,7 +250,11 @@ func NewProfile(prof Profile, opts Options) offload.Engine {
 	m := &model{prof: prof, cores: make([]time.Duration, prof.HostCores)}
 	name := Prefix + ":" + prof.Name
 	if prof.Inline {
-		return newInline(name, m, opts.Virtual)
+		e := newInline(name, m, opts.Virtual)
+		if opts.Virtual {
+			return e
+		}
+		return runner{e}
 	}
 	cfg := ring.Config{
 		Name: name, QueueDepth: prof.QueueDepth, Aggregation: prof.Aggregation, Units: prof.Units,
@@ -306,9 +310,9 @@ func (m *model) cost(op *offload.Op) (time.Duration, int) {
 
 func (m *model) bytes(b *offload.Batch) int {
 	n := 0
-	for i := range b.Ops {
-		if s, ok := b.Ops[i].Session.(*session); ok {
-			n += max(0, len(b.Ops[i].Packet)-s.overhead)
+	for _, op := range b.Ops {
+		if s, ok := op.Session.(*session); ok {
+			n += max(0, len(op.Packet)-s.overhead)
 		}
 	}
 	return n

@@ -29,10 +29,10 @@ func TestModelledTimeIsWaited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := []offload.Op{{Session: s, Packet: make([]byte, 8+16+8192)}}
-	w := offload.NewWaiter()
+	ops := []*offload.Op{{Session: s, Packet: make([]byte, 8+16+8192)}}
+	w := offload.NewWaiter(e)
 	start := time.Now()
-	if err := w.Run(context.Background(), e, ops); err != nil {
+	if err := w.Run(context.Background(), ops); err != nil {
 		t.Fatal(err)
 	}
 	// Host 25.5 µs + 8192 × 1.7 ns (-25%) alone is ≥ 29 µs.
@@ -57,10 +57,10 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ops := []offload.Op{{Session: s, Packet: make([]byte, 8+16+64)}, {Session: s, Packet: make([]byte, 8+16+64)}}
-			w := offload.NewWaiter()
+			ops := []*offload.Op{{Session: s, Packet: make([]byte, 8+16+64)}, {Session: s, Packet: make([]byte, 8+16+64)}}
+			w := offload.NewWaiter(e)
 			round := func() {
-				if err := w.Run(context.Background(), e, ops); err != nil {
+				if err := w.Run(context.Background(), ops); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -5,11 +5,10 @@ import (
 	"runtime"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/espgw/espgw/offload"
-	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/sa"
 )
 
 // inline is an inline profile's engine: the ops run on the submitting
@@ -24,8 +23,7 @@ type inline struct {
 	cores []time.Duration                  // modelled time each core is next idle
 	loops map[*offload.Batch]time.Duration // virtual: each batch's last modelled completion
 
-	ops, bytes, batches, errors, badICV atomic.Uint64
-	closed                              atomic.Bool
+	offload.InlineBase
 }
 
 // minWait is the least debt worth waiting for: shorter modelled times are
@@ -48,37 +46,38 @@ func (e *inline) ModelClock() time.Duration {
 
 func (e *inline) Name() string { return e.name }
 
-func (e *inline) Capabilities() offload.Capabilities {
-	return offload.Capabilities{Suites: e.m.suites(), MaxBatch: cpu.MaxBatch, InPlace: true}
-}
+func (e *inline) Suites() []sa.Suite { return e.m.suites() }
 
 func (e *inline) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
 	return e.m.newSession(cfg)
 }
 
-func (e *inline) Submit(_ context.Context, b *offload.Batch) error { return e.TrySubmit(b) }
+func (e *inline) Submit(_ context.Context, b *offload.Batch) error {
+	return e.run(b.Ops, b)
+}
 
-// TrySubmit runs the batch, books its modelled time on the least busy core
-// and returns once the model says the core is done (or nearly: see minWait).
-func (e *inline) TrySubmit(b *offload.Batch) error {
-	if e.closed.Load() {
+// runner is an inline profile on the real clock: an offload.Inline, so
+// callers run their batches on it directly. On a virtual clock the engine
+// is only an offload.Engine: the model tells callers apart by their Batch,
+// which Run does not have.
+type runner struct{ *inline }
+
+// Run works the ops and returns once the model says the core is done.
+func (e runner) Run(ops []*offload.Op) error { return e.run(ops, nil) }
+
+// run runs the ops, books their modelled time on the least busy core and
+// returns once the model says the core is done (or nearly: see minWait).
+// b is the caller's batch (nil from Run, on the real clock): on a virtual
+// clock its next submission starts after its last one.
+func (e *inline) run(ops []*offload.Op, b *offload.Batch) error {
+	if e.Closed() {
 		return offload.ErrClosed
 	}
 	var work time.Duration
-	var n, bad, failed uint64
-	for i := range b.Ops {
-		op := &b.Ops[i]
-		cpu.Process(op)
+	for _, op := range ops {
+		offload.Process(op)
 		c, _ := e.m.cost(op)
 		work += c
-		n += uint64(len(op.Packet))
-		switch op.Status {
-		case offload.OK:
-		case offload.BadICV:
-			bad++
-		default:
-			failed++
-		}
 	}
 	now := time.Since(e.epoch)
 	e.mu.Lock()
@@ -110,24 +109,10 @@ func (e *inline) TrySubmit(b *offload.Batch) error {
 			runtimeYield()
 		}
 	}
-	e.ops.Add(uint64(len(b.Ops)))
-	e.bytes.Add(n)
-	e.batches.Add(1)
-	e.badICV.Add(bad)
-	e.errors.Add(failed)
-	if b.Done != nil {
+	e.Count(ops)
+	if b != nil && b.Done != nil {
 		b.Done(b)
 	}
-	return nil
-}
-
-func (e *inline) Stats() offload.Stats {
-	return offload.Stats{Ops: e.ops.Load(), Bytes: e.bytes.Load(), Batches: e.batches.Load(),
-		Errors: e.errors.Load(), BadICV: e.badICV.Load()}
-}
-
-func (e *inline) Close() error {
-	e.closed.Store(true)
 	return nil
 }
 

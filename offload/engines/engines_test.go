@@ -74,10 +74,10 @@ func run(t testing.TB, e, ref offload.Engine, p pair, dir offload.Direction, pkt
 		want[i] = offload.Op{Session: p.ref, Dir: dir, Packet: append([]byte(nil), pkt...), SeqHi: seqHi}
 	}
 	ctx := context.Background()
-	if err := offload.NewWaiter().Run(ctx, e, got); err != nil {
+	if err := offload.NewWaiter(e).Run(ctx, offload.Refs(got)); err != nil {
 		t.Fatal(err)
 	}
-	if err := offload.NewWaiter().Run(ctx, ref, want); err != nil {
+	if err := offload.NewWaiter(ref).Run(ctx, offload.Refs(want)); err != nil {
 		t.Fatal(err)
 	}
 	out := make([][]byte, len(pkts))

@@ -51,6 +51,7 @@ import (
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/sa"
 )
 
 // Name is the registry name of the untimed ring engine.
@@ -69,7 +70,8 @@ type Config struct {
 	Aggregation int    // ops per command record; 1 for the lowest latency
 	Units       int    // worker goroutines standing in for the card's units; GOMAXPROCS by default
 	// Model, if set, times the card (see Model). Its sessions may wrap the
-	// cpu sessions (they must answer CPUSession).
+	// cpu sessions; the units run every op with offload.Process, so they
+	// must be offload.Processors.
 	Model Model
 	// NewSession, if set, builds sessions instead of cpu.NewSession, so a
 	// model can attach per-session costs.
@@ -217,11 +219,9 @@ func (e *Engine) Name() string { return e.cfg.Name }
 // Config returns the ring's configuration with defaults filled in.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Capabilities lists the cpu suites; batches up to the queue depth are
-// admitted at once, larger ones stream through the queue.
-func (e *Engine) Capabilities() offload.Capabilities {
-	return offload.Capabilities{Suites: cpu.AllSuites(), MaxBatch: e.cfg.QueueDepth, InPlace: true, Async: true}
-}
+// Suites lists the cpu suites. Batches up to the queue depth are admitted
+// at once, larger ones stream through the queue.
+func (e *Engine) Suites() []sa.Suite { return cpu.AllSuites() }
 
 // NewSession builds the key schedules for one SA.
 func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
@@ -444,7 +444,7 @@ func (e *Engine) unit(u int) {
 				if r == nil {
 					break
 				}
-				ops = append(ops, &r.b.Ops[r.next])
+				ops = append(ops, r.b.Ops[r.next])
 				recs = append(recs, r)
 				r.next++
 			}
@@ -456,7 +456,7 @@ func (e *Engine) unit(u int) {
 			for i := e.disp; i < e.n && len(ops) < e.cfg.Aggregation; i++ {
 				r := e.fifo[(e.head+i)%len(e.fifo)]
 				for r.arrival <= feed && r.next < r.admitted && len(ops) < e.cfg.Aggregation {
-					ops = append(ops, &r.b.Ops[r.next])
+					ops = append(ops, r.b.Ops[r.next])
 					recs = append(recs, r)
 					r.next++
 				}
@@ -475,7 +475,7 @@ func (e *Engine) unit(u int) {
 
 		var bytes, bad, failed uint64
 		for _, op := range ops {
-			cpu.Process(op)
+			offload.Process(op)
 			bytes += uint64(len(op.Packet))
 			switch op.Status {
 			case offload.OK:

@@ -32,12 +32,12 @@ func session(t testing.TB, e offload.Engine) offload.Session {
 }
 
 // ops returns n seal ops of 8+16+64+12 bytes, tagged by their first IV byte.
-func ops(s offload.Session, n int) []offload.Op {
-	out := make([]offload.Op, n)
+func ops(s offload.Session, n int) []*offload.Op {
+	out := make([]*offload.Op, n)
 	for i := range out {
 		pkt := make([]byte, 8+16+64+12)
 		pkt[8] = byte(i)
-		out[i] = offload.Op{Session: s, Dir: offload.Seal, Packet: pkt}
+		out[i] = &offload.Op{Session: s, Dir: offload.Seal, Packet: pkt}
 	}
 	return out
 }
@@ -96,8 +96,8 @@ func TestBackPressure(t *testing.T) {
 	if err := e.Submit(context.Background(), batch(5, 11)); err != nil {
 		t.Fatal(err)
 	}
-	w := offload.NewWaiter()
-	if err := w.Run(context.Background(), e, ops(s, 1)); err != nil {
+	w := offload.NewWaiter(e)
+	if err := w.Run(context.Background(), ops(s, 1)); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -208,7 +208,7 @@ func TestOrderConcurrent(t *testing.T) {
 							return
 						}
 						<-done
-						ref.TrySubmit(&offload.Batch{Ops: want})
+						ref.Run(want)
 						for i := range n {
 							if string(b.Ops[i].Packet) != string(want[i].Packet) || b.Ops[i].Status != offload.OK {
 								t.Errorf("submitter %d batch %d op %d differs from cpu", g, r, i)
@@ -278,11 +278,11 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	e := ring.New(ring.Config{})
 	defer e.Close()
 	s := session(t, e)
-	w := offload.NewWaiter()
+	w := offload.NewWaiter(e)
 	batch := ops(s, 32)
 	ctx := context.Background()
 	round := func() {
-		if err := w.Run(ctx, e, batch); err != nil {
+		if err := w.Run(ctx, batch); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,14 +1,21 @@
-// Package capture seals and opens packet captures offline, as `espgw pcap
-// seal` and `espgw pcap open` do: it reads pcap or pcapng files (Ethernet,
-// raw IP or Linux SLL), turns every IP packet into an ESP packet as it would
-// travel on the wire (outer header, UDP encapsulation) or opens every ESP
-// packet of known SPI back into its inner packet, writes the result as a
-// pcap, and counts every packet: written, rejected per reason, or skipped
-// per kind. It also writes Wireshark's esp_sa lines so that the same
-// captures open decrypted in Wireshark and tshark.
+// Package capture is the test bed's one place for packet captures and for
+// packets on the wire, used by `espgw pcap`, `espgw demo` and the scenarios
+// alike:
+//
+//   - reading (Reader, ReadAll): pcap or pcapng of every usual link type,
+//     safe on hostile input; writing (Writer);
+//   - sealing and opening captures offline (SealFile, OpenFile: `espgw pcap
+//     seal|open`), every packet counted: written, rejected per reason, or
+//     skipped per kind; Wireshark's esp_sa lines, so the same captures open
+//     decrypted in Wireshark and tshark;
+//   - rewriting any capture onto the test bed's two hosts (Load, Rewrite);
+//   - replaying it between the hosts and judging what arrived byte for byte
+//     (Replay);
+//   - watching an interface (Sniff) and sending whole IP packets from a
+//     namespace.
 //
 // The ESP transform is the esp package's; this package only frames packets
-// for the wire and does the capture I/O (gopacket's pcapgo and layers).
+// for the wire and does the capture I/O (gopacket's pcapgo).
 package capture
 
 import (
@@ -22,6 +29,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
@@ -145,7 +153,7 @@ func load(opts Options) (*loaded, error) {
 	if opts.WiresharkSA != "" {
 		lines, err := WiresharkSAFile(cfgs)
 		if err == nil {
-			err = os.WriteFile(opts.WiresharkSA, lines, 0o600)
+			err = secret.WriteFile(opts.WiresharkSA, lines)
 		}
 		if err != nil {
 			l.close()
@@ -173,6 +181,25 @@ func (l *loaded) pick(opts Options) (*esp.SA, error) {
 		}
 	}
 	return nil, fmt.Errorf("SA file %s has no SA with SPI %#x", opts.SAFile, opts.SPI)
+}
+
+// distinctFiles refuses an output that is the input (by name, through a
+// symbolic link or a hard link: the same file), before anything is
+// truncated: creating the output would empty the capture being read.
+func distinctFiles(in string, outs ...string) error {
+	inFi, err := os.Stat(in)
+	if err != nil {
+		return fmt.Errorf("open input capture: %w", err)
+	}
+	for _, out := range outs {
+		if out == "" {
+			continue
+		}
+		if outFi, err := os.Stat(out); err == nil && os.SameFile(inFi, outFi) {
+			return fmt.Errorf("output %s is the input capture %s: refusing to overwrite it (write to another file)", out, in)
+		}
+	}
+	return nil
 }
 
 // files opens the input capture and creates the output.
@@ -214,6 +241,9 @@ func files(in, out string, link Link) (*Reader, *Writer, func() error, error) {
 // file, sequence numbers from the SA's start (1 unless initial-seq says
 // otherwise), and writes the ESP packets to out.
 func SealFile(ctx context.Context, opts Options, in, out string) (*Report, error) {
+	if err := distinctFiles(in, out, opts.WiresharkSA); err != nil {
+		return nil, err
+	}
 	l, err := load(opts)
 	if err != nil {
 		return nil, err
@@ -251,12 +281,7 @@ func Seal(ctx context.Context, r *Reader, w *Writer, s *esp.SA) (*Report, error)
 			rep.Skipped[string(f.Skip)]++
 			continue
 		}
-		ip, skip := trimIP(f.IP)
-		if skip != NotSkipped {
-			rep.Skipped[string(skip)]++
-			continue
-		}
-		out, err := z.Seal(ctx, ip)
+		out, err := z.Seal(ctx, f.IP)
 		var reason esp.Reason
 		if errors.As(err, &reason) {
 			rep.Rejects[reason.String()]++
@@ -274,26 +299,12 @@ func Seal(ctx context.Context, r *Reader, w *Writer, s *esp.SA) (*Report, error)
 	return rep, nil
 }
 
-// trimIP cuts link-layer trailer bytes off an IP packet by its own length.
-func trimIP(ip []byte) ([]byte, Skip) {
-	if _, _, ok := ipHeader(ip); !ok {
-		return nil, MalformedIP
-	}
-	var total int
-	if ip[0]>>4 == 4 {
-		total = int(ip[2])<<8 | int(ip[3])
-	} else {
-		total = 40 + (int(ip[4])<<8 | int(ip[5]))
-	}
-	if total > len(ip) || total < 20 {
-		return nil, MalformedIP
-	}
-	return ip[:total], NotSkipped
-}
-
 // OpenFile opens every ESP packet of the capture in whose SPI is in the SA
 // file and writes the inner packets to out.
 func OpenFile(ctx context.Context, opts Options, in, out string) (*Report, error) {
+	if err := distinctFiles(in, out, opts.WiresharkSA); err != nil {
+		return nil, err
+	}
 	l, err := load(opts)
 	if err != nil {
 		return nil, err

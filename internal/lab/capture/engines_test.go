@@ -22,7 +22,7 @@ func TestEveryEngineInterop(t *testing.T) {
 		if err != nil {
 			t.Fatalf("engine %s: %v", name, err)
 		}
-		suites := eng.Capabilities().Suites
+		suites := eng.Suites()
 		eng.Close()
 		for _, sc := range interopSuites() {
 			if !slices.Contains(suites, sc.suite) {

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/inetsum"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -56,7 +57,7 @@ func (z *Sealer) Seal(ctx context.Context, inner []byte) ([]byte, error) {
 	off, n := z.pkt.Off, z.pkt.Len
 	if cfg.Mode == sa.Transport {
 		if cfg.Encap == sa.EncapUDP {
-			hl, protoAt, ok := ipHeader(buf[off : off+n])
+			hl, _, protoAt, _, ok := inetsum.Header(buf[off : off+n])
 			if !ok {
 				return nil, fmt.Errorf("sealed transport packet has no IP header")
 			}
@@ -103,114 +104,20 @@ func putUDP(seg []byte, cfg *sa.SA, src, dst netip.Addr) {
 	binary.BigEndian.PutUint16(seg[4:], uint16(len(seg)))
 	seg[6], seg[7] = 0, 0
 	if src.Is6() && !src.Is4In6() {
-		binary.BigEndian.PutUint16(seg[6:], udp6Checksum(src, dst, seg))
+		s, d := src.As16(), dst.As16()
+		inetsum.L4(seg, s[:], d[:], protoUDP, inetsum.OffsetUDP)
 	}
-}
-
-func udp6Checksum(src, dst netip.Addr, seg []byte) uint16 {
-	s, d := src.As16(), dst.As16()
-	var sum uint32
-	add := func(b []byte) {
-		for len(b) >= 2 {
-			sum += uint32(b[0])<<8 | uint32(b[1])
-			b = b[2:]
-		}
-		if len(b) == 1 {
-			sum += uint32(b[0]) << 8
-		}
-	}
-	add(s[:])
-	add(d[:])
-	sum += uint32(len(seg)) + protoUDP
-	add(seg)
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	c := ^uint16(sum)
-	if c == 0 {
-		c = 0xffff
-	}
-	return c
-}
-
-// ipHeader finds the length of the IP header that stays in front of a
-// transport payload — the IPv4 header, or the IPv6 header with hop-by-hop,
-// routing, destination options and fragment headers — and the offset of
-// the next-header byte naming that payload.
-func ipHeader(pkt []byte) (hl, protoAt int, ok bool) {
-	if len(pkt) < 1 {
-		return 0, 0, false
-	}
-	switch pkt[0] >> 4 {
-	case 4:
-		hl = int(pkt[0]&0x0f) * 4
-		if hl < 20 || len(pkt) < hl {
-			return 0, 0, false
-		}
-		return hl, 9, true
-	case 6:
-		if len(pkt) < 40 {
-			return 0, 0, false
-		}
-		// The same extension headers esp keeps in front of ESP (RFC 4303 §3.1.1).
-		at, off, nh := 6, 40, pkt[6]
-		for nh == 0 || nh == 43 || nh == 44 {
-			if len(pkt) < off+8 {
-				return 0, 0, false
-			}
-			cur := nh
-			at, nh = off, pkt[off]
-			if cur == 44 {
-				off += 8
-			} else {
-				off += (int(pkt[off+1]) + 1) * 8
-			}
-			if len(pkt) < off {
-				return 0, 0, false
-			}
-		}
-		return off, at, true
-	}
-	return 0, 0, false
-}
-
-// ipv6Fragment reports whether a fragment header is among the extension
-// headers ipHeader walked (the first hl bytes).
-func ipv6Fragment(pkt []byte, hl int) bool {
-	off, nh := 40, pkt[6]
-	for off < hl {
-		if nh == 44 {
-			return true
-		}
-		next := pkt[off]
-		off += (int(pkt[off+1]) + 1) * 8
-		nh = next
-	}
-	return false
 }
 
 // setIPLength rewrites the total (IPv4, with checksum) or payload (IPv6)
 // length of the header at hdr for a packet of total bytes.
 func setIPLength(hdr []byte, total int) {
-	if hdr[0]>>4 == 4 {
+	if hl, ok := inetsum.IPv4HeaderLen(hdr); ok {
 		binary.BigEndian.PutUint16(hdr[2:], uint16(total))
-		hl := int(hdr[0]&0x0f) * 4
-		hdr[10], hdr[11] = 0, 0
-		binary.BigEndian.PutUint16(hdr[10:], ipv4Checksum(hdr[:hl]))
+		inetsum.IPv4Header(hdr[:hl])
 		return
 	}
 	binary.BigEndian.PutUint16(hdr[4:], uint16(total-40))
-}
-
-func ipv4Checksum(h []byte) uint16 {
-	var sum uint32
-	for i := 0; i+1 < len(h); i += 2 {
-		sum += uint32(h[i])<<8 | uint32(h[i+1])
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
 }
 
 // addrs reads the source and destination of an IP header.
@@ -220,20 +127,6 @@ func addrs(hdr []byte) (src, dst netip.Addr) {
 	}
 	return netip.AddrFrom16([16]byte(hdr[8:24])), netip.AddrFrom16([16]byte(hdr[24:40]))
 }
-
-// Skip names why a captured packet was not an ESP packet to open.
-type Skip string
-
-const (
-	NotSkipped   Skip = ""
-	NotIP        Skip = "not-ip"         // no IPv4 or IPv6 packet in the frame
-	MalformedIP  Skip = "malformed-ip"   // an IP header that does not parse
-	IPFragment   Skip = "ip-fragment"    // an IP fragment: ESP is opened whole
-	NotESP       Skip = "not-esp"        // neither protocol 50 nor UDP on an ESP port
-	NATKeepalive Skip = "nat-keepalive"  // RFC 3948 §2.3: one 0xff byte
-	NonESPMarker Skip = "non-esp-marker" // RFC 3948 §2.2: IKE on port 4500
-	Truncated    Skip = "truncated-capture"
-)
 
 // Result is what became of one packet given to Opener.Open.
 type Result struct {
@@ -290,28 +183,14 @@ func NewOpener(sas []*esp.SA) (*Opener, error) {
 
 // Open classifies one IP packet and opens it if it is ESP for a known SA.
 func (o *Opener) Open(ctx context.Context, ip []byte) (Result, error) {
-	hl, protoAt, ok := ipHeader(ip)
-	if !ok {
+	total, okLen := inetsum.PacketLength(ip)
+	hl, _, protoAt, frag, ok := inetsum.Header(ip)
+	if !ok || !okLen || total < hl {
 		return Result{Skip: MalformedIP}, nil
 	}
-	if ip[0]>>4 == 4 {
-		total := int(binary.BigEndian.Uint16(ip[2:]))
-		if total < hl || total > len(ip) {
-			return Result{Skip: MalformedIP}, nil
-		}
-		ip = ip[:total]
-		if ip[6]&0x20 != 0 || binary.BigEndian.Uint16(ip[6:])&0x1fff != 0 {
-			return Result{Skip: IPFragment}, nil
-		}
-	} else {
-		total := 40 + int(binary.BigEndian.Uint16(ip[4:]))
-		if total > len(ip) || total < hl {
-			return Result{Skip: MalformedIP}, nil
-		}
-		ip = ip[:total]
-		if ipv6Fragment(ip, hl) {
-			return Result{Skip: IPFragment}, nil
-		}
+	ip = ip[:total]
+	if frag || ip[0]>>4 == 4 && (ip[6]&0x20 != 0 || binary.BigEndian.Uint16(ip[6:])&0x1fff != 0) {
+		return Result{Skip: IPFragment}, nil
 	}
 	espOff := hl
 	switch ip[protoAt] {

@@ -276,7 +276,7 @@ func TestMalformedInputs(t *testing.T) {
 		wantErr string
 	}{
 		{"missing input", filepath.Join(dir, "nope.pcap"), saFile, "open input capture"},
-		{"empty input", write("empty.pcap", nil), saFile, "too short for a pcap header"},
+		{"empty input", write("empty.pcap", nil), saFile, "too short for a pcap or pcapng header"},
 		{"not a capture", write("text.pcap", []byte("hello, this is not a capture file at all")), saFile, "not a pcap or pcapng file"},
 		{"unknown link type", write("user0.pcap", hdr), saFile, "unsupported link type"},
 		{"truncated record", write("cut.pcap", goodBytes[:len(goodBytes)-10]), saFile, "frame 1"},

@@ -22,6 +22,7 @@ import (
 	"github.com/google/gopacket"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/inetsum"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/sa"
 )
@@ -222,7 +223,7 @@ func udpPacket(v6 bool, total int, id uint16) []byte {
 		s, d := src.As4(), dst.As4()
 		copy(p[12:], s[:])
 		copy(p[16:], d[:])
-		binary.BigEndian.PutUint16(p[10:], ipv4Checksum(p[:20]))
+		inetsum.IPv4Header(p[:20])
 	}
 	if proto != protoUDP {
 		return p
@@ -231,33 +232,8 @@ func udpPacket(v6 bool, total int, id uint16) []byte {
 	binary.BigEndian.PutUint16(u[0:], 40000+id)
 	binary.BigEndian.PutUint16(u[2:], 9)
 	binary.BigEndian.PutUint16(u[4:], uint16(len(u)))
-	binary.BigEndian.PutUint16(u[6:], udpChecksum(src, dst, u))
+	inetsum.L4(u, src.AsSlice(), dst.AsSlice(), protoUDP, inetsum.OffsetUDP)
 	return p
-}
-
-func udpChecksum(src, dst netip.Addr, seg []byte) uint16 {
-	if src.Is6() {
-		return udp6Checksum(src, dst, seg)
-	}
-	var sum uint32
-	s, d := src.As4(), dst.As4()
-	pseudo := append(append(s[:], d[:]...), 0, protoUDP, byte(len(seg)>>8), byte(len(seg)))
-	for _, b := range [][]byte{pseudo, seg} {
-		for i := 0; i+1 < len(b); i += 2 {
-			sum += uint32(b[i])<<8 | uint32(b[i+1])
-		}
-		if len(b)%2 == 1 {
-			sum += uint32(b[len(b)-1]) << 8
-		}
-	}
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	c := ^uint16(sum)
-	if c == 0 {
-		c = 0xffff
-	}
-	return c
 }
 
 // newSAs builds working SAs for the configurations on one cpu engine.

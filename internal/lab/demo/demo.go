@@ -21,9 +21,8 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/pcapgen"
-	"github.com/espgw/espgw/internal/lab/pcapreplay"
-	"github.com/espgw/espgw/internal/lab/pcaprewrite"
 	"github.com/espgw/espgw/internal/lab/scenario"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
@@ -218,11 +217,11 @@ func replay(ctx context.Context, bed *testbed.Bed, name string) (Step, error) {
 		return step, fmt.Errorf("bundled capture %s: %v", name, err)
 	}
 	a := bed.Topo.Addr
-	topo := pcaprewrite.Topology{
-		A: pcaprewrite.Hosts{IPv4: a.HostA4.Addr(), IPv6: a.HostA6.Addr()},
-		B: pcaprewrite.Hosts{IPv4: a.HostB4.Addr(), IPv6: a.HostB6.Addr()},
+	topo := capture.Topology{
+		A: capture.Hosts{IPv4: a.HostA4.Addr(), IPv6: a.HostA6.Addr()},
+		B: capture.Hosts{IPv4: a.HostB4.Addr(), IPv6: a.HostB6.Addr()},
 	}
-	all, _, err := pcaprewrite.Load(bytes.NewReader(data), name, topo, pcaprewrite.Options{Timing: pcaprewrite.KeepTiming, Speed: 10})
+	all, _, err := capture.Load(bytes.NewReader(data), name, topo, capture.RewriteOptions{Timing: capture.KeepTiming, Speed: 10})
 	if err != nil {
 		return step, err
 	}
@@ -232,16 +231,16 @@ func replay(ctx context.Context, bed *testbed.Bed, name string) (Step, error) {
 	if err != nil {
 		return step, err
 	}
-	var pkts []pcaprewrite.Packet
+	var pkts []capture.Packet
 	for _, p := range all {
 		if len(p.Data) <= mtu {
 			pkts = append(pkts, p)
 		}
 	}
-	res, err := pcapreplay.Run(ctx, pkts, [2]pcapreplay.Host{
-		{Netns: bed.Topo.HostA.Name(), Interface: "eth0"},
-		{Netns: bed.Topo.HostB.Name(), Interface: "eth0"},
-	}, pcapreplay.Options{})
+	res, err := capture.Replay(ctx, pkts, [2]capture.ReplayHost{
+		{NS: bed.Topo.HostA, Interface: "eth0"},
+		{NS: bed.Topo.HostB, Interface: "eth0"},
+	}, capture.ReplayOptions{})
 	if err != nil {
 		return step, err
 	}

@@ -7,7 +7,7 @@
 // The files are classic pcap with link type LINKTYPE_RAW (101): each record
 // is one IPv4 or IPv6 packet with no link header, as a TUN device carries
 // it. Addresses are TEST-NET (192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24,
-// 2001:db8::/32); a replay maps them onto its topology (internal/lab/pcaprewrite).
+// 2001:db8::/32); a replay maps them onto its topology (internal/lab/capture).
 //
 //go:generate go test -run TestBundledCurrent -update .
 package pcapgen

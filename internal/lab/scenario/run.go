@@ -24,6 +24,7 @@ import (
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/internal/lab/wanrelay"
+	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -617,7 +618,7 @@ func (r *runner) writeEspSA(dir string) error {
 	if err != nil {
 		return fmt.Errorf("esp_sa file: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "esp_sa"), b, 0o600); err != nil {
+	if err := secret.WriteFile(filepath.Join(dir, "esp_sa"), b); err != nil {
 		return fmt.Errorf("esp_sa file: %w", err)
 	}
 	return nil

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -15,11 +14,9 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/netns"
-	"github.com/espgw/espgw/internal/lab/pcaprewrite"
 	"github.com/espgw/espgw/internal/lab/testbed"
 )
 
@@ -357,276 +354,40 @@ func (r *runner) setupPhantoms() error {
 
 // replay sends a capture's packets from the phantom addresses behind each
 // gateway, at their due times, and checks that each arrives at the far
-// host byte for byte (less the TTL or hop limit the two routers took, and
-// the IPv4 header checksum that follows it).
+// host byte for byte (capture.Replay's rules).
 func (r *runner) replay(ctx context.Context, p *PcapStep, res *StepResult) error {
 	f, err := r.s.open(p.path)
 	if err != nil {
 		return fmt.Errorf("replay: %w", err)
 	}
 	defer f.Close()
-	timing := pcaprewrite.KeepTiming
+	timing := capture.KeepTiming
 	if p.Timing == "fast" {
-		timing = pcaprewrite.AsFast
+		timing = capture.AsFast
 	}
-	pkts, _, err := pcaprewrite.Load(f, p.path, pcaprewrite.Topology{
-		A: pcaprewrite.Hosts{IPv4: phantomA4, IPv6: phantomA6},
-		B: pcaprewrite.Hosts{IPv4: phantomB4, IPv6: phantomB6},
-	}, pcaprewrite.Options{Timing: timing, Speed: p.Speed})
+	pkts, _, err := capture.Load(f, p.path, capture.Topology{
+		A: capture.Hosts{IPv4: phantomA4, IPv6: phantomA6},
+		B: capture.Hosts{IPv4: phantomB4, IPv6: phantomB6},
+	}, capture.RewriteOptions{Timing: timing, Speed: p.Speed})
 	if err != nil {
 		return err
 	}
 	t := r.bed.Topo
-	sides := [2]*netns.Namespace{t.HostA, t.HostB}
-	var send [2]*rawSender
-	var recv [2]*sniffer
-	for i, ns := range sides {
-		if send[i], err = newRawSender(ns); err != nil {
-			return err
-		}
-		defer send[i].close()
-		own, far := [2]netip.Addr{phantomA4, phantomA6}, [2]netip.Addr{phantomB4, phantomB6}
-		if i == 1 {
-			own, far = far, own
-		}
-		if recv[i], err = newSniffer(ns, "eth0", far, own); err != nil {
-			return err
-		}
-		defer recv[i].close()
+	rr, err := capture.Replay(ctx, pkts, [2]capture.ReplayHost{{NS: t.HostA, Interface: "eth0"}, {NS: t.HostB, Interface: "eth0"}},
+		capture.ReplayOptions{Settle: r.settle})
+	if err != nil {
+		return err
 	}
-	want := map[string]int{}
-	start := time.Now()
-	for _, pk := range pkts {
-		if ctx.Err() != nil {
-			break
-		}
-		if d := time.Until(start.Add(pk.At)); d > 0 {
-			time.Sleep(d)
-		}
-		if err := send[pk.From].send(pk.Data); err != nil {
-			res.Detail += err.Error() + "; "
-			continue
-		}
-		res.Sent++
-		want[string(normalize(pk.Data))]++
+	for i := range 2 {
+		res.Sent += rr.Sent[i] - rr.SendErrors[i]
+		res.Received += rr.Delivered[i]
+		res.Mismatched += rr.Unexpected[i]
 	}
-	r.settle()
-	for _, s := range recv {
-		for _, got := range s.stop() {
-			k := string(normalize(got))
-			if want[k] > 0 {
-				want[k]--
-				res.Received++
-			} else {
-				res.Mismatched++
-			}
-		}
+	if rr.LastSendError != "" {
+		res.Detail += fmt.Sprintf("%d packets could not be sent (last: %s); ", rr.SendErrors[0]+rr.SendErrors[1], rr.LastSendError)
 	}
 	return nil
 }
-
-// normalize zeroes what routers change on the way: TTL and header checksum
-// (IPv4), hop limit (IPv6).
-func normalize(p []byte) []byte {
-	q := bytes.Clone(p)
-	if len(q) >= 20 && q[0]>>4 == 4 {
-		q[8], q[10], q[11] = 0, 0, 0
-	} else if len(q) >= 40 && q[0]>>4 == 6 {
-		q[7] = 0
-	}
-	return q
-}
-
-// rawSender sends whole IP packets (header included) from a namespace.
-type rawSender struct{ fd4, fd6 int }
-
-func newRawSender(ns *netns.Namespace) (*rawSender, error) {
-	s := &rawSender{fd4: -1, fd6: -1}
-	err := ns.Do(func() error {
-		var err error
-		if s.fd4, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW); err != nil {
-			return err
-		}
-		if s.fd6, err = unix.Socket(unix.AF_INET6, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW); err != nil {
-			return err
-		}
-		return unix.SetsockoptInt(s.fd6, unix.IPPROTO_IPV6, unix.IPV6_HDRINCL, 1)
-	})
-	if err != nil {
-		s.close()
-		return nil, fmt.Errorf("raw sockets in %s: %w", ns.Short(), err)
-	}
-	return s, nil
-}
-
-func (s *rawSender) send(p []byte) error {
-	if len(p) >= 20 && p[0]>>4 == 4 {
-		var sa unix.SockaddrInet4
-		copy(sa.Addr[:], p[16:20])
-		return unix.Sendto(s.fd4, p, 0, &sa)
-	}
-	if len(p) >= 40 && p[0]>>4 == 6 {
-		var sa unix.SockaddrInet6
-		copy(sa.Addr[:], p[24:40])
-		return unix.Sendto(s.fd6, p, 0, &sa)
-	}
-	return errors.New("replay: not an IP packet")
-}
-
-func (s *rawSender) close() {
-	for _, fd := range []int{s.fd4, s.fd6} {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}
-}
-
-// sniffer collects the IP packets arriving on an interface for given
-// destinations (an AF_PACKET socket: it sees them before the host's kernel
-// drops them).
-type sniffer struct {
-	fd   int
-	src  [2]netip.Addr
-	dst  [2]netip.Addr
-	mu   sync.Mutex
-	got  [][]byte
-	done chan struct{}
-}
-
-func newSniffer(ns *netns.Namespace, ifname string, src, dst [2]netip.Addr) (*sniffer, error) {
-	s := &sniffer{fd: -1, src: src, dst: dst, done: make(chan struct{})}
-	err := ns.Do(func() error {
-		l, err := netlink.LinkByName(ifname)
-		if err != nil {
-			return err
-		}
-		if s.fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL))); err != nil {
-			return err
-		}
-		unix.SetsockoptInt(s.fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
-		// Auxiliary data says when a packet's transport checksum was
-		// left to the (veth) hardware: the sniffer completes it.
-		if err := unix.SetsockoptInt(s.fd, unix.SOL_PACKET, unix.PACKET_AUXDATA, 1); err != nil {
-			return err
-		}
-		unix.SetsockoptTimeval(s.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Usec: 100000})
-		return unix.Bind(s.fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ALL), Ifindex: l.Attrs().Index})
-	})
-	if err != nil {
-		if s.fd >= 0 {
-			unix.Close(s.fd)
-		}
-		return nil, fmt.Errorf("packet socket on %s in %s: %w", ifname, ns.Short(), err)
-	}
-	go s.loop(s.fd)
-	return s, nil
-}
-
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-func (s *sniffer) loop(fd int) {
-	defer close(s.done)
-	buf := make([]byte, 65536)
-	oob := make([]byte, 256)
-	for !s.closed() {
-		n, oobn, _, from, err := unix.Recvmsg(fd, buf, oob, 0)
-		if err != nil {
-			if err == unix.EAGAIN || err == unix.EINTR {
-				if s.closed() {
-					return
-				}
-				continue
-			}
-			return
-		}
-		if ll, ok := from.(*unix.SockaddrLinklayer); ok && ll.Pkttype == unix.PACKET_OUTGOING {
-			continue
-		}
-		p := buf[:n]
-		var src, dst netip.Addr
-		if n >= 20 && p[0]>>4 == 4 {
-			src, dst = netip.AddrFrom4([4]byte(p[12:16])), netip.AddrFrom4([4]byte(p[16:20]))
-		} else if n >= 40 && p[0]>>4 == 6 {
-			src, dst = netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40]))
-		}
-		// Only the replay's own packets: not the ICMP errors routers
-		// send the phantom source.
-		if dst != s.dst[0] && dst != s.dst[1] || src != s.src[0] && src != s.src[1] {
-			continue
-		}
-		q := bytes.Clone(p)
-		if checksumNotReady(oob[:oobn]) {
-			completeChecksum(q)
-		}
-		s.mu.Lock()
-		s.got = append(s.got, q)
-		s.mu.Unlock()
-	}
-}
-
-// checksumNotReady reads TP_STATUS_CSUMNOTREADY from a packet's
-// tpacket_auxdata.
-func checksumNotReady(oob []byte) bool {
-	msgs, err := unix.ParseSocketControlMessage(oob)
-	if err != nil {
-		return false
-	}
-	for _, m := range msgs {
-		if m.Header.Level == unix.SOL_PACKET && m.Header.Type == unix.PACKET_AUXDATA && len(m.Data) >= 4 {
-			return binary.NativeEndian.Uint32(m.Data)&unix.TP_STATUS_CSUMNOTREADY != 0
-		}
-	}
-	return false
-}
-
-// completeChecksum computes the TCP or UDP checksum of an IP packet (no
-// extension headers: the replayed captures' IPv6 packets carry none).
-func completeChecksum(p []byte) {
-	var src, dst, seg []byte
-	var proto uint8
-	switch p[0] >> 4 {
-	case 4:
-		ihl := int(p[0]&0xf) * 4
-		if len(p) < ihl {
-			return
-		}
-		src, dst, proto, seg = p[12:16], p[16:20], p[9], p[ihl:]
-	case 6:
-		if len(p) < 40 {
-			return
-		}
-		src, dst, proto, seg = p[8:24], p[24:40], p[6], p[40:]
-	}
-	switch {
-	case proto == 6 && len(seg) >= 20:
-		inetsum.L4(seg, src, dst, proto, inetsum.OffsetTCP)
-	case proto == 17 && len(seg) >= 8:
-		inetsum.L4(seg, src, dst, proto, inetsum.OffsetUDP)
-	}
-}
-
-func (s *sniffer) closed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.fd < 0
-}
-
-// stop ends the capture and returns what arrived.
-func (s *sniffer) stop() [][]byte {
-	s.mu.Lock()
-	fd := s.fd
-	s.fd = -1
-	s.mu.Unlock()
-	if fd >= 0 {
-		<-s.done
-		unix.Close(fd)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.got
-}
-
-func (s *sniffer) close() { s.stop() }
 
 // percentile of sorted values, p in [0, 1].
 func percentile(sorted []float64, p float64) float64 {

@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // Capture is a tcpdump writing what crosses one interface to a pcap file.
@@ -72,6 +74,33 @@ type TsharkVerdict struct {
 	Decrypted int // whose decrypted payload dissects as IP (frame.protocols has esp:ip or esp:ipv6)
 }
 
+// TsharkCommand returns a tshark command given the ESP SAs (Wireshark's
+// esp_sa lines, which hold the keys) through a private configuration
+// directory, never its command line, where every user of the machine would
+// see the keys (ps, /proc/PID/cmdline): the lines go to an esp_sa file
+// (mode 0600) in a fresh directory (0700) named by WIRESHARK_CONFIG_DIR.
+// args are tshark's other arguments; call done once the command has ended,
+// to remove the directory.
+func TsharkCommand(ctx context.Context, espSA []string, args ...string) (cmd *exec.Cmd, done func(), err error) {
+	dir, err := os.MkdirTemp("", "espgw-wireshark-")
+	if err != nil {
+		return nil, nil, fmt.Errorf("tshark configuration: %w", err)
+	}
+	done = func() { os.RemoveAll(dir) }
+	var lines strings.Builder
+	for _, l := range espSA {
+		lines.WriteString(l + "\n")
+	}
+	if err := secret.WriteFile(filepath.Join(dir, "esp_sa"), []byte(lines.String())); err != nil {
+		done()
+		return nil, nil, fmt.Errorf("tshark configuration: %w", err)
+	}
+	cmd = exec.CommandContext(ctx, "tshark", args...)
+	// HOME too, so that no personal preferences of the user's override ours.
+	cmd.Env = append(os.Environ(), "WIRESHARK_CONFIG_DIR="+dir, "HOME="+dir)
+	return cmd, done, nil
+}
+
 // Tshark decrypts a capture with Wireshark's esp_sa lines (uat values, one
 // per SA) and counts good ICVs and decrypted inner packets.
 func Tshark(ctx context.Context, path string, espSA []string) (TsharkVerdict, error) {
@@ -79,14 +108,15 @@ func Tshark(ctx context.Context, path string, espSA []string) (TsharkVerdict, er
 	if _, err := exec.LookPath("tshark"); err != nil {
 		return v, errors.New("tshark is not installed (apt-get install tshark)")
 	}
-	args := []string{"-r", path, "-n", "-o", "esp.enable_encryption_decode:TRUE", "-o", "esp.enable_authentication_check:TRUE"}
-	for _, l := range espSA {
-		args = append(args, "-o", "uat:esp_sa:"+l)
-	}
-	args = append(args, "-Y", "esp", "-T", "fields", "-e", "esp.icv_good", "-e", "frame.protocols")
+	args := []string{"-r", path, "-n", "-o", "esp.enable_encryption_decode:TRUE", "-o", "esp.enable_authentication_check:TRUE",
+		"-Y", "esp", "-T", "fields", "-e", "esp.icv_good", "-e", "frame.protocols"}
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "tshark", args...)
+	cmd, done, err := TsharkCommand(ctx, espSA, args...)
+	if err != nil {
+		return v, err
+	}
+	defer done()
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	out, err := cmd.Output()

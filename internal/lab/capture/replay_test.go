@@ -1,4 +1,4 @@
-package pcapreplay
+package capture
 
 import (
 	"bytes"
@@ -10,12 +10,11 @@ import (
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/pcapgen"
-	"github.com/espgw/espgw/internal/lab/pcaprewrite"
 	"github.com/espgw/espgw/internal/lab/wanrelay"
 )
 
 // bed is hostA — wan — hostB on one subnet, wan bridged by the relay.
-func bed(t *testing.T) (*netns.Bed, [2]Host, string) {
+func bed(t *testing.T) (*netns.Bed, [2]ReplayHost, string) {
 	t.Helper()
 	if err := netns.CheckPrerequisites(); err != nil {
 		t.Fatalf("test needs namespaces: %v", err)
@@ -49,28 +48,28 @@ func bed(t *testing.T) (*netns.Bed, [2]Host, string) {
 			}
 		}
 	}
-	return b, [2]Host{{ns[0].Name(), "eth0"}, {ns[2].Name(), "eth0"}}, ns[1].Name()
+	return b, [2]ReplayHost{{ns[0], "eth0"}, {ns[2], "eth0"}}, ns[1].Name()
 }
 
-func bundled(t *testing.T) []pcaprewrite.Packet {
+func bundled(t *testing.T) []Packet {
 	t.Helper()
-	var frames []pcaprewrite.Frame
+	var frames []Frame
 	for _, c := range pcapgen.Captures() {
 		b, err := c.Generate()
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, _, err := pcaprewrite.Read(bytes.NewReader(b), c.Name)
+		f, _, err := ReadAll(bytes.NewReader(b), c.Name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		frames = append(frames, f...)
 	}
-	topo := pcaprewrite.Topology{
-		A: pcaprewrite.Hosts{IPv4: netip.MustParseAddr("192.0.2.1"), IPv6: netip.MustParseAddr("2001:db8::1")},
-		B: pcaprewrite.Hosts{IPv4: netip.MustParseAddr("192.0.2.2"), IPv6: netip.MustParseAddr("2001:db8::2")},
+	topo := Topology{
+		A: Hosts{IPv4: netip.MustParseAddr("192.0.2.1"), IPv6: netip.MustParseAddr("2001:db8::1")},
+		B: Hosts{IPv4: netip.MustParseAddr("192.0.2.2"), IPv6: netip.MustParseAddr("2001:db8::2")},
 	}
-	pkts, st, err := pcaprewrite.Rewrite(frames, topo, pcaprewrite.Options{Timing: pcaprewrite.AsFast})
+	pkts, st, err := Rewrite(frames, topo, RewriteOptions{Timing: AsFast})
 	if err != nil || len(st.Skipped) != 0 {
 		t.Fatalf("rewrite: %v %+v", err, st)
 	}
@@ -102,7 +101,7 @@ func TestReplayThroughRelay(t *testing.T) {
 
 	t.Run("everything arrives", func(t *testing.T) {
 		startRelay(t, wan, impair.DefaultConfig())
-		res, err := Run(context.Background(), pkts, hosts, Options{})
+		res, err := Replay(context.Background(), pkts, hosts, ReplayOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -114,21 +113,21 @@ func TestReplayThroughRelay(t *testing.T) {
 
 	t.Run("timing kept and scaled", func(t *testing.T) {
 		startRelay(t, wan, impair.DefaultConfig())
-		var icmp []pcaprewrite.Frame
+		var icmp []Frame
 		for _, c := range pcapgen.Captures() {
 			if c.Name == "icmp.pcap" {
 				b, _ := c.Generate()
-				icmp, _, _ = pcaprewrite.Read(bytes.NewReader(b), c.Name)
+				icmp, _, _ = ReadAll(bytes.NewReader(b), c.Name)
 			}
 		}
-		span := icmp[len(icmp)-1].Time.Sub(icmp[0].Time)
-		topo := pcaprewrite.Topology{A: pcaprewrite.Hosts{IPv4: netip.MustParseAddr("192.0.2.1")},
-			B: pcaprewrite.Hosts{IPv4: netip.MustParseAddr("192.0.2.2")}}
-		paced, _, err := pcaprewrite.Rewrite(icmp, topo, pcaprewrite.Options{Speed: 50})
+		span := icmp[len(icmp)-1].CI.Timestamp.Sub(icmp[0].CI.Timestamp)
+		topo := Topology{A: Hosts{IPv4: netip.MustParseAddr("192.0.2.1")},
+			B: Hosts{IPv4: netip.MustParseAddr("192.0.2.2")}}
+		paced, _, err := Rewrite(icmp, topo, RewriteOptions{Speed: 50})
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := Run(context.Background(), paced, hosts, Options{})
+		res, err := Replay(context.Background(), paced, hosts, ReplayOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +143,7 @@ func TestReplayThroughRelay(t *testing.T) {
 		cfg := impair.DefaultConfig()
 		cfg.Match, cfg.Loss, cfg.Seed = []string{"udp/53"}, 30, 3 // the DNS exchanges
 		r := startRelay(t, wan, cfg)
-		res, err := Run(context.Background(), pkts, hosts, Options{Linger: time.Second})
+		res, err := Replay(context.Background(), pkts, hosts, ReplayOptions{Linger: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

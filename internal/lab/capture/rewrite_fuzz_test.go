@@ -1,4 +1,4 @@
-package pcaprewrite
+package capture
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ func FuzzReadRewrite(f *testing.F) {
 		for i := 0; i < 2; i++ {
 			w.WritePacket(gopacket.CaptureInfo{CaptureLength: len(ip), Length: len(ip)}, ip)
 		}
-		frames, st, err := Read(&buf, "fuzz.pcap")
+		frames, st, err := ReadAll(&buf, "fuzz.pcap")
 		if err != nil {
 			return
 		}
@@ -35,7 +35,7 @@ func FuzzReadRewrite(f *testing.F) {
 		if st.Packets+skipped != st.Frames || len(frames) != st.Packets {
 			t.Fatalf("read stats %+v for %d frames", st, len(frames))
 		}
-		pkts, st2, err := Rewrite(frames, topo, Options{})
+		pkts, st2, err := Rewrite(frames, topo, RewriteOptions{})
 		if err != nil {
 			return
 		}
@@ -54,7 +54,7 @@ func fragmentsSeed() [][]byte {
 	for _, v6 := range []bool{false, true} {
 		tb := &testing.T{}
 		for _, f := range fragments(tb, v6, 1400, 600) {
-			out = append(out, f.Data)
+			out = append(out, f.IP)
 		}
 	}
 	return out

@@ -1,4 +1,11 @@
-package pcaprewrite
+package capture
+
+// Rewriting prepares any capture for replay through the test bed: it maps
+// the capture's hosts onto the two hosts of the topology (hostA behind one
+// gateway, hostB behind the other), fixes the IP, TCP, UDP, ICMP and ICMPv6
+// checksums, and gives each packet its send time (kept, scaled or dropped).
+// Every frame that yields no packet is counted under a named reason in
+// Stats.
 
 import (
 	"encoding/binary"
@@ -70,8 +77,8 @@ const (
 	AsFast
 )
 
-// Options tune Rewrite.
-type Options struct {
+// RewriteOptions tune Rewrite.
+type RewriteOptions struct {
 	Timing Timing `yaml:"timing" json:"timing"`
 	// Speed divides the capture's gaps under KeepTiming: 2 replays twice as
 	// fast. 0 means 1.
@@ -86,8 +93,8 @@ type Packet struct {
 }
 
 // Load reads a capture and rewrites it onto topo.
-func Load(r io.Reader, name string, topo Topology, opt Options) ([]Packet, Stats, error) {
-	frames, st, err := Read(r, name)
+func Load(r io.Reader, name string, topo Topology, opt RewriteOptions) ([]Packet, Stats, error) {
+	frames, st, err := ReadAll(r, name)
 	if err != nil {
 		return nil, st, err
 	}
@@ -108,7 +115,7 @@ func Load(r io.Reader, name string, topo Topology, opt Options) ([]Packet, Stats
 // Rewrite maps frames onto topo: it replaces both addresses of each packet
 // by its sides' addresses of the same family, fixes the checksums and sets
 // the due times. The frames' data is rewritten in place.
-func Rewrite(frames []Frame, topo Topology, opt Options) ([]Packet, Stats, error) {
+func Rewrite(frames []Frame, topo Topology, opt RewriteOptions) ([]Packet, Stats, error) {
 	var st Stats
 	speed := opt.Speed
 	if speed == 0 {
@@ -126,7 +133,7 @@ func Rewrite(frames []Frame, topo Topology, opt Options) ([]Packet, Stats, error
 	var last time.Duration
 	for i, f := range frames {
 		st.Frames++
-		d := f.Data
+		d := f.IP
 		v6 := d[0]>>4 == 6
 		sOff, dOff, n := 12, 16, 4
 		if v6 {
@@ -174,9 +181,9 @@ func Rewrite(frames []Frame, topo Topology, opt Options) ([]Packet, Stats, error
 		var at time.Duration
 		if opt.Timing == KeepTiming {
 			if len(out) == 0 {
-				t0 = f.Time
+				t0 = f.CI.Timestamp
 			}
-			at = max(time.Duration(float64(f.Time.Sub(t0))/speed), last)
+			at = max(time.Duration(float64(f.CI.Timestamp.Sub(t0))/speed), last)
 			last = at
 		}
 		out = append(out, Packet{From: from, At: at, Data: d})
@@ -229,7 +236,7 @@ func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
 			}
 		}
 	} else {
-		ihl := int(d[0]&0x0f) * 4
+		ihl, _ := inetsum.IPv4HeaderLen(d)
 		copy(old[:4], d[12:16])
 		copy(old[4:8], d[16:20])
 		copy(d[12:16], src)
@@ -263,7 +270,7 @@ func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
 		if v6 {
 			n = 32
 		}
-		binary.BigEndian.PutUint16(d[l4+off:], adjust(sum, old[:n], append(append([]byte(nil), src...), dst...)))
+		binary.BigEndian.PutUint16(d[l4+off:], inetsum.Update(sum, old[:n], append(append([]byte(nil), src...), dst...)))
 		return nil
 	}
 	inetsum.L4(d[l4:], src, dst, proto, off)
@@ -290,15 +297,11 @@ func isICMPError(proto, typ uint8) bool {
 func rewriteQuoted(q []byte, mapInner func(old []byte) []byte) {
 	var sOff, n, hl int
 	var proto uint8
-	switch {
-	case len(q) >= 20 && q[0]>>4 == 4:
-		sOff, n, hl, proto = 12, 4, int(q[0]&0x0f)*4, q[9]
-	case len(q) >= 40 && q[0]>>4 == 6:
+	if l, ok := inetsum.IPv4HeaderLen(q); ok {
+		sOff, n, hl, proto = 12, 4, l, q[9]
+	} else if len(q) >= 40 && q[0]>>4 == 6 {
 		sOff, n, hl, proto = 8, 16, 40, q[6]
-	default:
-		return
-	}
-	if hl < 20 || hl > len(q) {
+	} else {
 		return
 	}
 	var old, now [32]byte
@@ -317,22 +320,8 @@ func rewriteQuoted(q []byte, mapInner func(old []byte) []byte) {
 		return
 	}
 	if c := binary.BigEndian.Uint16(q[hl+off:]); c != 0 || n == 16 {
-		binary.BigEndian.PutUint16(q[hl+off:], adjust(c, old[:2*n], now[:2*n]))
+		binary.BigEndian.PutUint16(q[hl+off:], inetsum.Update(c, old[:2*n], now[:2*n]))
 	}
-}
-
-// adjust returns checksum hc updated for the bytes old becoming new
-// (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')).
-func adjust(hc uint16, old, new []byte) uint16 {
-	sum := uint32(^hc)
-	for i := 0; i+1 < len(old); i += 2 {
-		sum += uint32(^binary.BigEndian.Uint16(old[i:]))
-		sum += uint32(binary.BigEndian.Uint16(new[i:]))
-	}
-	for sum > 0xffff {
-		sum = sum&0xffff + sum>>16
-	}
-	return ^uint16(sum)
 }
 
 // String names the timing as UnmarshalText reads it.

@@ -1,0 +1,566 @@
+package gateway
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/sa"
+)
+
+// state is the SAs and policies in force. The data path reads it holding
+// Gateway.tables for reading, once per batch; a change holds it for writing
+// only while it swaps or edits the maps, after everything the change needs
+// (engine sessions, the new SPD) was built, so an edit is atomic for every
+// packet and costs the data path a few microseconds at most.
+type state struct {
+	spd *sa.SPD
+	out map[uint32]*esp.SA // outbound SAs by SPI: policies name them so
+	in  map[uint32]*esp.SA // inbound SAs by SPI
+	// all is every SA by (SPI, destination), its identity (RFC 4301 §4.1).
+	all map[saKey]*esp.SA
+	// only is the outbound SA used when there is no SPD and exactly one
+	// outbound tunnel SA: the common two-gateway test bed needs no policy.
+	only *esp.SA
+	// byPeer are the outbound transport-mode SAs by destination, which
+	// without an SPD protect the gateway's own traffic to that peer.
+	byPeer map[netip.Addr]*esp.SA
+	// hdr are every SA's outer-header options and learned path MTU.
+	hdr map[*esp.SA]*saHeader
+	// named counts the policies naming each outbound SPI, so an SA still
+	// in use is not deleted from under them.
+	named map[uint32]int
+}
+
+// saKey is an SA's identity: SPI and destination.
+type saKey struct {
+	spi uint32
+	dst netip.Addr
+}
+
+func keyOf(s *sa.SA) saKey { return saKey{s.SPI, s.Dst} }
+
+func newState() *state {
+	return &state{spd: new(sa.SPD), out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{},
+		all: map[saKey]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}, named: map[uint32]int{}, hdr: map[*esp.SA]*saHeader{}}
+}
+
+// DefaultRetireAfter is Options.RetireAfter's default: long enough for any
+// batch that looked up a removed SA to have left the engine.
+const DefaultRetireAfter = time.Second
+
+// Load puts a set of SAs and policies in force, whole or not at all. SAs
+// whose configuration is unchanged (sa.SA.Equal) keep their working state —
+// sequence numbers, replay windows, counters — so a reload does not drop
+// the tunnel; every other SA starts afresh, and the sessions of the SAs no
+// longer in force are closed once nothing in flight can use them.
+func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old := g.current()
+	next := newState()
+	var fresh []*esp.SA
+	undo := func() {
+		for _, s := range fresh {
+			s.Close()
+		}
+	}
+	for _, cfg := range sas {
+		if err := g.admit(next, cfg); err != nil {
+			undo()
+			return fmt.Errorf("load %s: %w", cfg, err)
+		}
+		s := old.all[keyOf(cfg)]
+		if s == nil || !s.Config.Equal(cfg) {
+			var err error
+			if s, err = g.newSA(cfg); err != nil {
+				undo()
+				return fmt.Errorf("load: %w", err)
+			}
+			fresh = append(fresh, s)
+		}
+		next.insert(s, g.isLocal(cfg.Src), g.isLocal(cfg.Dst), len(policies) == 0)
+		if h := old.hdr[s]; h != nil {
+			next.hdr[s] = h // its learned path MTU with it
+		}
+	}
+	// The policies bind by SPI to the SAs of the set being loaded. A
+	// policy naming an SA that is inbound here (one SA file for both
+	// gateways) stays: its packets count as no-sa.
+	spd, err := sa.NewSPD(unbound(policies), sas)
+	if err != nil {
+		undo()
+		return fmt.Errorf("load policies: %w", err)
+	}
+	next.spd = spd
+	for _, p := range spd.Policies() {
+		if p.Action == sa.Protect {
+			next.named[p.SPI]++
+		}
+	}
+	next.pickOnly(len(policies) == 0)
+	g.swap(next)
+	var gone []*esp.SA
+	for k, s := range old.all {
+		if next.all[k] != s {
+			gone = append(gone, s)
+		}
+	}
+	g.retire(gone)
+	g.log.Info("SAs loaded", "sas", len(sas), "policies", len(policies), "outbound", len(next.out), "inbound", len(next.in),
+		"new", len(fresh), "kept", len(next.all)-len(fresh), "removed", len(gone))
+	return nil
+}
+
+// unbound copies policies without their SA pointers, so that each binds by
+// SPI to the SA of the set it is loaded with, not one it was parsed with.
+func unbound(policies []sa.Policy) []sa.Policy {
+	ps := slices.Clone(policies)
+	for i := range ps {
+		ps[i].SA = nil
+	}
+	return ps
+}
+
+// admit checks that cfg can join the SAs of st.
+func (g *Gateway) admit(st *state, cfg *sa.SA) error {
+	outbound, inbound := g.isLocal(cfg.Src), g.isLocal(cfg.Dst)
+	if !outbound && !inbound {
+		return fmt.Errorf("neither %s nor %s is a local address of this gateway", cfg.Src, cfg.Dst)
+	}
+	if prev := st.all[keyOf(cfg)]; prev != nil {
+		return fmt.Errorf("duplicate SPI %#x for dst %s", cfg.SPI, cfg.Dst)
+	}
+	if prev := st.out[cfg.SPI]; outbound && prev != nil {
+		return fmt.Errorf("outbound SPI %#x is also that of %s: policies name outbound SAs by SPI", cfg.SPI, prev.Config)
+	}
+	if prev := st.in[cfg.SPI]; inbound && prev != nil {
+		return fmt.Errorf("inbound SPI %#x is also that of %s", cfg.SPI, prev.Config)
+	}
+	if outbound {
+		if c := g.pick(cfg); c == nil {
+			return fmt.Errorf("no outer socket for %s over IPv%d (encap %s): the runtime must open one first", cfg, ipVersion(cfg.Dst), cfg.Encap)
+		}
+	}
+	return nil
+}
+
+func ipVersion(a netip.Addr) int {
+	if a.Is4() {
+		return 4
+	}
+	return 6
+}
+
+// newSA builds the working state of an SA.
+func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
+	opts := esp.Options{OnSoftExpire: g.softExpired}
+	run := cfg
+	if g.isLocal(cfg.Src) && g.opts.StateDir != "" {
+		store := seqStore{dir: g.opts.StateDir}
+		var err error
+		if run, err = store.resume(cfg); err != nil {
+			return nil, err
+		}
+		opts.Reserve = func(s *esp.SA, upTo uint64) error {
+			err := store.reserve(s, upTo)
+			if err != nil {
+				g.log.Error("sequence numbers not persisted", "err", err)
+			}
+			return err
+		}
+	}
+	s, err := esp.NewSA(run, g.engine, opts)
+	if err != nil {
+		return nil, err
+	}
+	if g.isLocal(cfg.Dst) && cfg.InitialSeq != 0 {
+		// The peer's first packet is InitialSeq+1 (sa.SA): start the
+		// window there, as the kernel's replay-seq does, so that ESN high
+		// bits are inferred from it and not from 0.
+		s.StartReceiveAfter(cfg.InitialSeq)
+	}
+	return s, nil
+}
+
+// insert adds s to the maps of st. Without policies, an outbound
+// transport-mode SA protects the traffic to its peer.
+func (st *state) insert(s *esp.SA, outbound, inbound, noPolicies bool) {
+	cfg := s.Config
+	st.all[keyOf(cfg)] = s
+	if st.hdr != nil && st.hdr[s] == nil {
+		st.hdr[s] = newSAHeader(cfg, nil)
+	}
+	if outbound {
+		st.out[cfg.SPI] = s
+		if cfg.Mode == sa.Transport && noPolicies {
+			st.byPeer[cfg.Dst] = s
+		}
+	}
+	if inbound {
+		st.in[cfg.SPI] = s
+	}
+}
+
+// remove takes s out of the maps of st.
+func (st *state) remove(s *esp.SA) {
+	cfg := s.Config
+	delete(st.all, keyOf(cfg))
+	delete(st.hdr, s)
+	if st.out[cfg.SPI] == s {
+		delete(st.out, cfg.SPI)
+	}
+	if st.in[cfg.SPI] == s {
+		delete(st.in, cfg.SPI)
+	}
+	if st.byPeer[cfg.Dst] == s {
+		delete(st.byPeer, cfg.Dst)
+	}
+}
+
+// pickOnly sets the single-tunnel shortcut: with no policies and exactly one
+// outbound tunnel SA, everything routed into the TUN goes through it.
+func (st *state) pickOnly(noPolicies bool) {
+	st.only = nil
+	if !noPolicies {
+		return
+	}
+	for _, s := range st.out {
+		if s.Config.Mode != sa.Tunnel {
+			continue
+		}
+		if st.only != nil {
+			st.only = nil
+			return
+		}
+		st.only = s
+	}
+}
+
+// current is the state in force. Callers hold mu (changes) or tables.
+func (g *Gateway) current() *state { return g.st }
+
+// view gives the data path the state in force for one batch; release ends
+// the batch's hold on it.
+func (g *Gateway) view() *state {
+	g.tables.RLock()
+	return g.st
+}
+
+func (g *Gateway) release() { g.tables.RUnlock() }
+
+// swap puts next in force.
+func (g *Gateway) swap(next *state) {
+	g.tables.Lock()
+	g.st = next
+	g.tables.Unlock()
+}
+
+// retire closes the engine sessions of SAs taken out of force, once every
+// batch that may have looked them up has left the engine.
+func (g *Gateway) retire(gone []*esp.SA) {
+	if len(gone) == 0 {
+		return
+	}
+	after := g.opts.RetireAfter
+	if after == 0 {
+		after = DefaultRetireAfter
+	}
+	time.AfterFunc(after, func() {
+		for _, s := range gone {
+			if err := s.Close(); err != nil {
+				g.log.Warn("close a retired SA's session", "spi", fmt.Sprintf("%#x", s.SPI()), "err", err)
+			}
+		}
+	})
+}
+
+// SAID names an SA: its SPI and, when several SAs share the SPI, its
+// destination.
+type SAID struct {
+	SPI uint32
+	Dst netip.Addr // zero: the one SA with SPI
+}
+
+func (id SAID) String() string {
+	if id.Dst.IsValid() {
+		return fmt.Sprintf("SA %#x to %s", id.SPI, id.Dst)
+	}
+	return fmt.Sprintf("SA %#x", id.SPI)
+}
+
+// PolicyID names a policy in force by its place in lookup order (as
+// Policies lists them), and by what it says, so that a deletion meant for
+// one policy never removes another after the list moved.
+type PolicyID struct {
+	Index  int
+	Policy sa.Policy
+}
+
+// Change is one edit of the SAs and policies in force, applied whole or not
+// at all: the control socket's unit of work.
+type Change struct {
+	// Del are the SAs taken out of force; Add the new ones. An SA both
+	// deleted and added is replaced (an update): it starts afresh, unless
+	// its configuration is Equal to the one in force, which then keeps
+	// its sequence numbers and window.
+	Del []SAID
+	Add []*sa.SA
+	// Retarget moves the protect policies naming one outbound SPI to
+	// another (a rekey's switch of outbound).
+	Retarget map[uint32]uint32
+	// DelPolicies and AddPolicies edit the SPD; added policies go after
+	// the policies of equal priority already in force.
+	DelPolicies []PolicyID
+	AddPolicies []sa.Policy
+}
+
+// Apply makes a change. Everything is checked and every new SA's engine
+// session is built before the data path sees any of it; then the change
+// takes effect between two batches.
+func (g *Gateway) Apply(c Change) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	cur := g.current()
+	// Work on copies of what the change touches: an error leaves the
+	// state in force untouched.
+	gone := map[saKey]*esp.SA{}
+	for _, id := range c.Del {
+		s, err := cur.find(id)
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", id, err)
+		}
+		if _, twice := gone[keyOf(s.Config)]; twice {
+			return fmt.Errorf("delete %s: named twice", id)
+		}
+		gone[keyOf(s.Config)] = s
+	}
+	// A scratch state holds the SAs that stay, for admit's checks: only
+	// the keys that can clash are copied, never the whole table.
+	scratch := &state{all: map[saKey]*esp.SA{}, out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}}
+	var added []*esp.SA
+	var fresh []*esp.SA
+	undo := func() {
+		for _, s := range fresh {
+			s.Close()
+		}
+	}
+	noPolicies := cur.spd.Len() == 0 && len(c.AddPolicies) == 0
+	for _, cfg := range c.Add {
+		if err := cfg.Validate(); err != nil {
+			undo()
+			return fmt.Errorf("add %s: %w", cfg, err)
+		}
+		if k := keyOf(cfg); cur.all[k] != nil && gone[k] == nil {
+			scratch.all[k] = cur.all[k]
+		}
+		if s := cur.out[cfg.SPI]; s != nil && gone[keyOf(s.Config)] == nil {
+			scratch.out[cfg.SPI] = s
+		}
+		if s := cur.in[cfg.SPI]; s != nil && gone[keyOf(s.Config)] == nil {
+			scratch.in[cfg.SPI] = s
+		}
+		if err := g.admit(scratch, cfg); err != nil {
+			undo()
+			return fmt.Errorf("add %s: %w", cfg, err)
+		}
+		s := gone[keyOf(cfg)]
+		if s == nil || !s.Config.Equal(cfg) {
+			var err error
+			if s, err = g.newSA(cfg); err != nil {
+				undo()
+				return fmt.Errorf("add: %w", err)
+			}
+			fresh = append(fresh, s)
+		}
+		scratch.insert(s, g.isLocal(cfg.Src), g.isLocal(cfg.Dst), noPolicies)
+		added = append(added, s)
+	}
+	// outAfter is the SA a policy naming spi binds to after the change:
+	// the outbound one, or (as Load binds) an inbound one.
+	outAfter := func(spi uint32) *esp.SA {
+		for _, m := range []map[uint32]*esp.SA{scratch.out, cur.out, scratch.in, cur.in} {
+			if s := m[spi]; s != nil && (gone[keyOf(s.Config)] == nil || slices.Contains(added, s)) {
+				return s
+			}
+		}
+		return nil
+	}
+	// The SPD is rebuilt only when the policies change; it is never left
+	// naming an SA that is gone.
+	spd, named := cur.spd, cur.named
+	if len(c.Retarget) > 0 || len(c.DelPolicies) > 0 || len(c.AddPolicies) > 0 {
+		ps, err := editPolicies(cur.spd.Policies(), c, outAfter)
+		if err != nil {
+			undo()
+			return err
+		}
+		if spd, err = sa.NewSPD(ps, nil); err != nil {
+			undo()
+			return fmt.Errorf("policies: %w", err)
+		}
+		named = map[uint32]int{}
+		for _, p := range spd.Policies() {
+			if p.Action == sa.Protect {
+				named[p.SPI]++
+			}
+		}
+	}
+	for _, s := range gone {
+		spi := s.Config.SPI
+		if named[spi] > 0 && outAfter(spi) == nil {
+			undo()
+			return fmt.Errorf("delete %s: %d policies still name it (delete or retarget them in the same change)", s.Config, named[spi])
+		}
+	}
+	// Everything is checked: edit the state in force.
+	g.tables.Lock()
+	st := g.st
+	hadPolicies := st.spd.Len() > 0
+	st.spd, st.named = spd, named
+	noPolicies = spd.Len() == 0
+	for _, s := range gone {
+		if !slices.Contains(added, s) {
+			st.remove(s)
+		}
+	}
+	for _, s := range added {
+		st.insert(s, g.isLocal(s.Config.Src), g.isLocal(s.Config.Dst), noPolicies)
+	}
+	switch {
+	case !noPolicies:
+		st.only = nil
+		clear(st.byPeer)
+	case hadPolicies:
+		// The last policy went: the gateway's own traffic to its
+		// transport-mode peers is protected again.
+		for _, s := range st.out {
+			if s.Config.Mode == sa.Transport {
+				st.byPeer[s.Config.Dst] = s
+			}
+		}
+		fallthrough
+	default:
+		st.pickOnly(true)
+	}
+	g.tables.Unlock()
+	var retired []*esp.SA
+	for _, s := range gone {
+		if !slices.Contains(added, s) {
+			retired = append(retired, s)
+		}
+	}
+	g.retire(retired)
+	return nil
+}
+
+// find resolves an SA's name.
+func (st *state) find(id SAID) (*esp.SA, error) {
+	if id.Dst.IsValid() {
+		if s := st.all[saKey{id.SPI, id.Dst}]; s != nil {
+			return s, nil
+		}
+		return nil, errors.New("no such SA")
+	}
+	var found *esp.SA
+	for _, s := range []*esp.SA{st.out[id.SPI], st.in[id.SPI]} {
+		if s == nil || s == found {
+			continue
+		}
+		if found != nil {
+			return nil, fmt.Errorf("SPI %#x is shared by SAs to %s and %s: give the destination", id.SPI, found.Config.Dst, s.Config.Dst)
+		}
+		found = s
+	}
+	if found == nil {
+		// Neither in nor out by SPI alone: an SA to another destination
+		// with an SPI shared by both maps' SAs; a scan finds it.
+		for k, s := range st.all {
+			if k.spi == id.SPI {
+				if found != nil {
+					return nil, fmt.Errorf("SPI %#x is shared by SAs to %s and %s: give the destination", id.SPI, found.Config.Dst, s.Config.Dst)
+				}
+				found = s
+			}
+		}
+	}
+	if found == nil {
+		return nil, errors.New("no such SA")
+	}
+	return found, nil
+}
+
+// editPolicies applies a change's policy edits to the policies in force
+// (in lookup order) and binds every protect policy to the outbound SA it
+// will name.
+func editPolicies(cur []sa.Policy, c Change, outAfter func(uint32) *esp.SA) ([]sa.Policy, error) {
+	drop := map[int]bool{}
+	for _, id := range c.DelPolicies {
+		if id.Index < 0 || id.Index >= len(cur) {
+			return nil, fmt.Errorf("delete policy %d: there are %d policies", id.Index, len(cur))
+		}
+		p := cur[id.Index]
+		if !samePolicy(&p, &id.Policy) {
+			return nil, fmt.Errorf("delete policy %d: it is %s, not %s", id.Index, &p, &id.Policy)
+		}
+		drop[id.Index] = true
+	}
+	ps := make([]sa.Policy, 0, len(cur)+len(c.AddPolicies))
+	for i, p := range cur {
+		if drop[i] {
+			continue
+		}
+		if to, ok := c.Retarget[p.SPI]; ok && p.Action == sa.Protect {
+			p.SPI = to
+		}
+		ps = append(ps, p)
+	}
+	// The SPD sorts stably by priority, so appending puts new policies
+	// after those of equal priority.
+	ps = append(ps, c.AddPolicies...)
+	for i := range ps {
+		p := &ps[i]
+		if p.Action != sa.Protect {
+			continue
+		}
+		s := outAfter(p.SPI)
+		if s == nil {
+			return nil, fmt.Errorf("policy %s: no SA with SPI %#x", p, p.SPI)
+		}
+		p.SA = s.Config
+	}
+	return ps, nil
+}
+
+// samePolicy compares what two policies say (not which SA value they hold).
+func samePolicy(a, b *sa.Policy) bool {
+	return a.Priority == b.Priority && a.Selector == b.Selector && a.Action == b.Action && a.SPI == b.SPI
+}
+
+// Policies returns the policies in force, in lookup order.
+func (g *Gateway) Policies() []sa.Policy {
+	st := g.view()
+	defer g.release()
+	return slices.Clone(st.spd.Policies())
+}
+
+// SAs returns the working SAs in force, by SPI and destination.
+func (g *Gateway) SAs() []*esp.SA {
+	st := g.view()
+	out := make([]*esp.SA, 0, len(st.all))
+	for _, s := range st.all {
+		out = append(out, s)
+	}
+	g.release()
+	slices.SortFunc(out, func(a, b *esp.SA) int {
+		if c := cmp.Compare(a.SPI(), b.SPI()); c != 0 {
+			return c
+		}
+		return a.Config.Dst.Compare(b.Config.Dst)
+	})
+	return out
+}
