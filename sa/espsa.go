@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/secret"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -154,18 +155,18 @@ func espSARecord(f []string) (s *SA, entry, field string, err error) {
 	switch f[0] {
 	case "IPv4", "IPv6":
 	default:
-		return nil, entry, "protocol", fmt.Errorf("%s: want IPv4 or IPv6 (wildcards cannot make an SA)", echo(f[0]))
+		return nil, entry, "protocol", fmt.Errorf("%s: want IPv4 or IPv6 (wildcards cannot make an SA)", secret.Word(f[0], "IPv4", "IPv6"))
 	}
 	for i, dst := range []*netip.Addr{&s.Src, &s.Dst} {
 		a, err := netip.ParseAddr(f[1+i])
 		if err != nil {
-			return nil, entry, espSAFieldNames[1+i], fmt.Errorf("%s is not an IP address (wildcards and prefixes cannot make an SA)", echo(f[1+i]))
+			return nil, entry, espSAFieldNames[1+i], fmt.Errorf("%s is not an IP address (wildcards and prefixes cannot make an SA)", secret.Number(f[1+i]))
 		}
 		*dst = a
 	}
 	spi, err := strconv.ParseUint(f[3], 0, 32)
 	if err != nil {
-		return nil, entry, "spi", fmt.Errorf("%s is not a 32-bit number", echoShort(f[3]))
+		return nil, entry, "spi", fmt.Errorf("%s is not a 32-bit number", secret.Number(f[3]))
 	}
 	s.SPI = uint32(spi)
 	entry = fmt.Sprintf("esp_sa %s→%s spi %#x", s.Src, s.Dst, s.SPI)
@@ -178,7 +179,7 @@ func espSARecord(f []string) (s *SA, entry, field string, err error) {
 		}
 	}
 	if !found {
-		return nil, entry, "encryption", fmt.Errorf("%s is not supported (want NULL, AES-CBC [RFC3602], TripleDES-CBC [RFC2451], AES-CTR [RFC3686] or AES-GCM with 16 octet ICV [RFC4106])", echo(f[4]))
+		return nil, entry, "encryption", fmt.Errorf("%s is not supported (want NULL, AES-CBC [RFC3602], TripleDES-CBC [RFC2451], AES-CTR [RFC3686] or AES-GCM with 16 octet ICV [RFC4106])", secret.Word(f[4], "NULL", "AES-CBC [RFC3602]", "TripleDES-CBC [RFC2451]", "AES-CTR [RFC3686]"))
 	}
 	found = false
 	for _, a := range espSAAuths {
@@ -189,7 +190,7 @@ func espSARecord(f []string) (s *SA, entry, field string, err error) {
 		}
 	}
 	if !found {
-		return nil, entry, "authentication", fmt.Errorf("%s is not supported (want NULL or HMAC-SHA-1-96, HMAC-SHA-256-128, HMAC-SHA-384-192, HMAC-SHA-512-256, HMAC-MD5-96 with their RFC)", echo(f[6]))
+		return nil, entry, "authentication", fmt.Errorf("%s is not supported (want NULL or HMAC-SHA-1-96, HMAC-SHA-256-128, HMAC-SHA-384-192, HMAC-SHA-512-256, HMAC-MD5-96 with their RFC)", secret.Word(f[6], "NULL", "HMAC-SHA-1-96 [RFC2404]", "HMAC-MD5-96 [RFC2403]"))
 	}
 	for _, k := range []struct {
 		field string

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/secret"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -57,7 +58,7 @@ func ParseFormat(name string, data []byte, f Format) (*Config, error) {
 	case FormatEspSA:
 		return ParseEspSA(name, data)
 	}
-	return nil, fmt.Errorf("%s: unknown SA file format %s (want yaml, setkey, ip-xfrm, ip-xfrm-state or esp-sa)", name, echo(string(f)))
+	return nil, fmt.Errorf("%s: unknown SA file format %s (want yaml, setkey, ip-xfrm, ip-xfrm-state or esp-sa)", name, secret.Word(string(f), "yaml", "setkey", "ip-xfrm", "ip-xfrm-state", "esp-sa"))
 }
 
 // Encode writes c in format f: the one family of functions, with Marshal,
@@ -75,7 +76,7 @@ func Encode(c *Config, f Format) ([]byte, error) {
 	case FormatEspSA:
 		return MarshalEspSA(c)
 	}
-	return nil, fmt.Errorf("cannot write SA format %s (want %s)", echo(string(f)), formatList(WriteFormats))
+	return nil, fmt.Errorf("cannot write SA format %s (want %s)", secret.Word(string(f), "yaml", "setkey", "ip-xfrm", "esp-sa"), formatList(WriteFormats))
 }
 
 func formatList(fs []Format) string {
@@ -357,7 +358,7 @@ func ConvertFor(name string, data []byte, from, to Format, local netip.Addr) ([]
 		from = DetectFormat(data)
 	}
 	if !slices.Contains(WriteFormats, to) {
-		return nil, fmt.Errorf("cannot write SA format %s (want %s)", echo(string(to)), formatList(WriteFormats))
+		return nil, fmt.Errorf("cannot write SA format %s (want %s)", secret.Word(string(to), "yaml", "setkey", "ip-xfrm", "esp-sa"), formatList(WriteFormats))
 	}
 	c, err := ParseFormat(name, data, from)
 	if err != nil {

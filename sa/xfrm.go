@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/secret"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -35,6 +36,14 @@ var (
 		AuthHMACSHA1_96: "hmac(sha1)", AuthHMACSHA256_128: "hmac(sha256)", AuthHMACSHA384_192: "hmac(sha384)",
 		AuthHMACSHA512_256: "hmac(sha512)", AuthHMACMD5_96: "hmac(md5)",
 	}
+)
+
+// listingWords start the lines of an ip xfrm state listing; selectorWords
+// and stateWords are iproute2's SELECTOR and state add words.
+var (
+	listingWords  = []string{"proto", "replay-window", "enc", "aead", "auth", "auth-trunc", "encap", "anti-replay", "sel", "tfcpad", "lifetime", "stats:", "limit:", "expire", "lastused"}
+	selectorWords = []string{"src", "dst", "proto", "sport", "dport", "uid", "dev", "type", "code"}
+	stateWords    = []string{"src", "dst", "proto", "spi", "reqid", "mode", "replay-window", "replay-seq", "replay-oseq", "flag", "enc", "auth", "auth-trunc", "aead", "encap", "tfcpad", "limit", "sel"}
 )
 
 // lineProblems collects the problems of a line-oriented SA file (ip xfrm,
@@ -202,17 +211,17 @@ func (p *xfrmListing) line(n int, line string) {
 	if !indented {
 		p.finish()
 		if f[0] != "src" || len(f) < 4 || f[2] != "dst" {
-			p.fail(n, "", "", fmt.Errorf("want a state header \"src ADDR dst ADDR\", got %s", echo(f[0])))
+			p.fail(n, "", "", fmt.Errorf("want a state header \"src ADDR dst ADDR\", got %s", secret.Word(f[0], "src")))
 			return
 		}
 		p.cur, p.start, p.bad, p.section, p.keyed, p.proto = &SA{}, n, false, "", false, false
-		p.entry = fmt.Sprintf("state %s→%s", echoWord(f[1]), echoWord(f[3]))
+		p.entry = fmt.Sprintf("state %s→%s", strings.Trim(secret.Number(f[1]), `"`), strings.Trim(secret.Number(f[3]), `"`))
 		var err error
 		if p.cur.Src, err = netip.ParseAddr(f[1]); err != nil {
-			p.failCur(n, "src", fmt.Errorf("%s is not an IP address", echo(f[1])))
+			p.failCur(n, "src", fmt.Errorf("%s is not an IP address", secret.Number(f[1])))
 		}
 		if p.cur.Dst, err = netip.ParseAddr(f[3]); err != nil {
-			p.failCur(n, "dst", fmt.Errorf("%s is not an IP address", echo(f[3])))
+			p.failCur(n, "dst", fmt.Errorf("%s is not an IP address", secret.Number(f[3])))
 		}
 		return
 	}
@@ -235,7 +244,7 @@ func (p *xfrmListing) line(n int, line string) {
 		}
 		w, err := strconv.Atoi(f[1])
 		if err != nil {
-			p.failCur(n, "replay-window", fmt.Errorf("%s is not a number", echo(f[1])))
+			p.failCur(n, "replay-window", fmt.Errorf("%s is not a number", secret.Number(f[1])))
 			return
 		}
 		if w != 0 || s.ReplayWindow == 0 {
@@ -254,7 +263,7 @@ func (p *xfrmListing) line(n int, line string) {
 		// encap type espinudp sport 4500 dport 4500 addr 0.0.0.0
 		kv := pairs(f[1:])
 		if kv["type"] != "espinudp" {
-			p.failCur(n, "encap", fmt.Errorf("type %s: only espinudp (RFC 3948) is supported", echo(kv["type"])))
+			p.failCur(n, "encap", fmt.Errorf("type %s: only espinudp (RFC 3948) is supported", secret.Word(kv["type"], "espinudp")))
 			return
 		}
 		s.Encap = EncapUDP
@@ -264,7 +273,7 @@ func (p *xfrmListing) line(n int, line string) {
 		}{{"sport", &s.SrcPort}, {"dport", &s.DstPort}} {
 			v, err := strconv.ParseUint(kv[x.key], 10, 16)
 			if err != nil {
-				p.failCur(n, "encap "+x.key, fmt.Errorf("%s is not a port", echo(kv[x.key])))
+				p.failCur(n, "encap "+x.key, fmt.Errorf("%s is not a port", secret.Number(kv[x.key])))
 				return
 			}
 			*x.dst = uint16(v)
@@ -293,7 +302,7 @@ func (p *xfrmListing) line(n int, line string) {
 	case p.section == "esn" && f[0] == "replay_window":
 		w, err := strconv.Atoi(strings.TrimSuffix(f[1], ","))
 		if err != nil {
-			p.failCur(n, "replay_window", fmt.Errorf("%s is not a number", echo(f[1])))
+			p.failCur(n, "replay_window", fmt.Errorf("%s is not a number", secret.Number(f[1])))
 			return
 		}
 		s.ReplayWindow = w
@@ -305,7 +314,7 @@ func (p *xfrmListing) line(n int, line string) {
 	case f[0] == "tfcpad":
 		v, err := strconv.Atoi(f[1])
 		if err != nil {
-			p.failCur(n, "tfcpad", fmt.Errorf("%s is not a number", echo(f[1])))
+			p.failCur(n, "tfcpad", fmt.Errorf("%s is not a number", secret.Number(f[1])))
 			return
 		}
 		s.TFCPad = v
@@ -323,7 +332,7 @@ func (p *xfrmListing) line(n int, line string) {
 	case slices.Contains([]string{"mark", "output-mark", "if_id", "offload", "security", "coaddr", "comp", "ctx"}, f[0]):
 		p.failCur(n, f[0], errors.New("not supported by espgw: the state would not behave the same"))
 	default:
-		p.failCur(n, "", fmt.Errorf("unknown line starting %s", echo(f[0])))
+		p.failCur(n, "", fmt.Errorf("unknown line starting %s", secret.Word(f[0], listingWords...)))
 	}
 }
 
@@ -336,13 +345,13 @@ func (p *xfrmListing) failCur(line int, field string, err error) {
 func (p *xfrmListing) protoLine(n int, f []string) {
 	kv := pairs(f)
 	if kv["proto"] != "esp" {
-		p.failCur(n, "proto", fmt.Errorf("%s: only esp states are supported", echo(kv["proto"])))
+		p.failCur(n, "proto", fmt.Errorf("%s: only esp states are supported", secret.Word(kv["proto"], "esp")))
 		return
 	}
 	spiText, _, _ := strings.Cut(kv["spi"], "(")
 	spi, err := strconv.ParseUint(spiText, 0, 32)
 	if err != nil {
-		p.failCur(n, "spi", fmt.Errorf("%s is not a 32-bit number", echoShort(kv["spi"])))
+		p.failCur(n, "spi", fmt.Errorf("%s is not a 32-bit number", secret.Number(kv["spi"])))
 		return
 	}
 	p.cur.SPI = uint32(spi)
@@ -353,7 +362,7 @@ func (p *xfrmListing) protoLine(n int, f []string) {
 	case "transport":
 		p.cur.Mode = Transport
 	default:
-		p.failCur(n, "mode", fmt.Errorf("%s: want tunnel or transport", echo(kv["mode"])))
+		p.failCur(n, "mode", fmt.Errorf("%s: want tunnel or transport", secret.Word(kv["mode"], "tunnel", "transport")))
 		return
 	}
 	p.proto = true
@@ -400,7 +409,7 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 		}
 		b, err := strconv.Atoi(rest[0])
 		if err != nil {
-			return 0, fmt.Errorf("ICV length %s is not a number", echo(rest[0]))
+			return 0, fmt.Errorf("ICV length %s is not a number", secret.Number(rest[0]))
 		}
 		return b, nil
 	}
@@ -408,7 +417,7 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 	case "enc":
 		c, ok := xfrmCiphers[name]
 		if !ok {
-			return fmt.Errorf("%s is not supported (want cbc(aes), cbc(des3_ede), rfc3686(ctr(aes)) or ecb(cipher_null))", echo(name))
+			return fmt.Errorf("%s is not supported (want cbc(aes), cbc(des3_ede), rfc3686(ctr(aes)) or ecb(cipher_null))", secret.Word(name, "cbc(aes)", "cbc(des3_ede)", "rfc3686(ctr(aes))", "ecb(cipher_null)"))
 		}
 		if !slices.Contains(Suite{Cipher: c}.EncKeyLens(), len(k)) {
 			return fmt.Errorf("key is %d bytes, want %s", len(k), lens(Suite{Cipher: c}.EncKeyLens()))
@@ -416,7 +425,7 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 		s.Suite.Cipher, s.EncKey = c, k
 	case "aead":
 		if name != "rfc4106(gcm(aes))" {
-			return fmt.Errorf("%s is not supported (want rfc4106(gcm(aes)))", echo(name))
+			return fmt.Errorf("%s is not supported (want rfc4106(gcm(aes)))", secret.Word(name, "rfc4106(gcm(aes))"))
 		}
 		b, err := bits()
 		if err != nil {
@@ -435,7 +444,7 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 		}
 		a, ok := xfrmHashes[name]
 		if !ok {
-			return fmt.Errorf("%s is not supported (want hmac(sha1), hmac(sha256), hmac(sha384), hmac(sha512) or hmac(md5))", echo(name))
+			return fmt.Errorf("%s is not supported (want hmac(sha1), hmac(sha256), hmac(sha384), hmac(sha512) or hmac(md5))", secret.Word(name, "hmac(sha1)", "hmac(sha256)", "hmac(sha384)", "hmac(sha512)", "hmac(md5)"))
 		}
 		want := Suite{Auth: a}.ICVLen() * 8
 		if a == AuthHMACMD5_96 {
@@ -478,7 +487,7 @@ func xfrmSelector(f []string) (Selector, error) {
 	for i := 0; i < len(f); i++ {
 		w := f[i]
 		if i+1 >= len(f) {
-			return sel, fmt.Errorf("%s without a value", echo(w))
+			return sel, fmt.Errorf("%s without a value", secret.Word(w, selectorWords...))
 		}
 		v := f[i+1]
 		i++
@@ -488,7 +497,7 @@ func xfrmSelector(f []string) (Selector, error) {
 			if err != nil {
 				a, err2 := netip.ParseAddr(v)
 				if err2 != nil {
-					return sel, fmt.Errorf("%s %s is not an address or prefix", w, echo(v))
+					return sel, fmt.Errorf("%s %s is not an address or prefix", w, secret.Number(v))
 				}
 				pfx = netip.PrefixFrom(a, a.BitLen())
 			}
@@ -509,7 +518,7 @@ func xfrmSelector(f []string) (Selector, error) {
 		case "sport", "dport":
 			port, err := strconv.ParseUint(v, 10, 16)
 			if err != nil {
-				return sel, fmt.Errorf("%s %s is not a port", w, echo(v))
+				return sel, fmt.Errorf("%s %s is not a port", w, secret.Number(v))
 			}
 			if port == 0 {
 				continue
@@ -526,7 +535,7 @@ func xfrmSelector(f []string) (Selector, error) {
 		case "type", "code":
 			return sel, fmt.Errorf("%s: ICMP type and code selectors are not supported", w)
 		default:
-			return sel, fmt.Errorf("unknown selector word %s", echo(w))
+			return sel, fmt.Errorf("unknown selector word %s", secret.Word(w, selectorWords...))
 		}
 	}
 	return sel, nil
@@ -557,7 +566,7 @@ func (p *xfrmListing) limitLine(n int, f []string) {
 		}
 		x, err := strconv.ParseUint(num, 10, 64)
 		if !ok || err != nil {
-			p.failCur(n, "lifetime "+side.key, fmt.Errorf("%s is not a count", echo(v)))
+			p.failCur(n, "lifetime "+side.key, fmt.Errorf("%s is not a count", secret.Number(v)))
 			return
 		}
 		switch unit {
@@ -586,7 +595,7 @@ func parseHex64(s string) (uint64, error) {
 	}
 	v, err := strconv.ParseUint(strings.TrimPrefix(s, "0x"), 16, 64)
 	if err != nil {
-		return 0, fmt.Errorf("%s is not a hex number", echoShort(s))
+		return 0, fmt.Errorf("%s is not a hex number", secret.Number(s))
 	}
 	return v, nil
 }

@@ -3,6 +3,7 @@ package sa
 import (
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/secret"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -135,8 +136,8 @@ type xfrmPolicy struct {
 	tmplDst  netip.Addr
 	reqid    uint32
 	mode     Mode
-	tmpl     bool   // has a template: protect
-	block    bool   // action block: discard
+	tmpl     bool // has a template: protect
+	block    bool // action block: discard
 }
 
 func (p *xfrmScript) command(line int, words []string) {
@@ -147,9 +148,8 @@ func (p *xfrmScript) command(line int, words []string) {
 	if f[0] == "set" || f[0] == "true" {
 		return // `set -e` of a generated script
 	}
-	head := strings.Join(f[:min(3, len(f))], " ")
 	if len(f) < 3 || f[0] != "xfrm" {
-		p.fail(line, echoWord(head), "", errors.New("want ip xfrm state add … or ip xfrm policy add …"))
+		p.fail(line, "ip command", "", errors.New("want ip xfrm state add … or ip xfrm policy add …"))
 		return
 	}
 	switch f[1] + " " + f[2] {
@@ -159,7 +159,7 @@ func (p *xfrmScript) command(line int, words []string) {
 	case "policy add", "policy update":
 		p.policy(line, f[3:])
 	default:
-		p.fail(line, echoWord(head), "", errors.New("not supported (want state add, policy add or flush)"))
+		p.fail(line, "ip xfrm "+secret.Word(f[1], "state", "policy")+" "+secret.Word(f[2], "add", "update", "flush"), "", errors.New("not supported (want state add, policy add or flush)"))
 	}
 }
 
@@ -187,7 +187,7 @@ func (p *xfrmScript) state(line int, f []string) {
 			i++
 			v, err := strconv.ParseUint(f[i], 0, bits)
 			if err != nil {
-				fail(w, fmt.Errorf("%s is not a number", echoShort(f[i])))
+				fail(w, fmt.Errorf("%s is not a number", secret.Number(f[i])))
 				return 0, false
 			}
 			return v, true
@@ -200,7 +200,7 @@ func (p *xfrmScript) state(line int, f []string) {
 			i++
 			a, err := netip.ParseAddr(f[i])
 			if err != nil {
-				fail(w, fmt.Errorf("%s is not an IP address", echo(f[i])))
+				fail(w, fmt.Errorf("%s is not an IP address", secret.Number(f[i])))
 				return
 			}
 			if w == "src" {
@@ -214,7 +214,7 @@ func (p *xfrmScript) state(line int, f []string) {
 			}
 			i++
 			if f[i] != "esp" {
-				fail(w, fmt.Errorf("%s: only esp states are supported", echo(f[i])))
+				fail(w, fmt.Errorf("%s: only esp states are supported", secret.Word(f[i], "esp")))
 				return
 			}
 		case "spi":
@@ -241,7 +241,7 @@ func (p *xfrmScript) state(line int, f []string) {
 			case "transport":
 				s.Mode = Transport
 			default:
-				fail(w, fmt.Errorf("%s: want tunnel or transport", echo(f[i])))
+				fail(w, fmt.Errorf("%s: want tunnel or transport", secret.Word(f[i], "tunnel", "transport")))
 				return
 			}
 		case "replay-window":
@@ -292,7 +292,7 @@ func (p *xfrmScript) state(line int, f []string) {
 				return
 			}
 			if f[i+1] != "espinudp" {
-				fail(w, fmt.Errorf("%s: only espinudp (RFC 3948) is supported", echo(f[i+1])))
+				fail(w, fmt.Errorf("%s: only espinudp (RFC 3948) is supported", secret.Word(f[i+1], "espinudp")))
 				return
 			}
 			sp, err1 := strconv.ParseUint(f[i+2], 10, 16)
@@ -331,7 +331,7 @@ func (p *xfrmScript) state(line int, f []string) {
 			case "time-soft", "time-hard":
 				l.Time = time.Duration(min(v, 1<<33)) * time.Second
 			default:
-				fail("limit", fmt.Errorf("%s is not supported (want byte-, packet- or time-soft|hard)", echo(kind)))
+				fail("limit", fmt.Errorf("%s is not supported (want byte-, packet- or time-soft|hard)", secret.Word(kind, "byte-soft", "byte-hard", "packet-soft", "packet-hard", "time-soft", "time-hard")))
 				return
 			}
 		case "sel":
@@ -349,7 +349,7 @@ func (p *xfrmScript) state(line int, f []string) {
 			}
 			i = j - 1
 		default:
-			fail("", fmt.Errorf("unknown or unsupported word %s", echo(w)))
+			fail("", fmt.Errorf("unknown or unsupported word %s", secret.Word(w, stateWords...)))
 			return
 		}
 	}
@@ -397,9 +397,9 @@ func (p *xfrmScript) policy(line int, f []string) {
 		return
 	}
 	pol.sel, pol.dir = sel, f[d+1]
-	pol.entry = "xfrm policy add dir " + echoWord(pol.dir)
+	pol.entry = "xfrm policy add dir " + strings.Trim(secret.Word(pol.dir, "out", "in", "fwd"), `"`)
 	if !slices.Contains([]string{"out", "in", "fwd"}, pol.dir) {
-		fail("dir", fmt.Errorf("%s: want out, in or fwd", echo(pol.dir)))
+		fail("dir", fmt.Errorf("%s: want out, in or fwd", secret.Word(pol.dir, "out", "in", "fwd")))
 		return
 	}
 	rest := f[d+2:]
@@ -421,7 +421,7 @@ func (p *xfrmScript) policy(line int, f []string) {
 			}
 			n, err := strconv.Atoi(v)
 			if err != nil {
-				fail(w, fmt.Errorf("%s is not a number", echo(v)))
+				fail(w, fmt.Errorf("%s is not a number", secret.Number(v)))
 				return
 			}
 			pol.priority = n
@@ -435,7 +435,7 @@ func (p *xfrmScript) policy(line int, f []string) {
 			case "block":
 				pol.block = true
 			default:
-				fail(w, fmt.Errorf("%s: want allow or block", echo(v)))
+				fail(w, fmt.Errorf("%s: want allow or block", secret.Word(v, "allow", "block")))
 				return
 			}
 		case "tmpl":
@@ -451,7 +451,7 @@ func (p *xfrmScript) policy(line int, f []string) {
 			}
 			a, err := netip.ParseAddr(v)
 			if err != nil {
-				fail("tmpl "+w, fmt.Errorf("%s is not an IP address", echo(v)))
+				fail("tmpl "+w, fmt.Errorf("%s is not an IP address", secret.Number(v)))
 				return
 			}
 			if w == "src" {
@@ -471,7 +471,7 @@ func (p *xfrmScript) policy(line int, f []string) {
 			}
 			n, err := strconv.ParseUint(v, 0, 32)
 			if err != nil {
-				fail("tmpl reqid", fmt.Errorf("%s is not a number", echoShort(v)))
+				fail("tmpl reqid", fmt.Errorf("%s is not a number", secret.Number(v)))
 				return
 			}
 			pol.reqid = uint32(n)
@@ -486,7 +486,7 @@ func (p *xfrmScript) policy(line int, f []string) {
 			case "transport":
 				pol.mode = Transport
 			default:
-				fail("tmpl mode", fmt.Errorf("%s: want tunnel or transport", echo(v)))
+				fail("tmpl mode", fmt.Errorf("%s: want tunnel or transport", secret.Word(v, "tunnel", "transport")))
 				return
 			}
 		case "spi":
@@ -494,7 +494,7 @@ func (p *xfrmScript) policy(line int, f []string) {
 				return
 			}
 		default:
-			fail("", fmt.Errorf("unknown or unsupported word %s", echo(w)))
+			fail("", fmt.Errorf("unknown or unsupported word %s", secret.Word(w, "priority", "action", "tmpl", "level", "src", "dst", "proto", "reqid", "mode", "spi")))
 			return
 		}
 	}
