@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -65,7 +66,7 @@ become outbound policies, those of SAs to it inbound (and forward) policies.`,
 				_, err := cmd.OutOrStdout().Write(out)
 				return err
 			}
-			if err := writePrivate(args[1], out); err != nil {
+			if err := secret.WriteFile(args[1], out); err != nil {
 				return fmt.Errorf("sa convert: %w", err)
 			}
 			return nil
@@ -76,22 +77,4 @@ become outbound policies, those of SAs to it inbound (and forward) policies.`,
 	cmd.Flags().StringVar(&local, "local", "", "ip-xfrm: the address of the host the commands are for (SAs from it are outbound, to it inbound)")
 	cmd.MarkFlagRequired("to")
 	return cmd
-}
-
-// writePrivate writes a file that holds keys: mode 0600, also when the
-// file existed with wider permissions.
-func writePrivate(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if err := f.Chmod(0o600); err != nil {
-		f.Close()
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
