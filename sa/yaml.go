@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
 	"os"
@@ -37,7 +38,7 @@ func LoadFile(path string) ([]*SA, error) {
 // command, `ip xfrm state` output, `ip xfrm … add` commands, or Wireshark's
 // esp_sa table (see DetectFormat).
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFileAtMost(path, MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("load SA file: %w", err)
 	}
@@ -779,4 +780,39 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 		}
 	}
 	return pol, len(p.errs) == before
+}
+
+// MaxFileSize bounds an SA file (YAML or setkey), and every file that may
+// hold SAs inline (a gateway configuration, a scenario): 16 MiB holds about
+// 100,000 setkey SAs, far beyond any real SA set, while a file meant to
+// exhaust memory is refused before it is read.
+const MaxFileSize = 16 << 20
+
+// ReadFileAtMost reads a whole file of at most limit bytes, and refuses a
+// larger one (or one that grows past limit while read, such as a device)
+// with an error saying so.
+func ReadFileAtMost(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.IsDir() {
+		return nil, fmt.Errorf("%s is a directory", path)
+	}
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s is %d bytes, larger than the %d bytes such a file may be", path, fi.Size(), limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is larger than the %d bytes such a file may be", path, limit)
+	}
+	return data, nil
 }

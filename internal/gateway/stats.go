@@ -103,14 +103,25 @@ func (g *Gateway) Handler() http.Handler {
 	reg.MustRegister(collector{g})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	// The profiler is on the same loopback listener: what a data path spends
-	// its time on is a question users of a test bed ask.
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(g.Stats())
 	})
+	return mux
+}
+
+// ProfileHandler serves Go's profiler (/debug/pprof/). It is apart from
+// Handler, on its own opt-in address (the pprof: setting): a profile shows
+// the process's memory and goroutines, keys included, and the endpoints
+// have no authentication, so they must never ride along on a metrics
+// address a user opened to a network.
+func ProfileHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return mux
 }
 
