@@ -35,7 +35,7 @@ traffic:
     - iperf3: {protocol: udp, duration: 1s}
 expect:
   delivered: ">= 0.99"
-  replay: == replayed + duplicated
+  replay: == wan.replayed + wan.duplicated
   steps.flow.latency.p99: "<20ms"
   gw2.outside-window: 0
   conservation: true
@@ -75,7 +75,7 @@ func TestParseGood(t *testing.T) {
 	if st[2].Name != "iperf33" || st[2].Iperf3.Bitrate != "10M" {
 		t.Errorf("step 2 = %+v %+v", st[2], st[2].Iperf3)
 	}
-	want := []string{"delivered >= 0.99", "replay == replayed + duplicated", "steps.flow.latency.p99 < 0.02", "gw2.outside-window == 0", "conservation == 1"}
+	want := []string{"delivered >= 0.99", "replay == wan.replayed + wan.duplicated", "steps.flow.latency.p99 < 0.02", "gw2.outside-window == 0", "conservation == 1"}
 	for i, e := range s.Expect {
 		if got := e.Metric + " " + e.Expr; got != want[i] {
 			t.Errorf("expect[%d] = %q, want %q", i, got, want[i])
@@ -148,7 +148,7 @@ func TestParseErrors(t *testing.T) {
 		{"no expect", "traffic: {steps: [{ping: {}}]}\n", 1, "expect", "missing"},
 		{"unknown metric", "traffic: {steps: [{ping: {}}]}\nexpect:\n  delivred: 1\n", 3, "expect.delivred", "unknown metric"},
 		{"unknown step metric", "traffic: {steps: [{ping: {}}]}\nexpect:\n  steps.nope.sent: 1\n", 3, "expect.steps.nope.sent", "unknown metric"},
-		{"bad expression", "traffic: {steps: [{ping: {}}]}\nexpect:\n  replay: == duplicated +\n", 3, "expect.replay", "operator"},
+		{"bad expression", "traffic: {steps: [{ping: {}}]}\nexpect:\n  replay: == wan.duplicated +\n", 3, "expect.replay", "operator"},
 		{"bad number", "traffic: {steps: [{ping: {}}]}\nexpect:\n  latency.p99: < 2parsecs\n", 3, "expect.latency.p99", "number"},
 		{"impairment", "impair:\n  gw1-to-gw2: {loss: 140}\n" + base, 2, "impair.gw1-to-gw2", "loss"},
 		{"missing pcap", "traffic:\n  steps:\n    - pcap: {file: nope.pcap}\nexpect: {delivered: 1}\n", 3, "traffic.steps[0].pcap.file", "no such file"},

@@ -151,7 +151,9 @@ func (r *runner) metrics(d snapshot, steps []StepResult) (Metrics, []Balance) {
 			name := strings.Split(t.Field(i).Tag.Get("json"), ",")[0]
 			m[dir.name+"."+name] = float64(v.Field(i).Uint())
 			if slices.Contains(impairCounters, name) { // not received: that is the hosts'
-				m[name] += float64(v.Field(i).Uint())
+				// Under wan.: a bare name is a gateway's (truncated is
+				// also an ESP drop reason) or the steps'.
+				m["wan."+name] += float64(v.Field(i).Uint())
 			}
 		}
 	}
