@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/transport"
@@ -138,6 +141,9 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			return rt, fmt.Errorf("%s: tun route %s: %w", cfg.File, r, err)
 		}
 	}
+	if err := cfg.Reassembly.Apply(); err != nil {
+		return rt, fmt.Errorf("%s: reassembly: %w", cfg.File, err)
+	}
 	rt.rules, err = routeTransportPeers(cfg.TUN.Name, transportPeers(cfg))
 	if err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
@@ -154,10 +160,15 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		list = append(list, w)
 	}
 	rt.Gateway = New(rt.TUN, list, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
+	}
+	for _, s := range cfg.SAs {
+		if err := rt.watchICMP(s.Dst.Is6()); err != nil {
+			return rt, fmt.Errorf("%s: %w", cfg.File, err)
+		}
 	}
 	log.Info("gateway ready", "tun", cfg.TUN.Name, "mtu", mtu, "offloads", rt.TUN.Offloads(), "engine", rt.Engine.Name(), "sockets", len(list))
 	return rt, nil
@@ -411,4 +422,41 @@ func prefixAddrs(ps []netip.Prefix) []netip.Addr {
 		out = append(out, p.Addr())
 	}
 	return out
+}
+
+// watchICMP opens the raw ICMP socket of one family (once) whose
+// fragmentation-needed or packet-too-big reports lower SAs' path MTUs.
+func (rt *Runtime) watchICMP(v6 bool) error {
+	for _, w := range rt.Gateway.icmpConns {
+		if w.v6 == v6 {
+			return nil
+		}
+	}
+	network, addr := "ip4:icmp", "0.0.0.0"
+	if v6 {
+		network, addr = "ip6:ipv6-icmp", "::"
+	}
+	pc, err := net.ListenPacket(network, addr)
+	if err != nil {
+		return fmt.Errorf("open ICMP socket for path MTU reports: %w", err)
+	}
+	// Only the reports: the socket would otherwise copy every ICMP
+	// message the host receives.
+	if v6 {
+		var f ipv6.ICMPFilter
+		f.SetAll(true)
+		f.Accept(ipv6.ICMPTypePacketTooBig)
+		err = ipv6.NewPacketConn(pc).SetICMPFilter(&f)
+	} else {
+		var f ipv4.ICMPFilter
+		f.SetAll(true)
+		f.Accept(ipv4.ICMPTypeDestinationUnreachable)
+		err = ipv4.NewPacketConn(pc).SetICMPFilter(&f)
+	}
+	if err != nil {
+		pc.Close()
+		return fmt.Errorf("filter ICMP socket for path MTU reports: %w", err)
+	}
+	rt.Gateway.icmpConns = append(rt.Gateway.icmpConns, icmpConn{pc: pc, v6: v6})
+	return nil
 }
