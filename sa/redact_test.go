@@ -22,7 +22,7 @@ func testSA() *SA {
 // No way of printing or logging an SA, or its keys, shows key material.
 func TestKeysNeverPrint(t *testing.T) {
 	s := testSA()
-	gcm := &SA{SPI: 2, Src: s.Src, Dst: s.Dst, Suite: Suite{CipherAESGCM16, AuthNone}, EncKey: mustHex(testGCMHex)}
+	gcm := &SA{SPI: 0x102, Src: s.Src, Dst: s.Dst, Suite: Suite{CipherAESGCM16, AuthNone}, EncKey: mustHex(testGCMHex)}
 	values := map[string]any{
 		"*SA": s, "SA": *s, "Key": s.EncKey, "[]*SA": []*SA{s, gcm},
 		"Config": &Config{SAs: []*SA{s}, SPD: []Policy{{Action: Protect, SA: s, SPI: s.SPI}}},

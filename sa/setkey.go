@@ -21,11 +21,9 @@ var setkeyCommands = []string{
 // looksLikeSetkey reports whether the first statement of the data is a
 // setkey(8) command (a YAML file starts with a key and a colon).
 func looksLikeSetkey(data []byte) bool {
-	toks, err := tokenizeSetkey(data, 1)
-	if err != nil || len(toks) == 0 {
-		return false
-	}
-	return slices.Contains(setkeyCommands, toks[0].text) && !toks[0].quoted
+	sc := &skScanner{data: data, line: 1}
+	t, ok, err := sc.next()
+	return err == nil && ok && !t.quoted && slices.Contains(setkeyCommands, t.text)
 }
 
 type skToken struct {
@@ -34,56 +32,65 @@ type skToken struct {
 	quoted bool
 }
 
-// tokenizeSetkey splits setkey(8) input into words, "quoted strings" and
-// ";", dropping # comments. It stops after limit tokens when limit > 0.
-func tokenizeSetkey(data []byte, limit int) ([]skToken, error) {
-	var toks []skToken
-	line := 1
-	for i := 0; i < len(data); {
-		if limit > 0 && len(toks) >= limit {
-			break
-		}
-		c := data[i]
+// skScanner splits setkey(8) input into words, "quoted strings" and ";",
+// dropping # comments, one token at a time: a statement is parsed as soon
+// as its ; is read, so memory follows the longest statement, not the file.
+type skScanner struct {
+	data []byte
+	i    int
+	line int
+}
+
+// next returns the next token; ok is false at the end of the data.
+func (sc *skScanner) next() (t skToken, ok bool, err error) {
+	data := sc.data
+	for sc.i < len(data) {
+		c := data[sc.i]
 		switch {
 		case c == '\n':
-			line++
-			i++
+			sc.line++
+			sc.i++
 		case c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v':
-			i++
-		case c == '\\' && (i+1 == len(data) || data[i+1] == '\n' || data[i+1] == '\r'):
-			i++ // shell-style line continuation, as copied from scripts
+			sc.i++
+		case c == '\\' && (sc.i+1 == len(data) || data[sc.i+1] == '\n' || data[sc.i+1] == '\r'):
+			sc.i++ // shell-style line continuation, as copied from scripts
 		case c == '#':
-			for i < len(data) && data[i] != '\n' {
-				i++
+			for sc.i < len(data) && data[sc.i] != '\n' {
+				sc.i++
 			}
 		case c == ';':
-			toks = append(toks, skToken{";", line, false})
-			i++
+			sc.i++
+			return skToken{";", sc.line, false}, true, nil
 		case c == '"':
-			start, startLine := i+1, line
+			start, startLine := sc.i+1, sc.line
 			j := start
 			for j < len(data) && data[j] != '"' {
 				if data[j] == '\n' {
-					line++
+					sc.line++
 				}
 				j++
 			}
 			if j == len(data) {
-				return toks, &ConfigError{Line: startLine, Err: errors.New("quoted string never closed")}
+				return skToken{}, false, &ConfigError{Line: startLine, Err: errors.New("quoted string never closed")}
 			}
-			toks = append(toks, skToken{string(data[start:j]), startLine, true})
-			i = j + 1
+			sc.i = j + 1
+			return skToken{string(data[start:j]), startLine, true}, true, nil
 		default:
-			j := i
+			j := sc.i
 			for j < len(data) && !strings.ContainsRune(" \t\r\n\f\v;\"", rune(data[j])) {
 				j++
 			}
-			toks = append(toks, skToken{string(data[i:j]), line, false})
-			i = j
+			t := skToken{string(data[sc.i:j]), sc.line, false}
+			sc.i = j
+			return t, true, nil
 		}
 	}
-	return toks, nil
+	return skToken{}, false, nil
 }
+
+// maxStatementTokens bounds one statement (the longest real one, an add
+// with every option, has about 30 words).
+const maxStatementTokens = 256
 
 // setkeyParser imports setkey(8) statements into SAs and policies.
 type setkeyParser struct {
@@ -93,6 +100,17 @@ type setkeyParser struct {
 	lines  map[*SA]int
 	reqids map[uint32]*SA
 	spd    []pendingPolicy
+	// bySPIDst and byEnds index the SAs added so far, so that duplicate
+	// checks and policy binding take constant time per statement: a file of
+	// tens of thousands of SAs parses in linear time.
+	bySPIDst map[spiDst]*SA
+	byEnds   map[saEnds]*SA // the first SA added per mode and endpoints
+}
+
+// saEnds is how a policy without unique:N finds its SA.
+type saEnds struct {
+	mode     Mode
+	src, dst netip.Addr
 }
 
 // pendingPolicy is an spdadd whose SA is found once all statements are read
@@ -117,25 +135,33 @@ type ipsecRule struct {
 // statements become SPD entries, spdadd … -P in|fwd ipsec statements become
 // the selectors of their SA. See the package doc for what is accepted.
 func ParseSetkey(name string, data []byte) (*Config, error) {
-	p := &setkeyParser{file: name, lines: map[*SA]int{}, reqids: map[uint32]*SA{}}
-	toks, err := tokenizeSetkey(data, 0)
-	if ce, ok := err.(*ConfigError); ok {
-		ce.File = name
-		return nil, ce
-	}
-	for len(toks) > 0 {
-		end := slices.IndexFunc(toks, func(t skToken) bool { return t.text == ";" && !t.quoted })
-		if end < 0 {
-			p.fail(toks[0].line, headOf(toks), "", errors.New("statement not ended by ;"))
+	p := &setkeyParser{file: name, lines: map[*SA]int{}, reqids: map[uint32]*SA{}, bySPIDst: map[spiDst]*SA{}, byEnds: map[saEnds]*SA{}}
+	sc := &skScanner{data: data, line: 1}
+	var toks []skToken
+	for len(p.errs) <= maxErrors {
+		t, ok, err := sc.next()
+		if ce, isCE := err.(*ConfigError); isCE {
+			ce.File = name
+			return nil, ce
+		}
+		if !ok {
+			if len(toks) > 0 {
+				p.fail(toks[0].line, headOf(toks), "", errors.New("statement not ended by ;"))
+			}
 			break
 		}
-		if end > 0 {
-			p.statement(toks[:end])
+		if t.text == ";" && !t.quoted {
+			if len(toks) > 0 {
+				p.statement(toks)
+			}
+			toks = toks[:0]
+			continue
 		}
-		toks = toks[end+1:]
-		if len(p.errs) > maxErrors {
+		if len(toks) == maxStatementTokens {
+			p.fail(toks[0].line, headOf(toks), "", fmt.Errorf("more than %d words without a ; (is a ; missing?)", maxStatementTokens))
 			break
 		}
+		toks = append(toks, t)
 	}
 	c := &Config{SAs: p.sas}
 	p.resolvePolicies(c)
@@ -171,12 +197,15 @@ func headOf(toks []skToken) string {
 // headWord is a word of a statement's head as an error may show it: an
 // address, an SPI or a known word, or a description of what is hidden.
 func headWord(s string) string {
-	e := secret.Value(s, append(append([]string{"esp", "esp-udp", "-4", "-6", "-n"}, setkeyCommands...), protoWords()...)...)
+	e := secret.Value(s, headWords...)
 	if uq, err := strconv.Unquote(e); err == nil {
 		return uq
 	}
 	return e
 }
+
+// headWords are the words a statement's head may hold.
+var headWords = slices.Concat([]string{"esp", "esp-udp", "-4", "-6", "-n"}, setkeyCommands, protoWords())
 
 // setkeyOptions are the options of add that an error may suggest.
 var setkeyOptions = []string{"-m", "-r", "-u", "-f", "-lh", "-ls", "-bh", "-bs", "-E", "-A", "-e", "-C", "-ctx"}
@@ -519,11 +548,9 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 		p.fail(line, head, "", err)
 		return
 	}
-	for _, prev := range p.sas {
-		if prev.SPI == s.SPI && prev.Dst == s.Dst {
-			p.fail(line, head, "spi", fmt.Errorf("duplicate SPI for dst %s (also added on line %d)", s.Dst, p.lines[prev]))
-			return
-		}
+	if prev, dup := p.bySPIDst[spiDst{s.SPI, s.Dst}]; dup {
+		p.fail(line, head, "spi", fmt.Errorf("duplicate SPI for dst %s (also added on line %d)", s.Dst, p.lines[prev]))
+		return
 	}
 	if reqid != 0 {
 		if prev, dup := p.reqids[reqid]; dup {
@@ -534,6 +561,10 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 	}
 	p.sas = append(p.sas, s)
 	p.lines[s] = line
+	p.bySPIDst[spiDst{s.SPI, s.Dst}] = s
+	if ends := (saEnds{s.Mode, s.Src, s.Dst}); p.byEnds[ends] == nil {
+		p.byEnds[ends] = s
+	}
 }
 
 func cmp0(v, def uint16) uint16 {
@@ -558,16 +589,27 @@ func (p *setkeyParser) delete(toks []skToken, head string) {
 		p.fail(toks[0].line, head, "", err)
 		return
 	}
-	for i, s := range p.sas {
-		if s.SPI == uint32(spi) && s.Src == src && s.Dst == dst {
-			p.sas = slices.Delete(p.sas, i, i+1)
-			for id, r := range p.reqids {
-				if r == s {
-					delete(p.reqids, id)
+	if s := p.bySPIDst[spiDst{uint32(spi), dst}]; s != nil && s.Src == src {
+		i := slices.Index(p.sas, s)
+		p.sas = slices.Delete(p.sas, i, i+1)
+		delete(p.bySPIDst, spiDst{s.SPI, s.Dst})
+		for id, r := range p.reqids {
+			if r == s {
+				delete(p.reqids, id)
+			}
+		}
+		if ends := (saEnds{s.Mode, s.Src, s.Dst}); p.byEnds[ends] == s {
+			delete(p.byEnds, ends)
+			// The next SA of these endpoints, in the order added, binds
+			// their policies now.
+			for _, o := range p.sas {
+				if o.Mode == s.Mode && o.Src == s.Src && o.Dst == s.Dst {
+					p.byEnds[ends] = o
+					break
 				}
 			}
-			return
 		}
+		return
 	}
 	p.fail(toks[0].line, head, "", errors.New("no such SA was added before"))
 }
@@ -822,10 +864,8 @@ func (p *setkeyParser) findRuleSA(pp pendingPolicy) (*SA, error) {
 		}
 		src, dst = sel.Src.Addr(), sel.Dst.Addr()
 	}
-	for _, s := range p.sas {
-		if s.Mode == r.mode && s.Src == src && s.Dst == dst {
-			return s, nil
-		}
+	if s := p.byEnds[saEnds{r.mode, src, dst}]; s != nil {
+		return s, nil
 	}
 	return nil, fmt.Errorf("no %s-mode SA from %s to %s was added", r.mode, src, dst)
 }

@@ -25,12 +25,21 @@ func (s SA) LogValue() slog.Value {
 	return slog.GroupValue(attrs...)
 }
 
-// Validate checks that the SA is complete and self-consistent: one address
+// MinSPI is the lowest SPI an SA may have: RFC 4303 §2.1 reserves 0 for
+// local use (never sent; with UDP encapsulation it would read back as the
+// non-ESP marker of RFC 3948) and 1..255 for IANA.
+const MinSPI = 256
+
+// Validate checks that the SA is complete and self-consistent: an SPI that
+// is not reserved, a first sequence number that leaves numbers to send, one address
 // family, a valid suite with keys of the right lengths, a replay window of at
 // most MaxReplayWindow, UDP ports only with UDP encapsulation, soft lifetimes
 // within hard ones, well-formed selectors. Errors never contain key material.
 func (s *SA) Validate() error {
 	var errs []error
+	if s.SPI < MinSPI {
+		errs = append(errs, fmt.Errorf("spi: %d is reserved (RFC 4303 §2.1: 0 is never sent, 1..255 are kept by IANA): use %d or more", s.SPI, MinSPI))
+	}
 	if s.Mode != Tunnel && s.Mode != Transport {
 		errs = append(errs, fmt.Errorf("mode: %s is not tunnel or transport", s.Mode))
 	}
@@ -55,8 +64,13 @@ func (s *SA) Validate() error {
 	if s.ReplayWindow < 0 || s.ReplayWindow > MaxReplayWindow {
 		errs = append(errs, fmt.Errorf("replay-window: %d, want 0..%d", s.ReplayWindow, MaxReplayWindow))
 	}
-	if !s.ESN && s.InitialSeq > 1<<32-1 {
-		errs = append(errs, fmt.Errorf("initial-seq: %d does not fit 32 bits without esn", s.InitialSeq))
+	// The first number sent is InitialSeq+1 and a sequence never cycles
+	// (RFC 4303 §3.3.3): a start at the last number leaves none to send.
+	switch {
+	case !s.ESN && s.InitialSeq >= 1<<32-1:
+		errs = append(errs, fmt.Errorf("initial-seq: %d leaves no 32-bit sequence number to send (at most %d without esn)", s.InitialSeq, uint64(1<<32-2)))
+	case s.ESN && s.InitialSeq == 1<<64-1:
+		errs = append(errs, fmt.Errorf("initial-seq: %d leaves no 64-bit sequence number to send", s.InitialSeq))
 	}
 	if s.TFCPad < 0 || s.TFCPad > 65535 {
 		errs = append(errs, fmt.Errorf("tfc-pad: %d, want 0..65535", s.TFCPad))

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
 	"os"
@@ -32,10 +33,12 @@ func LoadFile(path string) ([]*SA, error) {
 	return c.SAs, nil
 }
 
-// Load reads an SA file: YAML (see the package doc), or setkey(8) add and
-// spdadd statements when the first statement of the file is a setkey command.
+// Load reads an SA file: YAML (see the package doc), setkey(8) add and
+// spdadd statements when the first statement of the file is a setkey
+// command, `ip xfrm state` output, `ip xfrm … add` commands, or Wireshark's
+// esp_sa table (see DetectFormat).
 func Load(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := ReadFileAtMost(path, MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("load SA file: %w", err)
 	}
@@ -51,14 +54,12 @@ func Parse(name string, data []byte) ([]*SA, error) {
 	return c.SAs, nil
 }
 
-// ParseConfig reads an SA file's content, YAML or setkey(8); name is used in
-// errors. Every problem found is reported (up to a bound), each as a
+// ParseConfig reads an SA file's content in any format DetectFormat knows
+// (YAML, setkey(8), ip xfrm state output or commands, Wireshark's esp_sa);
+// name is used in errors. Every problem found is reported (up to a bound), each as a
 // *ConfigError naming the file, line, entry and field.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	if looksLikeSetkey(data) {
-		return ParseSetkey(name, data)
-	}
-	return ParseYAML(name, data)
+	return ParseFormat(name, data, DetectFormat(data))
 }
 
 // ParseYAML reads a YAML SA file.
@@ -779,4 +780,39 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 		}
 	}
 	return pol, len(p.errs) == before
+}
+
+// MaxFileSize bounds an SA file (YAML or setkey), and every file that may
+// hold SAs inline (a gateway configuration, a scenario): 16 MiB holds about
+// 100,000 setkey SAs, far beyond any real SA set, while a file meant to
+// exhaust memory is refused before it is read.
+const MaxFileSize = 16 << 20
+
+// ReadFileAtMost reads a whole file of at most limit bytes, and refuses a
+// larger one (or one that grows past limit while read, such as a device)
+// with an error saying so.
+func ReadFileAtMost(path string, limit int64) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.IsDir() {
+		return nil, fmt.Errorf("%s is a directory", path)
+	}
+	if fi.Size() > limit {
+		return nil, fmt.Errorf("%s is %d bytes, larger than the %d bytes such a file may be", path, fi.Size(), limit)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%s is larger than the %d bytes such a file may be", path, limit)
+	}
+	return data, nil
 }

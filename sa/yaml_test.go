@@ -407,7 +407,7 @@ func TestMarshalRandomKeysRoundTrip(t *testing.T) {
 }
 
 func TestMarshalRejectsInvalidSA(t *testing.T) {
-	s := &SA{SPI: 1, Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"),
+	s := &SA{SPI: 0x101, Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2"),
 		Suite: Suite{CipherAESCBC, AuthHMACSHA1_96}, EncKey: mustHex(testEncHex[:30]), AuthKey: mustHex(testAuthHex)}
 	_, err := Marshal(&Config{SAs: []*SA{s}})
 	if err == nil || !strings.Contains(err.Error(), "enc-key for aes-cbc is 15 bytes") {

@@ -14,19 +14,16 @@ import (
 	"github.com/espgw/espgw/internal/control"
 )
 
-func newSA() *cobra.Command {
+// saControl are the `espgw sa` commands that change a running gateway
+// through its control socket (with control: PATH in its configuration),
+// without a reload. SAs are JSON objects with the SA file's fields, one or
+// a list; each command is one atomic change; answers are JSON without keys.
+func saControl() []*cobra.Command {
 	var socket string
-	cmd := &cobra.Command{
-		Use:   "sa add|del|update|list|rekey",
-		Short: "Change the SAs of a running gateway through its control socket",
-		Long: `Change the SAs of a running gateway (one started with control: PATH in its
-configuration) through its control socket, without a reload. SAs are JSON
-objects with the SA file's fields (spi, mode, src, dst, encap, enc, enc-key,
-auth, auth-key, …), one or a list, from FILE or standard input ("-"). Each
-command is one atomic change: all of it takes effect or none, with the
-reason. Answers are JSON; no key is ever printed.`,
+	flag := func(c *cobra.Command) *cobra.Command {
+		c.Flags().StringVar(&socket, "socket", control.DefaultSocket, "the gateway's control socket")
+		return c
 	}
-	cmd.PersistentFlags().StringVar(&socket, "socket", control.DefaultSocket, "the gateway's control socket")
 	change := func(use, short, op string) *cobra.Command {
 		return &cobra.Command{
 			Use: use + " [FILE|-]", Short: short, Args: cobra.MaximumNArgs(1),
@@ -41,7 +38,7 @@ reason. Answers are JSON; no key is ever printed.`,
 	}
 	del := &cobra.Command{
 		Use:   "del SPI[@DST]…",
-		Short: "Delete SAs (by SPI, with the destination when SAs share one)",
+		Short: "Delete SAs of a running gateway (by SPI, with the destination when SAs share one)",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := control.Request{Op: "sa.del"}
@@ -53,12 +50,14 @@ reason. Answers are JSON; no key is ever printed.`,
 		},
 	}
 	list := &cobra.Command{
-		Use: "list", Short: "List the SAs in force with their counters (JSON, no keys)", Args: cobra.NoArgs,
+		Use: "list", Short: "List a running gateway's SAs with their counters (JSON, no keys)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return ask(cmd, socket, control.Request{Op: "sa.list"}) },
 	}
-	cmd.AddCommand(change("add", "Add SAs", "sa.add"), change("update", "Replace SAs (same SPI and destination) with new settings", "sa.update"),
-		del, list, newRekey(&socket))
-	return cmd
+	return []*cobra.Command{
+		flag(change("add", "Add SAs to a running gateway (JSON, the SA file's fields)", "sa.add")),
+		flag(change("update", "Replace SAs of a running gateway (same SPI and destination) with new settings", "sa.update")),
+		flag(del), flag(list), flag(newRekey(&socket)),
+	}
 }
 
 func newRekey(socket *string) *cobra.Command {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -52,15 +53,24 @@ func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config) er
 	}
 	defer rt.Close()
 
-	if cfg.Metrics != "off" && cfg.Metrics != "" {
-		ln, err := net.Listen("tcp", cfg.Metrics)
-		if err != nil {
-			return fmt.Errorf("%s: metrics address %s: %w", cfg.File, cfg.Metrics, err)
+	for _, l := range []struct {
+		setting, addr, path string
+		handler             http.Handler
+	}{{"metrics", cfg.Metrics, "/metrics", rt.Handler()}, {"pprof", cfg.Pprof, "/debug/pprof/", gateway.ProfileHandler()}} {
+		if l.addr == "off" || l.addr == "" {
+			continue
 		}
-		srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			return fmt.Errorf("%s: %s address %s: %w", cfg.File, l.setting, l.addr, err)
+		}
+		srv := &http.Server{Handler: l.handler, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		defer srv.Close()
-		log.Info("metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+		log.Info(l.setting, "url", "http://"+ln.Addr().String()+l.path)
+		if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && !ap.Addr().IsLoopback() {
+			log.Warn("served without authentication on a non-loopback address: anyone who can reach it can read it", "setting", l.setting, "addr", ln.Addr().String())
+		}
 	}
 
 	if path := cfg.ControlPath(); path != "" {

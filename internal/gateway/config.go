@@ -4,15 +4,18 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -34,11 +37,20 @@ type Config struct {
 	// Metrics is the address of the /metrics and /stats endpoint
 	// (default 127.0.0.1:9478; "off" disables it).
 	Metrics string
+	// Pprof is the address of the Go profiler (/debug/pprof/), off unless
+	// set: it is served apart from the metrics, without authentication.
+	Pprof string
 	// StateDir keeps outbound sequence reservations across restarts.
 	StateDir string
 	// Control is the path of the control socket (espgw sa|policy …);
 	// empty: none.
 	Control string
+	// PMTUExpiry is how long a path MTU learned from ICMP holds (0: the
+	// default, DefaultPMTUExpiry).
+	PMTUExpiry time.Duration
+	// Reassembly bounds the kernel's reassembly of outer fragments in the
+	// gateway's namespace (zero: the kernel's settings).
+	Reassembly ReassemblyLimits
 
 	// SAFile and SetkeyFile name where the SAs come from, when not inline.
 	SAFile, SetkeyFile string
@@ -61,19 +73,34 @@ const DefaultMetrics = "127.0.0.1:9478"
 // LoadConfig reads and validates a gateway configuration file, and the SA
 // file it names, if any.
 func LoadConfig(path string) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := sa.ReadFileAtMost(path, sa.MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("read gateway config: %w", err)
 	}
 	return ParseConfig(path, data)
 }
 
+// configSettings are the top-level settings of a gateway configuration.
+var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control"}
+
 // ParseConfig reads a gateway configuration; relative SA file names are
-// taken from the config file's directory.
+// taken from the config file's directory. A setting given twice, a
+// mapping where a value belongs and a configuration that can never carry
+// a packet (a TUN MTU or tfc-pad the outer MTU cannot carry) are errors.
+// Errors quote what the file says only through package secret: a key
+// pasted into the wrong setting is never printed.
 func ParseConfig(path string, data []byte) (*Config, error) {
 	var doc yaml.Node
-	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("%s: empty file: want a mapping of gateway settings (local, tun, sa-file, …)", path)
+		}
+		return nil, fmt.Errorf("%s: %s", path, secret.Scrub(err.Error()))
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		return nil, fmt.Errorf("%s:%d: more than one YAML document", path, extra.Line)
 	}
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s: want a mapping of gateway settings", path)
@@ -82,9 +109,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	p := &cfgParser{file: path}
 	var saNode, spdNode *yaml.Node
 	m := doc.Content[0]
-	known := []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "sa", "spd", "sa-file", "setkey-file", "state-dir", "control"}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
+	p.each(m, "", configSettings, func(k, v *yaml.Node) {
 		switch k.Value {
 		case "local":
 			c.Local = p.addrs(v, "local")
@@ -95,7 +120,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		case "outer-mtu":
 			c.OuterMTU = p.int(v, "outer-mtu", 576, 65535)
 		case "engine":
-			c.Engine = v.Value
+			c.Engine, _ = p.scalar(v, "engine")
 		case "workers":
 			c.Workers = p.int(v, "workers", 1, 256)
 		case "batch":
@@ -103,26 +128,35 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		case "inline":
 			c.Inline = p.int(v, "inline", -1, 1024)
 		case "metrics":
-			c.Metrics = v.Value
+			c.Metrics = p.listenAddr(v, "metrics", true)
+		case "pprof":
+			c.Pprof = p.listenAddr(v, "pprof", true)
 		case "sa":
 			saNode = v
 		case "spd":
 			spdNode = v
 		case "state-dir":
-			c.StateDir = v.Value
+			c.StateDir, _ = p.scalar(v, "state-dir")
+		case "pmtu-expires":
+			if s, ok := p.scalar(v, "pmtu-expires"); ok {
+				d, err := time.ParseDuration(s)
+				if err != nil || d < time.Second || d > 24*time.Hour {
+					p.failf(v, "pmtu-expires", "%s: want a duration from 1s to 24h (like 10m)", secret.Number(s))
+				}
+				c.PMTUExpiry = d
+			}
+		case "reassembly":
+			p.reassembly(v, &c.Reassembly)
 		case "control":
-			if v.Value == "" {
+			if c.Control, _ = p.scalar(v, "control"); c.Control == "" {
 				p.failf(v, "control", "want the path of the control socket")
 			}
-			c.Control = v.Value
 		case "sa-file":
-			c.SAFile = v.Value
+			c.SAFile, _ = p.scalar(v, "sa-file")
 		case "setkey-file":
-			c.SetkeyFile = v.Value
-		default:
-			p.failf(k, "", "unknown setting %q (want one of %s)", k.Value, strings.Join(known, ", "))
+			c.SetkeyFile, _ = p.scalar(v, "setkey-file")
 		}
-	}
+	})
 	if len(c.Local) == 0 {
 		p.failf(m, "local", "missing: the gateway's outer address")
 	}
@@ -141,7 +175,36 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if err := c.loadSAs(saNode, spdNode); err != nil {
 		return nil, err
 	}
+	if err := c.checkMTU(); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// checkMTU refuses what the outer MTU can never carry: a TUN MTU above
+// what an outbound SA fits into outer-mtu (its larger packets would leave
+// sealed and too big, with no ICMP "fragmentation needed" to the sender: a
+// path-MTU black hole), and a tfc-pad that pads every packet beyond it
+// (every packet a send error).
+func (c *Config) checkMTU() error {
+	var errs []error
+	for _, s := range c.SAs {
+		if !slices.Contains(c.Local, s.Src) {
+			continue
+		}
+		inner, err := InnerMTU(c.OuterMTU, s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: outer-mtu %d: SA %#x: %w", c.File, c.OuterMTU, s.SPI, err))
+			continue
+		}
+		if c.TUN.MTU > inner {
+			errs = append(errs, fmt.Errorf("%s: tun.mtu %d: SA %#x carries at most %d-byte inner packets in outer-mtu %d: larger ones would be dropped with no ICMP to their sender (a path-MTU black hole); lower it or write mtu: auto", c.File, c.TUN.MTU, s.SPI, inner, c.OuterMTU))
+		}
+		if s.Mode == sa.Tunnel && s.TFCPad > inner {
+			errs = append(errs, fmt.Errorf("%s: SA %#x: tfc-pad %d pads every packet beyond the %d bytes outer-mtu %d carries (every packet would fail to send); at most %d", c.File, s.SPI, s.TFCPad, inner, c.OuterMTU, inner))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // loadSAs reads the SAs from wherever the config says they are.
@@ -195,7 +258,57 @@ type cfgParser struct {
 }
 
 func (p *cfgParser) failf(n *yaml.Node, field, format string, args ...any) {
+	if field == "" {
+		p.errs = append(p.errs, fmt.Errorf("%s:%d: %s", p.file, n.Line, fmt.Sprintf(format, args...)))
+		return
+	}
 	p.errs = append(p.errs, fmt.Errorf("%s:%d: %s: %s", p.file, n.Line, field, fmt.Sprintf(format, args...)))
+}
+
+// each calls fn for every setting of the mapping m, after refusing
+// unknown settings and settings given twice (YAML's last-wins would
+// silently drop the first).
+func (p *cfgParser) each(m *yaml.Node, prefix string, known []string, fn func(k, v *yaml.Node)) {
+	first := map[string]int{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k, v := m.Content[i], m.Content[i+1]
+		name := prefix + k.Value
+		if k.Kind != yaml.ScalarNode {
+			p.failf(k, strings.TrimSuffix(prefix, "."), "a setting name is a %s, want a name", kindName(k))
+			continue
+		}
+		if !slices.Contains(known, k.Value) {
+			p.failf(k, strings.TrimSuffix(prefix, "."), "unknown setting %s (want one of %s)", secret.Word(k.Value, known...), strings.Join(known, ", "))
+			continue
+		}
+		if line, dup := first[k.Value]; dup {
+			p.failf(k, name, "given twice (first on line %d)", line)
+			continue
+		}
+		first[k.Value] = k.Line
+		fn(k, v)
+	}
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	case yaml.AliasNode:
+		return "alias"
+	}
+	return "value"
+}
+
+// scalar is a setting's single value; a mapping or a list is an error.
+func (p *cfgParser) scalar(n *yaml.Node, field string) (string, bool) {
+	if n.Kind != yaml.ScalarNode {
+		p.failf(n, field, "want a single value, got a %s", kindName(n))
+		return "", false
+	}
+	return n.Value, true
 }
 
 func (p *cfgParser) list(n *yaml.Node) []*yaml.Node {
@@ -208,9 +321,13 @@ func (p *cfgParser) list(n *yaml.Node) []*yaml.Node {
 func (p *cfgParser) addrs(n *yaml.Node, field string) []netip.Addr {
 	var out []netip.Addr
 	for _, v := range p.list(n) {
-		a, err := netip.ParseAddr(v.Value)
+		s, ok := p.scalar(v, field)
+		if !ok {
+			continue
+		}
+		a, err := netip.ParseAddr(s)
 		if err != nil {
-			p.failf(v, field, "%q is not an IP address", v.Value)
+			p.failf(v, field, "%s is not an IP address", secret.Number(s))
 			continue
 		}
 		out = append(out, a)
@@ -221,9 +338,13 @@ func (p *cfgParser) addrs(n *yaml.Node, field string) []netip.Addr {
 func (p *cfgParser) prefixes(n *yaml.Node, field string) []netip.Prefix {
 	var out []netip.Prefix
 	for _, v := range p.list(n) {
-		pr, err := netip.ParsePrefix(v.Value)
+		s, ok := p.scalar(v, field)
+		if !ok {
+			continue
+		}
+		pr, err := netip.ParsePrefix(s)
 		if err != nil {
-			p.failf(v, field, "%q is not an address/prefix-length", v.Value)
+			p.failf(v, field, "%s is not an address/prefix-length", secret.Number(s))
 			continue
 		}
 		out = append(out, pr)
@@ -232,11 +353,74 @@ func (p *cfgParser) prefixes(n *yaml.Node, field string) []netip.Prefix {
 }
 
 func (p *cfgParser) int(n *yaml.Node, field string, lo, hi int) int {
-	v, err := strconv.Atoi(n.Value)
+	s, ok := p.scalar(n, field)
+	if !ok {
+		return 0
+	}
+	v, err := strconv.Atoi(s)
 	if err != nil || v < lo || v > hi {
-		p.failf(n, field, "%q is not a whole number in %d…%d", n.Value, lo, hi)
+		p.failf(n, field, "%s is not a whole number in %d…%d", secret.Number(s), lo, hi)
 	}
 	return v
+}
+
+// reassembly reads reassembly: {memory: 4M, timeout: 30s}.
+func (p *cfgParser) reassembly(n *yaml.Node, r *ReassemblyLimits) {
+	if n.Kind != yaml.MappingNode {
+		p.failf(n, "reassembly", "want a mapping (memory, timeout)")
+		return
+	}
+	p.each(n, "reassembly.", []string{"memory", "timeout"}, func(k, v *yaml.Node) {
+		s, ok := p.scalar(v, "reassembly."+k.Value)
+		if !ok {
+			return
+		}
+		switch k.Value {
+		case "memory":
+			num, mult := strings.ToUpper(s), uint64(1)
+			for suffix, m := range map[string]uint64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30} {
+				if strings.HasSuffix(num, suffix) {
+					num, mult = strings.TrimSuffix(num, suffix), m
+				}
+			}
+			b, err := strconv.ParseUint(num, 10, 64)
+			if err != nil || b > 1<<30 || b*mult < 64<<10 || b*mult > 1<<30 {
+				p.failf(v, "reassembly.memory", "%s: want bytes from 64K to 1G (like 4M)", secret.Number(s))
+			}
+			r.Memory = b * mult
+		case "timeout":
+			d, err := time.ParseDuration(s)
+			if err != nil || d < time.Second || d > 10*time.Minute {
+				p.failf(v, "reassembly.timeout", "%s: want a duration from 1s to 10m (like 30s)", secret.Number(s))
+			}
+			r.Timeout = d
+		}
+	})
+}
+
+// listenAddr reads host:port, or off when allowed.
+func (p *cfgParser) listenAddr(n *yaml.Node, field string, offOK bool) string {
+	s, ok := p.scalar(n, field)
+	if !ok {
+		return "off"
+	}
+	if offOK && (s == "off" || s == "") {
+		return "off"
+	}
+	host, port, err := net.SplitHostPort(s)
+	if err == nil {
+		_, err = strconv.ParseUint(port, 10, 16)
+	}
+	if err == nil && host != "" {
+		if _, perr := netip.ParseAddr(host); perr != nil && host != "localhost" {
+			err = errors.New("not a numeric address")
+		}
+	}
+	if err != nil {
+		p.failf(n, field, "%s: want ADDRESS:PORT (such as 127.0.0.1:9478) or off", secret.Number(s))
+		return "off"
+	}
+	return s
 }
 
 func (p *cfgParser) tun(n *yaml.Node, t *TUNConfig) {
@@ -244,32 +428,30 @@ func (p *cfgParser) tun(n *yaml.Node, t *TUNConfig) {
 		p.failf(n, "tun", "want a mapping (name, addresses, routes, mtu, offloads)")
 		return
 	}
-	known := []string{"name", "addresses", "routes", "mtu", "offloads"}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], n.Content[i+1]
+	p.each(n, "tun.", []string{"name", "addresses", "routes", "mtu", "offloads"}, func(k, v *yaml.Node) {
 		switch k.Value {
 		case "name":
-			if len(v.Value) == 0 || len(v.Value) > 15 {
-				p.failf(v, "tun.name", "%q: want 1…15 characters", v.Value)
+			name, ok := p.scalar(v, "tun.name")
+			if ok && (len(name) == 0 || len(name) > 15 || strings.ContainsAny(name, "/ \t\n%")) {
+				p.failf(v, "tun.name", "%s: want 1…15 characters, no / or spaces", secret.Word(name))
 			}
-			t.Name = v.Value
+			t.Name = name
 		case "addresses":
 			t.Addresses = p.prefixes(v, "tun.addresses")
 		case "routes":
 			t.Routes = p.prefixes(v, "tun.routes")
 		case "mtu":
-			if v.Value != "auto" {
+			if v.Kind != yaml.ScalarNode || v.Value != "auto" {
 				t.MTU = p.int(v, "tun.mtu", 576, 65535)
 			}
 		case "offloads":
-			t.Offloads = slices.Contains([]string{"true", "on", "yes"}, v.Value)
-			if !t.Offloads && !slices.Contains([]string{"false", "off", "no"}, v.Value) {
-				p.failf(v, "tun.offloads", "%q: want true or false", v.Value)
+			s, _ := p.scalar(v, "tun.offloads")
+			t.Offloads = slices.Contains([]string{"true", "on", "yes"}, s)
+			if !t.Offloads && !slices.Contains([]string{"false", "off", "no"}, s) {
+				p.failf(v, "tun.offloads", "%s: want true or false", secret.Word(s, "true", "false", "on", "off", "yes", "no"))
 			}
-		default:
-			p.failf(k, "tun", "unknown setting %q (want one of %s)", k.Value, strings.Join(known, ", "))
 		}
-	}
+	})
 }
 
 // restartOnly reports the settings of next that differ from c and that only
@@ -294,6 +476,8 @@ func (c *Config) restartOnly(next *Config) error {
 	check("inline", c.Inline == next.Inline)
 	check("metrics", c.Metrics == next.Metrics)
 	check("state-dir", c.StateDir == next.StateDir)
+	check("pmtu-expires", c.PMTUExpiry == next.PMTUExpiry)
+	check("reassembly", c.Reassembly == next.Reassembly)
 	check("control", c.Control == next.Control)
 	if len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))

@@ -166,6 +166,11 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 		if run, err = store.resume(cfg); err != nil {
 			return nil, err
 		}
+		if err := run.Validate(); err != nil {
+			// A bound at the end of the sequence space (2^32-1 without
+			// ESN) would make every packet seq-exhausted.
+			return nil, fmt.Errorf("SA %#x resumed from %s: %w", cfg.SPI, store.path(cfg.SPI), err)
+		}
 		opts.Reserve = func(s *esp.SA, upTo uint64) error {
 			err := store.reserve(s, upTo)
 			if err != nil {

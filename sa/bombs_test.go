@@ -1,0 +1,96 @@
+package sa
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// setkeySAs writes n distinct tunnel SAs as setkey statements.
+func setkeySAs(n int) []byte {
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, "add 192.0.2.1 10.%d.%d.%d esp 0x%x -m tunnel -E aes-cbc 0x%032x -A hmac-sha1 0x%040x;\n",
+			i>>16, (i>>8)&255, i&255, 0x1000+i, i+1, i+1)
+	}
+	return []byte(b.String())
+}
+
+// fastestParse is the least time of five parses of data, each after a
+// collection, so that neither garbage nor a busy machine decides it.
+func fastestParse(t *testing.T, data []byte) time.Duration {
+	best := time.Duration(1 << 62)
+	for range 5 {
+		runtime.GC()
+		start := time.Now()
+		if _, err := ParseSetkey("t", data); err != nil {
+			t.Fatal(err)
+		}
+		best = min(best, time.Since(start))
+	}
+	return best
+}
+
+// Sixteen times the SAs take about sixteen times as long, not 256: the
+// duplicate checks and policy binding are indexed, not a scan of every SA
+// added before. Measured as a ratio within this run.
+func TestSetkeyParseLinear(t *testing.T) {
+	if testing.Short() {
+		t.Skip("times parses of 32,000 SAs")
+	}
+	const n = 2000
+	small, large := setkeySAs(n), setkeySAs(16*n)
+	fastestParse(t, small) // warm up
+	ts, tl := fastestParse(t, small), fastestParse(t, large)
+	ratio := float64(tl) / float64(ts)
+	t.Logf("%d SAs %v, %d SAs %v: ratio %.1f (linear 16, quadratic 256)", n, ts, 16*n, tl, ratio)
+	if ratio > 40 {
+		t.Errorf("16× the SAs took %.1f× as long: parsing is not linear", ratio)
+	}
+}
+
+// A 10 MB file of ; (empty statements) costs next to nothing: statements
+// are parsed as they are read, not tokenised into memory first.
+func TestSetkeySemicolonBomb(t *testing.T) {
+	data := []byte(strings.Repeat(";", 10<<20))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := ParseSetkey("semi", data)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Logf("error (fine): %v", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 16<<20 {
+		t.Errorf("parsing 10 MB of ; allocated %d MB", alloc>>20)
+	}
+	// A statement that never ends is cut off at a bound, with a clear error.
+	_, err = ParseSetkey("words", []byte("add"+strings.Repeat(" x", 1<<20)))
+	if err == nil || !strings.Contains(err.Error(), "without a ;") {
+		t.Errorf("a million words without ;: %v", err)
+	}
+}
+
+// SA files above MaxFileSize are refused before they are read.
+func TestSAFileSizeBound(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "big.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(MaxFileSize + 1); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = Load(path)
+	if err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Fatalf("Load of a file over the bound: %v", err)
+	}
+	if _, err := ReadFileAtMost("/dev/zero", 1<<10); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("ReadFileAtMost of an endless file: %v", err)
+	}
+}
