@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/espgw/espgw/internal/inetsum"
 )
 
 // recvState is the reused scratch of Receive. recvmmsg is called directly
@@ -146,12 +148,8 @@ func (c *Conn) keepESP(pkts []Packet, got int) int {
 func (c *Conn) classify(d []byte) ([]byte, bool) {
 	if c.kind == RawESP && !c.v6 {
 		// IPv4 raw sockets deliver the IP header; IPv6 ones do not.
-		if len(d) < 20 {
-			c.stats.short.Add(1)
-			return nil, false
-		}
-		ihl := int(d[0]&0x0f) * 4
-		if ihl < 20 || ihl > len(d) {
+		ihl, ok := inetsum.IPv4HeaderLen(d)
+		if !ok {
 			c.stats.short.Add(1)
 			return nil, false
 		}
