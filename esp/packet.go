@@ -19,6 +19,19 @@ type Packet struct {
 	// found just before Off (raw IPv4 sockets deliver it; see WriteIPHeader).
 	HdrLen int
 
+	// Peer is the far end on the outer side: the source of a received ESP
+	// packet, the destination of one to send (the UDP port, or 0 for raw
+	// ESP).
+	Peer netip.AddrPort
+	// The outer IP header, as the transport reads or writes it: on receive
+	// the TOS (IPv4) or traffic class (IPv6) the packet arrived with; on
+	// send the TOS, the TTL or hop limit (0: the socket's default) and, for
+	// IPv4, whether DF is clear (Fragment) and at what MTU to cut fragments
+	// (FragMTU, when > 0).
+	TOS, TTL uint8
+	Fragment bool
+	FragMTU  int
+
 	SA  *SA
 	Seq uint64 // full sequence number, known after Prepare
 	// Drop is the reason the packet did not come out, or OK.

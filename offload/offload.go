@@ -101,18 +101,20 @@ type Session interface {
 // Stats are an engine's counters, named after the ubsec(4) driver's where
 // they mean the same thing.
 type Stats struct {
-	Ops        uint64 // ops completed
-	Bytes      uint64 // packet bytes processed
-	Batches    uint64 // batches submitted
-	Records    uint64 // command records (MCRs) issued to the card
-	Interrupts uint64 // completion interrupts delivered
-	QueueFull  uint64 // submissions refused or held because the queue was full
-	MCRFull    uint64 // records that went out with the maximum aggregation
-	MaxBatch   uint64 // largest record aggregation seen
-	MaxQueue   uint64 // deepest request queue seen
-	Errors     uint64 // ops that failed
-	BadICV     uint64 // opens with a bad ICV
-	QueueDepth uint64 // ops queued right now
+	Ops         uint64 // ops completed
+	Bytes       uint64 // packet bytes processed
+	Batches     uint64 // batches submitted
+	Records     uint64 // command records (MCRs) issued to the card
+	Interrupts  uint64 // completion interrupts delivered
+	Doorbells   uint64 // notifications that announced new requests to a device
+	Completions uint64 // completions reaped from a device's used ring
+	QueueFull   uint64 // submissions refused or held because the queue was full
+	MCRFull     uint64 // records that went out with the maximum aggregation
+	MaxBatch    uint64 // largest record aggregation seen
+	MaxQueue    uint64 // deepest request queue seen
+	Errors      uint64 // ops that failed
+	BadICV      uint64 // opens with a bad ICV
+	QueueDepth  uint64 // ops queued right now
 }
 
 // Batch is a set of ops submitted together. Done is called once, when every

@@ -61,7 +61,7 @@ impair: {gw1-to-gw2: {duplicate: 10}}
 traffic: {steps: [{name: flow, udp: {packets: 200, rate: 2000}}]}
 expect:
   delivered: 1
-  replay: == duplicated
+  replay: == wan.duplicated
   conservation: true
 `), 0o644)
 	os.WriteFile(bad, []byte(`name: bad

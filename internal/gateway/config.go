@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -42,6 +43,12 @@ type Config struct {
 	Pprof string
 	// StateDir keeps outbound sequence reservations across restarts.
 	StateDir string
+	// PMTUExpiry is how long a path MTU learned from ICMP holds (0: the
+	// default, DefaultPMTUExpiry).
+	PMTUExpiry time.Duration
+	// Reassembly bounds the kernel's reassembly of outer fragments in the
+	// gateway's namespace (zero: the kernel's settings).
+	Reassembly ReassemblyLimits
 
 	// SAFile and SetkeyFile name where the SAs come from, when not inline.
 	SAFile, SetkeyFile string
@@ -72,7 +79,7 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // configSettings are the top-level settings of a gateway configuration.
-var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir"}
+var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly"}
 
 // ParseConfig reads a gateway configuration; relative SA file names are
 // taken from the config file's directory. A setting given twice, a
@@ -133,6 +140,16 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			spdNode = v
 		case "state-dir":
 			c.StateDir, _ = p.scalar(v, "state-dir")
+		case "pmtu-expires":
+			if s, ok := p.scalar(v, "pmtu-expires"); ok {
+				d, err := time.ParseDuration(s)
+				if err != nil || d < time.Second || d > 24*time.Hour {
+					p.failf(v, "pmtu-expires", "%s: want a duration from 1s to 24h (like 10m)", secret.Number(s))
+				}
+				c.PMTUExpiry = d
+			}
+		case "reassembly":
+			p.reassembly(v, &c.Reassembly)
 		case "sa-file":
 			c.SAFile, _ = p.scalar(v, "sa-file")
 		case "setkey-file":
@@ -338,6 +355,40 @@ func (p *cfgParser) int(n *yaml.Node, field string, lo, hi int) int {
 	return v
 }
 
+// reassembly reads reassembly: {memory: 4M, timeout: 30s}.
+func (p *cfgParser) reassembly(n *yaml.Node, r *ReassemblyLimits) {
+	if n.Kind != yaml.MappingNode {
+		p.failf(n, "reassembly", "want a mapping (memory, timeout)")
+		return
+	}
+	p.each(n, "reassembly.", []string{"memory", "timeout"}, func(k, v *yaml.Node) {
+		s, ok := p.scalar(v, "reassembly."+k.Value)
+		if !ok {
+			return
+		}
+		switch k.Value {
+		case "memory":
+			num, mult := strings.ToUpper(s), uint64(1)
+			for suffix, m := range map[string]uint64{"K": 1 << 10, "M": 1 << 20, "G": 1 << 30} {
+				if strings.HasSuffix(num, suffix) {
+					num, mult = strings.TrimSuffix(num, suffix), m
+				}
+			}
+			b, err := strconv.ParseUint(num, 10, 64)
+			if err != nil || b > 1<<30 || b*mult < 64<<10 || b*mult > 1<<30 {
+				p.failf(v, "reassembly.memory", "%s: want bytes from 64K to 1G (like 4M)", secret.Number(s))
+			}
+			r.Memory = b * mult
+		case "timeout":
+			d, err := time.ParseDuration(s)
+			if err != nil || d < time.Second || d > 10*time.Minute {
+				p.failf(v, "reassembly.timeout", "%s: want a duration from 1s to 10m (like 30s)", secret.Number(s))
+			}
+			r.Timeout = d
+		}
+	})
+}
+
 // listenAddr reads host:port, or off when allowed.
 func (p *cfgParser) listenAddr(n *yaml.Node, field string, offOK bool) string {
 	s, ok := p.scalar(n, field)
@@ -416,6 +467,8 @@ func (c *Config) restartOnly(next *Config) error {
 	check("inline", c.Inline == next.Inline)
 	check("metrics", c.Metrics == next.Metrics)
 	check("state-dir", c.StateDir == next.StateDir)
+	check("pmtu-expires", c.PMTUExpiry == next.PMTUExpiry)
+	check("reassembly", c.Reassembly == next.Reassembly)
 	if len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))
 	}

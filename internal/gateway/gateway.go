@@ -90,7 +90,11 @@ type Gateway struct {
 	run    *runner
 
 	counters Counters
-	icmp     [][]byte // scratch for ICMP errors, used by the outbound reader only
+	pmtu     PMTUCounters
+	// icmpConns are raw ICMP sockets whose path MTU reports HandleICMP
+	// applies (opened by Start; owned by Run once it starts).
+	icmpConns []icmpConn
+	icmp      [][]byte // scratch for ICMP errors, used by the outbound reader only
 }
 
 // connRun is an outer connection's receiving goroutine, while Run runs.
@@ -263,6 +267,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	start(g.outbound)
 	start(g.lifetimes)
+	for _, c := range g.icmpConns {
+		start(func(ctx context.Context) error { g.readICMP(c); return nil })
+	}
 	g.connMu.Lock()
 	g.run = r
 	for c, cr := range g.conns {
@@ -278,6 +285,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 		c.Close()
 	}
 	g.connMu.Unlock()
+	for _, c := range g.icmpConns {
+		c.pc.Close()
+	}
 	r.wg.Wait()
 	select {
 	case err := <-r.errc:

@@ -191,7 +191,7 @@ func BenchmarkPipeline(b *testing.B) {
 		{Cipher: sa.CipherAESCTR, Auth: sa.AuthHMACSHA256_128},
 		{Cipher: sa.Cipher3DES, Auth: sa.AuthHMACSHA1_96},
 	} {
-		for _, name := range engines.Names() {
+		for _, name := range engines.Software() {
 			for _, size := range []int{64, 1400} {
 				b.Run(fmt.Sprintf("%s/%s/%d", suite, name, size), func(b *testing.B) {
 					var es [2]offload.Engine

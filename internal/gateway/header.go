@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"encoding/binary"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -205,5 +206,158 @@ func (g *Gateway) expirePMTU(st *state, now time.Time) {
 			h.path.mtu.Store(0)
 			h.path.inner.Store(0)
 		}
+	}
+}
+
+// ICMP about the outer path. A raw ICMP socket per outer family (opened by
+// Start) sees every "fragmentation needed" and "packet too big" the host
+// receives; the ones quoting an ESP packet of an outbound SA — raw, or in
+// UDP with the SPI quoted — lower that SA's path MTU. Reports about other
+// packets, unknown SPIs or foreign addresses are counted and ignored.
+
+// PMTUCounters count the ICMP reports about the outer path.
+type PMTUCounters struct {
+	Updates atomic.Uint64 // reports that lowered an SA's path MTU
+	Ignored atomic.Uint64 // reports about no outbound SA of ours, or not lower
+}
+
+// HandleICMP reads one ICMP (v6: ICMPv6) message, without its IP header,
+// received by the host, and applies what it says about an outer path.
+func (g *Gateway) HandleICMP(msg []byte, v6 bool, now time.Time) {
+	mtu, quote, ok := pathReport(msg, v6)
+	if !ok {
+		return // not about a path MTU: someone else's business
+	}
+	src, dst, proto, payload, ok := quotedFlow(quote, v6)
+	st := g.view()
+	defer g.release()
+	updated := false
+	if ok {
+		switch proto {
+		case 50:
+			if len(payload) >= 4 {
+				s := st.out[binary.BigEndian.Uint32(payload)]
+				updated = s != nil && s.Config.Encap == sa.EncapNone && g.learnFor(st, s, src, dst, mtu, now)
+			}
+		case 17:
+			// ESP in UDP: the SPI follows the UDP header when the report
+			// quotes that much (RFC 1812 routers do; RFC 792 ones quote 8
+			// bytes, and then every UDP SA to that peer learns).
+			if len(payload) >= 12 && binary.BigEndian.Uint32(payload[8:]) != 0 {
+				s := st.out[binary.BigEndian.Uint32(payload[8:])]
+				updated = s != nil && s.Config.Encap == sa.EncapUDP && g.learnFor(st, s, src, dst, mtu, now)
+			} else if len(payload) >= 4 {
+				for _, s := range st.out {
+					if s.Config.Encap == sa.EncapUDP && g.learnFor(st, s, src, dst, mtu, now) {
+						updated = true
+					}
+				}
+			}
+		}
+	}
+	if updated {
+		g.pmtu.Updates.Add(1)
+	} else {
+		g.pmtu.Ignored.Add(1)
+	}
+}
+
+// learnFor lowers s's path MTU if the quoted packet was one of s's.
+func (g *Gateway) learnFor(st *state, s *esp.SA, src, dst [16]byte, mtu int, now time.Time) bool {
+	c := s.Config
+	if c.Src.As16() != src || c.Dst.As16() != dst {
+		return false
+	}
+	h := st.hdr[s]
+	if h == nil {
+		return false
+	}
+	if g.learnPMTU(s, h, mtu, now) {
+		g.log.Info("path MTU lowered by ICMP", "spi", s.SPI(), "dst", c.Dst, "mtu", h.path.mtu.Load(), "inner", h.path.inner.Load())
+		return true
+	}
+	return false
+}
+
+// pathReport returns the MTU of an ICMP fragmentation-needed (type 3 code
+// 4) or ICMPv6 packet-too-big (type 2) message and the packet it quotes.
+func pathReport(msg []byte, v6 bool) (mtu int, quote []byte, ok bool) {
+	if len(msg) < 8 {
+		return 0, nil, false
+	}
+	if v6 {
+		if msg[0] != 2 || msg[1] != 0 {
+			return 0, nil, false
+		}
+		m := binary.BigEndian.Uint32(msg[4:8])
+		return int(min(m, 1<<16)), msg[8:], true
+	}
+	if msg[0] != 3 || msg[1] != 4 {
+		return 0, nil, false
+	}
+	m := int(binary.BigEndian.Uint16(msg[6:8]))
+	if m == 0 {
+		return 0, nil, false // an RFC 792 router that gives no MTU: no guess made
+	}
+	return m, msg[8:], true
+}
+
+// quotedFlow reads the addresses and upper protocol of a quoted IP packet
+// and returns the bytes after its headers (IPv4 addresses as mapped IPv6,
+// to compare with netip.Addr.As16).
+func quotedFlow(q []byte, v6 bool) (src, dst [16]byte, proto uint8, payload []byte, ok bool) {
+	if !v6 {
+		if len(q) < 20 || q[0]>>4 != 4 {
+			return src, dst, 0, nil, false
+		}
+		ihl := int(q[0]&0x0f) * 4
+		if ihl < 20 || len(q) < ihl || binary.BigEndian.Uint16(q[6:])&0x1fff != 0 {
+			return src, dst, 0, nil, false
+		}
+		src = netipMapped(q[12:16])
+		dst = netipMapped(q[16:20])
+		return src, dst, q[9], q[ihl:], true
+	}
+	if len(q) < 40 || q[0]>>4 != 6 {
+		return src, dst, 0, nil, false
+	}
+	copy(src[:], q[8:24])
+	copy(dst[:], q[24:40])
+	next, off := q[6], 40
+	for next == 0 || next == 43 || next == 60 {
+		if len(q) < off+2 {
+			return src, dst, 0, nil, false
+		}
+		next, off = q[off], off+(int(q[off+1])+1)*8
+	}
+	if len(q) < off {
+		return src, dst, 0, nil, false
+	}
+	return src, dst, next, q[off:], true
+}
+
+func netipMapped(a []byte) [16]byte {
+	var m [16]byte
+	m[10], m[11] = 0xff, 0xff
+	copy(m[12:], a)
+	return m
+}
+
+// icmpConn is a raw ICMP socket of one family.
+type icmpConn struct {
+	pc net.PacketConn
+	v6 bool
+}
+
+// readICMP hands every message c receives to HandleICMP until c closes.
+// Go's raw IPv4 sockets strip the IP header; IPv6 ones never deliver it.
+func (g *Gateway) readICMP(c icmpConn) {
+	buf := make([]byte, 2048)
+	for {
+		n, _, err := c.pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		g.HandleICMP(buf[:n], c.v6, time.Now())
 	}
 }

@@ -3,8 +3,15 @@ package gateway
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/netip"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/offload/cpu"
 
 	"github.com/espgw/espgw/sa"
 )
@@ -137,3 +144,88 @@ func TestDecapsulateECN(t *testing.T) {
 }
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+// TestHandleICMP: a fragmentation-needed quoting one of an outbound SA's
+// ESP packets lowers that SA's path MTU (never below the floor, never up),
+// the inner limit follows, reports about other packets are ignored, and
+// the learned value expires.
+func TestHandleICMP(t *testing.T) {
+	cfg := &sa.SA{SPI: 0x1001, Mode: sa.Tunnel, Src: mustAddr("198.51.100.1"), Dst: mustAddr("198.51.100.129"),
+		Suite: sa.Suite{Cipher: sa.CipherAESGCM16}, EncKey: make(sa.Key, 20), ReplayWindow: 64}
+	g := New(nopDevice{}, nil, func(*sa.SA) Conn { return nopConn{} }, cpu.New(), Options{Local: []netip.Addr{cfg.Src}, InnerMTU: 1438, OuterMTU: 1500, Log: slog.New(slog.DiscardHandler)})
+	if err := g.Load([]*sa.SA{cfg}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st := g.current()
+	s := st.out[0x1001]
+	h := st.hdr[s]
+	report := func(mtu uint16, spi uint32, dst string) []byte {
+		m := make([]byte, 8+20+8)
+		m[0], m[1] = 3, 4
+		binary.BigEndian.PutUint16(m[6:], mtu)
+		q := m[8:]
+		q[0], q[9] = 0x45, 50
+		binary.BigEndian.PutUint16(q[2:], 1500)
+		copy(q[12:], cfg.Src.AsSlice())
+		copy(q[16:], mustAddr(dst).AsSlice())
+		binary.BigEndian.PutUint32(q[20:], spi)
+		return m
+	}
+	now := time.Now()
+	steps := []struct {
+		name  string
+		msg   []byte
+		mtu   int // the SA's learned path MTU after it
+		count *atomic.Uint64
+	}{
+		{"unknown SPI", report(1200, 0x9999, "198.51.100.129"), 0, &g.pmtu.Ignored},
+		{"other peer", report(1200, 0x1001, "198.51.100.200"), 0, &g.pmtu.Ignored},
+		{"lowers", report(1200, 0x1001, "198.51.100.129"), 1200, &g.pmtu.Updates},
+		{"not higher", report(1400, 0x1001, "198.51.100.129"), 1200, &g.pmtu.Ignored},
+		{"floor", report(300, 0x1001, "198.51.100.129"), minPMTU4, &g.pmtu.Updates},
+	}
+	for _, st := range steps {
+		before := st.count.Load()
+		g.HandleICMP(st.msg, false, now)
+		if got := int(h.path.mtu.Load()); got != st.mtu {
+			t.Errorf("%s: path MTU %d, want %d", st.name, got, st.mtu)
+		}
+		if st.count.Load() != before+1 {
+			t.Errorf("%s: not counted where expected", st.name)
+		}
+	}
+	want, _ := InnerMTU(minPMTU4, cfg)
+	if got := g.innerLimit(h); got != want {
+		t.Errorf("inner limit %d at path MTU %d, want %d", got, minPMTU4, want)
+	}
+	g.expirePMTU(g.current(), now.Add(DefaultPMTUExpiry-time.Second))
+	if h.path.mtu.Load() == 0 {
+		t.Errorf("path MTU expired early")
+	}
+	g.expirePMTU(g.current(), now.Add(DefaultPMTUExpiry+time.Second))
+	if h.path.mtu.Load() != 0 || g.innerLimit(h) != 1438 {
+		t.Errorf("path MTU did not expire: %d, inner limit %d", h.path.mtu.Load(), g.innerLimit(h))
+	}
+	// A reload keeps what was learned for an SA it keeps.
+	g.HandleICMP(report(1000, 0x1001, "198.51.100.129"), false, now)
+	if err := g.Load([]*sa.SA{cfg}, nil); err != nil {
+		t.Fatal(err)
+	}
+	st2 := g.current()
+	if got := st2.hdr[st2.out[0x1001]].path.mtu.Load(); got != 1000 {
+		t.Errorf("after reload path MTU %d, want 1000", got)
+	}
+}
+
+type nopDevice struct{}
+
+func (nopDevice) Read([][]byte, []int, int) (int, error) { return 0, io.EOF }
+func (nopDevice) Write(b [][]byte, _ int) (int, error)   { return len(b), nil }
+func (nopDevice) BatchSize() int                         { return 1 }
+func (nopDevice) Close() error                           { return nil }
+
+type nopConn struct{}
+
+func (nopConn) Receive([]*esp.Packet) (int, error) { return 0, io.EOF }
+func (nopConn) Send(p []*esp.Packet) (int, error)  { return len(p), nil }
+func (nopConn) Close() error                       { return nil }

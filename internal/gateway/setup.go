@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/netip"
 	"os"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/net/ipv4"
+	"golang.org/x/net/ipv6"
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/transport"
@@ -32,7 +35,7 @@ type Runtime struct {
 	// conns are the outer sockets by what they carry, replaced whole when
 	// a change opens or closes one, so the data path reads them without
 	// a lock.
-	conns atomic.Pointer[map[connKey]*Wire]
+	conns atomic.Pointer[map[connKey]*transport.Conn]
 	rules []*netlink.Rule
 	// mtu is the TUN MTU the gateway started with: the most a change can
 	// give it back, as the buffers were sized for it.
@@ -84,7 +87,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		log = slog.Default()
 	}
 	rt = &Runtime{Config: cfg}
-	rt.conns.Store(&map[connKey]*Wire{})
+	rt.conns.Store(&map[connKey]*transport.Conn{})
 	defer func() {
 		if err != nil {
 			rt.Close()
@@ -94,7 +97,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if err != nil {
 		return rt, fmt.Errorf("%s: engine: %w", cfg.File, err)
 	}
-	conns := map[connKey]*Wire{}
+	conns := map[connKey]*transport.Conn{}
 	for k := range neededConns(cfg.Local, cfg.SAs) {
 		w, err := rt.open(k, cfg)
 		if err != nil {
@@ -138,6 +141,9 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			return rt, fmt.Errorf("%s: tun route %s: %w", cfg.File, r, err)
 		}
 	}
+	if err := cfg.Reassembly.Apply(); err != nil {
+		return rt, fmt.Errorf("%s: reassembly: %w", cfg.File, err)
+	}
 	rt.rules, err = routeTransportPeers(cfg.TUN.Name, transportPeers(cfg))
 	if err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
@@ -154,10 +160,15 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		list = append(list, w)
 	}
 	rt.Gateway = New(rt.TUN, list, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
+	}
+	for _, s := range cfg.SAs {
+		if err := rt.watchICMP(s.Dst.Is6()); err != nil {
+			return rt, fmt.Errorf("%s: %w", cfg.File, err)
+		}
 	}
 	log.Info("gateway ready", "tun", cfg.TUN.Name, "mtu", mtu, "offloads", rt.TUN.Offloads(), "engine", rt.Engine.Name(), "sockets", len(list))
 	return rt, nil
@@ -185,7 +196,7 @@ func tunMTU(cfg *Config) (int, error) {
 	return mtu, nil
 }
 
-func (rt *Runtime) open(k connKey, cfg *Config) (*Wire, error) {
+func (rt *Runtime) open(k connKey, cfg *Config) (*transport.Conn, error) {
 	local := netip.IPv4Unspecified()
 	if k.v6 {
 		local = netip.IPv6Unspecified()
@@ -198,10 +209,10 @@ func (rt *Runtime) open(k connKey, cfg *Config) (*Wire, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
 	}
-	return NewWire(c), nil
+	return c, nil
 }
 
-// pick is the socket an outbound SA sends on; nil (not a nil *Wire) when
+// pick is the socket an outbound SA sends on; nil (not a nil *transport.Conn) when
 // there is none, so the gateway refuses the SA instead of crashing on it.
 func (rt *Runtime) pick(s *sa.SA) Conn {
 	if w := (*rt.conns.Load())[keyFor(rt.Config.Local, s)]; w != nil {
@@ -309,7 +320,7 @@ func (rt *Runtime) closeConns(keys []connKey) {
 		return
 	}
 	next := maps.Clone(*rt.conns.Load())
-	var gone []*Wire
+	var gone []*transport.Conn
 	for _, k := range keys {
 		gone = append(gone, next[k])
 		delete(next, k)
@@ -411,4 +422,41 @@ func prefixAddrs(ps []netip.Prefix) []netip.Addr {
 		out = append(out, p.Addr())
 	}
 	return out
+}
+
+// watchICMP opens the raw ICMP socket of one family (once) whose
+// fragmentation-needed or packet-too-big reports lower SAs' path MTUs.
+func (rt *Runtime) watchICMP(v6 bool) error {
+	for _, w := range rt.Gateway.icmpConns {
+		if w.v6 == v6 {
+			return nil
+		}
+	}
+	network, addr := "ip4:icmp", "0.0.0.0"
+	if v6 {
+		network, addr = "ip6:ipv6-icmp", "::"
+	}
+	pc, err := net.ListenPacket(network, addr)
+	if err != nil {
+		return fmt.Errorf("open ICMP socket for path MTU reports: %w", err)
+	}
+	// Only the reports: the socket would otherwise copy every ICMP
+	// message the host receives.
+	if v6 {
+		var f ipv6.ICMPFilter
+		f.SetAll(true)
+		f.Accept(ipv6.ICMPTypePacketTooBig)
+		err = ipv6.NewPacketConn(pc).SetICMPFilter(&f)
+	} else {
+		var f ipv4.ICMPFilter
+		f.SetAll(true)
+		f.Accept(ipv4.ICMPTypeDestinationUnreachable)
+		err = ipv4.NewPacketConn(pc).SetICMPFilter(&f)
+	}
+	if err != nil {
+		pc.Close()
+		return fmt.Errorf("filter ICMP socket for path MTU reports: %w", err)
+	}
+	rt.Gateway.icmpConns = append(rt.Gateway.icmpConns, icmpConn{pc: pc, v6: v6})
+	return nil
 }

@@ -28,6 +28,18 @@ type Stats struct {
 	// Sockets are the outer sockets' own counts: NAT keepalives and
 	// non-ESP datagrams ignored, runts, send and receive errors.
 	Sockets []SocketStats `json:"sockets,omitempty"`
+	// PMTU counts ICMP reports about the outer path (header.go).
+	PMTU PMTUStats `json:"pmtu"`
+	// Reassembly is the host kernel's reassembly of outer fragments in the
+	// gateway's network namespace (it reassembles before any socket sees
+	// them), when the gateway could read it.
+	Reassembly *ReassemblyStats `json:"reassembly,omitempty"`
+}
+
+// PMTUStats are the counts of ICMP reports about the outer path.
+type PMTUStats struct {
+	Updates uint64 `json:"updates"` // lowered an SA's path MTU
+	Ignored uint64 `json:"ignored"` // about no outbound SA of ours, or not lower
 }
 
 // SocketStats are one outer socket's counters.
@@ -46,6 +58,8 @@ type SAStats struct {
 	Expired   bool   `json:"expired"`
 	LastSeq   uint64 `json:"last_seq"`
 	Highest   uint64 `json:"highest_accepted"`
+	// PathMTU is the outer path MTU learned from ICMP, 0 when none holds.
+	PathMTU int `json:"path_mtu"`
 	esp.Snapshot
 }
 
@@ -63,6 +77,10 @@ func (g *Gateway) Stats() Stats {
 		TunIn: c.TunIn.Load(), TunOut: c.TunOut.Load(), WireIn: c.WireIn.Load(), WireOut: c.WireOut.Load(),
 		Drops:  map[string]uint64{},
 		Engine: EngineStats{Name: g.engine.Name(), Stats: g.engine.Stats()},
+		PMTU:   PMTUStats{Updates: g.pmtu.Updates.Load(), Ignored: g.pmtu.Ignored.Load()},
+	}
+	if r, err := ReadReassembly(); err == nil {
+		out.Reassembly = &r
 	}
 	for r := Reason(0); r < NumReasons; r++ {
 		if n := c.Drops[r].Load(); n > 0 {
@@ -70,8 +88,8 @@ func (g *Gateway) Stats() Stats {
 		}
 	}
 	for _, c := range g.Conns() {
-		if w, ok := c.(*Wire); ok {
-			out.Sockets = append(out.Sockets, SocketStats{Kind: w.Kind().String(), Local: w.LocalAddr().String(), Stats: w.Conn.Stats()})
+		if w, ok := c.(*transport.Conn); ok {
+			out.Sockets = append(out.Sockets, SocketStats{Kind: w.Kind().String(), Local: w.LocalAddr().String(), Stats: w.Stats()})
 		}
 	}
 	slices.SortFunc(out.Sockets, func(a, b SocketStats) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Local, b.Local)) })
@@ -88,9 +106,13 @@ func (g *Gateway) Stats() Stats {
 		if dir == "outin" {
 			dir = "both"
 		}
+		path := 0
+		if h := st.hdr[s]; h != nil {
+			path = int(h.path.mtu.Load())
+		}
 		out.SAs = append(out.SAs, SAStats{
 			SPI: fmt.Sprintf("%#x", s.SPI()), Direction: dir, Suite: s.Config.Suite.String(), Mode: s.Config.Mode.String(),
-			Expired: s.Expired(), LastSeq: s.LastSeq(), Highest: s.HighestAccepted(), Snapshot: s.Snapshot(),
+			Expired: s.Expired(), LastSeq: s.LastSeq(), Highest: s.HighestAccepted(), PathMTU: path, Snapshot: s.Snapshot(),
 		})
 	}
 	return out

@@ -237,6 +237,15 @@ func (s *Session) mac(st *macState, op *offload.Op) []byte {
 	return st.h.Sum(st.sum[:0])
 }
 
+// WriteICV computes the HMAC of a sealed packet and writes it as its ICV:
+// the CPU's half of a seal for engines whose device only ciphers.
+func (s *Session) WriteICV(op *offload.Op) { s.writeICV(op) }
+
+// VerifyICV says, in constant time, whether an HMAC suite's packet carries
+// the right ICV: the CPU's half of an open for engines whose device only
+// ciphers.
+func (s *Session) VerifyICV(op *offload.Op) bool { return s.verifyICV(op) }
+
 func (s *Session) writeICV(op *offload.Op) {
 	st := s.macs.Get().(*macState)
 	sum := s.mac(st, op)

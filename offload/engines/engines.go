@@ -12,6 +12,7 @@ import (
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/emul"
 	"github.com/espgw/espgw/offload/ring"
+	"github.com/espgw/espgw/offload/virtio"
 )
 
 // Options tune the engines that have knobs; zero values mean the engine's
@@ -27,12 +28,24 @@ type Options struct {
 
 // Names lists the engines New knows, profiles spelled out.
 func Names() []string {
+	return append(Software(), Devices()...)
+}
+
+// Software lists the engines that run on any machine: the CPU's
+// instructions and the models. Tests that go through every engine take
+// these; the device engines are proven where their device is
+// (internal/lab/devicetest).
+func Software() []string {
 	names := []string{cpu.Name, aesni.Name, ring.Name}
 	for _, p := range emul.ProfileNames() {
 		names = append(names, emul.Prefix+":"+p)
 	}
 	return names
 }
+
+// Devices lists the engines that need a crypto device, each of which
+// fails to open, saying why, on a machine without one.
+func Devices() []string { return []string{virtio.Name} }
 
 // New builds the engine called name.
 func New(name string, opts Options) (offload.Engine, error) {
@@ -50,6 +63,13 @@ func New(name string, opts Options) (offload.Engine, error) {
 		return e, nil
 	case base == aesni.Name && !hasProfile:
 		return aesni.New(), nil
+	case base == virtio.Name:
+		// virtio:ADDRESS names the PCI device; plain virtio takes the first.
+		e, err := virtio.Open(virtio.Config{Device: profile, QueueSize: 2 * opts.QueueDepth})
+		if err != nil {
+			return nil, fmt.Errorf("offload engine %q: %w", name, err)
+		}
+		return e, nil
 	}
 	return nil, fmt.Errorf("unknown offload engine %q (known: %s)", name, strings.Join(Names(), ", "))
 }

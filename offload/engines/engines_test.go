@@ -98,7 +98,7 @@ func run(t testing.TB, e, ref offload.Engine, p pair, dir offload.Direction, pkt
 // corrupted packet, with and without ESN.
 func TestDifferential(t *testing.T) {
 	ref := cpu.New()
-	for _, name := range engines.Names() {
+	for _, name := range engines.Software() {
 		t.Run(name, func(t *testing.T) {
 			e := newEngine(t, name)
 			for _, esn := range []bool{false, true} {
@@ -128,7 +128,7 @@ func FuzzEngines(f *testing.F) {
 	ref := cpu.New()
 	var es []offload.Engine
 	var ps [][]pair
-	for _, name := range engines.Names() {
+	for _, name := range engines.Software() {
 		e := newEngine(f, name)
 		es = append(es, e)
 		ps = append(ps, sessions(f, e, ref, true))

@@ -32,7 +32,7 @@ func inner(n int) []byte {
 // batches, so the ESP core is known to work on each of them.
 func TestESPRoundTripEveryEngine(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range engines.Names() {
+	for _, name := range engines.Software() {
 		t.Run(name, func(t *testing.T) {
 			eng := newEngine(t, name)
 			pr := esp.NewProcessor(eng)

@@ -17,7 +17,7 @@ import (
 
 func TestEveryEngineInterop(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range engines.Names() {
+	for _, name := range engines.Software() {
 		eng, err := engines.New(name, engines.Options{})
 		if err != nil {
 			t.Fatalf("engine %s: %v", name, err)

@@ -31,6 +31,9 @@ var guestModules = []string{
 	// operations"). drbg runs without jitterentropy_rng, which fails to
 	// load in this kernel.
 	"drbg",
+	// user-space device drivers (the virtio engine): VFIO with the type 1
+	// IOMMU, for devices behind the emulated Intel IOMMU (Devices.IOMMU)
+	"vfio", "vfio_iommu_type1", "vfio_pci",
 }
 
 // moduleIndex maps module names (with '-' written as '_') to their files

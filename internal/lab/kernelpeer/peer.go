@@ -3,6 +3,7 @@ package kernelpeer
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -38,6 +39,12 @@ type Config struct {
 	// MTU of the tap and the guest's eth0; 0 leaves 1500. Tests that send
 	// full-size inner packets through ESP need more room than 1500.
 	MTU int
+	// ExtraTaps are more tap devices made in Netns, each the guest's next
+	// virtio-net NIC (eth1, eth2, … in order), unconfigured: the caller
+	// addresses them in the guest. A caller may move them to other
+	// namespaces while the guest runs (qemu keeps its descriptor); Close
+	// removes those still in Netns (a tap goes with a namespace that is deleted).
+	ExtraTaps []string
 	// NATTPorts are the UDP ports on which the guest accepts ESP-in-UDP;
 	// nil means 4500, an empty non-nil slice none.
 	NATTPorts []uint16
@@ -55,6 +62,44 @@ type Config struct {
 	// deadline; 0 means 30 s.
 	CommandTimeout time.Duration
 	Logger         *slog.Logger
+
+	// Devices is opt-in hardware for device tests; the zero value is the
+	// plain peer the kernel-interop tests use.
+	Devices Devices
+	// Files are put into the guest's file system at boot, guest path →
+	// host file (e.g. espgw's own static binaries, test binaries and the
+	// files they read). They travel as a second cpio archive appended to
+	// the prepared initramfs, which the kernel unpacks after the first, so
+	// the prepared one is shared as it is.
+	Files map[string]string
+}
+
+// Devices are QEMU devices a guest can be started with.
+type Devices struct {
+	// Crypto adds this many virtio-crypto-pci devices with QEMU's builtin
+	// backend (AES-CBC/CTR/ECB/XTS and 3DES sessions), named crypto0,
+	// crypto1, … (see QueueUsed).
+	Crypto int
+	// IOMMU starts the guest on a q35 machine with an emulated Intel IOMMU
+	// (intel_iommu=on) and puts the crypto devices behind it
+	// (iommu_platform=on, disable-legacy=on), so that a user-space driver
+	// can take them through VFIO.
+	IOMMU bool
+}
+
+func (d Devices) qemuArgs() []string {
+	var args []string
+	if d.IOMMU {
+		args = append(args, "-machine", "q35", "-device", "intel-iommu,intremap=on")
+	}
+	for i := range d.Crypto {
+		dev := fmt.Sprintf("virtio-crypto-pci,id=crypto%d,cryptodev=cryptodev%d", i, i)
+		if d.IOMMU {
+			dev += ",iommu_platform=on,disable-legacy=on"
+		}
+		args = append(args, "-object", fmt.Sprintf("cryptodev-backend-builtin,id=cryptodev%d", i), "-device", dev)
+	}
+	return args
 }
 
 // Route is a guest route: traffic to Dst goes via Via.
@@ -72,6 +117,8 @@ type Peer struct {
 	exited   chan struct{} // closed when qemu has exited
 	waitErr  error
 	tapMade  bool
+	// extraMade are the ExtraTaps made so far.
+	extraMade []string
 	BootTime time.Duration // from starting qemu to the agent's first answer
 	// GuestMAC is the guest's eth0 address, for static neighbour entries.
 	GuestMAC net.HardwareAddr
@@ -217,6 +264,15 @@ func (p *Peer) makeTap() error {
 		return fmt.Errorf("create tap for kernel peer: %w", err)
 	}
 	p.tapMade = true
+	for _, t := range p.cfg.ExtraTaps {
+		if err := p.ipHost("tuntap", "add", "dev", t, "mode", "tap"); err != nil {
+			return fmt.Errorf("create tap for kernel peer: %w", err)
+		}
+		p.extraMade = append(p.extraMade, t)
+		if err := p.ipHost("link", "set", t, "up"); err != nil {
+			return fmt.Errorf("bring up the kernel peer's tap: %w", err)
+		}
+	}
 	for _, a := range p.cfg.HostAddrs {
 		args := []string{"addr", "add", a.String(), "dev", p.cfg.Tap}
 		if a.Addr().Is6() {
@@ -291,6 +347,11 @@ func processCPU(pid int) time.Duration {
 // kernelArgs passes the guest's network settings to its /init.
 func (c *Config) kernelArgs() string {
 	args := []string{"console=ttyS0", "panic=-1", "quiet", "mitigations=off"}
+	if c.Devices.IOMMU {
+		// pt: the kernel's own drivers keep identity mappings; VFIO still
+		// gets a translated domain of its own.
+		args = append(args, "intel_iommu=on", "iommu=pt")
+	}
 	var addrs, routes, ports []string
 	for _, a := range c.GuestAddrs {
 		addrs = append(addrs, a.String())
@@ -319,19 +380,34 @@ func (c *Config) kernelArgs() string {
 func (p *Peer) startQEMU(qemu string) error {
 	p.GuestMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0} // QEMU's OUI
 	rand.Read(p.GuestMAC[3:])
+	initrd, err := p.initrd()
+	if err != nil {
+		return err
+	}
 	args := []string{"netns", "exec", p.cfg.Netns, qemu,
 		"-accel", "tcg", "-m", strconv.Itoa(p.cfg.MemoryMB), "-smp", "1",
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
-		"-kernel", p.cfg.Assets.Kernel, "-initrd", p.cfg.Assets.Initramfs,
+		"-kernel", p.cfg.Assets.Kernel, "-initrd", initrd,
 		"-append", p.cfg.kernelArgs(),
+		"-qmp", "unix:" + p.qmpPath() + ",server=on,wait=off",
 		"-serial", "file:" + p.consolePath(),
 		"-netdev", "tap,id=n0,ifname=" + p.cfg.Tap + ",script=no,downscript=no",
 		"-device", "virtio-net-pci,netdev=n0,mac=" + p.GuestMAC.String(),
+	}
+	for i, t := range p.cfg.ExtraTaps {
+		mac := net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0}
+		rand.Read(mac[3:])
+		id := fmt.Sprintf("n%d", i+1)
+		args = append(args, "-netdev", "tap,id="+id+",ifname="+t+",script=no,downscript=no",
+			"-device", "virtio-net-pci,netdev="+id+",mac="+mac.String())
+	}
+	args = append(args,
 		"-device", "virtio-rng-pci",
 		"-device", "virtio-serial-pci",
 		"-chardev", "socket,id=ctl,path=" + p.socketPath() + ",server=on,wait=off",
 		"-device", "virtserialport,chardev=ctl,name=org.espgw.ctl",
-	}
+	)
+	args = append(args, p.cfg.Devices.qemuArgs()...)
 	// ip netns exec execs qemu in place: the PID is qemu's.
 	p.cmd = exec.Command("ip", args...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -353,6 +429,43 @@ func (p *Peer) startQEMU(qemu string) error {
 
 func (p *Peer) consolePath() string { return filepath.Join(p.work, "console.log") }
 func (p *Peer) socketPath() string  { return filepath.Join(p.work, "ctl.sock") }
+func (p *Peer) qmpPath() string     { return filepath.Join(p.work, "qmp.sock") }
+
+// initrd is the prepared initramfs, or, with Config.Files, a copy of it
+// with a second archive holding those files appended.
+func (p *Peer) initrd() (string, error) {
+	if len(p.cfg.Files) == 0 {
+		return p.cfg.Assets.Initramfs, nil
+	}
+	base, err := os.ReadFile(p.cfg.Assets.Initramfs)
+	if err != nil {
+		return "", fmt.Errorf("start kernel peer: %w", err)
+	}
+	arc := newArchive()
+	for guest, host := range p.cfg.Files {
+		st, err := os.Stat(host)
+		if err != nil {
+			return "", fmt.Errorf("start kernel peer: file for the guest's %s: %w", guest, err)
+		}
+		if err := addFile(arc, guest, host, uint32(st.Mode().Perm())); err != nil {
+			return "", fmt.Errorf("start kernel peer: %w", err)
+		}
+	}
+	var buf bytes.Buffer
+	buf.Write(base)
+	gz := gzip.NewWriter(&buf)
+	if err := arc.writeTo(gz); err != nil {
+		return "", fmt.Errorf("start kernel peer: extra files: %w", err)
+	}
+	if err := gz.Close(); err != nil {
+		return "", fmt.Errorf("start kernel peer: extra files: %w", err)
+	}
+	path := filepath.Join(p.work, "initramfs.cpio.gz")
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		return "", fmt.Errorf("start kernel peer: %w", err)
+	}
+	return path, nil
+}
 
 // Console returns up to the last n bytes of the guest's serial console.
 func (p *Peer) Console(n int) string {
@@ -548,6 +661,12 @@ func (p *Peer) Close() error {
 		}
 		p.tapMade = false
 	}
+	for _, t := range p.extraMade {
+		// A tap moved into a namespace that is gone went with it; one
+		// still in Netns is removed here.
+		p.ipHost("link", "del", t)
+	}
+	p.extraMade = nil
 	if err := os.RemoveAll(p.work); err != nil {
 		errs = append(errs, err)
 	}

@@ -14,7 +14,7 @@ import (
 
 // A check compares a metric with a sum of terms:
 //
-//	replay: "== duplicated + replayed"
+//	replay: "== wan.duplicated + wan.replayed"
 //	delivered: ">= 0.99"
 //	latency.p99: "< 20ms"
 //	conservation: true
@@ -234,12 +234,13 @@ func dropReasons() []string {
 // knownMetric says whether name is something a run measures.
 func (s *Scenario) knownMetric(name string) bool {
 	reasons := dropReasons()
-	if slices.Contains(runMetrics, name) || slices.Contains(latencyMetrics, name) || slices.Contains(reasons, name) ||
-		slices.Contains(impairCounters, name) {
+	if slices.Contains(runMetrics, name) || slices.Contains(latencyMetrics, name) || slices.Contains(reasons, name) {
 		return true
 	}
 	if gw, rest, ok := strings.Cut(name, "."); ok {
 		switch gw {
+		case "wan":
+			return slices.Contains(impairCounters, rest)
 		case "gw1", "gw2":
 			return slices.Contains(gatewayCounters, rest) || slices.Contains(reasons, rest)
 		case "gw1-to-gw2", "gw2-to-gw1":
@@ -262,7 +263,10 @@ func (s *Scenario) knownMetric(name string) bool {
 func (s *Scenario) knownMetrics(c check) error {
 	for _, n := range c.names() {
 		if !s.knownMetric(n) {
-			return fmt.Errorf("unknown metric %q (see scenarios/README.md: counters, drop reasons, impairments, gw1./gw2./gw1-to-gw2./steps.NAME.)", n)
+			if slices.Contains(impairCounters, n) {
+				return fmt.Errorf("unknown metric %q: the WAN's impairment counters are wan.%s (both directions) or gw1-to-gw2.%s", n, n, n)
+			}
+			return fmt.Errorf("unknown metric %q (see scenarios/README.md: counters, drop reasons, wan. impairments, gw1./gw2./gw1-to-gw2./steps.NAME.)", n)
 		}
 	}
 	return nil

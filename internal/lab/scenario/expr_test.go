@@ -10,22 +10,22 @@ import (
 )
 
 func TestCheckEval(t *testing.T) {
-	m := Metrics{"replay": 14, "replayed": 10, "duplicated": 4, "delivered": 0.995, "latency.p99": 0.012, "sent": 100, "lost": 3, "received": 97}
+	m := Metrics{"replay": 14, "wan.replayed": 10, "wan.duplicated": 4, "delivered": 0.995, "latency.p99": 0.012, "sent": 100, "wan.lost": 3, "received": 97}
 	for _, tc := range []struct {
 		metric, value, tag string
 		pass               bool
 		want               float64
 	}{
-		{"replay", "== replayed + duplicated", "!!str", true, 14},
-		{"replay", "== replayed - duplicated", "!!str", false, 6},
-		{"replay", "==replayed", "!!str", false, 10},
-		{"replay", "!= replayed", "!!str", true, 10},
+		{"replay", "== wan.replayed + wan.duplicated", "!!str", true, 14},
+		{"replay", "== wan.replayed - wan.duplicated", "!!str", false, 6},
+		{"replay", "==wan.replayed", "!!str", false, 10},
+		{"replay", "!= wan.replayed", "!!str", true, 10},
 		{"delivered", ">= 0.99", "!!str", true, 0.99},
 		{"delivered", "> 99.6%", "!!str", false, 0.996},
 		{"latency.p99", "< 20ms", "!!str", true, 0.02},
 		{"latency.p99", "<= 12000us", "!!str", true, 0.012},
 		{"latency.p99", "< 0.01s", "!!str", false, 0.01},
-		{"received", "sent - lost", "!!str", true, 97},
+		{"received", "sent - wan.lost", "!!str", true, 97},
 		{"received", "97", "!!int", true, 97},
 		{"sent", "0x64", "!!str", true, 100},
 		{"missing", "0", "!!int", true, 0},
@@ -71,7 +71,7 @@ func TestMetricsAndBalances(t *testing.T) {
 	steps := []StepResult{{Name: "flow", Sent: 100, Received: 96, Latencies: []float64{0.001, 0.002, 0.003}}}
 	m, bal := r.metrics(d, steps)
 	for k, want := range map[string]float64{
-		"replay": 4, "gw2.replay": 4, "duplicated": 4, "gw1-to-gw2.lost": 3, "lost": 3, "sealed": 100, "opened": 97,
+		"replay": 4, "gw2.replay": 4, "wan.duplicated": 4, "gw1-to-gw2.lost": 3, "wan.lost": 3, "sealed": 100, "opened": 97,
 		"delivered": 0.96, "steps.flow.delivered": 0.96, "gw1.last_seq": 100, "latency.p50": 0.002, "latency.max": 0.003,
 		"unaccounted": 1, "conservation": 0, "drops": 4,
 	} {

@@ -40,8 +40,8 @@ type Scenario struct {
 	File        string `yaml:"-" json:"file"`
 	Name        string `yaml:"name" json:"name"`
 	Description string `yaml:"description" json:"description,omitempty"`
-	// Peer is the far end: espgw (the default). linux-xfrm is reserved for
-	// a Linux kernel peer and is rejected until the runner supports it.
+	// Peer is gw2: espgw (the default), or linux-xfrm, the Linux kernel's
+	// own ESP (Debian's kernel under QEMU, see KernelPeer).
 	Peer     string        `yaml:"peer" json:"peer,omitempty"`
 	Topology Topology      `yaml:"topology" json:"topology"`
 	SA       SASpec        `yaml:"sa" json:"sa"`
@@ -60,6 +60,12 @@ type Scenario struct {
 	root       *yaml.Node // the document, for line numbers
 	fsys       fs.FS      // where pcap files are read from (nil: the OS)
 }
+
+// The peers gw2 can be.
+const (
+	PeerEspgw     = "espgw"
+	PeerLinuxXFRM = "linux-xfrm"
+)
 
 // Topology picks the address families; the namespaces are always the
 // standard hostA — gw1 — wan — gw2 — hostB, with the wan namespace bridging
@@ -562,10 +568,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		}
 		return nil
 	}
-	if err := oneOf(s.Peer, []string{"peer"}, "espgw"); err != nil {
-		if s.Peer == "linux-xfrm" {
-			return perr(at("peer"), "peer", errors.New("linux-xfrm: a Linux kernel peer is not supported by this runner yet"))
-		}
+	if err := oneOf(s.Peer, []string{"peer"}, PeerEspgw, PeerLinuxXFRM); err != nil {
 		return err
 	}
 	checks := []error{
@@ -660,6 +663,19 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	if len(s.Traffic.Steps) == 0 {
 		return perr(at("traffic"), "traffic.steps", errors.New("no traffic: give at least one step"))
 	}
+	if s.Peer == PeerLinuxXFRM {
+		if _, engines := lookup(s.root, "engines"); engines != nil {
+			if k, _ := lookup(engines, "gw2"); k != nil {
+				return perr(k.Line, "engines.gw2", errors.New("gw2 is the Linux kernel (peer: linux-xfrm): its crypto is the kernel's own"))
+			}
+		}
+		if s.SA.ESN && s.SA.ReplayWindow == 0 {
+			return perr(at("sa", "replay-window"), "sa.replay-window", errors.New("the Linux kernel does ESN only with a replay window"))
+		}
+		if s.SA.ReplayWindow > sa.MaxReplayWindow {
+			return perr(at("sa", "replay-window"), "sa.replay-window", fmt.Errorf("%d: the kernel peer's window is at most %d", s.SA.ReplayWindow, sa.MaxReplayWindow))
+		}
+	}
 	names := map[string]bool{}
 	hosts := []string{"hostA", "hostB", "gw1", "gw2"}
 	for i, st := range s.Traffic.Steps {
@@ -732,6 +748,11 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			}
 			if st.Iperf3.Duration < 100*time.Millisecond || st.Iperf3.Duration > 5*time.Minute {
 				return perr(line, field+".iperf3.duration", fmt.Errorf("%v: want 100ms..5m", st.Iperf3.Duration))
+			}
+		}
+		if e != nil && s.Peer == PeerLinuxXFRM {
+			if e.From == "gw2" || e.To == "gw2" && st.Ping == nil {
+				return perr(line, field, errors.New("gw2 is the Linux kernel guest (peer: linux-xfrm): it answers pings but runs no traffic of its own"))
 			}
 		}
 		if e != nil {

@@ -35,7 +35,7 @@ traffic:
     - iperf3: {protocol: udp, duration: 1s}
 expect:
   delivered: ">= 0.99"
-  replay: == replayed + duplicated
+  replay: == wan.replayed + wan.duplicated
   steps.flow.latency.p99: "<20ms"
   gw2.outside-window: 0
   conservation: true
@@ -75,7 +75,7 @@ func TestParseGood(t *testing.T) {
 	if st[2].Name != "iperf33" || st[2].Iperf3.Bitrate != "10M" {
 		t.Errorf("step 2 = %+v %+v", st[2], st[2].Iperf3)
 	}
-	want := []string{"delivered >= 0.99", "replay == replayed + duplicated", "steps.flow.latency.p99 < 0.02", "gw2.outside-window == 0", "conservation == 1"}
+	want := []string{"delivered >= 0.99", "replay == wan.replayed + wan.duplicated", "steps.flow.latency.p99 < 0.02", "gw2.outside-window == 0", "conservation == 1"}
 	for i, e := range s.Expect {
 		if got := e.Metric + " " + e.Expr; got != want[i] {
 			t.Errorf("expect[%d] = %q, want %q", i, got, want[i])
@@ -148,14 +148,16 @@ func TestParseErrors(t *testing.T) {
 		{"no expect", "traffic: {steps: [{ping: {}}]}\n", 1, "expect", "missing"},
 		{"unknown metric", "traffic: {steps: [{ping: {}}]}\nexpect:\n  delivred: 1\n", 3, "expect.delivred", "unknown metric"},
 		{"unknown step metric", "traffic: {steps: [{ping: {}}]}\nexpect:\n  steps.nope.sent: 1\n", 3, "expect.steps.nope.sent", "unknown metric"},
-		{"bad expression", "traffic: {steps: [{ping: {}}]}\nexpect:\n  replay: == duplicated +\n", 3, "expect.replay", "operator"},
+		{"bad expression", "traffic: {steps: [{ping: {}}]}\nexpect:\n  replay: == wan.duplicated +\n", 3, "expect.replay", "operator"},
 		{"bad number", "traffic: {steps: [{ping: {}}]}\nexpect:\n  latency.p99: < 2parsecs\n", 3, "expect.latency.p99", "number"},
 		{"impairment", "impair:\n  gw1-to-gw2: {loss: 140}\n" + base, 2, "impair.gw1-to-gw2", "loss"},
 		{"missing pcap", "traffic:\n  steps:\n    - pcap: {file: nope.pcap}\nexpect: {delivered: 1}\n", 3, "traffic.steps[0].pcap.file", "no such file"},
 		{"bad timing", "traffic:\n  steps:\n    - pcap: {file: x.pcap, timing: fats}\nexpect: {delivered: 1}\n", 3, "traffic.steps[0].pcap.timing", "fats"},
 		{"gateway end in tunnel mode", "traffic:\n  steps:\n    - ping: {from: gw1, to: gw2}\nexpect: {delivered: 1}\n", 3, "traffic.steps[0]", "transport"},
 		{"host end in transport mode", "sa: {mode: transport}\ntraffic:\n  steps:\n    - ping: {from: hostA, to: hostB}\nexpect: {delivered: 1}\n", 4, "traffic.steps[0]", "gw1"},
-		{"linux peer", "peer: linux-xfrm\n" + base, 1, "peer", "not supported"},
+		{"unknown peer", "peer: strongswan\n" + base, 1, "peer", "want one of espgw, linux-xfrm"},
+		{"linux peer engine", "peer: linux-xfrm\nengines: {gw2: ring}\n" + base, 2, "engines.gw2", "kernel"},
+		{"linux peer traffic from gw2", "peer: linux-xfrm\nsa: {mode: transport}\ntraffic:\n  steps:\n    - ping: {from: gw2, to: gw1}\nexpect: {delivered: 1}\n", 5, "traffic.steps[0]", "answers pings"},
 		{"matrix not a list", "matrix: {sa.suite: aes-gcm-16}\n" + base, 1, "matrix.sa.suite", "list"},
 		{"matrix bad path", "matrix: {foo.bar: [1]}\n" + base, 1, "matrix.foo.bar", "field path"},
 		{"matrix bad value", "matrix:\n  sa.mode: [tunnel, transprot]\n" + base, 2, "sa.mode", "transprot"},

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"regexp"
 	"sort"
-	"strconv"
 	"sync"
 	"time"
 
@@ -96,7 +94,7 @@ func (r *runner) ping(ctx context.Context, p *PingStep, res *StepResult) error {
 	var detail []string
 	for _, fam := range families(p.Family) {
 		for _, size := range p.Sizes {
-			sent, received, out, err := ping(ctx, from.ns, to.addr(fam), size, p.Count, p.Interval, *p.DF)
+			sent, received, out, err := r.ping1(ctx, from.ns, to.addr(fam), size, p.Count, p.Interval, *p.DF)
 			if err != nil {
 				return err
 			}
@@ -111,47 +109,6 @@ func (r *runner) ping(ctx context.Context, p *PingStep, res *StepResult) error {
 	}
 	res.Detail = fmt.Sprint(detail)
 	return nil
-}
-
-var pingReply = regexp.MustCompile(`(?m)^\d+ bytes from .* icmp_seq=(\d+) .*$`)
-
-// ping sends count echo requests of size payload bytes, interval apart,
-// and counts the replies to them. With df, IPv4 requests forbid
-// fragmentation (IPv6 routers never fragment).
-//
-// ping's own summary cannot be used: with -W alone, once one reply came it
-// waits only two round trips for the rest, and counts late replies on a
-// loaded machine as lost; with a deadline (-w) it keeps sending until count
-// replies came, and exits with the extra requests in flight. So ping runs
-// with a deadline and the replies to sequence numbers 1..count are
-// counted from its per-reply lines.
-func ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool) (sent, received int, output string, err error) {
-	deadline := time.Duration(count)*interval + 3*time.Second
-	ctx, cancel := context.WithTimeout(ctx, deadline+5*time.Second)
-	defer cancel()
-	args := []string{"-n", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size),
-		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "2", "-w", strconv.Itoa(int(deadline.Seconds() + 0.999))}
-	if dst.Is4() {
-		if df {
-			args = append(args, "-M", "do")
-		} else {
-			args = append(args, "-M", "dont")
-		}
-	}
-	out, _ := ns.Command(ctx, "ping", append(args, dst.String())...).CombinedOutput()
-	if !bytes.Contains(out, []byte("packets transmitted")) {
-		return 0, 0, string(out), fmt.Errorf("ping %s from %s: no summary in output:\n%s", dst, ns.Short(), out)
-	}
-	seen := map[int]bool{}
-	for _, m := range pingReply.FindAllSubmatch(out, -1) {
-		if bytes.Contains(m[0], []byte("(DUP!)")) {
-			continue
-		}
-		if seq, _ := strconv.Atoi(string(m[1])); seq >= 1 && seq <= count {
-			seen[seq] = true
-		}
-	}
-	return count, len(seen), string(out), nil
 }
 
 // udp sends a paced flow of stamped datagrams and counts what arrives:
@@ -324,6 +281,14 @@ func (r *runner) setupPhantoms() error {
 			return nil
 		}); err != nil {
 			return fmt.Errorf("MAC of %s eth0: %w", p.host.Short(), err)
+		}
+		if p.gw == t.GW2 && r.kernel != nil {
+			for _, a := range p.addrs {
+				if err := r.kernel.neighbour(context.Background(), a, mac.String()); err != nil {
+					return err
+				}
+			}
+			continue
 		}
 		l, err := p.gw.Netlink().LinkByName("lan0")
 		if err != nil {

@@ -1,0 +1,224 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/lab/capture"
+	"github.com/espgw/espgw/internal/lab/netns"
+)
+
+var (
+	pingReply   = regexp.MustCompile(`(?m)^\d+ bytes from .* icmp_seq=(\d+) .*$`)
+	pingSummary = regexp.MustCompile(`(?m)^(\d+) packets transmitted`)
+)
+
+// ping1 sends count echo requests of size payload bytes, interval apart,
+// and counts the requests sent and the replies that came back. With df,
+// IPv4 requests forbid fragmentation (IPv6 routers never fragment).
+//
+// ping runs with a deadline (-w), so a reply that is merely late is waited
+// for: with -W alone, once one reply came, ping waits only two round trips
+// for the rest. With a deadline ping sends until count replies came,
+// replies to requests past count included, and exits with the requests
+// still unanswered in flight; so neither its summary nor sequence numbers
+// 1..count say what arrived. What is counted is what ping sent (its
+// summary) and every reply that came back to it: the ones it printed and
+// the ones a sniffer in the sending namespace saw arrive, until the WAN
+// holds nothing more.
+func (r *runner) ping1(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool) (sent, received int, output string, err error) {
+	w := newPingWatch(dst)
+	sn, err := capture.Sniff(ns, "", capture.SniffOptions{Outgoing: true}, w.see)
+	if err != nil {
+		return 0, 0, "", fmt.Errorf("ping %s: %w", dst, err)
+	}
+	defer sn.Stop()
+	deadline := time.Duration(count)*interval + 3*time.Second
+	pctx, cancel := context.WithTimeout(ctx, deadline+5*time.Second)
+	defer cancel()
+	args := []string{"-n", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size),
+		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "2", "-w", strconv.Itoa(int(deadline.Seconds() + 0.999))}
+	if dst.Is4() {
+		if df {
+			args = append(args, "-M", "do")
+		} else {
+			args = append(args, "-M", "dont")
+		}
+	}
+	out, _ := ns.Command(pctx, "ping", append(args, dst.String())...).CombinedOutput()
+	m := pingSummary.FindSubmatch(out)
+	if m == nil {
+		return 0, 0, string(out), fmt.Errorf("ping %s from %s: no summary in output:\n%s", dst, ns.Short(), out)
+	}
+	sent, _ = strconv.Atoi(string(m[1]))
+	r.settle()
+	sn.Stop()
+	return sent, countReplies(out, sent, w.replied()), string(out), nil
+}
+
+// countReplies counts the distinct sequence numbers 1..sent among the
+// replies ping printed and those sniffed.
+func countReplies(out []byte, sent int, sniffed map[int]bool) int {
+	seen := map[int]bool{}
+	for _, m := range pingReply.FindAllSubmatch(out, -1) {
+		if seq, _ := strconv.Atoi(string(m[1])); !bytes.Contains(m[0], []byte("(DUP!)")) {
+			seen[seq] = true
+		}
+	}
+	for seq := range sniffed {
+		seen[seq] = true
+	}
+	n := 0
+	for seq := range seen {
+		if seq >= 1 && seq <= sent {
+			n++
+		}
+	}
+	return n
+}
+
+// pingWatch follows one ping's echo requests out of a namespace (to learn
+// their identifier) and its echo replies back in, whole or reassembled from
+// their fragments.
+type pingWatch struct {
+	dst   netip.Addr
+	mu    sync.Mutex
+	ids   map[uint16]bool
+	seqs  map[int]bool // of the replies to those requests
+	frags map[string]*fragments
+}
+
+type fragments struct {
+	got   map[int]int // offset → length, so a duplicated fragment counts once
+	end   int         // the datagram's length, once its last fragment came
+	first []byte      // the first fragment's payload: the ICMP header
+}
+
+func newPingWatch(dst netip.Addr) *pingWatch {
+	return &pingWatch{dst: dst, ids: map[uint16]bool{}, seqs: map[int]bool{}, frags: map[string]*fragments{}}
+}
+
+func (w *pingWatch) replied() map[int]bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make(map[int]bool, len(w.seqs))
+	for s := range w.seqs {
+		out[s] = true
+	}
+	return out
+}
+
+func (w *pingWatch) see(s capture.Sniffed) {
+	p := s.Data
+	src, dst := addrsOf(p)
+	if s.Outgoing && dst != w.dst || !s.Outgoing && src != w.dst {
+		return
+	}
+	d, ok := datagram(p)
+	if !ok || d.proto != 1 && d.proto != 58 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	icmp := d.payload
+	if d.fragment {
+		if !s.Outgoing {
+			if icmp = w.reassemble(d); icmp == nil {
+				return
+			}
+		} else if d.offset != 0 {
+			return
+		}
+	}
+	if len(icmp) < 8 {
+		return
+	}
+	typ, id, seq := icmp[0], binary.BigEndian.Uint16(icmp[4:]), int(binary.BigEndian.Uint16(icmp[6:]))
+	switch {
+	case s.Outgoing && (typ == 8 || typ == 128):
+		w.ids[id] = true
+	case !s.Outgoing && (typ == 0 || typ == 129) && w.ids[id]:
+		w.seqs[seq] = true
+	}
+}
+
+// reassemble keeps one fragment of a reply and returns the start of the
+// reassembled payload once every byte of the datagram came.
+func (w *pingWatch) reassemble(d ipDatagram) []byte {
+	f := w.frags[d.key]
+	if f == nil {
+		f = &fragments{got: map[int]int{}, end: -1}
+		w.frags[d.key] = f
+	}
+	f.got[d.offset] = len(d.payload)
+	if d.offset == 0 {
+		f.first = append([]byte(nil), d.payload...)
+	}
+	if !d.more {
+		f.end = d.offset + len(d.payload)
+	}
+	n := 0
+	for _, l := range f.got {
+		n += l
+	}
+	if f.end < 0 || n != f.end || f.first == nil {
+		return nil
+	}
+	delete(w.frags, d.key)
+	return f.first
+}
+
+// ipDatagram is an IP packet's place in its datagram.
+type ipDatagram struct {
+	proto    uint8
+	payload  []byte
+	fragment bool
+	key      string // source, destination, protocol and identification
+	offset   int
+	more     bool
+}
+
+// datagram reads the fragmentation of an IPv4 packet, or of an IPv6 packet
+// from its fragment header.
+func datagram(p []byte) (ipDatagram, bool) {
+	hl, proto, _, frag, ok := inetsum.Header(p)
+	if !ok {
+		return ipDatagram{}, false
+	}
+	d := ipDatagram{proto: proto, payload: p[hl:]}
+	if p[0]>>4 == 4 {
+		fo := binary.BigEndian.Uint16(p[6:])
+		d.offset, d.more = int(fo&0x1fff)*8, fo&0x2000 != 0
+		d.fragment = d.more || d.offset != 0
+		d.key = string(p[12:20]) + string(p[9:10]) + string(p[4:6])
+		return d, true
+	}
+	if !frag {
+		return d, true
+	}
+	// The fragment header is the last of the headers Header walked.
+	off, nh := 40, p[6]
+	for nh != 44 {
+		nh, off = p[off], off+(int(p[off+1])+1)*8
+	}
+	fo := binary.BigEndian.Uint16(p[off+2:])
+	d.fragment, d.offset, d.more = true, int(fo&^7), fo&1 != 0
+	d.key = string(p[8:40]) + string(p[off:off+1]) + string(p[off+4:off+8])
+	return d, true
+}
+
+// addrsOf reads the source and destination of an IP packet.
+func addrsOf(p []byte) (src, dst netip.Addr) {
+	if p[0]>>4 == 4 {
+		return netip.AddrFrom4([4]byte(p[12:16])), netip.AddrFrom4([4]byte(p[16:20]))
+	}
+	return netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40]))
+}
