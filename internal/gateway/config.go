@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -120,7 +121,12 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		case "outer-mtu":
 			c.OuterMTU = p.int(v, "outer-mtu", 576, 65535)
 		case "engine":
-			c.Engine, _ = p.scalar(v, "engine")
+			if name, ok := p.scalar(v, "engine"); ok {
+				c.Engine = name
+				if err := engines.Check(name); err != nil {
+					p.failf(v, "engine", "%s: %v", secret.Word(name, engines.Names()...), err)
+				}
+			}
 		case "workers":
 			c.Workers = p.int(v, "workers", 1, 256)
 		case "batch":
