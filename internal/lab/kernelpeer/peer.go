@@ -39,6 +39,12 @@ type Config struct {
 	// MTU of the tap and the guest's eth0; 0 leaves 1500. Tests that send
 	// full-size inner packets through ESP need more room than 1500.
 	MTU int
+	// ExtraTaps are more tap devices made in Netns, each the guest's next
+	// virtio-net NIC (eth1, eth2, … in order), unconfigured: the caller
+	// addresses them in the guest. A caller may move them to other
+	// namespaces while the guest runs (qemu keeps its descriptor); Close
+	// removes those still in Netns (a tap goes with a namespace that is deleted).
+	ExtraTaps []string
 	// NATTPorts are the UDP ports on which the guest accepts ESP-in-UDP;
 	// nil means 4500, an empty non-nil slice none.
 	NATTPorts []uint16
@@ -120,6 +126,8 @@ type Peer struct {
 	exited  chan struct{} // closed when qemu has exited
 	waitErr error
 	tapMade bool
+	// extraMade are the ExtraTaps made so far.
+	extraMade []string
 	// bootModules and laterModules are Config.Modules and LaterModules
 	// with their dependencies, in load order, as put into the initrd.
 	bootModules, laterModules []string
@@ -271,6 +279,15 @@ func (p *Peer) makeTap() error {
 		return fmt.Errorf("create tap for kernel peer: %w", err)
 	}
 	p.tapMade = true
+	for _, t := range p.cfg.ExtraTaps {
+		if err := p.ipHost("tuntap", "add", "dev", t, "mode", "tap"); err != nil {
+			return fmt.Errorf("create tap for kernel peer: %w", err)
+		}
+		p.extraMade = append(p.extraMade, t)
+		if err := p.ipHost("link", "set", t, "up"); err != nil {
+			return fmt.Errorf("bring up the kernel peer's tap: %w", err)
+		}
+	}
 	for _, a := range p.cfg.HostAddrs {
 		args := []string{"addr", "add", a.String(), "dev", p.cfg.Tap}
 		if a.Addr().Is6() {
@@ -391,11 +408,20 @@ func (p *Peer) startQEMU(qemu string) error {
 		"-serial", "file:" + p.consolePath(),
 		"-netdev", "tap,id=n0,ifname=" + p.cfg.Tap + ",script=no,downscript=no",
 		"-device", "virtio-net-pci,netdev=n0,mac=" + p.GuestMAC.String(),
+	}
+	for i, t := range p.cfg.ExtraTaps {
+		mac := net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0}
+		rand.Read(mac[3:])
+		id := fmt.Sprintf("n%d", i+1)
+		args = append(args, "-netdev", "tap,id="+id+",ifname="+t+",script=no,downscript=no",
+			"-device", "virtio-net-pci,netdev="+id+",mac="+mac.String())
+	}
+	args = append(args,
 		"-device", "virtio-rng-pci",
 		"-device", "virtio-serial-pci",
-		"-chardev", "socket,id=ctl,path=" + p.socketPath() + ",server=on,wait=off",
+		"-chardev", "socket,id=ctl,path="+p.socketPath()+",server=on,wait=off",
 		"-device", "virtserialport,chardev=ctl,name=org.espgw.ctl",
-	}
+	)
 	args = append(args, p.cfg.Devices.qemuArgs()...)
 	if p.cfg.CPU != "" {
 		args = append(args, "-cpu", p.cfg.CPU)
@@ -656,6 +682,12 @@ func (p *Peer) Close() error {
 		}
 		p.tapMade = false
 	}
+	for _, t := range p.extraMade {
+		// A tap moved into a namespace that is gone went with it; one
+		// still in Netns is removed here.
+		p.ipHost("link", "del", t)
+	}
+	p.extraMade = nil
 	if err := os.RemoveAll(p.work); err != nil {
 		errs = append(errs, err)
 	}
