@@ -174,7 +174,10 @@ func create(name string, opt Options, log *slog.Logger) (*Device, error) {
 		return nil, fmt.Errorf("get namespace of TUN %s: %w", name, err)
 	}
 	defer ns.Close()
-	d.nl, err = netlink.NewHandleAt(ns)
+	// Only rtnetlink: with no families named, netlink opens XFRM and
+	// netfilter sockets too, which a kernel without those (a minimal
+	// guest's, where nfnetlink is a module not loaded) refuses.
+	d.nl, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("open netlink for TUN %s: %w", name, err)
