@@ -33,8 +33,10 @@ func LoadFile(path string) ([]*SA, error) {
 	return c.SAs, nil
 }
 
-// Load reads an SA file: YAML (see the package doc), or setkey(8) add and
-// spdadd statements when the first statement of the file is a setkey command.
+// Load reads an SA file: YAML (see the package doc), setkey(8) add and
+// spdadd statements when the first statement of the file is a setkey
+// command, `ip xfrm state` output, `ip xfrm … add` commands, or Wireshark's
+// esp_sa table (see DetectFormat).
 func Load(path string) (*Config, error) {
 	data, err := ReadFileAtMost(path, MaxFileSize)
 	if err != nil {
@@ -52,14 +54,12 @@ func Parse(name string, data []byte) ([]*SA, error) {
 	return c.SAs, nil
 }
 
-// ParseConfig reads an SA file's content, YAML or setkey(8); name is used in
-// errors. Every problem found is reported (up to a bound), each as a
+// ParseConfig reads an SA file's content in any format DetectFormat knows
+// (YAML, setkey(8), ip xfrm state output or commands, Wireshark's esp_sa);
+// name is used in errors. Every problem found is reported (up to a bound), each as a
 // *ConfigError naming the file, line, entry and field.
 func ParseConfig(name string, data []byte) (*Config, error) {
-	if looksLikeSetkey(data) {
-		return ParseSetkey(name, data)
-	}
-	return ParseYAML(name, data)
+	return ParseFormat(name, data, DetectFormat(data))
 }
 
 // ParseYAML reads a YAML SA file.

@@ -50,6 +50,8 @@ func newRoot() *cobra.Command {
 		newSpeed(),
 		newScenario(),
 		newBench(),
+		newSA(),
+		newPolicy(),
 	)
 	return root
 }

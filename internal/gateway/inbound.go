@@ -9,6 +9,11 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
+// rxOffset is where received ESP lands in a buffer: room in front for the
+// IPv6 header an opened transport-mode packet needs (raw IPv6 sockets do
+// not deliver it).
+const rxOffset = 64
+
 // inbound moves ESP packets received on c into the TUN device.
 func (g *Gateway) inbound(ctx context.Context, c Conn) error {
 	size := max(inboundBuf, rxOffset+g.opts.InnerMTU+esp.Headroom+esp.Tailroom)
@@ -19,10 +24,10 @@ func (g *Gateway) inbound(ctx context.Context, c Conn) error {
 // readESP receives a batch of ESP packets and checks each against its SA
 // before any crypto.
 func (g *Gateway) readESP(b *batch, c Conn) error {
-	for i := range b.msgs {
-		b.msgs[i] = Message{Buf: b.bufs[i]}
+	for _, p := range b.ptrs {
+		p.Reset(p.Buf, rxOffset, 0)
 	}
-	n, err := c.Receive(b.msgs)
+	n, err := c.Receive(b.ptrs)
 	if err != nil {
 		return fmt.Errorf("receive ESP: %w", err)
 	}
@@ -30,11 +35,7 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 	g.counters.WireIn.Add(uint64(n))
 	st := g.view()
 	defer g.release()
-	for i := range n {
-		m := &b.msgs[i]
-		p := &b.pkts[i]
-		p.Reset(m.Buf, m.Off, m.Len)
-		p.HdrLen = m.HdrLen
+	for i, p := range b.ptrs[:n] {
 		spi, ok := esp.SPIOf(p.Data())
 		if !ok {
 			g.drop(Runt)
@@ -64,15 +65,14 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 // writeTUN finishes an opened batch and writes the inner packets, in order.
 func (g *Gateway) writeTUN(b *batch) {
 	st := g.view()
-	for i := range b.n {
+	for i, p := range b.ptrs[:b.n] {
 		if b.skip[i] {
 			continue
 		}
-		p := &b.pkts[i]
 		if p.SA.FinishOpen(p) != esp.OK {
 			continue
 		}
-		if h := st.hdr[p.SA]; h != nil && !h.decapsulate(p.Data(), b.msgs[i].TOS) {
+		if h := st.hdr[p.SA]; h != nil && !h.decapsulate(p.Data(), p.TOS) {
 			g.drop(ECNDrop)
 			continue
 		}

@@ -88,8 +88,8 @@ func (g *Gateway) Stats() Stats {
 		}
 	}
 	for _, c := range g.Conns() {
-		if w, ok := c.(*Wire); ok {
-			out.Sockets = append(out.Sockets, SocketStats{Kind: w.Kind().String(), Local: w.LocalAddr().String(), Stats: w.Conn.Stats()})
+		if w, ok := c.(*transport.Conn); ok {
+			out.Sockets = append(out.Sockets, SocketStats{Kind: w.Kind().String(), Local: w.LocalAddr().String(), Stats: w.Stats()})
 		}
 	}
 	slices.SortFunc(out.Sockets, func(a, b SocketStats) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Local, b.Local)) })

@@ -10,7 +10,7 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/esp"
 )
 
 // ErrClosed is returned by reads and writes after Close.
@@ -139,34 +139,32 @@ func (d *Device) Receive(bufs [][]byte, sizes []int) (int, error) {
 type Conn struct {
 	in, out *link
 	local   netip.AddrPort
-	// Offset is where received ESP packets start in their buffers, leaving
-	// room for a synthesized IP header as after an IPv6 raw socket.
-	Offset int
 }
 
 // Pipe returns two connected outer ends with the given addresses.
 func Pipe(a, b netip.AddrPort, depth int) (*Conn, *Conn) {
 	ab, ba := newLink(depth, 65535), newLink(depth, 65535)
-	return &Conn{in: ba, out: ab, local: a, Offset: 64}, &Conn{in: ab, out: ba, local: b, Offset: 64}
+	return &Conn{in: ba, out: ab, local: a}, &Conn{in: ab, out: ba, local: b}
 }
 
-// Receive implements gateway.Conn.
-func (c *Conn) Receive(msgs []gateway.Message) (int, error) {
-	return c.in.get(len(msgs), func(i int, p *packet) {
-		m := &msgs[i]
-		m.Off, m.HdrLen, m.Peer = c.Offset, 0, p.peer
-		m.Len = copy(m.Buf[c.Offset:], p.buf[:p.n])
+// Receive implements gateway.Conn: each packet lands at its Off, with no IP
+// header in front, as after an IPv6 raw socket.
+func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
+	return c.in.get(len(pkts), func(i int, p *packet) {
+		q := pkts[i]
+		q.HdrLen, q.Peer = 0, p.peer
+		q.Len = copy(q.Buf[q.Off:], p.buf[:p.n])
 	})
 }
 
 // Send implements gateway.Conn.
-func (c *Conn) Send(msgs []gateway.Message) (int, error) {
-	for i, m := range msgs {
-		if err := c.out.put(m.Buf[m.Off:m.Off+m.Len], c.local); err != nil {
+func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
+	for i, p := range pkts {
+		if err := c.out.put(p.Data(), c.local); err != nil {
 			return i, err
 		}
 	}
-	return len(msgs), nil
+	return len(pkts), nil
 }
 
 // Close ends this end's receiving; the far end's sends to it fail from now

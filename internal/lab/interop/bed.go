@@ -442,3 +442,29 @@ func (b *Bed) stopRelay() {
 	b.relay.r.Close()
 	b.relay = nil
 }
+
+// Carry restarts gw1 on out (gw1 → guest) and in (guest → gw1) in place of
+// the current case's SAs, leaving the guest as it is: for SAs read back
+// from what the guest's kernel holds.
+func (b *Bed) Carry(ctx context.Context, out, in *sa.SA) error {
+	if b.tunnel == nil {
+		return errors.New("carry: no case configured")
+	}
+	if b.gw != nil {
+		if o, err := b.gw.Stop(syscall.SIGTERM); err != nil {
+			return fmt.Errorf("stop gw1: %w\n%s", err, o)
+		}
+		b.gw = nil
+	}
+	t := *b.tunnel
+	t.Out, t.In = out, in
+	cfg, err := b.writeConfig(&t)
+	if err != nil {
+		return err
+	}
+	if b.gw, err = testbed.RunGateway(ctx, b.GW1, b.binary, cfg); err != nil {
+		return err
+	}
+	b.tunnel = &t
+	return nil
+}

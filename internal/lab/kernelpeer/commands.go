@@ -15,3 +15,8 @@ func (p *Peer) ReplaceWithCommands(ctx context.Context, cmds []Command) error {
 	}
 	return nil
 }
+
+// Script joins commands into a busybox sh script for Peer.Run, one per
+// line, each argument quoted, stopping at the first failure. It holds the
+// commands' keys: never log it.
+func Script(cmds []Command) string { return script(cmds) }

@@ -2,7 +2,6 @@ package kernelpeer
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -85,53 +84,14 @@ func XFRMCommands(s *sa.SA, dir Direction) ([]Command, error) {
 	return append([]Command{state}, pols...), nil
 }
 
-// StateCommand is the `ip xfrm state add` command for s.
+// StateCommand is the `ip xfrm state add` command for s (sa.XFRMStateArgs).
 func StateCommand(s *sa.SA) (Command, error) {
 	if err := checkSA(s); err != nil {
 		return Command{}, err
 	}
-	a := []string{"xfrm", "state", "add", "src", s.Src.String(), "dst", s.Dst.String(),
-		"proto", "esp", "spi", fmt.Sprintf("0x%08x", s.SPI), "reqid", reqID(s), "mode", s.Mode.String()}
-	if s.ReplayWindow > 0 {
-		a = append(a, "replay-window", strconv.Itoa(s.ReplayWindow))
-	}
-	if s.ESN {
-		a = append(a, "flag", "esn")
-	}
-	if s.InitialSeq != 0 {
-		lo, hi := uint32(s.InitialSeq), uint32(s.InitialSeq>>32)
-		a = append(a, "replay-seq", strconv.FormatUint(uint64(lo), 10), "replay-oseq", strconv.FormatUint(uint64(lo), 10))
-		if s.ESN {
-			a = append(a, "replay-seq-hi", strconv.FormatUint(uint64(hi), 10), "replay-oseq-hi", strconv.FormatUint(uint64(hi), 10))
-		}
-	}
-	a = append(a, algorithmArgs(s)...)
-	if s.Encap == sa.EncapUDP {
-		sport, dport := s.SrcPort, s.DstPort
-		if sport == 0 {
-			sport = sa.DefaultNATTPort
-		}
-		if dport == 0 {
-			dport = sa.DefaultNATTPort
-		}
-		oaddr := "0.0.0.0"
-		if s.Src.Is6() {
-			oaddr = "::"
-		}
-		a = append(a, "encap", "espinudp", strconv.Itoa(int(sport)), strconv.Itoa(int(dport)), oaddr)
-	}
-	if s.TFCPad > 0 {
-		a = append(a, "tfcpad", strconv.Itoa(s.TFCPad))
-	}
-	a = append(a, limitArgs("soft", s.Soft)...)
-	a = append(a, limitArgs("hard", s.Hard)...)
-	if len(s.Selectors) == 1 {
-		sel, err := selectorArgs(s.Selectors[0], s.Src.Is6())
-		if err != nil {
-			return Command{}, fmt.Errorf("mirror %v: %w", s, err)
-		}
-		a = append(a, "sel")
-		a = append(a, sel...)
+	a, err := sa.XFRMStateArgs(s)
+	if err != nil {
+		return Command{}, fmt.Errorf("mirror %v: %w", s, err)
 	}
 	return Command{Args: a}, nil
 }
@@ -150,51 +110,6 @@ func checkSA(s *sa.SA) error {
 		return fmt.Errorf("mirror %v: the kernel does ESN only with a replay window; set one", s)
 	}
 	return nil
-}
-
-// algorithmArgs names the kernel's crypto for the suite (see the kernel's
-// net/xfrm/xfrm_algo.c for the names it accepts).
-func algorithmArgs(s *sa.SA) []string {
-	key := func(k sa.Key) string { return "0x" + hex.EncodeToString(k) }
-	var a []string
-	switch s.Suite.Cipher {
-	case sa.CipherNull:
-		a = []string{"enc", "ecb(cipher_null)", ""}
-	case sa.CipherAESCBC:
-		a = []string{"enc", "cbc(aes)", key(s.EncKey)}
-	case sa.Cipher3DES:
-		a = []string{"enc", "cbc(des3_ede)", key(s.EncKey)}
-	case sa.CipherAESCTR:
-		a = []string{"enc", "rfc3686(ctr(aes))", key(s.EncKey)}
-	case sa.CipherAESGCM16:
-		return []string{"aead", "rfc4106(gcm(aes))", key(s.EncKey), "128"}
-	}
-	hash := map[sa.Auth]string{
-		sa.AuthHMACSHA1_96:    "hmac(sha1)",
-		sa.AuthHMACSHA256_128: "hmac(sha256)",
-		sa.AuthHMACSHA384_192: "hmac(sha384)",
-		sa.AuthHMACSHA512_256: "hmac(sha512)",
-		sa.AuthHMACMD5_96:     "hmac(md5)",
-	}[s.Suite.Auth]
-	return append(a, "auth-trunc", hash, key(s.AuthKey), strconv.Itoa(s.Suite.ICVLen()*8))
-}
-
-func limitArgs(kind string, l sa.Lifetime) []string {
-	var a []string
-	if l.Bytes != 0 {
-		a = append(a, "limit", "byte-"+kind, strconv.FormatUint(l.Bytes, 10))
-	}
-	if l.Packets != 0 {
-		a = append(a, "limit", "packet-"+kind, strconv.FormatUint(l.Packets, 10))
-	}
-	if l.Time != 0 {
-		secs := int64(l.Time.Seconds())
-		if secs < 1 {
-			secs = 1
-		}
-		a = append(a, "limit", "time-"+kind, strconv.FormatInt(secs, 10))
-	}
-	return a
 }
 
 // PolicyCommands are the `ip xfrm policy add` commands that send matching
@@ -237,51 +152,8 @@ func PolicyCommands(s *sa.SA, dir Direction) ([]Command, error) {
 
 func hostPrefix(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
 
-// selectorArgs writes a selector as iproute2's SELECTOR. The kernel's
-// selectors match one port or all, so a port range must be a single port.
-func selectorArgs(sel sa.Selector, v6 bool) ([]string, error) {
-	any := "0.0.0.0/0"
-	if v6 {
-		any = "::/0"
-	}
-	src, dst := any, any
-	if sel.Src.IsValid() {
-		src = sel.Src.Masked().String()
-	}
-	if sel.Dst.IsValid() {
-		dst = sel.Dst.Masked().String()
-	}
-	a := []string{"src", src, "dst", dst}
-	hasPorts := sel.SrcPorts != (sa.PortRange{}) || sel.DstPorts != (sa.PortRange{})
-	if sel.Proto == 0 {
-		if hasPorts {
-			return nil, fmt.Errorf("ports given without a protocol")
-		}
-		return a, nil
-	}
-	a = append(a, "proto", strconv.Itoa(int(sel.Proto)))
-	if !hasPorts {
-		return a, nil
-	}
-	switch sel.Proto {
-	case 6, 17, 33, 132: // tcp, udp, dccp, sctp
-	default:
-		return nil, fmt.Errorf("ports given for protocol %d, which has none", sel.Proto)
-	}
-	for _, p := range []struct {
-		word string
-		r    sa.PortRange
-	}{{"sport", sel.SrcPorts}, {"dport", sel.DstPorts}} {
-		switch {
-		case p.r == sa.PortRange{}:
-		case p.r.Lo == p.r.Hi:
-			a = append(a, p.word, strconv.Itoa(int(p.r.Lo)))
-		default:
-			return nil, fmt.Errorf("%s range %d-%d: the kernel's selectors take one port", p.word, p.r.Lo, p.r.Hi)
-		}
-	}
-	return a, nil
-}
+// selectorArgs writes a selector as iproute2's SELECTOR.
+func selectorArgs(sel sa.Selector, v6 bool) ([]string, error) { return sa.XFRMSelectorArgs(sel, v6) }
 
 // InstallSA gives the guest's kernel the SA s for direction dir: its state
 // and its policies, in one round trip. Errors name the SA, never its keys.

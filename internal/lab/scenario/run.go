@@ -39,6 +39,10 @@ type Options struct {
 	// them), the inner captures on hostA's and hostB's interfaces
 	// (hostA.pcap, hostB.pcap) and Wireshark's esp_sa file with the keys.
 	Captures string
+	// Kernel is the Linux kernel guest that linux-xfrm scenarios share
+	// (NewKernelPeer; the caller closes it). Nil: each linux-xfrm scenario
+	// boots its own.
+	Kernel *KernelPeer
 	// Progress, if set, receives a line per phase.
 	Progress io.Writer
 	Log      *slog.Logger
@@ -67,6 +71,7 @@ type Balance struct {
 type Result struct {
 	Name     string            `json:"name"`
 	File     string            `json:"file"`
+	Peer     string            `json:"peer"`
 	Matrix   map[string]string `json:"matrix,omitempty"`
 	Pass     bool              `json:"pass"`
 	Error    string            `json:"error,omitempty"`
@@ -79,6 +84,10 @@ type Result struct {
 	// traffic, per namespace: where packets went that nothing else counted.
 	Kernel   map[string]map[string]uint64 `json:"kernel,omitempty"`
 	Gateways [2]gateway.Stats             `json:"gateways"`
+	// KernelXfrm and KernelDevices are what the kernel peer's
+	// /proc/net/xfrm_stat and interface counters moved by (linux-xfrm).
+	KernelXfrm    map[string]uint64 `json:"kernel_xfrm_stat,omitempty"`
+	KernelDevices map[string]uint64 `json:"kernel_devices,omitempty"`
 	WAN      wanrelay.Counters            `json:"wan"`
 	Captures string                       `json:"captures,omitempty"`
 }
@@ -125,11 +134,12 @@ func RunBundled(ctx context.Context, fsys fs.FS, name string, opts Options) ([]*
 }
 
 type runner struct {
-	s     *Scenario
-	opts  Options
-	bed   *testbed.Bed
-	relay *testbed.Relay
-	log   *slog.Logger
+	s      *Scenario
+	opts   Options
+	bed    *testbed.Bed
+	relay  *testbed.Relay
+	kernel *kernelGW2 // gw2 when the peer is linux-xfrm
+	log    *slog.Logger
 }
 
 func (o Options) progress(format string, args ...any) {
@@ -148,7 +158,11 @@ func Run(ctx context.Context, s *Scenario, opts Options) *Result {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	res := &Result{Name: s.Name, File: s.File, Matrix: s.Matrix}
+	res := &Result{Name: s.Name, File: s.File, Peer: s.Peer, Matrix: s.Matrix}
+	if s.Peer == PeerLinuxXFRM && opts.Kernel == nil {
+		opts.Kernel = NewKernelPeer(opts.Prefix+"k", opts.Log)
+		defer opts.Kernel.Close()
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, s.Timeout)
 	defer cancel()
@@ -183,6 +197,17 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			err = fmt.Errorf("tear down the test bed: %w", cerr)
 		}
 	}()
+	if s.Peer == PeerLinuxXFRM {
+		r.opts.progress("%s: the Linux kernel's ESP as gw2", s.Name)
+		defer func() {
+			if cerr := r.detachKernel(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+		if err := r.attachKernel(ctx); err != nil {
+			return err
+		}
+	}
 	capDir := ""
 	if r.opts.Captures != "" {
 		capDir = filepath.Join(r.opts.Captures, fileName(s.Name))
@@ -261,6 +286,9 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		}
 	}
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
+	if r.kernel != nil {
+		res.KernelXfrm, res.KernelDevices = d.KernelXfrm, d.KernelDevices
+	}
 	for _, e := range s.Expect {
 		got, want, pass := e.check.eval(res.Metrics)
 		res.Verdicts = append(res.Verdicts, Verdict{Metric: e.Metric, Expr: e.Expr, Got: got, Want: want, Pass: pass, Line: e.Line})
@@ -341,6 +369,12 @@ func (r *runner) warmUp(ctx context.Context) error {
 		{host{ns: t.GW1}, []string{gw2.String()}},
 		{host{ns: t.GW2}, []string{gw1.String()}},
 	}
+	if r.kernel != nil {
+		pings = pings[:3]
+		if err := r.kernel.ping(ctx, gw1); err != nil {
+			return err
+		}
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 8)
 	for _, p := range pings {
@@ -417,11 +451,23 @@ type snapshot struct {
 	// SNMP are the error-like IP, ICMP, UDP and TCP counters of each
 	// namespace (hostA, gw1, gw2, hostB), for diagnosis.
 	SNMP [4]map[string]uint64 `json:"snmp"`
+	// KernelXfrm and KernelDevices are the kernel peer's
+	// /proc/net/xfrm_stat and interface counters (linux-xfrm only).
+	KernelXfrm    map[string]uint64 `json:"kernel_xfrm_stat,omitempty"`
+	KernelDevices map[string]uint64 `json:"kernel_devices,omitempty"`
 }
 
 func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 	var s snapshot
 	for i := range s.GW {
+		if i == 1 && r.kernel != nil {
+			st, kc, devs, err := r.kernel.stats(ctx)
+			if err != nil {
+				return s, err
+			}
+			s.GW[i], s.KernelXfrm, s.KernelDevices = st, kc.Stat.NonZero(), devs
+			continue
+		}
 		st, err := r.bed.Stats(ctx, i)
 		if err != nil {
 			return s, err

@@ -300,6 +300,14 @@ func (r *runner) setupPhantoms() error {
 		}); err != nil {
 			return fmt.Errorf("MAC of %s eth0: %w", p.host.Short(), err)
 		}
+		if p.gw == t.GW2 && r.kernel != nil {
+			for _, a := range p.addrs {
+				if err := r.kernel.neighbour(context.Background(), a, mac.String()); err != nil {
+					return err
+				}
+			}
+			continue
+		}
 		l, err := p.gw.Netlink().LinkByName("lan0")
 		if err != nil {
 			return fmt.Errorf("lan0 of %s: %w", p.gw.Short(), err)

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/sa"
+)
+
+// newSA is `espgw sa`: the SA files' own tools.
+func newSA() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "sa",
+		Short: "Work with SAs: convert SA files; add, delete, update, list and rekey a running gateway's",
+	}
+	cmd.AddCommand(newSAConvert())
+	cmd.AddCommand(saControl()...)
+	return cmd
+}
+
+func newSAConvert() *cobra.Command {
+	var from, to, local string
+	cmd := &cobra.Command{
+		Use:   "convert --to yaml|setkey|ip-xfrm|esp-sa IN [OUT]",
+		Short: "Convert an SA file to another format (the output holds the keys)",
+		Long: `convert reads the SAs (and policies) of IN in any format espgw reads — its YAML,
+setkey(8) statements, the output of ` + "`ip [-s] xfrm state`" + ` (keys as iproute2 prints
+them, as root), ` + "`ip xfrm state/policy add`" + ` commands, or Wireshark's esp_sa table
+(what strongSwan's save-keys plugin writes) — and writes them as:
+
+  yaml     espgw's SA file
+  setkey   setkey(8) add/spdadd statements
+  ip-xfrm  a sh script of ip xfrm state/policy add commands that installs the same
+           SAs in a Linux kernel
+  esp-sa   Wireshark's esp_sa table (addresses, SPI, algorithms and keys only)
+
+The format of IN is detected (--from names it). OUT, or standard output, gets the
+keys in clear; a file is written readable by its owner only. A field the output
+format cannot say (ESN in setkey, say) is an error, never a silent loss. With
+--local ADDR, ip-xfrm output is for the host ADDR: the selectors of SAs from it
+become outbound policies, those of SAs to it inbound (and forward) policies.`,
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			data, err := os.ReadFile(args[0])
+			if err != nil {
+				return fmt.Errorf("sa convert: %w", err)
+			}
+			var addr netip.Addr
+			if local != "" {
+				if addr, err = netip.ParseAddr(local); err != nil {
+					return fmt.Errorf("--local %q: want the IP address of the host the output is for", local)
+				}
+			}
+			out, err := sa.ConvertFor(filepath.Base(args[0]), data, sa.Format(from), sa.Format(to), addr)
+			if err != nil {
+				return err
+			}
+			if sa.Format(to) == sa.FormatEspSA {
+				fmt.Fprintln(cmd.ErrOrStderr(), "note: an esp_sa table holds addresses, SPI, algorithms and keys only; mode, encapsulation, ESN, replay window, lifetimes and policies are not in it")
+			}
+			if len(args) == 1 {
+				_, err := cmd.OutOrStdout().Write(out)
+				return err
+			}
+			if err := secret.WriteFile(args[1], out); err != nil {
+				return fmt.Errorf("sa convert: %w", err)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&to, "to", "", "output format: yaml, setkey, ip-xfrm or esp-sa")
+	cmd.Flags().StringVar(&from, "from", "", "input format (default: detected): yaml, setkey, ip-xfrm, ip-xfrm-state or esp-sa")
+	cmd.Flags().StringVar(&local, "local", "", "ip-xfrm: the address of the host the commands are for (SAs from it are outbound, to it inbound)")
+	cmd.MarkFlagRequired("to")
+	return cmd
+}

@@ -1,0 +1,374 @@
+package sa
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"github.com/espgw/espgw/internal/secret"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Format is a way of writing SAs down.
+type Format string
+
+// The formats SA files come in. FormatXFRMState is read only: it is what
+// `ip xfrm state` prints, which only the kernel writes.
+const (
+	FormatYAML      Format = "yaml"
+	FormatSetkey    Format = "setkey"
+	FormatXFRM      Format = "ip-xfrm"       // ip xfrm state/policy add commands
+	FormatXFRMState Format = "ip-xfrm-state" // ip [-s] xfrm state output
+	FormatEspSA     Format = "esp-sa"        // Wireshark's esp_sa table
+)
+
+// WriteFormats are the formats Encode writes.
+var WriteFormats = []Format{FormatYAML, FormatSetkey, FormatXFRM, FormatEspSA}
+
+// DetectFormat names the format of an SA file's content: setkey(8)
+// statements, `ip xfrm state` output, `ip xfrm … add` commands, an esp_sa
+// table, or else YAML.
+func DetectFormat(data []byte) Format {
+	switch {
+	case looksLikeSetkey(data):
+		return FormatSetkey
+	case looksLikeXFRMListing(data):
+		return FormatXFRMState
+	case looksLikeXFRMCommands(data):
+		return FormatXFRM
+	case looksLikeEspSA(data):
+		return FormatEspSA
+	}
+	return FormatYAML
+}
+
+// ParseFormat reads data in the given format; name is used in errors.
+func ParseFormat(name string, data []byte, f Format) (*Config, error) {
+	switch f {
+	case FormatYAML:
+		return ParseYAML(name, data)
+	case FormatSetkey:
+		return ParseSetkey(name, data)
+	case FormatXFRM:
+		return ParseXFRMCommands(name, data)
+	case FormatXFRMState:
+		return ParseXFRMState(name, data)
+	case FormatEspSA:
+		return ParseEspSA(name, data)
+	}
+	return nil, fmt.Errorf("%s: unknown SA file format %s (want yaml, setkey, ip-xfrm, ip-xfrm-state or esp-sa)", name, secret.Word(string(f), "yaml", "setkey", "ip-xfrm", "ip-xfrm-state", "esp-sa"))
+}
+
+// Encode writes c in format f: the one family of functions, with Marshal,
+// that write keys out. A field the format cannot say is an error, not a
+// silent loss, except for esp-sa, which by its nature holds addresses, SPI,
+// algorithms and keys only.
+func Encode(c *Config, f Format) ([]byte, error) {
+	switch f {
+	case FormatYAML:
+		return Marshal(c)
+	case FormatSetkey:
+		return MarshalSetkey(c)
+	case FormatXFRM:
+		return MarshalXFRM(c)
+	case FormatEspSA:
+		return MarshalEspSA(c)
+	}
+	return nil, fmt.Errorf("cannot write SA format %s (want %s)", secret.Word(string(f), "yaml", "setkey", "ip-xfrm", "esp-sa"), formatList(WriteFormats))
+}
+
+func formatList(fs []Format) string {
+	var s []string
+	for _, f := range fs {
+		s = append(s, string(f))
+	}
+	return strings.Join(s, ", ")
+}
+
+// shellQuote quotes a word for sh when it needs it.
+func shellQuote(w string) string {
+	if w != "" && !strings.ContainsAny(w, " \t\n'\"\\$`()<>|&;*?[]{}#~!") {
+		return w
+	}
+	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
+}
+
+// MarshalXFRM writes c as a sh script of ip xfrm commands that installs
+// the same SAs in a Linux kernel: a state per SA, an out policy per SPD
+// entry (protect through its SA's reqid, bypass as allow, discard as
+// block), and in (and fwd, for tunnel SAs) policies from each SA's
+// selectors. An SA file without SPD and selectors gives states only: the
+// kernel then needs policies from elsewhere to use them (a comment says so).
+func MarshalXFRM(c *Config) ([]byte, error) { return MarshalXFRMFor(c, netip.Addr{}) }
+
+// MarshalXFRMFor is MarshalXFRM for the host whose address is local: an
+// SA from local is outbound there, so its selectors become dir out
+// policies (unless an SPD entry protects through it already); an SA to
+// local is inbound, its selectors dir in and fwd policies. Without a local
+// address, an SA an SPD entry protects through is outbound and every other
+// SA inbound.
+func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
+	var b strings.Builder
+	b.WriteString("# ip xfrm commands written by espgw sa convert; they hold keys.\nset -e\n")
+	write := func(args []string) {
+		b.WriteString("ip")
+		for _, a := range args {
+			b.WriteByte(' ')
+			b.WriteString(shellQuote(a))
+		}
+		b.WriteByte('\n')
+	}
+	anySel := false
+	for _, s := range c.SAs {
+		a, err := XFRMStateArgs(s)
+		if err != nil {
+			return nil, err
+		}
+		write(a)
+	}
+	protected := map[uint32]bool{}
+	for _, pol := range c.SPD {
+		if pol.Action == Protect {
+			protected[pol.SPI] = true
+			if pol.SA != nil {
+				protected[pol.SA.SPI] = true
+			}
+		}
+	}
+	for _, s := range c.SAs {
+		out := protected[s.SPI] || local.IsValid() && s.Src == local
+		if len(s.Selectors) == 0 || out && protected[s.SPI] {
+			continue
+		}
+		anySel = true
+		cmds, err := XFRMPolicyArgs(s, s.Selectors, out, 0)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range cmds {
+			write(a)
+		}
+	}
+	for i := range c.SPD {
+		pol := &c.SPD[i]
+		v6 := false
+		for _, pfx := range []struct{ ok, six bool }{{pol.Selector.Src.IsValid(), pol.Selector.Src.Addr().Is6()}, {pol.Selector.Dst.IsValid(), pol.Selector.Dst.Addr().Is6()}} {
+			v6 = v6 || pfx.ok && pfx.six
+		}
+		switch pol.Action {
+		case Protect:
+			s := pol.SA
+			if s == nil {
+				s = findSA(c.SAs, pol.SPI)
+			}
+			if s == nil {
+				return nil, fmt.Errorf("spd[%d]: no SA with SPI %#x", i, pol.SPI)
+			}
+			cmds, err := XFRMPolicyArgs(s, []Selector{pol.Selector}, true, pol.Priority)
+			if err != nil {
+				return nil, fmt.Errorf("spd[%d]: %w", i, err)
+			}
+			write(cmds[0])
+		default:
+			sel, err := XFRMSelectorArgs(pol.Selector, v6)
+			if err != nil {
+				return nil, fmt.Errorf("spd[%d]: %w", i, err)
+			}
+			action := "allow"
+			if pol.Action == Discard {
+				action = "block"
+			}
+			a := append(append([]string{"xfrm", "policy", "add"}, sel...), "dir", "out")
+			if pol.Priority != 0 {
+				a = append(a, "priority", strconv.Itoa(pol.Priority))
+			}
+			write(append(a, "action", action))
+		}
+	}
+	if len(c.SPD) == 0 && !anySel {
+		b.WriteString("# No spd: and no selectors in the SA file: add ip xfrm policy commands for the traffic to protect.\n")
+	}
+	return []byte(b.String()), nil
+}
+
+func findSA(sas []*SA, spi uint32) *SA {
+	for _, s := range sas {
+		if s.SPI == spi {
+			return s
+		}
+	}
+	return nil
+}
+
+var setkeyCipherOut = map[Cipher]string{
+	CipherNull: "null", CipherAESCBC: "aes-cbc", Cipher3DES: "3des-cbc", CipherAESCTR: "aes-ctr", CipherAESGCM16: "aes-gcm-16",
+}
+
+var setkeyAuthOut = map[Auth]string{
+	AuthHMACSHA1_96: "hmac-sha1", AuthHMACSHA256_128: "hmac-sha256", AuthHMACSHA384_192: "hmac-sha384",
+	AuthHMACSHA512_256: "hmac-sha512", AuthHMACMD5_96: "hmac-md5",
+}
+
+// MarshalSetkey writes c as setkey(8) statements that ParseSetkey reads
+// back to the same SAs and SPD: add per SA (-u with the SPI as reqid),
+// spdadd -P in per selector, spdadd -P out per SPD entry. setkey cannot
+// say ESN, an initial sequence number, TFC padding, packet lifetimes or a
+// replay window that is not a multiple of 8: those are errors.
+func MarshalSetkey(c *Config) ([]byte, error) {
+	var b strings.Builder
+	b.WriteString("# setkey(8) statements written by espgw sa convert; they hold keys.\nflush;\nspdflush;\n")
+	key := func(k Key) string { return "0x" + hex.EncodeToString(k) }
+	for _, s := range c.SAs {
+		if err := s.Validate(); err != nil {
+			return nil, fmt.Errorf("SA %#x as setkey: %w", s.SPI, err)
+		}
+		var missing []string
+		if s.ESN {
+			missing = append(missing, "esn")
+		}
+		if s.InitialSeq != 0 {
+			missing = append(missing, "initial-seq")
+		}
+		if s.TFCPad != 0 {
+			missing = append(missing, "tfc-pad")
+		}
+		if s.Soft.Packets != 0 || s.Hard.Packets != 0 {
+			missing = append(missing, "packet lifetimes")
+		}
+		if s.ReplayWindow%8 != 0 {
+			missing = append(missing, fmt.Sprintf("replay-window %d (setkey's -r counts bytes: a multiple of 8 packets)", s.ReplayWindow))
+		}
+		if len(missing) > 0 {
+			return nil, fmt.Errorf("SA %#x as setkey: setkey(8) cannot say %s", s.SPI, strings.Join(missing, ", "))
+		}
+		src, dst, proto := s.Src.String(), s.Dst.String(), "esp"
+		if s.Encap == EncapUDP {
+			src, dst, proto = fmt.Sprintf("%s[%d]", s.Src, s.SrcPort), fmt.Sprintf("%s[%d]", s.Dst, s.DstPort), "esp-udp"
+		}
+		fmt.Fprintf(&b, "add %s %s %s %#x -m %s -u %d", src, dst, proto, s.SPI, s.Mode, s.SPI)
+		if s.ReplayWindow > 0 {
+			fmt.Fprintf(&b, " -r %d", s.ReplayWindow/8)
+		}
+		for _, l := range []struct {
+			opt string
+			v   uint64
+		}{{"-lh", uint64(s.Hard.Time.Seconds())}, {"-ls", uint64(s.Soft.Time.Seconds())}, {"-bh", s.Hard.Bytes}, {"-bs", s.Soft.Bytes}} {
+			if l.v != 0 {
+				fmt.Fprintf(&b, " %s %d", l.opt, l.v)
+			}
+		}
+		fmt.Fprintf(&b, "\n\t-E %s", setkeyCipherOut[s.Suite.Cipher])
+		if len(s.EncKey) > 0 {
+			b.WriteString(" " + key(s.EncKey))
+		}
+		if !s.Suite.Cipher.IsAEAD() {
+			fmt.Fprintf(&b, "\n\t-A %s %s", setkeyAuthOut[s.Suite.Auth], key(s.AuthKey))
+		}
+		b.WriteString(" ;\n")
+	}
+	rule := func(s *SA, level string) string {
+		if s.Mode == Tunnel {
+			return fmt.Sprintf("esp/tunnel/%s-%s/%s", s.Src, s.Dst, level)
+		}
+		return "esp/transport//" + level
+	}
+	for _, s := range c.SAs {
+		for _, sel := range s.Selectors {
+			r, err := setkeyRange(sel, s.Src.Is6())
+			if err != nil {
+				return nil, fmt.Errorf("SA %#x selector as setkey: %w", s.SPI, err)
+			}
+			fmt.Fprintf(&b, "spdadd %s -P in ipsec %s ;\n", r, rule(s, fmt.Sprintf("unique:%d", s.SPI)))
+		}
+	}
+	for i := range c.SPD {
+		pol := &c.SPD[i]
+		r, err := setkeyRange(pol.Selector, false)
+		if err != nil {
+			return nil, fmt.Errorf("spd[%d] as setkey: %w", i, err)
+		}
+		prio := ""
+		if pol.Priority != 0 {
+			prio = fmt.Sprintf(" prio %d", -pol.Priority)
+		}
+		switch pol.Action {
+		case Protect:
+			s := pol.SA
+			if s == nil {
+				s = findSA(c.SAs, pol.SPI)
+			}
+			if s == nil {
+				return nil, fmt.Errorf("spd[%d]: no SA with SPI %#x", i, pol.SPI)
+			}
+			fmt.Fprintf(&b, "spdadd %s -P out%s ipsec %s ;\n", r, prio, rule(s, fmt.Sprintf("unique:%d", s.SPI)))
+		case Bypass:
+			fmt.Fprintf(&b, "spdadd %s -P out%s none ;\n", r, prio)
+		default:
+			fmt.Fprintf(&b, "spdadd %s -P out%s discard ;\n", r, prio)
+		}
+	}
+	return []byte(b.String()), nil
+}
+
+// setkeyRange writes a selector as spdadd's src_range dst_range upperspec.
+func setkeyRange(sel Selector, v6 bool) (string, error) {
+	if sel.Src.IsValid() && sel.Src.Addr().Is6() || sel.Dst.IsValid() && sel.Dst.Addr().Is6() {
+		v6 = true
+	}
+	anyAddr := "0.0.0.0/0"
+	if v6 {
+		anyAddr = "::/0"
+	}
+	side := func(p netip.Prefix, r PortRange) (string, error) {
+		s := anyAddr
+		if p.IsValid() {
+			s = p.Masked().String()
+		}
+		if r == (PortRange{}) {
+			return s, nil
+		}
+		if r.Lo != r.Hi {
+			return "", fmt.Errorf("port range %d-%d: setkey takes one port", r.Lo, r.Hi)
+		}
+		return fmt.Sprintf("%s[%d]", s, r.Lo), nil
+	}
+	src, err := side(sel.Src, sel.SrcPorts)
+	if err != nil {
+		return "", err
+	}
+	dst, err := side(sel.Dst, sel.DstPorts)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s %s %s", src, dst, ProtoName(sel.Proto)), nil
+}
+
+// Convert reads an SA file's content (its format detected unless from is
+// set) and writes it in format to.
+func Convert(name string, data []byte, from, to Format) ([]byte, error) {
+	return ConvertFor(name, data, from, to, netip.Addr{})
+}
+
+// ConvertFor is Convert for the host whose address is local (see
+// MarshalXFRMFor); only ip-xfrm output depends on it.
+func ConvertFor(name string, data []byte, from, to Format, local netip.Addr) ([]byte, error) {
+	if from == "" {
+		from = DetectFormat(data)
+	}
+	if !slices.Contains(WriteFormats, to) {
+		return nil, fmt.Errorf("cannot write SA format %s (want %s)", secret.Word(string(to), "yaml", "setkey", "ip-xfrm", "esp-sa"), formatList(WriteFormats))
+	}
+	c, err := ParseFormat(name, data, from)
+	if err != nil {
+		return nil, err
+	}
+	if len(c.SAs) == 0 {
+		return nil, errors.New(name + ": no SAs to convert")
+	}
+	if to == FormatXFRM {
+		return MarshalXFRMFor(c, local)
+	}
+	return Encode(c, to)
+}
