@@ -11,7 +11,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -22,8 +24,11 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/testbed"
+	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -132,7 +137,8 @@ type KeyPair struct {
 func (k *Keys) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.ScalarNode {
 		if n.Value != "random" {
-			return fmt.Errorf("line %d: keys: want random or a list of two {enc-key, auth-key}, got %q", n.Line, n.Value)
+			// The value is most likely a key written where the list belongs.
+			return fmt.Errorf("line %d: keys: want random or a list of two {enc-key, auth-key}, got %s", n.Line, secret.Word(n.Value, "random"))
 		}
 		k.Random = true
 		return nil
@@ -256,7 +262,7 @@ func (e *ParseError) Unwrap() error { return e.Err }
 // Load reads a scenario file and expands its matrix: one Scenario per
 // combination, in the file's order.
 func Load(path string) ([]*Scenario, error) {
-	data, err := os.ReadFile(path)
+	data, err := sa.ReadFileAtMost(path, sa.MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("read scenario: %w", err)
 	}
@@ -267,6 +273,9 @@ func Load(path string) ([]*Scenario, error) {
 // github.com/espgw/espgw/scenarios.Bundled); its pcap files come from fsys
 // too.
 func LoadFS(fsys fs.FS, path string) ([]*Scenario, error) {
+	if fi, err := fs.Stat(fsys, path); err == nil && fi.Size() > sa.MaxFileSize {
+		return nil, fmt.Errorf("read scenario: %s is %d bytes, larger than the %d bytes such a file may be", path, fi.Size(), sa.MaxFileSize)
+	}
 	data, err := fs.ReadFile(fsys, path)
 	if err != nil {
 		return nil, fmt.Errorf("read scenario: %w", err)
@@ -281,7 +290,10 @@ func Parse(path string, data []byte) ([]*Scenario, error) { return parse(nil, pa
 func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
-		return nil, &ParseError{File: path, Err: err}
+		if errors.Is(err, io.EOF) {
+			return nil, &ParseError{File: path, Err: errors.New("empty file: want a mapping (name, sa, traffic, expect, ...)")}
+		}
+		return nil, yamlError(path, err)
 	}
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, &ParseError{File: path, Line: 1, Err: errors.New("want a mapping (name, sa, traffic, expect, ...)")}
@@ -552,7 +564,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	at := func(path ...string) int { return lineOf(s.root, path...) }
 	oneOf := func(v string, field []string, allowed ...string) error {
 		if !slices.Contains(allowed, v) {
-			return perr(at(field...), strings.Join(field, "."), fmt.Errorf("%q: want one of %s", v, strings.Join(allowed, ", ")))
+			return perr(at(field...), strings.Join(field, "."), fmt.Errorf("%s: want one of %s", secret.Word(v, allowed...), strings.Join(allowed, ", ")))
 		}
 		return nil
 	}
@@ -585,9 +597,13 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	if m := s.Topology.WANMTU; m != 0 && (m < 1280 || m > 9000) {
 		return perr(at("topology", "wan-mtu"), "topology.wan-mtu", fmt.Errorf("%d: want 1280..9000", m))
 	}
-	if w := s.SA.ReplayWindow; w < 0 || w > 1<<20 {
-		return perr(at("sa", "replay-window"), "sa.replay-window", fmt.Errorf("%d: want 1..%d", w, 1<<20))
+	if w := s.SA.ReplayWindow; w < 0 || w > sa.MaxReplayWindow {
+		return perr(at("sa", "replay-window"), "sa.replay-window", fmt.Errorf("%d: want 1..%d", w, sa.MaxReplayWindow))
 	}
+	if s.Timeout < 0 || s.Timeout > MaxTimeout {
+		return perr(at("timeout"), "timeout", fmt.Errorf("%v: want a duration above 0 and at most %v", s.Timeout, MaxTimeout))
+	}
+
 	if !s.SA.ESN && s.SA.InitialSeq > 0xffffffff {
 		return perr(at("sa", "initial-seq"), "sa.initial-seq", fmt.Errorf("%#x does not fit 32 bits: set esn: true", s.SA.InitialSeq))
 	}
@@ -615,9 +631,23 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			}
 		}
 	}
-	for name, e := range map[string]string{"gw1": s.Engines.GW1, "gw2": s.Engines.GW2} {
-		if e == "" {
-			return perr(at("engines", name), "engines."+name, errors.New("empty engine name"))
+	if err := s.checkSA(); err != nil {
+		field := "sa"
+		if name, _, ok := strings.Cut(err.Error(), ":"); ok && !strings.ContainsAny(name, " ") {
+			field = "sa." + name // the SA model names its field first
+		}
+		return perr(at(strings.Split(field, ".")...), field, err)
+	}
+	for _, g := range []struct{ name, engine string }{{"gw1", s.Engines.GW1}, {"gw2", s.Engines.GW2}} {
+		if g.engine == "" {
+			return perr(at("engines", g.name), "engines."+g.name, errors.New("empty engine name"))
+		}
+		if err := engines.Check(g.engine); err != nil {
+			field, line := "engines."+g.name, at("engines", g.name)
+			if _, given := lookup(s.root, "engines"); given == nil {
+				field, line = "engine", at("engine")
+			}
+			return perr(line, field, fmt.Errorf("%s: %w", secret.Word(g.engine, engines.Names()...), err))
 		}
 	}
 	for _, ic := range []struct {
@@ -676,6 +706,11 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			if st.Ping.Count < 1 || st.Ping.Count > 10000 {
 				return perr(line, field+".ping.count", fmt.Errorf("%d: want 1..10000", st.Ping.Count))
 			}
+			// ping(8) refuses intervals below 2 ms for all but root, and
+			// a negative one would be taken as its default.
+			if st.Ping.Interval < time.Millisecond || st.Ping.Interval > 10*time.Second {
+				return perr(line, field+".ping.interval", fmt.Errorf("%v: want 1ms..10s", st.Ping.Interval))
+			}
 		case st.UDP != nil:
 			e = &st.UDP.Ends
 			if st.UDP.Packets < 1 || st.UDP.Packets > 1_000_000 {
@@ -694,14 +729,14 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			if st.Pcap.File == "" {
 				return perr(line, field+".pcap.file", errors.New("missing"))
 			}
-			if _, err := s.stat(st.Pcap.path); err != nil {
-				return perr(line, field+".pcap.file", err)
-			}
 			if err := oneOf(st.Pcap.Timing, nil, "keep", "fast"); err != nil {
-				return perr(line, field+".pcap.timing", fmt.Errorf("%q: want keep or fast", st.Pcap.Timing))
+				return perr(line, field+".pcap.timing", fmt.Errorf("%s: want keep or fast", secret.Word(st.Pcap.Timing, "keep", "fast")))
 			}
 			if st.Pcap.Speed <= 0 {
 				return perr(line, field+".pcap.speed", fmt.Errorf("%v: want a factor > 0", st.Pcap.Speed))
+			}
+			if err := s.checkCapture(st.Pcap.path); err != nil {
+				return perr(line, field+".pcap.file", err)
 			}
 			if s.SA.Mode == "transport" {
 				return perr(line, field+".pcap", errors.New("a replay runs between hostA and hostB: not through transport-mode SAs"))
@@ -709,7 +744,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		case st.Iperf3 != nil:
 			e = &st.Iperf3.Ends
 			if st.Iperf3.Protocol != "tcp" && st.Iperf3.Protocol != "udp" {
-				return perr(line, field+".iperf3.protocol", fmt.Errorf("%q: want tcp or udp", st.Iperf3.Protocol))
+				return perr(line, field+".iperf3.protocol", fmt.Errorf("%s: want tcp or udp", secret.Word(st.Iperf3.Protocol, "tcp", "udp")))
 			}
 			if st.Iperf3.Duration < 100*time.Millisecond || st.Iperf3.Duration > 5*time.Minute {
 				return perr(line, field+".iperf3.duration", fmt.Errorf("%v: want 100ms..5m", st.Iperf3.Duration))
@@ -722,10 +757,10 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		}
 		if e != nil {
 			if !slices.Contains(hosts, e.From) || !slices.Contains(hosts, e.To) || e.From == e.To {
-				return perr(line, field, fmt.Errorf("from %q to %q: want two different of %s", e.From, e.To, strings.Join(hosts, ", ")))
+				return perr(line, field, fmt.Errorf("from %s to %s: want two different of %s", secret.Word(e.From, hosts...), secret.Word(e.To, hosts...), strings.Join(hosts, ", ")))
 			}
 			if err := oneOf(e.Family, nil, "ipv4", "ipv6", "mixed"); err != nil {
-				return perr(line, field+".family", fmt.Errorf("%q: want ipv4, ipv6 or mixed", e.Family))
+				return perr(line, field+".family", fmt.Errorf("%s: want ipv4, ipv6 or mixed", secret.Word(e.Family, "ipv4", "ipv6", "mixed")))
 			}
 			gwEnds := e.From == "gw1" || e.From == "gw2" || e.To == "gw1" || e.To == "gw2"
 			if gwEnds && s.SA.Mode != "transport" {
@@ -742,6 +777,68 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	return nil
 }
 
+// MaxTimeout bounds a scenario's timeout.
+const MaxTimeout = 24 * time.Hour
+
+// checkSA builds an SA as the runner will (gw1→gw2, the given or random
+// keys, the lifetimes) and validates it, so that what the SA model refuses
+// (a negative or inverted lifetime, an initial-seq with no room, a window
+// beyond sa.MaxReplayWindow) is refused at parse, not after the test bed is
+// built.
+func (s *Scenario) checkSA() error {
+	spec := s.SA
+	c := &sa.SA{SPI: 0x1001, Mode: spec.mode, Encap: spec.encap, Suite: spec.suite, ESN: spec.ESN,
+		ReplayWindow: spec.ReplayWindow, InitialSeq: spec.InitialSeq,
+		Soft: spec.Lifetimes.Soft.sa(), Hard: spec.Lifetimes.Hard.sa(),
+		Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2")}
+	if s.Topology.Outer == "ipv6" {
+		c.Src, c.Dst = netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")
+	}
+	if c.Encap == sa.EncapUDP {
+		c.SrcPort, c.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
+	}
+	var err error
+	if c.EncKey, c.AuthKey, err = sa.RandomKeys(spec.suite, spec.aesBits); err != nil {
+		return err
+	}
+	return c.Validate()
+}
+
+// checkCapture makes sure a replay's capture is a readable pcap or pcapng
+// file (not a directory, not something else) before anything runs.
+func (s *Scenario) checkCapture(name string) error {
+	fi, err := s.stat(name)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a file (a %s)", name, fileKind(fi))
+	}
+	f, err := s.open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := capture.NewReader(f, name); err != nil {
+		return err
+	}
+	return nil
+}
+
+func fileKind(fi fs.FileInfo) string {
+	switch {
+	case fi.IsDir():
+		return "directory"
+	case fi.Mode()&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case fi.Mode()&fs.ModeDevice != 0:
+		return "device"
+	case fi.Mode()&fs.ModeSocket != 0:
+		return "socket"
+	}
+	return "special file"
+}
+
 // yamlError turns a yaml.v3 error ("yaml: unmarshal errors:\n  line 3: ...")
 // into a ParseError with the line.
 func yamlError(path string, err error) error {
@@ -752,9 +849,9 @@ func yamlError(path string, err error) error {
 		if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
 			msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
 		}
-		return &ParseError{File: path, Line: line, Err: errors.New(msg)}
+		return &ParseError{File: path, Line: line, Err: errors.New(secret.Scrub(msg))}
 	}
-	msg := err.Error()
+	msg := secret.Scrub(err.Error())
 	var line int
 	if i := strings.Index(msg, "line "); i >= 0 {
 		fmt.Sscanf(msg[i:], "line %d", &line)
@@ -839,6 +936,10 @@ type matrixValue struct {
 	line  int
 }
 
+// MaxMatrix bounds the scenarios one file's matrix expands into: each
+// builds a test bed of its own, so even this many take hours.
+const MaxMatrix = 256
+
 // matrixCombos expands `matrix: {field.path: [v1, v2], ...}` into every
 // combination, the first field varying slowest.
 func matrixCombos(path string, m *yaml.Node) ([][]matrixValue, error) {
@@ -847,6 +948,17 @@ func matrixCombos(path string, m *yaml.Node) ([][]matrixValue, error) {
 	}
 	if m.Kind != yaml.MappingNode || len(m.Content) == 0 {
 		return nil, &ParseError{File: path, Line: m.Line, Field: "matrix", Err: errors.New("want a mapping of field path to a list of values")}
+	}
+	// The number of combinations is checked before any is built: a few
+	// short lists multiply into more scenarios than memory holds.
+	total := 1
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if v := m.Content[i+1]; v.Kind == yaml.SequenceNode && len(v.Content) > 0 {
+			total *= len(v.Content)
+		}
+		if total > MaxMatrix {
+			return nil, &ParseError{File: path, Line: m.Line, Field: "matrix", Err: fmt.Errorf("more than %d combinations: split the file, or shorten the lists", MaxMatrix)}
+		}
 	}
 	combos := [][]matrixValue{nil}
 	for i := 0; i+1 < len(m.Content); i += 2 {

@@ -80,6 +80,39 @@ type Result struct {
 	Stats   offload.Stats `json:"stats"`
 }
 
+// Bounds of a run: every stream holds Batch buffers of the largest size,
+// so their product is what the run allocates.
+const (
+	MaxBatch       = 4096
+	MaxMulti       = 256
+	MaxSize        = 65535
+	MaxBufferBytes = 1 << 30
+)
+
+// checkBounds refuses a run whose buffers would not fit in memory, before
+// any is allocated.
+func (c Config) checkBounds() error {
+	largest := 0
+	for _, n := range c.Sizes {
+		if n < 1 || n > MaxSize {
+			return fmt.Errorf("buffer size %d: want 1..%d bytes", n, MaxSize)
+		}
+		largest = max(largest, n)
+	}
+	switch {
+	case c.Batch > MaxBatch:
+		return fmt.Errorf("-batch %d: at most %d ops per batch", c.Batch, MaxBatch)
+	case c.Multi > MaxMulti:
+		return fmt.Errorf("-multi %d: at most %d streams", c.Multi, MaxMulti)
+	}
+	// The ESP overhead and the engine's own copies at most double a buffer.
+	if need := int64(c.Batch) * int64(c.Multi) * int64(largest) * 2; need > MaxBufferBytes {
+		return fmt.Errorf("-batch %d × -multi %d × %d-byte buffers need about %d MiB; the bound is %d MiB (lower -batch, -multi or -bytes)",
+			c.Batch, c.Multi, largest, need>>20, MaxBufferBytes>>20)
+	}
+	return nil
+}
+
 // elapsed reports whether cfg is timed by the wall clock.
 func (c Config) elapsed() bool { return c.Elapsed }
 
@@ -100,6 +133,9 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 	}
 	if len(cfg.Sizes) == 0 {
 		cfg.Sizes = Sizes
+	}
+	if err := cfg.checkBounds(); err != nil {
+		return nil, err
 	}
 	opts := cfg.Options
 	opts.ModelledTime = cfg.modelled()

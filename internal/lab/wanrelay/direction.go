@@ -251,7 +251,7 @@ func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 			binary.BigEndian.PutUint16(seg[ip+4:], uint16(len(seg)-ip-40))
 			src, dst = seg[ip+8:ip+24], seg[ip+24:ip+40]
 		} else {
-			ihl := int(seg[ip]&0x0f) * 4
+			ihl, _ := inetsum.IPv4HeaderLen(seg[ip:])
 			binary.BigEndian.PutUint16(seg[ip+2:], uint16(len(seg)-ip))
 			binary.BigEndian.PutUint16(seg[ip+4:], binary.BigEndian.Uint16(frame[ip+4:])+uint16(n))
 			inetsum.IPv4Header(seg[ip : ip+ihl])
