@@ -3,9 +3,9 @@ package gateway_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"log/slog"
 	"net/netip"
 	"strings"
 	"sync"
