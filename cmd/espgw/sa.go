@@ -16,9 +16,10 @@ import (
 func newSA() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sa",
-		Short: "Work with SAs: convert SA files between the formats other tools use",
+		Short: "Work with SAs: convert SA files; add, delete, update, list and rekey a running gateway's",
 	}
 	cmd.AddCommand(newSAConvert())
+	cmd.AddCommand(saControl()...)
 	return cmd
 }
 

@@ -43,6 +43,9 @@ type Config struct {
 	Pprof string
 	// StateDir keeps outbound sequence reservations across restarts.
 	StateDir string
+	// Control is the path of the control socket (espgw sa|policy …);
+	// empty: none.
+	Control string
 	// PMTUExpiry is how long a path MTU learned from ICMP holds (0: the
 	// default, DefaultPMTUExpiry).
 	PMTUExpiry time.Duration
@@ -79,7 +82,7 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // configSettings are the top-level settings of a gateway configuration.
-var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly"}
+var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control"}
 
 // ParseConfig reads a gateway configuration; relative SA file names are
 // taken from the config file's directory. A setting given twice, a
@@ -150,6 +153,10 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			}
 		case "reassembly":
 			p.reassembly(v, &c.Reassembly)
+		case "control":
+			if c.Control, _ = p.scalar(v, "control"); c.Control == "" {
+				p.failf(v, "control", "want the path of the control socket")
+			}
 		case "sa-file":
 			c.SAFile, _ = p.scalar(v, "sa-file")
 		case "setkey-file":
@@ -235,6 +242,14 @@ func (c *Config) loadSAs(saNode, spdNode *yaml.Node) error {
 // Reload reads the SAs again from the same place: the config file itself
 // for inline SAs.
 func (c *Config) Reload() (*Config, error) { return LoadConfig(c.File) }
+
+// ControlPath is where the control socket is, empty when there is none.
+func (c *Config) ControlPath() string {
+	if c.Control == "" {
+		return ""
+	}
+	return c.rel(c.Control)
+}
 
 func (c *Config) rel(name string) string {
 	if filepath.IsAbs(name) {
@@ -469,6 +484,7 @@ func (c *Config) restartOnly(next *Config) error {
 	check("state-dir", c.StateDir == next.StateDir)
 	check("pmtu-expires", c.PMTUExpiry == next.PMTUExpiry)
 	check("reassembly", c.Reassembly == next.Reassembly)
+	check("control", c.Control == next.Control)
 	if len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))
 	}

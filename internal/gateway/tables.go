@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/espgw/espgw/esp"
@@ -266,7 +267,9 @@ func (g *Gateway) swap(next *state) {
 }
 
 // retire closes the engine sessions of SAs taken out of force, once every
-// batch that may have looked them up has left the engine.
+// batch that may have looked them up has left the engine. Until then they
+// are listed as retiring; after, their counts join the retired totals, so
+// that what an SA carried is never lost from the gateway's counters.
 func (g *Gateway) retire(gone []*esp.SA) {
 	if len(gone) == 0 {
 		return
@@ -275,13 +278,55 @@ func (g *Gateway) retire(gone []*esp.SA) {
 	if after == 0 {
 		after = DefaultRetireAfter
 	}
+	g.retired.mu.Lock()
+	for _, s := range gone {
+		g.retired.live[s] = direction(g.isLocal(s.Config.Src), g.isLocal(s.Config.Dst))
+	}
+	g.retired.mu.Unlock()
 	time.AfterFunc(after, func() {
 		for _, s := range gone {
 			if err := s.Close(); err != nil {
 				g.log.Warn("close a retired SA's session", "spi", fmt.Sprintf("%#x", s.SPI()), "err", err)
 			}
 		}
+		g.retired.mu.Lock()
+		defer g.retired.mu.Unlock()
+		for _, s := range gone {
+			dir := g.retired.live[s]
+			delete(g.retired.live, s)
+			t := g.retired.totals[dir]
+			if t == nil {
+				t = &esp.Snapshot{Drops: map[string]uint64{}}
+				g.retired.totals[dir] = t
+			}
+			n := s.Snapshot()
+			t.SealedPackets += n.SealedPackets
+			t.SealedBytes += n.SealedBytes
+			t.OpenedPackets += n.OpenedPackets
+			t.OpenedBytes += n.OpenedBytes
+			for k, v := range n.Drops {
+				t.Drops[k] += v
+			}
+		}
 	})
+}
+
+// retiredSAs are the SAs taken out of force: those whose sessions are still
+// open for packets in flight, and the sums of those closed, by direction.
+type retiredSAs struct {
+	mu     sync.Mutex
+	live   map[*esp.SA]string
+	totals map[string]*esp.Snapshot
+}
+
+func direction(out, in bool) string {
+	switch {
+	case out && in:
+		return "both"
+	case out:
+		return "out"
+	}
+	return "in"
 }
 
 // SAID names an SA: its SPI and, when several SAs share the SPI, its
@@ -298,9 +343,10 @@ func (id SAID) String() string {
 	return fmt.Sprintf("SA %#x", id.SPI)
 }
 
-// PolicyID names a policy in force by its place in lookup order (as
-// Policies lists them), and by what it says, so that a deletion meant for
-// one policy never removes another after the list moved.
+// PolicyID names a policy in force by what it says (priority, selector,
+// action, SA) and, when Index is not negative, by its place in lookup order
+// as Policies lists them: a deletion meant for one policy never removes
+// another after the list moved.
 type PolicyID struct {
 	Index  int
 	Policy sa.Policy
@@ -417,7 +463,7 @@ func (g *Gateway) Apply(c Change) error {
 	}
 	for _, s := range gone {
 		spi := s.Config.SPI
-		if named[spi] > 0 && outAfter(spi) == nil {
+		if cur.out[spi] == s && named[spi] > 0 && outAfter(spi) == nil {
 			undo()
 			return fmt.Errorf("delete %s: %d policies still name it (delete or retarget them in the same change)", s.Config, named[spi])
 		}
@@ -463,6 +509,20 @@ func (g *Gateway) Apply(c Change) error {
 	return nil
 }
 
+// Find returns the configuration of the SA in force that id names.
+func (g *Gateway) Find(id SAID) (*sa.SA, error) {
+	st := g.view()
+	defer g.release()
+	s, err := st.find(id)
+	if err != nil {
+		return nil, err
+	}
+	return s.Config, nil
+}
+
+// IsLocal reports whether a is one of the gateway's outer addresses.
+func (g *Gateway) IsLocal(a netip.Addr) bool { return g.isLocal(a) }
+
 // find resolves an SA's name.
 func (st *state) find(id SAID) (*esp.SA, error) {
 	if id.Dst.IsValid() {
@@ -505,7 +565,21 @@ func (st *state) find(id SAID) (*esp.SA, error) {
 func editPolicies(cur []sa.Policy, c Change, outAfter func(uint32) *esp.SA) ([]sa.Policy, error) {
 	drop := map[int]bool{}
 	for _, id := range c.DelPolicies {
-		if id.Index < 0 || id.Index >= len(cur) {
+		if id.Index < 0 {
+			id.Index = slices.IndexFunc(cur, func(p sa.Policy) bool { return samePolicy(&p, &id.Policy) })
+			for id.Index >= 0 && drop[id.Index] {
+				next := slices.IndexFunc(cur[id.Index+1:], func(p sa.Policy) bool { return samePolicy(&p, &id.Policy) })
+				if next < 0 {
+					id.Index = -1
+					break
+				}
+				id.Index += 1 + next
+			}
+			if id.Index < 0 {
+				return nil, fmt.Errorf("delete policy %s: no such policy in force", &id.Policy)
+			}
+		}
+		if id.Index >= len(cur) {
 			return nil, fmt.Errorf("delete policy %d: there are %d policies", id.Index, len(cur))
 		}
 		p := cur[id.Index]
@@ -520,16 +594,18 @@ func editPolicies(cur []sa.Policy, c Change, outAfter func(uint32) *esp.SA) ([]s
 			continue
 		}
 		if to, ok := c.Retarget[p.SPI]; ok && p.Action == sa.Protect {
-			p.SPI = to
+			p.SPI, p.SA = to, nil
 		}
 		ps = append(ps, p)
 	}
 	// The SPD sorts stably by priority, so appending puts new policies
 	// after those of equal priority.
-	ps = append(ps, c.AddPolicies...)
+	ps = append(ps, unbound(c.AddPolicies)...)
 	for i := range ps {
 		p := &ps[i]
-		if p.Action != sa.Protect {
+		if p.Action != sa.Protect || p.SA != nil {
+			// Policies in force keep their binding, also one to an
+			// inbound SA since deleted (its packets count as no-sa).
 			continue
 		}
 		s := outAfter(p.SPI)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/espgw/espgw/esp"
 	"golang.org/x/sys/unix"
+
+	"github.com/espgw/espgw/internal/inetsum"
 )
 
 // recvState is the reused scratch of Receive. recvmmsg is called directly
@@ -150,12 +152,8 @@ func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 func (c *Conn) classify(d []byte) (hdr, n int, ok bool) {
 	if c.kind == RawESP && !c.v6 {
 		// IPv4 raw sockets deliver the IP header; IPv6 ones do not.
-		if len(d) < 20 {
-			c.stats.short.Add(1)
-			return 0, 0, false
-		}
-		hdr = int(d[0]&0x0f) * 4
-		if hdr < 20 || hdr > len(d) {
+		var ok bool
+		if hdr, ok = inetsum.IPv4HeaderLen(d); !ok {
 			c.stats.short.Add(1)
 			return 0, 0, false
 		}
