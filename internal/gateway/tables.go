@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/espgw/espgw/esp"
@@ -294,7 +295,9 @@ func (g *Gateway) swap(next *state) {
 }
 
 // retire closes the engine sessions of SAs taken out of force, once every
-// batch that may have looked them up has left the engine.
+// batch that may have looked them up has left the engine. Until then they
+// are listed as retiring; after, their counts join the retired totals, so
+// that what an SA carried is never lost from the gateway's counters.
 func (g *Gateway) retire(gone []*esp.SA) {
 	if len(gone) == 0 {
 		return
@@ -303,13 +306,55 @@ func (g *Gateway) retire(gone []*esp.SA) {
 	if after == 0 {
 		after = DefaultRetireAfter
 	}
+	g.retired.mu.Lock()
+	for _, s := range gone {
+		g.retired.live[s] = direction(g.isLocal(s.Config.Src), g.isLocal(s.Config.Dst))
+	}
+	g.retired.mu.Unlock()
 	time.AfterFunc(after, func() {
 		for _, s := range gone {
 			if err := s.Close(); err != nil {
 				g.log.Warn("close a retired SA's session", "spi", fmt.Sprintf("%#x", s.SPI()), "err", err)
 			}
 		}
+		g.retired.mu.Lock()
+		defer g.retired.mu.Unlock()
+		for _, s := range gone {
+			dir := g.retired.live[s]
+			delete(g.retired.live, s)
+			t := g.retired.totals[dir]
+			if t == nil {
+				t = &esp.Snapshot{Drops: map[string]uint64{}}
+				g.retired.totals[dir] = t
+			}
+			n := s.Snapshot()
+			t.SealedPackets += n.SealedPackets
+			t.SealedBytes += n.SealedBytes
+			t.OpenedPackets += n.OpenedPackets
+			t.OpenedBytes += n.OpenedBytes
+			for k, v := range n.Drops {
+				t.Drops[k] += v
+			}
+		}
 	})
+}
+
+// retiredSAs are the SAs taken out of force: those whose sessions are still
+// open for packets in flight, and the sums of those closed, by direction.
+type retiredSAs struct {
+	mu     sync.Mutex
+	live   map[*esp.SA]string
+	totals map[string]*esp.Snapshot
+}
+
+func direction(out, in bool) string {
+	switch {
+	case out && in:
+		return "both"
+	case out:
+		return "out"
+	}
+	return "in"
 }
 
 // SAID names an SA: its SPI and, when several SAs share the SPI, its

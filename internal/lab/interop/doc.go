@@ -40,8 +40,8 @@
 // SAs, Ping/PingSizes ping from the guest, Counters reads the kernel's
 // per-SA and global XFRM counters, Close tears it all down.
 //
-// StartScapyPeer is the hook for `peer: scapy`: scapy_responder.py (run
-// with /usr/bin/python3, embedded in this package) listens on an interface
+// StartScapyPeer is the hook for `peer: scapy`: the scapy ESP peer
+// (internal/lab/scapy) in respond mode listens on an interface
 // in the runner's namespace, opens ESP for its SAs (ICV, anti-replay
 // window, ESN high bits) and answers ICMP echo requests for its addresses
 // with ESP echo replies; ScapyPeer.Counters says what it received, opened,
