@@ -311,6 +311,7 @@ func TestReloadRefusedWhole(t *testing.T) {
 func TestReloadOpensAConnection(t *testing.T) {
 	raw1, raw2 := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 256)
 	udp1, udp2 := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 4500), netip.AddrPortFrom(gw2Addr, 4500), 256)
+	udp1.As, udp2.As = sa.EncapUDP, sa.EncapUDP
 	dev1, dev2 := memnet.NewDevice(256, 64), memnet.NewDevice(256, 64)
 	var haveUDP atomic.Bool
 	mk := func(dev *memnet.Device, raw, udp *memnet.Conn, local netip.Addr) *gateway.Gateway {
@@ -348,7 +349,7 @@ func TestReloadOpensAConnection(t *testing.T) {
 
 	udpSAs := clone(sas)
 	for _, s := range udpSAs {
-		s.Encap = sa.EncapUDP
+		s.Encap, s.SrcPort, s.DstPort = sa.EncapUDP, 4500, 4500
 	}
 	err := g1.Load(clone(udpSAs), nil)
 	if err == nil || !strings.Contains(err.Error(), "no outer socket") {

@@ -105,7 +105,7 @@ func (g *Gateway) Stats() Stats {
 		if st.out[s.SPI()] == s {
 			dir = "out"
 		}
-		if st.in[s.SPI()] == s {
+		if slices.Contains(st.in[s.SPI()], s) {
 			dir += "in"
 		}
 		if dir == "outin" {
