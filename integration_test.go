@@ -315,6 +315,9 @@ func TestGatewayReloadChangesEncap(t *testing.T) {
 			t.Errorf("gw%d sockets after the reload: %+v, want the UDP one only", i+1, st.Sockets)
 		}
 		for _, s := range st.SAs {
+			if s.Retired {
+				continue // the raw-ESP SAs the reload replaced
+			}
 			if s.OpenedPackets+s.SealedPackets < 3 {
 				t.Errorf("gw%d SA %s carried %d packets, want the pings", i+1, s.SPI, s.OpenedPackets+s.SealedPackets)
 			}
