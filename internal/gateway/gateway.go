@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -94,6 +95,8 @@ type Gateway struct {
 	// icmpConns are raw ICMP sockets whose path MTU reports HandleICMP
 	// applies (opened by Start; owned by Run once it starts).
 	icmpConns []icmpConn
+	icmpAddr  net.IPAddr // the outbound reader's scratch for sendICMP
+	icmpDst   [16]byte
 	icmp      [][]byte // scratch for ICMP errors, used by the outbound reader only
 }
 

@@ -79,6 +79,9 @@ type Topology struct {
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
 	// (default 1500): 1600 lets 1500-byte inner packets through.
 	WANMTU int `yaml:"wan-mtu" json:"wan_mtu,omitempty"`
+	// TUNMTU, when set, is the gateways' TUN MTU instead of the one that
+	// fits the outer MTU, so larger inner packets reach the gateways.
+	TUNMTU int `yaml:"tun-mtu" json:"tun_mtu,omitempty"`
 	// Offloads turns the TUN devices' vnet-hdr offloads (GSO/GRO) on.
 	// Default: on, except in scenarios that replay a capture, whose TCP
 	// segments GRO would merge on the way (as LRO on a NIC does) and so
@@ -95,6 +98,12 @@ type SASpec struct {
 	ReplayWindow int       `yaml:"replay-window" json:"replay_window"`
 	InitialSeq   uint64    `yaml:"initial-seq" json:"initial_seq"`
 	Lifetimes    Lifetimes `yaml:"lifetimes" json:"lifetimes"`
+	// Outer-header options of both SAs, as in the SA file (sa/header.go):
+	// dscp copy | 0..63, decap-dscp keep | copy, df copy | set | clear, ttl.
+	DSCP      string `yaml:"dscp" json:"dscp,omitempty"`
+	DecapDSCP string `yaml:"decap-dscp" json:"decap_dscp,omitempty"`
+	DF        string `yaml:"df" json:"df,omitempty"`
+	TTL       int    `yaml:"ttl" json:"ttl,omitempty"`
 	// Keys is "random" (default) or two entries, gw1→gw2 then gw2→gw1.
 	Keys Keys `yaml:"keys" json:"-"`
 
@@ -195,6 +204,17 @@ type PingStep struct {
 	Interval time.Duration `yaml:"interval" json:"interval"` // default 10ms
 	// DF forbids fragmentation (IPv4 -M do); default true.
 	DF *bool `yaml:"df" json:"df,omitempty"`
+	// Marks sets the requests' TOS / traffic class and TTL (ping -Q, -t).
+	Marks `yaml:",inline"`
+}
+
+// Marks are the IP header fields a step's sender writes (header.go). TOS
+// and TrafficClass are the same byte — DSCP in the top six bits, ECN in
+// the low two — by its IPv4 and IPv6 names; set one.
+type Marks struct {
+	TOS          *int `yaml:"tos" json:"tos,omitempty"`
+	TrafficClass *int `yaml:"traffic-class" json:"traffic_class,omitempty"`
+	TTL          int  `yaml:"ttl" json:"ttl,omitempty"` // TTL / hop limit (0: the host's default)
 }
 
 // UDPStep is a generated UDP flow: Packets datagrams at Rate per second,
@@ -205,6 +225,11 @@ type UDPStep struct {
 	Rate    float64 `yaml:"rate" json:"rate"`       // packets per second (default 1000; 0 in the file means default)
 	Size    int     `yaml:"size" json:"size"`       // IP packet bytes (default 200)
 	Port    int     `yaml:"port" json:"port"`       // default 9000
+	// DF, when set, forbids (true) or allows (false) fragmentation of the
+	// datagrams (IP_MTU_DISCOVER do / dont; IPv6: IPV6_DONTFRAG); default:
+	// the host's (DF set, fragments by the sender only).
+	DF    *bool `yaml:"df" json:"df,omitempty"`
+	Marks `yaml:",inline"`
 }
 
 // PcapStep replays a capture: addresses rewritten onto hostA/hostB,
@@ -594,6 +619,13 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	if s.SA.Encap == "udp" {
 		s.SA.encap = sa.EncapUDP
 	}
+	var probe sa.SA
+	if err := s.SA.header(&probe); err != nil {
+		return perr(at("sa"), "sa", err)
+	}
+	if m := s.Topology.TUNMTU; m != 0 && (m < 1280 || m > 9000) {
+		return perr(at("topology", "tun-mtu"), "topology.tun-mtu", fmt.Errorf("%d: want 1280..9000", m))
+	}
 	if m := s.Topology.WANMTU; m != 0 && (m < 1280 || m > 9000) {
 		return perr(at("topology", "wan-mtu"), "topology.wan-mtu", fmt.Errorf("%d: want 1280..9000", m))
 	}
@@ -706,6 +738,9 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			if st.Ping.Count < 1 || st.Ping.Count > 10000 {
 				return perr(line, field+".ping.count", fmt.Errorf("%d: want 1..10000", st.Ping.Count))
 			}
+			if err := st.Ping.Marks.check(); err != nil {
+				return perr(line, field+".ping", err)
+			}
 			// ping(8) refuses intervals below 2 ms for all but root, and
 			// a negative one would be taken as its default.
 			if st.Ping.Interval < time.Millisecond || st.Ping.Interval > 10*time.Second {
@@ -724,6 +759,9 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			}
 			if st.UDP.Port < 1 || st.UDP.Port > 65535 {
 				return perr(line, field+".udp.port", fmt.Errorf("%d: want 1..65535", st.UDP.Port))
+			}
+			if err := st.UDP.Marks.check(); err != nil {
+				return perr(line, field+".udp", err)
 			}
 		case st.Pcap != nil:
 			if st.Pcap.File == "" {
@@ -1005,4 +1043,29 @@ func Files(paths []string) ([]string, error) {
 		return nil, fmt.Errorf("no scenario files in %s", strings.Join(paths, ", "))
 	}
 	return out, nil
+}
+
+// check validates the marks.
+func (m *Marks) check() error {
+	if m.TOS != nil && m.TrafficClass != nil {
+		return errors.New("tos and traffic-class are the same byte: set one")
+	}
+	if v := m.byteValue(); v < -1 || v > 255 {
+		return fmt.Errorf("tos / traffic-class %d: want 0..255 (DSCP << 2 | ECN)", v)
+	}
+	if m.TTL < 0 || m.TTL > 255 {
+		return fmt.Errorf("ttl %d: want 1..255 (0: the host's default)", m.TTL)
+	}
+	return nil
+}
+
+// byteValue is the TOS / traffic class asked for, or -1.
+func (m *Marks) byteValue() int {
+	switch {
+	case m.TOS != nil:
+		return *m.TOS
+	case m.TrafficClass != nil:
+		return *m.TrafficClass
+	}
+	return -1
 }

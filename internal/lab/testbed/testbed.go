@@ -53,6 +53,10 @@ type Options struct {
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
 	// (0: 1500).
 	WANMTU int
+	// TUNMTU, when set, is the gateways' TUN MTU instead of the one that
+	// fits the outer MTU: larger inner packets then reach the gateways,
+	// which answer them with ICMP or fragment the outer packets.
+	TUNMTU int
 	// Prepare, if set, runs on the topology before the gateways start.
 	Prepare func(*netns.Topology) error
 	// Customize, if set, may change the SA file (keys, policies, lifetimes)
@@ -253,6 +257,9 @@ state-dir: gw%d-state
 `, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1)
 	if b.opts.WANMTU > 0 {
 		cfg += fmt.Sprintf("outer-mtu: %d\n", b.opts.WANMTU)
+	}
+	if b.opts.TUNMTU > 0 {
+		cfg = strings.Replace(cfg, "  name: esp0\n", fmt.Sprintf("  name: esp0\n  mtu: %d\n", b.opts.TUNMTU), 1)
 	}
 	if b.opts.Workers > 0 {
 		cfg += fmt.Sprintf("workers: %d\n", b.opts.Workers)
