@@ -89,6 +89,8 @@ type Gateway struct {
 	conns  map[Conn]*connRun
 	run    *runner
 
+	retired retiredSAs
+
 	counters Counters
 	pmtu     PMTUCounters
 	// icmpConns are raw ICMP sockets whose path MTU reports HandleICMP
@@ -145,7 +147,8 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 		opts.PMTUExpiry = DefaultPMTUExpiry
 	}
 	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine,
-		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState()}
+		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState(),
+		retired: retiredSAs{live: map[*esp.SA]string{}, totals: map[string]*esp.Snapshot{}}}
 	g.innerMTU.Store(int64(opts.InnerMTU))
 	for _, c := range conns {
 		g.conns[c] = &connRun{}

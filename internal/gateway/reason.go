@@ -14,7 +14,9 @@ const (
 	NoSA                        // the SPD names an SA the gateway does not have
 	NotIP                       // a TUN packet that is not IPv4 or IPv6
 	TooBig                      // an inner packet larger than the tunnel MTU (ICMP sent back)
-	UnknownSPI                  // an ESP packet whose SPI has no inbound SA
+	UnknownSPI                  // an ESP packet whose SPI has no inbound SA for its destination
+	WrongEncap                  // an ESP packet whose SA is of the other encapsulation (raw ESP against UDP)
+	WrongSource                 // an ESP packet whose SA expects another outer source address or port
 	Runt                        // an outer packet too short to carry an SPI
 	TunWrite                    // the TUN device refused a write
 	TunRead                     // a TUN read failed after the batch's first: what it held is lost
@@ -32,6 +34,8 @@ var reasonNames = [NumReasons]string{
 	NotIP:         "not-ip",
 	TooBig:        "too-big",
 	UnknownSPI:    "unknown-spi",
+	WrongEncap:    "wrong-encap",
+	WrongSource:   "wrong-source",
 	Runt:          "runt",
 	TunWrite:      "tun-write",
 	TunRead:       "tun-read",

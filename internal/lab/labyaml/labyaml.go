@@ -34,7 +34,9 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, ":%d", e.Line)
 	}
 	if e.Field != "" {
-		b.WriteString(": " + e.Field)
+		// A field path may hold what the user wrote (an unknown field, a
+		// matrix path, a metric): shown only if it reads as one.
+		b.WriteString(": " + secret.Unquoted(secret.Name(e.Field)))
 	}
 	b.WriteString(": " + e.Err.Error())
 	return b.String()
