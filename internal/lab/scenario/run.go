@@ -88,8 +88,8 @@ type Result struct {
 	// /proc/net/xfrm_stat and interface counters moved by (linux-xfrm).
 	KernelXfrm    map[string]uint64 `json:"kernel_xfrm_stat,omitempty"`
 	KernelDevices map[string]uint64 `json:"kernel_devices,omitempty"`
-	WAN      wanrelay.Counters            `json:"wan"`
-	Captures string                       `json:"captures,omitempty"`
+	WAN           wanrelay.Counters `json:"wan"`
+	Captures      string            `json:"captures,omitempty"`
 }
 
 // RunFile loads a scenario file and runs every scenario in it (one per
