@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 
+	"github.com/espgw/espgw/internal/inetsum"
 	"github.com/espgw/espgw/offload"
 )
 
@@ -18,6 +19,22 @@ type Packet struct {
 	// HdrLen is, for Open in transport mode, the length of the IP header
 	// found just before Off (raw IPv4 sockets deliver it; see WriteIPHeader).
 	HdrLen int
+
+	// Peer is the far end on the outer side: the source of a received ESP
+	// packet, the destination of one to send (the UDP port, or 0 for raw
+	// ESP).
+	Peer netip.AddrPort
+	// Local is, on receive, the outer destination address the packet was
+	// sent to: with SPI, encapsulation and Peer, what finds its SA (sa.SAD).
+	Local netip.Addr
+	// The outer IP header, as the transport reads or writes it: on receive
+	// the TOS (IPv4) or traffic class (IPv6) the packet arrived with; on
+	// send the TOS, the TTL or hop limit (0: the socket's default) and, for
+	// IPv4, whether DF is clear (Fragment) and at what MTU to cut fragments
+	// (FragMTU, when > 0).
+	TOS, TTL uint8
+	Fragment bool
+	FragMTU  int
 
 	SA  *SA
 	Seq uint64 // full sequence number, known after Prepare
@@ -41,44 +58,8 @@ func (p *Packet) Reset(buf []byte, off, n int) {
 // that must stay in front of ESP (hop-by-hop, routing, fragment; RFC 4303
 // §3.1.1). It returns the offset of the next-header byte to rewrite.
 func ipHeaderLen(pkt []byte) (hdrLen int, proto uint8, protoAt int, ok bool) {
-	if len(pkt) < 1 {
-		return 0, 0, 0, false
-	}
-	switch pkt[0] >> 4 {
-	case 4:
-		if len(pkt) < 20 {
-			return 0, 0, 0, false
-		}
-		ihl := int(pkt[0]&0x0f) * 4
-		if ihl < 20 || len(pkt) < ihl {
-			return 0, 0, 0, false
-		}
-		return ihl, pkt[9], 9, true
-	case 6:
-		if len(pkt) < 40 {
-			return 0, 0, 0, false
-		}
-		at, off := 6, 40
-		nh := pkt[6]
-		for nh == 0 || nh == 43 || nh == 44 {
-			if len(pkt) < off+8 {
-				return 0, 0, 0, false
-			}
-			at = off
-			next := pkt[off]
-			if nh == 44 {
-				off += 8
-			} else {
-				off += (int(pkt[off+1]) + 1) * 8
-			}
-			if len(pkt) < off {
-				return 0, 0, 0, false
-			}
-			nh = next
-		}
-		return off, nh, at, true
-	}
-	return 0, 0, 0, false
+	hdrLen, proto, protoAt, _, ok = inetsum.Header(pkt)
+	return hdrLen, proto, protoAt, ok
 }
 
 // fixIPLength rewrites the length fields (and IPv4 checksum) of the IP
@@ -86,27 +67,11 @@ func ipHeaderLen(pkt []byte) (hdrLen int, proto uint8, protoAt int, ok bool) {
 func fixIPLength(hdr []byte, total int) {
 	if hdr[0]>>4 == 4 {
 		binary.BigEndian.PutUint16(hdr[2:4], uint16(total))
-		ihl := int(hdr[0]&0x0f) * 4
-		hdr[10], hdr[11] = 0, 0
-		binary.BigEndian.PutUint16(hdr[10:12], ^checksum(hdr[:ihl], 0))
+		ihl, _ := inetsum.IPv4HeaderLen(hdr) // the caller's own header
+		inetsum.IPv4Header(hdr[:ihl])
 		return
 	}
 	binary.BigEndian.PutUint16(hdr[4:6], uint16(total-40))
-}
-
-// checksum is the Internet checksum's folded one's-complement sum.
-func checksum(b []byte, sum uint32) uint16 {
-	for len(b) >= 2 {
-		sum += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	for sum > 0xffff {
-		sum = (sum >> 16) + (sum & 0xffff)
-	}
-	return uint16(sum)
 }
 
 // WriteIPHeader writes a minimal IP header for src→dst carrying proto in

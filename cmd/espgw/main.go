@@ -51,6 +51,7 @@ func newRoot() *cobra.Command {
 		newScenario(),
 		newBench(),
 		newSA(),
+		newPolicy(),
 	)
 	return root
 }

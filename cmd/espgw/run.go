@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/espgw/espgw/internal/control"
 	"github.com/espgw/espgw/internal/gateway"
 )
 
@@ -25,7 +26,9 @@ func newRun() *cobra.Command {
 		Short: "Run one gateway from a configuration file",
 		Long: `Run one espgw gateway: a TUN device, outer sockets and an offload engine,
 with the SAs and policies of FILE. SIGINT or SIGTERM stop it and print the
-final counters; SIGHUP reloads the SAs without dropping the tunnel.`,
+final counters; SIGHUP reloads the SAs without dropping the tunnel. With
+control: PATH in FILE, espgw sa and espgw policy change the SAs and
+policies of the running gateway through that socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -68,6 +71,20 @@ func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config) er
 		if ap, err := netip.ParseAddrPort(ln.Addr().String()); err == nil && !ap.Addr().IsLoopback() {
 			log.Warn("served without authentication on a non-loopback address: anyone who can reach it can read it", "setting", l.setting, "addr", ln.Addr().String())
 		}
+	}
+
+	if path := cfg.ControlPath(); path != "" {
+		srv, err := control.Listen(path, rt, log)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cfg.File, err)
+		}
+		defer srv.Close()
+		go func() {
+			if err := srv.Serve(ctx); err != nil {
+				log.Error("control socket", "err", err)
+			}
+		}()
+		log.Info("control socket", "path", path)
 	}
 
 	hup := make(chan os.Signal, 1)

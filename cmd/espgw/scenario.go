@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -41,11 +43,22 @@ Needs root. Removes everything it made, also on Ctrl-C.`,
 			if len(args) == 0 && !bundled {
 				return errors.New("name scenario files or directories, or give --bundled")
 			}
-			// Parse everything first: a malformed file stops the run before
+			// Parse everything first, and check where the reports go: a
+			// malformed file or an unwritable --junit stops the run before
 			// any test bed is built.
 			all, _, err := loadScenarios(args, bundled)
 			if err != nil {
 				return err
+			}
+			if junit != "" {
+				if err := checkWritable(junit); err != nil {
+					return fmt.Errorf("--junit: %w", err)
+				}
+			}
+			if o.Captures != "" {
+				if err := os.MkdirAll(o.Captures, 0o755); err != nil {
+					return fmt.Errorf("--captures: %w", err)
+				}
 			}
 			o.Progress = cmd.ErrOrStderr()
 			if peer != "" {
@@ -201,4 +214,21 @@ func newScenarioList() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&bundled, "bundled", false, "list the scenarios built into espgw (the default with no arguments)")
 	return cmd
+}
+
+// checkWritable makes sure a report can be written to path at the end of
+// a run: its directory exists and takes a new file, and path is not a
+// directory. Nothing is left behind.
+func checkWritable(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory", path)
+	}
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".espgw-report-*")
+	if err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
 }

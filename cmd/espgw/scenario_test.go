@@ -131,6 +131,7 @@ expect:
 	}
 }
 
+<<<<<<< HEAD
 // TestScenarioBundledKernelPeer runs the kernel-peer section of the bundled
 // scenarios — every bundled file that also runs with peer: linux-xfrm (the
 // DPDK matrix, NAT-T, ESN across 2^32, replay attack, tamper, loss and
@@ -180,4 +181,17 @@ func TestScenarioBundledKernelPeer(t *testing.T) {
 	if left, _ := netns.List("sck"); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
 	}
+=======
+// An unwritable --junit report stops the run before any test bed is built,
+// not after the whole run.
+func TestScenarioJUnitCheckedFirst(t *testing.T) {
+	bin := buildEspgw(t)
+	dir := t.TempDir()
+	for _, junit := range []string{filepath.Join(dir, "missing", "x.xml"), dir} {
+		_, errOut, code := run(bin, "scenario", "run", "--junit", junit, "../../scenarios/tamper.yaml")
+		if code == 0 || !strings.Contains(errOut, "--junit") || strings.Contains(errOut, "[1/") {
+			t.Errorf("--junit %s: exit %d, stderr %q: want a refusal before the first scenario", junit, code, errOut)
+		}
+	}
+>>>>>>> main
 }

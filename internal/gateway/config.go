@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -42,6 +43,9 @@ type Config struct {
 	Pprof string
 	// StateDir keeps outbound sequence reservations across restarts.
 	StateDir string
+	// Control is the path of the control socket (espgw sa|policy …);
+	// empty: none.
+	Control string
 	// PMTUExpiry is how long a path MTU learned from ICMP holds (0: the
 	// default, DefaultPMTUExpiry).
 	PMTUExpiry time.Duration
@@ -78,7 +82,7 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // configSettings are the top-level settings of a gateway configuration.
-var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly"}
+var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control"}
 
 // ParseConfig reads a gateway configuration; relative SA file names are
 // taken from the config file's directory. A setting given twice, a
@@ -117,7 +121,12 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		case "outer-mtu":
 			c.OuterMTU = p.int(v, "outer-mtu", 576, 65535)
 		case "engine":
-			c.Engine, _ = p.scalar(v, "engine")
+			if name, ok := p.scalar(v, "engine"); ok {
+				c.Engine = name
+				if err := engines.Check(name); err != nil {
+					p.failf(v, "engine", "%s: %v", secret.Word(name, engines.Names()...), err)
+				}
+			}
 		case "workers":
 			c.Workers = p.int(v, "workers", 1, 256)
 		case "batch":
@@ -144,6 +153,10 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			}
 		case "reassembly":
 			p.reassembly(v, &c.Reassembly)
+		case "control":
+			if c.Control, _ = p.scalar(v, "control"); c.Control == "" {
+				p.failf(v, "control", "want the path of the control socket")
+			}
 		case "sa-file":
 			c.SAFile, _ = p.scalar(v, "sa-file")
 		case "setkey-file":
@@ -174,11 +187,11 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	return c, nil
 }
 
-// checkMTU refuses what the outer MTU can never carry: a TUN MTU above
-// what an outbound SA fits into outer-mtu (its larger packets would leave
-// sealed and too big, with no ICMP "fragmentation needed" to the sender: a
-// path-MTU black hole), and a tfc-pad that pads every packet beyond it
-// (every packet a send error).
+// checkMTU refuses what the outer MTU can never carry: a tfc-pad that pads
+// every packet beyond it (every packet a send error). A TUN MTU above what
+// an SA fits into outer-mtu is allowed: the larger inner packets get ICMP
+// "fragmentation needed" / "packet too big" with the MTU that fits, or,
+// IPv4 without DF, leave as outer fragments (header.go).
 func (c *Config) checkMTU() error {
 	var errs []error
 	for _, s := range c.SAs {
@@ -189,9 +202,6 @@ func (c *Config) checkMTU() error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: outer-mtu %d: SA %#x: %w", c.File, c.OuterMTU, s.SPI, err))
 			continue
-		}
-		if c.TUN.MTU > inner {
-			errs = append(errs, fmt.Errorf("%s: tun.mtu %d: SA %#x carries at most %d-byte inner packets in outer-mtu %d: larger ones would be dropped with no ICMP to their sender (a path-MTU black hole); lower it or write mtu: auto", c.File, c.TUN.MTU, s.SPI, inner, c.OuterMTU))
 		}
 		if s.Mode == sa.Tunnel && s.TFCPad > inner {
 			errs = append(errs, fmt.Errorf("%s: SA %#x: tfc-pad %d pads every packet beyond the %d bytes outer-mtu %d carries (every packet would fail to send); at most %d", c.File, s.SPI, s.TFCPad, inner, c.OuterMTU, inner))
@@ -229,6 +239,14 @@ func (c *Config) loadSAs(saNode, spdNode *yaml.Node) error {
 // Reload reads the SAs again from the same place: the config file itself
 // for inline SAs.
 func (c *Config) Reload() (*Config, error) { return LoadConfig(c.File) }
+
+// ControlPath is where the control socket is, empty when there is none.
+func (c *Config) ControlPath() string {
+	if c.Control == "" {
+		return ""
+	}
+	return c.rel(c.Control)
+}
 
 func (c *Config) rel(name string) string {
 	if filepath.IsAbs(name) {
@@ -463,6 +481,7 @@ func (c *Config) restartOnly(next *Config) error {
 	check("state-dir", c.StateDir == next.StateDir)
 	check("pmtu-expires", c.PMTUExpiry == next.PMTUExpiry)
 	check("reassembly", c.Reassembly == next.Reassembly)
+	check("control", c.Control == next.Control)
 	if len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))
 	}

@@ -36,10 +36,10 @@ sa:
 		{"metrics mapping", local + "metrics: {a: 1}\n" + goodSA, "gw.yaml:2: metrics: want a single value, got a mapping"},
 		{"metrics garbage", local + "metrics: everywhere\n" + goodSA, "metrics: (a 10-character value, not shown): want ADDRESS:PORT"},
 		{"engine list", local + "engine: [cpu]\n" + goodSA, "engine: want a single value, got a list"},
+		{"unknown engine", local + "engine: turbo\n" + goodSA, "engine: (a 5-character value, not shown): unknown offload engine"},
+		{"unknown emul profile", local + "engine: emul:nosuchcard\n" + goodSA, "unknown offload engine"},
 		{"two documents", local + goodSA + "---\nlocal: 198.51.100.2\n", "more than one YAML document"},
-		{"tun mtu above what the outer MTU carries", local + "tun: {mtu: 1500}\n" + cbcSA(""), "tun.mtu 1500: SA 0x1001 carries at most 1438-byte inner packets in outer-mtu 1500"},
 		{"tfc-pad above what the outer MTU carries", local + cbcSA("\n    tfc-pad: 1480"), "tfc-pad 1480 pads every packet beyond the 1438 bytes outer-mtu 1500 carries"},
-		{"outer mtu too small for the SA", local + "outer-mtu: 576\ntun: {mtu: 600}\n" + cbcSA(""), "tun.mtu 600: SA 0x1001 carries at most"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := gateway.ParseConfig("gw.yaml", []byte(tc.yaml))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/offload/cpu"
 
 	"github.com/espgw/espgw/sa"
@@ -225,6 +226,6 @@ func (nopDevice) Close() error                           { return nil }
 
 type nopConn struct{}
 
-func (nopConn) Receive([]Message) (int, error) { return 0, io.EOF }
-func (nopConn) Send(m []Message) (int, error)  { return len(m), nil }
-func (nopConn) Close() error                   { return nil }
+func (nopConn) Receive([]*esp.Packet) (int, error) { return 0, io.EOF }
+func (nopConn) Send(p []*esp.Packet) (int, error)  { return len(p), nil }
+func (nopConn) Close() error                       { return nil }

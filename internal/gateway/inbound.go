@@ -6,8 +6,14 @@ import (
 	"fmt"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/transport"
 	"github.com/espgw/espgw/sa"
 )
+
+// rxOffset is where received ESP lands in a buffer: room in front for the
+// IPv6 header an opened transport-mode packet needs (raw IPv6 sockets do
+// not deliver it).
+const rxOffset = 64
 
 // inbound moves ESP packets received on c into the TUN device.
 func (g *Gateway) inbound(ctx context.Context, c Conn) error {
@@ -19,31 +25,28 @@ func (g *Gateway) inbound(ctx context.Context, c Conn) error {
 // readESP receives a batch of ESP packets and checks each against its SA
 // before any crypto.
 func (g *Gateway) readESP(b *batch, c Conn) error {
-	for i := range b.msgs {
-		b.msgs[i] = Message{Buf: b.bufs[i]}
+	for _, p := range b.ptrs {
+		p.Reset(p.Buf, rxOffset, 0)
 	}
-	n, err := c.Receive(b.msgs)
+	n, err := c.Receive(b.ptrs)
 	if err != nil {
 		return fmt.Errorf("receive ESP: %w", err)
 	}
 	b.n = n
 	g.counters.WireIn.Add(uint64(n))
+	encap := encapOf(c)
 	st := g.view()
 	defer g.release()
-	for i := range n {
-		m := &b.msgs[i]
-		p := &b.pkts[i]
-		p.Reset(m.Buf, m.Off, m.Len)
-		p.HdrLen = m.HdrLen
+	for i, p := range b.ptrs[:n] {
 		spi, ok := esp.SPIOf(p.Data())
 		if !ok {
 			g.drop(Runt)
 			b.skip[i] = true
 			continue
 		}
-		s := st.in[spi]
+		s, miss := st.receiver(spi, sa.Arrival{Dst: p.Local, Src: p.Peer.Addr(), Encap: encap, SrcPort: p.Peer.Port()})
 		if s == nil {
-			g.drop(UnknownSPI)
+			g.drop(missReason(miss))
 			b.skip[i] = true
 			continue
 		}
@@ -61,18 +64,42 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 	return nil
 }
 
+// missReason is what an inbound packet with no SA is counted as.
+func missReason(m sa.Miss) Reason {
+	switch m {
+	case sa.WrongEncap:
+		return WrongEncap
+	case sa.WrongSource:
+		return WrongSource
+	}
+	return UnknownSPI
+}
+
+// encapOf is how packets received on c came: raw ESP unless c says UDP
+// (transport.Conn by its Kind, memnet.Conn by its Encap).
+func encapOf(c Conn) sa.Encap {
+	switch c := c.(type) {
+	case interface{ Kind() transport.Kind }:
+		if c.Kind() == transport.UDPEncap {
+			return sa.EncapUDP
+		}
+	case interface{ Encap() sa.Encap }:
+		return c.Encap()
+	}
+	return sa.EncapNone
+}
+
 // writeTUN finishes an opened batch and writes the inner packets, in order.
 func (g *Gateway) writeTUN(b *batch) {
 	st := g.view()
-	for i := range b.n {
+	for i, p := range b.ptrs[:b.n] {
 		if b.skip[i] {
 			continue
 		}
-		p := &b.pkts[i]
 		if p.SA.FinishOpen(p) != esp.OK {
 			continue
 		}
-		if h := st.hdr[p.SA]; h != nil && !h.decapsulate(p.Data(), b.msgs[i].TOS) {
+		if h := st.hdr[p.SA]; h != nil && !h.decapsulate(p.Data(), p.TOS) {
 			g.drop(ECNDrop)
 			continue
 		}

@@ -1,6 +1,6 @@
 package gateway
 
-import "net/netip"
+import "github.com/espgw/espgw/esp"
 
 // Device is the inner side: a TUN device read and written in batches with
 // every packet at a fixed offset in its buffer (wireguard-go's tun.Device
@@ -16,27 +16,19 @@ type Device interface {
 // would return at once (tun.Device).
 type pendingDevice interface{ Pending() bool }
 
-// Message is one outer packet. On Receive, Buf[Off:Off+Len] is the ESP
-// packet from the SPI on and HdrLen the length of the outer IP header the
-// socket delivered just before it (0 when it delivered none). On Send,
-// Buf[Off:Off+Len] is the ESP packet to send to Peer.
-type Message struct {
-	Buf      []byte
-	Off, Len int
-	HdrLen   int
-	Peer     netip.AddrPort
-	// The outer header (header.go): on Receive the TOS or traffic class it
-	// arrived with; on Send the TOS, TTL (0: the socket's default) and, for
-	// IPv4, whether DF is clear and at what MTU to fragment.
-	TOS, TTL uint8
-	Fragment bool
-	FragMTU  int
-}
-
 // Conn is the outer side: one socket carrying ESP (raw IP protocol 50, or
-// UDP per RFC 3948) in batches.
+// UDP per RFC 3948) in batches of the data path's one packet struct
+// (transport.Conn, memnet.Conn).
+//
+// Receive reads into each packet's Buf from its Off on and returns n ≥ 1
+// packets first in pkts (it may reorder the pointers), each with Data the
+// ESP packet from the SPI on, HdrLen the length of the outer IP header the
+// socket delivered just before it (0 when it delivered none), Peer the
+// source and TOS the outer TOS or traffic class. Send sends each packet's
+// Data to its Peer with its outer header fields (TOS, TTL, Fragment,
+// FragMTU), in order, and returns how many went out.
 type Conn interface {
-	Receive(msgs []Message) (int, error)
-	Send(msgs []Message) (int, error)
+	Receive(pkts []*esp.Packet) (int, error)
+	Send(pkts []*esp.Packet) (int, error)
 	Close() error
 }

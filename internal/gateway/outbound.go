@@ -56,7 +56,7 @@ func (g *Gateway) readTUN(b *batch) error {
 	st := g.view()
 	defer g.release()
 	for i := range n {
-		p := &b.pkts[i]
+		p := b.ptrs[i]
 		p.Reset(b.bufs[i], esp.Headroom, b.sizes[i])
 		s, r, ok := g.route(st, p.Data())
 		if !ok {
@@ -125,24 +125,23 @@ func (g *Gateway) route(st *state, pkt []byte) (*esp.SA, Reason, bool) {
 
 // sendESP finishes a sealed batch and sends it, in order.
 func (g *Gateway) sendESP(b *batch) {
-	msgs := b.msgs[:0]
+	q := b.sendq[:0]
 	var conn Conn
 	flush := func() {
-		if len(msgs) == 0 {
+		if len(q) == 0 {
 			return
 		}
-		sent, _ := conn.Send(msgs)
+		sent, _ := conn.Send(q)
 		g.counters.WireOut.Add(uint64(sent))
-		if lost := len(msgs) - sent; lost > 0 {
+		if lost := len(q) - sent; lost > 0 {
 			g.counters.Drops[SendError].Add(uint64(lost))
 		}
-		msgs = msgs[len(msgs):]
+		q = q[len(q):]
 	}
-	for i := range b.n {
+	for i, p := range b.ptrs[:b.n] {
 		if b.skip[i] {
 			continue
 		}
-		p := &b.pkts[i]
 		if p.SA.FinishSeal(p) != esp.OK {
 			continue
 		}
@@ -162,9 +161,14 @@ func (g *Gateway) sendESP(b *batch) {
 		if cfg.Encap == sa.EncapUDP && port == 0 {
 			port = sa.DefaultNATTPort
 		}
+		// The socket sends ESP alone (the kernel or the transport writes
+		// the outer IP header, also in transport mode): the packet becomes
+		// its ESP part, with its outer header's fields.
 		o := &b.outer[i]
-		msgs = append(msgs, Message{Buf: p.Buf, Off: p.Off + p.Len - espLen, Len: espLen, Peer: netip.AddrPortFrom(cfg.Dst, port),
-			TOS: o.tos, TTL: o.ttl, Fragment: o.fragment, FragMTU: o.fragMTU})
+		p.Off, p.Len = p.Off+p.Len-espLen, espLen
+		p.Peer = netip.AddrPortFrom(cfg.Dst, port)
+		p.TOS, p.TTL, p.Fragment, p.FragMTU = o.tos, o.ttl, o.fragment, o.fragMTU
+		q = append(q, p)
 	}
 	flush()
 }

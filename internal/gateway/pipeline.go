@@ -25,12 +25,16 @@ const tunOffset = 16
 
 // batch is the unit of work of the pipelines: packets read together, framed
 // together, sent to the engine as one offload.Batch, and written out
-// together, in order. Batches are recycled; nothing in them is allocated per
-// packet.
+// together, in order. One esp.Packet carries each packet from the read to
+// the write, its engine op included. Batches are recycled; nothing in them
+// is allocated per packet.
 type batch struct {
-	bufs  [][]byte
+	bufs  [][]byte // pkts[i]'s buffer, for the TUN device's reads
 	sizes []int
 	pkts  []esp.Packet
+	// ptrs is the batch in order: packet i is ptrs[i]. Receive reorders
+	// it (the ESP packets first); outbound it stays &pkts[i].
+	ptrs  []*esp.Packet
 	skip  []bool  // dropped before the engine, already counted
 	outer []outer // outbound: each packet's outer header
 	n     int
@@ -39,9 +43,9 @@ type batch struct {
 	ob   offload.Batch
 	done chan struct{}
 
-	msgs []Message // outer packets (received, or to send)
-	out  [][]byte  // inner packets to write to the TUN
-	conn Conn      // the connection an inbound batch came from
+	sendq []*esp.Packet // sealed packets to send, per connection in turn
+	out   [][]byte      // inner packets to write to the TUN
+	conn  Conn          // the connection an inbound batch came from
 }
 
 func newBatch(size, bufSize int) *batch {
@@ -53,11 +57,14 @@ func newBatch(size, bufSize int) *batch {
 		outer: make([]outer, size),
 		ops:   make([]*offload.Op, 0, size),
 		done:  make(chan struct{}, 1),
-		msgs:  make([]Message, size),
+		ptrs:  make([]*esp.Packet, size),
+		sendq: make([]*esp.Packet, 0, size),
 		out:   make([][]byte, 0, size),
 	}
 	for i := range b.bufs {
 		b.bufs[i] = make([]byte, bufSize)
+		b.pkts[i].Buf = b.bufs[i]
+		b.ptrs[i] = &b.pkts[i]
 	}
 	b.ob.Done = b.complete
 	return b
@@ -68,12 +75,13 @@ func (b *batch) complete(*offload.Batch) { b.done <- struct{}{} }
 func (b *batch) reset() {
 	b.n = 0
 	clear(b.ops)
-	b.ops, b.out = b.ops[:0], b.out[:0]
+	clear(b.sendq[:cap(b.sendq)])
+	b.ops, b.out, b.sendq = b.ops[:0], b.out[:0], b.sendq[:0]
 	clear(b.skip)
 }
 
 // queue packet i's op for the engine.
-func (b *batch) queue(i int) { b.ops = append(b.ops, &b.pkts[i].Op) }
+func (b *batch) queue(i int) { b.ops = append(b.ops, &b.ptrs[i].Op) }
 
 // pipeline runs one direction: a reader fills batches, workers hand them to
 // the engine in parallel, and a writer finishes them in the order read —

@@ -35,14 +35,16 @@ type Runtime struct {
 	// conns are the outer sockets by what they carry, replaced whole when
 	// a change opens or closes one, so the data path reads them without
 	// a lock.
-	conns atomic.Pointer[map[connKey]*Wire]
+	conns atomic.Pointer[map[connKey]*transport.Conn]
 	rules []*netlink.Rule
 	// mtu is the TUN MTU the gateway started with: the most a change can
 	// give it back, as the buffers were sized for it.
 	mtu int
 	// changeMu serialises reloads and control-socket changes, which open
-	// and close sockets around the gateway's own change.
+	// and close sockets around the gateway's own change; uses counts the
+	// SAs in force on each socket, so one no SA uses is closed.
 	changeMu sync.Mutex
+	uses     map[connKey]int
 }
 
 // connKey is what an outer socket carries: a family, an encapsulation and,
@@ -87,7 +89,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		log = slog.Default()
 	}
 	rt = &Runtime{Config: cfg}
-	rt.conns.Store(&map[connKey]*Wire{})
+	rt.conns.Store(&map[connKey]*transport.Conn{})
 	defer func() {
 		if err != nil {
 			rt.Close()
@@ -97,7 +99,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if err != nil {
 		return rt, fmt.Errorf("%s: engine: %w", cfg.File, err)
 	}
-	conns := map[connKey]*Wire{}
+	conns := map[connKey]*transport.Conn{}
 	for k := range neededConns(cfg.Local, cfg.SAs) {
 		w, err := rt.open(k, cfg)
 		if err != nil {
@@ -165,6 +167,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
 	}
+	rt.countUses(cfg.SAs)
 	for _, s := range cfg.SAs {
 		if err := rt.watchICMP(s.Dst.Is6()); err != nil {
 			return rt, fmt.Errorf("%s: %w", cfg.File, err)
@@ -196,7 +199,7 @@ func tunMTU(cfg *Config) (int, error) {
 	return mtu, nil
 }
 
-func (rt *Runtime) open(k connKey, cfg *Config) (*Wire, error) {
+func (rt *Runtime) open(k connKey, cfg *Config) (*transport.Conn, error) {
 	local := netip.IPv4Unspecified()
 	if k.v6 {
 		local = netip.IPv6Unspecified()
@@ -209,10 +212,10 @@ func (rt *Runtime) open(k connKey, cfg *Config) (*Wire, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
 	}
-	return NewWire(c), nil
+	return c, nil
 }
 
-// pick is the socket an outbound SA sends on; nil (not a nil *Wire) when
+// pick is the socket an outbound SA sends on; nil (not a nil *transport.Conn) when
 // there is none, so the gateway refuses the SA instead of crashing on it.
 func (rt *Runtime) pick(s *sa.SA) Conn {
 	if w := (*rt.conns.Load())[keyFor(rt.Config.Local, s)]; w != nil {
@@ -276,7 +279,8 @@ func (rt *Runtime) Reload() error {
 			rt.Gateway.log.Warn("reload: the TUN MTU stays lower than the SAs allow", "err", err)
 		}
 	}
-	rt.closeUnused(next.SAs)
+	rt.countUses(next.SAs)
+	rt.closeUnused()
 	if err := rt.syncRoutes(rt.Config.TUN.Routes, next.TUN.Routes); err != nil {
 		return fmt.Errorf("reload %s: the SAs are in force, but: %w", next.File, err)
 	}
@@ -320,7 +324,7 @@ func (rt *Runtime) closeConns(keys []connKey) {
 		return
 	}
 	next := maps.Clone(*rt.conns.Load())
-	var gone []*Wire
+	var gone []*transport.Conn
 	for _, k := range keys {
 		gone = append(gone, next[k])
 		delete(next, k)
@@ -331,16 +335,72 @@ func (rt *Runtime) closeConns(keys []connKey) {
 	}
 }
 
-// closeUnused closes the sockets no SA of sas uses.
-func (rt *Runtime) closeUnused(sas []*sa.SA) {
-	need := neededConns(rt.Config.Local, sas)
+// countUses sets the SA count of every socket from the SAs in force.
+func (rt *Runtime) countUses(sas []*sa.SA) {
+	rt.uses = map[connKey]int{}
+	for _, s := range sas {
+		rt.uses[keyFor(rt.Config.Local, s)]++
+	}
+}
+
+// closeUnused closes the sockets no SA in force uses.
+func (rt *Runtime) closeUnused() {
 	var unused []connKey
 	for k := range *rt.conns.Load() {
-		if !need[k] {
+		if rt.uses[k] == 0 {
 			unused = append(unused, k)
 		}
 	}
 	rt.closeConns(unused)
+}
+
+// ApplyChange makes one change of the SAs and policies in force (the
+// control socket's), whole or not at all: the sockets the new SAs need are
+// opened first, and those no SA uses any more closed after; the TUN MTU
+// falls if a new SA carries less.
+func (rt *Runtime) ApplyChange(c Change) error {
+	rt.changeMu.Lock()
+	defer rt.changeMu.Unlock()
+	var gone []*sa.SA
+	for _, id := range c.Del {
+		cfg, err := rt.Find(id)
+		if err != nil {
+			return fmt.Errorf("delete %s: %w", id, err)
+		}
+		gone = append(gone, cfg)
+	}
+	mtu := rt.InnerMTU()
+	if rt.Config.TUN.MTU == 0 {
+		for _, s := range c.Add {
+			if m, err := InnerMTU(rt.Config.OuterMTU, s); err == nil && m < mtu {
+				mtu = m
+			}
+		}
+	}
+	opened, err := rt.openFor(c.Add)
+	if err != nil {
+		return err
+	}
+	if mtu < rt.InnerMTU() {
+		if err := rt.setMTU(mtu); err != nil {
+			rt.closeConns(opened)
+			return err
+		}
+	}
+	if err := rt.Apply(c); err != nil {
+		rt.closeConns(opened)
+		return err
+	}
+	for _, s := range gone {
+		rt.uses[keyFor(rt.Config.Local, s)]--
+	}
+	for _, s := range c.Add {
+		rt.uses[keyFor(rt.Config.Local, s)]++
+	}
+	if len(gone) > 0 {
+		rt.closeUnused()
+	}
+	return nil
 }
 
 // setMTU sets the TUN's MTU and the gateway's.

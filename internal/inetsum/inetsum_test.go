@@ -77,3 +77,50 @@ func BenchmarkAdd1500(b *testing.B) {
 		Add(0, buf)
 	}
 }
+
+func TestUpdate(t *testing.T) {
+	h, _ := hex.DecodeString("450000730000400040110000c0a80001c0a800c7")
+	IPv4Header(h)
+	old := append([]byte(nil), h[8:10]...)
+	h[8]-- // the TTL, as a router takes it
+	got := Update(uint16(h[10])<<8|uint16(h[11]), old, h[8:10])
+	IPv4Header(h)
+	if want := uint16(h[10])<<8 | uint16(h[11]); got != want {
+		t.Fatalf("incremental %#04x, recomputed %#04x", got, want)
+	}
+}
+
+func TestHeaderLengths(t *testing.T) {
+	v4, _ := hex.DecodeString("450000730000400040110000c0a80001c0a800c7")
+	v4 = append(v4, make([]byte, 0x73-20+4)...) // payload and 4 bytes of link padding
+	v6 := make([]byte, 40+8+8+20)
+	v6[0], v6[4], v6[5], v6[6] = 0x60, 0, 36, 0 // hop-by-hop, then
+	v6[40], v6[41] = 44, 0                      // a fragment header, then
+	v6[48] = 6                                  // TCP
+	for _, tc := range []struct {
+		name             string
+		b                []byte
+		total, hl, at    int
+		proto            uint8
+		frag, okLen, okH bool
+	}{
+		{"ipv4", v4, 0x73, 20, 9, 17, false, true, true},
+		{"ipv4 options", append([]byte{0x46}, v4[1:]...), 0x73, 24, 9, 17, false, true, true},
+		{"ipv4 ihl 4", append([]byte{0x44}, v4[1:]...), 0, 0, 0, 0, false, false, false},
+		{"ipv4 cut short", v4[:0x70], 0, 20, 9, 17, false, false, true},
+		{"ipv6 extension headers", v6, 76, 56, 48, 6, true, true, true},
+		{"ipv6 header cut", v6[:44], 0, 0, 0, 0, false, false, false},
+		{"not ip", []byte{0x50, 1, 2, 3}, 0, 0, 0, 0, false, false, false},
+		{"empty", nil, 0, 0, 0, 0, false, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if n, ok := PacketLength(tc.b); ok != tc.okLen || ok && n != tc.total {
+				t.Errorf("PacketLength %d %v, want %d %v", n, ok, tc.total, tc.okLen)
+			}
+			hl, proto, at, frag, ok := Header(tc.b)
+			if ok != tc.okH || ok && (hl != tc.hl || proto != tc.proto || at != tc.at || frag != tc.frag) {
+				t.Errorf("Header %d %d %d %v %v, want %d %d %d %v %v", hl, proto, at, frag, ok, tc.hl, tc.proto, tc.at, tc.frag, tc.okH)
+			}
+		})
+	}
+}

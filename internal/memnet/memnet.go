@@ -10,7 +10,8 @@ import (
 	"net/netip"
 	"sync"
 
-	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/sa"
 )
 
 // ErrClosed is returned by reads and writes after Close.
@@ -20,7 +21,8 @@ var ErrClosed = errors.New("memnet: closed")
 type packet struct {
 	buf  []byte
 	n    int
-	peer netip.AddrPort
+	peer netip.AddrPort // the sender
+	dst  netip.Addr     // where the sender sent it
 }
 
 // link is one direction of travel: a bounded queue of packets and a free
@@ -43,7 +45,7 @@ func newLink(depth, size int) *link {
 func (l *link) close() { l.once.Do(func() { close(l.done) }) }
 
 // put copies b into the link, blocking while it is full.
-func (l *link) put(b []byte, peer netip.AddrPort) error {
+func (l *link) put(b []byte, peer netip.AddrPort, dst netip.Addr) error {
 	var p *packet
 	select {
 	case p = <-l.free:
@@ -51,7 +53,7 @@ func (l *link) put(b []byte, peer netip.AddrPort) error {
 		return ErrClosed
 	}
 	p.n = copy(p.buf, b)
-	p.peer = peer
+	p.peer, p.dst = peer, dst
 	select {
 	case l.queue <- p:
 		return nil
@@ -107,7 +109,7 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // Write takes the gateway's packets for the host.
 func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
 	for i, b := range bufs {
-		if err := d.fromGW.put(b[offset:], netip.AddrPort{}); err != nil {
+		if err := d.fromGW.put(b[offset:], netip.AddrPort{}, netip.Addr{}); err != nil {
 			return i, err
 		}
 	}
@@ -125,7 +127,7 @@ func (d *Device) Close() error {
 }
 
 // Send is the host sending a packet into the gateway.
-func (d *Device) Send(pkt []byte) error { return d.toGW.put(pkt, netip.AddrPort{}) }
+func (d *Device) Send(pkt []byte) error { return d.toGW.put(pkt, netip.AddrPort{}, netip.Addr{}) }
 
 // Receive is the host receiving the packets the gateway wrote, up to len(bufs);
 // it returns their sizes in sizes.
@@ -139,34 +141,39 @@ func (d *Device) Receive(bufs [][]byte, sizes []int) (int, error) {
 type Conn struct {
 	in, out *link
 	local   netip.AddrPort
-	// Offset is where received ESP packets start in their buffers, leaving
-	// room for a synthesized IP header as after an IPv6 raw socket.
-	Offset int
+	// As is how received packets say they came (raw ESP by default), as
+	// the socket they would have come through would say (the gateway
+	// matches it against the SA's encapsulation).
+	As sa.Encap
 }
+
+// Encap is how received packets came (the As field).
+func (c *Conn) Encap() sa.Encap { return c.As }
 
 // Pipe returns two connected outer ends with the given addresses.
 func Pipe(a, b netip.AddrPort, depth int) (*Conn, *Conn) {
 	ab, ba := newLink(depth, 65535), newLink(depth, 65535)
-	return &Conn{in: ba, out: ab, local: a, Offset: 64}, &Conn{in: ab, out: ba, local: b, Offset: 64}
+	return &Conn{in: ba, out: ab, local: a}, &Conn{in: ab, out: ba, local: b}
 }
 
-// Receive implements gateway.Conn.
-func (c *Conn) Receive(msgs []gateway.Message) (int, error) {
-	return c.in.get(len(msgs), func(i int, p *packet) {
-		m := &msgs[i]
-		m.Off, m.HdrLen, m.Peer = c.Offset, 0, p.peer
-		m.Len = copy(m.Buf[c.Offset:], p.buf[:p.n])
+// Receive implements gateway.Conn: each packet lands at its Off, with no IP
+// header in front, as after an IPv6 raw socket.
+func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
+	return c.in.get(len(pkts), func(i int, p *packet) {
+		q := pkts[i]
+		q.HdrLen, q.Peer, q.Local = 0, p.peer, p.dst
+		q.Len = copy(q.Buf[q.Off:], p.buf[:p.n])
 	})
 }
 
 // Send implements gateway.Conn.
-func (c *Conn) Send(msgs []gateway.Message) (int, error) {
-	for i, m := range msgs {
-		if err := c.out.put(m.Buf[m.Off:m.Off+m.Len], c.local); err != nil {
+func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
+	for i, p := range pkts {
+		if err := c.out.put(p.Data(), c.local, p.Peer.Addr()); err != nil {
 			return i, err
 		}
 	}
-	return len(msgs), nil
+	return len(pkts), nil
 }
 
 // Close ends this end's receiving; the far end's sends to it fail from now

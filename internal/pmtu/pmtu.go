@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+
+	"github.com/espgw/espgw/internal/inetsum"
 )
 
 const (
@@ -110,7 +112,7 @@ func FragmentationNeeded(dst, orig []byte, from netip.Addr, mtu int) (int, error
 	f := from.As4()
 	copy(ip[12:16], f[:])
 	copy(ip[16:20], orig[12:16]) // back to the original sender
-	binary.BigEndian.PutUint16(ip[10:], checksum(ip, 0))
+	inetsum.IPv4Header(ip)
 
 	icmp := dst[ipv4HeaderLen:total]
 	icmp[0], icmp[1] = 3, 4 // destination unreachable, fragmentation needed
@@ -118,7 +120,7 @@ func FragmentationNeeded(dst, orig []byte, from netip.Addr, mtu int) (int, error
 	icmp[4], icmp[5] = 0, 0 // unused
 	binary.BigEndian.PutUint16(icmp[6:], uint16(mtu))
 	copy(icmp[icmpHeaderLen:], orig[:quote])
-	binary.BigEndian.PutUint16(icmp[2:], checksum(icmp, 0))
+	binary.BigEndian.PutUint16(icmp[2:], inetsum.Finish(inetsum.Add(0, icmp)))
 	return total, nil
 }
 
@@ -128,9 +130,9 @@ func checkIPv4(orig []byte) (int, error) {
 	if len(orig) < ipv4HeaderLen || orig[0]>>4 != 4 {
 		return 0, fmt.Errorf("original packet (%d bytes) is not IPv4", len(orig))
 	}
-	hl := int(orig[0]&0x0f) * 4
-	if hl < ipv4HeaderLen || hl > len(orig) {
-		return 0, fmt.Errorf("original IPv4 header length %d invalid for a %d-byte packet", hl, len(orig))
+	hl, ok := inetsum.IPv4HeaderLen(orig)
+	if !ok {
+		return 0, fmt.Errorf("original IPv4 header length %d invalid for a %d-byte packet", int(orig[0]&0x0f)*4, len(orig))
 	}
 	src := netip.AddrFrom4([4]byte(orig[12:16]))
 	if src.IsUnspecified() || src.IsMulticast() || src.IsLoopback() || src == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
@@ -186,11 +188,7 @@ func PacketTooBig(dst, orig []byte, from netip.Addr, mtu int) (int, error) {
 	icmp[2], icmp[3] = 0, 0
 	binary.BigEndian.PutUint32(icmp[4:], uint32(mtu))
 	copy(icmp[icmpHeaderLen:], orig[:quote])
-	// Pseudo-header: source, destination, upper-layer length, next header.
-	var sum uint32
-	sum = sumWords(ip[8:40], sum)
-	sum += uint32(payload) + protoICMPv6
-	binary.BigEndian.PutUint16(icmp[2:], checksum(icmp, sum))
+	inetsum.L4(icmp, ip[8:24], ip[24:40], protoICMPv6, inetsum.OffsetICMPv6)
 	return total, nil
 }
 
@@ -231,25 +229,4 @@ func checkIPv6(orig []byte) error {
 		}
 		return nil
 	}
-}
-
-// sumWords adds b as big-endian 16-bit words to sum (odd tail padded).
-func sumWords(b []byte, sum uint32) uint32 {
-	for len(b) >= 2 {
-		sum += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	return sum
-}
-
-// checksum is the Internet checksum (RFC 1071) of b plus an initial sum.
-func checksum(b []byte, initial uint32) uint16 {
-	sum := sumWords(b, initial)
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	return ^uint16(sum)
 }

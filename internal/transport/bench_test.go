@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/espgw/espgw/esp"
 )
 
 // BenchmarkTransport pushes 1400-byte ESP packets from one namespace to
@@ -45,9 +47,9 @@ func BenchmarkTransport(b *testing.B) {
 			defer r.Close()
 			peer := netip.AddrPortFrom(v.fam.remote(p), r.LocalAddr().Port())
 			const size = 1400
-			out := make([]Packet, v.batch)
-			for i := range out {
-				out[i] = Packet{Data: espPacket(5, uint32(i), size), Peer: peer}
+			pkts := make([]*esp.Packet, v.batch)
+			for i := range pkts {
+				pkts[i] = out(espPacket(5, uint32(i), size), peer)
 			}
 			done := make(chan int, 1)
 			go func() {
@@ -55,6 +57,7 @@ func BenchmarkTransport(b *testing.B) {
 				got := 0
 				for got < b.N {
 					r.SetReadDeadline(time.Now().Add(500 * time.Millisecond))
+					rewind(in)
 					n, err := r.Receive(in)
 					if err != nil {
 						break // deadline: the rest was lost
@@ -67,7 +70,7 @@ func BenchmarkTransport(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			for sent := 0; sent < b.N; {
-				chunk := out[:min(len(out), b.N-sent)]
+				chunk := pkts[:min(len(pkts), b.N-sent)]
 				n, err := a.Send(chunk)
 				if err != nil {
 					b.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"unsafe"
 
+	"github.com/espgw/espgw/esp"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,7 +16,7 @@ import (
 // between forward it unsegmented), so the receiving kernel does one socket
 // delivery per 64 segments instead of one per packet. The super-datagrams
 // land in the Conn's own 64 KiB buffers and each segment is copied into a
-// caller's Packet.Buf; segments that do not fit in this call's slots wait
+// caller's packet; segments that do not fit in this call's slots wait
 // for the next Receive.
 
 // groBufLen holds the largest super-datagram (a UDP payload of 65535-8 for IPv6).
@@ -39,6 +40,7 @@ type groDatagram struct {
 	seg  int    // segment size (len(data) for a plain datagram)
 	peer netip.AddrPort
 	tos  uint8 // GRO coalesces only segments with the same TOS
+	dst  netip.Addr
 }
 
 func (g *groState) init(batch int) {
@@ -53,7 +55,7 @@ func (g *groState) init(batch int) {
 }
 
 // receiveGRO is Receive for a socket with UDP_GRO on.
-func (c *Conn) receiveGRO(pkts []Packet) (int, error) {
+func (c *Conn) receiveGRO(pkts []*esp.Packet) (int, error) {
 	g := &c.groRecv
 	r := &c.recv
 	for {
@@ -83,6 +85,7 @@ func (c *Conn) receiveGRO(pkts []Packet) (int, error) {
 			d := groDatagram{data: g.bufs[i][:h.Len], peer: c.peer(&r.names[i])}
 			d.seg = groSegment(g.oobs[i][:h.Hdr.Controllen])
 			d.tos = receivedTOS(g.oobs[i][:h.Hdr.Controllen])
+			d.dst = receivedDst(g.oobs[i][:h.Hdr.Controllen])
 			if d.seg <= 0 || d.seg > len(d.data) {
 				d.seg = len(d.data)
 			} else if d.seg < len(d.data) {
@@ -99,7 +102,7 @@ func (c *Conn) receiveGRO(pkts []Packet) (int, error) {
 
 // drainGRO copies pending segments into pkts and returns how many ESP
 // packets it placed.
-func (c *Conn) drainGRO(pkts []Packet) int {
+func (c *Conn) drainGRO(pkts []*esp.Packet) int {
 	g := &c.groRecv
 	out := 0
 	for out < len(pkts) && g.head < len(g.pending) {
@@ -110,20 +113,21 @@ func (c *Conn) drainGRO(pkts []Packet) int {
 		}
 		seg := d.data[:min(d.seg, len(d.data))]
 		d.data = d.data[len(seg):]
-		esp, ok := c.classify(seg)
+		_, n, ok := c.classify(seg)
 		if !ok {
 			continue
 		}
-		p := &pkts[out]
-		if len(esp) > len(p.Buf) {
+		p := pkts[out]
+		if n > len(p.Buf)-p.Off {
 			c.stats.truncated.Add(1)
 			continue
 		}
-		p.Data = p.Buf[:copy(p.Buf, esp)]
+		p.Len, p.HdrLen = copy(p.Buf[p.Off:], seg[len(seg)-n:]), 0
 		p.Peer = d.peer
 		p.TOS = d.tos
+		p.Local = d.dst
 		c.stats.packetsIn.Add(1)
-		c.stats.bytesIn.Add(uint64(len(esp)))
+		c.stats.bytesIn.Add(uint64(n))
 		out++
 	}
 	return out

@@ -5,16 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"syscall"
 	"unsafe"
 
+	"github.com/espgw/espgw/esp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
 
 // The outer header. The gateway decides what each outer header carries —
-// DSCP and ECN (Packet.TOS), TTL or hop limit (Packet.TTL), and for IPv4
-// whether it may be fragmented (Packet.Fragment) — and the transport gets
+// DSCP and ECN (esp.Packet.TOS), TTL or hop limit (esp.Packet.TTL), and for IPv4
+// whether it may be fragmented (esp.Packet.Fragment) — and the transport gets
 // it onto the wire:
 //   - IPv6 (raw and UDP) and IPv4 UDP with DF: per-packet control messages
 //     (IP_TOS, IP_TTL, IPV6_TCLASS, IPV6_HOPLIMIT); the kernel builds the
@@ -26,7 +28,7 @@ import (
 //     with the IPv4 and UDP headers written here (UDP checksum 0, as RFC
 //     3948 §3.1 allows), since DF is a socket-wide setting on a UDP socket.
 //
-// An IPv4 packet without DF that is larger than Packet.FragMTU is sent as
+// An IPv4 packet without DF that is larger than esp.Packet.FragMTU is sent as
 // fragments (RFC 791), cut here: a header-including socket never
 // fragments. On receive, IPv4 raw sockets deliver the header (its TOS is
 // read from it); the others report the TOS or traffic class in a control
@@ -40,33 +42,34 @@ const (
 	// maxFragments bounds the fragments of one outer packet: at the
 	// smallest fragment MTU accepted (MinFragMTU), a 64 KiB packet.
 	maxFragments = 65535/((MinFragMTU-ipv4HeaderLen)&^7) + 1
-	// controlLen is room for UDP_SEGMENT plus a TOS and a TTL message.
-	controlLen = 64
+	// controlLen is room for UDP_SEGMENT (or UDP_GRO) plus a TOS and a
+	// TTL message, and a received packet's pktinfo.
+	controlLen = 128
 )
 
 // MinFragMTU is the smallest outer MTU the transport fragments at (Linux's
 // default net.ipv4.route.min_pmtu).
 const MinFragMTU = 552
 
-// ErrNoRawSocket is Packet.Err for an IPv4 UDP packet without DF when the
+// ErrNoRawSocket is why Send refuses an IPv4 UDP packet without DF when the
 // send-only raw socket could not be opened (it needs CAP_NET_RAW).
 var ErrNoRawSocket = errors.New("no raw socket for IPv4 UDP packets without DF (needs CAP_NET_RAW)")
 
-// ErrTooManyFragments is Packet.Err for a packet that would need more than
+// ErrTooManyFragments is why Send refuses a packet that would need more than
 // maxFragments fragments at its FragMTU.
 var ErrTooManyFragments = errors.New("packet needs too many fragments at its fragment MTU")
 
 // ownHeader reports whether packet p goes out with a header written here
 // through the send-only raw socket (IPv4 UDP without DF), or is cut into
 // fragments (IPv4 raw ESP without DF, larger than its FragMTU).
-func (c *Conn) ownHeader(p *Packet) bool {
+func (c *Conn) ownHeader(p *esp.Packet) bool {
 	if c.v6 || !p.Fragment {
 		return false
 	}
 	if c.kind == UDPEncap {
 		return true
 	}
-	return p.FragMTU > 0 && ipv4HeaderLen+len(p.Data) > p.FragMTU
+	return p.FragMTU > 0 && ipv4HeaderLen+p.Len > p.FragMTU
 }
 
 // fragState is the reused scratch of sendOwn.
@@ -91,8 +94,8 @@ func (f *fragState) init() {
 }
 
 // sendOwn sends one IPv4 packet with its headers written here, in
-// fragments when it is larger than p.FragMTU. It returns p.Err.
-func (c *Conn) sendOwn(p *Packet) error {
+// fragments when it is larger than p.FragMTU, or says why not.
+func (c *Conn) sendOwn(p *esp.Packet) error {
 	f := &c.frag
 	w := c.writer
 	udp := 0
@@ -102,7 +105,8 @@ func (c *Conn) sendOwn(p *Packet) error {
 		}
 		w, udp = c.raw4, udpHeaderLen
 	}
-	total := udp + len(p.Data) // the IP payload
+	data := p.Data()
+	total := udp + len(data) // the IP payload
 	a := p.Peer.Addr().Unmap().As4()
 	f.ip = a
 	per := total
@@ -153,9 +157,9 @@ func (c *Conn) sendOwn(p *Packet) error {
 			binary.BigEndian.PutUint16(u[4:], uint16(total))
 			u[6], u[7] = 0, 0
 			iov[0] = f.hdrs[k][:]
-			iov[1] = p.Data[:size-udp]
+			iov[1] = data[:size-udp]
 		} else {
-			iov[1] = p.Data[off-udp : off-udp+size]
+			iov[1] = data[off-udp : off-udp+size]
 		}
 		f.msgs[k].Buffers = iov[:]
 		f.msgs[k].OOB = nil
@@ -178,15 +182,15 @@ func (c *Conn) sendOwn(p *Packet) error {
 	return nil
 }
 
-// defaultTTL is the TTL of headers written here when Packet.TTL is 0: the
+// defaultTTL is the TTL of headers written here when esp.Packet.TTL is 0: the
 // kernel's default (net.ipv4.ip_default_ttl).
 const defaultTTL = 64
 
 // fillHeader writes the IPv4 header of a whole (unfragmented) raw ESP
 // packet into h for the header-including socket.
-func fillHeader(h []byte, p *Packet) {
+func fillHeader(h []byte, p *esp.Packet) {
 	h[0], h[1] = 0x45, p.TOS
-	binary.BigEndian.PutUint16(h[2:], uint16(ipv4HeaderLen+len(p.Data)))
+	binary.BigEndian.PutUint16(h[2:], uint16(ipv4HeaderLen+p.Len))
 	binary.BigEndian.PutUint16(h[4:], 0)
 	if p.Fragment {
 		h[6] = 0
@@ -207,7 +211,7 @@ func fillHeader(h []byte, p *Packet) {
 // putControl writes the control messages packet p needs (the outer TOS
 // and TTL when set, and UDP_SEGMENT when gso > 0) into b and returns their
 // length.
-func (c *Conn) putControl(b []byte, p *Packet, gso uint16) int {
+func (c *Conn) putControl(b []byte, p *esp.Packet, gso uint16) int {
 	n := 0
 	put := func(level, typ int32, size int) []byte {
 		h := (*unix.Cmsghdr)(unsafe.Pointer(&b[n]))
@@ -257,6 +261,29 @@ func receivedTOS(oob []byte) uint8 {
 		oob = oob[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(oob)):]
 	}
 	return 0
+}
+
+// receivedDst is the destination address in a received datagram's
+// IP_PKTINFO or IPV6_PKTINFO control message, or the zero Addr.
+func receivedDst(oob []byte) netip.Addr {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return netip.Addr{}
+		}
+		data := oob[unix.CmsgLen(0):l]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			// struct in_pktinfo: ifindex, local (routing) address, then
+			// the header's destination.
+			return netip.AddrFrom4([4]byte(data[8:12]))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
+			return netip.AddrFrom16([16]byte(data[:16]))
+		}
+		oob = oob[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(oob)):]
+	}
+	return netip.Addr{}
 }
 
 // openRaw4 opens the send-only IPPROTO_RAW socket that carries IPv4 UDP

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"golang.org/x/sys/unix"
 )
@@ -86,7 +87,9 @@ func TestOuterHeader(t *testing.T) {
 					continue // no DF bit in IPv6
 				}
 				data := espPacket(9, uint32(i+1), 200)
-				if _, err := a.Send([]Packet{{Data: data, Peer: peer, TOS: tc.tos, TTL: tc.ttl, Fragment: tc.fragment}}); err != nil {
+				pkt := out(data, peer)
+				pkt.TOS, pkt.TTL, pkt.Fragment = tc.tos, tc.ttl, tc.fragment
+				if _, err := a.Send([]*esp.Packet{pkt}); err != nil {
 					t.Fatalf("%s/%s %s: send: %v", kind, fam.name, tc.name, err)
 				}
 				w := sn.next(t, proto)
@@ -109,7 +112,7 @@ func TestOuterHeader(t *testing.T) {
 				}
 				b.SetReadDeadline(time.Now().Add(3 * time.Second))
 				in := slots(1, 2048)
-				if n, err := b.Receive(in); err != nil || n != 1 || string(in[0].Data) != string(data) {
+				if n, err := b.Receive(in); err != nil || n != 1 || string(in[0].Data()) != string(data) {
 					t.Fatalf("%s/%s %s: receive: n=%d err=%v", kind, fam.name, tc.name, n, err)
 				}
 				if in[0].TOS != tc.tos {
@@ -131,7 +134,9 @@ func TestOwnFragments(t *testing.T) {
 		sn := sniff(t, p.b)
 		peer := netip.AddrPortFrom(p.b4, b.LocalAddr().Port())
 		big := espPacket(7, 1, 2500)
-		if _, err := a.Send([]Packet{{Data: big, Peer: peer, Fragment: true, FragMTU: 1000, TOS: 0x02}}); err != nil {
+		pkt := out(big, peer)
+		pkt.Fragment, pkt.FragMTU, pkt.TOS = true, 1000, 0x02
+		if _, err := a.Send([]*esp.Packet{pkt}); err != nil {
 			t.Fatalf("%s: send 2500 bytes in fragments: %v", kind, err)
 		}
 		proto := byte(50)
@@ -168,8 +173,8 @@ func TestOwnFragments(t *testing.T) {
 		}
 		b.SetReadDeadline(time.Now().Add(3 * time.Second))
 		in := slots(1, 4096)
-		if n, err := b.Receive(in); err != nil || n != 1 || string(in[0].Data) != string(big) {
-			t.Fatalf("%s: reassembled packet: n=%d err=%v len=%d", kind, n, err, len(in[0].Data))
+		if n, err := b.Receive(in); err != nil || n != 1 || string(in[0].Data()) != string(big) {
+			t.Fatalf("%s: reassembled packet: n=%d err=%v len=%d", kind, n, err, in[0].Len)
 		}
 		if s := a.Stats(); s.Fragmented != 1 || s.FragmentsOut != 3 {
 			t.Errorf("%s: stats %d fragmented into %d, want 1 into 3", kind, s.Fragmented, s.FragmentsOut)

@@ -6,7 +6,10 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/espgw/espgw/esp"
 	"golang.org/x/sys/unix"
+
+	"github.com/espgw/espgw/internal/inetsum"
 )
 
 // recvState is the reused scratch of Receive. recvmmsg is called directly
@@ -68,22 +71,24 @@ func (r *recvState) recvmmsg(fd uintptr) bool {
 var esp0 = [4]byte{} // RFC 3948 non-ESP marker: where an SPI would be, four zero bytes
 
 // Receive waits for ESP packets and returns how many it put in pkts[:n]
-// (n ≥ 1 unless err != nil). Each pkts[i].Buf must be non-empty; a
-// datagram is read into all of it, and pkts[i].Data is set to the ESP
-// packet (SPI to ICV, with an IPv4 header stripped) and pkts[i].Peer to its
-// source. Datagrams that are not ESP — NAT keepalives, non-ESP-marked (IKE)
-// datagrams, runts, or those longer than Buf — are counted and not returned.
-// Receive reorders pkts (whole entries, Buf included) so the n ESP packets
-// come first; every Buf stays in pkts.
-func (c *Conn) Receive(pkts []Packet) (int, error) {
+// (n ≥ 1 unless err != nil). A datagram is read into pkts[i].Buf from
+// pkts[i].Off on (room in front is the caller's, say for a header to
+// write); Receive then points the packet's Off and Len at the ESP packet
+// (SPI to ICV), sets HdrLen to the length of the IPv4 header a raw socket
+// delivered just before it (0 otherwise), TOS to the outer TOS or traffic
+// class, and Peer to the source. Datagrams that are not ESP — NAT
+// keepalives, non-ESP-marked (IKE) datagrams, runts, or those longer than
+// the room in Buf — are counted and not returned. Receive reorders the
+// pointers in pkts so the n ESP packets come first.
+func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 	if len(pkts) == 0 {
 		return 0, fmt.Errorf("receive over %s on %s: no packet slots", c.kind, c.local)
 	}
 	c.recvMu.Lock()
 	defer c.recvMu.Unlock()
-	for i := range pkts {
-		if len(pkts[i].Buf) == 0 {
-			return 0, fmt.Errorf("receive over %s on %s: packet slot %d has an empty buffer", c.kind, c.local, i)
+	for i, p := range pkts {
+		if p.Off < 0 || p.Off >= len(p.Buf) {
+			return 0, fmt.Errorf("receive over %s on %s: packet slot %d has no room (buffer of %d bytes, offset %d)", c.kind, c.local, i, len(p.Buf), p.Off)
 		}
 	}
 	if c.gro.Load() {
@@ -93,7 +98,7 @@ func (c *Conn) Receive(pkts []Packet) (int, error) {
 	want := min(len(pkts), c.batch)
 	for {
 		for i := range want {
-			r.post(i, pkts[i].Buf, r.oobs[i])
+			r.post(i, pkts[i].Buf[pkts[i].Off:], r.oobs[i])
 		}
 		r.want = want
 		if err := c.rc.Read(r.call); err != nil {
@@ -113,7 +118,7 @@ func (c *Conn) Receive(pkts []Packet) (int, error) {
 
 // keepESP classifies the got received datagrams, moves the ESP packets to
 // the front of pkts and returns their number.
-func (c *Conn) keepESP(pkts []Packet, got int) int {
+func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 	r := &c.recv
 	out := 0
 	for i := range got {
@@ -124,54 +129,52 @@ func (c *Conn) keepESP(pkts []Packet, got int) int {
 		}
 		// Swaps below only touch positions ≤ i, so pkts[i] still holds
 		// the buffer message i was read into.
-		d := pkts[i].Buf[:h.Len]
-		data, ok := c.classify(d)
+		p := pkts[i]
+		d := p.Buf[p.Off : p.Off+int(h.Len)]
+		hdr, n, ok := c.classify(d)
 		if !ok {
 			continue
 		}
-		tos := c.tos(d, r.oobs[i][:h.Hdr.Controllen])
 		pkts[out], pkts[i] = pkts[i], pkts[out]
-		pkts[out].Data = data
-		pkts[out].TOS = tos
-		pkts[out].Peer = c.peer(&r.names[i])
+		p.TOS = c.tos(d, r.oobs[i][:h.Hdr.Controllen])
+		p.Local = c.dst(d, r.oobs[i][:h.Hdr.Controllen])
+		p.Off, p.Len, p.HdrLen = p.Off+hdr, n, hdr
+		p.Peer = c.peer(&r.names[i])
 		c.stats.packetsIn.Add(1)
-		c.stats.bytesIn.Add(uint64(len(data)))
+		c.stats.bytesIn.Add(uint64(n))
 		out++
 	}
 	return out
 }
 
-// classify returns the ESP packet inside datagram d, or counts why there is
-// none.
-func (c *Conn) classify(d []byte) ([]byte, bool) {
+// classify finds the ESP packet inside datagram d: the length of the IP
+// header in front of it (raw IPv4) and its own length, or it counts why
+// there is none.
+func (c *Conn) classify(d []byte) (hdr, n int, ok bool) {
 	if c.kind == RawESP && !c.v6 {
 		// IPv4 raw sockets deliver the IP header; IPv6 ones do not.
-		if len(d) < 20 {
+		var ok bool
+		if hdr, ok = inetsum.IPv4HeaderLen(d); !ok {
 			c.stats.short.Add(1)
-			return nil, false
+			return 0, 0, false
 		}
-		ihl := int(d[0]&0x0f) * 4
-		if ihl < 20 || ihl > len(d) {
-			c.stats.short.Add(1)
-			return nil, false
-		}
-		d = d[ihl:]
+		d = d[hdr:]
 	}
 	if c.kind == UDPEncap {
 		if len(d) == 1 && d[0] == 0xff {
 			c.stats.keepalives.Add(1)
-			return nil, false
+			return 0, 0, false
 		}
 		if len(d) >= 4 && [4]byte(d[:4]) == esp0 {
 			c.stats.nonESP.Add(1)
-			return nil, false
+			return 0, 0, false
 		}
 	}
 	if len(d) < MinPacketLen {
 		c.stats.short.Add(1)
-		return nil, false
+		return 0, 0, false
 	}
-	return d, true
+	return hdr, len(d), true
 }
 
 // tos is the outer TOS or traffic class of datagram d: from the IPv4
@@ -181,6 +184,15 @@ func (c *Conn) tos(d, oob []byte) uint8 {
 		return d[1] // classify checked the header is there
 	}
 	return receivedTOS(oob)
+}
+
+// dst is the outer destination of datagram d: from the IPv4 header raw
+// IPv4 sockets deliver, else from its pktinfo.
+func (c *Conn) dst(d, oob []byte) netip.Addr {
+	if c.kind == RawESP && !c.v6 {
+		return netip.AddrFrom4([4]byte(d[16:20])) // classify checked the header is there
+	}
+	return receivedDst(oob)
 }
 
 func (c *Conn) peer(sa *unix.RawSockaddrInet6) netip.AddrPort {

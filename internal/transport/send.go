@@ -6,8 +6,8 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"syscall"
 
+	"github.com/espgw/espgw/esp"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
@@ -64,14 +64,14 @@ func (s *sendState) init(n int, kind Kind, v6 bool) {
 	}
 }
 
-// Send sends each pkts[i].Data to pkts[i].Peer, in order, in batches of at
-// most BatchSize packets per system call, and returns how many packets the
-// kernel took. A packet it refuses (or that is invalid: empty, wrong address
-// family, UDP port 0) gets the reason in pkts[i].Err (a syscall.Errno such
-// as EMSGSIZE, or one of the Err* values here), is counted in
+// Send sends each packet's Data to its Peer with its outer header fields,
+// in order, in batches of at most BatchSize packets per system call, and
+// returns how many packets the kernel took. A packet it refuses (or that is
+// invalid: empty, wrong address family, UDP port 0) is counted in
 // Stats.SendErrors and skipped; Send goes on with the rest and returns the
-// first such error. Sent packets get Err nil.
-func (c *Conn) Send(pkts []Packet) (int, error) {
+// first such error (wrapping a syscall.Errno such as EMSGSIZE, or one of
+// the Err* values here).
+func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
 	var (
@@ -81,27 +81,26 @@ func (c *Conn) Send(pkts []Packet) (int, error) {
 	for len(pkts) > 0 {
 		// A packet whose header is written here (header.go) goes on its
 		// own, between the batches before and after it: order is kept.
-		if c.ownHeader(&pkts[0]) {
-			p := &pkts[0]
-			p.Err = c.checkPacket(p)
-			if p.Err == nil {
-				p.Err = c.sendOwn(p)
+		if p := pkts[0]; c.ownHeader(p) {
+			err := c.checkPacket(p)
+			if err == nil {
+				err = c.sendOwn(p)
 			}
-			if p.Err != nil {
+			if err != nil {
 				c.stats.sendErrors.Add(1)
 				if firstErr == nil {
-					firstErr = fmt.Errorf("send %d-byte packet without DF over %s to %s: %w", len(p.Data), c.kind, p.Peer, p.Err)
+					firstErr = fmt.Errorf("send %d-byte packet without DF over %s to %s: %w", p.Len, c.kind, p.Peer, err)
 				}
 			} else {
 				sent++
 				c.stats.packetsOut.Add(1)
-				c.stats.bytesOut.Add(uint64(len(p.Data)))
+				c.stats.bytesOut.Add(uint64(p.Len))
 			}
 			pkts = pkts[1:]
 			continue
 		}
 		n := 1
-		for n < min(len(pkts), c.batch) && !c.ownHeader(&pkts[n]) {
+		for n < min(len(pkts), c.batch) && !c.ownHeader(pkts[n]) {
 			n++
 		}
 		chunk := pkts[:n]
@@ -115,7 +114,7 @@ func (c *Conn) Send(pkts []Packet) (int, error) {
 	return sent, firstErr
 }
 
-func (c *Conn) sendChunk(chunk []Packet) (int, error) {
+func (c *Conn) sendChunk(chunk []*esp.Packet) (int, error) {
 	var firstErr error
 	s := &c.send
 	m := 0
@@ -125,40 +124,38 @@ func (c *Conn) sendChunk(chunk []Packet) (int, error) {
 		maxPayload = maxUDPPayload6
 	}
 	gsoSize, ended := 0, false
-	for i := range chunk {
-		p := &chunk[i]
-		p.Err = c.checkPacket(p)
-		if p.Err != nil {
+	for i, p := range chunk {
+		if err := c.checkPacket(p); err != nil {
 			c.stats.sendErrors.Add(1)
 			if firstErr == nil {
-				firstErr = fmt.Errorf("send over %s from %s to %s: %w", c.kind, c.local, p.Peer, p.Err)
+				firstErr = fmt.Errorf("send over %s from %s to %s: %w", c.kind, c.local, p.Peer, err)
 			}
 			ended = true // an invalid packet ends a GSO run: packets stay in order
 			continue
 		}
-		n := len(p.Data)
+		n := p.Len
 		if gso && m > 0 && !ended {
 			// Extend the previous super-datagram when the kernel can
 			// segment it back into exactly these packets.
 			prev := m - 1
-			head := &chunk[s.first[prev]]
+			head := chunk[s.first[prev]]
 			if p.Peer == head.Peer && n <= gsoSize && p.TOS == head.TOS && p.TTL == head.TTL &&
 				s.count[prev] < maxGSOSegments && s.bytes[prev]+n <= maxPayload {
 				s.count[prev]++
 				s.bytes[prev] += n
 				s.msgs[prev].Buffers = s.iovs[s.first[prev] : s.first[prev]+s.count[prev]]
-				s.iovs[i] = p.Data
+				s.iovs[i] = p.Data()
 				ended = n < gsoSize // a shorter tail segment must be the last
 				continue
 			}
 		}
-		s.iovs[i] = p.Data
+		s.iovs[i] = p.Data()
 		msg := &s.msgs[m]
 		msg.Buffers = s.iovs[i : i+1]
 		msg.OOB = nil
 		if c.kind == RawESP && !c.v6 {
 			fillHeader(s.hdr[m][:], p)
-			s.pair[m] = [2][]byte{s.hdr[m][:], p.Data}
+			s.pair[m] = [2][]byte{s.hdr[m][:], p.Data()}
 			msg.Buffers = s.pair[m][:]
 		} else if p.TOS != 0 || p.TTL != 0 {
 			msg.OOB = s.oob[m][:c.putControl(s.oob[m], p, 0)]
@@ -171,8 +168,8 @@ func (c *Conn) sendChunk(chunk []Packet) (int, error) {
 	if gso {
 		for j := range m {
 			if s.count[j] > 1 {
-				head := &chunk[s.first[j]]
-				s.msgs[j].OOB = s.oob[j][:c.putControl(s.oob[j], head, uint16(len(head.Data)))]
+				head := chunk[s.first[j]]
+				s.msgs[j].OOB = s.oob[j][:c.putControl(s.oob[j], head, uint16(head.Len))]
 			}
 		}
 	}
@@ -207,14 +204,6 @@ func (c *Conn) sendChunk(chunk []Packet) (int, error) {
 			return sent + rest, firstErr
 		}
 		c.stats.sendErrors.Add(uint64(s.count[start]))
-		var errno syscall.Errno
-		var pktErr error = err
-		if errors.As(err, &errno) {
-			pktErr = errno // a small integer: boxing it does not allocate
-		}
-		for k := s.first[start]; k < s.first[start]+s.count[start]; k++ {
-			chunk[k].Err = pktErr
-		}
 		if firstErr == nil {
 			firstErr = fmt.Errorf("send %d ESP packet(s) of %d bytes to %s over %s: %w", s.count[start], s.bytes[start], chunk[s.first[start]].Peer, c.kind, unwrapSyscall(err))
 		}
@@ -223,7 +212,7 @@ func (c *Conn) sendChunk(chunk []Packet) (int, error) {
 	return sent, firstErr
 }
 
-// Why Send refused a packet before the kernel saw it (Packet.Err).
+// Why Send refused a packet before the kernel saw it.
 var (
 	ErrEmptyPacket   = errors.New("empty packet")
 	ErrNoPeer        = errors.New("packet has no peer address")
@@ -231,9 +220,9 @@ var (
 	ErrNoPort        = errors.New("peer has no UDP port")
 )
 
-func (c *Conn) checkPacket(p *Packet) error {
+func (c *Conn) checkPacket(p *esp.Packet) error {
 	switch {
-	case len(p.Data) == 0:
+	case p.Len <= 0 || p.Off < 0 || p.Off+p.Len > len(p.Buf):
 		return ErrEmptyPacket
 	case !p.Peer.Addr().IsValid():
 		return ErrNoPeer
@@ -245,7 +234,7 @@ func (c *Conn) checkPacket(p *Packet) error {
 	return nil
 }
 
-func (c *Conn) setPeer(m int, p *Packet) {
+func (c *Conn) setPeer(m int, p *esp.Packet) {
 	s := &c.send
 	a := p.Peer.Addr().Unmap()
 	if c.v6 {

@@ -3,22 +3,25 @@
 // non-ESP marker, NAT keepalives). It moves batches — sendmmsg through
 // golang.org/x/net's WriteBatch, recvmmsg directly — optionally with UDP GSO,
 // on sockets with buffers sized for load, and counts everything it sees. It
-// knows nothing of ESP beyond where a packet starts: packets are byte slices
-// from SPI to ICV.
+// knows nothing of ESP beyond where a packet starts: it moves the data path's
+// one packet struct, esp.Packet, whose Data is the ESP packet from SPI to
+// ICV, whose Peer is the far end, and whose TOS, TTL, Fragment and FragMTU
+// are the outer header's (header.go).
 //
-// The batch paths allocate nothing per packet: callers own the packet
-// buffers (Packet.Buf) and the Packet slice; the Conn reuses its message
-// headers, socket addresses and control buffers. (Receive calls recvmmsg
+// The batch paths allocate nothing per packet: callers own the packets and
+// their buffers; the Conn reuses its message headers, socket addresses and
+// control buffers. (Receive calls recvmmsg
 // itself because x/net's ReadBatch allocates a net.Addr per message.)
 //
 // What the kernel does for each transport:
 //   - Raw ESP: the kernel builds the outer IP header on send. IPv4 raw
 //     sockets deliver the IP header on receive, IPv6 ones do not; Receive
-//     strips it, so Packet.Data always starts at the SPI. The socket sets
+//     leaves it in the buffer in front of the packet (esp.Packet.HdrLen), so
+//     the packet's Data always starts at the SPI. The socket sets
 //     IP_PMTUDISC_DO (IPv6: IPV6_PMTUDISC_DO): a packet too big for the path
 //     fails with EMSGSIZE instead of being fragmented, unless
 //     Config.Fragment asks the kernel to fragment instead (IPv6; IPv4
-//     packets say so one by one: Packet.Fragment, see header.go).
+//     packets say so one by one: esp.Packet.Fragment, see header.go).
 //   - UDP: the same, plus UDP GSO (UDP_SEGMENT, Linux ≥ 4.18) when
 //     Config.GSO is set: runs of equal-size packets to the same peer go to
 //     the kernel as one super-datagram that it segments (in the NIC or in
@@ -110,36 +113,6 @@ type Config struct {
 	Namespace vnetns.NsHandle
 }
 
-// Packet is one ESP packet in a batch.
-type Packet struct {
-	// Buf is the caller's storage. Receive reads into all of Buf and points
-	// Data into it; Send ignores it.
-	Buf []byte
-	// Data is the ESP packet, from SPI to ICV. Send sends it; Receive sets
-	// it (as a slice of Buf).
-	Data []byte
-	// Peer is the destination on Send and the source on Receive. Its port
-	// is the UDP port (0 for raw ESP).
-	Peer netip.AddrPort
-	// Tag is the caller's: Receive reorders whole entries, so a Tag set
-	// alongside Buf (say, the index of the buffer's owner) stays with it.
-	Tag int
-	// Err is set by Send: nil when the kernel took the packet, else why
-	// not (for per-packet drop accounting).
-	Err error
-
-	// The outer header (see header.go). TOS is, on Send, the IPv4 TOS or
-	// IPv6 traffic class byte (DSCP and ECN) to write; on Receive, the one
-	// the packet arrived with. TTL is the TTL or hop limit to write (0:
-	// the kernel's default). Fragment (IPv4 only) clears DF, and a packet
-	// larger than FragMTU (when > 0) then goes out as fragments; without
-	// Fragment, DF is set and the path's MTU is the gateway's business.
-	TOS      uint8
-	TTL      uint8
-	Fragment bool
-	FragMTU  int
-}
-
 // Stats are a Conn's counters since Open.
 type Stats struct {
 	PacketsOut, BytesOut uint64 // ESP packets (and their bytes) handed to the kernel
@@ -149,10 +122,10 @@ type Stats struct {
 	Keepalives           uint64 // RFC 3948 NAT keepalives (one 0xFF byte) received and ignored
 	NonESP               uint64 // UDP datagrams with the non-ESP marker (IKE) received and ignored
 	Short                uint64 // datagrams too short for an ESP header, dropped
-	Truncated            uint64 // datagrams longer than Packet.Buf, dropped
+	Truncated            uint64 // datagrams longer than the room in the packet's Buf, dropped
 	GSOBatches           uint64 // UDP GSO super-datagrams sent
 	GROBatches           uint64 // UDP GRO super-datagrams received
-	Fragmented           uint64 // IPv4 packets sent as fragments (Packet.Fragment, larger than FragMTU)
+	Fragmented           uint64 // IPv4 packets sent as fragments (esp.Packet.Fragment, larger than FragMTU)
 	FragmentsOut         uint64 // the fragments they were sent as
 }
 
@@ -342,6 +315,12 @@ func (c *Conn) setOptions(cfg Config) error {
 			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
 				errs = append(errs, fmt.Errorf("set IPV6_RECVTCLASS: %w", err))
 			}
+			// The destination address of each packet, so the receiver
+			// finds its SA by SPI and destination (RFC 4301 SAD) on a
+			// socket bound to every address.
+			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1); err != nil {
+				errs = append(errs, fmt.Errorf("set IPV6_RECVPKTINFO: %w", err))
+			}
 		} else {
 			if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, pmtu4); err != nil {
 				errs = append(errs, fmt.Errorf("set IP_MTU_DISCOVER: %w", err))
@@ -352,8 +331,14 @@ func (c *Conn) setOptions(cfg Config) error {
 				if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_HDRINCL, 1); err != nil {
 					errs = append(errs, fmt.Errorf("set IP_HDRINCL: %w", err))
 				}
-			} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
-				errs = append(errs, fmt.Errorf("set IP_RECVTOS: %w", err))
+			} else {
+				if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+					errs = append(errs, fmt.Errorf("set IP_RECVTOS: %w", err))
+				}
+				// As IPV6_RECVPKTINFO (raw IPv4 sockets deliver the header).
+				if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_PKTINFO, 1); err != nil {
+					errs = append(errs, fmt.Errorf("set IP_PKTINFO: %w", err))
+				}
 			}
 		}
 		if cfg.Mark != 0 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"golang.org/x/sys/unix"
 )
@@ -83,34 +84,58 @@ func espPacket(spi, seq uint32, size int) []byte {
 	return b
 }
 
-func slots(n, size int) []Packet {
-	p := make([]Packet, n)
+// slots makes n packets with buffers of size bytes to receive into.
+func slots(n, size int) []*esp.Packet {
+	p := make([]*esp.Packet, n)
 	for i := range p {
-		p[i].Buf = make([]byte, size)
+		p[i] = &esp.Packet{Buf: make([]byte, size)}
 	}
 	return p
+}
+
+// rewind points every slot back at the start of its buffer, as a receiver
+// does before each Receive (which moves Off past an IPv4 header).
+func rewind(pkts []*esp.Packet) {
+	for _, p := range pkts {
+		p.Off, p.Len = 0, 0
+	}
+}
+
+// out makes a packet to send data to peer.
+func out(data []byte, peer netip.AddrPort) *esp.Packet {
+	return &esp.Packet{Buf: data, Len: len(data), Peer: peer}
 }
 
 // receiveN receives until want ESP packets arrived (or 5 s passed) and
 // returns copies of their data and peers in arrival order.
 func receiveN(t testing.TB, c *Conn, want int) ([][]byte, []netip.AddrPort) {
+	data, peers, _ := receiveLocal(t, c, want)
+	return data, peers
+}
+
+// receiveLocal is receiveN that also returns the destination address each
+// packet arrived at.
+func receiveLocal(t testing.TB, c *Conn, want int) ([][]byte, []netip.AddrPort, []netip.Addr) {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	defer c.SetReadDeadline(time.Time{})
 	pkts := slots(c.BatchSize(), 2048)
 	var data [][]byte
 	var peers []netip.AddrPort
+	var locals []netip.Addr
 	for len(data) < want {
+		rewind(pkts)
 		n, err := c.Receive(pkts)
 		if err != nil {
 			t.Fatalf("receive after %d of %d packets: %v", len(data), want, err)
 		}
 		for _, p := range pkts[:n] {
-			data = append(data, append([]byte(nil), p.Data...))
+			data = append(data, append([]byte(nil), p.Data()...))
 			peers = append(peers, p.Peer)
+			locals = append(locals, p.Local)
 		}
 	}
-	return data, peers
+	return data, peers, locals
 }
 
 type family struct {
@@ -153,20 +178,20 @@ func TestSendReceiveBatch(t *testing.T) {
 					// (GSO candidates) broken by odd sizes.
 					const total = 300
 					var sent [][]byte
-					pkts := make([]Packet, total)
+					pkts := make([]*esp.Packet, total)
 					for i := range pkts {
 						size := 1200
 						if i%50 == 49 {
 							size = 100 + i
 						}
 						sent = append(sent, espPacket(0x1001, uint32(i+1), size))
-						pkts[i] = Packet{Data: sent[i], Peer: peer}
+						pkts[i] = out(sent[i], peer)
 					}
 					n, err := a.Send(pkts)
 					if err != nil || n != total {
 						t.Fatalf("send: %d of %d, %v", n, total, err)
 					}
-					got, peers := receiveN(t, b, total)
+					got, peers, locals := receiveLocal(t, b, total)
 					for i := range total {
 						if string(got[i]) != string(sent[i]) {
 							t.Fatalf("packet %d: got %d bytes seq %d, want %d bytes seq %d", i, len(got[i]), binary.BigEndian.Uint32(got[i][4:]), len(sent[i]), i+1)
@@ -174,6 +199,9 @@ func TestSendReceiveBatch(t *testing.T) {
 						wantPeer := netip.AddrPortFrom(fam.local(p), a.LocalAddr().Port())
 						if peers[i] != wantPeer {
 							t.Fatalf("packet %d from %s, want %s", i, peers[i], wantPeer)
+						}
+						if locals[i] != fam.remote(p) {
+							t.Fatalf("packet %d arrived at %v, want %s", i, locals[i], fam.remote(p))
 						}
 					}
 					as, bs := a.Stats(), b.Stats()
@@ -236,12 +264,12 @@ func TestUDPNonESP(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				esp := espPacket(0x2002, 7, 64)
-				if _, err := a.Send([]Packet{{Data: esp, Peer: to}}); err != nil {
+				want := espPacket(0x2002, 7, 64)
+				if _, err := a.Send([]*esp.Packet{out(want, to)}); err != nil {
 					t.Fatal(err)
 				}
 				got, _ := receiveN(t, b, 1)
-				if string(got[0]) != string(esp) {
+				if string(got[0]) != string(want) {
 					t.Errorf("received % x, want the ESP packet", got[0])
 				}
 				s := b.Stats()
@@ -258,10 +286,10 @@ func TestRawShortAndTruncated(t *testing.T) {
 	a := open(t, p.a, RawESP, p.a4, false)
 	b := open(t, p.b, RawESP, p.b4, false)
 	to := netip.AddrPortFrom(p.b4, 0)
-	pkts := []Packet{
-		{Data: []byte{1, 2, 3, 4}, Peer: to},    // shorter than SPI+seq
-		{Data: espPacket(9, 1, 3000), Peer: to}, // longer than the receiver's buffer (fragmented on the wire, reassembled)
-		{Data: espPacket(9, 2, 500), Peer: to},
+	pkts := []*esp.Packet{
+		out([]byte{1, 2, 3, 4}, to),    // shorter than SPI+seq
+		out(espPacket(9, 1, 3000), to), // longer than the receiver's buffer (fragmented on the wire, reassembled)
+		out(espPacket(9, 2, 500), to),
 	}
 	if n, err := a.Send(pkts); n != 2 || err == nil || !errors.Is(err, unix.EMSGSIZE) {
 		// PMTUDISC_DO: the 3000-byte packet is refused, not fragmented.
@@ -270,16 +298,13 @@ func TestRawShortAndTruncated(t *testing.T) {
 	if s := a.Stats(); s.SendErrors != 1 {
 		t.Errorf("sender SendErrors = %d, want 1", s.SendErrors)
 	}
-	if pkts[0].Err != nil || pkts[1].Err != unix.EMSGSIZE || pkts[2].Err != nil {
-		t.Errorf("per-packet errors %v, %v, %v; want nil, EMSGSIZE, nil", pkts[0].Err, pkts[1].Err, pkts[2].Err)
-	}
 	b.SetReadDeadline(time.Now().Add(5 * time.Second))
 	slot := slots(4, 100) // too small for 500 bytes + IP header
-	if _, err := a.Send([]Packet{{Data: espPacket(9, 3, 80), Peer: to}}); err != nil {
+	if _, err := a.Send([]*esp.Packet{out(espPacket(9, 3, 80), to)}); err != nil {
 		t.Fatal(err)
 	}
 	n, err := b.Receive(slot)
-	if err != nil || n != 1 || binary.BigEndian.Uint32(slot[0].Data[4:]) != 3 {
+	if err != nil || n != 1 || binary.BigEndian.Uint32(slot[0].Data()[4:]) != 3 || slot[0].HdrLen != 20 {
 		t.Fatalf("receive: %d, %v", n, err)
 	}
 	if s := b.Stats(); s.Short != 1 || s.Truncated != 1 {
@@ -292,24 +317,27 @@ func TestSendBadInput(t *testing.T) {
 	a := open(t, p.a, UDPEncap, p.a4, false)
 	b := open(t, p.b, UDPEncap, p.b4, false)
 	good := netip.AddrPortFrom(p.b4, DefaultUDPPort)
-	pkts := []Packet{
-		{Data: espPacket(1, 1, 40), Peer: netip.AddrPortFrom(p.b6, 4500)}, // wrong family
-		{Data: espPacket(1, 2, 40), Peer: netip.AddrPortFrom(p.b4, 0)},    // no port
-		{Data: nil, Peer: good},                             // empty
-		{Data: espPacket(1, 3, 40), Peer: netip.AddrPort{}}, // no peer
-		{Data: espPacket(1, 4, 40), Peer: good},
+	bad := []struct {
+		pkt  *esp.Packet
+		want error
+	}{
+		{out(espPacket(1, 1, 40), netip.AddrPortFrom(p.b6, 4500)), ErrAddressFamily},
+		{out(espPacket(1, 2, 40), netip.AddrPortFrom(p.b4, 0)), ErrNoPort},
+		{out(nil, good), ErrEmptyPacket},
+		{out(espPacket(1, 3, 40), netip.AddrPort{}), ErrNoPeer},
 	}
+	for _, c := range bad {
+		if n, err := a.Send([]*esp.Packet{c.pkt}); n != 0 || !errors.Is(err, c.want) {
+			t.Errorf("send %v: %d, %v; want 0 sent and %v", c.pkt.Peer, n, err, c.want)
+		}
+	}
+	pkts := []*esp.Packet{bad[0].pkt, bad[1].pkt, bad[2].pkt, bad[3].pkt, out(espPacket(1, 4, 40), good)}
 	n, err := a.Send(pkts)
 	if n != 1 || !errors.Is(err, ErrAddressFamily) || !strings.Contains(err.Error(), "2001:db8:1::2") {
 		t.Errorf("send: %d, %v; want 1 sent and the family error first", n, err)
 	}
-	for i, want := range []error{ErrAddressFamily, ErrNoPort, ErrEmptyPacket, ErrNoPeer, nil} {
-		if pkts[i].Err != want {
-			t.Errorf("packet %d: Err = %v, want %v", i, pkts[i].Err, want)
-		}
-	}
-	if s := a.Stats(); s.SendErrors != 4 || s.PacketsOut != 1 {
-		t.Errorf("counters %+v: want 4 errors, 1 out", s)
+	if s := a.Stats(); s.SendErrors != 8 || s.PacketsOut != 1 {
+		t.Errorf("counters %+v: want 8 errors, 1 out", s)
 	}
 	got, _ := receiveN(t, b, 1)
 	if binary.BigEndian.Uint32(got[0][4:]) != 4 {
@@ -318,8 +346,11 @@ func TestSendBadInput(t *testing.T) {
 	if _, err := b.Receive(nil); err == nil {
 		t.Error("Receive with no slots accepted")
 	}
-	if _, err := b.Receive([]Packet{{}}); err == nil {
+	if _, err := b.Receive([]*esp.Packet{{}}); err == nil {
 		t.Error("Receive with an empty buffer accepted")
+	}
+	if _, err := b.Receive([]*esp.Packet{{Buf: make([]byte, 64), Off: 64}}); err == nil {
+		t.Error("Receive with no room after the offset accepted")
 	}
 	for _, cfg := range []Config{
 		{Kind: UDPEncap},
@@ -390,17 +421,18 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 					b := open(t, p.b, kind, fam.remote(p), false, gro)
 					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
 					const batch = 32
-					out := make([]Packet, batch)
-					for i := range out {
-						out[i] = Packet{Data: espPacket(3, uint32(i), 1000), Peer: peer}
+					pkts := make([]*esp.Packet, batch)
+					for i := range pkts {
+						pkts[i] = out(espPacket(3, uint32(i), 1000), peer)
 					}
 					in := slots(batch, 2048)
 					b.SetReadDeadline(time.Now().Add(30 * time.Second))
 					round := func() {
-						if n, err := a.Send(out); err != nil || n != batch {
+						if n, err := a.Send(pkts); err != nil || n != batch {
 							t.Fatalf("send: %d, %v", n, err)
 						}
 						for got := 0; got < batch; {
+							rewind(in)
 							n, err := b.Receive(in)
 							if err != nil {
 								t.Fatalf("receive: %v", err)
@@ -417,9 +449,10 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 	}
 }
 
-// TestReceiveKeepsTagWithBuffer: Receive moves ignored datagrams' slots
-// behind the ESP ones; each Tag must still name its own buffer.
-func TestReceiveKeepsTagWithBuffer(t *testing.T) {
+// TestReceiveKeepsBuffers: Receive moves ignored datagrams' slots behind
+// the ESP ones; every packet keeps its own buffer, and the ESP packets sit
+// where they were read.
+func TestReceiveKeepsBuffers(t *testing.T) {
 	p := newPair(t)
 	for _, gro := range []bool{false, true} {
 		a := open(t, p.a, UDPEncap, p.a4, false)
@@ -431,7 +464,7 @@ func TestReceiveKeepsTagWithBuffer(t *testing.T) {
 			if len(data) == 1 {
 				err = a.SendKeepalive(to)
 			} else {
-				_, err = a.Send([]Packet{{Data: data, Peer: to}})
+				_, err = a.Send([]*esp.Packet{out(data, to)})
 			}
 			if err != nil {
 				t.Fatalf("send %d: %v", i, err)
@@ -439,10 +472,10 @@ func TestReceiveKeepsTagWithBuffer(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // all four queued, so one recvmmsg sees them
 		pkts := slots(8, 2048)
-		bufs := map[int]*byte{}
-		for i := range pkts {
-			pkts[i].Tag = i
-			bufs[i] = &pkts[i].Buf[0]
+		bufs := map[*esp.Packet]*byte{}
+		for _, pk := range pkts {
+			pk.Off = 64 // room the caller keeps in front
+			bufs[pk] = &pk.Buf[0]
 		}
 		b.SetReadDeadline(time.Now().Add(5 * time.Second))
 		got := 0
@@ -453,17 +486,19 @@ func TestReceiveKeepsTagWithBuffer(t *testing.T) {
 			}
 			got += n
 		}
+		seen := map[*esp.Packet]bool{}
 		for i, pk := range pkts {
-			if &pk.Buf[0] != bufs[pk.Tag] {
-				t.Errorf("gro=%v: slot %d: Tag %d no longer names its buffer", gro, i, pk.Tag)
+			if &pk.Buf[0] != bufs[pk] || seen[pk] {
+				t.Errorf("gro=%v: slot %d lost its buffer or appears twice", gro, i)
 			}
+			seen[pk] = true
 		}
 		for i := range 2 {
-			if seq := binary.BigEndian.Uint32(pkts[i].Data[4:]); seq != uint32(i+1) {
+			if seq := binary.BigEndian.Uint32(pkts[i].Data()[4:]); seq != uint32(i+1) {
 				t.Errorf("gro=%v: packet %d has seq %d", gro, i, seq)
 			}
-			if &pkts[i].Data[0] != &pkts[i].Buf[0] {
-				t.Errorf("gro=%v: packet %d Data is not at the start of its Buf", gro, i)
+			if pkts[i].Off != 64 || pkts[i].HdrLen != 0 {
+				t.Errorf("gro=%v: packet %d at offset %d (header %d), want 64 (0)", gro, i, pkts[i].Off, pkts[i].HdrLen)
 			}
 		}
 		a.Close()
@@ -484,14 +519,15 @@ func TestFragment(t *testing.T) {
 			b := open(t, p.b, kind, fam.remote(p), false)
 			big := espPacket(7, 1, 3000)
 			// IPv4 fragments per packet (header.go); IPv6 through the kernel.
-			out := Packet{Data: big, Peer: netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port()), Fragment: fam.name == "ipv4", FragMTU: 1500}
-			if _, err := a.Send([]Packet{out}); err != nil {
+			pkt := out(big, netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port()))
+			pkt.Fragment, pkt.FragMTU = fam.name == "ipv4", 1500
+			if _, err := a.Send([]*esp.Packet{pkt}); err != nil {
 				t.Fatalf("%s/%s: send 3000 bytes with fragmentation allowed: %v", kind, fam.name, err)
 			}
 			b.SetReadDeadline(time.Now().Add(5 * time.Second))
 			in := slots(1, 4096)
-			if n, err := b.Receive(in); err != nil || n != 1 || string(in[0].Data) != string(big) {
-				t.Errorf("%s/%s: reassembled packet: n=%d err=%v len=%d", kind, fam.name, n, err, len(in[0].Data))
+			if n, err := b.Receive(in); err != nil || n != 1 || string(in[0].Data()) != string(big) {
+				t.Errorf("%s/%s: reassembled packet: n=%d err=%v len=%d", kind, fam.name, n, err, in[0].Len)
 			}
 			a.Close()
 			b.Close()
@@ -507,11 +543,11 @@ func TestGROCarryOver(t *testing.T) {
 	b := open(t, p.b, UDPEncap, p.b4, false, true)
 	peer := netip.AddrPortFrom(p.b4, DefaultUDPPort)
 	const total = 64
-	out := make([]Packet, total)
-	for i := range out {
-		out[i] = Packet{Data: espPacket(8, uint32(i+1), 1000), Peer: peer}
+	pkts := make([]*esp.Packet, total)
+	for i := range pkts {
+		pkts[i] = out(espPacket(8, uint32(i+1), 1000), peer)
 	}
-	if n, err := a.Send(out); err != nil || n != total {
+	if n, err := a.Send(pkts); err != nil || n != total {
 		t.Fatalf("send: %d, %v", n, err)
 	}
 	b.SetReadDeadline(time.Now().Add(5 * time.Second))
@@ -524,13 +560,45 @@ func TestGROCarryOver(t *testing.T) {
 		}
 		calls++
 		for _, pk := range in[:n] {
-			if seq := binary.BigEndian.Uint32(pk.Data[4:]); seq != next || len(pk.Data) != 1000 {
-				t.Fatalf("got seq %d (%d bytes), want %d", seq, len(pk.Data), next)
+			if seq := binary.BigEndian.Uint32(pk.Data()[4:]); seq != next || pk.Len != 1000 {
+				t.Fatalf("got seq %d (%d bytes), want %d", seq, pk.Len, next)
 			}
 			next++
 		}
 	}
 	if s := b.Stats(); s.GROBatches == 0 || calls < total/5 {
 		t.Errorf("GRO batches %d over %d calls: want the super-datagram split across ≥ %d calls", s.GROBatches, calls, total/5)
+	}
+}
+
+// TestReceiveLocalOnWildcard: a socket bound to every address (as the
+// gateway's are) says which of them each packet was sent to, so the
+// receiver's SAD can match SPI and destination.
+func TestReceiveLocalOnWildcard(t *testing.T) {
+	p := newPair(t)
+	for _, kind := range []Kind{RawESP, UDPEncap} {
+		for _, fam := range families {
+			for _, gro := range []bool{false, true} {
+				if gro && kind != UDPEncap {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/%s/gro=%v", kind, fam.name, gro), func(t *testing.T) {
+					any := netip.IPv4Unspecified()
+					if fam.name == "ipv6" {
+						any = netip.IPv6Unspecified()
+					}
+					a := open(t, p.a, kind, fam.local(p), false)
+					b := open(t, p.b, kind, any, false, gro)
+					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
+					if _, err := a.Send([]*esp.Packet{out(espPacket(0x1001, 1, 200), peer)}); err != nil {
+						t.Fatal(err)
+					}
+					_, _, locals := receiveLocal(t, b, 1)
+					if locals[0] != fam.remote(p) {
+						t.Errorf("arrived at %v, want %s", locals[0], fam.remote(p))
+					}
+				})
+			}
+		}
 	}
 }

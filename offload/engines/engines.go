@@ -9,6 +9,7 @@ import (
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/aesni"
+	"github.com/espgw/espgw/offload/afalg"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/emul"
 	"github.com/espgw/espgw/offload/ring"
@@ -43,9 +44,10 @@ func Software() []string {
 	return names
 }
 
-// Devices lists the engines that need a crypto device, each of which
-// fails to open, saying why, on a machine without one.
-func Devices() []string { return []string{virtio.Name} }
+// Devices lists the engines that need a crypto device (or the kernel's
+// door to one), each of which fails to open, saying why, on a machine
+// without one. afalg also takes a driver: afalg:DRIVER.
+func Devices() []string { return []string{afalg.Name, virtio.Name} }
 
 // New builds the engine called name.
 func New(name string, opts Options) (offload.Engine, error) {
@@ -63,6 +65,17 @@ func New(name string, opts Options) (offload.Engine, error) {
 		return e, nil
 	case base == aesni.Name && !hasProfile:
 		return aesni.New(), nil
+	case base == afalg.Name:
+		// afalg:DRIVER binds the kernel driver DRIVER; the engine's own
+		// error says what the kernel lacks.
+		if hasProfile && profile == "" {
+			return nil, fmt.Errorf("offload engine %q: name a kernel driver after the colon (see /proc/crypto), or use %q", name, afalg.Name)
+		}
+		e, err := afalg.New(afalg.Options{Driver: profile, Sockets: opts.Workers, QueueDepth: opts.QueueDepth})
+		if err != nil {
+			return nil, err
+		}
+		return e, nil
 	case base == virtio.Name:
 		// virtio:ADDRESS names the PCI device; plain virtio takes the first.
 		e, err := virtio.Open(virtio.Config{Device: profile, QueueSize: 2 * opts.QueueDepth})

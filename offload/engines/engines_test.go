@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
-
+	"os"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/espgw/espgw/offload"
@@ -12,6 +14,16 @@ import (
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )
+
+// testEngines are the engines the conformance tests run on: every engine
+// that runs anywhere, or the ones ESPGW_TEST_ENGINES names (comma-separated),
+// which is how the guest runs them on afalg with the kernel's drivers.
+func testEngines() []string {
+	if v := os.Getenv("ESPGW_TEST_ENGINES"); v != "" {
+		return strings.Split(v, ",")
+	}
+	return engines.Software()
+}
 
 func newEngine(t testing.TB, name string) offload.Engine {
 	t.Helper()
@@ -37,7 +49,11 @@ type pair struct {
 
 func sessions(t testing.TB, e, ref offload.Engine, esn bool) []pair {
 	var out []pair
-	for _, suite := range cpu.AllSuites() {
+	suites := e.Suites()
+	if len(suites) == 0 {
+		t.Fatalf("%s: declares no suites", e.Name())
+	}
+	for _, suite := range suites {
 		for _, kl := range suite.EncKeyLens() {
 			cfg := offload.SessionConfig{Suite: suite, EncKey: key(kl), AuthKey: key(suite.AuthKeyLen()), ESN: esn}
 			got, err := e.NewSession(cfg)
@@ -98,7 +114,7 @@ func run(t testing.TB, e, ref offload.Engine, p pair, dir offload.Direction, pkt
 // corrupted packet, with and without ESN.
 func TestDifferential(t *testing.T) {
 	ref := cpu.New()
-	for _, name := range engines.Software() {
+	for _, name := range testEngines() {
 		t.Run(name, func(t *testing.T) {
 			e := newEngine(t, name)
 			for _, esn := range []bool{false, true} {
@@ -128,7 +144,7 @@ func FuzzEngines(f *testing.F) {
 	ref := cpu.New()
 	var es []offload.Engine
 	var ps [][]pair
-	for _, name := range engines.Software() {
+	for _, name := range testEngines() {
 		e := newEngine(f, name)
 		es = append(es, e)
 		ps = append(ps, sessions(f, e, ref, true))
@@ -155,6 +171,135 @@ func FuzzEngines(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEverySuite: the engines that run anywhere serve every suite espgw
+// knows (a device engine declares what its driver can do).
+func TestEverySuite(t *testing.T) {
+	for _, name := range engines.Software() {
+		if got, want := len(newEngine(t, name).Suites()), len(cpu.AllSuites()); got != want {
+			t.Errorf("%s: %d suites, want all %d", name, got, want)
+		}
+	}
+}
+
+// TestFlippedBitAnywhere: one flipped bit anywhere in a sealed packet —
+// SPI, sequence number, IV, payload, padding, trailer or ICV — is BadICV,
+// and the packet comes back as it went in (GCM: its payload zeroed), on
+// every engine as on cpu; with ESN, wrong high bits are BadICV too.
+func TestFlippedBitAnywhere(t *testing.T) {
+	ref := cpu.New()
+	for _, name := range testEngines() {
+		t.Run(name, func(t *testing.T) {
+			e := newEngine(t, name)
+			for _, esn := range []bool{false, true} {
+				for _, p := range sessions(t, e, ref, esn) {
+					sealed := run(t, e, ref, p, offload.Seal, [][]byte{packet(p.suite, 61)}, 3)[0]
+					var bad [][]byte
+					for i := range len(sealed) * 8 / 7 {
+						b := append([]byte(nil), sealed...)
+						b[i*7/8] ^= 1 << (i % 8)
+						bad = append(bad, b)
+					}
+					for i := 0; i < len(bad); i += 64 {
+						got := run(t, e, ref, p, offload.Open, bad[i:min(i+64, len(bad))], 3)
+						for k, b := range got {
+							if st := openStatus(t, e, p, b); st != offload.BadICV {
+								t.Fatalf("%s %s esn=%v: bit %d flipped: %v, want bad-icv", name, p.suite, esn, i+k, st)
+							}
+						}
+					}
+					if esn {
+						if st := openStatus(t, e, p, sealed, 4); st != offload.BadICV {
+							t.Fatalf("%s %s: wrong ESN high bits: %v, want bad-icv", name, p.suite, st)
+						}
+					}
+					if st := openStatus(t, e, p, sealed); st != offload.OK {
+						t.Fatalf("%s %s esn=%v: the untouched packet: %v", name, p.suite, esn, st)
+					}
+				}
+			}
+		})
+	}
+}
+
+// openStatus opens a copy of pkt on the engine under test (high sequence
+// bits 3 unless given) and returns its status.
+func openStatus(t *testing.T, e offload.Engine, p pair, pkt []byte, seqHi ...uint32) offload.Status {
+	t.Helper()
+	hi := uint32(3)
+	if len(seqHi) > 0 {
+		hi = seqHi[0]
+	}
+	op := &offload.Op{Session: p.got, Dir: offload.Open, Packet: append([]byte(nil), pkt...), SeqHi: hi}
+	if err := offload.NewWaiter(e).Run(context.Background(), []*offload.Op{op}); err != nil {
+		t.Fatal(err)
+	}
+	return op.Status
+}
+
+// TestInOrderCompletion: batches submitted back to back, from several
+// goroutines, complete in the order the engine took them, each once, with
+// every op done.
+func TestInOrderCompletion(t *testing.T) {
+	ref := cpu.New()
+	for _, name := range testEngines() {
+		t.Run(name, func(t *testing.T) {
+			e := newEngine(t, name)
+			p := sessions(t, e, ref, false)[0]
+			const submitters, perSubmitter = 4, 50
+			var mu sync.Mutex // orders taking a batch with noting it as taken
+			var taken, done []int
+			var doneMu sync.Mutex
+			var wg sync.WaitGroup
+			var all sync.WaitGroup
+			all.Add(submitters * perSubmitter)
+			for g := range submitters {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for k := range perSubmitter {
+						id := g*perSubmitter + k
+						b := &offload.Batch{Ops: make([]*offload.Op, 1+id%7)}
+						for i := range b.Ops {
+							b.Ops[i] = &offload.Op{Session: p.got, Dir: offload.Seal, Packet: packet(p.suite, 40+i*100)}
+						}
+						b.Done = func(b *offload.Batch) {
+							for i := range b.Ops {
+								if b.Ops[i].Status != offload.OK {
+									t.Errorf("batch %d op %d: %v", id, i, b.Ops[i].Status)
+								}
+							}
+							doneMu.Lock()
+							done = append(done, id)
+							doneMu.Unlock()
+							all.Done()
+						}
+						mu.Lock()
+						if err := e.Submit(context.Background(), b); err != nil {
+							t.Errorf("submit: %v", err)
+							all.Done()
+						} else {
+							taken = append(taken, id)
+						}
+						mu.Unlock()
+					}
+				}()
+			}
+			wg.Wait()
+			all.Wait()
+			doneMu.Lock()
+			defer doneMu.Unlock()
+			if len(done) != len(taken) {
+				t.Fatalf("%d batches completed, %d taken", len(done), len(taken))
+			}
+			for i := range taken {
+				if done[i] != taken[i] {
+					t.Fatalf("completion %d is batch %d, but batch %d was taken %dth", i, done[i], taken[i], i)
+				}
+			}
+		})
+	}
 }
 
 func TestUnknownEngine(t *testing.T) {

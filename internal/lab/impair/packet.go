@@ -98,9 +98,9 @@ func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 	var l4 int
 	switch frame[off] >> 4 {
 	case 4:
-		ihl := int(frame[off]&0x0f) * 4
-		total := int(binary.BigEndian.Uint16(frame[off+2:]))
-		if ihl < 20 || total < ihl || off+total > len(frame) {
+		ihl, _ := inetsum.IPv4HeaderLen(frame[off:])
+		total, ok := inetsum.PacketLength(frame[off:])
+		if !ok {
 			return l, false
 		}
 		if binary.BigEndian.Uint16(frame[off+6:])&0x3fff != 0 { // MF or an offset
@@ -176,7 +176,7 @@ func (l *layout) setLength(frame []byte, newEnd int) int {
 	if l.v6 {
 		binary.BigEndian.PutUint16(frame[l.ip+4:], uint16(newEnd-l.ip-40))
 	} else {
-		ihl := int(frame[l.ip]&0x0f) * 4
+		ihl, _ := inetsum.IPv4HeaderLen(frame[l.ip:])
 		binary.BigEndian.PutUint16(frame[l.ip+2:], uint16(newEnd-l.ip))
 		inetsum.IPv4Header(frame[l.ip : l.ip+ihl])
 	}

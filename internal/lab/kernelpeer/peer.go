@@ -72,6 +72,15 @@ type Config struct {
 	// the prepared initramfs, which the kernel unpacks after the first, so
 	// the prepared one is shared as it is.
 	Files map[string]string
+	// Modules are kernel modules of the guest's kernel, not in the
+	// prepared initramfs, that this boot adds (with the dependencies it
+	// lacks) and loads before Start returns; LaterModules are added but
+	// loaded only by LoadModules (a device driver a test wants to bring in
+	// at a moment of its choosing). See modules.go.
+	Modules, LaterModules []string
+	// CPU is QEMU's -cpu model ("max": AES-NI, AVX and the rest under
+	// TCG); empty leaves QEMU's default.
+	CPU string
 }
 
 // Devices are QEMU devices a guest can be started with.
@@ -110,16 +119,19 @@ type Route struct {
 
 // Peer is a running guest.
 type Peer struct {
-	cfg      Config
-	log      *slog.Logger
-	work     string // temporary folder: control socket, console log
-	cmd      *exec.Cmd
-	exited   chan struct{} // closed when qemu has exited
-	waitErr  error
-	tapMade  bool
+	cfg     Config
+	log     *slog.Logger
+	work    string // temporary folder: control socket, console log
+	cmd     *exec.Cmd
+	exited  chan struct{} // closed when qemu has exited
+	waitErr error
+	tapMade bool
 	// extraMade are the ExtraTaps made so far.
 	extraMade []string
-	BootTime time.Duration // from starting qemu to the agent's first answer
+	// bootModules and laterModules are Config.Modules and LaterModules
+	// with their dependencies, in load order, as put into the initrd.
+	bootModules, laterModules []string
+	BootTime                  time.Duration // from starting qemu to the agent's first answer
 	// GuestMAC is the guest's eth0 address, for static neighbour entries.
 	GuestMAC net.HardwareAddr
 	// BootCPU is the CPU time qemu used for the boot: what the boot costs
@@ -180,6 +192,9 @@ func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 		return nil, fmt.Errorf("boot kernel peer (%s): %w\n--- guest console (tail) ---\n%s", cfg.Assets.KernelRelease, err, p.Console(consoleTail))
 	}
 	if err := p.pinNeighbours(ctx); err != nil {
+		return nil, err
+	}
+	if err := p.loadModules(ctx, p.bootModules); err != nil {
 		return nil, err
 	}
 	p.BootTime = time.Since(started)
@@ -404,10 +419,13 @@ func (p *Peer) startQEMU(qemu string) error {
 	args = append(args,
 		"-device", "virtio-rng-pci",
 		"-device", "virtio-serial-pci",
-		"-chardev", "socket,id=ctl,path=" + p.socketPath() + ",server=on,wait=off",
+		"-chardev", "socket,id=ctl,path="+p.socketPath()+",server=on,wait=off",
 		"-device", "virtserialport,chardev=ctl,name=org.espgw.ctl",
 	)
 	args = append(args, p.cfg.Devices.qemuArgs()...)
+	if p.cfg.CPU != "" {
+		args = append(args, "-cpu", p.cfg.CPU)
+	}
 	// ip netns exec execs qemu in place: the PID is qemu's.
 	p.cmd = exec.Command("ip", args...)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -434,7 +452,7 @@ func (p *Peer) qmpPath() string     { return filepath.Join(p.work, "qmp.sock") }
 // initrd is the prepared initramfs, or, with Config.Files, a copy of it
 // with a second archive holding those files appended.
 func (p *Peer) initrd() (string, error) {
-	if len(p.cfg.Files) == 0 {
+	if len(p.cfg.Files)+len(p.cfg.Modules)+len(p.cfg.LaterModules) == 0 {
 		return p.cfg.Assets.Initramfs, nil
 	}
 	base, err := os.ReadFile(p.cfg.Assets.Initramfs)
@@ -450,6 +468,9 @@ func (p *Peer) initrd() (string, error) {
 		if err := addFile(arc, guest, host, uint32(st.Mode().Perm())); err != nil {
 			return "", fmt.Errorf("start kernel peer: %w", err)
 		}
+	}
+	if p.bootModules, p.laterModules, err = p.cfg.extraModules(arc); err != nil {
+		return "", fmt.Errorf("start kernel peer: %w", err)
 	}
 	var buf bytes.Buffer
 	buf.Write(base)

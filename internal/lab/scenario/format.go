@@ -11,7 +11,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path"
 	"path/filepath"
@@ -22,8 +24,12 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labyaml"
 	"github.com/espgw/espgw/internal/lab/testbed"
+	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -74,6 +80,9 @@ type Topology struct {
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
 	// (default 1500): 1600 lets 1500-byte inner packets through.
 	WANMTU int `yaml:"wan-mtu" json:"wan_mtu,omitempty"`
+	// TUNMTU, when set, is the gateways' TUN MTU instead of the one that
+	// fits the outer MTU, so larger inner packets reach the gateways.
+	TUNMTU int `yaml:"tun-mtu" json:"tun_mtu,omitempty"`
 	// Offloads turns the TUN devices' vnet-hdr offloads (GSO/GRO) on.
 	// Default: on, except in scenarios that replay a capture, whose TCP
 	// segments GRO would merge on the way (as LRO on a NIC does) and so
@@ -90,6 +99,12 @@ type SASpec struct {
 	ReplayWindow int       `yaml:"replay-window" json:"replay_window"`
 	InitialSeq   uint64    `yaml:"initial-seq" json:"initial_seq"`
 	Lifetimes    Lifetimes `yaml:"lifetimes" json:"lifetimes"`
+	// Outer-header options of both SAs, as in the SA file (sa/header.go):
+	// dscp copy | 0..63, decap-dscp keep | copy, df copy | set | clear, ttl.
+	DSCP      string `yaml:"dscp" json:"dscp,omitempty"`
+	DecapDSCP string `yaml:"decap-dscp" json:"decap_dscp,omitempty"`
+	DF        string `yaml:"df" json:"df,omitempty"`
+	TTL       int    `yaml:"ttl" json:"ttl,omitempty"`
 	// Keys is "random" (default) or two entries, gw1→gw2 then gw2→gw1.
 	Keys Keys `yaml:"keys" json:"-"`
 
@@ -132,7 +147,8 @@ type KeyPair struct {
 func (k *Keys) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.ScalarNode {
 		if n.Value != "random" {
-			return fmt.Errorf("line %d: keys: want random or a list of two {enc-key, auth-key}, got %q", n.Line, n.Value)
+			// The value is most likely a key written where the list belongs.
+			return fmt.Errorf("line %d: keys: want random or a list of two {enc-key, auth-key}, got %s", n.Line, secret.Word(n.Value, "random"))
 		}
 		k.Random = true
 		return nil
@@ -189,6 +205,17 @@ type PingStep struct {
 	Interval time.Duration `yaml:"interval" json:"interval"` // default 10ms
 	// DF forbids fragmentation (IPv4 -M do); default true.
 	DF *bool `yaml:"df" json:"df,omitempty"`
+	// Marks sets the requests' TOS / traffic class and TTL (ping -Q, -t).
+	Marks `yaml:",inline"`
+}
+
+// Marks are the IP header fields a step's sender writes (header.go). TOS
+// and TrafficClass are the same byte — DSCP in the top six bits, ECN in
+// the low two — by its IPv4 and IPv6 names; set one.
+type Marks struct {
+	TOS          *int `yaml:"tos" json:"tos,omitempty"`
+	TrafficClass *int `yaml:"traffic-class" json:"traffic_class,omitempty"`
+	TTL          int  `yaml:"ttl" json:"ttl,omitempty"` // TTL / hop limit (0: the host's default)
 }
 
 // UDPStep is a generated UDP flow: Packets datagrams at Rate per second,
@@ -199,6 +226,11 @@ type UDPStep struct {
 	Rate    float64 `yaml:"rate" json:"rate"`       // packets per second (default 1000; 0 in the file means default)
 	Size    int     `yaml:"size" json:"size"`       // IP packet bytes (default 200)
 	Port    int     `yaml:"port" json:"port"`       // default 9000
+	// DF, when set, forbids (true) or allows (false) fragmentation of the
+	// datagrams (IP_MTU_DISCOVER do / dont; IPv6: IPV6_DONTFRAG); default:
+	// the host's (DF set, fragments by the sender only).
+	DF    *bool `yaml:"df" json:"df,omitempty"`
+	Marks `yaml:",inline"`
 }
 
 // PcapStep replays a capture: addresses rewritten onto hostA/hostB,
@@ -231,32 +263,12 @@ type Expectation struct {
 }
 
 // ParseError is a malformed scenario: file, line and field.
-type ParseError struct {
-	File  string
-	Line  int
-	Field string
-	Err   error
-}
-
-func (e *ParseError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	if e.Field != "" {
-		b.WriteString(": " + e.Field)
-	}
-	b.WriteString(": " + e.Err.Error())
-	return b.String()
-}
-
-func (e *ParseError) Unwrap() error { return e.Err }
+type ParseError = labyaml.Error
 
 // Load reads a scenario file and expands its matrix: one Scenario per
 // combination, in the file's order.
 func Load(path string) ([]*Scenario, error) {
-	data, err := os.ReadFile(path)
+	data, err := sa.ReadFileAtMost(path, sa.MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("read scenario: %w", err)
 	}
@@ -267,6 +279,9 @@ func Load(path string) ([]*Scenario, error) {
 // github.com/espgw/espgw/scenarios.Bundled); its pcap files come from fsys
 // too.
 func LoadFS(fsys fs.FS, path string) ([]*Scenario, error) {
+	if fi, err := fs.Stat(fsys, path); err == nil && fi.Size() > sa.MaxFileSize {
+		return nil, fmt.Errorf("read scenario: %s is %d bytes, larger than the %d bytes such a file may be", path, fi.Size(), sa.MaxFileSize)
+	}
 	data, err := fs.ReadFile(fsys, path)
 	if err != nil {
 		return nil, fmt.Errorf("read scenario: %w", err)
@@ -281,7 +296,10 @@ func Parse(path string, data []byte) ([]*Scenario, error) { return parse(nil, pa
 func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
-		return nil, &ParseError{File: path, Err: err}
+		if errors.Is(err, io.EOF) {
+			return nil, &ParseError{File: path, Err: errors.New("empty file: want a mapping (name, sa, traffic, expect, ...)")}
+		}
+		return nil, labyaml.Wrap(path, err)
 	}
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, &ParseError{File: path, Line: 1, Err: errors.New("want a mapping (name, sa, traffic, expect, ...)")}
@@ -296,10 +314,8 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 	// and wrong types with their true lines; the matrix copies below are
 	// decoded from nodes, which keep lines too.
 	var probe Scenario
-	d := yaml.NewDecoder(bytes.NewReader(data))
-	d.KnownFields(true)
-	if err := d.Decode(&probe); err != nil {
-		return nil, yamlError(path, err)
+	if err := labyaml.Decode(path, data, &probe); err != nil {
+		return nil, err
 	}
 	_, matrixNode := lookup(root, "matrix")
 	combos, err := matrixCombos(path, matrixNode)
@@ -346,7 +362,7 @@ func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 	}
 	s := &Scenario{File: path, fsys: fsys}
 	if err := root.Decode(s); err != nil {
-		return nil, yamlError(path, err)
+		return nil, labyaml.Wrap(path, err)
 	}
 	s.root = root
 	_, expectNode := lookup(root, "expect")
@@ -558,7 +574,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	at := func(path ...string) int { return lineOf(s.root, path...) }
 	oneOf := func(v string, field []string, allowed ...string) error {
 		if !slices.Contains(allowed, v) {
-			return perr(at(field...), strings.Join(field, "."), fmt.Errorf("%q: want one of %s", v, strings.Join(allowed, ", ")))
+			return perr(at(field...), strings.Join(field, "."), fmt.Errorf("%s: want one of %s", secret.Word(v, allowed...), strings.Join(allowed, ", ")))
 		}
 		return nil
 	}
@@ -588,12 +604,23 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	if s.SA.Encap == "udp" {
 		s.SA.encap = sa.EncapUDP
 	}
+	var probe sa.SA
+	if err := s.SA.header(&probe); err != nil {
+		return perr(at("sa"), "sa", err)
+	}
+	if m := s.Topology.TUNMTU; m != 0 && (m < 1280 || m > 9000) {
+		return perr(at("topology", "tun-mtu"), "topology.tun-mtu", fmt.Errorf("%d: want 1280..9000", m))
+	}
 	if m := s.Topology.WANMTU; m != 0 && (m < 1280 || m > 9000) {
 		return perr(at("topology", "wan-mtu"), "topology.wan-mtu", fmt.Errorf("%d: want 1280..9000", m))
 	}
-	if w := s.SA.ReplayWindow; w < 0 || w > 1<<20 {
-		return perr(at("sa", "replay-window"), "sa.replay-window", fmt.Errorf("%d: want 1..%d", w, 1<<20))
+	if w := s.SA.ReplayWindow; w < 0 || w > sa.MaxReplayWindow {
+		return perr(at("sa", "replay-window"), "sa.replay-window", fmt.Errorf("%d: want 1..%d", w, sa.MaxReplayWindow))
 	}
+	if s.Timeout < 0 || s.Timeout > MaxTimeout {
+		return perr(at("timeout"), "timeout", fmt.Errorf("%v: want a duration above 0 and at most %v", s.Timeout, MaxTimeout))
+	}
+
 	if !s.SA.ESN && s.SA.InitialSeq > 0xffffffff {
 		return perr(at("sa", "initial-seq"), "sa.initial-seq", fmt.Errorf("%#x does not fit 32 bits: set esn: true", s.SA.InitialSeq))
 	}
@@ -621,9 +648,23 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			}
 		}
 	}
-	for name, e := range map[string]string{"gw1": s.Engines.GW1, "gw2": s.Engines.GW2} {
-		if e == "" {
-			return perr(at("engines", name), "engines."+name, errors.New("empty engine name"))
+	if err := s.checkSA(); err != nil {
+		field := "sa"
+		if name, _, ok := strings.Cut(err.Error(), ":"); ok && !strings.ContainsAny(name, " ") {
+			field = "sa." + name // the SA model names its field first
+		}
+		return perr(at(strings.Split(field, ".")...), field, err)
+	}
+	for _, g := range []struct{ name, engine string }{{"gw1", s.Engines.GW1}, {"gw2", s.Engines.GW2}} {
+		if g.engine == "" {
+			return perr(at("engines", g.name), "engines."+g.name, errors.New("empty engine name"))
+		}
+		if err := engines.Check(g.engine); err != nil {
+			field, line := "engines."+g.name, at("engines", g.name)
+			if _, given := lookup(s.root, "engines"); given == nil {
+				field, line = "engine", at("engine")
+			}
+			return perr(line, field, fmt.Errorf("%s: %w", secret.Word(g.engine, engines.Names()...), err))
 		}
 	}
 	for _, ic := range []struct {
@@ -682,6 +723,14 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			if st.Ping.Count < 1 || st.Ping.Count > 10000 {
 				return perr(line, field+".ping.count", fmt.Errorf("%d: want 1..10000", st.Ping.Count))
 			}
+			if err := st.Ping.Marks.check(); err != nil {
+				return perr(line, field+".ping", err)
+			}
+			// ping(8) refuses intervals below 2 ms for all but root, and
+			// a negative one would be taken as its default.
+			if st.Ping.Interval < time.Millisecond || st.Ping.Interval > 10*time.Second {
+				return perr(line, field+".ping.interval", fmt.Errorf("%v: want 1ms..10s", st.Ping.Interval))
+			}
 		case st.UDP != nil:
 			e = &st.UDP.Ends
 			if st.UDP.Packets < 1 || st.UDP.Packets > 1_000_000 {
@@ -696,18 +745,21 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			if st.UDP.Port < 1 || st.UDP.Port > 65535 {
 				return perr(line, field+".udp.port", fmt.Errorf("%d: want 1..65535", st.UDP.Port))
 			}
+			if err := st.UDP.Marks.check(); err != nil {
+				return perr(line, field+".udp", err)
+			}
 		case st.Pcap != nil:
 			if st.Pcap.File == "" {
 				return perr(line, field+".pcap.file", errors.New("missing"))
 			}
-			if _, err := s.stat(st.Pcap.path); err != nil {
-				return perr(line, field+".pcap.file", err)
-			}
 			if err := oneOf(st.Pcap.Timing, nil, "keep", "fast"); err != nil {
-				return perr(line, field+".pcap.timing", fmt.Errorf("%q: want keep or fast", st.Pcap.Timing))
+				return perr(line, field+".pcap.timing", fmt.Errorf("%s: want keep or fast", secret.Word(st.Pcap.Timing, "keep", "fast")))
 			}
 			if st.Pcap.Speed <= 0 {
 				return perr(line, field+".pcap.speed", fmt.Errorf("%v: want a factor > 0", st.Pcap.Speed))
+			}
+			if err := s.checkCapture(st.Pcap.path); err != nil {
+				return perr(line, field+".pcap.file", err)
 			}
 			if s.SA.Mode == "transport" {
 				return perr(line, field+".pcap", errors.New("a replay runs between hostA and hostB: not through transport-mode SAs"))
@@ -715,7 +767,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		case st.Iperf3 != nil:
 			e = &st.Iperf3.Ends
 			if st.Iperf3.Protocol != "tcp" && st.Iperf3.Protocol != "udp" {
-				return perr(line, field+".iperf3.protocol", fmt.Errorf("%q: want tcp or udp", st.Iperf3.Protocol))
+				return perr(line, field+".iperf3.protocol", fmt.Errorf("%s: want tcp or udp", secret.Word(st.Iperf3.Protocol, "tcp", "udp")))
 			}
 			if st.Iperf3.Duration < 100*time.Millisecond || st.Iperf3.Duration > 5*time.Minute {
 				return perr(line, field+".iperf3.duration", fmt.Errorf("%v: want 100ms..5m", st.Iperf3.Duration))
@@ -728,10 +780,10 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		}
 		if e != nil {
 			if !slices.Contains(hosts, e.From) || !slices.Contains(hosts, e.To) || e.From == e.To {
-				return perr(line, field, fmt.Errorf("from %q to %q: want two different of %s", e.From, e.To, strings.Join(hosts, ", ")))
+				return perr(line, field, fmt.Errorf("from %s to %s: want two different of %s", secret.Word(e.From, hosts...), secret.Word(e.To, hosts...), strings.Join(hosts, ", ")))
 			}
 			if err := oneOf(e.Family, nil, "ipv4", "ipv6", "mixed"); err != nil {
-				return perr(line, field+".family", fmt.Errorf("%q: want ipv4, ipv6 or mixed", e.Family))
+				return perr(line, field+".family", fmt.Errorf("%s: want ipv4, ipv6 or mixed", secret.Word(e.Family, "ipv4", "ipv6", "mixed")))
 			}
 			gwEnds := e.From == "gw1" || e.From == "gw2" || e.To == "gw1" || e.To == "gw2"
 			if gwEnds && s.SA.Mode != "transport" {
@@ -748,24 +800,66 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	return nil
 }
 
-// yamlError turns a yaml.v3 error ("yaml: unmarshal errors:\n  line 3: ...")
-// into a ParseError with the line.
-func yamlError(path string, err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		msg := te.Errors[0]
-		var line int
-		if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
-			msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
-		}
-		return &ParseError{File: path, Line: line, Err: errors.New(msg)}
+// MaxTimeout bounds a scenario's timeout.
+const MaxTimeout = 24 * time.Hour
+
+// checkSA builds an SA as the runner will (gw1→gw2, the given or random
+// keys, the lifetimes) and validates it, so that what the SA model refuses
+// (a negative or inverted lifetime, an initial-seq with no room, a window
+// beyond sa.MaxReplayWindow) is refused at parse, not after the test bed is
+// built.
+func (s *Scenario) checkSA() error {
+	spec := s.SA
+	c := &sa.SA{SPI: 0x1001, Mode: spec.mode, Encap: spec.encap, Suite: spec.suite, ESN: spec.ESN,
+		ReplayWindow: spec.ReplayWindow, InitialSeq: spec.InitialSeq,
+		Soft: spec.Lifetimes.Soft.sa(), Hard: spec.Lifetimes.Hard.sa(),
+		Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr("192.0.2.2")}
+	if s.Topology.Outer == "ipv6" {
+		c.Src, c.Dst = netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")
 	}
-	msg := err.Error()
-	var line int
-	if i := strings.Index(msg, "line "); i >= 0 {
-		fmt.Sscanf(msg[i:], "line %d", &line)
+	if c.Encap == sa.EncapUDP {
+		c.SrcPort, c.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
 	}
-	return &ParseError{File: path, Line: line, Err: errors.New(strings.TrimPrefix(msg, "yaml: "))}
+	var err error
+	if c.EncKey, c.AuthKey, err = sa.RandomKeys(spec.suite, spec.aesBits); err != nil {
+		return err
+	}
+	return c.Validate()
+}
+
+// checkCapture makes sure a replay's capture is a readable pcap or pcapng
+// file (not a directory, not something else) before anything runs.
+func (s *Scenario) checkCapture(name string) error {
+	fi, err := s.stat(name)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a file (a %s)", name, fileKind(fi))
+	}
+	f, err := s.open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := capture.NewReader(f, name); err != nil {
+		return err
+	}
+	return nil
+}
+
+func fileKind(fi fs.FileInfo) string {
+	switch {
+	case fi.IsDir():
+		return "directory"
+	case fi.Mode()&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case fi.Mode()&fs.ModeDevice != 0:
+		return "device"
+	case fi.Mode()&fs.ModeSocket != 0:
+		return "socket"
+	}
+	return "special file"
 }
 
 func lookup(m *yaml.Node, key string) (k, v *yaml.Node) {
@@ -845,6 +939,10 @@ type matrixValue struct {
 	line  int
 }
 
+// MaxMatrix bounds the scenarios one file's matrix expands into: each
+// builds a test bed of its own, so even this many take hours.
+const MaxMatrix = 256
+
 // matrixCombos expands `matrix: {field.path: [v1, v2], ...}` into every
 // combination, the first field varying slowest.
 func matrixCombos(path string, m *yaml.Node) ([][]matrixValue, error) {
@@ -853,6 +951,17 @@ func matrixCombos(path string, m *yaml.Node) ([][]matrixValue, error) {
 	}
 	if m.Kind != yaml.MappingNode || len(m.Content) == 0 {
 		return nil, &ParseError{File: path, Line: m.Line, Field: "matrix", Err: errors.New("want a mapping of field path to a list of values")}
+	}
+	// The number of combinations is checked before any is built: a few
+	// short lists multiply into more scenarios than memory holds.
+	total := 1
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if v := m.Content[i+1]; v.Kind == yaml.SequenceNode && len(v.Content) > 0 {
+			total *= len(v.Content)
+		}
+		if total > MaxMatrix {
+			return nil, &ParseError{File: path, Line: m.Line, Field: "matrix", Err: fmt.Errorf("more than %d combinations: split the file, or shorten the lists", MaxMatrix)}
+		}
 	}
 	combos := [][]matrixValue{nil}
 	for i := 0; i+1 < len(m.Content); i += 2 {
@@ -899,4 +1008,29 @@ func Files(paths []string) ([]string, error) {
 		return nil, fmt.Errorf("no scenario files in %s", strings.Join(paths, ", "))
 	}
 	return out, nil
+}
+
+// check validates the marks.
+func (m *Marks) check() error {
+	if m.TOS != nil && m.TrafficClass != nil {
+		return errors.New("tos and traffic-class are the same byte: set one")
+	}
+	if v := m.byteValue(); v < -1 || v > 255 {
+		return fmt.Errorf("tos / traffic-class %d: want 0..255 (DSCP << 2 | ECN)", v)
+	}
+	if m.TTL < 0 || m.TTL > 255 {
+		return fmt.Errorf("ttl %d: want 1..255 (0: the host's default)", m.TTL)
+	}
+	return nil
+}
+
+// byteValue is the TOS / traffic class asked for, or -1.
+func (m *Marks) byteValue() int {
+	switch {
+	case m.TOS != nil:
+		return *m.TOS
+	case m.TrafficClass != nil:
+		return *m.TrafficClass
+	}
+	return -1
 }

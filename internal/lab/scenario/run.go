@@ -191,7 +191,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		Binary: r.opts.Binary, Prefix: r.opts.Prefix, Suite: s.SA.suite, AESBits: s.SA.aesBits, Mode: s.SA.mode,
 		Encap: s.SA.encap, OuterV6: s.Topology.Outer == "ipv6", ESN: s.SA.ESN, ReplayWindow: s.SA.ReplayWindow,
 		InitialSeq: s.SA.InitialSeq, Engine: [2]string{s.Engines.GW1, s.Engines.GW2}, NoOffloads: !offloads,
-		Hard: s.SA.Lifetimes.Hard.sa(), Prepare: quietMLD, Customize: r.customize, WANMTU: s.Topology.WANMTU, Log: r.log,
+		Hard: s.SA.Lifetimes.Hard.sa(), Prepare: quietMLD, Customize: r.customize, WANMTU: s.Topology.WANMTU, TUNMTU: s.Topology.TUNMTU, Log: r.log,
 	})
 	if err != nil {
 		return fmt.Errorf("start the test bed: %w", err)
@@ -316,6 +316,9 @@ func (r *runner) customize(cfg *sa.Config) error {
 	spec := r.s.SA
 	for i, s := range cfg.SAs {
 		s.Soft = spec.Lifetimes.Soft.sa()
+		if err := spec.header(s); err != nil {
+			return err
+		}
 		if len(spec.Keys.Given) == 2 {
 			kp := spec.Keys.Given[i]
 			var err error

@@ -112,6 +112,15 @@ func ParseArgs(args []string) (*Flags, error) {
 	if len(algs) == 0 {
 		return nil, fmt.Errorf("no algorithm: give -evp ALG (e.g. -evp aes-128-cbc)")
 	}
+	sizes := f.Sizes
+	if len(sizes) == 0 {
+		sizes = Sizes
+	}
+	bounded := f.Config
+	bounded.Sizes = sizes
+	if err := bounded.checkBounds(); err != nil {
+		return nil, err
+	}
 	for _, a := range algs {
 		alg, err := ParseAlg(a)
 		if err != nil {

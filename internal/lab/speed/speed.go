@@ -80,6 +80,39 @@ type Result struct {
 	Stats   offload.Stats `json:"stats"`
 }
 
+// Bounds of a run: every stream holds Batch buffers of the largest size,
+// so their product is what the run allocates.
+const (
+	MaxBatch       = 4096
+	MaxMulti       = 256
+	MaxSize        = 65535
+	MaxBufferBytes = 1 << 30
+)
+
+// checkBounds refuses a run whose buffers would not fit in memory, before
+// any is allocated.
+func (c Config) checkBounds() error {
+	largest := 0
+	for _, n := range c.Sizes {
+		if n < 1 || n > MaxSize {
+			return fmt.Errorf("buffer size %d: want 1..%d bytes", n, MaxSize)
+		}
+		largest = max(largest, n)
+	}
+	switch {
+	case c.Batch > MaxBatch:
+		return fmt.Errorf("-batch %d: at most %d ops per batch", c.Batch, MaxBatch)
+	case c.Multi > MaxMulti:
+		return fmt.Errorf("-multi %d: at most %d streams", c.Multi, MaxMulti)
+	}
+	// The ESP overhead and the engine's own copies at most double a buffer.
+	if need := int64(c.Batch) * int64(c.Multi) * int64(largest) * 2; need > MaxBufferBytes {
+		return fmt.Errorf("-batch %d × -multi %d × %d-byte buffers need about %d MiB; the bound is %d MiB (lower -batch, -multi or -bytes)",
+			c.Batch, c.Multi, largest, need>>20, MaxBufferBytes>>20)
+	}
+	return nil
+}
+
 // elapsed reports whether cfg is timed by the wall clock.
 func (c Config) elapsed() bool { return c.Elapsed }
 
@@ -100,6 +133,9 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 	}
 	if len(cfg.Sizes) == 0 {
 		cfg.Sizes = Sizes
+	}
+	if err := cfg.checkBounds(); err != nil {
+		return nil, err
 	}
 	opts := cfg.Options
 	opts.ModelledTime = cfg.modelled()
@@ -313,15 +349,26 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for !stop.Load() && ctx.Err() == nil {
+			// Like openssl's loop, the only per-round check is a flag: the
+			// context (a lock) is looked at and the count published once
+			// every publishEvery rounds, which a snapshot can be off by.
+			var done uint64
+			for r := 1; !stop.Load(); r++ {
 				k, err := s.round(ctx, eng, size)
 				if err != nil {
 					errs[i] = err
 					stop.Store(true)
 					break
 				}
-				counts[i].n.Add(uint64(k))
+				done += uint64(k)
+				if r%publishEvery == 0 {
+					counts[i].n.Store(done)
+					if ctx.Err() != nil {
+						break
+					}
+				}
 			}
+			counts[i].n.Store(done)
 		}()
 	}
 	total := func() uint64 {
@@ -370,6 +417,10 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 	}
 	return ops1 - ops0, secs, nil
 }
+
+// publishEvery is how many rounds a stream runs between looking at its
+// context and publishing its count.
+const publishEvery = 64
 
 // paddedCount keeps each stream's counter on its own cache line.
 type paddedCount struct {

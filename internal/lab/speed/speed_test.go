@@ -124,3 +124,24 @@ func TestRun(t *testing.T) {
 		t.Errorf("unknown engine: %v", err)
 	}
 }
+
+// A run whose buffers cannot fit in memory is refused before any is
+// allocated, from the CLI and from Run alike.
+func TestRunBounded(t *testing.T) {
+	for _, bad := range []string{"-evp aes-128-cbc -batch 100000000", "-evp aes-128-cbc -multi 100000",
+		"-evp aes-128-cbc -batch 4096 -multi 256", "-evp aes-128-cbc -bytes 100000"} {
+		if _, err := speed.ParseArgs(strings.Fields(bad)); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+	alg, err := speed.ParseAlg("aes-128-cbc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := speed.Run(context.Background(), speed.Config{Algs: []speed.Alg{alg}, Engine: "cpu", Batch: 100_000_000, Seconds: time.Second}, nil); err == nil || !strings.Contains(err.Error(), "-batch") {
+		t.Errorf("Run with a batch of 10^8: %v", err)
+	}
+	if _, err := speed.ParseArgs(strings.Fields("-evp aes-128-cbc -batch 4096")); err != nil {
+		t.Errorf("the largest batch: %v", err)
+	}
+}

@@ -21,14 +21,17 @@ func ParseSuite(s string) (sa.Suite, int, error) {
 			bits, encName = b, strings.TrimSuffix(encName, suffix)
 		}
 	}
+	// A part that does not parse is named by sa's error (which shows it
+	// only if it is evidently a misspelt name); the whole is shown only
+	// once both parts are known names.
 	c, err := sa.ParseCipher(encName)
 	if err != nil {
-		return sa.Suite{}, 0, fmt.Errorf("suite %q: %w", s, err)
+		return sa.Suite{}, 0, fmt.Errorf("suite: %w", err)
 	}
 	suite := sa.Suite{Cipher: c}
 	if hasAuth {
 		if suite.Auth, err = sa.ParseAuth(authName); err != nil {
-			return sa.Suite{}, 0, fmt.Errorf("suite %q: %w", s, err)
+			return sa.Suite{}, 0, fmt.Errorf("suite: %w", err)
 		}
 	} else if !c.IsAEAD() {
 		suite.Auth = sa.AuthHMACSHA1_96

@@ -12,6 +12,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
+
+	"github.com/espgw/espgw/internal/inetsum"
 )
 
 // Mode is how the relay joins its two ports.
@@ -141,12 +143,9 @@ func (r *router) route(frame []byte) verdict {
 	}
 	*ttl--
 	if ip[0]>>4 == 4 {
-		// RFC 1624 incremental update: the TTL is the high byte of word 4.
-		sum := uint32(^binary.BigEndian.Uint16(ip[10:])) + uint32(^(uint16(*ttl+1)<<8))&0xffff + uint32(*ttl)<<8
-		for sum > 0xffff {
-			sum = sum&0xffff + sum>>16
-		}
-		binary.BigEndian.PutUint16(ip[10:], ^uint16(sum))
+		// The TTL is the high byte of the header's fifth word.
+		was, now := [2]byte{*ttl + 1, ip[9]}, [2]byte{*ttl, ip[9]}
+		binary.BigEndian.PutUint16(ip[10:], inetsum.Update(binary.BigEndian.Uint16(ip[10:]), was[:], now[:]))
 	}
 	copy(frame[:6], mac[:])
 	copy(frame[6:12], r.out.mac)

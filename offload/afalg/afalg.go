@@ -1,0 +1,343 @@
+// Package afalg is the offload engine that hands ESP's crypto to the Linux
+// kernel's crypto API through AF_ALG sockets: whatever driver the kernel has
+// for a suite — a card's (QAT, CCP, CAAM, virtio-crypto) or the kernel's
+// software — or the one a user names.
+//
+// Every session is one socket bound to the suite's AEAD, as the kernel's own
+// ESP asks for it (authenc(hmac(H),C), authencesn(…) with ESN,
+// rfc4106(gcm(aes))), or to the bare cipher for a cipher-only session, with
+// N operation sockets accepted from it. The kernel takes one request at a
+// time per operation socket (Linux 6.1.76 and later), so the engine runs N
+// worker goroutines, worker i driving operation socket i of every session:
+// N requests are in flight at once. Each op is one request, the ESP packet
+// worked in place: the same memory is sent (sendmsg) and received into
+// (recvmsg), through iovecs that lay the associated data out as the
+// kernel's ESP does (SPI | sequence | IV; with ESN the high sequence bits
+// after the SPI, where authencesn and rfc4106 want them), with the IV and
+// the operation in control messages.
+//
+// Batches complete in the order they were submitted; a full queue blocks
+// Submit and refuses TrySubmit. A bad ICV is BadICV and nothing decrypted
+// leaves the engine: the kernel's authenc checks the tag before it
+// decrypts, but its generic GCM decrypts first (and a card may do either),
+// so an open whose tag fails puts the ciphertext back (GCM: zeroes the
+// payload, as the cpu engine's GCM does).
+package afalg
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/afalg/internal/kcapi"
+	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/sa"
+)
+
+// Name is the engine's registry name; "afalg:DRIVER" binds a driver.
+const Name = "afalg"
+
+// ErrNoAFALG is wrapped by New's error on a kernel without AF_ALG.
+var ErrNoAFALG = kcapi.ErrNoAFALG
+
+// Defaults of Options.
+const (
+	DefaultSockets    = 4
+	DefaultQueueDepth = 256
+)
+
+// Options tune the engine.
+type Options struct {
+	// Driver is the kernel driver for the cipher (virtio_crypto_aes_cbc,
+	// a card's, cbc(aes-generic), …) or a whole AEAD's driver name; empty
+	// means the kernel's highest-priority implementation of each suite.
+	Driver string
+	// Sockets is the number of operation sockets per session, and of
+	// worker goroutines: the requests in flight. 0 means DefaultSockets.
+	Sockets int
+	// QueueDepth bounds the ops submitted and not yet completed; it is
+	// also the largest batch. 0 means DefaultQueueDepth.
+	QueueDepth int
+	Logger     *slog.Logger
+}
+
+// Engine is the AF_ALG engine. It is safe for concurrent use.
+type Engine struct {
+	name   string
+	opts   Options
+	log    *slog.Logger
+	suites []sa.Suite
+	note   string
+
+	jobs chan job
+	fifo chan *pending
+	pend sync.Pool
+	wg   sync.WaitGroup
+
+	mu       sync.Mutex
+	inflight int
+	closed   bool
+	waiters  int
+	space    chan struct{} // closed and replaced when ops complete and someone waits
+
+	counters  offload.Counters
+	requests  atomic.Uint64
+	queueFull atomic.Uint64
+	maxQueue  atomic.Uint64
+	depth     atomic.Int64
+
+	drvMu   sync.Mutex
+	drivers []offload.Driver
+}
+
+type job struct {
+	op *offload.Op
+	p  *pending
+}
+
+// pending is one submitted batch waiting for its ops.
+type pending struct {
+	b    *offload.Batch
+	left atomic.Int32
+	done chan struct{}
+}
+
+// New checks that the kernel has AF_ALG (and, with a driver, that
+// /proc/crypto lists it) and starts the workers.
+func New(opts Options) (*Engine, error) {
+	if opts.Sockets <= 0 {
+		opts.Sockets = DefaultSockets
+	}
+	if opts.QueueDepth <= 0 {
+		opts.QueueDepth = DefaultQueueDepth
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	name := Name
+	if opts.Driver != "" {
+		name += ":" + opts.Driver
+	}
+	if err := kcapi.Probe(); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	e := &Engine{name: name, opts: opts, log: opts.Logger, note: kernelNote(release()),
+		jobs: make(chan job, opts.QueueDepth), fifo: make(chan *pending, opts.QueueDepth), space: make(chan struct{})}
+	e.pend.New = func() any { return &pending{done: make(chan struct{}, 1)} }
+	if e.note != "" {
+		e.log.Warn(e.note, "engine", name)
+	}
+	algs, err := kcapi.ReadAlgs()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	for _, s := range cpu.AllSuites() {
+		if _, err := planFor(s, false, false, opts.Driver, algs); err == nil {
+			e.suites = append(e.suites, s)
+		}
+	}
+	if len(e.suites) == 0 {
+		_, err := planFor(sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, false, false, opts.Driver, algs)
+		return nil, fmt.Errorf("%s: no ESP suite can use driver %s: %v%s", name, opts.Driver, err, e.noteSuffix())
+	}
+	for i := 0; i < opts.Sockets; i++ {
+		e.wg.Add(1)
+		go e.work(i)
+	}
+	e.wg.Add(1)
+	go e.complete()
+	return e, nil
+}
+
+func release() string {
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+func (e *Engine) noteSuffix() string {
+	if e.note == "" {
+		return ""
+	}
+	return " (" + e.note + ")"
+}
+
+// Name is "afalg" or "afalg:DRIVER".
+func (e *Engine) Name() string { return e.name }
+
+// Suites lists the suites the driver can serve.
+func (e *Engine) Suites() []sa.Suite { return e.suites }
+
+// Drivers lists the kernel drivers the engine's sessions were bound to.
+func (e *Engine) Drivers() []offload.Driver {
+	e.drvMu.Lock()
+	defer e.drvMu.Unlock()
+	return append([]offload.Driver(nil), e.drivers...)
+}
+
+func (e *Engine) noteDriver(d offload.Driver) {
+	e.drvMu.Lock()
+	defer e.drvMu.Unlock()
+	for _, x := range e.drivers {
+		if x.Driver == d.Driver {
+			return
+		}
+	}
+	e.drivers = append(e.drivers, d)
+	e.log.Info("afalg session bound", "algorithm", d.Algorithm, "driver", d.Driver, "modules", d.Module)
+}
+
+// Submit queues a batch, waiting while the queue is full.
+func (e *Engine) Submit(ctx context.Context, b *offload.Batch) error {
+	counted := false
+	for {
+		ok, wait, err := e.admit(b, true)
+		if ok || err != nil {
+			return err
+		}
+		if !counted {
+			e.queueFull.Add(1)
+			counted = true
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			e.mu.Lock()
+			if wait == e.space { // not woken yet: no longer waiting
+				e.waiters--
+			}
+			e.mu.Unlock()
+			return ctx.Err()
+		}
+	}
+}
+
+// TrySubmit queues a batch or returns offload.ErrQueueFull without
+// blocking.
+func (e *Engine) TrySubmit(b *offload.Batch) error {
+	ok, _, err := e.admit(b, false)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		e.queueFull.Add(1)
+		return offload.ErrQueueFull
+	}
+	return nil
+}
+
+// admit queues b if it fits (a batch larger than the whole queue fits an
+// empty one); otherwise, when asked to wait, it registers as a waiter and
+// returns the channel that is closed when ops complete.
+func (e *Engine) admit(b *offload.Batch, wait bool) (bool, chan struct{}, error) {
+	n := max(len(b.Ops), 1)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false, nil, offload.ErrClosed
+	}
+	if e.inflight+n > e.opts.QueueDepth && e.inflight > 0 {
+		if !wait {
+			return false, nil, nil
+		}
+		e.waiters++
+		return false, e.space, nil
+	}
+	e.inflight += n
+	if d := uint64(e.inflight); d > e.maxQueue.Load() {
+		e.maxQueue.Store(d)
+	}
+	e.depth.Store(int64(e.inflight))
+	p := e.pend.Get().(*pending)
+	p.b = b
+	p.left.Store(int32(len(b.Ops)))
+	// Both channels hold QueueDepth entries and at most QueueDepth ops
+	// are admitted (but for one oversized batch, whose ops the workers
+	// drain as they go), so these sends do not wait for completions;
+	// sending under mu keeps batches and their ops in submission order.
+	e.fifo <- p
+	if len(b.Ops) == 0 {
+		p.done <- struct{}{}
+	}
+	for _, op := range b.Ops {
+		e.jobs <- job{op: op, p: p}
+	}
+	return true, nil, nil
+}
+
+// release gives n places in the queue back and wakes waiting submitters.
+func (e *Engine) release(n int) {
+	e.mu.Lock()
+	e.inflight -= n
+	e.depth.Store(int64(e.inflight))
+	if e.waiters > 0 {
+		e.waiters = 0
+		close(e.space)
+		e.space = make(chan struct{})
+	}
+	e.mu.Unlock()
+}
+
+// complete delivers batches in submission order.
+func (e *Engine) complete() {
+	defer e.wg.Done()
+	for p := range e.fifo {
+		<-p.done
+		b := p.b
+		p.b = nil
+		e.pend.Put(p)
+		e.counters.Count(b.Ops)
+		e.release(max(len(b.Ops), 1))
+		if b.Done != nil {
+			b.Done(b)
+		}
+	}
+}
+
+// work is worker i: it drives operation socket i of every session.
+func (e *Engine) work(i int) {
+	defer e.wg.Done()
+	w := newWorker(e, i)
+	for j := range e.jobs {
+		w.process(j.op)
+		if j.p.left.Add(-1) == 0 {
+			j.p.done <- struct{}{}
+		}
+	}
+}
+
+// Stats returns the counters: Records are the requests sent to the
+// kernel, QueueDepth and MaxQueue the ops in flight now and at most.
+func (e *Engine) Stats() offload.Stats {
+	s := e.counters.Stats()
+	s.Records = e.requests.Load()
+	s.QueueFull = e.queueFull.Load()
+	s.MaxQueue = e.maxQueue.Load()
+	s.QueueDepth = uint64(e.depth.Load())
+	s.Interrupts = s.Records // every request completes on its own
+	s.MaxBatch = 1
+	return s
+}
+
+// Close lets the admitted work finish and stops the workers. Sessions are
+// closed by their owners.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	close(e.jobs)
+	close(e.fifo)
+	e.mu.Unlock()
+	e.wg.Wait()
+	return nil
+}

@@ -1,0 +1,262 @@
+package afalg
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/afalg/internal/kcapi"
+	"github.com/espgw/espgw/sa"
+)
+
+// espHeaderLen is SPI(4) + sequence number(4).
+const espHeaderLen = 8
+
+// session is one SA's transform on the kernel and its operation sockets,
+// one per worker.
+type session struct {
+	e          *Engine
+	suite      sa.Suite
+	esn        bool
+	cipherOnly bool
+	gcm        bool
+	ivLen      int
+	icvLen     int
+	blockLen   int
+	assocLen   int // SPI | seq | IV, and the high sequence bits with ESN
+	tfm        *kcapi.Transform
+	ops        []*kcapi.Op
+}
+
+// NewSession binds a transform for the SA's suite, sets its key and tag
+// length, and accepts one operation socket per worker.
+func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
+	s, err := e.newSession(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s: new %s session: %w", e.name, cfg.Suite, err)
+	}
+	return s, nil
+}
+
+func (e *Engine) newSession(cfg offload.SessionConfig) (*session, error) {
+	suite := cfg.Suite
+	if err := validate(cfg); err != nil {
+		return nil, err
+	}
+	algs, err := kcapi.ReadAlgs()
+	if err != nil {
+		return nil, err
+	}
+	p, err := planFor(suite, cfg.ESN, cfg.CipherOnly, e.opts.Driver, algs)
+	if err != nil {
+		return nil, fmt.Errorf("%w%s", err, e.noteSuffix())
+	}
+	s := &session{e: e, suite: suite, esn: cfg.ESN && !cfg.CipherOnly, cipherOnly: cfg.CipherOnly,
+		gcm: suite.Cipher == sa.CipherAESGCM16, ivLen: suite.IVLen(), icvLen: suite.ICVLen(), blockLen: suite.BlockLen()}
+	if s.cipherOnly {
+		s.icvLen = 0
+	}
+	s.assocLen = espHeaderLen + s.ivLen
+	if s.esn {
+		s.assocLen += 4
+	}
+	s.tfm, err = kcapi.Bind(p.kind, p.bind)
+	if err != nil {
+		return nil, e.bindError(p, err, algs)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+	key := []byte(cfg.EncKey)
+	if p.kind == kcapi.AEAD && !s.gcm {
+		key = kcapi.AuthencKey(cfg.AuthKey, cfg.EncKey)
+	}
+	if err := s.tfm.SetKey(key); err != nil {
+		return nil, err
+	}
+	if p.kind == kcapi.AEAD {
+		if err := s.tfm.SetAuthSize(s.icvLen); err != nil {
+			return nil, err
+		}
+	}
+	for range e.opts.Sockets {
+		op, err := s.tfm.Accept(s.ivLen)
+		if err != nil {
+			return nil, err
+		}
+		s.ops = append(s.ops, op)
+	}
+	// The instance exists now: read which driver the kernel gave us.
+	if after, err := kcapi.ReadAlgs(); err == nil {
+		algs = after
+	}
+	d := offload.Driver{Algorithm: p.alg, Driver: p.bind, Note: e.note}
+	if p.bind == p.alg {
+		if best, found := algs.Best(p.alg); found {
+			d.Driver = best.Driver
+		}
+	}
+	d.Module = describe(d.Driver, algs)
+	e.noteDriver(d)
+	ok = true
+	return s, nil
+}
+
+// bindError explains a bind the kernel refused.
+func (e *Engine) bindError(p plan, err error, algs kcapi.Algs) error {
+	if errors.Is(err, kcapi.ErrNoAFALG) {
+		return err
+	}
+	algif := "algif_aead"
+	if p.kind == kcapi.SKCipher {
+		algif = "algif_skcipher"
+	}
+	return fmt.Errorf("%w: the kernel has no %s %s (is %s loaded? /proc/crypto offers %s for %s)%s",
+		err, p.kind, p.bind, algif, offering(algs, innermostOf(p)), innermostOf(p), e.noteSuffix())
+}
+
+func innermostOf(p plan) string {
+	if p.kind == kcapi.SKCipher {
+		return p.alg
+	}
+	return innermost(p.alg)
+}
+
+// validate checks an ESP suite's keys or a cipher-only session's.
+func validate(cfg offload.SessionConfig) error {
+	s := cfg.Suite
+	if !cfg.CipherOnly {
+		return s.ValidateKeys(cfg.EncKey, cfg.AuthKey)
+	}
+	if s.Auth != sa.AuthNone || s.Cipher.IsAEAD() || s.Cipher == sa.CipherNull || len(cfg.AuthKey) != 0 {
+		return fmt.Errorf("a cipher-only session needs a non-AEAD cipher with auth none and no auth key, not %s", s)
+	}
+	for _, n := range s.EncKeyLens() {
+		if len(cfg.EncKey) == n {
+			return nil
+		}
+	}
+	return fmt.Errorf("enc-key for %s is %d bytes, want %v", s.Cipher, len(cfg.EncKey), s.EncKeyLens())
+}
+
+func (s *session) Suite() sa.Suite { return s.suite }
+func (s *session) ESN() bool       { return s.esn }
+
+// Close closes the operation sockets and the transform.
+func (s *session) Close() error {
+	var errs []error
+	for _, op := range s.ops {
+		errs = append(errs, op.Close())
+	}
+	s.ops = nil
+	if s.tfm != nil {
+		errs = append(errs, s.tfm.Close())
+		s.tfm = nil
+	}
+	return errors.Join(errs...)
+}
+
+// worker is one worker goroutine's request buffers.
+type worker struct {
+	e       *Engine
+	id      int
+	in, out kcapi.Vec
+	hiIn    [4]byte // ESN high bits sent
+	hiOut   [4]byte // and their copy coming back
+	saved   []byte  // an open's ciphertext, put back if the tag fails
+}
+
+func newWorker(e *Engine, id int) *worker {
+	return &worker{e: e, id: id, saved: make([]byte, 16<<10)}
+}
+
+// process runs one op as one request on the worker's socket of its session.
+func (w *worker) process(op *offload.Op) {
+	s, ok := op.Session.(*session)
+	if !ok || s.e != w.e || w.id >= len(s.ops) {
+		op.Status = offload.Failed
+		return
+	}
+	pkt := op.Packet
+	body := espHeaderLen + s.ivLen
+	if len(pkt) < body+s.icvLen {
+		op.Status = offload.BadLength
+		return
+	}
+	payload := pkt[body : len(pkt)-s.icvLen]
+	if !s.gcm && len(payload)%s.blockLen != 0 {
+		op.Status = offload.BadLength
+		return
+	}
+	seal := op.Dir == offload.Seal
+	iv := pkt[espHeaderLen:body]
+	w.in.Reset()
+	w.out.Reset()
+	if s.cipherOnly {
+		if len(payload) == 0 { // the kernel would wait for data that never comes
+			op.Status = offload.OK
+			return
+		}
+		w.in.Add(payload)
+		op.Status = w.do(s, op, seal, iv, 0, len(payload))
+		return
+	}
+	rest := pkt
+	if s.esn {
+		// SPI | seq high | seq low | IV: the order authencesn and rfc4106
+		// read their associated data in.
+		binary.BigEndian.PutUint32(w.hiIn[:], op.SeqHi)
+		w.in.Add(pkt[:4])
+		w.in.Add(w.hiIn[:])
+		w.out.Add(pkt[:4])
+		w.out.Add(w.hiOut[:])
+		rest = pkt[4:]
+	}
+	want := len(pkt)
+	if s.esn {
+		want += 4
+	}
+	if seal {
+		w.in.Add(rest[:len(rest)-s.icvLen])
+		w.out.Add(rest)
+		op.Status = w.do(s, op, true, iv, s.assocLen, want)
+		return
+	}
+	w.in.Add(rest)
+	w.out.Add(rest[:len(rest)-s.icvLen])
+	if !s.gcm {
+		if len(payload) > len(w.saved) {
+			w.saved = make([]byte, len(payload))
+		}
+		copy(w.saved, payload)
+	}
+	st := w.do(s, op, false, iv, s.assocLen, want-s.icvLen)
+	if st == offload.BadICV {
+		if s.gcm {
+			clear(payload)
+		} else {
+			copy(payload, w.saved)
+		}
+	}
+	op.Status = st
+}
+
+// do sends the request and maps the outcome to a Status.
+func (w *worker) do(s *session, op *offload.Op, seal bool, iv []byte, assoc, want int) offload.Status {
+	if s.cipherOnly {
+		w.out = w.in
+	}
+	w.e.requests.Add(1)
+	n, err := s.ops[w.id].Do(seal, iv, assoc, &w.in, &w.out)
+	switch {
+	case errors.Is(err, kcapi.ErrBadMessage):
+		return offload.BadICV
+	case err != nil || n != want:
+		return offload.Failed
+	}
+	return offload.OK
+}
