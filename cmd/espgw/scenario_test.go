@@ -131,7 +131,6 @@ expect:
 	}
 }
 
-<<<<<<< HEAD
 // TestScenarioBundledKernelPeer runs the kernel-peer section of the bundled
 // scenarios — every bundled file that also runs with peer: linux-xfrm (the
 // DPDK matrix, NAT-T, ESN across 2^32, replay attack, tamper, loss and
@@ -181,7 +180,8 @@ func TestScenarioBundledKernelPeer(t *testing.T) {
 	if left, _ := netns.List("sck"); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
 	}
-=======
+}
+
 // An unwritable --junit report stops the run before any test bed is built,
 // not after the whole run.
 func TestScenarioJUnitCheckedFirst(t *testing.T) {
@@ -193,5 +193,4 @@ func TestScenarioJUnitCheckedFirst(t *testing.T) {
 			t.Errorf("--junit %s: exit %d, stderr %q: want a refusal before the first scenario", junit, code, errOut)
 		}
 	}
->>>>>>> main
 }
