@@ -7,7 +7,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -336,5 +335,3 @@ func (g *Gateway) lifetimes(ctx context.Context) error {
 	}
 }
 
-// errClosed tells a pipeline stage its input is gone.
-var errClosed = errors.New("gateway: closed")
