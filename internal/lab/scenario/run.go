@@ -88,8 +88,12 @@ type Result struct {
 	// /proc/net/xfrm_stat and interface counters moved by (linux-xfrm).
 	KernelXfrm    map[string]uint64 `json:"kernel_xfrm_stat,omitempty"`
 	KernelDevices map[string]uint64 `json:"kernel_devices,omitempty"`
-	WAN           wanrelay.Counters `json:"wan"`
-	Captures      string            `json:"captures,omitempty"`
+	// KernelBoots is how many times the shared kernel guest had booted
+	// when this scenario ran (1 when one boot served every linux-xfrm
+	// scenario of the run).
+	KernelBoots int               `json:"kernel_boots,omitempty"`
+	WAN         wanrelay.Counters `json:"wan"`
+	Captures    string            `json:"captures,omitempty"`
 }
 
 // RunFile loads a scenario file and runs every scenario in it (one per
@@ -195,17 +199,6 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			err = fmt.Errorf("tear down the test bed: %w", cerr)
 		}
 	}()
-	if s.Peer == PeerLinuxXFRM {
-		r.opts.progress("%s: the Linux kernel's ESP as gw2", s.Name)
-		defer func() {
-			if cerr := r.detachKernel(); cerr != nil && err == nil {
-				err = cerr
-			}
-		}()
-		if err := r.attachKernel(ctx); err != nil {
-			return err
-		}
-	}
 	capDir := ""
 	if r.opts.Captures != "" {
 		capDir = filepath.Join(r.opts.Captures, fileName(s.Name))
@@ -240,6 +233,17 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			err = fmt.Errorf("stop the WAN relay: %w", cerr)
 		}
 	}()
+	if s.Peer == PeerLinuxXFRM {
+		r.opts.progress("%s: the Linux kernel's ESP as gw2", s.Name)
+		defer func() {
+			if cerr := r.detachKernel(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+		if err := r.attachKernel(ctx); err != nil {
+			return err
+		}
+	}
 	if err := r.warmUp(ctx); err != nil {
 		return err
 	}
@@ -285,7 +289,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	}
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
 	if r.kernel != nil {
-		res.KernelXfrm, res.KernelDevices = d.KernelXfrm, d.KernelDevices
+		res.KernelXfrm, res.KernelDevices, res.KernelBoots = d.KernelXfrm, d.KernelDevices, r.kernel.k.Boots
 	}
 	for _, e := range s.Expect {
 		got, want, pass := e.check.eval(res.Metrics)
