@@ -104,6 +104,11 @@ func RunFile(ctx context.Context, path string, opts Options) ([]*Result, error) 
 	if err != nil {
 		return nil, err
 	}
+	return runAll(ctx, scs, opts)
+}
+
+// runAll runs scs one after another until ctx ends.
+func runAll(ctx context.Context, scs []*Scenario, opts Options) ([]*Result, error) {
 	var out []*Result
 	for _, s := range scs {
 		if ctx.Err() != nil {
@@ -127,14 +132,7 @@ func RunBundled(ctx context.Context, fsys fs.FS, name string, opts Options) ([]*
 	if err != nil {
 		return nil, err
 	}
-	var out []*Result
-	for _, s := range scs {
-		if ctx.Err() != nil {
-			return out, ctx.Err()
-		}
-		out = append(out, Run(ctx, s, opts))
-	}
-	return out, nil
+	return runAll(ctx, scs, opts)
 }
 
 type runner struct {
