@@ -339,9 +339,15 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 			var parts []string
 			for _, kv := range combo {
 				s.Matrix[kv.path] = kv.value.Value
-				parts = append(parts, kv.value.Value)
+				// peer: espgw is the default: a file that also runs against
+				// the kernel keeps its plain names for the espgw runs.
+				if kv.path != "peer" || kv.value.Value != PeerEspgw {
+					parts = append(parts, kv.value.Value)
+				}
 			}
-			s.Name += "[" + strings.Join(parts, ",") + "]"
+			if len(parts) > 0 {
+				s.Name += "[" + strings.Join(parts, ",") + "]"
+			}
 		}
 		out = append(out, s)
 	}
