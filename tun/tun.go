@@ -174,9 +174,8 @@ func create(name string, opt Options, log *slog.Logger) (*Device, error) {
 		return nil, fmt.Errorf("get namespace of TUN %s: %w", name, err)
 	}
 	defer ns.Close()
-	// Only rtnetlink: with no families named, netlink opens XFRM and
-	// netfilter sockets too, which a kernel without those (a minimal
-	// guest's, where nfnetlink is a module not loaded) refuses.
+	// Only rtnetlink: a kernel without nfnetlink or xfrm (which a handle of
+	// every family would also open) still runs a gateway.
 	d.nl, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		dev.Close()

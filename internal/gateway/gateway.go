@@ -7,9 +7,9 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -46,7 +46,11 @@ type Options struct {
 	// goes through the workers).
 	Inline int
 	// StateDir, when set, is where outbound sequence numbers are reserved
-	// so a restarted gateway resumes above them (see seqStore).
+	// so a restarted gateway resumes above them (see seqStore); packets
+	// above what it could record are dropped (seq-unpersisted). Without
+	// it a restarted gateway starts its SAs at 0, and a peer that kept
+	// its window drops them as outside-window until the old highest is
+	// passed: Start always sets it unless the config says state-dir: off.
 	StateDir string
 	// RetireAfter is how long the engine session of an SA taken out of
 	// force stays open for packets in flight (default DefaultRetireAfter).
@@ -89,11 +93,18 @@ type Gateway struct {
 	conns  map[Conn]*connRun
 	run    *runner
 
+	retired retiredSAs
+
+	// seq records outbound sequence reservations (Options.StateDir).
+	seq *seqStore
+
 	counters Counters
 	pmtu     PMTUCounters
 	// icmpConns are raw ICMP sockets whose path MTU reports HandleICMP
 	// applies (opened by Start; owned by Run once it starts).
 	icmpConns []icmpConn
+	icmpAddr  net.IPAddr // the outbound reader's scratch for sendICMP
+	icmpDst   [16]byte
 	icmp      [][]byte // scratch for ICMP errors, used by the outbound reader only
 }
 
@@ -143,7 +154,14 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 		opts.PMTUExpiry = DefaultPMTUExpiry
 	}
 	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine,
-		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState()}
+		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState(),
+		retired: retiredSAs{live: map[*esp.SA]string{}, totals: map[string]*esp.Snapshot{}}}
+	if opts.StateDir != "" {
+		g.seq = newSeqStore(opts.StateDir, opts.Log)
+		if err := g.seq.clean(); err != nil {
+			opts.Log.Warn("state directory", "dir", opts.StateDir, "err", err)
+		}
+	}
 	g.innerMTU.Store(int64(opts.InnerMTU))
 	for _, c := range conns {
 		g.conns[c] = &connRun{}
@@ -317,5 +335,3 @@ func (g *Gateway) lifetimes(ctx context.Context) error {
 	}
 }
 
-// errClosed tells a pipeline stage its input is gone.
-var errClosed = errors.New("gateway: closed")

@@ -120,30 +120,60 @@ func (s *Session) ESN() bool { return s.cpu.ESN() }
 func (s *Session) Close() error { return nil }
 
 // Process runs one op on the calling goroutine: the session is an
-// offload.Processor, so engines that schedule work (ring) can run it.
+// offload.Processor, so engines that schedule work (ring) can run it. One
+// op has nothing to gather: a seal is one CBC stream, and only the HMAC
+// needs a worker's scratch (its hash states).
 func (s *Session) Process(op *offload.Op) {
 	if !s.cbc {
 		s.cpu.Process(op)
 		return
 	}
+	iv, payload, ok := s.layout(op.Packet)
+	if !ok {
+		op.Status = offload.BadLength
+		return
+	}
+	if s.cipherOnly {
+		var err error
+		if op.Dir == offload.Open {
+			err = s.key.Decrypt(iv, payload, payload)
+		} else {
+			err = s.key.Encrypt(iv, payload, payload)
+		}
+		op.Status = offload.OK
+		if err != nil {
+			op.Status = offload.Failed
+		}
+		return
+	}
 	w := s.workers.Get().(*worker)
 	if op.Dir == offload.Open {
 		w.open(s, op)
+	} else if err := s.key.Encrypt(iv, payload, payload); err != nil {
+		op.Status = offload.Failed
 	} else {
-		w.addSeal(s, op)
-		w.flushSeals()
+		w.writeICV(s, op)
 	}
 	s.workers.Put(w)
 }
 
-// Run works every op on the calling goroutine with a worker's scratch.
+// Run works every op on the calling goroutine. A batch of one is the
+// op's own Process; larger batches borrow a worker, whose scratch gathers
+// the seals into multi-buffer runs.
 func (e *Engine) Run(ops []*offload.Op) error {
 	if e.Closed() {
 		return offload.ErrClosed
 	}
-	w := e.workers.Get().(*worker)
-	w.run(ops)
-	e.workers.Put(w)
+	if len(ops) == 0 {
+		return nil
+	}
+	if s, ok := ops[0].Session.(*Session); ok && len(ops) == 1 {
+		s.Process(ops[0])
+	} else {
+		w := e.workers.Get().(*worker)
+		w.run(ops)
+		e.workers.Put(w)
+	}
 	e.Count(ops)
 	return nil
 }
@@ -241,6 +271,23 @@ func (w *worker) addSeal(s *Session, op *offload.Op) {
 	}
 }
 
+// writeICV MACs an encrypted seal into its ICV (none for a cipher-only
+// session) and gives the op its Status.
+func (w *worker) writeICV(s *Session, op *offload.Op) {
+	if s.cipherOnly {
+		op.Status = offload.OK
+		return
+	}
+	authed := op.Packet[:len(op.Packet)-s.icvLen]
+	sum, err := w.macer.mac(&s.mac, authed, s.ESN(), op.SeqHi)
+	if err != nil {
+		op.Status = offload.Failed
+		return
+	}
+	copy(op.Packet[len(authed):], sum[:s.icvLen])
+	op.Status = offload.OK
+}
+
 // flushSeals encrypts the gathered seals together, then writes their ICVs
 // (encrypt-then-MAC: the ICV covers the ciphertext).
 func (w *worker) flushSeals() {
@@ -253,19 +300,7 @@ func (w *worker) flushSeals() {
 			op.Status = offload.Failed
 			continue
 		}
-		s := op.Session.(*Session)
-		if s.cipherOnly {
-			op.Status = offload.OK
-			continue
-		}
-		authed := op.Packet[:len(op.Packet)-s.icvLen]
-		sum, err := w.macer.mac(&s.mac, authed, s.ESN(), op.SeqHi)
-		if err != nil {
-			op.Status = offload.Failed
-			continue
-		}
-		copy(op.Packet[len(authed):], sum[:s.icvLen])
-		op.Status = offload.OK
+		w.writeICV(op.Session.(*Session), op)
 	}
 	clear(w.jobs)
 	clear(w.ops)

@@ -39,7 +39,11 @@ func (e *Engine) Run(ops []*offload.Op) error {
 		return offload.ErrClosed
 	}
 	for _, op := range ops {
-		offload.Process(op)
+		if s, ok := op.Session.(*Session); ok {
+			s.Process(op) // the common case, without an interface assertion
+		} else {
+			offload.Process(op)
+		}
 	}
 	e.Count(ops)
 	return nil

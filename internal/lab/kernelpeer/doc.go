@@ -4,7 +4,7 @@
 // `ip xfrm state/policy` commands mirrored from the same sa.SA values
 // espgw uses. The machine's own kernel has no ESP; the guest's does.
 //
-// # Preparation (Prepare, or `go run ./internal/kernelpeer/cmd/prepare`)
+// # Preparation (Prepare, or `go run ./internal/lab/kernelpeer/cmd/prepare`)
 //
 // The cache folder is $ESPGW_KERNEL_DIR, else /var/cache/espgw/kernel.
 //
@@ -88,7 +88,7 @@
 // # Tests
 //
 // The tests boot one guest for the whole test binary and put scapy
-// (testdata/scapy_peer.py, run with /usr/bin/python3) on the tap side. For
+// (internal/lab/scapy in probe mode) on the tap side. For
 // every suite × tunnel/transport × raw/UDP over IPv4 (and three suites over
 // IPv6), with ESN on half the cases and its high bits non-zero, scapy's echo
 // request must come back as an ESP echo reply that scapy verifies and
@@ -100,6 +100,6 @@
 //
 // Run them with
 //
-//	go run ./internal/kernelpeer/cmd/prepare
-//	go test -count=1 -timeout 30m ./internal/kernelpeer/
+//	go run ./internal/lab/kernelpeer/cmd/prepare
+//	go test -count=1 -timeout 30m ./internal/lab/kernelpeer/
 package kernelpeer

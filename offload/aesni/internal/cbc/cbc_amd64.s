@@ -308,7 +308,14 @@ decdonecheck:
 
 // func encryptBlocksAsm(ek *byte, rounds int, iv *[16]byte, dst, src *byte, n int)
 //
-// One stream, one block at a time: each block needs the one before it.
+// One stream, one block at a time: each block needs the one before it, so
+// the chain of AESENCs is the whole cost. The XOR of the next plaintext
+// block is folded into the last round instead of following it: AESENCLAST
+// ends by XORing its round key, so with T = K[rounds] ^ K[0] ^ P[i+1],
+// AESENCLAST(X, T) is already block i+1's state after its first round
+// key, C[i] ^ P[i+1] ^ K[0], while C[i] = AESENCLAST(X, K[rounds]) is
+// computed beside it for the output. Per block the chain is rounds AES
+// instructions and no XOR.
 TEXT ·encryptBlocksAsm(SB), NOSPLIT, $0-48
 	MOVQ ek+0(FP), R8
 	MOVQ rounds+8(FP), R9
@@ -317,15 +324,18 @@ TEXT ·encryptBlocksAsm(SB), NOSPLIT, $0-48
 	MOVQ src+32(FP), SI
 	MOVQ n+40(FP), CX
 	SHLQ $4, R9
-	MOVOU (AX), X0
 	TESTQ CX, CX
 	JZ    encdone
-
-enc1loop:
+	MOVOU (R8), X4
+	MOVOU (R8)(R9*1), X3
+	MOVOU X4, X2
+	PXOR  X3, X2
+	MOVOU (AX), X0
 	MOVOU (SI), X1
 	PXOR  X1, X0
-	MOVOU (R8), X8
-	PXOR  X8, X0
+	PXOR  X4, X0
+
+enc1loop:
 	MOVQ  $16, DX
 
 enc1round:
@@ -335,13 +345,17 @@ enc1round:
 	CMPQ   DX, R9
 	JB     enc1round
 
-	MOVOU (R8)(R9*1), X8
-	AESENCLAST X8, X0
-	MOVOU X0, (DI)
+	MOVOU X0, X5
+	AESENCLAST X3, X5
+	MOVOU X5, (DI)
 	ADDQ  $16, SI
 	ADDQ  $16, DI
 	DECQ  CX
-	JNZ   enc1loop
+	JZ    encdone
+	MOVOU (SI), X1
+	PXOR  X2, X1
+	AESENCLAST X1, X0
+	JMP   enc1loop
 
 encdone:
 	RET

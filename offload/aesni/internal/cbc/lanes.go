@@ -79,6 +79,11 @@ func (e *Encrypter) encryptBatch(jobs []Job, kern kernel) {
 	}
 	switch {
 	case first < 0:
+	case len(jobs) == 1:
+		// One buffer is one stream: the single-stream loop, without the
+		// lanes' setup.
+		j := &jobs[0]
+		encrypt(j.Key, j.IV, j.Dst, j.Src, kern)
 	case !mixed && kern != kernelGo && e.runEqual(jobs, kern):
 	case !mixed:
 		e.runLanes(jobs[first:], jobs[first].Key.rounds, kern)

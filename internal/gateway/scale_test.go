@@ -1,0 +1,116 @@
+package gateway_test
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/memnet"
+	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/sa"
+)
+
+// scaleFile writes the SA file of a gateway with n tunnels to n peers: per
+// tunnel an outbound and an inbound SA, each peer its own outer address,
+// and a protect policy for the tunnel's own inner prefix pair.
+func scaleFile(n int) []byte {
+	var b bytes.Buffer
+	b.WriteString("sa:\n")
+	peer := func(i int) string { return fmt.Sprintf("10.%d.%d.%d", 64+i>>16, byte(i>>8), byte(i)) }
+	for i := range n {
+		for dir := range 2 {
+			src, dst := "198.51.100.1", peer(i)
+			if dir == 1 {
+				src, dst = dst, src
+			}
+			fmt.Fprintf(&b, "  - {spi: %#x, src: %s, dst: %s, enc: aes-gcm-16, enc-key: 0x%040x, replay-window: 64}\n",
+				0x100000+2*i+dir, src, dst, uint64(i)*0x9e3779b97f4a7c15+uint64(dir))
+		}
+	}
+	b.WriteString("spd:\n")
+	for i := range n {
+		fmt.Fprintf(&b, "  - {priority: 10, src: 172.16.%d.%d/32, dst: 172.%d.%d.%d/32, action: protect, sa: %#x}\n",
+			byte(i>>8), byte(i), 20+i>>16, byte(i>>8), byte(i), 0x100000+2*i)
+	}
+	return b.Bytes()
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func rssBytes(t testing.TB) int64 {
+	data, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(data))
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+// BenchmarkLoadTunnels reads and loads the SA file of a gateway with many
+// tunnels (2 SAs and a policy each) and reports the time to put them in
+// force, SAs loaded per second and the resident memory each SA costs (with
+// its share of the policies), measured as the RSS growth of the process.
+//
+//	go test -run '^$' -bench LoadTunnels -benchtime 1x ./internal/gateway/
+func BenchmarkLoadTunnels(b *testing.B) {
+	for _, n := range []int{1000, 50000} {
+		file := scaleFile(n)
+		b.Run(fmt.Sprintf("sas=%d", 2*n), func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				dev := memnet.NewDevice(16, 64)
+				c, _ := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 16)
+				g := gateway.New(dev, []gateway.Conn{c}, func(*sa.SA) gateway.Conn { return c }, cpu.New(),
+					gateway.Options{Local: []netip.Addr{netip.MustParseAddr("198.51.100.1")}, Log: slog.New(slog.DiscardHandler)})
+				runtime.GC()
+				debug.FreeOSMemory()
+				before := rssBytes(b)
+				b.StartTimer()
+				cpu0 := cpuTime()
+				start := time.Now()
+				cfg, err := sa.ParseConfig("scale.yaml", file)
+				if err != nil {
+					b.Fatal(err)
+				}
+				parsed := time.Since(start)
+				if err := g.Load(cfg.SAs, cfg.SPD); err != nil {
+					b.Fatal(err)
+				}
+				took := time.Since(start)
+				cpuUsed := cpuTime() - cpu0
+				b.StopTimer()
+				cfg = nil
+				runtime.GC()
+				debug.FreeOSMemory()
+				per := float64(rssBytes(b)-before) / float64(2*n)
+				if got := len(g.SAs()); got != 2*n {
+					b.Fatalf("%d SAs in force, want %d", got, 2*n)
+				}
+				b.ReportMetric(took.Seconds(), "s/load")
+				// On a shared machine the wall time is inflated by whoever
+				// else runs; the process's CPU time says what loading costs.
+				b.ReportMetric(cpuUsed.Seconds(), "cpu-s/load")
+				b.ReportMetric(parsed.Seconds(), "s/parse")
+				b.ReportMetric(float64(2*n)/took.Seconds(), "SAs/s")
+				b.ReportMetric(per, "RSS-B/SA")
+				runtime.KeepAlive(g)
+				b.StartTimer()
+			}
+		})
+	}
+}
