@@ -182,6 +182,11 @@ func New(opts Options) (*Engine, error) {
 	}
 	if len(e.suites) == 0 {
 		_, err := planFor(sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, false, false, opts.Driver, algs)
+		if _, listed := algs.ByDriver(opts.Driver); !listed {
+			// The usual case: the driver's module is not loaded, or its
+			// device is not there.
+			return nil, fmt.Errorf("%s: %v: is its module loaded and its device present?%s", name, err, e.noteSuffix())
+		}
 		return nil, fmt.Errorf("%s: no ESP suite can use driver %s: %v%s", name, opts.Driver, err, e.noteSuffix())
 	}
 	for i := 0; i < opts.Sockets; i++ {
