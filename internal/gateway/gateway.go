@@ -91,6 +91,10 @@ type Gateway struct {
 	run    *runner
 
 	retired retiredSAs
+	// reserveQ feeds the goroutines that make new SAs' first sequence
+	// reservations (reserveAhead); they live as long as the process.
+	reserveOnce sync.Once
+	reserveQ    chan *esp.SA
 
 	counters Counters
 	pmtu     PMTUCounters
