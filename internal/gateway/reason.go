@@ -21,7 +21,6 @@ const (
 	TunWrite                    // the TUN device refused a write
 	TunRead                     // a TUN read failed after the batch's first: what it held is lost
 	SendError                   // the outer socket refused a send
-	Shutdown                    // in flight when the gateway stopped
 	ECNDrop                     // outer CE over an inner Not-ECT packet: RFC 6040 §4.2 drops it
 	NoSocket                    // sealed for an outer socket a change closed while the packet was in flight
 	NumReasons
@@ -41,7 +40,6 @@ var reasonNames = [NumReasons]string{
 	TunWrite:      "tun-write",
 	TunRead:       "tun-read",
 	SendError:     "send-error",
-	Shutdown:      "shutdown",
 	ECNDrop:       "ecn-ce-not-ect",
 	NoSocket:      "no-socket",
 }

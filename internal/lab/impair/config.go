@@ -2,11 +2,11 @@ package impair
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/espgw/espgw/internal/lab/labyaml"
 )
 
 // Config says which impairments a Stage applies. Percentages are of the
@@ -166,35 +166,12 @@ func DefaultConfig() Config {
 func (c *Config) UnmarshalYAML(node *yaml.Node) error {
 	type plain Config
 	p := plain(DefaultConfig())
-	if err := decodeStrict(node, &p); err != nil {
-		return err
+	if err := labyaml.DecodeNode(node, &p); err != nil {
+		return fmt.Errorf("impairments: %w", err)
 	}
 	*c = Config(p)
 	return nil
 }
-
-// decodeStrict decodes node into v and fails on fields v does not have.
-// yaml.v3 checks unknown fields only when decoding a document, so the node
-// is written out and decoded again; the line numbers in the errors are then
-// moved back to where the node sits in its file.
-func decodeStrict(node *yaml.Node, v any) error {
-	b, err := yaml.Marshal(node)
-	if err != nil {
-		return fmt.Errorf("impairments: %w", err)
-	}
-	d := yaml.NewDecoder(bytesReader(b))
-	d.KnownFields(true)
-	if err := d.Decode(v); err != nil {
-		msg := lineRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
-			n, _ := strconv.Atoi(m[5:])
-			return fmt.Sprintf("line %d", n+node.Line-1)
-		})
-		return fmt.Errorf("impairments: %s", msg)
-	}
-	return nil
-}
-
-var lineRE = regexp.MustCompile(`line \d+`)
 
 // Validate reports the first field that is out of range, by its YAML name.
 func (c *Config) Validate() error {

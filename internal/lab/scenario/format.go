@@ -26,6 +26,7 @@ import (
 
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labyaml"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/offload/engines"
@@ -262,29 +263,7 @@ type Expectation struct {
 }
 
 // ParseError is a malformed scenario: file, line and field.
-type ParseError struct {
-	File  string
-	Line  int
-	Field string
-	Err   error
-}
-
-func (e *ParseError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	if e.Field != "" {
-		// A field path may hold what the user wrote (an unknown field, a
-		// matrix path, a metric): shown only if it reads as one.
-		b.WriteString(": " + secret.Unquoted(secret.Name(e.Field)))
-	}
-	b.WriteString(": " + e.Err.Error())
-	return b.String()
-}
-
-func (e *ParseError) Unwrap() error { return e.Err }
+type ParseError = labyaml.Error
 
 // Load reads a scenario file and expands its matrix: one Scenario per
 // combination, in the file's order.
@@ -320,7 +299,7 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, &ParseError{File: path, Err: errors.New("empty file: want a mapping (name, sa, traffic, expect, ...)")}
 		}
-		return nil, yamlError(path, err)
+		return nil, labyaml.Wrap(path, err)
 	}
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, &ParseError{File: path, Line: 1, Err: errors.New("want a mapping (name, sa, traffic, expect, ...)")}
@@ -335,10 +314,8 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 	// and wrong types with their true lines; the matrix copies below are
 	// decoded from nodes, which keep lines too.
 	var probe Scenario
-	d := yaml.NewDecoder(bytes.NewReader(data))
-	d.KnownFields(true)
-	if err := d.Decode(&probe); err != nil {
-		return nil, yamlError(path, err)
+	if err := labyaml.Decode(path, data, &probe); err != nil {
+		return nil, err
 	}
 	_, matrixNode := lookup(root, "matrix")
 	combos, err := matrixCombos(path, matrixNode)
@@ -362,9 +339,15 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 			var parts []string
 			for _, kv := range combo {
 				s.Matrix[kv.path] = kv.value.Value
-				parts = append(parts, kv.value.Value)
+				// peer: espgw is the default: a file that also runs against
+				// the kernel keeps its plain names for the espgw runs.
+				if kv.path != "peer" || kv.value.Value != PeerEspgw {
+					parts = append(parts, kv.value.Value)
+				}
 			}
-			s.Name += "[" + strings.Join(parts, ",") + "]"
+			if len(parts) > 0 {
+				s.Name += "[" + strings.Join(parts, ",") + "]"
+			}
 		}
 		out = append(out, s)
 	}
@@ -379,7 +362,7 @@ func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 	}
 	s := &Scenario{File: path, fsys: fsys}
 	if err := root.Decode(s); err != nil {
-		return nil, yamlError(path, err)
+		return nil, labyaml.Wrap(path, err)
 	}
 	s.root = root
 	_, expectNode := lookup(root, "expect")
@@ -877,26 +860,6 @@ func fileKind(fi fs.FileInfo) string {
 		return "socket"
 	}
 	return "special file"
-}
-
-// yamlError turns a yaml.v3 error ("yaml: unmarshal errors:\n  line 3: ...")
-// into a ParseError with the line.
-func yamlError(path string, err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		msg := te.Errors[0]
-		var line int
-		if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
-			msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
-		}
-		return &ParseError{File: path, Line: line, Err: errors.New(secret.Scrub(msg))}
-	}
-	msg := secret.Scrub(err.Error())
-	var line int
-	if i := strings.Index(msg, "line "); i >= 0 {
-		fmt.Sscanf(msg[i:], "line %d", &line)
-	}
-	return &ParseError{File: path, Line: line, Err: errors.New(strings.TrimPrefix(msg, "yaml: "))}
 }
 
 func lookup(m *yaml.Node, key string) (k, v *yaml.Node) {

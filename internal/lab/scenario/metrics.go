@@ -229,7 +229,7 @@ func b2f(b bool) float64 {
 // WAN direction:
 //
 //	gateway, outbound:  tun_in  == sealed + outbound drops (SA and gateway)
-//	gateway, send:      sealed  == wire_out + send-error
+//	gateway, send:      sealed  == wire_out + send-error + no-socket
 //	WAN direction:      sent by one gateway + duplicated + replayed
 //	                      == received by the other + lost + burst_lost + overflow + oversize + in flight
 //	gateway, inbound:   wire_in == opened + inbound drops (SA, unknown-spi, runt)
@@ -276,7 +276,7 @@ func balances(d snapshot, kernel bool) []Balance {
 				inTerms = append(inTerms, fmt.Sprintf("%s %d", k, v))
 			}
 		}
-		sendErr := int64(g.Drops["send-error"])
+		sendErr := int64(g.Drops["send-error"] + g.Drops["no-socket"])
 		// Dropped after opening: the TUN refused it, or RFC 6040 says an
 		// outer CE over an inner Not-ECT packet must not be delivered.
 		tunWrite := int64(g.Drops["tun-write"] + g.Drops["ecn-ce-not-ect"])
@@ -284,7 +284,7 @@ func balances(d snapshot, kernel bool) []Balance {
 			Balance{Where: name + " outbound", In: int64(g.TunIn), Out: sealed + outDrops,
 				Terms: fmt.Sprintf("tun_in %d = sealed %d + drops %d %v", g.TunIn, sealed, outDrops, outTerms)},
 			Balance{Where: name + " send", In: sealed, Out: int64(g.WireOut) + sendErr,
-				Terms: fmt.Sprintf("sealed %d = wire_out %d + send-error %d", sealed, g.WireOut, sendErr)},
+				Terms: fmt.Sprintf("sealed %d = wire_out %d + send-error and no-socket %d", sealed, g.WireOut, sendErr)},
 			Balance{Where: name + " inbound", In: int64(g.WireIn), Out: opened + inDrops,
 				Terms: fmt.Sprintf("wire_in %d = opened %d + drops %d %v", g.WireIn, opened, inDrops, inTerms)},
 			Balance{Where: name + " delivery", In: opened, Out: int64(g.TunOut) + tunWrite,
