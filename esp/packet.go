@@ -24,6 +24,9 @@ type Packet struct {
 	// packet, the destination of one to send (the UDP port, or 0 for raw
 	// ESP).
 	Peer netip.AddrPort
+	// Local is, on receive, the outer destination address the packet was
+	// sent to: with SPI, encapsulation and Peer, what finds its SA (sa.SAD).
+	Local netip.Addr
 	// The outer IP header, as the transport reads or writes it: on receive
 	// the TOS (IPv4) or traffic class (IPv6) the packet arrived with; on
 	// send the TOS, the TTL or hop limit (0: the socket's default) and, for

@@ -97,10 +97,18 @@
 //
 // # SAD and SPD
 //
-// NewSAD indexes validated SAs by SPI and by (SPI, destination); NewSPD
-// orders policies by priority, binds each protect policy to its SA, and
-// indexes them by destination prefix so that a lookup does not grow with
-// the number of policies (first match in priority order, exactly).
+// NewSAD indexes validated SAs for inbound lookup, as RFC 4301 §4.1 has it
+// for unicast SAs: an inbound packet's SA is the one with its SPI and its
+// outer destination address (two SAs may share an SPI only for different
+// destinations: with one destination they could not be told apart and are
+// refused). The packet must then have come as that SA says — raw ESP for
+// encap none, in UDP for encap udp, from the SA's src and, with udp, from
+// its sport — or it is dropped and counted (SAD.Find says why), never given
+// to another SA. Behind a NAT, write the address and port the packets
+// arrive from as the inbound SA's src and sport. NewSPD orders policies by
+// priority, binds each protect policy to its SA, and indexes them by
+// destination prefix so that a lookup does not grow with the number of
+// policies (first match in priority order, exactly).
 // Both answer lookups without locks or allocation, and Replace swaps in a
 // new set atomically while lookups run (the gateway reloads on SIGHUP).
 package sa

@@ -1,30 +1,91 @@
 package sa
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 )
 
 // SAD is the security association database: it finds the SA of an inbound
-// packet by SPI (and destination). Lookups are lock-free and safe while
-// Replace swaps in a new set of SAs (the gateway reloads on SIGHUP): each
-// lookup sees either the old set or the new one, never a mix.
+// packet by SPI and outer destination, and checks that the packet arrived
+// the way that SA says (RFC 4301 §4.1, §4.4.2). Lookups are lock-free,
+// allocation-free and O(1) in the number of SAs, and safe while Replace
+// swaps in a new set of SAs (the gateway reloads on SIGHUP): each lookup sees
+// either the old set or the new one, never a mix.
+//
+// The rules, which the SA file documents too:
+//   - An inbound ESP packet's SA is the one with its SPI and its outer
+//     destination address. Two SAs may share an SPI only if their
+//     destinations differ; two with one SPI and one destination cannot be
+//     told apart and are refused.
+//   - The packet must then have arrived as that SA says: raw ESP for encap
+//     none, ESP in UDP for encap udp (so an encap none SA never takes ESP
+//     from UDP 4500, nor the reverse), from the SA's src address and, with
+//     udp, from its sport. Anything else is a mismatch, not a match: the
+//     packet is dropped and counted, never handed to another SA.
 type SAD struct {
 	table atomic.Pointer[sadTable]
 }
 
-// sadTable is immutable once published.
+// sadTable is immutable once published. bySPI maps an SPI to the run of
+// order (indices into all, sorted by SPI) holding the SAs with that SPI:
+// almost always one, and a handful at most, so a lookup is one map access
+// and a short scan.
 type sadTable struct {
-	all      []*SA
-	bySPI    map[uint32]*SA // the first SA with the SPI, in the order given
-	bySPIDst map[spiDst]*SA
+	all   []*SA
+	order []int32
+	bySPI map[uint32]sadRun
 }
+
+type sadRun struct{ start, n int32 }
 
 type spiDst struct {
 	spi uint32
 	dst netip.Addr
+}
+
+// Arrival is how an inbound ESP packet reached the host: what the SAD
+// matches besides its SPI.
+type Arrival struct {
+	// Dst and Src are the outer destination and source addresses.
+	Dst, Src netip.Addr
+	// Encap is whether the packet came as raw ESP or in UDP.
+	Encap Encap
+	// SrcPort is the UDP source port (EncapUDP only).
+	SrcPort uint16
+}
+
+// Miss says why the SAD found no SA for an inbound packet.
+type Miss uint8
+
+const (
+	// Found: the packet's SA was found.
+	Found Miss = iota
+	// NoSA: no SA has the SPI, or none with it is for the destination.
+	NoSA
+	// WrongEncap: the SA for the SPI and destination is of another
+	// encapsulation (raw ESP against UDP).
+	WrongEncap
+	// WrongSource: the SA for the SPI and destination expects another
+	// outer source address (or, with UDP, source port).
+	WrongSource
+)
+
+func (m Miss) String() string {
+	switch m {
+	case Found:
+		return "found"
+	case NoSA:
+		return "no SA with this SPI for this destination"
+	case WrongEncap:
+		return "the SA is of another encapsulation"
+	case WrongSource:
+		return "the SA is from another source"
+	}
+	return fmt.Sprintf("miss(%d)", uint8(m))
 }
 
 // NewSAD validates the SAs and indexes them. Two SAs may share an SPI only if
@@ -49,12 +110,9 @@ func (d *SAD) Replace(sas []*SA) error {
 }
 
 func newSADTable(sas []*SA) (*sadTable, error) {
-	t := &sadTable{
-		all:      append([]*SA(nil), sas...),
-		bySPI:    make(map[uint32]*SA, len(sas)),
-		bySPIDst: make(map[spiDst]*SA, len(sas)),
-	}
+	t := &sadTable{all: slices.Clone(sas), bySPI: make(map[uint32]sadRun, len(sas))}
 	var errs []error
+	seen := make(map[spiDst]*SA, len(sas))
 	for _, s := range sas {
 		if s == nil {
 			errs = append(errs, errors.New("nil SA"))
@@ -65,39 +123,120 @@ func newSADTable(sas []*SA) (*sadTable, error) {
 			continue
 		}
 		k := spiDst{s.SPI, s.Dst}
-		if prev, dup := t.bySPIDst[k]; dup {
-			errs = append(errs, fmt.Errorf("SA %#x: duplicate SPI for dst %s (also %s)", s.SPI, s.Dst, prev))
+		if prev, dup := seen[k]; dup {
+			errs = append(errs, fmt.Errorf("SA %#x: duplicate SPI for dst %s (also %s): an inbound packet could not tell them apart", s.SPI, s.Dst, prev))
 			continue
 		}
-		t.bySPIDst[k] = s
-		if _, ok := t.bySPI[s.SPI]; !ok {
-			t.bySPI[s.SPI] = s
-		}
+		seen[k] = s
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if len(sas) > 1<<31-1 {
+		return nil, fmt.Errorf("%d SAs: too many for one SAD", len(sas))
+	}
+	t.order = make([]int32, len(sas))
+	for i := range t.order {
+		t.order[i] = int32(i)
+	}
+	slices.SortStableFunc(t.order, func(a, b int32) int { return cmp.Compare(sas[a].SPI, sas[b].SPI) })
+	for i := 0; i < len(t.order); {
+		spi := sas[t.order[i]].SPI
+		j := i + 1
+		for j < len(t.order) && sas[t.order[j]].SPI == spi {
+			j++
+		}
+		t.bySPI[spi] = sadRun{int32(i), int32(j - i)}
+		i = j
+	}
 	return t, nil
 }
 
-// Lookup returns the SA with the SPI, or nil. When several SAs share the SPI
-// (for different destinations) it returns the first one given; use LookupDst
-// to tell them apart.
+// Find returns the index in All of the SA an inbound packet with the SPI
+// that arrived as a says belongs to, or -1 and why there is none. It does
+// not allocate.
+func (d *SAD) Find(spi uint32, a Arrival) (int, Miss) {
+	t := d.table.Load()
+	if t == nil {
+		return -1, NoSA
+	}
+	r, ok := t.bySPI[spi]
+	if !ok {
+		return -1, NoSA
+	}
+	for _, i := range t.order[r.start : r.start+r.n] {
+		switch m := t.all[i].Receives(spi, a); m {
+		case Found:
+			return int(i), Found
+		case NoSA:
+		default:
+			// SPI and destination name one SA: the packet is this
+			// one's or nobody's.
+			return -1, m
+		}
+	}
+	return -1, NoSA
+}
+
+// Receives applies the SAD's rules to one SA: whether an inbound packet
+// with the SPI that arrived as a is this SA's (Found), is for no SA here
+// (NoSA: another SPI or destination), or names this SA but came the wrong
+// way (WrongEncap, WrongSource). Since SPI and destination are unique in a
+// set, a miss other than NoSA is final. It does not allocate.
+func (s *SA) Receives(spi uint32, a Arrival) Miss {
+	switch {
+	case s.SPI != spi || s.Dst != a.Dst:
+		return NoSA
+	case s.Encap != a.Encap:
+		return WrongEncap
+	case s.Src != a.Src, s.Encap == EncapUDP && s.SrcPort != a.SrcPort:
+		return WrongSource
+	}
+	return Found
+}
+
+// LookupInbound is Find returning the SA itself (nil on a miss).
+func (d *SAD) LookupInbound(spi uint32, a Arrival) (*SA, Miss) {
+	i, miss := d.Find(spi, a)
+	if i < 0 {
+		return nil, miss
+	}
+	return d.table.Load().all[i], Found
+}
+
+// Lookup returns the SA with the SPI, or nil, looking at nothing else. When
+// several SAs share the SPI (for different destinations) it returns the
+// first one given. It is for offline tools that know no more of a packet
+// than its SPI; a receiver uses Find.
 func (d *SAD) Lookup(spi uint32) *SA {
 	t := d.table.Load()
 	if t == nil {
 		return nil
 	}
-	return t.bySPI[spi]
+	r, ok := t.bySPI[spi]
+	if !ok {
+		return nil
+	}
+	return t.all[t.order[r.start]]
 }
 
-// LookupDst returns the SA with the SPI and outer destination, or nil.
+// LookupDst returns the SA with the SPI and outer destination, or nil,
+// whatever the encapsulation and source.
 func (d *SAD) LookupDst(spi uint32, dst netip.Addr) *SA {
 	t := d.table.Load()
 	if t == nil {
 		return nil
 	}
-	return t.bySPIDst[spiDst{spi, dst}]
+	r, ok := t.bySPI[spi]
+	if !ok {
+		return nil
+	}
+	for _, i := range t.order[r.start : r.start+r.n] {
+		if s := t.all[i]; s.Dst == dst {
+			return s
+		}
+	}
+	return nil
 }
 
 // All returns the SAs in the order given. The slice is shared: do not modify it.

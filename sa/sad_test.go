@@ -141,3 +141,78 @@ func TestSADConcurrentReplace(t *testing.T) {
 		t.Error("no lookups ran")
 	}
 }
+
+// TestSADFind is the inbound lookup of RFC 4301 §4.1 as the SA file states
+// it: SPI and destination find the SA; encapsulation and source must then be
+// the SA's, and a packet that matches neither is nobody's — never the other
+// SA's with the same SPI.
+func TestSADFind(t *testing.T) {
+	peer, other := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.9")
+	d1, d2 := netip.MustParseAddr("192.0.2.2"), netip.MustParseAddr("192.0.2.3")
+	raw := saTo(0x1001, "192.0.2.2") // raw ESP from 192.0.2.1
+	udp := saTo(0x1001, "192.0.2.3") // the same SPI, another destination, UDP from 4500
+	udp.Encap, udp.SrcPort, udp.DstPort = EncapUDP, 4500, 4500
+	lone := saTo(0x2002, "192.0.2.2")
+	d, err := NewSAD([]*SA{raw, udp, lone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		spi  uint32
+		a    Arrival
+		want *SA
+		miss Miss
+	}{
+		{"raw to its destination", 0x1001, Arrival{Dst: d1, Src: peer}, raw, Found},
+		{"udp to its destination", 0x1001, Arrival{Dst: d2, Src: peer, Encap: EncapUDP, SrcPort: 4500}, udp, Found},
+		{"the first SA's SPI at the second's destination is the second's", 0x1001, Arrival{Dst: d2, Src: peer}, nil, WrongEncap},
+		{"encap none SA given ESP in UDP 4500", 0x1001, Arrival{Dst: d1, Src: peer, Encap: EncapUDP, SrcPort: 4500}, nil, WrongEncap},
+		{"encap none SA given ESP in UDP 4500 from anywhere", 0x2002, Arrival{Dst: d1, Src: other, Encap: EncapUDP, SrcPort: 4500}, nil, WrongEncap},
+		{"raw from another source", 0x1001, Arrival{Dst: d1, Src: other}, nil, WrongSource},
+		{"udp from another port", 0x1001, Arrival{Dst: d2, Src: peer, Encap: EncapUDP, SrcPort: 4501}, nil, WrongSource},
+		{"udp from another address", 0x1001, Arrival{Dst: d2, Src: other, Encap: EncapUDP, SrcPort: 4500}, nil, WrongSource},
+		{"SPI at a destination none of its SAs has", 0x2002, Arrival{Dst: d2, Src: peer}, nil, NoSA},
+		{"unknown SPI", 0x3003, Arrival{Dst: d1, Src: peer}, nil, NoSA},
+		{"no destination known", 0x2002, Arrival{Src: peer}, nil, NoSA},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, miss := d.LookupInbound(tc.spi, tc.a)
+			if got != tc.want || miss != tc.miss {
+				t.Errorf("LookupInbound(%#x, %+v) = %v, %v; want %v, %v", tc.spi, tc.a, got, miss, tc.want, tc.miss)
+			}
+			i, miss := d.Find(tc.spi, tc.a)
+			if (i < 0) != (tc.want == nil) || (i >= 0 && d.All()[i] != tc.want) || miss != tc.miss {
+				t.Errorf("Find = %d, %v", i, miss)
+			}
+		})
+	}
+}
+
+// TestSADFindScales: a lookup among many SAs, some sharing SPIs, stays a
+// map access and allocates nothing.
+func TestSADFindScales(t *testing.T) {
+	const n = 100_000
+	sas := make([]*SA, 0, n)
+	for i := range n {
+		// Every SPI is shared by two destinations.
+		s := saTo(uint32(0x10000+i/2), fmt.Sprintf("198.51.100.%d", 1+i%2))
+		sas = append(sas, s)
+	}
+	d, err := NewSAD(sas)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := sas[0].Src
+	for _, i := range []int{0, 1, n / 2, n - 1} {
+		s := sas[i]
+		if got, miss := d.LookupInbound(s.SPI, Arrival{Dst: s.Dst, Src: src}); got != s || miss != Found {
+			t.Errorf("SA %d: got %v, %v", i, got, miss)
+		}
+	}
+	a := Arrival{Dst: sas[n-1].Dst, Src: src}
+	if allocs := testing.AllocsPerRun(1000, func() { d.Find(sas[n-1].SPI, a) }); allocs != 0 {
+		t.Errorf("%v allocations per Find", allocs)
+	}
+}

@@ -82,13 +82,13 @@ func ParseYAML(name string, data []byte) (*Config, error) {
 	return c, nil
 }
 
-// yamlSyntax keeps the library's syntax message ("yaml: line 3: …"), which
-// names positions, not values.
+// yamlSyntax keeps the library's syntax message ("yaml: line 3: …"),
+// without the values it sometimes quotes (an anchor's name).
 func yamlSyntax(err error) error {
 	if err.Error() == "EOF" {
 		return errors.New("empty file: want a mapping with an sa: list")
 	}
-	return err
+	return errors.New(secret.Scrub(err.Error()))
 }
 
 // lineOf orders errors by line; the "too many errors" note, without a

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/espgw/espgw/internal/control"
+	"github.com/espgw/espgw/sa"
 )
 
 // saControl are the `espgw sa` commands that change a running gateway
@@ -215,7 +215,7 @@ func readJSON(cmd *cobra.Command, args []string) (json.RawMessage, error) {
 		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 64<<20))
 	} else {
 		name = args[0]
-		data, err = os.ReadFile(args[0])
+		data, err = sa.ReadFileAtMost(args[0], 64<<20)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", name, err)

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -46,7 +45,7 @@ format cannot say (ESN in setkey, say) is an error, never a silent loss. With
 become outbound policies, those of SAs to it inbound (and forward) policies.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := os.ReadFile(args[0])
+			data, err := sa.ReadFileAtMost(args[0], sa.MaxFileSize)
 			if err != nil {
 				return fmt.Errorf("sa convert: %w", err)
 			}

@@ -211,11 +211,11 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	return c, nil
 }
 
-// checkMTU refuses what the outer MTU can never carry: a TUN MTU above
-// what an outbound SA fits into outer-mtu (its larger packets would leave
-// sealed and too big, with no ICMP "fragmentation needed" to the sender: a
-// path-MTU black hole), and a tfc-pad that pads every packet beyond it
-// (every packet a send error).
+// checkMTU refuses what the outer MTU can never carry: a tfc-pad that pads
+// every packet beyond it (every packet a send error). A TUN MTU above what
+// an SA fits into outer-mtu is allowed: the larger inner packets get ICMP
+// "fragmentation needed" / "packet too big" with the MTU that fits, or,
+// IPv4 without DF, leave as outer fragments (header.go).
 func (c *Config) checkMTU() error {
 	var errs []error
 	for _, s := range c.SAs {
@@ -226,9 +226,6 @@ func (c *Config) checkMTU() error {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: outer-mtu %d: SA %#x: %w", c.File, c.OuterMTU, s.SPI, err))
 			continue
-		}
-		if c.TUN.MTU > inner {
-			errs = append(errs, fmt.Errorf("%s: tun.mtu %d: SA %#x carries at most %d-byte inner packets in outer-mtu %d: larger ones would be dropped with no ICMP to their sender (a path-MTU black hole); lower it or write mtu: auto", c.File, c.TUN.MTU, s.SPI, inner, c.OuterMTU))
 		}
 		if s.Mode == sa.Tunnel && s.TFCPad > inner {
 			errs = append(errs, fmt.Errorf("%s: SA %#x: tfc-pad %d pads every packet beyond the %d bytes outer-mtu %d carries (every packet would fail to send); at most %d", c.File, s.SPI, s.TFCPad, inner, c.OuterMTU, inner))

@@ -7,9 +7,9 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -89,11 +89,15 @@ type Gateway struct {
 	conns  map[Conn]*connRun
 	run    *runner
 
+	retired retiredSAs
+
 	counters Counters
 	pmtu     PMTUCounters
 	// icmpConns are raw ICMP sockets whose path MTU reports HandleICMP
 	// applies (opened by Start; owned by Run once it starts).
 	icmpConns []icmpConn
+	icmpAddr  net.IPAddr // the outbound reader's scratch for sendICMP
+	icmpDst   [16]byte
 	icmp      [][]byte // scratch for ICMP errors, used by the outbound reader only
 }
 
@@ -143,7 +147,8 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 		opts.PMTUExpiry = DefaultPMTUExpiry
 	}
 	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine,
-		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState()}
+		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState(),
+		retired: retiredSAs{live: map[*esp.SA]string{}, totals: map[string]*esp.Snapshot{}}}
 	g.innerMTU.Store(int64(opts.InnerMTU))
 	for _, c := range conns {
 		g.conns[c] = &connRun{}
@@ -317,5 +322,3 @@ func (g *Gateway) lifetimes(ctx context.Context) error {
 	}
 }
 
-// errClosed tells a pipeline stage its input is gone.
-var errClosed = errors.New("gateway: closed")

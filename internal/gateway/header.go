@@ -30,13 +30,17 @@ type saHeader struct {
 	df     sa.DF
 	ttl    uint8
 	path   *pathMTU
+	cfg    *sa.SA
+	// fits is the largest inner packet the SA carries in the configured
+	// outer MTU, computed on first use (0: not yet).
+	fits atomic.Int32
 }
 
 func newSAHeader(cfg *sa.SA, path *pathMTU) *saHeader {
 	if path == nil {
 		path = &pathMTU{}
 	}
-	return &saHeader{tunnel: cfg.Mode == sa.Tunnel, outer6: cfg.Dst.Is6(), dscp: cfg.DSCP, decap: cfg.DecapDSCP, df: cfg.DF, ttl: cfg.OuterTTL(), path: path}
+	return &saHeader{tunnel: cfg.Mode == sa.Tunnel, outer6: cfg.Dst.Is6(), dscp: cfg.DSCP, decap: cfg.DecapDSCP, df: cfg.DF, ttl: cfg.OuterTTL(), path: path, cfg: cfg}
 }
 
 // outer is the outer header of one packet, from readTUN to sendESP.
@@ -154,6 +158,17 @@ type pathMTU struct {
 // innerLimit is the largest inner packet the SA carries now.
 func (g *Gateway) innerLimit(h *saHeader) int {
 	lim := g.InnerMTU()
+	f := int(h.fits.Load())
+	if f == 0 {
+		// The TUN MTU may be above what the outer MTU carries (a test bed
+		// that wants large inner packets to reach the gateway).
+		f = lim
+		if m, err := InnerMTU(g.opts.OuterMTU, h.cfg); err == nil && m > 0 {
+			f = m
+		}
+		h.fits.Store(int32(f))
+	}
+	lim = min(lim, f)
 	if m := int(h.path.inner.Load()); m > 0 && m < lim {
 		return m
 	}

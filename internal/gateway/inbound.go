@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/transport"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -33,6 +34,7 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 	}
 	b.n = n
 	g.counters.WireIn.Add(uint64(n))
+	encap := encapOf(c)
 	st := g.view()
 	defer g.release()
 	for i, p := range b.ptrs[:n] {
@@ -42,9 +44,9 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 			b.skip[i] = true
 			continue
 		}
-		s := st.in[spi]
+		s, miss := st.receiver(spi, sa.Arrival{Dst: p.Local, Src: p.Peer.Addr(), Encap: encap, SrcPort: p.Peer.Port()})
 		if s == nil {
-			g.drop(UnknownSPI)
+			g.drop(missReason(miss))
 			b.skip[i] = true
 			continue
 		}
@@ -60,6 +62,31 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 		b.queue(i)
 	}
 	return nil
+}
+
+// missReason is what an inbound packet with no SA is counted as.
+func missReason(m sa.Miss) Reason {
+	switch m {
+	case sa.WrongEncap:
+		return WrongEncap
+	case sa.WrongSource:
+		return WrongSource
+	}
+	return UnknownSPI
+}
+
+// encapOf is how packets received on c came: raw ESP unless c says UDP
+// (transport.Conn by its Kind, memnet.Conn by its Encap).
+func encapOf(c Conn) sa.Encap {
+	switch c := c.(type) {
+	case interface{ Kind() transport.Kind }:
+		if c.Kind() == transport.UDPEncap {
+			return sa.EncapUDP
+		}
+	case interface{ Encap() sa.Encap }:
+		return c.Encap()
+	}
+	return sa.EncapNone
 }
 
 // writeTUN finishes an opened batch and writes the inner packets, in order.

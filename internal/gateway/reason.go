@@ -14,12 +14,13 @@ const (
 	NoSA                        // the SPD names an SA the gateway does not have
 	NotIP                       // a TUN packet that is not IPv4 or IPv6
 	TooBig                      // an inner packet larger than the tunnel MTU (ICMP sent back)
-	UnknownSPI                  // an ESP packet whose SPI has no inbound SA
+	UnknownSPI                  // an ESP packet whose SPI has no inbound SA for its destination
+	WrongEncap                  // an ESP packet whose SA is of the other encapsulation (raw ESP against UDP)
+	WrongSource                 // an ESP packet whose SA expects another outer source address or port
 	Runt                        // an outer packet too short to carry an SPI
 	TunWrite                    // the TUN device refused a write
 	TunRead                     // a TUN read failed after the batch's first: what it held is lost
 	SendError                   // the outer socket refused a send
-	Shutdown                    // in flight when the gateway stopped
 	ECNDrop                     // outer CE over an inner Not-ECT packet: RFC 6040 §4.2 drops it
 	NoSocket                    // sealed for an outer socket a change closed while the packet was in flight
 	NumReasons
@@ -33,11 +34,12 @@ var reasonNames = [NumReasons]string{
 	NotIP:         "not-ip",
 	TooBig:        "too-big",
 	UnknownSPI:    "unknown-spi",
+	WrongEncap:    "wrong-encap",
+	WrongSource:   "wrong-source",
 	Runt:          "runt",
 	TunWrite:      "tun-write",
 	TunRead:       "tun-read",
 	SendError:     "send-error",
-	Shutdown:      "shutdown",
 	ECNDrop:       "ecn-ce-not-ect",
 	NoSocket:      "no-socket",
 }

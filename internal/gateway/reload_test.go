@@ -2,7 +2,10 @@ package gateway_test
 
 import (
 	"context"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
@@ -308,6 +311,7 @@ func TestReloadRefusedWhole(t *testing.T) {
 func TestReloadOpensAConnection(t *testing.T) {
 	raw1, raw2 := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 256)
 	udp1, udp2 := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 4500), netip.AddrPortFrom(gw2Addr, 4500), 256)
+	udp1.As, udp2.As = sa.EncapUDP, sa.EncapUDP
 	dev1, dev2 := memnet.NewDevice(256, 64), memnet.NewDevice(256, 64)
 	var haveUDP atomic.Bool
 	mk := func(dev *memnet.Device, raw, udp *memnet.Conn, local netip.Addr) *gateway.Gateway {
@@ -345,7 +349,7 @@ func TestReloadOpensAConnection(t *testing.T) {
 
 	udpSAs := clone(sas)
 	for _, s := range udpSAs {
-		s.Encap = sa.EncapUDP
+		s.Encap, s.SrcPort, s.DstPort = sa.EncapUDP, 4500, 4500
 	}
 	err := g1.Load(clone(udpSAs), nil)
 	if err == nil || !strings.Contains(err.Error(), "no outer socket") {
@@ -418,5 +422,51 @@ func TestSPDRoutesTunnels(t *testing.T) {
 	r.send(t, dst(3), 3, 0)
 	if n := findSA(r.gw2, 0x10004).Snapshot().Drops["policy"]; n != 3 {
 		t.Errorf("tunnel 4 policy drops %d, want 3", n)
+	}
+}
+
+// TestRetiredSAsKeepTheirCounts: what a removed SA carried stays in the
+// gateway's counters, listed while its session is open and summed after,
+// and /metrics still scrapes with an SA and its replacement sharing an SPI.
+func TestRetiredSAsKeepTheirCounts(t *testing.T) {
+	r := newReloadBed(t, pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64))
+	r.send(t, hostB, 7, 7)
+	next := clone(r.sas)
+	next[0].EncKey = key(20)
+	loadBoth(t, r, next, nil)
+	sealed := func() (live, retired uint64) {
+		for _, s := range r.gw1.Stats().SAs {
+			if s.Retired {
+				retired += s.SealedPackets
+			} else {
+				live += s.SealedPackets
+			}
+		}
+		return
+	}
+	if live, retired := sealed(); live != 0 || retired != 7 {
+		t.Errorf("sealed live %d retired %d right after the reload, want 0 and 7", live, retired)
+	}
+	srv := httptest.NewServer(r.gw1.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `espgw_sa_packets_total{op="seal",spi="retired"} 7`) {
+		t.Errorf("/metrics lacks the retired SA's packets:\n%s", body)
+	}
+	waitFor(t, "the retired SA folded into the totals", func() bool {
+		for _, s := range r.gw1.Stats().SAs {
+			if s.SPI == "retired" && s.SealedPackets == 7 {
+				return true
+			}
+		}
+		return false
+	})
+	if live, retired := sealed(); live != 0 || retired != 7 {
+		t.Errorf("sealed live %d retired %d after the close, want 0 and 7", live, retired)
 	}
 }

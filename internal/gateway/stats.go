@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/pprof"
 	"slices"
@@ -65,6 +66,10 @@ type SAStats struct {
 	Highest   uint64 `json:"highest_accepted"`
 	// PathMTU is the outer path MTU learned from ICMP, 0 when none holds.
 	PathMTU int `json:"path_mtu"`
+	// Retired marks an SA taken out of force whose session stays open a
+	// moment for packets in flight; the entries with SPI "retired" are the
+	// sums of the SAs since closed, one per direction.
+	Retired bool `json:"retired,omitempty"`
 	esp.Snapshot
 }
 
@@ -108,7 +113,7 @@ func (g *Gateway) Stats() Stats {
 		if st.out[s.SPI()] == s {
 			dir = "out"
 		}
-		if st.in[s.SPI()] == s {
+		if slices.Contains(st.in[s.SPI()], s) {
 			dir += "in"
 		}
 		if dir == "outin" {
@@ -122,6 +127,22 @@ func (g *Gateway) Stats() Stats {
 			SPI: fmt.Sprintf("%#x", s.SPI()), Direction: dir, Suite: s.Config.Suite.String(), Mode: s.Config.Mode.String(),
 			Expired: s.Expired(), LastSeq: s.LastSeq(), Highest: s.HighestAccepted(), PathMTU: path, Snapshot: s.Snapshot(),
 		})
+	}
+	g.retired.mu.Lock()
+	defer g.retired.mu.Unlock()
+	var retiring []SAStats
+	for s, dir := range g.retired.live {
+		retiring = append(retiring, SAStats{SPI: fmt.Sprintf("%#x", s.SPI()), Direction: dir, Suite: s.Config.Suite.String(), Mode: s.Config.Mode.String(),
+			Expired: s.Expired(), LastSeq: s.LastSeq(), Highest: s.HighestAccepted(), Retired: true, Snapshot: s.Snapshot()})
+	}
+	slices.SortFunc(retiring, func(a, b SAStats) int { return cmp.Compare(a.SPI, b.SPI) })
+	out.SAs = append(out.SAs, retiring...)
+	for _, dir := range []string{"out", "in", "both"} {
+		if t := g.retired.totals[dir]; t != nil {
+			snap := *t
+			snap.Drops = maps.Clone(t.Drops)
+			out.SAs = append(out.SAs, SAStats{SPI: "retired", Direction: dir, Retired: true, Snapshot: snap})
+		}
 	}
 	return out
 }
@@ -188,7 +209,27 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for r := Reason(0); r < NumReasons; r++ {
 		counter(descDrops, s.Drops[r.String()], r.String())
 	}
+	// SAs out of force are one series, "retired": a retiring SA may share
+	// its SPI with the one that replaced it.
+	retired := SAStats{SPI: "retired", Snapshot: esp.Snapshot{Drops: map[string]uint64{}}}
+	sas := make([]SAStats, 0, len(s.SAs)+1)
 	for _, sa := range s.SAs {
+		if !sa.Retired {
+			sas = append(sas, sa)
+			continue
+		}
+		retired.SealedPackets += sa.SealedPackets
+		retired.SealedBytes += sa.SealedBytes
+		retired.OpenedPackets += sa.OpenedPackets
+		retired.OpenedBytes += sa.OpenedBytes
+		for k, v := range sa.Drops {
+			retired.Drops[k] += v
+		}
+	}
+	if len(sas) < len(s.SAs) {
+		sas = append(sas, retired)
+	}
+	for _, sa := range sas {
 		counter(descSAPkts, sa.SealedPackets, sa.SPI, "seal")
 		counter(descSAPkts, sa.OpenedPackets, sa.SPI, "open")
 		counter(descSABytes, sa.SealedBytes, sa.SPI, "seal")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/espgw/espgw/esp"
@@ -20,7 +21,12 @@ import (
 type state struct {
 	spd *sa.SPD
 	out map[uint32]*esp.SA // outbound SAs by SPI: policies name them so
-	in  map[uint32]*esp.SA // inbound SAs by SPI
+	// in are the inbound SAs by SPI: nearly always one each, a few when
+	// SAs to different local addresses share an SPI. An inbound packet's
+	// SA is among them by the sa.SAD rules (sa.SA.Receives: SPI and
+	// destination, then encapsulation and source), so the lookup is one
+	// map access and a scan of a tiny list, whatever the number of SAs.
+	in map[uint32][]*esp.SA
 	// all is every SA by (SPI, destination), its identity (RFC 4301 §4.1).
 	all map[saKey]*esp.SA
 	// only is the outbound SA used when there is no SPD and exactly one
@@ -45,7 +51,7 @@ type saKey struct {
 func keyOf(s *sa.SA) saKey { return saKey{s.SPI, s.Dst} }
 
 func newState() *state {
-	return &state{spd: new(sa.SPD), out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{},
+	return &state{spd: new(sa.SPD), out: map[uint32]*esp.SA{}, in: map[uint32][]*esp.SA{},
 		all: map[saKey]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}, named: map[uint32]int{}, hdr: map[*esp.SA]*saHeader{}}
 }
 
@@ -111,7 +117,7 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 		}
 	}
 	g.retire(gone)
-	g.log.Info("SAs loaded", "sas", len(sas), "policies", len(policies), "outbound", len(next.out), "inbound", len(next.in),
+	g.log.Info("SAs loaded", "sas", len(sas), "policies", len(policies), "outbound", len(next.out), "inbound", next.inbound(),
 		"new", len(fresh), "kept", len(next.all)-len(fresh), "removed", len(gone))
 	return nil
 }
@@ -133,13 +139,10 @@ func (g *Gateway) admit(st *state, cfg *sa.SA) error {
 		return fmt.Errorf("neither %s nor %s is a local address of this gateway", cfg.Src, cfg.Dst)
 	}
 	if prev := st.all[keyOf(cfg)]; prev != nil {
-		return fmt.Errorf("duplicate SPI %#x for dst %s", cfg.SPI, cfg.Dst)
+		return fmt.Errorf("duplicate SPI %#x for dst %s (also %s): an inbound packet could not tell them apart", cfg.SPI, cfg.Dst, prev.Config)
 	}
 	if prev := st.out[cfg.SPI]; outbound && prev != nil {
 		return fmt.Errorf("outbound SPI %#x is also that of %s: policies name outbound SAs by SPI", cfg.SPI, prev.Config)
-	}
-	if prev := st.in[cfg.SPI]; inbound && prev != nil {
-		return fmt.Errorf("inbound SPI %#x is also that of %s", cfg.SPI, prev.Config)
 	}
 	if outbound {
 		if c := g.pick(cfg); c == nil {
@@ -207,7 +210,7 @@ func (st *state) insert(s *esp.SA, outbound, inbound, noPolicies bool) {
 		}
 	}
 	if inbound {
-		st.in[cfg.SPI] = s
+		st.in[cfg.SPI] = append(st.in[cfg.SPI], s)
 	}
 }
 
@@ -219,12 +222,38 @@ func (st *state) remove(s *esp.SA) {
 	if st.out[cfg.SPI] == s {
 		delete(st.out, cfg.SPI)
 	}
-	if st.in[cfg.SPI] == s {
+	if list := slices.DeleteFunc(st.in[cfg.SPI], func(x *esp.SA) bool { return x == s }); len(list) > 0 {
+		st.in[cfg.SPI] = list
+	} else {
 		delete(st.in, cfg.SPI)
 	}
 	if st.byPeer[cfg.Dst] == s {
 		delete(st.byPeer, cfg.Dst)
 	}
+}
+
+// inbound counts the inbound SAs.
+func (st *state) inbound() int {
+	n := 0
+	for _, list := range st.in {
+		n += len(list)
+	}
+	return n
+}
+
+// receiver finds the SA of an inbound packet with the SPI that arrived as
+// a, or why there is none (sa.SAD's rules). It does not allocate.
+func (st *state) receiver(spi uint32, a sa.Arrival) (*esp.SA, sa.Miss) {
+	for _, s := range st.in[spi] {
+		switch m := s.Config.Receives(spi, a); m {
+		case sa.Found:
+			return s, m
+		case sa.NoSA:
+		default:
+			return nil, m
+		}
+	}
+	return nil, sa.NoSA
 }
 
 // pickOnly sets the single-tunnel shortcut: with no policies and exactly one
@@ -266,7 +295,9 @@ func (g *Gateway) swap(next *state) {
 }
 
 // retire closes the engine sessions of SAs taken out of force, once every
-// batch that may have looked them up has left the engine.
+// batch that may have looked them up has left the engine. Until then they
+// are listed as retiring; after, their counts join the retired totals, so
+// that what an SA carried is never lost from the gateway's counters.
 func (g *Gateway) retire(gone []*esp.SA) {
 	if len(gone) == 0 {
 		return
@@ -275,13 +306,55 @@ func (g *Gateway) retire(gone []*esp.SA) {
 	if after == 0 {
 		after = DefaultRetireAfter
 	}
+	g.retired.mu.Lock()
+	for _, s := range gone {
+		g.retired.live[s] = direction(g.isLocal(s.Config.Src), g.isLocal(s.Config.Dst))
+	}
+	g.retired.mu.Unlock()
 	time.AfterFunc(after, func() {
 		for _, s := range gone {
 			if err := s.Close(); err != nil {
 				g.log.Warn("close a retired SA's session", "spi", fmt.Sprintf("%#x", s.SPI()), "err", err)
 			}
 		}
+		g.retired.mu.Lock()
+		defer g.retired.mu.Unlock()
+		for _, s := range gone {
+			dir := g.retired.live[s]
+			delete(g.retired.live, s)
+			t := g.retired.totals[dir]
+			if t == nil {
+				t = &esp.Snapshot{Drops: map[string]uint64{}}
+				g.retired.totals[dir] = t
+			}
+			n := s.Snapshot()
+			t.SealedPackets += n.SealedPackets
+			t.SealedBytes += n.SealedBytes
+			t.OpenedPackets += n.OpenedPackets
+			t.OpenedBytes += n.OpenedBytes
+			for k, v := range n.Drops {
+				t.Drops[k] += v
+			}
+		}
 	})
+}
+
+// retiredSAs are the SAs taken out of force: those whose sessions are still
+// open for packets in flight, and the sums of those closed, by direction.
+type retiredSAs struct {
+	mu     sync.Mutex
+	live   map[*esp.SA]string
+	totals map[string]*esp.Snapshot
+}
+
+func direction(out, in bool) string {
+	switch {
+	case out && in:
+		return "both"
+	case out:
+		return "out"
+	}
+	return "in"
 }
 
 // SAID names an SA: its SPI and, when several SAs share the SPI, its
@@ -347,7 +420,7 @@ func (g *Gateway) Apply(c Change) error {
 	}
 	// A scratch state holds the SAs that stay, for admit's checks: only
 	// the keys that can clash are copied, never the whole table.
-	scratch := &state{all: map[saKey]*esp.SA{}, out: map[uint32]*esp.SA{}, in: map[uint32]*esp.SA{}}
+	scratch := &state{all: map[saKey]*esp.SA{}, out: map[uint32]*esp.SA{}, in: map[uint32][]*esp.SA{}}
 	var added []*esp.SA
 	var fresh []*esp.SA
 	undo := func() {
@@ -366,9 +439,6 @@ func (g *Gateway) Apply(c Change) error {
 		}
 		if s := cur.out[cfg.SPI]; s != nil && gone[keyOf(s.Config)] == nil {
 			scratch.out[cfg.SPI] = s
-		}
-		if s := cur.in[cfg.SPI]; s != nil && gone[keyOf(s.Config)] == nil {
-			scratch.in[cfg.SPI] = s
 		}
 		if err := g.admit(scratch, cfg); err != nil {
 			undo()
@@ -389,9 +459,19 @@ func (g *Gateway) Apply(c Change) error {
 	// outAfter is the SA a policy naming spi binds to after the change:
 	// the outbound one, or (as Load binds) an inbound one.
 	outAfter := func(spi uint32) *esp.SA {
-		for _, m := range []map[uint32]*esp.SA{scratch.out, cur.out, scratch.in, cur.in} {
-			if s := m[spi]; s != nil && (gone[keyOf(s.Config)] == nil || slices.Contains(added, s)) {
+		alive := func(s *esp.SA) bool {
+			return s != nil && (gone[keyOf(s.Config)] == nil || slices.Contains(added, s))
+		}
+		for _, m := range []map[uint32]*esp.SA{scratch.out, cur.out} {
+			if s := m[spi]; alive(s) {
 				return s
+			}
+		}
+		for _, m := range []map[uint32][]*esp.SA{scratch.in, cur.in} {
+			for _, s := range m[spi] {
+				if alive(s) {
+					return s
+				}
 			}
 		}
 		return nil
@@ -487,7 +567,7 @@ func (st *state) find(id SAID) (*esp.SA, error) {
 		return nil, errors.New("no such SA")
 	}
 	var found *esp.SA
-	for _, s := range []*esp.SA{st.out[id.SPI], st.in[id.SPI]} {
+	for _, s := range append([]*esp.SA{st.out[id.SPI]}, st.in[id.SPI]...) {
 		if s == nil || s == found {
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/sa"
 )
 
 // ErrClosed is returned by reads and writes after Close.
@@ -20,7 +21,8 @@ var ErrClosed = errors.New("memnet: closed")
 type packet struct {
 	buf  []byte
 	n    int
-	peer netip.AddrPort
+	peer netip.AddrPort // the sender
+	dst  netip.Addr     // where the sender sent it
 }
 
 // link is one direction of travel: a bounded queue of packets and a free
@@ -43,7 +45,7 @@ func newLink(depth, size int) *link {
 func (l *link) close() { l.once.Do(func() { close(l.done) }) }
 
 // put copies b into the link, blocking while it is full.
-func (l *link) put(b []byte, peer netip.AddrPort) error {
+func (l *link) put(b []byte, peer netip.AddrPort, dst netip.Addr) error {
 	var p *packet
 	select {
 	case p = <-l.free:
@@ -51,7 +53,7 @@ func (l *link) put(b []byte, peer netip.AddrPort) error {
 		return ErrClosed
 	}
 	p.n = copy(p.buf, b)
-	p.peer = peer
+	p.peer, p.dst = peer, dst
 	select {
 	case l.queue <- p:
 		return nil
@@ -107,7 +109,7 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // Write takes the gateway's packets for the host.
 func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
 	for i, b := range bufs {
-		if err := d.fromGW.put(b[offset:], netip.AddrPort{}); err != nil {
+		if err := d.fromGW.put(b[offset:], netip.AddrPort{}, netip.Addr{}); err != nil {
 			return i, err
 		}
 	}
@@ -125,7 +127,7 @@ func (d *Device) Close() error {
 }
 
 // Send is the host sending a packet into the gateway.
-func (d *Device) Send(pkt []byte) error { return d.toGW.put(pkt, netip.AddrPort{}) }
+func (d *Device) Send(pkt []byte) error { return d.toGW.put(pkt, netip.AddrPort{}, netip.Addr{}) }
 
 // Receive is the host receiving the packets the gateway wrote, up to len(bufs);
 // it returns their sizes in sizes.
@@ -139,7 +141,14 @@ func (d *Device) Receive(bufs [][]byte, sizes []int) (int, error) {
 type Conn struct {
 	in, out *link
 	local   netip.AddrPort
+	// As is how received packets say they came (raw ESP by default), as
+	// the socket they would have come through would say (the gateway
+	// matches it against the SA's encapsulation).
+	As sa.Encap
 }
+
+// Encap is how received packets came (the As field).
+func (c *Conn) Encap() sa.Encap { return c.As }
 
 // Pipe returns two connected outer ends with the given addresses.
 func Pipe(a, b netip.AddrPort, depth int) (*Conn, *Conn) {
@@ -152,7 +161,7 @@ func Pipe(a, b netip.AddrPort, depth int) (*Conn, *Conn) {
 func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 	return c.in.get(len(pkts), func(i int, p *packet) {
 		q := pkts[i]
-		q.HdrLen, q.Peer = 0, p.peer
+		q.HdrLen, q.Peer, q.Local = 0, p.peer, p.dst
 		q.Len = copy(q.Buf[q.Off:], p.buf[:p.n])
 	})
 }
@@ -160,7 +169,7 @@ func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 // Send implements gateway.Conn.
 func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	for i, p := range pkts {
-		if err := c.out.put(p.Data(), c.local); err != nil {
+		if err := c.out.put(p.Data(), c.local, p.Peer.Addr()); err != nil {
 			return i, err
 		}
 	}

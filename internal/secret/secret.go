@@ -163,23 +163,26 @@ func distance(a, b string, limit int) bool {
 }
 
 // Scrub hides the values a YAML decoder quotes in its messages (yaml.v3
-// writes "cannot unmarshal !!str `abcdefg...` into int"): every
-// backquoted span that is not a number is replaced by a description.
+// writes "cannot unmarshal !!str `abcdefg...` into int" and "unknown
+// anchor 'x' referenced"): every span in backquotes, single or double
+// quotes is kept only if Number would show it.
 func Scrub(msg string) string {
 	var b strings.Builder
 	for {
-		i := strings.IndexByte(msg, '`')
+		i := strings.IndexAny(msg, "`'\"")
 		if i < 0 {
 			break
 		}
-		j := strings.IndexByte(msg[i+1:], '`')
+		q := msg[i]
+		j := strings.IndexByte(msg[i+1:], q)
 		if j < 0 {
 			break
 		}
 		v := msg[i+1 : i+1+j]
 		b.WriteString(msg[:i])
-		if shown := Number(strings.TrimSuffix(v, "...")); shown[0] == '"' {
-			b.WriteString("`" + v + "`")
+		bare := strings.TrimSuffix(v, "...")
+		if Number(bare)[0] == '"' {
+			b.WriteString(string(q) + v + string(q))
 		} else {
 			b.WriteString("(a value, not shown)")
 		}
@@ -197,4 +200,33 @@ func Value(s string, known ...string) string {
 		return q
 	}
 	return Word(s, known...)
+}
+
+// Name quotes s for a message about a name or a path of names (a field
+// path such as traffic.steps[0].ping, a metric, an expression over
+// metrics and numbers): s is shown when it is made of lower-case letters,
+// digits, spaces and the punctuation of paths and expressions
+// (. - _ [ ] : + * / < > = ! % ,), at most 80 characters, with no run of 8
+// hex digits; anything else (upper case, quotes, a long hex run) is
+// described by its length.
+func Name(s string) string {
+	if s == "" || len(s) > 80 || hexRun(s) >= 8 {
+		return Hidden(s)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte(" .-_[]:+*/<>=!%,", c) >= 0) {
+			return Hidden(s)
+		}
+	}
+	return fmt.Sprintf("%q", s)
+}
+
+// Unquoted is a quoted value shown without its quotes (for a field
+// path printed as part of a message); a description stays as it is.
+func Unquoted(q string) string {
+	if len(q) >= 2 && q[0] == '"' && q[len(q)-1] == '"' {
+		return q[1 : len(q)-1]
+	}
+	return q
 }

@@ -123,3 +123,17 @@ func TestWriteFileMode(t *testing.T) {
 		t.Error("WriteFile into a missing directory: no error")
 	}
 }
+
+func TestName(t *testing.T) {
+	for in, shown := range map[string]bool{
+		"traffic.steps[0].ping": true, "gw1-to-gw2.corrupted": true, ">= 0.99": true, "delivered - 5": true,
+		"0A00000000000000": false, "deadbeefdeadbeef": false, "Secret": false, `a"b`: false, "": false,
+	} {
+		if got := Name(in); strings.HasPrefix(got, `"`) != shown {
+			t.Errorf("Name(%q) = %s, want shown %v", in, got, shown)
+		}
+	}
+	if got := Scrub("unknown anchor '000000000000000A00' referenced"); strings.Contains(got, "000000000000000A00") {
+		t.Errorf("Scrub left an anchor name: %s", got)
+	}
+}

@@ -40,6 +40,7 @@ type groDatagram struct {
 	seg  int    // segment size (len(data) for a plain datagram)
 	peer netip.AddrPort
 	tos  uint8 // GRO coalesces only segments with the same TOS
+	dst  netip.Addr
 }
 
 func (g *groState) init(batch int) {
@@ -84,6 +85,7 @@ func (c *Conn) receiveGRO(pkts []*esp.Packet) (int, error) {
 			d := groDatagram{data: g.bufs[i][:h.Len], peer: c.peer(&r.names[i])}
 			d.seg = groSegment(g.oobs[i][:h.Hdr.Controllen])
 			d.tos = receivedTOS(g.oobs[i][:h.Hdr.Controllen])
+			d.dst = receivedDst(g.oobs[i][:h.Hdr.Controllen])
 			if d.seg <= 0 || d.seg > len(d.data) {
 				d.seg = len(d.data)
 			} else if d.seg < len(d.data) {
@@ -123,6 +125,7 @@ func (c *Conn) drainGRO(pkts []*esp.Packet) int {
 		p.Len, p.HdrLen = copy(p.Buf[p.Off:], seg[len(seg)-n:]), 0
 		p.Peer = d.peer
 		p.TOS = d.tos
+		p.Local = d.dst
 		c.stats.packetsIn.Add(1)
 		c.stats.bytesIn.Add(uint64(n))
 		out++

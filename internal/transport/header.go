@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"syscall"
 	"unsafe"
 
@@ -41,8 +42,9 @@ const (
 	// maxFragments bounds the fragments of one outer packet: at the
 	// smallest fragment MTU accepted (MinFragMTU), a 64 KiB packet.
 	maxFragments = 65535/((MinFragMTU-ipv4HeaderLen)&^7) + 1
-	// controlLen is room for UDP_SEGMENT plus a TOS and a TTL message.
-	controlLen = 64
+	// controlLen is room for UDP_SEGMENT (or UDP_GRO) plus a TOS and a
+	// TTL message, and a received packet's pktinfo.
+	controlLen = 128
 )
 
 // MinFragMTU is the smallest outer MTU the transport fragments at (Linux's
@@ -259,6 +261,29 @@ func receivedTOS(oob []byte) uint8 {
 		oob = oob[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(oob)):]
 	}
 	return 0
+}
+
+// receivedDst is the destination address in a received datagram's
+// IP_PKTINFO or IPV6_PKTINFO control message, or the zero Addr.
+func receivedDst(oob []byte) netip.Addr {
+	for len(oob) >= unix.SizeofCmsghdr {
+		h := (*unix.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		l := int(h.Len)
+		if l < unix.SizeofCmsghdr || l > len(oob) {
+			return netip.Addr{}
+		}
+		data := oob[unix.CmsgLen(0):l]
+		switch {
+		case h.Level == unix.IPPROTO_IP && h.Type == unix.IP_PKTINFO && len(data) >= unix.SizeofInet4Pktinfo:
+			// struct in_pktinfo: ifindex, local (routing) address, then
+			// the header's destination.
+			return netip.AddrFrom4([4]byte(data[8:12]))
+		case h.Level == unix.IPPROTO_IPV6 && h.Type == unix.IPV6_PKTINFO && len(data) >= unix.SizeofInet6Pktinfo:
+			return netip.AddrFrom16([16]byte(data[:16]))
+		}
+		oob = oob[min(unix.CmsgSpace(l-unix.CmsgLen(0)), len(oob)):]
+	}
+	return netip.Addr{}
 }
 
 // openRaw4 opens the send-only IPPROTO_RAW socket that carries IPv4 UDP

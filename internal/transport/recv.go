@@ -137,6 +137,7 @@ func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 		}
 		pkts[out], pkts[i] = pkts[i], pkts[out]
 		p.TOS = c.tos(d, r.oobs[i][:h.Hdr.Controllen])
+		p.Local = c.dst(d, r.oobs[i][:h.Hdr.Controllen])
 		p.Off, p.Len, p.HdrLen = p.Off+hdr, n, hdr
 		p.Peer = c.peer(&r.names[i])
 		c.stats.packetsIn.Add(1)
@@ -183,6 +184,15 @@ func (c *Conn) tos(d, oob []byte) uint8 {
 		return d[1] // classify checked the header is there
 	}
 	return receivedTOS(oob)
+}
+
+// dst is the outer destination of datagram d: from the IPv4 header raw
+// IPv4 sockets deliver, else from its pktinfo.
+func (c *Conn) dst(d, oob []byte) netip.Addr {
+	if c.kind == RawESP && !c.v6 {
+		return netip.AddrFrom4([4]byte(d[16:20])) // classify checked the header is there
+	}
+	return receivedDst(oob)
 }
 
 func (c *Conn) peer(sa *unix.RawSockaddrInet6) netip.AddrPort {

@@ -315,6 +315,12 @@ func (c *Conn) setOptions(cfg Config) error {
 			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
 				errs = append(errs, fmt.Errorf("set IPV6_RECVTCLASS: %w", err))
 			}
+			// The destination address of each packet, so the receiver
+			// finds its SA by SPI and destination (RFC 4301 SAD) on a
+			// socket bound to every address.
+			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO, 1); err != nil {
+				errs = append(errs, fmt.Errorf("set IPV6_RECVPKTINFO: %w", err))
+			}
 		} else {
 			if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_MTU_DISCOVER, pmtu4); err != nil {
 				errs = append(errs, fmt.Errorf("set IP_MTU_DISCOVER: %w", err))
@@ -325,8 +331,14 @@ func (c *Conn) setOptions(cfg Config) error {
 				if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_HDRINCL, 1); err != nil {
 					errs = append(errs, fmt.Errorf("set IP_HDRINCL: %w", err))
 				}
-			} else if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
-				errs = append(errs, fmt.Errorf("set IP_RECVTOS: %w", err))
+			} else {
+				if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
+					errs = append(errs, fmt.Errorf("set IP_RECVTOS: %w", err))
+				}
+				// As IPV6_RECVPKTINFO (raw IPv4 sockets deliver the header).
+				if err := unix.SetsockoptInt(s, unix.IPPROTO_IP, unix.IP_PKTINFO, 1); err != nil {
+					errs = append(errs, fmt.Errorf("set IP_PKTINFO: %w", err))
+				}
 			}
 		}
 		if cfg.Mark != 0 {

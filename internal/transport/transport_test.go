@@ -109,12 +109,20 @@ func out(data []byte, peer netip.AddrPort) *esp.Packet {
 // receiveN receives until want ESP packets arrived (or 5 s passed) and
 // returns copies of their data and peers in arrival order.
 func receiveN(t testing.TB, c *Conn, want int) ([][]byte, []netip.AddrPort) {
+	data, peers, _ := receiveLocal(t, c, want)
+	return data, peers
+}
+
+// receiveLocal is receiveN that also returns the destination address each
+// packet arrived at.
+func receiveLocal(t testing.TB, c *Conn, want int) ([][]byte, []netip.AddrPort, []netip.Addr) {
 	t.Helper()
 	c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	defer c.SetReadDeadline(time.Time{})
 	pkts := slots(c.BatchSize(), 2048)
 	var data [][]byte
 	var peers []netip.AddrPort
+	var locals []netip.Addr
 	for len(data) < want {
 		rewind(pkts)
 		n, err := c.Receive(pkts)
@@ -124,9 +132,10 @@ func receiveN(t testing.TB, c *Conn, want int) ([][]byte, []netip.AddrPort) {
 		for _, p := range pkts[:n] {
 			data = append(data, append([]byte(nil), p.Data()...))
 			peers = append(peers, p.Peer)
+			locals = append(locals, p.Local)
 		}
 	}
-	return data, peers
+	return data, peers, locals
 }
 
 type family struct {
@@ -182,7 +191,7 @@ func TestSendReceiveBatch(t *testing.T) {
 					if err != nil || n != total {
 						t.Fatalf("send: %d of %d, %v", n, total, err)
 					}
-					got, peers := receiveN(t, b, total)
+					got, peers, locals := receiveLocal(t, b, total)
 					for i := range total {
 						if string(got[i]) != string(sent[i]) {
 							t.Fatalf("packet %d: got %d bytes seq %d, want %d bytes seq %d", i, len(got[i]), binary.BigEndian.Uint32(got[i][4:]), len(sent[i]), i+1)
@@ -190,6 +199,9 @@ func TestSendReceiveBatch(t *testing.T) {
 						wantPeer := netip.AddrPortFrom(fam.local(p), a.LocalAddr().Port())
 						if peers[i] != wantPeer {
 							t.Fatalf("packet %d from %s, want %s", i, peers[i], wantPeer)
+						}
+						if locals[i] != fam.remote(p) {
+							t.Fatalf("packet %d arrived at %v, want %s", i, locals[i], fam.remote(p))
 						}
 					}
 					as, bs := a.Stats(), b.Stats()
@@ -556,5 +568,37 @@ func TestGROCarryOver(t *testing.T) {
 	}
 	if s := b.Stats(); s.GROBatches == 0 || calls < total/5 {
 		t.Errorf("GRO batches %d over %d calls: want the super-datagram split across ≥ %d calls", s.GROBatches, calls, total/5)
+	}
+}
+
+// TestReceiveLocalOnWildcard: a socket bound to every address (as the
+// gateway's are) says which of them each packet was sent to, so the
+// receiver's SAD can match SPI and destination.
+func TestReceiveLocalOnWildcard(t *testing.T) {
+	p := newPair(t)
+	for _, kind := range []Kind{RawESP, UDPEncap} {
+		for _, fam := range families {
+			for _, gro := range []bool{false, true} {
+				if gro && kind != UDPEncap {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/%s/gro=%v", kind, fam.name, gro), func(t *testing.T) {
+					any := netip.IPv4Unspecified()
+					if fam.name == "ipv6" {
+						any = netip.IPv6Unspecified()
+					}
+					a := open(t, p.a, kind, fam.local(p), false)
+					b := open(t, p.b, kind, any, false, gro)
+					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
+					if _, err := a.Send([]*esp.Packet{out(espPacket(0x1001, 1, 200), peer)}); err != nil {
+						t.Fatal(err)
+					}
+					_, _, locals := receiveLocal(t, b, 1)
+					if locals[0] != fam.remote(p) {
+						t.Errorf("arrived at %v, want %s", locals[0], fam.remote(p))
+					}
+				})
+			}
+		}
 	}
 }

@@ -1,8 +1,7 @@
 package capture
 
-// Helpers shared by the interop tests: the scapy peer (testdata/scapy at the
-// repository root, run with Debian's /usr/bin/python3), random SAs, and inner
-// packets with correct checksums.
+// Helpers shared by the interop tests: the scapy peer (internal/lab/scapy),
+// random SAs, and inner packets with correct checksums.
 
 import (
 	"bytes"
@@ -14,7 +13,6 @@ import (
 	mrand "math/rand/v2"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -23,20 +21,16 @@ import (
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/lab/scapy"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/sa"
-)
-
-const (
-	python     = "/usr/bin/python3"
-	peerScript = "../../../testdata/scapy/esp_peer.py"
 )
 
 // requireScapy fails the test, with what to install, when scapy is missing.
 func requireScapy(t *testing.T) {
 	t.Helper()
-	if out, err := exec.Command(python, "-c", "import scapy.layers.ipsec").CombinedOutput(); err != nil {
-		t.Fatalf("scapy is needed as the independent ESP peer: %v %s\n(apt-get install -y python3-scapy; it must import under %s)", err, out, python)
+	if err := scapy.Available(); err != nil {
+		t.Fatalf("scapy is needed as the independent ESP peer: %v", err)
 	}
 }
 
@@ -63,7 +57,11 @@ func runPeer(t *testing.T, jobs []peerJob) []peerResult {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(python, peerScript)
+	cmd, done, err := scapy.Command("", "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
 	cmd.Stdin = bytes.NewReader(in)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -98,18 +96,7 @@ func (r peerResult) packet(t *testing.T, what string, i int) []byte {
 	return b
 }
 
-func peerSA(c *sa.SA) map[string]any {
-	m := map[string]any{
-		"spi": c.SPI, "mode": c.Mode.String(), "src": c.Src.String(), "dst": c.Dst.String(),
-		"encap": c.Encap.String(), "enc": c.Suite.Cipher.String(), "enc_key": hex.EncodeToString(c.EncKey),
-		"auth": c.Suite.Auth.String(), "auth_key": hex.EncodeToString(c.AuthKey), "esn": c.ESN,
-	}
-	if c.Encap == sa.EncapUDP {
-		sp, dp := natPorts(c)
-		m["sport"], m["dport"] = sp, dp
-	}
-	return m
-}
+func peerSA(c *sa.SA) map[string]any { return scapy.SA(c) }
 
 func hexes(pkts [][]byte) []string {
 	out := make([]string, len(pkts))

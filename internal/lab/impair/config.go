@@ -2,19 +2,19 @@ package impair
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/espgw/espgw/internal/lab/labyaml"
 )
 
 // Config says which impairments a Stage applies. Percentages are of the
 // matching packets (0 to 100); a zero percentage turns an impairment off.
 // Omitted YAML fields keep the documented defaults (DefaultConfig).
 //
-// The impairments apply in this order to each matching packet: loss, burst
-// loss, SPI rewrite, corruption, truncation, duplication, replay capture,
+// The impairments apply in this order to each matching packet: the path
+// MTU, loss, burst loss, ECN marking, SPI rewrite, corruption, truncation, duplication, replay capture,
 // reorder, delay. Each draws from its own random stream derived from Seed, so
 // turning one impairment on or off never changes which packets another one
 // picks.
@@ -46,6 +46,13 @@ type Config struct {
 	Reorder Reorder `yaml:"reorder" json:"reorder"`
 	// Delay holds every matching packet for a time.
 	Delay Delay `yaml:"delay" json:"delay"`
+	// ECNCE sets the outer ECN field to CE on this percentage of the
+	// matching packets (header.go).
+	ECNCE float64 `yaml:"ecn-ce" json:"ecn_ce"`
+	// PMTU, when not 0, drops matching packets longer than this many bytes
+	// that may not be fragmented and answers each with ICMP
+	// fragmentation-needed / packet-too-big (header.go).
+	PMTU int `yaml:"pmtu" json:"pmtu"`
 	// Limit bounds the packets the stage holds at once (delay queue,
 	// reorder holds, replay copies, ready output). A packet that finds no
 	// room is dropped and counted as Overflow. Default 4096.
@@ -159,35 +166,12 @@ func DefaultConfig() Config {
 func (c *Config) UnmarshalYAML(node *yaml.Node) error {
 	type plain Config
 	p := plain(DefaultConfig())
-	if err := decodeStrict(node, &p); err != nil {
-		return err
+	if err := labyaml.DecodeNode(node, &p); err != nil {
+		return fmt.Errorf("impairments: %w", err)
 	}
 	*c = Config(p)
 	return nil
 }
-
-// decodeStrict decodes node into v and fails on fields v does not have.
-// yaml.v3 checks unknown fields only when decoding a document, so the node
-// is written out and decoded again; the line numbers in the errors are then
-// moved back to where the node sits in its file.
-func decodeStrict(node *yaml.Node, v any) error {
-	b, err := yaml.Marshal(node)
-	if err != nil {
-		return fmt.Errorf("impairments: %w", err)
-	}
-	d := yaml.NewDecoder(bytesReader(b))
-	d.KnownFields(true)
-	if err := d.Decode(v); err != nil {
-		msg := lineRE.ReplaceAllStringFunc(err.Error(), func(m string) string {
-			n, _ := strconv.Atoi(m[5:])
-			return fmt.Sprintf("line %d", n+node.Line-1)
-		})
-		return fmt.Errorf("impairments: %s", msg)
-	}
-	return nil
-}
-
-var lineRE = regexp.MustCompile(`line \d+`)
 
 // Validate reports the first field that is out of range, by its YAML name.
 func (c *Config) Validate() error {
@@ -203,6 +187,7 @@ func (c *Config) Validate() error {
 		{"rewrite_spi.percent", c.RewriteSPI.Percent}, {"corrupt.percent", c.Corrupt.Percent},
 		{"truncate.percent", c.Truncate.Percent}, {"duplicate", c.Duplicate},
 		{"replay.percent", c.Replay.Percent}, {"reorder.percent", c.Reorder.Percent},
+		{"ecn-ce", c.ECNCE},
 	}
 	for _, p := range pcts {
 		if !(p.v >= 0 && p.v <= 100) {
@@ -232,6 +217,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("reorder.max_hold %v: want a duration > 0", c.Reorder.MaxHold)
 	case c.Delay.Time < 0 || c.Delay.Jitter < 0:
 		return fmt.Errorf("delay.time %v / jitter %v: want durations ≥ 0", c.Delay.Time, c.Delay.Jitter)
+	case c.PMTU != 0 && (c.PMTU < 68 || c.PMTU > 65535):
+		return fmt.Errorf("pmtu %d: want an MTU of 68-65535 bytes (0: off)", c.PMTU)
 	case c.Limit < 16:
 		return fmt.Errorf("limit %d: want at least 16 packets", c.Limit)
 	}

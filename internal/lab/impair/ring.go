@@ -1,9 +1,5 @@
 package impair
 
-import "bytes"
-
-func bytesReader(b []byte) *bytes.Reader { return bytes.NewReader(b) }
-
 // fifo is a ring of packets that grows by doubling and never shrinks, so a
 // stage in steady state queues without allocating.
 type fifo struct {

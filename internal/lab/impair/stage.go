@@ -37,27 +37,32 @@ func (p *Packet) Bytes() []byte { return p.buf[:p.n] }
 //
 // where InFlight is Stage.InFlight.
 type Counters struct {
-	Received       uint64 `json:"received"`        // packets pushed
-	Matched        uint64 `json:"matched"`         // of those, matched by the filter
-	Emitted        uint64 `json:"emitted"`         // packets popped (originals, duplicates, replays)
-	Lost           uint64 `json:"lost"`            // dropped by Loss
-	BurstLost      uint64 `json:"burst_lost"`      // dropped by Burst
-	Overflow       uint64 `json:"overflow"`        // dropped: no room under Limit
-	Oversize       uint64 `json:"oversize"`        // dropped: longer than the stage's buffers
-	Rewritten      uint64 `json:"rewritten"`       // SPI rewritten
-	Corrupted      uint64 `json:"corrupted"`       // packets corrupted
-	CorruptedBytes uint64 `json:"corrupted_bytes"` // bytes flipped in them
-	Truncated      uint64 `json:"truncated"`       // packets truncated
-	Duplicated     uint64 `json:"duplicated"`      // extra copies made
-	Replayed       uint64 `json:"replayed"`        // replay copies sent
-	ReplaySkipped  uint64 `json:"replay_skipped"`  // picked for replay while the history was full
-	Reordered      uint64 `json:"reordered"`       // held packets released behind later ones
-	ReorderExpired uint64 `json:"reorder_expired"` // held packets released by MaxHold with none passing
-	Delayed        uint64 `json:"delayed"`         // packets that went through the delay queue
+	Received       uint64 `json:"received"`         // packets pushed
+	Matched        uint64 `json:"matched"`          // of those, matched by the filter
+	Emitted        uint64 `json:"emitted"`          // packets popped (originals, duplicates, replays)
+	Lost           uint64 `json:"lost"`             // dropped by Loss
+	BurstLost      uint64 `json:"burst_lost"`       // dropped by Burst
+	Overflow       uint64 `json:"overflow"`         // dropped: no room under Limit
+	Oversize       uint64 `json:"oversize"`         // dropped: longer than the stage's buffers
+	Rewritten      uint64 `json:"rewritten"`        // SPI rewritten
+	Corrupted      uint64 `json:"corrupted"`        // packets corrupted
+	CorruptedBytes uint64 `json:"corrupted_bytes"`  // bytes flipped in them
+	Truncated      uint64 `json:"truncated"`        // packets truncated
+	Duplicated     uint64 `json:"duplicated"`       // extra copies made
+	Replayed       uint64 `json:"replayed"`         // replay copies sent
+	ReplaySkipped  uint64 `json:"replay_skipped"`   // picked for replay while the history was full
+	Reordered      uint64 `json:"reordered"`        // held packets released behind later ones
+	ReorderExpired uint64 `json:"reorder_expired"`  // held packets released by MaxHold with none passing
+	Delayed        uint64 `json:"delayed"`          // packets that went through the delay queue
+	CEMarked       uint64 `json:"ce_marked"`        // outer ECN set to CE (ecn-ce)
+	TooBig         uint64 `json:"too_big"`          // dropped: over pmtu with DF (or IPv6)
+	TooBigReported uint64 `json:"too_big_reported"` // ICMP errors about them queued for PopBack
 }
 
 // Dropped is the number of packets the stage dropped, for every reason.
-func (c Counters) Dropped() uint64 { return c.Lost + c.BurstLost + c.Overflow + c.Oversize }
+func (c Counters) Dropped() uint64 {
+	return c.Lost + c.BurstLost + c.Overflow + c.Oversize + c.TooBig
+}
 
 // Random streams, one per impairment (see Config).
 const (
@@ -70,6 +75,7 @@ const (
 	streamReplay
 	streamReorder
 	streamDelay
+	streamECN
 )
 
 // Stage applies a Config to a stream of packets. It is not safe for
@@ -83,10 +89,11 @@ type Stage struct {
 	free  []*Packet
 	inUse int
 
-	rnd [streamDelay + 1]*rand.Rand
+	rnd [streamECN + 1]*rand.Rand
 	bad bool // Gilbert–Elliott state
 
 	ready, delayed, replays fifo
+	back                    fifo      // ICMP errors toward the sender (header.go)
 	held                    []*Packet // in arrival order
 	lastDue                 time.Time
 	offsets                 []int // scratch for Corrupt
@@ -147,6 +154,15 @@ func (s *Stage) get(b []byte) *Packet {
 	return p
 }
 
+// getSized returns a free packet of n bytes (contents undefined), or nil.
+func (s *Stage) getSized(n int) *Packet {
+	p := s.get(nil)
+	if p != nil {
+		p.n = n
+	}
+	return p
+}
+
 // Release gives a popped packet back to the stage's pool.
 func (s *Stage) Release(p *Packet) {
 	s.inUse--
@@ -171,6 +187,11 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 		return
 	}
 	s.c.Matched++
+	if s.tooBig(pkt, &l) {
+		s.c.TooBig++
+		s.reportTooBig(pkt, &l)
+		return
+	}
 	if s.chance(streamLoss, s.cfg.Loss) {
 		s.c.Lost++
 		return
@@ -185,6 +206,10 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 		return
 	}
 	intact := true
+	if s.chance(streamECN, s.cfg.ECNCE) {
+		markCE(p.buf, &l)
+		s.c.CEMarked++
+	}
 	if s.chance(streamSPI, s.cfg.RewriteSPI.Percent) && s.cfg.RewriteSPI.SPI != 0 {
 		b := p.buf
 		b[l.esp], b[l.esp+1], b[l.esp+2], b[l.esp+3] = byte(s.cfg.RewriteSPI.SPI>>24),

@@ -20,17 +20,21 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// The bed's addresses (TEST-NET and 2001:db8::/32 only).
+// The bed's addresses are the standard topology's (netns.StandardAddresses):
+// the guest stands where gw2 does, with hostB's addresses on its loopback.
+// The WAN is one subnet here, gw1 and the guest facing each other across
+// the relay (the standard topology routes between two halves).
 var (
-	HostA4   = netip.MustParsePrefix("198.51.100.2/24")
-	GW1LAN4  = netip.MustParsePrefix("198.51.100.1/24")
-	HostA6   = netip.MustParsePrefix("2001:db8:a::2/64")
-	GW1LAN6  = netip.MustParsePrefix("2001:db8:a::1/64")
-	GW1WAN   = netip.MustParsePrefix("192.0.2.1/24")
-	GuestWAN = netip.MustParsePrefix("192.0.2.2/24")
+	std      = netns.StandardAddresses()
+	HostA4   = std.HostA4
+	GW1LAN4  = std.GW1LAN4
+	HostA6   = std.HostA6
+	GW1LAN6  = std.GW1LAN6
+	GW1WAN   = netip.PrefixFrom(std.GW1WAN4.Addr(), 24)
+	GuestWAN = netip.PrefixFrom(std.GW2WAN4.Addr(), 24)
 	// The far inner network: hosts on the guest's loopback.
-	FarHost4 = netip.MustParsePrefix("203.0.113.10/32")
-	FarHost6 = netip.MustParsePrefix("2001:db8:b::10/128")
+	FarHost4 = netip.PrefixFrom(std.HostB4.Addr(), 32)
+	FarHost6 = netip.PrefixFrom(std.HostB6.Addr(), 128)
 )
 
 // Interface names: gw1's LAN and WAN ports, the relay's port toward gw1,

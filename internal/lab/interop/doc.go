@@ -5,9 +5,12 @@
 // # The bed (StartBed)
 //
 //	hostA ──lan── gw1 (espgw run) ──wan── [wan: wanrelay] ──tap── Linux guest
-//	198.51.100.2   198.51.100.1  192.0.2.1                         192.0.2.2
-//	2001:db8:a::2  2001:db8:a::1                                   lo: 203.0.113.10,
-//	                                                                   2001:db8:b::10
+//	192.0.2.10     192.0.2.1     198.51.100.1/24              198.51.100.129/24
+//	2001:db8:a::10 2001:db8:a::1                               lo: 203.0.113.10,
+//	                                                                2001:db8:b::10
+//
+// (the standard topology's addresses, internal/lab/netns; the guest stands
+// where gw2 does)
 //
 // Each box but the guest is a network namespace. gw1 is a real `espgw run`
 // process; the wan namespace holds no address and runs internal/lab/wanrelay
@@ -21,7 +24,7 @@
 //
 // Tunnel mode carries hostA ↔ 203.0.113.10 (and IPv6 inside the IPv4
 // tunnel). Transport mode carries gw1 ↔ the guest's own outer address: gw1
-// sends its ICMP and TCP toward 192.0.2.2 into its TUN by policy routing
+// sends its ICMP and TCP toward 198.51.100.129 into its TUN by policy routing
 // (ip rule … ipproto icmp|tcp lookup 100), while the gateway's own ESP to
 // the same address takes the main table.
 //
@@ -40,8 +43,8 @@
 // SAs, Ping/PingSizes ping from the guest, Counters reads the kernel's
 // per-SA and global XFRM counters, Close tears it all down.
 //
-// StartScapyPeer is the hook for `peer: scapy`: scapy_responder.py (run
-// with /usr/bin/python3, embedded in this package) listens on an interface
+// StartScapyPeer is the hook for `peer: scapy`: the scapy ESP peer
+// (internal/lab/scapy) in respond mode listens on an interface
 // in the runner's namespace, opens ESP for its SAs (ICV, anti-replay
 // window, ESN high bits) and answers ICMP echo requests for its addresses
 // with ESP echo replies; ScapyPeer.Counters says what it received, opened,

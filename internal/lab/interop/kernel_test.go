@@ -405,9 +405,9 @@ func checkImpaired(t *testing.T, b *Bed, c Case) {
 // watchStray captures what enters gw1's TUN outside the case's own flows,
 // to explain a drop or an extra packet when a case fails.
 func watchStray(t *testing.T, b *Bed, tun *Tunnel) func() string {
-	filter := "not (host 192.0.2.1 and host 192.0.2.2)"
+	filter := fmt.Sprintf("not (host %s and host %s)", GW1WAN.Addr(), GuestWAN.Addr())
 	if tun.Mode == sa.Tunnel {
-		filter = "not (net 198.51.100.0/24 or net 2001:db8:a::/64)"
+		filter = fmt.Sprintf("not (net %s or net %s)", HostA4.Masked(), HostA6.Masked())
 	}
 	file := filepath.Join(b.Dir, "stray.pcap")
 	ctx, cancel := context.WithCancel(context.Background())

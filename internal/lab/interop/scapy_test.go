@@ -43,8 +43,8 @@ func scapyBed(t *testing.T) *Bed {
 	return scapyShared.bed
 }
 
-// TestGatewayScapyInterop puts scapy's ESP (driven by
-// scapy_responder.py) on the far side: pings of a spread of sizes must be
+// TestGatewayScapyInterop puts scapy's ESP (the scapy peer in respond
+// mode) on the far side: pings of a spread of sizes must be
 // answered through the tunnel, and scapy's counters must agree with gw1's.
 // scapy is slow and answers pings only, so this covers one row per suite,
 // with modes, encapsulations and ESN spread over them.

@@ -22,7 +22,7 @@ type XfrmPeerConfig struct {
 	Netns string
 	// Tap names the tap in Netns; empty means "kptap0".
 	Tap string
-	// Addr is the guest's outer address on its eth0, e.g. 192.0.2.2/24:
+	// Addr is the guest's outer address on its eth0, e.g. 198.51.100.129/24:
 	// the Dst of the SAs toward the guest and the Src of those from it.
 	Addr netip.Prefix
 	// TapAddrs go on the tap in Netns; usually none, when the tap is a
@@ -33,7 +33,7 @@ type XfrmPeerConfig struct {
 	// traffic to them ends in the guest.
 	Inner []netip.Prefix
 	// Routes lead from the guest to the near inner networks (e.g.
-	// 198.51.100.0/24 via espgw's outer address) so the kernel's route
+	// 192.0.2.0/24 via espgw's outer address) so the kernel's route
 	// lookup succeeds and its XFRM policy takes over. A route without Via
 	// goes out of eth0 directly: for an inner family the outer network
 	// does not carry (IPv6 inside an IPv4 tunnel).

@@ -88,7 +88,7 @@
 // # Tests
 //
 // The tests boot one guest for the whole test binary and put scapy
-// (testdata/scapy_peer.py, run with /usr/bin/python3) on the tap side. For
+// (internal/lab/scapy in probe mode) on the tap side. For
 // every suite × tunnel/transport × raw/UDP over IPv4 (and three suites over
 // IPv6), with ESN on half the cases and its high bits non-zero, scapy's echo
 // request must come back as an ESP echo reply that scapy verifies and

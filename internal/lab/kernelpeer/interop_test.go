@@ -1,97 +1,27 @@
 package kernelpeer
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/netip"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/scapy"
 	"github.com/espgw/espgw/sa"
 )
 
-// scapyPeer drives testdata/scapy_peer.py, an ESP peer this project did not
-// write the crypto of, from inside the test namespace.
-type scapyPeer struct {
-	cmd *exec.Cmd
-	in  io.WriteCloser
-	out *bufio.Scanner
-}
-
-func startScapy(t *testing.T, netns string) *scapyPeer {
+// startScapy runs the scapy ESP peer (internal/lab/scapy) in probe mode
+// inside the test namespace.
+func startScapy(t *testing.T, netns string) *scapy.Peer {
 	t.Helper()
-	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import scapy.layers.ipsec").CombinedOutput(); err != nil {
-		t.Fatalf("scapy unavailable (%v: %s): apt-get install python3-scapy", err, strings.TrimSpace(string(out)))
-	}
-	script, err := filepath.Abs("testdata/scapy_peer.py")
+	p, err := scapy.Start(context.Background(), netns, "probe", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("ip", "netns", "exec", netns, python, "-u", script)
-	cmd.Stderr = os.Stderr
-	in, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start scapy peer: %v", err)
-	}
-	s := &scapyPeer{cmd: cmd, in: in, out: bufio.NewScanner(stdout)}
-	t.Cleanup(func() {
-		in.Close()
-		done := make(chan struct{})
-		go func() { cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-done
-		}
-	})
-	var ready struct{ Ready bool }
-	if err := s.read(&ready); err != nil || !ready.Ready {
-		t.Fatalf("scapy peer did not start: %v", err)
-	}
-	return s
-}
-
-func (s *scapyPeer) read(v any) error {
-	if !s.out.Scan() {
-		return fmt.Errorf("scapy peer exited: %v", s.out.Err())
-	}
-	return json.Unmarshal(s.out.Bytes(), v)
-}
-
-// scapyCase is one exchange, in the script's terms.
-type scapyCase struct {
-	Mode       string `json:"mode"`
-	UDP        bool   `json:"udp"`
-	Crypt      string `json:"crypt"`
-	CryptKey   string `json:"crypt_key"`
-	Auth       string `json:"auth"`
-	AuthKey    string `json:"auth_key"`
-	ICVLen     int    `json:"icv_len"`
-	ESN        bool   `json:"esn"`
-	SeqIn      uint64 `json:"seq_in"`
-	SeqOut     uint64 `json:"seq_out"`
-	SPIIn      uint32 `json:"spi_in"`
-	SPIOut     uint32 `json:"spi_out"`
-	Host       string `json:"host"`
-	Guest      string `json:"guest"`
-	HostInner  string `json:"host_inner"`
-	GuestInner string `json:"guest_inner"`
-	PayloadLen int    `json:"payload_len"`
-	Iface      string `json:"iface"`
-	Timeout    int    `json:"timeout"`
-	Replay     bool   `json:"replay"`
+	t.Cleanup(func() { p.Close() })
+	return p
 }
 
 type scapyResult struct {
@@ -100,35 +30,25 @@ type scapyResult struct {
 	ReplyLen int    `json:"reply_len"`
 }
 
-func (s *scapyPeer) exchange(c scapyCase) (scapyResult, error) {
-	b, _ := json.Marshal(c)
-	if _, err := s.in.Write(append(b, '\n')); err != nil {
-		return scapyResult{}, fmt.Errorf("send case to scapy peer: %w", err)
-	}
-	var r scapyResult
-	return r, s.read(&r)
-}
-
-// interopSuite is a suite with its key length and scapy's names for it.
+// interopSuite is a suite with its key length.
 type interopSuite struct {
-	name        string
-	suite       sa.Suite
-	encKeyLen   int
-	crypt, auth string
+	name      string
+	suite     sa.Suite
+	encKeyLen int
 }
 
 var interopSuites = []interopSuite{
-	{"aes-cbc-128+hmac-sha1-96", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 16, "AES-CBC", "HMAC-SHA1-96"},
-	{"aes-cbc-256+hmac-sha1-96", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 32, "AES-CBC", "HMAC-SHA1-96"},
-	{"aes-cbc-128+hmac-sha2-256-128", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 16, "AES-CBC", "SHA2-256-128"},
-	{"aes-cbc-256+hmac-sha2-256-128", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 32, "AES-CBC", "SHA2-256-128"},
-	{"3des-cbc+hmac-sha1-96", sa.Suite{Cipher: sa.Cipher3DES, Auth: sa.AuthHMACSHA1_96}, 24, "3DES", "HMAC-SHA1-96"},
-	{"aes-ctr-128+hmac-sha1-96", sa.Suite{Cipher: sa.CipherAESCTR, Auth: sa.AuthHMACSHA1_96}, 20, "AES-CTR", "HMAC-SHA1-96"},
-	{"aes-gcm-16-128", sa.Suite{Cipher: sa.CipherAESGCM16}, 20, "AES-GCM", "NULL"},
-	{"aes-gcm-16-256", sa.Suite{Cipher: sa.CipherAESGCM16}, 36, "AES-GCM", "NULL"},
-	{"aes-cbc-128+hmac-sha2-384-192", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA384_192}, 16, "AES-CBC", "SHA2-384-192"},
-	{"aes-cbc-256+hmac-sha2-512-256", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA512_256}, 32, "AES-CBC", "SHA2-512-256"},
-	{"aes-cbc-128+hmac-md5-96", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACMD5_96}, 16, "AES-CBC", "HMAC-MD5-96"},
+	{"aes-cbc-128+hmac-sha1-96", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 16},
+	{"aes-cbc-256+hmac-sha1-96", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 32},
+	{"aes-cbc-128+hmac-sha2-256-128", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 16},
+	{"aes-cbc-256+hmac-sha2-256-128", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 32},
+	{"3des-cbc+hmac-sha1-96", sa.Suite{Cipher: sa.Cipher3DES, Auth: sa.AuthHMACSHA1_96}, 24},
+	{"aes-ctr-128+hmac-sha1-96", sa.Suite{Cipher: sa.CipherAESCTR, Auth: sa.AuthHMACSHA1_96}, 20},
+	{"aes-gcm-16-128", sa.Suite{Cipher: sa.CipherAESGCM16}, 20},
+	{"aes-gcm-16-256", sa.Suite{Cipher: sa.CipherAESGCM16}, 36},
+	{"aes-cbc-128+hmac-sha2-384-192", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA384_192}, 16},
+	{"aes-cbc-256+hmac-sha2-512-256", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA512_256}, 32},
+	{"aes-cbc-128+hmac-md5-96", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACMD5_96}, 16},
 }
 
 func randomKey(t *testing.T, n int) sa.Key {
@@ -147,7 +67,7 @@ func randomKey(t *testing.T, n int) sa.Key {
 // packet as integrity and replay failures, with no other error.
 func TestKernelESPInteropWithScapy(t *testing.T) {
 	p := sharedPeer(t)
-	scapy := startScapy(t, shared.netns)
+	peer := startScapy(t, shared.netns)
 	ctx := context.Background()
 	type family struct {
 		name                               string
@@ -193,7 +113,7 @@ func TestKernelESPInteropWithScapy(t *testing.T) {
 							in.Selectors = []sa.Selector{{Src: hostNet, Dst: guestNet}}
 							out.Selectors = []sa.Selector{{Src: guestNet, Dst: hostNet}}
 						}
-						checkExchange(t, ctx, p, scapy, st, in, &out, fam.hostInner, fam.guestInner, size)
+						checkExchange(t, ctx, p, peer, st, in, &out, fam.hostInner, fam.guestInner, size)
 					})
 				}
 			}
@@ -201,7 +121,7 @@ func TestKernelESPInteropWithScapy(t *testing.T) {
 	}
 }
 
-func checkExchange(t *testing.T, ctx context.Context, p *Peer, scapy *scapyPeer, st interopSuite, in, out *sa.SA, hostIn, guestIn netip.Addr, size int) {
+func checkExchange(t *testing.T, ctx context.Context, p *Peer, peer *scapy.Peer, st interopSuite, in, out *sa.SA, hostIn, guestIn netip.Addr, size int) {
 	t.Helper()
 	if err := p.ReplaceSAs(ctx, DirectedSA{in, Inbound}, DirectedSA{out, Outbound}); err != nil {
 		t.Fatal(err)
@@ -210,15 +130,12 @@ func checkExchange(t *testing.T, ctx context.Context, p *Peer, scapy *scapyPeer,
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := scapy.exchange(scapyCase{
-		Mode: in.Mode.String(), UDP: in.Encap == sa.EncapUDP,
-		Crypt: st.crypt, CryptKey: hex.EncodeToString(in.EncKey),
-		Auth: st.auth, AuthKey: hex.EncodeToString(in.AuthKey), ICVLen: in.Suite.ICVLen(),
-		ESN: in.ESN, SeqIn: in.InitialSeq, SeqOut: out.InitialSeq, SPIIn: in.SPI, SPIOut: out.SPI,
-		Host: in.Src.String(), Guest: in.Dst.String(), HostInner: hostIn.String(), GuestInner: guestIn.String(),
-		PayloadLen: size, Iface: p.cfg.Tap, Timeout: 20, Replay: true,
-	})
-	if err != nil {
+	if err := peer.Send(map[string]any{"in": scapy.SA(in), "out": scapy.SA(out), "host_inner": hostIn.String(),
+		"guest_inner": guestIn.String(), "payload_len": size, "iface": p.cfg.Tap, "timeout": 20, "replay": true}); err != nil {
+		t.Fatal(err)
+	}
+	var res scapyResult
+	if err := peer.Read(ctx, &res); err != nil {
 		t.Fatal(err)
 	}
 	if !res.OK {

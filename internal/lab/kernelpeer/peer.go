@@ -20,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/espgw/espgw/internal/lab/kernelpeer/ctl"
 )
 
 // Config describes one kernel peer.
@@ -420,7 +422,7 @@ func (p *Peer) startQEMU(qemu string) error {
 		"-device", "virtio-rng-pci",
 		"-device", "virtio-serial-pci",
 		"-chardev", "socket,id=ctl,path="+p.socketPath()+",server=on,wait=off",
-		"-device", "virtserialport,chardev=ctl,name=org.espgw.ctl",
+		"-device", "virtserialport,chardev=ctl,name="+ctl.PortName,
 	)
 	args = append(args, p.cfg.Devices.qemuArgs()...)
 	if p.cfg.CPU != "" {
@@ -524,7 +526,7 @@ func (p *Peer) waitAgent(ctx context.Context) error {
 	// the agent is up; exec later skips answers to pings by their ids.
 	ping := func() error {
 		p.nextID++
-		req, _ := json.Marshal(request{ID: p.nextID, Argv: []string{"true"}, TimeoutMS: 30000})
+		req, _ := json.Marshal(ctl.Request{ID: p.nextID, Argv: []string{"true"}, TimeoutMS: 30000})
 		p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		_, err := p.conn.Write(append(req, '\n'))
 		return err
@@ -545,7 +547,7 @@ func (p *Peer) waitAgent(ctx context.Context) error {
 					return errors.New("control socket closed")
 				}
 			}
-			var resp response
+			var resp ctl.Response
 			if json.Unmarshal(line, &resp) == nil && resp.ID != 0 {
 				return nil
 			}
@@ -575,20 +577,6 @@ func (p *Peer) readLines() {
 	}
 }
 
-// request and response mirror the agent's protocol (see ./agent).
-type request struct {
-	ID        uint64   `json:"id"`
-	Argv      []string `json:"argv"`
-	TimeoutMS int64    `json:"timeout_ms"`
-}
-
-type response struct {
-	ID     uint64 `json:"id"`
-	Exit   int    `json:"exit"`
-	Output []byte `json:"output"`
-	Error  string `json:"error,omitempty"`
-}
-
 // Exec runs argv in the guest (no shell) and returns its combined output.
 // A non-zero exit is an *ExitError. The command line itself is never put
 // into errors or logs: it may hold keys.
@@ -616,7 +604,7 @@ func (p *Peer) exec(ctx context.Context, argv []string, timeout time.Duration) (
 	}
 	p.nextID++
 	id := p.nextID
-	req, _ := json.Marshal(request{ID: id, Argv: argv, TimeoutMS: timeout.Milliseconds()})
+	req, _ := json.Marshal(ctl.Request{ID: id, Argv: argv, TimeoutMS: timeout.Milliseconds()})
 	p.conn.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := p.conn.Write(append(req, '\n')); err != nil {
 		return "", fmt.Errorf("send guest command: %w", err)
@@ -630,7 +618,7 @@ func (p *Peer) exec(ctx context.Context, argv []string, timeout time.Duration) (
 			if !ok {
 				return "", errors.New("guest command: control channel closed")
 			}
-			var resp response
+			var resp ctl.Response
 			if err := json.Unmarshal(line, &resp); err != nil {
 				return "", fmt.Errorf("guest command: bad response %q: %w", tail(string(line), 200), err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // A check compares a metric with a sum of terms:
@@ -50,7 +51,7 @@ func parseCheck(metric, value, tag string) (check, error) {
 	case "!!int", "!!float":
 		v, err := strconv.ParseFloat(strings.ReplaceAll(value, "_", ""), 64)
 		if err != nil {
-			return c, fmt.Errorf("%q: %w", value, err)
+			return c, fmt.Errorf("%s: %w", secret.Name(value), err)
 		}
 		c.terms = []term{{num: v}}
 		return c, nil
@@ -72,7 +73,7 @@ func parseCheck(metric, value, tag string) (check, error) {
 		}
 	}
 	if len(toks) == 0 {
-		return c, fmt.Errorf("%q: nothing to compare with after %s", value, c.op)
+		return c, fmt.Errorf("%s: nothing to compare with after %s", secret.Name(value), c.op)
 	}
 	neg := false
 	for i, tok := range toks {
@@ -83,19 +84,19 @@ func parseCheck(metric, value, tag string) (check, error) {
 			case "-":
 				neg = true
 			default:
-				return c, fmt.Errorf("%q: want + or - between terms, got %q (put spaces around + and -)", value, tok)
+				return c, fmt.Errorf("%s: want + or - between terms, got %s (put spaces around + and -)", secret.Name(value), secret.Name(tok))
 			}
 			continue
 		}
 		t, err := parseTerm(tok)
 		if err != nil {
-			return c, fmt.Errorf("%q: %w", value, err)
+			return c, fmt.Errorf("%s: %w", secret.Name(value), err)
 		}
 		t.neg = neg
 		c.terms = append(c.terms, t)
 	}
 	if len(toks)%2 == 0 {
-		return c, fmt.Errorf("%q: ends with an operator", value)
+		return c, fmt.Errorf("%s: ends with an operator", secret.Name(value))
 	}
 	return c, nil
 }
@@ -130,7 +131,7 @@ func parseTerm(tok string) (term, error) {
 			v, err = strconv.ParseFloat(strings.ReplaceAll(num, "_", ""), 64)
 		}
 		if err != nil {
-			return term{}, fmt.Errorf("number %q: want digits with an optional unit (ms, us, ns, s, %%)", tok)
+			return term{}, fmt.Errorf("number %s: want digits with an optional unit (ms, us, ns, s, %%)", secret.Name(tok))
 		}
 		return term{num: v * scale}, nil
 	}
@@ -206,10 +207,13 @@ type Metrics map[string]float64
 // Counter names a scenario can check.
 var (
 	impairCounters = []string{"matched", "lost", "burst_lost", "overflow", "oversize", "rewritten", "corrupted", "corrupted_bytes",
-		"truncated", "duplicated", "replayed", "replay_skipped", "reordered", "reorder_expired", "delayed"}
-	gatewayCounters = []string{"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out", "drops", "last_seq"}
-	stepMetrics     = []string{"sent", "received", "delivered", "mismatched", "exact", "bytes", "bps", "retransmits"}
-	runMetrics      = []string{"kernel", "hostA.kernel", "gw1.kernel", "gw2.kernel", "hostB.kernel",
+		"truncated", "duplicated", "replayed", "replay_skipped", "reordered", "reorder_expired", "delayed",
+		"ce_marked", "too_big", "too_big_reported"}
+	gatewayCounters = []string{"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out", "drops", "last_seq",
+		"pmtu-updates", "pmtu-ignored", "path-mtu", "fragmented", "fragments-out", "reasm-oks", "reasm-fails", "reasm-timeout"}
+	stepMetrics = []string{"sent", "received", "delivered", "mismatched", "exact", "bytes", "bps", "retransmits",
+		"dscp", "ecn-not-ect", "ecn-ect1", "ecn-ect0", "ecn-ce", "ttl", "path-mtu", "too-big", "time-exceeded", "frag-needed", "reported-mtu"}
+	runMetrics = []string{"kernel", "hostA.kernel", "gw1.kernel", "gw2.kernel", "hostB.kernel",
 		"udp-rcvbuf", "hostA.udp-rcvbuf", "hostB.udp-rcvbuf", "sent", "received", "delivered", "mismatched", "exact", "conservation", "unaccounted", "drops",
 		"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out"}
 	latencyMetrics = []string{"latency.p50", "latency.p90", "latency.p99", "latency.max", "latency.mean"}
@@ -264,9 +268,9 @@ func (s *Scenario) knownMetrics(c check) error {
 	for _, n := range c.names() {
 		if !s.knownMetric(n) {
 			if slices.Contains(impairCounters, n) {
-				return fmt.Errorf("unknown metric %q: the WAN's impairment counters are wan.%s (both directions) or gw1-to-gw2.%s", n, n, n)
+				return fmt.Errorf("unknown metric %s: the WAN's impairment counters are wan.%s (both directions) or gw1-to-gw2.%s", secret.Name(n), secret.Unquoted(secret.Name(n)), secret.Unquoted(secret.Name(n)))
 			}
-			return fmt.Errorf("unknown metric %q (see scenarios/README.md: counters, drop reasons, wan. impairments, gw1./gw2./gw1-to-gw2./steps.NAME.)", n)
+			return fmt.Errorf("unknown metric %s (see scenarios/README.md: counters, drop reasons, wan. impairments, gw1./gw2./gw1-to-gw2./steps.NAME.)", secret.Name(n))
 		}
 	}
 	return nil

@@ -26,6 +26,7 @@ import (
 
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labyaml"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/offload/engines"
@@ -79,6 +80,9 @@ type Topology struct {
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
 	// (default 1500): 1600 lets 1500-byte inner packets through.
 	WANMTU int `yaml:"wan-mtu" json:"wan_mtu,omitempty"`
+	// TUNMTU, when set, is the gateways' TUN MTU instead of the one that
+	// fits the outer MTU, so larger inner packets reach the gateways.
+	TUNMTU int `yaml:"tun-mtu" json:"tun_mtu,omitempty"`
 	// Offloads turns the TUN devices' vnet-hdr offloads (GSO/GRO) on.
 	// Default: on, except in scenarios that replay a capture, whose TCP
 	// segments GRO would merge on the way (as LRO on a NIC does) and so
@@ -95,6 +99,12 @@ type SASpec struct {
 	ReplayWindow int       `yaml:"replay-window" json:"replay_window"`
 	InitialSeq   uint64    `yaml:"initial-seq" json:"initial_seq"`
 	Lifetimes    Lifetimes `yaml:"lifetimes" json:"lifetimes"`
+	// Outer-header options of both SAs, as in the SA file (sa/header.go):
+	// dscp copy | 0..63, decap-dscp keep | copy, df copy | set | clear, ttl.
+	DSCP      string `yaml:"dscp" json:"dscp,omitempty"`
+	DecapDSCP string `yaml:"decap-dscp" json:"decap_dscp,omitempty"`
+	DF        string `yaml:"df" json:"df,omitempty"`
+	TTL       int    `yaml:"ttl" json:"ttl,omitempty"`
 	// Keys is "random" (default) or two entries, gw1→gw2 then gw2→gw1.
 	Keys Keys `yaml:"keys" json:"-"`
 
@@ -195,6 +205,17 @@ type PingStep struct {
 	Interval time.Duration `yaml:"interval" json:"interval"` // default 10ms
 	// DF forbids fragmentation (IPv4 -M do); default true.
 	DF *bool `yaml:"df" json:"df,omitempty"`
+	// Marks sets the requests' TOS / traffic class and TTL (ping -Q, -t).
+	Marks `yaml:",inline"`
+}
+
+// Marks are the IP header fields a step's sender writes (header.go). TOS
+// and TrafficClass are the same byte — DSCP in the top six bits, ECN in
+// the low two — by its IPv4 and IPv6 names; set one.
+type Marks struct {
+	TOS          *int `yaml:"tos" json:"tos,omitempty"`
+	TrafficClass *int `yaml:"traffic-class" json:"traffic_class,omitempty"`
+	TTL          int  `yaml:"ttl" json:"ttl,omitempty"` // TTL / hop limit (0: the host's default)
 }
 
 // UDPStep is a generated UDP flow: Packets datagrams at Rate per second,
@@ -205,6 +226,11 @@ type UDPStep struct {
 	Rate    float64 `yaml:"rate" json:"rate"`       // packets per second (default 1000; 0 in the file means default)
 	Size    int     `yaml:"size" json:"size"`       // IP packet bytes (default 200)
 	Port    int     `yaml:"port" json:"port"`       // default 9000
+	// DF, when set, forbids (true) or allows (false) fragmentation of the
+	// datagrams (IP_MTU_DISCOVER do / dont; IPv6: IPV6_DONTFRAG); default:
+	// the host's (DF set, fragments by the sender only).
+	DF    *bool `yaml:"df" json:"df,omitempty"`
+	Marks `yaml:",inline"`
 }
 
 // PcapStep replays a capture: addresses rewritten onto hostA/hostB,
@@ -237,27 +263,7 @@ type Expectation struct {
 }
 
 // ParseError is a malformed scenario: file, line and field.
-type ParseError struct {
-	File  string
-	Line  int
-	Field string
-	Err   error
-}
-
-func (e *ParseError) Error() string {
-	var b strings.Builder
-	b.WriteString(e.File)
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
-	}
-	if e.Field != "" {
-		b.WriteString(": " + e.Field)
-	}
-	b.WriteString(": " + e.Err.Error())
-	return b.String()
-}
-
-func (e *ParseError) Unwrap() error { return e.Err }
+type ParseError = labyaml.Error
 
 // Load reads a scenario file and expands its matrix: one Scenario per
 // combination, in the file's order.
@@ -293,7 +299,7 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 		if errors.Is(err, io.EOF) {
 			return nil, &ParseError{File: path, Err: errors.New("empty file: want a mapping (name, sa, traffic, expect, ...)")}
 		}
-		return nil, yamlError(path, err)
+		return nil, labyaml.Wrap(path, err)
 	}
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, &ParseError{File: path, Line: 1, Err: errors.New("want a mapping (name, sa, traffic, expect, ...)")}
@@ -308,10 +314,8 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 	// and wrong types with their true lines; the matrix copies below are
 	// decoded from nodes, which keep lines too.
 	var probe Scenario
-	d := yaml.NewDecoder(bytes.NewReader(data))
-	d.KnownFields(true)
-	if err := d.Decode(&probe); err != nil {
-		return nil, yamlError(path, err)
+	if err := labyaml.Decode(path, data, &probe); err != nil {
+		return nil, err
 	}
 	_, matrixNode := lookup(root, "matrix")
 	combos, err := matrixCombos(path, matrixNode)
@@ -335,9 +339,15 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 			var parts []string
 			for _, kv := range combo {
 				s.Matrix[kv.path] = kv.value.Value
-				parts = append(parts, kv.value.Value)
+				// peer: espgw is the default: a file that also runs against
+				// the kernel keeps its plain names for the espgw runs.
+				if kv.path != "peer" || kv.value.Value != PeerEspgw {
+					parts = append(parts, kv.value.Value)
+				}
 			}
-			s.Name += "[" + strings.Join(parts, ",") + "]"
+			if len(parts) > 0 {
+				s.Name += "[" + strings.Join(parts, ",") + "]"
+			}
 		}
 		out = append(out, s)
 	}
@@ -352,7 +362,7 @@ func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 	}
 	s := &Scenario{File: path, fsys: fsys}
 	if err := root.Decode(s); err != nil {
-		return nil, yamlError(path, err)
+		return nil, labyaml.Wrap(path, err)
 	}
 	s.root = root
 	_, expectNode := lookup(root, "expect")
@@ -594,6 +604,13 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	if s.SA.Encap == "udp" {
 		s.SA.encap = sa.EncapUDP
 	}
+	var probe sa.SA
+	if err := s.SA.header(&probe); err != nil {
+		return perr(at("sa"), "sa", err)
+	}
+	if m := s.Topology.TUNMTU; m != 0 && (m < 1280 || m > 9000) {
+		return perr(at("topology", "tun-mtu"), "topology.tun-mtu", fmt.Errorf("%d: want 1280..9000", m))
+	}
 	if m := s.Topology.WANMTU; m != 0 && (m < 1280 || m > 9000) {
 		return perr(at("topology", "wan-mtu"), "topology.wan-mtu", fmt.Errorf("%d: want 1280..9000", m))
 	}
@@ -706,6 +723,9 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			if st.Ping.Count < 1 || st.Ping.Count > 10000 {
 				return perr(line, field+".ping.count", fmt.Errorf("%d: want 1..10000", st.Ping.Count))
 			}
+			if err := st.Ping.Marks.check(); err != nil {
+				return perr(line, field+".ping", err)
+			}
 			// ping(8) refuses intervals below 2 ms for all but root, and
 			// a negative one would be taken as its default.
 			if st.Ping.Interval < time.Millisecond || st.Ping.Interval > 10*time.Second {
@@ -724,6 +744,9 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			}
 			if st.UDP.Port < 1 || st.UDP.Port > 65535 {
 				return perr(line, field+".udp.port", fmt.Errorf("%d: want 1..65535", st.UDP.Port))
+			}
+			if err := st.UDP.Marks.check(); err != nil {
+				return perr(line, field+".udp", err)
 			}
 		case st.Pcap != nil:
 			if st.Pcap.File == "" {
@@ -837,26 +860,6 @@ func fileKind(fi fs.FileInfo) string {
 		return "socket"
 	}
 	return "special file"
-}
-
-// yamlError turns a yaml.v3 error ("yaml: unmarshal errors:\n  line 3: ...")
-// into a ParseError with the line.
-func yamlError(path string, err error) error {
-	var te *yaml.TypeError
-	if errors.As(err, &te) && len(te.Errors) > 0 {
-		msg := te.Errors[0]
-		var line int
-		if _, scanErr := fmt.Sscanf(msg, "line %d:", &line); scanErr == nil {
-			msg = strings.TrimSpace(msg[strings.Index(msg, ":")+1:])
-		}
-		return &ParseError{File: path, Line: line, Err: errors.New(secret.Scrub(msg))}
-	}
-	msg := secret.Scrub(err.Error())
-	var line int
-	if i := strings.Index(msg, "line "); i >= 0 {
-		fmt.Sscanf(msg[i:], "line %d", &line)
-	}
-	return &ParseError{File: path, Line: line, Err: errors.New(strings.TrimPrefix(msg, "yaml: "))}
 }
 
 func lookup(m *yaml.Node, key string) (k, v *yaml.Node) {
@@ -1005,4 +1008,29 @@ func Files(paths []string) ([]string, error) {
 		return nil, fmt.Errorf("no scenario files in %s", strings.Join(paths, ", "))
 	}
 	return out, nil
+}
+
+// check validates the marks.
+func (m *Marks) check() error {
+	if m.TOS != nil && m.TrafficClass != nil {
+		return errors.New("tos and traffic-class are the same byte: set one")
+	}
+	if v := m.byteValue(); v < -1 || v > 255 {
+		return fmt.Errorf("tos / traffic-class %d: want 0..255 (DSCP << 2 | ECN)", v)
+	}
+	if m.TTL < 0 || m.TTL > 255 {
+		return fmt.Errorf("ttl %d: want 1..255 (0: the host's default)", m.TTL)
+	}
+	return nil
+}
+
+// byteValue is the TOS / traffic class asked for, or -1.
+func (m *Marks) byteValue() int {
+	switch {
+	case m.TOS != nil:
+		return *m.TOS
+	case m.TrafficClass != nil:
+		return *m.TrafficClass
+	}
+	return -1
 }

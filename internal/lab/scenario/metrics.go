@@ -38,6 +38,22 @@ func statsMinus(a, b gateway.Stats) gateway.Stats {
 	d.WireIn -= b.WireIn
 	d.WireOut -= b.WireOut
 	d.Drops = mapMinus(a.Drops, b.Drops)
+	d.PMTU.Updates -= b.PMTU.Updates
+	d.PMTU.Ignored -= b.PMTU.Ignored
+	if a.Reassembly != nil && b.Reassembly != nil {
+		r := *a.Reassembly
+		subtract(reflect.ValueOf(&r).Elem(), reflect.ValueOf(*b.Reassembly))
+		d.Reassembly = &r
+	}
+	d.Sockets = nil
+	for _, s := range a.Sockets {
+		for _, o := range b.Sockets {
+			if o.Kind == s.Kind && o.Local == s.Local {
+				subtract(reflect.ValueOf(&s.Stats).Elem(), reflect.ValueOf(o.Stats))
+			}
+		}
+		d.Sockets = append(d.Sockets, s)
+	}
 	d.SAs = nil
 	for _, s := range a.SAs {
 		for _, o := range b.SAs {
@@ -99,6 +115,7 @@ func (r *runner) metrics(d snapshot, steps []StepResult) (Metrics, []Balance) {
 			m[p+"delivered"] = float64(st.Received) / float64(st.Sent)
 		}
 		m[p+"exact"] = b2f(st.Mismatched == 0 && st.Received == st.Sent && st.Sent > 0)
+		st.Headers.metrics(p, m)
 		for k, v := range latencyMetricsOf(st.Latencies) {
 			m[p+k] = v
 		}
@@ -136,6 +153,24 @@ func (r *runner) metrics(d snapshot, steps []StepResult) (Metrics, []Balance) {
 		drops += float64(d.TUNDrops[i])
 		m[p+"sealed"], m[p+"opened"], m[p+"drops"] = sealed, opened, drops
 		m[p+"tun_in"], m[p+"tun_out"] = float64(g.TunIn), float64(g.TunOut)
+		// The outer path (header.go): ICMP reports that lowered a path MTU,
+		// the lowest path MTU an SA holds, outer fragments sent, and the
+		// kernel's reassembly of the ones received.
+		m[p+"pmtu-updates"], m[p+"pmtu-ignored"] = float64(g.PMTU.Updates), float64(g.PMTU.Ignored)
+		for _, s := range g.SAs {
+			if s.PathMTU > 0 && (m[p+"path-mtu"] == 0 || float64(s.PathMTU) < m[p+"path-mtu"]) {
+				m[p+"path-mtu"] = float64(s.PathMTU)
+			}
+		}
+		for _, k := range g.Sockets {
+			m[p+"fragmented"] += float64(k.Fragmented)
+			m[p+"fragments-out"] += float64(k.FragmentsOut)
+		}
+		if r := g.Reassembly; r != nil {
+			m[p+"reasm-oks"] = float64(r.IPv4.OKs + r.IPv6.OKs)
+			m[p+"reasm-fails"] = float64(r.IPv4.Fails + r.IPv6.Fails)
+			m[p+"reasm-timeout"] = float64(r.IPv4.Timeout + r.IPv6.Timeout)
+		}
 		m[p+"wire_in"], m[p+"wire_out"] = float64(g.WireIn), float64(g.WireOut)
 	}
 	for _, k := range append(dropReasons(), "tun-queue", "sealed", "opened", "drops", "tun_in", "tun_out", "wire_in", "wire_out") {
@@ -194,7 +229,7 @@ func b2f(b bool) float64 {
 // WAN direction:
 //
 //	gateway, outbound:  tun_in  == sealed + outbound drops (SA and gateway)
-//	gateway, send:      sealed  == wire_out + send-error
+//	gateway, send:      sealed  == wire_out + send-error + no-socket
 //	WAN direction:      sent by one gateway + duplicated + replayed
 //	                      == received by the other + lost + burst_lost + overflow + oversize + in flight
 //	gateway, inbound:   wire_in == opened + inbound drops (SA, unknown-spi, runt)
@@ -241,17 +276,19 @@ func balances(d snapshot, kernel bool) []Balance {
 				inTerms = append(inTerms, fmt.Sprintf("%s %d", k, v))
 			}
 		}
-		sendErr := int64(g.Drops["send-error"])
-		tunWrite := int64(g.Drops["tun-write"])
+		sendErr := int64(g.Drops["send-error"] + g.Drops["no-socket"])
+		// Dropped after opening: the TUN refused it, or RFC 6040 says an
+		// outer CE over an inner Not-ECT packet must not be delivered.
+		tunWrite := int64(g.Drops["tun-write"] + g.Drops["ecn-ce-not-ect"])
 		out = append(out,
 			Balance{Where: name + " outbound", In: int64(g.TunIn), Out: sealed + outDrops,
 				Terms: fmt.Sprintf("tun_in %d = sealed %d + drops %d %v", g.TunIn, sealed, outDrops, outTerms)},
 			Balance{Where: name + " send", In: sealed, Out: int64(g.WireOut) + sendErr,
-				Terms: fmt.Sprintf("sealed %d = wire_out %d + send-error %d", sealed, g.WireOut, sendErr)},
+				Terms: fmt.Sprintf("sealed %d = wire_out %d + send-error and no-socket %d", sealed, g.WireOut, sendErr)},
 			Balance{Where: name + " inbound", In: int64(g.WireIn), Out: opened + inDrops,
 				Terms: fmt.Sprintf("wire_in %d = opened %d + drops %d %v", g.WireIn, opened, inDrops, inTerms)},
 			Balance{Where: name + " delivery", In: opened, Out: int64(g.TunOut) + tunWrite,
-				Terms: fmt.Sprintf("opened %d = tun_out %d + tun-write %d", opened, g.TunOut, tunWrite)},
+				Terms: fmt.Sprintf("opened %d = tun_out %d + tun-write and ecn-ce-not-ect %d", opened, g.TunOut, tunWrite)},
 		)
 	}
 	for _, dir := range []struct {

@@ -34,7 +34,7 @@ var (
 // summary) and every reply that came back to it: the ones it printed and
 // the ones a sniffer in the sending namespace saw arrive, until the WAN
 // holds nothing more.
-func (r *runner) ping1(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool) (sent, received int, output string, err error) {
+func (r *runner) ping1(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool, extra ...string) (sent, received int, output string, err error) {
 	w := newPingWatch(dst)
 	sn, err := capture.Sniff(ns, "", capture.SniffOptions{Outgoing: true}, w.see)
 	if err != nil {
@@ -53,6 +53,7 @@ func (r *runner) ping1(ctx context.Context, ns *netns.Namespace, dst netip.Addr,
 			args = append(args, "-M", "dont")
 		}
 	}
+	args = append(args, extra...)
 	out, _ := ns.Command(pctx, "ping", append(args, dst.String())...).CombinedOutput()
 	m := pingSummary.FindSubmatch(out)
 	if m == nil {

@@ -88,8 +88,12 @@ type Result struct {
 	// /proc/net/xfrm_stat and interface counters moved by (linux-xfrm).
 	KernelXfrm    map[string]uint64 `json:"kernel_xfrm_stat,omitempty"`
 	KernelDevices map[string]uint64 `json:"kernel_devices,omitempty"`
-	WAN      wanrelay.Counters            `json:"wan"`
-	Captures string                       `json:"captures,omitempty"`
+	// KernelBoots is how many times the shared kernel guest had booted
+	// when this scenario ran (1 when one boot served every linux-xfrm
+	// scenario of the run).
+	KernelBoots int               `json:"kernel_boots,omitempty"`
+	WAN         wanrelay.Counters `json:"wan"`
+	Captures    string            `json:"captures,omitempty"`
 }
 
 // RunFile loads a scenario file and runs every scenario in it (one per
@@ -100,6 +104,11 @@ func RunFile(ctx context.Context, path string, opts Options) ([]*Result, error) 
 	if err != nil {
 		return nil, err
 	}
+	return runAll(ctx, scs, opts)
+}
+
+// runAll runs scs one after another until ctx ends.
+func runAll(ctx context.Context, scs []*Scenario, opts Options) ([]*Result, error) {
 	var out []*Result
 	for _, s := range scs {
 		if ctx.Err() != nil {
@@ -123,14 +132,7 @@ func RunBundled(ctx context.Context, fsys fs.FS, name string, opts Options) ([]*
 	if err != nil {
 		return nil, err
 	}
-	var out []*Result
-	for _, s := range scs {
-		if ctx.Err() != nil {
-			return out, ctx.Err()
-		}
-		out = append(out, Run(ctx, s, opts))
-	}
-	return out, nil
+	return runAll(ctx, scs, opts)
 }
 
 type runner struct {
@@ -187,7 +189,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		Binary: r.opts.Binary, Prefix: r.opts.Prefix, Suite: s.SA.suite, AESBits: s.SA.aesBits, Mode: s.SA.mode,
 		Encap: s.SA.encap, OuterV6: s.Topology.Outer == "ipv6", ESN: s.SA.ESN, ReplayWindow: s.SA.ReplayWindow,
 		InitialSeq: s.SA.InitialSeq, Engine: [2]string{s.Engines.GW1, s.Engines.GW2}, NoOffloads: !offloads,
-		Hard: s.SA.Lifetimes.Hard.sa(), Prepare: quietMLD, Customize: r.customize, WANMTU: s.Topology.WANMTU, Log: r.log,
+		Hard: s.SA.Lifetimes.Hard.sa(), Prepare: quietMLD, Customize: r.customize, WANMTU: s.Topology.WANMTU, TUNMTU: s.Topology.TUNMTU, Log: r.log,
 	})
 	if err != nil {
 		return fmt.Errorf("start the test bed: %w", err)
@@ -197,17 +199,6 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			err = fmt.Errorf("tear down the test bed: %w", cerr)
 		}
 	}()
-	if s.Peer == PeerLinuxXFRM {
-		r.opts.progress("%s: the Linux kernel's ESP as gw2", s.Name)
-		defer func() {
-			if cerr := r.detachKernel(); cerr != nil && err == nil {
-				err = cerr
-			}
-		}()
-		if err := r.attachKernel(ctx); err != nil {
-			return err
-		}
-	}
 	capDir := ""
 	if r.opts.Captures != "" {
 		capDir = filepath.Join(r.opts.Captures, fileName(s.Name))
@@ -242,6 +233,17 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			err = fmt.Errorf("stop the WAN relay: %w", cerr)
 		}
 	}()
+	if s.Peer == PeerLinuxXFRM {
+		r.opts.progress("%s: the Linux kernel's ESP as gw2", s.Name)
+		defer func() {
+			if cerr := r.detachKernel(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+		if err := r.attachKernel(ctx); err != nil {
+			return err
+		}
+	}
 	if err := r.warmUp(ctx); err != nil {
 		return err
 	}
@@ -287,7 +289,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	}
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
 	if r.kernel != nil {
-		res.KernelXfrm, res.KernelDevices = d.KernelXfrm, d.KernelDevices
+		res.KernelXfrm, res.KernelDevices, res.KernelBoots = d.KernelXfrm, d.KernelDevices, r.kernel.k.Boots
 	}
 	for _, e := range s.Expect {
 		got, want, pass := e.check.eval(res.Metrics)
@@ -312,6 +314,9 @@ func (r *runner) customize(cfg *sa.Config) error {
 	spec := r.s.SA
 	for i, s := range cfg.SAs {
 		s.Soft = spec.Lifetimes.Soft.sa()
+		if err := spec.header(s); err != nil {
+			return err
+		}
 		if len(spec.Keys.Given) == 2 {
 			kp := spec.Keys.Given[i]
 			var err error

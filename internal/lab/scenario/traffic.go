@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -29,6 +31,7 @@ type StepResult struct {
 	BPS        float64   `json:"bits_per_second,omitempty"`
 	Retransmit int       `json:"retransmits,omitempty"`
 	Latencies  []float64 `json:"-"` // one-way, seconds
+	Headers              // what the receiver saw of the IP headers (marks.go)
 	Detail     string    `json:"detail,omitempty"`
 	Output     string    `json:"output,omitempty"` // what a tool said when packets went missing
 	Error      string    `json:"error,omitempty"`
@@ -94,10 +97,11 @@ func (r *runner) ping(ctx context.Context, p *PingStep, res *StepResult) error {
 	var detail []string
 	for _, fam := range families(p.Family) {
 		for _, size := range p.Sizes {
-			sent, received, out, err := r.ping1(ctx, from.ns, to.addr(fam), size, p.Count, p.Interval, *p.DF)
+			sent, received, out, err := r.ping1(ctx, from.ns, to.addr(fam), size, p.Count, p.Interval, *p.DF, pingArgs(p.Marks)...)
 			if err != nil {
 				return err
 			}
+			res.Headers.add(pingErrors([]byte(out)))
 			res.Sent += sent
 			res.Received += received
 			detail = append(detail, fmt.Sprintf("%s/%d:%d/%d", fam, size, received, sent))
@@ -145,6 +149,9 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 	}
 	defer rx.Close()
 	rx.SetReadBuffer(4 << 20)
+	if err := recordHeaders(rx, fam == "ipv6"); err != nil {
+		return fmt.Errorf("listen on %s in %s: %w", dst, to.ns.Short(), err)
+	}
 	var tx *net.UDPConn
 	if err := from.ns.Do(func() error {
 		var err error
@@ -154,6 +161,10 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 		return fmt.Errorf("dial %s from %s: %w", dst, from.ns.Short(), err)
 	}
 	defer tx.Close()
+	if err := markSender(tx, fam == "ipv6", u.Marks, u.DF); err != nil {
+		return fmt.Errorf("dial %s from %s: %w", dst, from.ns.Short(), err)
+	}
+	var hdrs Headers
 
 	seen := make([]bool, u.Packets)
 	var mu sync.Mutex
@@ -163,14 +174,16 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 	go func() {
 		defer close(done)
 		buf := make([]byte, 65536)
+		oob := make([]byte, 256)
 		want := make([]byte, payload)
 		for {
-			n, err := rx.Read(buf)
+			n, oobn, _, _, err := rx.ReadMsgUDP(buf, oob)
 			if err != nil {
 				return
 			}
 			now := time.Now().UnixNano()
 			mu.Lock()
+			hdrs.see(oob[:oobn])
 			if n != payload {
 				mismatched++
 				mu.Unlock()
@@ -203,11 +216,15 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 		}
 		fill(msg, uint64(i), time.Now().UnixNano())
 		if _, err := tx.Write(msg); err != nil {
+			if errors.Is(err, syscall.EMSGSIZE) {
+				hdrs.TooBig++ // the sender learned a smaller path MTU
+			}
 			continue // counted: sent stays short of Packets
 		}
 		sent++
 	}
 	r.settle()
+	hdrs.PathMTU = pathMTU(tx, fam == "ipv6")
 	rx.Close()
 	<-done
 	mu.Lock()
@@ -216,6 +233,7 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 	res.Received += received
 	res.Mismatched += mismatched
 	res.Latencies = append(res.Latencies, lat...)
+	res.Headers.add(hdrs)
 	if sent < u.Packets {
 		res.Detail += fmt.Sprintf("%s: %d of %d datagrams could not be sent; ", fam, u.Packets-sent, u.Packets)
 	}

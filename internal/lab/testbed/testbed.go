@@ -55,6 +55,10 @@ type Options struct {
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
 	// (0: 1500).
 	WANMTU int
+	// TUNMTU, when set, is the gateways' TUN MTU instead of the one that
+	// fits the outer MTU: larger inner packets then reach the gateways,
+	// which answer them with ICMP or fragment the outer packets.
+	TUNMTU int
 	// Prepare, if set, runs on the topology before the gateways start.
 	Prepare func(*netns.Topology) error
 	// Customize, if set, may change the SA file (keys, policies, lifetimes)
@@ -66,7 +70,10 @@ type Options struct {
 	// capture on the wire shows each packet on its own (needs ethtool). The
 	// gateways still use the offloads; only where segmentation happens moves.
 	SegmentOnWire bool
-	Log           *slog.Logger
+	// Tunnels, above 1, makes that many SA pairs, each with its own inner
+	// prefix pair and policies (see Tunnel); the first is the LANs'.
+	Tunnels int
+	Log     *slog.Logger
 }
 
 // Bed is a running test bed.
@@ -74,9 +81,11 @@ type Bed struct {
 	Topo *netns.Topology
 	Dir  string    // configs, SA files, captures
 	SAs  [2]*sa.SA // gw1→gw2 and gw2→gw1
-	GW   [2]*Gateway
-	opts Options
-	log  *slog.Logger
+	// Tunnels are a many-tunnel bed's SA pairs (Options.Tunnels).
+	Tunnels []*Tunnel
+	GW      [2]*Gateway
+	opts    Options
+	log     *slog.Logger
 }
 
 // Gateway is one espgw run process.
@@ -177,7 +186,20 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 			}
 		}
 	}
-	if err = b.makeSAs(); err != nil {
+	if opts.Tunnels > MaxTunnels {
+		return b, fmt.Errorf("%d tunnels: a bed has at most %d", opts.Tunnels, MaxTunnels)
+	}
+	if opts.Tunnels > 1 {
+		if opts.Mode != sa.Tunnel {
+			return b, errors.New("many tunnels: tunnel mode only")
+		}
+		if err = b.makeTunnels(); err != nil {
+			return b, err
+		}
+		if err = b.routeTunnels(ctx); err != nil {
+			return b, err
+		}
+	} else if err = b.makeSAs(); err != nil {
 		return b, err
 	}
 	for i, ns := range []*netns.Namespace{topo.GW1, topo.GW2} {
@@ -241,6 +263,9 @@ func (b *Bed) writeConfig(i int) (string, error) {
 		local, peer = gw2, gw1
 		routes = []netip.Prefix{a.LANA4, a.LANA6}
 	}
+	if b.opts.Tunnels > 1 {
+		routes = append(routes, []netip.Prefix{TunnelBlockB, TunnelBlockA}[i])
+	}
 	var rs []string
 	for _, r := range routes {
 		rs = append(rs, r.String())
@@ -255,10 +280,14 @@ tun:
   offloads: %v
 sa-file: sas.yaml
 state-dir: gw%d-state
+control: gw%d.sock
 wan-io: %s
-`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1, b.opts.WanIO)
+`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1, i+1, b.opts.WanIO)
 	if b.opts.WANMTU > 0 {
 		cfg += fmt.Sprintf("outer-mtu: %d\n", b.opts.WANMTU)
+	}
+	if b.opts.TUNMTU > 0 {
+		cfg = strings.Replace(cfg, "  name: esp0\n", fmt.Sprintf("  name: esp0\n  mtu: %d\n", b.opts.TUNMTU), 1)
 	}
 	if b.opts.Workers > 0 {
 		cfg += fmt.Sprintf("workers: %d\n", b.opts.Workers)

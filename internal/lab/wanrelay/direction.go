@@ -44,6 +44,14 @@ type direction struct {
 	txN             int
 	txErr           error
 	passFrame       []byte
+
+	// The MACs of the frame being pushed, as it arrived (routing rewrites
+	// them), for an ICMP error the stage sends back (sendBack).
+	macs    [12]byte
+	back    []byte
+	backLen int
+	backFn  func(fd uintptr) bool
+	backErr error
 }
 
 func newDirection(from, to *link, st *impair.Stage, size int, pcap *capture) *direction {
@@ -61,6 +69,11 @@ func newDirection(from, to *link, st *impair.Stage, size int, pcap *capture) *di
 	d.readFn = func(fd uintptr) bool {
 		d.rxN, d.rxErr = d.rx.recv(int(fd))
 		return d.rxErr != unix.EAGAIN
+	}
+	d.back = make([]byte, vnetHdrLen+size)
+	d.backFn = func(fd uintptr) bool {
+		_, d.backErr = unix.Write(int(fd), d.back[:d.backLen])
+		return d.backErr != unix.EAGAIN
 	}
 	d.writeFn = func(fd uintptr) bool {
 		if d.passFrame != nil {
@@ -181,6 +194,8 @@ func (d *direction) ingest(now time.Time, i int) {
 
 // push routes the frame in Route mode and hands it to the stage.
 func (d *direction) push(now time.Time, frame []byte) {
+	copy(d.macs[:], frame)
+	defer d.sendBack()
 	if d.router == nil {
 		d.stage.Push(now, frame)
 		return
@@ -208,6 +223,33 @@ func (d *direction) routed(now time.Time, frame []byte, v verdict) {
 			d.c.NeighborWaits++
 		} else {
 			d.c.NeighborOverflow++
+		}
+	}
+}
+
+// sendBack sends the stage's ICMP errors about the frame just pushed out
+// of the port it came in on, addressed to the MAC it came from.
+func (d *direction) sendBack() {
+	for p := d.stage.PopBack(); p != nil; p = d.stage.PopBack() {
+		b := p.Bytes()
+		d.backLen = vnetHdrLen + len(b)
+		clear(d.back[:vnetHdrLen])
+		f := d.back[vnetHdrLen:d.backLen]
+		copy(f, b)
+		copy(f[0:6], d.macs[6:12]) // to the sender
+		copy(f[6:12], d.macs[0:6]) // from where it was sent to
+		d.stage.Release(p)
+		err := d.from.raw.Write(d.backFn)
+		if err == nil {
+			err = d.backErr
+		}
+		if err != nil {
+			d.c.BackErrors++
+			continue
+		}
+		d.c.BackFrames++
+		if d.pcap != nil {
+			d.pcap.write(time.Now(), f)
 		}
 	}
 }

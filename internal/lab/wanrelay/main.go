@@ -1,7 +1,6 @@
 package wanrelay
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,9 +11,8 @@ import (
 	"reflect"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labyaml"
 )
 
 // Main runs a relay for the espgw CLI's internal subcommand: it opens the
@@ -125,10 +123,8 @@ func LoadConfig(path string) (Config, error) {
 	if err != nil {
 		return c, fmt.Errorf("wan relay config: %w", err)
 	}
-	d := yaml.NewDecoder(bytes.NewReader(b))
-	d.KnownFields(true)
-	if err := d.Decode(&c); err != nil {
-		return c, fmt.Errorf("wan relay config %s: %w", path, err)
+	if err := labyaml.Decode(path, b, &c); err != nil {
+		return c, fmt.Errorf("wan relay config: %w", err)
 	}
 	for _, ic := range []*impair.Config{&c.AToB, &c.BToA} {
 		if !reflect.ValueOf(*ic).IsZero() {

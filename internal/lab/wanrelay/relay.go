@@ -114,6 +114,11 @@ type Direction struct {
 	TxErrors    uint64 `json:"tx_errors"` // frames the kernel refused, dropped
 	LastTxError string `json:"last_tx_error,omitempty"`
 
+	// ICMP errors the stage made (impair pmtu) sent back out of the port
+	// the packet came in on, and those the kernel refused.
+	BackFrames uint64 `json:"back_frames,omitempty"`
+	BackErrors uint64 `json:"back_errors,omitempty"`
+
 	InFlight int             `json:"in_flight"` // packets held in the stage now
 	Impair   impair.Counters `json:"impair"`
 }

@@ -5,7 +5,7 @@
 //	espgw-agent natt PORT...  hold UDP_ENCAP_ESPINUDP sockets open on PORTs
 //
 // serve reads one JSON request per line from the virtio-serial port named
-// org.espgw.ctl and writes one JSON response per line. The port is opened
+// org.espgw.ctl and writes one JSON response per line (package ctl). The port is opened
 // once, read-write, for both directions: a second open of a virtio console
 // port fails with EBUSY.
 //
@@ -31,25 +31,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/espgw/espgw/internal/lab/kernelpeer/ctl"
 )
-
-// portName is the name the host gives the control port (virtserialport name=).
-const portName = "org.espgw.ctl"
-
-// request and response are the control protocol; the host side lives in
-// package kernelpeer and must match.
-type request struct {
-	ID        uint64   `json:"id"`
-	Argv      []string `json:"argv"`
-	TimeoutMS int64    `json:"timeout_ms"`
-}
-
-type response struct {
-	ID     uint64 `json:"id"`
-	Exit   int    `json:"exit"`
-	Output []byte `json:"output"`
-	Error  string `json:"error,omitempty"` // the command could not run or timed out
-}
 
 func main() {
 	if len(os.Args) < 2 {
@@ -78,11 +62,11 @@ func findPort() (string, error) {
 	names, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
 	for _, n := range names {
 		b, err := os.ReadFile(n)
-		if err == nil && strings.TrimSpace(string(b)) == portName {
+		if err == nil && strings.TrimSpace(string(b)) == ctl.PortName {
 			return "/dev/" + filepath.Base(filepath.Dir(n)), nil
 		}
 	}
-	return "", fmt.Errorf("no virtio-serial port named %s (looked at %d ports)", portName, len(names))
+	return "", fmt.Errorf("no virtio-serial port named %s (looked at %d ports)", ctl.PortName, len(names))
 }
 
 func serve() error {
@@ -108,10 +92,10 @@ func serve() error {
 	for {
 		line, err := in.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
-			var req request
-			var resp response
+			var req ctl.Request
+			var resp ctl.Response
 			if jerr := json.Unmarshal(line, &req); jerr != nil {
-				resp = response{Exit: -1, Error: fmt.Sprintf("bad request: %v", jerr)}
+				resp = ctl.Response{Exit: -1, Error: fmt.Sprintf("bad request: %v", jerr)}
 			} else {
 				resp = run(req)
 			}
@@ -129,8 +113,8 @@ func serve() error {
 	}
 }
 
-func run(req request) response {
-	resp := response{ID: req.ID}
+func run(req ctl.Request) ctl.Response {
+	resp := ctl.Response{ID: req.ID}
 	if len(req.Argv) == 0 {
 		resp.Exit, resp.Error = -1, "empty command"
 		return resp

@@ -1,0 +1,88 @@
+package gateway_test
+
+import (
+	"bytes"
+	"regexp"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/espgw/espgw/internal/gateway"
+)
+
+// keyLike matches what may be key material: 16 or more hex digits.
+var keyLike = regexp.MustCompile(`[0-9a-fA-F]{16,}`)
+
+// namesAFile reports whether a document names an SA file, which the
+// parser would read: the fuzzer must not have it read /dev/stdin.
+func namesAFile(data []byte) bool {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return false
+	}
+	var walk func(n *yaml.Node) bool
+	walk = func(n *yaml.Node) bool {
+		for i, c := range n.Content {
+			if n.Kind == yaml.MappingNode && i%2 == 0 && strings.HasSuffix(c.Value, "-file") {
+				return true
+			}
+			if walk(c) {
+				return true
+			}
+		}
+		return false
+	}
+	return walk(&doc)
+}
+
+// FuzzParseConfig: any gateway configuration yields a config or an error,
+// never a panic; an error never repeats key-like input; what parses has an
+// outer address, SAs, and a TUN MTU its outbound SAs can carry.
+func FuzzParseConfig(f *testing.F) {
+	f.Add([]byte("local: 198.51.100.1\nengine: ring\nworkers: 4\ntun: {name: esp1, routes: [203.0.113.0/24], mtu: auto, offloads: false}\n" + goodSA))
+	f.Add([]byte("local: [198.51.100.1, 2001:db8::1]\npeer: 198.51.100.129\nmetrics: off\npprof: 127.0.0.1:6060\nouter-mtu: 1400\ntun: {mtu: 1300}\n" + goodSA))
+	f.Add([]byte("local: 198.51.100.1\nengine: cpu\nengine: ring\n" + goodSA))
+	f.Add([]byte("local: 198.51.100.1\nmetrics: {a: 1}\n" + goodSA + "spd:\n  - {action: discard}\n"))
+	f.Add([]byte("local: 198.51.100.1\ntun: {mtu: 1500}\n" + strings.Replace(goodSA, "enc: aes-gcm-16", "enc: aes-cbc\n    tfc-pad: 1500", 1)))
+	f.Add([]byte(""))
+	f.Add([]byte("a: &a [*a, *a]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if namesAFile(data) {
+			return
+		}
+		c, err := gateway.ParseConfig("gw.yaml", data)
+		if err != nil {
+			msg := err.Error()
+			if !strings.HasPrefix(msg, "gw.yaml") {
+				t.Fatalf("error does not name the file: %s", msg)
+			}
+			for _, run := range keyLike.FindAllString(msg, -1) {
+				if strings.ContainsAny(run, "abcdefABCDEF") && bytes.Contains(data, []byte(run)) {
+					t.Fatalf("error repeats key-like input %q: %s", run, msg)
+				}
+			}
+			return
+		}
+		if len(c.Local) == 0 || len(c.SAs) == 0 {
+			t.Fatalf("parsed without local addresses or SAs: %+v", c)
+		}
+		for _, s := range c.SAs {
+			if err := s.Validate(); err != nil {
+				t.Fatalf("parsed an invalid SA: %v", err)
+			}
+			if inner, err := gateway.InnerMTU(c.OuterMTU, s); err == nil && c.TUN.MTU > inner && containsAddr(c, s.Src) {
+				t.Fatalf("TUN MTU %d above the %d SA %#x carries", c.TUN.MTU, inner, s.SPI)
+			}
+		}
+	})
+}
+
+func containsAddr(c *gateway.Config, a interface{ String() string }) bool {
+	for _, l := range c.Local {
+		if l.String() == a.String() {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,165 @@
+package testbed
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+
+	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/sa"
+)
+
+// A bed of many tunnels (Options.Tunnels > 1) gives each tunnel its own SA
+// pair and its own inner prefix pair, with a protect policy each way:
+// tunnel 0 is the LANs' (SPIs 0x1001 and 0x2001, as on a one-tunnel bed),
+// tunnel i > 0 carries A(i) behind gw1 to B(i) behind gw2. The hosts own
+// the whole of their blocks (a local route), so any address in them can
+// send and receive, and the gateways route the blocks: the TUN toward the
+// far side, the LAN toward their own host.
+var (
+	// TunnelBlockA and TunnelBlockB hold the tunnels' prefixes behind gw1
+	// and gw2 (10.x: only ever inside the bed's own namespaces).
+	TunnelBlockA = netip.MustParsePrefix("10.64.0.0/10")
+	TunnelBlockB = netip.MustParsePrefix("10.128.0.0/10")
+)
+
+// MaxTunnels is the most tunnels a bed gives their own /24 pair.
+const MaxTunnels = 1 << 14
+
+// Tunnel is one SA pair of a many-tunnel bed and the inner prefixes it
+// carries.
+type Tunnel struct {
+	Index int
+	// Out is gw1→gw2, Back gw2→gw1.
+	Out, Back *sa.SA
+	// A is the prefix behind gw1, B the one behind gw2; HostA and HostB
+	// are the addresses traffic of the tunnel uses.
+	A, B         netip.Prefix
+	HostA, HostB netip.Addr
+}
+
+// tunnelPrefix is tunnel i's /24 in block.
+func tunnelPrefix(block netip.Prefix, i int) netip.Prefix {
+	b := block.Addr().As4()
+	b[1] += byte(i >> 8)
+	b[2] = byte(i)
+	return netip.PrefixFrom(netip.AddrFrom4(b), 24)
+}
+
+// TunnelSPIs are tunnel i's SPIs in its generation gen (0 at the start, one
+// more per rekey): tunnel 0's first pair is the one-tunnel bed's.
+func TunnelSPIs(i, gen int) (out, back uint32) {
+	if i == 0 && gen == 0 {
+		return 0x1001, 0x2001
+	}
+	return uint32(gen+1)<<24 | 1<<20 | uint32(i), uint32(gen+1)<<24 | 2<<20 | uint32(i)
+}
+
+// NewTunnel makes tunnel i's SAs in generation gen, with fresh keys and the
+// bed's suite and settings.
+func (b *Bed) NewTunnel(i, gen int) (*Tunnel, error) {
+	if i < 0 || i >= MaxTunnels {
+		return nil, fmt.Errorf("tunnel %d: a bed has tunnels 0…%d", i, MaxTunnels-1)
+	}
+	gw1, gw2 := b.Outer()
+	t := &Tunnel{Index: i}
+	a := b.Topo.Addr
+	if i == 0 {
+		t.A, t.B, t.HostA, t.HostB = a.LANA4, a.LANB4, a.HostA4.Addr(), a.HostB4.Addr()
+	} else {
+		t.A, t.B = tunnelPrefix(TunnelBlockA, i), tunnelPrefix(TunnelBlockB, i)
+		t.HostA, t.HostB = t.A.Addr().Next(), t.B.Addr().Next()
+	}
+	outSPI, backSPI := TunnelSPIs(i, gen)
+	for k, spi := range []uint32{outSPI, backSPI} {
+		enc, auth, err := sa.RandomKeys(b.opts.Suite, b.opts.AESBits)
+		if err != nil {
+			return nil, fmt.Errorf("random keys for %s: %w", b.opts.Suite, err)
+		}
+		s := &sa.SA{SPI: spi, Mode: sa.Tunnel, Src: gw1, Dst: gw2, Encap: b.opts.Encap, Suite: b.opts.Suite,
+			EncKey: enc, AuthKey: auth, ESN: b.opts.ESN, ReplayWindow: b.opts.ReplayWindow, Hard: b.opts.Hard}
+		if k == 1 {
+			s.Src, s.Dst = gw2, gw1
+		}
+		if s.Encap == sa.EncapUDP {
+			s.SrcPort, s.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
+		}
+		if k == 0 {
+			t.Out = s
+		} else {
+			t.Back = s
+		}
+	}
+	return t, nil
+}
+
+// Policies are the tunnel's two protect policies (each gateway uses the one
+// whose SA is outbound on it).
+func (t *Tunnel) Policies() []sa.Policy {
+	if t.Index == 0 {
+		var ps []sa.Policy
+		for _, dst := range []netip.Prefix{t.B, lan6(t.B)} {
+			ps = append(ps, sa.Policy{Priority: 10, Selector: sa.Selector{Dst: dst}, Action: sa.Protect, SPI: t.Out.SPI})
+		}
+		for _, dst := range []netip.Prefix{t.A, lan6(t.A)} {
+			ps = append(ps, sa.Policy{Priority: 10, Selector: sa.Selector{Dst: dst}, Action: sa.Protect, SPI: t.Back.SPI})
+		}
+		return ps
+	}
+	return []sa.Policy{
+		{Priority: 10, Selector: sa.Selector{Src: t.A, Dst: t.B}, Action: sa.Protect, SPI: t.Out.SPI},
+		{Priority: 10, Selector: sa.Selector{Src: t.B, Dst: t.A}, Action: sa.Protect, SPI: t.Back.SPI},
+	}
+}
+
+// lan6 is the IPv6 LAN beside tunnel 0's IPv4 one.
+func lan6(p netip.Prefix) netip.Prefix {
+	if p == netip.MustParsePrefix("192.0.2.0/24") {
+		return netip.MustParsePrefix("2001:db8:a::/64")
+	}
+	return netip.MustParsePrefix("2001:db8:b::/64")
+}
+
+// makeTunnels writes the SA file of a many-tunnel bed.
+func (b *Bed) makeTunnels() error {
+	cfg := &sa.Config{}
+	for i := range b.opts.Tunnels {
+		t, err := b.NewTunnel(i, 0)
+		if err != nil {
+			return err
+		}
+		b.Tunnels = append(b.Tunnels, t)
+		cfg.SAs = append(cfg.SAs, t.Out, t.Back)
+		cfg.SPD = append(cfg.SPD, t.Policies()...)
+	}
+	b.SAs = [2]*sa.SA{b.Tunnels[0].Out, b.Tunnels[0].Back}
+	if b.opts.Customize != nil {
+		if err := b.opts.Customize(cfg); err != nil {
+			return fmt.Errorf("customize the SAs: %w", err)
+		}
+	}
+	return sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), cfg)
+}
+
+// routeTunnels gives the hosts their blocks and the gateways their routes.
+func (b *Bed) routeTunnels(ctx context.Context) error {
+	t, a := b.Topo, b.Topo.Addr
+	for _, c := range []struct {
+		ns   *netns.Namespace
+		args []string
+	}{
+		{t.HostA, []string{"route", "add", "local", TunnelBlockA.String(), "dev", "lo"}},
+		{t.HostB, []string{"route", "add", "local", TunnelBlockB.String(), "dev", "lo"}},
+		{t.GW1, []string{"route", "add", TunnelBlockA.String(), "via", a.HostA4.Addr().String()}},
+		{t.GW2, []string{"route", "add", TunnelBlockB.String(), "via", a.HostB4.Addr().String()}},
+	} {
+		if out, err := c.ns.Output(ctx, "ip", c.args...); err != nil {
+			return fmt.Errorf("tunnels: ip %v in %s: %w: %s", c.args, c.ns.Short(), err, out)
+		}
+	}
+	return nil
+}
+
+// ControlSocket is gateway i's control socket.
+func (b *Bed) ControlSocket(i int) string { return filepath.Join(b.Dir, fmt.Sprintf("gw%d.sock", i+1)) }
