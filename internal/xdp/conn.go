@@ -277,7 +277,7 @@ func (c *Conn) LocalAddr() netip.Addr { return c.cfg.Local }
 // pkts[:n], with the gateway Conn's contract: each packet is copied to its
 // Buf at Off with its IP header in front (HdrLen: 20 for IPv4 without
 // options, 40 for IPv6), Off and Len then point at the ESP packet, Peer is
-// the source and TOS the outer TOS or traffic class. Frames that are not a
+// the source, Local the destination and TOS the outer TOS or traffic class. Frames that are not a
 // whole ESP packet (a bad IPv4 checksum or length, say) are counted and
 // dropped, as the kernel would.
 func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
@@ -329,16 +329,16 @@ func (c *Conn) deliver(f []byte, p *esp.Packet) bool {
 		return false
 	}
 	hl, tos := ipv6HeaderLen, uint8(binary.BigEndian.Uint16(ip[0:2])>>4)
-	var src netip.Addr
+	var src, dst netip.Addr
 	if c.v6 {
-		src = netip.AddrFrom16([16]byte(ip[8:24]))
+		src, dst = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
 	} else {
 		hl, tos = int(ip[0]&0x0f)*4, ip[1]
 		if !inetsum.Valid(0, ip[:hl]) {
 			c.stats.malformed.Add(1)
 			return false
 		}
-		src = netip.AddrFrom4([4]byte(ip[12:16]))
+		src, dst = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
 	}
 	if n-hl < transport.MinPacketLen {
 		c.stats.malformed.Add(1)
@@ -350,7 +350,7 @@ func (c *Conn) deliver(f []byte, p *esp.Packet) bool {
 	}
 	copy(p.Buf[p.Off:], ip[:n])
 	p.Off, p.Len, p.HdrLen = p.Off+hl, n-hl, hl
-	p.Peer, p.TOS = netip.AddrPortFrom(src, 0), tos
+	p.Peer, p.Local, p.TOS = netip.AddrPortFrom(src, 0), dst, tos
 	c.stats.packetsIn.Add(1)
 	c.stats.bytesIn.Add(uint64(n - hl))
 	return true
