@@ -41,7 +41,8 @@ type Config struct {
 	// Pprof is the address of the Go profiler (/debug/pprof/), off unless
 	// set: it is served apart from the metrics, without authentication.
 	Pprof string
-	// StateDir keeps outbound sequence reservations across restarts.
+	// StateDir keeps outbound sequence reservations across restarts
+	// (default DefaultStateRoot/<namespace>; StateDirOff turns them off).
 	StateDir string
 	// Control is the path of the control socket (espgw sa|policy …);
 	// empty: none.

@@ -41,6 +41,9 @@ type Runtime struct {
 	// raw socket of the same key (wan-io), replaced whole like conns.
 	xdps  atomic.Pointer[map[connKey]*xdp.Conn]
 	rules []*netlink.Rule
+	// lock keeps a second gateway with these SAs in this namespace from
+	// starting.
+	lock *saLock
 	// mtu is the TUN MTU the gateway started with: the most a change can
 	// give it back, as the buffers were sized for it.
 	mtu int
@@ -100,6 +103,11 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			rt.Close()
 		}
 	}()
+	// Before anything is set up: a second gateway with these SAs in this
+	// namespace stops here, having touched nothing of the first's.
+	if rt.lock, err = lockSAs(DefaultLockRoot, cfg.SAs); err != nil {
+		return rt, fmt.Errorf("%s: %w", cfg.File, err)
+	}
 	rt.Engine, err = engines.New(cfg.Engine, engines.Options{Workers: cfg.Workers})
 	if err != nil {
 		return rt, fmt.Errorf("%s: engine: %w", cfg.File, err)
@@ -166,12 +174,17 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
 	}
-	stateDir := ""
-	if cfg.StateDir != "" {
-		stateDir = cfg.rel(cfg.StateDir)
+	stateDir, err := resolveStateDir(cfg, DefaultStateRoot)
+	if err != nil {
+		return rt, fmt.Errorf("%s: %w", cfg.File, err)
+	}
+	if stateDir != "" {
 		if err := os.MkdirAll(stateDir, 0o700); err != nil {
 			return rt, fmt.Errorf("%s: state-dir: %w", cfg.File, err)
 		}
+		log.Info("outbound sequence numbers are reserved in the state directory", "dir", stateDir)
+	} else {
+		log.Warn("state-dir: off: sequence numbers are not persisted; after a crash the peer drops this gateway's packets as outside-window until its old highest is passed")
 	}
 	var list []Conn
 	for _, w := range conns {
@@ -564,6 +577,7 @@ func (rt *Runtime) Close() {
 	if rt.Engine != nil {
 		rt.Engine.Close()
 	}
+	rt.lock.release()
 }
 
 // InnerMTU is the largest inner packet an SA carries in outerMTU bytes.

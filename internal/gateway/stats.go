@@ -73,10 +73,20 @@ type SAStats struct {
 	esp.Snapshot
 }
 
-// EngineStats names the engine next to its counters.
+// EngineStats names the engine next to its counters, and, for an engine
+// that hands the work to drivers (afalg), which drivers and modules did it.
 type EngineStats struct {
 	Name string `json:"name"`
 	offload.Stats
+	Drivers []offload.Driver `json:"drivers,omitempty"`
+}
+
+func engineStats(e offload.Engine) EngineStats {
+	s := EngineStats{Name: e.Name(), Stats: e.Stats()}
+	if d, ok := e.(offload.DriverReporter); ok {
+		s.Drivers = d.Drivers()
+	}
+	return s
 }
 
 // Stats copies the counters.
@@ -86,7 +96,7 @@ func (g *Gateway) Stats() Stats {
 	out := Stats{
 		TunIn: c.TunIn.Load(), TunOut: c.TunOut.Load(), WireIn: c.WireIn.Load(), WireOut: c.WireOut.Load(),
 		Drops:  map[string]uint64{},
-		Engine: EngineStats{Name: g.engine.Name(), Stats: g.engine.Stats()},
+		Engine: engineStats(g.engine),
 		PMTU:   PMTUStats{Updates: g.pmtu.Updates.Load(), Ignored: g.pmtu.Ignored.Load()},
 	}
 	if r, err := ReadReassembly(); err == nil {
@@ -189,10 +199,12 @@ var (
 	descSocket  = prometheus.NewDesc("espgw_socket_packets_total", "Outer socket counters: datagrams ignored or refused.", []string{"kind", "counter"}, nil)
 	descXDP     = prometheus.NewDesc("espgw_xdp_packets_total", "AF_XDP counters (wan-io): through the rings, beside them, dropped, and the kernel's XDP_STATISTICS.", []string{"device", "counter"}, nil)
 	descEngine  = prometheus.NewDesc("espgw_engine_ops_total", "Offload engine counters.", []string{"engine", "counter"}, nil)
+	descQueue   = prometheus.NewDesc("espgw_engine_queue_depth", "Offload engine ops in flight: now, and the most seen.", []string{"engine", "which"}, nil)
+	descDriver  = prometheus.NewDesc("espgw_engine_driver_info", "The drivers that do an engine's work (afalg: the kernel's, from /proc/crypto).", []string{"engine", "algorithm", "driver", "module"}, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descDrops, descSAPkts, descSABytes, descSADrops, descSocket, descXDP, descEngine} {
+	for _, d := range []*prometheus.Desc{descPackets, descDrops, descSAPkts, descSABytes, descSADrops, descSocket, descXDP, descEngine, descQueue, descDriver} {
 		ch <- d
 	}
 }
@@ -263,5 +275,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		"queue_full": e.QueueFull, "mcr_full": e.MCRFull, "errors": e.Errors, "bad_icv": e.BadICV,
 	} {
 		counter(descEngine, v, e.Name, name)
+	}
+	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(e.QueueDepth), e.Name, "now")
+	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(e.MaxQueue), e.Name, "max")
+	for _, d := range e.Drivers {
+		ch <- prometheus.MustNewConstMetric(descDriver, prometheus.GaugeValue, 1, e.Name, d.Algorithm, d.Driver, d.Module)
 	}
 }

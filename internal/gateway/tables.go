@@ -163,24 +163,17 @@ func ipVersion(a netip.Addr) int {
 func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 	opts := esp.Options{OnSoftExpire: g.softExpired}
 	run := cfg
-	if g.isLocal(cfg.Src) && g.opts.StateDir != "" {
-		store := seqStore{dir: g.opts.StateDir}
+	if g.isLocal(cfg.Src) && g.seq != nil {
 		var err error
-		if run, err = store.resume(cfg); err != nil {
+		if run, err = g.seq.resume(cfg); err != nil {
 			return nil, err
 		}
 		if err := run.Validate(); err != nil {
 			// A bound at the end of the sequence space (2^32-1 without
 			// ESN) would make every packet seq-exhausted.
-			return nil, fmt.Errorf("SA %#x resumed from %s: %w", cfg.SPI, store.path(cfg.SPI), err)
+			return nil, fmt.Errorf("SA %#x resumed from %s: %w", cfg.SPI, g.seq.path(cfg), err)
 		}
-		opts.Reserve = func(s *esp.SA, upTo uint64) error {
-			err := store.reserve(s, upTo)
-			if err != nil {
-				g.log.Error("sequence numbers not persisted", "err", err)
-			}
-			return err
-		}
+		opts.Reserve = g.seq.reserve
 	}
 	s, err := esp.NewSA(run, g.engine, opts)
 	if err != nil {
