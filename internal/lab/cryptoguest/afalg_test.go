@@ -213,7 +213,7 @@ type speedResult struct {
 }
 
 // speed runs `espgw speed` in the guest and returns its result and table.
-func speed(t *testing.T, g *Guest, args ...string) (speedResult, string) {
+func runSpeed(t *testing.T, g *Guest, args ...string) (speedResult, string) {
 	t.Helper()
 	ctx := context.Background()
 	// By the wall clock: the CPU time of the process leaves out the
@@ -275,7 +275,7 @@ func TestAFALGSpeedSoftware(t *testing.T) {
 	if deviceLoaded(t, g) {
 		t.Fatal("the device's driver is loaded already: this test must run before TestAFALGDevice")
 	}
-	r, _ := speed(t, g, "-evp aes-128-cbc -engine afalg -workers 1 --vs-openssl")
+	r, _ := runSpeed(t, g, "-evp aes-128-cbc -engine afalg -workers 1 --vs-openssl")
 	if r.Stats.MaxQueue != 1 {
 		t.Errorf("one socket, batches of one: %d ops in flight at most", r.Stats.MaxQueue)
 	}
@@ -285,9 +285,9 @@ func TestAFALGSpeedSoftware(t *testing.T) {
 	if r.OpenSSL == nil || !strings.Contains(strings.Join(r.OpenSSL.Args, " "), "-engine afalg") {
 		t.Errorf("openssl did not run with its afalg engine: %+v", r.OpenSSL)
 	}
-	speed(t, g, "-evp aes-128-cbc -engine afalg -workers 4 -batch 16")
-	speed(t, g, "-evp aes-128-cbc -engine cpu")
-	speed(t, g, "-evp aes-128-cbc -engine aesni")
+	runSpeed(t, g, "-evp aes-128-cbc -engine afalg -workers 4 -batch 16")
+	runSpeed(t, g, "-evp aes-128-cbc -engine cpu")
+	runSpeed(t, g, "-evp aes-128-cbc -engine aesni")
 }
 
 // usedIndex reads the device's data queue used index.
@@ -348,14 +348,14 @@ func TestAFALGDevice(t *testing.T) {
 func TestAFALGSpeedDevice(t *testing.T) {
 	g := withDevice(t)
 	before := usedIndex(t, g)
-	r, _ := speed(t, g, "-evp aes-128-cbc -engine afalg:"+device+" -workers 1 --vs-openssl")
+	r, _ := runSpeed(t, g, "-evp aes-128-cbc -engine afalg:"+device+" -workers 1 --vs-openssl")
 	if len(r.Drivers) == 0 || r.Drivers[0].Driver != device {
 		t.Errorf("the device run names %+v, not %s", r.Drivers, device)
 	}
 	if usedIndex(t, g) == before {
 		t.Error("the device completed nothing")
 	}
-	if r, _ := speed(t, g, "-evp aes-128-cbc -engine afalg:"+device+" -workers 4 -batch 16"); r.Stats.MaxQueue != 16 {
+	if r, _ := runSpeed(t, g, "-evp aes-128-cbc -engine afalg:"+device+" -workers 4 -batch 16"); r.Stats.MaxQueue != 16 {
 		t.Errorf("four sockets, batches of 16: %d ops in flight at most", r.Stats.MaxQueue)
 	}
 }
