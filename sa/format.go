@@ -22,6 +22,7 @@ const (
 	FormatXFRM      Format = "ip-xfrm"       // ip xfrm state/policy add commands
 	FormatXFRMState Format = "ip-xfrm-state" // ip [-s] xfrm state output
 	FormatEspSA     Format = "esp-sa"        // Wireshark's esp_sa table
+	FormatCharonLog Format = "charon-log"    // strongSwan charon's log with CHILD_SA keys
 )
 
 // WriteFormats are the formats Encode writes.
@@ -32,6 +33,8 @@ var WriteFormats = []Format{FormatYAML, FormatSetkey, FormatXFRM, FormatEspSA}
 // table, or else YAML.
 func DetectFormat(data []byte) Format {
 	switch {
+	case looksLikeCharonLog(data):
+		return FormatCharonLog
 	case looksLikeSetkey(data):
 		return FormatSetkey
 	case looksLikeXFRMListing(data):
@@ -57,8 +60,10 @@ func ParseFormat(name string, data []byte, f Format) (*Config, error) {
 		return ParseXFRMState(name, data)
 	case FormatEspSA:
 		return ParseEspSA(name, data)
+	case FormatCharonLog:
+		return ParseCharonLog(name, data)
 	}
-	return nil, fmt.Errorf("%s: unknown SA file format %s (want yaml, setkey, ip-xfrm, ip-xfrm-state or esp-sa)", name, secret.Word(string(f), "yaml", "setkey", "ip-xfrm", "ip-xfrm-state", "esp-sa"))
+	return nil, fmt.Errorf("%s: unknown SA file format %s (want yaml, setkey, ip-xfrm, ip-xfrm-state, esp-sa or charon-log)", name, secret.Word(string(f), "yaml", "setkey", "ip-xfrm", "ip-xfrm-state", "esp-sa", "charon-log"))
 }
 
 // Encode writes c in format f: the one family of functions, with Marshal,

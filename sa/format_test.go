@@ -223,3 +223,40 @@ func TestParseEspSAFromStrongSwan(t *testing.T) {
 		t.Fatalf("got %v", c.SAs)
 	}
 }
+
+// A charon log at chd = 4 (a real one, from the responder of a
+// kernel-libipsec tunnel) reads into its CHILD_SA's two SAs: the
+// initiator's keys on the inbound SA, the responder's on the outbound one,
+// UDP encapsulation (libipsec always), the traffic selectors inbound.
+func TestParseCharonLog(t *testing.T) {
+	c, err := Load("testdata/charon-responder.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.SAs) != 2 {
+		t.Fatalf("%d SAs, want 2", len(c.SAs))
+	}
+	in, out := c.SAs[0], c.SAs[1]
+	a := netip.MustParseAddr
+	if in.SPI != 0xf18b46df || in.Src != a("198.51.100.1") || in.Dst != a("198.51.100.2") ||
+		out.SPI != 0x43ddf10f || out.Src != a("198.51.100.2") || out.Dst != a("198.51.100.1") {
+		t.Errorf("SPIs and addresses: %v, %v", in, out)
+	}
+	for _, s := range c.SAs {
+		if s.Suite != (Suite{CipherAESCBC, AuthHMACSHA256_128}) || s.Encap != EncapUDP || s.SrcPort != 4500 || s.DstPort != 4500 || s.Mode != Tunnel {
+			t.Errorf("%v: suite %s, encap %s %d/%d", s, s.Suite, s.Encap, s.SrcPort, s.DstPort)
+		}
+	}
+	// The log's hex dumps: "encryption initiator key" starts E0 F5 D9 C6,
+	// "encryption responder key" 49 26 E1 10.
+	if in.EncKey[0] != 0xe0 || in.EncKey[3] != 0xc6 || out.EncKey[0] != 0x49 || out.EncKey[3] != 0x10 || len(in.AuthKey) != 32 {
+		t.Errorf("keys went to the wrong SAs")
+	}
+	want := []Selector{{Src: netip.MustParsePrefix("192.0.2.0/24"), Dst: netip.MustParsePrefix("203.0.113.0/24")}}
+	if !reflect.DeepEqual(in.Selectors, want) || len(out.Selectors) != 0 {
+		t.Errorf("selectors: in %v, out %v", in.Selectors, out.Selectors)
+	}
+	if _, err := ParseCharonLog("short.log", []byte("09:13:44 02[CHD] encryption initiator key => 16 bytes @ 0x1\n")); err == nil || !strings.Contains(err.Error(), "chd = 4") {
+		t.Errorf("a log without a CHILD_SA: %v", err)
+	}
+}

@@ -10,4 +10,4 @@ export PATH=/usr/local/go/bin:$PATH
 if ! apt-cache show linux-image-amd64 >/dev/null 2>&1; then
   apt-get update -qq
 fi
-exec go run ./internal/kernelpeer/cmd/prepare "$@"
+exec go run ./internal/lab/kernelpeer/cmd/prepare "$@"

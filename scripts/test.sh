@@ -19,7 +19,7 @@ go test -count=1 -run 'Alloc' ./...
 go test -count=1 -run Calibration ./offload/emul/
 # The end-to-end tests again with every gateway on the aesni engine: real
 # tunnels between espgw gateways and against the Linux kernel's ESP.
-ESPGW_ENGINE=aesni go test -count=1 -timeout 40m . ./internal/interop/
+ESPGW_ENGINE=aesni go test -count=1 -timeout 40m . ./internal/lab/interop/
 # The aesni engine's pure-Go fallback, through the same tests.
 go test -count=1 -tags purego ./offload/aesni/...
 ./scripts/fuzz.sh

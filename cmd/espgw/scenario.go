@@ -27,7 +27,7 @@ func newScenario() *cobra.Command {
 func newScenarioRun() *cobra.Command {
 	var o scenario.Options
 	var asJSON, bundled bool
-	var junit string
+	var junit, peer string
 	cmd := &cobra.Command{
 		Use:   "run FILE|DIR ... | run --bundled [NAME ...]",
 		Short: "Run scenarios and print a verdict table",
@@ -35,8 +35,10 @@ func newScenarioRun() *cobra.Command {
 every combination) on a fresh test bed — hostA — gw1 — wan — gw2 — hostB in
 network namespaces, the wan namespace bridging the gateways through the
 impairment relay — and check its expectations. The format is documented in
-scenarios/README.md. Exits non-zero if any expectation failed or a scenario
-could not run. Needs root. Removes everything it made, also on Ctrl-C.`,
+scenarios/README.md. Scenarios with peer: linux-xfrm (the kernel-peer section)
+run last, with the Linux kernel's ESP as gw2: one QEMU guest booted for all of
+them. Exits non-zero if any expectation failed or a scenario could not run.
+Needs root. Removes everything it made, also on Ctrl-C.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 && !bundled {
 				return errors.New("name scenario files or directories, or give --bundled")
@@ -59,6 +61,29 @@ could not run. Needs root. Removes everything it made, also on Ctrl-C.`,
 				}
 			}
 			o.Progress = cmd.ErrOrStderr()
+			if peer != "" {
+				var keep []*scenario.Scenario
+				for _, s := range all {
+					if s.Peer == peer {
+						keep = append(keep, s)
+					}
+				}
+				if len(keep) == 0 {
+					return fmt.Errorf("no scenario with peer %s", peer)
+				}
+				all = keep
+			}
+			// The espgw-peer scenarios first, then the kernel-peer section:
+			// its scenarios share one boot of the kernel guest.
+			slices.SortStableFunc(all, func(a, b *scenario.Scenario) int {
+				return strings.Compare(peerOrder(a.Peer), peerOrder(b.Peer))
+			})
+			for _, s := range all {
+				if s.Peer == scenario.PeerLinuxXFRM && o.Kernel == nil {
+					o.Kernel = scenario.NewKernelPeer(o.Prefix+"k", nil)
+					defer o.Kernel.Close()
+				}
+			}
 			var results []*scenario.Result
 			for i, s := range all {
 				if err := cmd.Context().Err(); err != nil {
@@ -106,7 +131,16 @@ could not run. Needs root. Removes everything it made, also on Ctrl-C.`,
 	f.StringVar(&o.Captures, "captures", "", "write WAN and inner captures and an esp_sa file per scenario under this directory")
 	f.StringVar(&o.Prefix, "prefix", "sc", "namespace name prefix")
 	f.BoolVar(&bundled, "bundled", false, "run the scenarios built into espgw (NAME: a file name such as replay-attack; none: all)")
+	f.StringVar(&peer, "peer", "", "run only the scenarios against this gw2: espgw or linux-xfrm (the kernel-peer section)")
 	return cmd
+}
+
+// peerOrder sorts the espgw-peer scenarios before the kernel-peer section.
+func peerOrder(p string) string {
+	if p == scenario.PeerEspgw {
+		return ""
+	}
+	return p
 }
 
 // loadScenarios reads the scenarios of files and directories, or of the

@@ -131,6 +131,57 @@ expect:
 	}
 }
 
+// TestScenarioBundledKernelPeer runs the kernel-peer section of the bundled
+// scenarios — every bundled file that also runs with peer: linux-xfrm (the
+// DPDK matrix, NAT-T, ESN across 2^32, replay attack, tamper, loss and
+// reorder in and beyond the window, MTU/DF) — with the Linux kernel's ESP
+// as gw2, as `espgw scenario run --bundled --peer linux-xfrm` does: every
+// scenario must pass, and one boot of the guest must serve them all.
+func TestScenarioBundledKernelPeer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots the QEMU kernel guest and runs every kernel-peer scenario; run without -short")
+	}
+	if err := netns.CheckPrerequisites(); err != nil {
+		t.Fatalf("scenario runs need root and network namespaces: %v", err)
+	}
+	bin := buildEspgw(t)
+	out, errOut, code := run(bin, "scenario", "run", "--bundled", "--peer", "linux-xfrm", "--prefix", "sck", "--json")
+	var rep struct {
+		Results []struct {
+			Name        string
+			Peer        string
+			Pass        bool
+			Error       string
+			KernelBoots int `json:"kernel_boots"`
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output (exit %d): %v\n%s\nstderr:\n%s", code, err, out, errOut)
+	}
+	files := map[string]bool{}
+	for _, r := range rep.Results {
+		base, _, _ := strings.Cut(r.Name, "[")
+		files[base] = true
+		if !r.Pass || r.Peer != "linux-xfrm" || r.KernelBoots != 1 {
+			t.Errorf("%s: pass %v, peer %q, guest boots %d (want one boot for all): %s", r.Name, r.Pass, r.Peer, r.KernelBoots, r.Error)
+		}
+	}
+	for _, want := range []string{"dpdk", "nat-t", "esn", "replay-attack", "tamper", "loss-reorder-in-window", "reorder-beyond-window", "mtu-df"} {
+		if !files[want] {
+			t.Errorf("no kernel-peer run of %s (ran %v)", want, files)
+		}
+	}
+	if code != 0 && !t.Failed() {
+		t.Errorf("exit %d with every scenario passing:\n%s", code, errOut)
+	}
+	if t.Failed() {
+		t.Logf("stderr:\n%s", errOut)
+	}
+	if left, _ := netns.List("sck"); len(left) > 0 {
+		t.Errorf("namespaces left behind: %v", left)
+	}
+}
+
 // An unwritable --junit report stops the run before any test bed is built,
 // not after the whole run.
 func TestScenarioJUnitCheckedFirst(t *testing.T) {

@@ -268,35 +268,46 @@ func SealFile(ctx context.Context, opts Options, in, out string) (*Report, error
 func Seal(ctx context.Context, r *Reader, w *Writer, s *esp.SA) (*Report, error) {
 	rep := newReport("seal")
 	z := NewSealer(s)
+	err := rep.each(r, func(f Frame) error {
+		out, err := z.Seal(ctx, f.IP)
+		var reason esp.Reason
+		if errors.As(err, &reason) {
+			rep.Rejects[reason.String()]++
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("seal frame %d: %w", f.Index, err)
+		}
+		if err := w.Write(f.CI, out); err != nil {
+			return fmt.Errorf("write sealed frame %d: %w", f.Index, err)
+		}
+		rep.Written++
+		return nil
+	})
+	rep.SAs = []SAReport{saReport(s, "seal")}
+	return rep, err
+}
+
+// each hands every frame of r that holds an IP packet to fn, counting the
+// frames and those skipped.
+func (rep *Report) each(r *Reader, fn func(Frame) error) error {
 	for {
 		f, err := r.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return nil
 		}
 		if err != nil {
-			return rep, err
+			return err
 		}
 		rep.Frames++
 		if f.Skip != NotSkipped {
 			rep.Skipped[string(f.Skip)]++
 			continue
 		}
-		out, err := z.Seal(ctx, f.IP)
-		var reason esp.Reason
-		if errors.As(err, &reason) {
-			rep.Rejects[reason.String()]++
-			continue
+		if err := fn(f); err != nil {
+			return err
 		}
-		if err != nil {
-			return rep, fmt.Errorf("seal frame %d: %w", f.Index, err)
-		}
-		if err := w.Write(f.CI, out); err != nil {
-			return rep, fmt.Errorf("write sealed frame %d: %w", f.Index, err)
-		}
-		rep.Written++
 	}
-	rep.SAs = []SAReport{saReport(s, "seal")}
-	return rep, nil
 }
 
 // OpenFile opens every ESP packet of the capture in whose SPI is in the SA
@@ -329,22 +340,10 @@ func Open(ctx context.Context, r *Reader, w *Writer, sas []*esp.SA) (*Report, er
 	if err != nil {
 		return nil, err
 	}
-	for {
-		f, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return rep, err
-		}
-		rep.Frames++
-		if f.Skip != NotSkipped {
-			rep.Skipped[string(f.Skip)]++
-			continue
-		}
+	err = rep.each(r, func(f Frame) error {
 		res, err := o.Open(ctx, f.IP)
 		if err != nil {
-			return rep, fmt.Errorf("open frame %d: %w", f.Index, err)
+			return fmt.Errorf("open frame %d: %w", f.Index, err)
 		}
 		switch {
 		case res.Skip != NotSkipped:
@@ -353,15 +352,16 @@ func Open(ctx context.Context, r *Reader, w *Writer, sas []*esp.SA) (*Report, er
 			rep.Rejects[res.Reject.String()]++
 		default:
 			if err := w.Write(f.CI, res.Inner); err != nil {
-				return rep, fmt.Errorf("write opened frame %d: %w", f.Index, err)
+				return fmt.Errorf("write opened frame %d: %w", f.Index, err)
 			}
 			rep.Written++
 		}
-	}
+		return nil
+	})
 	for _, s := range sas {
 		rep.SAs = append(rep.SAs, saReport(s, "open"))
 	}
-	return rep, nil
+	return rep, err
 }
 
 func saReport(s *esp.SA, op string) SAReport {

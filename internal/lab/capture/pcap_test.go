@@ -8,9 +8,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -30,24 +28,15 @@ func readIPs(t *testing.T, path string) [][]byte {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	r, err := NewReader(f, path)
-	if err != nil {
-		t.Fatal(err)
+	frames, st, err := ReadAll(f, path)
+	if err != nil || len(st.Skipped) > 0 {
+		t.Fatalf("%s: %v, skipped %v", path, err, st.Skipped)
 	}
-	var out [][]byte
-	for {
-		fr, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if fr.Skip != NotSkipped {
-			t.Fatalf("frame %d of %s: %s", fr.Index, path, fr.Skip)
-		}
-		out = append(out, append([]byte(nil), fr.IP...))
+	out := make([][]byte, len(frames))
+	for i, fr := range frames {
+		out[i] = fr.IP
 	}
+	return out
 }
 
 func TestOpenScapyCaptures(t *testing.T) {

@@ -33,7 +33,7 @@ var shared struct {
 var matrix Matrix
 
 // matrixCommand regenerates docs/interop-matrix.md.
-const matrixCommand = "ESPGW_WRITE_MATRIX=1 go test -count=1 -timeout 30m ./internal/interop/"
+const matrixCommand = "ESPGW_WRITE_MATRIX=1 go test -count=1 -timeout 30m ./internal/lab/interop/"
 
 func TestMain(m *testing.M) {
 	code := m.Run()

@@ -4,7 +4,7 @@
 // `ip xfrm state/policy` commands mirrored from the same sa.SA values
 // espgw uses. The machine's own kernel has no ESP; the guest's does.
 //
-// # Preparation (Prepare, or `go run ./internal/kernelpeer/cmd/prepare`)
+// # Preparation (Prepare, or `go run ./internal/lab/kernelpeer/cmd/prepare`)
 //
 // The cache folder is $ESPGW_KERNEL_DIR, else /var/cache/espgw/kernel.
 //
@@ -100,6 +100,6 @@
 //
 // Run them with
 //
-//	go run ./internal/kernelpeer/cmd/prepare
-//	go test -count=1 -timeout 30m ./internal/kernelpeer/
+//	go run ./internal/lab/kernelpeer/cmd/prepare
+//	go test -count=1 -timeout 30m ./internal/lab/kernelpeer/
 package kernelpeer

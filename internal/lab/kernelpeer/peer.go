@@ -20,6 +20,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/espgw/espgw/internal/lab/kernelpeer/ctl"
 )
 
 // Config describes one kernel peer.
@@ -99,7 +101,7 @@ type Devices struct {
 func (d Devices) qemuArgs() []string {
 	var args []string
 	if d.IOMMU {
-		args = append(args, "-machine", "q35", "-device", "intel-iommu,intremap=on")
+		args = append(args, "-machine", "q35", "-device", "intel-iommu,intremap=off")
 	}
 	for i := range d.Crypto {
 		dev := fmt.Sprintf("virtio-crypto-pci,id=crypto%d,cryptodev=cryptodev%d", i, i)
@@ -196,6 +198,11 @@ func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 	}
 	if err := p.loadModules(ctx, p.bootModules); err != nil {
 		return nil, err
+	}
+	if cfg.Devices.IOMMU {
+		if _, err := p.Run(ctx, "echo 1 > /sys/module/vfio_iommu_type1/parameters/allow_unsafe_interrupts"); err != nil {
+			return nil, fmt.Errorf("start kernel peer: let VFIO run without interrupt remapping: %w", err)
+		}
 	}
 	p.BootTime = time.Since(started)
 	p.BootCPU = processCPU(p.cmd.Process.Pid)
@@ -364,7 +371,12 @@ func (c *Config) kernelArgs() string {
 	args := []string{"console=ttyS0", "panic=-1", "quiet", "mitigations=off"}
 	if c.Devices.IOMMU {
 		// pt: the kernel's own drivers keep identity mappings; VFIO still
-		// gets a translated domain of its own.
+		// gets a translated domain of its own. Interrupt remapping stays
+		// off: under TCG the kernel's check of the timer through a
+		// remapped IO-APIC fails when the machine is loaded, and panics.
+		// Without it VFIO wants allow_unsafe_interrupts, set once the guest
+		// is up (Start); the user-space driver polls and asks for no
+		// interrupt at all.
 		args = append(args, "intel_iommu=on", "iommu=pt")
 	}
 	var addrs, routes, ports []string
@@ -420,7 +432,7 @@ func (p *Peer) startQEMU(qemu string) error {
 		"-device", "virtio-rng-pci",
 		"-device", "virtio-serial-pci",
 		"-chardev", "socket,id=ctl,path="+p.socketPath()+",server=on,wait=off",
-		"-device", "virtserialport,chardev=ctl,name=org.espgw.ctl",
+		"-device", "virtserialport,chardev=ctl,name="+ctl.PortName,
 	)
 	args = append(args, p.cfg.Devices.qemuArgs()...)
 	if p.cfg.CPU != "" {
@@ -524,7 +536,7 @@ func (p *Peer) waitAgent(ctx context.Context) error {
 	// the agent is up; exec later skips answers to pings by their ids.
 	ping := func() error {
 		p.nextID++
-		req, _ := json.Marshal(request{ID: p.nextID, Argv: []string{"true"}, TimeoutMS: 30000})
+		req, _ := json.Marshal(ctl.Request{ID: p.nextID, Argv: []string{"true"}, TimeoutMS: 30000})
 		p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
 		_, err := p.conn.Write(append(req, '\n'))
 		return err
@@ -545,7 +557,7 @@ func (p *Peer) waitAgent(ctx context.Context) error {
 					return errors.New("control socket closed")
 				}
 			}
-			var resp response
+			var resp ctl.Response
 			if json.Unmarshal(line, &resp) == nil && resp.ID != 0 {
 				return nil
 			}
@@ -575,20 +587,6 @@ func (p *Peer) readLines() {
 	}
 }
 
-// request and response mirror the agent's protocol (see ./agent).
-type request struct {
-	ID        uint64   `json:"id"`
-	Argv      []string `json:"argv"`
-	TimeoutMS int64    `json:"timeout_ms"`
-}
-
-type response struct {
-	ID     uint64 `json:"id"`
-	Exit   int    `json:"exit"`
-	Output []byte `json:"output"`
-	Error  string `json:"error,omitempty"`
-}
-
 // Exec runs argv in the guest (no shell) and returns its combined output.
 // A non-zero exit is an *ExitError. The command line itself is never put
 // into errors or logs: it may hold keys.
@@ -616,7 +614,7 @@ func (p *Peer) exec(ctx context.Context, argv []string, timeout time.Duration) (
 	}
 	p.nextID++
 	id := p.nextID
-	req, _ := json.Marshal(request{ID: id, Argv: argv, TimeoutMS: timeout.Milliseconds()})
+	req, _ := json.Marshal(ctl.Request{ID: id, Argv: argv, TimeoutMS: timeout.Milliseconds()})
 	p.conn.SetWriteDeadline(time.Now().Add(timeout))
 	if _, err := p.conn.Write(append(req, '\n')); err != nil {
 		return "", fmt.Errorf("send guest command: %w", err)
@@ -630,7 +628,7 @@ func (p *Peer) exec(ctx context.Context, argv []string, timeout time.Duration) (
 			if !ok {
 				return "", errors.New("guest command: control channel closed")
 			}
-			var resp response
+			var resp ctl.Response
 			if err := json.Unmarshal(line, &resp); err != nil {
 				return "", fmt.Errorf("guest command: bad response %q: %w", tail(string(line), 200), err)
 			}

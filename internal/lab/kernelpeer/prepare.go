@@ -32,7 +32,7 @@ const KernelMetaPackage = "linux-image-amd64"
 const agentPackage = "github.com/espgw/espgw/internal/lab/kernelpeer/agent"
 
 // PrepareCommand is what a person runs to prepare the kernel peer.
-const PrepareCommand = "go run ./internal/kernelpeer/cmd/prepare"
+const PrepareCommand = "go run ./internal/lab/kernelpeer/cmd/prepare"
 
 // Assets are the files a kernel peer boots from.
 type Assets struct {

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
@@ -199,6 +202,27 @@ func (r *runner) attachKernel(ctx context.Context) (err error) {
 	for _, d := range []netip.Prefix{a.LANA4, a.LANA6} {
 		fmt.Fprintf(&sc, "ip route replace %s dev eth0\n", d)
 	}
+	// Permanent neighbours between gw1 and the guest: with a transport-mode
+	// policy between their IPv6 addresses, neighbour discovery itself
+	// would be sent through ESP.
+	wan0, err := t.GW1.Netlink().LinkByName("wan0")
+	if err != nil {
+		return fmt.Errorf("gw1's wan0: %w", err)
+	}
+	for _, p := range []netip.Prefix{a.GW1WAN4, a.GW1WAN6} {
+		fmt.Fprintf(&sc, "ip neigh replace %s lladdr %s dev eth0 nud permanent\n", p.Addr(), wan0.Attrs().HardwareAddr)
+	}
+	for _, p := range []netip.Prefix{a.GW2WAN4, a.GW2WAN6} {
+		fam := netlink.FAMILY_V4
+		if p.Addr().Is6() {
+			fam = netlink.FAMILY_V6
+		}
+		n := &netlink.Neigh{LinkIndex: wan0.Attrs().Index, Family: fam, State: netlink.NUD_PERMANENT,
+			IP: net.IP(p.Addr().AsSlice()), HardwareAddr: peer.GuestMAC}
+		if err := t.GW1.Netlink().NeighSet(n); err != nil {
+			return fmt.Errorf("gw1's neighbour entry for the kernel peer: %w", err)
+		}
+	}
 	for i, s := range r.bed.SAs {
 		c := *s
 		if c.Mode == sa.Tunnel {
@@ -280,7 +304,14 @@ func (g *kernelGW2) stats(ctx context.Context) (gateway.Stats, kernelpeer.Counte
 	if err != nil {
 		return gateway.Stats{}, c, nil, err
 	}
-	return kernelAsGateway(c, g.sas), c, devs, nil
+	st := kernelAsGateway(c, g.sas)
+	// The guest's reassembly of outer fragments, as a gateway reports it.
+	if out, err := g.peer.Run(ctx, "cat /proc/net/snmp; echo @@; cat /proc/net/snmp6 2>/dev/null"); err == nil {
+		v4, v6, _ := strings.Cut(out, "@@")
+		r := gateway.ParseReassembly([]byte(v4), []byte(v6))
+		st.Reassembly = &r
+	}
+	return st, c, devs, nil
 }
 
 func kernelAsGateway(c kernelpeer.Counters, sas [2]*sa.SA) gateway.Stats {

@@ -18,7 +18,12 @@ import (
 // did not balance.
 func PrintTable(w io.Writer, results []*Result) {
 	pass := 0
+	peer := ""
 	for _, r := range results {
+		if r.Peer != peer && r.Peer == PeerLinuxXFRM {
+			fmt.Fprintf(w, "\n== kernel peer: gw2 is the Linux kernel's ESP (peer: linux-xfrm) ==\n\n")
+		}
+		peer = r.Peer
 		verdict := "FAIL"
 		if r.Pass {
 			verdict = "PASS"

@@ -3,9 +3,11 @@
 //
 //	espgw-agent serve         answer command requests on the control port
 //	espgw-agent natt PORT...  hold UDP_ENCAP_ESPINUDP sockets open on PORTs
+//	espgw-agent inject HEX... send whole IP packets from a raw socket
+//	espgw-agent recv PORT N MS  print the marks of the UDP datagrams received
 //
 // serve reads one JSON request per line from the virtio-serial port named
-// org.espgw.ctl and writes one JSON response per line. The port is opened
+// org.espgw.ctl and writes one JSON response per line (package ctl). The port is opened
 // once, read-write, for both directions: a second open of a virtio console
 // port fails with EBUSY.
 //
@@ -31,29 +33,13 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/espgw/espgw/internal/lab/kernelpeer/ctl"
 )
-
-// portName is the name the host gives the control port (virtserialport name=).
-const portName = "org.espgw.ctl"
-
-// request and response are the control protocol; the host side lives in
-// package kernelpeer and must match.
-type request struct {
-	ID        uint64   `json:"id"`
-	Argv      []string `json:"argv"`
-	TimeoutMS int64    `json:"timeout_ms"`
-}
-
-type response struct {
-	ID     uint64 `json:"id"`
-	Exit   int    `json:"exit"`
-	Output []byte `json:"output"`
-	Error  string `json:"error,omitempty"` // the command could not run or timed out
-}
 
 func main() {
 	if len(os.Args) < 2 {
-		fatal(fmt.Errorf("usage: espgw-agent serve | natt PORT..."))
+		fatal(fmt.Errorf("usage: espgw-agent serve | natt PORT... | inject HEX... | recv PORT N MS"))
 	}
 	var err error
 	switch os.Args[1] {
@@ -61,8 +47,12 @@ func main() {
 		err = serve()
 	case "natt":
 		err = natt(os.Args[2:])
+	case "inject":
+		err = inject(os.Args[2:])
+	case "recv":
+		err = recvMarks(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown subcommand %q (want serve or natt)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (want serve, natt, inject or recv)", os.Args[1])
 	}
 	if err != nil {
 		fatal(err)
@@ -78,11 +68,11 @@ func findPort() (string, error) {
 	names, _ := filepath.Glob("/sys/class/virtio-ports/*/name")
 	for _, n := range names {
 		b, err := os.ReadFile(n)
-		if err == nil && strings.TrimSpace(string(b)) == portName {
+		if err == nil && strings.TrimSpace(string(b)) == ctl.PortName {
 			return "/dev/" + filepath.Base(filepath.Dir(n)), nil
 		}
 	}
-	return "", fmt.Errorf("no virtio-serial port named %s (looked at %d ports)", portName, len(names))
+	return "", fmt.Errorf("no virtio-serial port named %s (looked at %d ports)", ctl.PortName, len(names))
 }
 
 func serve() error {
@@ -108,10 +98,10 @@ func serve() error {
 	for {
 		line, err := in.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
-			var req request
-			var resp response
+			var req ctl.Request
+			var resp ctl.Response
 			if jerr := json.Unmarshal(line, &req); jerr != nil {
-				resp = response{Exit: -1, Error: fmt.Sprintf("bad request: %v", jerr)}
+				resp = ctl.Response{Exit: -1, Error: fmt.Sprintf("bad request: %v", jerr)}
 			} else {
 				resp = run(req)
 			}
@@ -129,8 +119,8 @@ func serve() error {
 	}
 }
 
-func run(req request) response {
-	resp := response{ID: req.ID}
+func run(req ctl.Request) ctl.Response {
+	resp := ctl.Response{ID: req.ID}
 	if len(req.Argv) == 0 {
 		resp.Exit, resp.Error = -1, "empty command"
 		return resp

@@ -3,7 +3,7 @@
 // the guest agent and writes the initramfs. It is idempotent and quick when
 // everything is already there.
 //
-//	go run ./internal/kernelpeer/cmd/prepare [-dir DIR] [-package PKG] [-offline]
+//	go run ./internal/lab/kernelpeer/cmd/prepare [-dir DIR] [-package PKG] [-offline]
 package main
 
 import (
