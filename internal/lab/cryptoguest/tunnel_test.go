@@ -1,4 +1,4 @@
-package devicetest
+package cryptoguest
 
 import (
 	"bytes"
@@ -42,24 +42,11 @@ type tunnel struct {
 	engine  string
 }
 
-func (tn *tunnel) hostBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(tn.dir, "espgw")
-	root, err := ModuleRoot(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Build(context.Background(), root, "./cmd/espgw", bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
-
 // startTunnel writes one SA pair (AES-CBC with HMAC-SHA1-96, random keys)
 // and both gateways' configs, and starts both gateways.
 func startTunnel(t *testing.T, g *Guest, engine string) *tunnel {
 	t.Helper()
-	tn := &tunnel{g: g, ns: g.Netns(), dir: t.TempDir(), engine: engine}
+	tn := &tunnel{g: g, ns: g.NS.Name(), dir: t.TempDir(), engine: engine}
 	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
 	var sas []*sa.SA
 	for i, spi := range []uint32{0x1001, 0x2001} {
@@ -79,7 +66,7 @@ func startTunnel(t *testing.T, g *Guest, engine string) *tunnel {
 		t.Fatal(err)
 	}
 	conf := func(local, peer netip.Addr, addr string, route string, eng string) string {
-		return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nmetrics: 127.0.0.1:9478\nouter-mtu: 9000\n"+
+		return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nmetrics: 127.0.0.1:9478\nouter-mtu: 1600\n"+
 			"tun:\n  name: esp0\n  addresses: [%s]\n  routes: [%s]\nsa-file: sas.yaml\nstate-dir: state\n",
 			local, peer, eng, addr, route)
 	}
@@ -98,7 +85,7 @@ func startTunnel(t *testing.T, g *Guest, engine string) *tunnel {
 	if _, err := g.Run(context.Background(), script); err != nil {
 		t.Fatalf("write the guest gateway's files: %v", err)
 	}
-	bin := tn.hostBinary(t)
+	bin := g.Binary() // static: runs on the host too
 	tn.host = exec.Command("ip", "netns", "exec", tn.ns, bin, "run", "-c", hostConf)
 	tn.host.Dir = tn.dir
 	tn.host.Stdout, tn.host.Stderr = &tn.hostOut, &tn.hostOut
@@ -138,7 +125,7 @@ const alive = "alive() { [ -e /proc/$1 ] && ! grep -q '^State:[[:space:]]*Z' /pr
 
 func (tn *tunnel) startGuestGateway(t *testing.T) {
 	t.Helper()
-	if _, err := tn.g.Run(context.Background(), "cd /tmp/gw && (/espgw/espgw run -c gw2.yaml </dev/null >>gw2.log 2>&1 & echo $! >gw2.pid) </dev/null >/dev/null 2>&1"); err != nil {
+	if _, err := tn.g.Run(context.Background(), "cd /tmp/gw && ("+Espgw+" run -c gw2.yaml </dev/null >>gw2.log 2>&1 & echo $! >gw2.pid) </dev/null >/dev/null 2>&1"); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := tn.g.Run(context.Background(), alive+"sleep 0.5; alive $(cat /tmp/gw/gw2.pid)"); err != nil {
@@ -146,7 +133,7 @@ func (tn *tunnel) startGuestGateway(t *testing.T) {
 		t.Fatalf("the guest's gateway exited at start: %v %s\n%s", err, out, log)
 	}
 	waitFor(t, "guest gateway", func() error {
-		_, err := tn.g.Run(context.Background(), "/espgw/espgw stats --json >/dev/null")
+		_, err := tn.g.Run(context.Background(), Espgw+" stats --json >/dev/null")
 		return err
 	})
 }
@@ -176,7 +163,7 @@ func waitFor(t *testing.T, what string, ok func() error) {
 
 func (tn *tunnel) hostStats(t *testing.T) gateway.Stats {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", tn.ns, filepath.Join(tn.dir, "espgw"), "stats", "--json").Output()
+	out, err := exec.Command("ip", "netns", "exec", tn.ns, tn.g.Binary(), "stats", "--json").Output()
 	if err != nil {
 		t.Fatalf("host gateway stats: %v", err)
 	}
@@ -189,7 +176,7 @@ func (tn *tunnel) hostStats(t *testing.T) gateway.Stats {
 
 func (tn *tunnel) guestStats(t *testing.T) gateway.Stats {
 	t.Helper()
-	out, err := tn.g.Run(context.Background(), "/espgw/espgw stats --json")
+	out, err := tn.g.Run(context.Background(), Espgw+" stats --json")
 	if err != nil {
 		t.Fatalf("guest gateway stats: %v", err)
 	}
@@ -330,7 +317,7 @@ func agree(t *testing.T, host, guest gateway.Stats) {
 // guest's gateway is killed and restarted, and the restarted one takes the
 // device back and carries the tunnel again.
 func TestVirtioGatewayInGuest(t *testing.T) {
-	g := guest(t)
+	g := iommuGuest(t)
 	tn := startTunnel(t, g, "virtio")
 	tn.pings(t)
 	tn.transfer(t, 1<<20)
@@ -347,7 +334,7 @@ func TestVirtioGatewayInGuest(t *testing.T) {
 	if err := tn.stopGuestGateway("KILL"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Run(context.Background(), "/espgw/espgw stats --json >/dev/null 2>&1"); err == nil {
+	if _, err := g.Run(context.Background(), Espgw+" stats --json >/dev/null 2>&1"); err == nil {
 		t.Fatal("the killed gateway still answers")
 	}
 	tn.startGuestGateway(t)
@@ -369,22 +356,8 @@ func firstField(s string) string {
 // without the device, the engine refuses with a clear error and nothing
 // runs.
 func TestVirtioWithoutDevice(t *testing.T) {
-	if testing.Short() {
-		t.Skip("boots a QEMU guest under TCG; run without -short")
-	}
-	guest(t) // after the device guest's tests: the two boots do not overlap
-	ctx := context.Background()
-	ns := fmt.Sprintf("dt0-%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
-	}
-	defer exec.Command("ip", "netns", "del", ns).Run()
-	g, err := Boot(ctx, GuestOptions{Commands: []string{"./cmd/espgw"}, Netns: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
-	out, err := g.Run(ctx, "/espgw/espgw speed -engine virtio -evp aes-128-cbc -seconds 1 2>&1")
+	g := noDeviceGuest(t)
+	out, err := g.Run(context.Background(), Espgw+" speed -engine virtio -evp aes-128-cbc -seconds 1 2>&1")
 	if err == nil || !strings.Contains(out, "no virtio-crypto device") {
 		t.Fatalf("virtio engine in a guest without the device: %v\n%s", err, out)
 	}
