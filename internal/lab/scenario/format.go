@@ -80,6 +80,10 @@ type Topology struct {
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
 	// (default 1500): 1600 lets 1500-byte inner packets through.
 	WANMTU int `yaml:"wan-mtu" json:"wan_mtu,omitempty"`
+	// Tunnels, above 1, makes that many SA pairs, each carrying its own
+	// inner prefix pair (the first is the LANs'): spread UDP steps go
+	// through all of them, and per-tunnel metrics count them.
+	Tunnels int `yaml:"tunnels" json:"tunnels,omitempty"`
 	// TUNMTU, when set, is the gateways' TUN MTU instead of the one that
 	// fits the outer MTU, so larger inner packets reach the gateways.
 	TUNMTU int `yaml:"tun-mtu" json:"tun_mtu,omitempty"`
@@ -176,8 +180,11 @@ type Impairments struct {
 
 // Traffic is the steps, run one after another or all at once.
 type Traffic struct {
-	Together bool   `yaml:"together" json:"together"`
-	Steps    []Step `yaml:"steps" json:"steps"`
+	Together bool `yaml:"together" json:"together"`
+	// Actions change the running gateways at given times during the
+	// steps: rekey a tunnel, add or delete tunnels.
+	Actions []Action `yaml:"actions" json:"actions,omitempty"`
+	Steps   []Step   `yaml:"steps" json:"steps"`
 }
 
 // Step is one traffic source; exactly one of its kinds is set.
@@ -226,6 +233,9 @@ type UDPStep struct {
 	Rate    float64 `yaml:"rate" json:"rate"`       // packets per second (default 1000; 0 in the file means default)
 	Size    int     `yaml:"size" json:"size"`       // IP packet bytes (default 200)
 	Port    int     `yaml:"port" json:"port"`       // default 9000
+	// Spread sends the datagrams round-robin through every tunnel of
+	// topology.tunnels, each from and to that tunnel's own addresses.
+	Spread bool `yaml:"spread" json:"spread,omitempty"`
 	// DF, when set, forbids (true) or allows (false) fragmentation of the
 	// datagrams (IP_MTU_DISCOVER do / dont; IPv6: IPV6_DONTFRAG); default:
 	// the host's (DF set, fragments by the sender only).
@@ -368,6 +378,9 @@ func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 	_, expectNode := lookup(root, "expect")
 	s.defaults()
 	if err := s.validate(perr); err != nil {
+		return nil, err
+	}
+	if err := s.validateTunnels(perr); err != nil {
 		return nil, err
 	}
 	if expectNode == nil {

@@ -78,8 +78,10 @@ type Result struct {
 	Seconds  float64           `json:"seconds"`
 	Verdicts []Verdict         `json:"verdicts"`
 	Steps    []StepResult      `json:"steps"`
-	Metrics  Metrics           `json:"metrics"`
-	Balances []Balance         `json:"conservation"`
+	// Actions are what the traffic-time actions did, in order.
+	Actions  []ActionResult `json:"actions,omitempty"`
+	Metrics  Metrics        `json:"metrics"`
+	Balances []Balance      `json:"conservation"`
 	// Kernel are the error-like SNMP counters that moved during the
 	// traffic, per namespace: where packets went that nothing else counted.
 	Kernel   map[string]map[string]uint64 `json:"kernel,omitempty"`
@@ -142,6 +144,8 @@ type runner struct {
 	relay  *testbed.Relay
 	kernel *kernelGW2 // gw2 when the peer is linux-xfrm
 	log    *slog.Logger
+	// tunnels are the tunnels in force, as the actions change them.
+	tunnels *tunnelSet
 }
 
 func (o Options) progress(format string, args ...any) {
@@ -189,7 +193,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		Binary: r.opts.Binary, Prefix: r.opts.Prefix, Suite: s.SA.suite, AESBits: s.SA.aesBits, Mode: s.SA.mode,
 		Encap: s.SA.encap, OuterV6: s.Topology.Outer == "ipv6", ESN: s.SA.ESN, ReplayWindow: s.SA.ReplayWindow,
 		InitialSeq: s.SA.InitialSeq, Engine: [2]string{s.Engines.GW1, s.Engines.GW2}, NoOffloads: !offloads,
-		Hard: s.SA.Lifetimes.Hard.sa(), Prepare: quietMLD, Customize: r.customize, WANMTU: s.Topology.WANMTU, TUNMTU: s.Topology.TUNMTU, Log: r.log,
+		Hard: s.SA.Lifetimes.Hard.sa(), Tunnels: s.Topology.Tunnels, Prepare: quietMLD, Customize: r.customize, WANMTU: s.Topology.WANMTU, TUNMTU: s.Topology.TUNMTU, Log: r.log,
 	})
 	if err != nil {
 		return fmt.Errorf("start the test bed: %w", err)
@@ -199,6 +203,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			err = fmt.Errorf("tear down the test bed: %w", cerr)
 		}
 	}()
+	r.tunnels = newTunnelSet(r.bed)
 	capDir := ""
 	if r.opts.Captures != "" {
 		capDir = filepath.Join(r.opts.Captures, fileName(s.Name))
@@ -288,6 +293,8 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		}
 	}
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
+	r.tunnelMetrics(res.Metrics, d.GW[1])
+	res.Actions = r.tunnels.results
 	if r.kernel != nil {
 		res.KernelXfrm, res.KernelDevices, res.KernelBoots = d.KernelXfrm, d.KernelDevices, r.kernel.k.Boots
 	}
@@ -411,6 +418,18 @@ func (r *runner) settle() {
 }
 
 func (r *runner) traffic(ctx context.Context) []StepResult {
+	if len(r.s.Traffic.Actions) > 0 {
+		actx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.runActions(actx, time.Now())
+		}()
+		defer func() {
+			<-done // the actions run to their end: their times are in the file
+			stop()
+		}()
+	}
 	steps := r.s.Traffic.Steps
 	out := make([]StepResult, len(steps))
 	if !r.s.Traffic.Together {
