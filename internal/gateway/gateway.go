@@ -338,4 +338,3 @@ func (g *Gateway) lifetimes(ctx context.Context) error {
 		}
 	}
 }
-

@@ -2,21 +2,17 @@ package scenario
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
-	ctl "github.com/espgw/espgw/internal/control"
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/testbed"
-	"github.com/espgw/espgw/sa"
 )
 
 // Action is a change made to the running gateways, through their control
@@ -154,7 +150,7 @@ func (r *runner) runActions(ctx context.Context, start time.Time) {
 		}
 		r.opts.progress("%s: %s at %v", r.s.Name, a.kind(), a.At)
 		t0 := time.Now()
-		err := r.act(ctx, &a)
+		err := r.act(&a)
 		res := ActionResult{Action: a.kind(), At: t0.Sub(start).Round(time.Millisecond), Took: time.Since(t0).Round(time.Microsecond)}
 		if err != nil {
 			res.Error = err.Error()
@@ -166,65 +162,32 @@ func (r *runner) runActions(ctx context.Context, start time.Time) {
 }
 
 // act makes one action's changes on both gateways.
-func (r *runner) act(ctx context.Context, a *Action) error {
-	var clients [2]*ctl.Client
-	for i := range clients {
-		c, err := ctl.Dial(r.bed.ControlSocket(i))
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		clients[i] = c
-	}
+func (r *runner) act(a *Action) error {
 	ts := r.tunnels
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
-	both := func(req ctl.Request) error {
-		for i, c := range clients {
-			if _, err := c.Do(req); err != nil {
-				return fmt.Errorf("gw%d: %w", i+1, err)
-			}
-		}
-		return nil
-	}
 	switch {
 	case a.Rekey != nil:
-		var old *testbed.Tunnel
-		pos := -1
-		for i, t := range ts.live {
-			if t.Index == *a.Rekey {
-				old, pos = t, i
-			}
-		}
-		if old == nil {
+		pos := slices.IndexFunc(ts.live, func(t *testbed.Tunnel) bool { return t.Index == *a.Rekey })
+		if pos < 0 {
 			return fmt.Errorf("rekey: tunnel %d is not in force", *a.Rekey)
 		}
+		old := ts.live[pos]
 		ts.gen[old.Index]++
 		next, err := r.bed.NewTunnel(old.Index, ts.gen[old.Index])
 		if err != nil {
 			return err
 		}
-		raw, err := saJSON(next.Out, next.Back)
+		// The tunnel set stays usable for the metrics during the grace.
+		ts.mu.Unlock()
+		err = r.bed.RekeyTunnel(old, next, a.Grace)
+		ts.mu.Lock()
 		if err != nil {
 			return err
-		}
-		req := ctl.Request{Op: "sa.rekey", SA: raw, Replaces: []string{fmt.Sprintf("%#x", old.Out.SPI), fmt.Sprintf("%#x", old.Back.SPI)}}
-		for _, phase := range []string{ctl.PhaseInstall, ctl.PhaseSwitch, ctl.PhaseRetire} {
-			if phase == ctl.PhaseRetire {
-				ts.mu.Unlock()
-				time.Sleep(a.Grace)
-				ts.mu.Lock()
-			}
-			req.Phase = phase
-			if err := both(req); err != nil {
-				return fmt.Errorf("rekey tunnel %d, %s: %w", old.Index, phase, err)
-			}
 		}
 		ts.live[pos] = next
 		ts.spis[next.Index] = append(ts.spis[next.Index], next.Out.SPI)
 	case a.Add > 0:
-		var sas []*sa.SA
-		var pols []sa.Policy
 		var added []*testbed.Tunnel
 		for range a.Add {
 			t, err := r.bed.NewTunnel(ts.next, 0)
@@ -233,82 +196,21 @@ func (r *runner) act(ctx context.Context, a *Action) error {
 			}
 			ts.next++
 			added = append(added, t)
-			sas = append(sas, t.Out, t.Back)
-			pols = append(pols, t.Policies()...)
 		}
-		raw, err := saJSON(sas...)
-		if err != nil {
+		if err := r.bed.AddTunnels(added...); err != nil {
 			return err
-		}
-		if err := both(ctl.Request{Op: "sa.add", SA: raw}); err != nil {
-			return fmt.Errorf("add %d tunnels: %w", a.Add, err)
-		}
-		praw, err := policyJSON(pols)
-		if err != nil {
-			return err
-		}
-		if err := both(ctl.Request{Op: "policy.add", SPD: praw}); err != nil {
-			return fmt.Errorf("add the policies of %d tunnels: %w", a.Add, err)
 		}
 		ts.live = append(ts.live, added...)
 	case a.Del > 0:
 		if a.Del >= len(ts.live) {
 			return fmt.Errorf("del %d: only %d tunnels are in force (the first stays)", a.Del, len(ts.live))
 		}
-		gone := ts.live[len(ts.live)-a.Del:]
-		var pols []sa.Policy
-		req := ctl.Request{Op: "sa.del"}
-		for _, t := range gone {
-			pols = append(pols, t.Policies()...)
-			req.IDs = append(req.IDs, ctl.SAID{SPI: fmt.Sprintf("%#x", t.Out.SPI), Dst: t.Out.Dst.String()},
-				ctl.SAID{SPI: fmt.Sprintf("%#x", t.Back.SPI), Dst: t.Back.Dst.String()})
-		}
-		praw, err := policyJSON(pols)
-		if err != nil {
+		if err := r.bed.DelTunnels(ts.live[len(ts.live)-a.Del:]...); err != nil {
 			return err
-		}
-		if err := both(ctl.Request{Op: "policy.del", SPD: praw}); err != nil {
-			return fmt.Errorf("delete the policies of %d tunnels: %w", a.Del, err)
-		}
-		if err := both(req); err != nil {
-			return fmt.Errorf("delete %d tunnels: %w", a.Del, err)
 		}
 		ts.live = ts.live[:len(ts.live)-a.Del]
 	}
 	return nil
-}
-
-// saJSON writes SAs as the control socket reads them: the SA file's entries.
-func saJSON(sas ...*sa.SA) (json.RawMessage, error) {
-	data, err := sa.Marshal(&sa.Config{SAs: sas})
-	if err != nil {
-		return nil, err
-	}
-	var doc struct {
-		SA []map[string]any `yaml:"sa"`
-	}
-	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return nil, err
-	}
-	return json.Marshal(doc.SA)
-}
-
-func policyJSON(ps []sa.Policy) (json.RawMessage, error) {
-	var list []map[string]any
-	for _, p := range ps {
-		m := map[string]any{"priority": p.Priority, "action": p.Action.String()}
-		if p.Selector.Src.IsValid() {
-			m["src"] = p.Selector.Src.String()
-		}
-		if p.Selector.Dst.IsValid() {
-			m["dst"] = p.Selector.Dst.String()
-		}
-		if p.Action == sa.Protect {
-			m["sa"] = fmt.Sprintf("%#x", p.SPI)
-		}
-		list = append(list, m)
-	}
-	return json.Marshal(list)
 }
 
 // spreadTargets are the tunnels spread traffic goes through: those in force
