@@ -43,7 +43,9 @@ type Scenario struct {
 	Description string `yaml:"description" json:"description,omitempty"`
 	// Peer is gw2: espgw (the default), or linux-xfrm, the Linux kernel's
 	// own ESP (Debian's kernel under QEMU, see KernelPeer).
-	Peer     string        `yaml:"peer" json:"peer,omitempty"`
+	Peer string `yaml:"peer" json:"peer,omitempty"`
+	// External is the device under test when Peer is external.
+	External *External     `yaml:"external" json:"external,omitempty"`
 	Topology Topology      `yaml:"topology" json:"topology"`
 	SA       SASpec        `yaml:"sa" json:"sa"`
 	Engine   string        `yaml:"engine" json:"engine,omitempty"`
@@ -365,7 +367,7 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 	return out, nil
 }
 
-var topFields = []string{"name", "description", "peer", "topology", "sa", "engine", "engines", "impair", "traffic", "expect", "timeout", "matrix"}
+var topFields = []string{"name", "description", "peer", "external", "topology", "sa", "engine", "engines", "impair", "traffic", "expect", "timeout", "matrix"}
 
 func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 	perr := func(line int, field string, err error) error {
@@ -592,8 +594,11 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		}
 		return nil
 	}
-	if err := oneOf(s.Peer, []string{"peer"}, PeerEspgw, PeerLinuxXFRM); err != nil {
+	if err := oneOf(s.Peer, []string{"peer"}, PeerEspgw, PeerLinuxXFRM, PeerExternal); err != nil {
 		return err
+	}
+	if s.Peer != PeerExternal && s.External != nil {
+		return perr(at("external"), "external", errors.New("only with peer: external"))
 	}
 	checks := []error{
 		oneOf(s.Topology.Family, []string{"topology", "family"}, "", "ipv4", "ipv6", "mixed"),
@@ -694,6 +699,21 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	if len(s.Traffic.Steps) == 0 {
 		return perr(at("traffic"), "traffic.steps", errors.New("no traffic: give at least one step"))
 	}
+	if s.Peer != PeerEspgw {
+		// Both change gw2 through espgw's control socket, or give it many
+		// SA pairs: an espgw gw2 only.
+		if s.Topology.Tunnels > 1 {
+			return perr(at("topology", "tunnels"), "topology.tunnels", fmt.Errorf("with peer: %s gw2 holds one tunnel", s.Peer))
+		}
+		if len(s.Traffic.Actions) > 0 {
+			return perr(at("traffic", "actions"), "traffic.actions", fmt.Errorf("actions change an espgw gw2 through its control socket: not with peer: %s", s.Peer))
+		}
+	}
+	if s.Peer == PeerExternal {
+		if err := s.validateExternal(perr); err != nil {
+			return err
+		}
+	}
 	if s.Peer == PeerLinuxXFRM {
 		if _, engines := lookup(s.root, "engines"); engines != nil {
 			if k, _ := lookup(engines, "gw2"); k != nil {
@@ -786,6 +806,9 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			if st.Iperf3.Duration < 100*time.Millisecond || st.Iperf3.Duration > 5*time.Minute {
 				return perr(line, field+".iperf3.duration", fmt.Errorf("%v: want 100ms..5m", st.Iperf3.Duration))
 			}
+		}
+		if e != nil && s.Peer == PeerExternal && e.From != "hostA" && e.From != "hostB" {
+			return perr(line, field, errors.New("against an external device, traffic runs between hostA and hostB"))
 		}
 		if e != nil && s.Peer == PeerLinuxXFRM {
 			if e.From == "gw2" || e.To == "gw2" && st.Ping == nil {

@@ -330,6 +330,9 @@ func (r *runner) setupPhantoms() error {
 		}); err != nil {
 			return fmt.Errorf("MAC of %s eth0: %w", p.host.Short(), err)
 		}
+		if p.gw == t.GW2 && r.external != nil {
+			continue // no replays against an external device
+		}
 		if p.gw == t.GW2 && r.kernel != nil {
 			for _, a := range p.addrs {
 				if err := r.kernel.neighbour(context.Background(), a, mac.String()); err != nil {

@@ -59,6 +59,8 @@ type Options struct {
 	// fits the outer MTU: larger inner packets then reach the gateways,
 	// which answer them with ICMP or fragment the outer packets.
 	TUNMTU int
+	// Addresses, if set, replace the standard topology's addresses.
+	Addresses *netns.Addresses
 	// Prepare, if set, runs on the topology before the gateways start.
 	Prepare func(*netns.Topology) error
 	// Customize, if set, may change the SA file (keys, policies, lifetimes)
@@ -155,7 +157,7 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 	if err := netns.CheckPrerequisites(); err != nil {
 		return nil, err
 	}
-	topo, err := netns.NewTopology(opts.Prefix, netns.TopologyOptions{Log: opts.Log, WANMTU: opts.WANMTU})
+	topo, err := netns.NewTopology(opts.Prefix, netns.TopologyOptions{Log: opts.Log, WANMTU: opts.WANMTU, Addr: opts.Addresses})
 	if err != nil {
 		return nil, err
 	}
