@@ -143,7 +143,9 @@ func RunTunnels(ctx context.Context, o TunnelOptions) (*TunnelReport, error) {
 			break
 		}
 		res := &TunnelResult{Tunnels: n, SAs: 2 * n}
-		if err := o.measure(ctx, res, func(what string, k int) { o.Progress(fmt.Sprintf("%d tunnels: %s", n, what), i*steps+k, len(o.Counts)*steps) }); err != nil {
+		if err := o.measure(ctx, res, func(what string, k int) {
+			o.Progress(fmt.Sprintf("%d tunnels: %s", n, what), i*steps+k, len(o.Counts)*steps)
+		}); err != nil {
 			res.Error = err.Error()
 			if ctx.Err() == nil {
 				rep.Problems = append(rep.Problems, fmt.Sprintf("%d tunnels: %v", n, err))
