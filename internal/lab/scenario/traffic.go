@@ -97,10 +97,12 @@ func (r *runner) ping(ctx context.Context, p *PingStep, res *StepResult) error {
 	var detail []string
 	for _, fam := range families(p.Family) {
 		for _, size := range p.Sizes {
-			sent, received, out, err := r.ping1(ctx, from.ns, to.addr(fam), size, p.Count, p.Interval, *p.DF, pingArgs(p.Marks)...)
+			pr, err := testbed.Ping(ctx, from.ns, to.addr(fam), testbed.PingOptions{Size: size, Count: p.Count, Interval: p.Interval,
+				NoDF: !*p.DF, Settle: r.settle, Args: pingArgs(p.Marks)})
 			if err != nil {
 				return err
 			}
+			sent, received, out := pr.Sent, pr.Received, pr.Output
 			res.Headers.add(pingErrors([]byte(out)))
 			res.Sent += sent
 			res.Received += received
