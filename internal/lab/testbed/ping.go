@@ -177,7 +177,7 @@ func (w *pingWatch) replied() map[int]bool {
 
 func (w *pingWatch) see(s capture.Sniffed) {
 	p := s.Data
-	src, dst := addrsOf(p)
+	src, dst := inetsum.Addrs(p)
 	if s.Outgoing && dst != w.dst || !s.Outgoing && src != w.dst {
 		return
 	}
@@ -272,12 +272,4 @@ func datagram(p []byte) (ipDatagram, bool) {
 	d.fragment, d.offset, d.more = true, int(fo&^7), fo&1 != 0
 	d.key = string(p[8:40]) + string(p[off:off+1]) + string(p[off+4:off+8])
 	return d, true
-}
-
-// addrsOf reads the source and destination of an IP packet.
-func addrsOf(p []byte) (src, dst netip.Addr) {
-	if p[0]>>4 == 4 {
-		return netip.AddrFrom4([4]byte(p[12:16])), netip.AddrFrom4([4]byte(p[16:20]))
-	}
-	return netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40]))
 }
