@@ -8,38 +8,40 @@ type Reason uint8
 
 const (
 	// OK is no drop.
-	OK            Reason = iota
-	BadICV               // the ICV did not verify
-	Replay               // a sequence number seen before, inside the window
-	OutsideWindow        // a sequence number older than the window
-	UnknownSPI           // no SA for the SPI
-	Truncated            // too short for the suite, or not a whole number of blocks
-	BadPadding           // the padding bytes are not 1, 2, 3, …, or the pad length overruns
-	BadNextHeader        // a next header the mode cannot carry, or an inner packet that does not parse
-	Expired              // the SA passed a hard lifetime
-	Dummy                // next header 59: a dummy packet (RFC 4303 §2.6), dropped by design
-	SeqExhausted         // the sequence number space ran out (RFC 4303 §3.3.3)
-	Policy               // the inner packet is outside the SA's selectors
-	NoRoom               // the buffer has no headroom or tailroom for the ESP framing
-	EngineFailure        // the offload engine could not run the op
-	NumReasons           // the number of reasons, for counter arrays
+	OK             Reason = iota
+	BadICV                // the ICV did not verify
+	Replay                // a sequence number seen before, inside the window
+	OutsideWindow         // a sequence number older than the window
+	UnknownSPI            // no SA for the SPI
+	Truncated             // too short for the suite, or not a whole number of blocks
+	BadPadding            // the padding bytes are not 1, 2, 3, …, or the pad length overruns
+	BadNextHeader         // a next header the mode cannot carry, or an inner packet that does not parse
+	Expired               // the SA passed a hard lifetime
+	Dummy                 // next header 59: a dummy packet (RFC 4303 §2.6), dropped by design
+	SeqExhausted          // the sequence number space ran out (RFC 4303 §3.3.3)
+	Policy                // the inner packet is outside the SA's selectors
+	NoRoom                // the buffer has no headroom or tailroom for the ESP framing
+	EngineFailure         // the offload engine could not run the op
+	SeqUnpersisted        // the sequence number is above the last bound the state directory could record (full disk)
+	NumReasons            // the number of reasons, for counter arrays
 )
 
 var reasonNames = [NumReasons]string{
-	OK:            "ok",
-	BadICV:        "bad-icv",
-	Replay:        "replay",
-	OutsideWindow: "outside-window",
-	UnknownSPI:    "unknown-spi",
-	Truncated:     "truncated",
-	BadPadding:    "bad-padding",
-	BadNextHeader: "bad-next-header",
-	Expired:       "sa-expired",
-	Dummy:         "dummy",
-	SeqExhausted:  "seq-exhausted",
-	Policy:        "policy",
-	NoRoom:        "no-room",
-	EngineFailure: "engine-failure",
+	OK:             "ok",
+	BadICV:         "bad-icv",
+	Replay:         "replay",
+	OutsideWindow:  "outside-window",
+	UnknownSPI:     "unknown-spi",
+	Truncated:      "truncated",
+	BadPadding:     "bad-padding",
+	BadNextHeader:  "bad-next-header",
+	Expired:        "sa-expired",
+	Dummy:          "dummy",
+	SeqExhausted:   "seq-exhausted",
+	Policy:         "policy",
+	NoRoom:         "no-room",
+	EngineFailure:  "engine-failure",
+	SeqUnpersisted: "seq-unpersisted",
 }
 
 // String is the reason's name as counters and reports show it.

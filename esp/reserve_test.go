@@ -2,6 +2,7 @@ package esp_test
 
 import (
 	"bytes"
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -91,3 +92,64 @@ func TestReservationsStayAhead(t *testing.T) {
 		t.Errorf("%d of %d reservations held up the sealing goroutine, want only the first", onSealing, len(bounds))
 	}
 }
+
+// TestReservationFailureStopsSending: when the bound cannot be recorded (a
+// full disk), no packet is numbered above the last bound that was — each is
+// dropped as seq-unpersisted — and once a reservation succeeds again the
+// packets go out. Before, the failure was only logged and the packets went
+// on beyond the persisted bound, so a crash resumed below what the peer saw.
+func TestReservationFailureStopsSending(t *testing.T) {
+	cfg := testSA(t, sa.Suite{Cipher: sa.CipherAESGCM16}, sa.Tunnel, false)
+	var full atomic.Bool
+	var durable atomic.Uint64
+	reserve := func(s *esp.SA, upTo uint64) error {
+		if full.Load() {
+			return errNoSpace
+		}
+		durable.Store(upTo)
+		return nil
+	}
+	tx, err := esp.NewSA(cfg, cpu.New(), esp.Options{Reserve: reserve})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt := udpPacket(false, 10)
+	buf := make([]byte, esp.Headroom+len(pkt)+esp.Tailroom)
+	seal := func() (*esp.Packet, esp.Reason) {
+		copy(buf[esp.Headroom:], pkt)
+		p := &esp.Packet{Buf: buf, Off: esp.Headroom, Len: len(pkt), SA: tx}
+		return p, tx.PrepareSeal(p)
+	}
+	if _, r := seal(); r != esp.OK {
+		t.Fatalf("first packet: %v", r)
+	}
+	full.Store(true) // the disk fills: the reservation ahead of need fails too
+	sent, dropped := 0, 0
+	for range 2 * esp.ReserveBlock {
+		p, r := seal()
+		switch r {
+		case esp.OK:
+			sent++
+			if p.Seq > durable.Load() {
+				t.Fatalf("packet numbered %d above the recorded bound %d", p.Seq, durable.Load())
+			}
+		case esp.SeqUnpersisted:
+			dropped++
+		default:
+			t.Fatalf("reason %v", r)
+		}
+	}
+	if dropped == 0 || uint64(sent+1) > durable.Load() {
+		t.Fatalf("sent %d dropped %d with the bound at %d", sent, dropped, durable.Load())
+	}
+	if got := tx.Snapshot().Drops[esp.SeqUnpersisted.String()]; got != uint64(dropped) {
+		t.Errorf("seq-unpersisted counted %d, want %d", got, dropped)
+	}
+	full.Store(false) // space again: after the retry pause, packets go out
+	time.Sleep(esp.ReserveRetry + 10*time.Millisecond)
+	if p, r := seal(); r != esp.OK || p.Seq > durable.Load() {
+		t.Fatalf("after the disk recovered: %v, seq %d bound %d", r, p.Seq, durable.Load())
+	}
+}
+
+var errNoSpace = errors.New("no space left on device")

@@ -75,6 +75,10 @@ type SA struct {
 	reserved  atomic.Uint64 // the bound the last completed Reserve recorded
 	reserveMu sync.Mutex    // serialises Reserve calls
 	reserving atomic.Bool   // a reservation ahead of need is running
+	// retryAt is when (unix ns) a failed reservation may be tried again
+	// on the sealing goroutine: until then packets over the bound are
+	// dropped at once, not each held up by a failing write.
+	retryAt atomic.Int64
 
 	// framed and framedBytes count packets as they are framed for sealing,
 	// so a hard lifetime holds exactly even with a batch in flight.
@@ -110,18 +114,26 @@ type Options struct {
 	// reserve the next ReserveBlock numbers on a goroutine of their own
 	// once half the current block is used, so a slow Reserve (an fsync)
 	// holds up the data path only if the traffic outruns it. Calls never
-	// overlap. An error is logged by the caller and the packets still go
-	// out.
+	// overlap. A failed call records nothing: packets above the last
+	// bound recorded are dropped as SeqUnpersisted (a restart could
+	// otherwise resume below numbers the peer saw), and the call is
+	// retried, at most every ReserveRetry, until one succeeds. The caller
+	// logs the error.
 	Reserve func(s *SA, upTo uint64) error
 }
 
 // ReserveBlock is how many sequence numbers one Reserve call covers.
 const ReserveBlock = 1 << 16
 
+// ReserveRetry is how long after a failed Reserve the sealing goroutine
+// waits before trying again; packets over the bound meanwhile are dropped.
+const ReserveRetry = 100 * time.Millisecond
+
 // reserveFor makes sure seq is under a recorded reservation before its
 // packet goes out, and starts the next reservation in the background once
-// half of the current block is used.
-func (s *SA) reserveFor(seq uint64) {
+// half of the current block is used. It reports false when seq is above
+// every bound that could be recorded: the packet must not go out.
+func (s *SA) reserveFor(seq uint64) bool {
 	r := s.reserved.Load()
 	if seq <= r {
 		if seq > r-ReserveBlock/2 && s.reserving.CompareAndSwap(false, true) {
@@ -130,21 +142,40 @@ func (s *SA) reserveFor(seq uint64) {
 				s.reserveUpTo(r + ReserveBlock)
 			}()
 		}
-		return
+		return true
 	}
-	// The first packet, or traffic faster than the reservations: wait.
+	// The first packet, traffic faster than the reservations, or a
+	// reservation that failed: wait for one, unless one failed just now.
+	if at := s.retryAt.Load(); at != 0 && time.Now().UnixNano() < at {
+		return false
+	}
 	s.reserveUpTo(seq + ReserveBlock)
+	return seq <= s.reserved.Load()
+}
+
+// ReserveAhead makes the first reservation now, before the first packet
+// needs it, so that a gateway putting many SAs in force pays their first
+// Reserve calls (fsyncs) off the data path: a packet that comes sooner
+// still waits for it. It does nothing without Options.Reserve.
+func (s *SA) ReserveAhead() {
+	if s.reserve != nil {
+		s.reserveUpTo(s.seq.Load() + ReserveBlock)
+	}
 }
 
 // reserveUpTo records upTo, unless a reservation at least as high already
-// completed (the bound never goes down).
+// completed (the bound never goes down). A failure records nothing.
 func (s *SA) reserveUpTo(upTo uint64) {
 	s.reserveMu.Lock()
 	defer s.reserveMu.Unlock()
 	if upTo <= s.reserved.Load() {
 		return
 	}
-	s.reserve(s, upTo) // the caller logs a failure; the packets go on
+	if err := s.reserve(s, upTo); err != nil {
+		s.retryAt.Store(time.Now().Add(ReserveRetry).UnixNano())
+		return // the caller logs it
+	}
+	s.retryAt.Store(0)
 	s.reserved.Store(upTo)
 }
 

@@ -69,8 +69,8 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 		return s.reject(p, SeqExhausted)
 	}
 	p.Seq = seq
-	if s.reserve != nil {
-		s.reserveFor(seq)
+	if s.reserve != nil && !s.reserveFor(seq) {
+		return s.reject(p, SeqUnpersisted)
 	}
 
 	if hdrLen > 0 {

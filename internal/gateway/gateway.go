@@ -46,7 +46,11 @@ type Options struct {
 	// goes through the workers).
 	Inline int
 	// StateDir, when set, is where outbound sequence numbers are reserved
-	// so a restarted gateway resumes above them (see seqStore).
+	// so a restarted gateway resumes above them (see seqStore); packets
+	// above what it could record are dropped (seq-unpersisted). Without
+	// it a restarted gateway starts its SAs at 0, and a peer that kept
+	// its window drops them as outside-window until the old highest is
+	// passed: Start always sets it unless the config says state-dir: off.
 	StateDir string
 	// RetireAfter is how long the engine session of an SA taken out of
 	// force stays open for packets in flight (default DefaultRetireAfter).
@@ -90,6 +94,13 @@ type Gateway struct {
 	run    *runner
 
 	retired retiredSAs
+	// reserveQ feeds the goroutines that make new SAs' first sequence
+	// reservations (reserveAhead); they live as long as the process.
+	reserveOnce sync.Once
+	reserveQ    chan *esp.SA
+
+	// seq records outbound sequence reservations (Options.StateDir).
+	seq *seqStore
 
 	counters Counters
 	pmtu     PMTUCounters
@@ -149,6 +160,12 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine,
 		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState(),
 		retired: retiredSAs{live: map[*esp.SA]string{}, totals: map[string]*esp.Snapshot{}}}
+	if opts.StateDir != "" {
+		g.seq = newSeqStore(opts.StateDir, opts.Log)
+		if err := g.seq.clean(); err != nil {
+			opts.Log.Warn("state directory", "dir", opts.StateDir, "err", err)
+		}
+	}
 	g.innerMTU.Store(int64(opts.InnerMTU))
 	for _, c := range conns {
 		g.conns[c] = &connRun{}
@@ -321,4 +338,3 @@ func (g *Gateway) lifetimes(ctx context.Context) error {
 		}
 	}
 }
-

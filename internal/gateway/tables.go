@@ -163,28 +163,24 @@ func ipVersion(a netip.Addr) int {
 func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 	opts := esp.Options{OnSoftExpire: g.softExpired}
 	run := cfg
-	if g.isLocal(cfg.Src) && g.opts.StateDir != "" {
-		store := seqStore{dir: g.opts.StateDir}
+	if g.isLocal(cfg.Src) && g.seq != nil {
 		var err error
-		if run, err = store.resume(cfg); err != nil {
+		if run, err = g.seq.resume(cfg); err != nil {
 			return nil, err
 		}
 		if err := run.Validate(); err != nil {
 			// A bound at the end of the sequence space (2^32-1 without
 			// ESN) would make every packet seq-exhausted.
-			return nil, fmt.Errorf("SA %#x resumed from %s: %w", cfg.SPI, store.path(cfg.SPI), err)
+			return nil, fmt.Errorf("SA %#x resumed from %s: %w", cfg.SPI, g.seq.path(cfg), err)
 		}
-		opts.Reserve = func(s *esp.SA, upTo uint64) error {
-			err := store.reserve(s, upTo)
-			if err != nil {
-				g.log.Error("sequence numbers not persisted", "err", err)
-			}
-			return err
-		}
+		opts.Reserve = g.seq.reserve
 	}
 	s, err := esp.NewSA(run, g.engine, opts)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Reserve != nil {
+		g.reserveAhead(s)
 	}
 	if g.isLocal(cfg.Dst) && cfg.InitialSeq != 0 {
 		// The peer's first packet is InitialSeq+1 (sa.SA): start the
@@ -193,6 +189,28 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 		s.StartReceiveAfter(cfg.InitialSeq)
 	}
 	return s, nil
+}
+
+// reserveAhead queues an outbound SA's first sequence reservation for the
+// background reservers: with thousands of SAs loaded at once, their first
+// fsyncs would otherwise be made one by one on the data path as each
+// tunnel's first packet arrives.
+func (g *Gateway) reserveAhead(s *esp.SA) {
+	g.reserveOnce.Do(func() {
+		g.reserveQ = make(chan *esp.SA, 1<<16)
+		for range 4 {
+			go func() {
+				for s := range g.reserveQ {
+					s.ReserveAhead()
+				}
+			}()
+		}
+	})
+	select {
+	case g.reserveQ <- s:
+	default:
+		// The queue is full: this SA's first packet reserves for itself.
+	}
 }
 
 // insert adds s to the maps of st. Without policies, an outbound

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -75,15 +76,52 @@ func routeTransportPeers(tunName string, peers []peerRoute) ([]*netlink.Rule, er
 	}
 	var rules []*netlink.Rule
 	for fam := range families {
-		rule := netlink.NewRule()
-		rule.Family, rule.Table, rule.Priority = fam, routeTable, rulePriority
-		rule.Mark, rule.Invert = fwMark, true
-		mask := uint32(0xffffffff)
-		rule.Mask = &mask
+		rule := transportRule(fam)
+		// A gateway killed with -9 never removed its rule: the same rule
+		// from that run is recognised by its table, mark and priority
+		// and replaced, rather than the start failing with "file
+		// exists". (Its routes went with its TUN.)
+		stale, err := staleTransportRules(fam)
+		if err != nil {
+			return rules, err
+		}
+		for _, r := range stale {
+			if err := netlink.RuleDel(r); err != nil && !errors.Is(err, unix.ENOENT) {
+				return rules, fmt.Errorf("replace the transport-mode policy rule a previous run left: %w", err)
+			}
+		}
 		if err := netlink.RuleAdd(rule); err != nil {
 			return rules, fmt.Errorf("add policy rule for transport-mode peers: %w", err)
 		}
 		rules = append(rules, rule)
 	}
 	return rules, nil
+}
+
+// transportRule is the rule that sends unmarked traffic to the gateway's own
+// table: ip rule add not fwmark 0x4553 lookup 0x4553 priority 100.
+func transportRule(family int) *netlink.Rule {
+	rule := netlink.NewRule()
+	rule.Family, rule.Table, rule.Priority = family, routeTable, rulePriority
+	rule.Mark, rule.Invert = fwMark, true
+	mask := uint32(0xffffffff)
+	rule.Mask = &mask
+	return rule
+}
+
+// staleTransportRules are the rules of the family that are the gateway's
+// own transport-mode rule.
+func staleTransportRules(family int) ([]*netlink.Rule, error) {
+	all, err := netlink.RuleList(family)
+	if err != nil {
+		return nil, fmt.Errorf("list policy rules: %w", err)
+	}
+	var out []*netlink.Rule
+	for i := range all {
+		r := &all[i]
+		if r.Table == routeTable && r.Priority == rulePriority && r.Mark == fwMark && r.Invert {
+			out = append(out, r)
+		}
+	}
+	return out, nil
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -22,9 +20,8 @@ import (
 // one virtio-crypto device behind it, crypto0, for the user-space driver.
 var shared struct {
 	once  sync.Once
-	peer  *kernelpeer.Peer
+	peer  *Guest
 	netns string
-	work  string
 	err   error
 }
 
@@ -39,13 +36,10 @@ func TestMain(m *testing.M) {
 	if shared.netns != "" {
 		exec.Command("ip", "netns", "del", shared.netns).Run()
 	}
-	if shared.work != "" {
-		os.RemoveAll(shared.work)
-	}
 	os.Exit(code)
 }
 
-func guest(t *testing.T) *kernelpeer.Peer {
+func guest(t *testing.T) *Guest {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("boots a QEMU guest under TCG; run without -short")
@@ -57,7 +51,7 @@ func guest(t *testing.T) *kernelpeer.Peer {
 	return shared.peer
 }
 
-func boot() (*kernelpeer.Peer, error) {
+func boot() (*Guest, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("needs root (network namespaces, tap devices)")
 	}
@@ -66,61 +60,34 @@ func boot() (*kernelpeer.Peer, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	assets, err := kernelpeer.Prepare(ctx, kernelpeer.PrepareOptions{Offline: true})
-	if err != nil {
-		return nil, err
-	}
-	root, err := ModuleRoot(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if shared.work, err = os.MkdirTemp("", "espgw-devicetest-"); err != nil {
-		return nil, err
-	}
-	files := map[string]string{}
-	bin := filepath.Join(shared.work, "virtio.test")
-	if err := BuildTest(ctx, root, "./offload/virtio", bin); err != nil {
-		return nil, err
-	}
-	files["/espgw/virtio.test"] = bin
-	vectors, _ := filepath.Glob(filepath.Join(root, "testdata", "vectors", "*.json"))
-	for _, v := range vectors {
-		files["/espgw/testdata/vectors/"+filepath.Base(v)] = v
-	}
 	ns := fmt.Sprintf("dt-%d", os.Getpid())
 	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("ip netns add %s: %v: %s", ns, err, out)
 	}
 	shared.netns = ns
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	p, err := kernelpeer.Start(ctx, kernelpeer.Config{
-		Netns:          ns,
-		Tap:            "dttap0",
-		HostAddrs:      []netip.Prefix{netip.MustParsePrefix("192.0.2.1/24")},
-		GuestAddrs:     []netip.Prefix{netip.MustParsePrefix("192.0.2.2/24")},
-		Assets:         assets,
-		Logger:         log,
-		MemoryMB:       512,
-		BootTimeout:    8 * time.Minute,
-		CommandTimeout: 15 * time.Minute,
-		Devices:        kernelpeer.Devices{Crypto: 1, IOMMU: true},
-		Files:          files,
+	g, err := Boot(ctx, GuestOptions{
+		Devices:  kernelpeer.Devices{Crypto: 1, IOMMU: true},
+		Tests:    []string{"./offload/virtio"},
+		Commands: []string{"./cmd/espgw"},
+		Netns:    ns,
+		Log:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
 	})
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(os.Stderr, "guest %s with virtio-crypto booted in %v (qemu CPU %v)\n", assets.KernelRelease, p.BootTime.Round(time.Millisecond), p.BootCPU)
-	return p, nil
+	fmt.Fprintf(os.Stderr, "guest with virtio-crypto booted in %v (qemu CPU %v)\n", g.BootTime.Round(time.Millisecond), g.BootCPU)
+	return g, nil
 }
 
 // inGuest runs the virtio engine's test binary in the guest with the
 // device required, and returns its verbose output.
-func inGuest(t *testing.T, p *kernelpeer.Peer, args string) string {
+func inGuest(t *testing.T, p *Guest, args string) string {
 	t.Helper()
 	out, err := p.Run(context.Background(),
 		"cd /espgw && ESPGW_VIRTIO_REQUIRED=1 ESPGW_VECTORS=/espgw/testdata/vectors ./virtio.test -test.v -test.count=1 "+args+" 2>&1")
 	if err != nil {
-		t.Fatalf("virtio engine tests in the guest: %v\n%s", err, out)
+		ps, _ := p.Run(context.Background(), "ps; for f in /proc/[0-9]*/fd/*; do l=$(readlink $f); case $l in *vfio*) echo $f $l;; esac; done")
+		t.Fatalf("virtio engine tests in the guest: %v\n%s\nprocesses:\n%s", err, out, ps)
 	}
 	if strings.Contains(out, "--- SKIP") || !strings.Contains(out, "\nPASS") {
 		t.Fatalf("virtio engine tests in the guest skipped or did not pass:\n%s", out)

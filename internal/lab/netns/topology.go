@@ -71,7 +71,10 @@ type TopologyOptions struct {
 	// PlainRouting gives wan routes to both LANs, so hosts reach each other
 	// without a tunnel: the plain-routing baseline.
 	PlainRouting bool
-	Log          *slog.Logger
+	// Addr, if set, replaces StandardAddresses (a scenario against an
+	// external device takes the addresses that device was given).
+	Addr *Addresses
+	Log  *slog.Logger
 }
 
 // NewTopology builds the standard topology under prefix. On error everything
@@ -87,6 +90,9 @@ func NewTopology(prefix string, opt TopologyOptions) (t *Topology, err error) {
 		}
 	}()
 	t = &Topology{Bed: bed, Addr: StandardAddresses()}
+	if opt.Addr != nil {
+		t.Addr = *opt.Addr
+	}
 	for _, n := range []struct {
 		p    **Namespace
 		name string

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/net/ipv4"
 
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/netns"
@@ -141,10 +142,17 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 		return fmt.Errorf("udp size %d leaves no room for the 16-byte stamp over %s", u.Size, fam)
 	}
 	dst := netip.AddrPortFrom(to.addr(fam), uint16(u.Port))
+	listen := dst
+	var spread []*testbed.Tunnel
+	if u.Spread {
+		// Every tunnel's own addresses: the receiver takes them all.
+		spread = r.spreadTargets()
+		listen = netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(u.Port))
+	}
 	var rx *net.UDPConn
 	if err := to.ns.Do(func() error {
 		var err error
-		rx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(dst))
+		rx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(listen))
 		return err
 	}); err != nil {
 		return fmt.Errorf("listen on %s in %s: %w", dst, to.ns.Short(), err)
@@ -157,7 +165,11 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 	var tx *net.UDPConn
 	if err := from.ns.Do(func() error {
 		var err error
-		tx, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+		if spread != nil {
+			tx, err = net.ListenUDP("udp4", &net.UDPAddr{})
+		} else {
+			tx, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+		}
 		return err
 	}); err != nil {
 		return fmt.Errorf("dial %s from %s: %w", dst, from.ns.Short(), err)
@@ -167,6 +179,24 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 		return fmt.Errorf("dial %s from %s: %w", dst, from.ns.Short(), err)
 	}
 	var hdrs Headers
+	send := func(_ int, msg []byte) error {
+		_, err := tx.Write(msg)
+		return err
+	}
+	if spread != nil {
+		// Each datagram from and to its tunnel's addresses (IP_PKTINFO
+		// picks the source per packet).
+		pc := ipv4.NewPacketConn(tx)
+		var cm ipv4.ControlMessage
+		var to net.UDPAddr
+		send = func(i int, msg []byte) error {
+			src, dst := spreadAddr(spread, i)
+			cm.Src = src.AsSlice()
+			to.IP, to.Port = dst.AsSlice(), u.Port
+			_, err := pc.WriteTo(msg, &cm, &to)
+			return err
+		}
+	}
 
 	seen := make([]bool, u.Packets)
 	var mu sync.Mutex
@@ -217,7 +247,7 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 			time.Sleep(d)
 		}
 		fill(msg, uint64(i), time.Now().UnixNano())
-		if _, err := tx.Write(msg); err != nil {
+		if err := send(i, msg); err != nil {
 			if errors.Is(err, syscall.EMSGSIZE) {
 				hdrs.TooBig++ // the sender learned a smaller path MTU
 			}
@@ -295,6 +325,9 @@ func (r *runner) setupPhantoms() error {
 			return nil
 		}); err != nil {
 			return fmt.Errorf("MAC of %s eth0: %w", p.host.Short(), err)
+		}
+		if p.gw == t.GW2 && r.external != nil {
+			continue // no replays against an external device
 		}
 		if p.gw == t.GW2 && r.kernel != nil {
 			for _, a := range p.addrs {

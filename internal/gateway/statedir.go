@@ -1,0 +1,141 @@
+package gateway
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/espgw/espgw/sa"
+)
+
+// DefaultStateRoot is where a gateway keeps its sequence reservations when
+// the config names no state-dir: one directory per network namespace
+// (DefaultStateRoot/<namespace>), as SA identities (SPI and destination)
+// are unique within one. state-dir: off turns persistence off.
+const DefaultStateRoot = "/var/lib/espgw"
+
+// StateDirOff is the state-dir value that turns sequence persistence off.
+const StateDirOff = "off"
+
+// DefaultLockRoot is where the locks that keep two gateways from running one
+// SA set in one namespace live (on tmpfs: a lock does not outlive a boot).
+const DefaultLockRoot = "/run/espgw"
+
+// namespaceName names the calling thread's network namespace for the state
+// and lock directories: its name under /run/netns (ip netns), "init" for
+// the host's own, else "netns-<inode>".
+func namespaceName() (string, error) {
+	var self unix.Stat_t
+	if err := unix.Stat("/proc/thread-self/ns/net", &self); err != nil {
+		return "", fmt.Errorf("find this network namespace: %w", err)
+	}
+	same := func(path string) bool {
+		var st unix.Stat_t
+		return unix.Stat(path, &st) == nil && st.Dev == self.Dev && st.Ino == self.Ino
+	}
+	if same("/proc/1/ns/net") {
+		return "init", nil
+	}
+	if names, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range names {
+			if same(filepath.Join("/run/netns", e.Name())) {
+				return e.Name(), nil
+			}
+		}
+	}
+	return "netns-" + strconv.FormatUint(self.Ino, 10), nil
+}
+
+// resolveStateDir is the directory a config's sequence reservations go to, or ""
+// when it turns them off.
+func resolveStateDir(cfg *Config, root string) (string, error) {
+	switch cfg.StateDir {
+	case StateDirOff:
+		return "", nil
+	case "":
+		ns, err := namespaceName()
+		if err != nil {
+			return "", fmt.Errorf("state-dir (default %s/<namespace>): %w", root, err)
+		}
+		return filepath.Join(root, ns), nil
+	}
+	return cfg.rel(cfg.StateDir), nil
+}
+
+// saLock is the exclusive lock a running gateway holds on its SA set in its
+// namespace, so a second gateway started with the same SAs refuses to run
+// (both would deliver every packet, and their sequence numbers collide).
+type saLock struct {
+	f    *os.File
+	path string
+}
+
+// lockSAs takes the lock of the SA set in root/<namespace>: a file named by
+// a hash of the set's SA identities (SPI and destination), flocked for as
+// long as the gateway runs. The kernel drops the lock when the process
+// dies, however it dies, so a gateway killed with -9 never blocks its
+// restart.
+func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
+	ns, err := namespaceName()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(root, ns)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("lock the SAs: %w", err)
+	}
+	ids := make([]string, 0, len(sas))
+	for _, s := range sas {
+		ids = append(ids, fmt.Sprintf("%08x/%s", s.SPI, s.Dst))
+	}
+	slices.SortFunc(ids, cmp.Compare)
+	h := fnv.New64a()
+	h.Write([]byte(strings.Join(ids, ",")))
+	path := filepath.Join(dir, fmt.Sprintf("sas-%016x.lock", h.Sum64()))
+	for {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("lock the SAs: %w", err)
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			holder, _ := os.ReadFile(path)
+			f.Close()
+			if errors.Is(err, syscall.EWOULDBLOCK) {
+				who := strings.TrimSpace(string(holder))
+				if who == "" {
+					who = "another process"
+				}
+				return nil, fmt.Errorf("another gateway (%s) runs these SAs in network namespace %s (lock %s): two would both deliver every packet and reuse sequence numbers; stop it first", who, ns, path)
+			}
+			return nil, fmt.Errorf("lock the SAs (%s): %w", path, err)
+		}
+		// A holder that was closing may have removed the file between
+		// our open and our lock: then the lock is on a file nobody else
+		// will find, and we try again.
+		var a, b unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &a) == nil && unix.Stat(path, &b) == nil && a.Ino == b.Ino && a.Dev == b.Dev {
+			f.Truncate(0)
+			fmt.Fprintf(f, "pid %d\n", os.Getpid())
+			return &saLock{f: f, path: path}, nil
+		}
+		f.Close()
+	}
+}
+
+// release removes the lock file and drops the lock.
+func (l *saLock) release() {
+	if l == nil {
+		return
+	}
+	os.Remove(l.path)
+	l.f.Close()
+}
