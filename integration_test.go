@@ -408,7 +408,7 @@ func TestTunnelOverXDP(t *testing.T) {
 				ctx := context.Background()
 				a := b.Topo.Addr
 				for _, dst := range []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()} {
-					testbed.Ping(ctx, b.Topo.HostA, dst, 8, 1) // neighbours first
+					testbed.Ping(ctx, b.Topo.HostA, dst, testbed.PingOptions{Size: 8, Count: 1}) // neighbours first
 				}
 				wan, err := testbed.StartCapture(b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), 0)
 				if err != nil {
@@ -417,7 +417,7 @@ func TestTunnelOverXDP(t *testing.T) {
 				time.Sleep(300 * time.Millisecond)
 				for _, dst := range []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()} {
 					for _, size := range []int{0, 64, 500, 1300} {
-						r, err := testbed.Ping(ctx, b.Topo.HostA, dst, size, 3)
+						r, err := testbed.Ping(ctx, b.Topo.HostA, dst, testbed.PingOptions{Size: size, Count: 3})
 						if err != nil {
 							t.Fatal(err)
 						}

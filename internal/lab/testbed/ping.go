@@ -25,7 +25,7 @@ var (
 // PingOptions shape a ping run; the zero value of each field takes its
 // default.
 type PingOptions struct {
-	Size     int           // payload bytes (default 56)
+	Size     int           // payload bytes
 	Count    int           // replies to wait for (default 3)
 	Interval time.Duration // between requests (default 10ms)
 	// NoDF lets IPv4 requests be fragmented; by default they carry DF, so
@@ -64,9 +64,6 @@ type PingResult struct {
 // the ones a sniffer in ns saw arrive after it exited, until nothing more
 // is on its way.
 func Ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, o PingOptions) (PingResult, error) {
-	if o.Size == 0 {
-		o.Size = 56
-	}
 	if o.Count == 0 {
 		o.Count = 3
 	}
