@@ -38,17 +38,6 @@ var shared struct {
 	devErr error
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if shared.g != nil {
-		if err := shared.g.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
 // The packages whose tests run in the guest.
 const (
 	enginesPkg = "offload/engines"
