@@ -43,7 +43,9 @@ type Scenario struct {
 	Description string `yaml:"description" json:"description,omitempty"`
 	// Peer is gw2: espgw (the default), or linux-xfrm, the Linux kernel's
 	// own ESP (Debian's kernel under QEMU, see KernelPeer).
-	Peer     string        `yaml:"peer" json:"peer,omitempty"`
+	Peer string `yaml:"peer" json:"peer,omitempty"`
+	// External is the device under test when Peer is external.
+	External *External     `yaml:"external" json:"external,omitempty"`
 	Topology Topology      `yaml:"topology" json:"topology"`
 	SA       SASpec        `yaml:"sa" json:"sa"`
 	Engine   string        `yaml:"engine" json:"engine,omitempty"`
@@ -80,9 +82,10 @@ type Topology struct {
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
 	// (default 1500): 1600 lets 1500-byte inner packets through.
 	WANMTU int `yaml:"wan-mtu" json:"wan_mtu,omitempty"`
-	// Tunnels, above 1, makes that many SA pairs, each carrying its own
-	// inner prefix pair (the first is the LANs'): spread UDP steps go
-	// through all of them, and per-tunnel metrics count them.
+	// Tunnels, when set, makes that many SA pairs, each carrying its own
+	// inner prefix pair with a policy each way (the first is the LANs'):
+	// spread UDP steps go through all of them, and per-tunnel metrics
+	// count them. 0: the one tunnel of two SAs and no policy.
 	Tunnels int `yaml:"tunnels" json:"tunnels,omitempty"`
 	// TUNMTU, when set, is the gateways' TUN MTU instead of the one that
 	// fits the outer MTU, so larger inner packets reach the gateways.
@@ -367,7 +370,7 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 	return out, nil
 }
 
-var topFields = []string{"name", "description", "peer", "topology", "sa", "engine", "engines", "impair", "traffic", "expect", "timeout", "matrix"}
+var topFields = []string{"name", "description", "peer", "external", "topology", "sa", "engine", "engines", "impair", "traffic", "expect", "timeout", "matrix"}
 
 func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 	perr := func(line int, field string, err error) error {
@@ -594,8 +597,11 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		}
 		return nil
 	}
-	if err := oneOf(s.Peer, []string{"peer"}, PeerEspgw, PeerLinuxXFRM); err != nil {
+	if err := oneOf(s.Peer, []string{"peer"}, PeerEspgw, PeerLinuxXFRM, PeerExternal); err != nil {
 		return err
+	}
+	if s.Peer != PeerExternal && s.External != nil {
+		return perr(at("external"), "external", errors.New("only with peer: external"))
 	}
 	checks := []error{
 		oneOf(s.Topology.Family, []string{"topology", "family"}, "", "ipv4", "ipv6", "mixed"),
@@ -696,6 +702,21 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	if len(s.Traffic.Steps) == 0 {
 		return perr(at("traffic"), "traffic.steps", errors.New("no traffic: give at least one step"))
 	}
+	if s.Peer != PeerEspgw {
+		// Both change gw2 through espgw's control socket, or give it many
+		// SA pairs: an espgw gw2 only.
+		if s.Topology.Tunnels > 1 {
+			return perr(at("topology", "tunnels"), "topology.tunnels", fmt.Errorf("with peer: %s gw2 holds one tunnel", s.Peer))
+		}
+		if len(s.Traffic.Actions) > 0 {
+			return perr(at("traffic", "actions"), "traffic.actions", fmt.Errorf("actions change an espgw gw2 through its control socket: not with peer: %s", s.Peer))
+		}
+	}
+	if s.Peer == PeerExternal {
+		if err := s.validateExternal(perr); err != nil {
+			return err
+		}
+	}
 	if s.Peer == PeerLinuxXFRM {
 		if _, engines := lookup(s.root, "engines"); engines != nil {
 			if k, _ := lookup(engines, "gw2"); k != nil {
@@ -788,6 +809,9 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			if st.Iperf3.Duration < 100*time.Millisecond || st.Iperf3.Duration > 5*time.Minute {
 				return perr(line, field+".iperf3.duration", fmt.Errorf("%v: want 100ms..5m", st.Iperf3.Duration))
 			}
+		}
+		if e != nil && s.Peer == PeerExternal && e.From != "hostA" && e.From != "hostB" {
+			return perr(line, field, errors.New("against an external device, traffic runs between hostA and hostB"))
 		}
 		if e != nil && s.Peer == PeerLinuxXFRM {
 			if e.From == "gw2" || e.To == "gw2" && st.Ping == nil {
