@@ -157,6 +157,16 @@ func (s *SA) reserveFor(seq uint64) bool {
 	return seq <= s.reserved.Load()
 }
 
+// ReserveAhead makes the first reservation now, before the first packet
+// needs it, so that a gateway putting many SAs in force pays their first
+// Reserve calls (fsyncs) off the data path: a packet that comes sooner
+// still waits for it. It does nothing without Options.Reserve.
+func (s *SA) ReserveAhead() {
+	if s.reserve != nil {
+		s.reserveUpTo(s.seq.Load() + ReserveBlock)
+	}
+}
+
 // reserveUpTo records upTo, unless a reservation at least as high already
 // completed (the bound never goes down). A failure records nothing.
 func (s *SA) reserveUpTo(upTo uint64) {

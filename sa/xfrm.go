@@ -252,8 +252,13 @@ func (p *xfrmListing) line(n int, line string) {
 		}
 		if i := slices.Index(f, "flag"); i >= 0 {
 			for _, fl := range f[i+1:] {
-				if fl == "esn" {
+				switch fl {
+				case "esn":
 					s.ESN = true
+				case "decap-dscp":
+					s.DecapDSCP = DecapCopy
+				case "nopmtudisc":
+					s.DF = DFClear
 				}
 			}
 		}
@@ -625,8 +630,33 @@ func XFRMStateArgs(s *SA) ([]string, error) {
 	if s.ReplayWindow > 0 {
 		a = append(a, "replay-window", strconv.Itoa(s.ReplayWindow))
 	}
+	// The outer-header options as Linux's state flags: its defaults are
+	// espgw's (copy DSCP, ECN per RFC 6040's encapsulation, copy DF, keep
+	// the inner DSCP), and what it cannot say is refused, not dropped.
+	var flags []string
 	if s.ESN {
-		a = append(a, "flag", "esn")
+		flags = append(flags, "esn")
+	}
+	if s.DecapDSCP == DecapCopy {
+		flags = append(flags, "decap-dscp")
+	}
+	switch s.DF {
+	case DFClear:
+		flags = append(flags, "nopmtudisc")
+	case DFSet:
+		return nil, fmt.Errorf("SA %#x as ip xfrm: df: set has no kernel equivalent (it copies DF or, with nopmtudisc, clears it)", s.SPI)
+	}
+	if len(flags) > 0 {
+		a = append(a, append([]string{"flag"}, flags...)...)
+	}
+	if s.DSCP.Fixed {
+		if s.DSCP.Value != 0 {
+			return nil, fmt.Errorf("SA %#x as ip xfrm: dscp: %d has no kernel equivalent (it copies the DSCP or, with dont-encap-dscp, writes 0)", s.SPI, s.DSCP.Value)
+		}
+		a = append(a, "extra-flag", "dont-encap-dscp")
+	}
+	if s.TTL != 0 && s.TTL != DefaultTTL {
+		return nil, fmt.Errorf("SA %#x as ip xfrm: ttl: %d has no kernel equivalent (the outer TTL is the route's hop limit, 64 by default)", s.SPI, s.TTL)
 	}
 	if s.InitialSeq != 0 {
 		lo, hi := uint32(s.InitialSeq), uint32(s.InitialSeq>>32)

@@ -269,8 +269,20 @@ func (p *xfrmScript) state(line int, f []string) {
 		case "flag":
 			for i+1 < len(f) && slices.Contains(xfrmStateFlags, f[i+1]) {
 				i++
-				if f[i] == "esn" {
+				switch f[i] {
+				case "esn":
 					s.ESN = true
+				case "decap-dscp":
+					s.DecapDSCP = DecapCopy
+				case "nopmtudisc":
+					s.DF = DFClear
+				}
+			}
+		case "extra-flag":
+			for i+1 < len(f) && (f[i+1] == "dont-encap-dscp" || f[i+1] == "oseq-may-wrap") {
+				i++
+				if f[i] == "dont-encap-dscp" {
+					s.DSCP = DSCP{Fixed: true}
 				}
 			}
 		case "enc", "auth", "auth-trunc", "aead":

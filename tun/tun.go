@@ -174,7 +174,9 @@ func create(name string, opt Options, log *slog.Logger) (*Device, error) {
 		return nil, fmt.Errorf("get namespace of TUN %s: %w", name, err)
 	}
 	defer ns.Close()
-	d.nl, err = netlink.NewHandleAt(ns)
+	// Only rtnetlink: a kernel without nfnetlink or xfrm (which a handle of
+	// every family would also open) still runs a gateway.
+	d.nl, err = netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		dev.Close()
 		return nil, fmt.Errorf("open netlink for TUN %s: %w", name, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/offload"
 )
 
 func newStats() *cobra.Command {
@@ -59,6 +60,7 @@ func printStats(w io.Writer, st gateway.Stats) {
 	fmt.Fprintf(tw, "TUN in\tTUN out\twire in\twire out\tengine\n")
 	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s (%d ops, %d queue full)\n", st.TunIn, st.TunOut, st.WireIn, st.WireOut, st.Engine.Name, st.Engine.Ops, st.Engine.QueueFull)
 	tw.Flush()
+	printDrivers(w, st.Engine.Drivers)
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "SPI\tdir\tsuite\tmode\tsealed\topened\tlast seq\tdrops\n")
@@ -72,6 +74,17 @@ func printStats(w io.Writer, st gateway.Stats) {
 	for _, k := range st.Sockets {
 		fmt.Fprintf(w, "socket %s %s: in %d out %d; ignored: keepalives=%d non-esp=%d short=%d truncated=%d; errors: send=%d receive=%d\n",
 			k.Kind, k.Local, k.PacketsIn, k.PacketsOut, k.Keepalives, k.NonESP, k.Short, k.Truncated, k.SendErrors, k.ReceiveErrors)
+	}
+}
+
+// printDrivers says which drivers did an engine's work (afalg: the
+// kernel's, as /proc/crypto names them), and any caveat about them.
+func printDrivers(w io.Writer, ds []offload.Driver) {
+	for _, d := range ds {
+		fmt.Fprintf(w, "engine driver: %s by %s (%s)\n", d.Algorithm, d.Driver, d.Module)
+		if d.Note != "" {
+			fmt.Fprintf(w, "engine note: %s\n", d.Note)
+		}
 	}
 }
 

@@ -7,6 +7,10 @@ import (
 	"fmt"
 	"net"
 	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/espgw/espgw/sa"
 )
 
 // DefaultSocket is where espgw's control commands look when not told.
@@ -70,4 +74,49 @@ func (c *Client) Do(req Request) (Response, error) {
 		return resp, errors.New(resp.Error)
 	}
 	return resp, nil
+}
+
+// SAEntries writes SAs as requests carry them: the SA file's entries (keys
+// included: a request is the one place they travel, over the 0600 socket).
+func SAEntries(sas ...*sa.SA) (json.RawMessage, error) {
+	data, err := sa.Marshal(&sa.Config{SAs: sas})
+	if err != nil {
+		return nil, err
+	}
+	var doc struct {
+		SA []map[string]any `yaml:"sa"`
+	}
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return nil, fmt.Errorf("SA entries: %w", err)
+	}
+	return json.Marshal(doc.SA)
+}
+
+// PolicyEntries writes policies as the SA file's spd: entries.
+func PolicyEntries(ps ...sa.Policy) (json.RawMessage, error) {
+	list := make([]map[string]any, 0, len(ps))
+	for _, p := range ps {
+		m := map[string]any{"priority": p.Priority, "action": p.Action.String()}
+		sel := p.Selector
+		if sel.Src.IsValid() {
+			m["src"] = sel.Src.String()
+		}
+		if sel.Dst.IsValid() {
+			m["dst"] = sel.Dst.String()
+		}
+		if sel.Proto != 0 {
+			m["proto"] = sa.ProtoName(sel.Proto)
+		}
+		if sel.SrcPorts != (sa.PortRange{}) {
+			m["sport"] = sel.SrcPorts.String()
+		}
+		if sel.DstPorts != (sa.PortRange{}) {
+			m["dport"] = sel.DstPorts.String()
+		}
+		if p.Action == sa.Protect {
+			m["sa"] = fmt.Sprintf("%#x", p.SPI)
+		}
+		list = append(list, m)
+	}
+	return json.Marshal(list)
 }

@@ -53,6 +53,11 @@ type Config struct {
 	// Reassembly bounds the kernel's reassembly of outer fragments in the
 	// gateway's namespace (zero: the kernel's settings).
 	Reassembly ReassemblyLimits
+	// WanIO is how raw ESP crosses the WAN interface: WanIOSocket (raw
+	// sockets), WanIOXDP (AF_XDP, an error where it cannot attach) or
+	// WanIOAuto (AF_XDP where it can attach, raw sockets elsewhere, saying
+	// why). UDP-encapsulated ESP always uses its socket.
+	WanIO WanIO
 
 	// SAFile and SetkeyFile name where the SAs come from, when not inline.
 	SAFile, SetkeyFile string
@@ -69,6 +74,16 @@ type TUNConfig struct {
 	Offloads  bool // vnet-hdr GSO/GRO (default on)
 }
 
+// WanIO is the wan-io setting: how raw ESP crosses the WAN interface.
+type WanIO string
+
+// The wan-io settings.
+const (
+	WanIOAuto   WanIO = "auto"
+	WanIOXDP    WanIO = "xdp"
+	WanIOSocket WanIO = "socket"
+)
+
 // DefaultMetrics is where the gateway serves /metrics unless told otherwise.
 const DefaultMetrics = "127.0.0.1:9478"
 
@@ -83,7 +98,7 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // configSettings are the top-level settings of a gateway configuration.
-var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control"}
+var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control", "wan-io"}
 
 // ParseConfig reads a gateway configuration; relative SA file names are
 // taken from the config file's directory. A setting given twice, a
@@ -107,7 +122,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s: want a mapping of gateway settings", path)
 	}
-	c := &Config{File: path, OuterMTU: 1500, Engine: "cpu", Metrics: DefaultMetrics, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
+	c := &Config{File: path, OuterMTU: 1500, WanIO: WanIOSocket, Engine: "cpu", Metrics: DefaultMetrics, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
 	p := &cfgParser{file: path}
 	var saNode, spdNode *yaml.Node
 	m := doc.Content[0]
@@ -154,6 +169,15 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 			}
 		case "reassembly":
 			p.reassembly(v, &c.Reassembly)
+		case "wan-io":
+			if s, ok := p.scalar(v, "wan-io"); ok {
+				switch WanIO(s) {
+				case WanIOAuto, WanIOXDP, WanIOSocket:
+					c.WanIO = WanIO(s)
+				default:
+					p.failf(v, "wan-io", "%s: want auto, xdp or socket", secret.Word(s, "auto", "xdp", "socket"))
+				}
+			}
 		case "control":
 			if c.Control, _ = p.scalar(v, "control"); c.Control == "" {
 				p.failf(v, "control", "want the path of the control socket")
@@ -483,6 +507,7 @@ func (c *Config) restartOnly(next *Config) error {
 	check("pmtu-expires", c.PMTUExpiry == next.PMTUExpiry)
 	check("reassembly", c.Reassembly == next.Reassembly)
 	check("control", c.Control == next.Control)
+	check("wan-io", c.WanIO == next.WanIO)
 	if len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))
 	}

@@ -94,6 +94,10 @@ type Gateway struct {
 	run    *runner
 
 	retired retiredSAs
+	// reserveQ feeds the goroutines that make new SAs' first sequence
+	// reservations (reserveAhead); they live as long as the process.
+	reserveOnce sync.Once
+	reserveQ    chan *esp.SA
 
 	// seq records outbound sequence reservations (Options.StateDir).
 	seq *seqStore
@@ -337,4 +341,3 @@ func (g *Gateway) lifetimes(ctx context.Context) error {
 		}
 	}
 }
-

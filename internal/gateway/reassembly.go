@@ -39,28 +39,34 @@ type ReassemblyCounters struct {
 
 // ReadReassembly reads the counters of the calling thread's namespace.
 func ReadReassembly() (ReassemblyStats, error) {
-	var r ReassemblyStats
 	snmp, err := os.ReadFile("/proc/net/snmp")
 	if err != nil {
-		return r, fmt.Errorf("read IPv4 reassembly counters: %w", err)
+		return ReassemblyStats{}, fmt.Errorf("read IPv4 reassembly counters: %w", err)
 	}
-	ip := ipCounters(snmp)
-	r.IPv4 = ReassemblyCounters{Reqds: ip["ReasmReqds"], OKs: ip["ReasmOKs"], Fails: ip["ReasmFails"], Timeout: ip["ReasmTimeout"]}
+	snmp6, _ := os.ReadFile("/proc/net/snmp6") // absent without IPv6
+	r := ParseReassembly(snmp, snmp6)
 	r.IPv4.Memory, _ = readSysctl("net/ipv4/ipfrag_high_thresh")
 	r.IPv4.Seconds, _ = readSysctl("net/ipv4/ipfrag_time")
-	if snmp6, err := os.ReadFile("/proc/net/snmp6"); err == nil {
-		v := map[string]uint64{}
-		for _, line := range strings.Split(string(snmp6), "\n") {
-			f := strings.Fields(line)
-			if len(f) == 2 {
-				v[f[0]], _ = strconv.ParseUint(f[1], 10, 64)
-			}
-		}
-		r.IPv6 = ReassemblyCounters{Reqds: v["Ip6ReasmReqds"], OKs: v["Ip6ReasmOKs"], Fails: v["Ip6ReasmFails"], Timeout: v["Ip6ReasmTimeout"]}
-		r.IPv6.Memory, _ = readSysctl("net/ipv6/ip6frag_high_thresh")
-		r.IPv6.Seconds, _ = readSysctl("net/ipv6/ip6frag_time")
-	}
+	r.IPv6.Memory, _ = readSysctl("net/ipv6/ip6frag_high_thresh")
+	r.IPv6.Seconds, _ = readSysctl("net/ipv6/ip6frag_time")
 	return r, nil
+}
+
+// ParseReassembly reads the reassembly counters out of the contents of
+// /proc/net/snmp and /proc/net/snmp6 (any host's: a kernel peer's too).
+func ParseReassembly(snmp, snmp6 []byte) ReassemblyStats {
+	var r ReassemblyStats
+	ip := ipCounters(snmp)
+	r.IPv4 = ReassemblyCounters{Reqds: ip["ReasmReqds"], OKs: ip["ReasmOKs"], Fails: ip["ReasmFails"], Timeout: ip["ReasmTimeout"]}
+	v := map[string]uint64{}
+	for _, line := range strings.Split(string(snmp6), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 {
+			v[f[0]], _ = strconv.ParseUint(f[1], 10, 64)
+		}
+	}
+	r.IPv6 = ReassemblyCounters{Reqds: v["Ip6ReasmReqds"], OKs: v["Ip6ReasmOKs"], Fails: v["Ip6ReasmFails"], Timeout: v["Ip6ReasmTimeout"]}
+	return r
 }
 
 // ipCounters parses the two "Ip:" lines of /proc/net/snmp.

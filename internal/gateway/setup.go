@@ -19,6 +19,7 @@ import (
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/transport"
+	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
@@ -36,6 +37,9 @@ type Runtime struct {
 	// a change opens or closes one, so the data path reads them without
 	// a lock.
 	conns atomic.Pointer[map[connKey]*transport.Conn]
+	// xdps are the AF_XDP connections that send raw ESP in place of the
+	// raw socket of the same key (wan-io), replaced whole like conns.
+	xdps  atomic.Pointer[map[connKey]*xdp.Conn]
 	rules []*netlink.Rule
 	// lock keeps a second gateway with these SAs in this namespace from
 	// starting.
@@ -93,6 +97,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	}
 	rt = &Runtime{Config: cfg}
 	rt.conns.Store(&map[connKey]*transport.Conn{})
+	rt.xdps.Store(&map[connKey]*xdp.Conn{})
 	defer func() {
 		if err != nil {
 			rt.Close()
@@ -108,17 +113,28 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		return rt, fmt.Errorf("%s: engine: %w", cfg.File, err)
 	}
 	conns := map[connKey]*transport.Conn{}
+	xdps := map[connKey]*xdp.Conn{}
 	for k := range neededConns(cfg.Local, cfg.SAs) {
 		w, err := rt.open(k, cfg)
+		if err == nil {
+			conns[k] = w
+			var x *xdp.Conn
+			if x, err = rt.openXDP(k, w, cfg, log); x != nil {
+				xdps[k] = x
+			}
+		}
 		if err != nil {
+			for _, x := range xdps {
+				x.Close()
+			}
 			for _, w := range conns {
 				w.Close()
 			}
 			return rt, err
 		}
-		conns[k] = w
 	}
 	rt.conns.Store(&conns)
+	rt.xdps.Store(&xdps)
 	mtu, err := tunMTU(cfg)
 	if err != nil {
 		return rt, err
@@ -174,6 +190,9 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	for _, w := range conns {
 		list = append(list, w)
 	}
+	for _, x := range xdps {
+		list = append(list, x)
+	}
 	rt.Gateway = New(rt.TUN, list, rt.pick, rt.Engine, Options{
 		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
 	})
@@ -228,10 +247,70 @@ func (rt *Runtime) open(k connKey, cfg *Config) (*transport.Conn, error) {
 	return c, nil
 }
 
-// pick is the socket an outbound SA sends on; nil (not a nil *transport.Conn) when
-// there is none, so the gateway refuses the SA instead of crashing on it.
+// openXDP puts raw ESP of key k over AF_XDP as the wan-io setting asks,
+// beside the raw socket w it keeps open: nil (and no error) when the
+// setting is socket, the key is not raw ESP, or auto found XDP unable to
+// attach (which it logs, with why).
+func (rt *Runtime) openXDP(k connKey, w *transport.Conn, cfg *Config, log *slog.Logger) (*xdp.Conn, error) {
+	if k.encap != sa.EncapNone || cfg.WanIO == WanIOSocket || cfg.WanIO == "" {
+		return nil, nil
+	}
+	family := "IPv4"
+	if k.v6 {
+		family = "IPv6"
+	}
+	x, err := func() (*xdp.Conn, error) {
+		local, dev, err := wanDevice(cfg.Local, k.v6)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", xdp.ErrUnsupported, err)
+		}
+		return xdp.Open(xdp.Config{Device: dev, Local: local, Fallback: w, Log: log})
+	}()
+	switch {
+	case err == nil:
+		return x, nil
+	case cfg.WanIO == WanIOAuto && errors.Is(err, xdp.ErrUnsupported):
+		log.Warn("wan-io auto: raw ESP stays on raw sockets", "family", family, "why", err)
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%s: wan-io %s for %s raw ESP: %w", cfg.File, cfg.WanIO, family, err)
+}
+
+// wanDevice is the local address of a family and the interface holding it.
+func wanDevice(local []netip.Addr, v6 bool) (netip.Addr, string, error) {
+	for _, a := range local {
+		if a.Is6() != v6 || a.Is4In6() {
+			continue
+		}
+		links, err := netlink.LinkList()
+		if err != nil {
+			return a, "", fmt.Errorf("list interfaces: %w", err)
+		}
+		for _, l := range links {
+			addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
+			if err != nil {
+				continue
+			}
+			for _, la := range addrs {
+				if ip, ok := netip.AddrFromSlice(la.IP); ok && ip.Unmap() == a {
+					return a, l.Attrs().Name, nil
+				}
+			}
+		}
+		return a, "", fmt.Errorf("no interface holds the local address %s", a)
+	}
+	return netip.Addr{}, "", errors.New("no local address of the family to steer ESP for")
+}
+
+// pick is the socket an outbound SA sends on — the AF_XDP connection where
+// wan-io put raw ESP on one; nil (not a nil *transport.Conn) when there is
+// none, so the gateway refuses the SA instead of crashing on it.
 func (rt *Runtime) pick(s *sa.SA) Conn {
-	if w := (*rt.conns.Load())[keyFor(rt.Config.Local, s)]; w != nil {
+	k := keyFor(rt.Config.Local, s)
+	if x := (*rt.xdps.Load())[k]; x != nil {
+		return x
+	}
+	if w := (*rt.conns.Load())[k]; w != nil {
 		return w
 	}
 	return nil
@@ -305,27 +384,44 @@ func (rt *Runtime) Reload() error {
 func (rt *Runtime) openFor(sas []*sa.SA) ([]connKey, error) {
 	cur := *rt.conns.Load()
 	next := maps.Clone(cur)
+	nextX := maps.Clone(*rt.xdps.Load())
 	var opened []connKey
 	for k := range neededConns(rt.Config.Local, sas) {
 		if next[k] != nil {
 			continue
 		}
 		w, err := rt.open(k, rt.Config)
+		var x *xdp.Conn
+		if err == nil {
+			if x, err = rt.openXDP(k, w, rt.Config, rt.Gateway.log); err != nil {
+				w.Close()
+			}
+		}
 		if err != nil {
 			for _, k := range opened {
+				if x := nextX[k]; x != nil {
+					x.Close()
+				}
 				next[k].Close()
 			}
 			return nil, err
 		}
 		next[k] = w
+		if x != nil {
+			nextX[k] = x
+		}
 		opened = append(opened, k)
 	}
 	if len(opened) == 0 {
 		return nil, nil
 	}
+	rt.xdps.Store(&nextX)
 	rt.conns.Store(&next)
 	for _, k := range opened {
 		rt.AddConn(next[k])
+		if x := nextX[k]; x != nil {
+			rt.AddConn(x)
+		}
 	}
 	rt.Gateway.log.Info("outer sockets opened", "count", len(opened))
 	return opened, nil
@@ -337,11 +433,17 @@ func (rt *Runtime) closeConns(keys []connKey) {
 		return
 	}
 	next := maps.Clone(*rt.conns.Load())
-	var gone []*transport.Conn
+	nextX := maps.Clone(*rt.xdps.Load())
+	var gone []Conn
 	for _, k := range keys {
+		if x := nextX[k]; x != nil {
+			gone = append(gone, x) // before the raw socket it falls back on
+			delete(nextX, k)
+		}
 		gone = append(gone, next[k])
 		delete(next, k)
 	}
+	rt.xdps.Store(&nextX)
 	rt.conns.Store(&next)
 	for _, w := range gone {
 		rt.RemoveConn(w)
@@ -458,6 +560,11 @@ func (rt *Runtime) Close() {
 		netlink.RuleDel(r)
 	}
 	if rt.Gateway == nil {
+		if m := rt.xdps.Load(); m != nil {
+			for _, x := range *m {
+				x.Close()
+			}
+		}
 		if m := rt.conns.Load(); m != nil {
 			for _, c := range *m {
 				c.Close()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/transport"
+	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/offload"
 )
 
@@ -29,6 +30,10 @@ type Stats struct {
 	// Sockets are the outer sockets' own counts: NAT keepalives and
 	// non-ESP datagrams ignored, runts, send and receive errors.
 	Sockets []SocketStats `json:"sockets,omitempty"`
+	// XDP are the AF_XDP connections' counts (wan-io): packets through
+	// the rings and beside them, ring-full drops, the kernel's
+	// XDP_STATISTICS.
+	XDP []xdp.Stats `json:"xdp,omitempty"`
 	// PMTU counts ICMP reports about the outer path (header.go).
 	PMTU PMTUStats `json:"pmtu"`
 	// Reassembly is the host kernel's reassembly of outer fragments in the
@@ -68,10 +73,20 @@ type SAStats struct {
 	esp.Snapshot
 }
 
-// EngineStats names the engine next to its counters.
+// EngineStats names the engine next to its counters, and, for an engine
+// that hands the work to drivers (afalg), which drivers and modules did it.
 type EngineStats struct {
 	Name string `json:"name"`
 	offload.Stats
+	Drivers []offload.Driver `json:"drivers,omitempty"`
+}
+
+func engineStats(e offload.Engine) EngineStats {
+	s := EngineStats{Name: e.Name(), Stats: e.Stats()}
+	if d, ok := e.(offload.DriverReporter); ok {
+		s.Drivers = d.Drivers()
+	}
+	return s
 }
 
 // Stats copies the counters.
@@ -81,7 +96,7 @@ func (g *Gateway) Stats() Stats {
 	out := Stats{
 		TunIn: c.TunIn.Load(), TunOut: c.TunOut.Load(), WireIn: c.WireIn.Load(), WireOut: c.WireOut.Load(),
 		Drops:  map[string]uint64{},
-		Engine: EngineStats{Name: g.engine.Name(), Stats: g.engine.Stats()},
+		Engine: engineStats(g.engine),
 		PMTU:   PMTUStats{Updates: g.pmtu.Updates.Load(), Ignored: g.pmtu.Ignored.Load()},
 	}
 	if r, err := ReadReassembly(); err == nil {
@@ -93,8 +108,11 @@ func (g *Gateway) Stats() Stats {
 		}
 	}
 	for _, c := range g.Conns() {
-		if w, ok := c.(*transport.Conn); ok {
+		switch w := c.(type) {
+		case *transport.Conn:
 			out.Sockets = append(out.Sockets, SocketStats{Kind: w.Kind().String(), Local: w.LocalAddr().String(), Stats: w.Stats()})
+		case *xdp.Conn:
+			out.XDP = append(out.XDP, w.Stats())
 		}
 	}
 	slices.SortFunc(out.Sockets, func(a, b SocketStats) int { return cmp.Or(cmp.Compare(a.Kind, b.Kind), cmp.Compare(a.Local, b.Local)) })
@@ -179,11 +197,14 @@ var (
 	descSABytes = prometheus.NewDesc("espgw_sa_bytes_total", "Bytes sealed or opened per SA.", []string{"spi", "op"}, nil)
 	descSADrops = prometheus.NewDesc("espgw_sa_drops_total", "Packets dropped per SA, by reason.", []string{"spi", "reason"}, nil)
 	descSocket  = prometheus.NewDesc("espgw_socket_packets_total", "Outer socket counters: datagrams ignored or refused.", []string{"kind", "counter"}, nil)
+	descXDP     = prometheus.NewDesc("espgw_xdp_packets_total", "AF_XDP counters (wan-io): through the rings, beside them, dropped, and the kernel's XDP_STATISTICS.", []string{"device", "counter"}, nil)
 	descEngine  = prometheus.NewDesc("espgw_engine_ops_total", "Offload engine counters.", []string{"engine", "counter"}, nil)
+	descQueue   = prometheus.NewDesc("espgw_engine_queue_depth", "Offload engine ops in flight: now, and the most seen.", []string{"engine", "which"}, nil)
+	descDriver  = prometheus.NewDesc("espgw_engine_driver_info", "The drivers that do an engine's work (afalg: the kernel's, from /proc/crypto).", []string{"engine", "algorithm", "driver", "module"}, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descDrops, descSAPkts, descSABytes, descSADrops, descSocket, descEngine} {
+	for _, d := range []*prometheus.Desc{descPackets, descDrops, descSAPkts, descSABytes, descSADrops, descSocket, descXDP, descEngine, descQueue, descDriver} {
 		ch <- d
 	}
 }
@@ -237,11 +258,27 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			counter(descSocket, v, k.Kind, name)
 		}
 	}
+	for _, x := range s.XDP {
+		for name, v := range map[string]uint64{
+			"packets_in": x.PacketsIn, "packets_out": x.PacketsOut, "kicks": x.Kicks, "fallback": x.Fallback,
+			"no_neighbor": x.NoNeighbor, "malformed": x.Malformed, "truncated": x.Truncated,
+			"tx_ring_full": x.TXRingFull, "send_errors": x.SendErrors, "rx_dropped": x.RxDropped,
+			"rx_ring_full": x.RxRingFull, "rx_fill_ring_empty_descs": x.RxFillRingEmptyDescs,
+			"rx_invalid_descs": x.RxInvalidDescs, "tx_invalid_descs": x.TxInvalidDescs, "tx_ring_empty_descs": x.TxRingEmptyDescs,
+		} {
+			counter(descXDP, v, x.Device, name)
+		}
+	}
 	e := s.Engine
 	for name, v := range map[string]uint64{
 		"ops": e.Ops, "bytes": e.Bytes, "batches": e.Batches, "records": e.Records, "interrupts": e.Interrupts,
 		"queue_full": e.QueueFull, "mcr_full": e.MCRFull, "errors": e.Errors, "bad_icv": e.BadICV,
 	} {
 		counter(descEngine, v, e.Name, name)
+	}
+	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(e.QueueDepth), e.Name, "now")
+	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(e.MaxQueue), e.Name, "max")
+	for _, d := range e.Drivers {
+		ch <- prometheus.MustNewConstMetric(descDriver, prometheus.GaugeValue, 1, e.Name, d.Algorithm, d.Driver, d.Module)
 	}
 }

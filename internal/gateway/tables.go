@@ -179,6 +179,9 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.Reserve != nil {
+		g.reserveAhead(s)
+	}
 	if g.isLocal(cfg.Dst) && cfg.InitialSeq != 0 {
 		// The peer's first packet is InitialSeq+1 (sa.SA): start the
 		// window there, as the kernel's replay-seq does, so that ESN high
@@ -186,6 +189,28 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 		s.StartReceiveAfter(cfg.InitialSeq)
 	}
 	return s, nil
+}
+
+// reserveAhead queues an outbound SA's first sequence reservation for the
+// background reservers: with thousands of SAs loaded at once, their first
+// fsyncs would otherwise be made one by one on the data path as each
+// tunnel's first packet arrives.
+func (g *Gateway) reserveAhead(s *esp.SA) {
+	g.reserveOnce.Do(func() {
+		g.reserveQ = make(chan *esp.SA, 1<<16)
+		for range 4 {
+			go func() {
+				for s := range g.reserveQ {
+					s.ReserveAhead()
+				}
+			}()
+		}
+	})
+	select {
+	case g.reserveQ <- s:
+	default:
+		// The queue is full: this SA's first packet reserves for itself.
+	}
 }
 
 // insert adds s to the maps of st. Without policies, an outbound

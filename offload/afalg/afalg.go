@@ -57,8 +57,10 @@ type Options struct {
 	// a card's, cbc(aes-generic), …) or a whole AEAD's driver name; empty
 	// means the kernel's highest-priority implementation of each suite.
 	Driver string
-	// Sockets is the number of operation sockets per session, and of
-	// worker goroutines: the requests in flight. 0 means DefaultSockets.
+	// Sockets is the number of operation sockets per session driven by
+	// worker goroutines: the requests in flight. Each session has one
+	// socket more, on which a submitter runs a batch of one or two ops
+	// itself when the engine is idle. 0 means DefaultSockets.
 	Sockets int
 	// QueueDepth bounds the ops submitted and not yet completed; it is
 	// also the largest batch. 0 means DefaultQueueDepth.
@@ -74,16 +76,19 @@ type Engine struct {
 	suites []sa.Suite
 	note   string
 
-	jobs chan job
-	fifo chan *pending
-	pend sync.Pool
-	wg   sync.WaitGroup
+	chunks chan chunk
+	pend   sync.Pool
+	wg     sync.WaitGroup
+	inline *worker // the submitter's own socket (index Sockets), while inlineBusy
 
-	mu       sync.Mutex
-	inflight int
-	closed   bool
-	waiters  int
-	space    chan struct{} // closed and replaced when ops complete and someone waits
+	mu         sync.Mutex
+	inflight   int
+	closed     bool
+	waiters    int
+	space      chan struct{} // closed and replaced when ops complete and someone waits
+	fifo       ring          // admitted batches in submission order
+	delivering bool          // a goroutine is delivering completed batches
+	inlineBusy bool
 
 	counters  offload.Counters
 	requests  atomic.Uint64
@@ -95,16 +100,49 @@ type Engine struct {
 	drivers []offload.Driver
 }
 
-type job struct {
-	op *offload.Op
-	p  *pending
+// chunk is the part of a batch one worker takes: a batch is split into
+// up to Sockets chunks, so a worker is woken once per chunk, not per op.
+type chunk struct {
+	ops []*offload.Op
+	p   *pending
 }
 
-// pending is one submitted batch waiting for its ops.
+// pending is one admitted batch waiting for its chunks.
 type pending struct {
 	b    *offload.Batch
-	left atomic.Int32
-	done chan struct{}
+	left int // chunks not yet done; under Engine.mu
+}
+
+// ring is a FIFO of pending batches that grows only past its largest
+// depth so far.
+type ring struct {
+	buf        []*pending
+	head, size int
+}
+
+func (r *ring) push(p *pending) {
+	if r.size == len(r.buf) {
+		buf := make([]*pending, max(16, 2*len(r.buf)))
+		for i := range r.size {
+			buf[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = buf, 0
+	}
+	r.buf[(r.head+r.size)%len(r.buf)] = p
+	r.size++
+}
+
+func (r *ring) front() *pending {
+	if r.size == 0 {
+		return nil
+	}
+	return r.buf[r.head]
+}
+
+func (r *ring) pop() {
+	r.buf[r.head] = nil
+	r.head = (r.head + 1) % len(r.buf)
+	r.size--
 }
 
 // New checks that the kernel has AF_ALG (and, with a driver, that
@@ -127,8 +165,9 @@ func New(opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	e := &Engine{name: name, opts: opts, log: opts.Logger, note: kernelNote(release()),
-		jobs: make(chan job, opts.QueueDepth), fifo: make(chan *pending, opts.QueueDepth), space: make(chan struct{})}
-	e.pend.New = func() any { return &pending{done: make(chan struct{}, 1)} }
+		chunks: make(chan chunk, opts.QueueDepth), space: make(chan struct{})}
+	e.pend.New = func() any { return new(pending) }
+	e.inline = newWorker(e, opts.Sockets)
 	if e.note != "" {
 		e.log.Warn(e.note, "engine", name)
 	}
@@ -149,8 +188,6 @@ func New(opts Options) (*Engine, error) {
 		e.wg.Add(1)
 		go e.work(i)
 	}
-	e.wg.Add(1)
-	go e.complete()
 	return e, nil
 }
 
@@ -233,22 +270,30 @@ func (e *Engine) TrySubmit(b *offload.Batch) error {
 	return nil
 }
 
+// inlineMax is the largest batch a submitter runs itself when the engine
+// is idle: one request needs no worker woken and none to wake it back.
+const inlineMax = 2
+
 // admit queues b if it fits (a batch larger than the whole queue fits an
 // empty one); otherwise, when asked to wait, it registers as a waiter and
-// returns the channel that is closed when ops complete.
+// returns the channel that is closed when ops complete. An idle engine
+// runs a small batch on the caller, on the session's spare socket.
 func (e *Engine) admit(b *offload.Batch, wait bool) (bool, chan struct{}, error) {
 	n := max(len(b.Ops), 1)
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.closed {
+		e.mu.Unlock()
 		return false, nil, offload.ErrClosed
 	}
 	if e.inflight+n > e.opts.QueueDepth && e.inflight > 0 {
 		if !wait {
+			e.mu.Unlock()
 			return false, nil, nil
 		}
 		e.waiters++
-		return false, e.space, nil
+		sp := e.space
+		e.mu.Unlock()
+		return false, sp, nil
 	}
 	e.inflight += n
 	if d := uint64(e.inflight); d > e.maxQueue.Load() {
@@ -257,59 +302,88 @@ func (e *Engine) admit(b *offload.Batch, wait bool) (bool, chan struct{}, error)
 	e.depth.Store(int64(e.inflight))
 	p := e.pend.Get().(*pending)
 	p.b = b
-	p.left.Store(int32(len(b.Ops)))
-	// Both channels hold QueueDepth entries and at most QueueDepth ops
-	// are admitted (but for one oversized batch, whose ops the workers
-	// drain as they go), so these sends do not wait for completions;
-	// sending under mu keeps batches and their ops in submission order.
-	e.fifo <- p
+	e.fifo.push(p)
+	if len(b.Ops) <= inlineMax && e.fifo.size == 1 && !e.inlineBusy {
+		e.inlineBusy = true
+		p.left = 1
+		e.mu.Unlock()
+		for _, op := range b.Ops {
+			e.inline.process(op)
+		}
+		e.mu.Lock()
+		e.inlineBusy = false
+		e.finish(p)
+		return true, nil, nil
+	}
+	// Split the batch into one chunk per worker (fewer for small
+	// batches). The channel holds QueueDepth chunks and at most
+	// QueueDepth ops are admitted (but for one oversized batch, which
+	// the workers drain as they go), so sending does not wait for
+	// completions; sending under mu keeps chunks in submission order.
 	if len(b.Ops) == 0 {
-		p.done <- struct{}{}
+		p.left = 1
+		e.finish(p)
+		return true, nil, nil
 	}
-	for _, op := range b.Ops {
-		e.jobs <- job{op: op, p: p}
+	k := min(len(b.Ops), e.opts.Sockets)
+	per := (len(b.Ops) + k - 1) / k
+	p.left = (len(b.Ops) + per - 1) / per
+	for i := 0; i < len(b.Ops); i += per {
+		e.chunks <- chunk{ops: b.Ops[i:min(i+per, len(b.Ops))], p: p}
 	}
+	e.mu.Unlock()
 	return true, nil, nil
 }
 
-// release gives n places in the queue back and wakes waiting submitters.
-func (e *Engine) release(n int) {
-	e.mu.Lock()
-	e.inflight -= n
-	e.depth.Store(int64(e.inflight))
-	if e.waiters > 0 {
-		e.waiters = 0
-		close(e.space)
-		e.space = make(chan struct{})
+// finish counts one chunk of p done and, if no other goroutine is at it,
+// delivers the completed batches at the head of the queue, in order.
+// Called with e.mu held; returns with it released. Done runs without the
+// lock (it may submit again), and only one goroutine delivers at a time,
+// so batches complete in submission order.
+func (e *Engine) finish(p *pending) {
+	p.left--
+	if e.delivering {
+		e.mu.Unlock()
+		return
 	}
-	e.mu.Unlock()
-}
-
-// complete delivers batches in submission order.
-func (e *Engine) complete() {
-	defer e.wg.Done()
-	for p := range e.fifo {
-		<-p.done
-		b := p.b
-		p.b = nil
-		e.pend.Put(p)
+	e.delivering = true
+	for {
+		h := e.fifo.front()
+		if h == nil || h.left > 0 {
+			break
+		}
+		e.fifo.pop()
+		b := h.b
+		h.b = nil
+		e.pend.Put(h)
+		e.inflight -= max(len(b.Ops), 1)
+		e.depth.Store(int64(e.inflight))
+		if e.waiters > 0 {
+			e.waiters = 0
+			close(e.space)
+			e.space = make(chan struct{})
+		}
+		e.mu.Unlock()
 		e.counters.Count(b.Ops)
-		e.release(max(len(b.Ops), 1))
 		if b.Done != nil {
 			b.Done(b)
 		}
+		e.mu.Lock()
 	}
+	e.delivering = false
+	e.mu.Unlock()
 }
 
 // work is worker i: it drives operation socket i of every session.
 func (e *Engine) work(i int) {
 	defer e.wg.Done()
 	w := newWorker(e, i)
-	for j := range e.jobs {
-		w.process(j.op)
-		if j.p.left.Add(-1) == 0 {
-			j.p.done <- struct{}{}
+	for c := range e.chunks {
+		for _, op := range c.ops {
+			w.process(op)
 		}
+		e.mu.Lock()
+		e.finish(c.p)
 	}
 }
 
@@ -335,8 +409,7 @@ func (e *Engine) Close() error {
 		return nil
 	}
 	e.closed = true
-	close(e.jobs)
-	close(e.fifo)
+	close(e.chunks)
 	e.mu.Unlock()
 	e.wg.Wait()
 	return nil

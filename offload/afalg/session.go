@@ -83,7 +83,7 @@ func (e *Engine) newSession(cfg offload.SessionConfig) (*session, error) {
 			return nil, err
 		}
 	}
-	for range e.opts.Sockets {
+	for range e.opts.Sockets + 1 { // the workers', and the inline path's
 		op, err := s.tfm.Accept(s.ivLen)
 		if err != nil {
 			return nil, err

@@ -2,14 +2,28 @@ package cryptoguest
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/testbed"
+	"github.com/espgw/espgw/sa"
 )
 
 // The tests share one guest with the device, booted on first use, and run
@@ -22,17 +36,6 @@ var shared struct {
 	err    error
 	device sync.Once
 	devErr error
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if shared.g != nil {
-		if err := shared.g.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
 }
 
 // The packages whose tests run in the guest.
@@ -164,6 +167,116 @@ func TestAFALGSoftware(t *testing.T) {
 	}
 }
 
+// speedSeconds is how long each size is timed: 1 s in the test suite,
+// where only the runs themselves are checked; ESPGW_SPEED_SECONDS=3 for
+// the numbers in BENCHMARKS.md.
+func speedSeconds() string {
+	if s := os.Getenv("ESPGW_SPEED_SECONDS"); s != "" {
+		return s
+	}
+	return "1"
+}
+
+// speedResult is the JSON `espgw speed --json` prints.
+type speedResult struct {
+	Engine string `json:"engine"`
+	Rows   []struct {
+		Label string    `json:"label"`
+		KBps  []float64 `json:"kbps"`
+	} `json:"rows"`
+	Stats struct {
+		Records  uint64 `json:"Records"`
+		MaxQueue uint64 `json:"MaxQueue"`
+	} `json:"stats"`
+	Drivers []struct {
+		Driver string `json:"driver"`
+		Module string `json:"module"`
+	} `json:"drivers"`
+	OpenSSL *struct {
+		Rows []struct {
+			KBps []float64 `json:"kbps"`
+		} `json:"rows"`
+		Ratio [][]float64 `json:"ratio"`
+		Args  []string    `json:"args"`
+	} `json:"openssl"`
+}
+
+// speed runs `espgw speed` in the guest and returns its result and table.
+func speed(t *testing.T, g *Guest, args ...string) (speedResult, string) {
+	t.Helper()
+	ctx := context.Background()
+	// By the wall clock: the CPU time of the process leaves out the
+	// device's work and the kernel threads' (openssl's own rate on the
+	// device is infinite by CPU time).
+	cmd := Espgw + " speed -elapsed -seconds " + speedSeconds() + " " + strings.Join(args, " ")
+	out, err := g.RunFor(ctx, 10*time.Minute, cmd+" --json 2>/tmp/speed.err || { cat /tmp/speed.err; exit 1; }")
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, out)
+	}
+	var r speedResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, out)
+	}
+	for _, row := range r.Rows {
+		for i, v := range row.KBps {
+			if v <= 0 {
+				t.Errorf("%s: %s size %d: no throughput", cmd, row.Label, i)
+			}
+		}
+	}
+	t.Logf("%s\n%s", cmd, formatSpeed(r))
+	return r, formatSpeed(r)
+}
+
+// formatSpeed prints a result as a Markdown table row block.
+func formatSpeed(r speedResult) string {
+	var b strings.Builder
+	for _, row := range r.Rows {
+		fmt.Fprintf(&b, "| %s %s |", r.Engine, row.Label)
+		for _, v := range row.KBps {
+			fmt.Fprintf(&b, " %.0f |", v)
+		}
+		b.WriteString("\n")
+		if r.OpenSSL != nil && len(r.OpenSSL.Rows) > 0 {
+			fmt.Fprintf(&b, "| %s |", strings.Join(r.OpenSSL.Args, " "))
+			for _, v := range r.OpenSSL.Rows[0].KBps {
+				fmt.Fprintf(&b, " %.0f |", v)
+			}
+			b.WriteString("\n| ratio |")
+			for _, v := range r.OpenSSL.Ratio[0] {
+				fmt.Fprintf(&b, " %.2f× |", v)
+			}
+			b.WriteString("\n")
+		}
+	}
+	for _, d := range r.Drivers {
+		fmt.Fprintf(&b, "driver %s (%s), %d requests, %d most in flight\n", d.Driver, d.Module, r.Stats.Records, r.Stats.MaxQueue)
+	}
+	return b.String()
+}
+
+// TestAFALGSpeedSoftware: `espgw speed` on afalg with the kernel's
+// software driver beside `openssl speed -engine afalg` (openssl's own
+// AF_ALG engine, one request in flight) in the same guest, and beside
+// espgw's cpu and aesni engines: what the kernel round trip costs. The
+// numbers are a benchmark (BENCHMARKS.md), not checked here.
+func TestAFALGSpeedSoftware(t *testing.T) {
+	g := guest(t)
+	if deviceLoaded(t, g) {
+		t.Fatal("the device's driver is loaded already: this test must run before TestAFALGDevice")
+	}
+	r, _ := speed(t, g, "-evp aes-128-cbc -engine afalg -workers 1 --vs-openssl")
+	if len(r.Drivers) == 0 || !strings.Contains(r.Drivers[0].Driver, "aes-generic") {
+		t.Errorf("the software run names no software driver: %+v", r.Drivers)
+	}
+	if r.OpenSSL == nil || !strings.Contains(strings.Join(r.OpenSSL.Args, " "), "-engine afalg") {
+		t.Errorf("openssl did not run with its afalg engine: %+v", r.OpenSSL)
+	}
+	speed(t, g, "-evp aes-128-cbc -engine afalg -workers 4 -batch 16")
+	speed(t, g, "-evp aes-128-cbc -engine cpu")
+	speed(t, g, "-evp aes-128-cbc -engine aesni")
+}
+
 // usedIndex reads the device's data queue used index.
 func usedIndex(t *testing.T, g *Guest) uint16 {
 	t.Helper()
@@ -214,4 +327,263 @@ func TestAFALGDevice(t *testing.T) {
 	if !strings.Contains(out, "afalg-driver authenc(hmac(sha1-generic),"+device+") | sha1-generic: kernel, "+device+": virtio_crypto") {
 		t.Errorf("the device run does not report the device's driver:\n%s", tail(out, 3000))
 	}
+}
+
+// TestAFALGSpeedDevice: the same on the virtio-crypto device, with one
+// socket and with four sockets in flight; the device's used index must
+// advance by the requests the engine counted.
+func TestAFALGSpeedDevice(t *testing.T) {
+	g := withDevice(t)
+	before := usedIndex(t, g)
+	r, _ := speed(t, g, "-evp aes-128-cbc -engine afalg:"+device+" -workers 1 --vs-openssl")
+	if len(r.Drivers) == 0 || r.Drivers[0].Driver != device {
+		t.Errorf("the device run names %+v, not %s", r.Drivers, device)
+	}
+	if usedIndex(t, g) == before {
+		t.Error("the device completed nothing")
+	}
+	speed(t, g, "-evp aes-128-cbc -engine afalg:"+device+" -workers 4 -batch 16")
+}
+
+// The tunnel's inner networks: the host gateway's TUN and the guest's.
+var (
+	hostInner  = netip.MustParsePrefix("198.51.100.1/24")
+	guestInner = netip.MustParsePrefix("203.0.113.1/24")
+)
+
+// TestAFALGTunnel: an espgw gateway inside the guest, its crypto on the
+// virtio-crypto device (afalg:virtio_crypto_aes_cbc, authencesn with ESN
+// crossing 2^32 in both directions), forms a tunnel with an espgw gateway
+// on the host (cpu engine): pings of 0 to 1400 bytes both ways, a TCP
+// transfer each way checked by sha256, the gateways' counters agreeing,
+// and the device's used index advancing by exactly the requests the
+// guest's engine sent.
+func TestAFALGTunnel(t *testing.T) {
+	g := withDevice(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}
+	key := func(n int) sa.Key {
+		k := make(sa.Key, n)
+		rand.Read(k)
+		return k
+	}
+	hostWAN, guestWAN := HostAddr.Addr(), GuestAddr.Addr()
+	out := &sa.SA{SPI: 0x1001, Mode: sa.Tunnel, Src: hostWAN, Dst: guestWAN, Suite: suite, EncKey: key(16), AuthKey: key(32),
+		ESN: true, ReplayWindow: 64, InitialSeq: 1<<32 - 5}
+	in := &sa.SA{SPI: 0x2001, Mode: sa.Tunnel, Src: guestWAN, Dst: hostWAN, Suite: suite, EncKey: key(16), AuthKey: key(32),
+		ESN: true, ReplayWindow: 64, InitialSeq: 2<<32 - 5}
+	sas, err := sa.Marshal(&sa.Config{SAs: []*sa.SA{out, in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gwConfig := func(local, peer netip.Addr, engine string, tun netip.Prefix, route netip.Prefix) string {
+		return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nouter-mtu: 1600\ntun:\n  name: esp0\n  addresses: [%s]\n  routes: [%s]\nsa-file: sas.yaml\n",
+			local, peer, engine, tun, route.Masked())
+	}
+
+	// The host's gateway, in the namespace of the guest's tap.
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "sas.yaml"), sas, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostCfg := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(hostCfg, []byte(gwConfig(hostWAN, guestWAN, "cpu", hostInner, guestInner)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostGW, err := testbed.RunGateway(ctx, g.NS, g.Binary(), hostCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if out, err := hostGW.Stop(syscall.SIGTERM); err != nil || t.Failed() {
+			t.Logf("host gateway: %v\n%s", err, tail(out, 3000))
+		}
+	}()
+
+	// The guest's gateway, on the device.
+	engine := "afalg:" + device
+	script := fmt.Sprintf(`mkdir -p /tmp/gw && cd /tmp/gw
+echo %s | base64 -d > sas.yaml
+cat > gw.yaml <<'EOF2'
+%sEOF2
+(%s run -c gw.yaml >/tmp/gw/log 2>&1 &)
+i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { cat /tmp/gw/log; exit 1; }; sleep 0.2; done`,
+		base64.StdEncoding.EncodeToString(sas), gwConfig(guestWAN, hostWAN, engine, guestInner, hostInner), Espgw, Espgw)
+	before := usedIndex(t, g)
+	if out, err := g.RunFor(ctx, 2*time.Minute, script); err != nil {
+		t.Fatalf("start the guest's gateway: %v\n%s", err, out)
+	}
+	defer func() {
+		out, _ := g.Run(context.Background(), "pid=$(pidof espgw); kill $pid; sleep 1; cat /tmp/gw/log | tail -20")
+		if t.Failed() {
+			t.Logf("guest gateway:\n%s", out)
+		}
+	}()
+
+	// Pings both ways, 0 to 1400 bytes.
+	sizes := []int{0, 1, 56, 100, 500, 1000, 1200, 1400}
+	for _, size := range sizes {
+		r, err := testbed.Ping(ctx, g.NS, guestInner.Addr(), testbed.PingOptions{Size: size, Count: 3})
+		if err != nil || r.Received != r.Sent {
+			t.Errorf("host → guest ping of %d bytes: %d of %d answered (%v)\n%s", size, r.Received, r.Sent, err, r.Output)
+		}
+		o, err := g.Run(ctx, fmt.Sprintf("ping -c 3 -W 5 -s %d -I %s %s", size, guestInner.Addr(), hostInner.Addr()))
+		if err != nil || !strings.Contains(o, "3 packets received") {
+			t.Errorf("guest → host ping of %d bytes: %v\n%s", size, err, o)
+		}
+	}
+
+	// TCP both ways, checked by sha256.
+	const n = 1 << 20
+	if err := sendToGuest(ctx, g, n); err != nil {
+		t.Error(err)
+	}
+	if err := receiveFromGuest(ctx, g, n); err != nil {
+		t.Error(err)
+	}
+
+	// The counters agree: what one side sealed the other opened, nothing
+	// dropped, and the guest's engine sent every request to the device.
+	hostSt, err := testbed.GatewayStats(ctx, g.NS, g.Binary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := g.Run(ctx, Espgw+" stats --json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var guestSt gateway.Stats
+	if err := json.Unmarshal([]byte(raw), &guestSt); err != nil {
+		t.Fatalf("guest stats: %v\n%s", err, raw)
+	}
+	requests := guestSt.Engine.Records
+	completed := usedIndex(t, g) - before
+	find := func(st gateway.Stats, spi uint32) gateway.SAStats {
+		for _, s := range st.SAs {
+			if s.SPI == fmt.Sprintf("%#x", spi) {
+				return s
+			}
+		}
+		t.Fatalf("no SA %#x in %+v", spi, st.SAs)
+		return gateway.SAStats{}
+	}
+	hOut, hIn, gOut, gIn := find(hostSt, 0x1001), find(hostSt, 0x2001), find(guestSt, 0x2001), find(guestSt, 0x1001)
+	t.Logf("host sealed %d opened %d; guest sealed %d opened %d; guest engine %s: %d requests (%+v); device completed %d",
+		hOut.SealedPackets, hIn.OpenedPackets, gOut.SealedPackets, gIn.OpenedPackets, guestSt.Engine.Name, requests, guestSt.Engine.Drivers, completed)
+	if hOut.SealedPackets == 0 || hOut.SealedPackets != gIn.OpenedPackets || gOut.SealedPackets != hIn.OpenedPackets {
+		t.Errorf("counters disagree: host sealed %d, guest opened %d; guest sealed %d, host opened %d",
+			hOut.SealedPackets, gIn.OpenedPackets, gOut.SealedPackets, hIn.OpenedPackets)
+	}
+	for name, st := range map[string]gateway.Stats{"host": hostSt, "guest": guestSt} {
+		for _, s := range st.SAs {
+			for r, v := range s.Drops {
+				if v != 0 {
+					t.Errorf("%s gateway SA %s dropped %d packets: %s", name, s.SPI, v, r)
+				}
+			}
+		}
+	}
+	if want := gOut.SealedPackets + gIn.OpenedPackets; requests != want {
+		t.Errorf("the guest's engine sent %d requests for %d packets", requests, want)
+	}
+	if uint64(completed) != requests%(1<<16) {
+		t.Errorf("the device completed %d requests, the guest's engine sent %d", completed, requests)
+	}
+	if len(guestSt.Engine.Drivers) == 0 || !strings.Contains(guestSt.Engine.Drivers[0].Driver, "authencesn(hmac(sha256-generic),"+device+")") {
+		t.Errorf("the guest's engine reports drivers %+v", guestSt.Engine.Drivers)
+	}
+}
+
+var sha256Line = regexp.MustCompile(`(?m)^([0-9a-f]{64})\s`)
+
+// sendToGuest sends n random bytes over TCP from the host's inner address
+// to busybox nc in the guest and compares the guest's sha256sum.
+func sendToGuest(ctx context.Context, g *Guest, n int) error {
+	data := make([]byte, n)
+	rand.Read(data)
+	want := sha256.Sum256(data)
+	if _, err := g.Run(ctx, "rm -f /tmp/rx; (nc -l -p 5001 >/tmp/rx 2>/dev/null &)"); err != nil {
+		return fmt.Errorf("start nc in the guest: %w", err)
+	}
+	var conn net.Conn
+	dst := netip.AddrPortFrom(guestInner.Addr(), 5001).String()
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		err := g.NS.Do(func() error {
+			var err error
+			conn, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", dst)
+			return err
+		})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("connect to nc in the guest at %s: %w", dst, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(2 * time.Minute))
+	if _, err := conn.Write(data); err != nil {
+		return fmt.Errorf("send %d bytes to the guest: %w", n, err)
+	}
+	conn.(*net.TCPConn).CloseWrite()
+	io.Copy(io.Discard, conn)
+	out, err := g.Run(ctx, "i=0; while pidof nc >/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; wc -c </tmp/rx; sha256sum /tmp/rx")
+	if err != nil {
+		return fmt.Errorf("checksum in the guest: %w", err)
+	}
+	if m := sha256Line.FindStringSubmatch(out); m == nil || m[1] != hex.EncodeToString(want[:]) {
+		return fmt.Errorf("the guest received data with another sha256 than the %d bytes sent: %q", n, out)
+	}
+	return nil
+}
+
+// receiveFromGuest has busybox nc in the guest send n random bytes to a
+// listener at the host's inner address and compares sha256 sums.
+func receiveFromGuest(ctx context.Context, g *Guest, n int) error {
+	var ln net.Listener
+	addr := netip.AddrPortFrom(hostInner.Addr(), 5002).String()
+	if err := g.NS.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", addr)
+		return err
+	}); err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	defer ln.Close()
+	type result struct {
+		sum string
+		n   int64
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		ln.(*net.TCPListener).SetDeadline(time.Now().Add(2 * time.Minute))
+		c, err := ln.Accept()
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Minute))
+		h := sha256.New()
+		m, err := io.Copy(h, c)
+		got <- result{hex.EncodeToString(h.Sum(nil)), m, err}
+	}()
+	out, err := g.RunFor(ctx, 2*time.Minute, fmt.Sprintf("head -c %d /dev/urandom >/tmp/tx && sha256sum /tmp/tx && nc %s 5002 </tmp/tx", n, hostInner.Addr()))
+	if err != nil {
+		ln.Close()
+		<-got
+		return fmt.Errorf("send from the guest: %w: %s", err, out)
+	}
+	r := <-got
+	if r.err != nil {
+		return fmt.Errorf("receive from the guest: %w", r.err)
+	}
+	m := sha256Line.FindStringSubmatch(out)
+	if m == nil || m[1] != r.sum || r.n != int64(n) {
+		return fmt.Errorf("received %d bytes from the guest with sha256 %s; it sent %d with %q", r.n, r.sum, n, out)
+	}
+	return nil
 }

@@ -94,8 +94,12 @@ type Case struct {
 	Encap   sa.Encap
 	ESN     bool
 	// Impair is what the relay does to gw1's packets toward the guest;
-	// nil impairs nothing.
-	Impair *impair.Config
+	// nil impairs nothing. ImpairBack is the same for the guest's packets
+	// toward gw1.
+	Impair, ImpairBack *impair.Config
+	// Header sets the outer-header options of both SAs (sa/header.go);
+	// nil leaves the defaults.
+	Header func(*sa.SA)
 }
 
 // Name is the case as a test name: suite/mode/encap/esn.
@@ -265,7 +269,11 @@ func (b *Bed) Configure(ctx context.Context, c Case) (*Tunnel, error) {
 	if c.Impair != nil {
 		imp = *c.Impair
 	}
-	if b.relay, err = startRelay(wanrelay.Config{Netns: b.WAN.Name(), A: relayIf, B: tapIf, AToB: imp, Logger: b.log}); err != nil {
+	back := impair.DefaultConfig()
+	if c.ImpairBack != nil {
+		back = *c.ImpairBack
+	}
+	if b.relay, err = startRelay(wanrelay.Config{Netns: b.WAN.Name(), A: relayIf, B: tapIf, AToB: imp, BToA: back, Logger: b.log}); err != nil {
 		return nil, err
 	}
 	b.tunnel = t
@@ -296,6 +304,10 @@ func (b *Bed) makeTunnel(c Case) (*Tunnel, error) {
 		// high bits take part in every ICV and the carry is exercised.
 		out.InitialSeq = 1<<32 - 3
 		in.InitialSeq = 2<<32 - 3
+	}
+	if c.Header != nil {
+		c.Header(out)
+		c.Header(in)
 	}
 	t := &Tunnel{Case: c, Out: out, In: in}
 	if c.Mode == sa.Tunnel {
@@ -330,8 +342,9 @@ func (b *Bed) writeConfig(t *Tunnel) (string, error) {
 	if err := sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), set); err != nil {
 		return "", fmt.Errorf("write gw1's SA file: %w", err)
 	}
-	cfg := fmt.Sprintf("local: %s\npeer: %s\nengine: cpu\nouter-mtu: %d\ntun:\n  name: %s\n  routes: %s\nsa-file: sas.yaml\nstate-dir: gw1-state\n",
-		t.Out.Src, t.Out.Dst, wanMTU, tunIf, routes)
+	// ESPGW_WAN_IO=xdp puts gw1's raw ESP on AF_XDP against the same peers.
+	cfg := fmt.Sprintf("local: %s\npeer: %s\nengine: cpu\nouter-mtu: %d\ntun:\n  name: %s\n  routes: %s\nsa-file: sas.yaml\nstate-dir: gw1-state\nwan-io: %s\n",
+		t.Out.Src, t.Out.Dst, wanMTU, tunIf, routes, testbed.DefaultWanIO())
 	path := filepath.Join(b.Dir, "gw1.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return "", fmt.Errorf("write gw1's config: %w", err)

@@ -34,6 +34,8 @@ var guestModules = []string{
 	// user-space device drivers (the virtio engine): VFIO with the type 1
 	// IOMMU, for devices behind the emulated Intel IOMMU (Devices.IOMMU)
 	"vfio", "vfio_iommu_type1", "vfio_pci",
+	// espgw gateways inside the guest
+	"tun",
 }
 
 // moduleIndex maps module names (with '-' written as '_') to their files

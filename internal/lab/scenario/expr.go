@@ -249,6 +249,10 @@ func (s *Scenario) knownMetric(name string) bool {
 			return slices.Contains(gatewayCounters, rest) || slices.Contains(reasons, rest)
 		case "gw1-to-gw2", "gw2-to-gw1":
 			return slices.Contains(impairCounters, rest)
+		case "tunnels":
+			return slices.Contains(tunnelsMetrics, rest)
+		case "actions":
+			return slices.Contains(actionMetrics, rest)
 		case "steps":
 			step, m, ok := strings.Cut(rest, ".")
 			if !ok {
@@ -270,7 +274,7 @@ func (s *Scenario) knownMetrics(c check) error {
 			if slices.Contains(impairCounters, n) {
 				return fmt.Errorf("unknown metric %s: the WAN's impairment counters are wan.%s (both directions) or gw1-to-gw2.%s", secret.Name(n), secret.Unquoted(secret.Name(n)), secret.Unquoted(secret.Name(n)))
 			}
-			return fmt.Errorf("unknown metric %s (see scenarios/README.md: counters, drop reasons, wan. impairments, gw1./gw2./gw1-to-gw2./steps.NAME.)", secret.Name(n))
+			return fmt.Errorf("unknown metric %s (see scenarios/README.md: counters, drop reasons, wan. impairments, gw1./gw2./gw1-to-gw2./steps.NAME./tunnels./actions.)", secret.Name(n))
 		}
 	}
 	return nil

@@ -43,7 +43,9 @@ type Scenario struct {
 	Description string `yaml:"description" json:"description,omitempty"`
 	// Peer is gw2: espgw (the default), or linux-xfrm, the Linux kernel's
 	// own ESP (Debian's kernel under QEMU, see KernelPeer).
-	Peer     string        `yaml:"peer" json:"peer,omitempty"`
+	Peer string `yaml:"peer" json:"peer,omitempty"`
+	// External is the device under test when Peer is external.
+	External *External     `yaml:"external" json:"external,omitempty"`
 	Topology Topology      `yaml:"topology" json:"topology"`
 	SA       SASpec        `yaml:"sa" json:"sa"`
 	Engine   string        `yaml:"engine" json:"engine,omitempty"`
@@ -80,6 +82,10 @@ type Topology struct {
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
 	// (default 1500): 1600 lets 1500-byte inner packets through.
 	WANMTU int `yaml:"wan-mtu" json:"wan_mtu,omitempty"`
+	// Tunnels, above 1, makes that many SA pairs, each carrying its own
+	// inner prefix pair (the first is the LANs'): spread UDP steps go
+	// through all of them, and per-tunnel metrics count them.
+	Tunnels int `yaml:"tunnels" json:"tunnels,omitempty"`
 	// TUNMTU, when set, is the gateways' TUN MTU instead of the one that
 	// fits the outer MTU, so larger inner packets reach the gateways.
 	TUNMTU int `yaml:"tun-mtu" json:"tun_mtu,omitempty"`
@@ -176,8 +182,11 @@ type Impairments struct {
 
 // Traffic is the steps, run one after another or all at once.
 type Traffic struct {
-	Together bool   `yaml:"together" json:"together"`
-	Steps    []Step `yaml:"steps" json:"steps"`
+	Together bool `yaml:"together" json:"together"`
+	// Actions change the running gateways at given times during the
+	// steps: rekey a tunnel, add or delete tunnels.
+	Actions []Action `yaml:"actions" json:"actions,omitempty"`
+	Steps   []Step   `yaml:"steps" json:"steps"`
 }
 
 // Step is one traffic source; exactly one of its kinds is set.
@@ -226,6 +235,9 @@ type UDPStep struct {
 	Rate    float64 `yaml:"rate" json:"rate"`       // packets per second (default 1000; 0 in the file means default)
 	Size    int     `yaml:"size" json:"size"`       // IP packet bytes (default 200)
 	Port    int     `yaml:"port" json:"port"`       // default 9000
+	// Spread sends the datagrams round-robin through every tunnel of
+	// topology.tunnels, each from and to that tunnel's own addresses.
+	Spread bool `yaml:"spread" json:"spread,omitempty"`
 	// DF, when set, forbids (true) or allows (false) fragmentation of the
 	// datagrams (IP_MTU_DISCOVER do / dont; IPv6: IPV6_DONTFRAG); default:
 	// the host's (DF set, fragments by the sender only).
@@ -354,7 +366,7 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 	return out, nil
 }
 
-var topFields = []string{"name", "description", "peer", "topology", "sa", "engine", "engines", "impair", "traffic", "expect", "timeout", "matrix"}
+var topFields = []string{"name", "description", "peer", "external", "topology", "sa", "engine", "engines", "impair", "traffic", "expect", "timeout", "matrix"}
 
 func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 	perr := func(line int, field string, err error) error {
@@ -368,6 +380,9 @@ func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 	_, expectNode := lookup(root, "expect")
 	s.defaults()
 	if err := s.validate(perr); err != nil {
+		return nil, err
+	}
+	if err := s.validateTunnels(perr); err != nil {
 		return nil, err
 	}
 	if expectNode == nil {
@@ -578,8 +593,11 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		}
 		return nil
 	}
-	if err := oneOf(s.Peer, []string{"peer"}, PeerEspgw, PeerLinuxXFRM); err != nil {
+	if err := oneOf(s.Peer, []string{"peer"}, PeerEspgw, PeerLinuxXFRM, PeerExternal); err != nil {
 		return err
+	}
+	if s.Peer != PeerExternal && s.External != nil {
+		return perr(at("external"), "external", errors.New("only with peer: external"))
 	}
 	checks := []error{
 		oneOf(s.Topology.Family, []string{"topology", "family"}, "", "ipv4", "ipv6", "mixed"),
@@ -680,6 +698,21 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 	if len(s.Traffic.Steps) == 0 {
 		return perr(at("traffic"), "traffic.steps", errors.New("no traffic: give at least one step"))
 	}
+	if s.Peer != PeerEspgw {
+		// Both change gw2 through espgw's control socket, or give it many
+		// SA pairs: an espgw gw2 only.
+		if s.Topology.Tunnels > 1 {
+			return perr(at("topology", "tunnels"), "topology.tunnels", fmt.Errorf("with peer: %s gw2 holds one tunnel", s.Peer))
+		}
+		if len(s.Traffic.Actions) > 0 {
+			return perr(at("traffic", "actions"), "traffic.actions", fmt.Errorf("actions change an espgw gw2 through its control socket: not with peer: %s", s.Peer))
+		}
+	}
+	if s.Peer == PeerExternal {
+		if err := s.validateExternal(perr); err != nil {
+			return err
+		}
+	}
 	if s.Peer == PeerLinuxXFRM {
 		if _, engines := lookup(s.root, "engines"); engines != nil {
 			if k, _ := lookup(engines, "gw2"); k != nil {
@@ -772,6 +805,9 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			if st.Iperf3.Duration < 100*time.Millisecond || st.Iperf3.Duration > 5*time.Minute {
 				return perr(line, field+".iperf3.duration", fmt.Errorf("%v: want 100ms..5m", st.Iperf3.Duration))
 			}
+		}
+		if e != nil && s.Peer == PeerExternal && e.From != "hostA" && e.From != "hostB" {
+			return perr(line, field, errors.New("against an external device, traffic runs between hostA and hostB"))
 		}
 		if e != nil && s.Peer == PeerLinuxXFRM {
 			if e.From == "gw2" || e.To == "gw2" && st.Ping == nil {

@@ -304,7 +304,14 @@ func (g *kernelGW2) stats(ctx context.Context) (gateway.Stats, kernelpeer.Counte
 	if err != nil {
 		return gateway.Stats{}, c, nil, err
 	}
-	return kernelAsGateway(c, g.sas), c, devs, nil
+	st := kernelAsGateway(c, g.sas)
+	// The guest's reassembly of outer fragments, as a gateway reports it.
+	if out, err := g.peer.Run(ctx, "cat /proc/net/snmp; echo @@; cat /proc/net/snmp6 2>/dev/null"); err == nil {
+		v4, v6, _ := strings.Cut(out, "@@")
+		r := gateway.ParseReassembly([]byte(v4), []byte(v6))
+		st.Reassembly = &r
+	}
+	return st, c, devs, nil
 }
 
 func kernelAsGateway(c kernelpeer.Counters, sas [2]*sa.SA) gateway.Stats {

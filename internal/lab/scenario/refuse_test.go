@@ -42,6 +42,13 @@ func TestScenarioRefusedAtParse(t *testing.T) {
 		{"negative interval", "traffic: {steps: [{ping: {interval: -10ms}}]}\nexpect: {delivered: 1}\n", "traffic.steps[0].ping.interval", "-10ms"},
 		{"empty file", "", "", "empty file"},
 		{"matrix bomb", matrixBomb(), "matrix", "more than 256 combinations"},
+		{"too many tunnels", "topology: {tunnels: 100000}\n" + base, "topology.tunnels", "want 1.."},
+		{"tunnels in transport mode", "topology: {tunnels: 10}\nsa: {mode: transport}\n" + base, "topology.tunnels", "tunnel"},
+		{"action of two kinds", "traffic: {steps: [{ping: {}}], actions: [{at: 1s, add: 1, del: 1}]}\nexpect: {delivered: 1}\n", "traffic.actions[0]", "exactly one of rekey, add, del"},
+		{"rekey of a tunnel not there", "topology: {tunnels: 3}\ntraffic: {steps: [{ping: {}}], actions: [{at: 1s, rekey: 3}]}\nexpect: {delivered: 1}\n", "traffic.actions[0].rekey", "tunnels 0..2"},
+		{"action after the timeout", "timeout: 5s\ntraffic: {steps: [{ping: {}}], actions: [{at: 10s, rekey: 0}]}\nexpect: {delivered: 1}\n", "traffic.actions[0].at", "within the timeout"},
+		{"spread over IPv6", "topology: {tunnels: 3}\ntraffic: {steps: [{udp: {spread: true, family: ipv6}}]}\nexpect: {delivered: 1}\n", "traffic.steps[0].udp.spread", "IPv4"},
+		{"unknown tunnel metric", "topology: {tunnels: 3}\ntraffic: {steps: [{ping: {}}]}\nexpect: {tunnels.lost: 0}\n", "expect.tunnels.lost", "unknown metric"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse(filepath.Join(dir, "s.yaml"), []byte(tc.doc))

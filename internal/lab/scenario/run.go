@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,8 +79,10 @@ type Result struct {
 	Seconds  float64           `json:"seconds"`
 	Verdicts []Verdict         `json:"verdicts"`
 	Steps    []StepResult      `json:"steps"`
-	Metrics  Metrics           `json:"metrics"`
-	Balances []Balance         `json:"conservation"`
+	// Actions are what the traffic-time actions did, in order.
+	Actions  []ActionResult `json:"actions,omitempty"`
+	Metrics  Metrics        `json:"metrics"`
+	Balances []Balance      `json:"conservation"`
 	// Kernel are the error-like SNMP counters that moved during the
 	// traffic, per namespace: where packets went that nothing else counted.
 	Kernel   map[string]map[string]uint64 `json:"kernel,omitempty"`
@@ -91,9 +94,12 @@ type Result struct {
 	// KernelBoots is how many times the shared kernel guest had booted
 	// when this scenario ran (1 when one boot served every linux-xfrm
 	// scenario of the run).
-	KernelBoots int               `json:"kernel_boots,omitempty"`
-	WAN         wanrelay.Counters `json:"wan"`
-	Captures    string            `json:"captures,omitempty"`
+	KernelBoots int `json:"kernel_boots,omitempty"`
+	// ExternalCounters is what the external device's counters command
+	// printed before and after the traffic.
+	ExternalCounters []string          `json:"external_counters,omitempty"`
+	WAN              wanrelay.Counters `json:"wan"`
+	Captures         string            `json:"captures,omitempty"`
 }
 
 // RunFile loads a scenario file and runs every scenario in it (one per
@@ -136,12 +142,15 @@ func RunBundled(ctx context.Context, fsys fs.FS, name string, opts Options) ([]*
 }
 
 type runner struct {
-	s      *Scenario
-	opts   Options
-	bed    *testbed.Bed
-	relay  *testbed.Relay
-	kernel *kernelGW2 // gw2 when the peer is linux-xfrm
-	log    *slog.Logger
+	s        *Scenario
+	opts     Options
+	bed      *testbed.Bed
+	relay    *testbed.Relay
+	kernel   *kernelGW2   // gw2 when the peer is linux-xfrm
+	external *externalGW2 // gw2 when the peer is external
+	log      *slog.Logger
+	// tunnels are the tunnels in force, as the actions change them.
+	tunnels *tunnelSet
 }
 
 func (o Options) progress(format string, args ...any) {
@@ -185,11 +194,16 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	s := r.s
 	r.opts.progress("%s: building the test bed (%s %s %s, engines %s/%s)", s.Name, s.SA.Suite, s.SA.Mode, s.Topology.Outer, s.Engines.GW1, s.Engines.GW2)
 	offloads := s.offloads()
-	r.bed, err = testbed.Start(ctx, testbed.Options{
+	var addrs *netns.Addresses
+	customize := r.customize
+	if s.Peer == PeerExternal {
+		addrs, customize = s.External.addresses(), r.externalSAs
+	}
+	r.bed, err = testbed.Start(ctx, testbed.Options{Addresses: addrs,
 		Binary: r.opts.Binary, Prefix: r.opts.Prefix, Suite: s.SA.suite, AESBits: s.SA.aesBits, Mode: s.SA.mode,
 		Encap: s.SA.encap, OuterV6: s.Topology.Outer == "ipv6", ESN: s.SA.ESN, ReplayWindow: s.SA.ReplayWindow,
 		InitialSeq: s.SA.InitialSeq, Engine: [2]string{s.Engines.GW1, s.Engines.GW2}, NoOffloads: !offloads,
-		Hard: s.SA.Lifetimes.Hard.sa(), Prepare: quietMLD, Customize: r.customize, WANMTU: s.Topology.WANMTU, TUNMTU: s.Topology.TUNMTU, Log: r.log,
+		Hard: s.SA.Lifetimes.Hard.sa(), Tunnels: s.Topology.Tunnels, Prepare: quietMLD, Customize: customize, WANMTU: s.Topology.WANMTU, TUNMTU: s.Topology.TUNMTU, Log: r.log,
 	})
 	if err != nil {
 		return fmt.Errorf("start the test bed: %w", err)
@@ -199,6 +213,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			err = fmt.Errorf("tear down the test bed: %w", cerr)
 		}
 	}()
+	r.tunnels = newTunnelSet(r.bed)
 	capDir := ""
 	if r.opts.Captures != "" {
 		capDir = filepath.Join(r.opts.Captures, fileName(s.Name))
@@ -233,6 +248,17 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			err = fmt.Errorf("stop the WAN relay: %w", cerr)
 		}
 	}()
+	if s.Peer == PeerExternal {
+		r.opts.progress("%s: the external device as gw2 (%s, %s)", s.Name, s.External.WAN.Interface, s.External.LAN.Interface)
+		defer func() {
+			if cerr := r.external.detach(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+		if err := r.attachExternal(ctx); err != nil {
+			return err
+		}
+	}
 	if s.Peer == PeerLinuxXFRM {
 		r.opts.progress("%s: the Linux kernel's ESP as gw2", s.Name)
 		defer func() {
@@ -288,6 +314,11 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		}
 	}
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
+	r.tunnelMetrics(res.Metrics, d.GW[1])
+	res.Actions = r.tunnels.results
+	if r.external != nil && r.s.External.Counters != "" {
+		res.ExternalCounters = []string{before.ExternalCounters, after.ExternalCounters}
+	}
 	if r.kernel != nil {
 		res.KernelXfrm, res.KernelDevices, res.KernelBoots = d.KernelXfrm, d.KernelDevices, r.kernel.k.Boots
 	}
@@ -371,6 +402,17 @@ func (r *runner) warmUp(ctx context.Context) error {
 		{host{ns: t.GW1}, []string{gw2.String()}},
 		{host{ns: t.GW2}, []string{gw1.String()}},
 	}
+	if r.external != nil {
+		// The device may not answer pings; the pings still resolve the
+		// neighbours, which is what the warm-up is for.
+		for _, p := range []struct {
+			ns  *netns.Namespace
+			dst netip.Addr
+		}{{t.GW1, gw2}, {t.HostB, a.GW2LAN4.Addr()}} {
+			p.ns.Command(ctx, "ping", "-n", "-q", "-c", "1", "-W", "2", p.dst.String()).Run()
+		}
+		pings = pings[:1]
+	}
 	if r.kernel != nil {
 		pings = pings[:3]
 		if err := r.kernel.ping(ctx, gw1); err != nil {
@@ -411,6 +453,18 @@ func (r *runner) settle() {
 }
 
 func (r *runner) traffic(ctx context.Context) []StepResult {
+	if len(r.s.Traffic.Actions) > 0 {
+		actx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			r.runActions(actx, time.Now())
+		}()
+		defer func() {
+			<-done // the actions run to their end: their times are in the file
+			stop()
+		}()
+	}
 	steps := r.s.Traffic.Steps
 	out := make([]StepResult, len(steps))
 	if !r.s.Traffic.Together {
@@ -457,11 +511,22 @@ type snapshot struct {
 	// /proc/net/xfrm_stat and interface counters (linux-xfrm only).
 	KernelXfrm    map[string]uint64 `json:"kernel_xfrm_stat,omitempty"`
 	KernelDevices map[string]uint64 `json:"kernel_devices,omitempty"`
+	// ExternalCounters is what the external device's counters command
+	// printed.
+	ExternalCounters string `json:"external_counters,omitempty"`
 }
 
 func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 	var s snapshot
 	for i := range s.GW {
+		if i == 1 && r.external != nil {
+			st, out, err := r.external.stats(ctx)
+			if err != nil {
+				return s, err
+			}
+			s.GW[i], s.ExternalCounters = st, out
+			continue
+		}
 		if i == 1 && r.kernel != nil {
 			st, kc, devs, err := r.kernel.stats(ctx)
 			if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/net/ipv4"
 
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/netns"
@@ -97,10 +98,12 @@ func (r *runner) ping(ctx context.Context, p *PingStep, res *StepResult) error {
 	var detail []string
 	for _, fam := range families(p.Family) {
 		for _, size := range p.Sizes {
-			sent, received, out, err := r.ping1(ctx, from.ns, to.addr(fam), size, p.Count, p.Interval, *p.DF, pingArgs(p.Marks)...)
+			pr, err := testbed.Ping(ctx, from.ns, to.addr(fam), testbed.PingOptions{Size: size, Count: p.Count, Interval: p.Interval,
+				NoDF: !*p.DF, Settle: r.settle, Args: pingArgs(p.Marks)})
 			if err != nil {
 				return err
 			}
+			sent, received, out := pr.Sent, pr.Received, pr.Output
 			res.Headers.add(pingErrors([]byte(out)))
 			res.Sent += sent
 			res.Received += received
@@ -139,10 +142,17 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 		return fmt.Errorf("udp size %d leaves no room for the 16-byte stamp over %s", u.Size, fam)
 	}
 	dst := netip.AddrPortFrom(to.addr(fam), uint16(u.Port))
+	listen := dst
+	var spread []*testbed.Tunnel
+	if u.Spread {
+		// Every tunnel's own addresses: the receiver takes them all.
+		spread = r.spreadTargets()
+		listen = netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(u.Port))
+	}
 	var rx *net.UDPConn
 	if err := to.ns.Do(func() error {
 		var err error
-		rx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(dst))
+		rx, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(listen))
 		return err
 	}); err != nil {
 		return fmt.Errorf("listen on %s in %s: %w", dst, to.ns.Short(), err)
@@ -155,7 +165,11 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 	var tx *net.UDPConn
 	if err := from.ns.Do(func() error {
 		var err error
-		tx, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+		if spread != nil {
+			tx, err = net.ListenUDP("udp4", &net.UDPAddr{})
+		} else {
+			tx, err = net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(dst))
+		}
 		return err
 	}); err != nil {
 		return fmt.Errorf("dial %s from %s: %w", dst, from.ns.Short(), err)
@@ -165,6 +179,24 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 		return fmt.Errorf("dial %s from %s: %w", dst, from.ns.Short(), err)
 	}
 	var hdrs Headers
+	send := func(_ int, msg []byte) error {
+		_, err := tx.Write(msg)
+		return err
+	}
+	if spread != nil {
+		// Each datagram from and to its tunnel's addresses (IP_PKTINFO
+		// picks the source per packet).
+		pc := ipv4.NewPacketConn(tx)
+		var cm ipv4.ControlMessage
+		var to net.UDPAddr
+		send = func(i int, msg []byte) error {
+			src, dst := spreadAddr(spread, i)
+			cm.Src = src.AsSlice()
+			to.IP, to.Port = dst.AsSlice(), u.Port
+			_, err := pc.WriteTo(msg, &cm, &to)
+			return err
+		}
+	}
 
 	seen := make([]bool, u.Packets)
 	var mu sync.Mutex
@@ -215,7 +247,7 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 			time.Sleep(d)
 		}
 		fill(msg, uint64(i), time.Now().UnixNano())
-		if _, err := tx.Write(msg); err != nil {
+		if err := send(i, msg); err != nil {
 			if errors.Is(err, syscall.EMSGSIZE) {
 				hdrs.TooBig++ // the sender learned a smaller path MTU
 			}
@@ -270,25 +302,19 @@ func (r *runner) iperf(ctx context.Context, p *IperfStep, res *StepResult) error
 	return nil
 }
 
-// Phantom addresses: a replay's packets go between these, which no host
-// owns. Each gateway has a permanent neighbour entry sending its phantom to
-// its host's MAC, so the packets reach the host's interface (where the
-// runner sees them) and the host's kernel drops them quietly instead of
-// answering a replayed TCP segment with a reset or a DNS query with a port
-// unreachable.
-var (
-	phantomA4 = netip.MustParseAddr("192.0.2.80")
-	phantomA6 = netip.MustParseAddr("2001:db8:a::80")
-	phantomB4 = netip.MustParseAddr("203.0.113.80")
-	phantomB6 = netip.MustParseAddr("2001:db8:b::80")
-)
-
+// setupPhantoms makes the topology's phantom addresses, between which a
+// replay's packets go and which no host owns, reach the hosts: each gateway
+// gets a permanent neighbour entry sending its phantom to its host's MAC,
+// so the packets reach the host's interface (where the runner sees them)
+// and the host's kernel drops them quietly instead of answering a replayed
+// TCP segment with a reset or a DNS query with a port unreachable.
 func (r *runner) setupPhantoms() error {
 	t := r.bed.Topo
+	a := t.Addr
 	for _, p := range []struct {
 		gw, host *netns.Namespace
 		addrs    []netip.Addr
-	}{{t.GW1, t.HostA, []netip.Addr{phantomA4, phantomA6}}, {t.GW2, t.HostB, []netip.Addr{phantomB4, phantomB6}}} {
+	}{{t.GW1, t.HostA, []netip.Addr{a.PhantomA4, a.PhantomA6}}, {t.GW2, t.HostB, []netip.Addr{a.PhantomB4, a.PhantomB6}}} {
 		var mac net.HardwareAddr
 		if err := p.host.Do(func() error {
 			l, err := netlink.LinkByName("eth0")
@@ -299,6 +325,9 @@ func (r *runner) setupPhantoms() error {
 			return nil
 		}); err != nil {
 			return fmt.Errorf("MAC of %s eth0: %w", p.host.Short(), err)
+		}
+		if p.gw == t.GW2 && r.external != nil {
+			continue // no replays against an external device
 		}
 		if p.gw == t.GW2 && r.kernel != nil {
 			for _, a := range p.addrs {
@@ -341,8 +370,8 @@ func (r *runner) replay(ctx context.Context, p *PcapStep, res *StepResult) error
 		timing = capture.AsFast
 	}
 	pkts, _, err := capture.Load(f, p.path, capture.Topology{
-		A: capture.Hosts{IPv4: phantomA4, IPv6: phantomA6},
-		B: capture.Hosts{IPv4: phantomB4, IPv6: phantomB6},
+		A: capture.Hosts{IPv4: r.bed.Topo.Addr.PhantomA4, IPv6: r.bed.Topo.Addr.PhantomA6},
+		B: capture.Hosts{IPv4: r.bed.Topo.Addr.PhantomB4, IPv6: r.bed.Topo.Addr.PhantomB6},
 	}, capture.RewriteOptions{Timing: timing, Speed: p.Speed})
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os/exec"
 	"runtime"
 	"strconv"
@@ -28,6 +29,14 @@ type Compare struct {
 func WriteTable(w io.Writer, res *Result, cmp *Compare) {
 	fmt.Fprintf(w, "version: espgw speed (%s)\n", runtime.Version())
 	fmt.Fprintf(w, "options: engine %s, batch %d, multi %d, timing %s\n", res.Engine, res.Batch, res.Multi, res.Timing)
+	notes := map[string]bool{}
+	for _, d := range res.Drivers {
+		fmt.Fprintf(w, "driver: %s by %s (%s)\n", d.Algorithm, d.Driver, d.Module)
+		if d.Note != "" && !notes[d.Note] {
+			fmt.Fprintf(w, "note: %s\n", d.Note)
+			notes[d.Note] = true
+		}
+	}
 	fmt.Fprintln(w, Header)
 	fmt.Fprint(w, "type        ")
 	for _, s := range res.Sizes {
@@ -82,7 +91,13 @@ func WriteJSON(w io.Writer, res *Result, cmp *Compare) error {
 
 // OpenSSLArgs is the openssl speed command line equivalent to cfg for alg.
 func OpenSSLArgs(cfg Config, alg Alg) []string {
-	args := []string{"speed", "-evp", alg.Name, "-seconds", strconv.Itoa(max(1, int(cfg.Seconds.Seconds()+0.5)))}
+	args := []string{"speed"}
+	if strings.HasPrefix(cfg.Engine, "afalg") {
+		// Like for like: openssl through its own AF_ALG engine, which
+		// takes the kernel's highest-priority cbc(aes) (AES-CBC only).
+		args = append(args, "-engine", "afalg")
+	}
+	args = append(args, "-evp", alg.Name, "-seconds", strconv.Itoa(max(1, int(cfg.Seconds.Seconds()+0.5))))
 	if cfg.Multi > 1 {
 		args = append(args, "-multi", strconv.Itoa(cfg.Multi))
 	}
@@ -141,6 +156,11 @@ func ParseOpenSSL(out []byte, label string, n int) (*Row, error) {
 			v, err := strconv.ParseFloat(num, 64)
 			if err != nil {
 				return nil, fmt.Errorf("read rate %q in %q: %w", s, sc.Text(), err)
+			}
+			if math.IsInf(v, 0) || math.IsNaN(v) {
+				// openssl divides by the CPU time its process used; work
+				// done off it (a device, a kernel thread) leaves none.
+				return nil, fmt.Errorf("openssl reports the rate %q in %q: its process used no CPU time, the work was done elsewhere; time by the wall clock with -elapsed", s, sc.Text())
 			}
 			if !k {
 				v /= 1000 // openssl prints small rates in bytes per second

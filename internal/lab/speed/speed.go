@@ -32,6 +32,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,9 @@ type Result struct {
 	Sizes   []int         `json:"sizes"`
 	Rows    []Row         `json:"rows"`
 	Stats   offload.Stats `json:"stats"`
+	// Drivers are the drivers that did the work, for engines that hand it
+	// to the kernel's (afalg), as /proc/crypto names them.
+	Drivers []offload.Driver `json:"drivers,omitempty"`
 }
 
 // Bounds of a run: every stream holds Batch buffers of the largest size,
@@ -174,6 +178,9 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 			}
 			ops, secs, err := measure(ctx, eng, alg, size, cfg)
 			res.Stats = addStats(res.Stats, eng.Stats())
+			if d, ok := eng.(offload.DriverReporter); ok {
+				res.Drivers = addDrivers(res.Drivers, d.Drivers())
+			}
 			eng.Close()
 			if err != nil {
 				return nil, fmt.Errorf("speed %s at %d bytes on %s: %w", alg.Name, size, eng.Name(), err)
@@ -193,6 +200,16 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 		res.Rows = append(res.Rows, row)
 	}
 	return res, nil
+}
+
+// addDrivers adds the drivers of ds not in have yet.
+func addDrivers(have, ds []offload.Driver) []offload.Driver {
+	for _, d := range ds {
+		if !slices.Contains(have, d) {
+			have = append(have, d)
+		}
+	}
+	return have
 }
 
 // addStats sums two engines' counters (the maxima stay maxima).

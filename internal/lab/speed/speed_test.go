@@ -145,3 +145,13 @@ func TestRunBounded(t *testing.T) {
 		t.Errorf("the largest batch: %v", err)
 	}
 }
+
+// TestParseOpenSSLInfinite: openssl's rate is infinite when its process
+// used no CPU time (a device did the work): an error that says to time by
+// the wall clock, never +Inf in a table or in JSON.
+func TestParseOpenSSLInfinite(t *testing.T) {
+	out := []byte("type             16 bytes     64 bytes\nAES-128-CBC       4555.20k         infk\n")
+	if _, err := speed.ParseOpenSSL(out, "AES-128-CBC", 2); err == nil || !strings.Contains(err.Error(), "-elapsed") {
+		t.Fatalf("error %v", err)
+	}
+}

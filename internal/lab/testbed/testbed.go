@@ -46,7 +46,9 @@ type Options struct {
 	ReplayWindow int // default 64
 	InitialSeq   uint64
 	Engine       [2]string // per gateway (default: DefaultEngine)
-	Workers      int
+	// WanIO is the gateways' wan-io setting (default: DefaultWanIO).
+	WanIO   string
+	Workers int
 	// TUNOffloads turns vnet-hdr offloads on (default on; set NoOffloads).
 	NoOffloads bool
 	Hard       sa.Lifetime
@@ -57,6 +59,8 @@ type Options struct {
 	// fits the outer MTU: larger inner packets then reach the gateways,
 	// which answer them with ICMP or fragment the outer packets.
 	TUNMTU int
+	// Addresses, if set, replace the standard topology's addresses.
+	Addresses *netns.Addresses
 	// Prepare, if set, runs on the topology before the gateways start.
 	Prepare func(*netns.Topology) error
 	// Customize, if set, may change the SA file (keys, policies, lifetimes)
@@ -139,13 +143,16 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 			opts.Engine[i] = DefaultEngine()
 		}
 	}
+	if opts.WanIO == "" {
+		opts.WanIO = DefaultWanIO()
+	}
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	if err := netns.CheckPrerequisites(); err != nil {
 		return nil, err
 	}
-	topo, err := netns.NewTopology(opts.Prefix, netns.TopologyOptions{Log: opts.Log, WANMTU: opts.WANMTU})
+	topo, err := netns.NewTopology(opts.Prefix, netns.TopologyOptions{Log: opts.Log, WANMTU: opts.WANMTU, Addr: opts.Addresses})
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +283,8 @@ tun:
 sa-file: sas.yaml
 state-dir: gw%d-state
 control: gw%d.sock
-`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1, i+1)
+wan-io: %s
+`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1, i+1, b.opts.WanIO)
 	if b.opts.WANMTU > 0 {
 		cfg += fmt.Sprintf("outer-mtu: %d\n", b.opts.WANMTU)
 	}
@@ -403,6 +411,16 @@ func (g *Gateway) PID() int {
 
 // Output is what the gateway has logged so far.
 func (g *Gateway) Output() string { return g.out.String() }
+
+// DefaultWanIO is the wan-io setting gateways get when none is given:
+// $ESPGW_WAN_IO, or socket. Running the test suite with ESPGW_WAN_IO=xdp
+// puts every end-to-end test's raw ESP on AF_XDP.
+func DefaultWanIO() string {
+	if w := os.Getenv("ESPGW_WAN_IO"); w != "" {
+		return w
+	}
+	return "socket"
+}
 
 // DefaultEngine is the engine gateways get when none is named: $ESPGW_ENGINE,
 // or cpu. Running the test suite with ESPGW_ENGINE=aesni (or ring, …) puts

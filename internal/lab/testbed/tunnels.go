@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"time"
 
+	"github.com/espgw/espgw/internal/control"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/sa"
 )
@@ -115,10 +117,11 @@ func (t *Tunnel) Policies() []sa.Policy {
 
 // lan6 is the IPv6 LAN beside tunnel 0's IPv4 one.
 func lan6(p netip.Prefix) netip.Prefix {
-	if p == netip.MustParsePrefix("192.0.2.0/24") {
-		return netip.MustParsePrefix("2001:db8:a::/64")
+	a := netns.StandardAddresses()
+	if p == a.LANA4 {
+		return a.LANA6
 	}
-	return netip.MustParsePrefix("2001:db8:b::/64")
+	return a.LANB6
 }
 
 // makeTunnels writes the SA file of a many-tunnel bed.
@@ -163,3 +166,122 @@ func (b *Bed) routeTunnels(ctx context.Context) error {
 
 // ControlSocket is gateway i's control socket.
 func (b *Bed) ControlSocket(i int) string { return filepath.Join(b.Dir, fmt.Sprintf("gw%d.sock", i+1)) }
+
+// controls dials both gateways' control sockets.
+func (b *Bed) controls() ([2]*control.Client, func(), error) {
+	var cs [2]*control.Client
+	closeAll := func() {
+		for _, c := range cs {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}
+	for i := range cs {
+		c, err := control.Dial(b.ControlSocket(i))
+		if err != nil {
+			closeAll()
+			return cs, nil, err
+		}
+		cs[i] = c
+	}
+	return cs, closeAll, nil
+}
+
+// both sends req to gw1, then gw2.
+func both(cs [2]*control.Client, req control.Request) error {
+	for i, c := range cs {
+		if _, err := c.Do(req); err != nil {
+			return fmt.Errorf("gw%d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+// AddTunnels puts tunnels in force on both running gateways through their
+// control sockets: the SAs, then the policies, each one atomic change per
+// gateway.
+func (b *Bed) AddTunnels(ts ...*Tunnel) error {
+	cs, done, err := b.controls()
+	if err != nil {
+		return err
+	}
+	defer done()
+	var sas []*sa.SA
+	var pols []sa.Policy
+	for _, t := range ts {
+		sas = append(sas, t.Out, t.Back)
+		pols = append(pols, t.Policies()...)
+	}
+	raw, err := control.SAEntries(sas...)
+	if err != nil {
+		return err
+	}
+	if err := both(cs, control.Request{Op: "sa.add", SA: raw}); err != nil {
+		return fmt.Errorf("add %d tunnels: %w", len(ts), err)
+	}
+	praw, err := control.PolicyEntries(pols...)
+	if err != nil {
+		return err
+	}
+	if err := both(cs, control.Request{Op: "policy.add", SPD: praw}); err != nil {
+		return fmt.Errorf("add the policies of %d tunnels: %w", len(ts), err)
+	}
+	return nil
+}
+
+// DelTunnels takes tunnels out of force on both gateways: their policies,
+// then their SAs.
+func (b *Bed) DelTunnels(ts ...*Tunnel) error {
+	cs, done, err := b.controls()
+	if err != nil {
+		return err
+	}
+	defer done()
+	var pols []sa.Policy
+	req := control.Request{Op: "sa.del"}
+	for _, t := range ts {
+		pols = append(pols, t.Policies()...)
+		for _, s := range []*sa.SA{t.Out, t.Back} {
+			req.IDs = append(req.IDs, control.SAID{SPI: fmt.Sprintf("%#x", s.SPI), Dst: s.Dst.String()})
+		}
+	}
+	praw, err := control.PolicyEntries(pols...)
+	if err != nil {
+		return err
+	}
+	if err := both(cs, control.Request{Op: "policy.del", SPD: praw}); err != nil {
+		return fmt.Errorf("delete the policies of %d tunnels: %w", len(ts), err)
+	}
+	if err := both(cs, req); err != nil {
+		return fmt.Errorf("delete %d tunnels: %w", len(ts), err)
+	}
+	return nil
+}
+
+// RekeyTunnel rolls old over to next (the same tunnel in its next
+// generation) on both gateways, make-before-break as espgw sa rekey does:
+// next's inbound SAs on both, then outbound switched on both, then after
+// grace the old inbound SAs deleted.
+func (b *Bed) RekeyTunnel(old, next *Tunnel, grace time.Duration) error {
+	cs, done, err := b.controls()
+	if err != nil {
+		return err
+	}
+	defer done()
+	raw, err := control.SAEntries(next.Out, next.Back)
+	if err != nil {
+		return err
+	}
+	req := control.Request{Op: "sa.rekey", SA: raw, Replaces: []string{fmt.Sprintf("%#x", old.Out.SPI), fmt.Sprintf("%#x", old.Back.SPI)}}
+	for _, phase := range []string{control.PhaseInstall, control.PhaseSwitch, control.PhaseRetire} {
+		if phase == control.PhaseRetire {
+			time.Sleep(grace)
+		}
+		req.Phase = phase
+		if err := both(cs, req); err != nil {
+			return fmt.Errorf("rekey tunnel %d, %s: %w", old.Index, phase, err)
+		}
+	}
+	return nil
+}

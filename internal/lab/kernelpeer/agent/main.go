@@ -3,6 +3,8 @@
 //
 //	espgw-agent serve         answer command requests on the control port
 //	espgw-agent natt PORT...  hold UDP_ENCAP_ESPINUDP sockets open on PORTs
+//	espgw-agent inject HEX... send whole IP packets from a raw socket
+//	espgw-agent recv PORT N MS  print the marks of the UDP datagrams received
 //
 // serve reads one JSON request per line from the virtio-serial port named
 // org.espgw.ctl and writes one JSON response per line (package ctl). The port is opened
@@ -37,7 +39,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fatal(fmt.Errorf("usage: espgw-agent serve | natt PORT..."))
+		fatal(fmt.Errorf("usage: espgw-agent serve | natt PORT... | inject HEX... | recv PORT N MS"))
 	}
 	var err error
 	switch os.Args[1] {
@@ -45,8 +47,12 @@ func main() {
 		err = serve()
 	case "natt":
 		err = natt(os.Args[2:])
+	case "inject":
+		err = inject(os.Args[2:])
+	case "recv":
+		err = recvMarks(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown subcommand %q (want serve or natt)", os.Args[1])
+		err = fmt.Errorf("unknown subcommand %q (want serve, natt, inject or recv)", os.Args[1])
 	}
 	if err != nil {
 		fatal(err)

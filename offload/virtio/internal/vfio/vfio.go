@@ -211,7 +211,11 @@ func Open(addr string) (_ *Device, err error) {
 		return nil, fmt.Errorf("open %s: put group %s in a container: %w", addr, group, err)
 	}
 	if _, err := ioctlValue(d.container, ioctlSetIOMMU, type1IOMMU); err != nil {
-		return nil, fmt.Errorf("open %s: set the type 1 IOMMU: %w", addr, err)
+		hint := ""
+		if errors.Is(err, unix.EPERM) {
+			hint = " (the IOMMU has no interrupt remapping: enable it, or load vfio_iommu_type1 with allow_unsafe_interrupts=1)"
+		}
+		return nil, fmt.Errorf("open %s: set the type 1 IOMMU%s: %w", addr, hint, err)
 	}
 	name, err := unix.BytePtrFromString(addr)
 	if err != nil {

@@ -1,11 +1,4 @@
-// Package devicetest runs espgw's device engines against real (virtual)
-// crypto hardware: it boots Debian's kernel under QEMU (package kernelpeer)
-// with QEMU's virtio-crypto-pci devices, puts espgw's own static binaries
-// and the engines' test binaries into the guest, runs them there, and reads
-// what the device itself counted through QMP. This machine's kernel has no
-// VFIO or virtio-crypto; the guest's has, so that is where those engines
-// are proven.
-package devicetest
+package cryptoguest
 
 import (
 	"context"

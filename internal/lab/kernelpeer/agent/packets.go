@@ -1,0 +1,190 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// inject sends each hex-encoded IP packet as the guest's own, through its
+// XFRM policies, so the header fields the host chose (TOS / traffic class,
+// DF, TTL) are what its ESP encapsulates. IPv6 packets go whole from a raw
+// IPPROTO_RAW socket. IPv4 ones would too, but the kernel sends packets of
+// a header-including IPv4 raw socket past its XFRM output policies (seen
+// on Debian's 6.1: the policy is never used), so an IPv4 UDP packet is
+// sent from a UDP socket bound to its source, with its TOS, TTL and DF
+// (IP_TOS, IP_TTL, IP_MTU_DISCOVER) and payload: the same header fields.
+//
+//	espgw-agent inject HEX...
+func inject(args []string) error {
+	for i, h := range args {
+		pkt, err := hex.DecodeString(h)
+		if err != nil || len(pkt) < 20 {
+			return fmt.Errorf("packet %d: not a hex IP packet", i)
+		}
+		v6 := pkt[0]>>4 == 6
+		if !v6 && pkt[9] == syscall.IPPROTO_UDP {
+			if err := sendUDP4(pkt); err != nil {
+				return fmt.Errorf("send packet %d: %w", i, err)
+			}
+			continue
+		}
+		fam := syscall.AF_INET
+		if v6 {
+			fam = syscall.AF_INET6
+		}
+		fd, err := syscall.Socket(fam, syscall.SOCK_RAW, syscall.IPPROTO_RAW)
+		if err != nil {
+			return fmt.Errorf("raw socket: %w", err)
+		}
+		var to syscall.Sockaddr
+		if v6 {
+			if len(pkt) < 40 {
+				syscall.Close(fd)
+				return fmt.Errorf("packet %d: short IPv6 packet", i)
+			}
+			to = &syscall.SockaddrInet6{Addr: [16]byte(pkt[24:40])}
+		} else {
+			to = &syscall.SockaddrInet4{Addr: [4]byte(pkt[16:20])}
+		}
+		err = syscall.Sendto(fd, pkt, 0, to)
+		syscall.Close(fd)
+		if err != nil {
+			return fmt.Errorf("send packet %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// sendUDP4 sends the IPv4 UDP packet pkt's payload from a UDP socket with
+// its header's marks.
+func sendUDP4(pkt []byte) error {
+	ihl := int(pkt[0]&0x0f) * 4
+	if len(pkt) < ihl+8 {
+		return fmt.Errorf("short UDP packet")
+	}
+	u := pkt[ihl:]
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	pmtu := syscall.IP_PMTUDISC_DONT
+	if pkt[6]&0x40 != 0 {
+		pmtu = syscall.IP_PMTUDISC_DO
+	}
+	for _, o := range [][2]int{{syscall.IP_TOS, int(pkt[1])}, {syscall.IP_TTL, int(pkt[8])}, {syscall.IP_MTU_DISCOVER, pmtu}} {
+		if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_IP, o[0], o[1]); err != nil {
+			return fmt.Errorf("socket option %d: %w", o[0], err)
+		}
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: int(binary.BigEndian.Uint16(u[0:])), Addr: [4]byte(pkt[12:16])}); err != nil {
+		return fmt.Errorf("bind: %w", err)
+	}
+	return syscall.Sendto(fd, u[8:], 0, &syscall.SockaddrInet4{Port: int(binary.BigEndian.Uint16(u[2:])), Addr: [4]byte(pkt[16:20])})
+}
+
+// recvMarks receives UDP datagrams on PORT (IPv4 and IPv6) until COUNT
+// arrived or MS milliseconds passed and prints one line per datagram:
+// "FAMILY tos=N ttl=N HEXPAYLOAD", the TOS / traffic class and TTL / hop
+// limit its header had when the guest delivered it.
+//
+//	espgw-agent recv PORT COUNT MS
+func recvMarks(args []string) error {
+	if len(args) != 3 {
+		return fmt.Errorf("usage: recv PORT COUNT MS")
+	}
+	port, err1 := strconv.Atoi(args[0])
+	count, err2 := strconv.Atoi(args[1])
+	ms, err3 := strconv.Atoi(args[2])
+	if err1 != nil || err2 != nil || err3 != nil {
+		return fmt.Errorf("recv: want numbers, got %v", args)
+	}
+	deadline := time.Now().Add(time.Duration(ms) * time.Millisecond)
+	var mu sync.Mutex
+	got := 0
+	done := make(chan struct{})
+	var once sync.Once
+	var wg sync.WaitGroup
+	for _, fam := range []string{"udp4", "udp6"} {
+		addr := netip.AddrPortFrom(netip.IPv4Unspecified(), uint16(port))
+		if fam == "udp6" {
+			addr = netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(port))
+		}
+		c, err := net.ListenUDP(fam, net.UDPAddrFromAddrPort(addr))
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", fam, err)
+		}
+		defer c.Close()
+		rc, _ := c.SyscallConn()
+		rc.Control(func(fd uintptr) {
+			if fam == "udp6" {
+				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, syscall.IPV6_V6ONLY, 1)
+				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, 0x42 /* IPV6_RECVTCLASS */, 1)
+				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, syscall.IPV6_RECVHOPLIMIT, 1)
+			} else {
+				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_RECVTOS, 1)
+				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_RECVTTL, 1)
+			}
+		})
+		c.SetReadDeadline(deadline)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf, oob := make([]byte, 65536), make([]byte, 256)
+			for {
+				n, oobn, _, _, err := c.ReadMsgUDP(buf, oob)
+				if err != nil {
+					return
+				}
+				tos, ttl := marks(oob[:oobn])
+				mu.Lock()
+				fmt.Fprintf(os.Stdout, "%s tos=%d ttl=%d %x\n", fam, tos, ttl, buf[:n])
+				got++
+				if got >= count {
+					once.Do(func() { close(done) })
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	select {
+	case <-done:
+	case <-time.After(time.Until(deadline)):
+	}
+	return nil
+}
+
+// marks reads the TOS / traffic class and TTL / hop limit control messages.
+func marks(oob []byte) (tos, ttl int) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return -1, -1
+	}
+	tos, ttl = -1, -1
+	for _, m := range msgs {
+		v := -1
+		switch {
+		case len(m.Data) >= 4:
+			v = int(binary.NativeEndian.Uint32(m.Data))
+		case len(m.Data) >= 1:
+			v = int(m.Data[0])
+		}
+		switch {
+		case m.Header.Level == syscall.IPPROTO_IP && m.Header.Type == syscall.IP_TOS,
+			m.Header.Level == syscall.IPPROTO_IPV6 && m.Header.Type == 0x43 /* IPV6_TCLASS */ :
+			tos = v
+		case m.Header.Level == syscall.IPPROTO_IP && m.Header.Type == syscall.IP_TTL,
+			m.Header.Level == syscall.IPPROTO_IPV6 && m.Header.Type == syscall.IPV6_HOPLIMIT:
+			ttl = v
+		}
+	}
+	return tos, ttl
+}

@@ -1,0 +1,635 @@
+package xdp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/transport"
+)
+
+// Config says where to steer ESP.
+type Config struct {
+	// Device is the WAN interface.
+	Device string
+	// Local is this gateway's address on it: the program steers ESP of its
+	// family addressed to it, and the Conn sends from it.
+	Local netip.Addr
+	// Fallback is the raw ESP socket of the same family (transport.RawESP),
+	// kept open beside the Conn: the kernel then answers no ESP with ICMP
+	// protocol-unreachable, it receives the fragments the program passes
+	// on, and the Conn sends through it what it cannot send itself. The
+	// Conn does not close it.
+	Fallback *transport.Conn
+	// Generic forces generic (skb) mode, as on veth, where it is also the
+	// default.
+	Generic bool
+	Log     *slog.Logger
+}
+
+// Stats are a Conn's counters since Open.
+type Stats struct {
+	Mode       string `json:"mode"` // "generic", "native" or "native-zerocopy"
+	Device     string `json:"device"`
+	Queues     int    `json:"queues"`
+	PacketsIn  uint64 `json:"packets_in"`
+	BytesIn    uint64 `json:"bytes_in"`
+	PacketsOut uint64 `json:"packets_out"` // through the TX ring
+	BytesOut   uint64 `json:"bytes_out"`
+	Kicks      uint64 `json:"kicks"`       // sendto calls that woke the kernel for a batch
+	Fallback   uint64 `json:"fallback"`    // packets sent through the raw socket (no neighbour yet, fragments)
+	NoNeighbor uint64 `json:"no_neighbor"` // of those, sent there because the next hop was not resolved
+	Malformed  uint64 `json:"malformed"`   // steered frames that were not a whole IPv4 or IPv6 ESP packet, dropped
+	Truncated  uint64 `json:"truncated"`   // steered packets larger than the caller's buffer, dropped
+	// TXRingFull counts packets dropped because the TX ring (or the free
+	// TX frames) stayed full through a kick: the kernel is not sending as
+	// fast as the gateway seals.
+	TXRingFull uint64 `json:"tx_ring_full"`
+	SendErrors uint64 `json:"send_errors"` // kicks the kernel refused
+	// The kernel's XDP_STATISTICS, summed over the queues' sockets.
+	RxDropped            uint64 `json:"rx_dropped"`
+	RxInvalidDescs       uint64 `json:"rx_invalid_descs"`
+	TxInvalidDescs       uint64 `json:"tx_invalid_descs"`
+	RxRingFull           uint64 `json:"rx_ring_full"`             // frames dropped: the RX ring was full
+	RxFillRingEmptyDescs uint64 `json:"rx_fill_ring_empty_descs"` // frames dropped: no frame in the fill ring
+	TxRingEmptyDescs     uint64 `json:"tx_ring_empty_descs"`
+}
+
+type counters struct {
+	packetsIn, bytesIn, packetsOut, bytesOut, kicks atomic.Uint64
+	fallback, noNeighbor, malformed, truncated      atomic.Uint64
+	txRingFull, sendErrors                          atomic.Uint64
+}
+
+// hop is how to reach one peer: the Ethernet addresses and the source
+// address the kernel's route and neighbour tables give.
+type hop struct {
+	dst, src [6]byte
+	from     netip.Addr
+}
+
+// Conn is raw ESP over AF_XDP on one interface, for one address family. It
+// implements the gateway's Conn. Send and Receive may run concurrently;
+// concurrent calls of the same method are serialised.
+type Conn struct {
+	cfg     Config
+	nl      *netlink.Handle // of the namespace Open ran in, for the resolver
+	v6      bool
+	ifindex int
+	mac     [6]byte
+	mode    string
+
+	sockets []*socket
+	xsks    *ebpf.Map
+	prog    *ebpf.Program
+	attach  link.Link
+
+	recvMu sync.Mutex
+	polls  []unix.PollFd
+	next   int // the socket Receive looks at first
+	wake   int // eventfd: Close wakes a blocked Receive
+
+	sendMu   sync.Mutex
+	fallback []*esp.Packet
+	ipID     uint16
+
+	hops    atomic.Pointer[map[netip.Addr]hop]
+	resolve chan netip.Addr
+	done    chan struct{}
+	wg      sync.WaitGroup
+	closed  atomic.Bool
+
+	stats counters
+}
+
+// ErrUnsupported wraps every reason XDP cannot run on an interface (no
+// such device, a driver or kernel without XDP or AF_XDP, an MTU larger
+// than a frame), so a caller with a fallback can tell them from real
+// failures.
+var ErrUnsupported = errors.New("XDP unavailable")
+
+// Open attaches the program to cfg.Device and opens a socket on each of its
+// receive queues.
+func Open(cfg Config) (c *Conn, err error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	if cfg.Fallback == nil || cfg.Fallback.Kind() != transport.RawESP {
+		return nil, fmt.Errorf("xdp on %s: a raw ESP socket must stay open beside it", cfg.Device)
+	}
+	if !cfg.Local.IsValid() || cfg.Local.IsUnspecified() {
+		return nil, fmt.Errorf("xdp on %s: a local address to steer ESP for is needed", cfg.Device)
+	}
+	nl, err := netlink.NewHandle()
+	if err != nil {
+		return nil, fmt.Errorf("xdp on %s: netlink: %w", cfg.Device, err)
+	}
+	l, err := nl.LinkByName(cfg.Device)
+	if err != nil {
+		nl.Close()
+		return nil, fmt.Errorf("xdp on %s: %w: %w", cfg.Device, ErrUnsupported, err)
+	}
+	attrs := l.Attrs()
+	if len(attrs.HardwareAddr) != 6 {
+		nl.Close()
+		return nil, fmt.Errorf("xdp on %s: %w: not an Ethernet device", cfg.Device, ErrUnsupported)
+	}
+	if attrs.MTU+ethHeaderLen > maxPayload {
+		nl.Close()
+		return nil, fmt.Errorf("xdp on %s: %w: MTU %d does not fit a %d-byte frame", cfg.Device, ErrUnsupported, attrs.MTU, frameSize)
+	}
+	cn := &Conn{cfg: cfg, nl: nl, v6: cfg.Local.Is6() && !cfg.Local.Is4In6(), ifindex: attrs.Index, wake: -1,
+		resolve: make(chan netip.Addr, 64), done: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			cn.Close()
+		}
+	}()
+	c = cn
+	copy(c.mac[:], attrs.HardwareAddr)
+	empty := map[netip.Addr]hop{}
+	c.hops.Store(&empty)
+	queues := rxQueues(cfg.Device)
+	if c.xsks, c.prog, err = newProgram(queues, cfg.Local); err != nil {
+		return nil, fmt.Errorf("xdp on %s: %w: %w", cfg.Device, ErrUnsupported, err)
+	}
+	generic := cfg.Generic || l.Type() == "veth"
+	if err := c.attachAndBind(generic, queues); err != nil {
+		return nil, fmt.Errorf("xdp on %s: %w: %w", cfg.Device, ErrUnsupported, err)
+	}
+	if c.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
+		return nil, fmt.Errorf("xdp on %s: eventfd: %w", cfg.Device, err)
+	}
+	for _, s := range c.sockets {
+		c.polls = append(c.polls, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN})
+	}
+	c.polls = append(c.polls, unix.PollFd{Fd: int32(c.wake), Events: unix.POLLIN})
+	c.fallback = make([]*esp.Packet, 0, 256)
+	c.wg.Add(1)
+	go c.resolver()
+	cfg.Log.Info("raw ESP over AF_XDP", "device", cfg.Device, "mode", c.mode, "queues", queues, "local", cfg.Local)
+	return c, nil
+}
+
+// attachAndBind attaches the program and binds a socket to every queue:
+// natively with zero copy, then natively with copies, then in generic mode
+// (only generic when generic is set), keeping the first that works.
+func (c *Conn) attachAndBind(generic bool, queues int) error {
+	type try struct {
+		name  string
+		flags link.XDPAttachFlags
+		bind  bindMode
+	}
+	tries := []try{{"native-zerocopy", link.XDPDriverMode, bindZeroCopy}, {"native", link.XDPDriverMode, bindCopy}, {"generic", link.XDPGenericMode, bindCopy}}
+	if generic {
+		tries = tries[2:]
+	}
+	var errs []error
+	for _, t := range tries {
+		err := c.tryMode(t.flags, t.bind, queues)
+		if err == nil {
+			c.mode = t.name
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", t.name, err))
+		c.detach()
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Conn) tryMode(flags link.XDPAttachFlags, bind bindMode, queues int) error {
+	for q := range queues {
+		s, err := openSocket(c.ifindex, q, bind)
+		if err != nil {
+			return err
+		}
+		c.sockets = append(c.sockets, s)
+		if err := c.xsks.Put(uint32(q), uint32(s.fd)); err != nil {
+			return fmt.Errorf("put queue %d's socket in the map: %w", q, err)
+		}
+	}
+	l, err := link.AttachXDP(link.XDPOptions{Program: c.prog, Interface: c.ifindex, Flags: flags})
+	if err != nil {
+		return fmt.Errorf("attach the program: %w", err)
+	}
+	c.attach = l
+	return nil
+}
+
+// detach undoes a failed tryMode.
+func (c *Conn) detach() {
+	if c.attach != nil {
+		c.attach.Close()
+		c.attach = nil
+	}
+	for _, s := range c.sockets {
+		c.xsks.Delete(uint32(s.queue))
+		s.close()
+	}
+	c.sockets = nil
+}
+
+// rxQueues is how many receive queues the device has (1 when sysfs does not
+// say).
+func rxQueues(dev string) int {
+	ents, err := os.ReadDir("/sys/class/net/" + dev + "/queues")
+	if err != nil {
+		return 1
+	}
+	n := 0
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "rx-") {
+			if _, err := strconv.Atoi(e.Name()[3:]); err == nil {
+				n++
+			}
+		}
+	}
+	return max(n, 1)
+}
+
+// Mode is how the program is attached: "generic", "native" or
+// "native-zerocopy".
+func (c *Conn) Mode() string { return c.mode }
+
+// Device is the interface the Conn steers ESP on.
+func (c *Conn) Device() string { return c.cfg.Device }
+
+// LocalAddr is the address ESP is steered for.
+func (c *Conn) LocalAddr() netip.Addr { return c.cfg.Local }
+
+// Receive waits for steered ESP packets and returns how many it put in
+// pkts[:n], with the gateway Conn's contract: each packet is copied to its
+// Buf at Off with its IP header in front (HdrLen: 20 for IPv4 without
+// options, 40 for IPv6), Off and Len then point at the ESP packet, Peer is
+// the source, Local the destination and TOS the outer TOS or traffic class. Frames that are not a
+// whole ESP packet (a bad IPv4 checksum or length, say) are counted and
+// dropped, as the kernel would.
+func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
+	if len(pkts) == 0 {
+		return 0, fmt.Errorf("receive over xdp on %s: no packet slots", c.cfg.Device)
+	}
+	c.recvMu.Lock()
+	defer c.recvMu.Unlock()
+	for {
+		if c.closed.Load() {
+			return 0, fmt.Errorf("receive over xdp on %s: %w", c.cfg.Device, net.ErrClosed)
+		}
+		n := 0
+		for k := range c.sockets {
+			s := c.sockets[(c.next+k)%len(c.sockets)]
+			got := s.received(uint32(len(pkts) - n))
+			cons := *s.rx.consumer
+			for i := range got {
+				d := s.rx.xdpDesc(cons + i)
+				if c.deliver(s.frame(d.Addr, d.Len), pkts[n]) {
+					n++
+				}
+			}
+			s.release(got)
+			if n == len(pkts) {
+				break
+			}
+		}
+		c.next = (c.next + 1) % len(c.sockets)
+		if n > 0 {
+			return n, nil
+		}
+		if _, err := unix.Poll(c.polls, -1); err != nil && err != unix.EINTR {
+			return 0, fmt.Errorf("receive over xdp on %s: poll: %w", c.cfg.Device, err)
+		}
+	}
+}
+
+// deliver copies one steered frame's IP packet into p, or counts why not.
+func (c *Conn) deliver(f []byte, p *esp.Packet) bool {
+	if len(f) < ethHeaderLen {
+		c.stats.malformed.Add(1)
+		return false
+	}
+	ip := f[ethHeaderLen:]
+	n, ok := inetsum.PacketLength(ip)
+	if !ok || (ip[0]>>4 == 6) != c.v6 {
+		c.stats.malformed.Add(1)
+		return false
+	}
+	hl, tos := ipv6HeaderLen, uint8(binary.BigEndian.Uint16(ip[0:2])>>4)
+	var src, dst netip.Addr
+	if c.v6 {
+		src, dst = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
+	} else {
+		hl, tos = int(ip[0]&0x0f)*4, ip[1]
+		if !inetsum.Valid(0, ip[:hl]) {
+			c.stats.malformed.Add(1)
+			return false
+		}
+		src, dst = netip.AddrFrom4([4]byte(ip[12:16])), netip.AddrFrom4([4]byte(ip[16:20]))
+	}
+	if n-hl < transport.MinPacketLen {
+		c.stats.malformed.Add(1)
+		return false
+	}
+	if n > len(p.Buf)-p.Off {
+		c.stats.truncated.Add(1)
+		return false
+	}
+	copy(p.Buf[p.Off:], ip[:n])
+	p.Off, p.Len, p.HdrLen = p.Off+hl, n-hl, hl
+	p.Peer, p.Local, p.TOS = netip.AddrPortFrom(src, 0), dst, tos
+	c.stats.packetsIn.Add(1)
+	c.stats.bytesIn.Add(uint64(n - hl))
+	return true
+}
+
+// defaultTTL is the TTL or hop limit of a packet that asks for none: the
+// kernel's default.
+const defaultTTL = 64
+
+// Send sends each packet's Data to its Peer, in order, with the outer
+// header its fields ask for, and returns how many went out. The packets go
+// into the TX ring of the first queue's socket, all of them before one kick
+// of the kernel. A packet for a peer whose next hop the kernel has not
+// resolved yet, or one to be cut into fragments, goes out through the raw
+// socket instead (and the next hop is looked up for the next packets).
+func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	s := c.sockets[0]
+	s.reap()
+	room := s.txRoom()
+	prod := *s.tx.producer
+	queued, sent := uint32(0), 0
+	var firstErr error
+	fb := c.fallback[:0]
+	hops := *c.hops.Load()
+	ipLen := ipv4HeaderLen
+	if c.v6 {
+		ipLen = ipv6HeaderLen
+	}
+	for _, p := range pkts {
+		if p.Len <= 0 || p.Off < 0 || p.Off+p.Len > len(p.Buf) || !p.Peer.Addr().IsValid() {
+			fb = append(fb, p) // the raw socket refuses it with the reason
+			continue
+		}
+		total := ethHeaderLen + ipLen + p.Len
+		h, ok := hops[p.Peer.Addr()]
+		switch {
+		case !ok:
+			c.stats.noNeighbor.Add(1)
+			select {
+			case c.resolve <- p.Peer.Addr():
+			default:
+			}
+			fb = append(fb, p)
+			continue
+		case p.Fragment && p.FragMTU > 0 && ipLen+p.Len > p.FragMTU, total > maxPayload:
+			fb = append(fb, p)
+			continue
+		}
+		if room == 0 || len(s.txFree) == 0 {
+			// Hand the kernel what is queued, take back what it sent.
+			atomic.StoreUint32(s.tx.producer, prod)
+			s.txOutstanding += queued
+			sent += int(queued)
+			queued = 0
+			if err := c.kick(s); err != nil && firstErr == nil {
+				firstErr = err
+			}
+			s.reap()
+			if room = s.txRoom(); room == 0 || len(s.txFree) == 0 {
+				c.stats.txRingFull.Add(1)
+				continue
+			}
+		}
+		addr := s.txFree[len(s.txFree)-1]
+		s.txFree = s.txFree[:len(s.txFree)-1]
+		f := s.umem[addr : addr+uint64(total)]
+		copy(f[0:6], h.dst[:])
+		copy(f[6:12], h.src[:])
+		f[12], f[13] = 0x08, 0x00
+		if c.v6 {
+			f[12], f[13] = 0x86, 0xdd
+		}
+		c.writeIP(f[ethHeaderLen:], &h, p)
+		copy(f[ethHeaderLen+ipLen:], p.Data())
+		d := s.tx.xdpDesc(prod)
+		d.Addr, d.Len, d.Options = addr, uint32(total), 0
+		prod++
+		room--
+		queued++
+		c.stats.bytesOut.Add(uint64(p.Len))
+	}
+	if queued > 0 {
+		atomic.StoreUint32(s.tx.producer, prod)
+		s.txOutstanding += queued
+		sent += int(queued)
+		if err := c.kick(s); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	c.stats.packetsOut.Add(uint64(sent))
+	if len(fb) > 0 {
+		c.stats.fallback.Add(uint64(len(fb)))
+		n, err := c.cfg.Fallback.Send(fb)
+		sent += n
+		if err != nil && firstErr == nil {
+			firstErr = err
+		}
+		clear(fb)
+	}
+	c.fallback = fb[:0]
+	return sent, firstErr
+}
+
+func (c *Conn) kick(s *socket) error {
+	c.stats.kicks.Add(1)
+	if err := s.kick(); err != nil {
+		c.stats.sendErrors.Add(1)
+		return fmt.Errorf("send over xdp on %s: kick the TX ring: %w", c.cfg.Device, err)
+	}
+	return nil
+}
+
+// writeIP writes the outer IP header of p into b: DSCP/ECN from TOS, TTL
+// or hop limit, DF unless p.Fragment (IPv4), and the addresses.
+func (c *Conn) writeIP(b []byte, h *hop, p *esp.Packet) {
+	ttl := p.TTL
+	if ttl == 0 {
+		ttl = defaultTTL
+	}
+	if c.v6 {
+		binary.BigEndian.PutUint32(b[0:], 6<<28|uint32(p.TOS)<<20)
+		binary.BigEndian.PutUint16(b[4:], uint16(p.Len))
+		b[6], b[7] = protocolESP, ttl
+		src, dst := h.from.As16(), p.Peer.Addr().As16()
+		copy(b[8:24], src[:])
+		copy(b[24:40], dst[:])
+		return
+	}
+	c.ipID++
+	b[0], b[1] = 0x45, p.TOS
+	binary.BigEndian.PutUint16(b[2:], uint16(ipv4HeaderLen+p.Len))
+	binary.BigEndian.PutUint16(b[4:], c.ipID)
+	b[6], b[7] = 0x40, 0 // DF
+	if p.Fragment {
+		b[6] = 0
+	}
+	b[8], b[9] = ttl, protocolESP
+	src, dst := h.from.As4(), p.Peer.Addr().Unmap().As4()
+	copy(b[12:16], src[:])
+	copy(b[16:20], dst[:])
+	inetsum.IPv4Header(b[:ipv4HeaderLen])
+}
+
+// refreshEvery is how often the known next hops are looked up again, so a
+// changed route or neighbour is followed within it.
+const refreshEvery = time.Second
+
+// resolver keeps the next hops of the peers the Conn sends to, from the
+// kernel's route and neighbour tables: at once for a peer Send did not
+// know (whose packet went through the raw socket, which has the kernel
+// resolve it), and again every refreshEvery.
+func (c *Conn) resolver() {
+	defer c.wg.Done()
+	peers := map[netip.Addr]bool{}
+	tick := time.NewTicker(refreshEvery / 10)
+	defer tick.Stop()
+	last := time.Time{}
+	pending := false
+	for {
+		select {
+		case <-c.done:
+			return
+		case a := <-c.resolve:
+			if !peers[a] {
+				peers[a] = true
+				pending = true
+			}
+			continue
+		case <-tick.C:
+		}
+		if !pending && time.Since(last) < refreshEvery {
+			continue
+		}
+		next := map[netip.Addr]hop{}
+		unresolved := false
+		for a := range peers {
+			h, err := c.lookup(a)
+			if err != nil {
+				unresolved = true
+				c.cfg.Log.Debug("xdp next hop", "peer", a, "err", err)
+				continue
+			}
+			next[a] = h
+		}
+		c.hops.Store(&next)
+		last, pending = time.Now(), unresolved
+	}
+}
+
+// lookup asks the kernel how it would send to peer: the route's device,
+// gateway and source, and the neighbour entry of the next hop.
+func (c *Conn) lookup(peer netip.Addr) (hop, error) {
+	routes, err := c.nl.RouteGet(peer.AsSlice())
+	if err != nil || len(routes) == 0 {
+		return hop{}, fmt.Errorf("no route to %s: %v", peer, err)
+	}
+	r := routes[0]
+	if r.LinkIndex != c.ifindex {
+		return hop{}, fmt.Errorf("%s is reached through interface %d, not %s", peer, r.LinkIndex, c.cfg.Device)
+	}
+	next := peer
+	if gw, ok := netip.AddrFromSlice(r.Gw); ok && gw.IsValid() && !gw.IsUnspecified() {
+		next = gw.Unmap()
+	}
+	family := netlink.FAMILY_V4
+	if c.v6 {
+		family = netlink.FAMILY_V6
+	}
+	neighs, err := c.nl.NeighList(c.ifindex, family)
+	if err != nil {
+		return hop{}, fmt.Errorf("read the neighbour table of %s: %w", c.cfg.Device, err)
+	}
+	usable := netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY | netlink.NUD_PROBE | netlink.NUD_PERMANENT | netlink.NUD_NOARP
+	for _, n := range neighs {
+		a, ok := netip.AddrFromSlice(n.IP)
+		if !ok || a.Unmap() != next || n.State&usable == 0 || len(n.HardwareAddr) != 6 {
+			continue
+		}
+		h := hop{src: c.mac, from: c.cfg.Local}
+		copy(h.dst[:], n.HardwareAddr)
+		return h, nil
+	}
+	return hop{}, fmt.Errorf("next hop %s of %s not resolved on %s", next, peer, c.cfg.Device)
+}
+
+// Stats returns the counters and the kernel's XDP statistics.
+func (c *Conn) Stats() Stats {
+	s := &c.stats
+	out := Stats{
+		Mode: c.mode, Device: c.cfg.Device, Queues: len(c.sockets),
+		PacketsIn: s.packetsIn.Load(), BytesIn: s.bytesIn.Load(), PacketsOut: s.packetsOut.Load(), BytesOut: s.bytesOut.Load(),
+		Kicks: s.kicks.Load(), Fallback: s.fallback.Load(), NoNeighbor: s.noNeighbor.Load(), Malformed: s.malformed.Load(),
+		Truncated: s.truncated.Load(), TXRingFull: s.txRingFull.Load(), SendErrors: s.sendErrors.Load(),
+	}
+	for _, sk := range c.sockets {
+		st, err := sk.statistics()
+		if err != nil {
+			continue
+		}
+		out.RxDropped += st.Rx_dropped
+		out.RxInvalidDescs += st.Rx_invalid_descs
+		out.TxInvalidDescs += st.Tx_invalid_descs
+		out.RxRingFull += st.Rx_ring_full
+		out.RxFillRingEmptyDescs += st.Rx_fill_ring_empty_descs
+		out.TxRingEmptyDescs += st.Tx_ring_empty_descs
+	}
+	return out
+}
+
+// Close detaches the program and closes the sockets; a blocked Receive
+// returns net.ErrClosed. The fallback socket stays open (it is the
+// caller's).
+func (c *Conn) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	close(c.done)
+	c.wg.Wait()
+	if c.wake >= 0 {
+		one := [8]byte{1}
+		unix.Write(c.wake, one[:])
+	}
+	c.recvMu.Lock()
+	c.sendMu.Lock()
+	c.detach()
+	if c.xsks != nil {
+		c.xsks.Close()
+	}
+	if c.prog != nil {
+		c.prog.Close()
+	}
+	if c.wake >= 0 {
+		unix.Close(c.wake)
+		c.wake = -1
+	}
+	c.nl.Close()
+	c.sendMu.Unlock()
+	c.recvMu.Unlock()
+	return nil
+}
