@@ -112,13 +112,7 @@ func FlowOf(pkt []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, 
 	if !ok {
 		return
 	}
-	if pkt[0]>>4 == 4 {
-		src = netip.AddrFrom4([4]byte(pkt[12:16]))
-		dst = netip.AddrFrom4([4]byte(pkt[16:20]))
-	} else {
-		src = netip.AddrFrom16([16]byte(pkt[8:24]))
-		dst = netip.AddrFrom16([16]byte(pkt[24:40]))
-	}
+	src, dst = inetsum.Addrs(pkt)
 	if (proto == 6 || proto == 17 || proto == 132) && len(pkt) >= hl+4 {
 		sport = binary.BigEndian.Uint16(pkt[hl:])
 		dport = binary.BigEndian.Uint16(pkt[hl+2:])

@@ -117,10 +117,11 @@ func (t *Tunnel) Policies() []sa.Policy {
 
 // lan6 is the IPv6 LAN beside tunnel 0's IPv4 one.
 func lan6(p netip.Prefix) netip.Prefix {
-	if p == netip.MustParsePrefix("192.0.2.0/24") {
-		return netip.MustParsePrefix("2001:db8:a::/64")
+	a := netns.StandardAddresses()
+	if p == a.LANA4 {
+		return a.LANA6
 	}
-	return netip.MustParsePrefix("2001:db8:b::/64")
+	return a.LANB6
 }
 
 // makeTunnels writes the SA file of a many-tunnel bed.
