@@ -105,21 +105,18 @@ func WriteIPHeader(buf []byte, end int, src, dst netip.Addr, proto uint8, n int)
 
 // FlowOf pulls the selector fields (RFC 4301 §4.4.1) out of an IP packet:
 // addresses, the upper-layer protocol past any IPv6 hop-by-hop, routing and
-// fragment headers, and TCP, UDP or SCTP ports. Policy checks on both sides
-// of the tunnel use it.
+// fragment headers, and TCP, UDP, SCTP or UDP-Lite ports. A non-initial
+// fragment's ports are never read (its first bytes are payload): they are
+// 0, OPAQUE, which only a selector with any ports matches; Fragments.FlowOf
+// gives it its initial fragment's instead (RFC 4301 §7, fragment.go).
+// Policy checks on both sides of the tunnel use it.
 func FlowOf(pkt []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, ok bool) {
 	hl, proto, _, ok := ipHeaderLen(pkt)
 	if !ok {
 		return
 	}
-	if pkt[0]>>4 == 4 {
-		src = netip.AddrFrom4([4]byte(pkt[12:16]))
-		dst = netip.AddrFrom4([4]byte(pkt[16:20]))
-	} else {
-		src = netip.AddrFrom16([16]byte(pkt[8:24]))
-		dst = netip.AddrFrom16([16]byte(pkt[24:40]))
-	}
-	if (proto == 6 || proto == 17 || proto == 132) && len(pkt) >= hl+4 {
+	src, dst = inetsum.Addrs(pkt)
+	if hasPorts(proto) && len(pkt) >= hl+4 && !nonInitial(pkt) {
 		sport = binary.BigEndian.Uint16(pkt[hl:])
 		dport = binary.BigEndian.Uint16(pkt[hl+2:])
 	}

@@ -107,6 +107,12 @@ func (g *Gateway) route(st *state, pkt []byte) (*esp.SA, Reason, bool) {
 	if st.only != nil {
 		return st.only, 0, true
 	}
+	if esp.FragmentOf(pkt).Is {
+		// A non-initial fragment goes where its initial fragment went,
+		// by the ports remembered from it, never by its payload's first
+		// bytes (RFC 4301 §7; esp/fragment.go).
+		_, _, _, sport, dport, _ = g.frags.FlowOf(pkt)
+	}
 	pol := st.spd.Lookup(src, dst, proto, sport, dport)
 	if pol == nil {
 		return nil, NoPolicy, false

@@ -6,7 +6,10 @@
 // the same way, with checksums a real stack accepts.
 package inetsum
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"net/netip"
+)
 
 // Add adds the 16-bit big-endian words of b to the running sum. An odd final
 // byte is padded with zero, as RFC 1071 says; so only the last slice given to
@@ -181,4 +184,13 @@ func Header(b []byte) (hl int, proto uint8, protoAt int, frag bool, ok bool) {
 		}
 	}
 	return hl, proto, protoAt, frag, true
+}
+
+// Addrs reads the source and destination of the IPv4 or IPv6 header at the
+// start of b, which must hold the whole fixed header.
+func Addrs(b []byte) (src, dst netip.Addr) {
+	if b[0]>>4 == 4 {
+		return netip.AddrFrom4([4]byte(b[12:16])), netip.AddrFrom4([4]byte(b[16:20]))
+	}
+	return netip.AddrFrom16([16]byte(b[8:24])), netip.AddrFrom16([16]byte(b[24:40]))
 }

@@ -50,6 +50,12 @@ type Probe struct {
 	rconn *net.UDPConn
 	recv  *ipv4.PacketConn
 
+	// spread, when set, are the (source, destination) pairs the probes
+	// go round-robin between, each message carrying its own address and
+	// IP_PKTINFO source (NewSpreadProbe).
+	spread []spreadTarget
+	next   int
+
 	current atomic.Pointer[trialState]
 	nextID  uint32
 	msgs    []ipv4.Message
@@ -129,6 +135,60 @@ func NewProbe(from, to *netns.Namespace, dst netip.Addr) (*Probe, error) {
 	if err != nil {
 		p.rconn.Close()
 		return nil, fmt.Errorf("open probe sender to %s in %s: %w", raddr, from.Short(), err)
+	}
+	p.send, p.recv = ipv4.NewPacketConn(p.sconn), ipv4.NewPacketConn(p.rconn)
+	p.msgs = make([]ipv4.Message, probeBatch)
+	for i := range p.msgs {
+		p.msgs[i].Buffers = [][]byte{make([]byte, MaxFrame)}
+	}
+	p.wg.Add(1)
+	go p.receive()
+	return p, nil
+}
+
+// Target is one tunnel's ends for a spread probe.
+type Target struct{ Src, Dst netip.Addr }
+
+type spreadTarget struct {
+	addr *net.UDPAddr
+	oob  []byte
+}
+
+// NewSpreadProbe is NewProbe with the load spread round-robin over targets:
+// each probe from its target's source to its destination (sources local to
+// from, destinations to to), received on every address of to.
+func NewSpreadProbe(from, to *netns.Namespace, targets []Target) (*Probe, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("spread probe: no targets")
+	}
+	p := &Probe{done: make(chan struct{})}
+	laddr := &net.UDPAddr{IP: net.IPv4zero, Port: probePort}
+	if err := to.Do(func() error {
+		var err error
+		p.rconn, err = net.ListenUDP("udp4", laddr)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("open probe receiver on %s in %s: %w", laddr, to.Short(), err)
+	}
+	if err := setBuffer(p.rconn, unix.SO_RCVBUFFORCE, 16<<20); err != nil {
+		p.rconn.Close()
+		return nil, fmt.Errorf("probe receiver buffer: %w", err)
+	}
+	if err := setBuffer(p.rconn, unix.SO_TIMESTAMPNS, 1); err != nil {
+		p.rconn.Close()
+		return nil, fmt.Errorf("probe receiver timestamps: %w", err)
+	}
+	if err := from.Do(func() error {
+		var err error
+		p.sconn, err = net.ListenUDP("udp4", &net.UDPAddr{})
+		return err
+	}); err != nil {
+		p.rconn.Close()
+		return nil, fmt.Errorf("open probe sender in %s: %w", from.Short(), err)
+	}
+	for _, t := range targets {
+		cm := ipv4.ControlMessage{Src: t.Src.AsSlice()}
+		p.spread = append(p.spread, spreadTarget{addr: &net.UDPAddr{IP: t.Dst.AsSlice(), Port: probePort}, oob: cm.Marshal()})
 	}
 	p.send, p.recv = ipv4.NewPacketConn(p.sconn), ipv4.NewPacketConn(p.rconn)
 	p.msgs = make([]ipv4.Message, probeBatch)
@@ -274,6 +334,11 @@ func (p *Probe) offer(ctx context.Context, id uint32, mix Mix, rate float64, d t
 			binary.BigEndian.PutUint32(b[4:], seq)
 			binary.BigEndian.PutUint64(b[8:], ts)
 			p.msgs[i].Buffers[0] = b
+			if p.spread != nil {
+				t := &p.spread[p.next]
+				p.next = (p.next + 1) % len(p.spread)
+				p.msgs[i].Addr, p.msgs[i].OOB = t.addr, t.oob
+			}
 			seq++
 		}
 		w, err := p.send.WriteBatch(p.msgs[:n], 0)
@@ -295,6 +360,9 @@ func (p *Probe) offer(ctx context.Context, id uint32, mix Mix, rate float64, d t
 			// the mix stays exact.
 			k = ((k-(n-max(w, 0)))%len(mix.Frames) + len(mix.Frames)) % len(mix.Frames)
 			seq -= uint32(n - max(w, 0))
+			if p.spread != nil {
+				p.next = ((p.next-(n-max(w, 0)))%len(p.spread) + len(p.spread)) % len(p.spread)
+			}
 		}
 	}
 	return sent, time.Since(start), nil

@@ -95,6 +95,22 @@ type Config struct {
 // Has says whether the device offers cipher c.
 func (c Config) Has(cipher Cipher) bool { return c.CipherAlgos&(1<<uint(cipher)) != 0 }
 
+// reclaimedSessions is how many session ids reclaimSessions frees: QEMU's
+// builtin backend numbers sessions from 0 and holds at most 256.
+const reclaimedSessions = 256
+
+// reclaimSessions destroys every session id a previous driver may have
+// left. A virtio reset does not end sessions on QEMU's device (they belong
+// to its backend), so a driver that was killed would otherwise leave them
+// taken until the device runs out. The driver owns the device exclusively
+// (VFIO), so no one else's sessions are lost; ids that are not sessions
+// are answered with an error and ignored.
+func (d *Device) reclaimSessions() {
+	for id := range uint64(reclaimedSessions) {
+		d.DestroySession(id)
+	}
+}
+
 // probeKeys are key lengths to try sessions with, per cipher.
 var probeKeyLen = map[Cipher]int{AESCBC: 16, AESCTR: 16, DES3CBC: 24}
 
@@ -215,6 +231,7 @@ func Open(addr string, opts Options) (_ *Device, err error) {
 	if d.t.device.read32(0)&hwReady == 0 {
 		return nil, fmt.Errorf("virtio-crypto %s: device is not ready (VIRTIO_CRYPTO_S_HW_READY clear)", addr)
 	}
+	d.reclaimSessions()
 	d.Advertised = d.Config.CipherAlgos
 	d.Probed = d.probe()
 	return d, nil
