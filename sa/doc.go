@@ -95,6 +95,16 @@
 // -P in|fwd … ipsec adds the policy's selector to that SA's selectors;
 // inbound none and discard policies have no counterpart and are skipped.
 //
+// # Other formats
+//
+// DetectFormat tells apart, besides YAML and setkey, the output of
+// `ip -s xfrm state` (ParseXFRMState), `ip xfrm state/policy add` commands
+// (ParseXFRMCommands), Wireshark's esp_sa table (ParseEspSA) and
+// strongSwan charon's log with CHILD_SA keys (ParseCharonLog); Load and
+// ParseConfig read them all. Encode writes yaml, setkey (MarshalSetkey),
+// ip-xfrm (MarshalXFRM, MarshalXFRMFor) and esp-sa (MarshalEspSA); a field
+// the format cannot say is an error. sa/README.md has the table.
+//
 // # SAD and SPD
 //
 // NewSAD indexes validated SAs for inbound lookup, as RFC 4301 §4.1 has it

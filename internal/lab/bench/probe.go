@@ -67,6 +67,19 @@ type sender struct {
 	conn *net.UDPConn
 	pc   *ipv4.PacketConn
 	msgs []ipv4.Message
+	// spread, when set, are the (source, destination) pairs the probes
+	// go round-robin between, each message carrying its own address and
+	// IP_PKTINFO source (NewSpreadProbe).
+	spread []spreadTarget
+	next   int
+}
+
+// Target is one tunnel's ends for a spread probe.
+type Target struct{ Src, Dst netip.Addr }
+
+type spreadTarget struct {
+	addr *net.UDPAddr
+	oob  []byte
 }
 
 // receiver is one receiving socket and its recvmmsg scratch.
@@ -160,11 +173,61 @@ func NewProbe(from, to *netns.Namespace, dst netip.Addr) (*Probe, error) {
 		}
 		p.senders = append(p.senders, snd)
 	}
+	p.start()
+	return p, nil
+}
+
+// NewSpreadProbe is NewProbe with the load spread round-robin over targets:
+// each probe from its target's source to its destination (sources local to
+// from, destinations to to), received on every address of to.
+func NewSpreadProbe(from, to *netns.Namespace, targets []Target) (*Probe, error) {
+	if len(targets) == 0 {
+		return nil, errors.New("spread probe: no targets")
+	}
+	p := &Probe{done: make(chan struct{})}
+	laddr := &net.UDPAddr{IP: net.IPv4zero, Port: probePort}
+	fail := func(err error) (*Probe, error) {
+		p.closeSockets()
+		return nil, err
+	}
+	n := probeSockets()
+	for range n {
+		r, err := openReceiver(to, laddr)
+		if err != nil {
+			return fail(err)
+		}
+		p.receivers = append(p.receivers, r)
+	}
+	var spread []spreadTarget
+	for _, t := range targets {
+		cm := ipv4.ControlMessage{Src: t.Src.AsSlice()}
+		spread = append(spread, spreadTarget{addr: &net.UDPAddr{IP: t.Dst.AsSlice(), Port: probePort}, oob: cm.Marshal()})
+	}
+	for i := range n {
+		var c *net.UDPConn
+		if err := from.Do(func() error {
+			var err error
+			c, err = net.ListenUDP("udp4", &net.UDPAddr{})
+			return err
+		}); err != nil {
+			return fail(fmt.Errorf("open probe sender in %s: %w", from.Short(), err))
+		}
+		snd := &sender{conn: c, pc: ipv4.NewPacketConn(c), msgs: make([]ipv4.Message, probeBatch), spread: spread, next: i * len(spread) / n}
+		for i := range snd.msgs {
+			snd.msgs[i].Buffers = [][]byte{make([]byte, MaxFrame)}
+		}
+		p.senders = append(p.senders, snd)
+	}
+	p.start()
+	return p, nil
+}
+
+// start runs the receivers.
+func (p *Probe) start() {
 	for _, r := range p.receivers {
 		p.wg.Add(1)
 		go p.receive(r)
 	}
-	return p, nil
 }
 
 // openReceiver opens one of the receiving sockets sharing raddr's port.
@@ -409,6 +472,11 @@ func (s *sender) offer(ctx context.Context, id uint32, mix Mix, rate float64, st
 			binary.BigEndian.PutUint32(b[4:], seq)
 			binary.BigEndian.PutUint64(b[8:], ts)
 			s.msgs[i].Buffers[0] = b
+			if s.spread != nil {
+				t := &s.spread[s.next]
+				s.next = (s.next + 1) % len(s.spread)
+				s.msgs[i].Addr, s.msgs[i].OOB = t.addr, t.oob
+			}
 			seq++
 		}
 		w, err := s.pc.WriteBatch(s.msgs[:n], 0)
@@ -430,6 +498,9 @@ func (s *sender) offer(ctx context.Context, id uint32, mix Mix, rate float64, st
 			// the mix stays exact.
 			k = ((k-(n-max(w, 0)))%len(mix.Frames) + len(mix.Frames)) % len(mix.Frames)
 			seq -= uint32(n - max(w, 0))
+			if s.spread != nil {
+				s.next = ((s.next-(n-max(w, 0)))%len(s.spread) + len(s.spread)) % len(s.spread)
+			}
 		}
 	}
 	return sent, nil

@@ -424,7 +424,7 @@ i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { c
 	// Pings both ways, 0 to 1400 bytes.
 	sizes := []int{0, 1, 56, 100, 500, 1000, 1200, 1400}
 	for _, size := range sizes {
-		r, err := testbed.Ping(ctx, g.NS, guestInner.Addr(), size, 3)
+		r, err := testbed.Ping(ctx, g.NS, guestInner.Addr(), testbed.PingOptions{Size: size, Count: 3})
 		if err != nil || r.Received != r.Sent {
 			t.Errorf("host → guest ping of %d bytes: %d of %d answered (%v)\n%s", size, r.Received, r.Sent, err, r.Output)
 		}

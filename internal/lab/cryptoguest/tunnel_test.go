@@ -132,7 +132,7 @@ func TestVirtioGatewayInGuest(t *testing.T) {
 	pings := func() {
 		t.Helper()
 		for _, size := range []int{0, 1, 56, 100, 500, 1000, 1400} {
-			r, err := testbed.Ping(ctx, g.NS, guestInner.Addr(), size, 1)
+			r, err := testbed.Ping(ctx, g.NS, guestInner.Addr(), testbed.PingOptions{Size: size, Count: 1})
 			if err != nil || r.Received != r.Sent {
 				t.Fatalf("host → guest ping of %d bytes: %d of %d answered (%v)\n%s", size, r.Received, r.Sent, err, r.Output)
 			}
