@@ -147,7 +147,7 @@ func TestTunnelMatrix(t *testing.T) {
 					a := b.Topo.Addr
 					for _, dst := range []string{a.HostB4.Addr().String(), a.HostB6.Addr().String()} {
 						// resolve neighbours first: their first packets may queue in the kernel's ND/ARP and expire
-						testbed.Ping(ctx, b.Topo.HostA, netipMust(dst), 8, 1)
+						testbed.Ping(ctx, b.Topo.HostA, netipMust(dst), testbed.PingOptions{Size: 8, Count: 1})
 					}
 					time.Sleep(300 * time.Millisecond)
 					lanCmd := b.Topo.GW1.Command(ctx, "tcpdump", "-i", "lan0", "--immediate-mode", "-U", "-n", "-w", filepath.Join(b.Dir, "lan.pcap"), "icmp or icmp6")
@@ -161,7 +161,7 @@ func TestTunnelMatrix(t *testing.T) {
 					time.Sleep(300 * time.Millisecond)
 					for _, dst := range []string{a.HostB4.Addr().String(), a.HostB6.Addr().String()} {
 						for _, size := range []int{0, 1, 64, 500, 1000, 1300} {
-							r, err := testbed.Ping(ctx, b.Topo.HostA, netipMust(dst), size, 2)
+							r, err := testbed.Ping(ctx, b.Topo.HostA, netipMust(dst), testbed.PingOptions{Size: size, Count: 2})
 							if err != nil {
 								t.Fatal(err)
 							}
@@ -220,7 +220,7 @@ func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func pingAll(t *testing.T, b *testbed.Bed, count int) {
 	t.Helper()
-	r, err := testbed.Ping(context.Background(), b.Topo.HostA, b.Topo.Addr.HostB4.Addr(), 100, count)
+	r, err := testbed.Ping(context.Background(), b.Topo.HostA, b.Topo.Addr.HostB4.Addr(), testbed.PingOptions{Size: 100, Count: count})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,9 +356,9 @@ func TestTransportMode(t *testing.T) {
 					t.Fatal(err)
 				}
 				_, gw2 := b.Outer()
-				testbed.Ping(ctx, b.GW[0].NS, gw2, 8, 1) // neighbour discovery
+				testbed.Ping(ctx, b.GW[0].NS, gw2, testbed.PingOptions{Size: 8, Count: 1}) // neighbour discovery
 				for _, size := range []int{0, 100, 1000, 1300} {
-					r, err := testbed.Ping(ctx, b.GW[0].NS, gw2, size, 3)
+					r, err := testbed.Ping(ctx, b.GW[0].NS, gw2, testbed.PingOptions{Size: size, Count: 3})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -408,7 +408,7 @@ func TestTunnelOverXDP(t *testing.T) {
 				ctx := context.Background()
 				a := b.Topo.Addr
 				for _, dst := range []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()} {
-					testbed.Ping(ctx, b.Topo.HostA, dst, 8, 1) // neighbours first
+					testbed.Ping(ctx, b.Topo.HostA, dst, testbed.PingOptions{Size: 8, Count: 1}) // neighbours first
 				}
 				wan, err := testbed.StartCapture(b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), 0)
 				if err != nil {
@@ -417,7 +417,7 @@ func TestTunnelOverXDP(t *testing.T) {
 				time.Sleep(300 * time.Millisecond)
 				for _, dst := range []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()} {
 					for _, size := range []int{0, 64, 500, 1300} {
-						r, err := testbed.Ping(ctx, b.Topo.HostA, dst, size, 3)
+						r, err := testbed.Ping(ctx, b.Topo.HostA, dst, testbed.PingOptions{Size: size, Count: 3})
 						if err != nil {
 							t.Fatal(err)
 						}

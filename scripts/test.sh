@@ -17,9 +17,10 @@ go test -count=1 -run 'Alloc' ./...
 # The emulated cards' calibration against the published tables (skipped
 # under the race detector, where too few ops run to judge a cell).
 go test -count=1 -run Calibration ./offload/emul/
-# The end-to-end tests again with every gateway on the aesni engine: real
-# tunnels between espgw gateways and against the Linux kernel's ESP.
-ESPGW_ENGINE=aesni go test -count=1 -timeout 40m . ./internal/lab/interop/
+# The end-to-end tests again with every gateway on the aesni engine and its
+# raw ESP on AF_XDP (wan-io: xdp): real tunnels between espgw gateways and
+# against the Linux kernel's ESP and scapy.
+ESPGW_ENGINE=aesni ESPGW_WAN_IO=xdp go test -count=1 -timeout 40m . ./internal/lab/interop/
 # The aesni engine's pure-Go fallback, through the same tests.
 go test -count=1 -tags purego ./offload/aesni/...
 ./scripts/fuzz.sh

@@ -109,6 +109,13 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 		}
 	}
 	next.pickOnly(len(policies) == 0)
+	if g.opts.StateDir != "" {
+		for _, s := range fresh {
+			if g.isLocal(s.Config.Src) {
+				g.reserveAhead(s)
+			}
+		}
+	}
 	g.swap(next)
 	var gone []*esp.SA
 	for k, s := range old.all {
@@ -179,9 +186,6 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Reserve != nil {
-		g.reserveAhead(s)
-	}
 	if g.isLocal(cfg.Dst) && cfg.InitialSeq != 0 {
 		// The peer's first packet is InitialSeq+1 (sa.SA): start the
 		// window there, as the kernel's replay-seq does, so that ESN high
@@ -211,6 +215,22 @@ func (g *Gateway) reserveAhead(s *esp.SA) {
 	default:
 		// The queue is full: this SA's first packet reserves for itself.
 	}
+}
+
+// reserveNow makes the SAs' first reservations, a few at a time.
+func reserveNow(sas []*esp.SA) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, s := range sas {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			s.ReserveAhead()
+			<-sem
+		}()
+	}
+	wg.Wait()
 }
 
 // insert adds s to the maps of st. Without policies, an outbound
@@ -520,6 +540,18 @@ func (g *Gateway) Apply(c Change) error {
 			undo()
 			return fmt.Errorf("delete %s: %d policies still name it (delete or retarget them in the same change)", s.Config, named[spi])
 		}
+	}
+	if g.opts.StateDir != "" {
+		// A change is small: its new outbound SAs make their first
+		// reservations now, so the first packet on them (a rekey's switch
+		// under load) does not wait for an fsync.
+		var out []*esp.SA
+		for _, s := range fresh {
+			if g.isLocal(s.Config.Src) {
+				out = append(out, s)
+			}
+		}
+		reserveNow(out)
 	}
 	// Everything is checked: edit the state in force.
 	g.tables.Lock()

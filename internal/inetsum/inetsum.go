@@ -6,7 +6,10 @@
 // the same way, with checksums a real stack accepts.
 package inetsum
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"net/netip"
+)
 
 // Add adds the 16-bit big-endian words of b to the running sum. An odd final
 // byte is padded with zero, as RFC 1071 says; so only the last slice given to
@@ -164,7 +167,12 @@ func Header(b []byte) (hl int, proto uint8, protoAt int, frag bool, ok bool) {
 		return 0, 0, 0, false, false
 	}
 	protoAt, hl, proto = 6, 40, b[6]
-	for proto == 0 || proto == 43 || proto == 44 {
+	routing := false
+	// Destination options stay in front unless a routing header came
+	// before them (then they are for the final destination and go
+	// behind ESP), as Linux's ip6_find_1stfragopt places ESP.
+	for proto == 0 || proto == 43 || proto == 44 || proto == 60 && !routing {
+		routing = routing || proto == 43
 		if len(b) < hl+8 {
 			return 0, 0, 0, false, false
 		}
@@ -181,4 +189,13 @@ func Header(b []byte) (hl int, proto uint8, protoAt int, frag bool, ok bool) {
 		}
 	}
 	return hl, proto, protoAt, frag, true
+}
+
+// Addrs reads the source and destination of the IPv4 or IPv6 header at the
+// start of b, which must hold the whole fixed header.
+func Addrs(b []byte) (src, dst netip.Addr) {
+	if b[0]>>4 == 4 {
+		return netip.AddrFrom4([4]byte(b[12:16])), netip.AddrFrom4([4]byte(b[16:20]))
+	}
+	return netip.AddrFrom16([16]byte(b[8:24])), netip.AddrFrom16([16]byte(b[24:40]))
 }

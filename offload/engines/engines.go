@@ -35,7 +35,7 @@ func Names() []string {
 // Software lists the engines that run on any machine: the CPU's
 // instructions and the models. Tests that go through every engine take
 // these; the device engines are proven where their device is
-// (internal/lab/devicetest).
+// (internal/lab/cryptoguest).
 func Software() []string {
 	names := []string{cpu.Name, aesni.Name, ring.Name}
 	for _, p := range emul.ProfileNames() {

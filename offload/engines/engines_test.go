@@ -60,6 +60,9 @@ func sessions(t testing.TB, e, ref offload.Engine, esn bool) []pair {
 			if err != nil {
 				t.Fatalf("%s: session for %s: %v", e.Name(), suite, err)
 			}
+			// Devices hold a limited number of sessions (QEMU's
+			// virtio-crypto: 256): give each back when the test ends.
+			t.Cleanup(func() { got.Close() })
 			want, err := ref.NewSession(cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -48,6 +48,8 @@ func TestESPRoundTripEveryEngine(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
+						defer out.Close()
+						defer in.Close()
 						var pkts, opened []*esp.Packet
 						var want [][]byte
 						for _, n := range []int{0, 1, 13, 100, 1400} {

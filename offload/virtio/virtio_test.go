@@ -1,7 +1,7 @@
 package virtio_test
 
 // These tests drive a real virtio-crypto device. This project's machines
-// have none, so they run inside the QEMU guest that internal/lab/devicetest
+// have none, so they run inside the QEMU guest that internal/lab/cryptoguest
 // boots with QEMU's virtio-crypto-pci device behind an emulated IOMMU; it
 // sets ESPGW_VIRTIO_REQUIRED, which turns a missing device into a failure.
 // Anywhere else they skip, saying where they run.
@@ -32,7 +32,7 @@ func open(t testing.TB) *virtio.Engine {
 		if os.Getenv("ESPGW_VIRTIO_REQUIRED") != "" {
 			t.Fatalf("virtio engine: %v", err)
 		}
-		t.Skipf("no virtio-crypto device here (%v): these tests run in the QEMU guest, go test ./internal/lab/devicetest", err)
+		t.Skipf("no virtio-crypto device here (%v): these tests run in the QEMU guest, go test ./internal/lab/cryptoguest", err)
 	}
 	t.Cleanup(func() {
 		if err := e.Close(); err != nil {
@@ -325,7 +325,7 @@ func TestReopen(t *testing.T) {
 // device and checks the engine's counters. With ESPGW_VIRTIO_HOLD set to a
 // folder it then writes "records N" to FOLDER/ready and keeps the device
 // open until FOLDER/release appears, so the host can read the device's own
-// used index over QMP before Close resets it (internal/lab/devicetest).
+// used index over QMP before Close resets it (internal/lab/cryptoguest).
 func TestDeviceCountsRequests(t *testing.T) {
 	e := open(t)
 	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}

@@ -40,7 +40,7 @@ func TestWireguardBaselineCarriesTraffic(t *testing.T) {
 	if len(w.PIDs()) != 2 {
 		t.Fatalf("wireguard-go processes: %v", w.PIDs())
 	}
-	r, err := testbed.Ping(ctx, topo.HostA, topo.Addr.HostB4.Addr(), 1000, 5)
+	r, err := testbed.Ping(ctx, topo.HostA, topo.Addr.HostB4.Addr(), testbed.PingOptions{Size: 1000, Count: 5})
 	if err != nil {
 		t.Fatal(err)
 	}

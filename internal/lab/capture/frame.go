@@ -65,7 +65,7 @@ func (z *Sealer) Seal(ctx context.Context, inner []byte) ([]byte, error) {
 			off -= udpLen
 			n += udpLen
 			buf[off+protoAt] = protoUDP
-			src, dst := addrs(buf[off : off+hl])
+			src, dst := inetsum.Addrs(buf[off : off+hl])
 			putUDP(buf[off+hl:off+n], cfg, src, dst)
 			setIPLength(buf[off:off+hl], n)
 		}
@@ -118,14 +118,6 @@ func setIPLength(hdr []byte, total int) {
 		return
 	}
 	binary.BigEndian.PutUint16(hdr[4:], uint16(total-40))
-}
-
-// addrs reads the source and destination of an IP header.
-func addrs(hdr []byte) (src, dst netip.Addr) {
-	if hdr[0]>>4 == 4 {
-		return netip.AddrFrom4([4]byte(hdr[12:16])), netip.AddrFrom4([4]byte(hdr[16:20]))
-	}
-	return netip.AddrFrom16([16]byte(hdr[8:24])), netip.AddrFrom16([16]byte(hdr[24:40]))
 }
 
 // Result is what became of one packet given to Opener.Open.
@@ -219,7 +211,7 @@ func (o *Opener) Open(ctx context.Context, ip []byte) (Result, error) {
 	if !ok {
 		return Result{Reject: esp.Truncated}, nil
 	}
-	_, dst := addrs(ip)
+	_, dst := inetsum.Addrs(ip)
 	cfg := o.sad.LookupDst(spi, dst)
 	if cfg == nil {
 		cfg = o.sad.Lookup(spi)

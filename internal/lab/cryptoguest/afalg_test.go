@@ -38,17 +38,6 @@ var shared struct {
 	devErr error
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if shared.g != nil {
-		if err := shared.g.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
 // The packages whose tests run in the guest.
 const (
 	enginesPkg = "offload/engines"
@@ -393,7 +382,7 @@ func TestAFALGTunnel(t *testing.T) {
 		t.Fatal(err)
 	}
 	gwConfig := func(local, peer netip.Addr, engine string, tun netip.Prefix, route netip.Prefix) string {
-		return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nouter-mtu: 1600\ntun:\n  name: esp0\n  addresses: [%s]\n  routes: [%s]\nsa-file: sas.yaml\n",
+		return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nouter-mtu: 1600\ntun:\n  name: esp0\n  addresses: [%s]\n  routes: [%s]\nsa-file: sas.yaml\nstate-dir: state\n",
 			local, peer, engine, tun, route.Masked())
 	}
 
@@ -439,7 +428,7 @@ i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { c
 	// Pings both ways, 0 to 1400 bytes.
 	sizes := []int{0, 1, 56, 100, 500, 1000, 1200, 1400}
 	for _, size := range sizes {
-		r, err := testbed.Ping(ctx, g.NS, guestInner.Addr(), size, 3)
+		r, err := testbed.Ping(ctx, g.NS, guestInner.Addr(), testbed.PingOptions{Size: size, Count: 3})
 		if err != nil || r.Received != r.Sent {
 			t.Errorf("host → guest ping of %d bytes: %d of %d answered (%v)\n%s", size, r.Received, r.Sent, err, r.Output)
 		}
@@ -615,11 +604,7 @@ func TestAFALGBindFailsWithoutDevice(t *testing.T) {
 	if out, err := with.RunFor(ctx, 5*time.Minute, cmd); err != nil {
 		t.Fatalf("with the device: %v\n%s", err, out)
 	}
-	g, err := Boot(ctx, Options{Prefix: "cgn", BootTimeout: 5 * time.Minute, Logger: logger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.Close()
+	g := noDeviceGuest(t)
 	if err := g.LoadModules(ctx, "virtio_crypto"); err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/espgw/espgw/internal/lab/devicetest"
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
@@ -63,6 +62,9 @@ type Options struct {
 	// CryptoDevice adds QEMU's virtio-crypto-pci (and QMP to count its
 	// requests).
 	CryptoDevice bool
+	// IOMMU starts a q35 machine with an emulated Intel IOMMU and puts the
+	// device behind it, for the virtio engine's user-space driver (VFIO).
+	IOMMU bool
 	// Tests are packages (import paths or ./dirs of this module) whose
 	// test binaries go into the guest, each at Root/PKGDIR/NAME.test.
 	Tests []string
@@ -94,7 +96,7 @@ func Boot(ctx context.Context, opts Options) (g *Guest, err error) {
 	if opts.Prefix == "" {
 		opts.Prefix = "cg"
 	}
-	modRoot, err := devicetest.ModuleRoot(ctx)
+	modRoot, err := ModuleRoot(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -117,6 +119,7 @@ func Boot(ctx context.Context, opts Options) (g *Guest, err error) {
 	if opts.CryptoDevice {
 		devices.Crypto = 1
 	}
+	devices.IOMMU = opts.IOMMU
 	if g.bed, err = netns.New(opts.Prefix, opts.Logger); err != nil {
 		return nil, fmt.Errorf("boot crypto guest: %w", err)
 	}
@@ -145,14 +148,14 @@ func Boot(ctx context.Context, opts Options) (g *Guest, err error) {
 func (g *Guest) files(ctx context.Context, opts Options) (map[string]string, error) {
 	files := map[string]string{}
 	g.binary = filepath.Join(g.dir, "espgw")
-	if err := devicetest.Build(ctx, g.modRoot, "./cmd/espgw", g.binary); err != nil {
+	if err := Build(ctx, g.modRoot, "./cmd/espgw", g.binary); err != nil {
 		return nil, err
 	}
 	files[Espgw] = g.binary
 	for _, pkg := range opts.Tests {
 		rel := strings.TrimPrefix(strings.TrimPrefix(pkg, "github.com/espgw/espgw/"), "./")
 		bin := filepath.Join(g.dir, strings.ReplaceAll(rel, "/", "_")+".test")
-		if err := devicetest.BuildTest(ctx, g.modRoot, "./"+rel, bin); err != nil {
+		if err := BuildTest(ctx, g.modRoot, "./"+rel, bin); err != nil {
 			return nil, err
 		}
 		files[TestBinary(rel)] = bin

@@ -139,7 +139,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			from = bed.Topo.HostB
 		}
 		for _, size := range []int{0, 1, 56, 100, 512, 1000, 1200, 1300, 1350} {
-			res, err := testbed.Ping(ctx, from, p.dst, size, 3)
+			res, err := testbed.Ping(ctx, from, p.dst, testbed.PingOptions{Size: size, Count: 3})
 			if err != nil {
 				return r, err
 			}

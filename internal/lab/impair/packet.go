@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // LinkType says what a packet handed to a Stage starts with.
@@ -42,11 +43,11 @@ func parseMatch(list []string) (matcher, error) {
 		case strings.HasPrefix(s, "udp/"):
 			p, err := strconv.ParseUint(s[4:], 10, 16)
 			if err != nil || p == 0 {
-				return m, fmt.Errorf("match[%d] %q: want a UDP port 1-65535 after udp/", i, list[i])
+				return m, fmt.Errorf("match[%d] %s: want a UDP port 1-65535 after udp/", i, secret.Name(list[i]))
 			}
 			m.ports = append(m.ports, uint16(p))
 		default:
-			return m, fmt.Errorf("match[%d] %q: want esp or udp/PORT", i, list[i])
+			return m, fmt.Errorf("match[%d] %s: want esp or udp/PORT", i, secret.Name(list[i]))
 		}
 	}
 	return m, nil

@@ -342,8 +342,9 @@ func (b *Bed) writeConfig(t *Tunnel) (string, error) {
 	if err := sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), set); err != nil {
 		return "", fmt.Errorf("write gw1's SA file: %w", err)
 	}
-	cfg := fmt.Sprintf("local: %s\npeer: %s\nengine: cpu\nouter-mtu: %d\ntun:\n  name: %s\n  routes: %s\nsa-file: sas.yaml\nstate-dir: gw1-state\n",
-		t.Out.Src, t.Out.Dst, wanMTU, tunIf, routes)
+	// ESPGW_WAN_IO=xdp puts gw1's raw ESP on AF_XDP against the same peers.
+	cfg := fmt.Sprintf("local: %s\npeer: %s\nengine: cpu\nouter-mtu: %d\ntun:\n  name: %s\n  routes: %s\nsa-file: sas.yaml\nstate-dir: gw1-state\nwan-io: %s\n",
+		t.Out.Src, t.Out.Dst, wanMTU, tunIf, routes, testbed.DefaultWanIO())
 	path := filepath.Join(b.Dir, "gw1.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return "", fmt.Errorf("write gw1's config: %w", err)

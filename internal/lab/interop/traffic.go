@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/testbed"
 )
 
 // Transfer is one TCP transfer checked byte for byte.
@@ -149,27 +150,14 @@ func (b *Bed) ReceiveFromFar(ctx context.Context, near netip.Addr, n int) (Trans
 	return Transfer{Bytes: n, Duration: elapsed}, nil
 }
 
-var pingSummary = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`)
-
 // PingNear pings dst from ns (espgw's side) with count requests of size
-// payload bytes. Unlike testbed.Ping it waits for every reply until a
-// deadline: ping's default gives up two round trips after the first
-// reply, and a guest under TCG emulation answers with jitter far beyond
-// that. IPv4 requests carry DF, so a too-small tunnel MTU shows as loss.
+// payload bytes, 50 ms apart, waiting up to 15 s for the run and 5 s for
+// late replies: a guest under TCG emulation answers with jitter far beyond
+// testbed.Ping's defaults. IPv4 requests carry DF, so a too-small tunnel
+// MTU shows as loss.
 func PingNear(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int) (PingResult, error) {
-	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-i", "0.05", "-w", "15", "-s", strconv.Itoa(size)}
-	if dst.Is4() {
-		args = append(args, "-M", "do")
-	}
-	out, _ := ns.Command(ctx, "ping", append(args, dst.String())...).CombinedOutput()
-	r := PingResult{Output: string(out)}
-	m := pingSummary.FindStringSubmatch(r.Output)
-	if m == nil {
-		return r, fmt.Errorf("ping %s from %s: no summary in output:\n%s", dst, ns.Short(), r.Output)
-	}
-	r.Sent, _ = strconv.Atoi(m[1])
-	r.Received, _ = strconv.Atoi(m[2])
-	return r, nil
+	return testbed.Ping(ctx, ns, dst, testbed.PingOptions{Size: size, Count: count, Interval: 50 * time.Millisecond,
+		Deadline: 15 * time.Second, Linger: 5 * time.Second})
 }
 
 var busyboxSummary = regexp.MustCompile(`--- (\S+) ping statistics ---\s*\n(\d+) packets transmitted, (\d+) packets received`)

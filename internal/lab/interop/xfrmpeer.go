@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
+	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -146,11 +147,8 @@ func (x *XfrmPeer) Counters(ctx context.Context) (kernelpeer.Counters, error) {
 	return x.kernel.Counters(ctx)
 }
 
-// PingResult is what one ping from the guest saw.
-type PingResult struct {
-	Sent, Received int
-	Output         string
-}
+// PingResult is what one ping saw, from the guest or from espgw's side.
+type PingResult = testbed.PingResult
 
 var busyboxPing = regexp.MustCompile(`(\d+) packets transmitted, (\d+) packets received`)
 

@@ -37,11 +37,16 @@ type Addresses struct {
 	HostB4, HostB6       netip.Prefix // hostB eth0
 	LANA4, LANA6         netip.Prefix // subnet behind gw1
 	LANB4, LANB6         netip.Prefix // subnet behind gw2
+	// Phantoms are addresses on the LANs that no host owns: a replay's
+	// packets travel between them (hostA's side, hostB's side), so the
+	// hosts' kernels drop them quietly instead of answering.
+	PhantomA4, PhantomA6 netip.Addr
+	PhantomB4, PhantomB6 netip.Addr
 }
 
 // StandardAddresses returns the fixed addresses of the standard topology.
 func StandardAddresses() Addresses {
-	p := netip.MustParsePrefix
+	p, a := netip.MustParsePrefix, netip.MustParseAddr
 	return Addresses{
 		HostA4: p("192.0.2.10/24"), HostA6: p("2001:db8:a::10/64"),
 		GW1LAN4: p("192.0.2.1/24"), GW1LAN6: p("2001:db8:a::1/64"),
@@ -53,6 +58,8 @@ func StandardAddresses() Addresses {
 		HostB4: p("203.0.113.10/24"), HostB6: p("2001:db8:b::10/64"),
 		LANA4: p("192.0.2.0/24"), LANA6: p("2001:db8:a::/64"),
 		LANB4: p("203.0.113.0/24"), LANB6: p("2001:db8:b::/64"),
+		PhantomA4: a("192.0.2.80"), PhantomA6: a("2001:db8:a::80"),
+		PhantomB4: a("203.0.113.80"), PhantomB6: a("2001:db8:b::80"),
 	}
 }
 

@@ -232,31 +232,27 @@ def sniffer(iface):
 
 # --- jobs ---
 
-def job_seal(sa, job):
-    out, errs = [], []
-    seqs = job.get("seqs")
-    for i, h in enumerate(job["packets"]):
-        b = bytes.fromhex(h)
-        try:
-            out.append(sa.seal(ip_class(b)(b), seqs[i] if seqs else i + 1).hex())
-            errs.append(None)
-        except Exception as e:  # reported per packet, judged by the Go test
-            out.append(None)
-            errs.append(failure(e))
-    return out, errs
-
-
-def job_open(sa, job):
+def per_packet(job, fn):
+    """fn(packet bytes, 64-bit sequence number) for each packet of the job;
+    a failure is reported for its packet, judged by the Go test."""
     out, errs = [], []
     seqs = job.get("seqs")
     for i, h in enumerate(job["packets"]):
         try:
-            out.append(bytes(sa.open(bytes.fromhex(h), (seqs[i] >> 32) if seqs else 0)).hex())
+            out.append(fn(bytes.fromhex(h), seqs[i] if seqs else i + 1).hex())
             errs.append(None)
         except Exception as e:
             out.append(None)
             errs.append(failure(e))
     return out, errs
+
+
+def job_seal(sa, job):
+    return per_packet(job, lambda b, seq: sa.seal(ip_class(b)(b), seq))
+
+
+def job_open(sa, job):
+    return per_packet(job, lambda b, seq: bytes(sa.open(b, (seq >> 32) if job.get("seqs") else 0)))
 
 
 def frame(link, p):

@@ -98,10 +98,12 @@ func (r *runner) ping(ctx context.Context, p *PingStep, res *StepResult) error {
 	var detail []string
 	for _, fam := range families(p.Family) {
 		for _, size := range p.Sizes {
-			sent, received, out, err := r.ping1(ctx, from.ns, to.addr(fam), size, p.Count, p.Interval, *p.DF, pingArgs(p.Marks)...)
+			pr, err := testbed.Ping(ctx, from.ns, to.addr(fam), testbed.PingOptions{Size: size, Count: p.Count, Interval: p.Interval,
+				NoDF: !*p.DF, Settle: r.settle, Args: pingArgs(p.Marks)})
 			if err != nil {
 				return err
 			}
+			sent, received, out := pr.Sent, pr.Received, pr.Output
 			res.Headers.add(pingErrors([]byte(out)))
 			res.Sent += sent
 			res.Received += received
@@ -173,7 +175,7 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 		return fmt.Errorf("dial %s from %s: %w", dst, from.ns.Short(), err)
 	}
 	defer tx.Close()
-	if err := markSender(tx, fam == "ipv6", u.Marks, u.DF); err != nil {
+	if err := markSender(tx, fam == "ipv6", u.Marks, u.DF, u.ExtHeaders); err != nil {
 		return fmt.Errorf("dial %s from %s: %w", dst, from.ns.Short(), err)
 	}
 	var hdrs Headers
@@ -300,25 +302,19 @@ func (r *runner) iperf(ctx context.Context, p *IperfStep, res *StepResult) error
 	return nil
 }
 
-// Phantom addresses: a replay's packets go between these, which no host
-// owns. Each gateway has a permanent neighbour entry sending its phantom to
-// its host's MAC, so the packets reach the host's interface (where the
-// runner sees them) and the host's kernel drops them quietly instead of
-// answering a replayed TCP segment with a reset or a DNS query with a port
-// unreachable.
-var (
-	phantomA4 = netip.MustParseAddr("192.0.2.80")
-	phantomA6 = netip.MustParseAddr("2001:db8:a::80")
-	phantomB4 = netip.MustParseAddr("203.0.113.80")
-	phantomB6 = netip.MustParseAddr("2001:db8:b::80")
-)
-
+// setupPhantoms makes the topology's phantom addresses, between which a
+// replay's packets go and which no host owns, reach the hosts: each gateway
+// gets a permanent neighbour entry sending its phantom to its host's MAC,
+// so the packets reach the host's interface (where the runner sees them)
+// and the host's kernel drops them quietly instead of answering a replayed
+// TCP segment with a reset or a DNS query with a port unreachable.
 func (r *runner) setupPhantoms() error {
 	t := r.bed.Topo
+	a := t.Addr
 	for _, p := range []struct {
 		gw, host *netns.Namespace
 		addrs    []netip.Addr
-	}{{t.GW1, t.HostA, []netip.Addr{phantomA4, phantomA6}}, {t.GW2, t.HostB, []netip.Addr{phantomB4, phantomB6}}} {
+	}{{t.GW1, t.HostA, []netip.Addr{a.PhantomA4, a.PhantomA6}}, {t.GW2, t.HostB, []netip.Addr{a.PhantomB4, a.PhantomB6}}} {
 		var mac net.HardwareAddr
 		if err := p.host.Do(func() error {
 			l, err := netlink.LinkByName("eth0")
@@ -374,8 +370,8 @@ func (r *runner) replay(ctx context.Context, p *PcapStep, res *StepResult) error
 		timing = capture.AsFast
 	}
 	pkts, _, err := capture.Load(f, p.path, capture.Topology{
-		A: capture.Hosts{IPv4: phantomA4, IPv6: phantomA6},
-		B: capture.Hosts{IPv4: phantomB4, IPv6: phantomB6},
+		A: capture.Hosts{IPv4: r.bed.Topo.Addr.PhantomA4, IPv6: r.bed.Topo.Addr.PhantomA6},
+		B: capture.Hosts{IPv4: r.bed.Topo.Addr.PhantomB4, IPv6: r.bed.Topo.Addr.PhantomB6},
 	}, capture.RewriteOptions{Timing: timing, Speed: p.Speed})
 	if err != nil {
 		return err

@@ -12,7 +12,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// A bed of many tunnels (Options.Tunnels > 1) gives each tunnel its own SA
+// A bed of tunnels (Options.Tunnels) gives each tunnel its own SA
 // pair and its own inner prefix pair, with a protect policy each way:
 // tunnel 0 is the LANs' (SPIs 0x1001 and 0x2001, as on a one-tunnel bed),
 // tunnel i > 0 carries A(i) behind gw1 to B(i) behind gw2. The hosts own
@@ -117,10 +117,11 @@ func (t *Tunnel) Policies() []sa.Policy {
 
 // lan6 is the IPv6 LAN beside tunnel 0's IPv4 one.
 func lan6(p netip.Prefix) netip.Prefix {
-	if p == netip.MustParsePrefix("192.0.2.0/24") {
-		return netip.MustParsePrefix("2001:db8:a::/64")
+	a := netns.StandardAddresses()
+	if p == a.LANA4 {
+		return a.LANA6
 	}
-	return netip.MustParsePrefix("2001:db8:b::/64")
+	return a.LANB6
 }
 
 // makeTunnels writes the SA file of a many-tunnel bed.

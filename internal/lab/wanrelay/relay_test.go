@@ -234,14 +234,7 @@ func TestRelay(t *testing.T) {
 		tx := listen(t, b.a, "udp4", "192.0.2.1:4500")
 		const n, size = 1000, 200
 		dst := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 2), Port: 4500}
-		for i := 1; i <= n; i++ {
-			if _, err := tx.WriteTo(espPayload(uint32(i), size), dst); err != nil {
-				t.Fatal(err)
-			}
-			if i%50 == 0 {
-				time.Sleep(2 * time.Millisecond) // stay below the receiver's buffer
-			}
-		}
+		sendESP(t, tx, dst, n, size)
 		tl := count(t, <-got, size)
 		settle(t, r)
 		c := r.Counters().AToB
@@ -273,14 +266,7 @@ func TestRelay(t *testing.T) {
 		tx := listen(t, b.a, "ip4:50", "192.0.2.1")
 		const n, size = 1000, 120
 		dst := &net.IPAddr{IP: net.IPv4(192, 0, 2, 2)}
-		for i := 1; i <= n; i++ {
-			if _, err := tx.WriteTo(espPayload(uint32(i), size), dst); err != nil {
-				t.Fatal(err)
-			}
-			if i%50 == 0 {
-				time.Sleep(2 * time.Millisecond)
-			}
-		}
+		sendESP(t, tx, dst, n, size)
 		tl := count(t, <-got, size)
 		settle(t, r)
 		ic := r.Counters().AToB.Impair
@@ -303,14 +289,7 @@ func TestRelay(t *testing.T) {
 		got := collect(rx)
 		tx := listen(t, b.a, "ip6:50", "2001:db8::1")
 		const n, size = 600, 100
-		for i := 1; i <= n; i++ {
-			if _, err := tx.WriteTo(espPayload(uint32(i), size), &net.IPAddr{IP: net.ParseIP("2001:db8::2")}); err != nil {
-				t.Fatal(err)
-			}
-			if i%50 == 0 {
-				time.Sleep(2 * time.Millisecond)
-			}
-		}
+		sendESP(t, tx, &net.IPAddr{IP: net.ParseIP("2001:db8::2")}, n, size)
 		payloads := <-got
 		settle(t, r)
 		ic := r.Counters().AToB.Impair
@@ -564,5 +543,19 @@ func assertCapture(t *testing.T, path string, c Counters) {
 	}
 	if want := c.AToB.TxFrames + c.BToA.TxFrames; uint64(n) != want {
 		t.Fatalf("capture holds %d frames, relay sent %d", n, want)
+	}
+}
+
+// sendESP sends n ESP payloads of size bytes, sequence numbers 1..n, to
+// dst, pausing every 50 to stay below the receiver's socket buffer.
+func sendESP(t *testing.T, tx net.PacketConn, dst net.Addr, n, size int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		if _, err := tx.WriteTo(espPayload(uint32(i), size), dst); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			time.Sleep(2 * time.Millisecond)
+		}
 	}
 }

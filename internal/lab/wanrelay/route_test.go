@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/espgw/espgw/internal/lab/impair"
 )
@@ -70,14 +69,7 @@ func TestRelayRouteMode(t *testing.T) {
 	got := collect(rx)
 	tx := listen(t, b.a, "ip4:50", "198.51.100.1")
 	const n, size = 500, 100
-	for i := 1; i <= n; i++ {
-		if _, err := tx.WriteTo(espPayload(uint32(i), size), &net.IPAddr{IP: net.IPv4(198, 51, 100, 129)}); err != nil {
-			t.Fatal(err)
-		}
-		if i%50 == 0 {
-			time.Sleep(2 * time.Millisecond) // stay below the receiver's buffer
-		}
-	}
+	sendESP(t, tx, &net.IPAddr{IP: net.IPv4(198, 51, 100, 129)}, n, size)
 	tl := count(t, <-got, size)
 	settle(t, r)
 	c := r.Counters().AToB

@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/netns"
@@ -51,14 +50,7 @@ func TestRelayStandardTopology(t *testing.T) {
 	got := collect(rx)
 	tx := listen(t, b.a, "ip4:50", a.GW1WAN4.Addr().String())
 	const n, size = 400, 200
-	for i := 1; i <= n; i++ {
-		if _, err := tx.WriteTo(espPayload(uint32(i), size), &net.IPAddr{IP: a.GW2WAN4.Addr().AsSlice()}); err != nil {
-			t.Fatal(err)
-		}
-		if i%50 == 0 {
-			time.Sleep(2 * time.Millisecond)
-		}
-	}
+	sendESP(t, tx, &net.IPAddr{IP: a.GW2WAN4.Addr().AsSlice()}, n, size)
 	tl := count(t, <-got, size)
 	settle(t, r)
 	c := r.Counters().AToB

@@ -95,6 +95,22 @@ type Config struct {
 // Has says whether the device offers cipher c.
 func (c Config) Has(cipher Cipher) bool { return c.CipherAlgos&(1<<uint(cipher)) != 0 }
 
+// reclaimedSessions is how many session ids reclaimSessions frees: QEMU's
+// builtin backend numbers sessions from 0 and holds at most 256.
+const reclaimedSessions = 256
+
+// reclaimSessions destroys every session id a previous driver may have
+// left. A virtio reset does not end sessions on QEMU's device (they belong
+// to its backend), so a driver that was killed would otherwise leave them
+// taken until the device runs out. The driver owns the device exclusively
+// (VFIO), so no one else's sessions are lost; ids that are not sessions
+// are answered with an error and ignored.
+func (d *Device) reclaimSessions() {
+	for id := range uint64(reclaimedSessions) {
+		d.DestroySession(id)
+	}
+}
+
 // probeKeys are key lengths to try sessions with, per cipher.
 var probeKeyLen = map[Cipher]int{AESCBC: 16, AESCTR: 16, DES3CBC: 24}
 
@@ -121,8 +137,9 @@ func (d *Device) probe() []Cipher {
 
 // Options tune the driver.
 type Options struct {
-	// QueueSize is the number of descriptors of the data queue (two per
-	// request; a power of two, at most what the device allows). 0: 256.
+	// QueueSize is the number of descriptors of the data queue, two per
+	// request, rounded up to a power of two and down to what the device
+	// allows. 0: 256.
 	QueueSize int
 	// MaxData is the largest payload one request carries. 0: 16 KiB + 64.
 	MaxData int
@@ -158,8 +175,11 @@ func Open(addr string, opts Options) (_ *Device, err error) {
 	if opts.MaxData == 0 {
 		opts.MaxData = defaultMax
 	}
-	if opts.QueueSize < 2 || opts.QueueSize&(opts.QueueSize-1) != 0 {
-		return nil, fmt.Errorf("virtio-crypto %s: queue size %d is not a power of two ≥ 2", addr, opts.QueueSize)
+	if opts.QueueSize < 2 || opts.QueueSize > 1<<15 {
+		return nil, fmt.Errorf("virtio-crypto %s: queue size %d outside 2..32768", addr, opts.QueueSize)
+	}
+	for opts.QueueSize&(opts.QueueSize-1) != 0 { // split rings are a power of two long
+		opts.QueueSize += opts.QueueSize & -opts.QueueSize
 	}
 	if err := vfio.Bind(addr); err != nil {
 		return nil, err
@@ -215,6 +235,7 @@ func Open(addr string, opts Options) (_ *Device, err error) {
 	if d.t.device.read32(0)&hwReady == 0 {
 		return nil, fmt.Errorf("virtio-crypto %s: device is not ready (VIRTIO_CRYPTO_S_HW_READY clear)", addr)
 	}
+	d.reclaimSessions()
 	d.Advertised = d.Config.CipherAlgos
 	d.Probed = d.probe()
 	return d, nil

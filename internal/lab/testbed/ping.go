@@ -1,4 +1,4 @@
-package scenario
+package testbed
 
 import (
 	"bytes"
@@ -19,50 +19,105 @@ import (
 var (
 	pingReply   = regexp.MustCompile(`(?m)^\d+ bytes from .* icmp_seq=(\d+) .*$`)
 	pingSummary = regexp.MustCompile(`(?m)^(\d+) packets transmitted`)
+	pingRTT     = regexp.MustCompile(`= [\d.]+/([\d.]+)/`)
 )
 
-// ping1 sends count echo requests of size payload bytes, interval apart,
-// and counts the requests sent and the replies that came back. With df,
-// IPv4 requests forbid fragmentation (IPv6 routers never fragment).
+// PingOptions shape a ping run; the zero value of each field takes its
+// default.
+type PingOptions struct {
+	Size     int           // payload bytes
+	Count    int           // replies to wait for (default 3)
+	Interval time.Duration // between requests (default 10ms)
+	// NoDF lets IPv4 requests be fragmented; by default they carry DF, so
+	// that a too-small path shows as ICMP too-big, not as fragments (IPv6
+	// routers never fragment).
+	NoDF bool
+	// Deadline bounds the whole run (default Count × Interval + 3s).
+	Deadline time.Duration
+	// Settle, when set, returns once nothing more is on its way (say, when
+	// the WAN relay holds nothing); otherwise late replies are waited for
+	// up to Linger (default 1s).
+	Settle func()
+	Linger time.Duration
+	// Args are more ping options (-Q TOS, -t TTL).
+	Args []string
+}
+
+// PingResult is what one ping run saw.
+type PingResult struct {
+	Size           int
+	Sent, Received int
+	RTTAvg         time.Duration
+	Output         string
+}
+
+// Ping sends echo requests from ns to dst and counts the requests sent and
+// the replies that came back.
 //
 // ping runs with a deadline (-w), so a reply that is merely late is waited
 // for: with -W alone, once one reply came, ping waits only two round trips
-// for the rest. With a deadline ping sends until count replies came,
-// replies to requests past count included, and exits with the requests
+// for the rest. With a deadline ping sends until Count replies came,
+// replies to requests past Count included, and exits with the requests
 // still unanswered in flight; so neither its summary nor sequence numbers
-// 1..count say what arrived. What is counted is what ping sent (its
+// 1..Count say what arrived. What is counted is what ping sent (its
 // summary) and every reply that came back to it: the ones it printed and
-// the ones a sniffer in the sending namespace saw arrive, until the WAN
-// holds nothing more.
-func (r *runner) ping1(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int, interval time.Duration, df bool, extra ...string) (sent, received int, output string, err error) {
+// the ones a sniffer in ns saw arrive after it exited, until nothing more
+// is on its way.
+func Ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, o PingOptions) (PingResult, error) {
+	if o.Count == 0 {
+		o.Count = 3
+	}
+	if o.Interval == 0 {
+		o.Interval = 10 * time.Millisecond
+	}
+	if o.Deadline == 0 {
+		o.Deadline = time.Duration(o.Count)*o.Interval + 3*time.Second
+	}
+	r := PingResult{Size: o.Size}
 	w := newPingWatch(dst)
 	sn, err := capture.Sniff(ns, "", capture.SniffOptions{Outgoing: true}, w.see)
 	if err != nil {
-		return 0, 0, "", fmt.Errorf("ping %s: %w", dst, err)
+		return r, fmt.Errorf("ping %s: %w", dst, err)
 	}
 	defer sn.Stop()
-	deadline := time.Duration(count)*interval + 3*time.Second
-	pctx, cancel := context.WithTimeout(ctx, deadline+5*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, o.Deadline+5*time.Second)
 	defer cancel()
-	args := []string{"-n", "-c", strconv.Itoa(count), "-s", strconv.Itoa(size),
-		"-i", strconv.FormatFloat(interval.Seconds(), 'f', 3, 64), "-W", "2", "-w", strconv.Itoa(int(deadline.Seconds() + 0.999))}
+	args := []string{"-n", "-c", strconv.Itoa(o.Count), "-s", strconv.Itoa(o.Size),
+		"-i", strconv.FormatFloat(o.Interval.Seconds(), 'f', 3, 64), "-W", "2", "-w", strconv.Itoa(int(o.Deadline.Seconds() + 0.999))}
 	if dst.Is4() {
-		if df {
-			args = append(args, "-M", "do")
-		} else {
+		if o.NoDF {
 			args = append(args, "-M", "dont")
+		} else {
+			args = append(args, "-M", "do")
 		}
 	}
-	args = append(args, extra...)
+	args = append(args, o.Args...)
 	out, _ := ns.Command(pctx, "ping", append(args, dst.String())...).CombinedOutput()
+	r.Output = string(out)
 	m := pingSummary.FindSubmatch(out)
 	if m == nil {
-		return 0, 0, string(out), fmt.Errorf("ping %s from %s: no summary in output:\n%s", dst, ns.Short(), out)
+		return r, fmt.Errorf("ping %s from %s: no summary in output:\n%s", dst, ns.Short(), out)
 	}
-	sent, _ = strconv.Atoi(string(m[1]))
-	r.settle()
-	sn.Stop()
-	return sent, countReplies(out, sent, w.replied()), string(out), nil
+	r.Sent, _ = strconv.Atoi(string(m[1]))
+	if r.Received = countReplies(out, r.Sent, w.replied()); r.Received < r.Sent {
+		if o.Settle != nil {
+			o.Settle()
+		} else {
+			if o.Linger == 0 {
+				o.Linger = time.Second
+			}
+			for end := time.Now().Add(o.Linger); time.Now().Before(end) && countReplies(out, r.Sent, w.replied()) < r.Sent; {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+		sn.Stop()
+		r.Received = countReplies(out, r.Sent, w.replied())
+	}
+	if m := pingRTT.FindSubmatch(out); m != nil {
+		ms, _ := strconv.ParseFloat(string(m[1]), 64)
+		r.RTTAvg = time.Duration(ms * float64(time.Millisecond))
+	}
+	return r, nil
 }
 
 // countReplies counts the distinct sequence numbers 1..sent among the
@@ -119,7 +174,7 @@ func (w *pingWatch) replied() map[int]bool {
 
 func (w *pingWatch) see(s capture.Sniffed) {
 	p := s.Data
-	src, dst := addrsOf(p)
+	src, dst := inetsum.Addrs(p)
 	if s.Outgoing && dst != w.dst || !s.Outgoing && src != w.dst {
 		return
 	}
@@ -214,12 +269,4 @@ func datagram(p []byte) (ipDatagram, bool) {
 	d.fragment, d.offset, d.more = true, int(fo&^7), fo&1 != 0
 	d.key = string(p[8:40]) + string(p[off:off+1]) + string(p[off+4:off+8])
 	return d, true
-}
-
-// addrsOf reads the source and destination of an IP packet.
-func addrsOf(p []byte) (src, dst netip.Addr) {
-	if p[0]>>4 == 4 {
-		return netip.AddrFrom4([4]byte(p[12:16])), netip.AddrFrom4([4]byte(p[16:20]))
-	}
-	return netip.AddrFrom16([16]byte(p[8:24])), netip.AddrFrom16([16]byte(p[24:40]))
 }

@@ -1,4 +1,4 @@
-package scenario
+package testbed
 
 import (
 	"encoding/binary"

@@ -1,95 +1,58 @@
-package devicetest
+package cryptoguest
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
-	"os"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/espgw/espgw/internal/lab/kernelpeer"
 )
 
-// One guest for the whole test binary: q35 with an emulated Intel IOMMU and
-// one virtio-crypto device behind it, crypto0, for the user-space driver.
-var shared struct {
-	once  sync.Once
-	peer  *Guest
-	netns string
-	err   error
+// The virtio engine's tests share a guest of their own: q35 with an
+// emulated Intel IOMMU and the virtio-crypto device behind it, which the
+// engine's user-space driver takes through VFIO (the afalg guest leaves the
+// device to the kernel's driver).
+var sharedIOMMU struct {
+	once sync.Once
+	g    *Guest
+	err  error
 }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if shared.peer != nil {
-		if err := shared.peer.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "close guest:", err)
-			code = 1
-		}
-	}
-	if shared.netns != "" {
-		exec.Command("ip", "netns", "del", shared.netns).Run()
-	}
-	os.Exit(code)
-}
+const virtioPkg = "offload/virtio"
 
-func guest(t *testing.T) *Guest {
+// virtioEnv makes a missing device fail the engine's tests, not skip them.
+// The guest has one virtio-crypto device: the engine takes the first.
+var virtioEnv = []string{"ESPGW_VIRTIO_REQUIRED=1"}
+
+func iommuGuest(t *testing.T) *Guest {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("boots a QEMU guest under TCG; run without -short")
 	}
-	shared.once.Do(func() { shared.peer, shared.err = boot() })
-	if shared.err != nil {
-		t.Fatalf("guest with a virtio-crypto device unavailable: %v", shared.err)
-	}
-	return shared.peer
-}
-
-func boot() (*Guest, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("needs root (network namespaces, tap devices)")
-	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		return nil, fmt.Errorf("qemu-system-x86_64 not found: apt-get install qemu-system-x86")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	ns := fmt.Sprintf("dt-%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("ip netns add %s: %v: %s", ns, err, out)
-	}
-	shared.netns = ns
-	g, err := Boot(ctx, GuestOptions{
-		Devices:  kernelpeer.Devices{Crypto: 1, IOMMU: true},
-		Tests:    []string{"./offload/virtio"},
-		Commands: []string{"./cmd/espgw"},
-		Netns:    ns,
-		Log:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})),
+	sharedIOMMU.once.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		sharedIOMMU.g, sharedIOMMU.err = Boot(ctx, Options{CryptoDevice: true, IOMMU: true,
+			Tests: []string{virtioPkg, enginesPkg}, Prefix: "cgv", BootTimeout: 5 * time.Minute, Logger: logger()})
 	})
-	if err != nil {
-		return nil, err
+	if sharedIOMMU.err != nil {
+		t.Fatalf("guest with a virtio-crypto device behind an IOMMU unavailable: %v", sharedIOMMU.err)
 	}
-	fmt.Fprintf(os.Stderr, "guest with virtio-crypto booted in %v (qemu CPU %v)\n", g.BootTime.Round(time.Millisecond), g.BootCPU)
-	return g, nil
+	return sharedIOMMU.g
 }
 
 // inGuest runs the virtio engine's test binary in the guest with the
 // device required, and returns its verbose output.
-func inGuest(t *testing.T, p *Guest, args string) string {
+func inGuest(t *testing.T, p *Guest, args ...string) string {
 	t.Helper()
-	out, err := p.Run(context.Background(),
-		"cd /espgw && ESPGW_VIRTIO_REQUIRED=1 ESPGW_VECTORS=/espgw/testdata/vectors ./virtio.test -test.v -test.count=1 "+args+" 2>&1")
+	out, err := p.RunTest(context.Background(), 10*time.Minute, virtioPkg, virtioEnv, append([]string{"-test.v", "-test.count=1"}, args...)...)
 	if err != nil {
 		ps, _ := p.Run(context.Background(), "ps; for f in /proc/[0-9]*/fd/*; do l=$(readlink $f); case $l in *vfio*) echo $f $l;; esac; done")
 		t.Fatalf("virtio engine tests in the guest: %v\n%s\nprocesses:\n%s", err, out, ps)
 	}
-	if strings.Contains(out, "--- SKIP") || !strings.Contains(out, "\nPASS") {
+	if m := regexp.MustCompile(`--- (SKIP|FAIL): \S+`).FindAllString(out, -1); len(m) > 0 || !strings.Contains(out, "\nPASS") {
 		t.Fatalf("virtio engine tests in the guest skipped or did not pass:\n%s", out)
 	}
 	return out
@@ -99,8 +62,8 @@ func inGuest(t *testing.T, p *Guest, args string) string {
 // device: setup and teardown, known answers, differential against cpu for
 // every suite the device serves, tampering, in-order completion, reopen.
 func TestVirtioEngineInGuest(t *testing.T) {
-	p := guest(t)
-	out := inGuest(t, p, "")
+	p := iommuGuest(t)
+	out := inGuest(t, p)
 	t.Logf("guest:\n%s", out)
 }
 
@@ -108,10 +71,10 @@ func TestVirtioEngineInGuest(t *testing.T) {
 // index, read through QMP while the engine still holds the device) advanced
 // by exactly the requests the engine says it posted.
 func TestVirtioDeviceDidTheWork(t *testing.T) {
-	p := guest(t)
+	p := iommuGuest(t)
 	ctx := context.Background()
-	if _, err := p.Run(ctx, "rm -rf /tmp/hold && mkdir /tmp/hold && cd /espgw && "+
-		"(ESPGW_VIRTIO_REQUIRED=1 ESPGW_VIRTIO_HOLD=/tmp/hold ./virtio.test -test.v -test.run '^TestDeviceCountsRequests$' "+
+	if _, err := p.Run(ctx, "rm -rf /tmp/hold && mkdir /tmp/hold && cd "+Root+"/"+virtioPkg+" && "+
+		"(ESPGW_VIRTIO_REQUIRED=1 ESPGW_VIRTIO_HOLD=/tmp/hold "+TestBinary(virtioPkg)+" -test.v -test.run '^TestDeviceCountsRequests$' "+
 		"</dev/null >/tmp/hold/log 2>&1; echo $? >/tmp/hold/rc) </dev/null >/dev/null 2>&1 &"); err != nil {
 		t.Fatal(err)
 	}
@@ -151,4 +114,12 @@ func TestVirtioDeviceDidTheWork(t *testing.T) {
 		}
 	}
 	t.Logf("the device completed %d requests (its used index), announced by %s doorbells", used, m[2])
+}
+
+// TestVirtioConformance runs the conformance tests every engine passes
+// (package offload/engines: differential against cpu for every suite the
+// engine offers, ESN, lengths, a flipped bit anywhere, in-order
+// completion) on the virtio engine and the device.
+func TestVirtioConformance(t *testing.T) {
+	runConformance(t, iommuGuest(t), "virtio")
 }
