@@ -181,3 +181,53 @@ func BenchmarkPipelineTunnels(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkApplyTunnel adds one tunnel (its SA pair, then its policy) next
+// to n live ones and deletes it again, as the control socket does: the cost
+// of one reconfiguration, which the data path shares the CPU with.
+//
+//	go test -run '^$' -bench ApplyTunnel -benchtime 200x ./internal/gateway/
+func BenchmarkApplyTunnel(b *testing.B) {
+	for _, n := range []int{1, 10000} {
+		b.Run(fmt.Sprintf("live=%d", n), func(b *testing.B) {
+			dev := memnet.NewDevice(16, 64)
+			c, _ := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 16)
+			g := gateway.New(dev, []gateway.Conn{c}, func(*sa.SA) gateway.Conn { return c }, cpu.New(),
+				gateway.Options{Local: []netip.Addr{gw1Addr}, Log: slog.New(slog.DiscardHandler)})
+			mk := func(i int) ([]*sa.SA, []sa.Policy) {
+				dst := netip.AddrFrom4([4]byte{10, 128 + byte(i>>16), byte(i >> 8), byte(i)})
+				out := &sa.SA{SPI: uint32(0x100000 + i), Src: gw1Addr, Dst: gw2Addr, Suite: sa.Suite{Cipher: sa.CipherAESGCM16}, EncKey: key(20), ReplayWindow: 64}
+				in := &sa.SA{SPI: uint32(0x200000 + i), Src: gw2Addr, Dst: gw1Addr, Suite: sa.Suite{Cipher: sa.CipherAESGCM16}, EncKey: key(20), ReplayWindow: 64}
+				return []*sa.SA{out, in}, []sa.Policy{{Priority: 10, Selector: sa.Selector{Dst: netip.PrefixFrom(dst, 32)}, Action: sa.Protect, SPI: out.SPI}}
+			}
+			var sas []*sa.SA
+			var pols []sa.Policy
+			for i := range n {
+				s, p := mk(i)
+				sas, pols = append(sas, s...), append(pols, p...)
+			}
+			if err := g.Load(sas, pols); err != nil {
+				b.Fatal(err)
+			}
+			extra, extraPol := mk(n)
+			cpu0 := cpuTime()
+			b.ResetTimer()
+			for range b.N {
+				if err := g.Apply(gateway.Change{Add: extra}); err != nil {
+					b.Fatal(err)
+				}
+				if err := g.Apply(gateway.Change{AddPolicies: extraPol}); err != nil {
+					b.Fatal(err)
+				}
+				if err := g.Apply(gateway.Change{DelPolicies: []gateway.PolicyID{{Index: -1, Policy: extraPol[0]}}}); err != nil {
+					b.Fatal(err)
+				}
+				if err := g.Apply(gateway.Change{Del: []gateway.SAID{{SPI: extra[0].SPI, Dst: extra[0].Dst}, {SPI: extra[1].SPI, Dst: extra[1].Dst}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N)/1e3, "cpu-µs/add+del")
+		})
+	}
+}
