@@ -244,6 +244,9 @@ type UDPStep struct {
 	// the host's (DF set, fragments by the sender only).
 	DF    *bool `yaml:"df" json:"df,omitempty"`
 	Marks `yaml:",inline"`
+	// ExtHeaders has IPv6 datagrams carry a hop-by-hop and a destination
+	// options header (PadN options), which the receiver checks.
+	ExtHeaders bool `yaml:"ext-headers" json:"ext_headers,omitempty"`
 }
 
 // PcapStep replays a capture: addresses rewritten onto hostA/hostB,
