@@ -153,7 +153,7 @@ func (s *SA) restoreTransport(p *Packet, payloadOff, n int, nh uint8) Reason {
 // selects reports whether an opened inner packet falls under the SA's
 // selectors.
 func (s *SA) selects(pkt []byte) bool {
-	src, dst, proto, sport, dport, ok := FlowOf(pkt)
+	src, dst, proto, sport, dport, ok := s.frags.FlowOf(pkt)
 	if !ok {
 		return false
 	}

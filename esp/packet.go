@@ -17,7 +17,10 @@ type Packet struct {
 	Buf      []byte
 	Off, Len int
 	// HdrLen is, for Open in transport mode, the length of the IP header
-	// found just before Off (raw IPv4 sockets deliver it; see WriteIPHeader).
+	// found just before Off (raw IPv4 sockets deliver it; see WriteIPHeader;
+	// the transport rebuilds an IPv6 one that had extension headers). On
+	// send, when over 40, it is an IPv6 header with extension headers just
+	// before Off that the transport sends in front of the ESP packet.
 	HdrLen int
 
 	// Peer is the far end on the outer side: the source of a received ESP
@@ -55,8 +58,9 @@ func (p *Packet) Reset(buf []byte, off, n int) {
 
 // ipHeaderLen finds where a transport-mode payload starts and which protocol
 // it carries: the IPv4 header, or the IPv6 header and the extension headers
-// that must stay in front of ESP (hop-by-hop, routing, fragment; RFC 4303
-// §3.1.1). It returns the offset of the next-header byte to rewrite.
+// that stay in front of ESP (hop-by-hop, routing, fragment, and destination
+// options unless they follow a routing header; RFC 4303 §3.1.1, as Linux
+// places ESP). It returns the offset of the next-header byte to rewrite.
 func ipHeaderLen(pkt []byte) (hdrLen int, proto uint8, protoAt int, ok bool) {
 	hdrLen, proto, protoAt, _, ok = inetsum.Header(pkt)
 	return hdrLen, proto, protoAt, ok
@@ -105,15 +109,23 @@ func WriteIPHeader(buf []byte, end int, src, dst netip.Addr, proto uint8, n int)
 
 // FlowOf pulls the selector fields (RFC 4301 §4.4.1) out of an IP packet:
 // addresses, the upper-layer protocol past any IPv6 hop-by-hop, routing and
-// fragment headers, and TCP, UDP or SCTP ports. Policy checks on both sides
-// of the tunnel use it.
+// fragment headers, and TCP, UDP, SCTP or UDP-Lite ports. A non-initial
+// fragment's ports are never read (its first bytes are payload): they are
+// 0, OPAQUE, which only a selector with any ports matches; Fragments.FlowOf
+// gives it its initial fragment's instead (RFC 4301 §7, fragment.go).
+// Policy checks on both sides of the tunnel use it.
 func FlowOf(pkt []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, ok bool) {
 	hl, proto, _, ok := ipHeaderLen(pkt)
 	if !ok {
 		return
 	}
+	// Destination options after a routing header come before the upper
+	// layer too.
+	for proto == 60 && len(pkt) >= hl+8 {
+		proto, hl = pkt[hl], hl+(int(pkt[hl+1])+1)*8
+	}
 	src, dst = inetsum.Addrs(pkt)
-	if (proto == 6 || proto == 17 || proto == 132) && len(pkt) >= hl+4 {
+	if hasPorts(proto) && len(pkt) >= hl+4 && !nonInitial(pkt) {
 		sport = binary.BigEndian.Uint16(pkt[hl:])
 		dport = binary.BigEndian.Uint16(pkt[hl+2:])
 	}

@@ -89,6 +89,10 @@ type SA struct {
 	softFired atomic.Bool
 	onSoft    func(*SA)
 
+	// frags remembers initial fragments' ports for the selector check of
+	// the fragments after them (fragment.go).
+	frags Fragments
+
 	Counters Counters
 }
 

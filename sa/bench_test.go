@@ -63,3 +63,35 @@ func BenchmarkSPDLookup(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkParseLargeSAFile reads 67,873 SAs (the size of a file that
+// took 11.6 s when setkey's duplicate check scanned every SA before),
+// as setkey statements, against the same SAs as YAML as the reference.
+func BenchmarkParseLargeSAFile(b *testing.B) {
+	const n = 67873
+	setkey := setkeySAs(n)
+	c, err := ParseSetkey("ref", setkey)
+	if err != nil {
+		b.Fatal(err)
+	}
+	yamlData, err := Marshal(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("yaml-reference", func(b *testing.B) {
+		b.SetBytes(int64(len(yamlData)))
+		for b.Loop() {
+			if _, err := ParseYAML("ref", yamlData); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("setkey", func(b *testing.B) {
+		b.SetBytes(int64(len(setkey)))
+		for b.Loop() {
+			if _, err := ParseSetkey("t", setkey); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,9 @@ func newBench() *cobra.Command {
 	var o bench.Options
 	var encaps, frames, baseline, charts, save string
 	var asJSON, quiet bool
+	var tunnels string
+	var reconfig time.Duration
+	var controlAdds int
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure tunnels under load, RFC 2544 style, beside plain routing and wireguard-go",
@@ -32,9 +36,22 @@ engine's queue counters. Prints tables and the ratios of each espgw
 configuration to the baselines; --json for the whole report, --charts for PNG
 charts. Needs root, iperf3 and (for the wireguard-go baseline) wg from
 wireguard-tools and the go tool. Every load is bounded in time; Ctrl-C stops
-with the results so far.`,
+with the results so far.
+
+With --tunnels 1,100,1000,10000 it measures tunnel scale instead, one espgw
+path per count (the first suite, engine and encapsulation): each tunnel its
+own SA pair and inner prefix pair with policies; the time gw1 takes to start
+with all its SAs, its RSS and the growth per SA over the first count, iperf3
+TCP, the zero-loss rate of a load spread round-robin over every tunnel (and
+its ratio to the first count's), the packets lost at half that rate while one
+tunnel is added and removed next to the live ones and while a live one is
+rekeyed make-before-break, and SAs added per second through the control
+socket.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tunnels != "" {
+				return benchTunnels(cmd, o, tunnels, encaps, frames, reconfig, controlAdds, asJSON, quiet, save)
+			}
 			for _, e := range splitList(encaps) {
 				switch e {
 				case "none", "raw":
@@ -118,6 +135,7 @@ with the results so far.`,
 	f.StringVar(&o.WireguardDir, "cache-dir", "", "where the wireguard-go build is kept (default: the user cache folder)")
 	f.BoolVar(&o.OuterV6, "ipv6-outer", false, "carry the espgw tunnels over IPv6")
 	f.BoolVar(&o.NoOffloads, "no-offloads", false, "turn the gateways' TUN vnet-hdr offloads off")
+	f.StringVar(&o.WanIO, "wan-io", "socket", "the gateways' wan-io for raw ESP: socket, xdp (AF_XDP) or auto")
 	f.IntVar(&o.Nice, "nice", 0, "run every tunnel's processes (espgw and wireguard-go alike) at this nice(1) value, e.g. -10")
 	f.StringVar(&frames, "frames", "all", "frame sizes in bytes and/or imix, comma-separated; all = 64,128,256,512,1024,1280,1400,imix")
 	f.DurationVar(&o.TCPDuration, "tcp-time", 3*time.Second, "length of each iperf3 TCP run")
@@ -130,7 +148,81 @@ with the results so far.`,
 	f.StringVar(&charts, "charts", "", "write PNG charts into this folder")
 	f.StringVar(&save, "save", "", "also write the JSON report to this file")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	f.StringVar(&tunnels, "tunnels", "", "measure tunnel scale at these tunnel counts, comma-separated (e.g. 1,100,1000,10000)")
+	f.DurationVar(&reconfig, "reconfig-time", 2*time.Second, "--tunnels: length of the loads during a tunnel's add/remove and a rekey")
+	f.IntVar(&controlAdds, "control-adds", 5000, "--tunnels: SAs added through the control socket to measure its rate")
 	return cmd
+}
+
+// benchTunnels is espgw bench --tunnels.
+func benchTunnels(cmd *cobra.Command, o bench.Options, counts, encaps, frames string, reconfig time.Duration, adds int, asJSON, quiet bool, save string) error {
+	to := bench.TunnelOptions{Suite: o.Suites[0], Engine: o.Engines[0], TCPDuration: o.TCPDuration, TrialDuration: o.TrialDuration,
+		Iterations: o.Iterations, ReconfigTime: reconfig, ControlAdds: adds, Nice: o.Nice, Frame: o.LatencyFrame}
+	for _, c := range splitList(counts) {
+		n, err := strconv.Atoi(c)
+		if err != nil {
+			return fmt.Errorf("--tunnels %q: want tunnel counts like 1,100,1000", counts)
+		}
+		to.Counts = append(to.Counts, n)
+	}
+	switch e := splitList(encaps); {
+	case len(e) == 0 || e[0] == "none" || e[0] == "raw":
+	case e[0] == "udp":
+		to.Encap = sa.EncapUDP
+	default:
+		return fmt.Errorf("--encaps %q: want none or udp", encaps)
+	}
+	if frames != "all" {
+		mixes, err := bench.ParseMixes(frames)
+		if err != nil || len(mixes) != 1 || mixes[0].IsIMIX() {
+			return fmt.Errorf("--frames %q: --tunnels takes one frame size", frames)
+		}
+		to.Frame = mixes[0].Frames[0]
+	}
+	if !quiet {
+		bar := progressbar.NewOptions(1, progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionSetWidth(30),
+			progressbar.OptionShowCount(), progressbar.OptionSetElapsedTime(true), progressbar.OptionClearOnFinish(),
+			progressbar.OptionThrottle(100*time.Millisecond))
+		defer bar.Finish()
+		to.Progress = func(what string, done, total int) {
+			if total > 0 && bar.GetMax() != total {
+				bar.ChangeMax(total)
+			}
+			bar.Describe(what)
+			bar.Set(done)
+		}
+	}
+	rep, err := bench.RunTunnels(cmd.Context(), to)
+	if err != nil {
+		return err
+	}
+	rep.Command = "espgw " + strings.Join(os.Args[1:], " ")
+	if save != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(save, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("save the report: %w", err)
+		}
+	}
+	fmt.Fprintln(cmd.ErrOrStderr())
+	if asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			return err
+		}
+	} else {
+		rep.Print(cmd.OutOrStdout())
+	}
+	if rep.Partial {
+		return fmt.Errorf("bench interrupted: results above are partial")
+	}
+	if len(rep.Problems) > 0 {
+		return fmt.Errorf("bench: %d tunnel count(s) failed (see the report)", len(rep.Problems))
+	}
+	return nil
 }
 
 func splitList(s string) []string {

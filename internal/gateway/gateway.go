@@ -101,6 +101,9 @@ type Gateway struct {
 
 	// seq records outbound sequence reservations (Options.StateDir).
 	seq *seqStore
+	// frags remembers outbound initial fragments' ports, for the SPD
+	// lookup of the fragments after them.
+	frags esp.Fragments
 
 	counters Counters
 	pmtu     PMTUCounters

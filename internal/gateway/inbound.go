@@ -11,9 +11,10 @@ import (
 )
 
 // rxOffset is where received ESP lands in a buffer: room in front for the
-// IPv6 header an opened transport-mode packet needs (raw IPv6 sockets do
-// not deliver it).
-const rxOffset = 64
+// IPv6 header, and extension headers, that an opened transport-mode packet
+// needs (raw IPv6 sockets do not deliver them; the transport writes them
+// back there, exthdr.go).
+const rxOffset = 64 + 256
 
 // inbound moves ESP packets received on c into the TUN device.
 func (g *Gateway) inbound(ctx context.Context, c Conn) error {

@@ -107,6 +107,12 @@ func (g *Gateway) route(st *state, pkt []byte) (*esp.SA, Reason, bool) {
 	if st.only != nil {
 		return st.only, 0, true
 	}
+	if esp.FragmentOf(pkt).Is {
+		// A non-initial fragment goes where its initial fragment went,
+		// by the ports remembered from it, never by its payload's first
+		// bytes (RFC 4301 §7; esp/fragment.go).
+		_, _, _, sport, dport, _ = g.frags.FlowOf(pkt)
+	}
 	pol := st.spd.Lookup(src, dst, proto, sport, dport)
 	if pol == nil {
 		return nil, NoPolicy, false
@@ -165,6 +171,11 @@ func (g *Gateway) sendESP(b *batch) {
 		// the outer IP header, also in transport mode): the packet becomes
 		// its ESP part, with its outer header's fields.
 		o := &b.outer[i]
+		if hdr := p.Len - espLen; cfg.Mode == sa.Transport && cfg.Dst.Is6() && hdr > 40 {
+			// IPv6 extension headers stay in front of ESP: the transport
+			// sends the packet's own header chain with it (exthdr.go).
+			p.HdrLen = hdr
+		}
 		p.Off, p.Len = p.Off+p.Len-espLen, espLen
 		p.Peer = netip.AddrPortFrom(cfg.Dst, port)
 		p.TOS, p.TTL, p.Fragment, p.FragMTU = o.tos, o.ttl, o.fragment, o.fragMTU

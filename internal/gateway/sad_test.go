@@ -24,11 +24,11 @@ type end struct {
 
 // runPair runs two gateways, each with SAs of its own, joined in memory;
 // arrive is the encapsulation gw2's outer side says its packets came in.
-func runPair(t *testing.T, e1, e2 end, arrive sa.Encap) (*memnet.Device, *memnet.Device, *gateway.Gateway) {
+func runPair(t *testing.T, e1, e2 end, arrive sa.Encap) (dev1, dev2 *memnet.Device, gw1, gw2 *gateway.Gateway) {
 	t.Helper()
 	c1, c2 := memnet.Pipe(netip.AddrPortFrom(e1.local[0], 0), netip.AddrPortFrom(e2.local[0], 0), 1024)
 	c2.As = arrive
-	dev1, dev2 := memnet.NewDevice(1024, 64), memnet.NewDevice(1024, 64)
+	dev1, dev2 = memnet.NewDevice(1024, 64), memnet.NewDevice(1024, 64)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	var gws []*gateway.Gateway
@@ -53,7 +53,7 @@ func runPair(t *testing.T, e1, e2 end, arrive sa.Encap) (*memnet.Device, *memnet
 			}
 		}
 	})
-	return dev1, dev2, gws[1]
+	return dev1, dev2, gws[0], gws[1]
 }
 
 func waitDrop(t *testing.T, g *gateway.Gateway, r gateway.Reason, want uint64) {
@@ -153,7 +153,7 @@ func TestInboundChecksEncapAndSource(t *testing.T) {
 		{"SA from another source", &elsewhere, sa.EncapNone, gateway.WrongSource},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dev1, _, gw2 := runPair(t,
+			dev1, _, _, gw2 := runPair(t,
 				end{local: []netip.Addr{gw1Addr}, sas: []*sa.SA{out}},
 				end{local: []netip.Addr{gw2Addr}, sas: []*sa.SA{tc.in}},
 				tc.arrive)

@@ -90,9 +90,6 @@ func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
 		return nil, err
 	}
 	dir := filepath.Join(root, ns)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("lock the SAs: %w", err)
-	}
 	ids := make([]string, 0, len(sas))
 	for _, s := range sas {
 		ids = append(ids, fmt.Sprintf("%08x/%s", s.SPI, s.Dst))
@@ -101,8 +98,17 @@ func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
 	h := fnv.New64a()
 	h.Write([]byte(strings.Join(ids, ",")))
 	path := filepath.Join(dir, fmt.Sprintf("sas-%016x.lock", h.Sum64()))
-	for {
+	for try := 0; ; try++ {
+		// The directory goes with its last lock (release): make it each
+		// time, and try again if another gateway's release removed it in
+		// between.
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("lock the SAs: %w", err)
+		}
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+		if errors.Is(err, os.ErrNotExist) && try < 10 {
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("lock the SAs: %w", err)
 		}
@@ -131,11 +137,13 @@ func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
 	}
 }
 
-// release removes the lock file and drops the lock.
+// release removes the lock file (and its namespace's directory, when no
+// other lock is in it) and drops the lock.
 func (l *saLock) release() {
 	if l == nil {
 		return
 	}
 	os.Remove(l.path)
 	l.f.Close()
+	os.Remove(filepath.Dir(l.path)) // fails, as it should, while not empty
 }

@@ -167,7 +167,12 @@ func Header(b []byte) (hl int, proto uint8, protoAt int, frag bool, ok bool) {
 		return 0, 0, 0, false, false
 	}
 	protoAt, hl, proto = 6, 40, b[6]
-	for proto == 0 || proto == 43 || proto == 44 {
+	routing := false
+	// Destination options stay in front unless a routing header came
+	// before them (then they are for the final destination and go
+	// behind ESP), as Linux's ip6_find_1stfragopt places ESP.
+	for proto == 0 || proto == 43 || proto == 44 || proto == 60 && !routing {
+		routing = routing || proto == 43
 		if len(b) < hl+8 {
 			return 0, 0, 0, false, false
 		}

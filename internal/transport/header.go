@@ -44,7 +44,7 @@ const (
 	maxFragments = 65535/((MinFragMTU-ipv4HeaderLen)&^7) + 1
 	// controlLen is room for UDP_SEGMENT (or UDP_GRO) plus a TOS and a
 	// TTL message, and a received packet's pktinfo.
-	controlLen = 128
+	controlLen = 128 + maxExt // and the extension headers of an IPv6 raw packet
 )
 
 // MinFragMTU is the smallest outer MTU the transport fragments at (Linux's

@@ -140,6 +140,10 @@ func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 		p.Local = c.dst(d, r.oobs[i][:h.Hdr.Controllen])
 		p.Off, p.Len, p.HdrLen = p.Off+hdr, n, hdr
 		p.Peer = c.peer(&r.names[i])
+		if c.v6 && c.kind == RawESP {
+			oob := r.oobs[i][:h.Hdr.Controllen]
+			restoreExt(p, oob, receivedHopLimit(oob))
+		}
 		c.stats.packetsIn.Add(1)
 		c.stats.bytesIn.Add(uint64(n))
 		out++

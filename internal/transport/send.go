@@ -81,15 +81,19 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	for len(pkts) > 0 {
 		// A packet whose header is written here (header.go) goes on its
 		// own, between the batches before and after it: order is kept.
-		if p := pkts[0]; c.ownHeader(p) {
+		if p := pkts[0]; c.ownHeader(p) || c.extSend(p) {
 			err := c.checkPacket(p)
-			if err == nil {
+			what := "without DF"
+			if err == nil && c.extSend(p) {
+				what = "with IPv6 extension headers"
+				err = c.sendExt(p)
+			} else if err == nil {
 				err = c.sendOwn(p)
 			}
 			if err != nil {
 				c.stats.sendErrors.Add(1)
 				if firstErr == nil {
-					firstErr = fmt.Errorf("send %d-byte packet without DF over %s to %s: %w", p.Len, c.kind, p.Peer, err)
+					firstErr = fmt.Errorf("send %d-byte packet %s over %s to %s: %w", p.Len, what, c.kind, p.Peer, err)
 				}
 			} else {
 				sent++
@@ -100,7 +104,7 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 			continue
 		}
 		n := 1
-		for n < min(len(pkts), c.batch) && !c.ownHeader(pkts[n]) {
+		for n < min(len(pkts), c.batch) && !c.ownHeader(pkts[n]) && !c.extSend(pkts[n]) {
 			n++
 		}
 		chunk := pkts[:n]

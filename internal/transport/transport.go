@@ -153,6 +153,12 @@ type Conn struct {
 	// DF (header.go); nil when it could not be opened.
 	raw4   batchWriter
 	raw4pc net.PacketConn
+	// IPv6 raw ESP only: the send-only IPPROTO_RAW socket for packets with
+	// extension headers in front of ESP (exthdr.go); nil when it could not
+	// be opened.
+	raw6   *ipv6.PacketConn
+	raw6pc net.PacketConn
+	ext    extState
 
 	rcvBuf, sndBuf int
 
@@ -256,6 +262,12 @@ func (c *Conn) open(cfg Config) error {
 	} else {
 		c.writer = ipv4.NewPacketConn(pc)
 	}
+	if c.kind == RawESP && c.v6 {
+		if err := c.openRaw6(cfg); err != nil {
+			c.raw6, c.raw6pc = nil, nil // such packets then fail, counted
+		}
+		c.ext.init()
+	}
 	if c.kind == UDPEncap && !c.v6 {
 		if err := c.openRaw4(cfg); err != nil {
 			// Packets with DF still go; those without fail with
@@ -314,6 +326,20 @@ func (c *Conn) setOptions(cfg Config) error {
 			// The outer traffic class, for ECN and DSCP on decapsulation.
 			if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
 				errs = append(errs, fmt.Errorf("set IPV6_RECVTCLASS: %w", err))
+			}
+			if c.kind == RawESP {
+				// Extension headers in front of ESP, and the hop limit,
+				// to give a transport-mode packet its header back
+				// (exthdr.go).
+				for _, o := range []struct {
+					opt  int
+					name string
+				}{{unix.IPV6_RECVHOPOPTS, "IPV6_RECVHOPOPTS"}, {unix.IPV6_RECVDSTOPTS, "IPV6_RECVDSTOPTS"},
+					{unix.IPV6_RECVRTHDR, "IPV6_RECVRTHDR"}, {unix.IPV6_RECVHOPLIMIT, "IPV6_RECVHOPLIMIT"}} {
+					if err := unix.SetsockoptInt(s, unix.IPPROTO_IPV6, o.opt, 1); err != nil {
+						errs = append(errs, fmt.Errorf("set %s: %w", o.name, err))
+					}
+				}
 			}
 			// The destination address of each packet, so the receiver
 			// finds its SA by SPI and destination (RFC 4301 SAD) on a
@@ -405,6 +431,9 @@ func (c *Conn) SetReadDeadline(t time.Time) error { return c.pc.SetReadDeadline(
 
 // Close closes the socket; a blocked Receive returns net.ErrClosed.
 func (c *Conn) Close() error {
+	if c.raw6pc != nil {
+		c.raw6pc.Close()
+	}
 	if c.raw4pc != nil {
 		c.raw4pc.Close()
 	}

@@ -42,13 +42,17 @@ const Name = "virtio"
 // espHeaderLen is SPI(4) + sequence number(4).
 const espHeaderLen = 8
 
+// spinFor is how long the driver spins on the used ring before it sleeps
+// between looks: about what a small request takes on the device.
+const spinFor = 200 * time.Microsecond
+
 // Config chooses the device and sizes the queue.
 type Config struct {
 	// Device is the PCI address (0000:00:04.0); empty takes the first
 	// virtio-crypto device found.
 	Device string
 	// QueueSize is the data queue's descriptors, two per request in
-	// flight. 0: 256 (128 requests in flight).
+	// flight (rounded up to a power of two). 0: 256 (128 requests).
 	QueueSize int
 	// Backlog is how many submitted batches wait for the device before
 	// Submit blocks. 0: 64.
@@ -301,7 +305,7 @@ func (e *Engine) drive() {
 	head := 0
 	inflight := 0
 	stopping := false
-	idle := 0
+	var waitStart, lastCheck time.Time
 
 	take := func(b *offload.Batch) {
 		p := pool[len(pool)-1]
@@ -427,20 +431,30 @@ func (e *Engine) drive() {
 			fifo, head = fifo[:0], 0
 		}
 
-		// Poll: spin while the device is busy, back off when it is slow.
+		// Poll the used ring (plain memory) while requests are in flight:
+		// spin for a while, then sleep between looks. The device's status
+		// register is looked at only once a wait grows long: reading it
+		// traps into the device model, which a spinning poll would keep
+		// busy while it should be ciphering.
 		if inflight > 0 && n == 0 {
-			if e.dev.NeedsReset() {
-				e.failInflight(slotOp, slotBatch, &free, &inflight)
-				continue
+			now := time.Now()
+			if waitStart.IsZero() {
+				waitStart, lastCheck = now, now
 			}
-			idle++
-			if idle < 64 {
+			if now.Sub(lastCheck) > 10*time.Millisecond {
+				lastCheck = now
+				if e.dev.NeedsReset() {
+					e.failInflight(slotOp, slotBatch, &free, &inflight)
+					continue
+				}
+			}
+			if now.Sub(waitStart) < spinFor {
 				runtime.Gosched()
 			} else {
-				time.Sleep(time.Duration(min(idle-63, 50)) * time.Microsecond)
+				time.Sleep(20 * time.Microsecond)
 			}
 		} else {
-			idle = 0
+			waitStart = time.Time{}
 		}
 	}
 }

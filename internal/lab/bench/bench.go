@@ -41,6 +41,9 @@ type Options struct {
 	Encaps     []sa.Encap
 	OuterV6    bool
 	NoOffloads bool // TUN vnet-hdr offloads off in the gateways
+	// WanIO is the gateways' wan-io setting for raw ESP (default socket;
+	// xdp or auto put it on AF_XDP).
+	WanIO string
 	// Nice, when not 0, runs every tunnel's processes — the espgw gateways
 	// and the wireguard-go baseline alike — at this nice(1) value, as a
 	// data plane is often run above bulk work.
@@ -122,15 +125,19 @@ const (
 
 // Result is everything measured on one path.
 type Result struct {
-	Name     string          `json:"name"`
-	Kind     string          `json:"kind"`
-	Suite    string          `json:"suite,omitempty"`
-	Engine   string          `json:"engine,omitempty"`
-	Encap    string          `json:"encap,omitempty"`
-	TCP1     float64         `json:"tcp1_bps"`
-	TCP4     float64         `json:"tcp4_bps"`
-	TCP1Retr int             `json:"tcp1_retransmits"`
-	TCP4Retr int             `json:"tcp4_retransmits"`
+	Name     string  `json:"name"`
+	Kind     string  `json:"kind"`
+	Suite    string  `json:"suite,omitempty"`
+	Engine   string  `json:"engine,omitempty"`
+	Encap    string  `json:"encap,omitempty"`
+	TCP1     float64 `json:"tcp1_bps"`
+	TCP4     float64 `json:"tcp4_bps"`
+	TCP1Retr int     `json:"tcp1_retransmits"`
+	TCP4Retr int     `json:"tcp4_retransmits"`
+	WanIO    string  `json:"wan_io,omitempty"`
+	// Iperf64 is iperf3's UDP at 64-byte frames on this path (plain
+	// routing only): the reference the probe's own top rate is held to.
+	Iperf64  *IperfUDP       `json:"iperf3_udp64,omitempty"`
 	Frames   []FrameResult   `json:"frames"`
 	Latency  []LatencyResult `json:"latency"`
 	Gateways []Usage         `json:"gateways,omitempty"`
@@ -152,8 +159,19 @@ type FrameResult struct {
 	Partial  float64 `json:"partial_drop_pps"`
 	// GeneratorLimited: the probe's top rate passed with no loss, so the path
 	// may go faster than measured.
-	GeneratorLimited bool      `json:"generator_limited"`
-	Trials           []Attempt `json:"trials"`
+	GeneratorLimited bool `json:"generator_limited"`
+	// Limit says what bounded the rates: "path" when the full-speed trial
+	// lost packets (the probe offered more than the path carried), "probe"
+	// when it did not (GeneratorLimited).
+	Limit  string    `json:"limit"`
+	Trials []Attempt `json:"trials"`
+}
+
+// IperfUDP is one iperf3 UDP run: what its client sent and what arrived,
+// in packets per second.
+type IperfUDP struct {
+	Sent     float64 `json:"sent_pps"`
+	Received float64 `json:"received_pps"`
 }
 
 // Mbps is rate (packets/s) in megabits of frames per second.
@@ -264,6 +282,7 @@ type pathSpec struct {
 	suite, engine, encap string
 	enc                  sa.Encap
 	outerV6              bool
+	wanIO                string
 }
 
 func (p pathSpec) name() string {
@@ -271,6 +290,9 @@ func (p pathSpec) name() string {
 		return p.kind
 	}
 	n := fmt.Sprintf("espgw %s %s %s", p.suite, p.engine, p.encap)
+	if p.wanIO != "" && p.wanIO != "socket" && p.enc == sa.EncapNone {
+		n += " " + p.wanIO
+	}
 	if p.outerV6 {
 		n += " ipv6-outer"
 	}
@@ -308,7 +330,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		for _, e := range o.Engines {
 			for _, enc := range o.Encaps {
-				specs = append(specs, pathSpec{kind: KindESP, suite: testbed.SuiteName(suite, bits), engine: e, encap: enc.String(), enc: enc, outerV6: o.OuterV6})
+				specs = append(specs, pathSpec{kind: KindESP, suite: testbed.SuiteName(suite, bits), engine: e, encap: enc.String(), enc: enc, outerV6: o.OuterV6, wanIO: o.WanIO})
 			}
 		}
 	}
@@ -365,6 +387,9 @@ func (m *meter) step(what string, n int) {
 // path sets one path up, measures it and tears it down.
 func (m *meter) path(ctx context.Context, spec pathSpec, wgBin string) *Result {
 	res := &Result{Name: spec.name(), Kind: spec.kind, Suite: spec.suite, Engine: spec.engine, Encap: spec.encap}
+	if spec.kind == KindESP && spec.enc == sa.EncapNone {
+		res.WanIO = spec.wanIO
+	}
 	start, doneBefore := time.Now(), m.done
 	defer func() {
 		res.Elapsed = time.Since(start)
@@ -434,7 +459,7 @@ func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*path, 
 		return nil, err
 	}
 	bed, err := testbed.Start(ctx, testbed.Options{Binary: o.Binary, Nice: o.Nice, Prefix: o.Prefix, Suite: suite, AESBits: bits,
-		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, Log: o.Log})
+		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, WanIO: spec.wanIO, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -479,6 +504,20 @@ func (m *meter) measure(ctx context.Context, p *path, res *Result) error {
 			res.TCP4, res.TCP4Retr = r.BitsPerSecond, r.Retransmits
 		}
 		m.step(fmt.Sprintf("%s: TCP, %d stream(s)", res.Name, streams), 1)
+	}
+
+	if res.Kind == KindPlain {
+		// iperf3's UDP at 64-byte frames (18-byte datagrams): the rate the
+		// probe's senders must reach for plain routing not to be the
+		// probe's limit.
+		m.step(res.Name+": iperf3 UDP at 64 bytes", 0)
+		d := max(o.TrialDuration, time.Second) // iperf3 -t counts whole seconds
+		r, err := testbed.Iperf3(ctx, topo.HostB, topo.HostA, dst, testbed.IperfOptions{Duration: d, UDP: true, Bitrate: "0", Length: 64 - ethOverhead - ipv4UDPHdr})
+		if err != nil {
+			return fmt.Errorf("iperf3 UDP at 64 bytes: %w", err)
+		}
+		secs := d.Seconds()
+		res.Iperf64 = &IperfUDP{Sent: float64(r.Packets) / secs, Received: float64(r.Packets-r.LostPackets) / secs}
 	}
 
 	probe, err := NewProbe(topo.HostA, topo.HostB, dst)
@@ -566,6 +605,10 @@ func (m *meter) frame(ctx context.Context, probe *Probe, name string, mix Mix) (
 	fr.Trials = s.History
 	m.step(what, o.PartialIters-trials)
 	fr.GeneratorLimited = r.Loss() == 0
+	fr.Limit = "path"
+	if fr.GeneratorLimited {
+		fr.Limit = "probe"
+	}
 	return fr, err
 }
 

@@ -378,7 +378,7 @@ func TestAFALGTunnel(t *testing.T) {
 		t.Fatal(err)
 	}
 	gwConfig := func(local, peer netip.Addr, engine string, tun netip.Prefix, route netip.Prefix) string {
-		return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nouter-mtu: 1600\ntun:\n  name: esp0\n  addresses: [%s]\n  routes: [%s]\nsa-file: sas.yaml\n",
+		return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nouter-mtu: 1600\ntun:\n  name: esp0\n  addresses: [%s]\n  routes: [%s]\nsa-file: sas.yaml\nstate-dir: state\n",
 			local, peer, engine, tun, route.Masked())
 	}
 

@@ -212,7 +212,7 @@ var (
 	gatewayCounters = []string{"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out", "drops", "last_seq",
 		"pmtu-updates", "pmtu-ignored", "path-mtu", "fragmented", "fragments-out", "reasm-oks", "reasm-fails", "reasm-timeout"}
 	stepMetrics = []string{"sent", "received", "delivered", "mismatched", "exact", "bytes", "bps", "retransmits",
-		"dscp", "ecn-not-ect", "ecn-ect1", "ecn-ect0", "ecn-ce", "ttl", "path-mtu", "too-big", "time-exceeded", "frag-needed", "reported-mtu"}
+		"dscp", "ecn-not-ect", "ecn-ect1", "ecn-ect0", "ecn-ce", "ttl", "path-mtu", "too-big", "time-exceeded", "frag-needed", "reported-mtu", "ext-headers"}
 	runMetrics = []string{"kernel", "hostA.kernel", "gw1.kernel", "gw2.kernel", "hostB.kernel",
 		"udp-rcvbuf", "hostA.udp-rcvbuf", "hostB.udp-rcvbuf", "sent", "received", "delivered", "mismatched", "exact", "conservation", "unaccounted", "drops",
 		"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out"}

@@ -112,6 +112,8 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	if e.out == nil || e.in == nil {
 		return perr(at("sa-file"), "external.sa-file", fmt.Errorf("want an SA from %s to %s and one back (the file has %d SAs)", gw1, e.wanDUT, len(cfg.SAs)))
 	}
+	// What `scenario list` and the progress lines show.
+	s.SA.Suite, s.SA.Mode, s.SA.Encap = e.out.Suite.String(), e.out.Mode.String(), e.out.Encap.String()
 	if e.out.Mode != sa.Tunnel || e.in.Mode != sa.Tunnel {
 		return perr(at("sa-file"), "external.sa-file", errors.New("tunnel-mode SAs only against an external device (hostA and hostB behind the two ends)"))
 	}

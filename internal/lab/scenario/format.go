@@ -82,9 +82,10 @@ type Topology struct {
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
 	// (default 1500): 1600 lets 1500-byte inner packets through.
 	WANMTU int `yaml:"wan-mtu" json:"wan_mtu,omitempty"`
-	// Tunnels, above 1, makes that many SA pairs, each carrying its own
-	// inner prefix pair (the first is the LANs'): spread UDP steps go
-	// through all of them, and per-tunnel metrics count them.
+	// Tunnels, when set, makes that many SA pairs, each carrying its own
+	// inner prefix pair with a policy each way (the first is the LANs'):
+	// spread UDP steps go through all of them, and per-tunnel metrics
+	// count them. 0: the one tunnel of two SAs and no policy.
 	Tunnels int `yaml:"tunnels" json:"tunnels,omitempty"`
 	// TUNMTU, when set, is the gateways' TUN MTU instead of the one that
 	// fits the outer MTU, so larger inner packets reach the gateways.
@@ -243,6 +244,9 @@ type UDPStep struct {
 	// the host's (DF set, fragments by the sender only).
 	DF    *bool `yaml:"df" json:"df,omitempty"`
 	Marks `yaml:",inline"`
+	// ExtHeaders has IPv6 datagrams carry a hop-by-hop and a destination
+	// options header (PadN options), which the receiver checks.
+	ExtHeaders bool `yaml:"ext-headers" json:"ext_headers,omitempty"`
 }
 
 // PcapStep replays a capture: addresses rewritten onto hostA/hostB,

@@ -33,6 +33,10 @@ type Headers struct {
 	PathMTU int `json:"path_mtu,omitempty"`
 	// TooBig counts sends the sender's kernel refused with EMSGSIZE.
 	TooBig int `json:"too_big,omitempty"`
+	// ExtHeaders counts the IPv6 datagrams that arrived with the
+	// hop-by-hop and destination options headers a step with ext-headers
+	// sent them with.
+	ExtHeaders int `json:"ext_headers,omitempty"`
 	// Ping only: ICMP errors ping reported, and the MTU the last
 	// fragmentation-needed / packet-too-big announced.
 	TimeExceeded int `json:"time_exceeded,omitempty"`
@@ -45,6 +49,16 @@ func (h *Headers) see(oob []byte) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return
+	}
+	hbh, dst := false, false
+	for _, m := range msgs {
+		if m.Header.Level == unix.IPPROTO_IPV6 && len(m.Data) == len(padOptions) && string(m.Data[1:]) == string(padOptions[1:]) {
+			hbh = hbh || m.Header.Type == unix.IPV6_HOPOPTS
+			dst = dst || m.Header.Type == unix.IPV6_DSTOPTS
+		}
+	}
+	if hbh && dst {
+		h.ExtHeaders++
 	}
 	for _, m := range msgs {
 		var v int
@@ -91,6 +105,7 @@ func (h *Headers) add(o Headers) {
 		h.PathMTU = o.PathMTU
 	}
 	h.TooBig += o.TooBig
+	h.ExtHeaders += o.ExtHeaders
 	h.TimeExceeded += o.TimeExceeded
 	h.FragNeeded += o.FragNeeded
 	if o.ReportedMTU > 0 {
@@ -113,6 +128,7 @@ func (h *Headers) metrics(p string, m Metrics) {
 	m[p+"ttl"] = float64(h.MinTTL)
 	m[p+"path-mtu"] = float64(h.PathMTU)
 	m[p+"too-big"] = float64(h.TooBig)
+	m[p+"ext-headers"] = float64(h.ExtHeaders)
 	m[p+"time-exceeded"] = float64(h.TimeExceeded)
 	m[p+"frag-needed"] = float64(h.FragNeeded)
 	m[p+"reported-mtu"] = float64(h.ReportedMTU)
@@ -123,10 +139,12 @@ func (h *Headers) metrics(p string, m Metrics) {
 func recordHeaders(c *net.UDPConn, v6 bool) error {
 	return control(c, func(fd int) error {
 		if v6 {
-			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVTCLASS, 1); err != nil {
-				return fmt.Errorf("IPV6_RECVTCLASS: %w", err)
+			for _, o := range []int{unix.IPV6_RECVTCLASS, unix.IPV6_RECVHOPLIMIT, unix.IPV6_RECVHOPOPTS, unix.IPV6_RECVDSTOPTS} {
+				if err := unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, o, 1); err != nil {
+					return fmt.Errorf("IPv6 receive option %d: %w", o, err)
+				}
 			}
-			return unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1)
+			return nil
 		}
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_RECVTOS, 1); err != nil {
 			return fmt.Errorf("IP_RECVTOS: %w", err)
@@ -135,9 +153,22 @@ func recordHeaders(c *net.UDPConn, v6 bool) error {
 	})
 }
 
-// markSender sets the sending socket's TOS / traffic class, TTL and DF.
-func markSender(c *net.UDPConn, v6 bool, m Marks, df *bool) error {
+// padOptions is the extension header an ext-headers step sends, as
+// hop-by-hop and as destination options: one PadN option filling it to
+// eight bytes (the kernel writes the next-header byte).
+var padOptions = []byte{0, 0, 1, 4, 0, 0, 0, 0}
+
+// markSender sets the sending socket's TOS / traffic class, TTL and DF,
+// and IPv6 extension headers when ext is set.
+func markSender(c *net.UDPConn, v6 bool, m Marks, df *bool, ext bool) error {
 	return control(c, func(fd int) error {
+		if ext && v6 {
+			for _, o := range []int{unix.IPV6_HOPOPTS, unix.IPV6_DSTOPTS} {
+				if err := unix.SetsockoptString(fd, unix.IPPROTO_IPV6, o, string(padOptions)); err != nil {
+					return fmt.Errorf("set IPv6 extension header (option %d): %w", o, err)
+				}
+			}
+		}
 		if v := m.byteValue(); v >= 0 {
 			lvl, opt := unix.IPPROTO_IP, unix.IP_TOS
 			if v6 {

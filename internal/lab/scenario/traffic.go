@@ -175,7 +175,7 @@ func (r *runner) udpFlow(ctx context.Context, u *UDPStep, fam string, from, to h
 		return fmt.Errorf("dial %s from %s: %w", dst, from.ns.Short(), err)
 	}
 	defer tx.Close()
-	if err := markSender(tx, fam == "ipv6", u.Marks, u.DF); err != nil {
+	if err := markSender(tx, fam == "ipv6", u.Marks, u.DF, u.ExtHeaders); err != nil {
 		return fmt.Errorf("dial %s from %s: %w", dst, from.ns.Short(), err)
 	}
 	var hdrs Headers

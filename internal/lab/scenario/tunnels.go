@@ -67,10 +67,10 @@ func (s *Scenario) validateTunnels(perr func(int, string, error) error) error {
 	if n < 0 || n > testbed.MaxTunnels {
 		return perr(at("topology", "tunnels"), "topology.tunnels", fmt.Errorf("%d: want 1..%d", n, testbed.MaxTunnels))
 	}
-	if n > 1 && s.SA.Mode != "tunnel" {
+	if n >= 1 && s.SA.Mode != "tunnel" {
 		return perr(at("topology", "tunnels"), "topology.tunnels", errors.New("many tunnels need sa.mode: tunnel"))
 	}
-	if (n > 1 || len(s.Traffic.Actions) > 0) && s.Peer != PeerEspgw {
+	if (n >= 1 || len(s.Traffic.Actions) > 0) && s.Peer != PeerEspgw {
 		return perr(at("topology", "tunnels"), "topology.tunnels", errors.New("many tunnels and actions need espgw as gw2 (its control socket)"))
 	}
 	for i, st := range s.Traffic.Steps {

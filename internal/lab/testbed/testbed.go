@@ -72,8 +72,9 @@ type Options struct {
 	// capture on the wire shows each packet on its own (needs ethtool). The
 	// gateways still use the offloads; only where segmentation happens moves.
 	SegmentOnWire bool
-	// Tunnels, above 1, makes that many SA pairs, each with its own inner
-	// prefix pair and policies (see Tunnel); the first is the LANs'.
+	// Tunnels, when set, makes that many SA pairs, each with its own inner
+	// prefix pair and a policy each way (see Tunnel); the first is the
+	// LANs'. 0: the one tunnel of two SAs and no policy.
 	Tunnels int
 	Log     *slog.Logger
 }
@@ -95,9 +96,13 @@ type Gateway struct {
 	Name   string
 	NS     *netns.Namespace
 	Config string
-	cmd    *exec.Cmd
-	out    lockedBuffer
-	done   chan error
+	// StartTook is how long its last start took, from the process's
+	// launch until its stats answered: reading and loading its SAs,
+	// sockets, TUN device and all.
+	StartTook time.Duration
+	cmd       *exec.Cmd
+	out       lockedBuffer
+	done      chan error
 }
 
 // lockedBuffer collects a process's output while others read it.
@@ -191,7 +196,7 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 	if opts.Tunnels > MaxTunnels {
 		return b, fmt.Errorf("%d tunnels: a bed has at most %d", opts.Tunnels, MaxTunnels)
 	}
-	if opts.Tunnels > 1 {
+	if opts.Tunnels >= 1 {
 		if opts.Mode != sa.Tunnel {
 			return b, errors.New("many tunnels: tunnel mode only")
 		}
@@ -265,7 +270,7 @@ func (b *Bed) writeConfig(i int) (string, error) {
 		local, peer = gw2, gw1
 		routes = []netip.Prefix{a.LANA4, a.LANA6}
 	}
-	if b.opts.Tunnels > 1 {
+	if b.opts.Tunnels >= 1 {
 		routes = append(routes, []netip.Prefix{TunnelBlockB, TunnelBlockA}[i])
 	}
 	var rs []string
@@ -306,6 +311,7 @@ wan-io: %s
 func (b *Bed) StartGateway(ctx context.Context, i int) error {
 	g := b.GW[i]
 	g.out.Reset()
+	t0 := time.Now()
 	cmd := g.NS.Command(context.Background(), b.opts.Binary, "run", "-c", g.Config)
 	if b.opts.Nice != 0 {
 		// nice(1) execs the gateway, so the PID stays the gateway's.
@@ -321,6 +327,7 @@ func (b *Bed) StartGateway(ctx context.Context, i int) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, err := b.Stats(ctx, i); err == nil {
+			g.StartTook = time.Since(t0)
 			return nil
 		}
 		select {

@@ -12,7 +12,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// A bed of many tunnels (Options.Tunnels > 1) gives each tunnel its own SA
+// A bed of tunnels (Options.Tunnels) gives each tunnel its own SA
 // pair and its own inner prefix pair, with a protect policy each way:
 // tunnel 0 is the LANs' (SPIs 0x1001 and 0x2001, as on a one-tunnel bed),
 // tunnel i > 0 carries A(i) behind gw1 to B(i) behind gw2. The hosts own

@@ -137,8 +137,9 @@ func (d *Device) probe() []Cipher {
 
 // Options tune the driver.
 type Options struct {
-	// QueueSize is the number of descriptors of the data queue (two per
-	// request; a power of two, at most what the device allows). 0: 256.
+	// QueueSize is the number of descriptors of the data queue, two per
+	// request, rounded up to a power of two and down to what the device
+	// allows. 0: 256.
 	QueueSize int
 	// MaxData is the largest payload one request carries. 0: 16 KiB + 64.
 	MaxData int
@@ -174,8 +175,11 @@ func Open(addr string, opts Options) (_ *Device, err error) {
 	if opts.MaxData == 0 {
 		opts.MaxData = defaultMax
 	}
-	if opts.QueueSize < 2 || opts.QueueSize&(opts.QueueSize-1) != 0 {
-		return nil, fmt.Errorf("virtio-crypto %s: queue size %d is not a power of two ≥ 2", addr, opts.QueueSize)
+	if opts.QueueSize < 2 || opts.QueueSize > 1<<15 {
+		return nil, fmt.Errorf("virtio-crypto %s: queue size %d outside 2..32768", addr, opts.QueueSize)
+	}
+	for opts.QueueSize&(opts.QueueSize-1) != 0 { // split rings are a power of two long
+		opts.QueueSize += opts.QueueSize & -opts.QueueSize
 	}
 	if err := vfio.Bind(addr); err != nil {
 		return nil, err

@@ -1,0 +1,272 @@
+package espgw_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/testbed"
+	"github.com/espgw/espgw/sa"
+)
+
+// TestSequenceRecoveryFullDisk kills a gateway with SIGKILL under load while
+// its state directory is a full tmpfs. The gateway never sent a sequence
+// number above the last bound it could record (the packets above it are
+// counted as seq-unpersisted), so once the disk has room again the
+// restarted gateway resumes above everything its peer saw: the peer drops
+// nothing as replay or outside-window, and the tunnel carries traffic at
+// once.
+func TestSequenceRecoveryFullDisk(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	b := startBed(t, testbed.Options{Prefix: "itfull", Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
+	pingAll(t, b, 3)
+
+	// Move gw1's state directory onto a small tmpfs.
+	dir := filepath.Join(b.Dir, "gw1-state")
+	if _, err := b.StopGateway(0, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	saved := map[string][]byte{}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		saved[e.Name()] = data
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=64k,mode=0700"); err != nil {
+		t.Fatalf("mount a tmpfs on the state directory: %v", err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) }) // before the bed's own cleanup
+	for name, data := range saved {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.StartGateway(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	pingAll(t, b, 3) // its first reservation is on the tmpfs now
+	seqFile := ""
+	if files, _ := filepath.Glob(filepath.Join(dir, "seq-*")); len(files) == 1 {
+		seqFile = files[0]
+	} else {
+		t.Fatalf("state files %v, want one", files)
+	}
+
+	// Fill the disk: the next reservation fails.
+	filler := filepath.Join(dir, "filler")
+	fill(t, filler)
+
+	// Load: small UDP datagrams hostA → hostB, until gw1 has gone through
+	// its reservation and drops what it could not record.
+	loadCtx, stopLoad := context.WithTimeout(ctx, 30*time.Second)
+	defer stopLoad()
+	loadDone := make(chan struct{})
+	go func() {
+		defer close(loadDone)
+		testbed.Iperf3(loadCtx, b.Topo.HostB, b.Topo.HostA, b.Topo.Addr.HostB4.Addr(),
+			testbed.IperfOptions{UDP: true, Bitrate: "200M", Length: 64, Duration: 20 * time.Second})
+	}()
+	out := saOf(t, b, 0, "out")
+	deadline := time.Now().Add(25 * time.Second)
+	for out.Drops[seqUnpersisted] == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("gw1 never reached the end of its reservation under load: last seq %d, drops %v", out.LastSeq, out.Drops)
+		}
+		time.Sleep(200 * time.Millisecond)
+		out = saOf(t, b, 0, "out")
+	}
+	bound := readBound(t, seqFile)
+	if _, err := b.StopGateway(0, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("gw1 killed under load: last seq %d, recorded bound %d, %d packets dropped as seq-unpersisted", out.LastSeq, bound, out.Drops[seqUnpersisted])
+	in := saOf(t, b, 1, "in")
+	if in.Highest > bound {
+		t.Fatalf("gw2 saw sequence number %d, above the bound %d gw1 recorded: a restart would reuse numbers", in.Highest, bound)
+	}
+	stopLoad()
+	<-loadDone
+
+	// Room again; restart under the same keys.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.StartGateway(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	pingAll(t, b, 10)
+	after := saOf(t, b, 1, "in")
+	for _, r := range []string{"replay", "outside-window"} {
+		if n := after.Drops[r]; n != 0 {
+			t.Errorf("gw2 dropped %d packets as %s after gw1's restart (highest before %d)", n, r, in.Highest)
+		}
+	}
+	if after.Highest <= bound {
+		t.Errorf("gw1 resumed at or below its recorded bound: gw2's highest %d, bound %d", after.Highest, bound)
+	}
+	if tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmps) != 0 {
+		t.Errorf("temporary files left in the state directory: %v", tmps)
+	}
+}
+
+// seqUnpersisted is the drop reason of packets above the recorded bound.
+const seqUnpersisted = "seq-unpersisted"
+
+// fill writes path until the disk under it is full.
+func fill(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	for range 10000 {
+		if _, err := f.Write(buf); err != nil {
+			if errors.Is(err, syscall.ENOSPC) {
+				return
+			}
+			t.Fatal(err)
+		}
+	}
+	t.Fatal("the disk never filled")
+}
+
+func readBound(t *testing.T, path string) uint64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// saOf is gateway i's one SA of the direction (out or in).
+func saOf(t *testing.T, b *testbed.Bed, i int, dir string) gateway.SAStats {
+	t.Helper()
+	st, err := b.Stats(context.Background(), i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st.SAs {
+		if s.Direction == dir && !s.Retired {
+			return s
+		}
+	}
+	t.Fatalf("gw%d has no %s SA: %+v", i+1, dir, st.SAs)
+	return gateway.SAStats{}
+}
+
+// TestSecondGatewayRefused starts a second gateway with gw1's SAs in gw1's
+// namespace (its own TUN, no metrics): it refuses to start, naming the
+// first, which carries on.
+func TestSecondGatewayRefused(t *testing.T) {
+	needRoot(t)
+	b := startBed(t, testbed.Options{Prefix: "itlock", Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
+	cfg, err := os.ReadFile(filepath.Join(b.Dir, "gw1.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := strings.NewReplacer("name: esp0", "name: esp1", "metrics: 127.0.0.1:9478", "metrics: off", "state-dir: gw1-state", "state-dir: gw1b-state").Replace(string(cfg))
+	path := filepath.Join(b.Dir, "gw1b.yaml")
+	if err := os.WriteFile(path, []byte(second), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := b.Topo.GW1.Command(ctx, binary, "run", "-c", path).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "another gateway (pid ") || !strings.Contains(string(out), "runs these SAs in network namespace") {
+		t.Fatalf("second gateway: %v\n%s", err, out)
+	}
+	pingAll(t, b, 3)
+}
+
+// TestTransportModeRestartAfterKill kills a transport-mode gateway with -9:
+// its policy rule stays behind, and the restarted gateway takes it over
+// instead of failing with "file exists"; traffic flows again.
+func TestTransportModeRestartAfterKill(t *testing.T) {
+	needRoot(t)
+	b := startBed(t, testbed.Options{Prefix: "ittrk", Mode: sa.Transport, Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
+	ctx := context.Background()
+	_, gw2 := b.Outer()
+	ping := func(when string) {
+		testbed.Ping(ctx, b.GW[0].NS, gw2, testbed.PingOptions{Size: 8, Count: 1}) // neighbour discovery
+		r, err := testbed.Ping(ctx, b.GW[0].NS, gw2, testbed.PingOptions{Size: 100, Count: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Received != r.Sent {
+			t.Fatalf("ping gw1→gw2 %s: %d of %d\n%s", when, r.Received, r.Sent, r.Output)
+		}
+	}
+	ping("before the kill")
+	if _, err := b.StopGateway(0, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rules, err := b.Topo.GW1.Command(ctx, "ip", "rule", "show").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(rules), "lookup 17747") { // table 0x4553
+		t.Fatalf("the killed gateway's rule is not there to be taken over:\n%s", rules)
+	}
+	if err := b.StartGateway(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	ping("after the restart")
+	rules, _ = b.Topo.GW1.Command(ctx, "ip", "rule", "show").CombinedOutput()
+	if n := strings.Count(string(rules), "lookup 17747"); n != 1 {
+		t.Errorf("%d transport rules after the restart, want 1:\n%s", n, rules)
+	}
+}
+
+// TestDefaultStateDir: a gateway whose config names no state-dir persists
+// its reservations anyway, in /var/lib/espgw/<its namespace>.
+func TestDefaultStateDir(t *testing.T) {
+	needRoot(t)
+	b := startBed(t, testbed.Options{Prefix: "itsdir", Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
+	if _, err := b.StopGateway(0, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(b.Dir, "gw1.yaml")
+	cfg, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(strings.Replace(string(cfg), "state-dir: gw1-state\n", "", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(gateway.DefaultStateRoot, b.Topo.GW1.Name())
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := b.StartGateway(context.Background(), 0); err != nil {
+		t.Fatal(err)
+	}
+	pingAll(t, b, 3)
+	files, _ := filepath.Glob(filepath.Join(dir, "seq-*"))
+	if len(files) != 1 {
+		t.Fatalf("state files in %s: %v, want the outbound SA's", dir, files)
+	}
+	if bound := readBound(t, files[0]); bound <= saOf(t, b, 0, "out").LastSeq {
+		t.Errorf("bound %d not above the last sequence number sent", bound)
+	}
+}
