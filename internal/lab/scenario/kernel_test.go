@@ -49,3 +49,30 @@ func TestKernelCountersAsGateway(t *testing.T) {
 		t.Errorf("wire in %d out %d, want 118 and 90", st.WireIn, st.WireOut)
 	}
 }
+
+// An external device's counters command that prints an ip -s xfrm state
+// listing gives gw2's counters under espgw's names.
+func TestExternalCountersCommand(t *testing.T) {
+	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	x := &externalGW2{e: &External{
+		Counters: "cat ../kernelpeer/testdata/ip-s-xfrm-state.txt",
+		out:      &sa.SA{SPI: 0x1001, Src: a, Dst: b},
+		in:       &sa.SA{SPI: 0x2002, Src: b, Dst: a},
+	}}
+	st, out, err := x.stats(t.Context())
+	if err != nil || out == "" {
+		t.Fatalf("stats: %v (%d bytes of output)", err, len(out))
+	}
+	if len(st.SAs) != 2 || st.SAs[0].OpenedPackets != 1 || st.SAs[0].Drops["replay"] != 1 || st.SAs[0].Drops["bad-icv"] != 1 ||
+		st.SAs[1].SealedPackets != 7 || st.SAs[1].LastSeq != 7 {
+		t.Errorf("the device's SAs: %+v", st.SAs)
+	}
+	x.e.Counters = "echo no listing here"
+	if st, out, err := x.stats(t.Context()); err != nil || len(st.SAs) != 0 || out != "no listing here\n" {
+		t.Errorf("a command printing something else: %+v, %q, %v", st, out, err)
+	}
+	x.e.Counters = "exit 3"
+	if _, _, err := x.stats(t.Context()); err == nil {
+		t.Error("a failing counters command is not an error")
+	}
+}
