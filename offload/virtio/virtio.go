@@ -43,8 +43,11 @@ const Name = "virtio"
 const espHeaderLen = 8
 
 // spinFor is how long the driver spins on the used ring before it sleeps
-// between looks: about what a small request takes on the device.
-const spinFor = 200 * time.Microsecond
+// between looks: longer than the device takes for a large request, so a
+// wait ends on a spin rather than on a sleep, whose wake-up can take a
+// millisecond on a loaded machine. It spins only while requests are in
+// flight, as a poll-mode driver does.
+const spinFor = 2 * time.Millisecond
 
 // Config chooses the device and sizes the queue.
 type Config struct {

@@ -49,6 +49,10 @@ type TunnelResult struct {
 	// LoadSeconds is gw1's start with every SA: from its launch until it
 	// answered, the SA file read and loaded, sockets and TUN made.
 	LoadSeconds float64 `json:"load_seconds"`
+	// LoadCPUSeconds is the CPU gw1 spent on that start: on a machine
+	// others share, what loading costs, where the wall time says how busy
+	// the machine was.
+	LoadCPUSeconds float64 `json:"load_cpu_seconds"`
 	// RSS is gw1's resident memory after the loads; RSSPerSA the growth
 	// per SA over the first count's gateway (0 for the first count).
 	RSS      uint64  `json:"rss_bytes"`
@@ -180,6 +184,9 @@ func (o *TunnelOptions) measure(ctx context.Context, res *TunnelResult, step fun
 	}
 	defer bed.Close()
 	res.LoadSeconds = bed.GW[0].StartTook.Seconds()
+	if c, err := cpuTime(bed.GW[0].PID()); err == nil {
+		res.LoadCPUSeconds = c.Seconds()
+	}
 	topo := bed.Topo
 
 	step("TCP", 1)
@@ -353,17 +360,17 @@ func (o *TunnelOptions) controlAdds(bed *testbed.Bed) (float64, error) {
 func (r *TunnelReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "espgw bench --tunnels: %s on %s, %d-byte frames; load average at start %s\n", r.Suite, r.Engine, r.Frame, r.LoadAvg)
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "tunnels\tSAs\tload s\tRSS MiB\tB/SA\tTCP Mbit/s\tzero-loss pkt/s\t× first\tadd/del lost/sent\trekey lost/sent\tcontrol adds/s\t")
+	fmt.Fprintln(tw, "tunnels\tSAs\tload s\tload CPU s\tRSS MiB\tB/SA\tTCP Mbit/s\tzero-loss pkt/s\t× first\tadd/del lost/sent\trekey lost/sent\tcontrol adds/s\t")
 	for _, x := range r.Results {
 		if x.Error != "" {
-			fmt.Fprintf(tw, "%d\t%d\t\t\t\t\t\t\t\t\t\t%s\n", x.Tunnels, x.SAs, x.Error)
+			fmt.Fprintf(tw, "%d\t%d\t\t\t\t\t\t\t\t\t\t\t%s\n", x.Tunnels, x.SAs, x.Error)
 			continue
 		}
 		per := "-"
 		if x.RSSPerSA != 0 {
 			per = fmt.Sprintf("%.0f", x.RSSPerSA)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%.2f\t%.1f\t%s\t%.0f\t%.0f\t%.2f\t%d/%d\t%d/%d\t%.0f\t\n", x.Tunnels, x.SAs, x.LoadSeconds,
+		fmt.Fprintf(tw, "%d\t%d\t%.2f\t%.2f\t%.1f\t%s\t%.0f\t%.0f\t%.2f\t%d/%d\t%d/%d\t%.0f\t\n", x.Tunnels, x.SAs, x.LoadSeconds, x.LoadCPUSeconds,
 			float64(x.RSS)/(1<<20), per, x.TCP1/1e6, x.ZeroLoss, x.Ratio, x.AddDelLost, x.AddDelSent, x.RekeyLost, x.RekeySent, x.ControlAddsPerSec)
 	}
 	tw.Flush()
