@@ -41,9 +41,9 @@ type Options struct {
 	Encaps     []sa.Encap
 	OuterV6    bool
 	NoOffloads bool // TUN vnet-hdr offloads off in the gateways
-	// WanIO is the gateways' wan-io setting for raw ESP (default socket;
-	// xdp or auto put it on AF_XDP).
-	WanIO string
+	// WanIO are the gateways' wan-io settings to measure raw ESP with, a
+	// path each (default socket; xdp or auto put it on AF_XDP).
+	WanIO []string
 	// Nice, when not 0, runs every tunnel's processes — the espgw gateways
 	// and the wireguard-go baseline alike — at this nice(1) value, as a
 	// data plane is often run above bulk work.
@@ -330,7 +330,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		for _, e := range o.Engines {
 			for _, enc := range o.Encaps {
-				specs = append(specs, pathSpec{kind: KindESP, suite: testbed.SuiteName(suite, bits), engine: e, encap: enc.String(), enc: enc, outerV6: o.OuterV6, wanIO: o.WanIO})
+				ios := o.WanIO
+				if enc != sa.EncapNone || len(ios) == 0 {
+					ios = []string{"socket"} // UDP-encapsulated ESP always uses its socket
+				}
+				for _, io := range ios {
+					specs = append(specs, pathSpec{kind: KindESP, suite: testbed.SuiteName(suite, bits), engine: e, encap: enc.String(), enc: enc, outerV6: o.OuterV6, wanIO: io})
+				}
 			}
 		}
 	}
