@@ -342,9 +342,8 @@ func (b *Bed) writeConfig(t *Tunnel) (string, error) {
 	if err := sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), set); err != nil {
 		return "", fmt.Errorf("write gw1's SA file: %w", err)
 	}
-	// Each case's SAs are new (fresh keys) and start their sequence numbers
-	// over: the reservations the last case's SAs, which share their SPIs,
-	// left in the state directory go with them.
+	// Every case's SAs are new (fresh keys, same SPIs): the sequence
+	// numbers gw1 reserved for the last case's must not carry over.
 	if err := os.RemoveAll(filepath.Join(b.Dir, "gw1-state")); err != nil {
 		return "", fmt.Errorf("clear gw1's state directory: %w", err)
 	}
