@@ -66,8 +66,15 @@
 // repeated fields and an SPI given twice for one destination are errors.
 // Counts take k, M, G (×1000) or Ki, Mi, Gi (×1024); a time is a number of
 // seconds or a Go duration. YAML anchors, aliases and merge keys
-// (<<: *first) share fields between entries; an entry's own fields win. SPI 0 is accepted (test vectors use it) though
-// RFC 4303 keeps it off the wire.
+// (<<: *first) share fields between entries; an entry's own fields win.
+// SPIs 0..255 are refused (RFC 4303 §2.1 reserves them; esp.NewSA still
+// takes SPI 0 for the known-answer vectors), and so is an initial-seq that
+// leaves no sequence number to send. Files are at most MaxFileSize bytes.
+//
+// Errors quote what a file says only through package internal/secret
+// (secret.Word, secret.Number, secret.Hidden), the one rule every SA format
+// and configuration parser uses: a key typed into the wrong field or as a
+// stray token is described by its length, never shown.
 //
 // # setkey(8) import
 //

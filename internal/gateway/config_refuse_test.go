@@ -39,6 +39,11 @@ sa:
 		{"unknown engine", local + "engine: turbo\n" + goodSA, "engine: (a 5-character value, not shown): unknown offload engine"},
 		{"unknown emul profile", local + "engine: emul:nosuchcard\n" + goodSA, "unknown offload engine"},
 		{"two documents", local + goodSA + "---\nlocal: 198.51.100.2\n", "more than one YAML document"},
+		{"pmtu-expires not a duration", local + "pmtu-expires: soon\n" + goodSA, "pmtu-expires: \"soon\": want a duration from 1s to 24h"},
+		{"pmtu-expires too short", local + "pmtu-expires: 10ms\n" + goodSA, "pmtu-expires"},
+		{"reassembly memory too small", local + "reassembly: {memory: 1K}\n" + goodSA, "reassembly.memory: \"1K\": want bytes from 64K to 1G"},
+		{"reassembly unknown setting", local + "reassembly: {size: 4M}\n" + goodSA, "unknown setting"},
+		{"reassembly not a mapping", local + "reassembly: 4M\n" + goodSA, "reassembly: want a mapping"},
 		{"tfc-pad above what the outer MTU carries", local + cbcSA("\n    tfc-pad: 1480"), "tfc-pad 1480 pads every packet beyond the 1438 bytes outer-mtu 1500 carries"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
 )
@@ -32,6 +33,13 @@ tun: {name: esp1, routes: [203.0.113.0/24], mtu: auto, offloads: false}
 	}
 	if c.Metrics != gateway.DefaultMetrics || c.OuterMTU != 1500 {
 		t.Errorf("defaults: metrics %q outer-mtu %d", c.Metrics, c.OuterMTU)
+	}
+	c, err = gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\npmtu-expires: 90s\nreassembly: {memory: 4M, timeout: 20s}\n"+goodSA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.PMTUExpiry != 90*time.Second || c.Reassembly.Memory != 4<<20 || c.Reassembly.Timeout != 20*time.Second {
+		t.Errorf("pmtu-expires %v reassembly %+v", c.PMTUExpiry, c.Reassembly)
 	}
 }
 

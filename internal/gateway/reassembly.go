@@ -39,11 +39,17 @@ type ReassemblyCounters struct {
 
 // ReadReassembly reads the counters of the calling thread's namespace.
 func ReadReassembly() (ReassemblyStats, error) {
-	snmp, err := os.ReadFile("/proc/net/snmp")
+	// thread-self: /proc/net is the thread group leader's namespace,
+	// and a thread may have entered another (nsrun).
+	dir := "/proc/thread-self/net/"
+	if _, err := os.Stat(dir); err != nil {
+		dir = "/proc/net/"
+	}
+	snmp, err := os.ReadFile(dir + "snmp")
 	if err != nil {
 		return ReassemblyStats{}, fmt.Errorf("read IPv4 reassembly counters: %w", err)
 	}
-	snmp6, _ := os.ReadFile("/proc/net/snmp6") // absent without IPv6
+	snmp6, _ := os.ReadFile(dir + "snmp6") // absent without IPv6
 	r := ParseReassembly(snmp, snmp6)
 	r.IPv4.Memory, _ = readSysctl("net/ipv4/ipfrag_high_thresh")
 	r.IPv4.Seconds, _ = readSysctl("net/ipv4/ipfrag_time")

@@ -414,9 +414,9 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 	p := newPair(t)
 	for _, kind := range []Kind{RawESP, UDPEncap} {
 		for _, fam := range families {
-			for _, off := range offloads(kind) {
-				gso, gro := off[0], off[1]
-				t.Run(fmt.Sprintf("%s/%s/gso=%v/gro=%v", kind, fam.name, gso, gro), func(t *testing.T) {
+			for _, o := range markedOffloads(kind) {
+				gso, gro, marked := o.gso, o.gro, o.marked
+				t.Run(fmt.Sprintf("%s/%s/gso=%v/gro=%v/marked=%v", kind, fam.name, gso, gro, marked), func(t *testing.T) {
 					a := open(t, p.a, kind, fam.local(p), gso)
 					b := open(t, p.b, kind, fam.remote(p), false, gro)
 					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
@@ -424,6 +424,16 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 					pkts := make([]*esp.Packet, batch)
 					for i := range pkts {
 						pkts[i] = out(espPacket(3, uint32(i), 1000), peer)
+						if marked {
+							// The outer-header paths (header.go): TOS and TTL
+							// control messages or own headers, and IPv4
+							// packets without DF, some cut in fragments.
+							pkts[i].TOS, pkts[i].TTL = 0xb9, 33
+							if fam.name == "ipv4" && i%4 == 0 {
+								pkts[i].Fragment = true
+								pkts[i].FragMTU = 600 + 1000*(i%8/4)
+							}
+						}
 					}
 					in := slots(batch, 2048)
 					b.SetReadDeadline(time.Now().Add(30 * time.Second))
@@ -447,6 +457,18 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// markedOffloads is offloads with each combination also run with marked
+// outer headers.
+func markedOffloads(kind Kind) []struct{ gso, gro, marked bool } {
+	var out []struct{ gso, gro, marked bool }
+	for _, o := range offloads(kind) {
+		for _, m := range []bool{false, true} {
+			out = append(out, struct{ gso, gro, marked bool }{o[0], o[1], m})
+		}
+	}
+	return out
 }
 
 // TestReceiveKeepsBuffers: Receive moves ignored datagrams' slots behind

@@ -290,7 +290,7 @@ func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 		if c.closed.Load() {
 			return 0, fmt.Errorf("receive over xdp on %s: %w", c.cfg.Device, net.ErrClosed)
 		}
-		n := 0
+		n, bytes := 0, 0
 		for k := range c.sockets {
 			s := c.sockets[(c.next+k)%len(c.sockets)]
 			got := s.received(uint32(len(pkts) - n))
@@ -298,6 +298,7 @@ func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 			for i := range got {
 				d := s.rx.xdpDesc(cons + i)
 				if c.deliver(s.frame(d.Addr, d.Len), pkts[n]) {
+					bytes += pkts[n].Len
 					n++
 				}
 			}
@@ -308,6 +309,8 @@ func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 		}
 		c.next = (c.next + 1) % len(c.sockets)
 		if n > 0 {
+			c.stats.packetsIn.Add(uint64(n))
+			c.stats.bytesIn.Add(uint64(bytes))
 			return n, nil
 		}
 		if _, err := unix.Poll(c.polls, -1); err != nil && err != unix.EINTR {
@@ -351,8 +354,6 @@ func (c *Conn) deliver(f []byte, p *esp.Packet) bool {
 	copy(p.Buf[p.Off:], ip[:n])
 	p.Off, p.Len, p.HdrLen = p.Off+hl, n-hl, hl
 	p.Peer, p.Local, p.TOS = netip.AddrPortFrom(src, 0), dst, tos
-	c.stats.packetsIn.Add(1)
-	c.stats.bytesIn.Add(uint64(n - hl))
 	return true
 }
 
@@ -369,11 +370,16 @@ const defaultTTL = 64
 func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	if c.closed.Load() || len(c.sockets) == 0 {
+		// A batch picked this Conn before a reload closed it: the gateway
+		// counts these as send errors.
+		return 0, fmt.Errorf("send over xdp on %s: %w", c.cfg.Device, net.ErrClosed)
+	}
 	s := c.sockets[0]
 	s.reap()
 	room := s.txRoom()
 	prod := *s.tx.producer
-	queued, sent := uint32(0), 0
+	queued, sent, bytes := uint32(0), 0, 0
 	var firstErr error
 	fb := c.fallback[:0]
 	hops := *c.hops.Load()
@@ -432,7 +438,7 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 		prod++
 		room--
 		queued++
-		c.stats.bytesOut.Add(uint64(p.Len))
+		bytes += p.Len
 	}
 	if queued > 0 {
 		atomic.StoreUint32(s.tx.producer, prod)
@@ -443,6 +449,7 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 		}
 	}
 	c.stats.packetsOut.Add(uint64(sent))
+	c.stats.bytesOut.Add(uint64(bytes))
 	if len(fb) > 0 {
 		c.stats.fallback.Add(uint64(len(fb)))
 		n, err := c.cfg.Fallback.Send(fb)
@@ -582,11 +589,14 @@ func (c *Conn) lookup(peer netip.Addr) (hop, error) {
 func (c *Conn) Stats() Stats {
 	s := &c.stats
 	out := Stats{
-		Mode: c.mode, Device: c.cfg.Device, Queues: len(c.sockets),
+		Mode: c.mode, Device: c.cfg.Device,
 		PacketsIn: s.packetsIn.Load(), BytesIn: s.bytesIn.Load(), PacketsOut: s.packetsOut.Load(), BytesOut: s.bytesOut.Load(),
 		Kicks: s.kicks.Load(), Fallback: s.fallback.Load(), NoNeighbor: s.noNeighbor.Load(), Malformed: s.malformed.Load(),
 		Truncated: s.truncated.Load(), TXRingFull: s.txRingFull.Load(), SendErrors: s.sendErrors.Load(),
 	}
+	c.sendMu.Lock() // Close takes the sockets away under it
+	defer c.sendMu.Unlock()
+	out.Queues = len(c.sockets)
 	for _, sk := range c.sockets {
 		st, err := sk.statistics()
 		if err != nil {

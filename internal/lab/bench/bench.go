@@ -41,6 +41,9 @@ type Options struct {
 	Encaps     []sa.Encap
 	OuterV6    bool
 	NoOffloads bool // TUN vnet-hdr offloads off in the gateways
+	// WanIO are the gateways' wan-io settings to measure raw ESP with, a
+	// path each (default socket; xdp or auto put it on AF_XDP).
+	WanIO []string
 	// Nice, when not 0, runs every tunnel's processes — the espgw gateways
 	// and the wireguard-go baseline alike — at this nice(1) value, as a
 	// data plane is often run above bulk work.
@@ -122,15 +125,19 @@ const (
 
 // Result is everything measured on one path.
 type Result struct {
-	Name     string          `json:"name"`
-	Kind     string          `json:"kind"`
-	Suite    string          `json:"suite,omitempty"`
-	Engine   string          `json:"engine,omitempty"`
-	Encap    string          `json:"encap,omitempty"`
-	TCP1     float64         `json:"tcp1_bps"`
-	TCP4     float64         `json:"tcp4_bps"`
-	TCP1Retr int             `json:"tcp1_retransmits"`
-	TCP4Retr int             `json:"tcp4_retransmits"`
+	Name     string  `json:"name"`
+	Kind     string  `json:"kind"`
+	Suite    string  `json:"suite,omitempty"`
+	Engine   string  `json:"engine,omitempty"`
+	Encap    string  `json:"encap,omitempty"`
+	TCP1     float64 `json:"tcp1_bps"`
+	TCP4     float64 `json:"tcp4_bps"`
+	TCP1Retr int     `json:"tcp1_retransmits"`
+	TCP4Retr int     `json:"tcp4_retransmits"`
+	WanIO    string  `json:"wan_io,omitempty"`
+	// Iperf64 is iperf3's UDP at 64-byte frames on this path (plain
+	// routing only): the reference the probe's own top rate is held to.
+	Iperf64  *IperfUDP       `json:"iperf3_udp64,omitempty"`
 	Frames   []FrameResult   `json:"frames"`
 	Latency  []LatencyResult `json:"latency"`
 	Gateways []Usage         `json:"gateways,omitempty"`
@@ -152,8 +159,21 @@ type FrameResult struct {
 	Partial  float64 `json:"partial_drop_pps"`
 	// GeneratorLimited: the probe's top rate passed with no loss, so the path
 	// may go faster than measured.
-	GeneratorLimited bool      `json:"generator_limited"`
-	Trials           []Attempt `json:"trials"`
+	GeneratorLimited bool `json:"generator_limited"`
+	// Limit says what bounded the rates: "path" when the full-speed trial
+	// lost packets (the probe offered more than the path carried), "probe"
+	// when it did not (GeneratorLimited).
+	Limit  string    `json:"limit"`
+	Trials []Attempt `json:"trials"`
+}
+
+// IperfUDP is iperf3's UDP on a path beside the probe's: what iperf3's
+// client sent and what arrived, and what the probe sent at full speed, in
+// packets per second (the best of runs taken in turn).
+type IperfUDP struct {
+	Sent     float64 `json:"sent_pps"`
+	Received float64 `json:"received_pps"`
+	Probe    float64 `json:"probe_sent_pps"`
 }
 
 // Mbps is rate (packets/s) in megabits of frames per second.
@@ -264,6 +284,7 @@ type pathSpec struct {
 	suite, engine, encap string
 	enc                  sa.Encap
 	outerV6              bool
+	wanIO                string
 }
 
 func (p pathSpec) name() string {
@@ -271,6 +292,9 @@ func (p pathSpec) name() string {
 		return p.kind
 	}
 	n := fmt.Sprintf("espgw %s %s %s", p.suite, p.engine, p.encap)
+	if p.wanIO != "" && p.wanIO != "socket" && p.enc == sa.EncapNone {
+		n += " " + p.wanIO
+	}
 	if p.outerV6 {
 		n += " ipv6-outer"
 	}
@@ -308,7 +332,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		for _, e := range o.Engines {
 			for _, enc := range o.Encaps {
-				specs = append(specs, pathSpec{kind: KindESP, suite: testbed.SuiteName(suite, bits), engine: e, encap: enc.String(), enc: enc, outerV6: o.OuterV6})
+				ios := o.WanIO
+				if enc != sa.EncapNone || len(ios) == 0 {
+					ios = []string{"socket"} // UDP-encapsulated ESP always uses its socket
+				}
+				for _, io := range ios {
+					specs = append(specs, pathSpec{kind: KindESP, suite: testbed.SuiteName(suite, bits), engine: e, encap: enc.String(), enc: enc, outerV6: o.OuterV6, wanIO: io})
+				}
 			}
 		}
 	}
@@ -365,6 +395,9 @@ func (m *meter) step(what string, n int) {
 // path sets one path up, measures it and tears it down.
 func (m *meter) path(ctx context.Context, spec pathSpec, wgBin string) *Result {
 	res := &Result{Name: spec.name(), Kind: spec.kind, Suite: spec.suite, Engine: spec.engine, Encap: spec.encap}
+	if spec.kind == KindESP && spec.enc == sa.EncapNone {
+		res.WanIO = spec.wanIO
+	}
 	start, doneBefore := time.Now(), m.done
 	defer func() {
 		res.Elapsed = time.Since(start)
@@ -434,7 +467,7 @@ func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*path, 
 		return nil, err
 	}
 	bed, err := testbed.Start(ctx, testbed.Options{Binary: o.Binary, Nice: o.Nice, Prefix: o.Prefix, Suite: suite, AESBits: bits,
-		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, Log: o.Log})
+		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, WanIO: spec.wanIO, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -486,6 +519,11 @@ func (m *meter) measure(ctx context.Context, p *path, res *Result) error {
 		return err
 	}
 	defer probe.Close()
+	if res.Kind == KindPlain {
+		if err := m.probeAgainstIperf(ctx, probe, topo, res); err != nil {
+			return err
+		}
+	}
 	// A path that carries nothing would search down to zero slowly: check
 	// first, with a small load.
 	if r, err := probe.Run(ctx, Single(512), 1000, 200*time.Millisecond, false); err != nil {
@@ -523,6 +561,34 @@ func (m *meter) measure(ctx context.Context, p *path, res *Result) error {
 		res.Latency = append(res.Latency, lr)
 		m.step(what, 1)
 	}
+	return nil
+}
+
+// probeAgainstIperf holds the probe's top rate at 64-byte frames to
+// iperf3's UDP (18-byte datagrams, -b 0) on the same path: twice each, in
+// turn, so both see the machine's load of the same few seconds, keeping the
+// best of each.
+func (m *meter) probeAgainstIperf(ctx context.Context, probe *Probe, topo *netns.Topology, res *Result) error {
+	o := m.o
+	d := max(o.TrialDuration, time.Second) // iperf3 -t counts whole seconds
+	best := &IperfUDP{}
+	for range 2 {
+		m.step(res.Name+": iperf3 UDP at 64 bytes", 0)
+		r, err := testbed.Iperf3(ctx, topo.HostB, topo.HostA, topo.Addr.HostB4.Addr(), testbed.IperfOptions{Duration: d, UDP: true, Bitrate: "0", Length: 64 - ethOverhead - ipv4UDPHdr})
+		if err != nil {
+			return fmt.Errorf("iperf3 UDP at 64 bytes: %w", err)
+		}
+		if sent := float64(r.Packets) / d.Seconds(); sent > best.Sent {
+			best.Sent, best.Received = sent, float64(r.Packets-r.LostPackets)/d.Seconds()
+		}
+		m.step(res.Name+": the probe's top rate at 64 bytes", 0)
+		pr, err := probe.Run(ctx, Single(64), 0, d, false)
+		if err != nil {
+			return fmt.Errorf("probe at 64 bytes: %w", err)
+		}
+		best.Probe = max(best.Probe, pr.SentRate())
+	}
+	res.Iperf64 = best
 	return nil
 }
 
@@ -566,6 +632,10 @@ func (m *meter) frame(ctx context.Context, probe *Probe, name string, mix Mix) (
 	fr.Trials = s.History
 	m.step(what, o.PartialIters-trials)
 	fr.GeneratorLimited = r.Loss() == 0
+	fr.Limit = "path"
+	if fr.GeneratorLimited {
+		fr.Limit = "probe"
+	}
 	return fr, err
 }
 

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -40,37 +41,74 @@ const (
 	drainMax   = 2 * time.Second
 )
 
-// Probe is a UDP load generator with timestamps: a sender socket opened in
-// one namespace and a receiver socket in another, driven from this process.
+// Probe is a UDP load generator with timestamps: sender sockets opened in
+// one namespace and receiver sockets in another, driven from this process.
 // It offers a paced load of a frame-size mix and counts, per trial, what
 // arrived and with what one-way delay.
+//
+// It must outrun the paths it measures, plain routing included, or a
+// result would be its own limit: it sends from probeSockets sockets, each
+// on its own goroutine (so the kernel's per-packet work on the way, which
+// runs on the sending CPU, spreads over the CPUs), in sendmmsg batches of
+// probeBatch; the receiving sockets share the port (SO_REUSEPORT, one per
+// sender flow) and read with recvmmsg directly, allocating nothing.
 type Probe struct {
-	send  *ipv4.PacketConn
-	sconn *net.UDPConn
-	rconn *net.UDPConn
-	recv  *ipv4.PacketConn
+	senders   []*sender
+	receivers []*receiver
 
+	current atomic.Pointer[trialState]
+	nextID  uint32
+	done    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// sender is one sending socket and its batch.
+type sender struct {
+	conn *net.UDPConn
+	pc   *ipv4.PacketConn
+	msgs []ipv4.Message
 	// spread, when set, are the (source, destination) pairs the probes
 	// go round-robin between, each message carrying its own address and
 	// IP_PKTINFO source (NewSpreadProbe).
 	spread []spreadTarget
 	next   int
-
-	current atomic.Pointer[trialState]
-	nextID  uint32
-	msgs    []ipv4.Message
-	done    chan struct{}
-	wg      sync.WaitGroup
 }
 
-// trialState is what the receiver counts for one trial. The receiver holds
-// mu while it handles a batch, so a reader that takes mu after swapping the
-// trial out sees final numbers.
+// Target is one tunnel's ends for a spread probe.
+type Target struct{ Src, Dst netip.Addr }
+
+type spreadTarget struct {
+	addr *net.UDPAddr
+	oob  []byte
+}
+
+// receiver is one receiving socket and its recvmmsg scratch.
+type receiver struct {
+	conn  *net.UDPConn
+	rc    syscall.RawConn
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	bufs  [][]byte
+	oobs  [][]byte
+	got   int
+	errno syscall.Errno
+	call  func(fd uintptr) bool
+}
+
+// probeSockets is how many sending (and receiving) sockets a probe uses.
+func probeSockets() int { return max(2, runtime.GOMAXPROCS(0)) }
+
+// trialState is what the receivers count for one trial. received is
+// counted atomically; the latency histogram (latency trials only, at rates
+// far below the maximum) under mu. A reader that takes mu after swapping
+// the trial out and waiting for the receivers' batches in hand sees final
+// numbers.
 type trialState struct {
 	id       uint32
+	received atomic.Uint64
+	last     atomic.Int64 // Unix ns of the last packet received
+	inHand   sync.WaitGroup
 	mu       sync.Mutex
-	received uint64
-	last     time.Time
 	lat      *Latency
 }
 
@@ -98,60 +136,45 @@ func (r TrialResult) Loss() float64 {
 	return float64(r.Sent-r.Received) / float64(r.Sent)
 }
 
-// NewProbe opens the receiver on dst (a local address of to) and the sender
-// in from, and starts receiving.
+// NewProbe opens the receivers on dst (a local address of to) and the
+// senders in from, and starts receiving.
 func NewProbe(from, to *netns.Namespace, dst netip.Addr) (*Probe, error) {
 	p := &Probe{done: make(chan struct{})}
 	raddr := &net.UDPAddr{IP: dst.AsSlice(), Port: probePort}
-	err := to.Do(func() error {
-		c, err := net.ListenUDP("udp4", raddr)
+	n := probeSockets()
+	fail := func(err error) (*Probe, error) {
+		p.closeSockets()
+		return nil, err
+	}
+	for range n {
+		r, err := openReceiver(to, raddr)
 		if err != nil {
-			return err
+			return fail(err)
 		}
-		p.rconn = c
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open probe receiver on %s in %s: %w", raddr, to.Short(), err)
+		p.receivers = append(p.receivers, r)
 	}
-	// A receiver that cannot keep up must not pass for a lossy tunnel: give
-	// it a deep socket buffer (FORCE: above rmem_max, we are root).
-	if err := setBuffer(p.rconn, unix.SO_RCVBUFFORCE, 16<<20); err != nil {
-		p.rconn.Close()
-		return nil, fmt.Errorf("probe receiver buffer: %w", err)
-	}
-	if err := setBuffer(p.rconn, unix.SO_TIMESTAMPNS, 1); err != nil {
-		p.rconn.Close()
-		return nil, fmt.Errorf("probe receiver timestamps: %w", err)
-	}
-	err = from.Do(func() error {
-		c, err := net.DialUDP("udp4", nil, raddr)
+	for range n {
+		var c *net.UDPConn
+		err := from.Do(func() error {
+			var err error
+			c, err = net.DialUDP("udp4", nil, raddr)
+			return err
+		})
 		if err != nil {
-			return err
+			return fail(fmt.Errorf("open probe sender to %s in %s: %w", raddr, from.Short(), err))
 		}
-		p.sconn = c
-		return nil
-	})
-	if err != nil {
-		p.rconn.Close()
-		return nil, fmt.Errorf("open probe sender to %s in %s: %w", raddr, from.Short(), err)
+		if err := setBuffer(c, unix.SO_SNDBUFFORCE, 4<<20); err != nil {
+			c.Close()
+			return fail(fmt.Errorf("probe sender buffer: %w", err))
+		}
+		snd := &sender{conn: c, pc: ipv4.NewPacketConn(c), msgs: make([]ipv4.Message, probeBatch)}
+		for i := range snd.msgs {
+			snd.msgs[i].Buffers = [][]byte{make([]byte, MaxFrame)}
+		}
+		p.senders = append(p.senders, snd)
 	}
-	p.send, p.recv = ipv4.NewPacketConn(p.sconn), ipv4.NewPacketConn(p.rconn)
-	p.msgs = make([]ipv4.Message, probeBatch)
-	for i := range p.msgs {
-		p.msgs[i].Buffers = [][]byte{make([]byte, MaxFrame)}
-	}
-	p.wg.Add(1)
-	go p.receive()
+	p.start()
 	return p, nil
-}
-
-// Target is one tunnel's ends for a spread probe.
-type Target struct{ Src, Dst netip.Addr }
-
-type spreadTarget struct {
-	addr *net.UDPAddr
-	oob  []byte
 }
 
 // NewSpreadProbe is NewProbe with the load spread round-robin over targets:
@@ -163,41 +186,112 @@ func NewSpreadProbe(from, to *netns.Namespace, targets []Target) (*Probe, error)
 	}
 	p := &Probe{done: make(chan struct{})}
 	laddr := &net.UDPAddr{IP: net.IPv4zero, Port: probePort}
-	if err := to.Do(func() error {
-		var err error
-		p.rconn, err = net.ListenUDP("udp4", laddr)
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("open probe receiver on %s in %s: %w", laddr, to.Short(), err)
+	fail := func(err error) (*Probe, error) {
+		p.closeSockets()
+		return nil, err
 	}
-	if err := setBuffer(p.rconn, unix.SO_RCVBUFFORCE, 16<<20); err != nil {
-		p.rconn.Close()
-		return nil, fmt.Errorf("probe receiver buffer: %w", err)
+	n := probeSockets()
+	for range n {
+		r, err := openReceiver(to, laddr)
+		if err != nil {
+			return fail(err)
+		}
+		p.receivers = append(p.receivers, r)
 	}
-	if err := setBuffer(p.rconn, unix.SO_TIMESTAMPNS, 1); err != nil {
-		p.rconn.Close()
-		return nil, fmt.Errorf("probe receiver timestamps: %w", err)
-	}
-	if err := from.Do(func() error {
-		var err error
-		p.sconn, err = net.ListenUDP("udp4", &net.UDPAddr{})
-		return err
-	}); err != nil {
-		p.rconn.Close()
-		return nil, fmt.Errorf("open probe sender in %s: %w", from.Short(), err)
-	}
+	var spread []spreadTarget
 	for _, t := range targets {
 		cm := ipv4.ControlMessage{Src: t.Src.AsSlice()}
-		p.spread = append(p.spread, spreadTarget{addr: &net.UDPAddr{IP: t.Dst.AsSlice(), Port: probePort}, oob: cm.Marshal()})
+		spread = append(spread, spreadTarget{addr: &net.UDPAddr{IP: t.Dst.AsSlice(), Port: probePort}, oob: cm.Marshal()})
 	}
-	p.send, p.recv = ipv4.NewPacketConn(p.sconn), ipv4.NewPacketConn(p.rconn)
-	p.msgs = make([]ipv4.Message, probeBatch)
-	for i := range p.msgs {
-		p.msgs[i].Buffers = [][]byte{make([]byte, MaxFrame)}
+	for i := range n {
+		var c *net.UDPConn
+		if err := from.Do(func() error {
+			var err error
+			c, err = net.ListenUDP("udp4", &net.UDPAddr{})
+			return err
+		}); err != nil {
+			return fail(fmt.Errorf("open probe sender in %s: %w", from.Short(), err))
+		}
+		snd := &sender{conn: c, pc: ipv4.NewPacketConn(c), msgs: make([]ipv4.Message, probeBatch), spread: spread, next: i * len(spread) / n}
+		for i := range snd.msgs {
+			snd.msgs[i].Buffers = [][]byte{make([]byte, MaxFrame)}
+		}
+		p.senders = append(p.senders, snd)
 	}
-	p.wg.Add(1)
-	go p.receive()
+	p.start()
 	return p, nil
+}
+
+// start runs the receivers.
+func (p *Probe) start() {
+	for _, r := range p.receivers {
+		p.wg.Add(1)
+		go p.receive(r)
+	}
+}
+
+// openReceiver opens one of the receiving sockets sharing raddr's port.
+func openReceiver(to *netns.Namespace, raddr *net.UDPAddr) (*receiver, error) {
+	var c *net.UDPConn
+	err := to.Do(func() error {
+		lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1) }); err != nil {
+				return err
+			}
+			return serr
+		}}
+		pc, err := lc.ListenPacket(context.Background(), "udp4", raddr.String())
+		if err != nil {
+			return err
+		}
+		c = pc.(*net.UDPConn)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open probe receiver on %s in %s: %w", raddr, to.Short(), err)
+	}
+	// A receiver that cannot keep up must not pass for a lossy tunnel: give
+	// it a deep socket buffer (FORCE: above rmem_max, we are root).
+	if err := setBuffer(c, unix.SO_RCVBUFFORCE, 16<<20); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("probe receiver buffer: %w", err)
+	}
+	if err := setBuffer(c, unix.SO_TIMESTAMPNS, 1); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("probe receiver timestamps: %w", err)
+	}
+	rc, err := c.SyscallConn()
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	r := &receiver{conn: c, rc: rc, hdrs: make([]unix.Mmsghdr, probeBatch), iovs: make([]unix.Iovec, probeBatch)}
+	for range probeBatch {
+		r.bufs = append(r.bufs, make([]byte, 2048))
+		r.oobs = append(r.oobs, make([]byte, 64))
+	}
+	r.call = r.recvmmsg
+	return r, nil
+}
+
+// recvmmsg reads a batch without blocking; it reports false to have the
+// poller wait when nothing is there.
+func (r *receiver) recvmmsg(fd uintptr) bool {
+	for i := range r.hdrs {
+		r.iovs[i].Base = &r.bufs[i][0]
+		r.iovs[i].SetLen(len(r.bufs[i]))
+		h := &r.hdrs[i]
+		h.Hdr = unix.Msghdr{Iov: &r.iovs[i], Iovlen: 1, Control: &r.oobs[i][0]}
+		h.Hdr.SetControllen(len(r.oobs[i]))
+		h.Len = 0
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(len(r.hdrs)), unix.MSG_DONTWAIT, 0, 0)
+	if errno == unix.EAGAIN || errno == unix.EINTR {
+		return false
+	}
+	r.got, r.errno = int(n), errno
+	return true
 }
 
 func setBuffer(c *net.UDPConn, opt, size int) error {
@@ -212,61 +306,82 @@ func setBuffer(c *net.UDPConn, opt, size int) error {
 	return serr
 }
 
-// Close stops the receiver and closes both sockets.
+func (p *Probe) closeSockets() error {
+	var errs []error
+	for _, s := range p.senders {
+		errs = append(errs, s.conn.Close())
+	}
+	for _, r := range p.receivers {
+		errs = append(errs, r.conn.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the receivers and closes every socket.
 func (p *Probe) Close() error {
 	close(p.done)
-	err := errors.Join(p.sconn.Close(), p.rconn.Close())
+	err := p.closeSockets()
 	p.wg.Wait()
 	return err
 }
 
-func (p *Probe) receive() {
+func (p *Probe) receive(r *receiver) {
 	defer p.wg.Done()
-	msgs := make([]ipv4.Message, probeBatch)
-	for i := range msgs {
-		msgs[i].Buffers = [][]byte{make([]byte, 2048)}
-		msgs[i].OOB = make([]byte, 64)
-	}
 	for {
 		select {
 		case <-p.done:
 			return
 		default:
 		}
-		p.rconn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		n, err := p.recv.ReadBatch(msgs, 0)
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) || errors.Is(err, syscall.EINTR) {
+		r.conn.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		if err := r.rc.Read(r.call); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
 			}
 			return // closed
 		}
-		now := time.Now().UnixNano()
+		if r.errno != 0 {
+			if r.errno == unix.EINTR {
+				continue
+			}
+			return
+		}
 		t := p.current.Load()
 		if t == nil {
 			continue
 		}
-		t.mu.Lock()
-		for _, m := range msgs[:n] {
-			b := m.Buffers[0][:m.N]
+		t.inHand.Add(1)
+		if p.current.Load() != t { // swapped out meanwhile: not counted
+			t.inHand.Done()
+			continue
+		}
+		now := time.Now().UnixNano()
+		var n uint64
+		for i := range r.got {
+			b := r.bufs[i][:r.hdrs[i].Len]
 			if len(b) < probeHeader || binary.BigEndian.Uint32(b) != t.id {
 				continue // a straggler of an earlier trial, or not ours
 			}
-			t.received++
+			n++
 			if t.lat != nil {
-				at, ok := kernelTimestamp(m.OOB[:m.NN])
+				at, ok := kernelTimestamp(r.oobs[i][:r.hdrs[i].Hdr.Controllen])
 				if !ok {
 					at = now
 				}
+				t.mu.Lock()
 				t.lat.Record(time.Duration(at - int64(binary.BigEndian.Uint64(b[8:]))))
+				t.mu.Unlock()
 			}
 		}
-		t.last = time.Now()
-		t.mu.Unlock()
+		if n > 0 {
+			t.received.Add(n)
+			t.last.Store(time.Now().UnixNano())
+		}
+		t.inHand.Done()
 	}
 }
 
-// Run offers mix at rate packets per second (0: as fast as the sender goes)
+// Run offers mix at rate packets per second (0: as fast as the senders go)
 // for d, waits for the stragglers, and counts. With latency set it records
 // every delivered packet's one-way delay.
 func (p *Probe) Run(ctx context.Context, mix Mix, rate float64, d time.Duration, latency bool) (TrialResult, error) {
@@ -279,41 +394,64 @@ func (p *Probe) Run(ctx context.Context, mix Mix, rate float64, d time.Duration,
 	res := TrialResult{Mix: mix.Name, Offered: rate}
 	sent, elapsed, err := p.offer(ctx, t.id, mix, rate, d)
 	res.Sent, res.Elapsed = sent, elapsed
-	// Wait until the receiver has been quiet for a while: whatever is still
-	// in flight after that counts as lost.
+	// Wait until the receivers have been quiet for a while: whatever is
+	// still in flight after that counts as lost.
 	drainStart := time.Now()
+	t.last.Store(drainStart.UnixNano())
 	for time.Since(drainStart) < drainMax && ctx.Err() == nil {
 		time.Sleep(drainQuiet / 2)
-		t.mu.Lock()
-		quiet := time.Since(t.last) >= drainQuiet
-		t.mu.Unlock()
-		if quiet {
+		if time.Since(time.Unix(0, t.last.Load())) >= drainQuiet {
 			break
 		}
 	}
 	p.current.Store(nil)
+	t.inHand.Wait()
+	res.Received = t.received.Load()
 	t.mu.Lock()
-	res.Received, res.Latency = t.received, t.lat
+	res.Latency = t.lat
 	t.mu.Unlock()
 	return res, err
 }
 
-// offer sends for d, pacing by a credit of packets due: each round sends
-// what the elapsed time allows (at most a batch), then sleeps until the next
-// packet is due. Bursts are thus at most one batch, and short at low rates.
+// offer sends for d from every sender at once, each its share of rate
+// (every sender as fast as it goes when rate is 0), and returns what went
+// out and how long it took.
 func (p *Probe) offer(ctx context.Context, id uint32, mix Mix, rate float64, d time.Duration) (uint64, time.Duration, error) {
-	var sent uint64
-	var seq uint32
 	start := time.Now()
 	deadline := start.Add(d)
-	k := 0 // position in the mix
-	for {
+	var wg sync.WaitGroup
+	sent := make([]uint64, len(p.senders))
+	errs := make([]error, len(p.senders))
+	for i, s := range p.senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each sender starts elsewhere in the mix and numbers its own
+			// packets; together they send the mix's proportions.
+			sent[i], errs[i] = s.offer(ctx, id, mix, rate/float64(len(p.senders)), start, deadline, i*len(mix.Frames)/len(p.senders), uint32(i)<<28)
+		}()
+	}
+	wg.Wait()
+	var total uint64
+	for _, n := range sent {
+		total += n
+	}
+	return total, time.Since(start), errors.Join(errs...)
+}
+
+// offer is one sender's share: it paces by a credit of packets due — each
+// round sends what the elapsed time allows (at most a batch), then sleeps
+// until the next packet is due — so bursts are at most one batch, and
+// short at low rates.
+func (s *sender) offer(ctx context.Context, id uint32, mix Mix, rate float64, start, deadline time.Time, k int, seq uint32) (uint64, error) {
+	var sent uint64
+	for round := 0; ; round++ {
 		now := time.Now()
 		if !now.Before(deadline) {
 			break
 		}
-		if ctx.Err() != nil {
-			return sent, time.Since(start), ctx.Err()
+		if round%64 == 0 && ctx.Err() != nil {
+			return sent, ctx.Err()
 		}
 		n := probeBatch
 		if rate > 0 {
@@ -325,25 +463,25 @@ func (p *Probe) offer(ctx context.Context, id uint32, mix Mix, rate float64, d t
 			}
 			n = int(min(due, probeBatch))
 		}
-		ts := uint64(time.Now().UnixNano())
+		ts := uint64(now.UnixNano())
 		for i := range n {
 			frame := mix.Frames[k]
 			k = (k + 1) % len(mix.Frames)
-			b := p.msgs[i].Buffers[0][:frame-ethOverhead-ipv4UDPHdr]
+			b := s.msgs[i].Buffers[0][:frame-ethOverhead-ipv4UDPHdr]
 			binary.BigEndian.PutUint32(b, id)
 			binary.BigEndian.PutUint32(b[4:], seq)
 			binary.BigEndian.PutUint64(b[8:], ts)
-			p.msgs[i].Buffers[0] = b
-			if p.spread != nil {
-				t := &p.spread[p.next]
-				p.next = (p.next + 1) % len(p.spread)
-				p.msgs[i].Addr, p.msgs[i].OOB = t.addr, t.oob
+			s.msgs[i].Buffers[0] = b
+			if s.spread != nil {
+				t := &s.spread[s.next]
+				s.next = (s.next + 1) % len(s.spread)
+				s.msgs[i].Addr, s.msgs[i].OOB = t.addr, t.oob
 			}
 			seq++
 		}
-		w, err := p.send.WriteBatch(p.msgs[:n], 0)
+		w, err := s.pc.WriteBatch(s.msgs[:n], 0)
 		for i := range n {
-			p.msgs[i].Buffers[0] = p.msgs[i].Buffers[0][:cap(p.msgs[i].Buffers[0])]
+			s.msgs[i].Buffers[0] = s.msgs[i].Buffers[0][:cap(s.msgs[i].Buffers[0])]
 		}
 		if w > 0 {
 			sent += uint64(w)
@@ -352,7 +490,7 @@ func (p *Probe) offer(ctx context.Context, id uint32, mix Mix, rate float64, d t
 			// A refused datagram (ICMP unreachable from a dead path) is a
 			// loss for this trial, not an end to it.
 			if !errors.Is(err, syscall.ECONNREFUSED) {
-				return sent, time.Since(start), fmt.Errorf("send probes: %w", err)
+				return sent, fmt.Errorf("send probes: %w", err)
 			}
 		}
 		if w < n {
@@ -360,12 +498,12 @@ func (p *Probe) offer(ctx context.Context, id uint32, mix Mix, rate float64, d t
 			// the mix stays exact.
 			k = ((k-(n-max(w, 0)))%len(mix.Frames) + len(mix.Frames)) % len(mix.Frames)
 			seq -= uint32(n - max(w, 0))
-			if p.spread != nil {
-				p.next = ((p.next-(n-max(w, 0)))%len(p.spread) + len(p.spread)) % len(p.spread)
+			if s.spread != nil {
+				s.next = ((s.next-(n-max(w, 0)))%len(s.spread) + len(s.spread)) % len(s.spread)
 			}
 		}
 	}
-	return sent, time.Since(start), nil
+	return sent, nil
 }
 
 // kernelTimestamp finds SCM_TIMESTAMPNS in a control message buffer and

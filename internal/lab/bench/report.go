@@ -49,18 +49,27 @@ func (rep *Report) Print(w io.Writer) {
 	tw.Flush()
 
 	fmt.Fprintln(w, "\nUDP per frame size (kpkt/s; Mbit/s of Ethernet frames; zero-loss by RFC 2544 binary search):")
-	line("path", "frame", "offered", "delivered", "zero-loss", "zero-loss Mbit/s", "≤0.1% loss", "trials")
+	line("path", "frame", "offered", "delivered", "zero-loss", "zero-loss Mbit/s", "≤0.1% loss", "trials", "limit")
 	for _, r := range rep.Results {
 		for _, f := range r.Frames {
 			zl := kpps(f.ZeroLoss)
 			if f.GeneratorLimited {
 				zl += "+"
 			}
-			line(r.Name, f.Mix, kpps(f.Offered), kpps(f.Delivered), zl, fmt.Sprintf("%.0f", f.Mbps(f.ZeroLoss)), kpps(f.Partial), fmt.Sprint(len(f.Trials)))
+			line(r.Name, f.Mix, kpps(f.Offered), kpps(f.Delivered), zl, fmt.Sprintf("%.0f", f.Mbps(f.ZeroLoss)), kpps(f.Partial), fmt.Sprint(len(f.Trials)), f.Limit)
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(+: no loss even at the probe's top rate; the path may do more)")
+	fmt.Fprintln(w, "(limit: path — the probe's full-speed trial lost packets, so the path set the rates; probe — no loss even at the probe's top rate (+), the path may do more)")
+	for _, r := range rep.Results {
+		if r.Iperf64 == nil {
+			continue
+		}
+		if i := r.Iperf64; i.Sent > 0 {
+			fmt.Fprintf(w, "the probe at 64 B on %s: sent %s kpkt/s at full speed, iperf3 -u -b 0 sent %s kpkt/s (%s arrived), best of two each, in turn: %.2f× iperf3\n",
+				r.Name, kpps(i.Probe), kpps(i.Sent), kpps(i.Received), i.Probe/i.Sent)
+		}
+	}
 
 	fmt.Fprintln(w, "\nOne-way latency (µs) under load, as a fraction of each path's own zero-loss rate:")
 	line("path", "load", "frame", "kpkt/s", "p50", "p99", "p99.9", "lost")

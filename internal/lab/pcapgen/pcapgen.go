@@ -41,6 +41,7 @@ func Captures() []Capture {
 		{"icmp.pcap", "ICMP echo requests and replies (ping), IPv4", icmpCapture},
 		{"sizes.pcap", "UDP datagrams whose IP packets are 64 to 1500 bytes, both ways, IPv4", sizesCapture},
 		{"ipv6.pcap", "ICMPv6 echo, DNS over UDP and an HTTP-like TCP flow over IPv6", ipv6Capture},
+		{"qos.pcap", "UDP flows marked with DSCP and ECN (EF, AF41 + ECT(0), CS1 + ECT(1), AF11 + CE), IPv4 and IPv6, both ways", qosCapture},
 	}
 }
 
@@ -409,4 +410,34 @@ func ipv6Capture(g *gen) error {
 		return err
 	}
 	return httpExchange(g, client6, server6, "/v6.html", 6000)
+}
+
+// qosCapture sends UDP flows whose packets carry QoS marks, DSCP and ECN,
+// the way voice, video, bulk and a congested flow would, IPv4 and IPv6.
+func qosCapture(g *gen) error {
+	marks := []uint8{46 << 2, 34<<2 | 2, 8<<2 | 1, 10<<2 | 3}
+	for round := 0; round < 4; round++ {
+		for i, tos := range marks {
+			for _, fam := range [][2]net.IP{{client4, server4}, {client6, server6}} {
+				for dir := 0; dir < 2; dir++ {
+					src, dst, sp, dp := fam[0], fam[1], layers.UDPPort(20000+i), layers.UDPPort(5004)
+					if dir == 1 {
+						src, dst, sp, dp = fam[1], fam[0], 5004, layers.UDPPort(20000+i)
+					}
+					nl := g.ip(src, dst, layers.IPProtocolUDP)
+					switch ip := nl.(type) {
+					case *layers.IPv4:
+						ip.TOS = tos
+					case *layers.IPv6:
+						ip.TrafficClass = tos
+					}
+					if err := g.packet(nl, &layers.UDP{SrcPort: sp, DstPort: dp}, gopacket.Payload(g.bytes(160))); err != nil {
+						return err
+					}
+					g.after(g.jitter(2 * time.Millisecond))
+				}
+			}
+		}
+	}
+	return nil
 }
