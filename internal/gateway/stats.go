@@ -130,7 +130,7 @@ func (g *Gateway) Stats() Stats {
 			dir = "both"
 		}
 		path := 0
-		if h := st.hdr[s]; h != nil {
+		if h := headerOf(s); h != nil {
 			path = int(h.path.mtu.Load())
 		}
 		out.SAs = append(out.SAs, SAStats{

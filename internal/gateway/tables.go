@@ -35,8 +35,6 @@ type state struct {
 	// byPeer are the outbound transport-mode SAs by destination, which
 	// without an SPD protect the gateway's own traffic to that peer.
 	byPeer map[netip.Addr]*esp.SA
-	// hdr are every SA's outer-header options and learned path MTU.
-	hdr map[*esp.SA]*saHeader
 	// named counts the policies naming each outbound SPI, so an SA still
 	// in use is not deleted from under them.
 	named map[uint32]int
@@ -52,7 +50,13 @@ func keyOf(s *sa.SA) saKey { return saKey{s.SPI, s.Dst} }
 
 func newState() *state {
 	return &state{spd: new(sa.SPD), out: map[uint32]*esp.SA{}, in: map[uint32][]*esp.SA{},
-		all: map[saKey]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}, named: map[uint32]int{}, hdr: map[*esp.SA]*saHeader{}}
+		all: map[saKey]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}, named: map[uint32]int{}}
+}
+
+// headerOf is an SA's outer-header state (newSA makes it).
+func headerOf(s *esp.SA) *saHeader {
+	h, _ := s.Aux.(*saHeader)
+	return h
 }
 
 // DefaultRetireAfter is Options.RetireAfter's default: long enough for any
@@ -90,9 +94,6 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 			fresh = append(fresh, s)
 		}
 		next.insert(s, g.isLocal(cfg.Src), g.isLocal(cfg.Dst), len(policies) == 0)
-		if h := old.hdr[s]; h != nil {
-			next.hdr[s] = h // its learned path MTU with it
-		}
 	}
 	// The policies bind by SPI to the SAs of the set being loaded. A
 	// policy naming an SA that is inbound here (one SA file for both
@@ -178,7 +179,7 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 		if err := run.Validate(); err != nil {
 			// A bound at the end of the sequence space (2^32-1 without
 			// ESN) would make every packet seq-exhausted.
-			return nil, fmt.Errorf("SA %#x resumed from %s: %w", cfg.SPI, g.seq.path(cfg), err)
+			return nil, fmt.Errorf("SA %#x resumed from %s: %w (that bound is of an SA which used its sequence numbers up: a new SA needs a new SPI, or the file removed if its peer starts afresh too)", cfg.SPI, g.seq.path(cfg), err)
 		}
 		opts.Reserve = g.seq.reserve
 	}
@@ -186,6 +187,9 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The outer-header options and the path MTU learned for the SA live
+	// with it, for its whole life (a change of them is a new SA).
+	s.Aux = newSAHeader(cfg, nil)
 	if g.isLocal(cfg.Dst) && cfg.InitialSeq != 0 {
 		// The peer's first packet is InitialSeq+1 (sa.SA): start the
 		// window there, as the kernel's replay-seq does, so that ESN high
@@ -238,9 +242,6 @@ func reserveNow(sas []*esp.SA) {
 func (st *state) insert(s *esp.SA, outbound, inbound, noPolicies bool) {
 	cfg := s.Config
 	st.all[keyOf(cfg)] = s
-	if st.hdr != nil && st.hdr[s] == nil {
-		st.hdr[s] = newSAHeader(cfg, nil)
-	}
 	if outbound {
 		st.out[cfg.SPI] = s
 		if cfg.Mode == sa.Transport && noPolicies {
@@ -256,7 +257,6 @@ func (st *state) insert(s *esp.SA, outbound, inbound, noPolicies bool) {
 func (st *state) remove(s *esp.SA) {
 	cfg := s.Config
 	delete(st.all, keyOf(cfg))
-	delete(st.hdr, s)
 	if st.out[cfg.SPI] == s {
 		delete(st.out, cfg.SPI)
 	}

@@ -370,6 +370,11 @@ const defaultTTL = 64
 func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	if c.closed.Load() || len(c.sockets) == 0 {
+		// A batch picked this Conn before a reload closed it: the gateway
+		// counts these as send errors.
+		return 0, fmt.Errorf("send over xdp on %s: %w", c.cfg.Device, net.ErrClosed)
+	}
 	s := c.sockets[0]
 	s.reap()
 	room := s.txRoom()
@@ -584,11 +589,14 @@ func (c *Conn) lookup(peer netip.Addr) (hop, error) {
 func (c *Conn) Stats() Stats {
 	s := &c.stats
 	out := Stats{
-		Mode: c.mode, Device: c.cfg.Device, Queues: len(c.sockets),
+		Mode: c.mode, Device: c.cfg.Device,
 		PacketsIn: s.packetsIn.Load(), BytesIn: s.bytesIn.Load(), PacketsOut: s.packetsOut.Load(), BytesOut: s.bytesOut.Load(),
 		Kicks: s.kicks.Load(), Fallback: s.fallback.Load(), NoNeighbor: s.noNeighbor.Load(), Malformed: s.malformed.Load(),
 		Truncated: s.truncated.Load(), TXRingFull: s.txRingFull.Load(), SendErrors: s.sendErrors.Load(),
 	}
+	c.sendMu.Lock() // Close takes the sockets away under it
+	defer c.sendMu.Unlock()
+	out.Queues = len(c.sockets)
 	for _, sk := range c.sockets {
 		st, err := sk.statistics()
 		if err != nil {

@@ -400,3 +400,33 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 		t.Errorf("%d packets went through the raw socket", st.Fallback)
 	}
 }
+
+// TestClosed: after Close, Send and Receive say so instead of touching the
+// rings, and a Receive blocked in poll returns.
+func TestClosed(t *testing.T) {
+	p := newBed(t)
+	c, _ := openXDP(t, p, p.b4)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Receive(slots(4))
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Receive after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Receive still blocked 5 s after Close")
+	}
+	if n, err := c.Send([]*esp.Packet{out(espPacket(1, 1, 100), p.a4)}); n != 0 || !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Send after Close: %d, %v", n, err)
+	}
+	if err := c.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
