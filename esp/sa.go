@@ -94,6 +94,11 @@ type SA struct {
 	frags Fragments
 
 	Counters Counters
+
+	// Aux is the owner's own data about the SA (the gateway's outer-header
+	// state), set before the SA is in use; esp never reads it. It saves
+	// the owner a lookup per packet.
+	Aux any
 }
 
 // Options tune an SA beyond its configuration.

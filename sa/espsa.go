@@ -146,6 +146,9 @@ func ParseEspSA(name string, data []byte) (*Config, error) {
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err
 	}
+	if len(sas) == 0 {
+		return nil, &ConfigError{File: name, Err: errors.New("no SA line in the esp_sa table")}
+	}
 	return &Config{SAs: sas}, nil
 }
 

@@ -71,21 +71,39 @@ func (p *Policy) String() string {
 // per distinct length (and a scan of the few policies sharing its prefix)
 // however many policies there are. The answer is exactly the linear
 // search's: among the candidates the one earliest in lookup order wins.
+//
+// Insert, Delete and Retarget change the SPD in place at a cost that does
+// not grow with the number of policies either (beyond moving a slice of
+// pointers); unlike Replace they are not safe while lookups run: the caller
+// excludes them (the gateway holds its tables' lock).
 type SPD struct {
 	table atomic.Pointer[spdTable]
 }
 
-// spdTable is immutable once published.
+// spdEntry is one policy in force; seq orders equal priorities (the order
+// given, then the order added).
+type spdEntry struct {
+	Policy
+	seq uint64
+}
+
+func (e *spdEntry) before(o *spdEntry) bool {
+	return e.Priority < o.Priority || e.Priority == o.Priority && e.seq < o.seq
+}
+
+// spdTable is the policies in lookup order and their index.
 type spdTable struct {
-	list []Policy
-	// any are the positions of the policies without a destination prefix,
-	// which every packet must be tried against.
-	any []int32
-	// byDst are the positions of the other policies by destination prefix,
-	// in lookup order within a prefix; lens4 and lens6 are the prefix
-	// lengths present, longest first.
-	byDst        map[netip.Prefix][]int32
+	list []*spdEntry
+	// any are the policies without a destination prefix, which every
+	// packet must be tried against; byDst the others by destination
+	// prefix, each bucket in lookup order.
+	any   []*spdEntry
+	byDst map[netip.Prefix][]*spdEntry
+	// count are the policies per family (0: IPv4) and prefix length;
+	// lens4 and lens6 the lengths present, longest first.
+	count        [2][129]int32
 	lens4, lens6 []uint8
+	seq          uint64
 }
 
 // NewSPD orders the policies by priority and binds each Protect policy to its
@@ -117,31 +135,200 @@ func (s *SPD) Replace(policies []Policy, sas []*SA) error {
 }
 
 func newSPDTable(ps []Policy) *spdTable {
-	t := &spdTable{list: ps, byDst: make(map[netip.Prefix][]int32)}
-	var seen4, seen6 [129]bool
+	t := &spdTable{byDst: make(map[netip.Prefix][]*spdEntry), list: make([]*spdEntry, 0, len(ps))}
+	entries := make([]spdEntry, len(ps))
 	for i := range ps {
-		d := ps[i].Selector.Dst
-		if !d.IsValid() {
-			t.any = append(t.any, int32(i))
-			continue
-		}
-		d = d.Masked()
-		t.byDst[d] = append(t.byDst[d], int32(i))
-		if d.Addr().Is4() {
-			seen4[d.Bits()] = true
-		} else {
-			seen6[d.Bits()] = true
-		}
+		e := &entries[i]
+		e.Policy, e.seq = ps[i], uint64(i)
+		t.list = append(t.list, e)
+		t.index(e)
 	}
+	t.seq = uint64(len(ps))
+	t.lengths()
+	return t
+}
+
+// dstKey is where e is indexed: its masked destination prefix, or not
+// valid for the any list.
+func dstKey(p *Policy) netip.Prefix {
+	if d := p.Selector.Dst; d.IsValid() {
+		return d.Masked()
+	}
+	return netip.Prefix{}
+}
+
+func family(p netip.Prefix) int {
+	if p.Addr().Is4() {
+		return 0
+	}
+	return 1
+}
+
+// index appends e to its bucket (which e must end, in lookup order).
+func (t *spdTable) index(e *spdEntry) {
+	d := dstKey(&e.Policy)
+	if !d.IsValid() {
+		t.any = append(t.any, e)
+		return
+	}
+	t.byDst[d] = append(t.byDst[d], e)
+	t.count[family(d)][d.Bits()]++
+}
+
+// lengths lists the prefix lengths in use, longest first.
+func (t *spdTable) lengths() {
+	t.lens4, t.lens6 = t.lens4[:0], t.lens6[:0]
 	for l := 128; l >= 0; l-- {
-		if seen4[l] {
+		if t.count[0][l] > 0 {
 			t.lens4 = append(t.lens4, uint8(l))
 		}
-		if seen6[l] {
+		if t.count[1][l] > 0 {
 			t.lens6 = append(t.lens6, uint8(l))
 		}
 	}
-	return t
+}
+
+// insertSorted puts e into list, which is in lookup order, where it belongs.
+func insertSorted(list []*spdEntry, e *spdEntry) []*spdEntry {
+	i, _ := slices.BinarySearchFunc(list, e, func(x, y *spdEntry) int {
+		if x.before(y) {
+			return -1
+		}
+		if y.before(x) {
+			return 1
+		}
+		return 0
+	})
+	return slices.Insert(list, i, e)
+}
+
+// position finds e in list (in lookup order).
+func position(list []*spdEntry, e *spdEntry) int {
+	i, found := slices.BinarySearchFunc(list, e, func(x, y *spdEntry) int {
+		if x.before(y) {
+			return -1
+		}
+		if y.before(x) {
+			return 1
+		}
+		return 0
+	})
+	if !found || list[i] != e {
+		return -1
+	}
+	return i
+}
+
+// Insert adds a bound, valid policy (see Policy.Check) after those of its
+// priority, and returns its place in lookup order. Lookups must not run
+// meanwhile (see SPD).
+func (s *SPD) Insert(p Policy) int {
+	t := s.table.Load()
+	if t == nil {
+		t = newSPDTable(nil)
+		s.table.Store(t)
+	}
+	e := &spdEntry{Policy: p, seq: t.seq}
+	t.seq++
+	t.list = insertSorted(t.list, e)
+	d := dstKey(&e.Policy)
+	if !d.IsValid() {
+		t.any = insertSorted(t.any, e)
+	} else {
+		t.byDst[d] = insertSorted(t.byDst[d], e)
+		f := family(d)
+		if t.count[f][d.Bits()]++; t.count[f][d.Bits()] == 1 {
+			t.lengths()
+		}
+	}
+	return position(t.list, e)
+}
+
+// Delete removes the policy at place i in lookup order. Lookups must not
+// run meanwhile (see SPD).
+func (s *SPD) Delete(i int) {
+	t := s.table.Load()
+	if t == nil || i < 0 || i >= len(t.list) {
+		return
+	}
+	e := t.list[i]
+	t.list = slices.Delete(t.list, i, i+1)
+	d := dstKey(&e.Policy)
+	if !d.IsValid() {
+		if j := position(t.any, e); j >= 0 {
+			t.any = slices.Delete(t.any, j, j+1)
+		}
+		return
+	}
+	b := t.byDst[d]
+	if j := position(b, e); j >= 0 {
+		b = slices.Delete(b, j, j+1)
+	}
+	if len(b) == 0 {
+		delete(t.byDst, d)
+	} else {
+		t.byDst[d] = b
+	}
+	f := family(d)
+	if t.count[f][d.Bits()]--; t.count[f][d.Bits()] == 0 {
+		t.lengths()
+	}
+}
+
+// Retarget makes the protect policies naming from name to instead, and
+// returns how many did. Lookups must not run meanwhile (see SPD).
+func (s *SPD) Retarget(from uint32, to *SA) int {
+	t := s.table.Load()
+	if t == nil {
+		return 0
+	}
+	n := 0
+	for _, e := range t.list {
+		if e.Action == Protect && e.SPI == from {
+			e.SPI, e.SA = to.SPI, to
+			n++
+		}
+	}
+	return n
+}
+
+// Find returns the place in lookup order of the first policy that says
+// what p says (priority, selector, action, SPI) at place from or after, or
+// -1: only the policies of p's destination prefix are looked at.
+func (s *SPD) Find(p Policy, from int) int {
+	t := s.table.Load()
+	if t == nil {
+		return -1
+	}
+	bucket := t.any
+	if d := dstKey(&p); d.IsValid() {
+		bucket = t.byDst[d]
+	}
+	best := -1
+	for _, e := range bucket {
+		if e.Priority != p.Priority || e.Selector != p.Selector || e.Action != p.Action || (p.Action == Protect && e.SPI != p.SPI) {
+			continue
+		}
+		if i := position(t.list, e); i >= from && (best < 0 || i < best) {
+			best = i
+		}
+	}
+	return best
+}
+
+// Policy returns the policy at place i in lookup order.
+func (s *SPD) Policy(i int) Policy {
+	return s.table.Load().list[i].Policy
+}
+
+// Check validates a policy whose SA (for protect) is bound, as Replace
+// would: its selector, its action, and that its SA can carry it.
+func (p *Policy) Check() error {
+	if p.Action == Protect && p.SA == nil {
+		return fmt.Errorf("no SA with SPI %#x", p.SPI)
+	}
+	q := *p
+	return q.bind(nil)
 }
 
 // bind checks the policy and resolves its SA.
@@ -220,17 +407,17 @@ func (s *SPD) Lookup(src, dst netip.Addr, proto uint8, sport, dport uint16) *Pol
 	if t == nil {
 		return nil
 	}
-	best := int32(len(t.list))
+	var best *spdEntry
 	// first moves best to the earliest matching policy of a bucket that
 	// comes before it; buckets are in lookup order, so the scan stops at
-	// the first match or the first position past best.
-	first := func(bucket []int32) {
-		for _, i := range bucket {
-			if i >= best {
+	// the first match or the first policy after best.
+	first := func(bucket []*spdEntry) {
+		for _, e := range bucket {
+			if best != nil && !e.before(best) {
 				return
 			}
-			if t.list[i].Selector.Matches(src, dst, proto, sport, dport) {
-				best = i
+			if e.Selector.Matches(src, dst, proto, sport, dport) {
+				best = e
 				return
 			}
 		}
@@ -249,10 +436,10 @@ func (s *SPD) Lookup(src, dst netip.Addr, proto uint8, sport, dport uint16) *Pol
 			first(bucket)
 		}
 	}
-	if best == int32(len(t.list)) {
+	if best == nil {
 		return nil
 	}
-	return &t.list[best]
+	return &best.Policy
 }
 
 // lookupLinear is Lookup by walking the list: the reference the index is
@@ -262,21 +449,31 @@ func (s *SPD) lookupLinear(src, dst netip.Addr, proto uint8, sport, dport uint16
 	if t == nil {
 		return nil
 	}
-	for i := range t.list {
-		if t.list[i].Selector.Matches(src, dst, proto, sport, dport) {
-			return &t.list[i]
+	for _, e := range t.list {
+		if e.Selector.Matches(src, dst, proto, sport, dport) {
+			return &e.Policy
 		}
 	}
 	return nil
 }
 
 // Len is the number of policies.
-func (s *SPD) Len() int { return len(s.Policies()) }
-
-// Policies returns the policies in lookup order. The slice is shared: do not modify it.
-func (s *SPD) Policies() []Policy {
+func (s *SPD) Len() int {
 	if t := s.table.Load(); t != nil {
-		return t.list
+		return len(t.list)
 	}
-	return nil
+	return 0
+}
+
+// Policies returns a copy of the policies in lookup order. The slice is shared: do not modify it.
+func (s *SPD) Policies() []Policy {
+	t := s.table.Load()
+	if t == nil {
+		return nil
+	}
+	out := make([]Policy, len(t.list))
+	for i, e := range t.list {
+		out[i] = e.Policy
+	}
+	return out
 }

@@ -1,9 +1,11 @@
 package sa
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -216,6 +218,104 @@ func BenchmarkSPDScale(b *testing.B) {
 					}
 				}
 			})
+		}
+	}
+}
+
+// TestSPDEditsKeepFirstMatch inserts, deletes and retargets policies in
+// place at random and checks after every edit that the order is the one a
+// fresh stable sort by priority gives (new policies after their equals) and
+// that every lookup is the first match of that list.
+func TestSPDEditsKeepFirstMatch(t *testing.T) {
+	rng := rand.New(rand.NewPCG(4301, 15))
+	a, b := saTo(0x1001, "192.0.2.2"), saTo(0x1002, "192.0.2.3")
+	pfx := func() netip.Prefix {
+		if rng.IntN(4) == 0 {
+			return netip.Prefix{}
+		}
+		p, _ := netip.AddrFrom4([4]byte{203, 0, byte(rng.IntN(3)), byte(rng.IntN(8))}).Prefix(rng.IntN(33))
+		return p
+	}
+	policy := func() Policy {
+		p := Policy{Priority: rng.IntN(4), Selector: Selector{Src: pfx(), Dst: pfx()}, Action: Action(rng.IntN(3))}
+		if p.Action == Protect {
+			p.SA = a
+			p.SPI = a.SPI
+		}
+		return p
+	}
+	var ref []Policy
+	for range 20 {
+		ref = append(ref, policy())
+	}
+	spd, err := NewSPD(ref, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortStableFunc(ref, func(x, y Policy) int { return cmp.Compare(x.Priority, y.Priority) })
+	for step := range 2000 {
+		switch k := rng.IntN(5); {
+		case k < 2:
+			p := policy()
+			if err := p.Check(); err != nil {
+				t.Fatal(err)
+			}
+			at := spd.Insert(p)
+			i := 0
+			for i < len(ref) && ref[i].Priority <= p.Priority {
+				i++
+			}
+			if at != i {
+				t.Fatalf("step %d: inserted at %d, want %d", step, at, i)
+			}
+			ref = slices.Insert(ref, i, p)
+		case k < 4 && len(ref) > 0:
+			i := rng.IntN(len(ref))
+			if f := spd.Find(ref[i], 0); f < 0 || f > i {
+				t.Fatalf("step %d: Find(%v) = %d, want at most %d", step, &ref[i], f, i)
+			}
+			spd.Delete(i)
+			ref = slices.Delete(ref, i, i+1)
+		default:
+			from, to := a, b
+			if rng.IntN(2) == 0 {
+				from, to = b, a
+			}
+			n := spd.Retarget(from.SPI, to)
+			m := 0
+			for i := range ref {
+				if ref[i].Action == Protect && ref[i].SPI == from.SPI {
+					ref[i].SPI, ref[i].SA = to.SPI, to
+					m++
+				}
+			}
+			if n != m {
+				t.Fatalf("step %d: retargeted %d, want %d", step, n, m)
+			}
+		}
+		got := spd.Policies()
+		if len(got) != len(ref) {
+			t.Fatalf("step %d: %d policies, want %d", step, len(got), len(ref))
+		}
+		for i := range ref {
+			if got[i].Priority != ref[i].Priority || got[i].Selector != ref[i].Selector || got[i].SPI != ref[i].SPI || got[i].Action != ref[i].Action {
+				t.Fatalf("step %d: policy %d is %v, want %v", step, i, &got[i], &ref[i])
+			}
+		}
+		for range 20 {
+			src := netip.AddrFrom4([4]byte{203, 0, byte(rng.IntN(3)), byte(rng.IntN(8))})
+			dst := netip.AddrFrom4([4]byte{203, 0, byte(rng.IntN(3)), byte(rng.IntN(8))})
+			var want *Policy
+			for i := range ref {
+				if ref[i].Selector.Matches(src, dst, 17, 1, 2) {
+					want = &ref[i]
+					break
+				}
+			}
+			p := spd.Lookup(src, dst, 17, 1, 2)
+			if (p == nil) != (want == nil) || p != nil && (p.Priority != want.Priority || p.Selector != want.Selector || p.SPI != want.SPI || p.Action != want.Action) {
+				t.Fatalf("step %d: %s → %s: got %v, want %v", step, src, dst, p, want)
+			}
 		}
 	}
 }

@@ -152,6 +152,9 @@ func ParseXFRMState(name string, data []byte) (*Config, error) {
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err
 	}
+	if len(p.sas) == 0 {
+		return nil, &ConfigError{File: name, Err: errors.New("no ESP state in the listing")}
+	}
 	return &Config{SAs: p.sas}, nil
 }
 
@@ -304,7 +307,7 @@ func (p *xfrmListing) line(n int, line string) {
 			return
 		}
 		s.InitialSeq = hi<<32 | lo
-	case p.section == "esn" && f[0] == "replay_window":
+	case p.section == "esn" && f[0] == "replay_window" && len(f) >= 2:
 		w, err := strconv.Atoi(strings.TrimSuffix(f[1], ","))
 		if err != nil {
 			p.failCur(n, "replay_window", fmt.Errorf("%s is not a number", secret.Number(f[1])))
@@ -316,7 +319,7 @@ func (p *xfrmListing) line(n int, line string) {
 	case f[0] == "sel":
 		p.selLine(n, f)
 		p.section = ""
-	case f[0] == "tfcpad":
+	case f[0] == "tfcpad" && len(f) >= 2:
 		v, err := strconv.Atoi(f[1])
 		if err != nil {
 			p.failCur(n, "tfcpad", fmt.Errorf("%s is not a number", secret.Number(f[1])))
@@ -557,6 +560,10 @@ func (p *xfrmListing) limitLine(n int, f []string) {
 		if strings.Join(f, " ") != "expire use: soft 0(sec), hard 0(sec)" {
 			p.failCur(n, "expire use", errors.New("lifetimes counted from first use are not supported"))
 		}
+		return
+	}
+	if len(f) < 5 {
+		p.failCur(n, "lifetime", errors.New("want \"soft N(unit), hard N(unit)\""))
 		return
 	}
 	kv := pairs(f[len(f)-4:])

@@ -39,6 +39,9 @@ func ParseXFRMCommands(name string, data []byte) (*Config, error) {
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err
 	}
+	if len(c.SAs) == 0 {
+		return nil, &ConfigError{File: name, Err: errors.New("no ip xfrm state add command")}
+	}
 	return c, nil
 }
 

@@ -135,7 +135,7 @@ socket.`,
 	f.StringVar(&o.WireguardDir, "cache-dir", "", "where the wireguard-go build is kept (default: the user cache folder)")
 	f.BoolVar(&o.OuterV6, "ipv6-outer", false, "carry the espgw tunnels over IPv6")
 	f.BoolVar(&o.NoOffloads, "no-offloads", false, "turn the gateways' TUN vnet-hdr offloads off")
-	f.StringVar(&o.WanIO, "wan-io", "socket", "the gateways' wan-io for raw ESP: socket, xdp (AF_XDP) or auto")
+	f.StringSliceVar(&o.WanIO, "wan-io", []string{"socket"}, "the gateways' wan-io for raw ESP, a path each, comma-separated: socket, xdp (AF_XDP), auto")
 	f.IntVar(&o.Nice, "nice", 0, "run every tunnel's processes (espgw and wireguard-go alike) at this nice(1) value, e.g. -10")
 	f.StringVar(&frames, "frames", "all", "frame sizes in bytes and/or imix, comma-separated; all = 64,128,256,512,1024,1280,1400,imix")
 	f.DurationVar(&o.TCPDuration, "tcp-time", 3*time.Second, "length of each iperf3 TCP run")

@@ -204,9 +204,9 @@ func newScenarioList() *cobra.Command {
 				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tFILE\tSUITE\tMODE\tOUTER\tENGINES\tSTEPS\tDESCRIPTION")
+			fmt.Fprintln(tw, "NAME\tFILE\tPEER\tSUITE\tMODE\tOUTER\tENGINES\tSTEPS\tDESCRIPTION")
 			for i, s := range all {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t%s\n", s.Name, from[i], s.SA.Suite, s.SA.Mode, s.Topology.Outer,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t%s\n", s.Name, from[i], s.Peer, s.SA.Suite, s.SA.Mode, s.Topology.Outer,
 					s.Engines.GW1, s.Engines.GW2, len(s.Traffic.Steps), s.Description)
 			}
 			return tw.Flush()

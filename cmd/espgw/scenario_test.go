@@ -166,7 +166,7 @@ func TestScenarioBundledKernelPeer(t *testing.T) {
 			t.Errorf("%s: pass %v, peer %q, guest boots %d (want one boot for all): %s", r.Name, r.Pass, r.Peer, r.KernelBoots, r.Error)
 		}
 	}
-	for _, want := range []string{"dpdk", "nat-t", "esn", "replay-attack", "tamper", "loss-reorder-in-window", "reorder-beyond-window", "mtu-df"} {
+	for _, want := range []string{"dpdk", "nat-t", "esn", "replay-attack", "tamper", "loss-reorder-in-window", "reorder-beyond-window", "mtu-df", "traffic-kinds"} {
 		if !files[want] {
 			t.Errorf("no kernel-peer run of %s (ran %v)", want, files)
 		}

@@ -75,6 +75,10 @@ func printStats(w io.Writer, st gateway.Stats) {
 		fmt.Fprintf(w, "socket %s %s: in %d out %d; ignored: keepalives=%d non-esp=%d short=%d truncated=%d; errors: send=%d receive=%d\n",
 			k.Kind, k.Local, k.PacketsIn, k.PacketsOut, k.Keepalives, k.NonESP, k.Short, k.Truncated, k.SendErrors, k.ReceiveErrors)
 	}
+	for _, x := range st.XDP {
+		fmt.Fprintf(w, "af_xdp %s (%s, %d queues): in %d out %d kicks %d; through the raw socket %d (no neighbour %d); dropped: malformed=%d truncated=%d tx-ring-full=%d; kernel: rx-dropped=%d rx-ring-full=%d fill-ring-empty=%d\n",
+			x.Device, x.Mode, x.Queues, x.PacketsIn, x.PacketsOut, x.Kicks, x.Fallback, x.NoNeighbor, x.Malformed, x.Truncated, x.TXRingFull, x.RxDropped, x.RxRingFull, x.RxFillRingEmptyDescs)
+	}
 }
 
 // printDrivers says which drivers did an engine's work (afalg: the

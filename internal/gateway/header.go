@@ -216,8 +216,8 @@ func (g *Gateway) learnPMTU(s *esp.SA, h *saHeader, mtu int, now time.Time) bool
 
 // expirePMTU forgets learned path MTUs whose time is up.
 func (g *Gateway) expirePMTU(st *state, now time.Time) {
-	for _, h := range st.hdr {
-		if h.path.mtu.Load() != 0 && now.UnixNano() > h.path.until.Load() {
+	for _, s := range st.all {
+		if h := headerOf(s); h != nil && h.path.mtu.Load() != 0 && now.UnixNano() > h.path.until.Load() {
 			h.path.mtu.Store(0)
 			h.path.inner.Store(0)
 		}
@@ -283,7 +283,7 @@ func (g *Gateway) learnFor(st *state, s *esp.SA, src, dst [16]byte, mtu int, now
 	if c.Src.As16() != src || c.Dst.As16() != dst {
 		return false
 	}
-	h := st.hdr[s]
+	h := headerOf(s)
 	if h == nil {
 		return false
 	}

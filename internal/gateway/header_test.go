@@ -158,7 +158,7 @@ func TestHandleICMP(t *testing.T) {
 	}
 	st := g.current()
 	s := st.out[0x1001]
-	h := st.hdr[s]
+	h := headerOf(s)
 	report := func(mtu uint16, spi uint32, dst string) []byte {
 		m := make([]byte, 8+20+8)
 		m[0], m[1] = 3, 4
@@ -212,7 +212,7 @@ func TestHandleICMP(t *testing.T) {
 		t.Fatal(err)
 	}
 	st2 := g.current()
-	if got := st2.hdr[st2.out[0x1001]].path.mtu.Load(); got != 1000 {
+	if got := headerOf(st2.out[0x1001]).path.mtu.Load(); got != 1000 {
 		t.Errorf("after reload path MTU %d, want 1000", got)
 	}
 }

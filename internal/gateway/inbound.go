@@ -92,7 +92,6 @@ func encapOf(c Conn) sa.Encap {
 
 // writeTUN finishes an opened batch and writes the inner packets, in order.
 func (g *Gateway) writeTUN(b *batch) {
-	st := g.view()
 	for i, p := range b.ptrs[:b.n] {
 		if b.skip[i] {
 			continue
@@ -100,13 +99,12 @@ func (g *Gateway) writeTUN(b *batch) {
 		if p.SA.FinishOpen(p) != esp.OK {
 			continue
 		}
-		if h := st.hdr[p.SA]; h != nil && !h.decapsulate(p.Data(), p.TOS) {
+		if h := headerOf(p.SA); h != nil && !h.decapsulate(p.Data(), p.TOS) {
 			g.drop(ECNDrop)
 			continue
 		}
 		b.out = append(b.out, p.Buf[p.Off-tunOffset:p.Off+p.Len])
 	}
-	g.release()
 	if len(b.out) == 0 {
 		return
 	}

@@ -64,7 +64,7 @@ func (g *Gateway) readTUN(b *batch) error {
 			b.skip[i] = true
 			continue
 		}
-		h := st.hdr[s]
+		h := headerOf(s)
 		o := h.outerFor(p.Data())
 		if lim := g.innerLimit(h); p.Len > lim {
 			// Too big for the path: the outer packet is fragmented when

@@ -462,3 +462,71 @@ func TestRetiredSAsKeepTheirCounts(t *testing.T) {
 		t.Errorf("sealed live %d retired %d after the close, want 0 and 7", live, retired)
 	}
 }
+
+// TestManyPeers: each tunnel's SA has its own outer destination (a gateway
+// with many peers, here all answered by gw2), chosen by the SPD from the
+// inner destination; every packet leaves for its SA's peer and is opened
+// by that SA, found by SPI and destination.
+func TestManyPeers(t *testing.T) {
+	const peers = 64
+	peer := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}) }
+	inner := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{203, 0, 113, byte(i)}) }
+	var sas []*sa.SA
+	var policies []sa.Policy
+	local2 := []netip.Addr{gw2Addr}
+	for i := range peers {
+		sas = append(sas, &sa.SA{SPI: uint32(0x5000 + i), Src: gw1Addr, Dst: peer(i), Suite: sa.Suite{Cipher: sa.CipherAESGCM16}, EncKey: key(20), ReplayWindow: 64})
+		policies = append(policies, sa.Policy{Priority: 10, Selector: sa.Selector{Dst: netip.PrefixFrom(inner(i), 32)}, Action: sa.Protect, SPI: uint32(0x5000 + i)})
+		local2 = append(local2, peer(i))
+	}
+	c1, c2 := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 1024)
+	dev1, dev2 := memnet.NewDevice(1024, 64), memnet.NewDevice(1024, 64)
+	// The wire between them records where each ESP packet was sent.
+	var mu sync.Mutex
+	sentTo := map[netip.Addr]int{}
+	tap := &tapConn{Conn: c1, sent: func(p *esp.Packet) { mu.Lock(); sentTo[p.Peer.Addr()]++; mu.Unlock() }}
+	quiet := slog.New(slog.DiscardHandler)
+	g1 := gateway.New(dev1, []gateway.Conn{tap}, func(*sa.SA) gateway.Conn { return tap }, cpu.New(), gateway.Options{Local: []netip.Addr{gw1Addr}, InnerMTU: 1400, Log: quiet})
+	g2 := gateway.New(dev2, []gateway.Conn{c2}, func(*sa.SA) gateway.Conn { return c2 }, cpu.New(), gateway.Options{Local: local2, InnerMTU: 1400, Log: quiet})
+	for _, g := range []*gateway.Gateway{g1, g2} {
+		if err := g.Load(clone(sas), policies); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 2)
+	go func() { done <- g1.Run(ctx) }()
+	go func() { done <- g2.Run(ctx) }()
+	defer func() { cancel(); <-done; <-done }()
+	got := newSink(dev2)
+	for round := range 3 {
+		for i := range peers {
+			dev1.Send(udpTo(hostA, inner(i), 64, uint16(round*peers+i)))
+		}
+	}
+	waitFor(t, "every packet delivered", func() bool { return got.count() == 3*peers })
+	for i := range peers {
+		mu.Lock()
+		n := sentTo[peer(i)]
+		mu.Unlock()
+		if n != 3 {
+			t.Errorf("peer %s was sent %d ESP packets, want 3", peer(i), n)
+		}
+		if s := findSA(g2, uint32(0x5000+i)); s == nil || s.Snapshot().OpenedPackets != 3 || got.to(inner(i)) != 3 {
+			t.Errorf("tunnel %d: its SA at gw2 did not open its 3 packets", i)
+		}
+	}
+}
+
+// tapConn is a Conn that reports each message it sends.
+type tapConn struct {
+	gateway.Conn
+	sent func(*esp.Packet)
+}
+
+func (c *tapConn) Send(pkts []*esp.Packet) (int, error) {
+	for _, p := range pkts {
+		c.sent(p)
+	}
+	return c.Conn.Send(pkts)
+}

@@ -130,7 +130,7 @@ func (g *Gateway) Stats() Stats {
 			dir = "both"
 		}
 		path := 0
-		if h := st.hdr[s]; h != nil {
+		if h := headerOf(s); h != nil {
 			path = int(h.path.mtu.Load())
 		}
 		out.SAs = append(out.SAs, SAStats{
@@ -273,6 +273,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for name, v := range map[string]uint64{
 		"ops": e.Ops, "bytes": e.Bytes, "batches": e.Batches, "records": e.Records, "interrupts": e.Interrupts,
 		"queue_full": e.QueueFull, "mcr_full": e.MCRFull, "errors": e.Errors, "bad_icv": e.BadICV,
+		"doorbells": e.Doorbells, "completions": e.Completions,
 	} {
 		counter(descEngine, v, e.Name, name)
 	}

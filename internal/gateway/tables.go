@@ -35,8 +35,6 @@ type state struct {
 	// byPeer are the outbound transport-mode SAs by destination, which
 	// without an SPD protect the gateway's own traffic to that peer.
 	byPeer map[netip.Addr]*esp.SA
-	// hdr are every SA's outer-header options and learned path MTU.
-	hdr map[*esp.SA]*saHeader
 	// named counts the policies naming each outbound SPI, so an SA still
 	// in use is not deleted from under them.
 	named map[uint32]int
@@ -52,7 +50,13 @@ func keyOf(s *sa.SA) saKey { return saKey{s.SPI, s.Dst} }
 
 func newState() *state {
 	return &state{spd: new(sa.SPD), out: map[uint32]*esp.SA{}, in: map[uint32][]*esp.SA{},
-		all: map[saKey]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}, named: map[uint32]int{}, hdr: map[*esp.SA]*saHeader{}}
+		all: map[saKey]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}, named: map[uint32]int{}}
+}
+
+// headerOf is an SA's outer-header state (newSA makes it).
+func headerOf(s *esp.SA) *saHeader {
+	h, _ := s.Aux.(*saHeader)
+	return h
 }
 
 // DefaultRetireAfter is Options.RetireAfter's default: long enough for any
@@ -90,9 +94,6 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 			fresh = append(fresh, s)
 		}
 		next.insert(s, g.isLocal(cfg.Src), g.isLocal(cfg.Dst), len(policies) == 0)
-		if h := old.hdr[s]; h != nil {
-			next.hdr[s] = h // its learned path MTU with it
-		}
 	}
 	// The policies bind by SPI to the SAs of the set being loaded. A
 	// policy naming an SA that is inbound here (one SA file for both
@@ -178,7 +179,7 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 		if err := run.Validate(); err != nil {
 			// A bound at the end of the sequence space (2^32-1 without
 			// ESN) would make every packet seq-exhausted.
-			return nil, fmt.Errorf("SA %#x resumed from %s: %w", cfg.SPI, g.seq.path(cfg), err)
+			return nil, fmt.Errorf("SA %#x resumed from %s: %w (that bound is of an SA which used its sequence numbers up: a new SA needs a new SPI, or the file removed if its peer starts afresh too)", cfg.SPI, g.seq.path(cfg), err)
 		}
 		opts.Reserve = g.seq.reserve
 	}
@@ -186,6 +187,9 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The outer-header options and the path MTU learned for the SA live
+	// with it, for its whole life (a change of them is a new SA).
+	s.Aux = newSAHeader(cfg, nil)
 	if g.isLocal(cfg.Dst) && cfg.InitialSeq != 0 {
 		// The peer's first packet is InitialSeq+1 (sa.SA): start the
 		// window there, as the kernel's replay-seq does, so that ESN high
@@ -238,9 +242,6 @@ func reserveNow(sas []*esp.SA) {
 func (st *state) insert(s *esp.SA, outbound, inbound, noPolicies bool) {
 	cfg := s.Config
 	st.all[keyOf(cfg)] = s
-	if st.hdr != nil && st.hdr[s] == nil {
-		st.hdr[s] = newSAHeader(cfg, nil)
-	}
 	if outbound {
 		st.out[cfg.SPI] = s
 		if cfg.Mode == sa.Transport && noPolicies {
@@ -256,7 +257,6 @@ func (st *state) insert(s *esp.SA, outbound, inbound, noPolicies bool) {
 func (st *state) remove(s *esp.SA) {
 	cfg := s.Config
 	delete(st.all, keyOf(cfg))
-	delete(st.hdr, s)
 	if st.out[cfg.SPI] == s {
 		delete(st.out, cfg.SPI)
 	}
@@ -514,31 +514,18 @@ func (g *Gateway) Apply(c Change) error {
 		}
 		return nil
 	}
-	// The SPD is rebuilt only when the policies change; it is never left
-	// naming an SA that is gone.
-	spd, named := cur.spd, cur.named
-	if len(c.Retarget) > 0 || len(c.DelPolicies) > 0 || len(c.AddPolicies) > 0 {
-		ps, err := editPolicies(cur.spd.Policies(), c, outAfter)
-		if err != nil {
-			undo()
-			return err
-		}
-		if spd, err = sa.NewSPD(ps, nil); err != nil {
-			undo()
-			return fmt.Errorf("policies: %w", err)
-		}
-		named = map[uint32]int{}
-		for _, p := range spd.Policies() {
-			if p.Action == sa.Protect {
-				named[p.SPI]++
-			}
-		}
+	// The policy edits are resolved and checked here and made in place
+	// under the lock, at a cost that does not grow with the SPD.
+	edit, err := planPolicies(cur, c, outAfter)
+	if err != nil {
+		undo()
+		return err
 	}
 	for _, s := range gone {
 		spi := s.Config.SPI
-		if cur.out[spi] == s && named[spi] > 0 && outAfter(spi) == nil {
+		if n := cur.named[spi] + edit.named[spi]; cur.out[spi] == s && n > 0 && outAfter(spi) == nil {
 			undo()
-			return fmt.Errorf("delete %s: %d policies still name it (delete or retarget them in the same change)", s.Config, named[spi])
+			return fmt.Errorf("delete %s: %d policies still name it (delete or retarget them in the same change)", s.Config, n)
 		}
 	}
 	if g.opts.StateDir != "" {
@@ -557,8 +544,8 @@ func (g *Gateway) Apply(c Change) error {
 	g.tables.Lock()
 	st := g.st
 	hadPolicies := st.spd.Len() > 0
-	st.spd, st.named = spd, named
-	noPolicies = spd.Len() == 0
+	edit.apply(st)
+	noPolicies = st.spd.Len() == 0
 	for _, s := range gone {
 		if !slices.Contains(added, s) {
 			st.remove(s)
@@ -644,62 +631,93 @@ func (st *state) find(id SAID) (*esp.SA, error) {
 	return found, nil
 }
 
-// editPolicies applies a change's policy edits to the policies in force
-// (in lookup order) and binds every protect policy to the outbound SA it
-// will name.
-func editPolicies(cur []sa.Policy, c Change, outAfter func(uint32) *esp.SA) ([]sa.Policy, error) {
-	drop := map[int]bool{}
+// policyEdit is a change's policy edits, resolved and checked: the places
+// of the policies to delete, the retargets, the bound policies to add, and
+// what each SPI's count of naming policies moves by.
+type policyEdit struct {
+	del      []int // places in lookup order, highest first
+	retarget map[uint32]*sa.SA
+	add      []sa.Policy
+	named    map[uint32]int
+}
+
+// planPolicies resolves a change's policy edits against the policies in
+// force; outAfter is the SA a protect policy naming an SPI binds to after
+// the change.
+func planPolicies(cur *state, c Change, outAfter func(uint32) *esp.SA) (*policyEdit, error) {
+	e := &policyEdit{named: map[uint32]int{}}
+	taken := map[int]bool{}
 	for _, id := range c.DelPolicies {
-		if id.Index < 0 {
-			id.Index = slices.IndexFunc(cur, func(p sa.Policy) bool { return samePolicy(&p, &id.Policy) })
-			for id.Index >= 0 && drop[id.Index] {
-				next := slices.IndexFunc(cur[id.Index+1:], func(p sa.Policy) bool { return samePolicy(&p, &id.Policy) })
-				if next < 0 {
-					id.Index = -1
-					break
-				}
-				id.Index += 1 + next
+		i := id.Index
+		if i < 0 {
+			for i = cur.spd.Find(id.Policy, 0); i >= 0 && taken[i]; {
+				i = cur.spd.Find(id.Policy, i+1)
 			}
-			if id.Index < 0 {
+			if i < 0 {
 				return nil, fmt.Errorf("delete policy %s: no such policy in force", &id.Policy)
 			}
+		} else if i >= cur.spd.Len() {
+			return nil, fmt.Errorf("delete policy %d: there are %d policies", i, cur.spd.Len())
+		} else if p := cur.spd.Policy(i); !samePolicy(&p, &id.Policy) {
+			return nil, fmt.Errorf("delete policy %d: it is %s, not %s", i, &p, &id.Policy)
 		}
-		if id.Index >= len(cur) {
-			return nil, fmt.Errorf("delete policy %d: there are %d policies", id.Index, len(cur))
+		if taken[i] {
+			return nil, fmt.Errorf("delete policy %d: named twice", i)
 		}
-		p := cur[id.Index]
-		if !samePolicy(&p, &id.Policy) {
-			return nil, fmt.Errorf("delete policy %d: it is %s, not %s", id.Index, &p, &id.Policy)
+		taken[i] = true
+		e.del = append(e.del, i)
+		if p := cur.spd.Policy(i); p.Action == sa.Protect {
+			e.named[p.SPI]--
 		}
-		drop[id.Index] = true
 	}
-	ps := make([]sa.Policy, 0, len(cur)+len(c.AddPolicies))
-	for i, p := range cur {
-		if drop[i] {
-			continue
-		}
-		if to, ok := c.Retarget[p.SPI]; ok && p.Action == sa.Protect {
-			p.SPI, p.SA = to, nil
-		}
-		ps = append(ps, p)
-	}
-	// The SPD sorts stably by priority, so appending puts new policies
-	// after those of equal priority.
-	ps = append(ps, unbound(c.AddPolicies)...)
-	for i := range ps {
-		p := &ps[i]
-		if p.Action != sa.Protect || p.SA != nil {
-			// Policies in force keep their binding, also one to an
-			// inbound SA since deleted (its packets count as no-sa).
-			continue
-		}
-		s := outAfter(p.SPI)
+	slices.SortFunc(e.del, func(a, b int) int { return b - a })
+	for from, to := range c.Retarget {
+		s := outAfter(to)
 		if s == nil {
-			return nil, fmt.Errorf("policy %s: no SA with SPI %#x", p, p.SPI)
+			return nil, fmt.Errorf("retarget policies from SA %#x: no SA with SPI %#x", from, to)
 		}
-		p.SA = s.Config
+		if e.retarget == nil {
+			e.retarget = map[uint32]*sa.SA{}
+		}
+		e.retarget[from] = s.Config
+		// Every policy naming from that stays moves to to.
+		n := cur.named[from] + e.named[from]
+		e.named[from] -= n
+		e.named[to] += n
 	}
-	return ps, nil
+	for _, p := range unbound(c.AddPolicies) {
+		if p.Action == sa.Protect {
+			s := outAfter(p.SPI)
+			if s == nil {
+				return nil, fmt.Errorf("policy %s: no SA with SPI %#x", &p, p.SPI)
+			}
+			p.SA = s.Config
+			e.named[p.SPI]++
+		}
+		if err := p.Check(); err != nil {
+			return nil, fmt.Errorf("policy %s: %w", &p, err)
+		}
+		e.add = append(e.add, p)
+	}
+	return e, nil
+}
+
+// apply makes the edits in st; the caller holds the tables' lock.
+func (e *policyEdit) apply(st *state) {
+	for _, i := range e.del {
+		st.spd.Delete(i)
+	}
+	for from, to := range e.retarget {
+		st.spd.Retarget(from, to)
+	}
+	for _, p := range e.add {
+		st.spd.Insert(p)
+	}
+	for spi, d := range e.named {
+		if st.named[spi] += d; st.named[spi] <= 0 {
+			delete(st.named, spi)
+		}
+	}
 }
 
 // samePolicy compares what two policies say (not which SA value they hold).

@@ -22,6 +22,7 @@ package virtio
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -43,8 +44,11 @@ const Name = "virtio"
 const espHeaderLen = 8
 
 // spinFor is how long the driver spins on the used ring before it sleeps
-// between looks: about what a small request takes on the device.
-const spinFor = 200 * time.Microsecond
+// between looks: longer than the device takes for a large request, so a
+// wait ends on a spin rather than on a sleep, whose wake-up can take a
+// millisecond on a loaded machine. It spins only while requests are in
+// flight, as a poll-mode driver does.
+const spinFor = 2 * time.Millisecond
 
 // Config chooses the device and sizes the queue.
 type Config struct {
@@ -166,14 +170,7 @@ func (s *session) Close() error {
 	if s.closed.Swap(true) || s.eng.closed.Load() {
 		return nil
 	}
-	return errorsJoin(s.eng.dev.DestroySession(s.enc), s.eng.dev.DestroySession(s.dec))
-}
-
-func errorsJoin(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
+	return errors.Join(s.eng.dev.DestroySession(s.enc), s.eng.dev.DestroySession(s.dec))
 }
 
 // NewSession creates the SA's device sessions and its HMAC on the CPU.
@@ -531,4 +528,22 @@ func (s *session) post(dev *vcrypto.Device, slot int, op *offload.Op) {
 		id, op2 = s.dec, vcrypto.Decrypt
 	}
 	dev.Post(slot, id, op2, ivLen, n)
+}
+
+// Drivers says what does the engine's work: the device, by address, for
+// each cipher it serves, and the CPU for the HMAC.
+func (e *Engine) Drivers() []offload.Driver {
+	var out []offload.Driver
+	for _, c := range []vcrypto.Cipher{vcrypto.AESCBC, vcrypto.AESCTR, vcrypto.DES3CBC} {
+		if !e.dev.Config.Has(c) {
+			continue
+		}
+		d := offload.Driver{Algorithm: c.String(), Driver: "virtio-crypto " + e.dev.Address,
+			Module: "espgw's virtio driver over VFIO; HMAC on the CPU"}
+		if e.dev.Advertised&(1<<uint(c)) == 0 {
+			d.Note = "served though the device's configuration does not advertise it (found by a probe session)"
+		}
+		out = append(out, d)
+	}
+	return out
 }

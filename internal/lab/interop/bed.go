@@ -342,6 +342,11 @@ func (b *Bed) writeConfig(t *Tunnel) (string, error) {
 	if err := sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), set); err != nil {
 		return "", fmt.Errorf("write gw1's SA file: %w", err)
 	}
+	// Every case's SAs are new (fresh keys, same SPIs): the sequence
+	// numbers gw1 reserved for the last case's must not carry over.
+	if err := os.RemoveAll(filepath.Join(b.Dir, "gw1-state")); err != nil {
+		return "", fmt.Errorf("clear gw1's state directory: %w", err)
+	}
 	// ESPGW_WAN_IO=xdp puts gw1's raw ESP on AF_XDP against the same peers.
 	cfg := fmt.Sprintf("local: %s\npeer: %s\nengine: cpu\nouter-mtu: %d\ntun:\n  name: %s\n  routes: %s\nsa-file: sas.yaml\nstate-dir: gw1-state\nwan-io: %s\n",
 		t.Out.Src, t.Out.Dst, wanMTU, tunIf, routes, testbed.DefaultWanIO())

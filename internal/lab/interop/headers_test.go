@@ -402,11 +402,13 @@ func judgeHeaders(t *testing.T, b *Bed, c Case) {
 		}
 	})
 
-	t.Run("fixed-dscp-and-nopmtudisc", func(t *testing.T) {
-		// dscp 0 and df clear are the kernel's dont-encap-dscp and
-		// nopmtudisc: both must write the same.
+	t.Run("fixed-dscp-nopmtudisc-decap-dscp", func(t *testing.T) {
+		// dscp 0, df clear and decap-dscp copy are the kernel's
+		// dont-encap-dscp, nopmtudisc and decap-dscp: both must write the
+		// same outer headers, and both deliver the inner packets with the
+		// outer DSCP, 0, copied in.
 		c := c
-		c.Header = func(s *sa.SA) { s.DSCP, s.DF = sa.DSCP{Fixed: true}, sa.DFClear }
+		c.Header = func(s *sa.SA) { s.DSCP, s.DF, s.DecapDSCP = sa.DSCP{Fixed: true}, sa.DFClear, sa.DecapCopy }
 		r := judgeRound(t, b, c, len(headerCases))
 		for id, hc := range headerCases {
 			e, ok1 := r.espgwOuter[id]
@@ -421,6 +423,11 @@ func judgeHeaders(t *testing.T, b *Bed, c Case) {
 			}
 			if e != want || e.tos>>2 != 0 || e.df {
 				t.Errorf("%s: espgw's outer %v, the kernel's %v (want DSCP 0, no DF)", hc.name, e, k)
+			}
+			kd, ok1 := r.kernelGot[id]
+			ed, ok2 := r.espgwGot[id]
+			if !ok1 || !ok2 || kd.tos != int(hc.tos&3) || ed.tos != int(hc.tos&3) || kd.payload != ed.payload {
+				t.Errorf("%s: delivered TOS %d by the kernel (%v), %d by espgw (%v); want %d (DSCP 0 copied in, ECN kept)", hc.name, kd.tos, ok1, ed.tos, ok2, hc.tos&3)
 			}
 		}
 	})

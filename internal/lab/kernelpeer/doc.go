@@ -69,6 +69,11 @@
 // qemu spent on it (about 15 s of TCG emulation; the wall time grows with
 // the machine's load).
 //
+// Config.ExtraTaps gives the guest more NICs (eth1, …), unconfigured: the
+// scenario runner's linux-xfrm peer puts hostB behind eth1, and moves both
+// taps into each scenario's gw2 namespace and back, so one boot serves a
+// whole run (qemu keeps its descriptors while a tap changes namespace).
+//
 // Close kills qemu by its PID, removes the tap and the work folder.
 // Commands may hold key material: neither side logs commands, errors never
 // include them, Command.String hides keys, and the counters are read with
