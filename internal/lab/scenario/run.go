@@ -179,8 +179,10 @@ func Run(ctx context.Context, s *Scenario, opts Options) *Result {
 		// The guest boots (once per KernelPeer) outside the scenario's
 		// timeout, which bounds the scenario, not a slow machine's boot; a
 		// failed boot is reported by the scenario.
-		opts.progress("%s: the kernel guest (booted once for the run)", s.Name)
 		opts.Kernel.mu.Lock()
+		if opts.Kernel.peer == nil && opts.Kernel.err == nil {
+			opts.progress("%s: booting the kernel guest (once for the run)", s.Name)
+		}
 		opts.Kernel.get(ctx)
 		opts.Kernel.mu.Unlock()
 	}
