@@ -1,6 +1,7 @@
 package espgw_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -565,5 +566,45 @@ func TestManyTunnels(t *testing.T) {
 	}
 	if !strings.Contains(string(out), fmt.Sprintf("%#x", next.Out.SPI)) {
 		t.Errorf("gw1's policies do not name the new SA:\n%s", out)
+	}
+	// A tunnel added with espgw sa add and espgw policy add on both
+	// gateways carries pings; espgw policy del and espgw sa del take it
+	// away again, and its pings are then refused (no policy).
+	extra, err := b.NewTunnel(200, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sas, err := control.SAEntries(extra.Out, extra.Back)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pols, err := control.PolicyEntries(extra.Policies()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(stdin []byte, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(binary, args...)
+		cmd.Stdin = bytes.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("espgw %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	for i := range 2 {
+		run(sas, "sa", "add", "--socket", b.ControlSocket(i), "-")
+		run(pols, "policy", "add", "--socket", b.ControlSocket(i), "-")
+	}
+	ping(extra)
+	for i := range 2 {
+		run(pols, "policy", "del", "--socket", b.ControlSocket(i), "-")
+		run(nil, "sa", "del", "--socket", b.ControlSocket(i), fmt.Sprintf("%#x@%s", extra.Out.SPI, extra.Out.Dst), fmt.Sprintf("%#x@%s", extra.Back.SPI, extra.Back.Dst))
+	}
+	if out, err := b.Topo.HostA.Output(ctx, "ping", "-n", "-c", "1", "-W", "1", "-I", extra.HostA.String(), extra.HostB.String()); err == nil {
+		t.Errorf("ping through a deleted tunnel got through:\n%s", out)
+	}
+	if out := run(nil, "sa", "list", "--socket", b.ControlSocket(0)); strings.Contains(out, fmt.Sprintf("%#x", extra.Out.SPI)) {
+		t.Errorf("the deleted SA is still listed")
 	}
 }

@@ -6,6 +6,15 @@
 // out as on the wire — SPI, sequence number, IV, payload, trailer, ICV — and
 // the engine does the bulk work: encrypt and write the ICV (Seal), or verify
 // the ICV in constant time and only then decrypt (Open).
+//
+// Writing an engine is one package and one line in the registry (package
+// engines): implement Engine; if the work runs on the caller's goroutine,
+// also Inline (embed InlineBase for the counters and Close, answer Submit
+// with SubmitInline), and callers will call Run directly, with no hand-off;
+// if the engine's sessions can run an op on their own, make them
+// Processors, so engines that schedule work (ring) can use them. The ops of
+// a Batch belong to the caller's packets (esp.Packet owns its Op): an
+// engine writes each Status in place and never keeps an op after Done.
 package offload
 
 import (

@@ -69,7 +69,7 @@ func rssBytes(t testing.TB) int64 {
 //
 //	go test -run '^$' -bench LoadTunnels -benchtime 1x ./internal/gateway/
 func BenchmarkLoadTunnels(b *testing.B) {
-	for _, n := range []int{1000, 50000} {
+	for _, n := range []int{1000, 10000, 50000} {
 		file := scaleFile(n)
 		b.Run(fmt.Sprintf("sas=%d", 2*n), func(b *testing.B) {
 			for range b.N {

@@ -179,7 +179,7 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 		if err := run.Validate(); err != nil {
 			// A bound at the end of the sequence space (2^32-1 without
 			// ESN) would make every packet seq-exhausted.
-			return nil, fmt.Errorf("SA %#x resumed from %s: %w", cfg.SPI, g.seq.path(cfg), err)
+			return nil, fmt.Errorf("SA %#x resumed from %s: %w (that bound is of an SA which used its sequence numbers up: a new SA needs a new SPI, or the file removed if its peer starts afresh too)", cfg.SPI, g.seq.path(cfg), err)
 		}
 		opts.Reserve = g.seq.reserve
 	}

@@ -109,6 +109,11 @@ type Conn struct {
 	fallback []*esp.Packet
 	ipID     uint16
 
+	// mtu is the device's MTU, looked up again with the next hops: a
+	// packet larger goes through the raw socket, which refuses it (or
+	// fragments it) as the kernel would, where the device would drop a
+	// frame that size without a word.
+	mtu     atomic.Int64
 	hops    atomic.Pointer[map[netip.Addr]hop]
 	resolve chan netip.Addr
 	done    chan struct{}
@@ -162,6 +167,7 @@ func Open(cfg Config) (c *Conn, err error) {
 		}
 	}()
 	c = cn
+	c.mtu.Store(int64(attrs.MTU))
 	copy(c.mac[:], attrs.HardwareAddr)
 	empty := map[netip.Addr]hop{}
 	c.hops.Store(&empty)
@@ -370,6 +376,11 @@ const defaultTTL = 64
 func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	if c.closed.Load() || len(c.sockets) == 0 {
+		// A batch picked this Conn before a reload closed it: the gateway
+		// counts these as send errors.
+		return 0, fmt.Errorf("send over xdp on %s: %w", c.cfg.Device, net.ErrClosed)
+	}
 	s := c.sockets[0]
 	s.reap()
 	room := s.txRoom()
@@ -378,6 +389,7 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	var firstErr error
 	fb := c.fallback[:0]
 	hops := *c.hops.Load()
+	mtu := int(c.mtu.Load())
 	ipLen := ipv4HeaderLen
 	if c.v6 {
 		ipLen = ipv6HeaderLen
@@ -398,7 +410,7 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 			}
 			fb = append(fb, p)
 			continue
-		case p.Fragment && p.FragMTU > 0 && ipLen+p.Len > p.FragMTU, total > maxPayload:
+		case p.Fragment && p.FragMTU > 0 && ipLen+p.Len > p.FragMTU, ipLen+p.Len > mtu, total > maxPayload:
 			fb = append(fb, p)
 			continue
 		}
@@ -528,6 +540,9 @@ func (c *Conn) resolver() {
 		if !pending && time.Since(last) < refreshEvery {
 			continue
 		}
+		if l, err := c.nl.LinkByIndex(c.ifindex); err == nil {
+			c.mtu.Store(int64(l.Attrs().MTU))
+		}
 		next := map[netip.Addr]hop{}
 		unresolved := false
 		for a := range peers {
@@ -584,11 +599,14 @@ func (c *Conn) lookup(peer netip.Addr) (hop, error) {
 func (c *Conn) Stats() Stats {
 	s := &c.stats
 	out := Stats{
-		Mode: c.mode, Device: c.cfg.Device, Queues: len(c.sockets),
+		Mode: c.mode, Device: c.cfg.Device,
 		PacketsIn: s.packetsIn.Load(), BytesIn: s.bytesIn.Load(), PacketsOut: s.packetsOut.Load(), BytesOut: s.bytesOut.Load(),
 		Kicks: s.kicks.Load(), Fallback: s.fallback.Load(), NoNeighbor: s.noNeighbor.Load(), Malformed: s.malformed.Load(),
 		Truncated: s.truncated.Load(), TXRingFull: s.txRingFull.Load(), SendErrors: s.sendErrors.Load(),
 	}
+	c.sendMu.Lock() // Close takes the sockets away under it
+	defer c.sendMu.Unlock()
+	out.Queues = len(c.sockets)
 	for _, sk := range c.sockets {
 		st, err := sk.statistics()
 		if err != nil {

@@ -94,5 +94,8 @@ func Wrap(file string, err error) error {
 	if i := strings.Index(msg, "line "); i >= 0 {
 		fmt.Sscanf(msg[i:], "line %d", &line)
 	}
-	return &Error{File: file, Line: line, Err: errors.New(strings.TrimPrefix(msg, "yaml: "))}
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	// The line goes in front of the message once, as file:line.
+	msg = strings.TrimPrefix(msg, fmt.Sprintf("line %d: ", line))
+	return &Error{File: file, Line: line, Err: errors.New(msg)}
 }
