@@ -534,3 +534,27 @@ func (b *Bed) Carry(ctx context.Context, out, in *sa.SA) error {
 	b.tunnel = &t
 	return nil
 }
+
+// DropWANv6 takes the IPv6 WAN addresses and pinned neighbours of an
+// OuterV6 case away again, leaving the bed as the other cases know it.
+func (b *Bed) DropWANv6(ctx context.Context) error {
+	if !b.wanV6 {
+		return nil
+	}
+	b.wanV6 = false
+	var errs []error
+	for _, c := range [][]string{
+		{"ip", "-6", "neigh", "del", GuestWAN6.Addr().String(), "dev", wanIf},
+		{"ip", "-6", "addr", "del", GW1WAN6.String(), "dev", wanIf},
+	} {
+		if _, err := b.GW1.Output(ctx, c[0], c[1:]...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.Peer != nil {
+		if _, err := b.Peer.Run(ctx, "/sbin/ip -6 neigh del "+GW1WAN6.Addr().String()+" dev eth0; /sbin/ip -6 addr del "+GuestWAN6.String()+" dev eth0"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}

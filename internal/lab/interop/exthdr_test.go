@@ -49,6 +49,11 @@ func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 	suite, bits := parseSuite(t, "aes-gcm-16-128")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	t.Cleanup(func() {
+		if err := b.DropWANv6(context.Background()); err != nil {
+			t.Errorf("restore the bed: %v", err)
+		}
+	})
 	tun, err := b.Configure(ctx, Case{Suite: suite, AESBits: bits, Mode: sa.Transport, OuterV6: true})
 	if err != nil {
 		t.Fatalf("configure: %v", err)
