@@ -1,6 +1,7 @@
 package sa
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 )
@@ -94,4 +95,42 @@ func BenchmarkParseLargeSAFile(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkSADFind is the inbound lookup (SPI and destination, then
+// encapsulation and source) with 256 and 100,000 SAs, every SPI shared by
+// two destinations, beside the reference: a plain map from SPI to SA of
+// the same size. Read the ratios, not the times.
+func BenchmarkSADFind(b *testing.B) {
+	for _, n := range []int{256, 100_000} {
+		sas := make([]*SA, n)
+		ref := make(map[uint32]*SA, n)
+		for i := range sas {
+			sas[i] = saTo(uint32(0x10000+i/2), []string{"192.0.2.2", "192.0.2.3"}[i%2])
+			ref[uint32(i)] = sas[i]
+		}
+		d, err := NewSAD(sas)
+		if err != nil {
+			b.Fatal(err)
+		}
+		arrivals := make([]Arrival, n)
+		for i, s := range sas {
+			arrivals[i] = Arrival{Dst: s.Dst, Src: s.Src}
+		}
+		b.Run(fmt.Sprintf("%d/map-reference", n), func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				if ref[uint32(i%n)] == nil {
+					b.Fatal("miss")
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("%d/Find", n), func(b *testing.B) {
+			for i := 0; b.Loop(); i++ {
+				k := i % n
+				if at, _ := d.Find(sas[k].SPI, arrivals[k]); at != k {
+					b.Fatal("miss")
+				}
+			}
+		})
+	}
 }

@@ -47,11 +47,11 @@ func TestScenarioExternalDevice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const wanIf, lanIf = "dutwan", "dutlan"
+	const wanIf, lanIf, mgmtIf = "dutwan", "dutlan", "dutmgmt"
 	dutWAN, dutLAN := netip.MustParsePrefix("198.51.100.129/24"), netip.MustParsePrefix("203.0.113.1/24")
 	gw1, near := netip.MustParseAddr("198.51.100.1"), netip.MustParsePrefix("192.0.2.0/24")
 	dev, err := kernelpeer.Start(ctx, kernelpeer.Config{
-		Netns: home.Name(), Tap: wanIf, ExtraTaps: []string{lanIf}, GuestAddrs: []netip.Prefix{dutWAN},
+		Netns: home.Name(), Tap: wanIf, ExtraTaps: []string{lanIf, mgmtIf}, GuestAddrs: []netip.Prefix{dutWAN},
 		BootTimeout: 5 * time.Minute,
 	})
 	if err != nil {
@@ -77,8 +77,17 @@ func TestScenarioExternalDevice(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("espgw sa convert --to ip-xfrm: exit %d: %s", code, errOut)
 	}
-	setup := fmt.Sprintf("set -e\nip link set eth1 up\nip addr add %s dev eth1\necho 1 >/proc/sys/net/ipv4/ip_forward\nip route add %s via %s\n",
-		dutLAN, near, gw1)
+	// A management port (eth2) serving the device's counters over HTTP, as
+	// an appliance's web page would: the scenario's counters command
+	// fetches them from this machine.
+	setup := fmt.Sprintf("set -e\nip link set eth1 up\nip addr add %s dev eth1\necho 1 >/proc/sys/net/ipv4/ip_forward\nip route add %s via %s\n"+
+		"ip link set eth2 up\nip addr add 10.99.0.1/30 dev eth2\nmkdir -p /www/cgi-bin\n"+
+		"printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\n/sbin/ip -s xfrm state list nokeys\\n' >/www/cgi-bin/xfrm\n"+
+		"chmod +x /www/cgi-bin/xfrm\nhttpd -p 10.99.0.1:80 -h /www\n", dutLAN, near, gw1)
+	if err := home.AddAddr(mgmtIf, netip.MustParsePrefix("10.99.0.2/30")); err != nil {
+		t.Fatal(err)
+	}
+	counters := fmt.Sprintf(`ip netns exec %s /usr/bin/python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://10.99.0.1/cgi-bin/xfrm', timeout=10).read().decode())"`, home.Name())
 	if out, err := dev.Run(ctx, setup); err != nil {
 		t.Fatalf("configure the device: %v\n%s", err, out)
 	}
@@ -90,7 +99,8 @@ external:
   lan: {interface: %s, address: 203.0.113.10/24, dut: %s}
   near: %s
   sa-file: ../dut-sas.yaml
-`, home.Name(), wanIf, gw1, dutWAN.Addr(), lanIf, dutLAN.Addr(), near)
+  counters: %q
+`, home.Name(), wanIf, gw1, dutWAN.Addr(), lanIf, dutLAN.Addr(), near, counters)
 	scenarios := filepath.Join(dir, "scenarios")
 	os.Mkdir(scenarios, 0o755)
 	os.WriteFile(filepath.Join(scenarios, "1-clean.yaml"), []byte(head+`name: appliance
@@ -110,6 +120,9 @@ expect:
   exact: true
   steps.bulk.bps: "> 1000000"
   gw1.drops: == 0
+  gw2.opened: == gw1.sealed
+  gw1.opened: == gw2.sealed
+  gw2.drops: == 0
   conservation: true
 `), 0o644)
 	os.WriteFile(filepath.Join(scenarios, "2-tamper.yaml"), []byte(head+`name: appliance-tamper
@@ -127,6 +140,7 @@ expect:
   gw1-to-gw2.corrupted: "> 10"
   steps.up.received: == steps.up.sent - gw1-to-gw2.corrupted
   steps.down.delivered: == 1
+  gw2.bad-icv: == gw1-to-gw2.corrupted
   mismatched: == 0
   conservation: true
 `), 0o644)

@@ -364,3 +364,36 @@ func TestMetricsAndStats(t *testing.T) {
 		t.Errorf("gw1 drops %v, want not-ip=1", st1.Drops)
 	}
 }
+
+// reportingEngine is an engine that says which drivers did its work, as
+// afalg does with the kernel's.
+type reportingEngine struct{ offload.Engine }
+
+func (reportingEngine) Drivers() []offload.Driver {
+	return []offload.Driver{{Algorithm: "rfc4106(gcm(aes))", Driver: "rfc4106(gcm_base(ctr(aes-generic),ghash-generic))", Module: "aes-generic: kernel, ghash-generic: ghash_generic"}}
+}
+
+// TestMetricsNameDrivers: /metrics and /stats name the drivers an engine
+// reports, and the ops in flight.
+func TestMetricsNameDrivers(t *testing.T) {
+	b := newBed(t, reportingEngine{cpu.New()}, pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64))
+	srv := httptest.NewServer(b.gw2.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`espgw_engine_driver_info{algorithm="rfc4106(gcm(aes))",driver="rfc4106(gcm_base(ctr(aes-generic),ghash-generic))",engine="cpu",module="aes-generic: kernel, ghash-generic: ghash_generic"} 1`,
+		`espgw_engine_queue_depth{engine="cpu",which="max"}`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if st := b.gw2.Stats(); len(st.Engine.Drivers) != 1 || st.Engine.Drivers[0].Driver != "rfc4106(gcm_base(ctr(aes-generic),ghash-generic))" {
+		t.Errorf("stats name drivers %+v", st.Engine.Drivers)
+	}
+}

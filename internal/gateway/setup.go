@@ -359,13 +359,28 @@ func (rt *Runtime) Reload() error {
 			return fmt.Errorf("reload: %w", err)
 		}
 	}
-	if err := rt.Load(next.SAs, next.SPD); err != nil {
+	// The lock follows the SA set: a set another gateway here runs is
+	// refused like at start.
+	lock, commitLock, err := rt.lock.relock(DefaultLockRoot, next.SAs)
+	if err != nil {
 		rt.closeConns(opened)
 		if mtu < oldMTU {
 			rt.setMTU(oldMTU)
 		}
 		return fmt.Errorf("reload %s: %w", next.File, err)
 	}
+	if err := rt.Load(next.SAs, next.SPD); err != nil {
+		rt.closeConns(opened)
+		if mtu < oldMTU {
+			rt.setMTU(oldMTU)
+		}
+		if lock != rt.lock {
+			lock.release()
+		}
+		return fmt.Errorf("reload %s: %w", next.File, err)
+	}
+	commitLock()
+	rt.lock = lock
 	if mtu > oldMTU {
 		if err := rt.setMTU(mtu); err != nil {
 			rt.Gateway.log.Warn("reload: the TUN MTU stays lower than the SAs allow", "err", err)

@@ -85,19 +85,11 @@ type saLock struct {
 // dies, however it dies, so a gateway killed with -9 never blocks its
 // restart.
 func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
-	ns, err := namespaceName()
+	ns, path, err := saLockPath(root, sas)
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(root, ns)
-	ids := make([]string, 0, len(sas))
-	for _, s := range sas {
-		ids = append(ids, fmt.Sprintf("%08x/%s", s.SPI, s.Dst))
-	}
-	slices.SortFunc(ids, cmp.Compare)
-	h := fnv.New64a()
-	h.Write([]byte(strings.Join(ids, ",")))
-	path := filepath.Join(dir, fmt.Sprintf("sas-%016x.lock", h.Sum64()))
+	dir := filepath.Dir(path)
 	for try := 0; ; try++ {
 		// The directory goes with its last lock (release): make it each
 		// time, and try again if another gateway's release removed it in
@@ -135,6 +127,39 @@ func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
 		}
 		f.Close()
 	}
+}
+
+// saLockPath is the lock file of an SA set in this namespace.
+func saLockPath(root string, sas []*sa.SA) (ns, path string, err error) {
+	if ns, err = namespaceName(); err != nil {
+		return "", "", err
+	}
+	ids := make([]string, 0, len(sas))
+	for _, s := range sas {
+		ids = append(ids, fmt.Sprintf("%08x/%s", s.SPI, s.Dst))
+	}
+	slices.SortFunc(ids, cmp.Compare)
+	h := fnv.New64a()
+	h.Write([]byte(strings.Join(ids, ",")))
+	return ns, filepath.Join(root, ns, fmt.Sprintf("sas-%016x.lock", h.Sum64())), nil
+}
+
+// relock moves the lock to another SA set (a reload): it takes the new
+// set's lock, or says who holds it; the old lock stays until commit.
+func (l *saLock) relock(root string, sas []*sa.SA) (next *saLock, commit func(), err error) {
+	if l == nil {
+		return nil, func() {}, nil
+	}
+	if _, path, err := saLockPath(root, sas); err != nil {
+		return nil, nil, err
+	} else if path == l.path {
+		return l, func() {}, nil
+	}
+	next, err = lockSAs(root, sas)
+	if err != nil {
+		return nil, nil, err
+	}
+	return next, l.release, nil
 }
 
 // release removes the lock file (and its namespace's directory, when no

@@ -126,3 +126,42 @@ func fillTmpfs(t *testing.T) string {
 	t.Fatal("the tmpfs never filled")
 	return ""
 }
+
+// TestRelockFollowsTheSet: a reload to another SA set moves the lock (and
+// is refused when another gateway holds the new set's); a reload to the
+// same set keeps it.
+func TestRelockFollowsTheSet(t *testing.T) {
+	root := t.TempDir()
+	mk := func(spi uint32) []*sa.SA { return []*sa.SA{{SPI: spi, Dst: netip.MustParseAddr("198.51.100.2")}} }
+	mine, err := lockSAs(root, mk(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := lockSAs(root, mk(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if same, commit, err := mine.relock(root, mk(1)); err != nil || same != mine {
+		t.Fatalf("relock to the same set: %v, %v", same, err)
+	} else {
+		commit()
+	}
+	if _, _, err := mine.relock(root, mk(2)); err == nil || !strings.Contains(err.Error(), "another gateway") {
+		t.Fatalf("relock to a set another gateway runs: %v", err)
+	}
+	next, commit, err := mine.relock(root, mk(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	commit()
+	if again, err := lockSAs(root, mk(1)); err != nil {
+		t.Errorf("the old set's lock was not released: %v", err)
+	} else {
+		again.release()
+	}
+	if _, err := lockSAs(root, mk(3)); err == nil {
+		t.Error("the new set is not locked")
+	}
+	next.release()
+	theirs.release()
+}

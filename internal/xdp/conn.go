@@ -109,6 +109,11 @@ type Conn struct {
 	fallback []*esp.Packet
 	ipID     uint16
 
+	// mtu is the device's MTU, looked up again with the next hops: a
+	// packet larger goes through the raw socket, which refuses it (or
+	// fragments it) as the kernel would, where the device would drop a
+	// frame that size without a word.
+	mtu     atomic.Int64
 	hops    atomic.Pointer[map[netip.Addr]hop]
 	resolve chan netip.Addr
 	done    chan struct{}
@@ -162,6 +167,7 @@ func Open(cfg Config) (c *Conn, err error) {
 		}
 	}()
 	c = cn
+	c.mtu.Store(int64(attrs.MTU))
 	copy(c.mac[:], attrs.HardwareAddr)
 	empty := map[netip.Addr]hop{}
 	c.hops.Store(&empty)
@@ -383,6 +389,7 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	var firstErr error
 	fb := c.fallback[:0]
 	hops := *c.hops.Load()
+	mtu := int(c.mtu.Load())
 	ipLen := ipv4HeaderLen
 	if c.v6 {
 		ipLen = ipv6HeaderLen
@@ -403,7 +410,7 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 			}
 			fb = append(fb, p)
 			continue
-		case p.Fragment && p.FragMTU > 0 && ipLen+p.Len > p.FragMTU, total > maxPayload:
+		case p.Fragment && p.FragMTU > 0 && ipLen+p.Len > p.FragMTU, ipLen+p.Len > mtu, total > maxPayload:
 			fb = append(fb, p)
 			continue
 		}
@@ -532,6 +539,9 @@ func (c *Conn) resolver() {
 		}
 		if !pending && time.Since(last) < refreshEvery {
 			continue
+		}
+		if l, err := c.nl.LinkByIndex(c.ifindex); err == nil {
+			c.mtu.Store(int64(l.Attrs().MTU))
 		}
 		next := map[netip.Addr]hop{}
 		unresolved := false

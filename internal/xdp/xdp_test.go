@@ -14,6 +14,7 @@ import (
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/transport"
+	"golang.org/x/sys/unix"
 )
 
 // bed is two namespaces on one veth: a (198.51.100.1, 2001:db8:1::1) sends
@@ -428,5 +429,32 @@ func TestClosed(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
+	}
+}
+
+// TestTooBigForTheDevice: a packet larger than the device's MTU goes to the
+// raw socket, which refuses it with EMSGSIZE (DF) as the kernel does, rather
+// than into a frame the device would drop without a word.
+func TestTooBigForTheDevice(t *testing.T) {
+	p := newBed(t)
+	if err := p.b.SetMTU("veth0", 1000); err != nil {
+		t.Fatal(err)
+	}
+	c, raw := openXDP(t, p, p.b4)
+	c.Send([]*esp.Packet{out(espPacket(1, 1, 100), p.a4)}) // resolve a
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, ok := (*c.hops.Load())[p.a4]; ok {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	before := c.Stats().Fallback
+	n, err := c.Send([]*esp.Packet{out(espPacket(1, 2, 1200), p.a4), out(espPacket(1, 3, 900), p.a4)})
+	if n != 1 || err == nil || !errors.Is(err, unix.EMSGSIZE) {
+		t.Errorf("send 1200 and 900 bytes over a 1000-byte MTU: %d sent, %v; want 1 and EMSGSIZE", n, err)
+	}
+	if st := c.Stats(); st.Fallback != before+1 || raw.Stats().SendErrors != 1 {
+		t.Errorf("fallback %d → %d, raw socket send errors %d: want the big one refused by the raw socket", before, st.Fallback, raw.Stats().SendErrors)
 	}
 }

@@ -6,18 +6,23 @@
 // Every session is one socket bound to the suite's AEAD, as the kernel's own
 // ESP asks for it (authenc(hmac(H),C), authencesn(…) with ESN,
 // rfc4106(gcm(aes))), or to the bare cipher for a cipher-only session, with
-// N operation sockets accepted from it. The kernel takes one request at a
-// time per operation socket (Linux 6.1.76 and later), so the engine runs N
-// worker goroutines, worker i driving operation socket i of every session:
-// N requests are in flight at once. Each op is one request, the ESP packet
+// N+1 operation sockets accepted from it. The kernel takes one request at
+// a time per operation socket (Linux 6.1.76 and later), so the engine runs
+// N worker goroutines, worker i driving operation socket i of every
+// session: a batch is split into up to N chunks, one per worker, and N
+// requests are in flight at once. Socket N+1 is the submitter's own: when
+// nothing is in flight, a batch of one or two ops runs on the goroutine
+// that submits it, with no worker to wake and none to wake it back (the
+// case of `openssl speed`'s one buffer at a time). Each op is one request, the ESP packet
 // worked in place: the same memory is sent (sendmsg) and received into
 // (recvmsg), through iovecs that lay the associated data out as the
 // kernel's ESP does (SPI | sequence | IV; with ESN the high sequence bits
 // after the SPI, where authencesn and rfc4106 want them), with the IV and
 // the operation in control messages.
 //
-// Batches complete in the order they were submitted; a full queue blocks
-// Submit and refuses TrySubmit. A bad ICV is BadICV and nothing decrypted
+// Batches complete in the order they were submitted — whichever goroutine
+// finishes the batch at the head of the queue delivers it and any done
+// behind it — and a full queue blocks Submit and refuses TrySubmit. A bad ICV is BadICV and nothing decrypted
 // leaves the engine: the kernel's authenc checks the tag before it
 // decrypts, but its generic GCM decrypts first (and a card may do either),
 // so an open whose tag fails puts the ciphertext back (GCM: zeroes the
@@ -92,6 +97,7 @@ type Engine struct {
 
 	counters  offload.Counters
 	requests  atomic.Uint64
+	failures  atomic.Uint64
 	queueFull atomic.Uint64
 	maxQueue  atomic.Uint64
 	depth     atomic.Int64
@@ -182,6 +188,11 @@ func New(opts Options) (*Engine, error) {
 	}
 	if len(e.suites) == 0 {
 		_, err := planFor(sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, false, false, opts.Driver, algs)
+		if _, listed := algs.ByDriver(opts.Driver); !listed {
+			// The usual case: the driver's module is not loaded, or its
+			// device is not there.
+			return nil, fmt.Errorf("%s: %v: is its module loaded and its device present?%s", name, err, e.noteSuffix())
+		}
 		return nil, fmt.Errorf("%s: no ESP suite can use driver %s: %v%s", name, opts.Driver, err, e.noteSuffix())
 	}
 	for i := 0; i < opts.Sockets; i++ {

@@ -256,7 +256,22 @@ func (w *worker) do(s *session, op *offload.Op, seal bool, iv []byte, assoc, wan
 	case errors.Is(err, kcapi.ErrBadMessage):
 		return offload.BadICV
 	case err != nil || n != want:
+		w.e.failed(s, err, n, want)
 		return offload.Failed
 	}
 	return offload.OK
+}
+
+// failed logs a request the kernel refused or cut short: the first, and
+// then one in a thousand, so that a failing driver is seen without a log
+// line per packet (every one is counted in Stats.Errors).
+func (e *Engine) failed(s *session, err error, n, want int) {
+	k := e.failures.Add(1)
+	if k != 1 && k%1000 != 0 {
+		return
+	}
+	if err == nil {
+		err = fmt.Errorf("the kernel returned %d bytes, want %d", n, want)
+	}
+	e.log.Warn("afalg request failed", "engine", e.name, "suite", s.suite.String(), "failures", k, "err", err)
 }

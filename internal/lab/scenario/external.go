@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +58,9 @@ type ExternalLink struct {
 	Address   string `yaml:"address" json:"address"`
 	DUT       string `yaml:"dut" json:"dut"`
 }
+
+// keyInListing is a key as iproute2 prints one.
+var keyInListing = regexp.MustCompile(`0[xX][0-9a-fA-F]{16,}`)
 
 // PeerExternal is a device under test reached through interfaces.
 const PeerExternal = "external"
@@ -268,11 +272,14 @@ func (x *externalGW2) stats(ctx context.Context) (gateway.Stats, string, error) 
 	if err != nil {
 		return gateway.Stats{}, string(out), fmt.Errorf("external.counters: %w", err)
 	}
+	// The output goes into the report: a listing made without nokeys
+	// would carry the keys, which are cut out.
+	shown := keyInListing.ReplaceAllString(string(out), "<key hidden>")
 	states, err := kernelpeer.ParseStates(string(out))
 	if err != nil {
-		return gateway.Stats{}, string(out), nil // not a listing: kept in the report only
+		return gateway.Stats{}, shown, nil // not a listing: kept in the report only
 	}
-	return kernelAsGateway(kernelpeer.Counters{States: states}, [2]*sa.SA{x.e.out, x.e.in}), string(out), nil
+	return kernelAsGateway(kernelpeer.Counters{States: states}, [2]*sa.SA{x.e.out, x.e.in}), shown, nil
 }
 
 // externalSAs puts the device's SAs into the SA file gw1 (and, until it

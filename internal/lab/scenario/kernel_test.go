@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
@@ -66,6 +67,10 @@ func TestExternalCountersCommand(t *testing.T) {
 	if len(st.SAs) != 2 || st.SAs[0].OpenedPackets != 1 || st.SAs[0].Drops["replay"] != 1 || st.SAs[0].Drops["bad-icv"] != 1 ||
 		st.SAs[1].SealedPackets != 7 || st.SAs[1].LastSeq != 7 {
 		t.Errorf("the device's SAs: %+v", st.SAs)
+	}
+	x.e.Counters = "echo enc 'cbc(aes)' 0x00112233445566778899aabbccddeeff"
+	if _, out, _ := x.stats(t.Context()); strings.Contains(out, "00112233445566778899") || !strings.Contains(out, "<key hidden>") {
+		t.Errorf("a key in the counters output reaches the report: %q", out)
 	}
 	x.e.Counters = "echo no listing here"
 	if st, out, err := x.stats(t.Context()); err != nil || len(st.SAs) != 0 || out != "no listing here\n" {
