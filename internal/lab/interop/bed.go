@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -32,6 +33,9 @@ var (
 	GW1LAN6  = std.GW1LAN6
 	GW1WAN   = netip.PrefixFrom(std.GW1WAN4.Addr(), 24)
 	GuestWAN = netip.PrefixFrom(std.GW2WAN4.Addr(), 24)
+	// The WAN's IPv6 addresses, for cases with OuterV6 (added on first use).
+	GW1WAN6   = netip.MustParsePrefix("2001:db8:1::1/64")
+	GuestWAN6 = netip.MustParsePrefix("2001:db8:1::2/64")
 	// The far inner network: hosts on the guest's loopback.
 	FarHost4 = netip.PrefixFrom(std.HostB4.Addr(), 32)
 	FarHost6 = netip.PrefixFrom(std.HostB6.Addr(), 128)
@@ -84,6 +88,7 @@ type Bed struct {
 	relay            *runningRelay
 	tunnel           *Tunnel
 	transportRouting bool
+	wanV6            bool // the IPv6 WAN addresses are in place
 }
 
 // Case is one tunnel between gw1 and the guest.
@@ -100,6 +105,8 @@ type Case struct {
 	// Header sets the outer-header options of both SAs (sa/header.go);
 	// nil leaves the defaults.
 	Header func(*sa.SA)
+	// OuterV6 runs the SAs between the WAN's IPv6 addresses.
+	OuterV6 bool
 }
 
 // Name is the case as a test name: suite/mode/encap/esn.
@@ -243,6 +250,40 @@ func (b *Bed) Configure(ctx context.Context, c Case) (*Tunnel, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.OuterV6 && !b.wanV6 {
+		if _, err := b.GW1.Output(ctx, "ip", "-6", "addr", "add", GW1WAN6.String(), "dev", wanIf, "nodad"); err != nil {
+			return nil, fmt.Errorf("gw1's IPv6 WAN address: %w", err)
+		}
+		if b.Peer != nil {
+			if _, err := b.Peer.Run(ctx, "/sbin/ip -6 addr add "+GuestWAN6.String()+" dev eth0 nodad"); err != nil {
+				return nil, fmt.Errorf("the guest's IPv6 WAN address: %w", err)
+			}
+		}
+		// Transport-mode policies cover all traffic between the two
+		// addresses, neighbour discovery included, which sealed in ESP
+		// arrives from the TUN or is dropped: pin the neighbours instead.
+		if b.Peer != nil {
+			guestMAC, err := b.Peer.Run(ctx, "cat /sys/class/net/eth0/address")
+			if err != nil {
+				return nil, fmt.Errorf("the guest's MAC address: %w", err)
+			}
+			link, err := b.GW1.Output(ctx, "ip", "-o", "link", "show", wanIf)
+			if err != nil {
+				return nil, err
+			}
+			f := strings.Fields(link[strings.Index(link, "link/ether"):])
+			if len(f) < 2 {
+				return nil, fmt.Errorf("gw1's %s: no MAC address in %q", wanIf, link)
+			}
+			if _, err := b.GW1.Output(ctx, "ip", "-6", "neigh", "replace", GuestWAN6.Addr().String(), "lladdr", strings.TrimSpace(guestMAC), "dev", wanIf, "nud", "permanent"); err != nil {
+				return nil, fmt.Errorf("pin the guest's IPv6 neighbour in gw1: %w", err)
+			}
+			if _, err := b.Peer.Run(ctx, "/sbin/ip -6 neigh replace "+GW1WAN6.Addr().String()+" lladdr "+f[1]+" dev eth0 nud permanent"); err != nil {
+				return nil, fmt.Errorf("pin gw1's IPv6 neighbour in the guest: %w", err)
+			}
+		}
+		b.wanV6 = true
+	}
 	if b.useScapy {
 		if b.Scapy != nil {
 			b.Scapy.Close()
@@ -290,6 +331,9 @@ func (b *Bed) makeTunnel(c Case) (*Tunnel, error) {
 		return nil, fmt.Errorf("keys for %s: %w", c.Name(), err)
 	}
 	gw1, guest := GW1WAN.Addr(), GuestWAN.Addr()
+	if c.OuterV6 {
+		gw1, guest = GW1WAN6.Addr(), GuestWAN6.Addr()
+	}
 	out := &sa.SA{SPI: 0x1001, Mode: c.Mode, Src: gw1, Dst: guest, Encap: c.Encap, Suite: c.Suite,
 		EncKey: enc, AuthKey: auth, ESN: c.ESN, ReplayWindow: 64}
 	in := &sa.SA{SPI: 0x2001, Mode: c.Mode, Src: guest, Dst: gw1, Encap: c.Encap, Suite: c.Suite,
@@ -336,7 +380,7 @@ func (b *Bed) writeConfig(t *Tunnel) (string, error) {
 		// The gateway picks a transport SA through the SPD; its traffic
 		// reaches the TUN by the policy routes of setTransportRouting.
 		routes = "[]"
-		set.SPD = []sa.Policy{{Selector: sa.Selector{Src: netip.PrefixFrom(t.Out.Src, 32), Dst: netip.PrefixFrom(t.Out.Dst, 32)},
+		set.SPD = []sa.Policy{{Selector: sa.Selector{Src: netip.PrefixFrom(t.Out.Src, t.Out.Src.BitLen()), Dst: netip.PrefixFrom(t.Out.Dst, t.Out.Dst.BitLen())},
 			Action: sa.Protect, SPI: t.Out.SPI}}
 	}
 	if err := sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), set); err != nil {
@@ -489,4 +533,28 @@ func (b *Bed) Carry(ctx context.Context, out, in *sa.SA) error {
 	}
 	b.tunnel = &t
 	return nil
+}
+
+// DropWANv6 takes the IPv6 WAN addresses and pinned neighbours of an
+// OuterV6 case away again, leaving the bed as the other cases know it.
+func (b *Bed) DropWANv6(ctx context.Context) error {
+	if !b.wanV6 {
+		return nil
+	}
+	b.wanV6 = false
+	var errs []error
+	for _, c := range [][]string{
+		{"ip", "-6", "neigh", "del", GuestWAN6.Addr().String(), "dev", wanIf},
+		{"ip", "-6", "addr", "del", GW1WAN6.String(), "dev", wanIf},
+	} {
+		if _, err := b.GW1.Output(ctx, c[0], c[1:]...); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if b.Peer != nil {
+		if _, err := b.Peer.Run(ctx, "/sbin/ip -6 neigh del "+GW1WAN6.Addr().String()+" dev eth0; /sbin/ip -6 addr del "+GuestWAN6.String()+" dev eth0"); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -208,6 +208,7 @@ func watchOuter(t *testing.T, b *Bed, ifname string, sas []*sa.SA) (func() map[i
 type delivered struct {
 	tos, ttl int
 	payload  string
+	ext      string // the guest's recorder: IPv6 extension headers seen (h, d)
 }
 
 // watchNear records the judge packets delivered to hostA.
@@ -243,20 +244,20 @@ func watchNear(t *testing.T, b *Bed) (func() map[int]delivered, func()) {
 	}, sn.Stop
 }
 
-var recvLine = regexp.MustCompile(`(?m)^udp[46] tos=(-?\d+) ttl=(-?\d+) ([0-9a-f]+)$`)
+var recvLine = regexp.MustCompile(`(?m)^udp[46] tos=(-?\d+) ttl=(-?\d+) ext=(\S+) ([0-9a-f]+)$`)
 
 // farDelivered parses the guest recorder's output.
 func farDelivered(out string) map[int]delivered {
 	seen := map[int]delivered{}
 	for _, m := range recvLine.FindAllStringSubmatch(out, -1) {
-		payload, err := hex.DecodeString(m[3])
+		payload, err := hex.DecodeString(m[4])
 		if err != nil {
 			continue
 		}
 		if id := judgeID(payload); id >= 0 {
 			tos, _ := strconv.Atoi(m[1])
 			ttl, _ := strconv.Atoi(m[2])
-			seen[id] = delivered{tos: tos, ttl: ttl, payload: m[3]}
+			seen[id] = delivered{tos: tos, ttl: ttl, payload: m[4], ext: m[3]}
 		}
 	}
 	return seen

@@ -105,10 +105,10 @@ func (x *XfrmPeer) Configure(ctx context.Context, sas []*sa.SA) error {
 	addr := x.cfg.Addr.Addr()
 	for _, s := range sas {
 		var dir kernelpeer.Direction
-		switch addr {
-		case s.Dst:
+		switch {
+		case addr == s.Dst || s.Dst == GuestWAN6.Addr():
 			dir = kernelpeer.Inbound
-		case s.Src:
+		case addr == s.Src || s.Src == GuestWAN6.Addr():
 			dir = kernelpeer.Outbound
 		default:
 			return fmt.Errorf("configure xfrm peer: %v is neither from nor to the guest's %s", s, addr)

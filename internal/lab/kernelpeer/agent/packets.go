@@ -129,6 +129,8 @@ func recvMarks(args []string) error {
 				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, syscall.IPV6_V6ONLY, 1)
 				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, 0x42 /* IPV6_RECVTCLASS */, 1)
 				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, syscall.IPV6_RECVHOPLIMIT, 1)
+				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, 53 /* IPV6_RECVHOPOPTS */, 1)
+				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IPV6, 58 /* IPV6_RECVDSTOPTS */, 1)
 			} else {
 				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_RECVTOS, 1)
 				syscall.SetsockoptInt(int(fd), syscall.IPPROTO_IP, syscall.IP_RECVTTL, 1)
@@ -144,9 +146,9 @@ func recvMarks(args []string) error {
 				if err != nil {
 					return
 				}
-				tos, ttl := marks(oob[:oobn])
+				tos, ttl, ext := marks(oob[:oobn])
 				mu.Lock()
-				fmt.Fprintf(os.Stdout, "%s tos=%d ttl=%d %x\n", fam, tos, ttl, buf[:n])
+				fmt.Fprintf(os.Stdout, "%s tos=%d ttl=%d ext=%s %x\n", fam, tos, ttl, ext, buf[:n])
 				got++
 				if got >= count {
 					once.Do(func() { close(done) })
@@ -162,14 +164,24 @@ func recvMarks(args []string) error {
 	return nil
 }
 
-// marks reads the TOS / traffic class and TTL / hop limit control messages.
-func marks(oob []byte) (tos, ttl int) {
+// marks reads the TOS / traffic class and TTL / hop limit control messages,
+// and names the IPv6 extension headers reported (h: hop-by-hop, d:
+// destination options, "-" for none).
+func marks(oob []byte) (tos, ttl int, ext string) {
 	msgs, err := syscall.ParseSocketControlMessage(oob)
 	if err != nil {
-		return -1, -1
+		return -1, -1, "-"
 	}
 	tos, ttl = -1, -1
 	for _, m := range msgs {
+		if m.Header.Level == syscall.IPPROTO_IPV6 {
+			switch m.Header.Type {
+			case 54: // IPV6_HOPOPTS
+				ext += "h"
+			case 59: // IPV6_DSTOPTS
+				ext += "d"
+			}
+		}
 		v := -1
 		switch {
 		case len(m.Data) >= 4:
@@ -186,5 +198,8 @@ func marks(oob []byte) (tos, ttl int) {
 			ttl = v
 		}
 	}
-	return tos, ttl
+	if ext == "" {
+		ext = "-"
+	}
+	return tos, ttl, ext
 }
