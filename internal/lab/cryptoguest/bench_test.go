@@ -3,7 +3,9 @@ package cryptoguest
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +23,8 @@ import (
 //
 //	go test -run '^$' -bench AFALGSpeed -benchtime 1x ./internal/lab/cryptoguest/
 //
-// (ESPGW_SPEED_SECONDS per size, default 1 here; 2 for the recorded run).
+// (ESPGW_SPEED_SECONDS per size, default 1 here; 2 for the recorded run;
+// ESPGW_GUEST_CPUS vCPUs, default 1).
 func BenchmarkAFALGSpeed(b *testing.B) {
 	g := benchGuest(b)
 	rounds := 3
@@ -54,7 +57,8 @@ type benchConfig struct{ name, args, setup string }
 func benchGuest(b *testing.B) *Guest {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	g, err := Boot(ctx, Options{CryptoDevice: true, OpenSSL: true, Prefix: "cgb", BootTimeout: 5 * time.Minute, Logger: logger()})
+	cpus, _ := strconv.Atoi(os.Getenv("ESPGW_GUEST_CPUS"))
+	g, err := Boot(ctx, Options{CryptoDevice: true, OpenSSL: true, CPUs: cpus, Prefix: "cgb", BootTimeout: 5 * time.Minute, Logger: logger()})
 	if err != nil {
 		b.Fatal(err)
 	}

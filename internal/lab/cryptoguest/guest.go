@@ -70,6 +70,8 @@ type Options struct {
 	Tests []string
 	// OpenSSL brings openssl and its afalg engine.
 	OpenSSL bool
+	// CPUs is the guest's vCPUs; 0 means 1.
+	CPUs int
 	// Prefix names the network namespace (unique among concurrent runs).
 	Prefix      string
 	BootTimeout time.Duration
@@ -134,7 +136,7 @@ func Boot(ctx context.Context, opts Options) (g *Guest, err error) {
 		Netns: g.NS.Name(), Tap: "cgtap0",
 		HostAddrs: []netip.Prefix{HostAddr}, GuestAddrs: []netip.Prefix{GuestAddr},
 		MTU: 1600, NATTPorts: []uint16{},
-		Assets: assets, MemoryMB: 768, CPU: "max",
+		Assets: assets, MemoryMB: 768, CPU: "max", CPUs: opts.CPUs,
 		BootTimeout: opts.BootTimeout, CommandTimeout: time.Minute, Logger: opts.Logger,
 		Files: files, Modules: BootModules, LaterModules: LaterModules, Devices: devices,
 	})

@@ -83,6 +83,8 @@ type Config struct {
 	// CPU is QEMU's -cpu model ("max": AES-NI, AVX and the rest under
 	// TCG); empty leaves QEMU's default.
 	CPU string
+	// CPUs is the guest's vCPUs (-smp); 0 means 1.
+	CPUs int
 }
 
 // Devices are QEMU devices a guest can be started with.
@@ -412,7 +414,7 @@ func (p *Peer) startQEMU(qemu string) error {
 		return err
 	}
 	args := []string{"netns", "exec", p.cfg.Netns, qemu,
-		"-accel", "tcg", "-m", strconv.Itoa(p.cfg.MemoryMB), "-smp", "1",
+		"-accel", "tcg", "-m", strconv.Itoa(p.cfg.MemoryMB), "-smp", strconv.Itoa(max(p.cfg.CPUs, 1)),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",
 		"-kernel", p.cfg.Assets.Kernel, "-initrd", initrd,
 		"-append", p.cfg.kernelArgs(),
