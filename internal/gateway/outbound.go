@@ -53,8 +53,11 @@ func (g *Gateway) readTUN(b *batch) error {
 	}
 	b.n = n
 	g.counters.TunIn.Add(uint64(n))
+	// The SAs are looked up with the tables held, the packets framed
+	// after: framing may wait for an SA's first sequence reservation (an
+	// fsync), and a change must not wait behind it with every reader
+	// queued after the change.
 	st := g.view()
-	defer g.release()
 	for i := range n {
 		p := b.ptrs[i]
 		p.Reset(b.bufs[i], esp.Headroom, b.sizes[i])
@@ -64,6 +67,15 @@ func (g *Gateway) readTUN(b *batch) error {
 			b.skip[i] = true
 			continue
 		}
+		p.SA = s
+	}
+	g.release()
+	for i := range n {
+		if b.skip[i] {
+			continue
+		}
+		p := b.ptrs[i]
+		s := p.SA
 		h := headerOf(s)
 		o := h.outerFor(p.Data())
 		if lim := g.innerLimit(h); p.Len > lim {

@@ -206,7 +206,9 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 func (g *Gateway) reserveAhead(s *esp.SA) {
 	g.reserveOnce.Do(func() {
 		g.reserveQ = make(chan *esp.SA, 1<<16)
-		for range 4 {
+		// Many at once: the file system commits concurrent fsyncs
+		// together, so 10,000 SAs take seconds, not minutes.
+		for range 16 {
 			go func() {
 				for s := range g.reserveQ {
 					s.ReserveAhead()
@@ -224,7 +226,7 @@ func (g *Gateway) reserveAhead(s *esp.SA) {
 // reserveNow makes the SAs' first reservations, a few at a time.
 func reserveNow(sas []*esp.SA) {
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, 16)
 	for _, s := range sas {
 		wg.Add(1)
 		sem <- struct{}{}
