@@ -81,9 +81,9 @@ type saLock struct {
 
 // lockSAs takes the lock of the SA set in its namespace: a file in root
 // named by the namespace and a hash of the set's SA identities (SPI and
-// destination), flocked for as long as the gateway runs. The kernel drops the lock when the process
-// dies, however it dies, so a gateway killed with -9 never blocks its
-// restart.
+// destination), flocked for as long as the gateway runs. The kernel drops
+// the lock when the process dies, however it dies, so a gateway killed
+// with -9 never blocks its restart.
 func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
 	ns, path, err := saLockPath(root, sas)
 	if err != nil {
@@ -91,12 +91,15 @@ func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
 	}
 	dir := filepath.Dir(path)
 	for try := 0; ; try++ {
+		if try == 100 {
+			return nil, fmt.Errorf("lock the SAs (%s): the file keeps being replaced", path)
+		}
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("lock the SAs: %w", err)
 		}
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-		if errors.Is(err, os.ErrNotExist) && try < 10 {
-			continue
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the directory went between the two calls
 		}
 		if err != nil {
 			return nil, fmt.Errorf("lock the SAs: %w", err)
