@@ -14,12 +14,16 @@ type Selector struct {
 // PortRange is an inclusive range; the zero range matches any port.
 type PortRange struct{ Lo, Hi uint16 }
 
-// Contains reports whether p falls in the range.
+// Contains reports whether p falls in the range. Port 0 falls in no range
+// but any: it is reserved, and it is what a packet whose ports are OPAQUE
+// (RFC 4301 §4.4.1.1: a non-initial fragment, whose ports were never read)
+// carries, which only an any-port selector may match — also one written
+// 0-1023.
 func (r PortRange) Contains(p uint16) bool {
 	if r.Lo == 0 && r.Hi == 0 {
 		return true
 	}
-	return p >= r.Lo && p <= r.Hi
+	return p != 0 && p >= r.Lo && p <= r.Hi
 }
 
 // Matches reports whether a packet with these fields falls under the selector.

@@ -319,3 +319,27 @@ func TestSPDEditsKeepFirstMatch(t *testing.T) {
 		}
 	}
 }
+
+// TestOpaquePortsMatchOnlyAny: a packet whose ports are OPAQUE (a
+// non-initial fragment: port 0, as esp.FlowOf gives it) matches a selector
+// with any ports and no range, not even one that starts at 0.
+func TestOpaquePortsMatchOnlyAny(t *testing.T) {
+	src, dst := netip.MustParseAddr("198.51.100.1"), netip.MustParseAddr("203.0.113.1")
+	for _, tc := range []struct {
+		r    PortRange
+		want bool
+	}{
+		{PortRange{}, true},
+		{PortRange{0, 1023}, false},
+		{PortRange{1, 65535}, false},
+		{PortRange{5000, 5000}, false},
+	} {
+		sel := Selector{Proto: 17, DstPorts: tc.r}
+		if got := sel.Matches(src, dst, 17, 0, 0); got != tc.want {
+			t.Errorf("dport %s against opaque ports: %v, want %v", tc.r, got, tc.want)
+		}
+		if tc.r.Lo <= 80 && 80 <= tc.r.Hi && tc.r != (PortRange{}) && !sel.Matches(src, dst, 17, 1234, 80) {
+			t.Errorf("dport %s does not match port 80", tc.r)
+		}
+	}
+}

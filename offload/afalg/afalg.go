@@ -171,7 +171,7 @@ func New(opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
 	e := &Engine{name: name, opts: opts, log: opts.Logger, note: kernelNote(release()),
-		chunks: make(chan chunk, opts.QueueDepth), space: make(chan struct{})}
+		chunks: make(chan chunk, max(opts.QueueDepth, opts.Sockets)), space: make(chan struct{})}
 	e.pend.New = func() any { return new(pending) }
 	e.inline = newWorker(e, opts.Sockets)
 	if e.note != "" {
@@ -327,10 +327,11 @@ func (e *Engine) admit(b *offload.Batch, wait bool) (bool, chan struct{}, error)
 		return true, nil, nil
 	}
 	// Split the batch into one chunk per worker (fewer for small
-	// batches). The channel holds QueueDepth chunks and at most
-	// QueueDepth ops are admitted (but for one oversized batch, which
-	// the workers drain as they go), so sending does not wait for
-	// completions; sending under mu keeps chunks in submission order.
+	// batches). The channel holds max(QueueDepth, Sockets) chunks: at
+	// most QueueDepth ops are admitted, or one oversized batch into an
+	// empty queue, in at most Sockets chunks; so sending never waits
+	// (the workers need mu to finish a chunk), and sending under mu
+	// keeps chunks in submission order.
 	if len(b.Ops) == 0 {
 		p.left = 1
 		e.finish(p)

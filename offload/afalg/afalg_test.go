@@ -384,3 +384,28 @@ func TestSessionAllocatesNothing(t *testing.T) {
 		t.Fatalf("%.2f allocations per batch", a)
 	}
 }
+
+// TestOversizedBatch: a batch larger than the queue is taken when the
+// queue is empty, split over more sockets than the queue has places, and
+// completes; so does a batch behind it.
+func TestOversizedBatch(t *testing.T) {
+	e := newEngine(t, afalg.Options{Sockets: 8, QueueDepth: 4})
+	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
+	s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: make(sa.Key, 16), AuthKey: make(sa.Key, 20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, n := range []int{20, 3, 9} {
+		ops := make([]offload.Op, n)
+		for i := range ops {
+			ops[i] = offload.Op{Session: s, Dir: offload.Seal, Packet: make([]byte, 8+16+64+12)}
+		}
+		run(t, e, ops)
+		for i := range ops {
+			if ops[i].Status != offload.OK {
+				t.Fatalf("batch of %d, op %d: %v", n, i, ops[i].Status)
+			}
+		}
+	}
+}
