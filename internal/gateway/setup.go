@@ -16,6 +16,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
+	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/transport"
@@ -183,6 +184,10 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			return rt, fmt.Errorf("%s: state-dir: %w", cfg.File, err)
 		}
 		log.Info("outbound sequence numbers are reserved in the state directory", "dir", stateDir)
+		var fs unix.Statfs_t
+		if unix.Statfs(stateDir, &fs) == nil && fs.Type == unix.TMPFS_MAGIC {
+			log.Warn("the state directory is on a tmpfs: a reboot loses the sequence reservations, and a peer that kept its SAs then drops this gateway's packets as outside-window", "dir", stateDir)
+		}
 	} else {
 		log.Warn("state-dir: off: sequence numbers are not persisted; after a crash the peer drops this gateway's packets as outside-window until its old highest is passed")
 	}

@@ -79,11 +79,11 @@ type saLock struct {
 	path string
 }
 
-// lockSAs takes the lock of the SA set in root/<namespace>: a file named by
-// a hash of the set's SA identities (SPI and destination), flocked for as
-// long as the gateway runs. The kernel drops the lock when the process
-// dies, however it dies, so a gateway killed with -9 never blocks its
-// restart.
+// lockSAs takes the lock of the SA set in its namespace: a file in root
+// named by the namespace and a hash of the set's SA identities (SPI and
+// destination), flocked for as long as the gateway runs. The kernel drops
+// the lock when the process dies, however it dies, so a gateway killed
+// with -9 never blocks its restart.
 func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
 	ns, path, err := saLockPath(root, sas)
 	if err != nil {
@@ -91,15 +91,15 @@ func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
 	}
 	dir := filepath.Dir(path)
 	for try := 0; ; try++ {
-		// The directory goes with its last lock (release): make it each
-		// time, and try again if another gateway's release removed it in
-		// between.
+		if try == 100 {
+			return nil, fmt.Errorf("lock the SAs (%s): the file keeps being replaced", path)
+		}
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("lock the SAs: %w", err)
 		}
 		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-		if errors.Is(err, os.ErrNotExist) && try < 10 {
-			continue
+		if errors.Is(err, os.ErrNotExist) {
+			continue // the directory went between the two calls
 		}
 		if err != nil {
 			return nil, fmt.Errorf("lock the SAs: %w", err)
@@ -141,7 +141,7 @@ func saLockPath(root string, sas []*sa.SA) (ns, path string, err error) {
 	slices.SortFunc(ids, cmp.Compare)
 	h := fnv.New64a()
 	h.Write([]byte(strings.Join(ids, ",")))
-	return ns, filepath.Join(root, ns, fmt.Sprintf("sas-%016x.lock", h.Sum64())), nil
+	return ns, filepath.Join(root, fmt.Sprintf("%s.sas-%016x.lock", ns, h.Sum64())), nil
 }
 
 // relock moves the lock to another SA set (a reload): it takes the new
@@ -162,13 +162,12 @@ func (l *saLock) relock(root string, sas []*sa.SA) (next *saLock, commit func(),
 	return next, l.release, nil
 }
 
-// release removes the lock file (and its namespace's directory, when no
-// other lock is in it) and drops the lock.
+// release removes the lock file and drops the lock. (A gateway killed
+// with -9 leaves its file, unlocked: the next one takes it.)
 func (l *saLock) release() {
 	if l == nil {
 		return
 	}
 	os.Remove(l.path)
 	l.f.Close()
-	os.Remove(filepath.Dir(l.path)) // fails, as it should, while not empty
 }
