@@ -409,3 +409,53 @@ func TestOversizedBatch(t *testing.T) {
 		}
 	}
 }
+
+// TestBackPressure: with the queue full, TrySubmit refuses (ErrQueueFull,
+// counted) and Submit waits until there is room; every batch taken
+// completes.
+func TestBackPressure(t *testing.T) {
+	e := newEngine(t, afalg.Options{Sockets: 1, QueueDepth: 4})
+	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
+	s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: make(sa.Key, 16), AuthKey: make(sa.Key, 20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	done := make(chan *offload.Batch, 64)
+	batch := func() *offload.Batch {
+		b := &offload.Batch{Ops: make([]*offload.Op, 4), Done: func(b *offload.Batch) { done <- b }}
+		for i := range b.Ops {
+			b.Ops[i] = &offload.Op{Session: s, Dir: offload.Seal, Packet: make([]byte, 8+16+4096+12)}
+		}
+		return b
+	}
+	taken, full := 0, 0
+	for range 32 {
+		switch err := e.TrySubmit(batch()); {
+		case err == nil:
+			taken++
+		case errors.Is(err, offload.ErrQueueFull):
+			full++
+		default:
+			t.Fatal(err)
+		}
+	}
+	if full == 0 {
+		t.Fatalf("32 batches of 4 into a queue of 4: none refused (%d taken)", taken)
+	}
+	if err := e.Submit(context.Background(), batch()); err != nil { // waits for room
+		t.Fatal(err)
+	}
+	taken++
+	for range taken {
+		b := <-done
+		for _, op := range b.Ops {
+			if op.Status != offload.OK {
+				t.Fatalf("op %v", op.Status)
+			}
+		}
+	}
+	if st := e.Stats(); st.QueueFull < uint64(full) || st.MaxQueue > 4 {
+		t.Fatalf("stats %+v after %d refusals", st, full)
+	}
+}

@@ -156,12 +156,12 @@ func TestAFALGSoftware(t *testing.T) {
 	}
 	runConformance(t, g, "afalg")
 	out, err := g.RunTest(context.Background(), 10*time.Minute, afalgPkg, nil, "-test.v", "-test.run",
-		"^Test(KnownAnswers|CipherOnly|DeviceRequests|DriverReported|SessionAllocates|OversizedBatch)")
+		"^Test(KnownAnswers|CipherOnly|DeviceRequests|DriverReported|SessionAllocates|OversizedBatch|BackPressure)")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, tail(out, 6000))
 	}
 	requirePassed(t, out, "TestKnownAnswersGCM", "TestKnownAnswersCiphers", "TestKnownAnswersHMAC",
-		"TestCipherOnlyAgainstCPU", "TestDeviceRequests", "TestDriverReported", "TestSessionAllocatesNothing", "TestOversizedBatch")
+		"TestCipherOnlyAgainstCPU", "TestDeviceRequests", "TestDriverReported", "TestSessionAllocatesNothing", "TestOversizedBatch", "TestBackPressure")
 	if !strings.Contains(out, "afalg-driver authenc(hmac(sha1-generic),cbc(aes-generic))") {
 		t.Errorf("the software run was not served by cbc(aes-generic):\n%s", tail(out, 3000))
 	}
