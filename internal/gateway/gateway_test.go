@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -304,8 +305,20 @@ func TestPipelineAllocatesNothing(t *testing.T) {
 			for range 200 { // warm the pools and the batch ring
 				round()
 			}
-			if n := testing.AllocsPerRun(500, round); n != 0 {
-				t.Errorf("%.3f allocations per packet through the pipeline, want 0", n)
+			// A real per-packet allocation shows in every run; on a loaded
+			// machine the runtime itself (scheduler wake-ups between the
+			// pipeline's goroutines) now and then allocates during one, so a
+			// run is repeated before it counts.
+			var n float64
+			for attempt := range 3 {
+				runtime.GC()
+				if n = testing.AllocsPerRun(500, round); n == 0 {
+					break
+				}
+				t.Logf("attempt %d: %.3f allocations per packet", attempt+1, n)
+			}
+			if n != 0 {
+				t.Errorf("%.3f allocations per packet through the pipeline in three runs, want 0", n)
 			}
 		})
 	}
