@@ -13,11 +13,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -379,29 +377,7 @@ func TestAFALGTunnel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gwConfig := func(local, peer netip.Addr, engine string, tun netip.Prefix, route netip.Prefix) string {
-		return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nouter-mtu: 1600\ntun:\n  name: esp0\n  addresses: [%s]\n  routes: [%s]\nsa-file: sas.yaml\nstate-dir: state\n",
-			local, peer, engine, tun, route.Masked())
-	}
-
-	// The host's gateway, in the namespace of the guest's tap.
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "sas.yaml"), sas, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hostCfg := filepath.Join(dir, "gw.yaml")
-	if err := os.WriteFile(hostCfg, []byte(gwConfig(hostWAN, guestWAN, "cpu", hostInner, guestInner)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hostGW, err := testbed.RunGateway(ctx, g.NS, g.Binary(), hostCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if out, err := hostGW.Stop(syscall.SIGTERM); err != nil || t.Failed() {
-			t.Logf("host gateway: %v\n%s", err, tail(out, 3000))
-		}
-	}()
+	startHostGateway(ctx, t, g, sas)
 
 	// The guest's gateway, on the device.
 	engine := "afalg:" + device
@@ -411,7 +387,7 @@ cat > gw.yaml <<'EOF2'
 %sEOF2
 (%s run -c gw.yaml >/tmp/gw/log 2>&1 &)
 i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { cat /tmp/gw/log; exit 1; }; sleep 0.2; done`,
-		base64.StdEncoding.EncodeToString(sas), gwConfig(guestWAN, hostWAN, engine, guestInner, hostInner), Espgw, Espgw)
+		base64.StdEncoding.EncodeToString(sas), gatewayConfig(guestWAN, hostWAN, engine, guestInner, hostInner), Espgw, Espgw)
 	before := usedIndex(t, g)
 	if out, err := g.RunFor(ctx, 2*time.Minute, script); err != nil {
 		t.Fatalf("start the guest's gateway: %v\n%s", err, out)

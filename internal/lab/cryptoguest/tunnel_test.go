@@ -61,6 +61,39 @@ func (gw guestGateway) stats(ctx context.Context) (gateway.Stats, error) {
 	return st, nil
 }
 
+// gatewayConfig is a gateway's configuration on the guest's link: its TUN
+// with the inner address tun and a route to the far side's network. The
+// state directory keeps the sequence numbers across a restart (the far
+// gateway would take a restart from 0 for a replay).
+func gatewayConfig(local, peer netip.Addr, engine string, tun, route netip.Prefix) string {
+	return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nouter-mtu: 1600\nstate-dir: state\ntun:\n  name: esp0\n  addresses: [%s]\n  routes: [%s]\nsa-file: sas.yaml\n",
+		local, peer, engine, tun, route.Masked())
+}
+
+// startHostGateway runs the host's side of a tunnel with the guest: an
+// espgw gateway on the cpu engine in the namespace of the guest's tap,
+// with the SA file sas; it is stopped when the test ends.
+func startHostGateway(ctx context.Context, t *testing.T, g *Guest, sas []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "sas.yaml"), sas, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostCfg := filepath.Join(dir, "gw.yaml")
+	if err := os.WriteFile(hostCfg, []byte(gatewayConfig(HostAddr.Addr(), GuestAddr.Addr(), "cpu", hostInner, guestInner)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostGW, err := testbed.RunGateway(ctx, g.NS, g.Binary(), hostCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if out, err := hostGW.Stop(syscall.SIGTERM); err != nil || t.Failed() {
+			t.Logf("host gateway: %v\n%s", err, tail(out, 3000))
+		}
+	})
+}
+
 // TestVirtioGatewayInGuest: an espgw gateway in the guest on the virtio
 // engine forms a tunnel with an espgw gateway on the host (cpu engine):
 // pings of 0 to 1400 bytes both ways, a TCP transfer each way checked by
@@ -86,32 +119,10 @@ func TestVirtioGatewayInGuest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// state-dir keeps the sequence numbers across the kill: the host's
-	// gateway would take a restart at 0 for a replay.
-	config := func(local, peer netip.Addr, engine string, tun, route netip.Prefix) string {
-		return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nouter-mtu: 1600\nstate-dir: state\ntun:\n  name: esp0\n  addresses: [%s]\n  routes: [%s]\nsa-file: sas.yaml\n",
-			local, peer, engine, tun, route.Masked())
-	}
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "sas.yaml"), sas, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hostCfg := filepath.Join(dir, "gw.yaml")
-	if err := os.WriteFile(hostCfg, []byte(config(hostWAN, guestWAN, "cpu", hostInner, guestInner)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hostGW, err := testbed.RunGateway(ctx, g.NS, g.Binary(), hostCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if out, err := hostGW.Stop(syscall.SIGTERM); err != nil || t.Failed() {
-			t.Logf("host gateway: %v\n%s", err, tail(out, 3000))
-		}
-	}()
+	startHostGateway(ctx, t, g, sas)
 	// The SA file travels over the control port, which logs no command.
 	if out, err := g.Run(ctx, fmt.Sprintf("rm -rf /tmp/gw && mkdir -p /tmp/gw && cd /tmp/gw && umask 077 && echo %s | base64 -d > sas.yaml && cat > gw.yaml <<'EOF2'\n%sEOF2",
-		base64.StdEncoding.EncodeToString(sas), config(guestWAN, hostWAN, "virtio", guestInner, hostInner))); err != nil {
+		base64.StdEncoding.EncodeToString(sas), gatewayConfig(guestWAN, hostWAN, "virtio", guestInner, hostInner))); err != nil {
 		t.Fatalf("write the guest gateway's files: %v\n%s", err, out)
 	}
 	gw := guestGateway{g}
