@@ -400,17 +400,7 @@ i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { c
 	}()
 
 	// Pings both ways, 0 to 1400 bytes.
-	sizes := []int{0, 1, 56, 100, 500, 1000, 1200, 1400}
-	for _, size := range sizes {
-		r, err := testbed.Ping(ctx, g.NS, guestInner.Addr(), testbed.PingOptions{Size: size, Count: 3})
-		if err != nil || r.Received != r.Sent {
-			t.Errorf("host → guest ping of %d bytes: %d of %d answered (%v)\n%s", size, r.Received, r.Sent, err, r.Output)
-		}
-		o, err := g.Run(ctx, fmt.Sprintf("ping -c 3 -W 5 -s %d -I %s %s", size, guestInner.Addr(), hostInner.Addr()))
-		if err != nil || !strings.Contains(o, "3 packets received") {
-			t.Errorf("guest → host ping of %d bytes: %v\n%s", size, err, o)
-		}
-	}
+	pingBothWays(ctx, t, g, []int{0, 1, 56, 100, 500, 1000, 1200, 1400}, 3)
 
 	// TCP both ways, checked by sha256.
 	const n = 1 << 20
@@ -427,13 +417,9 @@ i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { c
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := g.Run(ctx, Espgw+" stats --json")
+	guestSt, err := guestGateway{g}.stats(ctx)
 	if err != nil {
 		t.Fatal(err)
-	}
-	var guestSt gateway.Stats
-	if err := json.Unmarshal([]byte(raw), &guestSt); err != nil {
-		t.Fatalf("guest stats: %v\n%s", err, raw)
 	}
 	requests := guestSt.Engine.Records
 	completed := usedIndex(t, g) - before

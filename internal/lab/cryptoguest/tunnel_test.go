@@ -70,6 +70,23 @@ func gatewayConfig(local, peer netip.Addr, engine string, tun, route netip.Prefi
 		local, peer, engine, tun, route.Masked())
 }
 
+// pingBothWays pings count times with each size from the host's inner
+// address to the guest's and back, through the tunnel, and fails the test
+// for every size that did not get all its replies.
+func pingBothWays(ctx context.Context, t *testing.T, g *Guest, sizes []int, count int) {
+	t.Helper()
+	for _, size := range sizes {
+		r, err := testbed.Ping(ctx, g.NS, guestInner.Addr(), testbed.PingOptions{Size: size, Count: count})
+		if err != nil || r.Received != r.Sent {
+			t.Errorf("host → guest ping of %d bytes: %d of %d answered (%v)\n%s", size, r.Received, r.Sent, err, r.Output)
+		}
+		o, err := g.Run(ctx, fmt.Sprintf("ping -c %d -W 5 -s %d -I %s %s", count, size, guestInner.Addr(), hostInner.Addr()))
+		if err != nil || !strings.Contains(o, fmt.Sprintf("%d packets received", count)) {
+			t.Errorf("guest → host ping of %d bytes: %v\n%s", size, err, o)
+		}
+	}
+}
+
 // startHostGateway runs the host's side of a tunnel with the guest: an
 // espgw gateway on the cpu engine in the namespace of the guest's tap,
 // with the SA file sas; it is stopped when the test ends.
@@ -142,15 +159,8 @@ func TestVirtioGatewayInGuest(t *testing.T) {
 
 	pings := func() {
 		t.Helper()
-		for _, size := range []int{0, 1, 56, 100, 500, 1000, 1400} {
-			r, err := testbed.Ping(ctx, g.NS, guestInner.Addr(), testbed.PingOptions{Size: size, Count: 1})
-			if err != nil || r.Received != r.Sent {
-				t.Fatalf("host → guest ping of %d bytes: %d of %d answered (%v)\n%s", size, r.Received, r.Sent, err, r.Output)
-			}
-			o, err := g.Run(ctx, fmt.Sprintf("ping -c 1 -W 5 -s %d -I %s %s", size, guestInner.Addr(), hostInner.Addr()))
-			if err != nil || !strings.Contains(o, "1 packets received") {
-				t.Fatalf("guest → host ping of %d bytes: %v\n%s", size, err, o)
-			}
+		if pingBothWays(ctx, t, g, []int{0, 1, 56, 100, 500, 1000, 1400}, 1); t.Failed() {
+			t.FailNow()
 		}
 	}
 	pings()
