@@ -3,7 +3,6 @@ package transport
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net"
 	"syscall"
 	"unsafe"
@@ -82,28 +81,11 @@ func (x *extState) init() {
 // openRaw6 opens the send-only IPPROTO_RAW socket for packets with
 // extension headers.
 func (c *Conn) openRaw6(cfg Config) error {
-	pc, err := net.ListenPacket("ip6:255", "::")
-	if err != nil {
-		return fmt.Errorf("open raw socket for IPv6 extension headers: %w", err)
-	}
-	rc, err := pc.(syscall.Conn).SyscallConn()
-	if err != nil {
-		pc.Close()
-		return err
-	}
-	var errs []error
-	rc.Control(func(fd uintptr) {
-		s := int(fd)
+	pc, err := openRawSender("ip6:255", "::", "IPv6 extension headers", cfg, func(s int) {
 		// IPPROTO_RAW implies it; said explicitly for older kernels.
 		unix.SetsockoptInt(s, unix.IPPROTO_IPV6, unix.IPV6_HDRINCL, 1)
-		if cfg.Mark != 0 {
-			if err := unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_MARK, int(cfg.Mark)); err != nil {
-				errs = append(errs, fmt.Errorf("set SO_MARK: %w", err))
-			}
-		}
 	})
-	if err := errors.Join(errs...); err != nil {
-		pc.Close()
+	if err != nil {
 		return err
 	}
 	c.raw6pc = pc

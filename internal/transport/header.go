@@ -289,21 +289,36 @@ func receivedDst(oob []byte) netip.Addr {
 // openRaw4 opens the send-only IPPROTO_RAW socket that carries IPv4 UDP
 // packets without DF.
 func (c *Conn) openRaw4(cfg Config) error {
-	pc, err := net.ListenPacket("ip4:255", "0.0.0.0")
+	pc, err := openRawSender("ip4:255", "0.0.0.0", "IPv4 packets without DF", cfg, func(s int) {
+		if err := unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, cfg.SocketBuffer); err != nil {
+			unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_SNDBUF, cfg.SocketBuffer)
+		}
+	})
 	if err != nil {
-		return fmt.Errorf("open raw socket for IPv4 packets without DF: %w", err)
+		return err
+	}
+	c.raw4pc = pc
+	c.raw4 = ipv4.NewPacketConn(pc)
+	return nil
+}
+
+// openRawSender opens a send-only IPPROTO_RAW socket (the caller writes
+// the IP header) for what, sets the configured mark, and lets set apply
+// the socket's own options.
+func openRawSender(network, laddr, what string, cfg Config, set func(fd int)) (net.PacketConn, error) {
+	pc, err := net.ListenPacket(network, laddr)
+	if err != nil {
+		return nil, fmt.Errorf("open raw socket for %s: %w", what, err)
 	}
 	rc, err := pc.(syscall.Conn).SyscallConn()
 	if err != nil {
 		pc.Close()
-		return err
+		return nil, fmt.Errorf("open raw socket for %s: %w", what, err)
 	}
 	var errs []error
 	rc.Control(func(fd uintptr) {
 		s := int(fd)
-		if err := unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, cfg.SocketBuffer); err != nil {
-			unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_SNDBUF, cfg.SocketBuffer)
-		}
+		set(s)
 		if cfg.Mark != 0 {
 			if err := unix.SetsockoptInt(s, unix.SOL_SOCKET, unix.SO_MARK, int(cfg.Mark)); err != nil {
 				errs = append(errs, fmt.Errorf("set SO_MARK: %w", err))
@@ -312,9 +327,7 @@ func (c *Conn) openRaw4(cfg Config) error {
 	})
 	if err := errors.Join(errs...); err != nil {
 		pc.Close()
-		return err
+		return nil, fmt.Errorf("open raw socket for %s: %w", what, err)
 	}
-	c.raw4pc = pc
-	c.raw4 = ipv4.NewPacketConn(pc)
-	return nil
+	return pc, nil
 }
