@@ -102,17 +102,6 @@ type Result struct {
 	Captures         string            `json:"captures,omitempty"`
 }
 
-// RunFile loads a scenario file and runs every scenario in it (one per
-// matrix combination). A malformed file is an error; a failed expectation
-// is a Result with Pass false.
-func RunFile(ctx context.Context, path string, opts Options) ([]*Result, error) {
-	scs, err := Load(path)
-	if err != nil {
-		return nil, err
-	}
-	return runAll(ctx, scs, opts)
-}
-
 // runAll runs scs one after another until ctx ends.
 func runAll(ctx context.Context, scs []*Scenario, opts Options) ([]*Result, error) {
 	var out []*Result
