@@ -121,7 +121,8 @@ func BundledFiles(fsys fs.FS) ([]string, error) {
 
 // RunBundled loads name (e.g. "engines.yaml") from fsys — the bundled
 // scenarios, github.com/espgw/espgw/scenarios.Bundled — and runs every
-// scenario in it, as RunFile does.
+// scenario in it (one per matrix combination). A malformed file is an
+// error; a failed expectation is a Result with Pass false.
 func RunBundled(ctx context.Context, fsys fs.FS, name string, opts Options) ([]*Result, error) {
 	scs, err := LoadFS(fsys, name)
 	if err != nil {
