@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
@@ -33,6 +33,9 @@ func ping(t *testing.T, ctx context.Context, from *netns.Namespace, to netip.Add
 	return n
 }
 
+// TestMain removes the espgw command the tests built.
+func TestMain(m *testing.M) { labtest.Main(m) }
+
 // TestEspgwTakesOverCharonTunnel has two charon instances (kernel-libipsec)
 // negotiate an IKEv2 tunnel between gw1 and gw2, with hostA and hostB
 // behind them; reads gw1's SAs from nothing but charon's own log (chd = 4)
@@ -47,16 +50,11 @@ func TestEspgwTakesOverCharonTunnel(t *testing.T) {
 	if err := CheckInstalled(); err != nil {
 		t.Fatal(err)
 	}
-	if err := netns.CheckPrerequisites(); err != nil {
-		t.Fatal(err)
-	}
+	labtest.NeedNamespaces(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "espgw")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/espgw").CombinedOutput(); err != nil {
-		t.Fatalf("build espgw: %v\n%s", err, out)
-	}
+	bin := labtest.Espgw(t)
 	topo, err := netns.NewTopology("sw", netns.TopologyOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
 
@@ -16,9 +17,7 @@ import (
 // ESP between the gateways' WAN addresses gets the impairments, counted to
 // the packet.
 func TestRelayStandardTopology(t *testing.T) {
-	if err := netns.CheckPrerequisites(); err != nil {
-		t.Fatalf("test needs namespaces: %v", err)
-	}
+	labtest.NeedNamespaces(t)
 	topo, err := netns.NewTopology("im-t", netns.TopologyOptions{PlainRouting: true})
 	if err != nil {
 		t.Fatal(err)
