@@ -85,7 +85,7 @@ type Bed struct {
 	binary           string
 	log              *slog.Logger
 	gw               *testbed.Gateway
-	relay            *runningRelay
+	relay            *wanrelay.Running
 	tunnel           *Tunnel
 	transportRouting bool
 	wanV6            bool // the IPv6 WAN addresses are in place
@@ -314,7 +314,7 @@ func (b *Bed) Configure(ctx context.Context, c Case) (*Tunnel, error) {
 	if c.ImpairBack != nil {
 		back = *c.ImpairBack
 	}
-	if b.relay, err = startRelay(wanrelay.Config{Netns: b.WAN.Name(), A: relayIf, B: tapIf, AToB: imp, BToA: back, Logger: b.log}); err != nil {
+	if b.relay, err = wanrelay.Start(wanrelay.Config{Netns: b.WAN.Name(), A: relayIf, B: tapIf, AToB: imp, BToA: back, Logger: b.log}); err != nil {
 		return nil, err
 	}
 	b.tunnel = t
@@ -451,7 +451,7 @@ func (b *Bed) RelayCounters() wanrelay.Counters {
 	if b.relay == nil {
 		return wanrelay.Counters{}
 	}
-	return b.relay.r.Counters()
+	return b.relay.Counters()
 }
 
 // Close stops the relay, the gateway and the guest and removes the
@@ -479,33 +479,13 @@ func (b *Bed) Close() error {
 	return errors.Join(errs...)
 }
 
-// runningRelay is a wanrelay.Relay running in this process.
-type runningRelay struct {
-	r      *wanrelay.Relay
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func startRelay(cfg wanrelay.Config) (*runningRelay, error) {
-	r, err := wanrelay.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rr := &runningRelay{r: r, cancel: cancel, done: make(chan error, 1)}
-	go func() { rr.done <- r.Run(ctx) }()
-	return rr, nil
-}
-
 func (b *Bed) stopRelay() {
 	if b.relay == nil {
 		return
 	}
-	b.relay.cancel()
-	if err := <-b.relay.done; err != nil {
+	if err := b.relay.Close(); err != nil {
 		b.log.Warn("wan relay", "err", err)
 	}
-	b.relay.r.Close()
 	b.relay = nil
 }
 

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -96,30 +95,17 @@ func newBed(t testing.TB) *bed {
 }
 
 // startRelay runs a relay on the bed until the test ends or stop is called.
-func startRelay(t testing.TB, b *bed, cfg Config) (r *Relay, stop func()) {
+func startRelay(t testing.TB, b *bed, cfg Config) (r *Running, stop func()) {
 	t.Helper()
 	cfg.Netns, cfg.A, cfg.B = b.w, "wa", "wb"
-	r, err := New(cfg)
+	r, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
 	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("relay: %v", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Error("relay did not stop within 5s of its context ending")
-			}
-			r.Close()
-		})
+		if err := r.Close(); err != nil {
+			t.Errorf("relay: %v", err)
+		}
 	}
 	t.Cleanup(stop)
 	return r, stop
@@ -211,7 +197,7 @@ func count(t *testing.T, got [][]byte, n int) tally {
 }
 
 // settle waits until the relay has nothing in flight in either direction.
-func settle(t *testing.T, r *Relay) {
+func settle(t *testing.T, r *Running) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		c := r.Counters()

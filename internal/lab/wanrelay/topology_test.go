@@ -1,7 +1,6 @@
 package wanrelay
 
 import (
-	"context"
 	"net"
 	"os/exec"
 	"strings"
@@ -29,13 +28,16 @@ func TestRelayStandardTopology(t *testing.T) {
 		}
 	}
 	b := &bed{a: topo.GW1.Name(), w: topo.WAN.Name(), b: topo.GW2.Name()}
-	r, err := New(Config{Netns: b.w, A: "gw1", B: "gw2", Mode: Route,
+	r, err := Start(Config{Netns: b.w, A: "gw1", B: "gw2", Mode: Route,
 		AToB: impairs(func(c *impair.Config) { c.Loss, c.Duplicate = 5, 5 })})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := runRelay(t, r)
-	defer stop()
+	defer func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	}()
 
 	a := topo.Addr
 	for _, dst := range []string{a.HostB4.Addr().String(), a.HostB6.Addr().String()} {
@@ -56,22 +58,5 @@ func TestRelayStandardTopology(t *testing.T) {
 	t.Logf("gw1→gw2: %+v", c.Impair)
 	if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || uint64(tl.extra) != c.Impair.Duplicated {
 		t.Fatalf("gw2 got %d distinct + %d extra of %d; relay %+v", tl.distinct, tl.extra, n, c)
-	}
-}
-
-// runRelay runs r until the returned stop is called.
-func runRelay(t *testing.T, r *Relay) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("relay: %v", err)
-		}
-		if err := r.Close(); err != nil {
-			t.Errorf("close relay: %v", err)
-		}
 	}
 }
