@@ -9,7 +9,8 @@
 // UDP/4500 get the impairments; ARP, neighbour discovery and all other
 // traffic cross untouched. It counts what it read, impaired and sent, can
 // capture what it forwarded to a pcap, and answers a control request with
-// its counters as JSON.
+// its counters as JSON. Run runs it in the foreground (the wanrelay
+// command); Start runs it in the background of a test bed.
 //
 // The frames carry virtio-net headers (PACKET_VNET_HDR): a frame whose
 // checksum its sender's kernel left to the (veth) hardware gets it computed
