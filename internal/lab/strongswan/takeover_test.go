@@ -4,9 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -115,10 +113,10 @@ func TestEspgwTakesOverCharonTunnel(t *testing.T) {
 	if err := sa.WriteFile(filepath.Join(dir, "sas.yaml"), cfg); err != nil {
 		t.Fatal(err)
 	}
-	conf := fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nmetrics: 127.0.0.1:9478\ntun:\n  name: esp0\n  routes: [%s]\nsa-file: sas.yaml\nstate-dir: gw1-state\n",
-		a.GW1WAN4.Addr(), a.GW2WAN4.Addr(), testbed.DefaultEngine(), a.LANB4)
 	confPath := filepath.Join(dir, "gw1.yaml")
-	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+	err = testbed.GatewayConfig{Local: a.GW1WAN4.Addr(), Peer: a.GW2WAN4.Addr(), Engine: testbed.DefaultEngine(), Metrics: "127.0.0.1:9478",
+		TUN: "esp0", Routes: []netip.Prefix{a.LANB4}, SAFile: "sas.yaml", StateDir: "gw1-state"}.Write(confPath)
+	if err != nil {
 		t.Fatal(err)
 	}
 	g, err := testbed.RunGateway(ctx, topo.GW1, bin, confPath)

@@ -16,7 +16,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 
 	"github.com/espgw/espgw/internal/gateway"
@@ -232,37 +231,10 @@ func (b *Bed) writeConfig(i int) (string, error) {
 	if b.opts.Tunnels >= 1 {
 		routes = append(routes, []netip.Prefix{TunnelBlockB, TunnelBlockA}[i])
 	}
-	var rs []string
-	for _, r := range routes {
-		rs = append(rs, r.String())
-	}
-	cfg := fmt.Sprintf(`local: %s
-peer: %s
-engine: %s
-metrics: 127.0.0.1:9478
-tun:
-  name: esp0
-  routes: [%s]
-  offloads: %v
-sa-file: sas.yaml
-state-dir: gw%d-state
-control: gw%d.sock
-wan-io: %s
-`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1, i+1, b.opts.WanIO)
-	if b.opts.WANMTU > 0 {
-		cfg += fmt.Sprintf("outer-mtu: %d\n", b.opts.WANMTU)
-	}
-	if b.opts.TUNMTU > 0 {
-		cfg = strings.Replace(cfg, "  name: esp0\n", fmt.Sprintf("  name: esp0\n  mtu: %d\n", b.opts.TUNMTU), 1)
-	}
-	if b.opts.Workers > 0 {
-		cfg += fmt.Sprintf("workers: %d\n", b.opts.Workers)
-	}
 	path := filepath.Join(b.Dir, fmt.Sprintf("gw%d.yaml", i+1))
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		return "", fmt.Errorf("write gateway config: %w", err)
-	}
-	return path, nil
+	return path, GatewayConfig{Local: local, Peer: peer, Engine: b.opts.Engine[i], WanIO: b.opts.WanIO, Metrics: "127.0.0.1:9478",
+		TUN: "esp0", TUNMTU: b.opts.TUNMTU, Routes: routes, NoOffloads: b.opts.NoOffloads, OuterMTU: b.opts.WANMTU, Workers: b.opts.Workers,
+		SAFile: "sas.yaml", StateDir: fmt.Sprintf("gw%d-state", i+1), Control: fmt.Sprintf("gw%d.sock", i+1)}.Write(path)
 }
 
 // StartGateway starts gateway i's espgw run process and waits until its
