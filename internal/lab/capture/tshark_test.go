@@ -168,22 +168,12 @@ func TestTsharkOpensSealedCaptures(t *testing.T) {
 // writeInnerCapture writes a raw-IP capture of UDP packets of the given sizes.
 func writeInnerCapture(t *testing.T, path string, v6 bool, sizes []int) [][]byte {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := NewWriter(f, LinkRaw)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var pkts [][]byte
 	for i, n := range sizes {
-		p := udpPacket(v6, max(n, 48), uint16(i))
-		pkts = append(pkts, p)
-		if err := w.Write(ciAt(i), p); err != nil {
-			t.Fatal(err)
-		}
+		pkts = append(pkts, udpPacket(v6, max(n, 48), uint16(i)))
+	}
+	if err := WriteFile(path, LinkRaw, pkts); err != nil {
+		t.Fatal(err)
 	}
 	return pkts
 }
