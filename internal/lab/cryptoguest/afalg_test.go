@@ -15,11 +15,11 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
@@ -28,13 +28,11 @@ import (
 // in the order of this file: the software-driver tests come before the
 // device's driver is loaded (from then on it outranks the kernel's
 // software for cbc(aes)).
-var shared struct {
-	once   sync.Once
-	g      *Guest
-	err    error
-	device sync.Once
-	devErr error
-}
+var (
+	shared labtest.Shared[*Guest]
+	// withDriver is the shared guest once the device's driver is loaded.
+	withDriver labtest.Shared[*Guest]
+)
 
 // The packages whose tests run in the guest.
 const (
@@ -52,23 +50,7 @@ func logger() *slog.Logger {
 
 func guest(t *testing.T) *Guest {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("boots a QEMU guest under TCG; run without -short")
-	}
-	shared.once.Do(func() {
-		if os.Geteuid() != 0 {
-			shared.err = fmt.Errorf("needs root (network namespaces, tap devices)")
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		shared.g, shared.err = Boot(ctx, Options{CryptoDevice: true, OpenSSL: true, Tests: []string{enginesPkg, afalgPkg},
-			Prefix: "cga", BootTimeout: 5 * time.Minute, Logger: logger()})
-	})
-	if shared.err != nil {
-		t.Fatalf("crypto guest unavailable: %v", shared.err)
-	}
-	return shared.g
+	return bootShared(t, &shared, "crypto guest", Options{CryptoDevice: true, OpenSSL: true, Tests: []string{enginesPkg, afalgPkg}, Prefix: "cga"})
 }
 
 // withDevice loads the device's driver and checks that /proc/crypto lists
@@ -76,21 +58,18 @@ func guest(t *testing.T) *Guest {
 func withDevice(t *testing.T) *Guest {
 	t.Helper()
 	g := guest(t)
-	shared.device.Do(func() {
+	return withDriver.Get(t, "the device's driver", func() (*Guest, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if shared.devErr = g.LoadModules(ctx, "virtio_crypto"); shared.devErr != nil {
-			return
+		if err := g.LoadModules(ctx, "virtio_crypto"); err != nil {
+			return nil, err
 		}
 		out, err := g.Run(ctx, "grep -A2 '^driver *: "+device+"$' /proc/crypto")
 		if err != nil || !strings.Contains(out, "virtio_crypto") {
-			shared.devErr = fmt.Errorf("/proc/crypto lists no %s after loading virtio_crypto: %v: %s", device, err, out)
+			return nil, fmt.Errorf("/proc/crypto lists no %s after loading virtio_crypto: %v: %s", device, err, out)
 		}
+		return g, nil
 	})
-	if shared.devErr != nil {
-		t.Fatal(shared.devErr)
-	}
-	return g
 }
 
 func deviceLoaded(t *testing.T, g *Guest) bool {

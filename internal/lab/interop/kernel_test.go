@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,13 +21,12 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// The tests share one bed, and so one guest boot.
-var shared struct {
-	once    sync.Once
-	bed     *Bed
-	err     error
-	release string // the guest's kernel release, for the matrix
-}
+// The tests share one bed, and so one guest boot; kernelRelease is the
+// guest's, for the matrix.
+var (
+	shared        labtest.Shared[*Bed]
+	kernelRelease string
+)
 
 // matrix collects what the tests ran; TestMain writes it when asked.
 var matrix Matrix
@@ -38,18 +36,8 @@ const matrixCommand = "ESPGW_WRITE_MATRIX=1 go test -count=1 -timeout 30m ./inte
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.bed != nil {
-		if err := shared.bed.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "close interop bed:", err)
-			code = 1
-		}
-	}
-	if scapyShared.bed != nil {
-		if err := scapyShared.bed.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "close scapy interop bed:", err)
-			code = 1
-		}
-	}
+	shared.Close(&code, "interop bed", (*Bed).Close)
+	scapyShared.Close(&code, "scapy interop bed", (*Bed).Close)
 	labtest.Cleanup()
 	if os.Getenv("ESPGW_WRITE_MATRIX") == "1" && matrix.Len() > 0 {
 		path := filepath.Join("..", "..", "..", "docs", "interop-matrix.md")
@@ -83,11 +71,7 @@ func sharedBed(t *testing.T) *Bed {
 	labtest.NeedNamespaces(t)
 	labtest.NeedTools(t, "qemu-system-x86_64", "ping")
 	binary := labtest.Espgw(t)
-	shared.once.Do(func() { shared.bed, shared.err = bootBed(binary) })
-	if shared.err != nil {
-		t.Fatalf("gateway ↔ kernel interop bed unavailable: %v", shared.err)
-	}
-	return shared.bed
+	return shared.Get(t, "gateway ↔ kernel interop bed", func() (*Bed, error) { return bootBed(binary) })
 }
 
 func bootBed(binary string) (*Bed, error) {
@@ -102,7 +86,7 @@ func bootBed(binary string) (*Bed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (run `%s`)", err, kernelpeer.PrepareCommand)
 	}
-	shared.release = assets.KernelRelease
+	kernelRelease = assets.KernelRelease
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	start := time.Now()
 	b, err := StartBed(ctx, BedOptions{Binary: binary, Prefix: "ki", BootTimeout: 5 * time.Minute, Log: log})
@@ -158,7 +142,7 @@ func TestGatewayKernelInterop(t *testing.T) {
 					c := Case{Suite: suite, AESBits: bits, Mode: mode, Encap: encap, ESN: esn}
 					ok := t.Run(c.Name(), func(t *testing.T) { checkTraffic(t, b, c) })
 					matrix.Add(MatrixRow{Suite: name, Mode: mode.String(), Encap: EncapName(encap), ESN: esn,
-						Peer: "linux-xfrm " + shared.release, Checks: "ping+tcp+counters", Pass: ok})
+						Peer: "linux-xfrm " + kernelRelease, Checks: "ping+tcp+counters", Pass: ok})
 				}
 			}
 		}
@@ -351,7 +335,7 @@ func TestKernelCountsTamperedAndReplayed(t *testing.T) {
 		c.Impair = &imp
 		ok := t.Run(c.Name(), func(t *testing.T) { checkImpaired(t, b, c) })
 		matrix.Add(MatrixRow{Suite: testbed.SuiteName(c.Suite, c.AESBits), Mode: c.Mode.String(), Encap: EncapName(c.Encap), ESN: c.ESN,
-			Peer: "linux-xfrm " + shared.release, Checks: "tamper+replay counted", Pass: ok})
+			Peer: "linux-xfrm " + kernelRelease, Checks: "tamper+replay counted", Pass: ok})
 	}
 }
 

@@ -93,3 +93,42 @@ func NeedTools(t testing.TB, tools ...string) {
 		}
 	}
 }
+
+// Shared is a fixture costly enough to make once for every test of the
+// binary that asks for it (a QEMU guest, a test bed): the first Get makes
+// it, the others get the same one, and TestMain closes it with Close.
+type Shared[T any] struct {
+	once sync.Once
+	v    T
+	err  error
+	made bool
+}
+
+// Get makes the fixture on first use, and fails t, saying what is
+// unavailable and why, when it could not be made (then, for every test).
+func (s *Shared[T]) Get(t testing.TB, what string, make func() (T, error)) T {
+	t.Helper()
+	s.once.Do(func() {
+		s.v, s.err = make()
+		s.made = s.err == nil
+	})
+	if s.err != nil {
+		t.Fatalf("%s unavailable: %v", what, s.err)
+	}
+	return s.v
+}
+
+// Made is the fixture, and whether Get made it.
+func (s *Shared[T]) Made() (T, bool) { return s.v, s.made }
+
+// Close closes the fixture (named what) with close if Get made it; a
+// failure is printed and sets *code to 1, so that the test binary fails.
+func (s *Shared[T]) Close(code *int, what string, close func(T) error) {
+	if !s.made {
+		return
+	}
+	if err := close(s.v); err != nil {
+		fmt.Fprintf(os.Stderr, "close %s: %v\n", what, err)
+		*code = 1
+	}
+}
