@@ -403,10 +403,8 @@ i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { c
 	requests := guestSt.Engine.Records
 	completed := usedIndex(t, g) - before
 	find := func(st gateway.Stats, spi uint32) gateway.SAStats {
-		for _, s := range st.SAs {
-			if s.SPI == fmt.Sprintf("%#x", spi) {
-				return s
-			}
+		if s := st.SA(spi); s != nil {
+			return *s
 		}
 		t.Fatalf("no SA %#x in %+v", spi, st.SAs)
 		return gateway.SAStats{}

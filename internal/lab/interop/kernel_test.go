@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -234,7 +233,7 @@ func checkCounters(t *testing.T, ctx context.Context, b *Bed, tun *Tunnel, befor
 			t.Fatal(err)
 		}
 		kin, kout = kc.State(tun.Out.Dst, tun.Out.SPI), kc.State(tun.In.Dst, tun.In.SPI)
-		gout, gin = gatewaySA(gs, tun.Out.SPI), gatewaySA(gs, tun.In.SPI)
+		gout, gin = gs.SA(tun.Out.SPI), gs.SA(tun.In.SPI)
 		if kin == nil || kout == nil || gout == nil || gin == nil {
 			t.Fatalf("SAs missing: kernel in %v out %v, gw1 out %v in %v", kin != nil, kout != nil, gout != nil, gin != nil)
 		}
@@ -301,16 +300,6 @@ func checkCounters(t *testing.T, ctx context.Context, b *Bed, tun *Tunnel, befor
 	if len(gs.Drops) > 0 {
 		t.Errorf("gw1 dropped packets no SA owns: %v", gs.Drops)
 	}
-}
-
-func gatewaySA(st gateway.Stats, spi uint32) *gateway.SAStats {
-	want := "0x" + strconv.FormatUint(uint64(spi), 16)
-	for i := range st.SAs {
-		if st.SAs[i].SPI == want {
-			return &st.SAs[i]
-		}
-	}
-	return nil
 }
 
 // TestKernelCountsTamperedAndReplayed has the relay between gw1 and the

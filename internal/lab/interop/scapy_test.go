@@ -72,7 +72,7 @@ func checkScapy(t *testing.T, b *Bed, c Case) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gout, gin = gatewaySA(gs, tun.Out.SPI), gatewaySA(gs, tun.In.SPI)
+		gout, gin = gs.SA(tun.Out.SPI), gs.SA(tun.In.SPI)
 		if gout == nil || gin == nil {
 			t.Fatalf("gw1 lacks SA %#x or %#x", tun.Out.SPI, tun.In.SPI)
 		}
