@@ -3,14 +3,10 @@ package cryptoguest
 import (
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"regexp"
@@ -436,97 +432,18 @@ i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { c
 	}
 }
 
-var sha256Line = regexp.MustCompile(`(?m)^([0-9a-f]{64})\s`)
-
 // sendToGuest sends n random bytes over TCP from the host's inner address
-// to busybox nc in the guest and compares the guest's sha256sum.
+// to busybox nc in the guest and compares sha256 sums.
 func sendToGuest(ctx context.Context, g *Guest, n int) error {
-	data := make([]byte, n)
-	rand.Read(data)
-	want := sha256.Sum256(data)
-	if _, err := g.Run(ctx, "rm -f /tmp/rx; (nc -l -p 5001 >/tmp/rx 2>/dev/null &)"); err != nil {
-		return fmt.Errorf("start nc in the guest: %w", err)
-	}
-	var conn net.Conn
-	dst := netip.AddrPortFrom(guestInner.Addr(), 5001).String()
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		err := g.NS.Do(func() error {
-			var err error
-			conn, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", dst)
-			return err
-		})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("connect to nc in the guest at %s: %w", dst, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(2 * time.Minute))
-	if _, err := conn.Write(data); err != nil {
-		return fmt.Errorf("send %d bytes to the guest: %w", n, err)
-	}
-	conn.(*net.TCPConn).CloseWrite()
-	io.Copy(io.Discard, conn)
-	out, err := g.Run(ctx, "i=0; while pidof nc >/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; wc -c </tmp/rx; sha256sum /tmp/rx")
-	if err != nil {
-		return fmt.Errorf("checksum in the guest: %w", err)
-	}
-	if m := sha256Line.FindStringSubmatch(out); m == nil || m[1] != hex.EncodeToString(want[:]) {
-		return fmt.Errorf("the guest received data with another sha256 than the %d bytes sent: %q", n, out)
-	}
-	return nil
+	_, err := g.SendTCP(ctx, g.NS, netip.AddrPortFrom(guestInner.Addr(), 5001), n, 2*time.Minute)
+	return err
 }
 
 // receiveFromGuest has busybox nc in the guest send n random bytes to a
 // listener at the host's inner address and compares sha256 sums.
 func receiveFromGuest(ctx context.Context, g *Guest, n int) error {
-	var ln net.Listener
-	addr := netip.AddrPortFrom(hostInner.Addr(), 5002).String()
-	if err := g.NS.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	defer ln.Close()
-	type result struct {
-		sum string
-		n   int64
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		ln.(*net.TCPListener).SetDeadline(time.Now().Add(2 * time.Minute))
-		c, err := ln.Accept()
-		if err != nil {
-			got <- result{err: err}
-			return
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(2 * time.Minute))
-		h := sha256.New()
-		m, err := io.Copy(h, c)
-		got <- result{hex.EncodeToString(h.Sum(nil)), m, err}
-	}()
-	out, err := g.RunFor(ctx, 2*time.Minute, fmt.Sprintf("head -c %d /dev/urandom >/tmp/tx && sha256sum /tmp/tx && nc %s 5002 </tmp/tx", n, hostInner.Addr()))
-	if err != nil {
-		ln.Close()
-		<-got
-		return fmt.Errorf("send from the guest: %w: %s", err, out)
-	}
-	r := <-got
-	if r.err != nil {
-		return fmt.Errorf("receive from the guest: %w", r.err)
-	}
-	m := sha256Line.FindStringSubmatch(out)
-	if m == nil || m[1] != r.sum || r.n != int64(n) {
-		return fmt.Errorf("received %d bytes from the guest with sha256 %s; it sent %d with %q", r.n, r.sum, n, out)
-	}
-	return nil
+	_, err := g.ReceiveTCP(ctx, g.NS, netip.AddrPortFrom(hostInner.Addr(), 5002), n, 2*time.Minute)
+	return err
 }
 
 // TestAFALGBindFailsWithoutDevice is the negative control: the very bind
