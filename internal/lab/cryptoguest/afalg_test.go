@@ -3,7 +3,6 @@ package cryptoguest
 import (
 	"context"
 	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -14,9 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/labtest"
-	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -355,24 +352,8 @@ func TestAFALGTunnel(t *testing.T) {
 	startHostGateway(ctx, t, g, sas)
 
 	// The guest's gateway, on the device.
-	engine := "afalg:" + device
-	script := fmt.Sprintf(`mkdir -p /tmp/gw && cd /tmp/gw
-echo %s | base64 -d > sas.yaml
-cat > gw.yaml <<'EOF2'
-%sEOF2
-(%s run -c gw.yaml >/tmp/gw/log 2>&1 &)
-i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { cat /tmp/gw/log; exit 1; }; sleep 0.2; done`,
-		base64.StdEncoding.EncodeToString(sas), gatewayConfig(guestWAN, hostWAN, engine, guestInner, hostInner), Espgw, Espgw)
 	before := usedIndex(t, g)
-	if out, err := g.RunFor(ctx, 2*time.Minute, script); err != nil {
-		t.Fatalf("start the guest's gateway: %v\n%s", err, out)
-	}
-	defer func() {
-		out, _ := g.Run(context.Background(), "pid=$(pidof espgw); kill $pid; sleep 1; cat /tmp/gw/log | tail -20")
-		if t.Failed() {
-			t.Logf("guest gateway:\n%s", out)
-		}
-	}()
+	gw := startGuestGateway(ctx, t, g, sas, "afalg:"+device)
 
 	// Pings both ways, 0 to 1400 bytes.
 	pingBothWays(ctx, t, g, []int{0, 1, 56, 100, 500, 1000, 1200, 1400}, 3)
@@ -388,39 +369,11 @@ i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { c
 
 	// The counters agree: what one side sealed the other opened, nothing
 	// dropped, and the guest's engine sent every request to the device.
-	hostSt, err := testbed.GatewayStats(ctx, g.NS, g.Binary())
-	if err != nil {
-		t.Fatal(err)
-	}
-	guestSt, err := guestGateway{g}.stats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hOut, hIn, gOut, gIn, guestSt := tunnelCounters(ctx, t, g, gw)
 	requests := guestSt.Engine.Records
 	completed := usedIndex(t, g) - before
-	find := func(st gateway.Stats, spi uint32) gateway.SAStats {
-		if s := st.SA(spi); s != nil {
-			return *s
-		}
-		t.Fatalf("no SA %#x in %+v", spi, st.SAs)
-		return gateway.SAStats{}
-	}
-	hOut, hIn, gOut, gIn := find(hostSt, 0x1001), find(hostSt, 0x2001), find(guestSt, 0x2001), find(guestSt, 0x1001)
 	t.Logf("host sealed %d opened %d; guest sealed %d opened %d; guest engine %s: %d requests (%+v); device completed %d",
 		hOut.SealedPackets, hIn.OpenedPackets, gOut.SealedPackets, gIn.OpenedPackets, guestSt.Engine.Name, requests, guestSt.Engine.Drivers, completed)
-	if hOut.SealedPackets == 0 || hOut.SealedPackets != gIn.OpenedPackets || gOut.SealedPackets != hIn.OpenedPackets {
-		t.Errorf("counters disagree: host sealed %d, guest opened %d; guest sealed %d, host opened %d",
-			hOut.SealedPackets, gIn.OpenedPackets, gOut.SealedPackets, hIn.OpenedPackets)
-	}
-	for name, st := range map[string]gateway.Stats{"host": hostSt, "guest": guestSt} {
-		for _, s := range st.SAs {
-			for r, v := range s.Drops {
-				if v != 0 {
-					t.Errorf("%s gateway SA %s dropped %d packets: %s", name, s.SPI, v, r)
-				}
-			}
-		}
-	}
 	if want := gOut.SealedPackets + gIn.OpenedPackets; requests != want {
 		t.Errorf("the guest's engine sent %d requests for %d packets", requests, want)
 	}
