@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"regexp"
@@ -191,11 +192,7 @@ func watchOuter(t *testing.T, b *Bed, ifname string, sas []*sa.SA) (func() map[i
 	return func() map[int]outerFields {
 			mu.Lock()
 			defer mu.Unlock()
-			out := map[int]outerFields{}
-			for k, v := range seen {
-				out[k] = v
-			}
-			return out
+			return maps.Clone(seen)
 		}, func() {
 			sn.Stop()
 			for _, e := range live {
@@ -236,11 +233,7 @@ func watchNear(t *testing.T, b *Bed) (func() map[int]delivered, func()) {
 	return func() map[int]delivered {
 		mu.Lock()
 		defer mu.Unlock()
-		out := map[int]delivered{}
-		for k, v := range seen {
-			out[k] = v
-		}
-		return out
+		return maps.Clone(seen)
 	}, sn.Stop
 }
 
