@@ -2,7 +2,6 @@ package cryptoguest
 
 import (
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -334,21 +333,10 @@ func TestAFALGTunnel(t *testing.T) {
 	g := withDevice(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}
-	key := func(n int) sa.Key {
-		k := make(sa.Key, n)
-		rand.Read(k)
-		return k
-	}
-	hostWAN, guestWAN := HostAddr.Addr(), GuestAddr.Addr()
-	out := &sa.SA{SPI: 0x1001, Mode: sa.Tunnel, Src: hostWAN, Dst: guestWAN, Suite: suite, EncKey: key(16), AuthKey: key(32),
-		ESN: true, ReplayWindow: 64, InitialSeq: 1<<32 - 5}
-	in := &sa.SA{SPI: 0x2001, Mode: sa.Tunnel, Src: guestWAN, Dst: hostWAN, Suite: suite, EncKey: key(16), AuthKey: key(32),
-		ESN: true, ReplayWindow: 64, InitialSeq: 2<<32 - 5}
-	sas, err := sa.Marshal(&sa.Config{SAs: []*sa.SA{out, in}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sas := tunnelSAs(t, sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 16, 32, func(out, in *sa.SA) {
+		out.ESN, in.ESN = true, true
+		out.InitialSeq, in.InitialSeq = 1<<32-5, 2<<32-5
+	})
 	startHostGateway(ctx, t, g, sas)
 
 	// The guest's gateway, on the device.

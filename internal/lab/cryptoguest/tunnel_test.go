@@ -61,6 +61,30 @@ func (gw guestGateway) stats(ctx context.Context) (gateway.Stats, error) {
 	return st, nil
 }
 
+// tunnelSAs is the SA file of a tunnel between the host and the guest:
+// 0x1001 host → guest and 0x2001 guest → host, tunnel mode, fresh keys of
+// the lengths given, a replay window of 64; set, when not nil, changes
+// them further.
+func tunnelSAs(t *testing.T, suite sa.Suite, encKey, authKey int, set func(out, in *sa.SA)) []byte {
+	t.Helper()
+	key := func(n int) sa.Key {
+		k := make(sa.Key, n)
+		rand.Read(k)
+		return k
+	}
+	host, guest := HostAddr.Addr(), GuestAddr.Addr()
+	out := &sa.SA{SPI: 0x1001, Mode: sa.Tunnel, Src: host, Dst: guest, Suite: suite, EncKey: key(encKey), AuthKey: key(authKey), ReplayWindow: 64}
+	in := &sa.SA{SPI: 0x2001, Mode: sa.Tunnel, Src: guest, Dst: host, Suite: suite, EncKey: key(encKey), AuthKey: key(authKey), ReplayWindow: 64}
+	if set != nil {
+		set(out, in)
+	}
+	sas, err := sa.Marshal(&sa.Config{SAs: []*sa.SA{out, in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sas
+}
+
 // startGuestGateway writes the guest gateway's SA file sas and its config
 // (engine, the guest's side of the tunnel) to /tmp/gw and starts it; when
 // the test ends it is stopped and waited for (the next test may take the
@@ -186,20 +210,7 @@ func TestVirtioGatewayInGuest(t *testing.T) {
 	g := iommuGuest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
-	key := func(n int) sa.Key {
-		k := make(sa.Key, n)
-		rand.Read(k)
-		return k
-	}
-	hostWAN, guestWAN := HostAddr.Addr(), GuestAddr.Addr()
-	sas, err := sa.Marshal(&sa.Config{SAs: []*sa.SA{
-		{SPI: 0x1001, Mode: sa.Tunnel, Src: hostWAN, Dst: guestWAN, Suite: suite, EncKey: key(16), AuthKey: key(20), ReplayWindow: 64},
-		{SPI: 0x2001, Mode: sa.Tunnel, Src: guestWAN, Dst: hostWAN, Suite: suite, EncKey: key(16), AuthKey: key(20), ReplayWindow: 64},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sas := tunnelSAs(t, sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 16, 20, nil)
 	startHostGateway(ctx, t, g, sas)
 	gw := startGuestGateway(ctx, t, g, sas, "virtio")
 
