@@ -1,5 +1,6 @@
 // Package labtest holds what the lab's tests and the end-to-end tests
-// share: the espgw command built once per test binary, and the checks that
+// share: the espgw command built once per test binary, fixtures made once
+// per test binary (Shared: a QEMU guest, a test bed), and the checks that
 // fail a test saying plainly why it cannot run here (not root, no network
 // namespaces, a tool missing). Only tests import it.
 package labtest
@@ -106,10 +107,10 @@ type Shared[T any] struct {
 
 // Get makes the fixture on first use, and fails t, saying what is
 // unavailable and why, when it could not be made (then, for every test).
-func (s *Shared[T]) Get(t testing.TB, what string, make func() (T, error)) T {
+func (s *Shared[T]) Get(t testing.TB, what string, build func() (T, error)) T {
 	t.Helper()
 	s.once.Do(func() {
-		s.v, s.err = make()
+		s.v, s.err = build()
 		s.made = s.err == nil
 	})
 	if s.err != nil {
@@ -121,13 +122,13 @@ func (s *Shared[T]) Get(t testing.TB, what string, make func() (T, error)) T {
 // Made is the fixture, and whether Get made it.
 func (s *Shared[T]) Made() (T, bool) { return s.v, s.made }
 
-// Close closes the fixture (named what) with close if Get made it; a
+// Close closes the fixture (named what) with closeFn if Get made it; a
 // failure is printed and sets *code to 1, so that the test binary fails.
-func (s *Shared[T]) Close(code *int, what string, close func(T) error) {
+func (s *Shared[T]) Close(code *int, what string, closeFn func(T) error) {
 	if !s.made {
 		return
 	}
-	if err := close(s.v); err != nil {
+	if err := closeFn(s.v); err != nil {
 		fmt.Fprintf(os.Stderr, "close %s: %v\n", what, err)
 		*code = 1
 	}
