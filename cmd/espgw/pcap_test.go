@@ -34,7 +34,6 @@ func run(bin string, args ...string) (stdout, stderr string, code int) {
 }
 
 // rawCapture writes a raw-IP pcap holding one IPv4 UDP packet.
-// rawCapture writes a capture of one IPv4 UDP packet.
 func rawCapture(t *testing.T, path string) {
 	t.Helper()
 	pkt := make([]byte, 60)
