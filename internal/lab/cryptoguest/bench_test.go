@@ -1,6 +1,7 @@
 package cryptoguest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -50,9 +51,10 @@ func BenchmarkAFALGSpeed(b *testing.B) {
 }
 
 // benchConfig is one row: a name, espgw speed's arguments (or "openssl"),
-// and a guest shell command run before each of its runs (e.g. handing the
-// device back to the kernel after the virtio engine took it).
-type benchConfig struct{ name, args, setup string }
+// a guest shell command run before each of its runs (e.g. handing the
+// device back to the kernel after the virtio engine took it), and the
+// -evp algorithm (aes-128-cbc if empty; espgw rows only).
+type benchConfig struct{ name, args, setup, alg string }
 
 func benchGuest(b *testing.B) *Guest {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -91,11 +93,12 @@ func runConfigs(b *testing.B, g *Guest, title string, cfgs []benchConfig, rounds
 				}
 				kbps = row.KBps
 			} else {
-				out, err := g.RunFor(ctx, 10*time.Minute, Espgw+" speed -elapsed -evp aes-128-cbc -seconds "+secs+" "+c.args+" 2>/dev/null")
+				alg := cmp.Or(c.alg, "aes-128-cbc")
+				out, err := g.RunFor(ctx, 10*time.Minute, Espgw+" speed -elapsed -evp "+alg+" -seconds "+secs+" "+c.args+" 2>/dev/null")
 				if err != nil {
 					b.Fatalf("%s: %v\n%s", c.args, err, out)
 				}
-				row, err := speed.ParseOpenSSL([]byte(out), "AES-128-CBC", len(speed.Sizes))
+				row, err := speed.ParseOpenSSL([]byte(out), strings.ToUpper(alg), len(speed.Sizes))
 				if err != nil {
 					b.Fatalf("%s: %v\n%s", c.args, err, out)
 				}
@@ -106,7 +109,7 @@ func runConfigs(b *testing.B, g *Guest, title string, cfgs []benchConfig, rounds
 		}
 	}
 	var md strings.Builder
-	fmt.Fprintf(&md, "\n%s — aes-128-cbc, 1000s of bytes per second by the wall clock, median of %d interleaved runs of %s s per size; ratio to openssl's afalg engine:\n\n", title, rounds, secs)
+	fmt.Fprintf(&md, "\n%s — 1000s of bytes per second by the wall clock, median of %d interleaved runs of %s s per size; ratio to the first row:\n\n", title, rounds, secs)
 	md.WriteString("| engine |")
 	for _, s := range speed.Sizes {
 		fmt.Fprintf(&md, " %d B |", s)
@@ -166,8 +169,11 @@ i=0; until grep -q '^driver *: virtio_crypto_aes_cbc' /proc/crypto; do i=$((i+1)
 //
 //	ESPGW_SPEED_SECONDS=2 go test -run '^$' -bench VirtioSpeed -benchtime 1x ./internal/lab/cryptoguest/
 //
-// ESPGW_VIRTIO_BENCH=curve runs the curve alone; ESPGW_BENCH_ROUNDS sets
-// its runs per row (default 3; the median is printed, and every run).
+// ESPGW_VIRTIO_BENCH picks the parts (comma-separated; default all):
+// compare (the kernel's driver beside virtio), curve (requests in flight),
+// ciphers (aes-192, aes-256 and 3DES at one point of the curve, for the
+// profile's costs by cipher). ESPGW_BENCH_ROUNDS sets the curve's and the
+// ciphers' runs per row (default 3; the median is printed, and every run).
 func BenchmarkVirtioSpeed(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -179,7 +185,9 @@ func BenchmarkVirtioSpeed(b *testing.B) {
 	if err := g.LoadModules(ctx, "virtio_crypto"); err != nil {
 		b.Fatal(err)
 	}
-	if os.Getenv("ESPGW_VIRTIO_BENCH") != "curve" {
+	parts := os.Getenv("ESPGW_VIRTIO_BENCH")
+	part := func(name string) bool { return parts == "" || slices.Contains(strings.Split(parts, ","), name) }
+	if part("compare") {
 		runConfigs(b, g, "one virtio-crypto device: the kernel's driver through AF_ALG, and espgw's own (virtio)", []benchConfig{
 			{name: "openssl speed -engine afalg", args: "openssl", setup: toKernel},
 			{name: "afalg:virtio_crypto_aes_cbc, 4 sockets, batch 16", args: "-engine afalg:virtio_crypto_aes_cbc -workers 4 -batch 16", setup: toKernel},
@@ -192,12 +200,21 @@ func BenchmarkVirtioSpeed(b *testing.B) {
 	if n, err := strconv.Atoi(os.Getenv("ESPGW_BENCH_ROUNDS")); err == nil && n > 0 {
 		rounds = n
 	}
-	var curve []benchConfig
-	for _, bm := range VirtioCurve {
-		curve = append(curve, benchConfig{name: fmt.Sprintf("virtio, batch %d, %d streams (%d in flight)", bm[0], bm[1], bm[0]*bm[1]),
-			args: fmt.Sprintf("-engine virtio -batch %d -multi %d", bm[0], bm[1])})
+	if part("curve") {
+		var curve []benchConfig
+		for _, bm := range VirtioCurve {
+			curve = append(curve, benchConfig{name: fmt.Sprintf("virtio, batch %d, %d streams (%d in flight)", bm[0], bm[1], bm[0]*bm[1]),
+				args: fmt.Sprintf("-engine virtio -batch %d -multi %d", bm[0], bm[1])})
+		}
+		runConfigs(b, g, "the virtio engine against requests in flight", curve, rounds)
 	}
-	runConfigs(b, g, "the virtio engine against requests in flight", curve, rounds)
+	if part("ciphers") {
+		var ciphers []benchConfig
+		for _, alg := range []string{"aes-128-cbc", "aes-192-cbc", "aes-256-cbc", "des-ede3-cbc"} {
+			ciphers = append(ciphers, benchConfig{name: "virtio " + alg + ", batch 16, 4 streams", alg: alg, args: "-engine virtio -batch 16 -multi 4"})
+		}
+		runConfigs(b, g, "the virtio engine by cipher (ratio to aes-128-cbc)", ciphers, rounds)
+	}
 }
 
 // VirtioCurve is the curve's rows, {batch, streams}: the batch alone (one
