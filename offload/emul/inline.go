@@ -17,7 +17,7 @@ type inline struct {
 	name    string
 	m       *model
 	epoch   time.Time
-	virtual bool // the cores' clocks run on the model alone (see ring.Config.Virtual)
+	virtual bool // the cores' clocks run on the model alone (see Options.Virtual)
 
 	mu    sync.Mutex
 	cores []time.Duration                  // modelled time each core is next idle
