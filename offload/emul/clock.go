@@ -169,21 +169,24 @@ func (c *clock) Deliver(b *offload.Batch, arrival, done int64) int64 {
 // real clock.
 func (c *clock) ModelClock() time.Duration { return time.Duration(c.delivered.Load()) }
 
-// spinWindow is how close to a deadline Wait stops sleeping and spins: Go's
-// timers on Linux wake up to about a millisecond late.
+// Wait returns once the real clock reaches at.
+func (c *clock) Wait(at int64) { waitUntil(c.epoch, time.Duration(at)) }
+
+// spinWindow is how close to a deadline waitUntil stops sleeping and spins:
+// Go's timers on Linux wake up to about a millisecond late.
 const spinWindow = 1500 * time.Microsecond
 
-// Wait returns once the real clock reaches at: a sleep for the bulk, then
-// spinning, yielding the processor, for the rest.
-func (c *clock) Wait(at int64) {
-	d := time.Duration(at - c.now())
+// waitUntil returns once the real clock reaches at (time since epoch): a
+// sleep for the bulk, then spinning, yielding the processor, for the rest.
+func waitUntil(epoch time.Time, at time.Duration) {
+	d := at - time.Since(epoch)
 	if d <= 0 {
 		return
 	}
 	if d > spinWindow {
 		time.Sleep(d - spinWindow)
 	}
-	for at > c.now() {
+	for at > time.Since(epoch) {
 		runtime.Gosched()
 	}
 }

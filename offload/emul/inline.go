@@ -2,7 +2,6 @@ package emul
 
 import (
 	"context"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -101,13 +100,7 @@ func (e *inline) run(ops []*offload.Op, b *offload.Batch) error {
 	}
 	e.mu.Unlock()
 	if done-now > minWait {
-		for done > time.Since(e.epoch) {
-			if d := done - time.Since(e.epoch); d > 1500*time.Microsecond {
-				time.Sleep(d - 1500*time.Microsecond)
-				continue
-			}
-			runtimeYield()
-		}
+		waitUntil(e.epoch, done)
 	}
 	e.Count(ops)
 	if b != nil && b.Done != nil {
@@ -115,5 +108,3 @@ func (e *inline) run(ops []*offload.Op, b *offload.Batch) error {
 	}
 	return nil
 }
-
-func runtimeYield() { runtime.Gosched() }
