@@ -594,6 +594,11 @@ func (rt *Runtime) Close() {
 			rt.TUN.Close()
 		}
 	}
+	if rt.Gateway != nil {
+		if err := rt.Gateway.Close(); err != nil {
+			rt.Gateway.log.Warn("close the sequence journal", "err", err)
+		}
+	}
 	if rt.Engine != nil {
 		rt.Engine.Close()
 	}
