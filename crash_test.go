@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
@@ -191,7 +192,7 @@ func TestSecondGatewayRefused(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, err := b.Topo.GW1.Command(ctx, binary, "run", "-c", path).CombinedOutput()
+	out, err := b.Topo.GW1.Command(ctx, labtest.Espgw(t), "run", "-c", path).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "another gateway (pid ") || !strings.Contains(string(out), "runs these SAs in network namespace") {
 		t.Fatalf("second gateway: %v\n%s", err, out)
 	}
