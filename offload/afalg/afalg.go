@@ -173,7 +173,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{name: name, opts: opts, log: opts.Logger, note: kernelNote(release()),
 		chunks: make(chan chunk, max(opts.QueueDepth, opts.Sockets)), space: make(chan struct{})}
 	e.pend.New = func() any { return new(pending) }
-	e.inline = newWorker(e, opts.Sockets)
+	e.inline = newWorker(e, opts.Sockets, true)
 	if e.note != "" {
 		e.log.Warn(e.note, "engine", name)
 	}
@@ -389,7 +389,7 @@ func (e *Engine) finish(p *pending) {
 // work is worker i: it drives operation socket i of every session.
 func (e *Engine) work(i int) {
 	defer e.wg.Done()
-	w := newWorker(e, i)
+	w := newWorker(e, i, false)
 	for c := range e.chunks {
 		for _, op := range c.ops {
 			w.process(op)
