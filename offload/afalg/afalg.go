@@ -13,7 +13,11 @@
 // requests are in flight at once. Socket N+1 is the submitter's own: when
 // nothing is in flight, a batch of one or two ops runs on the goroutine
 // that submits it, with no worker to wake and none to wake it back (the
-// case of `openssl speed`'s one buffer at a time). Each op is one request, the ESP packet
+// case of `openssl speed`'s one buffer at a time), and its requests wait in
+// the kernel without a hand-off of the Go scheduler's (kcapi.Op.DoDirect:
+// the hand-off doubled a request's cost under QEMU). The workers' requests
+// do tell the scheduler, so that one worker's wait lets the others post
+// theirs. Each op is one request, the ESP packet
 // worked in place: the same memory is sent (sendmsg) and received into
 // (recvmsg), through iovecs that lay the associated data out as the
 // kernel's ESP does (SPI | sequence | IV; with ESN the high sequence bits

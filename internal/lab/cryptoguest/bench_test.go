@@ -67,50 +67,63 @@ func benchGuest(b *testing.B) *Guest {
 }
 
 // runConfigs times every configuration rounds times, interleaved, and
-// prints the medians per size and their ratio to the first (openssl).
+// prints the medians per size and their ratio to the first (openssl), and
+// the guest's context switches per request (from /proc/stat, so the
+// guest's own few processes included): a count the host's load does not
+// change, unlike the rates.
 func runConfigs(b *testing.B, g *Guest, title string, cfgs []benchConfig, rounds int) {
 	ctx := context.Background()
 	secs := speedSeconds()
+	nsecs, err := strconv.ParseFloat(secs, 64)
+	if err != nil {
+		b.Fatalf("ESPGW_SPEED_SECONDS=%q: %v", secs, err)
+	}
 	results := make([][][]float64, len(cfgs)) // config → round → size
+	switches := make([][]float64, len(cfgs))  // config → round → per request
 	for range rounds {
 		for i, c := range cfgs {
-			var kbps []float64
 			if c.setup != "" {
 				if out, err := g.RunFor(ctx, 2*time.Minute, c.setup); err != nil {
 					b.Fatalf("%s: setup: %v\n%s", c.name, err, out)
 				}
 			}
+			cmd := Espgw + " speed -elapsed -evp aes-128-cbc -seconds " + secs + " " + c.args
 			if c.args == "openssl" {
-				out, err := g.RunFor(ctx, 10*time.Minute, "openssl speed -elapsed -engine afalg -evp aes-128-cbc -seconds "+secs+" 2>/dev/null")
-				if err != nil {
-					b.Fatalf("openssl: %v\n%s", err, out)
-				}
-				row, err := speed.ParseOpenSSL([]byte(out), "AES-128-CBC", len(speed.Sizes))
-				if err != nil {
-					b.Fatalf("openssl: %v\n%s", err, out)
-				}
-				kbps = row.KBps
-			} else {
-				out, err := g.RunFor(ctx, 10*time.Minute, Espgw+" speed -elapsed -evp aes-128-cbc -seconds "+secs+" "+c.args+" 2>/dev/null")
-				if err != nil {
-					b.Fatalf("%s: %v\n%s", c.args, err, out)
-				}
-				row, err := speed.ParseOpenSSL([]byte(out), "AES-128-CBC", len(speed.Sizes))
-				if err != nil {
-					b.Fatalf("%s: %v\n%s", c.args, err, out)
-				}
-				kbps = row.KBps
+				cmd = "openssl speed -elapsed -engine afalg -evp aes-128-cbc -seconds " + secs
 			}
-			results[i] = append(results[i], kbps)
+			const ctxt = "awk '/^ctxt/{print \"ctxt\", $2}' /proc/stat"
+			out, err := g.RunFor(ctx, 10*time.Minute, ctxt+"; "+cmd+" 2>/dev/null; "+ctxt)
+			if err != nil {
+				b.Fatalf("%s: %v\n%s", c.name, err, out)
+			}
+			row, err := speed.ParseOpenSSL([]byte(out), "AES-128-CBC", len(speed.Sizes))
+			if err != nil {
+				b.Fatalf("%s: %v\n%s", c.name, err, out)
+			}
+			results[i] = append(results[i], row.KBps)
+			var counts []float64
+			for _, l := range strings.Split(out, "\n") {
+				if f := strings.Fields(l); len(f) == 2 && f[0] == "ctxt" {
+					n, _ := strconv.ParseFloat(f[1], 64)
+					counts = append(counts, n)
+				}
+			}
+			requests := 0.0
+			for j, size := range speed.Sizes {
+				requests += row.KBps[j] * 1000 * nsecs / float64(size)
+			}
+			if len(counts) == 2 && requests > 0 {
+				switches[i] = append(switches[i], (counts[1]-counts[0])/requests)
+			}
 		}
 	}
 	var md strings.Builder
-	fmt.Fprintf(&md, "\n%s — aes-128-cbc, 1000s of bytes per second by the wall clock, median of %d interleaved runs of %s s per size; ratio to openssl's afalg engine:\n\n", title, rounds, secs)
+	fmt.Fprintf(&md, "\n%s — aes-128-cbc, 1000s of bytes per second by the wall clock, median of %d interleaved runs of %s s per size; ratio to openssl's afalg engine; the guest's context switches per request:\n\n", title, rounds, secs)
 	md.WriteString("| engine |")
 	for _, s := range speed.Sizes {
 		fmt.Fprintf(&md, " %d B |", s)
 	}
-	md.WriteString("\n| --- |" + strings.Repeat(" ---: |", len(speed.Sizes)) + "\n")
+	md.WriteString(" switches/request |\n| --- |" + strings.Repeat(" ---: |", len(speed.Sizes)+1) + "\n")
 	base := medians(results[0])
 	for i, c := range cfgs {
 		m := medians(results[i])
@@ -121,6 +134,13 @@ func runConfigs(b *testing.B, g *Guest, title string, cfgs []benchConfig, rounds
 			} else {
 				fmt.Fprintf(&md, " %.0f (%.2f×) |", v, v/base[j])
 			}
+		}
+		sorted := slices.Clone(switches[i])
+		slices.Sort(sorted)
+		if len(sorted) > 0 {
+			fmt.Fprintf(&md, " %.2f |", sorted[len(sorted)/2])
+		} else {
+			md.WriteString(" – |")
 		}
 		md.WriteString("\n")
 	}
