@@ -222,8 +222,8 @@ func (o *Op) Do(encrypt bool, iv []byte, assocLen int, in, out *Vec) (int, error
 // GOMAXPROCS 1 one more to poll the network — and under QEMU that is a
 // request's worth of time: measured in a one-vCPU guest, one context
 // switch per request more than openssl on the kernel's software driver and
-// three to four more on virtio-crypto, where DoDirect has as many as openssl.
-// The price: until the request returns, that P runs nothing else and a
+// three to four more on virtio-crypto, where DoDirect has about as many as
+// openssl. The price: until the request returns, that P runs nothing else and a
 // garbage collection waits for it, so a request that never returns stalls
 // the process. Use it only where requests are known to be short.
 func (o *Op) DoDirect(encrypt bool, iv []byte, assocLen int, in, out *Vec) (int, error) {
