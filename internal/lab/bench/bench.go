@@ -55,7 +55,8 @@ type Options struct {
 	SkipPlain     bool   // leave plain routing out (tests)
 	TCPDuration   time.Duration
 	TrialDuration time.Duration // one UDP trial (default 1s)
-	Iterations    int           // most trials of the zero-loss search per frame size (default 8)
+	Iterations    int           // most trials of the zero-loss search per frame size, repeats included (default 8)
+	Retries       int           // repeats of a lossy trial before its rate counts as lossy (Searcher.Retries; default none)
 	PartialIters  int           // most extra trials for the partial-drop rate (default 3)
 	PartialLoss   float64       // partial-drop threshold (default 0.001)
 	Frames        []Mix         // default: 64 … 1400 and IMIX
@@ -236,8 +237,10 @@ type Report struct {
 	Started  time.Time     `json:"started"`
 	Elapsed  time.Duration `json:"elapsed_ns"`
 	Command  string        `json:"command,omitempty"`
-	LoadAvg  string        `json:"loadavg,omitempty"` // /proc/loadavg at the start: how busy the machine was
-	Nice     int           `json:"nice,omitempty"`    // nice(1) value of every tunnel's processes (Options.Nice)
+	LoadAvg  string        `json:"loadavg,omitempty"`     // /proc/loadavg at the start: how busy the machine was
+	LoadEnd  string        `json:"loadavg_end,omitempty"` // /proc/loadavg at the end
+	Nice     int           `json:"nice,omitempty"`        // nice(1) value of every tunnel's processes (Options.Nice)
+	Retries  int           `json:"retries,omitempty"`     // repeats of a lossy trial (Options.Retries)
 	Results  []*Result     `json:"results"`
 	Ratios   []Ratio       `json:"ratios"`
 	Targets  []TargetCheck `json:"targets"`
@@ -346,9 +349,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		rep.LoadAvg = strings.TrimSpace(string(b))
 	}
-	if o.Nice != 0 {
-		rep.Nice = o.Nice
-	}
+	rep.Nice, rep.Retries = o.Nice, o.Retries
 	m := &meter{o: o, total: len(specs) * o.stepsPerPath()}
 	for _, spec := range specs {
 		if ctx.Err() != nil {
@@ -362,6 +363,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.Partial = ctx.Err() != nil
 	rep.Elapsed = time.Since(rep.Started)
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		rep.LoadEnd = strings.TrimSpace(string(b))
+	}
 	rep.Ratios, rep.Targets = Compare(rep.Results, o.LatencyFrame)
 	return rep, nil
 }
@@ -605,7 +609,7 @@ func (m *meter) frame(ctx context.Context, probe *Probe, name string, mix Mix) (
 	}
 	fr.Offered, fr.Delivered = r.SentRate(), float64(r.Received)/r.Elapsed.Seconds()
 	m.step(what, 1)
-	s := &Searcher{Max: fr.Offered, Iterations: o.Iterations, Resolution: 0.01,
+	s := &Searcher{Max: fr.Offered, Iterations: o.Iterations, Retries: o.Retries, Resolution: 0.01,
 		Budget:  time.Duration(o.Iterations) * (o.TrialDuration + drainMax),
 		History: []Attempt{{Rate: fr.Offered, Loss: r.Loss()}}}
 	trials := 0

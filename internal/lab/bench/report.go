@@ -18,6 +18,12 @@ func (rep *Report) Print(w io.Writer) {
 	if rep.LoadAvg != "" {
 		fmt.Fprintf(w, "load average at start: %s\n", rep.LoadAvg)
 	}
+	if rep.LoadEnd != "" {
+		fmt.Fprintf(w, "load average at end: %s\n", rep.LoadEnd)
+	}
+	if rep.Retries > 0 {
+		fmt.Fprintf(w, "a lossy trial was run again up to %d time(s) before its rate counted as lossy\n", rep.Retries)
+	}
 	if rep.Nice != 0 {
 		fmt.Fprintf(w, "tunnel processes (espgw and wireguard-go alike) at nice %d\n", rep.Nice)
 	}
