@@ -269,7 +269,7 @@ func (rt *Runtime) openXDP(k connKey, w *transport.Conn, cfg *Config, log *slog.
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", xdp.ErrUnsupported, err)
 		}
-		return xdp.Open(xdp.Config{Device: dev, Local: local, Fallback: w, Log: log})
+		return xdp.Open(xdp.Config{Device: dev, Local: local, Fallback: w, Mode: cfg.XDPMode, Log: log})
 	}()
 	switch {
 	case err == nil:

@@ -49,7 +49,10 @@ type Options struct {
 	InitialSeq   uint64
 	Engine       [2]string // per gateway (default: DefaultEngine)
 	// WanIO is the gateways' wan-io setting (default: DefaultWanIO).
-	WanIO   string
+	WanIO string
+	// XDPMode is the gateways' xdp-mode setting (default: none, which is
+	// auto: generic on the WAN veths).
+	XDPMode string
 	Workers int
 	// TUNOffloads turns vnet-hdr offloads on (default on; set NoOffloads).
 	NoOffloads bool
@@ -294,6 +297,9 @@ wan-io: %s
 `, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1, i+1, b.opts.WanIO)
 	if b.opts.WANMTU > 0 {
 		cfg += fmt.Sprintf("outer-mtu: %d\n", b.opts.WANMTU)
+	}
+	if b.opts.XDPMode != "" {
+		cfg += fmt.Sprintf("xdp-mode: %s\n", b.opts.XDPMode)
 	}
 	if b.opts.TUNMTU > 0 {
 		cfg = strings.Replace(cfg, "  name: esp0\n", fmt.Sprintf("  name: esp0\n  mtu: %d\n", b.opts.TUNMTU), 1)
