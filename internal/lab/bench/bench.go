@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 
@@ -42,7 +43,9 @@ type Options struct {
 	OuterV6    bool
 	NoOffloads bool // TUN vnet-hdr offloads off in the gateways
 	// WanIO are the gateways' wan-io settings to measure raw ESP with, a
-	// path each (default socket; xdp or auto put it on AF_XDP).
+	// path each (default socket; xdp or auto put it on AF_XDP, in generic
+	// mode on the WAN veths; xdp-native on AF_XDP with the program attached
+	// natively, xdp-mode native).
 	WanIO []string
 	// Nice, when not 0, runs every tunnel's processes — the espgw gateways
 	// and the wireguard-go baseline alike — at this nice(1) value, as a
@@ -54,6 +57,7 @@ type Options struct {
 	WireguardDir  string // cache folder for the wireguard-go build
 	SkipPlain     bool   // leave plain routing out (tests)
 	TCPDuration   time.Duration
+	TCPRuns       int           // iperf3 runs per TCP measure, the median kept (default 1)
 	TrialDuration time.Duration // one UDP trial (default 1s)
 	Iterations    int           // most trials of the zero-loss search per frame size, repeats included (default 8)
 	Retries       int           // repeats of a lossy trial before its rate counts as lossy (Searcher.Retries; default none)
@@ -81,6 +85,9 @@ func (o *Options) defaults() {
 	}
 	if len(o.Encaps) == 0 {
 		o.Encaps = []sa.Encap{sa.EncapNone}
+	}
+	if o.TCPRuns == 0 {
+		o.TCPRuns = 1
 	}
 	if o.TCPDuration == 0 {
 		o.TCPDuration = 3 * time.Second
@@ -135,7 +142,11 @@ type Result struct {
 	TCP4     float64 `json:"tcp4_bps"`
 	TCP1Retr int     `json:"tcp1_retransmits"`
 	TCP4Retr int     `json:"tcp4_retransmits"`
-	WanIO    string  `json:"wan_io,omitempty"`
+	// TCP1Runs and TCP4Runs are every iperf3 run's rate when there were
+	// several (Options.TCPRuns); TCP1 and TCP4 are their medians.
+	TCP1Runs []float64 `json:"tcp1_runs_bps,omitempty"`
+	TCP4Runs []float64 `json:"tcp4_runs_bps,omitempty"`
+	WanIO    string    `json:"wan_io,omitempty"`
 	// Iperf64 is iperf3's UDP at 64-byte frames on this path (plain
 	// routing only): the reference the probe's own top rate is held to.
 	Iperf64  *IperfUDP       `json:"iperf3_udp64,omitempty"`
@@ -280,6 +291,10 @@ func Check(o Options) error {
 	}
 	return nil
 }
+
+// WanIOXDPNative is the bench's wan-io for raw ESP over AF_XDP with the
+// program attached natively (the gateways' wan-io xdp, xdp-mode native).
+const WanIOXDPNative = "xdp-native"
 
 // pathSpec is one path to measure.
 type pathSpec struct {
@@ -470,8 +485,12 @@ func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*path, 
 	if err != nil {
 		return nil, err
 	}
+	wanIO, xdpMode := spec.wanIO, ""
+	if wanIO == WanIOXDPNative {
+		wanIO, xdpMode = "xdp", "native"
+	}
 	bed, err := testbed.Start(ctx, testbed.Options{Binary: o.Binary, Nice: o.Nice, Prefix: o.Prefix, Suite: suite, AESBits: bits,
-		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, WanIO: spec.wanIO, Log: o.Log})
+		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, WanIO: wanIO, XDPMode: xdpMode, Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
@@ -504,18 +523,32 @@ func (m *meter) measure(ctx context.Context, p *path, res *Result) error {
 	defer func() { res.Gateways = usage(ctx, procs, cpu0, time.Since(start), p.stats) }()
 
 	dst := topo.Addr.HostB4.Addr()
-	for _, streams := range []int{1, 4} {
-		m.step(fmt.Sprintf("%s: TCP, %d stream(s)", res.Name, streams), 0)
-		r, err := testbed.Iperf3(ctx, topo.HostB, topo.HostA, dst, testbed.IperfOptions{Duration: o.TCPDuration, Streams: streams})
-		if err != nil {
-			return fmt.Errorf("TCP with %d streams: %w", streams, err)
+	// With several runs, 1 and 4 streams take turns, so both see the
+	// machine's load of the same seconds.
+	var runs [2][]float64
+	var retr [2]int
+	for run := range o.TCPRuns {
+		for k, streams := range []int{1, 4} {
+			what := fmt.Sprintf("%s: TCP, %d stream(s)", res.Name, streams)
+			if o.TCPRuns > 1 {
+				what += fmt.Sprintf(", run %d of %d", run+1, o.TCPRuns)
+			}
+			m.step(what, 0)
+			r, err := testbed.Iperf3(ctx, topo.HostB, topo.HostA, dst, testbed.IperfOptions{Duration: o.TCPDuration, Streams: streams})
+			if err != nil {
+				return fmt.Errorf("TCP with %d streams: %w", streams, err)
+			}
+			runs[k] = append(runs[k], r.BitsPerSecond)
+			retr[k] += r.Retransmits
+			if run == o.TCPRuns-1 {
+				m.step(what, 1)
+			}
 		}
-		if streams == 1 {
-			res.TCP1, res.TCP1Retr = r.BitsPerSecond, r.Retransmits
-		} else {
-			res.TCP4, res.TCP4Retr = r.BitsPerSecond, r.Retransmits
-		}
-		m.step(fmt.Sprintf("%s: TCP, %d stream(s)", res.Name, streams), 1)
+	}
+	res.TCP1, res.TCP4 = median(runs[0]), median(runs[1])
+	res.TCP1Retr, res.TCP4Retr = retr[0], retr[1]
+	if o.TCPRuns > 1 {
+		res.TCP1Runs, res.TCP4Runs = runs[0], runs[1]
 	}
 
 	probe, err := NewProbe(topo.HostA, topo.HostB, dst)
@@ -673,4 +706,18 @@ func usage(ctx context.Context, procs []process, cpu0 []time.Duration, wall time
 		out = append(out, u)
 	}
 	return out
+}
+
+// median is the middle of xs (the mean of the middle two for an even
+// count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
