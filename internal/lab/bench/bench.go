@@ -22,8 +22,10 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
@@ -67,6 +69,14 @@ type Options struct {
 	LatencyFrame  int           // frame size of the latency loads (default 512)
 	LatencyLoads  []float64     // fractions of the zero-loss rate (default 0.1, 0.5, 0.9)
 	LatencyTime   time.Duration // one latency load (default 2s)
+
+	// ProfileDir, when set, has every espgw gateway serve Go's profiler
+	// and takes a CPU profile of each during the first single-stream TCP
+	// run and during the first frame size's search, written there as
+	// PATH-gwN-tcp1.pprof and PATH-gwN-udpFRAME.pprof. Profiling costs
+	// the gateways some CPU: a run with it measures the profile, not the
+	// rates.
+	ProfileDir string
 
 	// Progress is told of every step: what is running, steps done, steps in all.
 	Progress func(what string, done, total int)
@@ -327,6 +337,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := Check(o); err != nil {
 		return nil, err
 	}
+	if o.ProfileDir != "" {
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("bench: the profile folder: %w", err)
+		}
+	}
 	var specs []pathSpec
 	if !o.SkipPlain {
 		specs = append(specs, pathSpec{kind: KindPlain})
@@ -452,7 +467,11 @@ type path struct {
 	topo  *netns.Topology
 	procs []process
 	stats func(context.Context) []gateway.Stats
-	close func()
+	// profile, when set (Options.ProfileDir, espgw only), starts a CPU
+	// profile of every gateway over d, written with what in the names;
+	// the returned func waits for them.
+	profile func(ctx context.Context, what string, d time.Duration) (wait func())
+	close   func()
 }
 
 // setUp builds the path: the topology and whatever forwards across it.
@@ -490,13 +509,29 @@ func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*path, 
 		wanIO, xdpMode = "xdp", "native"
 	}
 	bed, err := testbed.Start(ctx, testbed.Options{Binary: o.Binary, Nice: o.Nice, Prefix: o.Prefix, Suite: suite, AESBits: bits,
-		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, WanIO: wanIO, XDPMode: xdpMode, Log: o.Log})
+		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, WanIO: wanIO, XDPMode: xdpMode, Pprof: o.ProfileDir != "", Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
 	p := &path{topo: bed.Topo, close: func() { bed.Close() }}
 	for _, g := range bed.GW {
 		p.procs = append(p.procs, process{g.Name, g.PID()})
+	}
+	if o.ProfileDir != "" {
+		p.profile = func(ctx context.Context, what string, d time.Duration) func() {
+			var wg sync.WaitGroup
+			for i := range bed.GW {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					file := filepath.Join(o.ProfileDir, fmt.Sprintf("%s-gw%d-%s.pprof", fileName(spec.name()), i+1, what))
+					if err := bed.Profile(ctx, i, d, file); err != nil {
+						o.Log.Warn("profile a gateway", "gateway", bed.GW[i].Name, "err", err)
+					}
+				}()
+			}
+			return wg.Wait
+		}
 	}
 	p.stats = func(ctx context.Context) []gateway.Stats {
 		var out []gateway.Stats
@@ -534,7 +569,12 @@ func (m *meter) measure(ctx context.Context, p *path, res *Result) error {
 				what += fmt.Sprintf(", run %d of %d", run+1, o.TCPRuns)
 			}
 			m.step(what, 0)
+			wait := func() {}
+			if p.profile != nil && run == 0 && streams == 1 {
+				wait = p.profile(ctx, "tcp1", o.TCPDuration-time.Second/2)
+			}
 			r, err := testbed.Iperf3(ctx, topo.HostB, topo.HostA, dst, testbed.IperfOptions{Duration: o.TCPDuration, Streams: streams})
+			wait()
 			if err != nil {
 				return fmt.Errorf("TCP with %d streams: %w", streams, err)
 			}
@@ -570,8 +610,13 @@ func (m *meter) measure(ctx context.Context, p *path, res *Result) error {
 	}
 
 	latencyMix := Single(o.LatencyFrame)
-	for _, mix := range o.measuredFrames() {
+	for k, mix := range o.measuredFrames() {
+		wait := func() {}
+		if p.profile != nil && k == 0 {
+			wait = p.profile(ctx, "udp"+mix.Name, 8*o.TrialDuration)
+		}
 		fr, err := m.frame(ctx, probe, res.Name, mix)
+		wait()
 		res.Frames = append(res.Frames, fr)
 		if err != nil {
 			return fmt.Errorf("frame %s: %w", mix.Name, err)
@@ -720,4 +765,16 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// fileName is name with every character but letters, digits, '.', '+'
+// and '-' made '_'.
+func fileName(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '+', r == '-':
+			return r
+		}
+		return '_'
+	}, name)
 }

@@ -13,7 +13,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -50,6 +53,9 @@ type Options struct {
 	Engine       [2]string // per gateway (default: DefaultEngine)
 	// WanIO is the gateways' wan-io setting (default: DefaultWanIO).
 	WanIO string
+	// Pprof turns the gateways' Go profiler on (pprof: PprofAddr, in each
+	// gateway's namespace), for Bed.Profile.
+	Pprof bool
 	// XDPMode is the gateways' xdp-mode setting (default: none, which is
 	// auto: generic on the WAN veths).
 	XDPMode string
@@ -301,6 +307,9 @@ wan-io: %s
 	if b.opts.XDPMode != "" {
 		cfg += fmt.Sprintf("xdp-mode: %s\n", b.opts.XDPMode)
 	}
+	if b.opts.Pprof {
+		cfg += fmt.Sprintf("pprof: %s\n", PprofAddr)
+	}
 	if b.opts.TUNMTU > 0 {
 		cfg = strings.Replace(cfg, "  name: esp0\n", fmt.Sprintf("  name: esp0\n  mtu: %d\n", b.opts.TUNMTU), 1)
 	}
@@ -386,6 +395,49 @@ func (b *Bed) Stats(ctx context.Context, i int) (gateway.Stats, error) {
 		return st, fmt.Errorf("stats of %s: %w", b.GW[i].Name, err)
 	}
 	return st, nil
+}
+
+// PprofAddr is where a gateway of a bed with Options.Pprof serves Go's
+// profiler, in its own namespace.
+const PprofAddr = "127.0.0.1:6060"
+
+// Profile takes a CPU profile of gateway i over d and writes it to path
+// (pprof's format, for go tool pprof). The bed needs Options.Pprof.
+func (b *Bed) Profile(ctx context.Context, i int, d time.Duration, path string) error {
+	g := b.GW[i]
+	client := &http.Client{Timeout: d + 10*time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := g.NS.Do(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		}}}
+	defer client.CloseIdleConnections()
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", PprofAddr, max(1, int(d.Seconds())))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", g.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s", g.Name, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", g.Name, err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("profile %s: %w", g.Name, err)
+	}
+	return f.Close()
 }
 
 // Close stops the gateways and removes every namespace, link and file.
