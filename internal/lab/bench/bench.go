@@ -712,6 +712,11 @@ func (m *meter) frame(ctx context.Context, probe *Probe, name string, mix Mix) (
 	s.Iterations = o.PartialIters
 	fr.Partial, err = s.Find(ctx, o.PartialLoss)
 	fr.Trials = s.History
+	// The partial-drop search may have repeated a lossy trial into a pass
+	// above the zero-loss rate: that rate carried the load without loss.
+	if lo, _ := s.bracket(0); lo > fr.ZeroLoss {
+		fr.ZeroLoss = lo
+	}
 	m.step(what, o.PartialIters-trials)
 	fr.GeneratorLimited = r.Loss() == 0
 	fr.Limit = "path"

@@ -53,6 +53,7 @@ func noLeftovers(t *testing.T, prefix string) {
 func TestShortRealBench(t *testing.T) {
 	o := shortOptions(espgwBinary(t), "bnt")
 	requireBench(t, o)
+	o.TCPRuns, o.Retries, o.ProfileDir = 2, 1, t.TempDir()
 	var steps, last int
 	o.Progress = func(_ string, done, total int) {
 		steps++
@@ -77,6 +78,9 @@ func TestShortRealBench(t *testing.T) {
 	for _, r := range rep.Results {
 		if r.TCP1 <= 0 || r.TCP4 <= 0 {
 			t.Errorf("%s: TCP %g / %g bit/s", r.Name, r.TCP1, r.TCP4)
+		}
+		if len(r.TCP1Runs) != 2 || len(r.TCP4Runs) != 2 || r.TCP1 != median(r.TCP1Runs) {
+			t.Errorf("%s: TCP×1 %g of runs %v, TCP×4 runs %v: want the median of two runs each", r.Name, r.TCP1, r.TCP1Runs, r.TCP4Runs)
 		}
 		for _, f := range r.Frames {
 			if f.ZeroLoss <= 0 || f.Partial < f.ZeroLoss || f.Offered <= 0 || len(f.Trials) == 0 {
@@ -111,6 +115,15 @@ func TestShortRealBench(t *testing.T) {
 	}
 	if steps == 0 || last != len(rep.Results)*o.stepsPerPath() {
 		t.Errorf("progress ended at %d of %d after %d calls", last, len(rep.Results)*o.stepsPerPath(), steps)
+	}
+	// Profiles of both gateways, during TCP and the first frame's search.
+	for _, what := range []string{"tcp1", "udp64"} {
+		for _, gw := range []string{"gw1", "gw2"} {
+			file := filepath.Join(o.ProfileDir, fileName(esp.Name)+"-"+gw+"-"+what+".pprof")
+			if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
+				t.Errorf("profile %s: %v", file, err)
+			}
+		}
 	}
 	dir := t.TempDir()
 	if _, err := WriteCharts(dir, rep); err != nil {
