@@ -428,13 +428,21 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	if c.v6 {
 		ipLen = ipv6HeaderLen
 	}
+	var lastPeer netip.Addr
+	var lastHop hop
+	lastOK := false
 	for _, p := range pkts {
 		if p.Len <= 0 || p.Off < 0 || p.Off+p.Len > len(p.Buf) || !p.Peer.Addr().IsValid() {
 			fb = append(fb, p) // the raw socket refuses it with the reason
 			continue
 		}
 		total := ethHeaderLen + ipLen + p.Len
-		h, ok := hops[p.Peer.Addr()]
+		// A batch mostly goes to one peer: look its hop up once.
+		if a := p.Peer.Addr(); a != lastPeer || !lastOK {
+			lastPeer = a
+			lastHop, lastOK = hops[a]
+		}
+		h, ok := lastHop, lastOK
 		switch {
 		case !ok:
 			c.stats.noNeighbor.Add(1)
