@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
@@ -61,12 +61,7 @@ func TestSequenceRecoveryFullDisk(t *testing.T) {
 		t.Fatal(err)
 	}
 	pingAll(t, b, 3) // its first reservation is on the tmpfs now
-	seqFile := ""
-	if files, _ := filepath.Glob(filepath.Join(dir, "seq-*")); len(files) == 1 {
-		seqFile = files[0]
-	} else {
-		t.Fatalf("state files %v, want one", files)
-	}
+	storedBound(t, dir)
 
 	// Fill the disk: the next reservation fails.
 	filler := filepath.Join(dir, "filler")
@@ -91,7 +86,7 @@ func TestSequenceRecoveryFullDisk(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		out = saOf(t, b, 0, "out")
 	}
-	bound := readBound(t, seqFile)
+	bound := storedBound(t, dir)
 	if _, err := b.StopGateway(0, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -148,17 +143,20 @@ func fill(t *testing.T, path string) {
 	t.Fatal("the disk never filled")
 }
 
-func readBound(t *testing.T, path string) uint64 {
+// storedBound is the one SA bound the state directory holds.
+func storedBound(t *testing.T, dir string) uint64 {
 	t.Helper()
-	data, err := os.ReadFile(path)
+	bounds, err := gateway.StoredBounds(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
-	if err != nil {
-		t.Fatal(err)
+	if len(bounds) != 1 {
+		t.Fatalf("bounds stored in %s: %v, want the outbound SA's", dir, bounds)
 	}
-	return n
+	for _, b := range bounds {
+		return b
+	}
+	return 0
 }
 
 // saOf is gateway i's one SA of the direction (out or in).
@@ -194,7 +192,7 @@ func TestSecondGatewayRefused(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	out, err := b.Topo.GW1.Command(ctx, binary, "run", "-c", path).CombinedOutput()
+	out, err := b.Topo.GW1.Command(ctx, labtest.Espgw(t), "run", "-c", path).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "another gateway (pid ") || !strings.Contains(string(out), "runs these SAs in network namespace") {
 		t.Fatalf("second gateway: %v\n%s", err, out)
 	}
@@ -262,11 +260,7 @@ func TestDefaultStateDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	pingAll(t, b, 3)
-	files, _ := filepath.Glob(filepath.Join(dir, "seq-*"))
-	if len(files) != 1 {
-		t.Fatalf("state files in %s: %v, want the outbound SA's", dir, files)
-	}
-	if bound := readBound(t, files[0]); bound <= saOf(t, b, 0, "out").LastSeq {
+	if bound := storedBound(t, dir); bound <= saOf(t, b, 0, "out").LastSeq {
 		t.Errorf("bound %d not above the last sequence number sent", bound)
 	}
 }

@@ -18,25 +18,15 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/espgw/espgw/internal/control"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
 
-// binary is the espgw executable the gateways run, built once by TestMain.
-var binary string
-
+// TestMain runs the tests and then checks, after a whole run, that they
+// left no namespace or gateway behind.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "espgw-it-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "espgw")
-	if out, err := exec.Command("go", "build", "-o", binary, "./cmd/espgw").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build espgw: %v\n%s", err, out)
-		os.Exit(1)
-	}
 	code := m.Run()
 	if code == 0 && !testing.Short() {
 		if leaks := leftovers(); leaks != "" {
@@ -44,7 +34,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	os.RemoveAll(dir)
+	labtest.Cleanup()
 	os.Exit(code)
 }
 
@@ -54,8 +44,10 @@ func leftovers() string {
 	if names, err := netns.List("it"); err == nil && len(names) > 0 {
 		out = append(out, "namespaces: "+strings.Join(names, " "))
 	}
-	if ps, _ := exec.Command("pgrep", "-f", binary).Output(); len(ps) > 0 {
-		out = append(out, "processes: "+strings.TrimSpace(string(ps)))
+	if bin := labtest.Built(); bin != "" {
+		if ps, _ := exec.Command("pgrep", "-f", bin).Output(); len(ps) > 0 {
+			out = append(out, "processes: "+strings.TrimSpace(string(ps)))
+		}
 	}
 	return strings.Join(out, "\n")
 }
@@ -66,19 +58,13 @@ func needRoot(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test: needs root and namespaces (run without -short)")
 	}
-	if err := netns.CheckPrerequisites(); err != nil {
-		t.Fatalf("end-to-end tests need root, network namespaces and iproute2: %v", err)
-	}
-	for _, tool := range []string{"ping", "iperf3", "tcpdump", "tshark"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("end-to-end tests need %s (scripts/setup.sh installs it)", tool)
-		}
-	}
+	labtest.NeedNamespaces(t)
+	labtest.NeedTools(t, "ping", "iperf3", "tcpdump", "tshark")
 }
 
 func startBed(t *testing.T, o testbed.Options) *testbed.Bed {
 	t.Helper()
-	o.Binary = binary
+	o.Binary = labtest.Espgw(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	b, err := testbed.Start(ctx, o)
@@ -547,7 +533,7 @@ func TestManyTunnels(t *testing.T) {
 	if err := os.WriteFile(file, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(binary, "sa", "rekey", "--socket", b.ControlSocket(0), "--peer-socket", b.ControlSocket(1), "--grace", "200ms", file).CombinedOutput()
+	out, err := exec.Command(labtest.Espgw(t), "sa", "rekey", "--socket", b.ControlSocket(0), "--peer-socket", b.ControlSocket(1), "--grace", "200ms", file).CombinedOutput()
 	if err != nil {
 		t.Fatalf("espgw sa rekey: %v\n%s", err, out)
 	}
@@ -555,7 +541,7 @@ func TestManyTunnels(t *testing.T) {
 	if n := opened(next.Out.SPI); n != 2 {
 		t.Errorf("the new SA %#x opened %d packets, want the 2 pings after the rekey", next.Out.SPI, n)
 	}
-	out, err = exec.Command(binary, "sa", "list", "--socket", b.ControlSocket(1)).Output()
+	out, err = exec.Command(labtest.Espgw(t), "sa", "list", "--socket", b.ControlSocket(1)).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -571,7 +557,7 @@ func TestManyTunnels(t *testing.T) {
 			t.Errorf("the old inbound SA %s is still in force after the grace period", s.SPI)
 		}
 	}
-	out, err = exec.Command(binary, "policy", "list", "--socket", b.ControlSocket(0)).Output()
+	out, err = exec.Command(labtest.Espgw(t), "policy", "list", "--socket", b.ControlSocket(0)).Output()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -595,7 +581,7 @@ func TestManyTunnels(t *testing.T) {
 	}
 	run := func(stdin []byte, args ...string) string {
 		t.Helper()
-		cmd := exec.Command(binary, args...)
+		cmd := exec.Command(labtest.Espgw(t), args...)
 		cmd.Stdin = bytes.NewReader(stdin)
 		out, err := cmd.CombinedOutput()
 		if err != nil {

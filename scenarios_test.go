@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/scenario"
 	"github.com/espgw/espgw/internal/lab/testbed"
 )
@@ -30,7 +31,7 @@ func TestScenarios(t *testing.T) {
 			t.Run(s.Name, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				r := scenario.Run(ctx, s, scenario.Options{Binary: binary, Prefix: "it"})
+				r := scenario.Run(ctx, s, scenario.Options{Binary: labtest.Espgw(t), Prefix: "it"})
 				if !r.Pass {
 					var b strings.Builder
 					scenario.PrintTable(&b, []*scenario.Result{r})
@@ -56,7 +57,7 @@ func TestScenarioVerdictsMatchTshark(t *testing.T) {
 	caps := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := scenario.Run(ctx, scs[0], scenario.Options{Binary: binary, Prefix: "it", Captures: caps})
+	r := scenario.Run(ctx, scs[0], scenario.Options{Binary: labtest.Espgw(t), Prefix: "it", Captures: caps})
 	if !r.Pass {
 		var b strings.Builder
 		scenario.PrintTable(&b, []*scenario.Result{r})
@@ -105,7 +106,7 @@ expect:
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	r := scenario.Run(ctx, scs[0], scenario.Options{Binary: binary, Prefix: "it"})
+	r := scenario.Run(ctx, scs[0], scenario.Options{Binary: labtest.Espgw(t), Prefix: "it"})
 	if !r.Pass {
 		var b strings.Builder
 		scenario.PrintTable(&b, []*scenario.Result{r})

@@ -10,6 +10,5 @@ func (s *SA) StartReceiveAfter(seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.window.Reset(s.windowSize())
-	s.window.last = seq
-	s.window.words[(seq/wordBits)%ringWords] = 1 << (seq % wordBits)
+	s.window.mark(seq)
 }

@@ -1,25 +1,49 @@
 package esp
 
-import "github.com/espgw/espgw/sa"
-
 // Window is an anti-replay window (RFC 4303 §3.4.3) kept as a ring of 64-bit
 // words, as RFC 6479 describes: advancing the window clears whole words rather
 // than shifting the bitmap, so its cost does not grow with the window size.
+// The ring is as small as the window allows (a power of two of words, more
+// than the window spans): a window of up to 192 packets lives in the SA
+// itself, a larger one in a ring of its own. A gateway of 100,000 SAs with
+// the default window of 64 holds 32 bytes of bitmap per SA, not the 520 a
+// ring sized for the largest window would take.
 // It is not safe for concurrent use; the SA guards it.
 type Window struct {
 	size  uint64 // packets the window accepts behind the highest
 	last  uint64 // highest sequence number accepted; 0 before the first
-	words [sa.MaxReplayWindow/64 + 1]uint64
+	mask  uint64 // ring words - 1
+	small [smallWords]uint64
+	big   []uint64 // the ring when it does not fit in small
 }
 
 const (
-	wordBits  = 64
-	ringWords = sa.MaxReplayWindow/64 + 1
+	wordBits   = 64
+	smallWords = 4
 )
 
 // Reset empties the window and sets its size (1…sa.MaxReplayWindow).
 func (w *Window) Reset(size int) {
-	*w = Window{size: uint64(size)}
+	// The size bits behind the highest span at most (size-1)/64+2 words;
+	// the ring has that many or more, so advancing never clears a word
+	// still in the window.
+	need := uint64(max(size, 1)-1)/wordBits + 2
+	n := uint64(1)
+	for n < need {
+		n <<= 1
+	}
+	*w = Window{size: uint64(size), mask: n - 1}
+	if n > smallWords {
+		w.big = make([]uint64, n)
+	}
+}
+
+// word is the ring word holding bit seq.
+func (w *Window) word(seq uint64) *uint64 {
+	if w.big != nil {
+		return &w.big[(seq/wordBits)&w.mask]
+	}
+	return &w.small[(seq/wordBits)&w.mask]
 }
 
 // Last returns the highest sequence number accepted.
@@ -36,8 +60,7 @@ func (w *Window) Check(seq uint64) Reason {
 	if w.last-seq >= w.size {
 		return OutsideWindow
 	}
-	idx := (seq / wordBits) % ringWords
-	if w.words[idx]&(1<<(seq%wordBits)) != 0 {
+	if *w.word(seq)&(1<<(seq%wordBits)) != 0 {
 		return Replay
 	}
 	return OK
@@ -53,17 +76,24 @@ func (w *Window) Accept(seq uint64) Reason {
 	if seq > w.last {
 		cur := w.last / wordBits
 		next := seq / wordBits
-		if next-cur >= ringWords {
-			w.words = [ringWords]uint64{}
+		if next-cur > w.mask {
+			clear(w.small[:])
+			clear(w.big)
 		} else {
 			for i := cur + 1; i <= next; i++ {
-				w.words[i%ringWords] = 0
+				*w.word(i * wordBits) = 0
 			}
 		}
 		w.last = seq
 	}
-	w.words[(seq/wordBits)%ringWords] |= 1 << (seq % wordBits)
+	*w.word(seq) |= 1 << (seq % wordBits)
 	return OK
+}
+
+// mark records seq as the only number seen (StartReceiveAfter).
+func (w *Window) mark(seq uint64) {
+	w.last = seq
+	*w.word(seq) = 1 << (seq % wordBits)
 }
 
 // InferSeqHi reconstructs the high 32 bits of a 64-bit ESN from the low bits

@@ -55,29 +55,39 @@ type Snapshot struct {
 // engine session, sequence counter, replay window, lifetimes and counters.
 // Sealing and opening are safe for concurrent use.
 type SA struct {
+	// The fields every packet reads come first, those of sealing then
+	// those of opening, so that a packet touches three or four cache
+	// lines of its SA: with thousands of SAs taking turns, each line is a
+	// cache miss.
 	Config *sa.SA
-	suite  sa.Suite
-	engine offload.Engine
 	sess   offload.Session
+	// Aux is the owner's own data about the SA (the gateway's outer-header
+	// state), set before the SA is in use; esp never reads it. It saves
+	// the owner a lookup per packet.
+	Aux any
 
 	ivLen, icvLen, block int
+	suite                sa.Suite
+	expired              atomic.Bool
 
-	seq atomic.Uint64 // last sequence number assigned
+	seq      atomic.Uint64 // last sequence number assigned
+	reserved atomic.Uint64 // the bound the last completed Reserve recorded
+	reserve  func(*SA, uint64) error
+	// ivSalt makes CTR and GCM IVs unique across restarts with the same
+	// keys: IV = seq XOR ivSalt; ivBlock makes CBC IVs: IV = E_ivKey(seq),
+	// unpredictable without the random per-SA ivKey and never repeated.
+	ivSalt    uint64
+	ivFunc    func(seq uint64, iv []byte) // Options.IV, known-answer tests only
+	ivBlock   cipher.Block
+	reserving atomic.Bool // a reservation ahead of need is running
 
 	mu     sync.Mutex // guards window
 	window Window
 
-	// ivBlock makes CBC IVs: IV = E_ivKey(seq), unpredictable without the
-	// random per-SA ivKey and never repeated; ivSalt makes CTR and GCM IVs
-	// unique across restarts with the same keys: IV = seq XOR ivSalt.
-	ivBlock cipher.Block
-	ivSalt  uint64
-	ivFunc  func(seq uint64, iv []byte) // Options.IV, known-answer tests only
+	Counters Counters
 
-	reserve   func(*SA, uint64) error
-	reserved  atomic.Uint64 // the bound the last completed Reserve recorded
-	reserveMu sync.Mutex    // serialises Reserve calls
-	reserving atomic.Bool   // a reservation ahead of need is running
+	engine    offload.Engine
+	reserveMu sync.Mutex // serialises Reserve calls
 	// retryAt is when (unix ns) a failed reservation may be tried again
 	// on the sealing goroutine: until then packets over the bound are
 	// dropped at once, not each held up by a failing write.
@@ -88,20 +98,12 @@ type SA struct {
 	framed, framedBytes atomic.Uint64
 
 	created   time.Time
-	expired   atomic.Bool
 	softFired atomic.Bool
 	onSoft    func(*SA)
 
 	// frags remembers initial fragments' ports for the selector check of
 	// the fragments after them (fragment.go).
 	frags Fragments
-
-	Counters Counters
-
-	// Aux is the owner's own data about the SA (the gateway's outer-header
-	// state), set before the SA is in use; esp never reads it. It saves
-	// the owner a lookup per packet.
-	Aux any
 }
 
 // Options tune an SA beyond its configuration.
@@ -165,13 +167,16 @@ func (s *SA) reserveFor(seq uint64) bool {
 	return seq <= s.reserved.Load()
 }
 
-// ReserveAhead makes the first reservation now, before the first packet
-// needs it, so that a gateway putting many SAs in force pays their first
-// Reserve calls (fsyncs) off the data path: a packet that comes sooner
-// still waits for it. It does nothing without Options.Reserve.
-func (s *SA) ReserveAhead() {
-	if s.reserve != nil {
-		s.reserveUpTo(s.seq.Load() + ReserveBlock)
+// Reserved tells the SA that its owner recorded upTo durably by other
+// means than Options.Reserve — one write covering many SAs' first
+// reservations before they go in force — so that its first packets do not
+// wait for a Reserve call of their own. The bound never goes down.
+func (s *SA) Reserved(upTo uint64) {
+	s.reserveMu.Lock()
+	defer s.reserveMu.Unlock()
+	if upTo > s.reserved.Load() {
+		s.retryAt.Store(0)
+		s.reserved.Store(upTo)
 	}
 }
 

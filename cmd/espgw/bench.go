@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/espgw/espgw/internal/lab/bench"
-	"github.com/espgw/espgw/sa"
 )
 
 func newBench() *cobra.Command {
@@ -53,14 +51,11 @@ socket.`,
 				return benchTunnels(cmd, o, tunnels, encaps, frames, reconfig, controlAdds, asJSON, quiet, save)
 			}
 			for _, e := range splitList(encaps) {
-				switch e {
-				case "none", "raw":
-					o.Encaps = append(o.Encaps, sa.EncapNone)
-				case "udp":
-					o.Encaps = append(o.Encaps, sa.EncapUDP)
-				default:
-					return fmt.Errorf("--encaps %q: want none or udp", e)
+				enc, err := parseEncap("--encaps", e)
+				if err != nil {
+					return err
 				}
+				o.Encaps = append(o.Encaps, enc)
 			}
 			var err error
 			if o.Frames, err = bench.ParseMixes(frames); err != nil {
@@ -72,18 +67,9 @@ socket.`,
 				}
 			}
 			if !quiet {
-				bar := progressbar.NewOptions(1, progressbar.OptionSetWriter(cmd.ErrOrStderr()),
-					progressbar.OptionSetWidth(30), progressbar.OptionShowCount(), progressbar.OptionSetElapsedTime(true),
-					progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish(),
-					progressbar.OptionThrottle(100*time.Millisecond))
-				defer bar.Finish()
-				o.Progress = func(what string, done, total int) {
-					if total > 0 && bar.GetMax() != total {
-						bar.ChangeMax(total)
-					}
-					bar.Describe(what)
-					bar.Set(done)
-				}
+				var finish func()
+				o.Progress, finish = progressBar(cmd, progressbar.OptionSetPredictTime(true))
+				defer finish()
 			}
 			rep, err := bench.Run(cmd.Context(), o)
 			if err != nil {
@@ -99,24 +85,9 @@ socket.`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "charts: %s\n", strings.Join(files, ", "))
 				}
 			}
-			if save != "" {
-				b, err := json.MarshalIndent(rep, "", "  ")
-				if err != nil {
-					return err
-				}
-				if err := os.WriteFile(save, append(b, '\n'), 0o644); err != nil {
-					return fmt.Errorf("save the report: %w", err)
-				}
-			}
 			fmt.Fprintln(cmd.ErrOrStderr())
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(rep); err != nil {
-					return err
-				}
-			} else {
-				rep.Print(cmd.OutOrStdout())
+			if err := printReport(cmd, rep, rep.Print, asJSON, save); err != nil {
+				return err
 			}
 			if rep.Partial {
 				return fmt.Errorf("bench interrupted: results above are partial")
@@ -168,12 +139,11 @@ func benchTunnels(cmd *cobra.Command, o bench.Options, counts, encaps, frames st
 		}
 		to.Counts = append(to.Counts, n)
 	}
-	switch e := splitList(encaps); {
-	case len(e) == 0 || e[0] == "none" || e[0] == "raw":
-	case e[0] == "udp":
-		to.Encap = sa.EncapUDP
-	default:
-		return fmt.Errorf("--encaps %q: want none or udp", encaps)
+	if e := splitList(encaps); len(e) > 0 {
+		var err error
+		if to.Encap, err = parseEncap("--encaps", e[0]); err != nil {
+			return err
+		}
 	}
 	if frames != "all" {
 		mixes, err := bench.ParseMixes(frames)
@@ -183,41 +153,18 @@ func benchTunnels(cmd *cobra.Command, o bench.Options, counts, encaps, frames st
 		to.Frame = mixes[0].Frames[0]
 	}
 	if !quiet {
-		bar := progressbar.NewOptions(1, progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionSetWidth(30),
-			progressbar.OptionShowCount(), progressbar.OptionSetElapsedTime(true), progressbar.OptionClearOnFinish(),
-			progressbar.OptionThrottle(100*time.Millisecond))
-		defer bar.Finish()
-		to.Progress = func(what string, done, total int) {
-			if total > 0 && bar.GetMax() != total {
-				bar.ChangeMax(total)
-			}
-			bar.Describe(what)
-			bar.Set(done)
-		}
+		var finish func()
+		to.Progress, finish = progressBar(cmd)
+		defer finish()
 	}
 	rep, err := bench.RunTunnels(cmd.Context(), to)
 	if err != nil {
 		return err
 	}
 	rep.Command = "espgw " + strings.Join(os.Args[1:], " ")
-	if save != "" {
-		b, err := json.MarshalIndent(rep, "", "  ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(save, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("save the report: %w", err)
-		}
-	}
 	fmt.Fprintln(cmd.ErrOrStderr())
-	if asJSON {
-		enc := json.NewEncoder(cmd.OutOrStdout())
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
-		rep.Print(cmd.OutOrStdout())
+	if err := printReport(cmd, rep, rep.Print, asJSON, save); err != nil {
+		return err
 	}
 	if rep.Partial {
 		return fmt.Errorf("bench interrupted: results above are partial")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -238,13 +237,4 @@ func ask(cmd *cobra.Command, socket string, req control.Request) error {
 		return err
 	}
 	return printJSON(cmd, resp)
-}
-
-func printJSON(cmd *cobra.Command, resp control.Response) error {
-	enc := json.NewEncoder(cmd.OutOrStdout())
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(resp); err != nil {
-		return errors.New("print the answer: " + err.Error())
-	}
-	return nil
 }

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/espgw/espgw/internal/lab/demo"
-	"github.com/espgw/espgw/sa"
 )
 
 func newDemo() *cobra.Command {
@@ -26,13 +23,9 @@ the same SAs, and report what was sent, what came out and why anything did
 not. Needs root. Removes everything it made, also on failure and Ctrl-C.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			switch encap {
-			case "none", "raw":
-				o.Encap = sa.EncapNone
-			case "udp":
-				o.Encap = sa.EncapUDP
-			default:
-				return fmt.Errorf("--encap %q: want none or udp", encap)
+			var err error
+			if o.Encap, err = parseEncap("--encap", encap); err != nil {
+				return err
 			}
 			if !asJSON {
 				o.Progress = cmd.ErrOrStderr()
@@ -41,14 +34,8 @@ not. Needs root. Removes everything it made, also on failure and Ctrl-C.`,
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(r); err != nil {
-					return err
-				}
-			} else {
-				r.Print(cmd.OutOrStdout())
+			if err := printReport(cmd, r, r.Print, asJSON, ""); err != nil {
+				return err
 			}
 			if !r.OK() {
 				return errors.New("demo: traffic did not all come out (see the report)")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/sa"
 )
@@ -28,10 +29,8 @@ func TestScenarioExternalDevice(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots the QEMU kernel guest as an external device; run without -short")
 	}
-	if err := netns.CheckPrerequisites(); err != nil {
-		t.Fatal(err)
-	}
-	bin := buildEspgw(t)
+	labtest.NeedNamespaces(t)
+	bin := labtest.Espgw(t)
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()

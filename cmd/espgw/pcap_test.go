@@ -11,18 +11,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/espgw/espgw/internal/lab/labtest"
 )
 
-// buildEspgw builds the command once per test binary run.
-func buildEspgw(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "espgw")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
-}
+// TestMain removes the espgw command the tests built.
+func TestMain(m *testing.M) { labtest.Main(m) }
 
 func run(bin string, args ...string) (stdout, stderr string, code int) {
 	cmd := exec.Command(bin, args...)
@@ -68,7 +62,7 @@ const saYAML = `sa:
 `
 
 func TestPcapCommands(t *testing.T) {
-	bin := buildEspgw(t)
+	bin := labtest.Espgw(t)
 	dir := t.TempDir()
 	saFile := filepath.Join(dir, "sa.yaml")
 	os.WriteFile(saFile, []byte(saYAML), 0o600)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/espgw/espgw/internal/lab/labtest"
 )
 
 // espgw sa convert writes every format, each file of them reads back
@@ -12,7 +14,7 @@ import (
 // takes any of them, an error names file, line and field without a key,
 // and output files are the owner's only.
 func TestSAConvert(t *testing.T) {
-	bin := buildEspgw(t)
+	bin := labtest.Espgw(t)
 	dir := t.TempDir()
 	yamlFile := filepath.Join(dir, "sa.yaml")
 	os.WriteFile(yamlFile, []byte(saYAML), 0o600)

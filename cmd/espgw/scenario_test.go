@@ -12,12 +12,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
 )
 
 func TestScenarioList(t *testing.T) {
-	bin := buildEspgw(t)
+	bin := labtest.Espgw(t)
 	out, errOut, code := run(bin, "scenario", "list", "../../scenarios")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -34,7 +35,7 @@ func TestScenarioList(t *testing.T) {
 }
 
 func TestScenarioMalformed(t *testing.T) {
-	bin := buildEspgw(t)
+	bin := labtest.Espgw(t)
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	doc := "name: bad\ntraffic:\n  steps:\n    - ping: {count: -1}\nexpect: {delivered: 1}\n"
 	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
@@ -49,10 +50,8 @@ func TestScenarioMalformed(t *testing.T) {
 // TestScenarioRun runs one passing and one failing scenario with every
 // report: the table, JSON, JUnit and the captures.
 func TestScenarioRun(t *testing.T) {
-	if err := netns.CheckPrerequisites(); err != nil {
-		t.Fatalf("scenario runs need root and network namespaces: %v", err)
-	}
-	bin := buildEspgw(t)
+	labtest.NeedNamespaces(t)
+	bin := labtest.Espgw(t)
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
@@ -141,10 +140,8 @@ func TestScenarioBundledKernelPeer(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots the QEMU kernel guest and runs every kernel-peer scenario; run without -short")
 	}
-	if err := netns.CheckPrerequisites(); err != nil {
-		t.Fatalf("scenario runs need root and network namespaces: %v", err)
-	}
-	bin := buildEspgw(t)
+	labtest.NeedNamespaces(t)
+	bin := labtest.Espgw(t)
 	out, errOut, code := run(bin, "scenario", "run", "--bundled", "--peer", "linux-xfrm", "--prefix", "sck", "--json")
 	var rep struct {
 		Results []struct {
@@ -185,7 +182,7 @@ func TestScenarioBundledKernelPeer(t *testing.T) {
 // An unwritable --junit report stops the run before any test bed is built,
 // not after the whole run.
 func TestScenarioJUnitCheckedFirst(t *testing.T) {
-	bin := buildEspgw(t)
+	bin := labtest.Espgw(t)
 	dir := t.TempDir()
 	for _, junit := range []string{filepath.Join(dir, "missing", "x.xml"), dir} {
 		_, errOut, code := run(bin, "scenario", "run", "--junit", junit, "../../scenarios/tamper.yaml")

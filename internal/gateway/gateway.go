@@ -94,10 +94,6 @@ type Gateway struct {
 	run    *runner
 
 	retired retiredSAs
-	// reserveQ feeds the goroutines that make new SAs' first sequence
-	// reservations (reserveAhead); they live as long as the process.
-	reserveOnce sync.Once
-	reserveQ    chan *esp.SA
 
 	// seq records outbound sequence reservations (Options.StateDir).
 	seq *seqStore
@@ -162,18 +158,40 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	}
 	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine,
 		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState(),
-		retired: retiredSAs{live: map[*esp.SA]string{}, totals: map[string]*esp.Snapshot{}}}
+		retired: retiredSAs{live: map[*esp.SA]string{}, totals: map[string]*esp.Snapshot{}, pending: map[*retirement]struct{}{}}}
 	if opts.StateDir != "" {
+		// Opened when the first outbound SA is built, where an error
+		// can be returned.
 		g.seq = newSeqStore(opts.StateDir, opts.Log)
-		if err := g.seq.clean(); err != nil {
-			opts.Log.Warn("state directory", "dir", opts.StateDir, "err", err)
-		}
 	}
 	g.innerMTU.Store(int64(opts.InnerMTU))
 	for _, c := range conns {
 		g.conns[c] = &connRun{}
 	}
 	return g
+}
+
+// Close ends what the gateway does in the background once Run has
+// returned (or was never called): the retirements still waiting are
+// finished at once (their sessions closed), and the sequence journal is
+// closed after the write under way. Reservations asked for after it fail,
+// so nothing more is sent on its SAs. It leaves the device, the
+// connections and the engine to their owners, and no goroutine behind.
+func (g *Gateway) Close() error {
+	g.retired.mu.Lock()
+	var waiting []*retirement
+	for r := range g.retired.pending {
+		r.timer.Stop()
+		waiting = append(waiting, r)
+	}
+	g.retired.mu.Unlock()
+	for _, r := range waiting {
+		g.finishRetire(r)
+	}
+	if g.seq != nil {
+		return g.seq.close()
+	}
+	return nil
 }
 
 // InnerMTU is the largest inner packet the gateway sends through the tunnel.

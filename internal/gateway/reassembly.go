@@ -1,8 +1,6 @@
 package gateway
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -61,38 +59,40 @@ func ReadReassembly() (ReassemblyStats, error) {
 // ParseReassembly reads the reassembly counters out of the contents of
 // /proc/net/snmp and /proc/net/snmp6 (any host's: a kernel peer's too).
 func ParseReassembly(snmp, snmp6 []byte) ReassemblyStats {
-	var r ReassemblyStats
-	ip := ipCounters(snmp)
-	r.IPv4 = ReassemblyCounters{Reqds: ip["ReasmReqds"], OKs: ip["ReasmOKs"], Fails: ip["ReasmFails"], Timeout: ip["ReasmTimeout"]}
-	v := map[string]uint64{}
-	for _, line := range strings.Split(string(snmp6), "\n") {
-		f := strings.Fields(line)
-		if len(f) == 2 {
-			v[f[0]], _ = strconv.ParseUint(f[1], 10, 64)
-		}
+	c := ParseSNMP(snmp, snmp6)
+	return ReassemblyStats{
+		IPv4: ReassemblyCounters{Reqds: c["IpReasmReqds"], OKs: c["IpReasmOKs"], Fails: c["IpReasmFails"], Timeout: c["IpReasmTimeout"]},
+		IPv6: ReassemblyCounters{Reqds: c["Ip6ReasmReqds"], OKs: c["Ip6ReasmOKs"], Fails: c["Ip6ReasmFails"], Timeout: c["Ip6ReasmTimeout"]},
 	}
-	r.IPv6 = ReassemblyCounters{Reqds: v["Ip6ReasmReqds"], OKs: v["Ip6ReasmOKs"], Fails: v["Ip6ReasmFails"], Timeout: v["Ip6ReasmTimeout"]}
-	return r
 }
 
-// ipCounters parses the two "Ip:" lines of /proc/net/snmp.
-func ipCounters(snmp []byte) map[string]uint64 {
+// ParseSNMP reads the contents of /proc/net/snmp (per protocol a line of
+// names, then one of values, each led by "Proto:") and /proc/net/snmp6 (a
+// name and a value a line) into one map, keyed as snmp6 names its
+// counters: protocol and counter, "IpReasmOKs", "UdpRcvbufErrors",
+// "Ip6ReasmOKs".
+func ParseSNMP(snmp, snmp6 []byte) map[string]uint64 {
 	out := map[string]uint64{}
-	var names []string
-	sc := bufio.NewScanner(bytes.NewReader(snmp))
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 || f[0] != "Ip:" {
+	names := map[string][]string{}
+	for _, line := range strings.Split(string(snmp), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasSuffix(f[0], ":") {
 			continue
 		}
-		if names == nil {
-			names = f[1:]
+		proto := strings.TrimSuffix(f[0], ":")
+		if names[proto] == nil {
+			names[proto] = f[1:]
 			continue
 		}
 		for i, v := range f[1:] {
-			if i < len(names) {
-				out[names[i]], _ = strconv.ParseUint(v, 10, 64)
+			if i < len(names[proto]) {
+				out[proto+names[proto][i]], _ = strconv.ParseUint(v, 10, 64)
 			}
+		}
+	}
+	for _, line := range strings.Split(string(snmp6), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			out[f[0]], _ = strconv.ParseUint(f[1], 10, 64)
 		}
 	}
 	return out

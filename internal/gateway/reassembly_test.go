@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"encoding/binary"
+	"maps"
 	"net/netip"
 	"testing"
 	"time"
@@ -114,5 +115,24 @@ func TestReassemblyCountersAndBounds(t *testing.T) {
 	}
 	if got := d(after.IPv4.Fails, before.IPv4.Fails); got < 1 {
 		t.Errorf("failures %d, want the timed-out one counted", got)
+	}
+}
+
+// ParseSNMP keys each counter by protocol and name, for every protocol of
+// snmp (a names line, then a values line) and every line of snmp6.
+func TestParseSNMP(t *testing.T) {
+	snmp := "Ip: Forwarding DefaultTTL ReasmReqds ReasmOKs\nIp: 1 64 7 3\n" +
+		"IcmpMsg: InType3 OutType3\nIcmpMsg: 2 5\n" +
+		"Udp: InDatagrams NoPorts RcvbufErrors\nUdp: 10 1 4\n"
+	snmp6 := "Ip6ReasmOKs                     \t9\nUdp6RcvbufErrors\t2\n"
+	got := gateway.ParseSNMP([]byte(snmp), []byte(snmp6))
+	want := map[string]uint64{"IpForwarding": 1, "IpDefaultTTL": 64, "IpReasmReqds": 7, "IpReasmOKs": 3,
+		"IcmpMsgInType3": 2, "IcmpMsgOutType3": 5, "UdpInDatagrams": 10, "UdpNoPorts": 1, "UdpRcvbufErrors": 4,
+		"Ip6ReasmOKs": 9, "Udp6RcvbufErrors": 2}
+	if !maps.Equal(got, want) {
+		t.Errorf("ParseSNMP = %v, want %v", got, want)
+	}
+	if r := gateway.ParseReassembly([]byte(snmp), []byte(snmp6)); r.IPv4.Reqds != 7 || r.IPv4.OKs != 3 || r.IPv6.OKs != 9 {
+		t.Errorf("ParseReassembly = %+v", r)
 	}
 }

@@ -1,15 +1,20 @@
 package gateway
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/sa"
@@ -21,45 +26,179 @@ import (
 // being refused as a replay (RFC 4303 §3.3.3: a sender never reuses a
 // number under one key).
 //
-// The bound is written ahead of need (esp.Options.Reserve): to a temporary
-// file, fsynced, renamed over the SA's file, and the directory fsynced, so
-// a crash at any point leaves either the old bound or the new one. When a
-// write fails (a full disk), esp stops numbering packets above the last
-// bound that was recorded: they are dropped as seq-unpersisted, never sent
+// The bounds of every SA go to one journal in the state directory
+// (JournalName): each reservation is a record appended to it, and the
+// records of all the reservations asked for while one write is under way
+// go out together in the next write, made durable by one fsync (a group
+// commit). So a gateway putting 50,000 outbound SAs in force makes their
+// first reservations in one write, not 100,000 fsyncs, and a rekey's new
+// SA waits for one fsync at most, off the data path. Each write starts on
+// a JournalBlock boundary and is padded to one, so a write torn by a crash
+// never shares a disk block with records already durable. A record carries
+// a CRC: a torn record is skipped when the journal is read back (it was
+// never durable, so no packet went out under it). When the journal has
+// grown to twice what it holds, it is rewritten with one record per SA
+// (to a temporary file, fsynced, renamed over the journal, the directory
+// fsynced). Several gateways may share a state directory (one per
+// namespace by default): a write holds an flock of the journal, and a
+// gateway finding the journal replaced by another's rewrite reopens it.
+//
+// esp never numbers a packet above a bound before its record is durable.
+// When a write fails (a full disk), esp stops numbering packets above the
+// last bound recorded: they are dropped as seq-unpersisted, never sent
 // beyond what a restart would resume above.
 type seqStore struct {
 	dir string
 	log *slog.Logger
 
+	// mu guards the fields below it: the records waiting for the next
+	// write, the batch they will be in, whether a writer is at work.
 	mu       sync.Mutex
-	failing  map[saKey]time.Time // SAs whose last write failed: when it was last logged
-	lastDrop map[saKey]uint64
+	opened   bool
+	closed   bool
+	pending  []seqRecord
+	next     *seqBatch
+	flushing bool
+	bounds   map[saKey]storedBound // the highest bound known per SA
+	failing  map[saKey]time.Time   // SAs whose last write failed: when it was last logged
+
+	// fileMu is held by the writer of a batch and by a rewrite.
+	fileMu    sync.Mutex
+	f         *os.File
+	size      int64 // the journal's length after our last write
+	compactAt int64 // rewrite once the journal is this long
+	buf       []byte
+	writes    int // batches written (tests)
 }
+
+// JournalName is the file of a state directory that holds the sequence
+// reservations of its gateways' outbound SAs.
+const JournalName = "seq.journal"
+
+// JournalBlock is the alignment of the journal's writes.
+const JournalBlock = 4096
+
+// journalHeader opens the journal, for whoever reads it.
+const journalHeader = "# espgw sequence reservations: spi dst bound crc32 (the highest bound of an SA holds)\n"
+
+type seqRecord struct {
+	key  saKey
+	upTo uint64
+}
+
+type seqBatch struct {
+	done chan struct{}
+	err  error
+}
+
+// storedBound is an SA's bound and the file it was read from (for errors).
+type storedBound struct {
+	upTo uint64
+	from string
+}
+
+var errStoreClosed = errors.New("the gateway is closed")
 
 func newSeqStore(dir string, log *slog.Logger) *seqStore {
-	return &seqStore{dir: dir, log: log, failing: map[saKey]time.Time{}, lastDrop: map[saKey]uint64{}}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &seqStore{dir: dir, log: log, next: newSeqBatch(), bounds: map[saKey]storedBound{}, failing: map[saKey]time.Time{}}
 }
 
-// path is the SA's state file: SPI and destination name an SA (sa.SAD).
-func (st *seqStore) path(cfg *sa.SA) string {
-	return filepath.Join(st.dir, fmt.Sprintf("seq-%08x-%s", cfg.SPI, cfg.Dst))
+func newSeqBatch() *seqBatch { return &seqBatch{done: make(chan struct{})} }
+
+func (st *seqStore) journal() string { return filepath.Join(st.dir, JournalName) }
+
+// open reads the bounds the directory holds and opens the journal; it is
+// called before the first SA is built and does nothing after.
+func (st *seqStore) open() error {
+	st.fileMu.Lock()
+	defer st.fileMu.Unlock()
+	st.mu.Lock()
+	opened, closed := st.opened, st.closed
+	st.mu.Unlock()
+	if closed {
+		return errStoreClosed
+	}
+	if opened {
+		return nil
+	}
+	if err := st.clean(); err != nil {
+		return err
+	}
+	legacy, err := readLegacyBounds(st.dir)
+	if err != nil {
+		return err
+	}
+	f, created, err := openJournal(st.journal())
+	if err != nil {
+		return fmt.Errorf("state directory %s: %w", st.dir, err)
+	}
+	if created {
+		// The new file's name is durable only once the directory is.
+		if err := syncDir(st.dir); err != nil {
+			f.Close()
+			return fmt.Errorf("state directory %s: %w", st.dir, err)
+		}
+	}
+	st.f = f
+	if err := st.lockFile(); err != nil {
+		f.Close()
+		return err
+	}
+	bounds, size, skipped, err := readJournal(st.f)
+	unix.Flock(int(st.f.Fd()), unix.LOCK_UN)
+	if err != nil {
+		st.f.Close()
+		return fmt.Errorf("read %s: %w", st.journal(), err)
+	}
+	if skipped > 0 {
+		st.log.Warn("sequence journal: records torn by a crash skipped (they were never durable, so no packet went out under them)", "file", st.journal(), "records", skipped)
+	}
+	st.size = size
+	st.compactAt = max(1<<20, 2*size)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for k, b := range legacy {
+		st.bounds[k] = b
+	}
+	for k, b := range bounds {
+		if b.upTo > st.bounds[k].upTo {
+			st.bounds[k] = b
+		}
+	}
+	st.opened = true
+	return nil
 }
 
-// legacyPath is where gateways before the destination was in the name kept
-// the bound.
-func (st *seqStore) legacyPath(cfg *sa.SA) string {
-	return filepath.Join(st.dir, fmt.Sprintf("seq-%08x", cfg.SPI))
+// close waits for the write under way and closes the journal; reservations
+// asked for after it fail.
+func (st *seqStore) close() error {
+	st.mu.Lock()
+	st.closed = true
+	st.mu.Unlock()
+	st.fileMu.Lock()
+	defer st.fileMu.Unlock()
+	if st.f == nil {
+		return nil
+	}
+	err := st.f.Close()
+	st.f = nil
+	return err
 }
 
 // clean removes the temporary files a crash during a write left behind.
 func (st *seqStore) clean() error {
-	tmps, err := filepath.Glob(filepath.Join(st.dir, "seq-*.tmp"))
-	if err != nil {
-		return err
-	}
-	for _, t := range tmps {
-		if err := os.Remove(t); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove a temporary file a previous run left: %w", err)
+	for _, pat := range []string{"seq-*.tmp", JournalName + ".tmp"} {
+		tmps, err := filepath.Glob(filepath.Join(st.dir, pat))
+		if err != nil {
+			return err
+		}
+		for _, t := range tmps {
+			if err := os.Remove(t); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove a temporary file a previous run left: %w", err)
+			}
 		}
 	}
 	return nil
@@ -67,36 +206,46 @@ func (st *seqStore) clean() error {
 
 // resume returns cfg starting after the stored bound, if there is one.
 func (st *seqStore) resume(cfg *sa.SA) (*sa.SA, error) {
-	path := st.path(cfg)
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		path = st.legacyPath(cfg)
-		data, err = os.ReadFile(path)
-	}
-	if errors.Is(err, os.ErrNotExist) {
-		return cfg, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read sequence state of SA %#x: %w", cfg.SPI, err)
-	}
-	bound, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
-	if err != nil {
-		return nil, fmt.Errorf("sequence state %s: %w (remove the file only if the peer's SA was reset too)", path, err)
-	}
-	if bound <= cfg.InitialSeq {
+	b := st.stored(cfg)
+	if b.upTo <= cfg.InitialSeq {
 		return cfg, nil
 	}
 	c := *cfg
-	c.InitialSeq = bound
+	c.InitialSeq = b.upTo
 	return &c, nil
 }
 
-// reserve records a new bound durably; esp sends nothing above it until it
-// returned nil. A failure is logged loudly (once, then every
-// seqFailureLogEvery with the packets dropped meanwhile) and its temporary
-// file removed.
+// stored is the highest bound stored for cfg: its own, or that of a
+// legacy file naming its SPI only.
+func (st *seqStore) stored(cfg *sa.SA) storedBound {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	b := st.bounds[keyOf(cfg)]
+	if old := st.bounds[saKey{spi: cfg.SPI}]; old.upTo > b.upTo {
+		b = old
+	}
+	return b
+}
+
+// source names the file an SA's stored bound came from.
+func (st *seqStore) source(cfg *sa.SA) string {
+	if b := st.stored(cfg); b.from != "" {
+		return b.from
+	}
+	return st.journal()
+}
+
+// reserve is esp.Options.Reserve: it records a new bound durably (with the
+// other SAs' reservations of the moment, in one write) and returns once it
+// is. A failure is logged loudly (once, then every seqFailureLogEvery with
+// the packets dropped meanwhile).
 func (st *seqStore) reserve(s *esp.SA, upTo uint64) error {
-	err := st.write(s.Config, upTo)
+	err := st.commit([]seqRecord{{keyOf(s.Config), upTo}})
+	st.report(s, upTo, err)
+	return err
+}
+
+func (st *seqStore) report(s *esp.SA, upTo uint64, err error) {
 	k := keyOf(s.Config)
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -106,48 +255,226 @@ func (st *seqStore) reserve(s *esp.SA, upTo uint64) error {
 			delete(st.failing, k)
 			st.log.Warn("sequence numbers persisted again: sending resumes", "spi", fmt.Sprintf("%#x", s.SPI()), "dst", s.Config.Dst, "bound", upTo, "dropped", dropped)
 		}
-		return nil
+		return
 	}
 	if last, was := st.failing[k]; !was || time.Since(last) >= seqFailureLogEvery {
 		st.failing[k] = time.Now()
 		st.log.Error("sequence numbers not persisted: packets above the last recorded bound are dropped (seq-unpersisted) until the state directory takes writes again",
 			"spi", fmt.Sprintf("%#x", s.SPI()), "dst", s.Config.Dst, "dir", st.dir, "dropped", dropped, "err", err)
 	}
-	return err
+}
+
+// reserveFirst makes the first reservations of SAs about to go in force,
+// in one write, before any packet may need them: their first packets do
+// not wait for an fsync. If the write fails, they are not reserved, and
+// their first packets try again (and are dropped as seq-unpersisted while
+// the directory takes no writes).
+func (st *seqStore) reserveFirst(sas []*esp.SA) {
+	if len(sas) == 0 {
+		return
+	}
+	recs := make([]seqRecord, len(sas))
+	for i, s := range sas {
+		recs[i] = seqRecord{keyOf(s.Config), s.LastSeq() + esp.ReserveBlock}
+	}
+	err := st.commit(recs)
+	if err != nil {
+		st.log.Error("sequence numbers not persisted for new SAs: their packets wait for a reservation of their own, and are dropped (seq-unpersisted) until the state directory takes writes again",
+			"sas", len(sas), "dir", st.dir, "err", err)
+		return
+	}
+	for i, s := range sas {
+		s.Reserved(recs[i].upTo)
+	}
 }
 
 // seqFailureLogEvery spaces the error logs of a state directory that keeps
 // failing (esp retries every esp.ReserveRetry).
 const seqFailureLogEvery = 10 * time.Second
 
-func (st *seqStore) write(cfg *sa.SA, upTo uint64) (err error) {
-	path := st.path(cfg)
-	tmp := path + ".tmp"
+// commit makes recs durable with whatever else is waiting: the caller that
+// finds no write under way writes every batch that gathers meanwhile; the
+// others wait for the batch their records went into.
+func (st *seqStore) commit(recs []seqRecord) error {
+	st.mu.Lock()
+	if st.closed || !st.opened {
+		st.mu.Unlock()
+		if !st.opened {
+			return errors.New("the state directory was not opened")
+		}
+		return errStoreClosed
+	}
+	st.pending = append(st.pending, recs...)
+	mine := st.next
+	if st.flushing {
+		st.mu.Unlock()
+		<-mine.done
+		return mine.err
+	}
+	st.flushing = true
+	for len(st.pending) > 0 {
+		batch, b := st.pending, st.next
+		st.pending, st.next = nil, newSeqBatch()
+		st.mu.Unlock()
+		b.err = st.write(batch)
+		st.mu.Lock()
+		if b.err == nil {
+			for _, r := range batch {
+				if r.upTo > st.bounds[r.key].upTo {
+					st.bounds[r.key] = storedBound{r.upTo, st.journal()}
+				}
+			}
+		}
+		close(b.done)
+	}
+	st.flushing = false
+	st.mu.Unlock()
+	return mine.err
+}
+
+// write appends one batch of records to the journal and makes it durable.
+func (st *seqStore) write(recs []seqRecord) (err error) {
+	st.fileMu.Lock()
+	defer st.fileMu.Unlock()
 	defer func() {
 		if err != nil {
-			os.Remove(tmp) // nothing half-written stays behind
-			err = fmt.Errorf("reserve sequence numbers up to %d of SA %#x in %s: %w", upTo, cfg.SPI, st.dir, err)
+			err = fmt.Errorf("reserve sequence numbers of %d SAs in %s: %w", len(recs), st.dir, err)
 		}
 	}()
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if st.f == nil {
+		return errStoreClosed
+	}
+	if err := st.lockFile(); err != nil {
+		return err
+	}
+	defer func() {
+		if st.f != nil { // a rewrite may have replaced it
+			unix.Flock(int(st.f.Fd()), unix.LOCK_UN)
+		}
+	}()
+	var fi unix.Stat_t
+	if err := unix.Fstat(int(st.f.Fd()), &fi); err != nil {
+		return err
+	}
+	at := alignUp(fi.Size)
+	st.buf = st.buf[:0]
+	if at == 0 {
+		st.buf = append(st.buf, journalHeader...)
+	}
+	for _, r := range recs {
+		st.buf = appendRecord(st.buf, r)
+	}
+	st.buf = pad(st.buf)
+	if _, err = st.f.WriteAt(st.buf, at); err == nil {
+		err = unix.Fdatasync(int(st.f.Fd()))
+	}
+	if err != nil {
+		// Nothing of a failed write may count: cut it off (a record
+		// that stays anyway is only a higher bound, which is safe).
+		st.f.Truncate(fi.Size)
+		return err
+	}
+	st.size = at + int64(len(st.buf))
+	st.writes++
+	if st.size >= st.compactAt {
+		if err := st.compact(); err != nil {
+			// The batch is durable; the journal just stays long.
+			st.log.Warn("sequence journal: rewrite failed, the journal grows meanwhile", "file", st.journal(), "err", err)
+			st.compactAt = st.size + 1<<20
+		}
+	}
+	return nil
+}
+
+// lockFile takes the journal's flock, reopening the journal if another
+// gateway's rewrite replaced it since we opened it. fileMu is held.
+func (st *seqStore) lockFile() error {
+	for try := 0; ; try++ {
+		if try == 100 {
+			return fmt.Errorf("lock %s: the file keeps being replaced", st.journal())
+		}
+		if err := unix.Flock(int(st.f.Fd()), unix.LOCK_EX); err != nil {
+			return fmt.Errorf("lock %s: %w", st.journal(), err)
+		}
+		var a, b unix.Stat_t
+		if unix.Fstat(int(st.f.Fd()), &a) == nil && unix.Stat(st.journal(), &b) == nil && a.Ino == b.Ino && a.Dev == b.Dev {
+			return nil
+		}
+		f, _, err := openJournal(st.journal())
+		if err != nil {
+			return err
+		}
+		st.f.Close()
+		st.f = f
+	}
+}
+
+// compact rewrites the journal with one record per SA: those of every
+// gateway that wrote to it and the bounds of the legacy per-SA files. The
+// journal's flock and fileMu are held.
+func (st *seqStore) compact() error {
+	bounds, _, _, err := readJournal(st.f)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(f, "%d\n", upTo)
+	legacy, err := readLegacyBounds(st.dir)
+	if err != nil {
+		return err
+	}
+	for k, b := range legacy {
+		if b.upTo > bounds[k].upTo {
+			bounds[k] = b
+		}
+	}
+	buf := []byte(journalHeader)
+	for k, b := range bounds {
+		buf = appendRecord(buf, seqRecord{k, b.upTo})
+	}
+	buf = pad(buf)
+	tmp := st.journal() + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(buf)
 	if err == nil {
 		err = f.Sync()
 	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	if err == nil {
+		err = os.Rename(tmp, st.journal())
+	}
+	if err == nil {
+		err = syncDir(st.dir)
 	}
 	if err != nil {
+		f.Close()
+		os.Remove(tmp)
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
+	// The old journal's lock goes with its descriptor; another gateway
+	// waiting on it finds the file replaced and reopens.
+	st.f.Close()
+	st.f = f
+	unix.Flock(int(f.Fd()), unix.LOCK_EX) // released by write's deferred unlock
+	st.size = int64(len(buf))
+	st.compactAt = max(1<<20, 2*st.size)
+	return nil
+}
+
+func openJournal(path string) (f *os.File, created bool, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			return openJournal(path) // another gateway made it just now
+		}
+		created = err == nil
 	}
-	// The rename is durable only once the directory is.
-	d, err := os.Open(st.dir)
+	return f, created, err
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
 	if err != nil {
 		return err
 	}
@@ -156,4 +483,169 @@ func (st *seqStore) write(cfg *sa.SA, upTo uint64) (err error) {
 		err = cerr
 	}
 	return err
+}
+
+func alignUp(n int64) int64 { return (n + JournalBlock - 1) / JournalBlock * JournalBlock }
+
+// pad fills b with spaces and a newline to the next JournalBlock boundary.
+func pad(b []byte) []byte {
+	n := int(alignUp(int64(len(b)))) - len(b)
+	if n == 0 {
+		return b
+	}
+	for range n - 1 {
+		b = append(b, ' ')
+	}
+	return append(b, '\n')
+}
+
+// appendRecord writes one record: SPI, destination, bound and the CRC-32
+// of those three fields as they are written.
+func appendRecord(b []byte, r seqRecord) []byte {
+	start := len(b)
+	dst := "any" // a legacy file's bound for every SA with the SPI
+	if r.key.dst.IsValid() {
+		dst = r.key.dst.String()
+	}
+	b = fmt.Appendf(b, "%08x %s %d", r.key.spi, dst, r.upTo)
+	sum := crc32.ChecksumIEEE(b[start:])
+	return fmt.Appendf(b, " %08x\n", sum)
+}
+
+// parseRecord reads one record line; ok is false for a line that is not
+// one (torn, or its CRC does not match).
+func parseRecord(line []byte) (r seqRecord, ok bool) {
+	i := bytes.LastIndexByte(line, ' ')
+	if i < 0 {
+		return r, false
+	}
+	sum, err := strconv.ParseUint(string(line[i+1:]), 16, 32)
+	if err != nil || crc32.ChecksumIEEE(line[:i]) != uint32(sum) {
+		return r, false
+	}
+	f := strings.Fields(string(line[:i]))
+	if len(f) != 3 {
+		return r, false
+	}
+	spi, err1 := strconv.ParseUint(f[0], 16, 32)
+	var dst netip.Addr
+	var err2 error
+	if f[1] != "any" {
+		dst, err2 = netip.ParseAddr(f[1])
+	}
+	upTo, err3 := strconv.ParseUint(f[2], 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return r, false
+	}
+	return seqRecord{saKey{uint32(spi), dst}, upTo}, true
+}
+
+// readJournal reads every record of the journal f: the highest bound per
+// SA, the journal's length, and how many lines were not records (torn).
+func readJournal(f *os.File) (map[saKey]storedBound, int64, int, error) {
+	var fi unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &fi); err != nil {
+		return nil, 0, 0, err
+	}
+	data := make([]byte, fi.Size)
+	if _, err := f.ReadAt(data, 0); err != nil && fi.Size > 0 {
+		return nil, 0, 0, err
+	}
+	bounds := map[saKey]storedBound{}
+	skipped := 0
+	for line := range bytes.Lines(data) {
+		line = bytes.Trim(line, " \n\x00")
+		if len(line) == 0 || line[0] == '#' {
+			continue // padding, a hole, the header
+		}
+		r, ok := parseRecord(line)
+		if !ok {
+			skipped++
+			continue
+		}
+		if r.upTo > bounds[r.key].upTo {
+			bounds[r.key] = storedBound{r.upTo, f.Name()}
+		}
+	}
+	return bounds, fi.Size, skipped, nil
+}
+
+// readLegacyBounds reads the per-SA files of gateways before the journal:
+// seq-<spi>-<dst> and, older, seq-<spi> (which names no destination and
+// so holds for every SA with that SPI).
+func readLegacyBounds(dir string) (map[saKey]storedBound, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read the state directory: %w", err)
+	}
+	out := map[saKey]storedBound{}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasPrefix(name, "seq-") || strings.HasSuffix(name, ".tmp") || e.IsDir() {
+			continue
+		}
+		spiText, dstText, _ := strings.Cut(strings.TrimPrefix(name, "seq-"), "-")
+		spi, err := strconv.ParseUint(spiText, 16, 32)
+		if err != nil {
+			continue // not a state file of ours
+		}
+		var dst netip.Addr
+		if dstText != "" {
+			if dst, err = netip.ParseAddr(dstText); err != nil {
+				continue
+			}
+		}
+		path := filepath.Join(dir, name)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return nil, fmt.Errorf("read sequence state %s: %w", path, err)
+		}
+		bound, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("sequence state %s: %w (remove the file only if the peer's SA was reset too)", path, err)
+		}
+		k := saKey{uint32(spi), dst}
+		if bound > out[k].upTo {
+			out[k] = storedBound{bound, path}
+		}
+	}
+	return out, nil
+}
+
+// StoredBounds reads the sequence bounds a state directory holds (its
+// journal and any legacy per-SA files), the highest per SA: what a gateway
+// started on the directory resumes its outbound SAs above. A legacy file
+// naming no destination is listed with a zero Dst.
+func StoredBounds(dir string) (map[SAID]uint64, error) {
+	bounds, err := readLegacyBounds(dir)
+	if err != nil {
+		return nil, err
+	}
+	if bounds == nil {
+		bounds = map[saKey]storedBound{}
+	}
+	f, err := os.Open(filepath.Join(dir, JournalName))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	if err == nil {
+		defer f.Close()
+		journal, _, _, err := readJournal(f)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", f.Name(), err)
+		}
+		for k, b := range journal {
+			if b.upTo > bounds[k].upTo {
+				bounds[k] = b
+			}
+		}
+	}
+	out := make(map[SAID]uint64, len(bounds))
+	for k, b := range bounds {
+		out[SAID{SPI: k.spi, Dst: k.dst}] = b.upTo
+	}
+	return out, nil
 }

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/memnet"
@@ -30,22 +29,7 @@ func TestStateBoundWithoutRoomRefused(t *testing.T) {
 		{"4294967000", false, true},
 		{"4294967295", true, true},
 	} {
-		// Not t.TempDir: an accepted bound is followed by a reservation
-		// the gateway makes in the background (tables.go, reserveAhead),
-		// which may still be writing when the test ends; the removal
-		// waits for it rather than failing on a directory not empty.
-		dir, err := os.MkdirTemp("", "statebound-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			for range 50 {
-				if os.RemoveAll(dir) == nil {
-					return
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-		})
+		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, "seq-00001001"), []byte(c.bound+"\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +40,8 @@ func TestStateBoundWithoutRoomRefused(t *testing.T) {
 		c1, _ := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 16)
 		g := gateway.New(memnet.NewDevice(16, 64), []gateway.Conn{c1}, func(*sa.SA) gateway.Conn { return c1 }, cpu.New(),
 			gateway.Options{Local: []netip.Addr{gw1Addr}, StateDir: dir, Log: slog.New(slog.DiscardHandler)})
-		err = g.Load(sas, nil)
+		err := g.Load(sas, nil)
+		g.Close()
 		switch {
 		case c.ok && err != nil:
 			t.Errorf("bound %s esn %v: %v", c.bound, c.esn, err)

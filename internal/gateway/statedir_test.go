@@ -1,14 +1,18 @@
 package gateway
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -67,39 +71,179 @@ func TestStateDirDefault(t *testing.T) {
 	}
 }
 
-// TestSeqStoreCleansUp: a failed write leaves no temporary file, a crash's
-// leftover is removed at start, and the bound is read back.
+// journalSA is an outbound SA of the tests' journals.
+func journalSA(t *testing.T, i int) *esp.SA {
+	t.Helper()
+	cfg := &sa.SA{SPI: 0x1000 + uint32(i), Src: netip.MustParseAddr("198.51.100.1"), Dst: netip.MustParseAddr("198.51.100.2"),
+		Suite: sa.Suite{Cipher: sa.CipherAESGCM16}, EncKey: make(sa.Key, 20), ReplayWindow: 64}
+	s, err := esp.NewSA(cfg, cpu.New(), esp.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func openStore(t *testing.T, dir string) *seqStore {
+	t.Helper()
+	st := newSeqStore(dir, nil)
+	if err := st.open(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.close() })
+	return st
+}
+
+// TestSeqStoreCleansUp: a crash's leftover temporary file is removed at
+// open, the bound is read back by a new store (a restart), and a write on
+// a full disk fails, leaving the journal as it was and no file behind.
 func TestSeqStoreCleansUp(t *testing.T) {
 	dir := t.TempDir()
-	cfg := &sa.SA{SPI: 0x1001, Dst: netip.MustParseAddr("198.51.100.2")}
-	st := newSeqStore(dir, nil)
-	if err := st.write(cfg, 1<<16); err != nil {
+	s := journalSA(t, 1)
+	st := openStore(t, dir)
+	if err := st.reserve(s, 1<<16); err != nil {
 		t.Fatal(err)
 	}
-	leftover := st.path(cfg) + ".tmp"
-	os.WriteFile(leftover, nil, 0o600) // a crash between create and rename
-	if err := st.clean(); err != nil {
-		t.Fatal(err)
-	}
+	st.close()
+	leftover := filepath.Join(dir, JournalName+".tmp")
+	os.WriteFile(leftover, nil, 0o600) // a crash during a rewrite
+	st = openStore(t, dir)
 	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
 		t.Errorf("leftover temporary file still there: %v", err)
 	}
-	got, err := st.resume(cfg)
+	got, err := st.resume(s.Config)
 	if err != nil || got.InitialSeq != 1<<16 {
 		t.Fatalf("resume: %v, %v", got, err)
 	}
-	// On a full disk the temporary file is created and its write fails:
-	// it is removed, not left as a 0-byte file, and the bound stays.
+	// On a full disk the write fails: the journal keeps its length and
+	// its bound, and nothing else is left.
 	full := fillTmpfs(t)
-	st = newSeqStore(full, nil)
-	if err := st.write(cfg, 2<<16); err == nil || !strings.Contains(err.Error(), "no space left") {
+	st = openStore(t, full)
+	before, _ := os.Stat(filepath.Join(full, JournalName))
+	if err := st.reserve(s, 2<<16); err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("write on a full disk: %v", err)
+	}
+	after, _ := os.Stat(filepath.Join(full, JournalName))
+	if before == nil || after == nil || after.Size() != before.Size() {
+		t.Errorf("journal on the full disk: %v before, %v after", before, after)
 	}
 	entries, _ := os.ReadDir(full)
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "seq-") {
+		if e.Name() != "filler" && e.Name() != JournalName {
 			t.Errorf("%s left on the full disk", e.Name())
 		}
+	}
+	if b := st.stored(s.Config); b.upTo != 0 {
+		t.Errorf("a failed write counted: bound %d", b.upTo)
+	}
+}
+
+// TestSeqJournalBatches: the first reservations of many SAs are one write;
+// reservations asked for together while a write is under way share the
+// next one; every bound is read back after a restart.
+func TestSeqJournalBatches(t *testing.T) {
+	dir := t.TempDir()
+	st := openStore(t, dir)
+	var sas []*esp.SA
+	for i := range 1000 {
+		sas = append(sas, journalSA(t, i))
+	}
+	st.reserveFirst(sas)
+	if st.writes != 1 {
+		t.Errorf("1,000 first reservations took %d writes, want 1", st.writes)
+	}
+	var wg sync.WaitGroup
+	for _, s := range sas {
+		wg.Go(func() {
+			if err := st.reserve(s, 5<<16); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if st.writes > 1+len(sas)/4 {
+		t.Errorf("1,000 concurrent reservations took %d writes: they were not batched", st.writes-1)
+	}
+	st.close()
+	st = openStore(t, dir)
+	for _, s := range sas {
+		if b := st.stored(s.Config); b.upTo != 5<<16 {
+			t.Fatalf("SA %#x: bound %d after a restart, want %d", s.SPI(), b.upTo, 5<<16)
+		}
+		if s.LastSeq() != 0 {
+			t.Fatal("reserving moved a sequence number")
+		}
+	}
+}
+
+// TestSeqJournalTornAndLegacy: a record torn by a crash (half written, or
+// with a wrong CRC) is skipped and the others read; a legacy per-SA file's
+// bound counts where it is the highest, for its SPI and destination or,
+// naming no destination, for every SA of its SPI.
+func TestSeqJournalTornAndLegacy(t *testing.T) {
+	dir := t.TempDir()
+	a, b, c := journalSA(t, 1), journalSA(t, 2), journalSA(t, 3)
+	st := openStore(t, dir)
+	st.reserveFirst([]*esp.SA{a, b})
+	st.close()
+	f, err := os.OpenFile(filepath.Join(dir, JournalName), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := appendRecord(nil, seqRecord{keyOf(a.Config), 9 << 16})
+	bad := appendRecord(nil, seqRecord{keyOf(b.Config), 9 << 16})
+	bad[len(bad)-3] ^= 1 // its CRC no longer matches
+	f.Write(good)
+	f.Write(bad)
+	f.Write(good[:len(good)/2]) // torn, no newline
+	f.Close()
+	os.WriteFile(filepath.Join(dir, fmt.Sprintf("seq-%08x-%s", c.SPI(), c.Config.Dst)), []byte("777\n"), 0o600)
+	os.WriteFile(filepath.Join(dir, fmt.Sprintf("seq-%08x", b.SPI())), []byte("888888\n"), 0o600)
+	st = openStore(t, dir)
+	for _, w := range []struct {
+		s    *esp.SA
+		want uint64
+	}{{a, 9 << 16}, {b, 888888}, {c, 777}} {
+		if got := st.stored(w.s.Config).upTo; got != w.want {
+			t.Errorf("SA %#x: bound %d, want %d", w.s.SPI(), got, w.want)
+		}
+	}
+}
+
+// TestSeqJournalRewrite: a journal grown past its limit is rewritten with
+// one record per SA, keeping every bound, also those another gateway
+// sharing the directory wrote; that gateway's next write goes to the
+// rewritten journal, not to the file it had open.
+func TestSeqJournalRewrite(t *testing.T) {
+	dir := t.TempDir()
+	one, two := openStore(t, dir), openStore(t, dir)
+	a, b := journalSA(t, 1), journalSA(t, 2)
+	if err := two.reserve(b, 1<<16); err != nil {
+		t.Fatal(err)
+	}
+	one.compactAt = 64 * JournalBlock
+	for i := range 100 {
+		if err := one.reserve(a, uint64(i+1)<<16); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fi, err := os.Stat(filepath.Join(dir, JournalName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() >= 64*JournalBlock {
+		t.Errorf("journal of %d bytes after 100 writes: never rewritten", fi.Size())
+	}
+	if err := two.reserve(b, 2<<16); err != nil {
+		t.Fatal(err)
+	}
+	one.close()
+	two.close()
+	st := openStore(t, dir)
+	if got := st.stored(a.Config).upTo; got != 100<<16 {
+		t.Errorf("bound of the rewriting gateway's SA: %d, want %d", got, 100<<16)
+	}
+	if got := st.stored(b.Config).upTo; got != 2<<16 {
+		t.Errorf("bound of the other gateway's SA: %d, want %d", got, 2<<16)
 	}
 }
 

@@ -110,13 +110,7 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 		}
 	}
 	next.pickOnly(len(policies) == 0)
-	if g.opts.StateDir != "" {
-		for _, s := range fresh {
-			if g.isLocal(s.Config.Src) {
-				g.reserveAhead(s)
-			}
-		}
-	}
+	g.reserveFirst(fresh)
 	g.swap(next)
 	var gone []*esp.SA
 	for k, s := range old.all {
@@ -172,6 +166,9 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 	opts := esp.Options{OnSoftExpire: g.softExpired}
 	run := cfg
 	if g.isLocal(cfg.Src) && g.seq != nil {
+		if err := g.seq.open(); err != nil {
+			return nil, err
+		}
 		var err error
 		if run, err = g.seq.resume(cfg); err != nil {
 			return nil, err
@@ -179,7 +176,7 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 		if err := run.Validate(); err != nil {
 			// A bound at the end of the sequence space (2^32-1 without
 			// ESN) would make every packet seq-exhausted.
-			return nil, fmt.Errorf("SA %#x resumed from %s: %w (that bound is of an SA which used its sequence numbers up: a new SA needs a new SPI, or the file removed if its peer starts afresh too)", cfg.SPI, g.seq.path(cfg), err)
+			return nil, fmt.Errorf("SA %#x resumed from %s: %w (that bound is of an SA which used its sequence numbers up: a new SA needs a new SPI, or its record removed if its peer starts afresh too)", cfg.SPI, g.seq.source(cfg), err)
 		}
 		opts.Reserve = g.seq.reserve
 	}
@@ -199,44 +196,20 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 	return s, nil
 }
 
-// reserveAhead queues an outbound SA's first sequence reservation for the
-// background reservers: with thousands of SAs loaded at once, their first
-// fsyncs would otherwise be made one by one on the data path as each
-// tunnel's first packet arrives.
-func (g *Gateway) reserveAhead(s *esp.SA) {
-	g.reserveOnce.Do(func() {
-		g.reserveQ = make(chan *esp.SA, 1<<16)
-		// Many at once: the file system commits concurrent fsyncs
-		// together, so 10,000 SAs take seconds, not minutes.
-		for range 16 {
-			go func() {
-				for s := range g.reserveQ {
-					s.ReserveAhead()
-				}
-			}()
+// reserveFirst makes the first sequence reservations of the new outbound
+// SAs of a change before they go in force, all in one write to the
+// journal: the data path never waits for them.
+func (g *Gateway) reserveFirst(fresh []*esp.SA) {
+	if g.seq == nil {
+		return
+	}
+	var out []*esp.SA
+	for _, s := range fresh {
+		if g.isLocal(s.Config.Src) {
+			out = append(out, s)
 		}
-	})
-	select {
-	case g.reserveQ <- s:
-	default:
-		// The queue is full: this SA's first packet reserves for itself.
 	}
-}
-
-// reserveNow makes the SAs' first reservations, a few at a time.
-func reserveNow(sas []*esp.SA) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for _, s := range sas {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			s.ReserveAhead()
-			<-sem
-		}()
-	}
-	wg.Wait()
+	g.seq.reserveFirst(out)
 }
 
 // insert adds s to the maps of st. Without policies, an outbound
@@ -346,37 +319,56 @@ func (g *Gateway) retire(gone []*esp.SA) {
 	if after == 0 {
 		after = DefaultRetireAfter
 	}
+	r := &retirement{gone: gone}
 	g.retired.mu.Lock()
+	defer g.retired.mu.Unlock()
 	for _, s := range gone {
 		g.retired.live[s] = direction(g.isLocal(s.Config.Src), g.isLocal(s.Config.Dst))
 	}
+	g.retired.pending[r] = struct{}{}
+	r.timer = time.AfterFunc(after, func() { g.finishRetire(r) })
+}
+
+// retirement is SAs taken out of force together, waiting for their time.
+type retirement struct {
+	gone  []*esp.SA
+	timer *time.Timer
+}
+
+// finishRetire closes the sessions of r's SAs and adds their counts to the
+// retired totals, once (the timer or Close, whichever comes first).
+func (g *Gateway) finishRetire(r *retirement) {
+	g.retired.mu.Lock()
+	_, pending := g.retired.pending[r]
+	delete(g.retired.pending, r)
 	g.retired.mu.Unlock()
-	time.AfterFunc(after, func() {
-		for _, s := range gone {
-			if err := s.Close(); err != nil {
-				g.log.Warn("close a retired SA's session", "spi", fmt.Sprintf("%#x", s.SPI()), "err", err)
-			}
+	if !pending {
+		return
+	}
+	for _, s := range r.gone {
+		if err := s.Close(); err != nil {
+			g.log.Warn("close a retired SA's session", "spi", fmt.Sprintf("%#x", s.SPI()), "err", err)
 		}
-		g.retired.mu.Lock()
-		defer g.retired.mu.Unlock()
-		for _, s := range gone {
-			dir := g.retired.live[s]
-			delete(g.retired.live, s)
-			t := g.retired.totals[dir]
-			if t == nil {
-				t = &esp.Snapshot{Drops: map[string]uint64{}}
-				g.retired.totals[dir] = t
-			}
-			n := s.Snapshot()
-			t.SealedPackets += n.SealedPackets
-			t.SealedBytes += n.SealedBytes
-			t.OpenedPackets += n.OpenedPackets
-			t.OpenedBytes += n.OpenedBytes
-			for k, v := range n.Drops {
-				t.Drops[k] += v
-			}
+	}
+	g.retired.mu.Lock()
+	defer g.retired.mu.Unlock()
+	for _, s := range r.gone {
+		dir := g.retired.live[s]
+		delete(g.retired.live, s)
+		sum := g.retired.totals[dir]
+		if sum == nil {
+			sum = &esp.Snapshot{Drops: map[string]uint64{}}
+			g.retired.totals[dir] = sum
 		}
-	})
+		n := s.Snapshot()
+		sum.SealedPackets += n.SealedPackets
+		sum.SealedBytes += n.SealedBytes
+		sum.OpenedPackets += n.OpenedPackets
+		sum.OpenedBytes += n.OpenedBytes
+		for k, v := range n.Drops {
+			sum.Drops[k] += v
+		}
+	}
 }
 
 // retiredSAs are the SAs taken out of force: those whose sessions are still
@@ -385,6 +377,9 @@ type retiredSAs struct {
 	mu     sync.Mutex
 	live   map[*esp.SA]string
 	totals map[string]*esp.Snapshot
+	// pending are the retirements waiting for their time (Close finishes
+	// them at once).
+	pending map[*retirement]struct{}
 }
 
 func direction(out, in bool) string {
@@ -530,18 +525,9 @@ func (g *Gateway) Apply(c Change) error {
 			return fmt.Errorf("delete %s: %d policies still name it (delete or retarget them in the same change)", s.Config, n)
 		}
 	}
-	if g.opts.StateDir != "" {
-		// A change is small: its new outbound SAs make their first
-		// reservations now, so the first packet on them (a rekey's switch
-		// under load) does not wait for an fsync.
-		var out []*esp.SA
-		for _, s := range fresh {
-			if g.isLocal(s.Config.Src) {
-				out = append(out, s)
-			}
-		}
-		reserveNow(out)
-	}
+	// The new outbound SAs' first reservations, in one write: the first
+	// packet on them (a rekey's switch under load) does not wait for one.
+	g.reserveFirst(fresh)
 	// Everything is checked: edit the state in force.
 	g.tables.Lock()
 	st := g.st

@@ -34,12 +34,23 @@ type Session struct {
 	block  cipher.Block
 	aead   cipher.AEAD
 	nonce  [4]byte // CTR nonce or GCM salt
-	cbcEnc sync.Pool
-	cbcDec sync.Pool
-	macs   sync.Pool
-	gcm    sync.Pool
-	ctrs   sync.Pool
+	// keyed are the pools of the states that hold this session's keys
+	// (CBC modes, HMAC), nil for suites without them: a pool costs a
+	// cache line per CPU once used, which a gateway of 100,000 GCM SAs
+	// need not pay per SA.
+	keyed *keyedPools
 }
+
+type keyedPools struct {
+	cbcEnc, cbcDec, macs sync.Pool
+}
+
+// The scratch of GCM and CTR holds no key: one pool each serves every
+// session (per-session pools would cost each SA its per-CPU caches).
+var (
+	gcmScratchPool = sync.Pool{New: func() any { return new(gcmScratch) }}
+	ctrScratchPool = sync.Pool{New: func() any { return new(ctrScratch) }}
+)
 
 // ctrScratch holds counter blocks and keystream; pooled because slices
 // handed to cipher.Block escape and would otherwise allocate per packet.
@@ -83,25 +94,30 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 		s.block, err = aes.NewCipher(key[:len(key)-4])
 	case sa.CipherAESGCM16:
 		copy(s.nonce[:], key[len(key)-4:])
-		s.block, err = aes.NewCipher(key[:len(key)-4])
-		if err == nil {
-			s.aead, err = cipher.NewGCM(s.block)
+		var b cipher.Block
+		if b, err = aes.NewCipher(key[:len(key)-4]); err == nil {
+			// The AEAD keeps its own copy of the schedule: holding
+			// the block too would cost every GCM SA half a kilobyte.
+			s.aead, err = cipher.NewGCM(b)
 		}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("new %s session: expand key: %w", suite, err)
 	}
-	if s.block != nil && (suite.Cipher == sa.CipherAESCBC || suite.Cipher == sa.Cipher3DES) {
+	cbc := s.block != nil && (suite.Cipher == sa.CipherAESCBC || suite.Cipher == sa.Cipher3DES)
+	hf := hashFunc(suite.Auth)
+	if cbc || hf != nil {
+		s.keyed = new(keyedPools)
+	}
+	if cbc {
 		zero := make([]byte, s.block.BlockSize())
-		s.cbcEnc.New = func() any { return cipher.NewCBCEncrypter(s.block, zero).(ivSetter) }
-		s.cbcDec.New = func() any { return cipher.NewCBCDecrypter(s.block, zero).(ivSetter) }
+		s.keyed.cbcEnc.New = func() any { return cipher.NewCBCEncrypter(s.block, zero).(ivSetter) }
+		s.keyed.cbcDec.New = func() any { return cipher.NewCBCDecrypter(s.block, zero).(ivSetter) }
 	}
-	if hf := hashFunc(suite.Auth); hf != nil {
+	if hf != nil {
 		authKey := append([]byte(nil), cfg.AuthKey...)
-		s.macs.New = func() any { return &macState{h: hmac.New(hf, authKey)} }
+		s.keyed.macs.New = func() any { return &macState{h: hmac.New(hf, authKey)} }
 	}
-	s.gcm.New = func() any { return new(gcmScratch) }
-	s.ctrs.New = func() any { return new(ctrScratch) }
 	return s, nil
 }
 
@@ -186,9 +202,9 @@ func (s *Session) Process(op *offload.Op) {
 func (s *Session) crypt(dir offload.Direction, iv, payload []byte) {
 	switch s.suite.Cipher {
 	case sa.CipherAESCBC, sa.Cipher3DES:
-		pool := &s.cbcEnc
+		pool := &s.keyed.cbcEnc
 		if dir == offload.Open {
-			pool = &s.cbcDec
+			pool = &s.keyed.cbcDec
 		}
 		m := pool.Get().(ivSetter)
 		m.SetIV(iv)
@@ -203,8 +219,8 @@ func (s *Session) crypt(dir offload.Direction, iv, payload []byte) {
 // from 1. It works eight blocks at a time in pooled scratch rather than
 // through cipher.NewCTR, which would allocate per packet.
 func (s *Session) ctr(iv, payload []byte) {
-	sc := s.ctrs.Get().(*ctrScratch)
-	defer s.ctrs.Put(sc)
+	sc := ctrScratchPool.Get().(*ctrScratch)
+	defer ctrScratchPool.Put(sc)
 	ctrBlocks, stream := &sc.blocks, &sc.stream
 	for i := 0; i < 8; i++ {
 		b := ctrBlocks[i*aes.BlockSize:]
@@ -247,17 +263,17 @@ func (s *Session) WriteICV(op *offload.Op) { s.writeICV(op) }
 func (s *Session) VerifyICV(op *offload.Op) bool { return s.verifyICV(op) }
 
 func (s *Session) writeICV(op *offload.Op) {
-	st := s.macs.Get().(*macState)
+	st := s.keyed.macs.Get().(*macState)
 	sum := s.mac(st, op)
 	copy(op.Packet[len(op.Packet)-s.icvLen:], sum[:s.icvLen])
-	s.macs.Put(st)
+	s.keyed.macs.Put(st)
 }
 
 func (s *Session) verifyICV(op *offload.Op) bool {
-	st := s.macs.Get().(*macState)
+	st := s.keyed.macs.Get().(*macState)
 	sum := s.mac(st, op)
 	ok := subtle.ConstantTimeCompare(sum[:s.icvLen], op.Packet[len(op.Packet)-s.icvLen:]) == 1
-	s.macs.Put(st)
+	s.keyed.macs.Put(st)
 	return ok
 }
 
@@ -268,8 +284,8 @@ func (s *Session) verifyICV(op *offload.Op) bool {
 // dropped packet's bytes are zeroed rather than left as they came.
 func (s *Session) processGCM(op *offload.Op) {
 	pkt := op.Packet
-	sc := s.gcm.Get().(*gcmScratch)
-	defer s.gcm.Put(sc)
+	sc := gcmScratchPool.Get().(*gcmScratch)
+	defer gcmScratchPool.Put(sc)
 	copy(sc.nonce[:4], s.nonce[:])
 	copy(sc.nonce[4:], pkt[espHeaderLen:espHeaderLen+8])
 	aad := sc.aad[:8]

@@ -2,7 +2,6 @@ package emul
 
 import (
 	"context"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -17,7 +16,7 @@ type inline struct {
 	name    string
 	m       *model
 	epoch   time.Time
-	virtual bool // the cores' clocks run on the model alone (see ring.Config.Virtual)
+	virtual bool // the cores' clocks run on the model alone (see Options.Virtual)
 
 	mu    sync.Mutex
 	cores []time.Duration                  // modelled time each core is next idle
@@ -101,13 +100,7 @@ func (e *inline) run(ops []*offload.Op, b *offload.Batch) error {
 	}
 	e.mu.Unlock()
 	if done-now > minWait {
-		for done > time.Since(e.epoch) {
-			if d := done - time.Since(e.epoch); d > 1500*time.Microsecond {
-				time.Sleep(d - 1500*time.Microsecond)
-				continue
-			}
-			runtimeYield()
-		}
+		waitUntil(e.epoch, done)
 	}
 	e.Count(ops)
 	if b != nil && b.Done != nil {
@@ -115,5 +108,3 @@ func (e *inline) run(ops []*offload.Op, b *offload.Batch) error {
 	}
 	return nil
 }
-
-func runtimeYield() { runtime.Gosched() }

@@ -11,10 +11,11 @@
 // The counters are the driver's: queue full, MCR full, max batch (largest
 // aggregation), max queue.
 //
-// A Model, when set, decides when records start and finish and when the host
-// sees a completion; package emul uses it to emulate real cards. Without one
-// the ring runs as fast as the CPU does, which measures what the queueing and
-// hand-off themselves cost.
+// A Timing, when set, decides when records are fed and finish and when a
+// batch is delivered: package emul's models of real cards keep their clock
+// behind it, and the ring only orders by the times it hands out. Without one
+// the ring runs as fast as the CPU does, which measures what the queueing
+// and hand-off themselves cost.
 //
 // Aggregation saves interrupts at the cost of latency: NetBSD's ubsec(4)
 // notes that 1 gives the best latency for network traffic.
@@ -24,9 +25,8 @@
 // Once a blocked Submit has its batch in, the context no longer matters:
 // the engine owns the ops until Done. Steady-state submission allocates
 // nothing (TestSteadyStateAllocatesNothing). Queue slots are freed when a
-// unit finishes an op; with a model, a unit runs at most Pipeline records
-// ahead of the modelled card, and the host-side time after that is spent in
-// the delivery loop, outside the queue.
+// unit finishes an op; with a Timing, a delivery loop hands batches back at
+// the times it says, outside the queue.
 //
 // Cost. A unit takes the lock once per record (completing one record and
 // taking the next together); one idle unit at a time yields a few times
@@ -47,7 +47,6 @@ import (
 	"math"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
@@ -69,46 +68,45 @@ type Config struct {
 	QueueDepth  int    // ops admitted at once
 	Aggregation int    // ops per command record; 1 for the lowest latency
 	Units       int    // worker goroutines standing in for the card's units; GOMAXPROCS by default
-	// Model, if set, times the card (see Model). Its sessions may wrap the
-	// cpu sessions; the units run every op with offload.Process, so they
-	// must be offload.Processors.
-	Model Model
+	// Timing, if set, times the card (see Timing). Its sessions may wrap
+	// the cpu sessions; the units run every op with offload.Process, so
+	// they must be offload.Processors.
+	Timing Timing
 	// NewSession, if set, builds sessions instead of cpu.NewSession, so a
 	// model can attach per-session costs.
 	NewSession func(offload.SessionConfig) (offload.Session, error)
-	// Virtual runs the model on its own clock, for measuring a card apart
-	// from the host running the emulation: a batch submitted again after
-	// its Done arrives at its modelled completion time however late the
-	// goroutine came back (a closed loop reacts at once in the model), a new
-	// batch at the last modelled completion; the card takes requests in
-	// the order they arrive in the model (so "submission order" is the
-	// model's), and the ring waits in real time only when the model is
-	// ahead of the real clock. ModelClock tells the modelled time. Without
-	// it, a batch arrives when it is submitted.
-	Virtual bool
 }
 
-// Model is a card's timing. The ring keeps a modelled clock (nanoseconds
-// since the engine started) and waits in real time for the modelled events,
-// so completions arrive when the card would have raised them; the cipher
-// results are still computed for real.
+// Timing decides when a ring's events happen: package emul implements it
+// with a model of a card's time. Times are the timing's own (nanoseconds on
+// its clock): the ring compares them and hands them back, nothing more.
+// The ring calls every method but Wait with its lock held, units and
+// delivery in turn, so a timing may keep state without a lock of its own.
 //
-// The modelled card works like ubsec(4) with its chip: a request submitted at
-// modelled time t reaches the queue at Submit(t); a unit accepts up to
-// Pipeline records at once (the chip's MCR FIFO) and the driver feeds it a
-// record of up to Aggregation queued ops whenever it has room, so ops stack
-// up in records only while the chip is full; a unit works its records one
-// after another, each for Record; and the host sees the completion of a batch
-// whose last record finished at t at Complete(t) (interrupt, wake-up,
-// copy-out). Submit and Complete are called with the ring locked, in
-// submission and completion order, so a model may keep state in them (a
-// host's CPUs); Record is called by the units concurrently and must not.
-type Model interface {
-	Submit(t time.Duration, b *offload.Batch) time.Duration
-	Record(ops []*offload.Op) time.Duration
-	Complete(t time.Duration, b *offload.Batch) time.Duration
-	// Pipeline is how many records a unit accepts before it is full.
-	Pipeline() int
+// The ring's side: a batch is given its arrival by Arrive as it is
+// admitted, and its ops are taken in order of arrival (ties in submission
+// order; a timing may have a batch arrive before one submitted earlier, and
+// then "in order" is the timing's). A unit about to take a record asks Feed
+// when, takes up to Aggregation of the ops arrived by then, runs them and
+// reports the record to Worked; a batch is done when its last record is.
+// Batches are delivered in order, each once Wait(Deliver(…)) returns.
+type Timing interface {
+	// Arrive returns when batch b, being admitted, reaches the queue.
+	Arrive(b *offload.Batch) int64
+	// Feed returns when unit u's next record is fed, given the earliest
+	// arrival of an op waiting for a unit and the earliest completion of
+	// a batch done but not yet delivered (math.MaxInt64: none), and
+	// whether the record is to be taken now; if not, the ring calls
+	// Wait(at), yields, and asks again.
+	Feed(u int, waiting, undelivered int64) (at int64, now bool)
+	// Worked returns when unit u's record of ops, fed at at, is done.
+	Worked(u int, at int64, ops []*offload.Op) int64
+	// Deliver returns when the host sees batch b, which arrived at
+	// arrival and whose last record was done at done; it is called in
+	// delivery order.
+	Deliver(b *offload.Batch, arrival, done int64) int64
+	// Wait returns once the timing's clock reaches at.
+	Wait(at int64)
 }
 
 // batchRec tracks one submitted batch through the ring.
@@ -117,31 +115,16 @@ type batchRec struct {
 	admitted  int   // ops counted against the queue (a batch larger than the queue streams in)
 	next      int   // next op to hand to a unit
 	completed int   // ops with a Status
-	arrival   int64 // modelled arrival (ns since epoch)
-	deadline  int64 // modelled completion of its last record
-}
-
-// loop is a batch a caller submits again and again (Virtual): when it last
-// completed in the model, and whether it is out with the caller.
-type loop struct {
-	done  int64
-	out   bool
-	since time.Time // real time it went out
+	arrival   int64 // Timing: when it reached the queue
+	done      int64 // Timing: when its last record was done
 }
 
 // unitSpins is how many times an idle unit yields before it parks.
 const unitSpins = 20
 
-// stragglerWait is how long (real time) a caller due back in the model may
-// stay away before a unit takes it for gone. Long enough for a goroutine on
-// a busy machine to be scheduled, short enough not to stall the ring for
-// long when a caller stops.
-const stragglerWait = 300 * time.Millisecond
-
 // Engine is a ring engine. It is safe for concurrent use.
 type Engine struct {
-	cfg   Config
-	epoch time.Time
+	cfg Config
 
 	mu      sync.Mutex
 	work    sync.Cond // units wait here for ops
@@ -163,11 +146,6 @@ type Engine struct {
 	done       chan struct{}  // closed by Close
 	wg         sync.WaitGroup
 
-	// modelled clock
-	lastDelivered int64
-	lastFresh     int64                   // latest arrival of a batch not in a closed loop
-	resubmit      map[*offload.Batch]loop // Virtual: the closed loops seen
-
 	stats offload.Stats
 }
 
@@ -186,15 +164,11 @@ func New(cfg Config) *Engine {
 		cfg.Units = runtime.GOMAXPROCS(0)
 	}
 	e := &Engine{
-		cfg:   cfg,
-		epoch: time.Now(),
-		fifo:  make([]*batchRec, 2*cfg.QueueDepth),
-		room:  make(chan struct{}, 1),
-		turn:  make(chan struct{}, 1),
-		done:  make(chan struct{}),
-	}
-	if cfg.Virtual {
-		e.resubmit = make(map[*offload.Batch]loop)
+		cfg:  cfg,
+		fifo: make([]*batchRec, 2*cfg.QueueDepth),
+		room: make(chan struct{}, 1),
+		turn: make(chan struct{}, 1),
+		done: make(chan struct{}),
 	}
 	e.work.L = &e.mu
 	e.deliver.L = &e.mu
@@ -206,7 +180,7 @@ func New(cfg Config) *Engine {
 		e.wg.Add(1)
 		go e.unit(u)
 	}
-	if cfg.Model != nil {
+	if cfg.Timing != nil {
 		e.wg.Add(1)
 		go e.deliverTimed()
 	}
@@ -231,9 +205,6 @@ func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) 
 	return cpu.NewSession(cfg)
 }
 
-// now is the modelled clock's reading of the real clock.
-func (e *Engine) now() int64 { return int64(time.Since(e.epoch)) }
-
 // admissible reports whether b fits now; mu held.
 func (e *Engine) admissible(b *offload.Batch) bool {
 	if e.closed || e.streaming != nil || e.n == len(e.fifo) {
@@ -254,27 +225,12 @@ func (e *Engine) admit(b *offload.Batch) {
 	if r.admitted < len(b.Ops) {
 		e.streaming = r
 	}
-	if e.cfg.Model != nil {
-		at := e.now()
-		fresh := true
-		if e.cfg.Virtual {
-			at = e.lastDelivered
-			if l, ok := e.resubmit[b]; ok {
-				at, fresh = l.done, false
-				e.resubmit[b] = loop{done: l.done}
-			}
-		}
-		r.arrival = int64(e.cfg.Model.Submit(time.Duration(at), b))
-		if fresh {
-			// One caller's batches arrive in the order it submits them.
-			r.arrival = max(r.arrival, e.lastFresh)
-			e.lastFresh = r.arrival
-		}
-	}
-	// On its own clock, the card sees requests in the order they arrive
-	// in the model, not the order goroutines happened to run in.
+	// Ops are taken in order of arrival: a timing may have a batch arrive
+	// before one submitted earlier (a closed loop resubmitting at its
+	// modelled time, on a goroutine that ran late).
 	at := e.n
-	if e.cfg.Virtual {
+	if t := e.cfg.Timing; t != nil {
+		r.arrival = t.Arrive(b)
 		for at > e.disp {
 			prev := e.fifo[(e.head+at-1)%len(e.fifo)]
 			if prev.next > 0 || prev.arrival <= r.arrival {
@@ -373,14 +329,6 @@ func (e *Engine) unit(u int) {
 	defer e.wg.Done()
 	ops := make([]*offload.Op, 0, e.cfg.Aggregation)
 	recs := make([]*batchRec, 0, e.cfg.Aggregation)
-	// With a model: the modelled completion times of the last Pipeline
-	// records, and of the latest one.
-	var fifo []int64
-	if e.cfg.Model != nil {
-		fifo = make([]int64, max(1, e.cfg.Model.Pipeline()))
-	}
-	var nrec int
-	var last int64
 	var spins int
 	e.mu.Lock()
 	for {
@@ -416,50 +364,27 @@ func (e *Engine) unit(u int) {
 		if spins > 0 {
 			spins, e.spinning = 0, false
 		}
-		var feed int64
-		if e.cfg.Model != nil {
-			// The driver feeds a record once the first op has arrived and
-			// the chip has room, and puts in everything that arrived by then.
-			feed = max(fifo[nrec%len(fifo)], e.earliest())
-			if feed > e.now() {
+		feed := int64(math.MaxInt64) // untimed: every op waiting has arrived
+		if t := e.cfg.Timing; t != nil {
+			at, now := t.Feed(u, e.earliest(), e.undelivered())
+			if !now {
 				e.mu.Unlock()
-				waitUntil(e.epoch, feed)
-				e.mu.Lock()
-				continue
-			}
-			// On its own clock, the record must also hold the ops of
-			// callers that are due back by then but have not yet been
-			// scheduled in real time.
-			if e.cfg.Virtual && e.straggling(feed) {
-				e.mu.Unlock()
+				t.Wait(at)
 				runtime.Gosched()
 				e.mu.Lock()
 				continue
 			}
+			feed = at
 		}
+		// The ops arrived by the feed, in order (with a timing, a late
+		// goroutine's batch may sit behind one that arrived later).
 		ops, recs = ops[:0], recs[:0]
-		if e.cfg.Model == nil {
-			for len(ops) < e.cfg.Aggregation {
-				r := e.dispatchable()
-				if r == nil {
-					break
-				}
+		for i := e.disp; i < e.n && len(ops) < e.cfg.Aggregation; i++ {
+			r := e.fifo[(e.head+i)%len(e.fifo)]
+			for r.arrival <= feed && r.next < r.admitted && len(ops) < e.cfg.Aggregation {
 				ops = append(ops, r.b.Ops[r.next])
 				recs = append(recs, r)
 				r.next++
-			}
-		} else {
-			// Everything that has arrived by the feed, in submission
-			// order (a late goroutine may have queued behind a later
-			// arrival in the model).
-			e.dispatchable() // advance past dispatched batches
-			for i := e.disp; i < e.n && len(ops) < e.cfg.Aggregation; i++ {
-				r := e.fifo[(e.head+i)%len(e.fifo)]
-				for r.arrival <= feed && r.next < r.admitted && len(ops) < e.cfg.Aggregation {
-					ops = append(ops, r.b.Ops[r.next])
-					recs = append(recs, r)
-					r.next++
-				}
 			}
 		}
 		k := uint64(len(ops))
@@ -485,18 +410,13 @@ func (e *Engine) unit(u int) {
 				failed++
 			}
 		}
-		var done int64
-		if e.cfg.Model != nil {
-			// Records are worked in order: this one starts when it was fed
-			// and the previous one is done. The delivery loop waits for
-			// the modelled time; the unit goes on feeding.
-			done = max(feed, last) + int64(e.cfg.Model.Record(ops))
-			fifo[nrec%len(fifo)] = done
-			nrec++
-			last = done
-		}
-
 		e.mu.Lock()
+		var done int64
+		if t := e.cfg.Timing; t != nil {
+			// The delivery loop waits for the record's time; the unit
+			// goes on feeding.
+			done = t.Worked(u, feed, ops)
+		}
 		e.stats.Interrupts++
 		e.stats.Ops += k
 		e.stats.Bytes += bytes
@@ -504,7 +424,7 @@ func (e *Engine) unit(u int) {
 		e.stats.Errors += failed
 		for _, r := range recs {
 			r.completed++
-			r.deadline = max(r.deadline, done)
+			r.done = max(r.done, done)
 			e.release(r)
 		}
 		e.unblock()
@@ -514,36 +434,22 @@ func (e *Engine) unit(u int) {
 	}
 }
 
-// straggling reports whether a closed-loop caller is due back in the model
-// by feed. A caller away for longer than stragglerWait is taken for gone and
-// forgotten. mu held.
-func (e *Engine) straggling(feed int64) bool {
-	late := false
-	// Completed batches about to be delivered may come back by feed too
-	// (only those at the head: the rest wait for batches ahead of them).
+// undelivered is the earliest completion of the batches done at the head
+// of the fifo and not yet delivered (those behind a batch still on the card
+// wait for it), or math.MaxInt64; mu held.
+func (e *Engine) undelivered() int64 {
+	first := int64(math.MaxInt64)
 	for i := range e.n {
 		r := e.fifo[(e.head+i)%len(e.fifo)]
 		if r.completed < len(r.b.Ops) {
 			break
 		}
-		if r.deadline <= feed {
-			late = true
-			break
-		}
+		first = min(first, r.done)
 	}
-	for b, l := range e.resubmit {
-		if l.out && l.done <= feed {
-			if time.Since(l.since) > stragglerWait {
-				delete(e.resubmit, b)
-				continue
-			}
-			late = true
-		}
-	}
-	return late
+	return first
 }
 
-// earliest is the earliest modelled arrival of an op waiting for a unit;
+// earliest is the earliest arrival of an op waiting for a unit;
 // mu held and some op waiting.
 func (e *Engine) earliest() int64 {
 	first := int64(math.MaxInt64)
@@ -599,9 +505,9 @@ func (e *Engine) unblock() {
 
 // complete calls Done for the completed batches at the head of the fifo, in
 // order, with mu released around each call; mu held on entry and on return.
-// With a model, the delivery loop does it at the modelled time instead.
+// With a timing, the delivery loop does it at the timing's time instead.
 func (e *Engine) complete() {
-	if e.cfg.Model != nil {
+	if e.cfg.Timing != nil {
 		if e.n > 0 && e.fifo[e.head].completed == len(e.fifo[e.head].b.Ops) {
 			e.deliver.Signal()
 		}
@@ -642,10 +548,11 @@ func (e *Engine) pop() *offload.Batch {
 	return b
 }
 
-// deliverTimed raises the host-side completion of each batch, in order, at
-// its modelled time: its last record's completion plus the host's time.
+// deliverTimed hands each batch back, in order, at the time the timing
+// says.
 func (e *Engine) deliverTimed() {
 	defer e.wg.Done()
+	t := e.cfg.Timing
 	e.mu.Lock()
 	for {
 		if e.n == 0 || e.fifo[e.head].completed < len(e.fifo[e.head].b.Ops) {
@@ -657,31 +564,17 @@ func (e *Engine) deliverTimed() {
 			continue
 		}
 		r := e.fifo[e.head]
-		at := int64(e.cfg.Model.Complete(time.Duration(max(r.deadline, r.arrival)), r.b))
-		at = max(at, e.lastDelivered)
+		at := t.Deliver(r.b, r.arrival, r.done)
 		e.mu.Unlock()
-		waitUntil(e.epoch, at)
+		t.Wait(at)
 		e.mu.Lock()
 		b := e.pop()
-		e.lastDelivered = at
-		if e.resubmit != nil {
-			e.resubmit[b] = loop{done: at, out: true, since: time.Now()}
-		}
 		e.mu.Unlock()
 		if b.Done != nil {
 			b.Done(b)
 		}
 		e.mu.Lock()
 	}
-}
-
-// ModelClock is the modelled time of the latest completion delivered, as
-// time since the engine started; with Virtual it runs apart from the real
-// clock.
-func (e *Engine) ModelClock() time.Duration {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return time.Duration(e.lastDelivered)
 }
 
 // Stats returns the driver-like counters.
@@ -708,23 +601,4 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 	e.wg.Wait()
 	return nil
-}
-
-// spinWindow is how close to a deadline waitUntil stops sleeping and spins:
-// Go's timers on Linux wake up to about a millisecond late.
-const spinWindow = 1500 * time.Microsecond
-
-// waitUntil returns once the real clock reaches at (ns since epoch): a sleep
-// for the bulk, then spinning, yielding the processor, for the rest.
-func waitUntil(epoch time.Time, at int64) {
-	d := time.Duration(at) - time.Since(epoch)
-	if d <= 0 {
-		return
-	}
-	if d > spinWindow {
-		time.Sleep(d - spinWindow)
-	}
-	for time.Duration(at) > time.Since(epoch) {
-		runtime.Gosched()
-	}
 }

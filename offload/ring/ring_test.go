@@ -42,21 +42,25 @@ func ops(s offload.Session, n int) []*offload.Op {
 	return out
 }
 
-// gate is a Model whose records wait until the gate opens: it holds the
+// gated is a session whose ops wait until the gate opens: it holds the
 // ring's only unit so the queue fills up.
-type gate struct{ open chan struct{} }
+type gated struct {
+	*cpu.Session
+	open chan struct{}
+}
 
-func (g gate) Submit(t time.Duration, _ *offload.Batch) time.Duration   { return t }
-func (g gate) Complete(t time.Duration, _ *offload.Batch) time.Duration { return t }
-func (g gate) Pipeline() int                                            { return 1 }
-func (g gate) Record([]*offload.Op) time.Duration {
+func (g gated) Process(op *offload.Op) {
 	<-g.open
-	return 0
+	g.Session.Process(op)
 }
 
 func TestBackPressure(t *testing.T) {
-	g := gate{open: make(chan struct{})}
-	e := ring.New(ring.Config{QueueDepth: 4, Aggregation: 1, Units: 1, Model: g})
+	open := make(chan struct{})
+	e := ring.New(ring.Config{QueueDepth: 4, Aggregation: 1, Units: 1,
+		NewSession: func(cfg offload.SessionConfig) (offload.Session, error) {
+			s, err := cpu.NewSession(cfg)
+			return gated{s, open}, err
+		}})
 	defer e.Close()
 	s := session(t, e)
 	var mu sync.Mutex
@@ -89,7 +93,7 @@ func TestBackPressure(t *testing.T) {
 		t.Fatalf("Submit returned %v while the queue was full", err)
 	default:
 	}
-	close(g.open)
+	close(open)
 	if err := <-submitted; err != nil {
 		t.Fatal(err)
 	}
@@ -114,20 +118,31 @@ func TestBackPressure(t *testing.T) {
 // TestOrderConcurrent checks, under concurrent submitters, that every batch
 // completes once, with the right results, and that a batch submitted after
 // another's Submit returned never completes before it.
-// lateHost is a Model whose host sees each completion a while after the
-// card raised it.
-type lateHost struct{ delay time.Duration }
+// lateHost is a Timing whose host sees each completion a while after the
+// card raised it; records take no time.
+type lateHost struct {
+	delay time.Duration
+	epoch time.Time
+}
 
-func (h lateHost) Submit(t time.Duration, _ *offload.Batch) time.Duration   { return t }
-func (h lateHost) Complete(t time.Duration, _ *offload.Batch) time.Duration { return t + h.delay }
-func (h lateHost) Pipeline() int                                            { return 1 }
-func (h lateHost) Record([]*offload.Op) time.Duration                       { return 0 }
+func (h *lateHost) now() int64                                    { return int64(time.Since(h.epoch)) }
+func (h *lateHost) Arrive(*offload.Batch) int64                   { return h.now() }
+func (h *lateHost) Feed(_ int, waiting, _ int64) (int64, bool)    { return waiting, true }
+func (h *lateHost) Worked(_ int, at int64, _ []*offload.Op) int64 { return at }
+func (h *lateHost) Deliver(_ *offload.Batch, _, done int64) int64 {
+	return max(done, h.now()) + int64(h.delay)
+}
+func (h *lateHost) Wait(at int64) {
+	if d := time.Duration(at - h.now()); d > 0 {
+		time.Sleep(d)
+	}
+}
 
 // TestBlockedSubmitWaitsForDelivery: a Submit blocked because every place
 // for a batch is taken by completed batches not yet delivered is let in
 // when they are delivered, with no op completing in between.
 func TestBlockedSubmitWaitsForDelivery(t *testing.T) {
-	e := ring.New(ring.Config{QueueDepth: 1, Aggregation: 1, Units: 1, Model: lateHost{delay: 20 * time.Millisecond}})
+	e := ring.New(ring.Config{QueueDepth: 1, Aggregation: 1, Units: 1, Timing: &lateHost{delay: 20 * time.Millisecond, epoch: time.Now()}})
 	defer e.Close()
 	s := session(t, e)
 	var order []int

@@ -3,24 +3,16 @@ package bench
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
 
-// espgwBinary builds the espgw command for the gateways of a real bench.
-func espgwBinary(t *testing.T) string {
-	t.Helper()
-	bin := filepath.Join(t.TempDir(), "espgw")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/espgw/espgw/cmd/espgw").CombinedOutput()
-	if err != nil {
-		t.Fatalf("build espgw: %v\n%s", err, out)
-	}
-	return bin
-}
+// TestMain removes the espgw command the tests built.
+func TestMain(m *testing.M) { labtest.Main(m) }
 
 // shortOptions is a real bench cut to seconds: one espgw configuration
 // beside plain routing, two frame sizes, few and short trials.
@@ -51,7 +43,7 @@ func noLeftovers(t *testing.T, prefix string) {
 }
 
 func TestShortRealBench(t *testing.T) {
-	o := shortOptions(espgwBinary(t), "bnt")
+	o := shortOptions(labtest.Espgw(t), "bnt")
 	requireBench(t, o)
 	o.TCPRuns, o.Retries, o.ProfileDir = 2, 1, t.TempDir()
 	var steps, last int
@@ -133,7 +125,7 @@ func TestShortRealBench(t *testing.T) {
 }
 
 func TestBenchInterruptedGivesPartialResultsAndCleansUp(t *testing.T) {
-	o := shortOptions(espgwBinary(t), "bnc")
+	o := shortOptions(labtest.Espgw(t), "bnc")
 	requireBench(t, o)
 	o.TCPDuration = 2 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())

@@ -3,11 +3,11 @@ package bench
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
 )
@@ -19,9 +19,7 @@ func TestWireguardBaselineCarriesTraffic(t *testing.T) {
 	if err := Check(Options{Baselines: []string{KindWireguard}}); err != nil {
 		t.Fatalf("the wireguard-go baseline cannot run here: %v", err)
 	}
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Fatalf("building the wireguard-go baseline needs the go tool: %v", err)
-	}
+	labtest.NeedTools(t, "go")
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	bin, err := BuildWireguard(ctx, "") // the user cache: built once per machine

@@ -88,18 +88,11 @@ func FuzzCapture(f *testing.F) {
 }
 
 func writeRawSeed(f *testing.F, path string) {
-	fh, err := os.Create(path)
-	if err != nil {
-		f.Fatal(err)
-	}
-	defer fh.Close()
-	w, err := NewWriter(fh, LinkRaw)
-	if err != nil {
-		f.Fatal(err)
-	}
+	var pkts [][]byte
 	for i, n := range []int{20, 100, 600} {
-		if err := w.Write(ciAt(i), udpPacket(false, n, uint16(i))); err != nil {
-			f.Fatal(err)
-		}
+		pkts = append(pkts, udpPacket(false, n, uint16(i)))
+	}
+	if err := WriteFile(path, LinkRaw, pkts); err != nil {
+		f.Fatal(err)
 	}
 }

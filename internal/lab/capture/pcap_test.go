@@ -194,19 +194,8 @@ func longer(p []byte) []byte {
 
 func writeRaw(t *testing.T, path string, pkts [][]byte) {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
+	if err := WriteFile(path, LinkRaw, pkts); err != nil {
 		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := NewWriter(f, LinkRaw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, p := range pkts {
-		if err := w.Write(ciAt(i), p); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -356,4 +358,24 @@ func (w *Writer) Write(ci gopacket.CaptureInfo, ip []byte) error {
 	ci.CaptureLength, ci.Length = len(data), len(data)
 	ci.InterfaceIndex = 0
 	return w.w.WritePacket(ci, data)
+}
+
+// WriteFile writes the IP packets pkts to a new capture at path, packet i
+// stamped i milliseconds after the start of 2026: the same file every run.
+func WriteFile(path string, link Link, pkts [][]byte) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("create capture: %w", err)
+	}
+	w, err := NewWriter(f, link)
+	for i := 0; err == nil && i < len(pkts); i++ {
+		err = w.Write(gopacket.CaptureInfo{Timestamp: time.Date(2026, 1, 1, 0, 0, 0, i*1e6, time.UTC)}, pkts[i])
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write capture %s: %w", path, err)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/pcapgen"
 	"github.com/espgw/espgw/internal/lab/wanrelay"
@@ -16,9 +17,7 @@ import (
 // bed is hostA — wan — hostB on one subnet, wan bridged by the relay.
 func bed(t *testing.T) (*netns.Bed, [2]ReplayHost, string) {
 	t.Helper()
-	if err := netns.CheckPrerequisites(); err != nil {
-		t.Fatalf("test needs namespaces: %v", err)
-	}
+	labtest.NeedNamespaces(t)
 	b, err := netns.New("im-rp", nil)
 	if err != nil {
 		t.Fatal(err)

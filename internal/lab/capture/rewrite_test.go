@@ -17,6 +17,7 @@ import (
 	"github.com/google/gopacket/pcapgo"
 
 	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/pcapgen"
 )
 
@@ -136,11 +137,7 @@ func TestReadLinkTypes(t *testing.T) {
 	writeGo(t, filepath.Join(dir, "eth.pcap"), layers.LinkTypeEthernet, want)
 	writeGo(t, filepath.Join(dir, "sll.pcap"), layers.LinkTypeLinuxSLL, want)
 	writeGo(t, filepath.Join(dir, "null.pcap"), layers.LinkTypeNull, want)
-	for _, tool := range []string{"/usr/bin/python3", "tshark"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("this test needs %s (apt-get install -y python3-scapy tshark)", tool)
-		}
-	}
+	labtest.NeedTools(t, "/usr/bin/python3", "tshark")
 	if out, err := exec.Command("/usr/bin/python3", "-c", scapyWriter, filepath.Join(dir, "raw.pcap"), dir).CombinedOutput(); err != nil {
 		t.Fatalf("scapy: %v\n%s", err, out)
 	}

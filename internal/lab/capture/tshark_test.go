@@ -15,17 +15,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/sa"
 )
-
-func requireTshark(t *testing.T) string {
-	t.Helper()
-	path, err := exec.LookPath("tshark")
-	if err != nil {
-		t.Fatalf("tshark is needed to judge espgw's output (apt-get install -y tshark): %v", err)
-	}
-	return path
-}
 
 // concatCaptures copies the packets of several raw-IP captures into one,
 // and then a copy of the first packet with its last byte (ICV) flipped.
@@ -74,7 +66,7 @@ func concatCaptures(t *testing.T, out string, ins []string) {
 }
 
 func TestTsharkOpensSealedCaptures(t *testing.T) {
-	tshark := requireTshark(t)
+	labtest.NeedTools(t, "tshark")
 	dir := t.TempDir()
 	type sealed struct {
 		cfg   *sa.SA
@@ -125,7 +117,7 @@ func TestTsharkOpensSealedCaptures(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(conf, "esp_sa"), readFile(t, espSA), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(tshark, "-n", "-r", all,
+	cmd := exec.Command("tshark", "-n", "-r", all,
 		"-o", "esp.enable_encryption_decode:TRUE", "-o", "esp.enable_authentication_check:TRUE",
 		"-T", "fields", "-E", "separator=|", "-e", "frame.number", "-e", "esp.spi", "-e", "esp.icv_good", "-e", "frame.protocols")
 	cmd.Env = append(os.Environ(), "WIRESHARK_CONFIG_DIR="+conf, "HOME="+dir)
@@ -176,22 +168,12 @@ func TestTsharkOpensSealedCaptures(t *testing.T) {
 // writeInnerCapture writes a raw-IP capture of UDP packets of the given sizes.
 func writeInnerCapture(t *testing.T, path string, v6 bool, sizes []int) [][]byte {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := NewWriter(f, LinkRaw)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var pkts [][]byte
 	for i, n := range sizes {
-		p := udpPacket(v6, max(n, 48), uint16(i))
-		pkts = append(pkts, p)
-		if err := w.Write(ciAt(i), p); err != nil {
-			t.Fatal(err)
-		}
+		pkts = append(pkts, udpPacket(v6, max(n, 48), uint16(i)))
+	}
+	if err := WriteFile(path, LinkRaw, pkts); err != nil {
+		t.Fatal(err)
 	}
 	return pkts
 }

@@ -66,8 +66,8 @@ func (gw guestGateway) stats(ctx context.Context) (gateway.Stats, error) {
 // state directory keeps the sequence numbers across a restart (the far
 // gateway would take a restart from 0 for a replay).
 func gatewayConfig(local, peer netip.Addr, engine string, tun, route netip.Prefix) string {
-	return fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nouter-mtu: 1600\nstate-dir: state\ntun:\n  name: esp0\n  addresses: [%s]\n  routes: [%s]\nsa-file: sas.yaml\n",
-		local, peer, engine, tun, route.Masked())
+	return testbed.GatewayConfig{Local: local, Peer: peer, Engine: engine, OuterMTU: 1600, StateDir: "state", TUN: "esp0",
+		TUNAddrs: []netip.Prefix{tun}, Routes: []netip.Prefix{route.Masked()}, SAFile: "sas.yaml"}.String()
 }
 
 // pingBothWays pings count times with each size from the host's inner

@@ -85,7 +85,7 @@ type Bed struct {
 	binary           string
 	log              *slog.Logger
 	gw               *testbed.Gateway
-	relay            *runningRelay
+	relay            *wanrelay.Running
 	tunnel           *Tunnel
 	transportRouting bool
 	wanV6            bool // the IPv6 WAN addresses are in place
@@ -314,7 +314,7 @@ func (b *Bed) Configure(ctx context.Context, c Case) (*Tunnel, error) {
 	if c.ImpairBack != nil {
 		back = *c.ImpairBack
 	}
-	if b.relay, err = startRelay(wanrelay.Config{Netns: b.WAN.Name(), A: relayIf, B: tapIf, AToB: imp, BToA: back, Logger: b.log}); err != nil {
+	if b.relay, err = wanrelay.Start(wanrelay.Config{Netns: b.WAN.Name(), A: relayIf, B: tapIf, AToB: imp, BToA: back, Logger: b.log}); err != nil {
 		return nil, err
 	}
 	b.tunnel = t
@@ -373,13 +373,12 @@ func (b *Bed) makeTunnel(c Case) (*Tunnel, error) {
 // writeConfig writes gw1's SA file and configuration for t.
 func (b *Bed) writeConfig(t *Tunnel) (string, error) {
 	set := &sa.Config{SAs: []*sa.SA{t.Out, t.In}}
-	var routes string
+	var routes []netip.Prefix
 	if t.Mode == sa.Tunnel {
-		routes = fmt.Sprintf("[%s, %s]", FarHost4.Masked(), FarHost6.Masked())
+		routes = []netip.Prefix{FarHost4.Masked(), FarHost6.Masked()}
 	} else {
 		// The gateway picks a transport SA through the SPD; its traffic
 		// reaches the TUN by the policy routes of setTransportRouting.
-		routes = "[]"
 		set.SPD = []sa.Policy{{Selector: sa.Selector{Src: netip.PrefixFrom(t.Out.Src, t.Out.Src.BitLen()), Dst: netip.PrefixFrom(t.Out.Dst, t.Out.Dst.BitLen())},
 			Action: sa.Protect, SPI: t.Out.SPI}}
 	}
@@ -392,13 +391,9 @@ func (b *Bed) writeConfig(t *Tunnel) (string, error) {
 		return "", fmt.Errorf("clear gw1's state directory: %w", err)
 	}
 	// ESPGW_WAN_IO=xdp puts gw1's raw ESP on AF_XDP against the same peers.
-	cfg := fmt.Sprintf("local: %s\npeer: %s\nengine: cpu\nouter-mtu: %d\ntun:\n  name: %s\n  routes: %s\nsa-file: sas.yaml\nstate-dir: gw1-state\nwan-io: %s\n",
-		t.Out.Src, t.Out.Dst, wanMTU, tunIf, routes, testbed.DefaultWanIO())
 	path := filepath.Join(b.Dir, "gw1.yaml")
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		return "", fmt.Errorf("write gw1's config: %w", err)
-	}
-	return path, nil
+	return path, testbed.GatewayConfig{Local: t.Out.Src, Peer: t.Out.Dst, Engine: "cpu", OuterMTU: wanMTU, TUN: tunIf, Routes: routes,
+		SAFile: "sas.yaml", StateDir: "gw1-state", WanIO: testbed.DefaultWanIO()}.Write(path)
 }
 
 // setTransportRouting sends gw1's own ICMP and TCP toward the guest into
@@ -451,7 +446,7 @@ func (b *Bed) RelayCounters() wanrelay.Counters {
 	if b.relay == nil {
 		return wanrelay.Counters{}
 	}
-	return b.relay.r.Counters()
+	return b.relay.Counters()
 }
 
 // Close stops the relay, the gateway and the guest and removes the
@@ -479,33 +474,13 @@ func (b *Bed) Close() error {
 	return errors.Join(errs...)
 }
 
-// runningRelay is a wanrelay.Relay running in this process.
-type runningRelay struct {
-	r      *wanrelay.Relay
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func startRelay(cfg wanrelay.Config) (*runningRelay, error) {
-	r, err := wanrelay.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	rr := &runningRelay{r: r, cancel: cancel, done: make(chan error, 1)}
-	go func() { rr.done <- r.Run(ctx) }()
-	return rr, nil
-}
-
 func (b *Bed) stopRelay() {
 	if b.relay == nil {
 		return
 	}
-	b.relay.cancel()
-	if err := <-b.relay.done; err != nil {
+	if err := b.relay.Close(); err != nil {
 		b.log.Warn("wan relay", "err", err)
 	}
-	b.relay.r.Close()
 	b.relay = nil
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
@@ -49,9 +50,7 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	if espgwBuild.dir != "" {
-		os.RemoveAll(espgwBuild.dir)
-	}
+	labtest.Cleanup()
 	if os.Getenv("ESPGW_WRITE_MATRIX") == "1" && matrix.Len() > 0 {
 		path := filepath.Join("..", "..", "..", "docs", "interop-matrix.md")
 		err := os.MkdirAll(filepath.Dir(path), 0o755)
@@ -81,25 +80,17 @@ func sharedBed(t *testing.T) *Bed {
 	if testing.Short() {
 		t.Skip("boots a QEMU guest under TCG and runs espgw gateways in namespaces; run without -short")
 	}
-	shared.once.Do(func() { shared.bed, shared.err = bootBed() })
+	labtest.NeedNamespaces(t)
+	labtest.NeedTools(t, "qemu-system-x86_64", "ping")
+	binary := labtest.Espgw(t)
+	shared.once.Do(func() { shared.bed, shared.err = bootBed(binary) })
 	if shared.err != nil {
 		t.Fatalf("gateway ↔ kernel interop bed unavailable: %v", shared.err)
 	}
 	return shared.bed
 }
 
-func bootBed() (*Bed, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("needs root (network namespaces, tap and TUN devices)")
-	}
-	for tool, pkg := range map[string]string{"qemu-system-x86_64": "qemu-system-x86", "ip": "iproute2", "ping": "iputils-ping"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s not found: apt-get install %s", tool, pkg)
-		}
-	}
-	if err := netns.CheckPrerequisites(); err != nil {
-		return nil, err
-	}
+func bootBed(binary string) (*Bed, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	if _, err := kernelpeer.Prepared(kernelpeer.PrepareOptions{}); err != nil {
@@ -112,10 +103,6 @@ func bootBed() (*Bed, error) {
 		return nil, fmt.Errorf("%w (run `%s`)", err, kernelpeer.PrepareCommand)
 	}
 	shared.release = assets.KernelRelease
-	binary, err := buildEspgw()
-	if err != nil {
-		return nil, err
-	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	start := time.Now()
 	b, err := StartBed(ctx, BedOptions{Binary: binary, Prefix: "ki", BootTimeout: 5 * time.Minute, Log: log})

@@ -2,15 +2,12 @@ package interop
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -27,12 +24,8 @@ func scapyBed(t *testing.T) *Bed {
 	if testing.Short() {
 		t.Skip("runs espgw gateways and scapy in namespaces; run without -short")
 	}
+	binary := labtest.Espgw(t)
 	scapyShared.once.Do(func() {
-		binary, err := buildEspgw()
-		if err != nil {
-			scapyShared.err = err
-			return
-		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		scapyShared.bed, scapyShared.err = StartBed(ctx, BedOptions{Binary: binary, Prefix: "kis", Scapy: true})
@@ -122,27 +115,4 @@ func checkScapy(t *testing.T, b *Bed, c Case) {
 	if t.Failed() {
 		t.Logf("gw1 log:\n%s", b.GatewayOutput())
 	}
-}
-
-// buildEspgw builds the espgw binary once for every bed of this test binary.
-func buildEspgw() (string, error) {
-	espgwBuild.once.Do(func() {
-		dir, err := os.MkdirTemp("", "espgw-ki-")
-		if err != nil {
-			espgwBuild.err = err
-			return
-		}
-		espgwBuild.dir = dir
-		espgwBuild.path = filepath.Join(dir, "espgw")
-		if out, err := exec.Command("go", "build", "-o", espgwBuild.path, "github.com/espgw/espgw/cmd/espgw").CombinedOutput(); err != nil {
-			espgwBuild.err = fmt.Errorf("build espgw: %v\n%s", err, out)
-		}
-	})
-	return espgwBuild.path, espgwBuild.err
-}
-
-var espgwBuild struct {
-	once      sync.Once
-	dir, path string
-	err       error
 }

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -150,43 +148,9 @@ func (x *XfrmPeer) Counters(ctx context.Context) (kernelpeer.Counters, error) {
 // PingResult is what one ping saw, from the guest or from espgw's side.
 type PingResult = testbed.PingResult
 
-var busyboxPing = regexp.MustCompile(`(\d+) packets transmitted, (\d+) packets received`)
-
-// Ping sends count echo requests with size payload bytes from the guest
-// to dst (busybox ping, 0.2 s apart, 2 s wait for the last) and counts
-// the replies. A lost reply is not an error; a ping that did not run is.
-func (x *XfrmPeer) Ping(ctx context.Context, dst netip.Addr, size, count int) (PingResult, error) {
-	// -W bounds the wait after the last request; busybox ping exits 1
-	// when a reply is missing, which the summary says anyway.
-	script := fmt.Sprintf("ping -q -c %d -i 0.2 -W 2 -s %d %s; true", count, size, dst)
-	out, err := x.kernel.Run(ctx, script)
-	r := PingResult{Output: out}
-	if err != nil {
-		return r, fmt.Errorf("ping %s from the xfrm peer: %w", dst, err)
-	}
-	m := busyboxPing.FindStringSubmatch(out)
-	if m == nil {
-		return r, fmt.Errorf("ping %s from the xfrm peer: no summary in %q", dst, out)
-	}
-	r.Sent, _ = strconv.Atoi(m[1])
-	r.Received, _ = strconv.Atoi(m[2])
-	return r, nil
-}
-
 // Run runs a busybox sh script in the guest ("ip" is iproute2's).
 func (x *XfrmPeer) Run(ctx context.Context, script string) (string, error) {
 	return x.kernel.Run(ctx, script)
-}
-
-// Addr is the guest's outer address.
-func (x *XfrmPeer) Addr() netip.Addr { return x.cfg.Addr.Addr() }
-
-// Tap is the name of the guest's tap in the peer's namespace.
-func (x *XfrmPeer) Tap() string {
-	if x.cfg.Tap == "" {
-		return "kptap0"
-	}
-	return x.cfg.Tap
 }
 
 // Kernel is the underlying guest, for what this type does not wrap.

@@ -87,7 +87,7 @@
 // and InitialSeq as replay-seq/replay-oseq(-hi); cbc(aes), cbc(des3_ede),
 // rfc3686(ctr(aes)) and rfc4106(gcm(aes)) with a 128-bit ICV; hmac(sha1),
 // hmac(sha256/384/512) and hmac(md5) truncated per RFC 2404/4868/2403;
-// lifetimes and TFC padding. Peer.InstallSA runs them in one round trip;
+// lifetimes and TFC padding. Peer.ReplaceSAs installs a set in one round trip;
 // Peer.Counters parses `ip -s xfrm state` and /proc/net/xfrm_stat.
 //
 // # Tests

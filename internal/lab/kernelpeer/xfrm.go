@@ -20,13 +20,6 @@ const (
 	Outbound
 )
 
-func (d Direction) String() string {
-	if d == Outbound {
-		return "out"
-	}
-	return "in"
-}
-
 // Command is one iproute2 command line, without the leading "ip". Its
 // String hides key material; Args has it in clear for the guest.
 type Command struct{ Args []string }
@@ -155,19 +148,6 @@ func hostPrefix(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen
 // selectorArgs writes a selector as iproute2's SELECTOR.
 func selectorArgs(sel sa.Selector, v6 bool) ([]string, error) { return sa.XFRMSelectorArgs(sel, v6) }
 
-// InstallSA gives the guest's kernel the SA s for direction dir: its state
-// and its policies, in one round trip. Errors name the SA, never its keys.
-func (p *Peer) InstallSA(ctx context.Context, s *sa.SA, dir Direction) error {
-	cmds, err := XFRMCommands(s, dir)
-	if err != nil {
-		return err
-	}
-	if out, err := p.Run(ctx, script(cmds)); err != nil {
-		return fmt.Errorf("install %v (%s) in the kernel peer: %w", s, dir, redactErr(err, out))
-	}
-	return nil
-}
-
 // DirectedSA is an SA with the direction it has in the guest.
 type DirectedSA struct {
 	SA  *sa.SA
@@ -205,12 +185,4 @@ func redactErr(err error, out string) error {
 		return fmt.Errorf("exit status %d: %s", ee.Code, strings.TrimSpace(strings.Join(keep, "\n")))
 	}
 	return err
-}
-
-// FlushXFRM removes every SA and policy from the guest's kernel.
-func (p *Peer) FlushXFRM(ctx context.Context) error {
-	if _, err := p.Run(ctx, "ip xfrm policy flush && ip xfrm state flush"); err != nil {
-		return fmt.Errorf("flush the kernel peer's XFRM state: %w", err)
-	}
-	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
@@ -88,9 +89,7 @@ func TestCapturesDecode(t *testing.T) {
 // tshark, an independent dissector, finds no bad checksum, no malformed
 // packet and nothing wrong with the TCP sequence numbers.
 func TestCapturesTshark(t *testing.T) {
-	if _, err := exec.LookPath("tshark"); err != nil {
-		t.Fatal("this test needs tshark: apt-get install -y tshark")
-	}
+	labtest.NeedTools(t, "tshark")
 	dir := t.TempDir()
 	if err := WriteAll(dir); err != nil {
 		t.Fatal(err)

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -102,17 +101,6 @@ type Result struct {
 	Captures         string            `json:"captures,omitempty"`
 }
 
-// RunFile loads a scenario file and runs every scenario in it (one per
-// matrix combination). A malformed file is an error; a failed expectation
-// is a Result with Pass false.
-func RunFile(ctx context.Context, path string, opts Options) ([]*Result, error) {
-	scs, err := Load(path)
-	if err != nil {
-		return nil, err
-	}
-	return runAll(ctx, scs, opts)
-}
-
 // runAll runs scs one after another until ctx ends.
 func runAll(ctx context.Context, scs []*Scenario, opts Options) ([]*Result, error) {
 	var out []*Result
@@ -132,7 +120,8 @@ func BundledFiles(fsys fs.FS) ([]string, error) {
 
 // RunBundled loads name (e.g. "engines.yaml") from fsys — the bundled
 // scenarios, github.com/espgw/espgw/scenarios.Bundled — and runs every
-// scenario in it, as RunFile does.
+// scenario in it (one per matrix combination). A malformed file is an
+// error; a failed expectation is a Result with Pass false.
 func RunBundled(ctx context.Context, fsys fs.FS, name string, opts Options) ([]*Result, error) {
 	scs, err := LoadFS(fsys, name)
 	if err != nil {
@@ -561,11 +550,17 @@ func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 	}
 	t := r.bed.Topo
 	for i, ns := range []*netns.Namespace{t.HostA, t.GW1, t.GW2, t.HostB} {
-		snmp, err := snmpErrors(ns)
+		snmp, err := snmpCounters(ns)
 		if err != nil {
 			return s, err
 		}
-		s.SNMP[i] = snmp
+		switch ns {
+		case t.HostA:
+			s.RcvbufDrops[0] = snmp["UdpRcvbufErrors"] + snmp["Udp6RcvbufErrors"]
+		case t.HostB:
+			s.RcvbufDrops[1] = snmp["UdpRcvbufErrors"] + snmp["Udp6RcvbufErrors"]
+		}
+		s.SNMP[i] = snmpErrors(snmp)
 		links, err := ns.Netlink().LinkList()
 		if err != nil {
 			return s, fmt.Errorf("links of %s: %w", ns.Short(), err)
@@ -580,13 +575,6 @@ func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 				s.KernelDrops[i] += st.TxDropped
 			}
 		}
-	}
-	for i, ns := range []*netns.Namespace{r.bed.Topo.HostA, r.bed.Topo.HostB} {
-		n, err := udpRcvbufErrors(ns)
-		if err != nil {
-			return s, err
-		}
-		s.RcvbufDrops[i] = n
 	}
 	s.WAN = r.relay.Counters()
 	return s, nil
@@ -615,83 +603,32 @@ func (r *runner) stableSnapshot(ctx context.Context) (snapshot, error) {
 	return last, nil
 }
 
-// snmpErrors reads the namespace's SNMP counters whose names say they
-// count errors, discards or failures.
-func snmpErrors(ns *netns.Namespace) (map[string]uint64, error) {
-	out := map[string]uint64{}
-	err := ns.Do(func() error {
-		b, err := os.ReadFile("/proc/thread-self/net/snmp")
-		if err != nil {
+// snmpCounters reads the namespace's SNMP counters (gateway.ParseSNMP).
+func snmpCounters(ns *netns.Namespace) (map[string]uint64, error) {
+	var snmp, snmp6 []byte
+	err := ns.Do(func() (err error) {
+		if snmp, err = os.ReadFile("/proc/thread-self/net/snmp"); err != nil {
 			return err
 		}
-		lines := strings.Split(string(b), "\n")
-		for i := 0; i+1 < len(lines); i += 2 {
-			names, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
-			for j := 1; j < len(names) && j < len(vals); j++ {
-				out[strings.TrimSuffix(names[0], ":")+names[j]], _ = strconv.ParseUint(vals[j], 10, 64)
-			}
-		}
-		b, err = os.ReadFile("/proc/thread-self/net/snmp6")
-		if err != nil {
-			return err
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) == 2 {
-				out[f[0]], _ = strconv.ParseUint(f[1], 10, 64)
-			}
-		}
-		return nil
+		snmp6, err = os.ReadFile("/proc/thread-self/net/snmp6")
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("SNMP counters of %s: %w", ns.Short(), err)
 	}
-	for k := range out {
-		if !strings.Contains(k, "Err") && !strings.Contains(k, "Discard") && !strings.Contains(k, "Fail") && !strings.Contains(k, "NoPorts") &&
-			!strings.Contains(k, "Trunc") && !strings.Contains(k, "NoRoute") && !strings.Contains(k, "Unknown") && !strings.Contains(k, "Reasm") {
-			delete(out, k)
-		}
-	}
-	return out, nil
+	return gateway.ParseSNMP(snmp, snmp6), nil
 }
 
-// udpRcvbufErrors reads Udp RcvbufErrors (IPv4 and IPv6) from the
-// namespace's SNMP counters.
-func udpRcvbufErrors(ns *netns.Namespace) (uint64, error) {
-	var total uint64
-	err := ns.Do(func() error {
-		for _, f := range []struct{ path, prefix, field string }{
-			{"/proc/thread-self/net/snmp", "Udp:", "RcvbufErrors"},
-			{"/proc/thread-self/net/snmp6", "Udp6RcvbufErrors", ""},
-		} {
-			b, err := os.ReadFile(f.path)
-			if err != nil {
-				return err
-			}
-			lines := strings.Split(string(b), "\n")
-			for i, l := range lines {
-				fs := strings.Fields(l)
-				if len(fs) == 2 && fs[0] == f.prefix {
-					n, _ := strconv.ParseUint(fs[1], 10, 64)
-					total += n
-				}
-				if f.field != "" && len(fs) > 1 && fs[0] == f.prefix && i+1 < len(lines) {
-					vals := strings.Fields(lines[i+1])
-					for j, name := range fs {
-						if name == f.field && j < len(vals) {
-							n, _ := strconv.ParseUint(vals[j], 10, 64)
-							total += n
-						}
-					}
-					break
-				}
-			}
+// snmpErrors is what of the SNMP counters names errors, discards or
+// failures.
+func snmpErrors(c map[string]uint64) map[string]uint64 {
+	for k := range c {
+		if !strings.Contains(k, "Err") && !strings.Contains(k, "Discard") && !strings.Contains(k, "Fail") && !strings.Contains(k, "NoPorts") &&
+			!strings.Contains(k, "Trunc") && !strings.Contains(k, "NoRoute") && !strings.Contains(k, "Unknown") && !strings.Contains(k, "Reasm") {
+			delete(c, k)
 		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("UDP counters of %s: %w", ns.Short(), err)
 	}
-	return total, nil
+	return c
 }
 
 func (r *runner) writeEspSA(dir string) error {

@@ -12,7 +12,6 @@
 package strongswan
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +27,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/testbed"
 )
 
 // Config is one side of an IKEv2 tunnel with a pre-shared key.
@@ -55,28 +55,11 @@ type Config struct {
 type Charon struct {
 	cfg        Config
 	starter    *exec.Cmd
-	out        *lockedBuffer
+	out        *testbed.LockedBuffer
 	charonPID  int
 	waited     chan struct{}
 	closeOnce  sync.Once
 	closeError error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // Starter is where Debian puts ipsec's starter.
@@ -142,7 +125,7 @@ conn espgw
 	auto=%s
 `, cfg.Local, cfg.LocalNet, cfg.ID, cfg.Remote, cfg.RemoteNet, cfg.PeerID, cfg.IKE, cfg.ESP, auto)
 	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
-	c := &Charon{cfg: cfg, out: &lockedBuffer{}, waited: make(chan struct{})}
+	c := &Charon{cfg: cfg, out: &testbed.LockedBuffer{}, waited: make(chan struct{})}
 	swan := fmt.Sprintf(`charon {
 	load = random nonce aes sha1 sha2 hmac gmp kdf kernel-libipsec kernel-netlink socket-default stroke updown
 	filelog {

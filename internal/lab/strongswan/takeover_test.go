@@ -4,10 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
@@ -33,6 +31,9 @@ func ping(t *testing.T, ctx context.Context, from *netns.Namespace, to netip.Add
 	return n
 }
 
+// TestMain removes the espgw command the tests built.
+func TestMain(m *testing.M) { labtest.Main(m) }
+
 // TestEspgwTakesOverCharonTunnel has two charon instances (kernel-libipsec)
 // negotiate an IKEv2 tunnel between gw1 and gw2, with hostA and hostB
 // behind them; reads gw1's SAs from nothing but charon's own log (chd = 4)
@@ -47,16 +48,11 @@ func TestEspgwTakesOverCharonTunnel(t *testing.T) {
 	if err := CheckInstalled(); err != nil {
 		t.Fatal(err)
 	}
-	if err := netns.CheckPrerequisites(); err != nil {
-		t.Fatal(err)
-	}
+	labtest.NeedNamespaces(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "espgw")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../../cmd/espgw").CombinedOutput(); err != nil {
-		t.Fatalf("build espgw: %v\n%s", err, out)
-	}
+	bin := labtest.Espgw(t)
 	topo, err := netns.NewTopology("sw", netns.TopologyOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -117,10 +113,10 @@ func TestEspgwTakesOverCharonTunnel(t *testing.T) {
 	if err := sa.WriteFile(filepath.Join(dir, "sas.yaml"), cfg); err != nil {
 		t.Fatal(err)
 	}
-	conf := fmt.Sprintf("local: %s\npeer: %s\nengine: %s\nmetrics: 127.0.0.1:9478\ntun:\n  name: esp0\n  routes: [%s]\nsa-file: sas.yaml\nstate-dir: gw1-state\n",
-		a.GW1WAN4.Addr(), a.GW2WAN4.Addr(), testbed.DefaultEngine(), a.LANB4)
 	confPath := filepath.Join(dir, "gw1.yaml")
-	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+	err = testbed.GatewayConfig{Local: a.GW1WAN4.Addr(), Peer: a.GW2WAN4.Addr(), Engine: testbed.DefaultEngine(), Metrics: "127.0.0.1:9478",
+		TUN: "esp0", Routes: []netip.Prefix{a.LANB4}, SAFile: "sas.yaml", StateDir: "gw1-state"}.Write(confPath)
+	if err != nil {
 		t.Fatal(err)
 	}
 	g, err := testbed.RunGateway(ctx, topo.GW1, bin, confPath)

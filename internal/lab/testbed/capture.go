@@ -20,7 +20,7 @@ import (
 type Capture struct {
 	Path string
 	cmd  *exec.Cmd
-	errb lockedBuffer
+	errb LockedBuffer
 }
 
 // StartCapture captures ESP (raw and UDP 4500) on ifname in ns into path,

@@ -1,9 +1,13 @@
 package testbed
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
@@ -11,38 +15,89 @@ import (
 	"github.com/espgw/espgw/internal/lab/netns"
 )
 
+// Gateway is one espgw run process: a Bed's two, or one RunGateway
+// started for a bed whose far side is not espgw.
+type Gateway struct {
+	Name   string
+	NS     *netns.Namespace
+	Config string
+	// StartTook is how long its last start took, from the process's
+	// launch until its stats answered: reading and loading its SAs,
+	// sockets, TUN device and all.
+	StartTook time.Duration
+	cmd       *exec.Cmd
+	out       LockedBuffer
+	done      chan error
+}
+
+// LockedBuffer collects a process's output while others read it.
+type LockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *LockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// Reset empties the buffer.
+func (b *LockedBuffer) Reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.Reset()
+}
+
 // RunGateway starts `binary run -c config` in ns, outside any Bed, and waits
 // until its stats endpoint answers: a single gateway for test beds whose far
 // side is not espgw (the Linux kernel, scapy). The caller stops it with
 // Stop; a process still running when ns is removed is killed with it.
 func RunGateway(ctx context.Context, ns *netns.Namespace, binary, config string) (*Gateway, error) {
 	g := &Gateway{Name: ns.Short(), NS: ns, Config: config}
-	cmd := ns.Command(context.Background(), binary, "run", "-c", config)
+	if err := g.start(ctx, binary, ns.Command(context.Background(), binary, "run", "-c", config), (*exec.Cmd).Start); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// start launches cmd as the gateway's process and waits (up to 10 s) until
+// `binary stats` answers in its namespace. A gateway that exits, does not
+// come up or is given up on (ctx) is not left running.
+func (g *Gateway) start(ctx context.Context, binary string, cmd *exec.Cmd, launch func(*exec.Cmd) error) error {
+	g.out.Reset()
+	t0 := time.Now()
 	cmd.Stdout, cmd.Stderr = &g.out, &g.out
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start gateway in %s: %w", ns.Name(), err)
+	if err := launch(cmd); err != nil {
+		return fmt.Errorf("start gateway %s in %s: %w", g.Name, g.NS.Name(), err)
 	}
 	g.cmd = cmd
 	g.done = make(chan error, 1)
 	go func() { g.done <- cmd.Wait() }()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := GatewayStats(ctx, ns, binary); err == nil {
-			return g, nil
+		if _, err := GatewayStats(ctx, g.NS, binary); err == nil {
+			g.StartTook = time.Since(t0)
+			return nil
 		}
 		select {
 		case err := <-g.done:
-			g.done <- err
 			g.cmd = nil
-			return nil, fmt.Errorf("gateway %s exited at start (%v):\n%s", g.Name, err, g.out.String())
+			return fmt.Errorf("gateway %s exited at start (%v):\n%s", g.Name, err, g.out.String())
 		case <-ctx.Done():
 			g.Stop(syscall.SIGKILL)
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			out, _ := g.Stop(syscall.SIGKILL)
-			return nil, fmt.Errorf("gateway %s did not come up in 10s:\n%s", g.Name, out)
+			return fmt.Errorf("gateway %s did not come up in 10s:\n%s", g.Name, out)
 		}
 	}
 }
@@ -54,20 +109,40 @@ func (g *Gateway) Stop(sig syscall.Signal) (string, error) {
 		return g.out.String(), nil
 	}
 	g.cmd.Process.Signal(sig)
+	defer func() { g.cmd = nil }()
 	select {
 	case err := <-g.done:
-		g.cmd = nil
-		if err != nil && sig != syscall.SIGKILL {
+		var ee *exec.ExitError
+		if err != nil && !(sig == syscall.SIGKILL && errors.As(err, &ee)) {
 			return g.out.String(), fmt.Errorf("gateway %s: %w", g.Name, err)
 		}
 		return g.out.String(), nil
 	case <-time.After(10 * time.Second):
 		g.cmd.Process.Kill()
 		<-g.done
-		g.cmd = nil
 		return g.out.String(), fmt.Errorf("gateway %s did not stop within 10s of %s", g.Name, sig)
 	}
 }
+
+// Signal sends sig to the gateway process.
+func (g *Gateway) Signal(sig syscall.Signal) error {
+	if g.cmd == nil || g.cmd.Process == nil {
+		return fmt.Errorf("gateway %s is not running", g.Name)
+	}
+	return g.cmd.Process.Signal(sig)
+}
+
+// PID is the gateway process's id (0 when it is not running); `ip netns
+// exec` execs in place, so it is espgw's own.
+func (g *Gateway) PID() int {
+	if g.cmd == nil || g.cmd.Process == nil {
+		return 0
+	}
+	return g.cmd.Process.Pid
+}
+
+// Output is what the gateway has logged so far.
+func (g *Gateway) Output() string { return g.out.String() }
 
 // GatewayStats reads the counters of the gateway running in ns through
 // `binary stats --json`.

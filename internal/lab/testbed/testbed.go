@@ -8,9 +8,7 @@
 package testbed
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,11 +17,8 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -100,44 +95,6 @@ type Bed struct {
 	GW      [2]*Gateway
 	opts    Options
 	log     *slog.Logger
-}
-
-// Gateway is one espgw run process.
-type Gateway struct {
-	Name   string
-	NS     *netns.Namespace
-	Config string
-	// StartTook is how long its last start took, from the process's
-	// launch until its stats answered: reading and loading its SAs,
-	// sockets, TUN device and all.
-	StartTook time.Duration
-	cmd       *exec.Cmd
-	out       lockedBuffer
-	done      chan error
-}
-
-// lockedBuffer collects a process's output while others read it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *lockedBuffer) Reset() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Reset()
 }
 
 // Start builds the topology and starts both gateways; on error everything
@@ -284,122 +241,47 @@ func (b *Bed) writeConfig(i int) (string, error) {
 	if b.opts.Tunnels >= 1 {
 		routes = append(routes, []netip.Prefix{TunnelBlockB, TunnelBlockA}[i])
 	}
-	var rs []string
-	for _, r := range routes {
-		rs = append(rs, r.String())
-	}
-	cfg := fmt.Sprintf(`local: %s
-peer: %s
-engine: %s
-metrics: 127.0.0.1:9478
-tun:
-  name: esp0
-  routes: [%s]
-  offloads: %v
-sa-file: sas.yaml
-state-dir: gw%d-state
-control: gw%d.sock
-wan-io: %s
-`, local, peer, b.opts.Engine[i], strings.Join(rs, ", "), !b.opts.NoOffloads, i+1, i+1, b.opts.WanIO)
-	if b.opts.WANMTU > 0 {
-		cfg += fmt.Sprintf("outer-mtu: %d\n", b.opts.WANMTU)
-	}
-	if b.opts.XDPMode != "" {
-		cfg += fmt.Sprintf("xdp-mode: %s\n", b.opts.XDPMode)
-	}
-	if b.opts.Pprof {
-		cfg += fmt.Sprintf("pprof: %s\n", PprofAddr)
-	}
-	if b.opts.TUNMTU > 0 {
-		cfg = strings.Replace(cfg, "  name: esp0\n", fmt.Sprintf("  name: esp0\n  mtu: %d\n", b.opts.TUNMTU), 1)
-	}
-	if b.opts.Workers > 0 {
-		cfg += fmt.Sprintf("workers: %d\n", b.opts.Workers)
-	}
 	path := filepath.Join(b.Dir, fmt.Sprintf("gw%d.yaml", i+1))
-	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
-		return "", fmt.Errorf("write gateway config: %w", err)
-	}
-	return path, nil
+	return path, GatewayConfig{Local: local, Peer: peer, Engine: b.opts.Engine[i], WanIO: b.opts.WanIO, Metrics: "127.0.0.1:9478",
+		TUN: "esp0", TUNMTU: b.opts.TUNMTU, Routes: routes, NoOffloads: b.opts.NoOffloads, OuterMTU: b.opts.WANMTU, Workers: b.opts.Workers,
+		XDPMode: b.opts.XDPMode, Pprof: pprofAddr(b.opts.Pprof), SAFile: "sas.yaml", StateDir: fmt.Sprintf("gw%d-state", i+1), Control: fmt.Sprintf("gw%d.sock", i+1)}.Write(path)
 }
 
 // StartGateway starts gateway i's espgw run process and waits until its
 // stats endpoint answers.
 func (b *Bed) StartGateway(ctx context.Context, i int) error {
 	g := b.GW[i]
-	g.out.Reset()
-	t0 := time.Now()
 	cmd := g.NS.Command(context.Background(), b.opts.Binary, "run", "-c", g.Config)
 	if b.opts.Nice != 0 {
 		// nice(1) execs the gateway, so the PID stays the gateway's.
 		cmd = g.NS.Command(context.Background(), "nice", "-n", strconv.Itoa(b.opts.Nice), b.opts.Binary, "run", "-c", g.Config)
 	}
-	cmd.Stdout, cmd.Stderr = &g.out, &g.out
-	if err := b.Topo.Start(cmd); err != nil {
-		return err
-	}
-	g.cmd = cmd
-	g.done = make(chan error, 1)
-	go func() { g.done <- cmd.Wait() }()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if _, err := b.Stats(ctx, i); err == nil {
-			g.StartTook = time.Since(t0)
-			return nil
-		}
-		select {
-		case err := <-g.done:
-			g.done <- err
-			return fmt.Errorf("gateway %s exited at start (%v):\n%s", g.Name, err, g.out.String())
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("gateway %s did not come up in 10s:\n%s", g.Name, g.out.String())
-		}
-	}
+	return g.start(ctx, b.opts.Binary, cmd, b.Topo.Start)
 }
 
 // StopGateway signals gateway i and waits for it to exit, returning its output.
 func (b *Bed) StopGateway(i int, sig syscall.Signal) (string, error) {
-	g := b.GW[i]
-	if g == nil || g.cmd == nil {
+	if b.GW[i] == nil || b.GW[i].cmd == nil {
 		return "", errors.New("gateway not running")
 	}
-	g.cmd.Process.Signal(sig)
-	select {
-	case err := <-g.done:
-		g.cmd = nil
-		var ee *exec.ExitError
-		if err != nil && !(sig == syscall.SIGKILL && errors.As(err, &ee)) {
-			return g.out.String(), fmt.Errorf("gateway %s: %w", g.Name, err)
-		}
-		return g.out.String(), nil
-	case <-time.After(10 * time.Second):
-		g.cmd.Process.Kill()
-		return g.out.String(), fmt.Errorf("gateway %s did not stop within 10s of %s", g.Name, sig)
-	}
+	return b.GW[i].Stop(sig)
 }
 
 // Stats reads gateway i's counters through `espgw stats --json` in its namespace.
 func (b *Bed) Stats(ctx context.Context, i int) (gateway.Stats, error) {
-	var st gateway.Stats
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	out, err := b.GW[i].NS.Command(ctx, b.opts.Binary, "stats", "--json").Output()
-	if err != nil {
-		return st, fmt.Errorf("stats of %s: %w", b.GW[i].Name, err)
-	}
-	if err := json.Unmarshal(out, &st); err != nil {
-		return st, fmt.Errorf("stats of %s: %w", b.GW[i].Name, err)
-	}
-	return st, nil
+	return GatewayStats(ctx, b.GW[i].NS, b.opts.Binary)
 }
 
 // PprofAddr is where a gateway of a bed with Options.Pprof serves Go's
 // profiler, in its own namespace.
 const PprofAddr = "127.0.0.1:6060"
+
+func pprofAddr(on bool) string {
+	if on {
+		return PprofAddr
+	}
+	return ""
+}
 
 // Profile takes a CPU profile of gateway i over d and writes it to path
 // (pprof's format, for go tool pprof). The bed needs Options.Pprof.
@@ -458,26 +340,6 @@ func (b *Bed) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// Signal sends sig to the gateway process.
-func (g *Gateway) Signal(sig syscall.Signal) error {
-	if g.cmd == nil || g.cmd.Process == nil {
-		return fmt.Errorf("gateway %s is not running", g.Name)
-	}
-	return g.cmd.Process.Signal(sig)
-}
-
-// PID is the gateway process's id (0 when it is not running); `ip netns
-// exec` execs in place, so it is espgw's own.
-func (g *Gateway) PID() int {
-	if g.cmd == nil || g.cmd.Process == nil {
-		return 0
-	}
-	return g.cmd.Process.Pid
-}
-
-// Output is what the gateway has logged so far.
-func (g *Gateway) Output() string { return g.out.String() }
 
 // DefaultWanIO is the wan-io setting gateways get when none is given:
 // $ESPGW_WAN_IO, or socket. Running the test suite with ESPGW_WAN_IO=xdp

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -85,15 +84,7 @@ func TestTsharkKeysOffCommandLine(t *testing.T) {
 
 func writeUDPCapture(t *testing.T, path string, n int) {
 	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	w, err := capture.NewWriter(f, capture.LinkRaw)
-	if err != nil {
-		t.Fatal(err)
-	}
+	var pkts [][]byte
 	for i := range n {
 		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: net.IPv4(198, 51, 100, 1), DstIP: net.IPv4(203, 0, 113, 1), Id: uint16(i)}
 		udp := &layers.UDP{SrcPort: 40000, DstPort: 9000}
@@ -102,9 +93,9 @@ func writeUDPCapture(t *testing.T, path string, n int) {
 		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ip, udp, gopacket.Payload(make([]byte, 100))); err != nil {
 			t.Fatal(err)
 		}
-		ci := gopacket.CaptureInfo{Timestamp: time.Unix(1700000000, int64(i)*1e6), CaptureLength: len(buf.Bytes()), Length: len(buf.Bytes())}
-		if err := w.Write(ci, buf.Bytes()); err != nil {
-			t.Fatal(err)
-		}
+		pkts = append(pkts, buf.Bytes())
+	}
+	if err := capture.WriteFile(path, capture.LinkRaw, pkts); err != nil {
+		t.Fatal(err)
 	}
 }

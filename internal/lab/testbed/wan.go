@@ -2,24 +2,15 @@ package testbed
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
-	"sync"
-	"time"
 
 	"github.com/espgw/espgw/internal/lab/wanrelay"
 )
 
 // Relay is a wanrelay running inside the bed's wan namespace, bridging the
 // two gateways' WAN links through its impairment stages.
-type Relay struct {
-	*wanrelay.Relay
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-	err    error
-}
+type Relay = wanrelay.Running
 
 // StartRelay turns the wan namespace from a router into a bump in the wire
 // and starts a relay there: wan loses its addresses and stops forwarding,
@@ -69,51 +60,5 @@ func (b *Bed) StartRelay(cfg wanrelay.Config) (*Relay, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = b.log
 	}
-	rl, err := wanrelay.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	runCtx, cancel := context.WithCancel(context.Background())
-	r := &Relay{Relay: rl, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- rl.Run(runCtx) }()
-	return r, nil
-}
-
-// Settle waits until the relay holds no packet (delays, reorders, replays
-// all released) and its counters stopped moving for quiet, or until max.
-func (r *Relay) Settle(quiet, max time.Duration) {
-	deadline := time.Now().Add(max)
-	last := r.Counters()
-	stable := time.Now()
-	for time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-		c := r.Counters()
-		if c != last {
-			last, stable = c, time.Now()
-			continue
-		}
-		if c.AToB.InFlight == 0 && c.BToA.InFlight == 0 && time.Since(stable) >= quiet {
-			return
-		}
-	}
-}
-
-// Close stops the relay and releases its sockets; it flushes the relay's
-// pcap, if any.
-func (r *Relay) Close() error {
-	r.once.Do(func() {
-		r.cancel()
-		select {
-		case err := <-r.done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				r.err = err
-			}
-		case <-time.After(5 * time.Second):
-			r.err = errors.New("wan relay did not stop within 5s")
-		}
-		if err := r.Relay.Close(); err != nil && r.err == nil {
-			r.err = err
-		}
-	})
-	return r.err
+	return wanrelay.Start(cfg)
 }

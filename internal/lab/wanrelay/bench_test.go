@@ -67,7 +67,7 @@ func rxBytes(b *testing.B, ns string) int64 {
 
 // blast sends GSO writes from hostA as fast as it can and reports what
 // reached hostB's interface: the sink is the kernel, not a reader.
-func blast(b *testing.B, bd *bed, r *Relay) {
+func blast(b *testing.B, bd *bed, r *Running) {
 	const per, size = 40, 1400
 	rx := listen(b, bd.b, "udp4", "192.0.2.2:4500") // a sink, so B sends no port unreachables
 	rc, _ := rx.(*net.UDPConn).SyscallConn()

@@ -9,7 +9,8 @@
 // UDP/4500 get the impairments; ARP, neighbour discovery and all other
 // traffic cross untouched. It counts what it read, impaired and sent, can
 // capture what it forwarded to a pcap, and answers a control request with
-// its counters as JSON.
+// its counters as JSON. Run runs it in the foreground (the wanrelay
+// command); Start runs it in the background of a test bed.
 //
 // The frames carry virtio-net headers (PACKET_VNET_HDR): a frame whose
 // checksum its sender's kernel left to the (veth) hardware gets it computed
@@ -352,4 +353,64 @@ func (c Direction) Conserved() error {
 		return fmt.Errorf("relay %s→%s: impairment stage does not add up: %+v in flight %d", c.From, c.To, i, c.InFlight)
 	}
 	return nil
+}
+
+// Running is a relay run in the background of this process, by Start.
+type Running struct {
+	*Relay
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+	err    error
+}
+
+// Start makes a relay (New) and runs it in the background until Close.
+func Start(cfg Config) (*Running, error) {
+	rl, err := New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &Running{Relay: rl, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- rl.Run(ctx) }()
+	return r, nil
+}
+
+// Settle waits until the relay holds no packet (delays, reorders, replays
+// all released) and its counters stopped moving for quiet, or until max.
+func (r *Running) Settle(quiet, max time.Duration) {
+	deadline := time.Now().Add(max)
+	last := r.Counters()
+	stable := time.Now()
+	for time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		c := r.Counters()
+		if c != last {
+			last, stable = c, time.Now()
+			continue
+		}
+		if c.AToB.InFlight == 0 && c.BToA.InFlight == 0 && time.Since(stable) >= quiet {
+			return
+		}
+	}
+}
+
+// Close stops the relay (waiting up to 5 s) and releases its sockets; it
+// flushes the relay's pcap, if any. The error is Run's, or the release's.
+func (r *Running) Close() error {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case err := <-r.done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				r.err = err
+			}
+		case <-time.After(5 * time.Second):
+			r.err = errors.New("wan relay did not stop within 5s of its context ending")
+		}
+		if err := r.Relay.Close(); err != nil && r.err == nil {
+			r.err = err
+		}
+	})
+	return r.err
 }

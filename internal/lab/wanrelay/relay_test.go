@@ -6,15 +6,13 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,12 +21,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labtest"
+	"github.com/espgw/espgw/internal/lab/netns"
 )
 
 // bed is hostA — wan — hostB: three network namespaces joined by two veth
-// pairs, hostA and hostB on one TEST-NET subnet that only the relay joins.
+// pairs, a0–wa and b0–wb, removed when the test ends.
 type bed struct {
-	a, w, b string
+	a, w, b string              // the namespaces' names
+	ns      [3]*netns.Namespace // hostA, wan, hostB
 }
 
 func run(t testing.TB, args ...string) {
@@ -38,62 +39,73 @@ func run(t testing.TB, args ...string) {
 	}
 }
 
+// newNamespaces builds a bed's namespaces and veths; wan, when not nil,
+// shapes the wan namespace before its links exist.
+func newNamespaces(t testing.TB, prefix string, wan func(*netns.Namespace) error) *bed {
+	t.Helper()
+	labtest.NeedNamespaces(t)
+	nb, err := netns.New(prefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nb.Close() })
+	b := &bed{}
+	for i, name := range []string{"a", "w", "b"} {
+		if b.ns[i], err = nb.AddNamespace(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if wan != nil {
+		if err := wan(b.ns[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nb.Connect(b.ns[0], "a0", b.ns[1], "wa", netns.LinkOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nb.Connect(b.ns[2], "b0", b.ns[1], "wb", netns.LinkOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b.a, b.w, b.b = b.ns[0].Name(), b.ns[1].Name(), b.ns[2].Name()
+	return b
+}
+
+// address adds prefixes to link in b.ns[i].
+func (b *bed) address(t testing.TB, i int, link string, prefixes ...string) {
+	t.Helper()
+	for _, p := range prefixes {
+		if err := b.ns[i].AddAddr(link, netip.MustParsePrefix(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// newBed is the bridging bed: hostA and hostB on one TEST-NET subnet that
+// only the relay joins.
 func newBed(t testing.TB) *bed {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the relay tests need root: they create network namespaces, veths and packet sockets")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Fatal("the relay tests need iproute2's ip command: apt-get install iproute2")
-	}
-	id := fmt.Sprintf("%d%03d", os.Getpid()%10000, rand.IntN(1000))
-	b := &bed{a: "im-a-" + id, w: "im-w-" + id, b: "im-b-" + id}
-	for _, ns := range []string{b.a, b.w, b.b} {
-		run(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
-	}
 	// The wan namespace has no addresses: no IPv6 on its ports, so its own
 	// kernel stays silent on the wire.
-	run(t, "ip", "netns", "exec", b.w, "sh", "-c",
-		"echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6 && echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6")
-	run(t, "ip", "link", "add", "a0", "netns", b.a, "type", "veth", "peer", "name", "wa", "netns", b.w)
-	run(t, "ip", "link", "add", "b0", "netns", b.b, "type", "veth", "peer", "name", "wb", "netns", b.w)
-	for _, l := range [][2]string{{b.a, "a0"}, {b.w, "wa"}, {b.w, "wb"}, {b.b, "b0"}} {
-		run(t, "ip", "-n", l[0], "link", "set", l[1], "up")
-	}
-	run(t, "ip", "-n", b.a, "addr", "add", "192.0.2.1/24", "dev", "a0")
-	run(t, "ip", "-n", b.b, "addr", "add", "192.0.2.2/24", "dev", "b0")
-	run(t, "ip", "-n", b.a, "addr", "add", "2001:db8::1/64", "dev", "a0", "nodad")
-	run(t, "ip", "-n", b.b, "addr", "add", "2001:db8::2/64", "dev", "b0", "nodad")
+	b := newNamespaces(t, "im", func(w *netns.Namespace) error {
+		return w.Sysctl(map[string]string{"net/ipv6/conf/default/disable_ipv6": "1", "net/ipv6/conf/all/disable_ipv6": "1"})
+	})
+	b.address(t, 0, "a0", "192.0.2.1/24", "2001:db8::1/64")
+	b.address(t, 2, "b0", "192.0.2.2/24", "2001:db8::2/64")
 	return b
 }
 
 // startRelay runs a relay on the bed until the test ends or stop is called.
-func startRelay(t testing.TB, b *bed, cfg Config) (r *Relay, stop func()) {
+func startRelay(t testing.TB, b *bed, cfg Config) (r *Running, stop func()) {
 	t.Helper()
 	cfg.Netns, cfg.A, cfg.B = b.w, "wa", "wb"
-	r, err := New(cfg)
+	r, err := Start(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	var once sync.Once
 	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("relay: %v", err)
-				}
-			case <-time.After(5 * time.Second):
-				t.Error("relay did not stop within 5s of its context ending")
-			}
-			r.Close()
-		})
+		if err := r.Close(); err != nil {
+			t.Errorf("relay: %v", err)
+		}
 	}
 	t.Cleanup(stop)
 	return r, stop
@@ -185,7 +197,7 @@ func count(t *testing.T, got [][]byte, n int) tally {
 }
 
 // settle waits until the relay has nothing in flight in either direction.
-func settle(t *testing.T, r *Relay) {
+func settle(t *testing.T, r *Running) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		c := r.Counters()

@@ -1,10 +1,8 @@
 package wanrelay
 
 import (
-	"fmt"
-	"math/rand/v2"
 	"net"
-	"os"
+	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
@@ -17,33 +15,22 @@ import (
 // topology leaves it).
 func newRoutedBed(t *testing.T) *bed {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Fatal("the relay tests need root: they create network namespaces, veths and packet sockets")
+	b := newNamespaces(t, "imr", nil)
+	b.address(t, 0, "a0", "198.51.100.1/25", "2001:db8:1::1/64")
+	b.address(t, 1, "wa", "198.51.100.126/25", "2001:db8:1::fe/64")
+	b.address(t, 1, "wb", "198.51.100.254/25", "2001:db8:2::fe/64")
+	b.address(t, 2, "b0", "198.51.100.129/25", "2001:db8:2::1/64")
+	for _, r := range []struct {
+		ns      int
+		dst, gw string
+	}{{0, "0.0.0.0/0", "198.51.100.126"}, {0, "::/0", "2001:db8:1::fe"}, {2, "0.0.0.0/0", "198.51.100.254"}, {2, "::/0", "2001:db8:2::fe"}} {
+		if err := b.ns[r.ns].AddRoute(netip.MustParsePrefix(r.dst), netip.MustParseAddr(r.gw)); err != nil {
+			t.Fatal(err)
+		}
 	}
-	id := fmt.Sprintf("%d%03d", os.Getpid()%10000, rand.IntN(1000))
-	b := &bed{a: "im-ra-" + id, w: "im-rw-" + id, b: "im-rb-" + id}
-	for _, ns := range []string{b.a, b.w, b.b} {
-		run(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
-		run(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	if err := b.ns[1].EnableForwarding(); err != nil {
+		t.Fatal(err)
 	}
-	run(t, "ip", "link", "add", "a0", "netns", b.a, "type", "veth", "peer", "name", "wa", "netns", b.w)
-	run(t, "ip", "link", "add", "b0", "netns", b.b, "type", "veth", "peer", "name", "wb", "netns", b.w)
-	for _, a := range [][3]string{
-		{b.a, "a0", "198.51.100.1/25"}, {b.a, "a0", "2001:db8:1::1/64"},
-		{b.w, "wa", "198.51.100.126/25"}, {b.w, "wa", "2001:db8:1::fe/64"},
-		{b.w, "wb", "198.51.100.254/25"}, {b.w, "wb", "2001:db8:2::fe/64"},
-		{b.b, "b0", "198.51.100.129/25"}, {b.b, "b0", "2001:db8:2::1/64"},
-	} {
-		run(t, "ip", "-n", a[0], "addr", "add", a[2], "dev", a[1], "nodad")
-		run(t, "ip", "-n", a[0], "link", "set", a[1], "up")
-	}
-	run(t, "ip", "-n", b.a, "route", "add", "default", "via", "198.51.100.126")
-	run(t, "ip", "-n", b.a, "-6", "route", "add", "default", "via", "2001:db8:1::fe")
-	run(t, "ip", "-n", b.b, "route", "add", "default", "via", "198.51.100.254")
-	run(t, "ip", "-n", b.b, "-6", "route", "add", "default", "via", "2001:db8:2::fe")
-	run(t, "ip", "netns", "exec", b.w, "sh", "-c",
-		"echo 1 > /proc/sys/net/ipv4/ip_forward && echo 1 > /proc/sys/net/ipv6/conf/all/forwarding")
 	return b
 }
 

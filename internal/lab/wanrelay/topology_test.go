@@ -1,13 +1,13 @@
 package wanrelay
 
 import (
-	"context"
 	"net"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
 
@@ -16,9 +16,7 @@ import (
 // ESP between the gateways' WAN addresses gets the impairments, counted to
 // the packet.
 func TestRelayStandardTopology(t *testing.T) {
-	if err := netns.CheckPrerequisites(); err != nil {
-		t.Fatalf("test needs namespaces: %v", err)
-	}
+	labtest.NeedNamespaces(t)
 	topo, err := netns.NewTopology("im-t", netns.TopologyOptions{PlainRouting: true})
 	if err != nil {
 		t.Fatal(err)
@@ -30,13 +28,16 @@ func TestRelayStandardTopology(t *testing.T) {
 		}
 	}
 	b := &bed{a: topo.GW1.Name(), w: topo.WAN.Name(), b: topo.GW2.Name()}
-	r, err := New(Config{Netns: b.w, A: "gw1", B: "gw2", Mode: Route,
+	r, err := Start(Config{Netns: b.w, A: "gw1", B: "gw2", Mode: Route,
 		AToB: impairs(func(c *impair.Config) { c.Loss, c.Duplicate = 5, 5 })})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := runRelay(t, r)
-	defer stop()
+	defer func() {
+		if err := r.Close(); err != nil {
+			t.Errorf("relay: %v", err)
+		}
+	}()
 
 	a := topo.Addr
 	for _, dst := range []string{a.HostB4.Addr().String(), a.HostB6.Addr().String()} {
@@ -57,22 +58,5 @@ func TestRelayStandardTopology(t *testing.T) {
 	t.Logf("gw1→gw2: %+v", c.Impair)
 	if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || uint64(tl.extra) != c.Impair.Duplicated {
 		t.Fatalf("gw2 got %d distinct + %d extra of %d; relay %+v", tl.distinct, tl.extra, n, c)
-	}
-}
-
-// runRelay runs r until the returned stop is called.
-func runRelay(t *testing.T, r *Relay) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("relay: %v", err)
-		}
-		if err := r.Close(); err != nil {
-			t.Errorf("close relay: %v", err)
-		}
 	}
 }

@@ -1,0 +1,95 @@
+// Package labtest holds what the lab's tests and the end-to-end tests
+// share: the espgw command built once per test binary, and the checks that
+// fail a test saying plainly why it cannot run here (not root, no network
+// namespaces, a tool missing). Only tests import it.
+package labtest
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/espgw/espgw/internal/lab/netns"
+)
+
+// built is the one espgw build of this test binary. It is package state
+// because a test binary is one process whose tests all want the same
+// command, and building it per test costs seconds each on a shared machine.
+var built struct {
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// Espgw is the path of the espgw command built from this tree, built on
+// the first call of the test binary; a build that fails fails t. A test
+// binary that calls it removes the build with Main or Cleanup.
+func Espgw(t testing.TB) string {
+	t.Helper()
+	built.once.Do(func() {
+		if built.dir, built.err = os.MkdirTemp("", "espgw-test-"); built.err != nil {
+			return
+		}
+		built.path = filepath.Join(built.dir, "espgw")
+		if out, err := exec.Command("go", "build", "-o", built.path, "github.com/espgw/espgw/cmd/espgw").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("build espgw: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.path
+}
+
+// Built is the path Espgw built, or "" when no test asked for it.
+func Built() string { return built.path }
+
+// Cleanup removes what Espgw built.
+func Cleanup() {
+	if built.dir != "" {
+		os.RemoveAll(built.dir)
+	}
+}
+
+// Main is a TestMain with nothing else to do: it runs the tests, removes
+// what Espgw built and exits with the tests' status.
+func Main(m *testing.M) {
+	code := m.Run()
+	Cleanup()
+	os.Exit(code)
+}
+
+// NeedNamespaces fails t where network namespaces cannot be built here:
+// not root, or no iproute2.
+func NeedNamespaces(t testing.TB) {
+	t.Helper()
+	if err := netns.CheckPrerequisites(); err != nil {
+		t.Fatalf("this test needs root, network namespaces and iproute2: %v", err)
+	}
+}
+
+// packages names the Debian package of each tool the lab's tests run, for
+// the failure message.
+var packages = map[string]string{
+	"ip": "iproute2", "ping": "iputils-ping", "iperf3": "iperf3", "tcpdump": "tcpdump", "tshark": "tshark",
+	"python3": "python3-scapy", "/usr/bin/python3": "python3-scapy", "qemu-system-x86_64": "qemu-system-x86",
+	"wg": "wireguard-tools", "go": "golang",
+}
+
+// NeedTools fails t, naming the package to install, for each of tools
+// that is not on PATH.
+func NeedTools(t testing.TB, tools ...string) {
+	t.Helper()
+	for _, tool := range tools {
+		if _, err := exec.LookPath(tool); err != nil {
+			pkg := packages[tool]
+			if pkg == "" {
+				pkg = filepath.Base(tool)
+			}
+			t.Fatalf("this test needs %s (apt-get install -y %s; scripts/setup.sh installs every tool): %v", tool, pkg, err)
+		}
+	}
+}
