@@ -19,6 +19,7 @@ import (
 	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
+	"github.com/espgw/espgw/tun"
 )
 
 // Config is a gateway configuration file (documented in the README).
@@ -77,6 +78,7 @@ type TUNConfig struct {
 	Routes    []netip.Prefix
 	MTU       int  // 0: computed
 	Offloads  bool // vnet-hdr GSO/GRO (default on)
+	Queue     int  // transmit queue in packets (0: tun.DefaultQueueLen)
 }
 
 // WanIO is the wan-io setting: how raw ESP crosses the WAN interface.
@@ -467,10 +469,10 @@ func (p *cfgParser) listenAddr(n *yaml.Node, field string, offOK bool) string {
 
 func (p *cfgParser) tun(n *yaml.Node, t *TUNConfig) {
 	if n.Kind != yaml.MappingNode {
-		p.failf(n, "tun", "want a mapping (name, addresses, routes, mtu, offloads)")
+		p.failf(n, "tun", "want a mapping (name, addresses, routes, mtu, offloads, queue)")
 		return
 	}
-	p.each(n, "tun.", []string{"name", "addresses", "routes", "mtu", "offloads"}, func(k, v *yaml.Node) {
+	p.each(n, "tun.", []string{"name", "addresses", "routes", "mtu", "offloads", "queue"}, func(k, v *yaml.Node) {
 		switch k.Value {
 		case "name":
 			name, ok := p.scalar(v, "tun.name")
@@ -486,6 +488,8 @@ func (p *cfgParser) tun(n *yaml.Node, t *TUNConfig) {
 			if v.Kind != yaml.ScalarNode || v.Value != "auto" {
 				t.MTU = p.int(v, "tun.mtu", 576, 65535)
 			}
+		case "queue":
+			t.Queue = p.int(v, "tun.queue", 1, tun.MaxQueueLen)
 		case "offloads":
 			s, _ := p.scalar(v, "tun.offloads")
 			t.Offloads = slices.Contains([]string{"true", "on", "yes"}, s)
@@ -511,6 +515,7 @@ func (c *Config) restartOnly(next *Config) error {
 	check("tun.addresses", slices.Equal(c.TUN.Addresses, next.TUN.Addresses))
 	check("tun.mtu", c.TUN.MTU == next.TUN.MTU)
 	check("tun.offloads", c.TUN.Offloads == next.TUN.Offloads)
+	check("tun.queue", c.TUN.Queue == next.TUN.Queue)
 	check("outer-mtu", c.OuterMTU == next.OuterMTU)
 	check("engine", c.Engine == next.Engine)
 	check("workers", c.Workers == next.Workers)
