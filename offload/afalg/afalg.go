@@ -13,7 +13,11 @@
 // requests are in flight at once. Socket N+1 is the submitter's own: when
 // nothing is in flight, a batch of one or two ops runs on the goroutine
 // that submits it, with no worker to wake and none to wake it back (the
-// case of `openssl speed`'s one buffer at a time). Each op is one request, the ESP packet
+// case of `openssl speed`'s one buffer at a time), and its requests wait in
+// the kernel without a hand-off of the Go scheduler's (kcapi.Op.DoDirect:
+// the hand-off doubled a request's cost under QEMU). The workers' requests
+// do tell the scheduler, so that one worker's wait lets the others post
+// theirs. Each op is one request, the ESP packet
 // worked in place: the same memory is sent (sendmsg) and received into
 // (recvmsg), through iovecs that lay the associated data out as the
 // kernel's ESP does (SPI | sequence | IV; with ESN the high sequence bits
@@ -173,7 +177,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{name: name, opts: opts, log: opts.Logger, note: kernelNote(release()),
 		chunks: make(chan chunk, max(opts.QueueDepth, opts.Sockets)), space: make(chan struct{})}
 	e.pend.New = func() any { return new(pending) }
-	e.inline = newWorker(e, opts.Sockets)
+	e.inline = newWorker(e, opts.Sockets, true)
 	if e.note != "" {
 		e.log.Warn(e.note, "engine", name)
 	}
@@ -389,7 +393,7 @@ func (e *Engine) finish(p *pending) {
 // work is worker i: it drives operation socket i of every session.
 func (e *Engine) work(i int) {
 	defer e.wg.Done()
-	w := newWorker(e, i)
+	w := newWorker(e, i, false)
 	for c := range e.chunks {
 		for _, op := range c.ops {
 			w.process(op)

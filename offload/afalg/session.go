@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/afalg/internal/kcapi"
@@ -162,17 +163,32 @@ func (s *session) Close() error {
 
 // worker is one worker goroutine's request buffers.
 type worker struct {
-	e       *Engine
-	id      int
+	e  *Engine
+	id int
+	// direct: requests keep the thread (kcapi.Op.DoDirect). Only the
+	// submitter's own socket does, while its requests stay shorter than
+	// directLimit: the submitter waits for them anyway, and no worker
+	// needs its P meanwhile.
+	direct  bool
+	slow    int // direct requests in a row longer than directLimit
 	in, out kcapi.Vec
 	hiIn    [4]byte // ESN high bits sent
 	hiOut   [4]byte // and their copy coming back
 	saved   []byte  // an open's ciphertext, put back if the tag fails
 }
 
-func newWorker(e *Engine, id int) *worker {
-	return &worker{e: e, id: id, saved: make([]byte, 16<<10)}
+func newWorker(e *Engine, id int, direct bool) *worker {
+	return &worker{e: e, id: id, direct: direct, saved: make([]byte, 16<<10)}
 }
+
+// The submitter's socket stops holding its thread after directSlow
+// requests in a row longer than directLimit: a device that slow gains
+// nothing from it, and the P is better given to other goroutines (one slow
+// request alone may be the host's scheduling, under QEMU).
+const (
+	directLimit = time.Millisecond
+	directSlow  = 8
+)
 
 // process runs one op as one request on the worker's socket of its session.
 func (w *worker) process(op *offload.Op) {
@@ -251,7 +267,21 @@ func (w *worker) do(s *session, op *offload.Op, seal bool, iv []byte, assoc, wan
 		w.out = w.in
 	}
 	w.e.requests.Add(1)
-	n, err := s.ops[w.id].Do(seal, iv, assoc, &w.in, &w.out)
+	var n int
+	var err error
+	if w.direct {
+		start := time.Now()
+		n, err = s.ops[w.id].DoDirect(seal, iv, assoc, &w.in, &w.out)
+		if d := time.Since(start); d <= directLimit {
+			w.slow = 0
+		} else if w.slow++; w.slow == directSlow {
+			w.direct = false
+			w.e.log.Info("afalg: requests take longer than the submitter holds its thread for; its requests release it from now on",
+				"engine", w.e.name, "last", d, "limit", directLimit, "in a row", directSlow)
+		}
+	} else {
+		n, err = s.ops[w.id].Do(seal, iv, assoc, &w.in, &w.out)
+	}
 	switch {
 	case errors.Is(err, kcapi.ErrBadMessage):
 		return offload.BadICV

@@ -357,7 +357,7 @@ type model struct {
 
 func (m *model) newSession(cfg offload.SessionConfig) (offload.Session, error) {
 	if m.prof.Ciphers != nil && !slices.Contains(m.prof.Ciphers, cfg.Suite.Cipher) {
-		return nil, fmt.Errorf("emul:%s: the card has no %s", m.prof.Name, cfg.Suite.Cipher)
+		return nil, fmt.Errorf("the card has no %s (it serves %v)", cfg.Suite.Cipher, m.prof.Ciphers)
 	}
 	s, err := cpu.NewSession(cfg)
 	if err != nil {

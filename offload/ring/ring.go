@@ -4,7 +4,8 @@
 // goroutine — stacks up to Aggregation of them into one multiple command
 // record (MCR, UBS_MAX_AGGR, 5 by default), runs them with the cpu engine's
 // ciphers, and raises one completion "interrupt" per record. Batches complete
-// strictly in the order they were submitted. When the queue is full, TrySubmit
+// strictly in the order they were submitted (with a Timing, the order it has
+// them arrive). When the queue is full, TrySubmit
 // answers ErrQueueFull (the driver's ERESTART) and Submit blocks until
 // completions make room for its batch (the driver's unblock, at most once per
 // record), or until its context ends.

@@ -306,3 +306,67 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 		t.Errorf("a 32-op round allocates %.1f times, want 0", n)
 	}
 }
+
+// byArrival is a Timing whose batches arrive at the times it was told,
+// records and deliveries taking no time.
+type byArrival struct{ at map[*offload.Batch]int64 }
+
+func (a byArrival) Arrive(b *offload.Batch) int64                     { return a.at[b] }
+func (byArrival) Feed(_ int, waiting, _ int64) (int64, bool)          { return waiting, true }
+func (byArrival) Worked(_ int, at int64, _ []*offload.Op) int64       { return at }
+func (byArrival) Deliver(_ *offload.Batch, arrival, done int64) int64 { return max(arrival, done) }
+func (byArrival) Wait(int64)                                          {}
+
+// TestTimingOrdersByArrival: with a Timing, queued batches are worked and
+// delivered in the order they arrive, not the order they were submitted;
+// a batch already on the card stays first.
+func TestTimingOrdersByArrival(t *testing.T) {
+	open := make(chan struct{})
+	timing := byArrival{at: map[*offload.Batch]int64{}}
+	e := ring.New(ring.Config{QueueDepth: 8, Aggregation: 1, Units: 1, Timing: timing,
+		NewSession: func(cfg offload.SessionConfig) (offload.Session, error) {
+			s, err := cpu.NewSession(cfg)
+			return gated{s, open}, err
+		}})
+	defer e.Close()
+	s := session(t, e)
+	var mu sync.Mutex
+	var order []string
+	done := make(chan struct{}, 3)
+	batch := func(name string, at int64) *offload.Batch {
+		b := &offload.Batch{Ops: ops(s, 1), Done: func(*offload.Batch) {
+			mu.Lock()
+			order = append(order, name)
+			mu.Unlock()
+			done <- struct{}{}
+		}}
+		timing.at[b] = at
+		return b
+	}
+	first, late, early := batch("first", 0), batch("late", 20), batch("early", 10)
+	if err := e.Submit(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	// The unit holds first's op (the gate); the other two queue behind it.
+	for e.Stats().Records == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	for _, b := range []*offload.Batch{late, early} {
+		if err := e.Submit(context.Background(), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(open)
+	for range 3 {
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("batches not delivered")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(order) != "[first early late]" {
+		t.Errorf("delivered %v, want [first early late]", order)
+	}
+}

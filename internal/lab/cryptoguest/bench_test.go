@@ -69,62 +69,76 @@ func benchGuest(b *testing.B) *Guest {
 }
 
 // runConfigs times every configuration rounds times, interleaved, and
-// prints the medians per size and their ratio to the first (openssl).
+// prints the medians per size and their ratio to the first (openssl), and
+// the guest's context switches per request (from /proc/stat, the guest's
+// own few processes included): a count the host's load hardly changes,
+// unlike the rates.
 func runConfigs(b *testing.B, g *Guest, title string, cfgs []benchConfig, rounds int) {
 	ctx := context.Background()
 	secs := speedSeconds()
+	nsecs, err := strconv.ParseFloat(secs, 64)
+	if err != nil {
+		b.Fatalf("ESPGW_SPEED_SECONDS=%q: %v", secs, err)
+	}
 	results := make([][][]float64, len(cfgs)) // config → round → size
+	switches := make([][]float64, len(cfgs))  // config → round → per request
 	for range rounds {
 		for i, c := range cfgs {
-			var kbps []float64
 			if c.setup != "" {
 				if out, err := g.RunFor(ctx, 2*time.Minute, c.setup); err != nil {
 					b.Fatalf("%s: setup: %v\n%s", c.name, err, out)
 				}
 			}
+			alg := cmp.Or(c.alg, "aes-128-cbc")
+			cmd := Espgw + " speed -elapsed -evp " + alg + " -seconds " + secs + " " + c.args
 			if c.args == "openssl" {
-				out, err := g.RunFor(ctx, 10*time.Minute, "openssl speed -elapsed -engine afalg -evp aes-128-cbc -seconds "+secs+" 2>/dev/null")
-				if err != nil {
-					b.Fatalf("openssl: %v\n%s", err, out)
-				}
-				row, err := speed.ParseOpenSSL([]byte(out), "AES-128-CBC", len(speed.Sizes))
-				if err != nil {
-					b.Fatalf("openssl: %v\n%s", err, out)
-				}
-				kbps = row.KBps
-			} else {
-				alg := cmp.Or(c.alg, "aes-128-cbc")
-				out, err := g.RunFor(ctx, 10*time.Minute, Espgw+" speed -elapsed -evp "+alg+" -seconds "+secs+" "+c.args+" 2>/dev/null")
-				if err != nil {
-					b.Fatalf("%s: %v\n%s", c.args, err, out)
-				}
-				row, err := speed.ParseOpenSSL([]byte(out), strings.ToUpper(alg), len(speed.Sizes))
-				if err != nil {
-					b.Fatalf("%s: %v\n%s", c.args, err, out)
-				}
-				kbps = row.KBps
+				cmd = "openssl speed -elapsed -engine afalg -evp " + alg + " -seconds " + secs
 			}
-			results[i] = append(results[i], kbps)
-			b.Logf("%s: %.0f", c.name, kbps)
+			const ctxt = "awk '/^ctxt/{print \"ctxt\", $2}' /proc/stat"
+			out, err := g.RunFor(ctx, 10*time.Minute, ctxt+"; "+cmd+" 2>/dev/null; "+ctxt)
+			if err != nil {
+				b.Fatalf("%s: %v\n%s", c.name, err, out)
+			}
+			row, err := speed.ParseOpenSSL([]byte(out), strings.ToUpper(alg), len(speed.Sizes))
+			if err != nil {
+				b.Fatalf("%s: %v\n%s", c.name, err, out)
+			}
+			results[i] = append(results[i], row.KBps)
+			b.Logf("%s: %.0f", c.name, row.KBps)
+			var counts []float64
+			for _, l := range strings.Split(out, "\n") {
+				if f := strings.Fields(l); len(f) == 2 && f[0] == "ctxt" {
+					n, _ := strconv.ParseFloat(f[1], 64)
+					counts = append(counts, n)
+				}
+			}
+			requests := 0.0
+			for j, size := range speed.Sizes {
+				requests += row.KBps[j] * 1000 * nsecs / float64(size)
+			}
+			if len(counts) == 2 && requests > 0 {
+				switches[i] = append(switches[i], (counts[1]-counts[0])/requests)
+			}
 		}
 	}
-	b.Log(table(fmt.Sprintf("%s — 1000s of bytes per second by the wall clock, median of %d interleaved runs of %s s per size; ratio to the first row:", title, rounds, secs), cfgs, results, medians))
+	b.Log(table(fmt.Sprintf("%s — 1000s of bytes per second by the wall clock, median of %d interleaved runs of %s s per size; ratio to the first row; the guest's context switches per request (median):", title, rounds, secs), cfgs, results, medians, switches))
 	if rounds > 1 {
 		// Load on the machine only ever slows a run down: the fastest run
 		// is the device's, and what emul's virtio profile is fitted to.
-		b.Log(table(fmt.Sprintf("%s — the fastest of the %d runs:", title, rounds), cfgs, results, fastest))
+		b.Log(table(fmt.Sprintf("%s — the fastest of the %d runs:", title, rounds), cfgs, results, fastest, switches))
 	}
 }
 
 // table prints one figure per configuration and size (pick reduces the
-// runs) as Markdown, with ratios to the first configuration.
-func table(title string, cfgs []benchConfig, results [][][]float64, pick func([][]float64) []float64) string {
+// runs) as Markdown, with ratios to the first configuration, and the
+// median of each configuration's context switches per request.
+func table(title string, cfgs []benchConfig, results [][][]float64, pick func([][]float64) []float64, switches [][]float64) string {
 	var md strings.Builder
 	fmt.Fprintf(&md, "\n%s\n\n| engine |", title)
 	for _, s := range speed.Sizes {
 		fmt.Fprintf(&md, " %d B |", s)
 	}
-	md.WriteString("\n| --- |" + strings.Repeat(" ---: |", len(speed.Sizes)) + "\n")
+	md.WriteString(" switches/request |\n| --- |" + strings.Repeat(" ---: |", len(speed.Sizes)+1) + "\n")
 	base := pick(results[0])
 	for i, c := range cfgs {
 		fmt.Fprintf(&md, "| %s |", c.name)
@@ -135,7 +149,11 @@ func table(title string, cfgs []benchConfig, results [][][]float64, pick func([]
 				fmt.Fprintf(&md, " %.0f (%.2f×) |", v, v/base[j])
 			}
 		}
-		md.WriteString("\n")
+		if sw := slices.Sorted(slices.Values(switches[i])); len(sw) > 0 {
+			fmt.Fprintf(&md, " %.2f |\n", sw[len(sw)/2])
+		} else {
+			md.WriteString(" – |\n")
+		}
 	}
 	return md.String()
 }
