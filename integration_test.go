@@ -378,89 +378,100 @@ func TestTransportMode(t *testing.T) {
 }
 
 // TestTunnelOverXDP runs the tunnel with both gateways' raw ESP on AF_XDP
-// (wan-io: xdp, generic mode on the WAN veths): pings of every size both
+// (wan-io: xdp; generic mode on the WAN veths, and native mode — the veth
+// driver's own XDP, with copies — for aes-gcm-16): pings of every size both
 // families inside, a WAN capture every ESP packet of which tshark decrypts
 // with a good ICV, a TCP transfer, and the gateways' counters showing the
 // packets went through the XSK rings, not the raw sockets.
 func TestTunnelOverXDP(t *testing.T) {
 	needRoot(t)
+	type tc struct {
+		name, mode string
+		v6         bool
+	}
+	var cases []tc
 	for _, name := range []string{"aes-gcm-16", "aes-cbc-128+hmac-sha1-96"} {
 		for _, v6 := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/v6=%v", name, v6), func(t *testing.T) {
-				suite, bits, err := testbed.ParseSuite(name)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b := startBed(t, testbed.Options{Prefix: "itxdp", Suite: suite, AESBits: bits, OuterV6: v6, WanIO: "xdp"})
-				ctx := context.Background()
-				a := b.Topo.Addr
-				for _, dst := range []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()} {
-					testbed.Ping(ctx, b.Topo.HostA, dst, testbed.PingOptions{Size: 8, Count: 1}) // neighbours first
-				}
-				wan, err := testbed.StartCapture(b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), 0)
-				if err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(300 * time.Millisecond)
-				for _, dst := range []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()} {
-					for _, size := range []int{0, 64, 500, 1300} {
-						r, err := testbed.Ping(ctx, b.Topo.HostA, dst, testbed.PingOptions{Size: size, Count: 3})
-						if err != nil {
-							t.Fatal(err)
-						}
-						if r.Received != r.Sent {
-							t.Errorf("ping %s size %d: %d of %d replies", dst, size, r.Received, r.Sent)
-						}
-					}
-				}
-				time.Sleep(200 * time.Millisecond)
-				if err := wan.Stop(); err != nil {
-					t.Fatal(err)
-				}
-				v, err := testbed.Tshark(ctx, wan.Path, []string{testbed.EspSALine(b.SAs[0]), testbed.EspSALine(b.SAs[1])})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if v.ESP < 48 || v.ICVGood != v.ESP || v.Decrypted != v.ESP {
-					t.Errorf("tshark on the WAN: %d ESP packets, %d good ICV, %d decrypted; want at least the 48 echo packets, all good", v.ESP, v.ICVGood, v.Decrypted)
-				}
-				ip, err := testbed.Iperf3(ctx, b.Topo.HostB, b.Topo.HostA, a.HostB4.Addr(), testbed.IperfOptions{Duration: time.Second})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if ip.Bytes == 0 {
-					t.Errorf("iperf3 moved nothing")
-				}
-				for i := range 2 {
-					st, err := b.Stats(ctx, i)
+			cases = append(cases, tc{name, "generic", v6})
+		}
+	}
+	cases = append(cases, tc{"aes-gcm-16", "native", false}, tc{"aes-gcm-16", "native", true})
+	for _, c := range cases {
+		name, v6 := c.name, c.v6
+		t.Run(fmt.Sprintf("%s/%s/v6=%v", name, c.mode, v6), func(t *testing.T) {
+			suite, bits, err := testbed.ParseSuite(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := startBed(t, testbed.Options{Prefix: "itxdp", Suite: suite, AESBits: bits, OuterV6: v6, WanIO: "xdp", XDPMode: c.mode})
+			ctx := context.Background()
+			a := b.Topo.Addr
+			for _, dst := range []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()} {
+				testbed.Ping(ctx, b.Topo.HostA, dst, testbed.PingOptions{Size: 8, Count: 1}) // neighbours first
+			}
+			wan, err := testbed.StartCapture(b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+			for _, dst := range []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()} {
+				for _, size := range []int{0, 64, 500, 1300} {
+					r, err := testbed.Ping(ctx, b.Topo.HostA, dst, testbed.PingOptions{Size: size, Count: 3})
 					if err != nil {
 						t.Fatal(err)
 					}
-					if len(st.XDP) != 1 {
-						t.Fatalf("gw%d: %d AF_XDP connections, want 1 (stats %+v)", i+1, len(st.XDP), st)
+					if r.Received != r.Sent {
+						t.Errorf("ping %s size %d: %d of %d replies", dst, size, r.Received, r.Sent)
 					}
-					x := st.XDP[0]
-					if x.Mode != "generic" || x.PacketsIn < 24 || x.PacketsOut < 24 || x.Fallback > 16 || x.Malformed != 0 || x.TXRingFull != 0 {
-						t.Errorf("gw%d AF_XDP counters %+v: want generic mode, the pings in and out through the rings, only the first packets to each peer (before its next hop was looked up) through the raw socket", i+1, x)
-					}
-					for _, s := range st.Sockets {
-						if s.PacketsIn > 0 {
-							t.Errorf("gw%d raw socket %s received %d ESP packets the program should have steered", i+1, s.Local, s.PacketsIn)
-						}
-					}
-					for _, s := range st.SAs {
-						if len(s.Drops) > 0 {
-							t.Errorf("gw%d SA %s drops: %v", i+1, s.SPI, s.Drops)
-						}
-					}
-					if len(st.Drops) > 0 {
-						t.Errorf("gw%d drops: %v", i+1, st.Drops)
-					}
-					t.Logf("gw%d AF_XDP: %+v", i+1, x)
 				}
-				t.Logf("%d ESP packets judged by tshark; TCP %.0f Mbit/s over AF_XDP", v.ESP, ip.BitsPerSecond/1e6)
-			})
-		}
+			}
+			time.Sleep(200 * time.Millisecond)
+			if err := wan.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			v, err := testbed.Tshark(ctx, wan.Path, []string{testbed.EspSALine(b.SAs[0]), testbed.EspSALine(b.SAs[1])})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.ESP < 48 || v.ICVGood != v.ESP || v.Decrypted != v.ESP {
+				t.Errorf("tshark on the WAN: %d ESP packets, %d good ICV, %d decrypted; want at least the 48 echo packets, all good", v.ESP, v.ICVGood, v.Decrypted)
+			}
+			ip, err := testbed.Iperf3(ctx, b.Topo.HostB, b.Topo.HostA, a.HostB4.Addr(), testbed.IperfOptions{Duration: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ip.Bytes == 0 {
+				t.Errorf("iperf3 moved nothing")
+			}
+			for i := range 2 {
+				st, err := b.Stats(ctx, i)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(st.XDP) != 1 {
+					t.Fatalf("gw%d: %d AF_XDP connections, want 1 (stats %+v)", i+1, len(st.XDP), st)
+				}
+				x := st.XDP[0]
+				if x.Mode != c.mode || x.PacketsIn < 24 || x.PacketsOut < 24 || x.Fallback > 16 || x.Malformed != 0 || x.TXRingFull != 0 {
+					t.Errorf("gw%d AF_XDP counters %+v: want %s mode, the pings in and out through the rings, only the first packets to each peer (before its next hop was looked up) through the raw socket", i+1, x, c.mode)
+				}
+				for _, s := range st.Sockets {
+					if s.PacketsIn > 0 {
+						t.Errorf("gw%d raw socket %s received %d ESP packets the program should have steered", i+1, s.Local, s.PacketsIn)
+					}
+				}
+				for _, s := range st.SAs {
+					if len(s.Drops) > 0 {
+						t.Errorf("gw%d SA %s drops: %v", i+1, s.SPI, s.Drops)
+					}
+				}
+				if len(st.Drops) > 0 {
+					t.Errorf("gw%d drops: %v", i+1, st.Drops)
+				}
+				t.Logf("gw%d AF_XDP: %+v", i+1, x)
+			}
+			t.Logf("%d ESP packets judged by tshark; TCP %.0f Mbit/s over AF_XDP", v.ESP, ip.BitsPerSecond/1e6)
+		})
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -238,6 +239,8 @@ func TestCreateErrors(t *testing.T) {
 		{"", Options{Namespace: ns.Handle()}, "name must be"},
 		{"way-too-long-name0", Options{Namespace: ns.Handle()}, "name must be"},
 		{"esp0", Options{Namespace: ns.Handle(), MTU: 20}, "MTU 20"},
+		{"esp0", Options{Namespace: ns.Handle(), QueueLen: -1}, "queue -1"},
+		{"esp0", Options{Namespace: ns.Handle(), QueueLen: MaxQueueLen + 1}, "queue 65537"},
 	} {
 		if _, err := Create(tt.name, tt.opt); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("Create(%q, MTU %d) = %v, want error mentioning %q", tt.name, tt.opt.MTU, err, tt.want)
@@ -254,6 +257,26 @@ func TestCreateErrors(t *testing.T) {
 	out, err := ns.Output(context.Background(), "ip", "route", "show", "203.0.113.0/24")
 	if err != nil || !strings.Contains(out, "dev esp0") || !strings.Contains(out, "mtu lock 1300") {
 		t.Errorf("route not as added: %q, %v", out, err)
+	}
+}
+
+// TestQueueLen: a device gets DefaultQueueLen packets of transmit queue
+// unless told, and what it is told, as the kernel reports it.
+func TestQueueLen(t *testing.T) {
+	ns := newBed(t)
+	for _, tc := range []struct {
+		name      string
+		ask, want int
+	}{{"esp0", 0, DefaultQueueLen}, {"esp1", 3000, 3000}} {
+		dev, err := Create(tc.name, Options{Namespace: ns.Handle(), QueueLen: tc.ask})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { dev.Close() })
+		out, err := ns.Output(context.Background(), "cat", "/sys/class/net/"+tc.name+"/tx_queue_len")
+		if err != nil || strings.TrimSpace(out) != strconv.Itoa(tc.want) {
+			t.Errorf("%s asked for %d: tx_queue_len %q (%v), want %d", tc.name, tc.ask, out, err, tc.want)
+		}
 	}
 }
 

@@ -16,8 +16,10 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
+	"github.com/espgw/espgw/tun"
 )
 
 // Config is a gateway configuration file (documented in the README).
@@ -58,6 +60,10 @@ type Config struct {
 	// WanIOAuto (AF_XDP where it can attach, raw sockets elsewhere, saying
 	// why). UDP-encapsulated ESP always uses its socket.
 	WanIO WanIO
+	// XDPMode is how the AF_XDP program attaches when wan-io puts raw ESP
+	// on it (xdp.ModeAuto, the default: the driver's best, generic on
+	// veth; xdp.ModeNative; xdp.ModeGeneric).
+	XDPMode xdp.Mode
 
 	// SAFile and SetkeyFile name where the SAs come from, when not inline.
 	SAFile, SetkeyFile string
@@ -72,6 +78,7 @@ type TUNConfig struct {
 	Routes    []netip.Prefix
 	MTU       int  // 0: computed
 	Offloads  bool // vnet-hdr GSO/GRO (default on)
+	Queue     int  // transmit queue in packets (0: tun.DefaultQueueLen)
 }
 
 // WanIO is the wan-io setting: how raw ESP crosses the WAN interface.
@@ -98,7 +105,7 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // configSettings are the top-level settings of a gateway configuration.
-var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control", "wan-io"}
+var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control", "wan-io", "xdp-mode"}
 
 // ParseConfig reads a gateway configuration; relative SA file names are
 // taken from the config file's directory. A setting given twice, a
@@ -122,7 +129,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s: want a mapping of gateway settings", path)
 	}
-	c := &Config{File: path, OuterMTU: 1500, WanIO: WanIOSocket, Engine: "cpu", Metrics: DefaultMetrics, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
+	c := &Config{File: path, OuterMTU: 1500, WanIO: WanIOSocket, XDPMode: xdp.ModeAuto, Engine: "cpu", Metrics: DefaultMetrics, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
 	p := &cfgParser{file: path}
 	var saNode, spdNode *yaml.Node
 	m := doc.Content[0]
@@ -176,6 +183,15 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 					c.WanIO = WanIO(s)
 				default:
 					p.failf(v, "wan-io", "%s: want auto, xdp or socket", secret.Word(s, "auto", "xdp", "socket"))
+				}
+			}
+		case "xdp-mode":
+			if s, ok := p.scalar(v, "xdp-mode"); ok {
+				switch xdp.Mode(s) {
+				case xdp.ModeAuto, xdp.ModeNative, xdp.ModeGeneric:
+					c.XDPMode = xdp.Mode(s)
+				default:
+					p.failf(v, "xdp-mode", "%s: want auto, native or generic", secret.Word(s, "auto", "native", "generic"))
 				}
 			}
 		case "control":
@@ -453,10 +469,10 @@ func (p *cfgParser) listenAddr(n *yaml.Node, field string, offOK bool) string {
 
 func (p *cfgParser) tun(n *yaml.Node, t *TUNConfig) {
 	if n.Kind != yaml.MappingNode {
-		p.failf(n, "tun", "want a mapping (name, addresses, routes, mtu, offloads)")
+		p.failf(n, "tun", "want a mapping (name, addresses, routes, mtu, offloads, queue)")
 		return
 	}
-	p.each(n, "tun.", []string{"name", "addresses", "routes", "mtu", "offloads"}, func(k, v *yaml.Node) {
+	p.each(n, "tun.", []string{"name", "addresses", "routes", "mtu", "offloads", "queue"}, func(k, v *yaml.Node) {
 		switch k.Value {
 		case "name":
 			name, ok := p.scalar(v, "tun.name")
@@ -472,6 +488,8 @@ func (p *cfgParser) tun(n *yaml.Node, t *TUNConfig) {
 			if v.Kind != yaml.ScalarNode || v.Value != "auto" {
 				t.MTU = p.int(v, "tun.mtu", 576, 65535)
 			}
+		case "queue":
+			t.Queue = p.int(v, "tun.queue", 1, tun.MaxQueueLen)
 		case "offloads":
 			s, _ := p.scalar(v, "tun.offloads")
 			t.Offloads = slices.Contains([]string{"true", "on", "yes"}, s)
@@ -497,6 +515,7 @@ func (c *Config) restartOnly(next *Config) error {
 	check("tun.addresses", slices.Equal(c.TUN.Addresses, next.TUN.Addresses))
 	check("tun.mtu", c.TUN.MTU == next.TUN.MTU)
 	check("tun.offloads", c.TUN.Offloads == next.TUN.Offloads)
+	check("tun.queue", c.TUN.Queue == next.TUN.Queue)
 	check("outer-mtu", c.OuterMTU == next.OuterMTU)
 	check("engine", c.Engine == next.Engine)
 	check("workers", c.Workers == next.Workers)
@@ -508,6 +527,7 @@ func (c *Config) restartOnly(next *Config) error {
 	check("reassembly", c.Reassembly == next.Reassembly)
 	check("control", c.Control == next.Control)
 	check("wan-io", c.WanIO == next.WanIO)
+	check("xdp-mode", c.XDPMode == next.XDPMode)
 	if len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))
 	}

@@ -48,6 +48,7 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("local: 198.51.100.1\nengine: cpu\nengine: ring\n" + goodSA))
 	f.Add([]byte("local: 198.51.100.1\nmetrics: {a: 1}\n" + goodSA + "spd:\n  - {action: discard}\n"))
 	f.Add([]byte("local: 198.51.100.1\ntun: {mtu: 1500}\n" + strings.Replace(goodSA, "enc: aes-gcm-16", "enc: aes-cbc\n    tfc-pad: 1500", 1)))
+	f.Add([]byte("local: 198.51.100.1\nwan-io: xdp\nxdp-mode: native\n" + goodSA))
 	f.Add([]byte(""))
 	f.Add([]byte("a: &a [*a, *a]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -146,7 +146,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if !cfg.TUN.Offloads {
 		mode = tun.OffloadOff
 	}
-	rt.TUN, err = tun.Create(cfg.TUN.Name, tun.Options{MTU: mtu, Offloads: mode, Log: log})
+	rt.TUN, err = tun.Create(cfg.TUN.Name, tun.Options{MTU: mtu, Offloads: mode, QueueLen: cfg.TUN.Queue, Log: log})
 	if err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
 	}
@@ -275,7 +275,7 @@ func (rt *Runtime) openXDP(k connKey, w *transport.Conn, cfg *Config, log *slog.
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", xdp.ErrUnsupported, err)
 		}
-		return xdp.Open(xdp.Config{Device: dev, Local: local, Fallback: w, Log: log})
+		return xdp.Open(xdp.Config{Device: dev, Local: local, Fallback: w, Mode: cfg.XDPMode, Log: log})
 	}()
 	switch {
 	case err == nil:

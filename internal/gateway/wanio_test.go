@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -79,6 +80,63 @@ func TestWanIOConfig(t *testing.T) {
 		}
 		if c.WanIO != tc.want {
 			t.Errorf("%q: wan-io %q, want %q", tc.line, c.WanIO, tc.want)
+		}
+	}
+}
+
+func TestXDPModeConfig(t *testing.T) {
+	base := "local: 198.51.100.1\ntun: {name: esp0}\nwan-io: xdp\nsa:\n  - {spi: 0x1001, src: 198.51.100.1, dst: 198.51.100.129, enc: aes-gcm-16, enc-key: 0x00112233445566778899aabbccddeeff00112233}\n"
+	for _, tc := range []struct {
+		line string
+		want xdp.Mode
+		err  bool
+	}{
+		{"", xdp.ModeAuto, false},
+		{"xdp-mode: auto\n", xdp.ModeAuto, false},
+		{"xdp-mode: native\n", xdp.ModeNative, false},
+		{"xdp-mode: generic\n", xdp.ModeGeneric, false},
+		{"xdp-mode: zerocopy\n", "", true},
+	} {
+		c, err := ParseConfig("gw.yaml", []byte(base+tc.line))
+		if tc.err {
+			if err == nil || !strings.Contains(err.Error(), "xdp-mode") || !strings.Contains(err.Error(), "auto, native or generic") {
+				t.Errorf("%q: error %v, want one naming xdp-mode and the choices", tc.line, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.line, err)
+			continue
+		}
+		if c.XDPMode != tc.want {
+			t.Errorf("%q: xdp-mode %q, want %q", tc.line, c.XDPMode, tc.want)
+		}
+	}
+}
+
+func TestTUNQueueConfig(t *testing.T) {
+	base := "local: 198.51.100.1\nsa:\n  - {spi: 0x1001, src: 198.51.100.1, dst: 198.51.100.129, enc: aes-gcm-16, enc-key: 0x00112233445566778899aabbccddeeff00112233}\n"
+	for _, tc := range []struct {
+		tun  string
+		want int
+		err  bool
+	}{
+		{"tun: {name: esp0}\n", 0, false},
+		{"tun: {name: esp0, queue: 4096}\n", 4096, false},
+		{"tun: {name: esp0, queue: 0}\n", 0, true},
+		{"tun: {name: esp0, queue: 100000}\n", 0, true},
+	} {
+		c, err := ParseConfig("gw.yaml", []byte(base+tc.tun))
+		if tc.err {
+			if err == nil || !strings.Contains(err.Error(), "tun.queue") {
+				t.Errorf("%q: error %v, want one naming tun.queue", tc.tun, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.tun, err)
+		} else if c.TUN.Queue != tc.want {
+			t.Errorf("%q: queue %d, want %d", tc.tun, c.TUN.Queue, tc.want)
 		}
 	}
 }

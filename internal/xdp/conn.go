@@ -37,11 +37,27 @@ type Config struct {
 	// on, and the Conn sends through it what it cannot send itself. The
 	// Conn does not close it.
 	Fallback *transport.Conn
-	// Generic forces generic (skb) mode, as on veth, where it is also the
-	// default.
-	Generic bool
-	Log     *slog.Logger
+	// Mode is how to attach: ModeAuto (the default) takes the best the
+	// driver offers — native with zero copy, then native with copies,
+	// then generic — except on veth, where it takes generic, because a
+	// program attached natively to a veth turns off its peer's GSO (UDP's
+	// included) for as long as it stays; ModeNative insists on the
+	// driver's own XDP (zero copy where offered, copies where not, an
+	// error where neither), veth included; ModeGeneric is generic (skb)
+	// mode only.
+	Mode Mode
+	Log  *slog.Logger
 }
+
+// Mode is how the program is attached.
+type Mode string
+
+// The attach modes.
+const (
+	ModeAuto    Mode = "auto"
+	ModeNative  Mode = "native"
+	ModeGeneric Mode = "generic"
+)
 
 // Stats are a Conn's counters since Open.
 type Stats struct {
@@ -175,8 +191,18 @@ func Open(cfg Config) (c *Conn, err error) {
 	if c.xsks, c.prog, err = newProgram(queues, cfg.Local); err != nil {
 		return nil, fmt.Errorf("xdp on %s: %w: %w", cfg.Device, ErrUnsupported, err)
 	}
-	generic := cfg.Generic || l.Type() == "veth"
-	if err := c.attachAndBind(generic, queues); err != nil {
+	mode := cfg.Mode
+	switch mode {
+	case "", ModeAuto:
+		mode = ModeAuto
+		if l.Type() == "veth" {
+			mode = ModeGeneric
+		}
+	case ModeNative, ModeGeneric:
+	default:
+		return nil, fmt.Errorf("xdp on %s: mode %q: want auto, native or generic", cfg.Device, cfg.Mode)
+	}
+	if err := c.attachAndBind(mode, queues); err != nil {
 		return nil, fmt.Errorf("xdp on %s: %w: %w", cfg.Device, ErrUnsupported, err)
 	}
 	if c.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
@@ -195,22 +221,30 @@ func Open(cfg Config) (c *Conn, err error) {
 
 // attachAndBind attaches the program and binds a socket to every queue:
 // natively with zero copy, then natively with copies, then in generic mode
-// (only generic when generic is set), keeping the first that works.
-func (c *Conn) attachAndBind(generic bool, queues int) error {
+// (of these, only the native ones for ModeNative, only generic for
+// ModeGeneric), keeping the first that works and logging why the better
+// ones did not.
+func (c *Conn) attachAndBind(mode Mode, queues int) error {
 	type try struct {
 		name  string
 		flags link.XDPAttachFlags
 		bind  bindMode
 	}
 	tries := []try{{"native-zerocopy", link.XDPDriverMode, bindZeroCopy}, {"native", link.XDPDriverMode, bindCopy}, {"generic", link.XDPGenericMode, bindCopy}}
-	if generic {
+	switch mode {
+	case ModeGeneric:
 		tries = tries[2:]
+	case ModeNative:
+		tries = tries[:2]
 	}
 	var errs []error
 	for _, t := range tries {
 		err := c.tryMode(t.flags, t.bind, queues)
 		if err == nil {
 			c.mode = t.name
+			if len(errs) > 0 {
+				c.cfg.Log.Info("xdp: the better modes did not attach", "device", c.cfg.Device, "mode", t.name, "why", errors.Join(errs...))
+			}
 			return nil
 		}
 		errs = append(errs, fmt.Errorf("%s: %w", t.name, err))
@@ -394,13 +428,21 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	if c.v6 {
 		ipLen = ipv6HeaderLen
 	}
+	var lastPeer netip.Addr
+	var lastHop hop
+	lastOK := false
 	for _, p := range pkts {
 		if p.Len <= 0 || p.Off < 0 || p.Off+p.Len > len(p.Buf) || !p.Peer.Addr().IsValid() {
 			fb = append(fb, p) // the raw socket refuses it with the reason
 			continue
 		}
 		total := ethHeaderLen + ipLen + p.Len
-		h, ok := hops[p.Peer.Addr()]
+		// A batch mostly goes to one peer: look its hop up once.
+		if a := p.Peer.Addr(); a != lastPeer || !lastOK {
+			lastPeer = a
+			lastHop, lastOK = hops[a]
+		}
+		h, ok := lastHop, lastOK
 		switch {
 		case !ok:
 			c.stats.noNeighbor.Add(1)

@@ -73,8 +73,16 @@ func rawConn(t testing.TB, ns *netns.Namespace, local netip.Addr) *transport.Con
 	return c
 }
 
+// modes are the attach modes a veth offers, and what Conn.Mode says for
+// each: auto takes generic on veth (for the peer's GSO), native attaches
+// the veth driver's own XDP with copies (veth offers no zero copy).
+var modes = []struct {
+	mode Mode
+	want string
+}{{ModeAuto, "generic"}, {ModeNative, "native"}}
+
 // openXDP opens the raw socket and the Conn in b for local.
-func openXDP(t testing.TB, p *bed, local netip.Addr) (*Conn, *transport.Conn) {
+func openXDP(t testing.TB, p *bed, local netip.Addr, mode Mode) (*Conn, *transport.Conn) {
 	t.Helper()
 	unspec := netip.IPv4Unspecified()
 	if local.Is6() {
@@ -84,7 +92,7 @@ func openXDP(t testing.TB, p *bed, local netip.Addr) (*Conn, *transport.Conn) {
 	var c *Conn
 	err := p.b.Do(func() error {
 		var err error
-		c, err = Open(Config{Device: "veth0", Local: local, Fallback: raw})
+		c, err = Open(Config{Device: "veth0", Local: local, Fallback: raw, Mode: mode})
 		return err
 	})
 	if err != nil {
@@ -166,83 +174,93 @@ func receive(t testing.TB, r interface {
 // the next ones through the ring.
 func TestSteerAndSend(t *testing.T) {
 	p := newBed(t)
-	for _, fam := range []struct {
-		name        string
-		local, peer netip.Addr
-		unspecA     netip.Addr
-	}{
-		{"ipv4", p.b4, p.a4, netip.IPv4Unspecified()},
-		{"ipv6", p.b6, p.a6, netip.IPv6Unspecified()},
-	} {
-		t.Run(fam.name, func(t *testing.T) {
-			c, raw := openXDP(t, p, fam.local)
-			if c.Mode() != "generic" {
-				t.Errorf("mode %q on veth, want generic", c.Mode())
-			}
-			a := rawConn(t, p.a, fam.unspecA)
-			// a → b: steered to the Conn.
-			var sent []*esp.Packet
-			for i := range 100 {
-				sent = append(sent, out(espPacket(0x1001, uint32(i+1), 60+i*10), fam.local))
-			}
-			if n, err := a.Send(sent); err != nil || n != len(sent) {
-				t.Fatalf("send to b: %d, %v", n, err)
-			}
-			got := receive(t, c, len(sent), 5*time.Second)
-			for i, g := range got {
-				if string(g) != string(sent[i].Data()) {
-					t.Fatalf("packet %d differs", i)
-				}
-			}
-			if st := raw.Stats(); st.PacketsIn != 0 {
-				t.Errorf("b's raw socket received %d steered packets", st.PacketsIn)
-			}
-			// b → a through the ring (the first packet may take the raw
-			// socket while the next hop is looked up).
-			var back []*esp.Packet
-			for i := range 200 {
-				q := out(espPacket(0x2002, uint32(i+1), 64+i), fam.peer)
-				q.TOS, q.TTL = 0x2e<<2|1, 33
-				back = append(back, q)
-			}
-			if n, err := c.Send(back[:1]); err != nil || n != 1 {
-				t.Fatalf("first send: %d, %v", n, err)
-			}
-			deadline := time.Now().Add(3 * time.Second)
-			for c.Stats().Fallback > 0 && time.Now().Before(deadline) {
-				if _, ok := (*c.hops.Load())[fam.peer]; ok {
-					break
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			if n, err := c.Send(back[1:]); err != nil || n != len(back)-1 {
-				t.Fatalf("send batch: %d, %v", n, err)
-			}
-			t.Logf("after sending: %+v", c.Stats())
-			got = receive(t, a, len(back), 5*time.Second)
-			for i, g := range got {
-				if string(g) != string(back[i].Data()) {
-					t.Fatalf("packet %d back differs", i)
-				}
-			}
-			st := c.Stats()
-			if st.PacketsOut < uint64(len(back)-1) || st.Fallback > 1 || st.PacketsIn != uint64(len(sent)) {
-				t.Errorf("stats %+v: want ≥ %d out through the ring, ≤ 1 through the raw socket, %d in", st, len(back)-1, len(sent))
-			}
-			if st.Kicks == 0 || st.Kicks > 4 {
-				t.Errorf("%d kicks for two batches", st.Kicks)
-			}
-			t.Logf("stats %+v", st)
-		})
+	for _, m := range modes {
+		for _, fam := range []struct {
+			name        string
+			local, peer netip.Addr
+			unspecA     netip.Addr
+		}{
+			{"ipv4", p.b4, p.a4, netip.IPv4Unspecified()},
+			{"ipv6", p.b6, p.a6, netip.IPv6Unspecified()},
+		} {
+			t.Run(string(m.mode)+"/"+fam.name, func(t *testing.T) { steerAndSend(t, p, m.mode, m.want, fam.local, fam.peer, fam.unspecA) })
+		}
 	}
+}
+
+func steerAndSend(t *testing.T, p *bed, mode Mode, wantMode string, local, peer, unspecA netip.Addr) {
+	c, raw := openXDP(t, p, local, mode)
+	if c.Mode() != wantMode {
+		t.Errorf("mode %q on veth, want %s", c.Mode(), wantMode)
+	}
+	a := rawConn(t, p.a, unspecA)
+	// a → b: steered to the Conn.
+	var sent []*esp.Packet
+	for i := range 100 {
+		sent = append(sent, out(espPacket(0x1001, uint32(i+1), 60+i*10), local))
+	}
+	if n, err := a.Send(sent); err != nil || n != len(sent) {
+		t.Fatalf("send to b: %d, %v", n, err)
+	}
+	got := receive(t, c, len(sent), 5*time.Second)
+	for i, g := range got {
+		if string(g) != string(sent[i].Data()) {
+			t.Fatalf("packet %d differs", i)
+		}
+	}
+	if st := raw.Stats(); st.PacketsIn != 0 {
+		t.Errorf("b's raw socket received %d steered packets", st.PacketsIn)
+	}
+	// b → a through the ring (the first packet may take the raw
+	// socket while the next hop is looked up).
+	var back []*esp.Packet
+	for i := range 200 {
+		q := out(espPacket(0x2002, uint32(i+1), 64+i), peer)
+		q.TOS, q.TTL = 0x2e<<2|1, 33
+		back = append(back, q)
+	}
+	if n, err := c.Send(back[:1]); err != nil || n != 1 {
+		t.Fatalf("first send: %d, %v", n, err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for c.Stats().Fallback > 0 && time.Now().Before(deadline) {
+		if _, ok := (*c.hops.Load())[peer]; ok {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n, err := c.Send(back[1:]); err != nil || n != len(back)-1 {
+		t.Fatalf("send batch: %d, %v", n, err)
+	}
+	t.Logf("after sending: %+v", c.Stats())
+	got = receive(t, a, len(back), 5*time.Second)
+	for i, g := range got {
+		if string(g) != string(back[i].Data()) {
+			t.Fatalf("packet %d back differs", i)
+		}
+	}
+	st := c.Stats()
+	if st.PacketsOut < uint64(len(back)-1) || st.Fallback > 1 || st.PacketsIn != uint64(len(sent)) {
+		t.Errorf("stats %+v: want ≥ %d out through the ring, ≤ 1 through the raw socket, %d in", st, len(back)-1, len(sent))
+	}
+	if st.Kicks == 0 || st.Kicks > 4 {
+		t.Errorf("%d kicks for two batches", st.Kicks)
+	}
+	t.Logf("stats %+v", st)
 }
 
 // TestOthersUntouched: with the program attached, ping, UDP and fragmented
 // ESP (which the kernel reassembles for the raw socket) still reach b's
 // kernel, and ESP to b gets no ICMP protocol-unreachable back.
 func TestOthersUntouched(t *testing.T) {
+	for _, m := range modes {
+		t.Run(string(m.mode), func(t *testing.T) { othersUntouched(t, m.mode) })
+	}
+}
+
+func othersUntouched(t *testing.T, mode Mode) {
 	p := newBed(t)
-	c, raw := openXDP(t, p, p.b4)
+	c, raw := openXDP(t, p, p.b4, mode)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if out, err := p.a.Output(ctx, "ping", "-c", "2", "-i", "0.2", "-W", "2", p.b4.String()); err != nil {
@@ -343,8 +361,14 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector; run without -race")
 	}
+	for _, m := range modes {
+		t.Run(string(m.mode), func(t *testing.T) { batchPathsDoNotAllocate(t, m.mode) })
+	}
+}
+
+func batchPathsDoNotAllocate(t *testing.T, mode Mode) {
 	p := newBed(t)
-	c, _ := openXDP(t, p, p.b4)
+	c, _ := openXDP(t, p, p.b4, mode)
 	a := rawConn(t, p.a, netip.IPv4Unspecified())
 	// Resolve a first.
 	c.Send([]*esp.Packet{out(espPacket(1, 1, 100), p.a4)})
@@ -406,7 +430,7 @@ func TestBatchPathsDoNotAllocate(t *testing.T) {
 // rings, and a Receive blocked in poll returns.
 func TestClosed(t *testing.T) {
 	p := newBed(t)
-	c, _ := openXDP(t, p, p.b4)
+	c, _ := openXDP(t, p, p.b4, ModeAuto)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Receive(slots(4))
@@ -440,7 +464,7 @@ func TestTooBigForTheDevice(t *testing.T) {
 	if err := p.b.SetMTU("veth0", 1000); err != nil {
 		t.Fatal(err)
 	}
-	c, raw := openXDP(t, p, p.b4)
+	c, raw := openXDP(t, p, p.b4, ModeAuto)
 	c.Send([]*esp.Packet{out(espPacket(1, 1, 100), p.a4)}) // resolve a
 	deadline := time.Now().Add(3 * time.Second)
 	for time.Now().Before(deadline) {
@@ -457,4 +481,43 @@ func TestTooBigForTheDevice(t *testing.T) {
 	if st := c.Stats(); st.Fallback != before+1 || raw.Stats().SendErrors != 1 {
 		t.Errorf("fallback %d → %d, raw socket send errors %d: want the big one refused by the raw socket", before, st.Fallback, raw.Stats().SendErrors)
 	}
+}
+
+// TestNativeModeOnVethTurnsPeerGSOOff: what ModeAuto avoids on veth, shown:
+// attached natively to b's veth, the program turns off UDP GSO
+// (tx-udp-segmentation) on a's end, and detaching gives it back; generic
+// mode leaves it alone.
+func TestNativeModeOnVethTurnsPeerGSOOff(t *testing.T) {
+	p := newBed(t)
+	before := udpGSO(t, p.a)
+	if !before {
+		t.Fatal("a's veth has no UDP GSO to begin with")
+	}
+	for _, m := range modes {
+		c, _ := openXDP(t, p, p.b4, m.mode)
+		if got, want := udpGSO(t, p.a), m.mode != ModeNative; got != want {
+			t.Errorf("%s mode (%s): a's UDP GSO %v, want %v", m.mode, c.Mode(), got, want)
+		}
+		c.Close()
+		if !udpGSO(t, p.a) {
+			t.Errorf("after closing the %s Conn, a's UDP GSO stays off", m.mode)
+		}
+	}
+}
+
+// udpGSO reports whether ns's veth0 has tx-udp-segmentation on, as
+// ethtool -k says.
+func udpGSO(t testing.TB, ns *netns.Namespace) bool {
+	t.Helper()
+	out, err := ns.Output(context.Background(), "ethtool", "-k", "veth0")
+	if err != nil {
+		t.Fatalf("ethtool -k veth0: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "tx-udp-segmentation:" {
+			return f[1] == "on"
+		}
+	}
+	t.Fatalf("no tx-udp-segmentation in ethtool -k:\n%s", out)
+	return false
 }

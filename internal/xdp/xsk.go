@@ -124,7 +124,17 @@ func openSocket(ifindex, queue int, mode bindMode) (s *socket, err error) {
 	// whole batch's worth (kernels without the option keep 32 and the
 	// kick loops).
 	unix.SetsockoptInt(fd, unix.SOL_XDP, unix.XDP_MAX_TX_SKB_BUDGET, txBudget)
-	sa := &unix.SockaddrXDP{Flags: uint16(mode) | unix.XDP_USE_NEED_WAKEUP, Ifindex: uint32(ifindex), QueueID: uint32(queue)}
+	// need_wakeup only with zero copy, where the driver says when it wants
+	// a kick. In copy mode every TX batch needs its sendto anyway, and
+	// with need_wakeup set the kernel also drives TX from poll(): the
+	// receiving goroutine's poll then waits on the socket's mutex while
+	// the sender's kick carries a batch through the whole veth path, and
+	// the return traffic (TCP's ACKs) with it.
+	flags := uint16(mode)
+	if mode == bindZeroCopy {
+		flags |= unix.XDP_USE_NEED_WAKEUP
+	}
+	sa := &unix.SockaddrXDP{Flags: flags, Ifindex: uint32(ifindex), QueueID: uint32(queue)}
 	// A socket closed a moment ago may still hold the queue: the kernel
 	// releases it from a work queue.
 	for tries := 0; ; tries++ {
@@ -208,7 +218,8 @@ func (s *socket) txRoom() uint32 {
 // kick makes the kernel send what is in the TX ring: in copy mode every
 // sendto sends up to the budget, so it is repeated while the kernel says
 // there is more (EAGAIN) and takes frames from the ring; with zero copy
-// only when the driver asks for a wakeup.
+// only when the driver asks for a wakeup (the socket is bound with
+// need_wakeup only then).
 func (s *socket) kick() error {
 	if s.zeroCopy && !s.tx.needsWakeup() {
 		return nil

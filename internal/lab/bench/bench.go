@@ -22,7 +22,10 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
@@ -42,7 +45,9 @@ type Options struct {
 	OuterV6    bool
 	NoOffloads bool // TUN vnet-hdr offloads off in the gateways
 	// WanIO are the gateways' wan-io settings to measure raw ESP with, a
-	// path each (default socket; xdp or auto put it on AF_XDP).
+	// path each (default socket; xdp or auto put it on AF_XDP, in generic
+	// mode on the WAN veths; xdp-native on AF_XDP with the program attached
+	// natively, xdp-mode native).
 	WanIO []string
 	// Nice, when not 0, runs every tunnel's processes — the espgw gateways
 	// and the wireguard-go baseline alike — at this nice(1) value, as a
@@ -54,14 +59,24 @@ type Options struct {
 	WireguardDir  string // cache folder for the wireguard-go build
 	SkipPlain     bool   // leave plain routing out (tests)
 	TCPDuration   time.Duration
+	TCPRuns       int           // iperf3 runs per TCP measure, the median kept (default 1)
 	TrialDuration time.Duration // one UDP trial (default 1s)
-	Iterations    int           // most trials of the zero-loss search per frame size (default 8)
+	Iterations    int           // most trials of the zero-loss search per frame size, repeats included (default 8)
+	Retries       int           // repeats of a lossy trial before its rate counts as lossy (Searcher.Retries; default none)
 	PartialIters  int           // most extra trials for the partial-drop rate (default 3)
 	PartialLoss   float64       // partial-drop threshold (default 0.001)
 	Frames        []Mix         // default: 64 … 1400 and IMIX
 	LatencyFrame  int           // frame size of the latency loads (default 512)
 	LatencyLoads  []float64     // fractions of the zero-loss rate (default 0.1, 0.5, 0.9)
 	LatencyTime   time.Duration // one latency load (default 2s)
+
+	// ProfileDir, when set, has every espgw gateway serve Go's profiler
+	// and takes a CPU profile of each during the first single-stream TCP
+	// run and during the first frame size's search, written there as
+	// PATH-gwN-tcp1.pprof and PATH-gwN-udpFRAME.pprof. Profiling costs
+	// the gateways some CPU: a run with it measures the profile, not the
+	// rates.
+	ProfileDir string
 
 	// Progress is told of every step: what is running, steps done, steps in all.
 	Progress func(what string, done, total int)
@@ -80,6 +95,9 @@ func (o *Options) defaults() {
 	}
 	if len(o.Encaps) == 0 {
 		o.Encaps = []sa.Encap{sa.EncapNone}
+	}
+	if o.TCPRuns == 0 {
+		o.TCPRuns = 1
 	}
 	if o.TCPDuration == 0 {
 		o.TCPDuration = 3 * time.Second
@@ -134,7 +152,11 @@ type Result struct {
 	TCP4     float64 `json:"tcp4_bps"`
 	TCP1Retr int     `json:"tcp1_retransmits"`
 	TCP4Retr int     `json:"tcp4_retransmits"`
-	WanIO    string  `json:"wan_io,omitempty"`
+	// TCP1Runs and TCP4Runs are every iperf3 run's rate when there were
+	// several (Options.TCPRuns); TCP1 and TCP4 are their medians.
+	TCP1Runs []float64 `json:"tcp1_runs_bps,omitempty"`
+	TCP4Runs []float64 `json:"tcp4_runs_bps,omitempty"`
+	WanIO    string    `json:"wan_io,omitempty"`
 	// Iperf64 is iperf3's UDP at 64-byte frames on this path (plain
 	// routing only): the reference the probe's own top rate is held to.
 	Iperf64  *IperfUDP       `json:"iperf3_udp64,omitempty"`
@@ -236,8 +258,10 @@ type Report struct {
 	Started  time.Time     `json:"started"`
 	Elapsed  time.Duration `json:"elapsed_ns"`
 	Command  string        `json:"command,omitempty"`
-	LoadAvg  string        `json:"loadavg,omitempty"` // /proc/loadavg at the start: how busy the machine was
-	Nice     int           `json:"nice,omitempty"`    // nice(1) value of every tunnel's processes (Options.Nice)
+	LoadAvg  string        `json:"loadavg,omitempty"`     // /proc/loadavg at the start: how busy the machine was
+	LoadEnd  string        `json:"loadavg_end,omitempty"` // /proc/loadavg at the end
+	Nice     int           `json:"nice,omitempty"`        // nice(1) value of every tunnel's processes (Options.Nice)
+	Retries  int           `json:"retries,omitempty"`     // repeats of a lossy trial (Options.Retries)
 	Results  []*Result     `json:"results"`
 	Ratios   []Ratio       `json:"ratios"`
 	Targets  []TargetCheck `json:"targets"`
@@ -278,6 +302,10 @@ func Check(o Options) error {
 	return nil
 }
 
+// WanIOXDPNative is the bench's wan-io for raw ESP over AF_XDP with the
+// program attached natively (the gateways' wan-io xdp, xdp-mode native).
+const WanIOXDPNative = "xdp-native"
+
 // pathSpec is one path to measure.
 type pathSpec struct {
 	kind                 string
@@ -308,6 +336,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	o.defaults()
 	if err := Check(o); err != nil {
 		return nil, err
+	}
+	if o.ProfileDir != "" {
+		if err := os.MkdirAll(o.ProfileDir, 0o755); err != nil {
+			return nil, fmt.Errorf("bench: the profile folder: %w", err)
+		}
 	}
 	var specs []pathSpec
 	if !o.SkipPlain {
@@ -346,9 +379,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		rep.LoadAvg = strings.TrimSpace(string(b))
 	}
-	if o.Nice != 0 {
-		rep.Nice = o.Nice
-	}
+	rep.Nice, rep.Retries = o.Nice, o.Retries
 	m := &meter{o: o, total: len(specs) * o.stepsPerPath()}
 	for _, spec := range specs {
 		if ctx.Err() != nil {
@@ -362,6 +393,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.Partial = ctx.Err() != nil
 	rep.Elapsed = time.Since(rep.Started)
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		rep.LoadEnd = strings.TrimSpace(string(b))
+	}
 	rep.Ratios, rep.Targets = Compare(rep.Results, o.LatencyFrame)
 	return rep, nil
 }
@@ -433,7 +467,11 @@ type path struct {
 	topo  *netns.Topology
 	procs []process
 	stats func(context.Context) []gateway.Stats
-	close func()
+	// profile, when set (Options.ProfileDir, espgw only), starts a CPU
+	// profile of every gateway over d, written with what in the names;
+	// the returned func waits for them.
+	profile func(ctx context.Context, what string, d time.Duration) (wait func())
+	close   func()
 }
 
 // setUp builds the path: the topology and whatever forwards across it.
@@ -466,14 +504,34 @@ func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*path, 
 	if err != nil {
 		return nil, err
 	}
+	wanIO, xdpMode := spec.wanIO, ""
+	if wanIO == WanIOXDPNative {
+		wanIO, xdpMode = "xdp", "native"
+	}
 	bed, err := testbed.Start(ctx, testbed.Options{Binary: o.Binary, Nice: o.Nice, Prefix: o.Prefix, Suite: suite, AESBits: bits,
-		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, WanIO: spec.wanIO, Log: o.Log})
+		Encap: spec.enc, OuterV6: o.OuterV6, NoOffloads: o.NoOffloads, Engine: [2]string{spec.engine, spec.engine}, WanIO: wanIO, XDPMode: xdpMode, Pprof: o.ProfileDir != "", Log: o.Log})
 	if err != nil {
 		return nil, err
 	}
 	p := &path{topo: bed.Topo, close: func() { bed.Close() }}
 	for _, g := range bed.GW {
 		p.procs = append(p.procs, process{g.Name, g.PID()})
+	}
+	if o.ProfileDir != "" {
+		p.profile = func(ctx context.Context, what string, d time.Duration) func() {
+			var wg sync.WaitGroup
+			for i := range bed.GW {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					file := filepath.Join(o.ProfileDir, fmt.Sprintf("%s-gw%d-%s.pprof", fileName(spec.name()), i+1, what))
+					if err := bed.Profile(ctx, i, d, file); err != nil {
+						o.Log.Warn("profile a gateway", "gateway", bed.GW[i].Name, "err", err)
+					}
+				}()
+			}
+			return wg.Wait
+		}
 	}
 	p.stats = func(ctx context.Context) []gateway.Stats {
 		var out []gateway.Stats
@@ -500,18 +558,37 @@ func (m *meter) measure(ctx context.Context, p *path, res *Result) error {
 	defer func() { res.Gateways = usage(ctx, procs, cpu0, time.Since(start), p.stats) }()
 
 	dst := topo.Addr.HostB4.Addr()
-	for _, streams := range []int{1, 4} {
-		m.step(fmt.Sprintf("%s: TCP, %d stream(s)", res.Name, streams), 0)
-		r, err := testbed.Iperf3(ctx, topo.HostB, topo.HostA, dst, testbed.IperfOptions{Duration: o.TCPDuration, Streams: streams})
-		if err != nil {
-			return fmt.Errorf("TCP with %d streams: %w", streams, err)
+	// With several runs, 1 and 4 streams take turns, so both see the
+	// machine's load of the same seconds.
+	var runs [2][]float64
+	var retr [2]int
+	for run := range o.TCPRuns {
+		for k, streams := range []int{1, 4} {
+			what := fmt.Sprintf("%s: TCP, %d stream(s)", res.Name, streams)
+			if o.TCPRuns > 1 {
+				what += fmt.Sprintf(", run %d of %d", run+1, o.TCPRuns)
+			}
+			m.step(what, 0)
+			wait := func() {}
+			if p.profile != nil && run == 0 && streams == 1 {
+				wait = p.profile(ctx, "tcp1", o.TCPDuration-time.Second/2)
+			}
+			r, err := testbed.Iperf3(ctx, topo.HostB, topo.HostA, dst, testbed.IperfOptions{Duration: o.TCPDuration, Streams: streams})
+			wait()
+			if err != nil {
+				return fmt.Errorf("TCP with %d streams: %w", streams, err)
+			}
+			runs[k] = append(runs[k], r.BitsPerSecond)
+			retr[k] += r.Retransmits
+			if run == o.TCPRuns-1 {
+				m.step(what, 1)
+			}
 		}
-		if streams == 1 {
-			res.TCP1, res.TCP1Retr = r.BitsPerSecond, r.Retransmits
-		} else {
-			res.TCP4, res.TCP4Retr = r.BitsPerSecond, r.Retransmits
-		}
-		m.step(fmt.Sprintf("%s: TCP, %d stream(s)", res.Name, streams), 1)
+	}
+	res.TCP1, res.TCP4 = median(runs[0]), median(runs[1])
+	res.TCP1Retr, res.TCP4Retr = retr[0], retr[1]
+	if o.TCPRuns > 1 {
+		res.TCP1Runs, res.TCP4Runs = runs[0], runs[1]
 	}
 
 	probe, err := NewProbe(topo.HostA, topo.HostB, dst)
@@ -533,8 +610,13 @@ func (m *meter) measure(ctx context.Context, p *path, res *Result) error {
 	}
 
 	latencyMix := Single(o.LatencyFrame)
-	for _, mix := range o.measuredFrames() {
+	for k, mix := range o.measuredFrames() {
+		wait := func() {}
+		if p.profile != nil && k == 0 {
+			wait = p.profile(ctx, "udp"+mix.Name, 8*o.TrialDuration)
+		}
 		fr, err := m.frame(ctx, probe, res.Name, mix)
+		wait()
 		res.Frames = append(res.Frames, fr)
 		if err != nil {
 			return fmt.Errorf("frame %s: %w", mix.Name, err)
@@ -605,7 +687,7 @@ func (m *meter) frame(ctx context.Context, probe *Probe, name string, mix Mix) (
 	}
 	fr.Offered, fr.Delivered = r.SentRate(), float64(r.Received)/r.Elapsed.Seconds()
 	m.step(what, 1)
-	s := &Searcher{Max: fr.Offered, Iterations: o.Iterations, Resolution: 0.01,
+	s := &Searcher{Max: fr.Offered, Iterations: o.Iterations, Retries: o.Retries, Resolution: 0.01,
 		Budget:  time.Duration(o.Iterations) * (o.TrialDuration + drainMax),
 		History: []Attempt{{Rate: fr.Offered, Loss: r.Loss()}}}
 	trials := 0
@@ -630,6 +712,11 @@ func (m *meter) frame(ctx context.Context, probe *Probe, name string, mix Mix) (
 	s.Iterations = o.PartialIters
 	fr.Partial, err = s.Find(ctx, o.PartialLoss)
 	fr.Trials = s.History
+	// The partial-drop search may have repeated a lossy trial into a pass
+	// above the zero-loss rate: that rate carried the load without loss.
+	if lo, _ := s.bracket(0); lo > fr.ZeroLoss {
+		fr.ZeroLoss = lo
+	}
 	m.step(what, o.PartialIters-trials)
 	fr.GeneratorLimited = r.Loss() == 0
 	fr.Limit = "path"
@@ -669,4 +756,30 @@ func usage(ctx context.Context, procs []process, cpu0 []time.Duration, wall time
 		out = append(out, u)
 	}
 	return out
+}
+
+// median is the middle of xs (the mean of the middle two for an even
+// count); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// fileName is name with every character but letters, digits, '.', '+'
+// and '-' made '_'.
+func fileName(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '+', r == '-':
+			return r
+		}
+		return '_'
+	}, name)
 }

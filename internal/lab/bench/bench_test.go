@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ func noLeftovers(t *testing.T, prefix string) {
 func TestShortRealBench(t *testing.T) {
 	o := shortOptions(labtest.Espgw(t), "bnt")
 	requireBench(t, o)
+	o.TCPRuns, o.Retries, o.ProfileDir = 2, 1, t.TempDir()
 	var steps, last int
 	o.Progress = func(_ string, done, total int) {
 		steps++
@@ -68,6 +70,9 @@ func TestShortRealBench(t *testing.T) {
 	for _, r := range rep.Results {
 		if r.TCP1 <= 0 || r.TCP4 <= 0 {
 			t.Errorf("%s: TCP %g / %g bit/s", r.Name, r.TCP1, r.TCP4)
+		}
+		if len(r.TCP1Runs) != 2 || len(r.TCP4Runs) != 2 || r.TCP1 != median(r.TCP1Runs) {
+			t.Errorf("%s: TCP×1 %g of runs %v, TCP×4 runs %v: want the median of two runs each", r.Name, r.TCP1, r.TCP1Runs, r.TCP4Runs)
 		}
 		for _, f := range r.Frames {
 			if f.ZeroLoss <= 0 || f.Partial < f.ZeroLoss || f.Offered <= 0 || len(f.Trials) == 0 {
@@ -103,6 +108,15 @@ func TestShortRealBench(t *testing.T) {
 	if steps == 0 || last != len(rep.Results)*o.stepsPerPath() {
 		t.Errorf("progress ended at %d of %d after %d calls", last, len(rep.Results)*o.stepsPerPath(), steps)
 	}
+	// Profiles of both gateways, during TCP and the first frame's search.
+	for _, what := range []string{"tcp1", "udp64"} {
+		for _, gw := range []string{"gw1", "gw2"} {
+			file := filepath.Join(o.ProfileDir, fileName(esp.Name)+"-"+gw+"-"+what+".pprof")
+			if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
+				t.Errorf("profile %s: %v", file, err)
+			}
+		}
+	}
 	dir := t.TempDir()
 	if _, err := WriteCharts(dir, rep); err != nil {
 		t.Error(err)
@@ -132,4 +146,15 @@ func TestBenchInterruptedGivesPartialResultsAndCleansUp(t *testing.T) {
 		t.Errorf("the TCP result measured before the interrupt is lost: %+v", r)
 	}
 	noLeftovers(t, "bnc")
+}
+
+func TestMedian(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+	}{{nil, 0}, {[]float64{3}, 3}, {[]float64{5, 1, 3}, 3}, {[]float64{4, 1, 3, 2}, 2.5}} {
+		if got := median(tc.in); got != tc.want {
+			t.Errorf("median(%v) = %g, want %g", tc.in, got, tc.want)
+		}
+	}
 }

@@ -50,7 +50,7 @@ const (
 // result would be its own limit: it sends from probeSockets sockets, each
 // on its own goroutine (so the kernel's per-packet work on the way, which
 // runs on the sending CPU, spreads over the CPUs), in sendmmsg batches of
-// probeBatch; the receiving sockets share the port (SO_REUSEPORT, one per
+// probeBatch (called directly, allocating nothing); the receiving sockets share the port (SO_REUSEPORT, one per
 // sender flow) and read with recvmmsg directly, allocating nothing.
 type Probe struct {
 	senders   []*sender
@@ -72,6 +72,63 @@ type sender struct {
 	// IP_PKTINFO source (NewSpreadProbe).
 	spread []spreadTarget
 	next   int
+	// direct is sendmmsg called on the socket directly, allocating
+	// nothing (connected senders; spread ones go through pc): its
+	// scratch, arguments and results.
+	direct *directSend
+}
+
+// directSend is one connected sender's sendmmsg, called inside
+// RawConn.Write so the poller waits when the socket buffer is full.
+type directSend struct {
+	rc    syscall.RawConn
+	hdrs  []unix.Mmsghdr
+	iovs  []unix.Iovec
+	n     int // messages to send
+	sent  int
+	errno syscall.Errno
+	call  func(fd uintptr) bool
+}
+
+func newDirectSend(c *net.UDPConn, n int) (*directSend, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	d := &directSend{rc: rc, hdrs: make([]unix.Mmsghdr, n), iovs: make([]unix.Iovec, n)}
+	d.call = d.sendmmsg
+	return d, nil
+}
+
+func (d *directSend) sendmmsg(fd uintptr) bool {
+	r, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&d.hdrs[0])), uintptr(d.n), unix.MSG_DONTWAIT, 0, 0)
+	if errno == unix.EAGAIN {
+		return false
+	}
+	d.sent, d.errno = int(r), errno
+	if errno != 0 {
+		d.sent = 0
+	}
+	return true
+}
+
+// write sends msgs' first buffers as datagrams, returning how many went.
+func (d *directSend) write(msgs []ipv4.Message) (int, error) {
+	for i := range msgs {
+		b := msgs[i].Buffers[0]
+		d.iovs[i].Base = &b[0]
+		d.iovs[i].SetLen(len(b))
+		d.hdrs[i].Hdr = unix.Msghdr{Iov: &d.iovs[i], Iovlen: 1}
+		d.hdrs[i].Len = 0
+	}
+	d.n = len(msgs)
+	if err := d.rc.Write(d.call); err != nil {
+		return 0, err
+	}
+	if d.errno != 0 {
+		return 0, d.errno
+	}
+	return d.sent, nil
 }
 
 // Target is one tunnel's ends for a spread probe.
@@ -168,6 +225,10 @@ func NewProbe(from, to *netns.Namespace, dst netip.Addr) (*Probe, error) {
 			return fail(fmt.Errorf("probe sender buffer: %w", err))
 		}
 		snd := &sender{conn: c, pc: ipv4.NewPacketConn(c), msgs: make([]ipv4.Message, probeBatch)}
+		if snd.direct, err = newDirectSend(c, probeBatch); err != nil {
+			c.Close()
+			return fail(fmt.Errorf("probe sender: %w", err))
+		}
 		for i := range snd.msgs {
 			snd.msgs[i].Buffers = [][]byte{make([]byte, MaxFrame)}
 		}
@@ -479,7 +540,13 @@ func (s *sender) offer(ctx context.Context, id uint32, mix Mix, rate float64, st
 			}
 			seq++
 		}
-		w, err := s.pc.WriteBatch(s.msgs[:n], 0)
+		var w int
+		var err error
+		if s.direct != nil {
+			w, err = s.direct.write(s.msgs[:n])
+		} else {
+			w, err = s.pc.WriteBatch(s.msgs[:n], 0)
+		}
 		for i := range n {
 			s.msgs[i].Buffers[0] = s.msgs[i].Buffers[0][:cap(s.msgs[i].Buffers[0])]
 		}

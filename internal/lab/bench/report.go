@@ -18,6 +18,12 @@ func (rep *Report) Print(w io.Writer) {
 	if rep.LoadAvg != "" {
 		fmt.Fprintf(w, "load average at start: %s\n", rep.LoadAvg)
 	}
+	if rep.LoadEnd != "" {
+		fmt.Fprintf(w, "load average at end: %s\n", rep.LoadEnd)
+	}
+	if rep.Retries > 0 {
+		fmt.Fprintf(w, "a lossy trial was run again up to %d time(s) before its rate counted as lossy\n", rep.Retries)
+	}
 	if rep.Nice != 0 {
 		fmt.Fprintf(w, "tunnel processes (espgw and wireguard-go alike) at nice %d\n", rep.Nice)
 	}
@@ -47,6 +53,11 @@ func (rep *Report) Print(w io.Writer) {
 		line(r.Name, mbps(r.TCP1), mbps(r.TCP4), cpu[0], cpu[1], mem, q, qf, dr)
 	}
 	tw.Flush()
+	for _, r := range rep.Results {
+		if len(r.TCP1Runs) > 1 {
+			fmt.Fprintf(w, "  %s: TCP×1 runs %s Mbit/s, TCP×4 runs %s (medians above)\n", r.Name, mbpsList(r.TCP1Runs), mbpsList(r.TCP4Runs))
+		}
+	}
 
 	fmt.Fprintln(w, "\nUDP per frame size (kpkt/s; Mbit/s of Ethernet frames; zero-loss by RFC 2544 binary search):")
 	line("path", "frame", "offered", "delivered", "zero-loss", "zero-loss Mbit/s", "≤0.1% loss", "trials", "limit")
@@ -160,3 +171,11 @@ func mbps(bps float64) string {
 }
 
 func kpps(pps float64) string { return fmt.Sprintf("%.1f", pps/1e3) }
+
+func mbpsList(bps []float64) string {
+	var s []string
+	for _, b := range bps {
+		s = append(s, mbps(b))
+	}
+	return strings.Join(s, ", ")
+}

@@ -153,3 +153,41 @@ func TestSearchTrialErrorKeepsBestSoFar(t *testing.T) {
 		t.Error("a search with no maximum rate did not fail")
 	}
 }
+
+func TestSearchRepeatsALossyTrialBeforeCallingItLossy(t *testing.T) {
+	// A path of capacity 700 on which every rate's first trial loses a
+	// packet (a thread that missed its CPU): without repeats the search
+	// ends at 0, with one repeat per failing rate it finds 700.
+	for _, tc := range []struct {
+		name    string
+		retries int
+		want    float64
+	}{
+		{"no repeats", 0, 0},
+		{"one repeat", 1, 700},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			seen := map[float64]int{}
+			s := &Searcher{Max: 1000, Iterations: 40, Retries: tc.retries, Resolution: 0.01,
+				Trial: func(_ context.Context, r float64) (float64, error) {
+					seen[r]++
+					if seen[r] == 1 {
+						return 0.01, nil
+					}
+					return lossCurve(700, 701)(nil, r)
+				}}
+			got, err := s.Find(context.Background(), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got > tc.want || got < tc.want-10 {
+				t.Errorf("zero-loss rate %g, want within 10 below %g (trials %v)", got, tc.want, s.History)
+			}
+			for r, n := range seen {
+				if n > 1+tc.retries {
+					t.Errorf("rate %g tried %d times, at most %d", r, n, 1+tc.retries)
+				}
+			}
+		})
+	}
+}

@@ -13,6 +13,8 @@ import (
 type GatewayConfig struct {
 	Local, Peer       netip.Addr
 	Engine, WanIO     string
+	XDPMode           string // xdp-mode (empty: the gateway's default, auto)
+	Pprof             string // the Go profiler's address (empty: off)
 	Metrics           string
 	TUN               string // the TUN device's name
 	TUNMTU            int
@@ -50,6 +52,8 @@ func (c GatewayConfig) String() string {
 	line("", "peer", c.Peer, c.Peer.IsValid())
 	line("", "engine", c.Engine, c.Engine != "")
 	line("", "wan-io", c.WanIO, c.WanIO != "")
+	line("", "xdp-mode", c.XDPMode, c.XDPMode != "")
+	line("", "pprof", c.Pprof, c.Pprof != "")
 	line("", "metrics", c.Metrics, c.Metrics != "")
 	line("", "outer-mtu", c.OuterMTU, c.OuterMTU > 0)
 	line("", "workers", c.Workers, c.Workers > 0)

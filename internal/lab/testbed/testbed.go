@@ -13,12 +13,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/netns"
@@ -45,7 +49,13 @@ type Options struct {
 	InitialSeq   uint64
 	Engine       [2]string // per gateway (default: DefaultEngine)
 	// WanIO is the gateways' wan-io setting (default: DefaultWanIO).
-	WanIO   string
+	WanIO string
+	// Pprof turns the gateways' Go profiler on (pprof: PprofAddr, in each
+	// gateway's namespace), for Bed.Profile.
+	Pprof bool
+	// XDPMode is the gateways' xdp-mode setting (default: none, which is
+	// auto: generic on the WAN veths).
+	XDPMode string
 	Workers int
 	// TUNOffloads turns vnet-hdr offloads on (default on; set NoOffloads).
 	NoOffloads bool
@@ -236,7 +246,7 @@ func (b *Bed) writeConfig(i int) (string, error) {
 	path := filepath.Join(b.Dir, fmt.Sprintf("gw%d.yaml", i+1))
 	return path, GatewayConfig{Local: local, Peer: peer, Engine: b.opts.Engine[i], WanIO: b.opts.WanIO, Metrics: "127.0.0.1:9478",
 		TUN: "esp0", TUNMTU: b.opts.TUNMTU, Routes: routes, NoOffloads: b.opts.NoOffloads, OuterMTU: b.opts.WANMTU, Workers: b.opts.Workers,
-		SAFile: "sas.yaml", StateDir: fmt.Sprintf("gw%d-state", i+1), Control: fmt.Sprintf("gw%d.sock", i+1)}.Write(path)
+		XDPMode: b.opts.XDPMode, Pprof: pprofAddr(b.opts.Pprof), SAFile: "sas.yaml", StateDir: fmt.Sprintf("gw%d-state", i+1), Control: fmt.Sprintf("gw%d.sock", i+1)}.Write(path)
 }
 
 // StartGateway starts gateway i's espgw run process and waits until its
@@ -262,6 +272,56 @@ func (b *Bed) StopGateway(i int, sig syscall.Signal) (string, error) {
 // Stats reads gateway i's counters through `espgw stats --json` in its namespace.
 func (b *Bed) Stats(ctx context.Context, i int) (gateway.Stats, error) {
 	return GatewayStats(ctx, b.GW[i].NS, b.opts.Binary)
+}
+
+// PprofAddr is where a gateway of a bed with Options.Pprof serves Go's
+// profiler, in its own namespace.
+const PprofAddr = "127.0.0.1:6060"
+
+func pprofAddr(on bool) string {
+	if on {
+		return PprofAddr
+	}
+	return ""
+}
+
+// Profile takes a CPU profile of gateway i over d and writes it to path
+// (pprof's format, for go tool pprof). The bed needs Options.Pprof.
+func (b *Bed) Profile(ctx context.Context, i int, d time.Duration, path string) error {
+	g := b.GW[i]
+	client := &http.Client{Timeout: d + 10*time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := g.NS.Do(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		}}}
+	defer client.CloseIdleConnections()
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", PprofAddr, max(1, int(d.Seconds())))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", g.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s", g.Name, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", g.Name, err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("profile %s: %w", g.Name, err)
+	}
+	return f.Close()
 }
 
 // Close stops the gateways and removes every namespace, link and file.
