@@ -68,10 +68,6 @@ func concatCaptures(t *testing.T, out string, ins []string) {
 func TestTsharkOpensSealedCaptures(t *testing.T) {
 	labtest.NeedTools(t, "tshark")
 	dir := t.TempDir()
-	type sealed struct {
-		cfg   *sa.SA
-		count int
-	}
 	var cfgs []*sa.SA
 	for _, sc := range interopSuites() {
 		for _, v := range []struct {

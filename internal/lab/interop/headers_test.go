@@ -298,7 +298,7 @@ func judgeRound(t *testing.T, b *Bed, c Case, wantNear int) judgeResult {
 	}
 	time.Sleep(300 * time.Millisecond)
 	res := judgeResult{sentNear: map[int][]byte{}, sentFar: map[int][]byte{}}
-	var near, far []string
+	var far []string
 	var nearPkts [][]byte
 	for id, hc := range headerCases {
 		nearA, farA := HostA4.Addr(), FarHost4.Addr()
@@ -311,7 +311,6 @@ func judgeRound(t *testing.T, b *Bed, c Case, wantNear int) judgeResult {
 		q := innerUDP(hc, farA, nearA, judgeNearPort, id)
 		res.sentFar[id] = q
 		far = append(far, hex.EncodeToString(q))
-		near = append(near, hc.name)
 	}
 	if err := sendRaw(b.HostA, nearPkts); err != nil {
 		t.Fatalf("send from hostA: %v", err)

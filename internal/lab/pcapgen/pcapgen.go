@@ -213,14 +213,13 @@ func dnsAnswers(g *gen, q question) []layers.DNSResourceRecord {
 
 // tcpFlow is one TCP connection, its sequence numbers kept as a stack would.
 type tcpFlow struct {
-	g              *gen
-	cli, srv       net.IP
-	cport, sport   layers.TCPPort
-	cseq, sseq     uint32 // next sequence number each side sends
-	cwin, swin     uint16
-	mss            int
-	rtt            time.Duration
-	clientSpeaking bool
+	g            *gen
+	cli, srv     net.IP
+	cport, sport layers.TCPPort
+	cseq, sseq   uint32 // next sequence number each side sends
+	cwin, swin   uint16
+	mss          int
+	rtt          time.Duration
 }
 
 func newFlow(g *gen, cli, srv net.IP, sport layers.TCPPort) *tcpFlow {
