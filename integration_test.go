@@ -500,10 +500,8 @@ func TestManyTunnels(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, s := range st.SAs {
-			if s.SPI == fmt.Sprintf("%#x", spi) && !s.Retired {
-				return s.OpenedPackets
-			}
+		if s := st.SA(spi); s != nil {
+			return s.OpenedPackets
 		}
 		return 0
 	}

@@ -783,10 +783,11 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 }
 
 // MaxFileSize bounds an SA file (YAML or setkey), and every file that may
-// hold SAs inline (a gateway configuration, a scenario): 16 MiB holds about
-// 100,000 setkey SAs, far beyond any real SA set, while a file meant to
-// exhaust memory is refused before it is read.
-const MaxFileSize = 16 << 20
+// hold SAs inline (a gateway configuration, a scenario): 32 MiB holds the
+// 100,000 SAs and 50,000 policies of a 50,000-tunnel gateway in YAML with
+// 160-bit keys (19.5 MB) with room to spare, while a file meant to exhaust
+// memory is refused before it is read.
+const MaxFileSize = 32 << 20
 
 // ReadFileAtMost reads a whole file of at most limit bytes, and refuses a
 // larger one (or one that grows past limit while read, such as a device)

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/labtest"
 )
 
@@ -40,12 +41,7 @@ func rawCapture(t *testing.T, path string) {
 	binary.BigEndian.PutUint16(pkt[2:], 60)
 	copy(pkt[12:], []byte{198, 51, 100, 1, 203, 0, 113, 1})
 	binary.BigEndian.PutUint16(pkt[24:], 40)
-	hdr := []byte{0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 101, 0, 0, 0}
-	rec := make([]byte, 16)
-	binary.LittleEndian.PutUint32(rec[8:], 60)
-	binary.LittleEndian.PutUint32(rec[12:], 60)
-	data := append(append(hdr, rec...), pkt...)
-	if err := os.WriteFile(path, data, 0o600); err != nil {
+	if err := capture.WriteFile(path, capture.LinkRaw, [][]byte{pkt}); err != nil {
 		t.Fatal(err)
 	}
 }

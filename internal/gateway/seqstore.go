@@ -376,6 +376,9 @@ func (st *seqStore) write(recs []seqRecord) (err error) {
 	}
 	st.size = at + int64(len(st.buf))
 	st.writes++
+	if cap(st.buf) > 64<<10 {
+		st.buf = nil // a load's batch (2 MB for 50,000 SAs) is not kept
+	}
 	if st.size >= st.compactAt {
 		if err := st.compact(); err != nil {
 			// The batch is durable; the journal just stays long.

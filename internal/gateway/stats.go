@@ -45,6 +45,18 @@ type Stats struct {
 	Reassembly *ReassemblyStats `json:"reassembly,omitempty"`
 }
 
+// SA is the counters of the SA in force with spi (not a retired one), or
+// nil when there is none.
+func (st Stats) SA(spi uint32) *SAStats {
+	want := fmt.Sprintf("%#x", spi)
+	for i := range st.SAs {
+		if st.SAs[i].SPI == want && !st.SAs[i].Retired {
+			return &st.SAs[i]
+		}
+	}
+	return nil
+}
+
 // PMTUStats are the counts of ICMP reports about the outer path.
 type PMTUStats struct {
 	Updates uint64 `json:"updates"` // lowered an SA's path MTU

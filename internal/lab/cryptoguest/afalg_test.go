@@ -2,25 +2,17 @@ package cryptoguest
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/espgw/espgw/internal/gateway"
-	"github.com/espgw/espgw/internal/lab/testbed"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -28,13 +20,11 @@ import (
 // in the order of this file: the software-driver tests come before the
 // device's driver is loaded (from then on it outranks the kernel's
 // software for cbc(aes)).
-var shared struct {
-	once   sync.Once
-	g      *Guest
-	err    error
-	device sync.Once
-	devErr error
-}
+var (
+	shared labtest.Shared[*Guest]
+	// withDriver is the shared guest once the device's driver is loaded.
+	withDriver labtest.Shared[*Guest]
+)
 
 // The packages whose tests run in the guest.
 const (
@@ -52,23 +42,7 @@ func logger() *slog.Logger {
 
 func guest(t *testing.T) *Guest {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("boots a QEMU guest under TCG; run without -short")
-	}
-	shared.once.Do(func() {
-		if os.Geteuid() != 0 {
-			shared.err = fmt.Errorf("needs root (network namespaces, tap devices)")
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		shared.g, shared.err = Boot(ctx, Options{CryptoDevice: true, OpenSSL: true, Tests: []string{enginesPkg, afalgPkg},
-			Prefix: "cga", BootTimeout: 5 * time.Minute, Logger: logger()})
-	})
-	if shared.err != nil {
-		t.Fatalf("crypto guest unavailable: %v", shared.err)
-	}
-	return shared.g
+	return bootShared(t, &shared, "crypto guest", Options{CryptoDevice: true, OpenSSL: true, Tests: []string{enginesPkg, afalgPkg}, Prefix: "cga"})
 }
 
 // withDevice loads the device's driver and checks that /proc/crypto lists
@@ -76,21 +50,18 @@ func guest(t *testing.T) *Guest {
 func withDevice(t *testing.T) *Guest {
 	t.Helper()
 	g := guest(t)
-	shared.device.Do(func() {
+	return withDriver.Get(t, "the device's driver", func() (*Guest, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		if shared.devErr = g.LoadModules(ctx, "virtio_crypto"); shared.devErr != nil {
-			return
+		if err := g.LoadModules(ctx, "virtio_crypto"); err != nil {
+			return nil, err
 		}
 		out, err := g.Run(ctx, "grep -A2 '^driver *: "+device+"$' /proc/crypto")
 		if err != nil || !strings.Contains(out, "virtio_crypto") {
-			shared.devErr = fmt.Errorf("/proc/crypto lists no %s after loading virtio_crypto: %v: %s", device, err, out)
+			return nil, fmt.Errorf("/proc/crypto lists no %s after loading virtio_crypto: %v: %s", device, err, out)
 		}
+		return g, nil
 	})
-	if shared.devErr != nil {
-		t.Fatal(shared.devErr)
-	}
-	return g
 }
 
 func deviceLoaded(t *testing.T, g *Guest) bool {
@@ -362,42 +333,15 @@ func TestAFALGTunnel(t *testing.T) {
 	g := withDevice(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}
-	key := func(n int) sa.Key {
-		k := make(sa.Key, n)
-		rand.Read(k)
-		return k
-	}
-	hostWAN, guestWAN := HostAddr.Addr(), GuestAddr.Addr()
-	out := &sa.SA{SPI: 0x1001, Mode: sa.Tunnel, Src: hostWAN, Dst: guestWAN, Suite: suite, EncKey: key(16), AuthKey: key(32),
-		ESN: true, ReplayWindow: 64, InitialSeq: 1<<32 - 5}
-	in := &sa.SA{SPI: 0x2001, Mode: sa.Tunnel, Src: guestWAN, Dst: hostWAN, Suite: suite, EncKey: key(16), AuthKey: key(32),
-		ESN: true, ReplayWindow: 64, InitialSeq: 2<<32 - 5}
-	sas, err := sa.Marshal(&sa.Config{SAs: []*sa.SA{out, in}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sas := tunnelSAs(t, sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 16, 32, func(out, in *sa.SA) {
+		out.ESN, in.ESN = true, true
+		out.InitialSeq, in.InitialSeq = 1<<32-5, 2<<32-5
+	})
 	startHostGateway(ctx, t, g, sas)
 
 	// The guest's gateway, on the device.
-	engine := "afalg:" + device
-	script := fmt.Sprintf(`mkdir -p /tmp/gw && cd /tmp/gw
-echo %s | base64 -d > sas.yaml
-cat > gw.yaml <<'EOF2'
-%sEOF2
-(%s run -c gw.yaml >/tmp/gw/log 2>&1 &)
-i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { cat /tmp/gw/log; exit 1; }; sleep 0.2; done`,
-		base64.StdEncoding.EncodeToString(sas), gatewayConfig(guestWAN, hostWAN, engine, guestInner, hostInner), Espgw, Espgw)
 	before := usedIndex(t, g)
-	if out, err := g.RunFor(ctx, 2*time.Minute, script); err != nil {
-		t.Fatalf("start the guest's gateway: %v\n%s", err, out)
-	}
-	defer func() {
-		out, _ := g.Run(context.Background(), "pid=$(pidof espgw); kill $pid; sleep 1; cat /tmp/gw/log | tail -20")
-		if t.Failed() {
-			t.Logf("guest gateway:\n%s", out)
-		}
-	}()
+	gw := startGuestGateway(ctx, t, g, sas, "afalg:"+device)
 
 	// Pings both ways, 0 to 1400 bytes.
 	pingBothWays(ctx, t, g, []int{0, 1, 56, 100, 500, 1000, 1200, 1400}, 3)
@@ -413,41 +357,11 @@ i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { c
 
 	// The counters agree: what one side sealed the other opened, nothing
 	// dropped, and the guest's engine sent every request to the device.
-	hostSt, err := testbed.GatewayStats(ctx, g.NS, g.Binary())
-	if err != nil {
-		t.Fatal(err)
-	}
-	guestSt, err := guestGateway{g}.stats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	hOut, hIn, gOut, gIn, guestSt := tunnelCounters(ctx, t, g, gw)
 	requests := guestSt.Engine.Records
 	completed := usedIndex(t, g) - before
-	find := func(st gateway.Stats, spi uint32) gateway.SAStats {
-		for _, s := range st.SAs {
-			if s.SPI == fmt.Sprintf("%#x", spi) {
-				return s
-			}
-		}
-		t.Fatalf("no SA %#x in %+v", spi, st.SAs)
-		return gateway.SAStats{}
-	}
-	hOut, hIn, gOut, gIn := find(hostSt, 0x1001), find(hostSt, 0x2001), find(guestSt, 0x2001), find(guestSt, 0x1001)
 	t.Logf("host sealed %d opened %d; guest sealed %d opened %d; guest engine %s: %d requests (%+v); device completed %d",
 		hOut.SealedPackets, hIn.OpenedPackets, gOut.SealedPackets, gIn.OpenedPackets, guestSt.Engine.Name, requests, guestSt.Engine.Drivers, completed)
-	if hOut.SealedPackets == 0 || hOut.SealedPackets != gIn.OpenedPackets || gOut.SealedPackets != hIn.OpenedPackets {
-		t.Errorf("counters disagree: host sealed %d, guest opened %d; guest sealed %d, host opened %d",
-			hOut.SealedPackets, gIn.OpenedPackets, gOut.SealedPackets, hIn.OpenedPackets)
-	}
-	for name, st := range map[string]gateway.Stats{"host": hostSt, "guest": guestSt} {
-		for _, s := range st.SAs {
-			for r, v := range s.Drops {
-				if v != 0 {
-					t.Errorf("%s gateway SA %s dropped %d packets: %s", name, s.SPI, v, r)
-				}
-			}
-		}
-	}
 	if want := gOut.SealedPackets + gIn.OpenedPackets; requests != want {
 		t.Errorf("the guest's engine sent %d requests for %d packets", requests, want)
 	}
@@ -459,97 +373,18 @@ i=0; until %s stats --json >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 100 ] && { c
 	}
 }
 
-var sha256Line = regexp.MustCompile(`(?m)^([0-9a-f]{64})\s`)
-
 // sendToGuest sends n random bytes over TCP from the host's inner address
-// to busybox nc in the guest and compares the guest's sha256sum.
+// to busybox nc in the guest and compares sha256 sums.
 func sendToGuest(ctx context.Context, g *Guest, n int) error {
-	data := make([]byte, n)
-	rand.Read(data)
-	want := sha256.Sum256(data)
-	if _, err := g.Run(ctx, "rm -f /tmp/rx; (nc -l -p 5001 >/tmp/rx 2>/dev/null &)"); err != nil {
-		return fmt.Errorf("start nc in the guest: %w", err)
-	}
-	var conn net.Conn
-	dst := netip.AddrPortFrom(guestInner.Addr(), 5001).String()
-	for deadline := time.Now().Add(15 * time.Second); ; {
-		err := g.NS.Do(func() error {
-			var err error
-			conn, err = (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, "tcp", dst)
-			return err
-		})
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("connect to nc in the guest at %s: %w", dst, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(2 * time.Minute))
-	if _, err := conn.Write(data); err != nil {
-		return fmt.Errorf("send %d bytes to the guest: %w", n, err)
-	}
-	conn.(*net.TCPConn).CloseWrite()
-	io.Copy(io.Discard, conn)
-	out, err := g.Run(ctx, "i=0; while pidof nc >/dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; wc -c </tmp/rx; sha256sum /tmp/rx")
-	if err != nil {
-		return fmt.Errorf("checksum in the guest: %w", err)
-	}
-	if m := sha256Line.FindStringSubmatch(out); m == nil || m[1] != hex.EncodeToString(want[:]) {
-		return fmt.Errorf("the guest received data with another sha256 than the %d bytes sent: %q", n, out)
-	}
-	return nil
+	_, err := g.SendTCP(ctx, g.NS, netip.AddrPortFrom(guestInner.Addr(), 5001), n, 2*time.Minute)
+	return err
 }
 
 // receiveFromGuest has busybox nc in the guest send n random bytes to a
 // listener at the host's inner address and compares sha256 sums.
 func receiveFromGuest(ctx context.Context, g *Guest, n int) error {
-	var ln net.Listener
-	addr := netip.AddrPortFrom(hostInner.Addr(), 5002).String()
-	if err := g.NS.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
-		return fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	defer ln.Close()
-	type result struct {
-		sum string
-		n   int64
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		ln.(*net.TCPListener).SetDeadline(time.Now().Add(2 * time.Minute))
-		c, err := ln.Accept()
-		if err != nil {
-			got <- result{err: err}
-			return
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(2 * time.Minute))
-		h := sha256.New()
-		m, err := io.Copy(h, c)
-		got <- result{hex.EncodeToString(h.Sum(nil)), m, err}
-	}()
-	out, err := g.RunFor(ctx, 2*time.Minute, fmt.Sprintf("head -c %d /dev/urandom >/tmp/tx && sha256sum /tmp/tx && nc %s 5002 </tmp/tx", n, hostInner.Addr()))
-	if err != nil {
-		ln.Close()
-		<-got
-		return fmt.Errorf("send from the guest: %w: %s", err, out)
-	}
-	r := <-got
-	if r.err != nil {
-		return fmt.Errorf("receive from the guest: %w", r.err)
-	}
-	m := sha256Line.FindStringSubmatch(out)
-	if m == nil || m[1] != r.sum || r.n != int64(n) {
-		return fmt.Errorf("received %d bytes from the guest with sha256 %s; it sent %d with %q", r.n, r.sum, n, out)
-	}
-	return nil
+	_, err := g.ReceiveTCP(ctx, g.NS, netip.AddrPortFrom(hostInner.Addr(), 5002), n, 2*time.Minute)
+	return err
 }
 
 // TestAFALGBindFailsWithoutDevice is the negative control: the very bind

@@ -61,6 +61,94 @@ func (gw guestGateway) stats(ctx context.Context) (gateway.Stats, error) {
 	return st, nil
 }
 
+// tunnelSAs is the SA file of a tunnel between the host and the guest:
+// 0x1001 host → guest and 0x2001 guest → host, tunnel mode, fresh keys of
+// the lengths given, a replay window of 64; set, when not nil, changes
+// them further.
+func tunnelSAs(t *testing.T, suite sa.Suite, encKey, authKey int, set func(out, in *sa.SA)) []byte {
+	t.Helper()
+	key := func(n int) sa.Key {
+		k := make(sa.Key, n)
+		rand.Read(k)
+		return k
+	}
+	host, guest := HostAddr.Addr(), GuestAddr.Addr()
+	out := &sa.SA{SPI: 0x1001, Mode: sa.Tunnel, Src: host, Dst: guest, Suite: suite, EncKey: key(encKey), AuthKey: key(authKey), ReplayWindow: 64}
+	in := &sa.SA{SPI: 0x2001, Mode: sa.Tunnel, Src: guest, Dst: host, Suite: suite, EncKey: key(encKey), AuthKey: key(authKey), ReplayWindow: 64}
+	if set != nil {
+		set(out, in)
+	}
+	sas, err := sa.Marshal(&sa.Config{SAs: []*sa.SA{out, in}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sas
+}
+
+// startGuestGateway writes the guest gateway's SA file sas and its config
+// (engine, the guest's side of the tunnel) to /tmp/gw and starts it; when
+// the test ends it is stopped and waited for (the next test may take the
+// device), its log shown if the test failed.
+func startGuestGateway(ctx context.Context, t *testing.T, g *Guest, sas []byte, engine string) guestGateway {
+	t.Helper()
+	// The SA file travels over the control port, which logs no command.
+	if out, err := g.Run(ctx, fmt.Sprintf("rm -rf /tmp/gw && mkdir -p /tmp/gw && cd /tmp/gw && umask 077 && echo %s | base64 -d > sas.yaml && cat > gw.yaml <<'EOF2'\n%sEOF2",
+		base64.StdEncoding.EncodeToString(sas), gatewayConfig(GuestAddr.Addr(), HostAddr.Addr(), engine, guestInner, hostInner))); err != nil {
+		t.Fatalf("write the guest gateway's files: %v\n%s", err, out)
+	}
+	gw := guestGateway{g}
+	if err := gw.start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := gw.stop(context.Background(), "INT"); err != nil {
+			t.Error(err)
+		}
+		if t.Failed() {
+			out, _ := g.Run(context.Background(), "tail -30 /tmp/gw/log")
+			t.Logf("guest gateway:\n%s", out)
+		}
+	})
+	return gw
+}
+
+// tunnelCounters reads both gateways' counters and checks that they agree
+// (what one side sealed the other opened, something was) and that no SA
+// dropped a packet. It returns the SAs host→guest and guest→host as the
+// host and the guest count them, and the guest's stats.
+func tunnelCounters(ctx context.Context, t *testing.T, g *Guest, gw guestGateway) (hOut, hIn, gOut, gIn gateway.SAStats, guestSt gateway.Stats) {
+	t.Helper()
+	hostSt, err := testbed.GatewayStats(ctx, g.NS, g.Binary())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if guestSt, err = gw.stats(ctx); err != nil {
+		t.Fatal(err)
+	}
+	find := func(st gateway.Stats, spi uint32) gateway.SAStats {
+		if s := st.SA(spi); s != nil {
+			return *s
+		}
+		t.Fatalf("no SA %#x in %+v", spi, st.SAs)
+		return gateway.SAStats{}
+	}
+	hOut, hIn, gOut, gIn = find(hostSt, 0x1001), find(hostSt, 0x2001), find(guestSt, 0x2001), find(guestSt, 0x1001)
+	if hOut.SealedPackets == 0 || hOut.SealedPackets != gIn.OpenedPackets || gOut.SealedPackets != hIn.OpenedPackets {
+		t.Errorf("counters disagree: host sealed %d, guest opened %d; guest sealed %d, host opened %d",
+			hOut.SealedPackets, gIn.OpenedPackets, gOut.SealedPackets, hIn.OpenedPackets)
+	}
+	for name, st := range map[string]gateway.Stats{"host": hostSt, "guest": guestSt} {
+		for _, s := range st.SAs {
+			for r, v := range s.Drops {
+				if v != 0 {
+					t.Errorf("%s gateway SA %s dropped %d packets: %s", name, s.SPI, v, r)
+				}
+			}
+		}
+	}
+	return hOut, hIn, gOut, gIn, guestSt
+}
+
 // gatewayConfig is a gateway's configuration on the guest's link: its TUN
 // with the inner address tun and a route to the far side's network. The
 // state directory keeps the sequence numbers across a restart (the far
@@ -122,40 +210,9 @@ func TestVirtioGatewayInGuest(t *testing.T) {
 	g := iommuGuest(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
-	key := func(n int) sa.Key {
-		k := make(sa.Key, n)
-		rand.Read(k)
-		return k
-	}
-	hostWAN, guestWAN := HostAddr.Addr(), GuestAddr.Addr()
-	sas, err := sa.Marshal(&sa.Config{SAs: []*sa.SA{
-		{SPI: 0x1001, Mode: sa.Tunnel, Src: hostWAN, Dst: guestWAN, Suite: suite, EncKey: key(16), AuthKey: key(20), ReplayWindow: 64},
-		{SPI: 0x2001, Mode: sa.Tunnel, Src: guestWAN, Dst: hostWAN, Suite: suite, EncKey: key(16), AuthKey: key(20), ReplayWindow: 64},
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sas := tunnelSAs(t, sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 16, 20, nil)
 	startHostGateway(ctx, t, g, sas)
-	// The SA file travels over the control port, which logs no command.
-	if out, err := g.Run(ctx, fmt.Sprintf("rm -rf /tmp/gw && mkdir -p /tmp/gw && cd /tmp/gw && umask 077 && echo %s | base64 -d > sas.yaml && cat > gw.yaml <<'EOF2'\n%sEOF2",
-		base64.StdEncoding.EncodeToString(sas), gatewayConfig(guestWAN, hostWAN, "virtio", guestInner, hostInner))); err != nil {
-		t.Fatalf("write the guest gateway's files: %v\n%s", err, out)
-	}
-	gw := guestGateway{g}
-	if err := gw.start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		// Wait until it is gone: the next test takes the device.
-		if err := gw.stop(context.Background(), "INT"); err != nil {
-			t.Error(err)
-		}
-		if t.Failed() {
-			out, _ := g.Run(context.Background(), "tail -30 /tmp/gw/log")
-			t.Logf("guest gateway:\n%s", out)
-		}
-	}()
+	gw := startGuestGateway(ctx, t, g, sas, "virtio")
 
 	pings := func() {
 		t.Helper()
@@ -172,34 +229,7 @@ func TestVirtioGatewayInGuest(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hostSt, err := testbed.GatewayStats(ctx, g.NS, g.Binary())
-	if err != nil {
-		t.Fatal(err)
-	}
-	guestSt, err := gw.stats(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bySPI := func(st gateway.Stats) map[string]gateway.SAStats {
-		m := map[string]gateway.SAStats{}
-		for _, s := range st.SAs {
-			m[s.SPI] = s
-		}
-		return m
-	}
-	h, gs := bySPI(hostSt), bySPI(guestSt)
-	hOut, hIn, gOut, gIn := h["0x1001"], h["0x2001"], gs["0x2001"], gs["0x1001"]
-	if hOut.SealedPackets == 0 || hOut.SealedPackets != gIn.OpenedPackets || gOut.SealedPackets != hIn.OpenedPackets {
-		t.Errorf("counters disagree: host sealed %d, guest opened %d; guest sealed %d, host opened %d",
-			hOut.SealedPackets, gIn.OpenedPackets, gOut.SealedPackets, hIn.OpenedPackets)
-	}
-	for name, m := range map[string]map[string]gateway.SAStats{"host": h, "guest": gs} {
-		for spi, s := range m {
-			if len(s.Drops) > 0 {
-				t.Errorf("%s gateway SA %s dropped packets: %v", name, spi, s.Drops)
-			}
-		}
-	}
+	hOut, hIn, gOut, gIn, guestSt := tunnelCounters(ctx, t, g, gw)
 	e := guestSt.Engine
 	if want := gOut.SealedPackets + gIn.OpenedPackets; e.Name != "virtio" || e.Records != want || e.Completions != e.Records {
 		t.Errorf("guest engine %q: %d requests and %d completions for %d packets", e.Name, e.Records, e.Completions, want)

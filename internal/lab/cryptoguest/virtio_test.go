@@ -5,20 +5,17 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/espgw/espgw/internal/lab/labtest"
 )
 
 // The virtio engine's tests share a guest of their own: q35 with an
 // emulated Intel IOMMU and the virtio-crypto device behind it, which the
 // engine's user-space driver takes through VFIO (the afalg guest leaves the
 // device to the kernel's driver).
-var sharedIOMMU struct {
-	once sync.Once
-	g    *Guest
-	err  error
-}
+var sharedIOMMU labtest.Shared[*Guest]
 
 const virtioPkg = "offload/virtio"
 
@@ -28,19 +25,8 @@ var virtioEnv = []string{"ESPGW_VIRTIO_REQUIRED=1"}
 
 func iommuGuest(t *testing.T) *Guest {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("boots a QEMU guest under TCG; run without -short")
-	}
-	sharedIOMMU.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-		defer cancel()
-		sharedIOMMU.g, sharedIOMMU.err = Boot(ctx, Options{CryptoDevice: true, IOMMU: true,
-			Tests: []string{virtioPkg, enginesPkg}, Prefix: "cgv", BootTimeout: 5 * time.Minute, Logger: logger()})
-	})
-	if sharedIOMMU.err != nil {
-		t.Fatalf("guest with a virtio-crypto device behind an IOMMU unavailable: %v", sharedIOMMU.err)
-	}
-	return sharedIOMMU.g
+	return bootShared(t, &sharedIOMMU, "guest with a virtio-crypto device behind an IOMMU",
+		Options{CryptoDevice: true, IOMMU: true, Tests: []string{virtioPkg, enginesPkg}, Prefix: "cgv"})
 }
 
 // inGuest runs the virtio engine's test binary in the guest with the

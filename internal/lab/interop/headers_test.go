@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"regexp"
@@ -168,40 +169,46 @@ func watchOuter(t *testing.T, b *Bed, ifname string, sas []*sa.SA) (func() map[i
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mu sync.Mutex
-	seen := map[int]outerFields{}
-	sn, err := capture.Sniff(b.WAN, ifname, capture.SniffOptions{}, func(p capture.Sniffed) {
-		ip := p.Data
+	seen, stop := sniffByID(t, b.WAN, ifname, func(ip []byte) (int, outerFields) {
 		if len(ip) < 20 || ip[0]>>4 != 4 {
-			return
+			return -1, outerFields{}
 		}
 		r, err := op.Open(context.Background(), ip)
 		if err != nil || r.Inner == nil {
-			return
+			return -1, outerFields{}
 		}
-		if id := judgeID(r.Inner); id >= 0 {
+		return judgeID(r.Inner), outerFields{tos: ip[1], ttl: ip[8], df: ip[6]&0x40 != 0}
+	})
+	return seen, func() {
+		stop()
+		for _, e := range live {
+			e.Close()
+		}
+	}
+}
+
+// sniffByID records, by judge packet id, what see makes of each packet
+// arriving on ifname in ns (an id below 0 records nothing). seen is a copy
+// of what was recorded so far; stop ends the sniffer.
+func sniffByID[T any](t *testing.T, ns *netns.Namespace, ifname string, see func(ip []byte) (int, T)) (seen func() map[int]T, stop func()) {
+	t.Helper()
+	var mu sync.Mutex
+	got := map[int]T{}
+	sn, err := capture.Sniff(ns, ifname, capture.SniffOptions{}, func(p capture.Sniffed) {
+		if id, v := see(p.Data); id >= 0 {
 			mu.Lock()
-			seen[id] = outerFields{tos: ip[1], ttl: ip[8], df: ip[6]&0x40 != 0}
+			got[id] = v
 			mu.Unlock()
 		}
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func() map[int]outerFields {
-			mu.Lock()
-			defer mu.Unlock()
-			out := map[int]outerFields{}
-			for k, v := range seen {
-				out[k] = v
-			}
-			return out
-		}, func() {
-			sn.Stop()
-			for _, e := range live {
-				e.Close()
-			}
-		}
+	return func() map[int]T {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(got)
+	}, sn.Stop
 }
 
 // delivered is an inner packet as a receiver got it.
@@ -214,34 +221,16 @@ type delivered struct {
 // watchNear records the judge packets delivered to hostA.
 func watchNear(t *testing.T, b *Bed) (func() map[int]delivered, func()) {
 	t.Helper()
-	var mu sync.Mutex
-	seen := map[int]delivered{}
-	sn, err := capture.Sniff(b.HostA, lanIf, capture.SniffOptions{}, func(p capture.Sniffed) {
-		ip := p.Data
+	return sniffByID(t, b.HostA, lanIf, func(ip []byte) (int, delivered) {
 		id := judgeID(ip)
 		if id < 0 || len(ip) < 40 {
-			return
+			return -1, delivered{}
 		}
-		d := delivered{tos: int(ip[1]), ttl: int(ip[8]), payload: hex.EncodeToString(ip[28:])}
 		if ip[0]>>4 == 6 {
-			d = delivered{tos: int(ip[0]&0x0f)<<4 | int(ip[1]>>4), ttl: int(ip[7]), payload: hex.EncodeToString(ip[48:])}
+			return id, delivered{tos: int(ip[0]&0x0f)<<4 | int(ip[1]>>4), ttl: int(ip[7]), payload: hex.EncodeToString(ip[48:])}
 		}
-		mu.Lock()
-		seen[id] = d
-		mu.Unlock()
+		return id, delivered{tos: int(ip[1]), ttl: int(ip[8]), payload: hex.EncodeToString(ip[28:])}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func() map[int]delivered {
-		mu.Lock()
-		defer mu.Unlock()
-		out := map[int]delivered{}
-		for k, v := range seen {
-			out[k] = v
-		}
-		return out
-	}, sn.Stop
 }
 
 var recvLine = regexp.MustCompile(`(?m)^udp[46] tos=(-?\d+) ttl=(-?\d+) ext=(\S+) ([0-9a-f]+)$`)

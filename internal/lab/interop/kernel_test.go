@@ -7,9 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,13 +20,12 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// The tests share one bed, and so one guest boot.
-var shared struct {
-	once    sync.Once
-	bed     *Bed
-	err     error
-	release string // the guest's kernel release, for the matrix
-}
+// The tests share one bed, and so one guest boot; kernelRelease is the
+// guest's, for the matrix.
+var (
+	shared        labtest.Shared[*Bed]
+	kernelRelease string
+)
 
 // matrix collects what the tests ran; TestMain writes it when asked.
 var matrix Matrix
@@ -38,18 +35,8 @@ const matrixCommand = "ESPGW_WRITE_MATRIX=1 go test -count=1 -timeout 30m ./inte
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.bed != nil {
-		if err := shared.bed.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "close interop bed:", err)
-			code = 1
-		}
-	}
-	if scapyShared.bed != nil {
-		if err := scapyShared.bed.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "close scapy interop bed:", err)
-			code = 1
-		}
-	}
+	shared.Close(&code, "interop bed", (*Bed).Close)
+	scapyShared.Close(&code, "scapy interop bed", (*Bed).Close)
 	labtest.Cleanup()
 	if os.Getenv("ESPGW_WRITE_MATRIX") == "1" && matrix.Len() > 0 {
 		path := filepath.Join("..", "..", "..", "docs", "interop-matrix.md")
@@ -83,11 +70,7 @@ func sharedBed(t *testing.T) *Bed {
 	labtest.NeedNamespaces(t)
 	labtest.NeedTools(t, "qemu-system-x86_64", "ping")
 	binary := labtest.Espgw(t)
-	shared.once.Do(func() { shared.bed, shared.err = bootBed(binary) })
-	if shared.err != nil {
-		t.Fatalf("gateway ↔ kernel interop bed unavailable: %v", shared.err)
-	}
-	return shared.bed
+	return shared.Get(t, "gateway ↔ kernel interop bed", func() (*Bed, error) { return bootBed(binary) })
 }
 
 func bootBed(binary string) (*Bed, error) {
@@ -102,7 +85,7 @@ func bootBed(binary string) (*Bed, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w (run `%s`)", err, kernelpeer.PrepareCommand)
 	}
-	shared.release = assets.KernelRelease
+	kernelRelease = assets.KernelRelease
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	start := time.Now()
 	b, err := StartBed(ctx, BedOptions{Binary: binary, Prefix: "ki", BootTimeout: 5 * time.Minute, Log: log})
@@ -158,7 +141,7 @@ func TestGatewayKernelInterop(t *testing.T) {
 					c := Case{Suite: suite, AESBits: bits, Mode: mode, Encap: encap, ESN: esn}
 					ok := t.Run(c.Name(), func(t *testing.T) { checkTraffic(t, b, c) })
 					matrix.Add(MatrixRow{Suite: name, Mode: mode.String(), Encap: EncapName(encap), ESN: esn,
-						Peer: "linux-xfrm " + shared.release, Checks: "ping+tcp+counters", Pass: ok})
+						Peer: "linux-xfrm " + kernelRelease, Checks: "ping+tcp+counters", Pass: ok})
 				}
 			}
 		}
@@ -250,7 +233,7 @@ func checkCounters(t *testing.T, ctx context.Context, b *Bed, tun *Tunnel, befor
 			t.Fatal(err)
 		}
 		kin, kout = kc.State(tun.Out.Dst, tun.Out.SPI), kc.State(tun.In.Dst, tun.In.SPI)
-		gout, gin = gatewaySA(gs, tun.Out.SPI), gatewaySA(gs, tun.In.SPI)
+		gout, gin = gs.SA(tun.Out.SPI), gs.SA(tun.In.SPI)
 		if kin == nil || kout == nil || gout == nil || gin == nil {
 			t.Fatalf("SAs missing: kernel in %v out %v, gw1 out %v in %v", kin != nil, kout != nil, gout != nil, gin != nil)
 		}
@@ -319,16 +302,6 @@ func checkCounters(t *testing.T, ctx context.Context, b *Bed, tun *Tunnel, befor
 	}
 }
 
-func gatewaySA(st gateway.Stats, spi uint32) *gateway.SAStats {
-	want := "0x" + strconv.FormatUint(uint64(spi), 16)
-	for i := range st.SAs {
-		if st.SAs[i].SPI == want {
-			return &st.SAs[i]
-		}
-	}
-	return nil
-}
-
 // TestKernelCountsTamperedAndReplayed has the relay between gw1 and the
 // guest corrupt and replay some of gw1's ESP packets (internal/lab/impair,
 // fixed seed): the kernel must count exactly the corrupted ones as
@@ -351,7 +324,7 @@ func TestKernelCountsTamperedAndReplayed(t *testing.T) {
 		c.Impair = &imp
 		ok := t.Run(c.Name(), func(t *testing.T) { checkImpaired(t, b, c) })
 		matrix.Add(MatrixRow{Suite: testbed.SuiteName(c.Suite, c.AESBits), Mode: c.Mode.String(), Encap: EncapName(c.Encap), ESN: c.ESN,
-			Peer: "linux-xfrm " + shared.release, Checks: "tamper+replay counted", Pass: ok})
+			Peer: "linux-xfrm " + kernelRelease, Checks: "tamper+replay counted", Pass: ok})
 	}
 }
 

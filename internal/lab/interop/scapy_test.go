@@ -2,7 +2,6 @@ package interop
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,11 +12,7 @@ import (
 
 // The scapy bed needs no guest: it is cheap, and kept apart from the
 // kernel's so each can run alone.
-var scapyShared struct {
-	once sync.Once
-	bed  *Bed
-	err  error
-}
+var scapyShared labtest.Shared[*Bed]
 
 func scapyBed(t *testing.T) *Bed {
 	t.Helper()
@@ -25,15 +20,11 @@ func scapyBed(t *testing.T) *Bed {
 		t.Skip("runs espgw gateways and scapy in namespaces; run without -short")
 	}
 	binary := labtest.Espgw(t)
-	scapyShared.once.Do(func() {
+	return scapyShared.Get(t, "gateway ↔ scapy interop bed", func() (*Bed, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		scapyShared.bed, scapyShared.err = StartBed(ctx, BedOptions{Binary: binary, Prefix: "kis", Scapy: true})
+		return StartBed(ctx, BedOptions{Binary: binary, Prefix: "kis", Scapy: true})
 	})
-	if scapyShared.err != nil {
-		t.Fatalf("gateway ↔ scapy interop bed unavailable: %v", scapyShared.err)
-	}
-	return scapyShared.bed
 }
 
 // TestGatewayScapyInterop puts scapy's ESP (the scapy peer in respond
@@ -81,7 +72,7 @@ func checkScapy(t *testing.T, b *Bed, c Case) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		gout, gin = gatewaySA(gs, tun.Out.SPI), gatewaySA(gs, tun.In.SPI)
+		gout, gin = gs.SA(tun.Out.SPI), gs.SA(tun.In.SPI)
 		if gout == nil || gin == nil {
 			t.Fatalf("gw1 lacks SA %#x or %#x", tun.Out.SPI, tun.In.SPI)
 		}

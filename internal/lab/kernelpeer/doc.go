@@ -89,6 +89,8 @@
 // hmac(sha256/384/512) and hmac(md5) truncated per RFC 2404/4868/2403;
 // lifetimes and TFC padding. Peer.ReplaceSAs installs a set in one round trip;
 // Peer.Counters parses `ip -s xfrm state` and /proc/net/xfrm_stat.
+// Peer.SendTCP and Peer.ReceiveTCP move random bytes over TCP between a
+// host namespace and busybox nc in the guest, checked by sha256.
 //
 // # Tests
 //

@@ -2,25 +2,31 @@ package kernelpeer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/espgw/espgw/internal/lab/labtest"
+	"github.com/espgw/espgw/internal/lab/netns"
 )
 
 // The tests share one guest: a boot under TCG costs seconds, and every
 // test flushes the guest's XFRM state before it configures its own.
-var shared struct {
-	once  sync.Once
-	peer  *Peer
+var shared labtest.Shared[*fixture]
+
+// fixture is the shared guest and the namespace of its tap.
+type fixture struct {
+	*Peer
+	bed   *netns.Bed
 	netns string
-	err   error
 }
+
+func (f *fixture) Close() error { return errors.Join(f.Peer.Close(), f.bed.Close()) }
 
 // Test-bed addresses (TEST-NET): the tap side of the namespace, the guest,
 // and the inner networks behind each for tunnel mode.
@@ -38,15 +44,7 @@ var (
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if shared.peer != nil {
-		if err := shared.peer.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "close kernel peer:", err)
-			code = 1
-		}
-	}
-	if shared.netns != "" {
-		exec.Command("ip", "netns", "del", shared.netns).Run()
-	}
+	shared.Close(&code, "kernel peer", (*fixture).Close)
 	os.Exit(code)
 }
 
@@ -57,22 +55,12 @@ func sharedPeer(t *testing.T) *Peer {
 	if testing.Short() {
 		t.Skip("boots a QEMU guest under TCG (seconds idle, minutes on a loaded machine); run without -short")
 	}
-	shared.once.Do(func() { shared.peer, shared.err = bootShared() })
-	if shared.err != nil {
-		t.Fatalf("kernel peer unavailable: %v", shared.err)
-	}
-	return shared.peer
+	labtest.NeedNamespaces(t)
+	labtest.NeedTools(t, "qemu-system-x86_64")
+	return shared.Get(t, "kernel peer", bootShared).Peer
 }
 
-func bootShared() (*Peer, error) {
-	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("needs root (network namespaces, tap devices)")
-	}
-	for tool, pkg := range map[string]string{"qemu-system-x86_64": "qemu-system-x86", "ip": "iproute2"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			return nil, fmt.Errorf("%s not found: apt-get install %s", tool, pkg)
-		}
-	}
+func bootShared() (*fixture, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// Offline: never downloads, but rebuilds the agent and initramfs when
@@ -81,12 +69,16 @@ func bootShared() (*Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns := fmt.Sprintf("kp-test-%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("ip netns add %s: %v: %s", ns, err, out)
+	bed, err := netns.New("kp-test", nil)
+	if err != nil {
+		return nil, err
 	}
-	shared.netns = ns
-	exec.Command("ip", "-n", ns, "link", "set", "lo", "up").Run()
+	tapNS, err := bed.AddNamespace("tap")
+	if err != nil {
+		bed.Close()
+		return nil, err
+	}
+	ns := tapNS.Name()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	p, err := Start(ctx, Config{
 		Netns:      ns,
@@ -103,14 +95,16 @@ func bootShared() (*Peer, error) {
 		MTU:         9000,
 	})
 	if err != nil {
+		bed.Close()
 		return nil, err
 	}
 	fmt.Fprintf(os.Stderr, "kernel peer %s booted in %v (qemu CPU time %v)\n", assets.KernelRelease, p.BootTime.Round(time.Millisecond), p.BootCPU)
 	if _, err := p.Run(ctx, "ip addr add "+guestInner.String()+"/32 dev lo && ip addr add "+guestInner6.String()+"/128 dev lo"); err != nil {
 		p.Close()
+		bed.Close()
 		return nil, fmt.Errorf("add the guest's inner address: %w", err)
 	}
-	return p, nil
+	return &fixture{Peer: p, bed: bed, netns: ns}, nil
 }
 
 func TestPeerRunsCommands(t *testing.T) {

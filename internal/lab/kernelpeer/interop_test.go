@@ -67,7 +67,8 @@ func randomKey(t *testing.T, n int) sa.Key {
 // packet as integrity and replay failures, with no other error.
 func TestKernelESPInteropWithScapy(t *testing.T) {
 	p := sharedPeer(t)
-	peer := startScapy(t, shared.netns)
+	f, _ := shared.Made()
+	peer := startScapy(t, f.netns)
 	ctx := context.Background()
 	type family struct {
 		name                               string

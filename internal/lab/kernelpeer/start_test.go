@@ -2,7 +2,6 @@ package kernelpeer
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -10,22 +9,26 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/espgw/espgw/internal/lab/labtest"
+	"github.com/espgw/espgw/internal/lab/netns"
 )
 
 // TestStartFailureReportsAndCleansUp boots a kernel image that is not one:
 // Start must fail with qemu's own complaint and leave no tap behind.
 func TestStartFailureReportsAndCleansUp(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Fatal("needs root (network namespaces, tap devices)")
+	labtest.NeedNamespaces(t)
+	labtest.NeedTools(t, "qemu-system-x86_64")
+	bed, err := netns.New("kp-fail", nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		t.Fatal("qemu-system-x86_64 not found: apt-get install qemu-system-x86")
+	t.Cleanup(func() { bed.Close() })
+	tapNS, err := bed.AddNamespace("tap")
+	if err != nil {
+		t.Fatal(err)
 	}
-	ns := fmt.Sprintf("kp-fail-%d", os.Getpid())
-	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ns := tapNS.Name()
 	dir := t.TempDir()
 	bogus := filepath.Join(dir, "vmlinuz")
 	if err := os.WriteFile(bogus, []byte("not a kernel"), 0o644); err != nil {
@@ -33,7 +36,7 @@ func TestStartFailureReportsAndCleansUp(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := Start(ctx, Config{
+	_, err = Start(ctx, Config{
 		Netns:      ns,
 		Tap:        "kptapfail",
 		GuestAddrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.2/24")},

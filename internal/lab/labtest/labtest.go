@@ -1,5 +1,6 @@
 // Package labtest holds what the lab's tests and the end-to-end tests
-// share: the espgw command built once per test binary, and the checks that
+// share: the espgw command built once per test binary, fixtures made once
+// per test binary (Shared: a QEMU guest, a test bed), and the checks that
 // fail a test saying plainly why it cannot run here (not root, no network
 // namespaces, a tool missing). Only tests import it.
 package labtest
@@ -91,5 +92,44 @@ func NeedTools(t testing.TB, tools ...string) {
 			}
 			t.Fatalf("this test needs %s (apt-get install -y %s; scripts/setup.sh installs every tool): %v", tool, pkg, err)
 		}
+	}
+}
+
+// Shared is a fixture costly enough to make once for every test of the
+// binary that asks for it (a QEMU guest, a test bed): the first Get makes
+// it, the others get the same one, and TestMain closes it with Close.
+type Shared[T any] struct {
+	once sync.Once
+	v    T
+	err  error
+	made bool
+}
+
+// Get makes the fixture on first use, and fails t, saying what is
+// unavailable and why, when it could not be made (then, for every test).
+func (s *Shared[T]) Get(t testing.TB, what string, build func() (T, error)) T {
+	t.Helper()
+	s.once.Do(func() {
+		s.v, s.err = build()
+		s.made = s.err == nil
+	})
+	if s.err != nil {
+		t.Fatalf("%s unavailable: %v", what, s.err)
+	}
+	return s.v
+}
+
+// Made is the fixture, and whether Get made it.
+func (s *Shared[T]) Made() (T, bool) { return s.v, s.made }
+
+// Close closes the fixture (named what) with closeFn if Get made it; a
+// failure is printed and sets *code to 1, so that the test binary fails.
+func (s *Shared[T]) Close(code *int, what string, closeFn func(T) error) {
+	if !s.made {
+		return
+	}
+	if err := closeFn(s.v); err != nil {
+		fmt.Fprintf(os.Stderr, "close %s: %v\n", what, err)
+		*code = 1
 	}
 }

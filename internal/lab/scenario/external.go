@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -218,45 +219,65 @@ func (x *externalGW2) attach(ctx context.Context) error {
 		}
 		x.moved = append(x.moved, ifname)
 	}
-	if err := x.gw2.Sysctl(map[string]string{
+	return bridgeGW2(ctx, x.gw2, "the device", x.e.WAN.Interface, x.e.LAN.Interface, 0)
+}
+
+// bridgeGW2 makes gw2's namespace a bump in two wires for a gateway that
+// is not espgw: no addresses, no forwarding, no IPv6 of its own (its MLD
+// and ND would cross the bridges), gw2's WAN link bridged to wan and its
+// LAN link to lan (both already moved into the namespace); mtu, when not
+// 0, is wan's.
+func bridgeGW2(ctx context.Context, gw2 *netns.Namespace, what, wan, lan string, mtu int) error {
+	if err := gw2.Sysctl(map[string]string{
 		"net/ipv4/ip_forward": "0", "net/ipv6/conf/all/forwarding": "0",
 		"net/ipv6/conf/all/disable_ipv6": "1", "net/ipv6/conf/default/disable_ipv6": "1",
 		"net/ipv6/conf/wan0/disable_ipv6": "1", "net/ipv6/conf/lan0/disable_ipv6": "1",
 	}); err != nil {
-		return fmt.Errorf("bridge gw2 to the device: %w", err)
+		return fmt.Errorf("bridge gw2 to %s: %w", what, err)
 	}
 	cmds := [][]string{
 		{"ip", "addr", "flush", "dev", "wan0"}, {"ip", "addr", "flush", "dev", "lan0"},
 		{"ip", "link", "add", "brwan", "type", "bridge", "forward_delay", "0", "mcast_snooping", "0"},
 		{"ip", "link", "add", "brlan", "type", "bridge", "forward_delay", "0", "mcast_snooping", "0"},
-		{"ip", "link", "set", "wan0", "master", "brwan"}, {"ip", "link", "set", x.e.WAN.Interface, "master", "brwan"},
-		{"ip", "link", "set", "lan0", "master", "brlan"}, {"ip", "link", "set", x.e.LAN.Interface, "master", "brlan"},
-		{"ip", "link", "set", x.e.WAN.Interface, "up"}, {"ip", "link", "set", x.e.LAN.Interface, "up"},
-		{"ip", "link", "set", "brwan", "up"}, {"ip", "link", "set", "brlan", "up"},
 	}
+	if mtu > 0 {
+		cmds = append(cmds, []string{"ip", "link", "set", wan, "mtu", strconv.Itoa(mtu)})
+	}
+	cmds = append(cmds,
+		[]string{"ip", "link", "set", "wan0", "master", "brwan"}, []string{"ip", "link", "set", wan, "master", "brwan"},
+		[]string{"ip", "link", "set", "lan0", "master", "brlan"}, []string{"ip", "link", "set", lan, "master", "brlan"},
+		[]string{"ip", "link", "set", wan, "up"}, []string{"ip", "link", "set", lan, "up"},
+		[]string{"ip", "link", "set", "brwan", "up"}, []string{"ip", "link", "set", "brlan", "up"})
 	for _, c := range cmds {
-		if out, err := x.gw2.Output(ctx, c[0], c[1:]...); err != nil {
-			return fmt.Errorf("bridge gw2 to the device (%s): %w: %s", strings.Join(c, " "), err, out)
+		if out, err := gw2.Output(ctx, c[0], c[1:]...); err != nil {
+			return fmt.Errorf("bridge gw2 to %s (%s): %w: %s", what, strings.Join(c, " "), err, out)
 		}
 	}
 	return nil
 }
 
+// unbridgeGW2 takes ifnames out of gw2's bridges and moves them to the
+// namespace dst (a name, or a process id).
+func unbridgeGW2(gw2 *netns.Namespace, dst string, ifnames []string) error {
+	var errs []error
+	for _, ifname := range ifnames {
+		gw2.Output(context.Background(), "ip", "link", "set", ifname, "nomaster")
+		if out, err := gw2.Output(context.Background(), "ip", "link", "set", ifname, "netns", dst); err != nil {
+			errs = append(errs, fmt.Errorf("move %s out of gw2: %w: %s", ifname, err, out))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // detach gives the interfaces back to where they were.
 func (x *externalGW2) detach() error {
-	var errs []error
 	dst := "1" // the initial namespace, by its first process
 	if x.e.Netns != "" {
 		dst = x.e.Netns
 	}
-	for _, ifname := range x.moved {
-		x.gw2.Output(context.Background(), "ip", "link", "set", ifname, "nomaster")
-		if out, err := x.gw2.Output(context.Background(), "ip", "link", "set", ifname, "netns", dst); err != nil {
-			errs = append(errs, fmt.Errorf("give %s back: %w: %s", ifname, err, out))
-		}
-	}
+	err := unbridgeGW2(x.gw2, dst, x.moved)
 	x.moved = nil
-	return errors.Join(errs...)
+	return err
 }
 
 // stats runs the counters command; a listing in `ip -s xfrm state` form

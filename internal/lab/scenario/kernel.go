@@ -148,36 +148,16 @@ func (r *runner) attachKernel(ctx context.Context) (err error) {
 	if mtu == 0 {
 		mtu = 1500
 	}
-	// gw2's namespace becomes a bump in two wires: no addresses, no
-	// forwarding, no IPv6 of its own (its MLD and ND would cross the
-	// bridges), the guest's taps bridged to the WAN and LAN links.
+	// gw2's namespace becomes a bump in two wires (bridgeGW2), the
+	// guest's taps bridged to the WAN and LAN links.
 	for _, tap := range []string{kernelWANTap, kernelLANTap} {
 		if out, err := k.home.Output(ctx, "ip", "link", "set", tap, "netns", g.gw2.Name()); err != nil {
 			return fmt.Errorf("move the kernel peer's %s into gw2: %w: %s", tap, err, out)
 		}
 	}
 	g.moved = true
-	if err := g.gw2.Sysctl(map[string]string{
-		"net/ipv4/ip_forward": "0", "net/ipv6/conf/all/forwarding": "0",
-		"net/ipv6/conf/all/disable_ipv6": "1", "net/ipv6/conf/default/disable_ipv6": "1",
-		"net/ipv6/conf/wan0/disable_ipv6": "1", "net/ipv6/conf/lan0/disable_ipv6": "1",
-	}); err != nil {
-		return fmt.Errorf("bridge gw2 to the kernel peer: %w", err)
-	}
-	cmds := [][]string{
-		{"ip", "addr", "flush", "dev", "wan0"}, {"ip", "addr", "flush", "dev", "lan0"},
-		{"ip", "link", "add", "brwan", "type", "bridge", "forward_delay", "0", "mcast_snooping", "0"},
-		{"ip", "link", "add", "brlan", "type", "bridge", "forward_delay", "0", "mcast_snooping", "0"},
-		{"ip", "link", "set", kernelWANTap, "mtu", strconv.Itoa(mtu)},
-		{"ip", "link", "set", "wan0", "master", "brwan"}, {"ip", "link", "set", kernelWANTap, "master", "brwan"},
-		{"ip", "link", "set", "lan0", "master", "brlan"}, {"ip", "link", "set", kernelLANTap, "master", "brlan"},
-		{"ip", "link", "set", kernelWANTap, "up"}, {"ip", "link", "set", kernelLANTap, "up"},
-		{"ip", "link", "set", "brwan", "up"}, {"ip", "link", "set", "brlan", "up"},
-	}
-	for _, c := range cmds {
-		if out, err := g.gw2.Output(ctx, c[0], c[1:]...); err != nil {
-			return fmt.Errorf("bridge gw2 to the kernel peer (%s): %w: %s", strings.Join(c, " "), err, out)
-		}
+	if err := bridgeGW2(ctx, g.gw2, "the kernel peer", kernelWANTap, kernelLANTap, mtu); err != nil {
+		return err
 	}
 	var sc strings.Builder
 	sc.WriteString("set -e\nip xfrm policy flush\nip xfrm state flush\n")
@@ -265,18 +245,12 @@ func (r *runner) detachKernel() error {
 	if !g.moved {
 		return nil
 	}
-	var errs []error
-	for _, tap := range []string{kernelWANTap, kernelLANTap} {
-		g.gw2.Output(context.Background(), "ip", "link", "set", tap, "nomaster")
-		if out, err := g.gw2.Output(context.Background(), "ip", "link", "set", tap, "netns", g.k.home.Name()); err != nil {
-			errs = append(errs, fmt.Errorf("move the kernel peer's %s home: %w: %s", tap, err, out))
-		}
-	}
-	if len(errs) > 0 {
+	err := unbridgeGW2(g.gw2, g.k.home.Name(), []string{kernelWANTap, kernelLANTap})
+	if err != nil {
 		// The taps go with gw2's namespace: the guest is of no further use.
-		g.k.err = errors.Join(errs...)
+		g.k.err = err
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // kernelStats reads the guest's counters as a gateway.Stats, mapping the

@@ -2,7 +2,9 @@
 // (hostA — gw1 — wan — gw2 — hostB, in network namespaces) with a fresh pair
 // of SAs, and drives traffic across: the shared ground of `espgw demo`, the
 // integration tests, scenarios and the bench. Gateways are real `espgw run`
-// processes; everything the bed makes is removed by Close. Ping (ping.go)
+// processes, the lab's one way to run one (RunGateway for a bed whose far
+// side is not espgw) with the lab's one config writer (GatewayConfig);
+// everything the bed makes is removed by Close. Ping (ping.go)
 // is the lab's one ping runner, for beds of this package and any other
 // namespace: it counts every reply that came back, late ones included.
 package testbed
