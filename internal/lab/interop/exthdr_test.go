@@ -60,14 +60,16 @@ func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 	}
 	gw1, guest := tun.Out.Src, tun.Out.Dst
 	var mu sync.Mutex
-	chains := map[string]map[string]int{} // by who sent: chain → packets
+	// by who sent: chain → packets; the outer map is complete before the
+	// first sniffer starts, since the sniffers read it.
+	chains := map[string]map[string]int{"espgw": {}, "kernel": {}}
 	for _, w := range []struct{ ifname, who string }{{relayIf, "espgw"}, {tapIf, "kernel"}} {
-		chains[w.who] = map[string]int{}
+		seen := chains[w.who]
 		sn, err := capture.Sniff(b.WAN, w.ifname, capture.SniffOptions{}, func(p capture.Sniffed) {
 			c := chainBeforeESP(p.Data)
 			if strings.HasSuffix(c, ",50") || c == "50" {
 				mu.Lock()
-				chains[w.who][c]++
+				seen[c]++
 				mu.Unlock()
 			}
 		})
