@@ -51,6 +51,17 @@ type Snapshot struct {
 	Drops         map[string]uint64 `json:"drops"` // only reasons with a count
 }
 
+// Add adds o's counters to s's (s.Drops must not be nil).
+func (s *Snapshot) Add(o Snapshot) {
+	s.SealedPackets += o.SealedPackets
+	s.SealedBytes += o.SealedBytes
+	s.OpenedPackets += o.OpenedPackets
+	s.OpenedBytes += o.OpenedBytes
+	for k, v := range o.Drops {
+		s.Drops[k] += v
+	}
+}
+
 // SA is the working state of one security association: its configuration,
 // engine session, sequence counter, replay window, lifetimes and counters.
 // Sealing and opening are safe for concurrent use.

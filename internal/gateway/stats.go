@@ -283,13 +283,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			sas = append(sas, sa)
 			continue
 		}
-		retired.SealedPackets += sa.SealedPackets
-		retired.SealedBytes += sa.SealedBytes
-		retired.OpenedPackets += sa.OpenedPackets
-		retired.OpenedBytes += sa.OpenedBytes
-		for k, v := range sa.Drops {
-			retired.Drops[k] += v
-		}
+		retired.Add(sa.Snapshot)
 	}
 	if len(sas) < len(s.SAs) {
 		sas = append(sas, retired)

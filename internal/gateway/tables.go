@@ -360,14 +360,7 @@ func (g *Gateway) finishRetire(r *retirement) {
 			sum = &esp.Snapshot{Drops: map[string]uint64{}}
 			g.retired.totals[dir] = sum
 		}
-		n := s.Snapshot()
-		sum.SealedPackets += n.SealedPackets
-		sum.SealedBytes += n.SealedBytes
-		sum.OpenedPackets += n.OpenedPackets
-		sum.OpenedBytes += n.OpenedBytes
-		for k, v := range n.Drops {
-			sum.Drops[k] += v
-		}
+		sum.Add(s.Snapshot())
 	}
 }
 
