@@ -334,18 +334,7 @@ func TestMetricsAndStats(t *testing.T) {
 	if _, err := b.dev2.Receive(bufs, sizes); err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(b.gw2.Handler())
-	defer srv.Close()
-	get := func(path string) string {
-		resp, err := http.Get(srv.URL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return string(body)
-	}
-	metrics := get("/metrics")
+	metrics := getPage(t, b.gw2, "/metrics")
 	for _, want := range []string{
 		`espgw_sa_packets_total{op="open",spi="0x1001"} 1`,
 		`espgw_packets_total{place="tun_out"} 1`,
@@ -356,26 +345,36 @@ func TestMetricsAndStats(t *testing.T) {
 		}
 	}
 	var st gateway.Stats
-	if err := json.Unmarshal([]byte(get("/stats")), &st); err != nil {
+	if err := json.Unmarshal([]byte(getPage(t, b.gw2, "/stats")), &st); err != nil {
 		t.Fatal(err)
 	}
 	if len(st.SAs) != 2 || st.TunOut != 1 {
 		t.Errorf("gw2 /stats: %+v", st)
 	}
-	srv1 := httptest.NewServer(b.gw1.Handler())
-	defer srv1.Close()
-	resp, err := http.Get(srv1.URL + "/stats")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
 	var st1 gateway.Stats
-	if err := json.NewDecoder(resp.Body).Decode(&st1); err != nil {
+	if err := json.Unmarshal([]byte(getPage(t, b.gw1, "/stats")), &st1); err != nil {
 		t.Fatal(err)
 	}
 	if st1.Drops["not-ip"] != 1 {
 		t.Errorf("gw1 drops %v, want not-ip=1", st1.Drops)
 	}
+}
+
+// getPage fetches path from the gateway's metrics handler.
+func getPage(t *testing.T, g *gateway.Gateway, path string) string {
+	t.Helper()
+	srv := httptest.NewServer(g.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("read %s: %v", path, err)
+	}
+	return string(body)
 }
 
 // reportingEngine is an engine that says which drivers did its work, as
@@ -390,19 +389,12 @@ func (reportingEngine) Drivers() []offload.Driver {
 // reports, and the ops in flight.
 func TestMetricsNameDrivers(t *testing.T) {
 	b := newBed(t, reportingEngine{cpu.New()}, pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64))
-	srv := httptest.NewServer(b.gw2.Handler())
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := getPage(t, b.gw2, "/metrics")
 	for _, want := range []string{
 		`espgw_engine_driver_info{algorithm="rfc4106(gcm(aes))",driver="rfc4106(gcm_base(ctr(aes-generic),ghash-generic))",engine="cpu",module="aes-generic: kernel, ghash-generic: ghash_generic"} 1`,
 		`espgw_engine_queue_depth{engine="cpu",which="max"}`,
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}

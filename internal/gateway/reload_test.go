@@ -2,10 +2,7 @@ package gateway_test
 
 import (
 	"context"
-	"io"
 	"log/slog"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"sync"
@@ -439,15 +436,8 @@ func TestRetiredSAsKeepTheirCounts(t *testing.T) {
 	if live, retired := sealed(); live != 0 || retired != 7 {
 		t.Errorf("sealed live %d retired %d right after the reload, want 0 and 7", live, retired)
 	}
-	srv := httptest.NewServer(r.gw1.Handler())
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !strings.Contains(string(body), `espgw_sa_packets_total{op="seal",spi="retired"} 7`) {
+	body := getPage(t, r.gw1, "/metrics")
+	if !strings.Contains(body, `espgw_sa_packets_total{op="seal",spi="retired"} 7`) {
 		t.Errorf("/metrics lacks the retired SA's packets:\n%s", body)
 	}
 	waitFor(t, "the retired SA folded into the totals", func() bool {
