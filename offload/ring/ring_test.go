@@ -54,13 +54,18 @@ func (g gated) Process(op *offload.Op) {
 	g.Session.Process(op)
 }
 
+// gatedRing is a ring whose sessions are gated on open.
+func gatedRing(cfg ring.Config, open chan struct{}) *ring.Engine {
+	cfg.NewSession = func(sc offload.SessionConfig) (offload.Session, error) {
+		s, err := cpu.NewSession(sc)
+		return gated{s, open}, err
+	}
+	return ring.New(cfg)
+}
+
 func TestBackPressure(t *testing.T) {
 	open := make(chan struct{})
-	e := ring.New(ring.Config{QueueDepth: 4, Aggregation: 1, Units: 1,
-		NewSession: func(cfg offload.SessionConfig) (offload.Session, error) {
-			s, err := cpu.NewSession(cfg)
-			return gated{s, open}, err
-		}})
+	e := gatedRing(ring.Config{QueueDepth: 4, Aggregation: 1, Units: 1}, open)
 	defer e.Close()
 	s := session(t, e)
 	var mu sync.Mutex
@@ -323,11 +328,7 @@ func (byArrival) Wait(int64)                                          {}
 func TestTimingOrdersByArrival(t *testing.T) {
 	open := make(chan struct{})
 	timing := byArrival{at: map[*offload.Batch]int64{}}
-	e := ring.New(ring.Config{QueueDepth: 8, Aggregation: 1, Units: 1, Timing: timing,
-		NewSession: func(cfg offload.SessionConfig) (offload.Session, error) {
-			s, err := cpu.NewSession(cfg)
-			return gated{s, open}, err
-		}})
+	e := gatedRing(ring.Config{QueueDepth: 8, Aggregation: 1, Units: 1, Timing: timing}, open)
 	defer e.Close()
 	s := session(t, e)
 	var mu sync.Mutex
