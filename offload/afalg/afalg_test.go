@@ -52,6 +52,19 @@ func newEngine(t testing.TB, opts afalg.Options) *afalg.Engine {
 	return e
 }
 
+// cbcSession is an aes-cbc+hmac-sha1-96 session with zero keys, closed
+// when the test ends.
+func cbcSession(t *testing.T, e *afalg.Engine, esn bool) offload.Session {
+	t.Helper()
+	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
+	s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: make(sa.Key, 16), AuthKey: make(sa.Key, 20), ESN: esn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 func serves(e *afalg.Engine, s sa.Suite) bool {
 	for _, x := range e.Suites() {
 		if x == s {
@@ -331,12 +344,7 @@ func TestDeviceRequests(t *testing.T) {
 // work, as /proc/crypto names them.
 func TestDriverReported(t *testing.T) {
 	e := newEngine(t, afalg.Options{})
-	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
-	s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: make(sa.Key, 16), AuthKey: make(sa.Key, 20)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	cbcSession(t, e, false) // the session binds what Drivers reports
 	ds := e.Drivers()
 	if len(ds) != 1 || ds[0].Algorithm != "authenc(hmac(sha1),cbc(aes))" {
 		t.Fatalf("drivers %+v", ds)
@@ -366,12 +374,7 @@ func TestUnservableSuite(t *testing.T) {
 // completion) allocates nothing.
 func TestSessionAllocatesNothing(t *testing.T) {
 	e := newEngine(t, afalg.Options{})
-	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
-	s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: make(sa.Key, 16), AuthKey: make(sa.Key, 20), ESN: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := cbcSession(t, e, true)
 	w := offload.NewWaiter(e)
 	ops := make([]offload.Op, 8)
 	for i := range ops {
@@ -390,12 +393,7 @@ func TestSessionAllocatesNothing(t *testing.T) {
 // completes; so does a batch behind it.
 func TestOversizedBatch(t *testing.T) {
 	e := newEngine(t, afalg.Options{Sockets: 8, QueueDepth: 4})
-	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
-	s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: make(sa.Key, 16), AuthKey: make(sa.Key, 20)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := cbcSession(t, e, false)
 	for _, n := range []int{20, 3, 9} {
 		ops := make([]offload.Op, n)
 		for i := range ops {
@@ -415,12 +413,7 @@ func TestOversizedBatch(t *testing.T) {
 // completes.
 func TestBackPressure(t *testing.T) {
 	e := newEngine(t, afalg.Options{Sockets: 1, QueueDepth: 4})
-	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}
-	s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: make(sa.Key, 16), AuthKey: make(sa.Key, 20)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := cbcSession(t, e, false)
 	done := make(chan *offload.Batch, 64)
 	batch := func() *offload.Batch {
 		b := &offload.Batch{Ops: make([]*offload.Op, 4), Done: func(b *offload.Batch) { done <- b }}
