@@ -57,7 +57,10 @@ func (r *recvState) post(i int, b, oob []byte) {
 }
 
 func (r *recvState) recvmmsg(fd uintptr) bool {
-	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
+	// MSG_DONTWAIT: the call never blocks (the poller waits instead), so
+	// it is made as a raw system call, without the runtime's bookkeeping
+	// for one that might.
+	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
 	if errno == unix.EAGAIN || errno == unix.EWOULDBLOCK {
 		return false // not ready: the poller waits and calls again
 	}
