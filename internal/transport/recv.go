@@ -123,7 +123,7 @@ func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 // the front of pkts and returns their number.
 func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 	r := &c.recv
-	out := 0
+	out, bytes := 0, 0
 	for i := range got {
 		h := &r.hdrs[i]
 		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
@@ -147,10 +147,11 @@ func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 			oob := r.oobs[i][:h.Hdr.Controllen]
 			restoreExt(p, oob, receivedHopLimit(oob))
 		}
-		c.stats.packetsIn.Add(1)
-		c.stats.bytesIn.Add(uint64(n))
+		bytes += n
 		out++
 	}
+	c.stats.packetsIn.Add(uint64(out))
+	c.stats.bytesIn.Add(uint64(bytes))
 	return out
 }
 
