@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
-	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
@@ -632,7 +631,7 @@ func snmpErrors(c map[string]uint64) map[string]uint64 {
 }
 
 func (r *runner) writeEspSA(dir string) error {
-	b, err := capture.WiresharkSAFile(r.bed.SAs[:])
+	b, err := sa.MarshalEspSA(&sa.Config{SAs: r.bed.SAs[:]})
 	if err != nil {
 		return fmt.Errorf("esp_sa file: %w", err)
 	}
