@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -151,12 +152,8 @@ func (o Options) progress(format string, args ...any) {
 // gateways, relay, capture processes) is gone when it returns, also when
 // ctx is cancelled.
 func Run(ctx context.Context, s *Scenario, opts Options) *Result {
-	if opts.Prefix == "" {
-		opts.Prefix = "sc"
-	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
+	opts.Prefix = cmp.Or(opts.Prefix, "sc")
+	opts.Log = cmp.Or(opts.Log, slog.New(slog.DiscardHandler))
 	res := &Result{Name: s.Name, File: s.File, Peer: s.Peer, Matrix: s.Matrix}
 	if s.Peer == PeerLinuxXFRM && opts.Kernel == nil {
 		opts.Kernel = NewKernelPeer(opts.Prefix+"k", opts.Log)
