@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,26 +22,24 @@ import (
 	"github.com/espgw/espgw/internal/lab/pcapgen"
 )
 
-// source returns the IP packets of the bundled captures named, in order,
-// with their times.
+// source returns the IP packets of the bundled captures named (all of them
+// when none is), in pcapgen's order, with their times.
 func source(t *testing.T, names ...string) []Frame {
 	t.Helper()
 	var out []Frame
 	for _, c := range pcapgen.Captures() {
-		for _, n := range names {
-			if c.Name != n {
-				continue
-			}
-			b, err := c.Generate()
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, _, err := ReadAll(bytes.NewReader(b), n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, f...)
+		if len(names) > 0 && !slices.Contains(names, c.Name) {
+			continue
 		}
+		b, err := c.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _, err := ReadAll(bytes.NewReader(b), c.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f...)
 	}
 	return out
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +24,8 @@ import (
 	"github.com/espgw/espgw/internal/lab/netns"
 )
 
-// bed is hostA — wan — hostB: three network namespaces joined by two veth
-// pairs, a0–wa and b0–wb, removed when the test ends.
+// bed is hostA — wan — hostB (labtest.Chain): the relay joins wan's ports
+// wa and wb.
 type bed struct {
 	a, w, b string              // the namespaces' names
 	ns      [3]*netns.Namespace // hostA, wan, hostB
@@ -39,58 +38,19 @@ func run(t testing.TB, args ...string) {
 	}
 }
 
-// newNamespaces builds a bed's namespaces and veths; wan, when not nil,
-// shapes the wan namespace before its links exist.
-func newNamespaces(t testing.TB, prefix string, wan func(*netns.Namespace) error) *bed {
+func chain(t testing.TB, prefix string, silentWAN bool) *bed {
 	t.Helper()
-	labtest.NeedNamespaces(t)
-	nb, err := netns.New(prefix, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nb.Close() })
-	b := &bed{}
-	for i, name := range []string{"a", "w", "b"} {
-		if b.ns[i], err = nb.AddNamespace(name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if wan != nil {
-		if err := wan(b.ns[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nb.Connect(b.ns[0], "a0", b.ns[1], "wa", netns.LinkOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nb.Connect(b.ns[2], "b0", b.ns[1], "wb", netns.LinkOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	b.a, b.w, b.b = b.ns[0].Name(), b.ns[1].Name(), b.ns[2].Name()
-	return b
-}
-
-// address adds prefixes to link in b.ns[i].
-func (b *bed) address(t testing.TB, i int, link string, prefixes ...string) {
-	t.Helper()
-	for _, p := range prefixes {
-		if err := b.ns[i].AddAddr(link, netip.MustParsePrefix(p)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, w, b := labtest.Chain(t, prefix, silentWAN)
+	return &bed{a: a.Name(), w: w.Name(), b: b.Name(), ns: [3]*netns.Namespace{a, w, b}}
 }
 
 // newBed is the bridging bed: hostA and hostB on one TEST-NET subnet that
-// only the relay joins.
+// only the relay joins, wan with no addresses.
 func newBed(t testing.TB) *bed {
 	t.Helper()
-	// The wan namespace has no addresses: no IPv6 on its ports, so its own
-	// kernel stays silent on the wire.
-	b := newNamespaces(t, "im", func(w *netns.Namespace) error {
-		return w.Sysctl(map[string]string{"net/ipv6/conf/default/disable_ipv6": "1", "net/ipv6/conf/all/disable_ipv6": "1"})
-	})
-	b.address(t, 0, "a0", "192.0.2.1/24", "2001:db8::1/64")
-	b.address(t, 2, "b0", "192.0.2.2/24", "2001:db8::2/64")
+	b := chain(t, "im", true)
+	labtest.Address(t, b.ns[0], "a0", "192.0.2.1/24", "2001:db8::1/64")
+	labtest.Address(t, b.ns[2], "b0", "192.0.2.2/24", "2001:db8::2/64")
 	return b
 }
 

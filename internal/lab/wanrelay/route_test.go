@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labtest"
 )
 
 // newRoutedBed is the shape of espgw's standard WAN: hostA and hostB on two
@@ -15,11 +16,11 @@ import (
 // topology leaves it).
 func newRoutedBed(t *testing.T) *bed {
 	t.Helper()
-	b := newNamespaces(t, "imr", nil)
-	b.address(t, 0, "a0", "198.51.100.1/25", "2001:db8:1::1/64")
-	b.address(t, 1, "wa", "198.51.100.126/25", "2001:db8:1::fe/64")
-	b.address(t, 1, "wb", "198.51.100.254/25", "2001:db8:2::fe/64")
-	b.address(t, 2, "b0", "198.51.100.129/25", "2001:db8:2::1/64")
+	b := chain(t, "imr", false)
+	labtest.Address(t, b.ns[0], "a0", "198.51.100.1/25", "2001:db8:1::1/64")
+	labtest.Address(t, b.ns[1], "wa", "198.51.100.126/25", "2001:db8:1::fe/64")
+	labtest.Address(t, b.ns[1], "wb", "198.51.100.254/25", "2001:db8:2::fe/64")
+	labtest.Address(t, b.ns[2], "b0", "198.51.100.129/25", "2001:db8:2::1/64")
 	for _, r := range []struct {
 		ns      int
 		dst, gw string
