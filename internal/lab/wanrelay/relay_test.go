@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
 
+	captures "github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
@@ -201,14 +202,8 @@ func TestRelay(t *testing.T) {
 		})
 		pcap := filepath.Join(t.TempDir(), "wan.pcap")
 		r, stop := startRelay(t, b, Config{AToB: cfg, Pcap: pcap})
-		rx := listen(t, b.b, "udp4", "192.0.2.2:4500")
-		got := collect(rx)
-		tx := listen(t, b.a, "udp4", "192.0.2.1:4500")
 		const n, size = 1000, 200
-		dst := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 2), Port: 4500}
-		sendESP(t, tx, dst, n, size)
-		tl := count(t, <-got, size)
-		settle(t, r)
+		tl := count(t, exchange(t, r, b, "udp4", "192.0.2.1:4500", "192.0.2.2:4500", n, size), size)
 		c := r.Counters().AToB
 		ic := c.Impair
 		t.Logf("relay a→b: %+v", ic)
@@ -233,14 +228,8 @@ func TestRelay(t *testing.T) {
 			c.Truncate = impair.Truncate{Percent: 5, By: 10}
 		})
 		r, _ := startRelay(t, b, Config{AToB: cfg})
-		rx := listen(t, b.b, "ip4:50", "192.0.2.2")
-		got := collect(rx)
-		tx := listen(t, b.a, "ip4:50", "192.0.2.1")
 		const n, size = 1000, 120
-		dst := &net.IPAddr{IP: net.IPv4(192, 0, 2, 2)}
-		sendESP(t, tx, dst, n, size)
-		tl := count(t, <-got, size)
-		settle(t, r)
+		tl := count(t, exchange(t, r, b, "ip4:50", "192.0.2.1", "192.0.2.2", n, size), size)
 		ic := r.Counters().AToB.Impair
 		t.Logf("relay a→b: %+v", ic)
 		if ic.Matched != n || ic.Lost == 0 || ic.Replayed == 0 || ic.Truncated == 0 {
@@ -257,13 +246,8 @@ func TestRelay(t *testing.T) {
 			c.RewriteSPI = impair.RewriteSPI{Percent: 10, SPI: 0xbad}
 			c.Corrupt = impair.Corrupt{Percent: 10, Bytes: 1, From: 8, To: -4}
 		})})
-		rx := listen(t, b.b, "ip6:50", "2001:db8::2")
-		got := collect(rx)
-		tx := listen(t, b.a, "ip6:50", "2001:db8::1")
 		const n, size = 600, 100
-		sendESP(t, tx, &net.IPAddr{IP: net.ParseIP("2001:db8::2")}, n, size)
-		payloads := <-got
-		settle(t, r)
+		payloads := exchange(t, r, b, "ip6:50", "2001:db8::1", "2001:db8::2", n, size)
 		ic := r.Counters().AToB.Impair
 		rewritten, damaged := 0, 0
 		for _, p := range payloads {
@@ -498,30 +482,27 @@ func assertCapture(t *testing.T, path string, c Counters) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	pr, err := pcapgo.NewReader(f)
+	_, st, err := captures.ReadAll(f, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for {
-		_, _, err := pr.ReadPacketData()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if want := c.AToB.TxFrames + c.BToA.TxFrames; uint64(n) != want {
-		t.Fatalf("capture holds %d frames, relay sent %d", n, want)
+	if want := c.AToB.TxFrames + c.BToA.TxFrames; uint64(st.Frames) != want {
+		t.Fatalf("capture holds %d frames, relay sent %d", st.Frames, want)
 	}
 }
 
-// sendESP sends n ESP payloads of size bytes, sequence numbers 1..n, to
-// dst, pausing every 50 to stay below the receiver's socket buffer.
-func sendESP(t *testing.T, tx net.PacketConn, dst net.Addr, n, size int) {
+// exchange sends n ESP payloads of size bytes, sequence numbers 1..n, from
+// hostA's address from to hostB's address to (an address and port for
+// udp networks), pausing every 50 to stay below the receiver's socket
+// buffer, and returns what hostB received once r holds nothing more.
+func exchange(t *testing.T, r *Running, b *bed, network, from, to string, n, size int) [][]byte {
 	t.Helper()
+	got := collect(listen(t, b.b, network, to))
+	tx := listen(t, b.a, network, from)
+	var dst net.Addr = &net.IPAddr{IP: net.ParseIP(to)}
+	if ap, err := netip.ParseAddrPort(to); err == nil {
+		dst = net.UDPAddrFromAddrPort(ap)
+	}
 	for i := 1; i <= n; i++ {
 		if _, err := tx.WriteTo(espPayload(uint32(i), size), dst); err != nil {
 			t.Fatal(err)
@@ -530,4 +511,7 @@ func sendESP(t *testing.T, tx net.PacketConn, dst net.Addr, n, size int) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
+	payloads := <-got
+	settle(t, r)
+	return payloads
 }

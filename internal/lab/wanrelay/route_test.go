@@ -1,7 +1,6 @@
 package wanrelay
 
 import (
-	"net"
 	"net/netip"
 	"os/exec"
 	"strings"
@@ -53,13 +52,8 @@ func TestRelayRouteMode(t *testing.T) {
 
 	// ESP first, into cold neighbour tables: the first packets wait for wan
 	// to resolve hostB, and none is lost for it.
-	rx := listen(t, b.b, "ip4:50", "198.51.100.129")
-	got := collect(rx)
-	tx := listen(t, b.a, "ip4:50", "198.51.100.1")
 	const n, size = 500, 100
-	sendESP(t, tx, &net.IPAddr{IP: net.IPv4(198, 51, 100, 129)}, n, size)
-	tl := count(t, <-got, size)
-	settle(t, r)
+	tl := count(t, exchange(t, r, b, "ip4:50", "198.51.100.1", "198.51.100.129", n, size), size)
 	c := r.Counters().AToB
 	t.Logf("a→b: waits %d unresolved %d not routed %d, %+v", c.NeighborWaits, c.NeighborUnresolved, c.NotRouted, c.Impair)
 	if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || c.NeighborUnresolved != 0 || c.NeighborOverflow != 0 {
