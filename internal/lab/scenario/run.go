@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
-	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
@@ -627,7 +626,7 @@ func snmpErrors(c map[string]uint64) map[string]uint64 {
 }
 
 func (r *runner) writeEspSA(dir string) error {
-	b, err := capture.WiresharkSAFile(r.bed.SAs[:])
+	b, err := sa.MarshalEspSA(&sa.Config{SAs: r.bed.SAs[:]})
 	if err != nil {
 		return fmt.Errorf("esp_sa file: %w", err)
 	}
