@@ -12,11 +12,9 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
@@ -274,11 +272,11 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	}
 	if capDir != "" {
 		for _, h := range []string{"hostA", "hostB"} {
-			c, err := startInnerCapture(r, h, filepath.Join(capDir, h+".pcap"))
+			c, err := testbed.StartTcpdump(r.host(h).ns, "eth0", filepath.Join(capDir, h+".pcap"), "ip or ip6", 0)
 			if err != nil {
-				return err
+				return fmt.Errorf("inner capture on %s: %w", h, err)
 			}
-			defer c.stop()
+			defer c.Stop()
 		}
 	}
 	before, err := r.stableSnapshot(ctx)
@@ -636,30 +634,6 @@ func (r *runner) writeEspSA(dir string) error {
 		return fmt.Errorf("esp_sa file: %w", err)
 	}
 	return nil
-}
-
-// innerCapture is a tcpdump on a host's interface.
-type innerCapture struct{ cmd *exec.Cmd }
-
-func startInnerCapture(r *runner, h, path string) (*innerCapture, error) {
-	ns := r.host(h).ns
-	cmd := ns.Command(context.Background(), "tcpdump", "-i", "eth0", "-U", "-s", "0", "-n", "-w", path, "ip or ip6")
-	if err := r.bed.Topo.Start(cmd); err != nil {
-		return nil, fmt.Errorf("inner capture on %s: %w", h, err)
-	}
-	time.Sleep(300 * time.Millisecond) // tcpdump opens its socket
-	return &innerCapture{cmd: cmd}, nil
-}
-
-func (c *innerCapture) stop() {
-	c.cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan struct{})
-	go func() { c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(3 * time.Second):
-		c.cmd.Process.Kill()
-	}
 }
 
 func fileName(s string) string {
