@@ -157,21 +157,20 @@ func count(t *testing.T, got [][]byte, n int) tally {
 	return tl
 }
 
-// settle waits until the relay has nothing in flight in either direction.
+// settle waits until the relay has nothing in flight in either direction
+// (Running.Settle) and checks its accounting.
 func settle(t *testing.T, r *Running) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		c := r.Counters()
-		if c.AToB.InFlight == 0 && c.BToA.InFlight == 0 {
-			for _, d := range []Direction{c.AToB, c.BToA} {
-				if err := d.Conserved(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return
+	r.Settle(20*time.Millisecond, 5*time.Second)
+	c := r.Counters()
+	if c.AToB.InFlight != 0 || c.BToA.InFlight != 0 {
+		t.Fatalf("relay still holds packets: %+v", c)
+	}
+	for _, d := range []Direction{c.AToB, c.BToA} {
+		if err := d.Conserved(); err != nil {
+			t.Fatal(err)
 		}
 	}
-	t.Fatalf("relay still holds packets: %+v", r.Counters())
 }
 
 func impairs(f func(*impair.Config)) impair.Config {
