@@ -17,6 +17,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -84,9 +85,7 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.Prefix == "" {
-		o.Prefix = "bench"
-	}
+	o.Prefix = cmp.Or(o.Prefix, "bench")
 	if len(o.Suites) == 0 {
 		o.Suites = []string{"aes-gcm-16"}
 	}
@@ -96,42 +95,24 @@ func (o *Options) defaults() {
 	if len(o.Encaps) == 0 {
 		o.Encaps = []sa.Encap{sa.EncapNone}
 	}
-	if o.TCPRuns == 0 {
-		o.TCPRuns = 1
-	}
-	if o.TCPDuration == 0 {
-		o.TCPDuration = 3 * time.Second
-	}
-	if o.TrialDuration == 0 {
-		o.TrialDuration = time.Second
-	}
-	if o.Iterations == 0 {
-		o.Iterations = 8
-	}
-	if o.PartialIters == 0 {
-		o.PartialIters = 3
-	}
-	if o.PartialLoss == 0 {
-		o.PartialLoss = 0.001
-	}
+	o.TCPRuns = cmp.Or(o.TCPRuns, 1)
+	o.TCPDuration = cmp.Or(o.TCPDuration, 3*time.Second)
+	o.TrialDuration = cmp.Or(o.TrialDuration, time.Second)
+	o.Iterations = cmp.Or(o.Iterations, 8)
+	o.PartialIters = cmp.Or(o.PartialIters, 3)
+	o.PartialLoss = cmp.Or(o.PartialLoss, 0.001)
 	if len(o.Frames) == 0 {
 		o.Frames, _ = ParseMixes("all")
 	}
-	if o.LatencyFrame == 0 {
-		o.LatencyFrame = 512
-	}
+	o.LatencyFrame = cmp.Or(o.LatencyFrame, 512)
 	if len(o.LatencyLoads) == 0 {
 		o.LatencyLoads = []float64{0.1, 0.5, 0.9}
 	}
-	if o.LatencyTime == 0 {
-		o.LatencyTime = 2 * time.Second
-	}
+	o.LatencyTime = cmp.Or(o.LatencyTime, 2*time.Second)
 	if o.Progress == nil {
 		o.Progress = func(string, int, int) {}
 	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
+	o.Log = cmp.Or(o.Log, slog.New(slog.DiscardHandler))
 }
 
 // Kinds of path measured.

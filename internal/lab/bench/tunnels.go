@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,33 +95,15 @@ type TunnelReport struct {
 }
 
 func (o *TunnelOptions) defaults() {
-	if o.Prefix == "" {
-		o.Prefix = "bench"
-	}
-	if o.Suite == "" {
-		o.Suite = "aes-gcm-16"
-	}
-	if o.Engine == "" {
-		o.Engine = "cpu"
-	}
-	if o.Frame == 0 {
-		o.Frame = 512
-	}
-	if o.TCPDuration == 0 {
-		o.TCPDuration = 3 * time.Second
-	}
-	if o.TrialDuration == 0 {
-		o.TrialDuration = time.Second
-	}
-	if o.Iterations == 0 {
-		o.Iterations = 8
-	}
-	if o.ReconfigTime == 0 {
-		o.ReconfigTime = 2 * time.Second
-	}
-	if o.ControlAdds == 0 {
-		o.ControlAdds = 5000
-	}
+	o.Prefix = cmp.Or(o.Prefix, "bench")
+	o.Suite = cmp.Or(o.Suite, "aes-gcm-16")
+	o.Engine = cmp.Or(o.Engine, "cpu")
+	o.Frame = cmp.Or(o.Frame, 512)
+	o.TCPDuration = cmp.Or(o.TCPDuration, 3*time.Second)
+	o.TrialDuration = cmp.Or(o.TrialDuration, time.Second)
+	o.Iterations = cmp.Or(o.Iterations, 8)
+	o.ReconfigTime = cmp.Or(o.ReconfigTime, 2*time.Second)
+	o.ControlAdds = cmp.Or(o.ControlAdds, 5000)
 	if o.Progress == nil {
 		o.Progress = func(string, int, int) {}
 	}

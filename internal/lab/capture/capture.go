@@ -151,7 +151,7 @@ func load(opts Options) (*loaded, error) {
 		l.sas = append(l.sas, s)
 	}
 	if opts.WiresharkSA != "" {
-		lines, err := WiresharkSAFile(cfgs)
+		lines, err := sa.MarshalEspSA(&sa.Config{SAs: cfgs})
 		if err == nil {
 			err = secret.WriteFile(opts.WiresharkSA, lines)
 		}

@@ -192,7 +192,7 @@ const (
 // gopacket 1.1.19 decodes neither SLL2 nor the 0x9100 VLAN tag, and finding
 // the IP offset needs no more than this.
 type linkFormat struct {
-	hdr       int // bytes before the IP packet (Ethernet: before the tags)
+	hdr       int // bytes before the IP packet (Ethernet: before any VLAN tags)
 	etherType int // offset of a 2-byte EtherType, -1 for none
 	family    bool
 }
@@ -236,16 +236,12 @@ func extract(b []byte, lt layers.LinkType) ([]byte, Skip) {
 		if af != 2 && af != 10 && af != 24 && af != 28 && af != 30 {
 			return nil, NotIP
 		}
-	case f.etherType >= 0:
-		et := binary.BigEndian.Uint16(b[f.etherType:])
-		for tags := 0; lt == layers.LinkTypeEthernet && (et == 0x8100 || et == 0x88a8 || et == 0x9100) && tags < 3; tags++ {
-			if len(b) < f.hdr+4 {
-				return nil, NotIP
-			}
-			et = binary.BigEndian.Uint16(b[f.hdr+2:])
-			f.hdr += 4
+	case lt == layers.LinkTypeEthernet:
+		if f.hdr, ok = inetsum.EthernetIP(b); !ok {
+			return nil, NotIP
 		}
-		if et != 0x0800 && et != 0x86dd {
+	case f.etherType >= 0:
+		if et := binary.BigEndian.Uint16(b[f.etherType:]); et != 0x0800 && et != 0x86dd {
 			return nil, NotIP
 		}
 	}

@@ -7,6 +7,7 @@ package demo
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -94,15 +95,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Engine == "" {
-		o.Engine = "cpu"
-	}
-	if o.Prefix == "" {
-		o.Prefix = "demo"
-	}
-	if o.Duration == 0 {
-		o.Duration = 3 * time.Second
-	}
+	o.Engine = cmp.Or(o.Engine, "cpu")
+	o.Prefix = cmp.Or(o.Prefix, "demo")
+	o.Duration = cmp.Or(o.Duration, 3*time.Second)
 	progress := func(format string, args ...any) {
 		if o.Progress != nil {
 			fmt.Fprintf(o.Progress, "==> "+format+"\n", args...)

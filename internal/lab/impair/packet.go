@@ -14,7 +14,7 @@ import (
 type LinkType uint8
 
 const (
-	// Ethernet frames (with up to two 802.1Q/802.1ad tags), as the WAN relay
+	// Ethernet frames (with up to three VLAN tags), as the WAN relay
 	// sees them on its interfaces.
 	Ethernet LinkType = iota
 	// IP packets with no link header (IPv4 or IPv6 by the version nibble).
@@ -72,23 +72,10 @@ const (
 // keep the lengths and checksums consistent.
 func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 	var l layout
-	off := 0
+	off, ok := 0, true
 	if link == Ethernet {
-		off = 12
-		for tags := 0; ; tags++ {
-			if len(frame) < off+2 {
-				return l, false
-			}
-			et := binary.BigEndian.Uint16(frame[off:])
-			if (et == 0x8100 || et == 0x88a8) && tags < 2 {
-				off += 4
-				continue
-			}
-			off += 2
-			if et != 0x0800 && et != 0x86dd {
-				return l, false
-			}
-			break
+		if off, ok = inetsum.EthernetIP(frame); !ok {
+			return l, false
 		}
 	}
 	l.ip = off

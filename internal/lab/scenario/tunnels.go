@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,9 +106,7 @@ func (s *Scenario) validateTunnels(perr func(int, string, error) error) error {
 		case a.Del < 0 || a.Del > testbed.MaxTunnels:
 			return perr(line, field+".del", fmt.Errorf("%d: want a number of tunnels", a.Del))
 		}
-		if a.Grace == 0 {
-			a.Grace = 200 * time.Millisecond
-		}
+		a.Grace = cmp.Or(a.Grace, 200*time.Millisecond)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@
 package testbed
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,23 +108,13 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 			return nil, fmt.Errorf("find the espgw binary: %w", err)
 		}
 	}
-	if opts.ReplayWindow == 0 {
-		opts.ReplayWindow = 64
-	}
-	if opts.AESBits == 0 {
-		opts.AESBits = 128
-	}
+	opts.ReplayWindow = cmp.Or(opts.ReplayWindow, 64)
+	opts.AESBits = cmp.Or(opts.AESBits, 128)
 	for i := range opts.Engine {
-		if opts.Engine[i] == "" {
-			opts.Engine[i] = DefaultEngine()
-		}
+		opts.Engine[i] = cmp.Or(opts.Engine[i], DefaultEngine())
 	}
-	if opts.WanIO == "" {
-		opts.WanIO = DefaultWanIO()
-	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
+	opts.WanIO = cmp.Or(opts.WanIO, DefaultWanIO())
+	opts.Log = cmp.Or(opts.Log, slog.New(slog.DiscardHandler))
 	if err := netns.CheckPrerequisites(); err != nil {
 		return nil, err
 	}
@@ -347,18 +338,12 @@ func (b *Bed) Close() error {
 // $ESPGW_WAN_IO, or socket. Running the test suite with ESPGW_WAN_IO=xdp
 // puts every end-to-end test's raw ESP on AF_XDP.
 func DefaultWanIO() string {
-	if w := os.Getenv("ESPGW_WAN_IO"); w != "" {
-		return w
-	}
-	return "socket"
+	return cmp.Or(os.Getenv("ESPGW_WAN_IO"), "socket")
 }
 
 // DefaultEngine is the engine gateways get when none is named: $ESPGW_ENGINE,
 // or cpu. Running the test suite with ESPGW_ENGINE=aesni (or ring, …) puts
 // every end-to-end test on that engine.
 func DefaultEngine() string {
-	if e := os.Getenv("ESPGW_ENGINE"); e != "" {
-		return e
-	}
-	return "cpu"
+	return cmp.Or(os.Getenv("ESPGW_ENGINE"), "cpu")
 }

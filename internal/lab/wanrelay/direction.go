@@ -274,8 +274,8 @@ func completeChecksum(frame []byte, start, off int) bool {
 // IDs counting up, lengths and checksums per datagram) and pushes each.
 func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 	udp, size := int(h.csumStart), int(h.gsoSize)
-	ip := ipOffset(frame)
-	if ip < 0 || udp < ip+20 || udp+8 > len(frame) || size == 0 || udp+8+size > len(d.seg) {
+	ip, ok := inetsum.EthernetIP(frame)
+	if !ok || udp < ip+20 || udp+8 > len(frame) || size == 0 || udp+8+size > len(d.seg) {
 		d.c.RxMalformed++
 		return
 	}
@@ -304,25 +304,6 @@ func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 		d.c.GSOSegments++
 		d.push(now, seg)
 	}
-}
-
-// ipOffset returns where the IP header of an Ethernet frame starts, or -1.
-func ipOffset(frame []byte) int {
-	off := 12
-	for tags := 0; tags <= 2 && off+2 <= len(frame); tags++ {
-		switch binary.BigEndian.Uint16(frame[off:]) {
-		case 0x8100, 0x88a8:
-			off += 4
-		case 0x0800, 0x86dd:
-			if off+2+20 > len(frame) {
-				return -1
-			}
-			return off + 2
-		default:
-			return -1
-		}
-	}
-	return -1
 }
 
 // pass sends buf (virtio-net header and frame) as it came.

@@ -184,8 +184,8 @@ func New(cfg Config) (*Relay, error) {
 		r.Close()
 		return nil, fmt.Errorf("wan relay in netns %q: %w", cfg.Netns, err)
 	}
-	// Room for the largest frame either side can carry, with two VLAN tags.
-	size := max(r.a.mtu, r.b.mtu) + 14 + 8
+	// Room for the largest frame either side can carry, with three VLAN tags.
+	size := max(r.a.mtu, r.b.mtu) + 14 + 12
 	if cfg.Pcap != "" {
 		if r.pcap, err = newCapture(cfg.Pcap); err != nil {
 			r.Close()
