@@ -17,16 +17,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
 
+	captures "github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
 
-// bed is hostA — wan — hostB: three network namespaces joined by two veth
-// pairs, a0–wa and b0–wb, removed when the test ends.
+// bed is hostA — wan — hostB (labtest.Chain): the relay joins wan's ports
+// wa and wb.
 type bed struct {
 	a, w, b string              // the namespaces' names
 	ns      [3]*netns.Namespace // hostA, wan, hostB
@@ -39,58 +39,19 @@ func run(t testing.TB, args ...string) {
 	}
 }
 
-// newNamespaces builds a bed's namespaces and veths; wan, when not nil,
-// shapes the wan namespace before its links exist.
-func newNamespaces(t testing.TB, prefix string, wan func(*netns.Namespace) error) *bed {
+func chain(t testing.TB, prefix string, silentWAN bool) *bed {
 	t.Helper()
-	labtest.NeedNamespaces(t)
-	nb, err := netns.New(prefix, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nb.Close() })
-	b := &bed{}
-	for i, name := range []string{"a", "w", "b"} {
-		if b.ns[i], err = nb.AddNamespace(name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if wan != nil {
-		if err := wan(b.ns[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nb.Connect(b.ns[0], "a0", b.ns[1], "wa", netns.LinkOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nb.Connect(b.ns[2], "b0", b.ns[1], "wb", netns.LinkOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	b.a, b.w, b.b = b.ns[0].Name(), b.ns[1].Name(), b.ns[2].Name()
-	return b
-}
-
-// address adds prefixes to link in b.ns[i].
-func (b *bed) address(t testing.TB, i int, link string, prefixes ...string) {
-	t.Helper()
-	for _, p := range prefixes {
-		if err := b.ns[i].AddAddr(link, netip.MustParsePrefix(p)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, w, b := labtest.Chain(t, prefix, silentWAN)
+	return &bed{a: a.Name(), w: w.Name(), b: b.Name(), ns: [3]*netns.Namespace{a, w, b}}
 }
 
 // newBed is the bridging bed: hostA and hostB on one TEST-NET subnet that
-// only the relay joins.
+// only the relay joins, wan with no addresses.
 func newBed(t testing.TB) *bed {
 	t.Helper()
-	// The wan namespace has no addresses: no IPv6 on its ports, so its own
-	// kernel stays silent on the wire.
-	b := newNamespaces(t, "im", func(w *netns.Namespace) error {
-		return w.Sysctl(map[string]string{"net/ipv6/conf/default/disable_ipv6": "1", "net/ipv6/conf/all/disable_ipv6": "1"})
-	})
-	b.address(t, 0, "a0", "192.0.2.1/24", "2001:db8::1/64")
-	b.address(t, 2, "b0", "192.0.2.2/24", "2001:db8::2/64")
+	b := chain(t, "im", true)
+	labtest.Address(t, b.ns[0], "a0", "192.0.2.1/24", "2001:db8::1/64")
+	labtest.Address(t, b.ns[2], "b0", "192.0.2.2/24", "2001:db8::2/64")
 	return b
 }
 
@@ -241,14 +202,8 @@ func TestRelay(t *testing.T) {
 		})
 		pcap := filepath.Join(t.TempDir(), "wan.pcap")
 		r, stop := startRelay(t, b, Config{AToB: cfg, Pcap: pcap})
-		rx := listen(t, b.b, "udp4", "192.0.2.2:4500")
-		got := collect(rx)
-		tx := listen(t, b.a, "udp4", "192.0.2.1:4500")
 		const n, size = 1000, 200
-		dst := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 2), Port: 4500}
-		sendESP(t, tx, dst, n, size)
-		tl := count(t, <-got, size)
-		settle(t, r)
+		tl := count(t, exchange(t, r, b, "udp4", "192.0.2.1:4500", "192.0.2.2:4500", n, size), size)
 		c := r.Counters().AToB
 		ic := c.Impair
 		t.Logf("relay a→b: %+v", ic)
@@ -273,14 +228,8 @@ func TestRelay(t *testing.T) {
 			c.Truncate = impair.Truncate{Percent: 5, By: 10}
 		})
 		r, _ := startRelay(t, b, Config{AToB: cfg})
-		rx := listen(t, b.b, "ip4:50", "192.0.2.2")
-		got := collect(rx)
-		tx := listen(t, b.a, "ip4:50", "192.0.2.1")
 		const n, size = 1000, 120
-		dst := &net.IPAddr{IP: net.IPv4(192, 0, 2, 2)}
-		sendESP(t, tx, dst, n, size)
-		tl := count(t, <-got, size)
-		settle(t, r)
+		tl := count(t, exchange(t, r, b, "ip4:50", "192.0.2.1", "192.0.2.2", n, size), size)
 		ic := r.Counters().AToB.Impair
 		t.Logf("relay a→b: %+v", ic)
 		if ic.Matched != n || ic.Lost == 0 || ic.Replayed == 0 || ic.Truncated == 0 {
@@ -297,13 +246,8 @@ func TestRelay(t *testing.T) {
 			c.RewriteSPI = impair.RewriteSPI{Percent: 10, SPI: 0xbad}
 			c.Corrupt = impair.Corrupt{Percent: 10, Bytes: 1, From: 8, To: -4}
 		})})
-		rx := listen(t, b.b, "ip6:50", "2001:db8::2")
-		got := collect(rx)
-		tx := listen(t, b.a, "ip6:50", "2001:db8::1")
 		const n, size = 600, 100
-		sendESP(t, tx, &net.IPAddr{IP: net.ParseIP("2001:db8::2")}, n, size)
-		payloads := <-got
-		settle(t, r)
+		payloads := exchange(t, r, b, "ip6:50", "2001:db8::1", "2001:db8::2", n, size)
 		ic := r.Counters().AToB.Impair
 		rewritten, damaged := 0, 0
 		for _, p := range payloads {
@@ -538,30 +482,27 @@ func assertCapture(t *testing.T, path string, c Counters) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	pr, err := pcapgo.NewReader(f)
+	_, st, err := captures.ReadAll(f, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for {
-		_, _, err := pr.ReadPacketData()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if want := c.AToB.TxFrames + c.BToA.TxFrames; uint64(n) != want {
-		t.Fatalf("capture holds %d frames, relay sent %d", n, want)
+	if want := c.AToB.TxFrames + c.BToA.TxFrames; uint64(st.Frames) != want {
+		t.Fatalf("capture holds %d frames, relay sent %d", st.Frames, want)
 	}
 }
 
-// sendESP sends n ESP payloads of size bytes, sequence numbers 1..n, to
-// dst, pausing every 50 to stay below the receiver's socket buffer.
-func sendESP(t *testing.T, tx net.PacketConn, dst net.Addr, n, size int) {
+// exchange sends n ESP payloads of size bytes, sequence numbers 1..n, from
+// hostA's address from to hostB's address to (an address and port for
+// udp networks), pausing every 50 to stay below the receiver's socket
+// buffer, and returns what hostB received once r holds nothing more.
+func exchange(t *testing.T, r *Running, b *bed, network, from, to string, n, size int) [][]byte {
 	t.Helper()
+	got := collect(listen(t, b.b, network, to))
+	tx := listen(t, b.a, network, from)
+	var dst net.Addr = &net.IPAddr{IP: net.ParseIP(to)}
+	if ap, err := netip.ParseAddrPort(to); err == nil {
+		dst = net.UDPAddrFromAddrPort(ap)
+	}
 	for i := 1; i <= n; i++ {
 		if _, err := tx.WriteTo(espPayload(uint32(i), size), dst); err != nil {
 			t.Fatal(err)
@@ -570,4 +511,7 @@ func sendESP(t *testing.T, tx net.PacketConn, dst net.Addr, n, size int) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}
+	payloads := <-got
+	settle(t, r)
+	return payloads
 }
