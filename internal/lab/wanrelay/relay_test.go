@@ -2,10 +2,7 @@ package wanrelay
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -421,54 +418,6 @@ func TestRelay(t *testing.T) {
 		t.Logf("a→b: %d frames, %d GSO frames passed whole, %d checksums completed", cs.AToB.TxFrames, cs.AToB.GSOPassed, cs.AToB.ChecksumsCompleted)
 		if cs.AToB.Impair.Matched != 0 || cs.AToB.Impair.Lost != 0 {
 			t.Fatalf("TCP was matched: %+v", cs.AToB.Impair)
-		}
-	})
-
-	t.Run("main control and counters file", func(t *testing.T) {
-		dir := t.TempDir()
-		cfg := Config{Netns: b.w, A: "wa", B: "wb", Control: filepath.Join(dir, "ctl.sock"),
-			Counters: filepath.Join(dir, "counters.json"), AToB: impairs(func(c *impair.Config) { c.Loss = 50 })}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- Main(ctx, cfg) }()
-		defer func() {
-			cancel()
-			<-done
-		}()
-		var live Counters
-		var err error
-		for i := 0; i < 50; i++ { // the socket appears once the relay is up
-			if live, err = ReadControl(ctx, cfg.Control); err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx := listen(t, b.a, "ip4:50", "192.0.2.1")
-		for i := 1; i <= 100; i++ {
-			tx.WriteTo(espPayload(uint32(i), 64), &net.IPAddr{IP: net.IPv4(192, 0, 2, 2)})
-		}
-		time.Sleep(200 * time.Millisecond)
-		if live, err = ReadControl(ctx, cfg.Control); err != nil || live.AToB.Impair.Matched != 100 {
-			t.Fatalf("control: %+v %v", live.AToB.Impair, err)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		done <- nil
-		var final Counters
-		raw, err := os.ReadFile(cfg.Counters)
-		if err == nil {
-			err = json.Unmarshal(raw, &final)
-		}
-		if err != nil || final.AToB.Impair != live.AToB.Impair {
-			t.Fatalf("counters file %v: %+v, live %+v", err, final.AToB.Impair, live.AToB.Impair)
-		}
-		if _, err := os.Stat(cfg.Control); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("control socket left behind: %v", err)
 		}
 	})
 }
