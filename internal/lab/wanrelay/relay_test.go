@@ -199,7 +199,7 @@ func TestRelay(t *testing.T) {
 		pcap := filepath.Join(t.TempDir(), "wan.pcap")
 		r, stop := startRelay(t, b, Config{AToB: cfg, Pcap: pcap})
 		const n, size = 1000, 200
-		tl := count(t, exchange(t, r, b, "udp4", "192.0.2.1:4500", "192.0.2.2:4500", n, size), size)
+		tl := count(t, exchange(t, r, b, "udp4", "192.0.2.1:4500", "192.0.2.2:4500", n, size, 0), size)
 		c := r.Counters().AToB
 		ic := c.Impair
 		t.Logf("relay a→b: %+v", ic)
@@ -225,7 +225,7 @@ func TestRelay(t *testing.T) {
 		})
 		r, _ := startRelay(t, b, Config{AToB: cfg})
 		const n, size = 1000, 120
-		tl := count(t, exchange(t, r, b, "ip4:50", "192.0.2.1", "192.0.2.2", n, size), size)
+		tl := count(t, exchange(t, r, b, "ip4:50", "192.0.2.1", "192.0.2.2", n, size, 0), size)
 		ic := r.Counters().AToB.Impair
 		t.Logf("relay a→b: %+v", ic)
 		if ic.Matched != n || ic.Lost == 0 || ic.Replayed == 0 || ic.Truncated == 0 {
@@ -243,7 +243,7 @@ func TestRelay(t *testing.T) {
 			c.Corrupt = impair.Corrupt{Percent: 10, Bytes: 1, From: 8, To: -4}
 		})})
 		const n, size = 600, 100
-		payloads := exchange(t, r, b, "ip6:50", "2001:db8::1", "2001:db8::2", n, size)
+		payloads := exchange(t, r, b, "ip6:50", "2001:db8::1", "2001:db8::2", n, size, 0)
 		ic := r.Counters().AToB.Impair
 		rewritten, damaged := 0, 0
 		for _, p := range payloads {
@@ -270,41 +270,13 @@ func TestRelay(t *testing.T) {
 	} {
 		t.Run("gso segmented "+fam.name, func(t *testing.T) {
 			r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) { c.Loss = 10 })})
-			rx := listen(t, b.b, fam.network, fam.dst)
-			got := collect(rx)
-			tx := listen(t, b.a, fam.network, fam.src)
-			const writes, per, size = 40, 10, 300
-			sc, err := tx.(*net.UDPConn).SyscallConn()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var serr error
-			sc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size) })
-			if serr != nil {
-				t.Fatalf("UDP_SEGMENT: %v", serr)
-			}
-			dst, err := net.ResolveUDPAddr(fam.network, fam.dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for w := 0; w < writes; w++ {
-				var buf []byte
-				for i := 0; i < per; i++ {
-					buf = append(buf, espPayload(uint32(w*per+i+1), size)...)
-				}
-				if _, err := tx.WriteTo(buf, dst); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(time.Millisecond)
-			}
-			tl := count(t, <-got, size)
-			settle(t, r)
+			const n, size = 400, 300
+			tl := count(t, exchange(t, r, b, fam.network, fam.src, fam.dst, n, size, 10), size)
 			c := r.Counters().AToB
 			t.Logf("relay a→b: gso %d → %d segments, %+v", c.GSOSegmented, c.GSOSegments, c.Impair)
 			if c.GSOSegmented == 0 {
 				t.Fatal("no GSO super-packet reached the relay: the test did not exercise segmentation")
 			}
-			const n = writes * per
 			if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || tl.extra != 0 || tl.damaged != 0 {
 				t.Fatalf("received %d distinct (%d extra, %d damaged) of %d; relay %+v", tl.distinct, tl.extra, tl.damaged, n, c.Impair)
 			}
@@ -440,10 +412,12 @@ func assertCapture(t *testing.T, path string, c Counters) {
 }
 
 // exchange sends n ESP payloads of size bytes, sequence numbers 1..n, from
-// hostA's address from to hostB's address to (an address and port for
-// udp networks), pausing every 50 to stay below the receiver's socket
-// buffer, and returns what hostB received once r holds nothing more.
-func exchange(t *testing.T, r *Running, b *bed, network, from, to string, n, size int) [][]byte {
+// hostA's address from to hostB's address to (an address and port for udp
+// networks), and returns what hostB received once r holds nothing more.
+// With gso > 0 the payloads go gso at a time in UDP GSO writes
+// (UDP_SEGMENT), a millisecond apart; else one by one, pausing every 50 to
+// stay below the receiver's socket buffer.
+func exchange(t *testing.T, r *Running, b *bed, network, from, to string, n, size, gso int) [][]byte {
 	t.Helper()
 	got := collect(listen(t, b.b, network, to))
 	tx := listen(t, b.a, network, from)
@@ -451,12 +425,28 @@ func exchange(t *testing.T, r *Running, b *bed, network, from, to string, n, siz
 	if ap, err := netip.ParseAddrPort(to); err == nil {
 		dst = net.UDPAddrFromAddrPort(ap)
 	}
-	for i := 1; i <= n; i++ {
-		if _, err := tx.WriteTo(espPayload(uint32(i), size), dst); err != nil {
+	per, every, pause := 1, 50, 2*time.Millisecond
+	if gso > 0 {
+		per, every, pause = gso, gso, time.Millisecond
+		sc, err := tx.(*net.UDPConn).SyscallConn()
+		var serr error
+		if err == nil {
+			err = sc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size) })
+		}
+		if err != nil || serr != nil {
+			t.Fatalf("UDP_SEGMENT: %v %v", err, serr)
+		}
+	}
+	for i := 1; i <= n; i += per {
+		var buf []byte
+		for j := i; j < i+per && j <= n; j++ {
+			buf = append(buf, espPayload(uint32(j), size)...)
+		}
+		if _, err := tx.WriteTo(buf, dst); err != nil {
 			t.Fatal(err)
 		}
-		if i%50 == 0 {
-			time.Sleep(2 * time.Millisecond)
+		if (i+per-1)%every == 0 {
+			time.Sleep(pause)
 		}
 	}
 	payloads := <-got
