@@ -151,15 +151,7 @@ func TestReadLinkTypes(t *testing.T) {
 	}
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			got, st, err := ReadAll(f, path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got, st := readCapture(t, path)
 			if len(got) != len(want) {
 				t.Fatalf("%d packets, want %d (stats %+v)", len(got), len(want), st)
 			}
