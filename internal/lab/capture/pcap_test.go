@@ -157,7 +157,9 @@ func TestSealOpenFiles(t *testing.T) {
 	tampered := append([]byte(nil), pkts[1]...)
 	tampered[len(tampered)-1] ^= 1                              // ICV
 	pkts = append([][]byte{tampered}, append(pkts, unknown)...) // tampered before its original
-	writeRaw(t, mixed, pkts)
+	if err := WriteFile(mixed, LinkRaw, pkts); err != nil {
+		t.Fatal(err)
+	}
 
 	out := filepath.Join(dir, "opened.pcap")
 	rep, err := OpenFile(ctx, Options{SAFile: saFile}, mixed, out)
@@ -190,13 +192,6 @@ func longer(p []byte) []byte {
 	q := append([]byte(nil), p...)
 	q[2], q[3] = 0x07, 0xd0
 	return q
-}
-
-func writeRaw(t *testing.T, path string, pkts [][]byte) {
-	t.Helper()
-	if err := WriteFile(path, LinkRaw, pkts); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // writeNg writes a pcapng capture of UDP packets with an Ethernet link.

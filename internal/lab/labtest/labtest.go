@@ -7,6 +7,7 @@ package labtest
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +70,52 @@ func NeedNamespaces(t testing.TB) {
 	t.Helper()
 	if err := netns.CheckPrerequisites(); err != nil {
 		t.Fatalf("this test needs root, network namespaces and iproute2: %v", err)
+	}
+}
+
+// Chain is hostA — wan — hostB for a test: three namespaces of a fresh
+// netns.Bed under prefix, joined by the veth pairs a0–wa and b0–wb, all
+// removed when the test ends. silentWAN turns IPv6 off in wan before its
+// links exist, so that a wan with no addresses (a bridge) sends nothing of
+// its own on the wire.
+func Chain(t testing.TB, prefix string, silentWAN bool) (a, wan, b *netns.Namespace) {
+	t.Helper()
+	NeedNamespaces(t)
+	bed, err := netns.New(prefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bed.Close() })
+	var ns [3]*netns.Namespace
+	for i, name := range []string{"a", "w", "b"} {
+		if ns[i], err = bed.AddNamespace(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if silentWAN {
+		if err := ns[1].Sysctl(map[string]string{"net/ipv6/conf/default/disable_ipv6": "1", "net/ipv6/conf/all/disable_ipv6": "1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []struct {
+		host       *netns.Namespace
+		link, port string
+	}{{ns[0], "a0", "wa"}, {ns[2], "b0", "wb"}} {
+		if err := bed.Connect(l.host, l.link, ns[1], l.port, netns.LinkOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ns[0], ns[1], ns[2]
+}
+
+// Address gives link in ns the prefixes (address and length, as
+// "192.0.2.1/24").
+func Address(t testing.TB, ns *netns.Namespace, link string, prefixes ...string) {
+	t.Helper()
+	for _, p := range prefixes {
+		if err := ns.AddAddr(link, netip.MustParsePrefix(p)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
