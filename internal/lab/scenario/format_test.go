@@ -183,6 +183,8 @@ func TestParseErrors(t *testing.T) {
 		{"host end in transport mode", "sa: {mode: transport}\ntraffic:\n  steps:\n    - ping: {from: hostA, to: hostB}\nexpect: {delivered: 1}\n", 4, "traffic.steps[0]", "gw1"},
 		{"unknown peer", "peer: strongswan\n" + base, 1, "peer", "want one of espgw, linux-xfrm"},
 		{"linux peer engine", "peer: linux-xfrm\nengines: {gw2: ring}\n" + base, 2, "engines.gw2", "kernel"},
+		{"linux peer with tunnels", "peer: linux-xfrm\ntopology: {tunnels: 1}\n" + base, 2, "topology.tunnels", "peer: linux-xfrm"},
+		{"linux peer with actions", "peer: linux-xfrm\ntraffic: {steps: [{ping: {}}], actions: [{at: 1s, add: 1}]}\nexpect: {delivered: 1}\n", 2, "traffic.actions", "control socket"},
 		{"linux peer traffic from gw2", "peer: linux-xfrm\nsa: {mode: transport}\ntraffic:\n  steps:\n    - ping: {from: gw2, to: gw1}\nexpect: {delivered: 1}\n", 5, "traffic.steps[0]", "answers pings"},
 		{"matrix not a list", "matrix: {sa.suite: aes-gcm-16}\n" + base, 1, "matrix.sa.suite", "list"},
 		{"matrix bad path", "matrix: {foo.bar: [1]}\n" + base, 1, "matrix.foo.bar", "field path"},
