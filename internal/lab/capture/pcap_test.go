@@ -20,8 +20,8 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// readIPs returns the packets of a capture written by Writer.
-func readIPs(t *testing.T, path string) [][]byte {
+// readCapture reads the capture at path with ReadAll.
+func readCapture(t *testing.T, path string) ([]Frame, Stats) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -29,8 +29,18 @@ func readIPs(t *testing.T, path string) [][]byte {
 	}
 	defer f.Close()
 	frames, st, err := ReadAll(f, path)
-	if err != nil || len(st.Skipped) > 0 {
-		t.Fatalf("%s: %v, skipped %v", path, err, st.Skipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return frames, st
+}
+
+// readIPs returns the packets of a capture written by Writer.
+func readIPs(t *testing.T, path string) [][]byte {
+	t.Helper()
+	frames, st := readCapture(t, path)
+	if len(st.Skipped) > 0 {
+		t.Fatalf("%s: skipped %v", path, st.Skipped)
 	}
 	out := make([][]byte, len(frames))
 	for i, fr := range frames {
