@@ -20,6 +20,7 @@ package wanrelay
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -151,10 +152,7 @@ func New(cfg Config) (*Relay, error) {
 	default:
 		return nil, fmt.Errorf("wan relay: mode %q: want bridge or route", cfg.Mode)
 	}
-	r := &Relay{cfg: cfg, log: cfg.Logger}
-	if r.log == nil {
-		r.log = slog.Default()
-	}
+	r := &Relay{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
 	var local map[netip.Addr]bool
 	err := withNetns(cfg.Netns, func() error {
 		var err error
