@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/espgw/espgw/internal/control"
+	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
@@ -79,6 +80,16 @@ func startBed(t *testing.T, o testbed.Options) *testbed.Bed {
 	return b
 }
 
+// withSuite is o with the suite named (CIPHER[-BITS][+AUTH]).
+func withSuite(t *testing.T, name string, o testbed.Options) testbed.Options {
+	t.Helper()
+	var err error
+	if o.Suite, o.AESBits, err = testbed.ParseSuite(name); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 // icmpFlows lists the echo packets tshark sees, as "type ident seq len",
 // sorted: decrypted from the WAN, or in clear on a LAN.
 func icmpFlows(t *testing.T, pcap string, espSA []string) []string {
@@ -125,76 +136,10 @@ func TestTunnelMatrix(t *testing.T) {
 					outer = "v6"
 				}
 				t.Run(fmt.Sprintf("%s/%s/%s", name, encap, outer), func(t *testing.T) {
-					suite, bits, err := testbed.ParseSuite(name)
-					if err != nil {
-						t.Fatal(err)
-					}
-					b := startBed(t, testbed.Options{Prefix: "itmx", Suite: suite, AESBits: bits, Encap: encap, OuterV6: v6})
-					ctx := context.Background()
-					a := b.Topo.Addr
-					for _, dst := range []string{a.HostB4.Addr().String(), a.HostB6.Addr().String()} {
-						// resolve neighbours first: their first packets may queue in the kernel's ND/ARP and expire
-						testbed.Ping(ctx, b.Topo.HostA, netipMust(dst), testbed.PingOptions{Size: 8, Count: 1})
-					}
-					time.Sleep(300 * time.Millisecond)
-					lanCmd := b.Topo.GW1.Command(ctx, "tcpdump", "-i", "lan0", "--immediate-mode", "-U", "-n", "-w", filepath.Join(b.Dir, "lan.pcap"), "icmp or icmp6")
-					if err := lanCmd.Start(); err != nil {
-						t.Fatal(err)
-					}
-					wan, err := testbed.StartCapture(b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), 0)
-					if err != nil {
-						t.Fatal(err)
-					}
-					time.Sleep(300 * time.Millisecond)
-					for _, dst := range []string{a.HostB4.Addr().String(), a.HostB6.Addr().String()} {
-						for _, size := range []int{0, 1, 64, 500, 1000, 1300} {
-							r, err := testbed.Ping(ctx, b.Topo.HostA, netipMust(dst), testbed.PingOptions{Size: size, Count: 2})
-							if err != nil {
-								t.Fatal(err)
-							}
-							if r.Received != r.Sent {
-								t.Errorf("ping %s size %d: %d of %d replies", dst, size, r.Received, r.Sent)
-							}
-						}
-					}
-					time.Sleep(200 * time.Millisecond)
-					lanCmd.Process.Signal(syscall.SIGINT)
-					lanCmd.Wait()
-					if err := wan.Stop(); err != nil {
-						t.Fatal(err)
-					}
-					lines := []string{testbed.EspSALine(b.SAs[0]), testbed.EspSALine(b.SAs[1])}
-					v, err := testbed.Tshark(ctx, wan.Path, lines)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if v.ESP < 48 || v.ICVGood != v.ESP || v.Decrypted != v.ESP {
-						t.Errorf("tshark on the WAN: %d ESP packets, %d good ICV, %d decrypted; want at least the 48 echo packets, all good", v.ESP, v.ICVGood, v.Decrypted)
-					}
-					got, want := icmpFlows(t, wan.Path, lines), icmpFlows(t, filepath.Join(b.Dir, "lan.pcap"), nil)
-					if strings.Join(got, "\n") != strings.Join(want, "\n") {
-						t.Errorf("decrypted WAN echo packets differ from those on hostA's LAN:\nWAN %v\nLAN %v", got, want)
-					}
-					ip, err := testbed.Iperf3(ctx, b.Topo.HostB, b.Topo.HostA, a.HostB4.Addr(), testbed.IperfOptions{Duration: time.Second})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if ip.Bytes == 0 {
-						t.Errorf("iperf3 moved nothing")
-					}
+					b := startBed(t, withSuite(t, name, testbed.Options{Prefix: "itmx", Encap: encap, OuterV6: v6}))
+					v, ip := tunnelSweep(t, b, []int{0, 1, 64, 500, 1000, 1300}, 2, true)
 					for i := range 2 {
-						st, err := b.Stats(ctx, i)
-						if err != nil {
-							t.Fatal(err)
-						}
-						for _, s := range st.SAs {
-							if len(s.Drops) > 0 {
-								t.Errorf("gw%d SA %s drops: %v", i+1, s.SPI, s.Drops)
-							}
-						}
-						if len(st.Drops) > 0 {
-							t.Errorf("gw%d drops: %v", i+1, st.Drops)
-						}
+						gatewayDrops(t, saDrops(t, b, i), i)
 					}
 					t.Logf("%d ESP packets judged by tshark; TCP %.0f Mbit/s", v.ESP, ip.BitsPerSecond/1e6)
 				})
@@ -203,7 +148,133 @@ func TestTunnelMatrix(t *testing.T) {
 	}
 }
 
-func netipMust(s string) netip.Addr { return netip.MustParseAddr(s) }
+// tunnelSweep pings hostB from hostA over both inner families at each size
+// count times, the WAN captured (and with lan, the echo packets on gw1's
+// LAN), then moves TCP with iperf3. tshark must decrypt every ESP packet of
+// the capture with a good ICV, at least the echo packets; with lan, the
+// echo packets it decrypted must be those hostA's LAN carried.
+func tunnelSweep(t *testing.T, b *testbed.Bed, sizes []int, count int, lan bool) (testbed.TsharkVerdict, testbed.IperfResult) {
+	t.Helper()
+	ctx := context.Background()
+	a := b.Topo.Addr
+	dsts := []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()}
+	resolve(b.Topo.HostA, dsts...)
+	time.Sleep(300 * time.Millisecond)
+	var lanCap *testbed.Capture
+	if lan {
+		lanCap = startTcpdump(t, b.Topo.GW1, "lan0", filepath.Join(b.Dir, "lan.pcap"), "icmp or icmp6")
+	}
+	wan := startTcpdump(t, b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), "")
+	pingSweep(t, b.Topo.HostA, dsts, sizes, count)
+	time.Sleep(200 * time.Millisecond)
+	if lanCap != nil {
+		if err := lanCap.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := wan.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := len(dsts) * len(sizes) * count * 2
+	v := judgeWAN(t, b, wan.Path, want, true)
+	if lanCap != nil {
+		lines := []string{testbed.EspSALine(b.SAs[0]), testbed.EspSALine(b.SAs[1])}
+		got, want := icmpFlows(t, wan.Path, lines), icmpFlows(t, lanCap.Path, nil)
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("decrypted WAN echo packets differ from those on hostA's LAN:\nWAN %v\nLAN %v", got, want)
+		}
+	}
+	ip, err := testbed.Iperf3(ctx, b.Topo.HostB, b.Topo.HostA, a.HostB4.Addr(), testbed.IperfOptions{Duration: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip.Bytes == 0 {
+		t.Errorf("iperf3 moved nothing")
+	}
+	return v, ip
+}
+
+// resolve pings each dst once from ns, so that neighbour discovery is done
+// before what is measured: a first packet may queue in the kernel's ND/ARP
+// and expire.
+func resolve(ns *netns.Namespace, dsts ...netip.Addr) {
+	for _, dst := range dsts {
+		testbed.Ping(context.Background(), ns, dst, testbed.PingOptions{Size: 8, Count: 1})
+	}
+}
+
+// pingSweep pings each dst from ns count times at each size and fails the
+// test for every reply that did not come.
+func pingSweep(t *testing.T, ns *netns.Namespace, dsts []netip.Addr, sizes []int, count int) {
+	t.Helper()
+	for _, dst := range dsts {
+		for _, size := range sizes {
+			r, err := testbed.Ping(context.Background(), ns, dst, testbed.PingOptions{Size: size, Count: count})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Received != r.Sent {
+				t.Errorf("ping %s size %d: %d of %d replies\n%s", dst, size, r.Received, r.Sent, r.Output)
+			}
+		}
+	}
+}
+
+// startTcpdump captures filter on ifname in ns (the empty filter: ESP).
+func startTcpdump(t *testing.T, ns *netns.Namespace, ifname, path, filter string) *testbed.Capture {
+	t.Helper()
+	var c *testbed.Capture
+	var err error
+	if filter == "" {
+		c, err = testbed.StartCapture(ns, ifname, path, 0)
+	} else {
+		c, err = testbed.StartTcpdump(ns, ifname, path, filter, 0)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// judgeWAN has tshark decrypt the WAN capture with the bed's SAs: at least
+// min ESP packets, every ICV good and, in tunnel mode, every one decrypted
+// into an inner IP packet.
+func judgeWAN(t *testing.T, b *testbed.Bed, path string, min int, tunnel bool) testbed.TsharkVerdict {
+	t.Helper()
+	v, err := testbed.Tshark(context.Background(), path, []string{testbed.EspSALine(b.SAs[0]), testbed.EspSALine(b.SAs[1])})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.ESP < min || v.ICVGood != v.ESP || tunnel && v.Decrypted != v.ESP {
+		t.Errorf("tshark on the WAN: %d ESP packets, %d good ICV, %d decrypted; want at least %d, all good (and decrypted in tunnel mode)", v.ESP, v.ICVGood, v.Decrypted, min)
+	}
+	return v
+}
+
+// saDrops reads gateway i's counters and fails the test for every packet
+// one of its SAs dropped.
+func saDrops(t *testing.T, b *testbed.Bed, i int) gateway.Stats {
+	t.Helper()
+	st, err := b.Stats(context.Background(), i)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range st.SAs {
+		if len(s.Drops) > 0 {
+			t.Errorf("gw%d SA %s drops: %v", i+1, s.SPI, s.Drops)
+		}
+	}
+	return st
+}
+
+// gatewayDrops fails the test for the packets gateway i dropped outside
+// its SAs.
+func gatewayDrops(t *testing.T, st gateway.Stats, i int) {
+	t.Helper()
+	if len(st.Drops) > 0 {
+		t.Errorf("gw%d drops: %v", i+1, st.Drops)
+	}
+}
 
 func pingAll(t *testing.T, b *testbed.Bed, count int) {
 	t.Helper()
@@ -230,15 +301,7 @@ func TestGatewayRestartAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	pingAll(t, b, 5)
-	st, err := b.Stats(context.Background(), 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range st.SAs {
-		if len(s.Drops) > 0 {
-			t.Errorf("gw2 SA %s dropped packets after gw1's restart: %v", s.SPI, s.Drops)
-		}
-	}
+	saDrops(t, b, 1) // none after gw1's restart
 }
 
 // TestGatewayReloadKeepsTunnel sends SIGHUP: the SAs are read again, the
@@ -337,41 +400,15 @@ func TestTransportMode(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/v6=%v", encap, v6), func(t *testing.T) {
 				b := startBed(t, testbed.Options{Prefix: "ittrs", Mode: sa.Transport, Encap: encap, OuterV6: v6,
 					Suite: sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}})
-				ctx := context.Background()
-				wan, err := testbed.StartCapture(b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), 0)
-				if err != nil {
-					t.Fatal(err)
-				}
+				wan := startTcpdump(t, b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), "")
 				_, gw2 := b.Outer()
-				testbed.Ping(ctx, b.GW[0].NS, gw2, testbed.PingOptions{Size: 8, Count: 1}) // neighbour discovery
-				for _, size := range []int{0, 100, 1000, 1300} {
-					r, err := testbed.Ping(ctx, b.GW[0].NS, gw2, testbed.PingOptions{Size: size, Count: 3})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if r.Received != r.Sent {
-						t.Errorf("ping gw1→gw2 size %d: %d of %d\n%s", size, r.Received, r.Sent, r.Output)
-					}
-				}
+				resolve(b.GW[0].NS, gw2)
+				pingSweep(t, b.GW[0].NS, []netip.Addr{gw2}, []int{0, 100, 1000, 1300}, 3)
 				if err := wan.Stop(); err != nil {
 					t.Fatal(err)
 				}
-				v, err := testbed.Tshark(ctx, wan.Path, []string{testbed.EspSALine(b.SAs[0]), testbed.EspSALine(b.SAs[1])})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if v.ESP < 24 || v.ICVGood != v.ESP {
-					t.Errorf("tshark: %d ESP packets, %d with a good ICV; want at least 24, all good", v.ESP, v.ICVGood)
-				}
-				st, err := b.Stats(ctx, 1)
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, s := range st.SAs {
-					if len(s.Drops) > 0 {
-						t.Errorf("gw2 SA %s drops %v", s.SPI, s.Drops)
-					}
-				}
+				judgeWAN(t, b, wan.Path, 24, false)
+				saDrops(t, b, 1)
 			})
 		}
 	}
@@ -397,57 +434,11 @@ func TestTunnelOverXDP(t *testing.T) {
 	}
 	cases = append(cases, tc{"aes-gcm-16", "native", false}, tc{"aes-gcm-16", "native", true})
 	for _, c := range cases {
-		name, v6 := c.name, c.v6
-		t.Run(fmt.Sprintf("%s/%s/v6=%v", name, c.mode, v6), func(t *testing.T) {
-			suite, bits, err := testbed.ParseSuite(name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b := startBed(t, testbed.Options{Prefix: "itxdp", Suite: suite, AESBits: bits, OuterV6: v6, WanIO: "xdp", XDPMode: c.mode})
-			ctx := context.Background()
-			a := b.Topo.Addr
-			for _, dst := range []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()} {
-				testbed.Ping(ctx, b.Topo.HostA, dst, testbed.PingOptions{Size: 8, Count: 1}) // neighbours first
-			}
-			wan, err := testbed.StartCapture(b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(300 * time.Millisecond)
-			for _, dst := range []netip.Addr{a.HostB4.Addr(), a.HostB6.Addr()} {
-				for _, size := range []int{0, 64, 500, 1300} {
-					r, err := testbed.Ping(ctx, b.Topo.HostA, dst, testbed.PingOptions{Size: size, Count: 3})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if r.Received != r.Sent {
-						t.Errorf("ping %s size %d: %d of %d replies", dst, size, r.Received, r.Sent)
-					}
-				}
-			}
-			time.Sleep(200 * time.Millisecond)
-			if err := wan.Stop(); err != nil {
-				t.Fatal(err)
-			}
-			v, err := testbed.Tshark(ctx, wan.Path, []string{testbed.EspSALine(b.SAs[0]), testbed.EspSALine(b.SAs[1])})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if v.ESP < 48 || v.ICVGood != v.ESP || v.Decrypted != v.ESP {
-				t.Errorf("tshark on the WAN: %d ESP packets, %d good ICV, %d decrypted; want at least the 48 echo packets, all good", v.ESP, v.ICVGood, v.Decrypted)
-			}
-			ip, err := testbed.Iperf3(ctx, b.Topo.HostB, b.Topo.HostA, a.HostB4.Addr(), testbed.IperfOptions{Duration: time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ip.Bytes == 0 {
-				t.Errorf("iperf3 moved nothing")
-			}
+		t.Run(fmt.Sprintf("%s/%s/v6=%v", c.name, c.mode, c.v6), func(t *testing.T) {
+			b := startBed(t, withSuite(t, c.name, testbed.Options{Prefix: "itxdp", OuterV6: c.v6, WanIO: "xdp", XDPMode: c.mode}))
+			v, ip := tunnelSweep(t, b, []int{0, 64, 500, 1300}, 3, false)
 			for i := range 2 {
-				st, err := b.Stats(ctx, i)
-				if err != nil {
-					t.Fatal(err)
-				}
+				st := saDrops(t, b, i)
 				if len(st.XDP) != 1 {
 					t.Fatalf("gw%d: %d AF_XDP connections, want 1 (stats %+v)", i+1, len(st.XDP), st)
 				}
@@ -460,14 +451,7 @@ func TestTunnelOverXDP(t *testing.T) {
 						t.Errorf("gw%d raw socket %s received %d ESP packets the program should have steered", i+1, s.Local, s.PacketsIn)
 					}
 				}
-				for _, s := range st.SAs {
-					if len(s.Drops) > 0 {
-						t.Errorf("gw%d SA %s drops: %v", i+1, s.SPI, s.Drops)
-					}
-				}
-				if len(st.Drops) > 0 {
-					t.Errorf("gw%d drops: %v", i+1, st.Drops)
-				}
+				gatewayDrops(t, st, i)
 				t.Logf("gw%d AF_XDP: %+v", i+1, x)
 			}
 			t.Logf("%d ESP packets judged by tshark; TCP %.0f Mbit/s over AF_XDP", v.ESP, ip.BitsPerSecond/1e6)
@@ -531,20 +515,14 @@ func TestManyTunnels(t *testing.T) {
 	if err := os.WriteFile(file, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(labtest.Espgw(t), "sa", "rekey", "--socket", b.ControlSocket(0), "--peer-socket", b.ControlSocket(1), "--grace", "200ms", file).CombinedOutput()
-	if err != nil {
-		t.Fatalf("espgw sa rekey: %v\n%s", err, out)
-	}
+	espgw(t, nil, "sa", "rekey", "--socket", b.ControlSocket(0), "--peer-socket", b.ControlSocket(1), "--grace", "200ms", file)
 	ping(b.Tunnels[57])
 	if n := opened(next.Out.SPI); n != 2 {
 		t.Errorf("the new SA %#x opened %d packets, want the 2 pings after the rekey", next.Out.SPI, n)
 	}
-	out, err = exec.Command(labtest.Espgw(t), "sa", "list", "--socket", b.ControlSocket(1)).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	out := espgw(t, nil, "sa", "list", "--socket", b.ControlSocket(1))
 	var list control.Response
-	if err := json.Unmarshal(out, &list); err != nil {
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
 		t.Fatalf("sa list: %v\n%s", err, out)
 	}
 	if len(list.SAs) != 400 {
@@ -555,11 +533,7 @@ func TestManyTunnels(t *testing.T) {
 			t.Errorf("the old inbound SA %s is still in force after the grace period", s.SPI)
 		}
 	}
-	out, err = exec.Command(labtest.Espgw(t), "policy", "list", "--socket", b.ControlSocket(0)).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(out), fmt.Sprintf("%#x", next.Out.SPI)) {
+	if out := espgw(t, nil, "policy", "list", "--socket", b.ControlSocket(0)); !strings.Contains(out, fmt.Sprintf("%#x", next.Out.SPI)) {
 		t.Errorf("gw1's policies do not name the new SA:\n%s", out)
 	}
 	// A tunnel added with espgw sa add and espgw policy add on both
@@ -577,29 +551,34 @@ func TestManyTunnels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(stdin []byte, args ...string) string {
-		t.Helper()
-		cmd := exec.Command(labtest.Espgw(t), args...)
-		cmd.Stdin = bytes.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("espgw %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
 	for i := range 2 {
-		run(sas, "sa", "add", "--socket", b.ControlSocket(i), "-")
-		run(pols, "policy", "add", "--socket", b.ControlSocket(i), "-")
+		espgw(t, sas, "sa", "add", "--socket", b.ControlSocket(i), "-")
+		espgw(t, pols, "policy", "add", "--socket", b.ControlSocket(i), "-")
 	}
 	ping(extra)
 	for i := range 2 {
-		run(pols, "policy", "del", "--socket", b.ControlSocket(i), "-")
-		run(nil, "sa", "del", "--socket", b.ControlSocket(i), fmt.Sprintf("%#x@%s", extra.Out.SPI, extra.Out.Dst), fmt.Sprintf("%#x@%s", extra.Back.SPI, extra.Back.Dst))
+		espgw(t, pols, "policy", "del", "--socket", b.ControlSocket(i), "-")
+		espgw(t, nil, "sa", "del", "--socket", b.ControlSocket(i), fmt.Sprintf("%#x@%s", extra.Out.SPI, extra.Out.Dst), fmt.Sprintf("%#x@%s", extra.Back.SPI, extra.Back.Dst))
 	}
 	if out, err := b.Topo.HostA.Output(ctx, "ping", "-n", "-c", "1", "-W", "1", "-I", extra.HostA.String(), extra.HostB.String()); err == nil {
 		t.Errorf("ping through a deleted tunnel got through:\n%s", out)
 	}
-	if out := run(nil, "sa", "list", "--socket", b.ControlSocket(0)); strings.Contains(out, fmt.Sprintf("%#x", extra.Out.SPI)) {
+	if out := espgw(t, nil, "sa", "list", "--socket", b.ControlSocket(0)); strings.Contains(out, fmt.Sprintf("%#x", extra.Out.SPI)) {
 		t.Errorf("the deleted SA is still listed")
 	}
+}
+
+// espgw runs the espgw binary with stdin and returns what it printed on
+// stdout; a failure fails the test with its output.
+func espgw(t *testing.T, stdin []byte, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(labtest.Espgw(t), args...)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("espgw %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
 }

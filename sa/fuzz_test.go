@@ -107,6 +107,9 @@ func FuzzParseOtherFormats(f *testing.F) {
 	f.Add([]byte(`"IPv4","192.0.2.1","192.0.2.2","0x00001001","AES-CBC [RFC3602]","0x` + testEncHex + `","HMAC-SHA-1-96 [RFC2404]","0x` + testAuthHex + `"` + "\n"))
 	f.Add([]byte("src 0.0.0.0 dst 0.0.0.0 \n lifetime config: \n limit:")) // once a slice out of range
 	f.Fuzz(func(t *testing.T, data []byte) {
+		if _, err := ParseXFRMStates("f", data); err != nil {
+			assertNoInputKey(t, data, err)
+		}
 		for _, p := range []func(string, []byte) (*Config, error){ParseXFRMState, ParseXFRMCommands, ParseEspSA, ParseCharonLog} {
 			c, err := p("f", data)
 			if err != nil {

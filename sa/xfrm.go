@@ -65,6 +65,10 @@ func (p *lineProblems) fail(line int, entry, field string, err error) {
 
 func (p *lineProblems) full() bool { return len(p.errs) > maxErrors }
 
+// hiddenKeys stands for the key of a listing made with nokeys, where
+// ParseXFRMStates reads one.
+const hiddenKeys = "<<Keys hidden>>"
+
 // keyToken reads a key as iproute2 prints and takes it: 0x-prefixed hex.
 // A listing made with nokeys (or by a kernel that redacts keys) has none.
 func keyToken(t string) (Key, error) {
@@ -140,7 +144,42 @@ func trimIPCommand(f []string) []string {
 // SA taken over from a running kernel continues where the kernel stopped.
 // Policies are not part of the listing: the SAs come without an SPD.
 func ParseXFRMState(name string, data []byte) (*Config, error) {
-	p := &xfrmListing{lineProblems: lineProblems{file: name}}
+	states, err := parseXFRMListing(name, data, false)
+	if err != nil {
+		return nil, err
+	}
+	c := &Config{}
+	for _, st := range states {
+		c.SAs = append(c.SAs, st.SA)
+	}
+	return c, nil
+}
+
+// XFRMState is one state of an `ip -s xfrm state` listing: the SA it
+// holds (without keys when the listing hides them) and what the kernel
+// counted on it.
+type XFRMState struct {
+	*SA
+	// Seq is the highest sequence number received, OSeq the last one
+	// sent (the SA's InitialSeq); with ESN both carry the high 32 bits.
+	Seq, OSeq uint64
+	// Bytes and Packets count what the state processed successfully.
+	Bytes, Packets uint64
+	// The kernel's error counters for the state: packets outside the
+	// replay window, replayed packets, and integrity (ICV) failures.
+	ReplayWindowDrops, Replayed, IntegrityFailed uint64
+}
+
+// ParseXFRMStates reads `ip -s xfrm state` output for what the kernel
+// counted, made with or without keys (nokeys): the same reading as
+// ParseXFRMState, but a state's SA is not validated (it may lack its
+// keys) and lines about features espgw lacks are no error.
+func ParseXFRMStates(name string, data []byte) ([]XFRMState, error) {
+	return parseXFRMListing(name, data, true)
+}
+
+func parseXFRMListing(name string, data []byte, counters bool) ([]XFRMState, error) {
+	p := &xfrmListing{lineProblems: lineProblems{file: name}, counters: counters}
 	lines := strings.Split(string(data), "\n")
 	for i, raw := range lines {
 		if p.full() {
@@ -152,31 +191,33 @@ func ParseXFRMState(name string, data []byte) (*Config, error) {
 	if err := errors.Join(p.errs...); err != nil {
 		return nil, err
 	}
-	if len(p.sas) == 0 {
+	if len(p.states) == 0 {
 		return nil, &ConfigError{File: name, Err: errors.New("no ESP state in the listing")}
 	}
-	return &Config{SAs: p.sas}, nil
+	return p.states, nil
 }
 
 // xfrmListing reads `ip xfrm state` output line by line.
 type xfrmListing struct {
 	lineProblems
-	sas     []*SA
-	cur     *SA
-	start   int    // line of cur's header
-	entry   string // cur's name in errors
-	bad     bool   // cur had an error: dropped at its end
-	section string // the multi-line block being read
-	keyed   bool   // cur has an enc or aead line
-	proto   bool   // cur has its proto line
-	lines   map[spiDst]int
+	counters bool // ParseXFRMStates: keys may be hidden, SAs are not validated
+	states   []XFRMState
+	cur      *XFRMState
+	start    int    // line of cur's header
+	entry    string // cur's name in errors
+	bad      bool   // cur had an error: dropped at its end
+	section  string // the multi-line block being read
+	keyed    bool   // cur has an enc or aead line
+	proto    bool   // cur has its proto line
+	lines    map[spiDst]int
 }
 
 func (p *xfrmListing) finish() {
 	if p.cur == nil {
 		return
 	}
-	s := p.cur
+	st := p.cur
+	s := st.SA
 	p.cur = nil
 	if p.bad {
 		return
@@ -189,7 +230,7 @@ func (p *xfrmListing) finish() {
 		p.fail(p.start, p.entry, "enc", errors.New("missing: an ESP state needs an enc or aead line"))
 		return
 	}
-	if err := s.Validate(); err != nil {
+	if err := s.Validate(); err != nil && !p.counters {
 		p.fail(p.start, p.entry, "", err)
 		return
 	}
@@ -202,7 +243,7 @@ func (p *xfrmListing) finish() {
 		return
 	}
 	p.lines[k] = p.start
-	p.sas = append(p.sas, s)
+	p.states = append(p.states, *st)
 }
 
 func (p *xfrmListing) line(n int, line string) {
@@ -217,7 +258,7 @@ func (p *xfrmListing) line(n int, line string) {
 			p.fail(n, "", "", fmt.Errorf("want a state header \"src ADDR dst ADDR\", got %s", secret.Word(f[0], "src")))
 			return
 		}
-		p.cur, p.start, p.bad, p.section, p.keyed, p.proto = &SA{}, n, false, "", false, false
+		p.cur, p.start, p.bad, p.section, p.keyed, p.proto = &XFRMState{SA: &SA{}}, n, false, "", false, false
 		p.entry = fmt.Sprintf("state %s→%s", strings.Trim(secret.Number(f[1]), `"`), strings.Trim(secret.Number(f[3]), `"`))
 		var err error
 		if p.cur.Src, err = netip.ParseAddr(f[1]); err != nil {
@@ -235,7 +276,7 @@ func (p *xfrmListing) line(n int, line string) {
 	if p.bad {
 		return
 	}
-	s := p.cur
+	s, st := p.cur.SA, p.cur
 	switch {
 	case f[0] == "proto":
 		p.protoLine(n, f)
@@ -291,22 +332,29 @@ func (p *xfrmListing) line(n int, line string) {
 	case f[0] == "anti-replay":
 		// anti-replay context: seq 0x0, oseq 0x7, bitmap 0x00000000
 		kv := pairs(f[2:])
-		o, err := parseHex64(kv["oseq"])
-		if err != nil {
-			p.failCur(n, "anti-replay oseq", err)
+		seq, err := parseHex64(kv["seq"])
+		o, err2 := parseHex64(kv["oseq"])
+		if err = errors.Join(err, err2); err != nil {
+			p.failCur(n, "anti-replay", err)
 			return
 		}
-		s.InitialSeq = o
+		st.Seq, st.OSeq, s.InitialSeq = seq, o, o
 	case p.section == "esn" && f[0] == "seq-hi":
 		// seq-hi 0x1, seq 0x11, oseq-hi 0x1, oseq 0x10
 		kv := pairs(f)
-		hi, err := parseHex64(kv["oseq-hi"])
-		lo, err2 := parseHex64(kv["oseq"])
-		if err = errors.Join(err, err2); err != nil {
-			p.failCur(n, "anti-replay oseq", err)
+		var v [4]uint64
+		var errs []error
+		for i, k := range []string{"seq-hi", "seq", "oseq-hi", "oseq"} {
+			var err error
+			v[i], err = parseHex64(kv[k])
+			errs = append(errs, err)
+		}
+		if err := errors.Join(errs...); err != nil {
+			p.failCur(n, "anti-replay", err)
 			return
 		}
-		s.InitialSeq = hi<<32 | lo
+		st.Seq, st.OSeq = v[0]<<32|v[1], v[2]<<32|v[3]
+		s.InitialSeq = st.OSeq
 	case p.section == "esn" && f[0] == "replay_window" && len(f) >= 2:
 		w, err := strconv.Atoi(strings.TrimSuffix(f[1], ","))
 		if err != nil {
@@ -334,10 +382,36 @@ func (p *xfrmListing) line(n int, line string) {
 		p.section = "stats"
 	case p.section == "config" && (f[0] == "limit:" || f[0] == "expire"):
 		p.limitLine(n, f)
+	case p.section == "current" && strings.HasSuffix(f[0], "(bytes),") && len(f) >= 2:
+		// 84(bytes), 1(packets)
+		b, err := strconv.ParseUint(strings.TrimSuffix(f[0], "(bytes),"), 10, 64)
+		pk, err2 := strconv.ParseUint(strings.TrimSuffix(f[1], "(packets)"), 10, 64)
+		if err != nil || err2 != nil {
+			p.failCur(n, "lifetime current", fmt.Errorf("want \"N(bytes), N(packets)\", got %s", secret.Number(strings.Join(f, " "))))
+			return
+		}
+		st.Bytes, st.Packets = b, pk
+	case p.section == "stats" && f[0] == "replay-window":
+		// replay-window 0 replay 0 failed 0
+		kv := pairs(f)
+		for _, x := range []struct {
+			key string
+			dst *uint64
+		}{{"replay-window", &st.ReplayWindowDrops}, {"replay", &st.Replayed}, {"failed", &st.IntegrityFailed}} {
+			v, err := strconv.ParseUint(kv[x.key], 10, 64)
+			if err != nil {
+				p.failCur(n, "stats "+x.key, fmt.Errorf("%s is not a count", secret.Number(kv[x.key])))
+				return
+			}
+			*x.dst = v
+		}
 	case p.section == "current" || p.section == "stats":
-		// counters: what the kernel did, not configuration
+		// when the state was added and used
 	case f[0] == "lastused" || f[0] == "crypto" && p.section == "":
 	case slices.Contains([]string{"mark", "output-mark", "if_id", "offload", "security", "coaddr", "comp", "ctx"}, f[0]):
+		if p.counters {
+			return // the counters do not depend on it
+		}
 		p.failCur(n, f[0], errors.New("not supported by espgw: the state would not behave the same"))
 	default:
 		p.failCur(n, "", fmt.Errorf("unknown line starting %s", secret.Word(f[0], listingWords...)))
@@ -379,7 +453,7 @@ func (p *xfrmListing) protoLine(n int, f []string) {
 // algLine reads "enc cbc(aes) 0x…", "auth-trunc hmac(sha1) 0x… 96",
 // "auth hmac(sha1) 0x…" and "aead rfc4106(gcm(aes)) 0x… 128".
 func (p *xfrmListing) algLine(n int, f []string) {
-	s := p.cur
+	s := p.cur.SA
 	if len(f) == 2 && (f[1] == "ecb(cipher_null)" || f[1] == "cipher_null") {
 		f = append(f, "")
 	}
@@ -387,7 +461,11 @@ func (p *xfrmListing) algLine(n int, f []string) {
 		p.failCur(n, f[0], errors.New("want ALGORITHM KEY"))
 		return
 	}
-	if err := xfrmAlgorithm(s, f[0], f[1], f[2], f[3:]); err != nil {
+	key, rest := f[2], f[3:]
+	if p.counters && key == "<<Keys" && len(rest) > 0 && rest[0] == "hidden>>" {
+		key, rest = hiddenKeys, rest[1:] // a nokeys listing: the counters need no keys
+	}
+	if err := xfrmAlgorithm(s, f[0], f[1], key, rest); err != nil {
 		p.failCur(n, f[0], err)
 		return
 	}
@@ -405,12 +483,14 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 		rest = rest[2:]
 	}
 	k, err := keyToken(key)
-	if name == "ecb(cipher_null)" || name == "cipher_null" || name == "digest_null" {
+	hidden := key == hiddenKeys
+	if hidden || name == "ecb(cipher_null)" || name == "cipher_null" || name == "digest_null" {
 		k, err = nil, nil // iproute2 prints "" or nothing useful for null
 	}
 	if err != nil {
 		return err
 	}
+	keyLen := func(lens []int) bool { return hidden || slices.Contains(lens, len(k)) }
 	bits := func() (int, error) {
 		if len(rest) == 0 {
 			return 0, errors.New("missing the ICV length in bits")
@@ -427,7 +507,7 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 		if !ok {
 			return fmt.Errorf("%s is not supported (want cbc(aes), cbc(des3_ede), rfc3686(ctr(aes)) or ecb(cipher_null))", secret.Word(name, "cbc(aes)", "cbc(des3_ede)", "rfc3686(ctr(aes))", "ecb(cipher_null)"))
 		}
-		if !slices.Contains(Suite{Cipher: c}.EncKeyLens(), len(k)) {
+		if !keyLen(Suite{Cipher: c}.EncKeyLens()) {
 			return fmt.Errorf("key is %d bytes, want %s", len(k), lens(Suite{Cipher: c}.EncKeyLens()))
 		}
 		s.Suite.Cipher, s.EncKey = c, k
@@ -442,7 +522,7 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 		if b != 128 {
 			return fmt.Errorf("rfc4106(gcm(aes)) with a %d-bit ICV: espgw does aes-gcm-16 (128 bits) only", b)
 		}
-		if !slices.Contains(Suite{Cipher: CipherAESGCM16}.EncKeyLens(), len(k)) {
+		if !keyLen(Suite{Cipher: CipherAESGCM16}.EncKeyLens()) {
 			return fmt.Errorf("key is %d bytes, want %s (key and 4-byte salt)", len(k), lens(Suite{Cipher: CipherAESGCM16}.EncKeyLens()))
 		}
 		s.Suite.Cipher, s.Suite.Auth, s.EncKey = CipherAESGCM16, AuthNone, k
@@ -468,7 +548,7 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 		if b != want {
 			return fmt.Errorf("%s truncated to %d bits: espgw does %s (%d bits), as RFC 4868/2404/2403 say", name, b, a, want)
 		}
-		if n := (Suite{Auth: a}).AuthKeyLen(); len(k) != n {
+		if n := (Suite{Auth: a}).AuthKeyLen(); !keyLen([]int{n}) {
 			return fmt.Errorf("key is %d bytes, want %d", len(k), n)
 		}
 		s.Suite.Auth, s.AuthKey = a, k

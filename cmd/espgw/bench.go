@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -85,17 +86,7 @@ socket.`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "charts: %s\n", strings.Join(files, ", "))
 				}
 			}
-			fmt.Fprintln(cmd.ErrOrStderr())
-			if err := printReport(cmd, rep, rep.Print, asJSON, save); err != nil {
-				return err
-			}
-			if rep.Partial {
-				return fmt.Errorf("bench interrupted: results above are partial")
-			}
-			if len(rep.Problems) > 0 {
-				return fmt.Errorf("bench: %d path(s) failed (see the report)", len(rep.Problems))
-			}
-			return nil
+			return printBench(cmd, rep, rep.Print, rep.Partial, len(rep.Problems), "path(s)", asJSON, save)
 		},
 	}
 	f := cmd.Flags()
@@ -162,15 +153,21 @@ func benchTunnels(cmd *cobra.Command, o bench.Options, counts, encaps, frames st
 		return err
 	}
 	rep.Command = "espgw " + strings.Join(os.Args[1:], " ")
+	return printBench(cmd, rep, rep.Print, rep.Partial, len(rep.Problems), "tunnel count(s)", asJSON, save)
+}
+
+// printBench prints a bench report after the progress bar and fails the
+// command when the run was cut short or some of its parts (what) failed.
+func printBench(cmd *cobra.Command, rep any, print func(io.Writer), partial bool, problems int, what string, asJSON bool, save string) error {
 	fmt.Fprintln(cmd.ErrOrStderr())
-	if err := printReport(cmd, rep, rep.Print, asJSON, save); err != nil {
+	if err := printReport(cmd, rep, print, asJSON, save); err != nil {
 		return err
 	}
-	if rep.Partial {
+	if partial {
 		return fmt.Errorf("bench interrupted: results above are partial")
 	}
-	if len(rep.Problems) > 0 {
-		return fmt.Errorf("bench: %d tunnel count(s) failed (see the report)", len(rep.Problems))
+	if problems > 0 {
+		return fmt.Errorf("bench: %d %s failed (see the report)", problems, what)
 	}
 	return nil
 }

@@ -150,6 +150,24 @@ func PacketLength(b []byte) (int, bool) {
 	return 0, false
 }
 
+// EthernetIP returns where the IPv4 or IPv6 packet of an Ethernet frame
+// starts, past up to three VLAN tags (802.1Q, 802.1ad and the older
+// 0x9100), or false when the frame carries no IP.
+func EthernetIP(frame []byte) (int, bool) {
+	for off, tags := 12, 0; off+2 <= len(frame); off, tags = off+4, tags+1 {
+		switch binary.BigEndian.Uint16(frame[off:]) {
+		case 0x0800, 0x86dd:
+			return off + 2, true
+		case 0x8100, 0x88a8, 0x9100:
+			if tags < 3 {
+				continue
+			}
+		}
+		return 0, false
+	}
+	return 0, false
+}
+
 // Header finds the IP header that stays in front of a transport payload:
 // the IPv4 header, or the IPv6 header with the extension headers RFC 4303
 // §3.1.1 keeps in front of ESP (hop-by-hop, routing, fragment). It returns

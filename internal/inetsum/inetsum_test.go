@@ -124,3 +124,32 @@ func TestHeaderLengths(t *testing.T) {
 		})
 	}
 }
+
+func TestEthernetIP(t *testing.T) {
+	eth := func(types ...uint16) []byte {
+		b := make([]byte, 12)
+		for _, et := range types {
+			b = append(b, byte(et>>8), byte(et), 0, 7)
+		}
+		return append(b[:len(b)-2], 0x45, 0)
+	}
+	tests := []struct {
+		frame []byte
+		off   int
+		ok    bool
+	}{
+		{eth(0x0800), 14, true},
+		{eth(0x86dd), 14, true},
+		{eth(0x8100, 0x0800), 18, true},
+		{eth(0x88a8, 0x8100, 0x9100, 0x86dd), 26, true},
+		{eth(0x8100, 0x8100, 0x8100, 0x8100, 0x0800), 0, false}, // four tags
+		{eth(0x0806), 0, false},                                 // ARP
+		{eth(0x8100)[:14], 0, false},                            // a tag and nothing after it
+		{make([]byte, 13), 0, false},
+	}
+	for i, tt := range tests {
+		if off, ok := EthernetIP(tt.frame); off != tt.off || ok != tt.ok {
+			t.Errorf("frame %d (% x): %d %v, want %d %v", i, tt.frame, off, ok, tt.off, tt.ok)
+		}
+	}
+}

@@ -17,6 +17,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -84,9 +85,7 @@ type Options struct {
 }
 
 func (o *Options) defaults() {
-	if o.Prefix == "" {
-		o.Prefix = "bench"
-	}
+	o.Prefix = cmp.Or(o.Prefix, "bench")
 	if len(o.Suites) == 0 {
 		o.Suites = []string{"aes-gcm-16"}
 	}
@@ -96,42 +95,24 @@ func (o *Options) defaults() {
 	if len(o.Encaps) == 0 {
 		o.Encaps = []sa.Encap{sa.EncapNone}
 	}
-	if o.TCPRuns == 0 {
-		o.TCPRuns = 1
-	}
-	if o.TCPDuration == 0 {
-		o.TCPDuration = 3 * time.Second
-	}
-	if o.TrialDuration == 0 {
-		o.TrialDuration = time.Second
-	}
-	if o.Iterations == 0 {
-		o.Iterations = 8
-	}
-	if o.PartialIters == 0 {
-		o.PartialIters = 3
-	}
-	if o.PartialLoss == 0 {
-		o.PartialLoss = 0.001
-	}
+	o.TCPRuns = cmp.Or(o.TCPRuns, 1)
+	o.TCPDuration = cmp.Or(o.TCPDuration, 3*time.Second)
+	o.TrialDuration = cmp.Or(o.TrialDuration, time.Second)
+	o.Iterations = cmp.Or(o.Iterations, 8)
+	o.PartialIters = cmp.Or(o.PartialIters, 3)
+	o.PartialLoss = cmp.Or(o.PartialLoss, 0.001)
 	if len(o.Frames) == 0 {
 		o.Frames, _ = ParseMixes("all")
 	}
-	if o.LatencyFrame == 0 {
-		o.LatencyFrame = 512
-	}
+	o.LatencyFrame = cmp.Or(o.LatencyFrame, 512)
 	if len(o.LatencyLoads) == 0 {
 		o.LatencyLoads = []float64{0.1, 0.5, 0.9}
 	}
-	if o.LatencyTime == 0 {
-		o.LatencyTime = 2 * time.Second
-	}
+	o.LatencyTime = cmp.Or(o.LatencyTime, 2*time.Second)
 	if o.Progress == nil {
 		o.Progress = func(string, int, int) {}
 	}
-	if o.Log == nil {
-		o.Log = slog.New(slog.DiscardHandler)
-	}
+	o.Log = cmp.Or(o.Log, slog.New(slog.DiscardHandler))
 }
 
 // Kinds of path measured.
@@ -285,10 +266,8 @@ func Check(o Options) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	tools := []string{"iperf3"}
-	for _, b := range o.Baselines {
-		if b == KindWireguard {
-			tools = append(tools, "wg")
-		}
+	if len(o.Baselines) > 0 { // wireguard-go, the only one
+		tools = append(tools, "wg")
 	}
 	var missing []string
 	for _, t := range tools {
@@ -376,9 +355,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep := &Report{Started: time.Now()}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		rep.LoadAvg = strings.TrimSpace(string(b))
-	}
+	rep.LoadAvg = loadAvg()
 	rep.Nice, rep.Retries = o.Nice, o.Retries
 	m := &meter{o: o, total: len(specs) * o.stepsPerPath()}
 	for _, spec := range specs {
@@ -393,9 +370,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.Partial = ctx.Err() != nil
 	rep.Elapsed = time.Since(rep.Started)
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		rep.LoadEnd = strings.TrimSpace(string(b))
-	}
+	rep.LoadEnd = loadAvg()
 	rep.Ratios, rep.Targets = Compare(rep.Results, o.LatencyFrame)
 	return rep, nil
 }

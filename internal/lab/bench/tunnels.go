@@ -1,13 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -94,33 +93,15 @@ type TunnelReport struct {
 }
 
 func (o *TunnelOptions) defaults() {
-	if o.Prefix == "" {
-		o.Prefix = "bench"
-	}
-	if o.Suite == "" {
-		o.Suite = "aes-gcm-16"
-	}
-	if o.Engine == "" {
-		o.Engine = "cpu"
-	}
-	if o.Frame == 0 {
-		o.Frame = 512
-	}
-	if o.TCPDuration == 0 {
-		o.TCPDuration = 3 * time.Second
-	}
-	if o.TrialDuration == 0 {
-		o.TrialDuration = time.Second
-	}
-	if o.Iterations == 0 {
-		o.Iterations = 8
-	}
-	if o.ReconfigTime == 0 {
-		o.ReconfigTime = 2 * time.Second
-	}
-	if o.ControlAdds == 0 {
-		o.ControlAdds = 5000
-	}
+	o.Prefix = cmp.Or(o.Prefix, "bench")
+	o.Suite = cmp.Or(o.Suite, "aes-gcm-16")
+	o.Engine = cmp.Or(o.Engine, "cpu")
+	o.Frame = cmp.Or(o.Frame, 512)
+	o.TCPDuration = cmp.Or(o.TCPDuration, 3*time.Second)
+	o.TrialDuration = cmp.Or(o.TrialDuration, time.Second)
+	o.Iterations = cmp.Or(o.Iterations, 8)
+	o.ReconfigTime = cmp.Or(o.ReconfigTime, 2*time.Second)
+	o.ControlAdds = cmp.Or(o.ControlAdds, 5000)
 	if o.Progress == nil {
 		o.Progress = func(string, int, int) {}
 	}
@@ -141,9 +122,7 @@ func RunTunnels(ctx context.Context, o TunnelOptions) (*TunnelReport, error) {
 		return nil, err
 	}
 	rep := &TunnelReport{Started: time.Now(), Suite: o.Suite, Engine: o.Engine, Frame: o.Frame}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		rep.LoadAvg = strings.TrimSpace(string(b))
-	}
+	rep.LoadAvg = loadAvg()
 	steps := 7
 	for i, n := range o.Counts {
 		if ctx.Err() != nil {

@@ -6,7 +6,6 @@ package capture
 import (
 	"bytes"
 	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -18,21 +17,14 @@ import (
 	"time"
 
 	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 
 	"github.com/espgw/espgw/esp"
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/lab/pcapgen"
 	"github.com/espgw/espgw/internal/lab/scapy"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/sa"
 )
-
-// requireScapy fails the test, with what to install, when scapy is missing.
-func requireScapy(t *testing.T) {
-	t.Helper()
-	if err := scapy.Available(); err != nil {
-		t.Fatalf("scapy is needed as the independent ESP peer: %v", err)
-	}
-}
 
 type peerJob struct {
 	Op      string         `json:"op"`
@@ -49,10 +41,10 @@ type peerResult struct {
 	Errors  []*string `json:"errors"`
 }
 
-// runPeer runs every job in one scapy process.
+// runPeer runs every job in one scapy process (failing, with what to
+// install, where scapy is missing).
 func runPeer(t *testing.T, jobs []peerJob) []peerResult {
 	t.Helper()
-	requireScapy(t)
 	in, err := json.Marshal(map[string]any{"jobs": jobs})
 	if err != nil {
 		t.Fatal(err)
@@ -183,48 +175,41 @@ func randomSA(sc suiteCase, mode sa.Mode, v6 bool, encap sa.Encap) *sa.SA {
 // IP and UDP checksums; below the size of the two headers, an IP packet of
 // protocol 253 (experimental) with no payload beyond what fits.
 func udpPacket(v6 bool, total int, id uint16) []byte {
-	hl := 20
-	src, dst := inner4[0], inner4[1]
+	hl, proto := 20, layers.IPProtocolUDP
 	if v6 {
-		hl, src, dst = 40, inner6[0], inner6[1]
+		hl = 40
 	}
 	total = max(total, hl)
-	proto := byte(protoUDP)
 	if total < hl+8 {
 		proto = 253
 	}
-	p := make([]byte, total)
-	for i := hl + 8; i < total; i++ {
-		p[i] = byte(i*7) ^ byte(id)
-	}
+	var ip gopacket.SerializableLayer = &layers.IPv4{Version: 4, TTL: 64, Id: id, Protocol: proto,
+		SrcIP: inner4[0].AsSlice(), DstIP: inner4[1].AsSlice()}
 	if v6 {
-		p[0], p[6], p[7] = 0x60, proto, 64
-		binary.BigEndian.PutUint16(p[4:], uint16(total-40))
-		s, d := src.As16(), dst.As16()
-		copy(p[8:], s[:])
-		copy(p[24:], d[:])
-	} else {
-		p[0], p[8], p[9] = 0x45, 64, proto
-		binary.BigEndian.PutUint16(p[2:], uint16(total))
-		binary.BigEndian.PutUint16(p[4:], id)
-		s, d := src.As4(), dst.As4()
-		copy(p[12:], s[:])
-		copy(p[16:], d[:])
-		inetsum.IPv4Header(p[:20])
+		ip = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: proto, SrcIP: inner6[0].AsSlice(), DstIP: inner6[1].AsSlice()}
 	}
-	if proto != protoUDP {
-		return p
+	if proto != layers.IPProtocolUDP {
+		return serialize(ip, gopacket.Payload(make([]byte, total-hl)))
 	}
-	u := p[hl:]
-	binary.BigEndian.PutUint16(u[0:], 40000+id)
-	binary.BigEndian.PutUint16(u[2:], 9)
-	binary.BigEndian.PutUint16(u[4:], uint16(len(u)))
-	inetsum.L4(u, src.AsSlice(), dst.AsSlice(), protoUDP, inetsum.OffsetUDP)
-	return p
+	payload := make([]byte, total-hl-8)
+	for i := range payload {
+		payload[i] = byte((hl+8+i)*7) ^ byte(id)
+	}
+	return serialize(ip, &layers.UDP{SrcPort: layers.UDPPort(40000 + id), DstPort: 9}, gopacket.Payload(payload))
+}
+
+// serialize is pcapgen.Serialize for the packets a test builds, which
+// always serialize.
+func serialize(ls ...gopacket.SerializableLayer) []byte {
+	b, err := pcapgen.Serialize(ls...)
+	if err != nil {
+		panic(fmt.Sprintf("a test packet does not serialize: %v", err))
+	}
+	return b
 }
 
 // newSAs builds working SAs for the configurations on one cpu engine.
-func newSAs(t *testing.T, cfgs ...*sa.SA) []*esp.SA {
+func newSAs(t testing.TB, cfgs ...*sa.SA) []*esp.SA {
 	t.Helper()
 	eng := cpu.New()
 	out := make([]*esp.SA, len(cfgs))

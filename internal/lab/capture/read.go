@@ -192,7 +192,7 @@ const (
 // gopacket 1.1.19 decodes neither SLL2 nor the 0x9100 VLAN tag, and finding
 // the IP offset needs no more than this.
 type linkFormat struct {
-	hdr       int // bytes before the IP packet (Ethernet: before the tags)
+	hdr       int // bytes before the IP packet (Ethernet: before any VLAN tags)
 	etherType int // offset of a 2-byte EtherType, -1 for none
 	family    bool
 }
@@ -236,16 +236,12 @@ func extract(b []byte, lt layers.LinkType) ([]byte, Skip) {
 		if af != 2 && af != 10 && af != 24 && af != 28 && af != 30 {
 			return nil, NotIP
 		}
-	case f.etherType >= 0:
-		et := binary.BigEndian.Uint16(b[f.etherType:])
-		for tags := 0; lt == layers.LinkTypeEthernet && (et == 0x8100 || et == 0x88a8 || et == 0x9100) && tags < 3; tags++ {
-			if len(b) < f.hdr+4 {
-				return nil, NotIP
-			}
-			et = binary.BigEndian.Uint16(b[f.hdr+2:])
-			f.hdr += 4
+	case lt == layers.LinkTypeEthernet:
+		if f.hdr, ok = inetsum.EthernetIP(b); !ok {
+			return nil, NotIP
 		}
-		if et != 0x0800 && et != 0x86dd {
+	case f.etherType >= 0:
+		if et := binary.BigEndian.Uint16(b[f.etherType:]); et != 0x0800 && et != 0x86dd {
 			return nil, NotIP
 		}
 	}
@@ -276,6 +272,22 @@ func (r *Reader) Next() (Frame, error) {
 	return f, nil
 }
 
+// each hands every frame of r to fn, to the end of the capture.
+func (r *Reader) each(fn func(Frame) error) error {
+	for {
+		f, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(f); err != nil {
+			return err
+		}
+	}
+}
+
 // Stats counts what reading (and rewriting) did with a capture's frames.
 type Stats struct {
 	Frames  int            `json:"frames"`  // records read
@@ -285,11 +297,11 @@ type Stats struct {
 	Hosts map[string]string `json:"hosts,omitempty"`
 }
 
-func (s *Stats) skip(reason string) {
+func (s *Stats) skip(reason string, n int) {
 	if s.Skipped == nil {
 		s.Skipped = map[string]int{}
 	}
-	s.Skipped[reason]++
+	s.Skipped[reason] += n
 }
 
 // ReadAll reads every IP packet of a capture, counting the frames that
@@ -302,21 +314,18 @@ func ReadAll(r io.Reader, name string) ([]Frame, Stats, error) {
 		return nil, st, err
 	}
 	var out []Frame
-	for {
-		f, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return out, st, err
-		}
+	err = rd.each(func(f Frame) error {
 		st.Frames++
 		if f.Skip != NotSkipped {
-			st.skip(string(f.Skip))
-			continue
+			st.skip(string(f.Skip), 1)
+			return nil
 		}
 		out = append(out, f)
 		st.Packets++
+		return nil
+	})
+	if err != nil {
+		return out, st, err
 	}
 	if len(out) == 0 {
 		return nil, st, fmt.Errorf("read capture %s: no IP packet in %d records (skipped: %v)", name, st.Frames, st.Skipped)

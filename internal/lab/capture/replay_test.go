@@ -1,7 +1,6 @@
 package capture
 
 import (
-	"bytes"
 	"context"
 	"net/netip"
 	"testing"
@@ -9,93 +8,47 @@ import (
 
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/labtest"
-	"github.com/espgw/espgw/internal/lab/netns"
-	"github.com/espgw/espgw/internal/lab/pcapgen"
 	"github.com/espgw/espgw/internal/lab/wanrelay"
 )
 
 // bed is hostA — wan — hostB on one subnet, wan bridged by the relay.
-func bed(t *testing.T) (*netns.Bed, [2]ReplayHost, string) {
+func bed(t *testing.T) ([2]ReplayHost, string) {
 	t.Helper()
-	labtest.NeedNamespaces(t)
-	b, err := netns.New("im-rp", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close() })
-	var ns [3]*netns.Namespace
-	for i, n := range []string{"a", "w", "b"} {
-		if ns[i], err = b.AddNamespace(n); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := ns[1].Sysctl(map[string]string{"net/ipv6/conf/default/disable_ipv6": "1", "net/ipv6/conf/all/disable_ipv6": "1"}); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct {
-		x         *netns.Namespace
-		xn, yn    string
-		y         *netns.Namespace
-		addr4, a6 string
-	}{{ns[0], "eth0", "wa", ns[1], "192.0.2.1/24", "2001:db8::1/64"}, {ns[2], "eth0", "wb", ns[1], "192.0.2.2/24", "2001:db8::2/64"}} {
-		if err := b.Connect(c.x, c.xn, c.y, c.yn, netns.LinkOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range []string{c.addr4, c.a6} {
-			if err := c.x.AddAddr(c.xn, netip.MustParsePrefix(p)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return b, [2]ReplayHost{{ns[0], "eth0"}, {ns[2], "eth0"}}, ns[1].Name()
+	a, wan, b := labtest.Chain(t, "im-rp", true)
+	labtest.Address(t, a, "a0", "192.0.2.1/24", "2001:db8::1/64")
+	labtest.Address(t, b, "b0", "192.0.2.2/24", "2001:db8::2/64")
+	return [2]ReplayHost{{a, "a0"}, {b, "b0"}}, wan.Name()
 }
 
 func bundled(t *testing.T) []Packet {
 	t.Helper()
-	var frames []Frame
-	for _, c := range pcapgen.Captures() {
-		b, err := c.Generate()
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, _, err := ReadAll(bytes.NewReader(b), c.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		frames = append(frames, f...)
-	}
 	topo := Topology{
 		A: Hosts{IPv4: netip.MustParseAddr("192.0.2.1"), IPv6: netip.MustParseAddr("2001:db8::1")},
 		B: Hosts{IPv4: netip.MustParseAddr("192.0.2.2"), IPv6: netip.MustParseAddr("2001:db8::2")},
 	}
-	pkts, st, err := Rewrite(frames, topo, RewriteOptions{Timing: AsFast})
+	pkts, st, err := Rewrite(source(t), topo, RewriteOptions{Timing: AsFast})
 	if err != nil || len(st.Skipped) != 0 {
 		t.Fatalf("rewrite: %v %+v", err, st)
 	}
 	return pkts
 }
 
-func startRelay(t *testing.T, wan string, cfg impair.Config) *wanrelay.Relay {
+func startRelay(t *testing.T, wan string, cfg impair.Config) *wanrelay.Running {
 	t.Helper()
-	r, err := wanrelay.New(wanrelay.Config{Netns: wan, A: "wa", B: "wb", AToB: cfg, BToA: cfg})
+	r, err := wanrelay.Start(wanrelay.Config{Netns: wan, A: "wa", B: "wb", AToB: cfg, BToA: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
+		if err := r.Close(); err != nil {
 			t.Error(err)
 		}
-		r.Close()
 	})
 	return r
 }
 
 func TestReplayThroughRelay(t *testing.T) {
-	_, hosts, wan := bed(t)
+	hosts, wan := bed(t)
 	pkts := bundled(t)
 
 	t.Run("everything arrives", func(t *testing.T) {
@@ -112,13 +65,7 @@ func TestReplayThroughRelay(t *testing.T) {
 
 	t.Run("timing kept and scaled", func(t *testing.T) {
 		startRelay(t, wan, impair.DefaultConfig())
-		var icmp []Frame
-		for _, c := range pcapgen.Captures() {
-			if c.Name == "icmp.pcap" {
-				b, _ := c.Generate()
-				icmp, _, _ = ReadAll(bytes.NewReader(b), c.Name)
-			}
-		}
+		icmp := source(t, "icmp.pcap")
 		span := icmp[len(icmp)-1].CI.Timestamp.Sub(icmp[0].CI.Timestamp)
 		topo := Topology{A: Hosts{IPv4: netip.MustParseAddr("192.0.2.1")},
 			B: Hosts{IPv4: netip.MustParseAddr("192.0.2.2")}}

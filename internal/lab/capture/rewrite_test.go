@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,39 +22,32 @@ import (
 	"github.com/espgw/espgw/internal/lab/pcapgen"
 )
 
-// source returns the IP packets of the bundled captures named, in order,
-// with their times.
+// source returns the IP packets of the bundled captures named (all of them
+// when none is), in pcapgen's order, with their times.
 func source(t *testing.T, names ...string) []Frame {
 	t.Helper()
 	var out []Frame
 	for _, c := range pcapgen.Captures() {
-		for _, n := range names {
-			if c.Name != n {
-				continue
-			}
-			b, err := c.Generate()
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, _, err := ReadAll(bytes.NewReader(b), n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, f...)
+		if len(names) > 0 && !slices.Contains(names, c.Name) {
+			continue
 		}
+		b, err := c.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, _, err := ReadAll(bytes.NewReader(b), c.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, f...)
 	}
 	return out
 }
 
-var arp = func() []byte {
-	buf := gopacket.NewSerializeBuffer()
-	gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true},
-		&layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: layers.EthernetBroadcast, EthernetType: layers.EthernetTypeARP},
-		&layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
-			Operation: 1, SourceHwAddress: []byte{2, 0, 0, 0, 0, 1}, SourceProtAddress: []byte{192, 0, 2, 10},
-			DstHwAddress: make([]byte, 6), DstProtAddress: []byte{192, 0, 2, 1}})
-	return buf.Bytes()
-}()
+var arp = serialize(&layers.Ethernet{SrcMAC: net.HardwareAddr{2, 0, 0, 0, 0, 1}, DstMAC: layers.EthernetBroadcast, EthernetType: layers.EthernetTypeARP},
+	&layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4, HwAddressSize: 6, ProtAddressSize: 4,
+		Operation: 1, SourceHwAddress: []byte{2, 0, 0, 0, 0, 1}, SourceProtAddress: []byte{192, 0, 2, 10},
+		DstHwAddress: make([]byte, 6), DstProtAddress: []byte{192, 0, 2, 1}})
 
 // writeGo writes frames as a capture of link type lt, framing each IP
 // packet as that link type does, with an ARP frame first on Ethernet.
@@ -157,15 +151,7 @@ func TestReadLinkTypes(t *testing.T) {
 	}
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			got, st, err := ReadAll(f, path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got, st := readCapture(t, path)
 			if len(got) != len(want) {
 				t.Fatalf("%d packets, want %d (stats %+v)", len(got), len(want), st)
 			}
@@ -280,41 +266,34 @@ func tsharkClean(t *testing.T, pkts []Packet) {
 		fr = append(fr, Frame{CI: gopacket.CaptureInfo{Timestamp: time.Unix(0, 0).Add(p.At)}, IP: p.Data})
 	}
 	writeGo(t, path, layers.LinkTypeRaw, fr)
-	out, err := exec.Command("tshark", "-n", "-r", path, "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
-		"-o", "udp.check_checksum:TRUE", "-Y", "_ws.malformed || ip.checksum.status == 0 || tcp.checksum.status == 0 || "+
-			"udp.checksum.status == 0 || icmp.checksum.status == 0 || icmpv6.checksum.status == 0").Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
-	if s := strings.TrimSpace(string(out)); s != "" {
+	if s := labtest.TsharkFlags(t, path, ""); s != "" {
 		t.Fatalf("tshark flags rewritten packets:\n%s", s)
 	}
+}
+
+// The client and server of the hand-made flows, IPv4 and IPv6 (by v6).
+var (
+	cli = map[bool]net.IP{false: {192, 0, 2, 10}, true: net.ParseIP("2001:db8:a::10")}
+	srv = map[bool]net.IP{false: {203, 0, 113, 80}, true: net.ParseIP("2001:db8:b::80")}
+)
+
+// ipLayer is an IPv4 (ID 99) or IPv6 header from src to dst carrying p.
+func ipLayer(v6 bool, src, dst net.IP, p layers.IPProtocol) gopacket.SerializableLayer {
+	if v6 {
+		return &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: p, SrcIP: src, DstIP: dst}
+	}
+	return &layers.IPv4{Version: 4, TTL: 64, Protocol: p, Id: 99, SrcIP: src, DstIP: dst}
 }
 
 // fragments splits a UDP datagram of n payload bytes into IP fragments of
 // at most mtu bytes, IPv4 or IPv6.
 func fragments(t *testing.T, v6 bool, n, mtu int) []Frame {
 	t.Helper()
-	var ip gopacket.NetworkLayer
-	if v6 {
-		ip = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: layers.IPProtocolUDP,
-			SrcIP: net.ParseIP("2001:db8:a::10"), DstIP: net.ParseIP("2001:db8:b::80")}
-	} else {
-		ip = &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, Id: 99,
-			SrcIP: net.IP{192, 0, 2, 10}, DstIP: net.IP{203, 0, 113, 80}}
-	}
-	u := &layers.UDP{SrcPort: 1000, DstPort: 2000}
-	u.SetNetworkLayerForChecksum(ip)
 	payload := make([]byte, n)
 	for i := range payload {
 		payload[i] = byte(i * 7)
 	}
-	buf := gopacket.NewSerializeBuffer()
-	opts := gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}
-	if err := gopacket.SerializeLayers(buf, opts, ip.(gopacket.SerializableLayer), u, gopacket.Payload(payload)); err != nil {
-		t.Fatal(err)
-	}
-	whole := buf.Bytes()
+	whole := serialize(ipLayer(v6, cli[v6], srv[v6], layers.IPProtocolUDP), &layers.UDP{SrcPort: 1000, DstPort: 2000}, gopacket.Payload(payload))
 	hl := 20
 	if v6 {
 		hl = 40
@@ -401,6 +380,10 @@ func TestRewritePinsAndSkips(t *testing.T) {
 }
 
 func TestReadErrors(t *testing.T) {
+	var wifi bytes.Buffer
+	w := pcapgo.NewWriter(&wifi)
+	w.WriteFileHeader(65535, layers.LinkTypeIEEE802_11)
+	w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1, 0), CaptureLength: 30, Length: 30}, make([]byte, 30))
 	tests := []struct {
 		name string
 		data []byte
@@ -408,19 +391,13 @@ func TestReadErrors(t *testing.T) {
 	}{
 		{"empty", nil, "too short"},
 		{"text", []byte("hello world, not a capture"), "not a pcap or pcapng file"},
+		{"wifi.pcap", wifi.Bytes(), "unsupported link type"},
 	}
 	for _, tt := range tests {
-		if _, _, err := ReadAll(bytes.NewReader(tt.data), tt.name); err == nil || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("%s: %v, want %q", tt.name, err, tt.want)
+		_, st, err := ReadAll(bytes.NewReader(tt.data), tt.name)
+		if err == nil || !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), tt.name) || st.Frames != 0 {
+			t.Errorf("%s: %v, %+v; want an error naming the file with %q, no frame read", tt.name, err, st, tt.want)
 		}
-	}
-	var buf bytes.Buffer
-	w := pcapgo.NewWriter(&buf)
-	w.WriteFileHeader(65535, layers.LinkTypeIEEE802_11)
-	w.WritePacket(gopacket.CaptureInfo{Timestamp: time.Unix(1, 0), CaptureLength: 30, Length: 30}, make([]byte, 30))
-	_, st, err := ReadAll(&buf, "wifi.pcap")
-	if err == nil || !strings.Contains(err.Error(), "wifi.pcap") || !strings.Contains(err.Error(), "unsupported link type") || st.Frames != 0 {
-		t.Fatalf("802.11 capture: %v, %+v", err, st)
 	}
 }
 
@@ -437,37 +414,15 @@ func TestTimingText(t *testing.T) {
 // An ICMP error quotes the packet it answers: the quote is mapped like the
 // flow, with its checksums kept right.
 func TestRewriteICMPErrors(t *testing.T) {
-	ser := func(ls ...gopacket.SerializableLayer) []byte {
-		buf := gopacket.NewSerializeBuffer()
-		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
-			t.Fatal(err)
-		}
-		return append([]byte(nil), buf.Bytes()...)
-	}
 	var frames []Frame
 	for _, v6 := range []bool{false, true} {
-		cli, srv := net.IP{192, 0, 2, 10}, net.IP{203, 0, 113, 80}
-		if v6 {
-			cli, srv = net.ParseIP("2001:db8:a::10"), net.ParseIP("2001:db8:b::80")
-		}
-		ip := func(src, dst net.IP, p layers.IPProtocol) gopacket.NetworkLayer {
-			if v6 {
-				return &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: p, SrcIP: src, DstIP: dst}
-			}
-			return &layers.IPv4{Version: 4, TTL: 64, Protocol: p, SrcIP: src, DstIP: dst}
-		}
-		n := ip(cli, srv, layers.IPProtocolUDP)
-		u := &layers.UDP{SrcPort: 5000, DstPort: 9}
-		u.SetNetworkLayerForChecksum(n)
-		query := ser(n.(gopacket.SerializableLayer), u, gopacket.Payload([]byte("query")))
+		query := serialize(ipLayer(v6, cli[v6], srv[v6], layers.IPProtocolUDP), &layers.UDP{SrcPort: 5000, DstPort: 9}, gopacket.Payload([]byte("query")))
 		var reply []byte
 		if v6 {
-			e := ip(srv, cli, layers.IPProtocolICMPv6)
-			ic := &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(1, 4)}
-			ic.SetNetworkLayerForChecksum(e)
-			reply = ser(e.(gopacket.SerializableLayer), ic, gopacket.Payload(append(make([]byte, 4), query...)))
+			reply = serialize(ipLayer(v6, srv[v6], cli[v6], layers.IPProtocolICMPv6), &layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(1, 4)},
+				gopacket.Payload(append(make([]byte, 4), query...)))
 		} else {
-			reply = ser(ip(srv, cli, layers.IPProtocolICMPv4).(gopacket.SerializableLayer),
+			reply = serialize(ipLayer(v6, srv[v6], cli[v6], layers.IPProtocolICMPv4),
 				&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(3, 3)}, gopacket.Payload(query[:28]))
 		}
 		frames = append(frames, Frame{CI: gopacket.CaptureInfo{Timestamp: time.Unix(1, 0)}, IP: query}, Frame{CI: gopacket.CaptureInfo{Timestamp: time.Unix(2, 0)}, IP: reply})

@@ -14,6 +14,7 @@
 package cryptoguest
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -92,12 +93,8 @@ type Guest struct {
 // Boot builds the binaries, boots the guest and loads BootModules. On
 // error everything made so far is removed.
 func Boot(ctx context.Context, opts Options) (g *Guest, err error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if opts.Prefix == "" {
-		opts.Prefix = "cg"
-	}
+	opts.Logger = cmp.Or(opts.Logger, slog.New(slog.DiscardHandler))
+	opts.Prefix = cmp.Or(opts.Prefix, "cg")
 	modRoot, err := ModuleRoot(ctx)
 	if err != nil {
 		return nil, err

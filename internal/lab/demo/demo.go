@@ -7,15 +7,17 @@ package demo
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -94,15 +96,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.Engine == "" {
-		o.Engine = "cpu"
-	}
-	if o.Prefix == "" {
-		o.Prefix = "demo"
-	}
-	if o.Duration == 0 {
-		o.Duration = 3 * time.Second
-	}
+	o.Engine = cmp.Or(o.Engine, "cpu")
+	o.Prefix = cmp.Or(o.Prefix, "demo")
+	o.Duration = cmp.Or(o.Duration, 3*time.Second)
 	progress := func(format string, args ...any) {
 		if o.Progress != nil {
 			fmt.Fprintf(o.Progress, "==> "+format+"\n", args...)
@@ -333,9 +329,8 @@ func drops(m map[string]uint64) string {
 		return "none"
 	}
 	var parts []string
-	for k, v := range m {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, v))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
 	}
-	sort.Strings(parts)
 	return strings.Join(parts, " ")
 }

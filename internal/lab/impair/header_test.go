@@ -12,12 +12,7 @@ import (
 
 func TestECNCE(t *testing.T) {
 	for _, k := range []kind{rawESP4, udpESP4, rawESP6, udpESP6} {
-		cfg := DefaultConfig()
-		cfg.ECNCE = 100
-		s, err := New(cfg, Ethernet, 2048)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newRun(t, cfgWith(func(c *Config) { c.ECNCE = 100 })).s
 		s.Push(time.Now(), frame(t, k, 1, 300))
 		p := s.Pop(time.Now())
 		if p == nil {
@@ -50,12 +45,7 @@ func TestECNCE(t *testing.T) {
 // without DF pass.
 func TestPMTU(t *testing.T) {
 	for _, k := range []kind{rawESP4, udpESP4, rawESP6, udpESP6} {
-		cfg := DefaultConfig()
-		cfg.PMTU = 1280
-		s, err := New(cfg, Ethernet, 2048)
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := newRun(t, cfgWith(func(c *Config) { c.PMTU = 1280 })).s
 		now := time.Now()
 		s.Push(now, frame(t, k, 1, 1200)) // fits
 		big := frame(t, k, 2, 1400)
@@ -103,9 +93,7 @@ func TestPMTU(t *testing.T) {
 		}
 	}
 	// Without DF the packet passes.
-	cfg := DefaultConfig()
-	cfg.PMTU = 1000
-	s, _ := New(cfg, Ethernet, 2048)
+	s := newRun(t, cfgWith(func(c *Config) { c.PMTU = 1000 })).s
 	f := frame(t, rawESP4, 1, 1400)
 	f[14+6] &^= 0x40
 	binary.BigEndian.PutUint16(f[14+10:], 0)

@@ -3,6 +3,7 @@ package impair
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -14,7 +15,7 @@ import (
 type LinkType uint8
 
 const (
-	// Ethernet frames (with up to two 802.1Q/802.1ad tags), as the WAN relay
+	// Ethernet frames (with up to three VLAN tags), as the WAN relay
 	// sees them on its interfaces.
 	Ethernet LinkType = iota
 	// IP packets with no link header (IPv4 or IPv6 by the version nibble).
@@ -72,23 +73,10 @@ const (
 // keep the lengths and checksums consistent.
 func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 	var l layout
-	off := 0
+	off, ok := 0, true
 	if link == Ethernet {
-		off = 12
-		for tags := 0; ; tags++ {
-			if len(frame) < off+2 {
-				return l, false
-			}
-			et := binary.BigEndian.Uint16(frame[off:])
-			if (et == 0x8100 || et == 0x88a8) && tags < 2 {
-				off += 4
-				continue
-			}
-			off += 2
-			if et != 0x0800 && et != 0x86dd {
-				return l, false
-			}
-			break
+		if off, ok = inetsum.EthernetIP(frame); !ok {
+			return l, false
 		}
 	}
 	l.ip = off
@@ -145,7 +133,7 @@ func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 			return l, false
 		}
 		sp, dp := binary.BigEndian.Uint16(frame[l4:]), binary.BigEndian.Uint16(frame[l4+2:])
-		if !m.port(sp) && !m.port(dp) {
+		if !slices.Contains(m.ports, sp) && !slices.Contains(m.ports, dp) {
 			return l, false
 		}
 		l.udp, l.esp = l4, l4+8
@@ -159,15 +147,6 @@ func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 		return l, false
 	}
 	return l, true
-}
-
-func (m *matcher) port(p uint16) bool {
-	for _, q := range m.ports {
-		if p == q {
-			return true
-		}
-	}
-	return false
 }
 
 // setLength makes the packet in frame end at newEnd (inside the ESP part),

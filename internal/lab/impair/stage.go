@@ -14,8 +14,10 @@
 package impair
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -211,9 +213,7 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 		s.c.CEMarked++
 	}
 	if s.chance(streamSPI, s.cfg.RewriteSPI.Percent) && s.cfg.RewriteSPI.SPI != 0 {
-		b := p.buf
-		b[l.esp], b[l.esp+1], b[l.esp+2], b[l.esp+3] = byte(s.cfg.RewriteSPI.SPI>>24),
-			byte(s.cfg.RewriteSPI.SPI>>16), byte(s.cfg.RewriteSPI.SPI>>8), byte(s.cfg.RewriteSPI.SPI)
+		binary.BigEndian.PutUint32(p.buf[l.esp:], s.cfg.RewriteSPI.SPI)
 		l.fixUDP(p.buf)
 		s.c.Rewritten++
 		intact = false
@@ -280,7 +280,7 @@ func (s *Stage) corrupt(p *Packet, l *layout) bool {
 	s.offsets = s.offsets[:0]
 	for j := n - k; j < n; j++ {
 		t := r.IntN(j + 1)
-		if contains(s.offsets, t) {
+		if slices.Contains(s.offsets, t) {
 			t = j
 		}
 		s.offsets = append(s.offsets, t)
@@ -292,15 +292,6 @@ func (s *Stage) corrupt(p *Packet, l *layout) bool {
 	s.c.Corrupted++
 	s.c.CorruptedBytes += uint64(k)
 	return true
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // truncate shortens the ESP part as Truncate says.
@@ -374,7 +365,7 @@ func (s *Stage) Pop(now time.Time) *Packet {
 	for len(s.held) > 0 && !now.Before(s.held[0].at.Add(s.cfg.Reorder.MaxHold)) {
 		s.releaseHeld(now)
 	}
-	s.due(now, false)
+	s.due(now)
 	if s.ready.len() == 0 {
 		return nil
 	}
@@ -382,9 +373,9 @@ func (s *Stage) Pop(now time.Time) *Packet {
 	return s.ready.pop()
 }
 
-// due moves the delayed packets and replay copies due at now (all of them
-// if all is set) to the ready queue, in time order.
-func (s *Stage) due(now time.Time, all bool) {
+// due moves the delayed packets and replay copies due at now to the ready
+// queue, in time order.
+func (s *Stage) due(now time.Time) {
 	for {
 		var q *fifo
 		switch {
@@ -400,7 +391,7 @@ func (s *Stage) due(now time.Time, all bool) {
 		default:
 			return
 		}
-		if !all && now.Before(q.peek().at) {
+		if now.Before(q.peek().at) {
 			return
 		}
 		if q == &s.replays {
@@ -433,13 +424,4 @@ func (s *Stage) Next() (time.Time, bool) {
 		consider(s.replays.peek().at)
 	}
 	return t, ok
-}
-
-// Drain makes everything the stage holds ready at once, as if its time had
-// come: held packets, the delay queue and the pending replay copies.
-func (s *Stage) Drain(now time.Time) {
-	for len(s.held) > 0 {
-		s.releaseHeld(now)
-	}
-	s.due(now, true)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/google/gopacket/layers"
 
 	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/lab/pcapgen"
 )
 
 var (
@@ -53,8 +54,7 @@ func frame(t testing.TB, k kind, seq uint32, n int) []byte {
 		templates[[2]int{int(k), n}] = tpl
 	}
 	f := bytes.Clone(tpl)
-	m := matcher{esp: true, ports: []uint16{4500}}
-	l, _ := m.locate(f, Ethernet)
+	l, _ := locate(f)
 	binary.BigEndian.PutUint32(f[l.esp+4:], seq)
 	l.fixUDP(f)
 	return f
@@ -62,44 +62,44 @@ func frame(t testing.TB, k kind, seq uint32, n int) []byte {
 
 func serializeFrame(t testing.TB, k kind, n int) []byte {
 	eth := &layers.Ethernet{SrcMAC: macA, DstMAC: macB, EthernetType: layers.EthernetTypeIPv4}
-	var ls []gopacket.SerializableLayer
-	var net gopacket.NetworkLayer
 	proto := layers.IPProtocolESP
 	if k == udpESP4 || k == udpESP6 {
 		proto = layers.IPProtocolUDP
 	}
+	var ip gopacket.SerializableLayer = &layers.IPv4{Version: 4, TTL: 64, Protocol: proto, Flags: layers.IPv4DontFragment,
+		SrcIP: []byte{192, 0, 2, 1}, DstIP: []byte{192, 0, 2, 2}}
 	if k == rawESP6 || k == udpESP6 {
 		eth.EthernetType = layers.EthernetTypeIPv6
-		ip := &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: proto,
-			SrcIP: net6("2001:db8::1"), DstIP: net6("2001:db8::2")}
-		ls, net = []gopacket.SerializableLayer{eth, ip}, ip
-	} else {
-		ip := &layers.IPv4{Version: 4, TTL: 64, Protocol: proto, Flags: layers.IPv4DontFragment,
-			SrcIP: []byte{192, 0, 2, 1}, DstIP: []byte{192, 0, 2, 2}}
-		ls, net = []gopacket.SerializableLayer{eth, ip}, ip
+		ip = &layers.IPv6{Version: 6, HopLimit: 64, NextHeader: proto, SrcIP: net6("2001:db8::1"), DstIP: net6("2001:db8::2")}
 	}
+	ls := []gopacket.SerializableLayer{eth, ip}
 	if proto == layers.IPProtocolUDP {
-		u := &layers.UDP{SrcPort: 4500, DstPort: 4500}
-		if err := u.SetNetworkLayerForChecksum(net); err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, u)
+		ls = append(ls, &layers.UDP{SrcPort: 4500, DstPort: 4500})
 	}
-	ls = append(ls, gopacket.Payload(espPayload(0x1001, 0, n)))
-	buf := gopacket.NewSerializeBuffer()
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+	return serialize(t, append(ls, gopacket.Payload(espPayload(0x1001, 0, n)))...)
+}
+
+func serialize(t testing.TB, ls ...gopacket.SerializableLayer) []byte {
+	t.Helper()
+	b, err := pcapgen.Serialize(ls...)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return buf.Bytes()
+	return b
 }
 
 func net6(s string) net.IP { return net.ParseIP(s) }
 
+// locate finds the headers of a frame built by frame.
+func locate(f []byte) (layout, bool) {
+	m := matcher{esp: true, ports: []uint16{4500}}
+	return m.locate(f, Ethernet)
+}
+
 // espSeq reads the ESP sequence number of a frame built by frame.
 func espSeq(t testing.TB, f []byte) uint32 {
 	t.Helper()
-	m := matcher{esp: true, ports: []uint16{4500}}
-	l, ok := m.locate(f, Ethernet)
+	l, ok := locate(f)
 	if !ok {
 		t.Fatalf("output frame does not parse: %x", f)
 	}
@@ -308,8 +308,7 @@ func TestReorderDepth(t *testing.T) {
 		for i := 0; i < n; i++ {
 			r.push(frame(t, rawESP4, uint32(i), 100))
 		}
-		r.s.Drain(r.now) // the last holds have no later packets
-		r.drain()
+		r.finish() // the last holds have no later packets: MaxHold releases them
 		if len(r.out) != n {
 			t.Fatalf("depth %d: %d packets out of %d", depth, len(r.out), n)
 		}
@@ -372,10 +371,9 @@ func TestCorruptSparesHeader(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRun(t, cfgWith(func(c *Config) { c.Corrupt = Corrupt{Percent: 50, Bytes: tt.bytes, From: tt.from, To: tt.to} }))
 			in := r.feed(t, tt.k, 2000)
-			m := matcher{esp: true, ports: []uint16{4500}}
 			var corrupted uint64
 			for i, f := range r.out {
-				l, _ := m.locate(in[i], Ethernet)
+				l, _ := locate(in[i])
 				if len(f) != len(in[i]) {
 					t.Fatalf("packet %d changed length", i)
 				}
@@ -428,14 +426,13 @@ func TestTruncate(t *testing.T) {
 		for _, tr := range []Truncate{{Percent: 100, To: 30}, {Percent: 100, By: 13}} {
 			r := newRun(t, cfgWith(func(c *Config) { c.Truncate = tr }))
 			in := r.feed(t, k, 50)
-			m := matcher{esp: true, ports: []uint16{4500}}
 			for i, f := range r.out {
-				lin, _ := m.locate(in[i], Ethernet)
+				lin, _ := locate(in[i])
 				want := lin.ipEnd - lin.esp - tr.By
 				if tr.To > 0 {
 					want = min(tr.To, lin.ipEnd-lin.esp)
 				}
-				l, ok := m.locate(f, Ethernet)
+				l, ok := locate(f)
 				if !ok {
 					t.Fatalf("kind %d %+v: truncated packet %d does not parse", k, tr, i)
 				}
@@ -489,9 +486,8 @@ func TestReplay(t *testing.T) {
 func TestRewriteSPI(t *testing.T) {
 	r := newRun(t, cfgWith(func(c *Config) { c.RewriteSPI = RewriteSPI{Percent: 100, SPI: 0xdeadbeef} }))
 	r.feed(t, udpESP6, 10)
-	m := matcher{esp: true, ports: []uint16{4500}}
 	for _, f := range r.out {
-		l, _ := m.locate(f, Ethernet)
+		l, _ := locate(f)
 		if spi := binary.BigEndian.Uint32(f[l.esp:]); spi != 0xdeadbeef {
 			t.Fatalf("SPI %#x, want 0xdeadbeef", spi)
 		}
@@ -537,35 +533,24 @@ func TestDelayKeepsOrder(t *testing.T) {
 
 // Packets the filter does not match pass untouched, even at 100% loss.
 func TestFilterPassesOthers(t *testing.T) {
-	ser := func(ls ...gopacket.SerializableLayer) []byte {
-		buf := gopacket.NewSerializeBuffer()
-		if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
-			t.Fatal(err)
-		}
-		return buf.Bytes()
-	}
+	ser := func(ls ...gopacket.SerializableLayer) []byte { return serialize(t, ls...) }
 	eth := func(et layers.EthernetType) *layers.Ethernet {
 		return &layers.Ethernet{SrcMAC: macA, DstMAC: macB, EthernetType: et}
 	}
 	ip4 := func(p layers.IPProtocol) *layers.IPv4 {
 		return &layers.IPv4{Version: 4, TTL: 64, Protocol: p, SrcIP: []byte{192, 0, 2, 1}, DstIP: []byte{192, 0, 2, 2}}
 	}
-	udp := func(ip *layers.IPv4, port layers.UDPPort) *layers.UDP {
-		u := &layers.UDP{SrcPort: port, DstPort: port}
-		u.SetNetworkLayerForChecksum(ip)
-		return u
-	}
+	udp := func(port layers.UDPPort) *layers.UDP { return &layers.UDP{SrcPort: port, DstPort: port} }
 	frag := ip4(layers.IPProtocolESP)
 	frag.Flags = layers.IPv4MoreFragments
-	ike, ka, other := ip4(layers.IPProtocolUDP), ip4(layers.IPProtocolUDP), ip4(layers.IPProtocolUDP)
 	others := map[string][]byte{
 		"arp": ser(eth(layers.EthernetTypeARP), &layers.ARP{AddrType: layers.LinkTypeEthernet, Protocol: layers.EthernetTypeIPv4,
 			HwAddressSize: 6, ProtAddressSize: 4, Operation: 1, SourceHwAddress: macA, SourceProtAddress: []byte{192, 0, 2, 1},
 			DstHwAddress: make([]byte, 6), DstProtAddress: []byte{192, 0, 2, 2}}),
 		"icmp":      ser(eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolICMPv4), &layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(8, 0)}, gopacket.Payload(make([]byte, 56))),
-		"ike":       ser(eth(layers.EthernetTypeIPv4), ike, udp(ike, 4500), gopacket.Payload(make([]byte, 40))),
-		"keepalive": ser(eth(layers.EthernetTypeIPv4), ka, udp(ka, 4500), gopacket.Payload([]byte{0xff})),
-		"udp 53":    ser(eth(layers.EthernetTypeIPv4), other, udp(other, 53), gopacket.Payload(espPayload(1, 1, 40))),
+		"ike":       ser(eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolUDP), udp(4500), gopacket.Payload(make([]byte, 40))),
+		"keepalive": ser(eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolUDP), udp(4500), gopacket.Payload([]byte{0xff})),
+		"udp 53":    ser(eth(layers.EthernetTypeIPv4), ip4(layers.IPProtocolUDP), udp(53), gopacket.Payload(espPayload(1, 1, 40))),
 		"fragment":  ser(eth(layers.EthernetTypeIPv4), frag, gopacket.Payload(espPayload(1, 1, 40))),
 	}
 	r := newRun(t, cfgWith(func(c *Config) { c.Loss = 100 }))

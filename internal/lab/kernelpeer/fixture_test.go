@@ -119,7 +119,7 @@ func TestPeerRunsCommands(t *testing.T) {
 	}
 	_, err = p.Run(ctx, "exit 3")
 	var ee *ExitError
-	if !errorAs(err, &ee) || ee.Code != 3 {
+	if !errors.As(err, &ee) || ee.Code != 3 {
 		t.Errorf("exit 3: got %v, want an ExitError with code 3", err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -135,12 +135,4 @@ func TestPeerRunsCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, "XfrmInError") {
 		t.Errorf("xfrm in the guest: %v: %q", err, out)
 	}
-}
-
-func errorAs(err error, target **ExitError) bool {
-	e, ok := err.(*ExitError)
-	if ok {
-		*target = e
-	}
-	return ok
 }

@@ -1,15 +1,19 @@
 // Package labtest holds what the lab's tests and the end-to-end tests
 // share: the espgw command built once per test binary, fixtures made once
-// per test binary (Shared: a QEMU guest, a test bed), and the checks that
-// fail a test saying plainly why it cannot run here (not root, no network
+// per test binary (Shared: a QEMU guest, a test bed), the small hostA —
+// wan — hostB bed of the relay's and the replay's tests (Chain), tshark's
+// checksum verdict on a capture (TsharkFlags), and the checks that fail a
+// test saying plainly why it cannot run here (not root, no network
 // namespaces, a tool missing). Only tests import it.
 package labtest
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -72,6 +76,52 @@ func NeedNamespaces(t testing.TB) {
 	}
 }
 
+// Chain is hostA — wan — hostB for a test: three namespaces of a fresh
+// netns.Bed under prefix, joined by the veth pairs a0–wa and b0–wb, all
+// removed when the test ends. silentWAN turns IPv6 off in wan before its
+// links exist, so that a wan with no addresses (a bridge) sends nothing of
+// its own on the wire.
+func Chain(t testing.TB, prefix string, silentWAN bool) (a, wan, b *netns.Namespace) {
+	t.Helper()
+	NeedNamespaces(t)
+	bed, err := netns.New(prefix, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bed.Close() })
+	var ns [3]*netns.Namespace
+	for i, name := range []string{"a", "w", "b"} {
+		if ns[i], err = bed.AddNamespace(name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if silentWAN {
+		if err := ns[1].Sysctl(map[string]string{"net/ipv6/conf/default/disable_ipv6": "1", "net/ipv6/conf/all/disable_ipv6": "1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []struct {
+		host       *netns.Namespace
+		link, port string
+	}{{ns[0], "a0", "wa"}, {ns[2], "b0", "wb"}} {
+		if err := bed.Connect(l.host, l.link, ns[1], l.port, netns.LinkOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ns[0], ns[1], ns[2]
+}
+
+// Address gives link in ns the prefixes (address and length, as
+// "192.0.2.1/24").
+func Address(t testing.TB, ns *netns.Namespace, link string, prefixes ...string) {
+	t.Helper()
+	for _, p := range prefixes {
+		if err := ns.AddAddr(link, netip.MustParsePrefix(p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // packages names the Debian package of each tool the lab's tests run, for
 // the failure message.
 var packages = map[string]string{
@@ -93,6 +143,27 @@ func NeedTools(t testing.TB, tools ...string) {
 			t.Fatalf("this test needs %s (apt-get install -y %s; scripts/setup.sh installs every tool): %v", tool, pkg, err)
 		}
 	}
+}
+
+// TsharkFlags returns tshark's summary of the packets in the capture file
+// that are malformed or carry an IP, TCP, UDP, ICMP or ICMPv6 checksum that
+// does not verify, and of those that also match the display filter more
+// (when not ""): "" when tshark, an independent dissector, finds nothing
+// wrong.
+func TsharkFlags(t testing.TB, file, more string) string {
+	t.Helper()
+	NeedTools(t, "tshark")
+	filter := "_ws.malformed || ip.checksum.status == 0 || tcp.checksum.status == 0 || udp.checksum.status == 0 || " +
+		"icmp.checksum.status == 0 || icmpv6.checksum.status == 0"
+	if more != "" {
+		filter += " || " + more
+	}
+	out, err := exec.Command("tshark", "-n", "-r", file, "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
+		"-o", "udp.check_checksum:TRUE", "-Y", filter).Output()
+	if err != nil {
+		t.Fatalf("tshark on %s: %v\n%s", file, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // Shared is a fixture costly enough to make once for every test of the

@@ -130,25 +130,40 @@ func (g *gen) ip(src, dst net.IP, p layers.IPProtocol) gopacket.NetworkLayer {
 		Protocol: p, SrcIP: src.To4(), DstIP: dst.To4()}
 }
 
-// packet serializes one IP packet (lengths and checksums computed) and
-// writes it at the current time.
+// packet serializes one IP packet and writes it at the current time.
 func (g *gen) packet(nl gopacket.NetworkLayer, ls ...gopacket.SerializableLayer) error {
+	b, err := Serialize(append([]gopacket.SerializableLayer{nl.(gopacket.SerializableLayer)}, ls...)...)
+	if err != nil {
+		return err
+	}
+	return g.w.WritePacket(gopacket.CaptureInfo{Timestamp: g.now, CaptureLength: len(b), Length: len(b)}, b)
+}
+
+// Serialize builds one packet of the layers given, lengths and checksums
+// computed, the transport checksums over the network layer among them: the
+// lab's one way to make a packet from gopacket layers (the captures here,
+// the packets of the capture and impairment tests).
+func Serialize(ls ...gopacket.SerializableLayer) ([]byte, error) {
+	var nl gopacket.NetworkLayer
+	for _, l := range ls {
+		if n, ok := l.(gopacket.NetworkLayer); ok {
+			nl = n
+		}
+	}
 	for _, l := range ls {
 		if c, ok := l.(interface {
 			SetNetworkLayerForChecksum(gopacket.NetworkLayer) error
-		}); ok {
+		}); ok && nl != nil {
 			if err := c.SetNetworkLayerForChecksum(nl); err != nil {
-				return err
+				return nil, err
 			}
 		}
 	}
 	buf := gopacket.NewSerializeBuffer()
-	all := append([]gopacket.SerializableLayer{nl.(gopacket.SerializableLayer)}, ls...)
-	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, all...); err != nil {
-		return err
+	if err := gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ls...); err != nil {
+		return nil, err
 	}
-	b := buf.Bytes()
-	return g.w.WritePacket(gopacket.CaptureInfo{Timestamp: g.now, CaptureLength: len(b), Length: len(b)}, b)
+	return buf.Bytes(), nil
 }
 
 func dnsCapture(g *gen) error {
@@ -343,25 +358,16 @@ func echo(g *gen, cli, srv net.IP, n int) error {
 	id := uint16(0x4242)
 	for seq := uint16(1); seq <= uint16(n); seq++ {
 		payload := g.bytes(56)
-		for reply := 0; reply < 2; reply++ {
-			src, dst := cli, srv
-			if reply == 1 {
-				src, dst = srv, cli
-			}
+		for reply, ends := range [][2]net.IP{{cli, srv}, {srv, cli}} {
+			src, dst := ends[0], ends[1]
 			var err error
 			if v6 {
-				typ := uint8(layers.ICMPv6TypeEchoRequest)
-				if reply == 1 {
-					typ = layers.ICMPv6TypeEchoReply
-				}
+				typ := []uint8{layers.ICMPv6TypeEchoRequest, layers.ICMPv6TypeEchoReply}[reply]
 				err = g.packet(g.ip(src, dst, layers.IPProtocolICMPv6),
 					&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, 0)},
 					&layers.ICMPv6Echo{Identifier: id, SeqNumber: seq}, gopacket.Payload(payload))
 			} else {
-				typ := uint8(layers.ICMPv4TypeEchoRequest)
-				if reply == 1 {
-					typ = layers.ICMPv4TypeEchoReply
-				}
+				typ := []uint8{layers.ICMPv4TypeEchoRequest, layers.ICMPv4TypeEchoReply}[reply]
 				err = g.packet(g.ip(src, dst, layers.IPProtocolICMPv4),
 					&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(typ, 0), Id: id, Seq: seq}, gopacket.Payload(payload))
 			}
@@ -377,19 +383,21 @@ func echo(g *gen, cli, srv net.IP, n int) error {
 
 func icmpCapture(g *gen) error { return echo(g, client4, server4, 10) }
 
+// udpEnds is one direction of a UDP flow.
+type udpEnds struct {
+	src, dst     net.IP
+	sport, dport layers.UDPPort
+}
+
 // sizesCapture sends UDP datagrams whose IP packets take every size of the
 // sweep, client to server and back.
 func sizesCapture(g *gen) error {
 	sizes := []int{64, 65, 128, 256, 512, 576, 1024, 1280, 1400, 1499, 1500}
 	for round := 0; round < 3; round++ {
 		for _, n := range sizes {
-			for dir := 0; dir < 2; dir++ {
-				src, dst, sp, dp := client4, server4, layers.UDPPort(5001), layers.UDPPort(9)
-				if dir == 1 {
-					src, dst, sp, dp = server4, client4, 9, 5001
-				}
+			for _, u := range []udpEnds{{client4, server4, 5001, 9}, {server4, client4, 9, 5001}} {
 				payload := g.bytes(n - 20 - 8)
-				if err := g.packet(g.ip(src, dst, layers.IPProtocolUDP), &layers.UDP{SrcPort: sp, DstPort: dp}, gopacket.Payload(payload)); err != nil {
+				if err := g.packet(g.ip(u.src, u.dst, layers.IPProtocolUDP), &layers.UDP{SrcPort: u.sport, DstPort: u.dport}, gopacket.Payload(payload)); err != nil {
 					return err
 				}
 				g.after(g.jitter(time.Millisecond))
@@ -418,19 +426,16 @@ func qosCapture(g *gen) error {
 	for round := 0; round < 4; round++ {
 		for i, tos := range marks {
 			for _, fam := range [][2]net.IP{{client4, server4}, {client6, server6}} {
-				for dir := 0; dir < 2; dir++ {
-					src, dst, sp, dp := fam[0], fam[1], layers.UDPPort(20000+i), layers.UDPPort(5004)
-					if dir == 1 {
-						src, dst, sp, dp = fam[1], fam[0], 5004, layers.UDPPort(20000+i)
-					}
-					nl := g.ip(src, dst, layers.IPProtocolUDP)
+				port := layers.UDPPort(20000 + i)
+				for _, u := range []udpEnds{{fam[0], fam[1], port, 5004}, {fam[1], fam[0], 5004, port}} {
+					nl := g.ip(u.src, u.dst, layers.IPProtocolUDP)
 					switch ip := nl.(type) {
 					case *layers.IPv4:
 						ip.TOS = tos
 					case *layers.IPv6:
 						ip.TrafficClass = tos
 					}
-					if err := g.packet(nl, &layers.UDP{SrcPort: sp, DstPort: dp}, gopacket.Payload(g.bytes(160))); err != nil {
+					if err := g.packet(nl, &layers.UDP{SrcPort: u.sport, DstPort: u.dport}, gopacket.Payload(g.bytes(160))); err != nil {
 						return err
 					}
 					g.after(g.jitter(2 * time.Millisecond))

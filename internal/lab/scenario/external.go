@@ -296,7 +296,7 @@ func (x *externalGW2) stats(ctx context.Context) (gateway.Stats, string, error) 
 	// The output goes into the report: a listing made without nokeys
 	// would carry the keys, which are cut out.
 	shown := keyInListing.ReplaceAllString(string(out), "<key hidden>")
-	states, err := kernelpeer.ParseStates(string(out))
+	states, err := sa.ParseXFRMStates("external.counters", out)
 	if err != nil {
 		return gateway.Stats{}, shown, nil // not a listing: kept in the report only
 	}

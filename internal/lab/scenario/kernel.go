@@ -288,6 +288,13 @@ func (g *kernelGW2) stats(ctx context.Context) (gateway.Stats, kernelpeer.Counte
 	return st, c, devs, nil
 }
 
+// espgwDrops are the kernel's counters that mean one of espgw's drop
+// reasons.
+var espgwDrops = map[string]string{
+	"XfrmInNoStates": "unknown-spi", "XfrmInTmplMismatch": "policy", "XfrmInStateExpired": "sa-expired",
+	"XfrmOutStateExpired": "sa-expired", "XfrmOutNoStates": "no-sa", "XfrmOutPolBlock": "policy-discard",
+}
+
 func kernelAsGateway(c kernelpeer.Counters, sas [2]*sa.SA) gateway.Stats {
 	st := gateway.Stats{Drops: map[string]uint64{}}
 	var icv, seqErrs uint64
@@ -319,34 +326,23 @@ func kernelAsGateway(c kernelpeer.Counters, sas [2]*sa.SA) gateway.Stats {
 		}
 		st.SAs = append(st.SAs, ss)
 	}
-	x := c.Stat
-	mapped := map[string]uint64{
-		"unknown-spi":    x.InNoStates,
-		"policy":         x.InTmplMismatch,
-		"sa-expired":     x.InStateExpired + x.OutStateExpired,
-		"no-sa":          x.OutNoStates,
-		"policy-discard": x.OutPolBlock,
-	}
-	if x.InStateProtoError > icv {
-		mapped["XfrmInStateProtoError"] = x.InStateProtoError - icv
-	}
-	if x.InStateSeqError > seqErrs {
-		mapped["XfrmInStateSeqError"] = x.InStateSeqError - seqErrs
-	}
-	named := map[string]bool{"XfrmInNoStates": true, "XfrmInTmplMismatch": true, "XfrmInStateExpired": true,
-		"XfrmOutStateExpired": true, "XfrmOutNoStates": true, "XfrmOutPolBlock": true,
-		"XfrmInStateProtoError": true, "XfrmInStateSeqError": true}
-	for k, v := range x.NonZero() {
-		if !named[k] {
+	mapped := map[string]uint64{}
+	for k, v := range c.Stat {
+		if n, ok := espgwDrops[k]; ok {
+			mapped[n] += v
+		} else {
 			mapped[k] = v
 		}
 	}
+	// The states' own drops are counted on them already.
+	mapped["XfrmInStateProtoError"] -= min(icv, mapped["XfrmInStateProtoError"])
+	mapped["XfrmInStateSeqError"] -= min(seqErrs, mapped["XfrmInStateSeqError"])
 	// Dropped before or while opening: ESP that reached the kernel.
 	for _, k := range []string{"unknown-spi", "XfrmInStateProtoError", "XfrmInStateSeqError", "XfrmInHdrError",
 		"XfrmInError", "XfrmInBufferError", "XfrmInStateMismatch", "XfrmInStateInvalid", "XfrmInStateModeError"} {
 		st.WireIn += mapped[k]
 	}
-	st.WireIn += x.InStateExpired
+	st.WireIn += c.Stat["XfrmInStateExpired"]
 	for k, v := range mapped {
 		if v > 0 {
 			st.Drops[k] = v

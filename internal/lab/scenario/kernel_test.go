@@ -17,11 +17,12 @@ func TestKernelCountersAsGateway(t *testing.T) {
 	in := &sa.SA{SPI: 0x1001, Src: gw1, Dst: gw2}
 	out := &sa.SA{SPI: 0x2001, Src: gw2, Dst: gw1}
 	c := kernelpeer.Counters{
-		States: []kernelpeer.StateStats{
-			{Src: gw1, Dst: gw2, SPI: 0x1001, Packets: 100, Seq: 107, Replayed: 3, ReplayWindowDrops: 2, IntegrityFailed: 4},
-			{Src: gw2, Dst: gw1, SPI: 0x2001, Packets: 90, OSeq: 90},
+		States: []sa.XFRMState{
+			{SA: in, Packets: 100, Seq: 107, Replayed: 3, ReplayWindowDrops: 2, IntegrityFailed: 4},
+			{SA: out, Packets: 90, OSeq: 90},
 		},
-		Stat: kernelpeer.XfrmStat{InNoStates: 5, InStateProtoError: 6, InStateSeqError: 5, InTmplMismatch: 1, InHdrError: 2, OutNoStates: 7},
+		Stat: kernelpeer.XfrmStat{"XfrmInNoStates": 5, "XfrmInStateProtoError": 6, "XfrmInStateSeqError": 5, "XfrmInTmplMismatch": 1,
+			"XfrmInHdrError": 2, "XfrmOutNoStates": 7, "XfrmInError": 0},
 	}
 	st := kernelAsGateway(c, [2]*sa.SA{in, out})
 	if len(st.SAs) != 2 || st.SAs[0].OpenedPackets != 100 || st.SAs[1].SealedPackets != 90 || st.SAs[1].LastSeq != 90 {
@@ -56,7 +57,7 @@ func TestKernelCountersAsGateway(t *testing.T) {
 func TestExternalCountersCommand(t *testing.T) {
 	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
 	x := &externalGW2{e: &External{
-		Counters: "cat ../kernelpeer/testdata/ip-s-xfrm-state.txt",
+		Counters: "cat ../../../sa/testdata/ip-s-xfrm-state-nokeys.txt",
 		out:      &sa.SA{SPI: 0x1001, Src: a, Dst: b},
 		in:       &sa.SA{SPI: 0x2002, Src: b, Dst: a},
 	}}

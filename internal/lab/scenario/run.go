@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,15 +12,12 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
-	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
@@ -152,12 +150,8 @@ func (o Options) progress(format string, args ...any) {
 // gateways, relay, capture processes) is gone when it returns, also when
 // ctx is cancelled.
 func Run(ctx context.Context, s *Scenario, opts Options) *Result {
-	if opts.Prefix == "" {
-		opts.Prefix = "sc"
-	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
+	opts.Prefix = cmp.Or(opts.Prefix, "sc")
+	opts.Log = cmp.Or(opts.Log, slog.New(slog.DiscardHandler))
 	res := &Result{Name: s.Name, File: s.File, Peer: s.Peer, Matrix: s.Matrix}
 	if s.Peer == PeerLinuxXFRM && opts.Kernel == nil {
 		opts.Kernel = NewKernelPeer(opts.Prefix+"k", opts.Log)
@@ -225,17 +219,13 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			return err
 		}
 	}
-	rc := wanrelay.Config{Logger: r.log}
+	rc := wanrelay.Config{Logger: r.log, AToB: impair.DefaultConfig(), BToA: impair.DefaultConfig()}
+	rc.BToA.Seed = 2
 	if c := s.Impair.GW1ToGW2; c != nil {
 		rc.AToB = *c
-	} else {
-		rc.AToB = impair.DefaultConfig()
 	}
 	if c := s.Impair.GW2ToGW1; c != nil {
 		rc.BToA = *c
-	} else {
-		rc.BToA = impair.DefaultConfig()
-		rc.BToA.Seed = 2
 	}
 	if capDir != "" {
 		rc.Pcap = filepath.Join(capDir, "wan.pcap")
@@ -278,11 +268,11 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	}
 	if capDir != "" {
 		for _, h := range []string{"hostA", "hostB"} {
-			c, err := startInnerCapture(r, h, filepath.Join(capDir, h+".pcap"))
+			c, err := testbed.StartTcpdump(r.host(h).ns, "eth0", filepath.Join(capDir, h+".pcap"), "ip or ip6", 0)
 			if err != nil {
-				return err
+				return fmt.Errorf("inner capture on %s: %w", h, err)
 			}
-			defer c.stop()
+			defer c.Stop()
 		}
 	}
 	before, err := r.stableSnapshot(ctx)
@@ -301,16 +291,11 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	d := after.minus(before)
 	res.Gateways, res.WAN = d.GW, d.WAN
 	for i, n := range []string{"hostA", "gw1", "gw2", "hostB"} {
-		for k, v := range after.SNMP[i] {
-			if dv := v - before.SNMP[i][k]; dv > 0 {
-				if res.Kernel == nil {
-					res.Kernel = map[string]map[string]uint64{}
-				}
-				if res.Kernel[n] == nil {
-					res.Kernel[n] = map[string]uint64{}
-				}
-				res.Kernel[n][k] = dv
+		if moved := mapMinus(after.SNMP[i], before.SNMP[i]); len(moved) > 0 {
+			if res.Kernel == nil {
+				res.Kernel = map[string]map[string]uint64{}
 			}
+			res.Kernel[n] = moved
 		}
 	}
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
@@ -632,7 +617,7 @@ func snmpErrors(c map[string]uint64) map[string]uint64 {
 }
 
 func (r *runner) writeEspSA(dir string) error {
-	b, err := capture.WiresharkSAFile(r.bed.SAs[:])
+	b, err := sa.MarshalEspSA(&sa.Config{SAs: r.bed.SAs[:]})
 	if err != nil {
 		return fmt.Errorf("esp_sa file: %w", err)
 	}
@@ -640,30 +625,6 @@ func (r *runner) writeEspSA(dir string) error {
 		return fmt.Errorf("esp_sa file: %w", err)
 	}
 	return nil
-}
-
-// innerCapture is a tcpdump on a host's interface.
-type innerCapture struct{ cmd *exec.Cmd }
-
-func startInnerCapture(r *runner, h, path string) (*innerCapture, error) {
-	ns := r.host(h).ns
-	cmd := ns.Command(context.Background(), "tcpdump", "-i", "eth0", "-U", "-s", "0", "-n", "-w", path, "ip or ip6")
-	if err := r.bed.Topo.Start(cmd); err != nil {
-		return nil, fmt.Errorf("inner capture on %s: %w", h, err)
-	}
-	time.Sleep(300 * time.Millisecond) // tcpdump opens its socket
-	return &innerCapture{cmd: cmd}, nil
-}
-
-func (c *innerCapture) stop() {
-	c.cmd.Process.Signal(syscall.SIGINT)
-	done := make(chan struct{})
-	go func() { c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(3 * time.Second):
-		c.cmd.Process.Kill()
-	}
 }
 
 func fileName(s string) string {

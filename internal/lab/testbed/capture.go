@@ -27,12 +27,19 @@ type Capture struct {
 // stopping after limit packets (0: no limit) so that judging the capture
 // stays quick after a bulk transfer.
 func StartCapture(ns *netns.Namespace, ifname, path string, limit int) (*Capture, error) {
+	return StartTcpdump(ns, ifname, path, "esp or udp port 4500 or ip6 proto 50", limit)
+}
+
+// StartTcpdump captures what filter (a tcpdump expression) matches on
+// ifname in ns into path, stopping after limit packets (0: no limit); it
+// returns once the capture is live.
+func StartTcpdump(ns *netns.Namespace, ifname, path, filter string, limit int) (*Capture, error) {
 	c := &Capture{Path: path}
 	args := []string{"-i", ifname, "--immediate-mode", "-U", "-s", "0", "-n", "-w", path}
 	if limit > 0 {
 		args = append(args, "-c", fmt.Sprint(limit))
 	}
-	c.cmd = ns.Command(context.Background(), "tcpdump", append(args, "esp or udp port 4500 or ip6 proto 50")...)
+	c.cmd = ns.Command(context.Background(), "tcpdump", append(args, filter)...)
 	c.cmd.Stderr = &c.errb
 	if err := c.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start tcpdump on %s in %s: %w", ifname, ns.Short(), err)

@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -37,12 +38,8 @@ type IperfResult struct {
 // client in client toward addr; both bounded in time.
 func Iperf3(ctx context.Context, server, client *netns.Namespace, addr netip.Addr, o IperfOptions) (IperfResult, error) {
 	var r IperfResult
-	if o.Duration == 0 {
-		o.Duration = 3 * time.Second
-	}
-	if o.Streams == 0 {
-		o.Streams = 1
-	}
+	o.Duration = cmp.Or(o.Duration, 3*time.Second)
+	o.Streams = cmp.Or(o.Streams, 1)
 	limit := o.Duration + 15*time.Second
 	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()

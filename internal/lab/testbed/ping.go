@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -64,15 +65,9 @@ type PingResult struct {
 // the ones a sniffer in ns saw arrive after it exited, until nothing more
 // is on its way.
 func Ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, o PingOptions) (PingResult, error) {
-	if o.Count == 0 {
-		o.Count = 3
-	}
-	if o.Interval == 0 {
-		o.Interval = 10 * time.Millisecond
-	}
-	if o.Deadline == 0 {
-		o.Deadline = time.Duration(o.Count)*o.Interval + 3*time.Second
-	}
+	o.Count = cmp.Or(o.Count, 3)
+	o.Interval = cmp.Or(o.Interval, 10*time.Millisecond)
+	o.Deadline = cmp.Or(o.Deadline, time.Duration(o.Count)*o.Interval+3*time.Second)
 	r := PingResult{Size: o.Size}
 	w := newPingWatch(dst)
 	sn, err := capture.Sniff(ns, "", capture.SniffOptions{Outgoing: true}, w.see)
@@ -103,9 +98,7 @@ func Ping(ctx context.Context, ns *netns.Namespace, dst netip.Addr, o PingOption
 		if o.Settle != nil {
 			o.Settle()
 		} else {
-			if o.Linger == 0 {
-				o.Linger = time.Second
-			}
+			o.Linger = cmp.Or(o.Linger, time.Second)
 			for end := time.Now().Add(o.Linger); time.Now().Before(end) && countReplies(out, r.Sent, w.replied()) < r.Sent; {
 				time.Sleep(20 * time.Millisecond)
 			}

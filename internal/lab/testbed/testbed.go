@@ -10,6 +10,7 @@
 package testbed
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,23 +108,13 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 			return nil, fmt.Errorf("find the espgw binary: %w", err)
 		}
 	}
-	if opts.ReplayWindow == 0 {
-		opts.ReplayWindow = 64
-	}
-	if opts.AESBits == 0 {
-		opts.AESBits = 128
-	}
+	opts.ReplayWindow = cmp.Or(opts.ReplayWindow, 64)
+	opts.AESBits = cmp.Or(opts.AESBits, 128)
 	for i := range opts.Engine {
-		if opts.Engine[i] == "" {
-			opts.Engine[i] = DefaultEngine()
-		}
+		opts.Engine[i] = cmp.Or(opts.Engine[i], DefaultEngine())
 	}
-	if opts.WanIO == "" {
-		opts.WanIO = DefaultWanIO()
-	}
-	if opts.Log == nil {
-		opts.Log = slog.New(slog.DiscardHandler)
-	}
+	opts.WanIO = cmp.Or(opts.WanIO, DefaultWanIO())
+	opts.Log = cmp.Or(opts.Log, slog.New(slog.DiscardHandler))
 	if err := netns.CheckPrerequisites(); err != nil {
 		return nil, err
 	}
@@ -203,24 +194,38 @@ func (b *Bed) Outer() (netip.Addr, netip.Addr) {
 }
 
 func (b *Bed) makeSAs() error {
-	gw1, gw2 := b.Outer()
 	for i, spi := range []uint32{0x1001, 0x2001} {
-		enc, auth, err := sa.RandomKeys(b.opts.Suite, b.opts.AESBits)
+		s, err := b.newSA(spi, i == 1)
 		if err != nil {
-			return fmt.Errorf("random keys for %s: %w", b.opts.Suite, err)
+			return err
 		}
-		s := &sa.SA{SPI: spi, Mode: b.opts.Mode, Src: gw1, Dst: gw2, Encap: b.opts.Encap, Suite: b.opts.Suite,
-			EncKey: enc, AuthKey: auth, ESN: b.opts.ESN, ReplayWindow: b.opts.ReplayWindow,
-			InitialSeq: b.opts.InitialSeq, Hard: b.opts.Hard}
-		if i == 1 {
-			s.Src, s.Dst = gw2, gw1
-		}
-		if s.Encap == sa.EncapUDP {
-			s.SrcPort, s.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
-		}
+		s.InitialSeq = b.opts.InitialSeq
 		b.SAs[i] = s
 	}
-	cfg := &sa.Config{SAs: b.SAs[:]}
+	return b.writeSAs(&sa.Config{SAs: b.SAs[:]})
+}
+
+// newSA is an SA of the bed's suite and settings with fresh keys, gw1→gw2
+// or, back, gw2→gw1.
+func (b *Bed) newSA(spi uint32, back bool) (*sa.SA, error) {
+	enc, auth, err := sa.RandomKeys(b.opts.Suite, b.opts.AESBits)
+	if err != nil {
+		return nil, fmt.Errorf("random keys for %s: %w", b.opts.Suite, err)
+	}
+	s := &sa.SA{SPI: spi, Mode: b.opts.Mode, Encap: b.opts.Encap, Suite: b.opts.Suite,
+		EncKey: enc, AuthKey: auth, ESN: b.opts.ESN, ReplayWindow: b.opts.ReplayWindow, Hard: b.opts.Hard}
+	s.Src, s.Dst = b.Outer()
+	if back {
+		s.Src, s.Dst = s.Dst, s.Src
+	}
+	if s.Encap == sa.EncapUDP {
+		s.SrcPort, s.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
+	}
+	return s, nil
+}
+
+// writeSAs writes the SA file both gateways read, after Options.Customize.
+func (b *Bed) writeSAs(cfg *sa.Config) error {
 	if b.opts.Customize != nil {
 		if err := b.opts.Customize(cfg); err != nil {
 			return fmt.Errorf("customize the SAs: %w", err)
@@ -347,18 +352,12 @@ func (b *Bed) Close() error {
 // $ESPGW_WAN_IO, or socket. Running the test suite with ESPGW_WAN_IO=xdp
 // puts every end-to-end test's raw ESP on AF_XDP.
 func DefaultWanIO() string {
-	if w := os.Getenv("ESPGW_WAN_IO"); w != "" {
-		return w
-	}
-	return "socket"
+	return cmp.Or(os.Getenv("ESPGW_WAN_IO"), "socket")
 }
 
 // DefaultEngine is the engine gateways get when none is named: $ESPGW_ENGINE,
 // or cpu. Running the test suite with ESPGW_ENGINE=aesni (or ring, …) puts
 // every end-to-end test on that engine.
 func DefaultEngine() string {
-	if e := os.Getenv("ESPGW_ENGINE"); e != "" {
-		return e
-	}
-	return "cpu"
+	return cmp.Or(os.Getenv("ESPGW_ENGINE"), "cpu")
 }

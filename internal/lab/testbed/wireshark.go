@@ -1,7 +1,6 @@
 package testbed
 
 import (
-	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -9,7 +8,7 @@ import (
 // tshark's -o uat:esp_sa: option), or "" for a suite Wireshark cannot name.
 // It holds the keys in clear.
 func EspSALine(s *sa.SA) string {
-	line, err := capture.WiresharkSA(s)
+	line, err := sa.EspSALine(s)
 	if err != nil {
 		return ""
 	}

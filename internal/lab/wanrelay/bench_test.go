@@ -10,6 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labtest"
+	"github.com/espgw/espgw/internal/lab/netns"
 )
 
 // BenchmarkRelay measures UDP/4500 ESP-like datagrams delivered from hostA
@@ -20,17 +22,26 @@ import (
 // Compare the relay's rates with the reference's, measured in the same run.
 func BenchmarkRelay(b *testing.B) {
 	b.Run("direct", func(b *testing.B) {
-		bd := &bed{a: "im-ba-direct", b: "im-bb-direct"}
-		for _, ns := range []string{bd.a, bd.b} {
-			run(b, "ip", "netns", "add", ns)
-			b.Cleanup(func() { run(b, "ip", "netns", "del", ns) })
+		// hostA and hostB on one veth pair: what the relay's bed carries
+		// with no relay and no wan namespace in between.
+		labtest.NeedNamespaces(b)
+		nb, err := netns.New("im-bd", nil)
+		if err != nil {
+			b.Fatal(err)
 		}
-		run(b, "ip", "link", "add", "a0", "netns", bd.a, "type", "veth", "peer", "name", "b0", "netns", bd.b)
-		run(b, "ip", "-n", bd.a, "link", "set", "a0", "up")
-		run(b, "ip", "-n", bd.b, "link", "set", "b0", "up")
-		run(b, "ip", "-n", bd.a, "addr", "add", "192.0.2.1/24", "dev", "a0")
-		run(b, "ip", "-n", bd.b, "addr", "add", "192.0.2.2/24", "dev", "b0")
-		blast(b, bd, nil)
+		b.Cleanup(func() { nb.Close() })
+		var ns [2]*netns.Namespace
+		for i, name := range []string{"a", "b"} {
+			if ns[i], err = nb.AddNamespace(name); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := nb.Connect(ns[0], "a0", ns[1], "b0", netns.LinkOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		labtest.Address(b, ns[0], "a0", "192.0.2.1/24")
+		labtest.Address(b, ns[1], "b0", "192.0.2.2/24")
+		blast(b, &bed{a: ns[0].Name(), b: ns[1].Name()}, nil)
 	})
 	b.Run("relay", func(b *testing.B) {
 		bd := newBed(b)

@@ -7,10 +7,9 @@
 // subnets (the standard topology), so impairments need no change of
 // addresses. ESP and ESP in
 // UDP/4500 get the impairments; ARP, neighbour discovery and all other
-// traffic cross untouched. It counts what it read, impaired and sent, can
-// capture what it forwarded to a pcap, and answers a control request with
-// its counters as JSON. Run runs it in the foreground (the wanrelay
-// command); Start runs it in the background of a test bed.
+// traffic cross untouched. It counts what it read, impaired and sent, and
+// can capture what it forwarded to a pcap. Run runs it until its context
+// ends; Start runs it in the background of a test bed.
 //
 // The frames carry virtio-net headers (PACKET_VNET_HDR): a frame whose
 // checksum its sender's kernel left to the (veth) hardware gets it computed
@@ -21,6 +20,7 @@ package wanrelay
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,27 +42,21 @@ import (
 type Config struct {
 	// Netns is the network namespace holding both interfaces ("" for the
 	// caller's own).
-	Netns string `yaml:"netns" json:"netns"`
+	Netns string
 	// A and B name the interfaces toward the two gateways.
-	A string `yaml:"a" json:"a"`
-	B string `yaml:"b" json:"b"`
+	A string
+	B string
 	// Mode is Bridge (the default) or Route.
-	Mode Mode `yaml:"mode" json:"mode,omitempty"`
+	Mode Mode
 	// AToB and BToA are the impairments of each direction; a zero value
 	// impairs nothing (impair.DefaultConfig, with seeds 1 and 2).
-	AToB impair.Config `yaml:"a_to_b" json:"a_to_b"`
-	BToA impair.Config `yaml:"b_to_a" json:"b_to_a"`
+	AToB impair.Config
+	BToA impair.Config
 	// Pcap, if set, is a file that receives every frame the relay sent, in
 	// both directions, with Ethernet link type.
-	Pcap string `yaml:"pcap" json:"pcap,omitempty"`
-	// Control, if set, is a Unix socket path where GET /counters answers
-	// with the counters as JSON (see Main).
-	Control string `yaml:"control" json:"control,omitempty"`
-	// Counters, if set, is a file that receives the counters as JSON when
-	// Main returns ("-" for standard output).
-	Counters string `yaml:"counters" json:"counters,omitempty"`
+	Pcap string
 	// Logger receives the relay's start, stop and error messages.
-	Logger *slog.Logger `yaml:"-" json:"-"`
+	Logger *slog.Logger
 }
 
 // Counters is what the relay did in each direction.
@@ -158,10 +152,7 @@ func New(cfg Config) (*Relay, error) {
 	default:
 		return nil, fmt.Errorf("wan relay: mode %q: want bridge or route", cfg.Mode)
 	}
-	r := &Relay{cfg: cfg, log: cfg.Logger}
-	if r.log == nil {
-		r.log = slog.Default()
-	}
+	r := &Relay{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
 	var local map[netip.Addr]bool
 	err := withNetns(cfg.Netns, func() error {
 		var err error
@@ -184,8 +175,8 @@ func New(cfg Config) (*Relay, error) {
 		r.Close()
 		return nil, fmt.Errorf("wan relay in netns %q: %w", cfg.Netns, err)
 	}
-	// Room for the largest frame either side can carry, with two VLAN tags.
-	size := max(r.a.mtu, r.b.mtu) + 14 + 8
+	// Room for the largest frame either side can carry, with three VLAN tags.
+	size := max(r.a.mtu, r.b.mtu) + 14 + 12
 	if cfg.Pcap != "" {
 		if r.pcap, err = newCapture(cfg.Pcap); err != nil {
 			r.Close()

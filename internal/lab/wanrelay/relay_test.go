@@ -2,10 +2,7 @@ package wanrelay
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -17,16 +14,16 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/gopacket/pcapgo"
 	"golang.org/x/sys/unix"
 
+	captures "github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
 
-// bed is hostA — wan — hostB: three network namespaces joined by two veth
-// pairs, a0–wa and b0–wb, removed when the test ends.
+// bed is hostA — wan — hostB (labtest.Chain): the relay joins wan's ports
+// wa and wb.
 type bed struct {
 	a, w, b string              // the namespaces' names
 	ns      [3]*netns.Namespace // hostA, wan, hostB
@@ -39,58 +36,19 @@ func run(t testing.TB, args ...string) {
 	}
 }
 
-// newNamespaces builds a bed's namespaces and veths; wan, when not nil,
-// shapes the wan namespace before its links exist.
-func newNamespaces(t testing.TB, prefix string, wan func(*netns.Namespace) error) *bed {
+func chain(t testing.TB, prefix string, silentWAN bool) *bed {
 	t.Helper()
-	labtest.NeedNamespaces(t)
-	nb, err := netns.New(prefix, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nb.Close() })
-	b := &bed{}
-	for i, name := range []string{"a", "w", "b"} {
-		if b.ns[i], err = nb.AddNamespace(name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if wan != nil {
-		if err := wan(b.ns[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := nb.Connect(b.ns[0], "a0", b.ns[1], "wa", netns.LinkOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := nb.Connect(b.ns[2], "b0", b.ns[1], "wb", netns.LinkOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	b.a, b.w, b.b = b.ns[0].Name(), b.ns[1].Name(), b.ns[2].Name()
-	return b
-}
-
-// address adds prefixes to link in b.ns[i].
-func (b *bed) address(t testing.TB, i int, link string, prefixes ...string) {
-	t.Helper()
-	for _, p := range prefixes {
-		if err := b.ns[i].AddAddr(link, netip.MustParsePrefix(p)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, w, b := labtest.Chain(t, prefix, silentWAN)
+	return &bed{a: a.Name(), w: w.Name(), b: b.Name(), ns: [3]*netns.Namespace{a, w, b}}
 }
 
 // newBed is the bridging bed: hostA and hostB on one TEST-NET subnet that
-// only the relay joins.
+// only the relay joins, wan with no addresses.
 func newBed(t testing.TB) *bed {
 	t.Helper()
-	// The wan namespace has no addresses: no IPv6 on its ports, so its own
-	// kernel stays silent on the wire.
-	b := newNamespaces(t, "im", func(w *netns.Namespace) error {
-		return w.Sysctl(map[string]string{"net/ipv6/conf/default/disable_ipv6": "1", "net/ipv6/conf/all/disable_ipv6": "1"})
-	})
-	b.address(t, 0, "a0", "192.0.2.1/24", "2001:db8::1/64")
-	b.address(t, 2, "b0", "192.0.2.2/24", "2001:db8::2/64")
+	b := chain(t, "im", true)
+	labtest.Address(t, b.ns[0], "a0", "192.0.2.1/24", "2001:db8::1/64")
+	labtest.Address(t, b.ns[2], "b0", "192.0.2.2/24", "2001:db8::2/64")
 	return b
 }
 
@@ -196,21 +154,20 @@ func count(t *testing.T, got [][]byte, n int) tally {
 	return tl
 }
 
-// settle waits until the relay has nothing in flight in either direction.
+// settle waits until the relay has nothing in flight in either direction
+// (Running.Settle) and checks its accounting.
 func settle(t *testing.T, r *Running) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		c := r.Counters()
-		if c.AToB.InFlight == 0 && c.BToA.InFlight == 0 {
-			for _, d := range []Direction{c.AToB, c.BToA} {
-				if err := d.Conserved(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return
+	r.Settle(20*time.Millisecond, 5*time.Second)
+	c := r.Counters()
+	if c.AToB.InFlight != 0 || c.BToA.InFlight != 0 {
+		t.Fatalf("relay still holds packets: %+v", c)
+	}
+	for _, d := range []Direction{c.AToB, c.BToA} {
+		if err := d.Conserved(); err != nil {
+			t.Fatal(err)
 		}
 	}
-	t.Fatalf("relay still holds packets: %+v", r.Counters())
 }
 
 func impairs(f func(*impair.Config)) impair.Config {
@@ -241,14 +198,8 @@ func TestRelay(t *testing.T) {
 		})
 		pcap := filepath.Join(t.TempDir(), "wan.pcap")
 		r, stop := startRelay(t, b, Config{AToB: cfg, Pcap: pcap})
-		rx := listen(t, b.b, "udp4", "192.0.2.2:4500")
-		got := collect(rx)
-		tx := listen(t, b.a, "udp4", "192.0.2.1:4500")
 		const n, size = 1000, 200
-		dst := &net.UDPAddr{IP: net.IPv4(192, 0, 2, 2), Port: 4500}
-		sendESP(t, tx, dst, n, size)
-		tl := count(t, <-got, size)
-		settle(t, r)
+		tl := count(t, exchange(t, r, b, "udp4", "192.0.2.1:4500", "192.0.2.2:4500", n, size, 0), size)
 		c := r.Counters().AToB
 		ic := c.Impair
 		t.Logf("relay a→b: %+v", ic)
@@ -273,14 +224,8 @@ func TestRelay(t *testing.T) {
 			c.Truncate = impair.Truncate{Percent: 5, By: 10}
 		})
 		r, _ := startRelay(t, b, Config{AToB: cfg})
-		rx := listen(t, b.b, "ip4:50", "192.0.2.2")
-		got := collect(rx)
-		tx := listen(t, b.a, "ip4:50", "192.0.2.1")
 		const n, size = 1000, 120
-		dst := &net.IPAddr{IP: net.IPv4(192, 0, 2, 2)}
-		sendESP(t, tx, dst, n, size)
-		tl := count(t, <-got, size)
-		settle(t, r)
+		tl := count(t, exchange(t, r, b, "ip4:50", "192.0.2.1", "192.0.2.2", n, size, 0), size)
 		ic := r.Counters().AToB.Impair
 		t.Logf("relay a→b: %+v", ic)
 		if ic.Matched != n || ic.Lost == 0 || ic.Replayed == 0 || ic.Truncated == 0 {
@@ -297,13 +242,8 @@ func TestRelay(t *testing.T) {
 			c.RewriteSPI = impair.RewriteSPI{Percent: 10, SPI: 0xbad}
 			c.Corrupt = impair.Corrupt{Percent: 10, Bytes: 1, From: 8, To: -4}
 		})})
-		rx := listen(t, b.b, "ip6:50", "2001:db8::2")
-		got := collect(rx)
-		tx := listen(t, b.a, "ip6:50", "2001:db8::1")
 		const n, size = 600, 100
-		sendESP(t, tx, &net.IPAddr{IP: net.ParseIP("2001:db8::2")}, n, size)
-		payloads := <-got
-		settle(t, r)
+		payloads := exchange(t, r, b, "ip6:50", "2001:db8::1", "2001:db8::2", n, size, 0)
 		ic := r.Counters().AToB.Impair
 		rewritten, damaged := 0, 0
 		for _, p := range payloads {
@@ -330,41 +270,13 @@ func TestRelay(t *testing.T) {
 	} {
 		t.Run("gso segmented "+fam.name, func(t *testing.T) {
 			r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) { c.Loss = 10 })})
-			rx := listen(t, b.b, fam.network, fam.dst)
-			got := collect(rx)
-			tx := listen(t, b.a, fam.network, fam.src)
-			const writes, per, size = 40, 10, 300
-			sc, err := tx.(*net.UDPConn).SyscallConn()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var serr error
-			sc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size) })
-			if serr != nil {
-				t.Fatalf("UDP_SEGMENT: %v", serr)
-			}
-			dst, err := net.ResolveUDPAddr(fam.network, fam.dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for w := 0; w < writes; w++ {
-				var buf []byte
-				for i := 0; i < per; i++ {
-					buf = append(buf, espPayload(uint32(w*per+i+1), size)...)
-				}
-				if _, err := tx.WriteTo(buf, dst); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(time.Millisecond)
-			}
-			tl := count(t, <-got, size)
-			settle(t, r)
+			const n, size = 400, 300
+			tl := count(t, exchange(t, r, b, fam.network, fam.src, fam.dst, n, size, 10), size)
 			c := r.Counters().AToB
 			t.Logf("relay a→b: gso %d → %d segments, %+v", c.GSOSegmented, c.GSOSegments, c.Impair)
 			if c.GSOSegmented == 0 {
 				t.Fatal("no GSO super-packet reached the relay: the test did not exercise segmentation")
 			}
-			const n = writes * per
 			if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || tl.extra != 0 || tl.damaged != 0 {
 				t.Fatalf("received %d distinct (%d extra, %d damaged) of %d; relay %+v", tl.distinct, tl.extra, tl.damaged, n, c.Impair)
 			}
@@ -480,54 +392,6 @@ func TestRelay(t *testing.T) {
 			t.Fatalf("TCP was matched: %+v", cs.AToB.Impair)
 		}
 	})
-
-	t.Run("main control and counters file", func(t *testing.T) {
-		dir := t.TempDir()
-		cfg := Config{Netns: b.w, A: "wa", B: "wb", Control: filepath.Join(dir, "ctl.sock"),
-			Counters: filepath.Join(dir, "counters.json"), AToB: impairs(func(c *impair.Config) { c.Loss = 50 })}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- Main(ctx, cfg) }()
-		defer func() {
-			cancel()
-			<-done
-		}()
-		var live Counters
-		var err error
-		for i := 0; i < 50; i++ { // the socket appears once the relay is up
-			if live, err = ReadControl(ctx, cfg.Control); err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx := listen(t, b.a, "ip4:50", "192.0.2.1")
-		for i := 1; i <= 100; i++ {
-			tx.WriteTo(espPayload(uint32(i), 64), &net.IPAddr{IP: net.IPv4(192, 0, 2, 2)})
-		}
-		time.Sleep(200 * time.Millisecond)
-		if live, err = ReadControl(ctx, cfg.Control); err != nil || live.AToB.Impair.Matched != 100 {
-			t.Fatalf("control: %+v %v", live.AToB.Impair, err)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		done <- nil
-		var final Counters
-		raw, err := os.ReadFile(cfg.Counters)
-		if err == nil {
-			err = json.Unmarshal(raw, &final)
-		}
-		if err != nil || final.AToB.Impair != live.AToB.Impair {
-			t.Fatalf("counters file %v: %+v, live %+v", err, final.AToB.Impair, live.AToB.Impair)
-		}
-		if _, err := os.Stat(cfg.Control); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("control socket left behind: %v", err)
-		}
-	})
 }
 
 // assertCapture checks the relay's pcap holds exactly the frames it sent.
@@ -538,36 +402,54 @@ func assertCapture(t *testing.T, path string, c Counters) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	pr, err := pcapgo.NewReader(f)
+	_, st, err := captures.ReadAll(f, path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for {
-		_, _, err := pr.ReadPacketData()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		n++
-	}
-	if want := c.AToB.TxFrames + c.BToA.TxFrames; uint64(n) != want {
-		t.Fatalf("capture holds %d frames, relay sent %d", n, want)
+	if want := c.AToB.TxFrames + c.BToA.TxFrames; uint64(st.Frames) != want {
+		t.Fatalf("capture holds %d frames, relay sent %d", st.Frames, want)
 	}
 }
 
-// sendESP sends n ESP payloads of size bytes, sequence numbers 1..n, to
-// dst, pausing every 50 to stay below the receiver's socket buffer.
-func sendESP(t *testing.T, tx net.PacketConn, dst net.Addr, n, size int) {
+// exchange sends n ESP payloads of size bytes, sequence numbers 1..n, from
+// hostA's address from to hostB's address to (an address and port for udp
+// networks), and returns what hostB received once r holds nothing more.
+// With gso > 0 the payloads go gso at a time in UDP GSO writes
+// (UDP_SEGMENT), a millisecond apart; else one by one, pausing every 50 to
+// stay below the receiver's socket buffer.
+func exchange(t *testing.T, r *Running, b *bed, network, from, to string, n, size, gso int) [][]byte {
 	t.Helper()
-	for i := 1; i <= n; i++ {
-		if _, err := tx.WriteTo(espPayload(uint32(i), size), dst); err != nil {
-			t.Fatal(err)
+	got := collect(listen(t, b.b, network, to))
+	tx := listen(t, b.a, network, from)
+	var dst net.Addr = &net.IPAddr{IP: net.ParseIP(to)}
+	if ap, err := netip.ParseAddrPort(to); err == nil {
+		dst = net.UDPAddrFromAddrPort(ap)
+	}
+	per, every, pause := 1, 50, 2*time.Millisecond
+	if gso > 0 {
+		per, every, pause = gso, gso, time.Millisecond
+		sc, err := tx.(*net.UDPConn).SyscallConn()
+		var serr error
+		if err == nil {
+			err = sc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size) })
 		}
-		if i%50 == 0 {
-			time.Sleep(2 * time.Millisecond)
+		if err != nil || serr != nil {
+			t.Fatalf("UDP_SEGMENT: %v %v", err, serr)
 		}
 	}
+	for i := 1; i <= n; i += per {
+		var buf []byte
+		for j := i; j < i+per && j <= n; j++ {
+			buf = append(buf, espPayload(uint32(j), size)...)
+		}
+		if _, err := tx.WriteTo(buf, dst); err != nil {
+			t.Fatal(err)
+		}
+		if (i+per-1)%every == 0 {
+			time.Sleep(pause)
+		}
+	}
+	payloads := <-got
+	settle(t, r)
+	return payloads
 }

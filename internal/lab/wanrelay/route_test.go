@@ -1,13 +1,13 @@
 package wanrelay
 
 import (
-	"net"
 	"net/netip"
 	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/labtest"
 )
 
 // newRoutedBed is the shape of espgw's standard WAN: hostA and hostB on two
@@ -15,11 +15,11 @@ import (
 // topology leaves it).
 func newRoutedBed(t *testing.T) *bed {
 	t.Helper()
-	b := newNamespaces(t, "imr", nil)
-	b.address(t, 0, "a0", "198.51.100.1/25", "2001:db8:1::1/64")
-	b.address(t, 1, "wa", "198.51.100.126/25", "2001:db8:1::fe/64")
-	b.address(t, 1, "wb", "198.51.100.254/25", "2001:db8:2::fe/64")
-	b.address(t, 2, "b0", "198.51.100.129/25", "2001:db8:2::1/64")
+	b := chain(t, "imr", false)
+	labtest.Address(t, b.ns[0], "a0", "198.51.100.1/25", "2001:db8:1::1/64")
+	labtest.Address(t, b.ns[1], "wa", "198.51.100.126/25", "2001:db8:1::fe/64")
+	labtest.Address(t, b.ns[1], "wb", "198.51.100.254/25", "2001:db8:2::fe/64")
+	labtest.Address(t, b.ns[2], "b0", "198.51.100.129/25", "2001:db8:2::1/64")
 	for _, r := range []struct {
 		ns      int
 		dst, gw string
@@ -52,13 +52,8 @@ func TestRelayRouteMode(t *testing.T) {
 
 	// ESP first, into cold neighbour tables: the first packets wait for wan
 	// to resolve hostB, and none is lost for it.
-	rx := listen(t, b.b, "ip4:50", "198.51.100.129")
-	got := collect(rx)
-	tx := listen(t, b.a, "ip4:50", "198.51.100.1")
 	const n, size = 500, 100
-	sendESP(t, tx, &net.IPAddr{IP: net.IPv4(198, 51, 100, 129)}, n, size)
-	tl := count(t, <-got, size)
-	settle(t, r)
+	tl := count(t, exchange(t, r, b, "ip4:50", "198.51.100.1", "198.51.100.129", n, size, 0), size)
 	c := r.Counters().AToB
 	t.Logf("a→b: waits %d unresolved %d not routed %d, %+v", c.NeighborWaits, c.NeighborUnresolved, c.NotRouted, c.Impair)
 	if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || c.NeighborUnresolved != 0 || c.NeighborOverflow != 0 {

@@ -1,7 +1,6 @@
 package wanrelay
 
 import (
-	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -47,13 +46,8 @@ func TestRelayStandardTopology(t *testing.T) {
 		}
 	}
 
-	rx := listen(t, b.b, "ip4:50", a.GW2WAN4.Addr().String())
-	got := collect(rx)
-	tx := listen(t, b.a, "ip4:50", a.GW1WAN4.Addr().String())
 	const n, size = 400, 200
-	sendESP(t, tx, &net.IPAddr{IP: a.GW2WAN4.Addr().AsSlice()}, n, size)
-	tl := count(t, <-got, size)
-	settle(t, r)
+	tl := count(t, exchange(t, r, b, "ip4:50", a.GW1WAN4.Addr().String(), a.GW2WAN4.Addr().String(), n, size, 0), size)
 	c := r.Counters().AToB
 	t.Logf("gw1→gw2: %+v", c.Impair)
 	if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || uint64(tl.extra) != c.Impair.Duplicated {
