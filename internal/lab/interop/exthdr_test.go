@@ -47,17 +47,7 @@ func chainBeforeESP(ip []byte) string {
 func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 	b := sharedBed(t)
 	suite, bits := parseSuite(t, "aes-gcm-16-128")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	t.Cleanup(func() {
-		if err := b.DropWANv6(context.Background()); err != nil {
-			t.Errorf("restore the bed: %v", err)
-		}
-	})
-	tun, err := b.Configure(ctx, Case{Suite: suite, AESBits: bits, Mode: sa.Transport, OuterV6: true})
-	if err != nil {
-		t.Fatalf("configure: %v", err)
-	}
+	ctx, tun := configure(t, b, Case{Suite: suite, AESBits: bits, Mode: sa.Transport, OuterV6: true}, 2*time.Minute)
 	gw1, guest := tun.Out.Src, tun.Out.Dst
 	var mu sync.Mutex
 	// by who sent: chain → packets; the outer map is complete before the
@@ -80,10 +70,7 @@ func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 	}
 	const n = 5
 	// espgw seals: gw1's own UDP with both headers to the guest's recorder.
-	if _, err := b.Peer.Run(ctx, fmt.Sprintf("rm -f /tmp/marks; (/bin/espgw-agent recv %d %d 15000 >/tmp/marks 2>&1 &)", judgeFarPort, n)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond)
+	kernelGot := startRecorder(t, ctx, b, n)
 	if err := b.GW1.Do(func() error {
 		c, err := net.Dial("udp6", fmt.Sprintf("[%s]:%d", guest, judgeFarPort))
 		if err != nil {
@@ -153,7 +140,7 @@ func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 		inetsum.L4(u, p[8:24], p[24:40], 17, inetsum.OffsetUDP)
 		pkts = append(pkts, hex.EncodeToString(p))
 	}
-	if out, err := b.Peer.Kernel().Exec(ctx, append([]string{"/bin/espgw-agent", "inject"}, pkts...)...); err != nil {
+	if out, err := b.Peer.Exec(ctx, append([]string{"/bin/espgw-agent", "inject"}, pkts...)...); err != nil {
 		t.Fatalf("inject in the guest: %v\n%s", err, out)
 	}
 	rx.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -180,16 +167,7 @@ func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 	if intact != n {
 		t.Errorf("espgw delivered %d of the kernel's %d packets with both extension headers", intact, n)
 	}
-	var out string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
-		if out, err = b.Peer.Run(ctx, "cat /tmp/marks"); err != nil {
-			t.Fatal(err)
-		}
-		if len(farDelivered(out)) >= n {
-			break
-		}
-	}
-	got := farDelivered(out)
+	got := kernelGot(func() bool { return true })
 	for i := range n {
 		if d, ok := got[i]; !ok || d.ext != "hd" {
 			t.Errorf("the kernel delivered espgw's packet %d with extension headers %q (ok %v), want hop-by-hop and destination options", i, d.ext, ok)

@@ -121,6 +121,13 @@ type Route struct {
 	Via netip.Addr
 }
 
+func (r Route) dst() string {
+	if !r.Dst.IsValid() {
+		return "default"
+	}
+	return r.Dst.String()
+}
+
 // Peer is a running guest.
 type Peer struct {
 	cfg     Config
@@ -390,11 +397,7 @@ func (c *Config) kernelArgs() string {
 		addrs = append(addrs, a.String())
 	}
 	for _, r := range c.GuestRoutes {
-		dst := "default"
-		if r.Dst.IsValid() {
-			dst = r.Dst.String()
-		}
-		routes = append(routes, dst+"@"+r.Via.String())
+		routes = append(routes, r.dst()+"@"+r.Via.String())
 	}
 	for _, port := range c.NATTPorts {
 		ports = append(ports, strconv.Itoa(int(port)))
@@ -541,10 +544,7 @@ func (p *Peer) waitAgent(ctx context.Context) error {
 	// Ping until any answer comes back. A ping answered late still proves
 	// the agent is up; exec later skips answers to pings by their ids.
 	ping := func() error {
-		p.nextID++
-		req, _ := json.Marshal(ctl.Request{ID: p.nextID, Argv: []string{"true"}, TimeoutMS: 30000})
-		p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		_, err := p.conn.Write(append(req, '\n'))
+		_, err := p.send([]string{"true"}, 5*time.Second)
 		return err
 	}
 	if err := ping(); err != nil {
@@ -600,10 +600,14 @@ func (p *Peer) Exec(ctx context.Context, argv ...string) (string, error) {
 	return p.exec(ctx, argv, p.cfg.CommandTimeout)
 }
 
-// Run runs a busybox sh script in the guest, in which "ip" is iproute2's
-// /sbin/ip (busybox's own ip applet has no xfrm).
-func (p *Peer) Run(ctx context.Context, script string) (string, error) {
-	return p.exec(ctx, []string{"/bin/sh", "-c", "ip() { /sbin/ip \"$@\"; }\n" + script}, p.cfg.CommandTimeout)
+// send writes a request for argv with timeout to the agent and returns
+// its id.
+func (p *Peer) send(argv []string, timeout time.Duration) (uint64, error) {
+	p.nextID++
+	req, _ := json.Marshal(ctl.Request{ID: p.nextID, Argv: argv, TimeoutMS: timeout.Milliseconds()})
+	p.conn.SetWriteDeadline(time.Now().Add(timeout))
+	_, err := p.conn.Write(append(req, '\n'))
+	return p.nextID, err
 }
 
 func (p *Peer) exec(ctx context.Context, argv []string, timeout time.Duration) (string, error) {
@@ -618,11 +622,8 @@ func (p *Peer) exec(ctx context.Context, argv []string, timeout time.Duration) (
 	if timeout <= 0 {
 		return "", fmt.Errorf("guest command: %w", context.DeadlineExceeded)
 	}
-	p.nextID++
-	id := p.nextID
-	req, _ := json.Marshal(ctl.Request{ID: id, Argv: argv, TimeoutMS: timeout.Milliseconds()})
-	p.conn.SetWriteDeadline(time.Now().Add(timeout))
-	if _, err := p.conn.Write(append(req, '\n')); err != nil {
+	id, err := p.send(argv, timeout)
+	if err != nil {
 		return "", fmt.Errorf("send guest command: %w", err)
 	}
 	// The agent enforces the timeout itself; the margin covers the round trip.
