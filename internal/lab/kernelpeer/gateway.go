@@ -4,13 +4,10 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
@@ -49,14 +46,10 @@ type Gateway struct {
 }
 
 // ConfigureGateway makes the guest g: it replaces the guest's addresses,
-// routes, neighbours, SAs and policies, in one round trip (commands cost
-// the most under emulation), and pins the espgw gateway's neighbour
-// entries for the guest. Errors never carry the SAs' keys.
+// routes, SAs and policies in one round trip (commands cost the most under
+// emulation), then pins the neighbour entries. Errors never carry the SAs'
+// keys.
 func (p *Peer) ConfigureGateway(ctx context.Context, g Gateway) error {
-	near, err := g.Near.Netlink().LinkByName(g.NearIf)
-	if err != nil {
-		return fmt.Errorf("the kernel peer's gateway: %s's %s: %w", g.Near.Short(), g.NearIf, err)
-	}
 	lan := "lo"
 	var sc strings.Builder
 	fmt.Fprintf(&sc, "set -e\nip neigh flush dev eth0 nud all\nip addr flush dev eth0 scope global\nip link set eth0 mtu %d\n", cmp.Or(g.MTU, 1500))
@@ -87,9 +80,6 @@ func (p *Peer) ConfigureGateway(ctx context.Context, g Gateway) error {
 		}
 		fmt.Fprintf(&sc, "ip route replace %s%s dev eth0\n", r.dst(), via)
 	}
-	for _, a := range g.NearAddrs {
-		fmt.Fprintf(&sc, "ip neigh replace %s lladdr %s dev eth0 nud permanent\n", a, near.Attrs().HardwareAddr)
-	}
 	sas, err := replaceScript([]DirectedSA{{g.ToGuest, Inbound}, {g.FromGuest, Outbound}})
 	if err != nil {
 		return fmt.Errorf("the kernel peer's gateway: %w", err)
@@ -98,18 +88,11 @@ func (p *Peer) ConfigureGateway(ctx context.Context, g Gateway) error {
 	if out, err := p.Run(ctx, sc.String()); err != nil {
 		return fmt.Errorf("configure the kernel peer as a gateway: %w", redactErr(err, out))
 	}
+	var wan []netip.Addr
 	for _, a := range g.WAN {
-		fam := netlink.FAMILY_V4
-		if a.Addr().Is6() {
-			fam = netlink.FAMILY_V6
-		}
-		n := &netlink.Neigh{LinkIndex: near.Attrs().Index, Family: fam, State: netlink.NUD_PERMANENT,
-			IP: net.IP(a.Addr().AsSlice()), HardwareAddr: p.GuestMAC}
-		if err := g.Near.Netlink().NeighSet(n); err != nil {
-			return fmt.Errorf("pin %s's neighbour entry for the kernel peer's %s: %w", g.Near.Short(), a.Addr(), err)
-		}
+		wan = append(wan, a.Addr())
 	}
-	return nil
+	return p.pinNeighbours(ctx, g.Near.Netlink(), g.NearIf, g.NearAddrs, wan)
 }
 
 var busyboxSummary = regexp.MustCompile(`--- (\S+) ping statistics ---\s*\n(\d+) packets transmitted, (\d+) packets received`)

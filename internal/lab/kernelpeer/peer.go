@@ -21,6 +21,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+
 	"github.com/espgw/espgw/internal/lab/kernelpeer/ctl"
 )
 
@@ -202,7 +205,7 @@ func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 	if err := p.waitAgent(bootCtx); err != nil {
 		return nil, fmt.Errorf("boot kernel peer (%s): %w\n--- guest console (tail) ---\n%s", cfg.Assets.KernelRelease, err, p.Console(consoleTail))
 	}
-	if err := p.pinNeighbours(ctx); err != nil {
+	if err := p.pinTap(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.loadModules(ctx, p.bootModules); err != nil {
@@ -324,34 +327,60 @@ func (p *Peer) makeTap() error {
 	return nil
 }
 
-// pinNeighbours makes permanent neighbour entries between the tap and the
+// pinTap makes permanent neighbour entries between the tap and the
 // guest, both ways. IPv6 neighbour unreachability probes are unicast
 // ICMPv6 between the two addresses, so a transport-mode policy covering
 // them would demand ESP from Neighbor Discovery itself; with static
 // entries no such probes are sent.
-func (p *Peer) pinNeighbours(ctx context.Context) error {
-	b, err := exec.Command("ip", "netns", "exec", p.cfg.Netns, "cat", "/sys/class/net/"+p.cfg.Tap+"/address").Output()
-	if err != nil {
-		return fmt.Errorf("read the kernel peer tap's MAC: %w", err)
-	}
-	tapMAC := strings.TrimSpace(string(b))
-	var guestScript strings.Builder
+func (p *Peer) pinTap(ctx context.Context) error {
+	var hosts, guests []netip.Addr
 	for _, h := range p.cfg.HostAddrs {
 		for _, g := range p.cfg.GuestAddrs {
-			if !h.Contains(g.Addr()) {
-				continue
+			if h.Contains(g.Addr()) {
+				hosts, guests = append(hosts, h.Addr()), append(guests, g.Addr())
 			}
-			if err := p.ipHost("neigh", "replace", g.Addr().String(), "lladdr", p.GuestMAC.String(), "dev", p.cfg.Tap, "nud", "permanent"); err != nil {
-				return fmt.Errorf("pin the guest's neighbour entry: %w", err)
-			}
-			fmt.Fprintf(&guestScript, "ip neigh replace %s lladdr %s dev eth0 nud permanent\n", h.Addr(), tapMAC)
 		}
 	}
-	if guestScript.Len() == 0 {
+	if len(hosts) == 0 {
 		return nil
 	}
-	if _, err := p.Run(ctx, guestScript.String()); err != nil {
-		return fmt.Errorf("pin the tap's neighbour entry in the guest: %w", err)
+	h, err := vnetns.GetFromName(p.cfg.Netns)
+	if err != nil {
+		return fmt.Errorf("pin the kernel peer's neighbour entries: %w", err)
+	}
+	defer h.Close()
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return fmt.Errorf("pin the kernel peer's neighbour entries: %w", err)
+	}
+	defer nl.Close()
+	return p.pinNeighbours(ctx, nl, p.cfg.Tap, hosts, guests)
+}
+
+// pinNeighbours makes permanent neighbour entries between the interface
+// ifname that nl reaches (addresses hosts) and the guest's eth0 (addresses
+// guests), both ways.
+func (p *Peer) pinNeighbours(ctx context.Context, nl *netlink.Handle, ifname string, hosts, guests []netip.Addr) error {
+	link, err := nl.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("pin neighbour entries for the kernel peer: %s: %w", ifname, err)
+	}
+	var sc strings.Builder
+	for _, a := range hosts {
+		fmt.Fprintf(&sc, "ip neigh replace %s lladdr %s dev eth0 nud permanent\n", a, link.Attrs().HardwareAddr)
+	}
+	if _, err := p.Run(ctx, sc.String()); err != nil {
+		return fmt.Errorf("pin neighbour entries in the kernel peer: %w", err)
+	}
+	for _, a := range guests {
+		fam := netlink.FAMILY_V4
+		if a.Is6() {
+			fam = netlink.FAMILY_V6
+		}
+		n := &netlink.Neigh{LinkIndex: link.Attrs().Index, Family: fam, State: netlink.NUD_PERMANENT, IP: net.IP(a.AsSlice()), HardwareAddr: p.GuestMAC}
+		if err := nl.NeighSet(n); err != nil {
+			return fmt.Errorf("pin %s's neighbour entry for the kernel peer's %s: %w", ifname, a, err)
+		}
 	}
 	return nil
 }
