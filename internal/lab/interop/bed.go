@@ -486,7 +486,7 @@ func (b *Bed) setWANv6(ctx context.Context, on bool) error {
 	}
 	args := []string{"-6", "addr", "del", GW1WAN6.String(), "dev", wanIf}
 	if on {
-		args[2], args = "add", append(args, "nodad")
+		args = []string{"-6", "addr", "add", GW1WAN6.String(), "dev", wanIf, "nodad"}
 	}
 	if _, err := b.GW1.Output(ctx, "ip", args...); err != nil {
 		return fmt.Errorf("gw1's IPv6 WAN address: %w", err)

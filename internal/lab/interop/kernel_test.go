@@ -76,9 +76,6 @@ func sharedBed(t *testing.T) *Bed {
 func bootBed(binary string) (*Bed, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	if _, err := kernelpeer.Prepared(kernelpeer.PrepareOptions{}); err != nil {
-		return nil, err // says to run kernelpeer.PrepareCommand
-	}
 	// Offline: never downloads; rebuilds the agent and initramfs when this
 	// tree changed them.
 	assets, err := kernelpeer.Prepare(ctx, kernelpeer.PrepareOptions{Offline: true})
@@ -92,9 +89,8 @@ func bootBed(binary string) (*Bed, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := b.Peer
 	fmt.Fprintf(os.Stderr, "interop bed up in %v: kernel %s booted in %v (qemu CPU %v)\n",
-		time.Since(start).Round(time.Millisecond), assets.KernelRelease, k.BootTime.Round(time.Millisecond), k.BootCPU)
+		time.Since(start).Round(time.Millisecond), assets.KernelRelease, b.Peer.BootTime.Round(time.Millisecond), b.Peer.BootCPU)
 	return b, nil
 }
 

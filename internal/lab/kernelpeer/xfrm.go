@@ -142,7 +142,7 @@ func PolicyCommands(s *sa.SA, dir Direction) ([]Command, error) {
 		"reqid", reqID(s), "mode", s.Mode.String(), "level", "required"}
 	var cmds []Command
 	for i, sel := range sels {
-		selArgs, err := selectorArgs(sel, s.Src.Is6())
+		selArgs, err := sa.XFRMSelectorArgs(sel, s.Src.Is6())
 		if err != nil {
 			return nil, fmt.Errorf("mirror %v: selector %d: %w", s, i, err)
 		}
@@ -156,9 +156,6 @@ func PolicyCommands(s *sa.SA, dir Direction) ([]Command, error) {
 }
 
 func hostPrefix(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
-
-// selectorArgs writes a selector as iproute2's SELECTOR.
-func selectorArgs(sel sa.Selector, v6 bool) ([]string, error) { return sa.XFRMSelectorArgs(sel, v6) }
 
 // DirectedSA is an SA with the direction it has in the guest.
 type DirectedSA struct {

@@ -65,10 +65,7 @@ func (k *KernelPeer) get(ctx context.Context) (*kernelpeer.Peer, error) {
 }
 
 func (k *KernelPeer) boot(ctx context.Context) error {
-	assets, err := kernelpeer.Prepared(kernelpeer.PrepareOptions{})
-	if err != nil {
-		return fmt.Errorf("linux-xfrm peer: %w", err)
-	}
+	var err error
 	if k.bed, err = netns.New(k.prefix, k.log); err != nil {
 		return fmt.Errorf("linux-xfrm peer: %w", err)
 	}
@@ -80,7 +77,7 @@ func (k *KernelPeer) boot(ctx context.Context) error {
 		Netns: k.home.Name(), Tap: kernelWANTap, ExtraTaps: []string{kernelLANTap},
 		// Placeholders until a scenario gives the guest its addresses.
 		GuestAddrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.250/32")},
-		Assets:     assets, MemoryMB: 256, BootTimeout: 5 * time.Minute, Logger: k.log,
+		MemoryMB:   256, BootTimeout: 5 * time.Minute, Logger: k.log,
 	})
 	if err != nil {
 		return fmt.Errorf("linux-xfrm peer: %w", err)
