@@ -28,18 +28,28 @@ func TestScenarios(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, s := range scs {
-			t.Run(s.Name, func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-				defer cancel()
-				r := scenario.Run(ctx, s, scenario.Options{Binary: labtest.Espgw(t), Prefix: "it"})
-				if !r.Pass {
-					var b strings.Builder
-					scenario.PrintTable(&b, []*scenario.Result{r})
-					t.Errorf("scenario %s (%s) failed:\n%s", s.Name, f, b.String())
-				}
-			})
+			t.Run(s.Name, func(t *testing.T) { runScenario(t, s, "") })
 		}
 	}
+}
+
+// runScenario runs s on a test bed of its own, within two minutes, and
+// fails the test with the verdict table (and what ping said of missing
+// echoes) when it does not pass.
+func runScenario(t *testing.T, s *scenario.Scenario, captures string) *scenario.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	r := scenario.Run(ctx, s, scenario.Options{Binary: labtest.Espgw(t), Prefix: "it", Captures: captures})
+	if !r.Pass {
+		var b strings.Builder
+		scenario.PrintTable(&b, []*scenario.Result{r})
+		for _, st := range r.Steps {
+			b.WriteString(st.Output)
+		}
+		t.Fatalf("scenario %s (%s) failed:\n%s", s.Name, s.File, b.String())
+	}
+	return r
 }
 
 // TestScenarioVerdictsMatchTshark checks a scenario's verdict against an
@@ -54,20 +64,12 @@ func TestScenarioVerdictsMatchTshark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caps := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	r := scenario.Run(ctx, scs[0], scenario.Options{Binary: labtest.Espgw(t), Prefix: "it", Captures: caps})
-	if !r.Pass {
-		var b strings.Builder
-		scenario.PrintTable(&b, []*scenario.Result{r})
-		t.Fatalf("tamper failed:\n%s", b.String())
-	}
+	r := runScenario(t, scs[0], t.TempDir())
 	lines, err := os.ReadFile(filepath.Join(r.Captures, "esp_sa"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := testbed.Tshark(ctx, filepath.Join(r.Captures, "wan.pcap"), strings.Split(strings.TrimSpace(string(lines)), "\n"))
+	v, err := testbed.Tshark(context.Background(), filepath.Join(r.Captures, "wan.pcap"), strings.Split(strings.TrimSpace(string(lines)), "\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,12 +106,5 @@ expect:
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	r := scenario.Run(ctx, scs[0], scenario.Options{Binary: labtest.Espgw(t), Prefix: "it"})
-	if !r.Pass {
-		var b strings.Builder
-		scenario.PrintTable(&b, []*scenario.Result{r})
-		t.Fatalf("ping under reordering:\n%s\n%s", b.String(), r.Steps[0].Output)
-	}
+	runScenario(t, scs[0], "")
 }

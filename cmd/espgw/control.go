@@ -23,18 +23,6 @@ func saControl() []*cobra.Command {
 		c.Flags().StringVar(&socket, "socket", control.DefaultSocket, "the gateway's control socket")
 		return c
 	}
-	change := func(use, short, op string) *cobra.Command {
-		return &cobra.Command{
-			Use: use + " [FILE|-]", Short: short, Args: cobra.MaximumNArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				raw, err := readJSON(cmd, args)
-				if err != nil {
-					return err
-				}
-				return ask(cmd, socket, control.Request{Op: op, SA: raw})
-			},
-		}
-	}
 	del := &cobra.Command{
 		Use:   "del SPI[@DST]…",
 		Short: "Delete SAs of a running gateway (by SPI, with the destination when SAs share one)",
@@ -53,8 +41,8 @@ func saControl() []*cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error { return ask(cmd, socket, control.Request{Op: "sa.list"}) },
 	}
 	return []*cobra.Command{
-		flag(change("add", "Add SAs to a running gateway (JSON, the SA file's fields)", "sa.add")),
-		flag(change("update", "Replace SAs of a running gateway (same SPI and destination) with new settings", "sa.update")),
+		flag(changeCommand("add", "Add SAs to a running gateway (JSON, the SA file's fields)", "sa.add", &socket)),
+		flag(changeCommand("update", "Replace SAs of a running gateway (same SPI and destination) with new settings", "sa.update", &socket)),
 		flag(del), flag(list), flag(newRekey(&socket)),
 	}
 }
@@ -138,16 +126,7 @@ those of equal priority; del takes policies as they read (or --index N from
 policy list). Each command is one atomic change.`,
 	}
 	cmd.PersistentFlags().StringVar(&socket, "socket", control.DefaultSocket, "the gateway's control socket")
-	add := &cobra.Command{
-		Use: "add [FILE|-]", Short: "Add policies", Args: cobra.MaximumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			raw, err := readJSON(cmd, args)
-			if err != nil {
-				return err
-			}
-			return ask(cmd, socket, control.Request{Op: "policy.add", SPD: raw})
-		},
-	}
+	add := changeCommand("add", "Add policies", "policy.add", &socket)
 	var index int
 	del := &cobra.Command{
 		Use: "del [--index N | FILE|-]", Short: "Delete policies", Args: cobra.MaximumNArgs(1),
@@ -192,6 +171,26 @@ policy list). Each command is one atomic change.`,
 	}
 	cmd.AddCommand(add, del, list)
 	return cmd
+}
+
+// changeCommand is a command sending the JSON of FILE (or standard input)
+// as the SAs, or for a policy op the policies, of one change to the gateway
+// at *socket.
+func changeCommand(use, short, op string, socket *string) *cobra.Command {
+	return &cobra.Command{
+		Use: use + " [FILE|-]", Short: short, Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			raw, err := readJSON(cmd, args)
+			if err != nil {
+				return err
+			}
+			req := control.Request{Op: op, SA: raw}
+			if strings.HasPrefix(op, "policy.") {
+				req = control.Request{Op: op, SPD: raw}
+			}
+			return ask(cmd, *socket, req)
+		},
+	}
 }
 
 // policyEntry is a listed policy as the SA file writes it.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -171,21 +170,11 @@ func runExternal(t *testing.T, ctx context.Context, bin string, dev *kernelpeer.
 		t.Fatalf("install the device's SAs: %v\n%s", err, out)
 	}
 	out, errOut, code := run(bin, "scenario", "run", "--prefix", "scx", "--json", file)
-	var rep struct {
-		Results []struct {
-			Name, Peer, Error string
-			Pass              bool
-			Verdicts          []struct {
-				Metric, Expr string
-				Got, Want    float64
-				Pass         bool
-			}
-		}
+	results := scenarioResults(t, out, errOut, code)
+	if len(results) != 1 {
+		t.Fatalf("--json (exit %d): %d results\n%s\n%s", code, len(results), out, errOut)
 	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || len(rep.Results) != 1 {
-		t.Fatalf("--json (exit %d): %v\n%s\n%s", code, err, out, errOut)
-	}
-	for _, r := range rep.Results {
+	for _, r := range results {
 		for _, v := range r.Verdicts {
 			t.Logf("%s: %s %s: got %v want %v pass %v", r.Name, v.Metric, v.Expr, v.Got, v.Want, v.Pass)
 		}

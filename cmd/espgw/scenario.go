@@ -46,7 +46,7 @@ Needs root. Removes everything it made, also on Ctrl-C.`,
 			// Parse everything first, and check where the reports go: a
 			// malformed file or an unwritable --junit stops the run before
 			// any test bed is built.
-			all, _, err := loadScenarios(args, bundled)
+			all, err := loadScenarios(args, bundled)
 			if err != nil {
 				return err
 			}
@@ -145,17 +145,16 @@ func peerOrder(p string) string {
 
 // loadScenarios reads the scenarios of files and directories, or of the
 // bundled files named (all when none is).
-func loadScenarios(args []string, bundled bool) ([]*scenario.Scenario, []string, error) {
+func loadScenarios(args []string, bundled bool) ([]*scenario.Scenario, error) {
 	var all []*scenario.Scenario
-	var from []string
 	if bundled {
 		names, err := scenario.BundledFiles(scenarios.Bundled)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		for _, a := range args {
 			if !slices.Contains(names, strings.TrimSuffix(a, ".yaml")+".yaml") {
-				return nil, nil, fmt.Errorf("no bundled scenario file %q (have %s)", a, strings.Join(names, ", "))
+				return nil, fmt.Errorf("no bundled scenario file %q (have %s)", a, strings.Join(names, ", "))
 			}
 		}
 		for _, n := range names {
@@ -164,30 +163,24 @@ func loadScenarios(args []string, bundled bool) ([]*scenario.Scenario, []string,
 			}
 			scs, err := scenario.LoadFS(scenarios.Bundled, n)
 			if err != nil {
-				return nil, nil, err
-			}
-			for range scs {
-				from = append(from, "bundled:"+n)
+				return nil, err
 			}
 			all = append(all, scs...)
 		}
-		return all, from, nil
+		return all, nil
 	}
 	files, err := scenario.Files(args)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	for _, f := range files {
 		scs, err := scenario.Load(f)
 		if err != nil {
-			return nil, nil, err
-		}
-		for range scs {
-			from = append(from, f)
+			return nil, err
 		}
 		all = append(all, scs...)
 	}
-	return all, from, nil
+	return all, nil
 }
 
 func newScenarioList() *cobra.Command {
@@ -199,14 +192,18 @@ func newScenarioList() *cobra.Command {
 			if len(args) == 0 && !bundled {
 				bundled = true
 			}
-			all, from, err := loadScenarios(args, bundled)
+			all, err := loadScenarios(args, bundled)
 			if err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tFILE\tPEER\tSUITE\tMODE\tOUTER\tENGINES\tSTEPS\tDESCRIPTION")
-			for i, s := range all {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t%s\n", s.Name, from[i], s.Peer, s.SA.Suite, s.SA.Mode, s.Topology.Outer,
+			for _, s := range all {
+				from := s.File
+				if bundled {
+					from = "bundled:" + s.File
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t%s\n", s.Name, from, s.Peer, s.SA.Suite, s.SA.Mode, s.Topology.Outer,
 					s.Engines.GW1, s.Engines.GW2, len(s.Traffic.Steps), s.Description)
 			}
 			return tw.Flush()

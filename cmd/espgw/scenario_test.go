@@ -14,6 +14,7 @@ import (
 
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/scenario"
 	"github.com/espgw/espgw/internal/lab/testbed"
 )
 
@@ -73,24 +74,11 @@ expect:
 	if code == 0 {
 		t.Errorf("exit 0 with a failing expectation; stderr:\n%s", errOut)
 	}
-	var rep struct {
-		Results []struct {
-			Name     string
-			Pass     bool
-			Verdicts []struct {
-				Metric string
-				Got    float64
-				Pass   bool
-			}
-		}
+	results := scenarioResults(t, out, errOut, code)
+	if len(results) != 2 || !results[0].Pass || results[1].Pass {
+		t.Fatalf("results %+v: want good passing, bad failing", results)
 	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("--json output: %v\n%s", err, out)
-	}
-	if len(rep.Results) != 2 || !rep.Results[0].Pass || rep.Results[1].Pass {
-		t.Fatalf("results %+v: want good passing, bad failing", rep.Results)
-	}
-	if v := rep.Results[1].Verdicts[0]; v.Got != 1 {
+	if v := results[1].Verdicts[0]; v.Got != 1 {
 		t.Errorf("bad: delivered %v, want 1 (every ping answered)", v.Got)
 	}
 	var j struct {
@@ -143,20 +131,8 @@ func TestScenarioBundledKernelPeer(t *testing.T) {
 	labtest.NeedNamespaces(t)
 	bin := labtest.Espgw(t)
 	out, errOut, code := run(bin, "scenario", "run", "--bundled", "--peer", "linux-xfrm", "--prefix", "sck", "--json")
-	var rep struct {
-		Results []struct {
-			Name        string
-			Peer        string
-			Pass        bool
-			Error       string
-			KernelBoots int `json:"kernel_boots"`
-		}
-	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil {
-		t.Fatalf("--json output (exit %d): %v\n%s\nstderr:\n%s", code, err, out, errOut)
-	}
 	files := map[string]bool{}
-	for _, r := range rep.Results {
+	for _, r := range scenarioResults(t, out, errOut, code) {
 		base, _, _ := strings.Cut(r.Name, "[")
 		files[base] = true
 		if !r.Pass || r.Peer != "linux-xfrm" || r.KernelBoots != 1 {
@@ -177,6 +153,16 @@ func TestScenarioBundledKernelPeer(t *testing.T) {
 	if left, _ := netns.List("sck"); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
 	}
+}
+
+// scenarioResults reads what `espgw scenario run --json` printed.
+func scenarioResults(t *testing.T, out, errOut string, code int) []*scenario.Result {
+	t.Helper()
+	var rep struct{ Results []*scenario.Result }
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output (exit %d): %v\n%s\nstderr:\n%s", code, err, out, errOut)
+	}
+	return rep.Results
 }
 
 // An unwritable --junit report stops the run before any test bed is built,

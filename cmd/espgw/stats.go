@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
-	"os"
-	"sort"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -53,9 +54,6 @@ func newStats() *cobra.Command {
 
 // printStats writes a gateway's counters as tables.
 func printStats(w io.Writer, st gateway.Stats) {
-	if w == nil {
-		w = os.Stdout
-	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "TUN in\tTUN out\twire in\twire out\tengine\n")
 	fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%s (%d ops, %d queue full)\n", st.TunIn, st.TunOut, st.WireIn, st.WireOut, st.Engine.Name, st.Engine.Ops, st.Engine.QueueFull)
@@ -96,17 +94,9 @@ func formatDrops(d map[string]uint64) string {
 	if len(d) == 0 {
 		return "-"
 	}
-	keys := make([]string, 0, len(d))
-	for k := range d {
-		keys = append(keys, k)
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(d)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, d[k]))
 	}
-	sort.Strings(keys)
-	out := ""
-	for i, k := range keys {
-		if i > 0 {
-			out += " "
-		}
-		out += fmt.Sprintf("%s=%d", k, d[k])
-	}
-	return out
+	return strings.Join(parts, " ")
 }

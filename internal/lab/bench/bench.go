@@ -266,10 +266,8 @@ func Check(o Options) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	tools := []string{"iperf3"}
-	for _, b := range o.Baselines {
-		if b == KindWireguard {
-			tools = append(tools, "wg")
-		}
+	if len(o.Baselines) > 0 { // wireguard-go, the only one
+		tools = append(tools, "wg")
 	}
 	var missing []string
 	for _, t := range tools {
@@ -357,9 +355,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	rep := &Report{Started: time.Now()}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		rep.LoadAvg = strings.TrimSpace(string(b))
-	}
+	rep.LoadAvg = loadAvg()
 	rep.Nice, rep.Retries = o.Nice, o.Retries
 	m := &meter{o: o, total: len(specs) * o.stepsPerPath()}
 	for _, spec := range specs {
@@ -374,9 +370,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.Partial = ctx.Err() != nil
 	rep.Elapsed = time.Since(rep.Started)
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		rep.LoadEnd = strings.TrimSpace(string(b))
-	}
+	rep.LoadEnd = loadAvg()
 	rep.Ratios, rep.Targets = Compare(rep.Results, o.LatencyFrame)
 	return rep, nil
 }

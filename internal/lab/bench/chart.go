@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"image/color"
 	"math"
@@ -125,7 +126,7 @@ func frameChart(rep *Report, ylabel string, value func(FrameResult) float64) (*p
 		if len(pts) == 0 {
 			continue
 		}
-		sortXY(pts)
+		slices.SortStableFunc(pts, func(a, b plotter.XY) int { return cmp.Compare(a.X, b.X) })
 		drawn = true
 		l, s, err := plotter.NewLinePoints(pts)
 		if err != nil {
@@ -182,14 +183,6 @@ func frameTicks(rep *Report) []plot.Tick {
 		}
 	}
 	return ticks
-}
-
-func sortXY(pts plotter.XYs) {
-	for i := 1; i < len(pts); i++ {
-		for j := i; j > 0 && pts[j].X < pts[j-1].X; j-- {
-			pts[j], pts[j-1] = pts[j-1], pts[j]
-		}
-	}
 }
 
 // latencyChart is the one-way latency CDF, one panel per load (a fraction

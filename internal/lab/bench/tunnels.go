@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -124,9 +122,7 @@ func RunTunnels(ctx context.Context, o TunnelOptions) (*TunnelReport, error) {
 		return nil, err
 	}
 	rep := &TunnelReport{Started: time.Now(), Suite: o.Suite, Engine: o.Engine, Frame: o.Frame}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		rep.LoadAvg = strings.TrimSpace(string(b))
-	}
+	rep.LoadAvg = loadAvg()
 	steps := 7
 	for i, n := range o.Counts {
 		if ctx.Err() != nil {

@@ -19,6 +19,7 @@
 package capture
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -202,45 +203,11 @@ func distinctFiles(in string, outs ...string) error {
 	return nil
 }
 
-// files opens the input capture and creates the output.
-func files(in, out string, link Link) (*Reader, *Writer, func() error, error) {
-	f, err := os.Open(in)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("open input capture: %w", err)
-	}
-	r, err := NewReader(f, in)
-	if err != nil {
-		f.Close()
-		return nil, nil, nil, err
-	}
-	o, err := os.Create(out)
-	if err != nil {
-		f.Close()
-		return nil, nil, nil, fmt.Errorf("create output capture: %w", err)
-	}
-	if link == "" {
-		link = LinkRaw
-	}
-	w, err := NewWriter(o, link)
-	if err != nil {
-		f.Close()
-		o.Close()
-		return nil, nil, nil, fmt.Errorf("%s: %w", out, err)
-	}
-	done := func() error {
-		f.Close()
-		if err := o.Close(); err != nil {
-			return fmt.Errorf("write output capture %s: %w", out, err)
-		}
-		return nil
-	}
-	return r, w, done, nil
-}
-
-// SealFile seals every IP packet of the capture in with one SA of the SA
-// file, sequence numbers from the SA's start (1 unless initial-seq says
-// otherwise), and writes the ESP packets to out.
-func SealFile(ctx context.Context, opts Options, in, out string) (*Report, error) {
+// withFiles runs op from the capture in to a new capture out, with the SAs
+// of opts: the outputs are refused when one is the input, and op runs only
+// once the SAs are loaded and ready picks what op needs from them (before
+// the output is created, so a bad option leaves no empty file behind).
+func withFiles(opts Options, in, out string, ready func(*loaded) error, op func(*loaded, *Reader, *Writer) (*Report, error)) (*Report, error) {
 	if err := distinctFiles(in, out, opts.WiresharkSA); err != nil {
 		return nil, err
 	}
@@ -249,19 +216,46 @@ func SealFile(ctx context.Context, opts Options, in, out string) (*Report, error
 		return nil, err
 	}
 	defer l.close()
-	s, err := l.pick(opts)
+	if err := ready(l); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(in)
+	if err != nil {
+		return nil, fmt.Errorf("open input capture: %w", err)
+	}
+	defer f.Close()
+	r, err := NewReader(f, in)
 	if err != nil {
 		return nil, err
 	}
-	r, w, done, err := files(in, out, opts.Link)
+	o, err := os.Create(out)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("create output capture: %w", err)
 	}
-	rep, err := Seal(ctx, r, w, s)
-	if cerr := done(); err == nil {
-		err = cerr
+	w, err := NewWriter(o, cmp.Or(opts.Link, LinkRaw))
+	if err != nil {
+		o.Close()
+		return nil, fmt.Errorf("%s: %w", out, err)
+	}
+	rep, err := op(l, r, w)
+	if cerr := o.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("write output capture %s: %w", out, cerr)
 	}
 	return rep, err
+}
+
+// SealFile seals every IP packet of the capture in with one SA of the SA
+// file, sequence numbers from the SA's start (1 unless initial-seq says
+// otherwise), and writes the ESP packets to out.
+func SealFile(ctx context.Context, opts Options, in, out string) (*Report, error) {
+	var s *esp.SA
+	pick := func(l *loaded) (err error) {
+		s, err = l.pick(opts)
+		return err
+	}
+	return withFiles(opts, in, out, pick, func(_ *loaded, r *Reader, w *Writer) (*Report, error) {
+		return Seal(ctx, r, w, s)
+	})
 }
 
 // Seal seals every IP packet read from r with s and writes it to w.
@@ -291,45 +285,23 @@ func Seal(ctx context.Context, r *Reader, w *Writer, s *esp.SA) (*Report, error)
 // each hands every frame of r that holds an IP packet to fn, counting the
 // frames and those skipped.
 func (rep *Report) each(r *Reader, fn func(Frame) error) error {
-	for {
-		f, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return r.each(func(f Frame) error {
 		rep.Frames++
 		if f.Skip != NotSkipped {
 			rep.Skipped[string(f.Skip)]++
-			continue
+			return nil
 		}
-		if err := fn(f); err != nil {
-			return err
-		}
-	}
+		return fn(f)
+	})
 }
 
 // OpenFile opens every ESP packet of the capture in whose SPI is in the SA
 // file and writes the inner packets to out.
 func OpenFile(ctx context.Context, opts Options, in, out string) (*Report, error) {
-	if err := distinctFiles(in, out, opts.WiresharkSA); err != nil {
-		return nil, err
-	}
-	l, err := load(opts)
-	if err != nil {
-		return nil, err
-	}
-	defer l.close()
-	r, w, done, err := files(in, out, opts.Link)
-	if err != nil {
-		return nil, err
-	}
-	rep, err := Open(ctx, r, w, l.sas)
-	if cerr := done(); err == nil {
-		err = cerr
-	}
-	return rep, err
+	nothing := func(*loaded) error { return nil }
+	return withFiles(opts, in, out, nothing, func(l *loaded, r *Reader, w *Writer) (*Report, error) {
+		return Open(ctx, r, w, l.sas)
+	})
 }
 
 // Open opens every ESP packet read from r with the SAs and writes the inner

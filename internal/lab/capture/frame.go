@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -84,14 +85,7 @@ func (z *Sealer) Seal(ctx context.Context, inner []byte) ([]byte, error) {
 
 // natPorts returns the SA's UDP ports, RFC 3948's 4500 where unset.
 func natPorts(cfg *sa.SA) (src, dst uint16) {
-	src, dst = cfg.SrcPort, cfg.DstPort
-	if src == 0 {
-		src = sa.DefaultNATTPort
-	}
-	if dst == 0 {
-		dst = sa.DefaultNATTPort
-	}
-	return src, dst
+	return cmp.Or(cfg.SrcPort, sa.DefaultNATTPort), cmp.Or(cfg.DstPort, sa.DefaultNATTPort)
 }
 
 // putUDP writes the UDP header at the start of seg (header and ESP). The

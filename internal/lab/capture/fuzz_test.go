@@ -15,8 +15,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/espgw/espgw/esp"
-	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -57,15 +55,7 @@ func FuzzCapture(f *testing.F) {
 		if err != nil {
 			return
 		}
-		sas := make([]*esp.SA, len(cfgs))
-		eng := cpu.New()
-		for i, c := range cfgs {
-			s, err := esp.NewSA(c, eng, esp.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			sas[i] = s
-		}
+		sas := newSAs(t, cfgs...)
 		o, err := NewOpener(sas)
 		if err != nil {
 			t.Fatal(err)

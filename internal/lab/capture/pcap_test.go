@@ -20,8 +20,8 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// readIPs returns the packets of a capture written by Writer.
-func readIPs(t *testing.T, path string) [][]byte {
+// readCapture reads the capture at path with ReadAll.
+func readCapture(t *testing.T, path string) ([]Frame, Stats) {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -29,8 +29,18 @@ func readIPs(t *testing.T, path string) [][]byte {
 	}
 	defer f.Close()
 	frames, st, err := ReadAll(f, path)
-	if err != nil || len(st.Skipped) > 0 {
-		t.Fatalf("%s: %v, skipped %v", path, err, st.Skipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return frames, st
+}
+
+// readIPs returns the packets of a capture written by Writer.
+func readIPs(t *testing.T, path string) [][]byte {
+	t.Helper()
+	frames, st := readCapture(t, path)
+	if len(st.Skipped) > 0 {
+		t.Fatalf("%s: skipped %v", path, st.Skipped)
 	}
 	out := make([][]byte, len(frames))
 	for i, fr := range frames {
@@ -157,7 +167,9 @@ func TestSealOpenFiles(t *testing.T) {
 	tampered := append([]byte(nil), pkts[1]...)
 	tampered[len(tampered)-1] ^= 1                              // ICV
 	pkts = append([][]byte{tampered}, append(pkts, unknown)...) // tampered before its original
-	writeRaw(t, mixed, pkts)
+	if err := WriteFile(mixed, LinkRaw, pkts); err != nil {
+		t.Fatal(err)
+	}
 
 	out := filepath.Join(dir, "opened.pcap")
 	rep, err := OpenFile(ctx, Options{SAFile: saFile}, mixed, out)
@@ -190,13 +202,6 @@ func longer(p []byte) []byte {
 	q := append([]byte(nil), p...)
 	q[2], q[3] = 0x07, 0xd0
 	return q
-}
-
-func writeRaw(t *testing.T, path string, pkts [][]byte) {
-	t.Helper()
-	if err := WriteFile(path, LinkRaw, pkts); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // writeNg writes a pcapng capture of UDP packets with an Ethernet link.

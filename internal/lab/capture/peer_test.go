@@ -217,7 +217,7 @@ func serialize(ls ...gopacket.SerializableLayer) []byte {
 }
 
 // newSAs builds working SAs for the configurations on one cpu engine.
-func newSAs(t *testing.T, cfgs ...*sa.SA) []*esp.SA {
+func newSAs(t testing.TB, cfgs ...*sa.SA) []*esp.SA {
 	t.Helper()
 	eng := cpu.New()
 	out := make([]*esp.SA, len(cfgs))

@@ -272,6 +272,22 @@ func (r *Reader) Next() (Frame, error) {
 	return f, nil
 }
 
+// each hands every frame of r to fn, to the end of the capture.
+func (r *Reader) each(fn func(Frame) error) error {
+	for {
+		f, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := fn(f); err != nil {
+			return err
+		}
+	}
+}
+
 // Stats counts what reading (and rewriting) did with a capture's frames.
 type Stats struct {
 	Frames  int            `json:"frames"`  // records read
@@ -281,11 +297,11 @@ type Stats struct {
 	Hosts map[string]string `json:"hosts,omitempty"`
 }
 
-func (s *Stats) skip(reason string) {
+func (s *Stats) skip(reason string, n int) {
 	if s.Skipped == nil {
 		s.Skipped = map[string]int{}
 	}
-	s.Skipped[reason]++
+	s.Skipped[reason] += n
 }
 
 // ReadAll reads every IP packet of a capture, counting the frames that
@@ -298,21 +314,18 @@ func ReadAll(r io.Reader, name string) ([]Frame, Stats, error) {
 		return nil, st, err
 	}
 	var out []Frame
-	for {
-		f, err := rd.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return out, st, err
-		}
+	err = rd.each(func(f Frame) error {
 		st.Frames++
 		if f.Skip != NotSkipped {
-			st.skip(string(f.Skip))
-			continue
+			st.skip(string(f.Skip), 1)
+			return nil
 		}
 		out = append(out, f)
 		st.Packets++
+		return nil
+	})
+	if err != nil {
+		return out, st, err
 	}
 	if len(out) == 0 {
 		return nil, st, fmt.Errorf("read capture %s: no IP packet in %d records (skipped: %v)", name, st.Frames, st.Skipped)

@@ -101,10 +101,7 @@ func Load(r io.Reader, name string, topo Topology, opt RewriteOptions) ([]Packet
 	pkts, st2, err := Rewrite(frames, topo, opt)
 	st.Packets, st.Hosts = st2.Packets, st2.Hosts
 	for k, v := range st2.Skipped {
-		if st.Skipped == nil {
-			st.Skipped = map[string]int{}
-		}
-		st.Skipped[k] += v
+		st.skip(k, v)
 	}
 	if err != nil {
 		return nil, st, fmt.Errorf("capture %s: %w", name, err)
@@ -152,7 +149,7 @@ func Rewrite(frames []Frame, topo Topology, opt RewriteOptions) ([]Packet, Stats
 			to = from.other()
 		}
 		if from == to {
-			st.skip(fmt.Sprintf("both hosts on side %v", from))
+			st.skip(fmt.Sprintf("both hosts on side %v", from), 1)
 			continue
 		}
 		sides[src], sides[dst] = from, to
@@ -161,7 +158,7 @@ func Rewrite(frames []Frame, topo Topology, opt RewriteOptions) ([]Packet, Stats
 			newSrc, newDst = topo.hosts(from).IPv6, topo.hosts(to).IPv6
 		}
 		if !newSrc.IsValid() || !newDst.IsValid() {
-			st.skip(fmt.Sprintf("no IPv%d address on the topology", map[bool]int{false: 4, true: 6}[v6]))
+			st.skip(fmt.Sprintf("no IPv%d address on the topology", map[bool]int{false: 4, true: 6}[v6]), 1)
 			continue
 		}
 		mapInner := func(old []byte) []byte {

@@ -151,15 +151,7 @@ func TestReadLinkTypes(t *testing.T) {
 	}
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			f, err := os.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			got, st, err := ReadAll(f, path)
-			if err != nil {
-				t.Fatal(err)
-			}
+			got, st := readCapture(t, path)
 			if len(got) != len(want) {
 				t.Fatalf("%d packets, want %d (stats %+v)", len(got), len(want), st)
 			}
@@ -274,13 +266,7 @@ func tsharkClean(t *testing.T, pkts []Packet) {
 		fr = append(fr, Frame{CI: gopacket.CaptureInfo{Timestamp: time.Unix(0, 0).Add(p.At)}, IP: p.Data})
 	}
 	writeGo(t, path, layers.LinkTypeRaw, fr)
-	out, err := exec.Command("tshark", "-n", "-r", path, "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
-		"-o", "udp.check_checksum:TRUE", "-Y", "_ws.malformed || ip.checksum.status == 0 || tcp.checksum.status == 0 || "+
-			"udp.checksum.status == 0 || icmp.checksum.status == 0 || icmpv6.checksum.status == 0").Output()
-	if err != nil {
-		t.Fatalf("tshark: %v", err)
-	}
-	if s := strings.TrimSpace(string(out)); s != "" {
+	if s := labtest.TsharkFlags(t, path, ""); s != "" {
 		t.Fatalf("tshark flags rewritten packets:\n%s", s)
 	}
 }

@@ -100,10 +100,11 @@ func Sniff(ns *netns.Namespace, ifname string, opt SniffOptions, got func(Sniffe
 			if rerr != nil {
 				continue // EINTR
 			}
-			p, ok := trimIP(buf[:n])
+			ipLen, ok := inetsum.PacketLength(buf[:n]) // link padding cut off
 			if !ok {
 				continue
 			}
+			p := buf[:ipLen]
 			if checksumNotReady(oob[:oobn]) {
 				completeChecksum(p)
 			}
@@ -124,13 +125,6 @@ func (s *Sniffer) Stop() {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
-// trimIP cuts link padding off an IP packet; ok is false for what is no
-// whole IP packet.
-func trimIP(b []byte) ([]byte, bool) {
-	n, ok := inetsum.PacketLength(b)
-	return b[:n], ok
-}
 
 // checksumNotReady reads TP_STATUS_CSUMNOTREADY from a packet's
 // tpacket_auxdata.

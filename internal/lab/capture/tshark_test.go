@@ -5,10 +5,9 @@ package capture
 // inner packet behind ESP. tshark 4.0 has no ESN, so these SAs have none.
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,48 +18,18 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// concatCaptures copies the packets of several raw-IP captures into one,
-// and then a copy of the first packet with its last byte (ICV) flipped.
+// concatCaptures copies the packets of several raw-IP captures into one
+// Ethernet capture, and then a copy of the first packet with its last byte
+// (ICV) flipped.
 func concatCaptures(t *testing.T, out string, ins []string) {
 	t.Helper()
-	o, err := os.Create(out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	w, err := NewWriter(o, LinkEthernet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var first []byte
+	var pkts [][]byte
 	for _, in := range ins {
-		f, err := os.Open(in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, err := NewReader(f, in)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for {
-			fr, err := r.Next()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Write(fr.CI, fr.IP); err != nil {
-				t.Fatal(err)
-			}
-			if first == nil {
-				first = append([]byte(nil), fr.IP...)
-			}
-		}
-		f.Close()
+		pkts = append(pkts, readIPs(t, in)...)
 	}
-	first[len(first)-1] ^= 1
-	if err := w.Write(ciAt(0), first); err != nil {
+	tampered := bytes.Clone(pkts[0])
+	tampered[len(tampered)-1] ^= 1
+	if err := WriteFile(out, LinkEthernet, append(pkts, tampered)); err != nil {
 		t.Fatal(err)
 	}
 }

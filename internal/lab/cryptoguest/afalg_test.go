@@ -1,6 +1,7 @@
 package cryptoguest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -140,10 +141,7 @@ func TestAFALGSoftware(t *testing.T) {
 // where only the runs themselves are checked; ESPGW_SPEED_SECONDS=3 for
 // the numbers in BENCHMARKS.md.
 func speedSeconds() string {
-	if s := os.Getenv("ESPGW_SPEED_SECONDS"); s != "" {
-		return s
-	}
-	return "1"
+	return cmp.Or(os.Getenv("ESPGW_SPEED_SECONDS"), "1")
 }
 
 // speedResult is the JSON `espgw speed --json` prints.

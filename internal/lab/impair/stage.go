@@ -374,7 +374,7 @@ func (s *Stage) Pop(now time.Time) *Packet {
 	for len(s.held) > 0 && !now.Before(s.held[0].at.Add(s.cfg.Reorder.MaxHold)) {
 		s.releaseHeld(now)
 	}
-	s.due(now, false)
+	s.due(now)
 	if s.ready.len() == 0 {
 		return nil
 	}
@@ -382,9 +382,9 @@ func (s *Stage) Pop(now time.Time) *Packet {
 	return s.ready.pop()
 }
 
-// due moves the delayed packets and replay copies due at now (all of them
-// if all is set) to the ready queue, in time order.
-func (s *Stage) due(now time.Time, all bool) {
+// due moves the delayed packets and replay copies due at now to the ready
+// queue, in time order.
+func (s *Stage) due(now time.Time) {
 	for {
 		var q *fifo
 		switch {
@@ -400,7 +400,7 @@ func (s *Stage) due(now time.Time, all bool) {
 		default:
 			return
 		}
-		if !all && now.Before(q.peek().at) {
+		if now.Before(q.peek().at) {
 			return
 		}
 		if q == &s.replays {
@@ -433,13 +433,4 @@ func (s *Stage) Next() (time.Time, bool) {
 		consider(s.replays.peek().at)
 	}
 	return t, ok
-}
-
-// Drain makes everything the stage holds ready at once, as if its time had
-// come: held packets, the delay queue and the pending replay copies.
-func (s *Stage) Drain(now time.Time) {
-	for len(s.held) > 0 {
-		s.releaseHeld(now)
-	}
-	s.due(now, true)
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -140,6 +141,27 @@ func NeedTools(t testing.TB, tools ...string) {
 			t.Fatalf("this test needs %s (apt-get install -y %s; scripts/setup.sh installs every tool): %v", tool, pkg, err)
 		}
 	}
+}
+
+// TsharkFlags returns tshark's summary of the packets in the capture file
+// that are malformed or carry an IP, TCP, UDP, ICMP or ICMPv6 checksum that
+// does not verify, and of those that also match the display filter more
+// (when not ""): "" when tshark, an independent dissector, finds nothing
+// wrong.
+func TsharkFlags(t testing.TB, file, more string) string {
+	t.Helper()
+	NeedTools(t, "tshark")
+	filter := "_ws.malformed || ip.checksum.status == 0 || tcp.checksum.status == 0 || udp.checksum.status == 0 || " +
+		"icmp.checksum.status == 0 || icmpv6.checksum.status == 0"
+	if more != "" {
+		filter += " || " + more
+	}
+	out, err := exec.Command("tshark", "-n", "-r", file, "-o", "ip.check_checksum:TRUE", "-o", "tcp.check_checksum:TRUE",
+		"-o", "udp.check_checksum:TRUE", "-Y", filter).Output()
+	if err != nil {
+		t.Fatalf("tshark on %s: %v\n%s", file, err, out)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // Shared is a fixture costly enough to make once for every test of the

@@ -25,6 +25,39 @@ func requirePrereqs(t *testing.T) {
 	}
 }
 
+// newBed is a Bed under testPrefix+sub with namespaces of the names given,
+// closed when the test ends.
+func newBed(t *testing.T, sub string, names ...string) (*Bed, []*Namespace) {
+	t.Helper()
+	requirePrereqs(t)
+	bed, err := New(testPrefix+sub, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bed.Close() })
+	var nss []*Namespace
+	for _, n := range names {
+		ns, err := bed.AddNamespace(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nss = append(nss, ns)
+	}
+	return bed, nss
+}
+
+// newTopology is NewTopology under testPrefix, closed when the test ends.
+func newTopology(t *testing.T, opt TopologyOptions) *Topology {
+	t.Helper()
+	requirePrereqs(t)
+	topo, err := NewTopology(testPrefix, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { topo.Close() })
+	return topo
+}
+
 // links lists the interface names in the caller's (root) namespace.
 func links(t *testing.T) []string {
 	t.Helper()
@@ -43,13 +76,8 @@ func links(t *testing.T) []string {
 }
 
 func TestTopologyPingAndTeardown(t *testing.T) {
-	requirePrereqs(t)
 	rootLinks := links(t)
-	topo, err := NewTopology(testPrefix, TopologyOptions{PlainRouting: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { topo.Close() })
+	topo := newTopology(t, TopologyOptions{PlainRouting: true})
 	prefix := topo.Prefix()
 
 	names, err := List(prefix)
@@ -110,12 +138,7 @@ func TestTopologyPingAndTeardown(t *testing.T) {
 }
 
 func TestNoRouteWithoutPlainRouting(t *testing.T) {
-	requirePrereqs(t)
-	topo, err := NewTopology(testPrefix, TopologyOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { topo.Close() })
+	topo := newTopology(t, TopologyOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Gateways reach each other over the WAN router ...
@@ -132,16 +155,8 @@ func TestNoRouteWithoutPlainRouting(t *testing.T) {
 }
 
 func TestDoRunsInsideNamespace(t *testing.T) {
-	requirePrereqs(t)
-	bed, err := New(testPrefix, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { bed.Close() })
-	ns, err := bed.AddNamespace("solo")
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, nss := newBed(t, "", "solo")
+	ns := nss[0]
 	root, err := vnetns.Get()
 	if err != nil {
 		t.Fatal(err)
@@ -167,20 +182,8 @@ func TestDoRunsInsideNamespace(t *testing.T) {
 }
 
 func TestRemoveLeftovers(t *testing.T) {
-	requirePrereqs(t)
-	bed, err := New(testPrefix+"lo-", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range []string{"x", "y"} {
-		if _, err := bed.AddNamespace(n); err != nil {
-			bed.Close()
-			t.Fatal(err)
-		}
-	}
-	a, b := bed.Namespaces()[0], bed.Namespaces()[1]
-	if err := bed.Connect(a, "v0", b, "v1", LinkOptions{}); err != nil {
-		bed.Close()
+	bed, nss := newBed(t, "lo-", "x", "y")
+	if err := bed.Connect(nss[0], "v0", nss[1], "v1", LinkOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Simulate a crash: forget the Bed, then clean up by prefix.
@@ -210,15 +213,8 @@ func TestBadInput(t *testing.T) {
 	if _, err := RemoveLeftovers(""); err == nil {
 		t.Error("RemoveLeftovers with empty prefix accepted (would remove every namespace)")
 	}
-	bed, err := New(testPrefix, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer bed.Close()
-	a, err := bed.AddNamespace("a")
-	if err != nil {
-		t.Fatal(err)
-	}
+	bed, nss := newBed(t, "", "a")
+	a := nss[0]
 	if err := bed.Connect(a, "this-name-is-way-too-long", a, "b", LinkOptions{}); err == nil {
 		t.Error("overlong interface name accepted")
 	}

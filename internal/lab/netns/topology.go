@@ -130,25 +130,21 @@ func NewTopology(prefix string, opt TopologyOptions) (t *Topology, err error) {
 		}
 	}
 	def4, def6 := netip.MustParsePrefix("0.0.0.0/0"), netip.MustParsePrefix("::/0")
-	routes := []struct {
+	type route struct {
 		ns  *Namespace
 		dst netip.Prefix
 		via netip.Prefix
-	}{
+	}
+	routes := []route{
 		{t.HostA, def4, a.GW1LAN4}, {t.HostA, def6, a.GW1LAN6},
 		{t.HostB, def4, a.GW2LAN4}, {t.HostB, def6, a.GW2LAN6},
 		{t.GW1, def4, a.WANToGW14}, {t.GW1, def6, a.WANToGW16},
 		{t.GW2, def4, a.WANToGW24}, {t.GW2, def6, a.WANToGW26},
 	}
 	if opt.PlainRouting {
-		routes = append(routes, []struct {
-			ns  *Namespace
-			dst netip.Prefix
-			via netip.Prefix
-		}{
-			{t.WAN, a.LANA4, a.GW1WAN4}, {t.WAN, a.LANA6, a.GW1WAN6},
-			{t.WAN, a.LANB4, a.GW2WAN4}, {t.WAN, a.LANB6, a.GW2WAN6},
-		}...)
+		routes = append(routes,
+			route{t.WAN, a.LANA4, a.GW1WAN4}, route{t.WAN, a.LANA6, a.GW1WAN6},
+			route{t.WAN, a.LANB4, a.GW2WAN4}, route{t.WAN, a.LANB6, a.GW2WAN6})
 	}
 	for _, r := range routes {
 		if err = r.ns.AddRoute(r.dst, r.via.Addr()); err != nil {

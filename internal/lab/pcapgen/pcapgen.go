@@ -358,25 +358,16 @@ func echo(g *gen, cli, srv net.IP, n int) error {
 	id := uint16(0x4242)
 	for seq := uint16(1); seq <= uint16(n); seq++ {
 		payload := g.bytes(56)
-		for reply := 0; reply < 2; reply++ {
-			src, dst := cli, srv
-			if reply == 1 {
-				src, dst = srv, cli
-			}
+		for reply, ends := range [][2]net.IP{{cli, srv}, {srv, cli}} {
+			src, dst := ends[0], ends[1]
 			var err error
 			if v6 {
-				typ := uint8(layers.ICMPv6TypeEchoRequest)
-				if reply == 1 {
-					typ = layers.ICMPv6TypeEchoReply
-				}
+				typ := []uint8{layers.ICMPv6TypeEchoRequest, layers.ICMPv6TypeEchoReply}[reply]
 				err = g.packet(g.ip(src, dst, layers.IPProtocolICMPv6),
 					&layers.ICMPv6{TypeCode: layers.CreateICMPv6TypeCode(typ, 0)},
 					&layers.ICMPv6Echo{Identifier: id, SeqNumber: seq}, gopacket.Payload(payload))
 			} else {
-				typ := uint8(layers.ICMPv4TypeEchoRequest)
-				if reply == 1 {
-					typ = layers.ICMPv4TypeEchoReply
-				}
+				typ := []uint8{layers.ICMPv4TypeEchoRequest, layers.ICMPv4TypeEchoReply}[reply]
 				err = g.packet(g.ip(src, dst, layers.IPProtocolICMPv4),
 					&layers.ICMPv4{TypeCode: layers.CreateICMPv4TypeCode(typ, 0), Id: id, Seq: seq}, gopacket.Payload(payload))
 			}

@@ -8,6 +8,7 @@ package scapy
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	_ "embed"
 	"encoding/hex"
@@ -47,14 +48,7 @@ func SA(c *sa.SA) map[string]any {
 		"initial_seq": c.InitialSeq, "replay_window": c.ReplayWindow,
 	}
 	if c.Encap == sa.EncapUDP {
-		sp, dp := c.SrcPort, c.DstPort
-		if sp == 0 {
-			sp = sa.DefaultNATTPort
-		}
-		if dp == 0 {
-			dp = sa.DefaultNATTPort
-		}
-		m["sport"], m["dport"] = sp, dp
+		m["sport"], m["dport"] = cmp.Or(c.SrcPort, sa.DefaultNATTPort), cmp.Or(c.DstPort, sa.DefaultNATTPort)
 	}
 	return m
 }

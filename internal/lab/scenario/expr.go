@@ -248,7 +248,8 @@ func (s *Scenario) knownMetric(name string) bool {
 		case "gw1", "gw2":
 			return slices.Contains(gatewayCounters, rest) || slices.Contains(reasons, rest)
 		case "gw1-to-gw2", "gw2-to-gw1":
-			return slices.Contains(impairCounters, rest)
+			// One direction also counts what entered and left its stage.
+			return slices.Contains(impairCounters, rest) || rest == "received" || rest == "emitted"
 		case "tunnels":
 			return slices.Contains(tunnelsMetrics, rest)
 		case "actions":

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,6 +98,19 @@ func TestTransportDefaults(t *testing.T) {
 	}
 }
 
+// One WAN direction's metrics are its stage's counters with what entered
+// and left it (received, emitted); the sum over both directions has no
+// received, which is the hosts'.
+func TestDirectionMetrics(t *testing.T) {
+	doc := "traffic: {steps: [{ping: {}}]}\nexpect: {gw1-to-gw2.received: \"> 0\", gw2-to-gw1.emitted: \"> 0\"}\n"
+	if _, err := Parse("d.yaml", []byte(doc)); err != nil {
+		t.Error(err)
+	}
+	if _, err := Parse("d.yaml", []byte("traffic: {steps: [{ping: {}}]}\nexpect: {wan.received: 0}\n")); err == nil {
+		t.Error("wan.received parsed")
+	}
+}
+
 func TestMatrix(t *testing.T) {
 	doc := `name: m
 matrix:
@@ -125,15 +139,27 @@ expect: {delivered: 1}
 	}
 }
 
+// Every scenario that is malformed, or cannot run as written, is refused
+// at parse (so by `espgw scenario list`), before a test bed is built, with
+// the file, the line and the field.
 func TestParseErrors(t *testing.T) {
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "x.pcap"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Mkdir(filepath.Join(dir, "captures.pcap"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "junk.pcap"), []byte("not a capture at all"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	base := "traffic: {steps: [{ping: {}}]}\nexpect: {delivered: 1}\n"
+	pcap := func(file string) string {
+		return "traffic:\n  steps:\n    - pcap: {file: " + file + "}\nexpect: {delivered: 1}\n"
+	}
 	for _, tc := range []struct {
 		name, doc string
-		line      int
+		line      int // 0: not checked
 		field     string
 		msg       string
 	}{
@@ -157,12 +183,34 @@ func TestParseErrors(t *testing.T) {
 		{"host end in transport mode", "sa: {mode: transport}\ntraffic:\n  steps:\n    - ping: {from: hostA, to: hostB}\nexpect: {delivered: 1}\n", 4, "traffic.steps[0]", "gw1"},
 		{"unknown peer", "peer: strongswan\n" + base, 1, "peer", "want one of espgw, linux-xfrm"},
 		{"linux peer engine", "peer: linux-xfrm\nengines: {gw2: ring}\n" + base, 2, "engines.gw2", "kernel"},
+		{"linux peer with tunnels", "peer: linux-xfrm\ntopology: {tunnels: 1}\n" + base, 2, "topology.tunnels", "peer: linux-xfrm"},
+		{"linux peer with actions", "peer: linux-xfrm\ntraffic: {steps: [{ping: {}}], actions: [{at: 1s, add: 1}]}\nexpect: {delivered: 1}\n", 2, "traffic.actions", "control socket"},
 		{"linux peer traffic from gw2", "peer: linux-xfrm\nsa: {mode: transport}\ntraffic:\n  steps:\n    - ping: {from: gw2, to: gw1}\nexpect: {delivered: 1}\n", 5, "traffic.steps[0]", "answers pings"},
 		{"matrix not a list", "matrix: {sa.suite: aes-gcm-16}\n" + base, 1, "matrix.sa.suite", "list"},
 		{"matrix bad path", "matrix: {foo.bar: [1]}\n" + base, 1, "matrix.foo.bar", "field path"},
 		{"matrix bad value", "matrix:\n  sa.mode: [tunnel, transprot]\n" + base, 2, "sa.mode", "transprot"},
 		{"duplicate step name", "traffic:\n  steps:\n    - {name: a, ping: {}}\n    - {name: a, ping: {}}\nexpect: {delivered: 1}\n", 4, "traffic.steps[1].name", "twice"},
 		{"keys", "sa:\n  keys: [{enc-key: 0x00, auth-key: 0x01}, {enc-key: 0x02, auth-key: zz}]\n" + base, 2, "sa.keys[0].enc-key", "1 bytes"},
+		{"negative timeout", "timeout: -5s\n" + base, 0, "timeout", "-5s"},
+		{"huge timeout", "timeout: 1000h\n" + base, 0, "timeout", "at most"},
+		{"replay window beyond the SA model", "sa: {replay-window: 100000}\n" + base, 0, "sa.replay-window", fmt.Sprint(sa.MaxReplayWindow)},
+		{"negative lifetime", "sa: {lifetimes: {soft: {time: -5s}}}\n" + base, 0, "sa.lifetimes", "negative"},
+		{"soft above hard", "sa: {lifetimes: {soft: {packets: 10}, hard: {packets: 5}}}\n" + base, 0, "sa.lifetimes", "exceeds"},
+		{"initial-seq with no room", "sa: {initial-seq: 4294967295}\n" + base, 0, "sa.initial-seq", "leaves no"},
+		{"unknown engine", "engine: turbo\n" + base, 0, "engine", "unknown offload engine"},
+		{"unknown gw2 engine", "engines: {gw2: emul:nosuchcard}\n" + base, 0, "engines.gw2", "unknown offload engine"},
+		{"pcap is a directory", pcap("captures.pcap"), 0, "traffic.steps[0].pcap.file", "directory"},
+		{"pcap is not a capture", pcap("junk.pcap"), 0, "traffic.steps[0].pcap.file", "not a pcap"},
+		{"negative interval", "traffic: {steps: [{ping: {interval: -10ms}}]}\nexpect: {delivered: 1}\n", 0, "traffic.steps[0].ping.interval", "-10ms"},
+		{"empty file", "", 0, "", "empty file"},
+		{"matrix bomb", matrixBomb(), 0, "matrix", "more than 256 combinations"},
+		{"too many tunnels", "topology: {tunnels: 100000}\n" + base, 0, "topology.tunnels", "want 1.."},
+		{"tunnels in transport mode", "topology: {tunnels: 10}\nsa: {mode: transport}\n" + base, 0, "topology.tunnels", "tunnel"},
+		{"action of two kinds", "traffic: {steps: [{ping: {}}], actions: [{at: 1s, add: 1, del: 1}]}\nexpect: {delivered: 1}\n", 0, "traffic.actions[0]", "exactly one of rekey, add, del"},
+		{"rekey of a tunnel not there", "topology: {tunnels: 3}\ntraffic: {steps: [{ping: {}}], actions: [{at: 1s, rekey: 3}]}\nexpect: {delivered: 1}\n", 0, "traffic.actions[0].rekey", "tunnels 0..2"},
+		{"action after the timeout", "timeout: 5s\ntraffic: {steps: [{ping: {}}], actions: [{at: 10s, rekey: 0}]}\nexpect: {delivered: 1}\n", 0, "traffic.actions[0].at", "within the timeout"},
+		{"spread over IPv6", "topology: {tunnels: 3}\ntraffic: {steps: [{udp: {spread: true, family: ipv6}}]}\nexpect: {delivered: 1}\n", 0, "traffic.steps[0].udp.spread", "IPv4"},
+		{"unknown tunnel metric", "topology: {tunnels: 3}\ntraffic: {steps: [{ping: {}}]}\nexpect: {tunnels.lost: 0}\n", 0, "expect.tunnels.lost", "unknown metric"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(dir, "s.yaml")
@@ -171,7 +219,7 @@ func TestParseErrors(t *testing.T) {
 			if !errors.As(err, &pe) {
 				t.Fatalf("err = %v, want a ParseError", err)
 			}
-			if pe.File != path || pe.Line != tc.line || pe.Field != tc.field || !strings.Contains(pe.Error(), tc.msg) {
+			if pe.File != path || tc.line != 0 && pe.Line != tc.line || pe.Field != tc.field || !strings.Contains(pe.Error(), tc.msg) {
 				t.Errorf("err = %q (line %d, field %q), want line %d, field %q, mentioning %q", pe, pe.Line, pe.Field, tc.line, tc.field, tc.msg)
 			}
 		})

@@ -219,17 +219,13 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			return err
 		}
 	}
-	rc := wanrelay.Config{Logger: r.log}
+	rc := wanrelay.Config{Logger: r.log, AToB: impair.DefaultConfig(), BToA: impair.DefaultConfig()}
+	rc.BToA.Seed = 2
 	if c := s.Impair.GW1ToGW2; c != nil {
 		rc.AToB = *c
-	} else {
-		rc.AToB = impair.DefaultConfig()
 	}
 	if c := s.Impair.GW2ToGW1; c != nil {
 		rc.BToA = *c
-	} else {
-		rc.BToA = impair.DefaultConfig()
-		rc.BToA.Seed = 2
 	}
 	if capDir != "" {
 		rc.Pcap = filepath.Join(capDir, "wan.pcap")
@@ -295,16 +291,11 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	d := after.minus(before)
 	res.Gateways, res.WAN = d.GW, d.WAN
 	for i, n := range []string{"hostA", "gw1", "gw2", "hostB"} {
-		for k, v := range after.SNMP[i] {
-			if dv := v - before.SNMP[i][k]; dv > 0 {
-				if res.Kernel == nil {
-					res.Kernel = map[string]map[string]uint64{}
-				}
-				if res.Kernel[n] == nil {
-					res.Kernel[n] = map[string]uint64{}
-				}
-				res.Kernel[n][k] = dv
+		if moved := mapMinus(after.SNMP[i], before.SNMP[i]); len(moved) > 0 {
+			if res.Kernel == nil {
+				res.Kernel = map[string]map[string]uint64{}
 			}
+			res.Kernel[n] = moved
 		}
 	}
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)

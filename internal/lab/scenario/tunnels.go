@@ -71,9 +71,6 @@ func (s *Scenario) validateTunnels(perr func(int, string, error) error) error {
 	if n >= 1 && s.SA.Mode != "tunnel" {
 		return perr(at("topology", "tunnels"), "topology.tunnels", errors.New("many tunnels need sa.mode: tunnel"))
 	}
-	if (n >= 1 || len(s.Traffic.Actions) > 0) && s.Peer != PeerEspgw {
-		return perr(at("topology", "tunnels"), "topology.tunnels", errors.New("many tunnels and actions need espgw as gw2 (its control socket)"))
-	}
 	for i, st := range s.Traffic.Steps {
 		if u := st.UDP; u != nil && u.Spread {
 			if u.From != "hostA" || u.To != "hostB" || u.Family != "ipv4" {

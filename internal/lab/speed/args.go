@@ -38,73 +38,45 @@ Times an offload engine like 'openssl speed -evp ALG' and prints the same table.
 // ParseArgs reads openssl-style single-dash flags (double dashes work too).
 func ParseArgs(args []string) (*Flags, error) {
 	f := &Flags{Config: Config{Engine: "cpu", Multi: 1, Seconds: 3 * time.Second, Batch: 1}}
-	intArg := func(i *int, name string, min int) (int, error) {
-		*i++
-		if *i >= len(args) {
-			return 0, fmt.Errorf("%s needs a value", name)
-		}
-		v, err := strconv.Atoi(args[*i])
-		if err != nil || v < min {
-			return 0, fmt.Errorf("%s %q: want a whole number ≥ %d", name, args[*i], min)
-		}
-		return v, nil
-	}
+	var seconds, size int
+	bools := map[string]*bool{"-h": &f.Help, "-help": &f.Help, "-elapsed": &f.Elapsed, "-vs-openssl": &f.VsOpenSSL, "-json": &f.JSON}
+	ints := map[string]*int{"-multi": &f.Multi, "-seconds": &seconds, "-bytes": &size, "-batch": &f.Batch,
+		"-aggregation": &f.Options.Aggregation, "-queue": &f.Options.QueueDepth, "-workers": &f.Options.Workers}
 	var algs []string
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		name := a
-		if strings.HasPrefix(a, "-") {
-			name = "-" + strings.TrimLeft(a, "-")
-		}
-		var err error
-		switch name {
-		case "-h", "-help":
-			f.Help = true
-		case "-evp":
-			i++
-			if i >= len(args) {
-				return nil, fmt.Errorf("-evp needs an algorithm")
-			}
-			algs = append(algs, args[i])
-		case "-engine":
-			i++
-			if i >= len(args) {
-				return nil, fmt.Errorf("-engine needs a name")
-			}
-			f.Engine = args[i]
-		case "-multi":
-			f.Multi, err = intArg(&i, "-multi", 1)
-		case "-seconds":
-			var s int
-			s, err = intArg(&i, "-seconds", 1)
-			f.Seconds = time.Duration(s) * time.Second
-		case "-bytes":
-			var n int
-			n, err = intArg(&i, "-bytes", 1)
-			f.Sizes = []int{n}
-		case "-batch":
-			f.Batch, err = intArg(&i, "-batch", 1)
-		case "-aggregation":
-			f.Options.Aggregation, err = intArg(&i, "-aggregation", 1)
-		case "-queue":
-			f.Options.QueueDepth, err = intArg(&i, "-queue", 1)
-		case "-workers":
-			f.Options.Workers, err = intArg(&i, "-workers", 1)
-		case "-elapsed":
-			f.Elapsed = true
-		case "-vs-openssl":
-			f.VsOpenSSL = true
-		case "-json":
-			f.JSON = true
-		default:
-			if strings.HasPrefix(a, "-") {
-				return nil, fmt.Errorf("unknown flag %q (see espgw speed -help)", a)
-			}
+		name := "-" + strings.TrimLeft(a, "-")
+		n, isInt := ints[name]
+		switch b, isBool := bools[name]; {
+		case !strings.HasPrefix(a, "-"):
 			algs = append(algs, a)
+			continue
+		case isBool:
+			*b = true
+			continue
+		case !isInt && name != "-evp" && name != "-engine":
+			return nil, fmt.Errorf("unknown flag %q (see espgw speed -help)", a)
+		case i+1 >= len(args):
+			return nil, fmt.Errorf("%s needs a value", name)
 		}
-		if err != nil {
-			return nil, err
+		i++
+		switch v := args[i]; {
+		case name == "-evp":
+			algs = append(algs, v)
+		case name == "-engine":
+			f.Engine = v
+		default:
+			var err error
+			if *n, err = strconv.Atoi(v); err != nil || *n < 1 {
+				return nil, fmt.Errorf("%s %q: want a whole number ≥ 1", name, v)
+			}
 		}
+	}
+	if seconds > 0 {
+		f.Seconds = time.Duration(seconds) * time.Second
+	}
+	if size > 0 {
+		f.Sizes = []int{size}
 	}
 	if f.Help {
 		return f, nil

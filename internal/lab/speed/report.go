@@ -104,7 +104,7 @@ func OpenSSLArgs(cfg Config, alg Alg) []string {
 	if len(cfg.Sizes) == 1 {
 		args = append(args, "-bytes", strconv.Itoa(cfg.Sizes[0]))
 	}
-	if cfg.elapsed() {
+	if cfg.Elapsed {
 		args = append(args, "-elapsed")
 	}
 	return args

@@ -117,9 +117,6 @@ func (c Config) checkBounds() error {
 	return nil
 }
 
-// elapsed reports whether cfg is timed by the wall clock.
-func (c Config) elapsed() bool { return c.Elapsed }
-
 // modelled reports whether cfg is timed by the engine's model.
 func (c Config) modelled() bool { return !c.Elapsed && strings.HasPrefix(c.Engine, "emul:") }
 
@@ -129,12 +126,8 @@ type modelClock interface{ ModelClock() time.Duration }
 // Run times every algorithm at every size. progress, if set, gets openssl's
 // "Doing …" lines.
 func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error) {
-	if cfg.Multi <= 0 {
-		cfg.Multi = 1
-	}
-	if cfg.Batch <= 0 {
-		cfg.Batch = 1
-	}
+	cfg.Multi = max(cfg.Multi, 1)
+	cfg.Batch = max(cfg.Batch, 1)
 	if len(cfg.Sizes) == 0 {
 		cfg.Sizes = Sizes
 	}
@@ -164,7 +157,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 	res := &Result{Engine: eng.Name(), Multi: cfg.Multi, Batch: cfg.Batch, Seconds: cfg.Seconds.Seconds(),
 		Timing: "cpu", Sizes: cfg.Sizes}
 	switch {
-	case cfg.elapsed():
+	case cfg.Elapsed:
 		res.Timing = "elapsed"
 	case cfg.modelled():
 		res.Timing = "modelled"
@@ -438,7 +431,7 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 	}
 	var secs float64
 	switch {
-	case cfg.elapsed():
+	case cfg.Elapsed:
 		secs = t1.Sub(t0).Seconds()
 	case cfg.modelled():
 		secs = (model1 - model0).Seconds()

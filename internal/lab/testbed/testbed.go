@@ -194,24 +194,38 @@ func (b *Bed) Outer() (netip.Addr, netip.Addr) {
 }
 
 func (b *Bed) makeSAs() error {
-	gw1, gw2 := b.Outer()
 	for i, spi := range []uint32{0x1001, 0x2001} {
-		enc, auth, err := sa.RandomKeys(b.opts.Suite, b.opts.AESBits)
+		s, err := b.newSA(spi, i == 1)
 		if err != nil {
-			return fmt.Errorf("random keys for %s: %w", b.opts.Suite, err)
+			return err
 		}
-		s := &sa.SA{SPI: spi, Mode: b.opts.Mode, Src: gw1, Dst: gw2, Encap: b.opts.Encap, Suite: b.opts.Suite,
-			EncKey: enc, AuthKey: auth, ESN: b.opts.ESN, ReplayWindow: b.opts.ReplayWindow,
-			InitialSeq: b.opts.InitialSeq, Hard: b.opts.Hard}
-		if i == 1 {
-			s.Src, s.Dst = gw2, gw1
-		}
-		if s.Encap == sa.EncapUDP {
-			s.SrcPort, s.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
-		}
+		s.InitialSeq = b.opts.InitialSeq
 		b.SAs[i] = s
 	}
-	cfg := &sa.Config{SAs: b.SAs[:]}
+	return b.writeSAs(&sa.Config{SAs: b.SAs[:]})
+}
+
+// newSA is an SA of the bed's suite and settings with fresh keys, gw1→gw2
+// or, back, gw2→gw1.
+func (b *Bed) newSA(spi uint32, back bool) (*sa.SA, error) {
+	enc, auth, err := sa.RandomKeys(b.opts.Suite, b.opts.AESBits)
+	if err != nil {
+		return nil, fmt.Errorf("random keys for %s: %w", b.opts.Suite, err)
+	}
+	s := &sa.SA{SPI: spi, Mode: b.opts.Mode, Encap: b.opts.Encap, Suite: b.opts.Suite,
+		EncKey: enc, AuthKey: auth, ESN: b.opts.ESN, ReplayWindow: b.opts.ReplayWindow, Hard: b.opts.Hard}
+	s.Src, s.Dst = b.Outer()
+	if back {
+		s.Src, s.Dst = s.Dst, s.Src
+	}
+	if s.Encap == sa.EncapUDP {
+		s.SrcPort, s.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
+	}
+	return s, nil
+}
+
+// writeSAs writes the SA file both gateways read, after Options.Customize.
+func (b *Bed) writeSAs(cfg *sa.Config) error {
 	if b.opts.Customize != nil {
 		if err := b.opts.Customize(cfg); err != nil {
 			return fmt.Errorf("customize the SAs: %w", err)

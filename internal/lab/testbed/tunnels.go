@@ -64,7 +64,6 @@ func (b *Bed) NewTunnel(i, gen int) (*Tunnel, error) {
 	if i < 0 || i >= MaxTunnels {
 		return nil, fmt.Errorf("tunnel %d: a bed has tunnels 0…%d", i, MaxTunnels-1)
 	}
-	gw1, gw2 := b.Outer()
 	t := &Tunnel{Index: i}
 	a := b.Topo.Addr
 	if i == 0 {
@@ -74,24 +73,12 @@ func (b *Bed) NewTunnel(i, gen int) (*Tunnel, error) {
 		t.HostA, t.HostB = t.A.Addr().Next(), t.B.Addr().Next()
 	}
 	outSPI, backSPI := TunnelSPIs(i, gen)
-	for k, spi := range []uint32{outSPI, backSPI} {
-		enc, auth, err := sa.RandomKeys(b.opts.Suite, b.opts.AESBits)
-		if err != nil {
-			return nil, fmt.Errorf("random keys for %s: %w", b.opts.Suite, err)
-		}
-		s := &sa.SA{SPI: spi, Mode: sa.Tunnel, Src: gw1, Dst: gw2, Encap: b.opts.Encap, Suite: b.opts.Suite,
-			EncKey: enc, AuthKey: auth, ESN: b.opts.ESN, ReplayWindow: b.opts.ReplayWindow, Hard: b.opts.Hard}
-		if k == 1 {
-			s.Src, s.Dst = gw2, gw1
-		}
-		if s.Encap == sa.EncapUDP {
-			s.SrcPort, s.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
-		}
-		if k == 0 {
-			t.Out = s
-		} else {
-			t.Back = s
-		}
+	var err error
+	if t.Out, err = b.newSA(outSPI, false); err != nil {
+		return nil, err
+	}
+	if t.Back, err = b.newSA(backSPI, true); err != nil {
+		return nil, err
 	}
 	return t, nil
 }
@@ -137,12 +124,7 @@ func (b *Bed) makeTunnels() error {
 		cfg.SPD = append(cfg.SPD, t.Policies()...)
 	}
 	b.SAs = [2]*sa.SA{b.Tunnels[0].Out, b.Tunnels[0].Back}
-	if b.opts.Customize != nil {
-		if err := b.opts.Customize(cfg); err != nil {
-			return fmt.Errorf("customize the SAs: %w", err)
-		}
-	}
-	return sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), cfg)
+	return b.writeSAs(cfg)
 }
 
 // routeTunnels gives the hosts their blocks and the gateways their routes.
@@ -167,32 +149,23 @@ func (b *Bed) routeTunnels(ctx context.Context) error {
 // ControlSocket is gateway i's control socket.
 func (b *Bed) ControlSocket(i int) string { return filepath.Join(b.Dir, fmt.Sprintf("gw%d.sock", i+1)) }
 
-// controls dials both gateways' control sockets.
-func (b *Bed) controls() ([2]*control.Client, func(), error) {
+// both makes each change on gw1, then on gw2, through their control
+// sockets; what names the changes in errors.
+func (b *Bed) both(what string, reqs ...control.Request) error {
 	var cs [2]*control.Client
-	closeAll := func() {
-		for _, c := range cs {
-			if c != nil {
-				c.Close()
-			}
-		}
-	}
 	for i := range cs {
 		c, err := control.Dial(b.ControlSocket(i))
 		if err != nil {
-			closeAll()
-			return cs, nil, err
+			return fmt.Errorf("%s: %w", what, err)
 		}
+		defer c.Close()
 		cs[i] = c
 	}
-	return cs, closeAll, nil
-}
-
-// both sends req to gw1, then gw2.
-func both(cs [2]*control.Client, req control.Request) error {
-	for i, c := range cs {
-		if _, err := c.Do(req); err != nil {
-			return fmt.Errorf("gw%d: %w", i+1, err)
+	for _, req := range reqs {
+		for i, c := range cs {
+			if _, err := c.Do(req); err != nil {
+				return fmt.Errorf("%s, %s %s: gw%d: %w", what, req.Op, req.Phase, i+1, err)
+			}
 		}
 	}
 	return nil
@@ -202,11 +175,6 @@ func both(cs [2]*control.Client, req control.Request) error {
 // control sockets: the SAs, then the policies, each one atomic change per
 // gateway.
 func (b *Bed) AddTunnels(ts ...*Tunnel) error {
-	cs, done, err := b.controls()
-	if err != nil {
-		return err
-	}
-	defer done()
 	var sas []*sa.SA
 	var pols []sa.Policy
 	for _, t := range ts {
@@ -217,27 +185,16 @@ func (b *Bed) AddTunnels(ts ...*Tunnel) error {
 	if err != nil {
 		return err
 	}
-	if err := both(cs, control.Request{Op: "sa.add", SA: raw}); err != nil {
-		return fmt.Errorf("add %d tunnels: %w", len(ts), err)
-	}
 	praw, err := control.PolicyEntries(pols...)
 	if err != nil {
 		return err
 	}
-	if err := both(cs, control.Request{Op: "policy.add", SPD: praw}); err != nil {
-		return fmt.Errorf("add the policies of %d tunnels: %w", len(ts), err)
-	}
-	return nil
+	return b.both(fmt.Sprintf("add %d tunnels", len(ts)), control.Request{Op: "sa.add", SA: raw}, control.Request{Op: "policy.add", SPD: praw})
 }
 
 // DelTunnels takes tunnels out of force on both gateways: their policies,
 // then their SAs.
 func (b *Bed) DelTunnels(ts ...*Tunnel) error {
-	cs, done, err := b.controls()
-	if err != nil {
-		return err
-	}
-	defer done()
 	var pols []sa.Policy
 	req := control.Request{Op: "sa.del"}
 	for _, t := range ts {
@@ -250,13 +207,7 @@ func (b *Bed) DelTunnels(ts ...*Tunnel) error {
 	if err != nil {
 		return err
 	}
-	if err := both(cs, control.Request{Op: "policy.del", SPD: praw}); err != nil {
-		return fmt.Errorf("delete the policies of %d tunnels: %w", len(ts), err)
-	}
-	if err := both(cs, req); err != nil {
-		return fmt.Errorf("delete %d tunnels: %w", len(ts), err)
-	}
-	return nil
+	return b.both(fmt.Sprintf("delete %d tunnels", len(ts)), control.Request{Op: "policy.del", SPD: praw}, req)
 }
 
 // RekeyTunnel rolls old over to next (the same tunnel in its next
@@ -264,24 +215,17 @@ func (b *Bed) DelTunnels(ts ...*Tunnel) error {
 // next's inbound SAs on both, then outbound switched on both, then after
 // grace the old inbound SAs deleted.
 func (b *Bed) RekeyTunnel(old, next *Tunnel, grace time.Duration) error {
-	cs, done, err := b.controls()
-	if err != nil {
-		return err
-	}
-	defer done()
 	raw, err := control.SAEntries(next.Out, next.Back)
 	if err != nil {
 		return err
 	}
 	req := control.Request{Op: "sa.rekey", SA: raw, Replaces: []string{fmt.Sprintf("%#x", old.Out.SPI), fmt.Sprintf("%#x", old.Back.SPI)}}
-	for _, phase := range []string{control.PhaseInstall, control.PhaseSwitch, control.PhaseRetire} {
-		if phase == control.PhaseRetire {
-			time.Sleep(grace)
-		}
-		req.Phase = phase
-		if err := both(cs, req); err != nil {
-			return fmt.Errorf("rekey tunnel %d, %s: %w", old.Index, phase, err)
-		}
+	what := fmt.Sprintf("rekey tunnel %d", old.Index)
+	install, change, retire := req, req, req
+	install.Phase, change.Phase, retire.Phase = control.PhaseInstall, control.PhaseSwitch, control.PhaseRetire
+	if err := b.both(what, install, change); err != nil {
+		return err
 	}
-	return nil
+	time.Sleep(grace)
+	return b.both(what, retire)
 }

@@ -1,15 +1,17 @@
 package wanrelay
 
 import (
-	"encoding/binary"
 	"net/netip"
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/internal/inetsum"
 	"github.com/espgw/espgw/internal/lab/impair"
+	"github.com/espgw/espgw/internal/lab/pcapgen"
 )
 
 // socketLink is a link over one end of a Unix datagram socket pair: the
@@ -51,18 +53,15 @@ func directionNoAllocs(t *testing.T, mode Mode) {
 	}
 	d := newDirection(from, to, st, 1500+22, nil)
 	from.mac, to.mac = []byte{2, 0, 0, 0, 0, 0xaa}, []byte{2, 0, 0, 0, 0, 0xbb}
-	frame := make([]byte, vnetHdrLen+14+20+8+1400) // virtio header, Ethernet, IPv4, UDP/4500, ESP
-	e := frame[vnetHdrLen:]
-	e[12], e[13] = 0x08, 0x00
-	ip := e[14:]
-	ip[0], ip[8], ip[9] = 0x45, 64, 17
-	binary.BigEndian.PutUint16(ip[2:], 20+8+1400)
-	copy(ip[12:], []byte{192, 0, 2, 1, 192, 0, 2, 2})
-	u := ip[20:]
-	u[0], u[1], u[2], u[3] = 0x11, 0x94, 0x11, 0x94
-	binary.BigEndian.PutUint16(u[4:], 8+1400)
-	u[8], u[11] = 0x10, 0x01 // SPI
-	inetsum.IPv4Header(ip[:20])
+	// A virtio-net header (no offloads), then Ethernet, IPv4, UDP/4500, ESP.
+	e, err := pcapgen.Serialize(&layers.Ethernet{SrcMAC: make([]byte, 6), DstMAC: make([]byte, 6), EthernetType: layers.EthernetTypeIPv4},
+		&layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: []byte{192, 0, 2, 1}, DstIP: []byte{192, 0, 2, 2}},
+		&layers.UDP{SrcPort: 4500, DstPort: 4500}, gopacket.Payload(espPayload(1, 1400)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	frame := append(make([]byte, vnetHdrLen), e...)
+	e = frame[vnetHdrLen:]
 	if mode == Route {
 		// Addressed to the relay's port, the next hop already known.
 		copy(e, from.mac)

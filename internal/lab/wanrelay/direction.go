@@ -36,22 +36,21 @@ type direction struct {
 	seg    []byte // one datagram cut from a GSO super-packet
 
 	// State of the read and write callbacks, made once so a call to
-	// RawConn.Read or Write allocates nothing.
-	readFn, writeFn func(fd uintptr) bool
-	rxN             int
-	rxErr           error
-	txFrom, txTo    int
-	txN             int
-	txErr           error
-	passFrame       []byte
+	// RawConn.Read or Write allocates nothing: a batch read, a batch
+	// written (flush) and one frame written (writeOne).
+	readFn, writeFn, oneFn func(fd uintptr) bool
+	rxN                    int
+	rxErr                  error
+	txFrom, txTo           int
+	txN                    int
+	txErr                  error
+	one                    []byte
+	oneErr                 error
 
 	// The MACs of the frame being pushed, as it arrived (routing rewrites
 	// them), for an ICMP error the stage sends back (sendBack).
-	macs    [12]byte
-	back    []byte
-	backLen int
-	backFn  func(fd uintptr) bool
-	backErr error
+	macs [12]byte
+	back []byte
 }
 
 func newDirection(from, to *link, st *impair.Stage, size int, pcap *capture) *direction {
@@ -59,31 +58,32 @@ func newDirection(from, to *link, st *impair.Stage, size int, pcap *capture) *di
 		rx: newBatch(batchSize, maxFrame), tx: newBatch(batchSize, vnetHdrLen+size),
 		seg: make([]byte, size)}
 	d.c.From, d.c.To = from.name, to.name
-	d.emitFn = func(frame []byte, v verdict) {
-		if v == pending {
-			d.c.NeighborUnresolved++
-			return
-		}
-		d.routed(d.now, frame, v)
-	}
+	d.emitFn = func(frame []byte, v verdict) { d.routedNow(d.now, frame, v) }
 	d.readFn = func(fd uintptr) bool {
 		d.rxN, d.rxErr = d.rx.recv(int(fd))
 		return d.rxErr != unix.EAGAIN
 	}
 	d.back = make([]byte, vnetHdrLen+size)
-	d.backFn = func(fd uintptr) bool {
-		_, d.backErr = unix.Write(int(fd), d.back[:d.backLen])
-		return d.backErr != unix.EAGAIN
-	}
 	d.writeFn = func(fd uintptr) bool {
-		if d.passFrame != nil {
-			_, d.txErr = unix.Write(int(fd), d.passFrame)
-		} else {
-			d.txN, d.txErr = d.tx.send(int(fd), d.txFrom, d.txTo)
-		}
+		d.txN, d.txErr = d.tx.send(int(fd), d.txFrom, d.txTo)
 		return d.txErr != unix.EAGAIN
 	}
+	d.oneFn = func(fd uintptr) bool {
+		_, d.oneErr = unix.Write(int(fd), d.one)
+		return d.oneErr != unix.EAGAIN
+	}
 	return d
+}
+
+// writeOne writes b (virtio-net header and frame) to l.
+func (d *direction) writeOne(l *link, b []byte) error {
+	d.one = b
+	err := l.raw.Write(d.oneFn)
+	d.one = nil
+	if err == nil {
+		err = d.oneErr
+	}
+	return err
 }
 
 func (d *direction) counters() Direction {
@@ -169,12 +169,8 @@ func (d *direction) ingest(now time.Time, i int) {
 			return
 		}
 		if d.router != nil {
-			if v := d.router.route(frame); v != forward {
-				if v == pending { // a GSO frame does not wait for a neighbour
-					d.c.NeighborUnresolved++
-				} else {
-					d.routed(now, frame, v)
-				}
+			if v := d.router.route(frame); v != forward { // a GSO frame does not wait for a neighbour
+				d.routedNow(now, frame, v)
 				return
 			}
 		}
@@ -227,23 +223,28 @@ func (d *direction) routed(now time.Time, frame []byte, v verdict) {
 	}
 }
 
+// routedNow acts on a verdict for a frame that may not wait for its next
+// hop any longer: pending counts it unresolved.
+func (d *direction) routedNow(now time.Time, frame []byte, v verdict) {
+	if v == pending {
+		d.c.NeighborUnresolved++
+		return
+	}
+	d.routed(now, frame, v)
+}
+
 // sendBack sends the stage's ICMP errors about the frame just pushed out
 // of the port it came in on, addressed to the MAC it came from.
 func (d *direction) sendBack() {
 	for p := d.stage.PopBack(); p != nil; p = d.stage.PopBack() {
-		b := p.Bytes()
-		d.backLen = vnetHdrLen + len(b)
-		clear(d.back[:vnetHdrLen])
-		f := d.back[vnetHdrLen:d.backLen]
-		copy(f, b)
+		b := d.back[:vnetHdrLen+len(p.Bytes())]
+		clear(b[:vnetHdrLen])
+		f := b[vnetHdrLen:]
+		copy(f, p.Bytes())
 		copy(f[0:6], d.macs[6:12]) // to the sender
 		copy(f[6:12], d.macs[0:6]) // from where it was sent to
 		d.stage.Release(p)
-		err := d.from.raw.Write(d.backFn)
-		if err == nil {
-			err = d.backErr
-		}
-		if err != nil {
+		if err := d.writeOne(d.from, b); err != nil {
 			d.c.BackErrors++
 			continue
 		}
@@ -308,13 +309,7 @@ func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 
 // pass sends buf (virtio-net header and frame) as it came.
 func (d *direction) pass(now time.Time, buf []byte) {
-	d.passFrame = buf
-	err := d.to.raw.Write(d.writeFn)
-	d.passFrame = nil
-	if err == nil {
-		err = d.txErr
-	}
-	d.sent(now, buf[vnetHdrLen:], err)
+	d.sent(now, buf[vnetHdrLen:], d.writeOne(d.to, buf))
 }
 
 func (d *direction) sent(now time.Time, frame []byte, err error) {

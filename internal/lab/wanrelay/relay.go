@@ -7,10 +7,9 @@
 // subnets (the standard topology), so impairments need no change of
 // addresses. ESP and ESP in
 // UDP/4500 get the impairments; ARP, neighbour discovery and all other
-// traffic cross untouched. It counts what it read, impaired and sent, can
-// capture what it forwarded to a pcap, and answers a control request with
-// its counters as JSON. Run runs it in the foreground (the wanrelay
-// command); Start runs it in the background of a test bed.
+// traffic cross untouched. It counts what it read, impaired and sent, and
+// can capture what it forwarded to a pcap. Run runs it until its context
+// ends; Start runs it in the background of a test bed.
 //
 // The frames carry virtio-net headers (PACKET_VNET_HDR): a frame whose
 // checksum its sender's kernel left to the (veth) hardware gets it computed
@@ -55,12 +54,6 @@ type Config struct {
 	// Pcap, if set, is a file that receives every frame the relay sent, in
 	// both directions, with Ethernet link type.
 	Pcap string `yaml:"pcap" json:"pcap,omitempty"`
-	// Control, if set, is a Unix socket path where GET /counters answers
-	// with the counters as JSON (see Main).
-	Control string `yaml:"control" json:"control,omitempty"`
-	// Counters, if set, is a file that receives the counters as JSON when
-	// Main returns ("-" for standard output).
-	Counters string `yaml:"counters" json:"counters,omitempty"`
 	// Logger receives the relay's start, stop and error messages.
 	Logger *slog.Logger `yaml:"-" json:"-"`
 }

@@ -2,10 +2,7 @@ package wanrelay
 
 import (
 	"bytes"
-	"context"
 	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -157,21 +154,20 @@ func count(t *testing.T, got [][]byte, n int) tally {
 	return tl
 }
 
-// settle waits until the relay has nothing in flight in either direction.
+// settle waits until the relay has nothing in flight in either direction
+// (Running.Settle) and checks its accounting.
 func settle(t *testing.T, r *Running) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		c := r.Counters()
-		if c.AToB.InFlight == 0 && c.BToA.InFlight == 0 {
-			for _, d := range []Direction{c.AToB, c.BToA} {
-				if err := d.Conserved(); err != nil {
-					t.Fatal(err)
-				}
-			}
-			return
+	r.Settle(20*time.Millisecond, 5*time.Second)
+	c := r.Counters()
+	if c.AToB.InFlight != 0 || c.BToA.InFlight != 0 {
+		t.Fatalf("relay still holds packets: %+v", c)
+	}
+	for _, d := range []Direction{c.AToB, c.BToA} {
+		if err := d.Conserved(); err != nil {
+			t.Fatal(err)
 		}
 	}
-	t.Fatalf("relay still holds packets: %+v", r.Counters())
 }
 
 func impairs(f func(*impair.Config)) impair.Config {
@@ -203,7 +199,7 @@ func TestRelay(t *testing.T) {
 		pcap := filepath.Join(t.TempDir(), "wan.pcap")
 		r, stop := startRelay(t, b, Config{AToB: cfg, Pcap: pcap})
 		const n, size = 1000, 200
-		tl := count(t, exchange(t, r, b, "udp4", "192.0.2.1:4500", "192.0.2.2:4500", n, size), size)
+		tl := count(t, exchange(t, r, b, "udp4", "192.0.2.1:4500", "192.0.2.2:4500", n, size, 0), size)
 		c := r.Counters().AToB
 		ic := c.Impair
 		t.Logf("relay a→b: %+v", ic)
@@ -229,7 +225,7 @@ func TestRelay(t *testing.T) {
 		})
 		r, _ := startRelay(t, b, Config{AToB: cfg})
 		const n, size = 1000, 120
-		tl := count(t, exchange(t, r, b, "ip4:50", "192.0.2.1", "192.0.2.2", n, size), size)
+		tl := count(t, exchange(t, r, b, "ip4:50", "192.0.2.1", "192.0.2.2", n, size, 0), size)
 		ic := r.Counters().AToB.Impair
 		t.Logf("relay a→b: %+v", ic)
 		if ic.Matched != n || ic.Lost == 0 || ic.Replayed == 0 || ic.Truncated == 0 {
@@ -247,7 +243,7 @@ func TestRelay(t *testing.T) {
 			c.Corrupt = impair.Corrupt{Percent: 10, Bytes: 1, From: 8, To: -4}
 		})})
 		const n, size = 600, 100
-		payloads := exchange(t, r, b, "ip6:50", "2001:db8::1", "2001:db8::2", n, size)
+		payloads := exchange(t, r, b, "ip6:50", "2001:db8::1", "2001:db8::2", n, size, 0)
 		ic := r.Counters().AToB.Impair
 		rewritten, damaged := 0, 0
 		for _, p := range payloads {
@@ -274,41 +270,13 @@ func TestRelay(t *testing.T) {
 	} {
 		t.Run("gso segmented "+fam.name, func(t *testing.T) {
 			r, _ := startRelay(t, b, Config{AToB: impairs(func(c *impair.Config) { c.Loss = 10 })})
-			rx := listen(t, b.b, fam.network, fam.dst)
-			got := collect(rx)
-			tx := listen(t, b.a, fam.network, fam.src)
-			const writes, per, size = 40, 10, 300
-			sc, err := tx.(*net.UDPConn).SyscallConn()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var serr error
-			sc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size) })
-			if serr != nil {
-				t.Fatalf("UDP_SEGMENT: %v", serr)
-			}
-			dst, err := net.ResolveUDPAddr(fam.network, fam.dst)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for w := 0; w < writes; w++ {
-				var buf []byte
-				for i := 0; i < per; i++ {
-					buf = append(buf, espPayload(uint32(w*per+i+1), size)...)
-				}
-				if _, err := tx.WriteTo(buf, dst); err != nil {
-					t.Fatal(err)
-				}
-				time.Sleep(time.Millisecond)
-			}
-			tl := count(t, <-got, size)
-			settle(t, r)
+			const n, size = 400, 300
+			tl := count(t, exchange(t, r, b, fam.network, fam.src, fam.dst, n, size, 10), size)
 			c := r.Counters().AToB
 			t.Logf("relay a→b: gso %d → %d segments, %+v", c.GSOSegmented, c.GSOSegments, c.Impair)
 			if c.GSOSegmented == 0 {
 				t.Fatal("no GSO super-packet reached the relay: the test did not exercise segmentation")
 			}
-			const n = writes * per
 			if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || tl.extra != 0 || tl.damaged != 0 {
 				t.Fatalf("received %d distinct (%d extra, %d damaged) of %d; relay %+v", tl.distinct, tl.extra, tl.damaged, n, c.Impair)
 			}
@@ -424,54 +392,6 @@ func TestRelay(t *testing.T) {
 			t.Fatalf("TCP was matched: %+v", cs.AToB.Impair)
 		}
 	})
-
-	t.Run("main control and counters file", func(t *testing.T) {
-		dir := t.TempDir()
-		cfg := Config{Netns: b.w, A: "wa", B: "wb", Control: filepath.Join(dir, "ctl.sock"),
-			Counters: filepath.Join(dir, "counters.json"), AToB: impairs(func(c *impair.Config) { c.Loss = 50 })}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- Main(ctx, cfg) }()
-		defer func() {
-			cancel()
-			<-done
-		}()
-		var live Counters
-		var err error
-		for i := 0; i < 50; i++ { // the socket appears once the relay is up
-			if live, err = ReadControl(ctx, cfg.Control); err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx := listen(t, b.a, "ip4:50", "192.0.2.1")
-		for i := 1; i <= 100; i++ {
-			tx.WriteTo(espPayload(uint32(i), 64), &net.IPAddr{IP: net.IPv4(192, 0, 2, 2)})
-		}
-		time.Sleep(200 * time.Millisecond)
-		if live, err = ReadControl(ctx, cfg.Control); err != nil || live.AToB.Impair.Matched != 100 {
-			t.Fatalf("control: %+v %v", live.AToB.Impair, err)
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		done <- nil
-		var final Counters
-		raw, err := os.ReadFile(cfg.Counters)
-		if err == nil {
-			err = json.Unmarshal(raw, &final)
-		}
-		if err != nil || final.AToB.Impair != live.AToB.Impair {
-			t.Fatalf("counters file %v: %+v, live %+v", err, final.AToB.Impair, live.AToB.Impair)
-		}
-		if _, err := os.Stat(cfg.Control); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("control socket left behind: %v", err)
-		}
-	})
 }
 
 // assertCapture checks the relay's pcap holds exactly the frames it sent.
@@ -492,10 +412,12 @@ func assertCapture(t *testing.T, path string, c Counters) {
 }
 
 // exchange sends n ESP payloads of size bytes, sequence numbers 1..n, from
-// hostA's address from to hostB's address to (an address and port for
-// udp networks), pausing every 50 to stay below the receiver's socket
-// buffer, and returns what hostB received once r holds nothing more.
-func exchange(t *testing.T, r *Running, b *bed, network, from, to string, n, size int) [][]byte {
+// hostA's address from to hostB's address to (an address and port for udp
+// networks), and returns what hostB received once r holds nothing more.
+// With gso > 0 the payloads go gso at a time in UDP GSO writes
+// (UDP_SEGMENT), a millisecond apart; else one by one, pausing every 50 to
+// stay below the receiver's socket buffer.
+func exchange(t *testing.T, r *Running, b *bed, network, from, to string, n, size, gso int) [][]byte {
 	t.Helper()
 	got := collect(listen(t, b.b, network, to))
 	tx := listen(t, b.a, network, from)
@@ -503,12 +425,28 @@ func exchange(t *testing.T, r *Running, b *bed, network, from, to string, n, siz
 	if ap, err := netip.ParseAddrPort(to); err == nil {
 		dst = net.UDPAddrFromAddrPort(ap)
 	}
-	for i := 1; i <= n; i++ {
-		if _, err := tx.WriteTo(espPayload(uint32(i), size), dst); err != nil {
+	per, every, pause := 1, 50, 2*time.Millisecond
+	if gso > 0 {
+		per, every, pause = gso, gso, time.Millisecond
+		sc, err := tx.(*net.UDPConn).SyscallConn()
+		var serr error
+		if err == nil {
+			err = sc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size) })
+		}
+		if err != nil || serr != nil {
+			t.Fatalf("UDP_SEGMENT: %v %v", err, serr)
+		}
+	}
+	for i := 1; i <= n; i += per {
+		var buf []byte
+		for j := i; j < i+per && j <= n; j++ {
+			buf = append(buf, espPayload(uint32(j), size)...)
+		}
+		if _, err := tx.WriteTo(buf, dst); err != nil {
 			t.Fatal(err)
 		}
-		if i%50 == 0 {
-			time.Sleep(2 * time.Millisecond)
+		if (i+per-1)%every == 0 {
+			time.Sleep(pause)
 		}
 	}
 	payloads := <-got

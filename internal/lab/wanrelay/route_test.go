@@ -53,7 +53,7 @@ func TestRelayRouteMode(t *testing.T) {
 	// ESP first, into cold neighbour tables: the first packets wait for wan
 	// to resolve hostB, and none is lost for it.
 	const n, size = 500, 100
-	tl := count(t, exchange(t, r, b, "ip4:50", "198.51.100.1", "198.51.100.129", n, size), size)
+	tl := count(t, exchange(t, r, b, "ip4:50", "198.51.100.1", "198.51.100.129", n, size, 0), size)
 	c := r.Counters().AToB
 	t.Logf("a→b: waits %d unresolved %d not routed %d, %+v", c.NeighborWaits, c.NeighborUnresolved, c.NotRouted, c.Impair)
 	if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || c.NeighborUnresolved != 0 || c.NeighborOverflow != 0 {

@@ -1,6 +1,7 @@
 package wanrelay
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -39,21 +40,15 @@ func withNetns(name string, fn func() error) error {
 // the "hardware" (veth) and super-packets made by GSO.
 const vnetHdrLen = 10
 
-// vnetHdr is struct virtio_net_hdr in host byte order (x86: little-endian).
+// vnetHdr is struct virtio_net_hdr, in host byte order.
 type vnetHdr struct {
-	flags      uint8
-	gsoType    uint8
-	hdrLen     uint16
-	gsoSize    uint16
-	csumStart  uint16
-	csumOffset uint16
+	flags, gsoType                         uint8
+	hdrLen, gsoSize, csumStart, csumOffset uint16
 }
 
 func decodeVnetHdr(b []byte) vnetHdr {
-	return vnetHdr{flags: b[0], gsoType: b[1],
-		hdrLen:    uint16(b[2]) | uint16(b[3])<<8,
-		gsoSize:   uint16(b[4]) | uint16(b[5])<<8,
-		csumStart: uint16(b[6]) | uint16(b[7])<<8, csumOffset: uint16(b[8]) | uint16(b[9])<<8}
+	u := func(i int) uint16 { return binary.NativeEndian.Uint16(b[i:]) }
+	return vnetHdr{flags: b[0], gsoType: b[1], hdrLen: u(2), gsoSize: u(4), csumStart: u(6), csumOffset: u(8)}
 }
 
 // link is an AF_PACKET socket bound to one interface of the relay.

@@ -47,7 +47,7 @@ func TestRelayStandardTopology(t *testing.T) {
 	}
 
 	const n, size = 400, 200
-	tl := count(t, exchange(t, r, b, "ip4:50", a.GW1WAN4.Addr().String(), a.GW2WAN4.Addr().String(), n, size), size)
+	tl := count(t, exchange(t, r, b, "ip4:50", a.GW1WAN4.Addr().String(), a.GW2WAN4.Addr().String(), n, size, 0), size)
 	c := r.Counters().AToB
 	t.Logf("gw1→gw2: %+v", c.Impair)
 	if c.Impair.Matched != n || uint64(n-tl.distinct) != c.Impair.Lost || uint64(tl.extra) != c.Impair.Duplicated {
