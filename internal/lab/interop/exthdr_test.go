@@ -2,18 +2,19 @@ package interop
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 
-	"github.com/espgw/espgw/internal/inetsum"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/sa"
 )
@@ -37,6 +38,22 @@ func chainBeforeESP(ip []byte) string {
 		}
 		nh, off = ip[off], off+(int(ip[off+1])+1)*8
 	}
+}
+
+// withExtHeaders is an IPv6 UDP packet to judgeNearPort with a hop-by-hop
+// and a destination options header, each padOpts's one PadN option.
+func withExtHeaders(src, dst netip.Addr, sport uint16, payload string) []byte {
+	ip := &layers.IPv6{Version: 6, NextHeader: layers.IPProtocolIPv6HopByHop, HopLimit: 64, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	padN := []*layers.IPv6HopByHopOption{{OptionType: padOpts[2], OptionData: padOpts[4:]}}
+	hop := &layers.IPv6HopByHop{Options: padN}
+	hop.NextHeader = layers.IPProtocolIPv6Destination
+	dopts := &layers.IPv6Destination{Options: []*layers.IPv6DestinationOption{(*layers.IPv6DestinationOption)(padN[0])}}
+	dopts.NextHeader = layers.IPProtocolUDP
+	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: judgeNearPort}
+	udp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ip, hop, dopts, udp, gopacket.Payload(payload))
+	return buf.Bytes()
 }
 
 // TestKernelJudgesTransportExtHeaders: in transport mode over IPv6, a
@@ -120,25 +137,7 @@ func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 	defer rx.Close()
 	var pkts []string
 	for i := range n {
-		payload := []byte(fmt.Sprintf("%s %03d to espgw", judgeMagic, i))
-		p := make([]byte, 40+16+8+len(payload))
-		binary.BigEndian.PutUint32(p, 6<<28)
-		binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
-		p[6], p[7] = 0, 64
-		g, d := guest.As16(), gw1.As16()
-		copy(p[8:], g[:])
-		copy(p[24:], d[:])
-		copy(p[40:], padOpts)
-		p[40] = 60
-		copy(p[48:], padOpts)
-		p[48] = 17
-		u := p[56:]
-		binary.BigEndian.PutUint16(u[0:], 40000+uint16(i))
-		binary.BigEndian.PutUint16(u[2:], judgeNearPort)
-		binary.BigEndian.PutUint16(u[4:], uint16(8+len(payload)))
-		copy(u[8:], payload)
-		inetsum.L4(u, p[8:24], p[24:40], 17, inetsum.OffsetUDP)
-		pkts = append(pkts, hex.EncodeToString(p))
+		pkts = append(pkts, hex.EncodeToString(withExtHeaders(guest, gw1, 40000+uint16(i), fmt.Sprintf("%s %03d to espgw", judgeMagic, i))))
 	}
 	if out, err := b.Peer.Exec(ctx, append([]string{"/bin/espgw-agent", "inject"}, pkts...)...); err != nil {
 		t.Fatalf("inject in the guest: %v\n%s", err, out)
