@@ -443,8 +443,7 @@ func (c *Config) kernelArgs() string {
 }
 
 func (p *Peer) startQEMU(qemu string) error {
-	p.GuestMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0} // QEMU's OUI
-	rand.Read(p.GuestMAC[3:])
+	p.GuestMAC = qemuMAC()
 	initrd, err := p.initrd()
 	if err != nil {
 		return err
@@ -460,11 +459,9 @@ func (p *Peer) startQEMU(qemu string) error {
 		"-device", "virtio-net-pci,netdev=n0,mac=" + p.GuestMAC.String(),
 	}
 	for i, t := range p.cfg.ExtraTaps {
-		mac := net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0}
-		rand.Read(mac[3:])
 		id := fmt.Sprintf("n%d", i+1)
 		args = append(args, "-netdev", "tap,id="+id+",ifname="+t+",script=no,downscript=no",
-			"-device", "virtio-net-pci,netdev="+id+",mac="+mac.String())
+			"-device", "virtio-net-pci,netdev="+id+",mac="+qemuMAC().String())
 	}
 	args = append(args,
 		"-device", "virtio-rng-pci",
@@ -493,6 +490,13 @@ func (p *Peer) startQEMU(qemu string) error {
 		close(p.exited)
 	}()
 	return nil
+}
+
+// qemuMAC is a random MAC address in QEMU's OUI.
+func qemuMAC() net.HardwareAddr {
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0}
+	rand.Read(mac[3:])
+	return mac
 }
 
 func (p *Peer) consolePath() string { return filepath.Join(p.work, "console.log") }
