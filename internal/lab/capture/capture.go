@@ -24,8 +24,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -98,14 +99,9 @@ func countList(m map[string]uint64) string {
 	if len(m) == 0 {
 		return "-"
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
 	}
 	return strings.Join(parts, " ")
 }
@@ -131,11 +127,7 @@ func load(opts Options) (*loaded, error) {
 	if len(cfgs) == 0 {
 		return nil, fmt.Errorf("SA file %s holds no SAs", opts.SAFile)
 	}
-	name := opts.Engine
-	if name == "" {
-		name = "cpu"
-	}
-	eng, err := engines.New(name, engines.Options{})
+	eng, err := engines.New(cmp.Or(opts.Engine, "cpu"), engines.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ package capture
 // interface.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -87,9 +88,7 @@ func summarize(d []time.Duration) Latency {
 // routers send about the replay.
 func Replay(ctx context.Context, pkts []Packet, hosts [2]ReplayHost, opt ReplayOptions) (ReplayResult, error) {
 	var res ReplayResult
-	if opt.Linger == 0 {
-		opt.Linger = 2 * time.Second
-	}
+	opt.Linger = cmp.Or(opt.Linger, 2*time.Second)
 	var senders [2]*rawSender
 	defer func() {
 		for _, e := range senders {

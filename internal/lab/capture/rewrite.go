@@ -8,6 +8,7 @@ package capture
 // Stats.
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -114,10 +115,7 @@ func Load(r io.Reader, name string, topo Topology, opt RewriteOptions) ([]Packet
 // the due times. The frames' data is rewritten in place.
 func Rewrite(frames []Frame, topo Topology, opt RewriteOptions) ([]Packet, Stats, error) {
 	var st Stats
-	speed := opt.Speed
-	if speed == 0 {
-		speed = 1
-	}
+	speed := cmp.Or(opt.Speed, 1)
 	if speed < 0 {
 		return nil, st, fmt.Errorf("replay speed %v: want a factor > 0", opt.Speed)
 	}

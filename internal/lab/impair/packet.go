@@ -3,6 +3,7 @@ package impair
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -132,7 +133,7 @@ func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 			return l, false
 		}
 		sp, dp := binary.BigEndian.Uint16(frame[l4:]), binary.BigEndian.Uint16(frame[l4+2:])
-		if !m.port(sp) && !m.port(dp) {
+		if !slices.Contains(m.ports, sp) && !slices.Contains(m.ports, dp) {
 			return l, false
 		}
 		l.udp, l.esp = l4, l4+8
@@ -146,15 +147,6 @@ func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 		return l, false
 	}
 	return l, true
-}
-
-func (m *matcher) port(p uint16) bool {
-	for _, q := range m.ports {
-		if p == q {
-			return true
-		}
-	}
-	return false
 }
 
 // setLength makes the packet in frame end at newEnd (inside the ESP part),

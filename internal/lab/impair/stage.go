@@ -14,8 +14,10 @@
 package impair
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -211,9 +213,7 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 		s.c.CEMarked++
 	}
 	if s.chance(streamSPI, s.cfg.RewriteSPI.Percent) && s.cfg.RewriteSPI.SPI != 0 {
-		b := p.buf
-		b[l.esp], b[l.esp+1], b[l.esp+2], b[l.esp+3] = byte(s.cfg.RewriteSPI.SPI>>24),
-			byte(s.cfg.RewriteSPI.SPI>>16), byte(s.cfg.RewriteSPI.SPI>>8), byte(s.cfg.RewriteSPI.SPI)
+		binary.BigEndian.PutUint32(p.buf[l.esp:], s.cfg.RewriteSPI.SPI)
 		l.fixUDP(p.buf)
 		s.c.Rewritten++
 		intact = false
@@ -280,7 +280,7 @@ func (s *Stage) corrupt(p *Packet, l *layout) bool {
 	s.offsets = s.offsets[:0]
 	for j := n - k; j < n; j++ {
 		t := r.IntN(j + 1)
-		if contains(s.offsets, t) {
+		if slices.Contains(s.offsets, t) {
 			t = j
 		}
 		s.offsets = append(s.offsets, t)
@@ -292,15 +292,6 @@ func (s *Stage) corrupt(p *Packet, l *layout) bool {
 	s.c.Corrupted++
 	s.c.CorruptedBytes += uint64(k)
 	return true
-}
-
-func contains(s []int, v int) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // truncate shortens the ESP part as Truncate says.

@@ -383,19 +383,21 @@ func echo(g *gen, cli, srv net.IP, n int) error {
 
 func icmpCapture(g *gen) error { return echo(g, client4, server4, 10) }
 
+// udpEnds is one direction of a UDP flow.
+type udpEnds struct {
+	src, dst     net.IP
+	sport, dport layers.UDPPort
+}
+
 // sizesCapture sends UDP datagrams whose IP packets take every size of the
 // sweep, client to server and back.
 func sizesCapture(g *gen) error {
 	sizes := []int{64, 65, 128, 256, 512, 576, 1024, 1280, 1400, 1499, 1500}
 	for round := 0; round < 3; round++ {
 		for _, n := range sizes {
-			for dir := 0; dir < 2; dir++ {
-				src, dst, sp, dp := client4, server4, layers.UDPPort(5001), layers.UDPPort(9)
-				if dir == 1 {
-					src, dst, sp, dp = server4, client4, 9, 5001
-				}
+			for _, u := range []udpEnds{{client4, server4, 5001, 9}, {server4, client4, 9, 5001}} {
 				payload := g.bytes(n - 20 - 8)
-				if err := g.packet(g.ip(src, dst, layers.IPProtocolUDP), &layers.UDP{SrcPort: sp, DstPort: dp}, gopacket.Payload(payload)); err != nil {
+				if err := g.packet(g.ip(u.src, u.dst, layers.IPProtocolUDP), &layers.UDP{SrcPort: u.sport, DstPort: u.dport}, gopacket.Payload(payload)); err != nil {
 					return err
 				}
 				g.after(g.jitter(time.Millisecond))
@@ -424,19 +426,16 @@ func qosCapture(g *gen) error {
 	for round := 0; round < 4; round++ {
 		for i, tos := range marks {
 			for _, fam := range [][2]net.IP{{client4, server4}, {client6, server6}} {
-				for dir := 0; dir < 2; dir++ {
-					src, dst, sp, dp := fam[0], fam[1], layers.UDPPort(20000+i), layers.UDPPort(5004)
-					if dir == 1 {
-						src, dst, sp, dp = fam[1], fam[0], 5004, layers.UDPPort(20000+i)
-					}
-					nl := g.ip(src, dst, layers.IPProtocolUDP)
+				port := layers.UDPPort(20000 + i)
+				for _, u := range []udpEnds{{fam[0], fam[1], port, 5004}, {fam[1], fam[0], 5004, port}} {
+					nl := g.ip(u.src, u.dst, layers.IPProtocolUDP)
 					switch ip := nl.(type) {
 					case *layers.IPv4:
 						ip.TOS = tos
 					case *layers.IPv6:
 						ip.TrafficClass = tos
 					}
-					if err := g.packet(nl, &layers.UDP{SrcPort: sp, DstPort: dp}, gopacket.Payload(g.bytes(160))); err != nil {
+					if err := g.packet(nl, &layers.UDP{SrcPort: u.sport, DstPort: u.dport}, gopacket.Payload(g.bytes(160))); err != nil {
 						return err
 					}
 					g.after(g.jitter(2 * time.Millisecond))

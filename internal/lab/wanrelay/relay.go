@@ -20,6 +20,7 @@ package wanrelay
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,21 +42,21 @@ import (
 type Config struct {
 	// Netns is the network namespace holding both interfaces ("" for the
 	// caller's own).
-	Netns string `yaml:"netns" json:"netns"`
+	Netns string
 	// A and B name the interfaces toward the two gateways.
-	A string `yaml:"a" json:"a"`
-	B string `yaml:"b" json:"b"`
+	A string
+	B string
 	// Mode is Bridge (the default) or Route.
-	Mode Mode `yaml:"mode" json:"mode,omitempty"`
+	Mode Mode
 	// AToB and BToA are the impairments of each direction; a zero value
 	// impairs nothing (impair.DefaultConfig, with seeds 1 and 2).
-	AToB impair.Config `yaml:"a_to_b" json:"a_to_b"`
-	BToA impair.Config `yaml:"b_to_a" json:"b_to_a"`
+	AToB impair.Config
+	BToA impair.Config
 	// Pcap, if set, is a file that receives every frame the relay sent, in
 	// both directions, with Ethernet link type.
-	Pcap string `yaml:"pcap" json:"pcap,omitempty"`
+	Pcap string
 	// Logger receives the relay's start, stop and error messages.
-	Logger *slog.Logger `yaml:"-" json:"-"`
+	Logger *slog.Logger
 }
 
 // Counters is what the relay did in each direction.
@@ -151,10 +152,7 @@ func New(cfg Config) (*Relay, error) {
 	default:
 		return nil, fmt.Errorf("wan relay: mode %q: want bridge or route", cfg.Mode)
 	}
-	r := &Relay{cfg: cfg, log: cfg.Logger}
-	if r.log == nil {
-		r.log = slog.Default()
-	}
+	r := &Relay{cfg: cfg, log: cmp.Or(cfg.Logger, slog.Default())}
 	var local map[netip.Addr]bool
 	err := withNetns(cfg.Netns, func() error {
 		var err error
