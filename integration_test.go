@@ -251,14 +251,21 @@ func judgeWAN(t *testing.T, b *testbed.Bed, path string, min int, tunnel bool) t
 	return v
 }
 
-// saDrops reads gateway i's counters and fails the test for every packet
-// one of its SAs dropped.
-func saDrops(t *testing.T, b *testbed.Bed, i int) gateway.Stats {
+// gwStats reads gateway i's counters.
+func gwStats(t *testing.T, b *testbed.Bed, i int) gateway.Stats {
 	t.Helper()
 	st, err := b.Stats(context.Background(), i)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// saDrops reads gateway i's counters and fails the test for every packet
+// one of its SAs dropped.
+func saDrops(t *testing.T, b *testbed.Bed, i int) gateway.Stats {
+	t.Helper()
+	st := gwStats(t, b, i)
 	for _, s := range st.SAs {
 		if len(s.Drops) > 0 {
 			t.Errorf("gw%d SA %s drops: %v", i+1, s.SPI, s.Drops)
@@ -308,22 +315,15 @@ func TestGatewayRestartAfterKill(t *testing.T) {
 // tunnel carries on, and sequence numbers are not reset.
 func TestGatewayReloadKeepsTunnel(t *testing.T) {
 	needRoot(t)
-	ctx := context.Background()
 	b := startBed(t, testbed.Options{Prefix: "ithup", Suite: sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}})
 	pingAll(t, b, 3)
-	before, err := b.Stats(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := gwStats(t, b, 0)
 	if err := b.GW[0].Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
 	pingAll(t, b, 3)
-	after, err := b.Stats(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	after := gwStats(t, b, 0)
 	if out, in := after.SAs[0].LastSeq, before.SAs[0].LastSeq; out < in+3 {
 		t.Errorf("after reload the outbound sequence is %d, was %d: it must carry on", out, in)
 	}
@@ -340,7 +340,6 @@ func TestGatewayReloadKeepsTunnel(t *testing.T) {
 // whole, with its name.
 func TestGatewayReloadChangesEncap(t *testing.T) {
 	needRoot(t)
-	ctx := context.Background()
 	b := startBed(t, testbed.Options{Prefix: "itenc", Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
 	pingAll(t, b, 2)
 	for _, s := range b.SAs {
@@ -357,10 +356,7 @@ func TestGatewayReloadChangesEncap(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	pingAll(t, b, 3)
 	for i := range b.GW {
-		st, err := b.Stats(ctx, i)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := gwStats(t, b, i)
 		if len(st.Sockets) != 1 || st.Sockets[0].Kind != "udp-encap" {
 			t.Errorf("gw%d sockets after the reload: %+v, want the UDP one only", i+1, st.Sockets)
 		}
@@ -480,10 +476,7 @@ func TestManyTunnels(t *testing.T) {
 		ping(b.Tunnels[i])
 	}
 	opened := func(spi uint32) uint64 {
-		st, err := b.Stats(ctx, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := gwStats(t, b, 1)
 		if s := st.SA(spi); s != nil {
 			return s.OpenedPackets
 		}

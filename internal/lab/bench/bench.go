@@ -499,7 +499,7 @@ func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*path, 
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					file := filepath.Join(o.ProfileDir, fmt.Sprintf("%s-gw%d-%s.pprof", fileName(spec.name()), i+1, what))
+					file := filepath.Join(o.ProfileDir, fmt.Sprintf("%s-gw%d-%s.pprof", testbed.FileName(spec.name()), i+1, what))
 					if err := bed.Profile(ctx, i, d, file); err != nil {
 						o.Log.Warn("profile a gateway", "gateway", bed.GW[i].Name, "err", err)
 					}
@@ -745,16 +745,4 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// fileName is name with every character but letters, digits, '.', '+'
-// and '-' made '_'.
-func fileName(name string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '+', r == '-':
-			return r
-		}
-		return '_'
-	}, name)
 }

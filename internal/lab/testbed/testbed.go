@@ -22,6 +22,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -360,4 +361,16 @@ func DefaultWanIO() string {
 // every end-to-end test on that engine.
 func DefaultEngine() string {
 	return cmp.Or(os.Getenv("ESPGW_ENGINE"), "cpu")
+}
+
+// FileName is name made a file name: every character but letters, digits,
+// '.', '+', '-' and '_' made '_'.
+func FileName(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune(".+-_", r):
+			return r
+		}
+		return '_'
+	}, name)
 }
