@@ -107,12 +107,7 @@ func icmpFlows(t *testing.T, pcap string, espSA []string) []string {
 	if err != nil {
 		t.Fatalf("tshark %s: %v", pcap, err)
 	}
-	var flows []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if l != "" {
-			flows = append(flows, l)
-		}
-	}
+	flows := strings.Fields(string(out)) // a line each, its fields joined by '/'
 	sort.Strings(flows)
 	return flows
 }
@@ -164,7 +159,7 @@ func tunnelSweep(t *testing.T, b *testbed.Bed, sizes []int, count int, lan bool)
 	if lan {
 		lanCap = startTcpdump(t, b.Topo.GW1, "lan0", filepath.Join(b.Dir, "lan.pcap"), "icmp or icmp6")
 	}
-	wan := startTcpdump(t, b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), "")
+	wan := startTcpdump(t, b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), testbed.ESPFilter)
 	pingSweep(t, b.Topo.HostA, dsts, sizes, count)
 	time.Sleep(200 * time.Millisecond)
 	if lanCap != nil {
@@ -220,16 +215,10 @@ func pingSweep(t *testing.T, ns *netns.Namespace, dsts []netip.Addr, sizes []int
 	}
 }
 
-// startTcpdump captures filter on ifname in ns (the empty filter: ESP).
+// startTcpdump captures filter on ifname in ns.
 func startTcpdump(t *testing.T, ns *netns.Namespace, ifname, path, filter string) *testbed.Capture {
 	t.Helper()
-	var c *testbed.Capture
-	var err error
-	if filter == "" {
-		c, err = testbed.StartCapture(ns, ifname, path, 0)
-	} else {
-		c, err = testbed.StartTcpdump(ns, ifname, path, filter, 0)
-	}
+	c, err := testbed.StartTcpdump(ns, ifname, path, filter, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +385,7 @@ func TestTransportMode(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/v6=%v", encap, v6), func(t *testing.T) {
 				b := startBed(t, testbed.Options{Prefix: "ittrs", Mode: sa.Transport, Encap: encap, OuterV6: v6,
 					Suite: sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}})
-				wan := startTcpdump(t, b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), "")
+				wan := startTcpdump(t, b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), testbed.ESPFilter)
 				_, gw2 := b.Outer()
 				resolve(b.GW[0].NS, gw2)
 				pingSweep(t, b.GW[0].NS, []netip.Addr{gw2}, []int{0, 100, 1000, 1300}, 3)

@@ -6,7 +6,9 @@
 // side is not espgw) with the lab's one config writer (GatewayConfig);
 // everything the bed makes is removed by Close. Ping (ping.go)
 // is the lab's one ping runner, for beds of this package and any other
-// namespace: it counts every reply that came back, late ones included.
+// namespace: it counts every reply that came back, late ones included;
+// StartTcpdump (capture.go) its one tcpdump, and FileName its one way to
+// make a name a file name.
 package testbed
 
 import (
