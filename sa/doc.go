@@ -108,7 +108,9 @@
 // `ip -s xfrm state` (ParseXFRMState), `ip xfrm state/policy add` commands
 // (ParseXFRMCommands), Wireshark's esp_sa table (ParseEspSA) and
 // strongSwan charon's log with CHILD_SA keys (ParseCharonLog); Load and
-// ParseConfig read them all. Encode writes yaml, setkey (MarshalSetkey),
+// ParseConfig read them all. ParseXFRMStates reads the same listing for
+// what the kernel counted on each state (also made with nokeys, the SAs
+// then without keys). Encode writes yaml, setkey (MarshalSetkey),
 // ip-xfrm (MarshalXFRM, MarshalXFRMFor) and esp-sa (MarshalEspSA); a field
 // the format cannot say is an error. sa/README.md has the table.
 //

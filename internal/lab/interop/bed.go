@@ -8,7 +8,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -77,7 +76,7 @@ type BedOptions struct {
 type Bed struct {
 	NS               *netns.Bed
 	HostA, GW1, WAN  *netns.Namespace
-	Peer             *XfrmPeer // the kernel guest, unless BedOptions.Scapy
+	Peer             *kernelpeer.Peer // the kernel guest, unless BedOptions.Scapy
 	Far              *netns.Namespace
 	Scapy            *ScapyPeer // the current case's responder, with BedOptions.Scapy
 	useScapy         bool
@@ -88,7 +87,7 @@ type Bed struct {
 	relay            *wanrelay.Running
 	tunnel           *Tunnel
 	transportRouting bool
-	wanV6            bool // the IPv6 WAN addresses are in place
+	wanV6            bool // gw1's IPv6 WAN address is in place
 }
 
 // Case is one tunnel between gw1 and the guest.
@@ -217,19 +216,9 @@ func StartBed(ctx context.Context, opts BedOptions) (b *Bed, err error) {
 		}
 		return b, nil
 	}
-	b.Peer, err = StartXfrmPeer(ctx, XfrmPeerConfig{
-		Netns: b.WAN.Name(), Tap: tapIf, Addr: GuestWAN,
-		Inner: []netip.Prefix{FarHost4, FarHost6},
-		Routes: []kernelpeer.Route{
-			{Dst: HostA4.Masked(), Via: GW1WAN.Addr()},
-			{Dst: HostA6.Masked()}, // IPv6 inside the IPv4 tunnel: out of eth0, then XFRM
-		},
-		MTU: wanMTU, BootTimeout: opts.BootTimeout, Logger: opts.Log,
-	}, nil)
-	if err != nil {
-		return b, err
-	}
-	return b, nil
+	b.Peer, err = kernelpeer.Start(ctx, kernelpeer.Config{Netns: b.WAN.Name(), Tap: tapIf, GuestAddrs: []netip.Prefix{GuestWAN},
+		MTU: wanMTU, BootTimeout: opts.BootTimeout, Logger: opts.Log})
+	return b, err
 }
 
 // Configure sets up c: fresh SAs with random keys, the guest's XFRM state
@@ -240,49 +229,15 @@ func (b *Bed) Configure(ctx context.Context, c Case) (*Tunnel, error) {
 		c.AESBits = 128
 	}
 	b.stopRelay()
-	if b.gw != nil {
-		if out, err := b.gw.Stop(syscall.SIGTERM); err != nil {
-			return nil, fmt.Errorf("stop gw1: %w\n%s", err, out)
-		}
-		b.gw = nil
+	if err := b.stopGateway(); err != nil {
+		return nil, err
 	}
 	t, err := b.makeTunnel(c)
 	if err != nil {
 		return nil, err
 	}
-	if c.OuterV6 && !b.wanV6 {
-		if _, err := b.GW1.Output(ctx, "ip", "-6", "addr", "add", GW1WAN6.String(), "dev", wanIf, "nodad"); err != nil {
-			return nil, fmt.Errorf("gw1's IPv6 WAN address: %w", err)
-		}
-		if b.Peer != nil {
-			if _, err := b.Peer.Run(ctx, "/sbin/ip -6 addr add "+GuestWAN6.String()+" dev eth0 nodad"); err != nil {
-				return nil, fmt.Errorf("the guest's IPv6 WAN address: %w", err)
-			}
-		}
-		// Transport-mode policies cover all traffic between the two
-		// addresses, neighbour discovery included, which sealed in ESP
-		// arrives from the TUN or is dropped: pin the neighbours instead.
-		if b.Peer != nil {
-			guestMAC, err := b.Peer.Run(ctx, "cat /sys/class/net/eth0/address")
-			if err != nil {
-				return nil, fmt.Errorf("the guest's MAC address: %w", err)
-			}
-			link, err := b.GW1.Output(ctx, "ip", "-o", "link", "show", wanIf)
-			if err != nil {
-				return nil, err
-			}
-			f := strings.Fields(link[strings.Index(link, "link/ether"):])
-			if len(f) < 2 {
-				return nil, fmt.Errorf("gw1's %s: no MAC address in %q", wanIf, link)
-			}
-			if _, err := b.GW1.Output(ctx, "ip", "-6", "neigh", "replace", GuestWAN6.Addr().String(), "lladdr", strings.TrimSpace(guestMAC), "dev", wanIf, "nud", "permanent"); err != nil {
-				return nil, fmt.Errorf("pin the guest's IPv6 neighbour in gw1: %w", err)
-			}
-			if _, err := b.Peer.Run(ctx, "/sbin/ip -6 neigh replace "+GW1WAN6.Addr().String()+" lladdr "+f[1]+" dev eth0 nud permanent"); err != nil {
-				return nil, fmt.Errorf("pin gw1's IPv6 neighbour in the guest: %w", err)
-			}
-		}
-		b.wanV6 = true
+	if err := b.setWANv6(ctx, c.OuterV6); err != nil {
+		return nil, err
 	}
 	if b.useScapy {
 		if b.Scapy != nil {
@@ -293,28 +248,33 @@ func (b *Bed) Configure(ctx context.Context, c Case) (*Tunnel, error) {
 		if b.Scapy, err = StartScapyPeer(ctx, ScapyPeerConfig{Netns: b.Far.Name(), Iface: "eth0", Local: GuestWAN.Addr(), Owned: owned}, []*sa.SA{t.Out, t.In}); err != nil {
 			return nil, err
 		}
-	} else if err := b.Peer.Configure(ctx, []*sa.SA{t.Out, t.In}); err != nil {
-		return nil, err
+	} else {
+		wan, near := []netip.Prefix{GuestWAN}, []netip.Addr{GW1WAN.Addr()}
+		if c.OuterV6 {
+			wan, near = append(wan, GuestWAN6), append(near, GW1WAN6.Addr())
+		}
+		if err := b.Peer.ConfigureGateway(ctx, kernelpeer.Gateway{WAN: wan, LAN: []netip.Prefix{FarHost4, FarHost6}, MTU: wanMTU,
+			Routes: []kernelpeer.Route{
+				{Dst: HostA4.Masked(), Via: GW1WAN.Addr()},
+				{Dst: HostA6.Masked()}, // IPv6 inside the IPv4 tunnel: out of eth0, then XFRM
+			},
+			Near: b.GW1, NearIf: wanIf, NearAddrs: near, ToGuest: t.Out, FromGuest: t.In}); err != nil {
+			return nil, err
+		}
 	}
-	cfg, err := b.writeConfig(t)
-	if err != nil {
-		return nil, err
-	}
-	if b.gw, err = testbed.RunGateway(ctx, b.GW1, b.binary, cfg); err != nil {
+	if err := b.startGateway(ctx, t); err != nil {
 		return nil, err
 	}
 	if err := b.setTransportRouting(c.Mode == sa.Transport); err != nil {
 		return nil, err
 	}
-	imp := impair.DefaultConfig()
-	if c.Impair != nil {
-		imp = *c.Impair
+	impaired := func(c *impair.Config) impair.Config {
+		if c == nil {
+			return impair.DefaultConfig()
+		}
+		return *c
 	}
-	back := impair.DefaultConfig()
-	if c.ImpairBack != nil {
-		back = *c.ImpairBack
-	}
-	if b.relay, err = wanrelay.Start(wanrelay.Config{Netns: b.WAN.Name(), A: relayIf, B: tapIf, AToB: imp, BToA: back, Logger: b.log}); err != nil {
+	if b.relay, err = wanrelay.Start(wanrelay.Config{Netns: b.WAN.Name(), A: relayIf, B: tapIf, AToB: impaired(c.Impair), BToA: impaired(c.ImpairBack), Logger: b.log}); err != nil {
 		return nil, err
 	}
 	b.tunnel = t
@@ -370,8 +330,22 @@ func (b *Bed) makeTunnel(c Case) (*Tunnel, error) {
 	return t, nil
 }
 
-// writeConfig writes gw1's SA file and configuration for t.
-func (b *Bed) writeConfig(t *Tunnel) (string, error) {
+// stopGateway stops gw1, if it runs.
+func (b *Bed) stopGateway() error {
+	if b.gw == nil {
+		return nil
+	}
+	out, err := b.gw.Stop(syscall.SIGTERM)
+	b.gw = nil
+	if err != nil {
+		return fmt.Errorf("stop gw1: %w\n%s", err, out)
+	}
+	return nil
+}
+
+// startGateway writes gw1's SA file and configuration for t and starts
+// gw1 on them.
+func (b *Bed) startGateway(ctx context.Context, t *Tunnel) error {
 	set := &sa.Config{SAs: []*sa.SA{t.Out, t.In}}
 	var routes []netip.Prefix
 	if t.Mode == sa.Tunnel {
@@ -383,17 +357,22 @@ func (b *Bed) writeConfig(t *Tunnel) (string, error) {
 			Action: sa.Protect, SPI: t.Out.SPI}}
 	}
 	if err := sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), set); err != nil {
-		return "", fmt.Errorf("write gw1's SA file: %w", err)
+		return fmt.Errorf("write gw1's SA file: %w", err)
 	}
 	// Every case's SAs are new (fresh keys, same SPIs): the sequence
 	// numbers gw1 reserved for the last case's must not carry over.
 	if err := os.RemoveAll(filepath.Join(b.Dir, "gw1-state")); err != nil {
-		return "", fmt.Errorf("clear gw1's state directory: %w", err)
+		return fmt.Errorf("clear gw1's state directory: %w", err)
 	}
 	// ESPGW_WAN_IO=xdp puts gw1's raw ESP on AF_XDP against the same peers.
 	path := filepath.Join(b.Dir, "gw1.yaml")
-	return path, testbed.GatewayConfig{Local: t.Out.Src, Peer: t.Out.Dst, Engine: "cpu", OuterMTU: wanMTU, TUN: tunIf, Routes: routes,
-		SAFile: "sas.yaml", StateDir: "gw1-state", WanIO: testbed.DefaultWanIO()}.Write(path)
+	if err := (testbed.GatewayConfig{Local: t.Out.Src, Peer: t.Out.Dst, Engine: "cpu", OuterMTU: wanMTU, TUN: tunIf, Routes: routes,
+		SAFile: "sas.yaml", StateDir: "gw1-state", WanIO: testbed.DefaultWanIO()}).Write(path); err != nil {
+		return err
+	}
+	var err error
+	b.gw, err = testbed.RunGateway(ctx, b.GW1, b.binary, path)
+	return err
 }
 
 // setTransportRouting sends gw1's own ICMP and TCP toward the guest into
@@ -454,11 +433,7 @@ func (b *Bed) RelayCounters() wanrelay.Counters {
 func (b *Bed) Close() error {
 	var errs []error
 	b.stopRelay()
-	if b.gw != nil {
-		if _, err := b.gw.Stop(syscall.SIGTERM); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, b.stopGateway())
 	if b.Peer != nil {
 		errs = append(errs, b.Peer.Close())
 	}
@@ -491,45 +466,31 @@ func (b *Bed) Carry(ctx context.Context, out, in *sa.SA) error {
 	if b.tunnel == nil {
 		return errors.New("carry: no case configured")
 	}
-	if b.gw != nil {
-		if o, err := b.gw.Stop(syscall.SIGTERM); err != nil {
-			return fmt.Errorf("stop gw1: %w\n%s", err, o)
-		}
-		b.gw = nil
+	if err := b.stopGateway(); err != nil {
+		return err
 	}
 	t := *b.tunnel
 	t.Out, t.In = out, in
-	cfg, err := b.writeConfig(&t)
-	if err != nil {
-		return err
-	}
-	if b.gw, err = testbed.RunGateway(ctx, b.GW1, b.binary, cfg); err != nil {
+	if err := b.startGateway(ctx, &t); err != nil {
 		return err
 	}
 	b.tunnel = &t
 	return nil
 }
 
-// DropWANv6 takes the IPv6 WAN addresses and pinned neighbours of an
-// OuterV6 case away again, leaving the bed as the other cases know it.
-func (b *Bed) DropWANv6(ctx context.Context) error {
-	if !b.wanV6 {
+// setWANv6 gives gw1's WAN port its IPv6 address for an OuterV6 case, and
+// takes it away again for the others, leaving the bed as they know it.
+func (b *Bed) setWANv6(ctx context.Context, on bool) error {
+	if on == b.wanV6 {
 		return nil
 	}
-	b.wanV6 = false
-	var errs []error
-	for _, c := range [][]string{
-		{"ip", "-6", "neigh", "del", GuestWAN6.Addr().String(), "dev", wanIf},
-		{"ip", "-6", "addr", "del", GW1WAN6.String(), "dev", wanIf},
-	} {
-		if _, err := b.GW1.Output(ctx, c[0], c[1:]...); err != nil {
-			errs = append(errs, err)
-		}
+	args := []string{"-6", "addr", "del", GW1WAN6.String(), "dev", wanIf}
+	if on {
+		args = []string{"-6", "addr", "add", GW1WAN6.String(), "dev", wanIf, "nodad"}
 	}
-	if b.Peer != nil {
-		if _, err := b.Peer.Run(ctx, "/sbin/ip -6 neigh del "+GW1WAN6.Addr().String()+" dev eth0; /sbin/ip -6 addr del "+GuestWAN6.String()+" dev eth0"); err != nil {
-			errs = append(errs, err)
-		}
+	if _, err := b.GW1.Output(ctx, "ip", args...); err != nil {
+		return fmt.Errorf("gw1's IPv6 WAN address: %w", err)
 	}
-	return errors.Join(errs...)
+	b.wanV6 = on
+	return nil
 }

@@ -19,8 +19,8 @@
 // gateway with the far inner network on its loopback. It boots once per
 // test binary (seconds under TCG, more on a loaded machine); Bed.Configure
 // then sets up each case: fresh SAs with random keys, the same sa.SA values
-// mirrored into the guest (`ip xfrm state/policy`), gw1 restarted on them,
-// a fresh relay.
+// mirrored into the guest (`ip xfrm state/policy`, ConfigureGateway), gw1
+// restarted on them, a fresh relay.
 //
 // Tunnel mode carries hostA ↔ 203.0.113.10 (and IPv6 inside the IPv4
 // tunnel). Transport mode carries gw1 ↔ the guest's own outer address: gw1
@@ -34,14 +34,13 @@
 // the gateway seals into the tunnel (or drops as no-policy when an SPD is
 // in force) — extra packets that would spoil the exact counter comparison.
 //
-// # Scenario hook
+// # The guest as the far gateway
 //
-// StartXfrmPeer is the API a scenario runner calls for `peer: linux-xfrm`:
-// it boots the guest with its tap in a namespace the runner names, gives it
-// outer and inner addresses and routes, and installs the scenario's SAs
-// (directions follow from the guest's address). XfrmPeer.Configure swaps
-// SAs, Ping/PingSizes ping from the guest, Counters reads the kernel's
-// per-SA and global XFRM counters, Close tears it all down.
+// The guest is set up the way the scenario runner's `peer: linux-xfrm` gw2
+// is, by kernelpeer.Peer.ConfigureGateway: the topology (here the far
+// hosts on its loopback, there hostB behind its eth1) is a parameter, and
+// the addresses, routes, neighbour entries and mirrored SAs are written
+// once, there.
 //
 // StartScapyPeer is the hook for `peer: scapy`: the scapy ESP peer
 // (internal/lab/scapy) in respond mode listens on an interface

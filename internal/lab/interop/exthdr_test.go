@@ -2,18 +2,19 @@ package interop
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 
-	"github.com/espgw/espgw/internal/inetsum"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/sa"
 )
@@ -39,6 +40,22 @@ func chainBeforeESP(ip []byte) string {
 	}
 }
 
+// withExtHeaders is an IPv6 UDP packet to judgeNearPort with a hop-by-hop
+// and a destination options header, each padOpts's one PadN option.
+func withExtHeaders(src, dst netip.Addr, sport uint16, payload string) []byte {
+	ip := &layers.IPv6{Version: 6, NextHeader: layers.IPProtocolIPv6HopByHop, HopLimit: 64, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
+	padN := []*layers.IPv6HopByHopOption{{OptionType: padOpts[2], OptionData: padOpts[4:]}}
+	hop := &layers.IPv6HopByHop{Options: padN}
+	hop.NextHeader = layers.IPProtocolIPv6Destination
+	dopts := &layers.IPv6Destination{Options: []*layers.IPv6DestinationOption{(*layers.IPv6DestinationOption)(padN[0])}}
+	dopts.NextHeader = layers.IPProtocolUDP
+	udp := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: judgeNearPort}
+	udp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ip, hop, dopts, udp, gopacket.Payload(payload))
+	return buf.Bytes()
+}
+
 // TestKernelJudgesTransportExtHeaders: in transport mode over IPv6, a
 // packet with hop-by-hop and destination options headers keeps them in
 // clear in front of ESP, and the far end delivers them: espgw and the
@@ -47,17 +64,7 @@ func chainBeforeESP(ip []byte) string {
 func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 	b := sharedBed(t)
 	suite, bits := parseSuite(t, "aes-gcm-16-128")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	t.Cleanup(func() {
-		if err := b.DropWANv6(context.Background()); err != nil {
-			t.Errorf("restore the bed: %v", err)
-		}
-	})
-	tun, err := b.Configure(ctx, Case{Suite: suite, AESBits: bits, Mode: sa.Transport, OuterV6: true})
-	if err != nil {
-		t.Fatalf("configure: %v", err)
-	}
+	ctx, tun := configure(t, b, Case{Suite: suite, AESBits: bits, Mode: sa.Transport, OuterV6: true}, 2*time.Minute)
 	gw1, guest := tun.Out.Src, tun.Out.Dst
 	var mu sync.Mutex
 	// by who sent: chain → packets; the outer map is complete before the
@@ -80,10 +87,7 @@ func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 	}
 	const n = 5
 	// espgw seals: gw1's own UDP with both headers to the guest's recorder.
-	if _, err := b.Peer.Run(ctx, fmt.Sprintf("rm -f /tmp/marks; (/bin/espgw-agent recv %d %d 15000 >/tmp/marks 2>&1 &)", judgeFarPort, n)); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(300 * time.Millisecond)
+	kernelGot := startRecorder(t, ctx, b, n)
 	if err := b.GW1.Do(func() error {
 		c, err := net.Dial("udp6", fmt.Sprintf("[%s]:%d", guest, judgeFarPort))
 		if err != nil {
@@ -133,27 +137,9 @@ func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 	defer rx.Close()
 	var pkts []string
 	for i := range n {
-		payload := []byte(fmt.Sprintf("%s %03d to espgw", judgeMagic, i))
-		p := make([]byte, 40+16+8+len(payload))
-		binary.BigEndian.PutUint32(p, 6<<28)
-		binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
-		p[6], p[7] = 0, 64
-		g, d := guest.As16(), gw1.As16()
-		copy(p[8:], g[:])
-		copy(p[24:], d[:])
-		copy(p[40:], padOpts)
-		p[40] = 60
-		copy(p[48:], padOpts)
-		p[48] = 17
-		u := p[56:]
-		binary.BigEndian.PutUint16(u[0:], 40000+uint16(i))
-		binary.BigEndian.PutUint16(u[2:], judgeNearPort)
-		binary.BigEndian.PutUint16(u[4:], uint16(8+len(payload)))
-		copy(u[8:], payload)
-		inetsum.L4(u, p[8:24], p[24:40], 17, inetsum.OffsetUDP)
-		pkts = append(pkts, hex.EncodeToString(p))
+		pkts = append(pkts, hex.EncodeToString(withExtHeaders(guest, gw1, 40000+uint16(i), fmt.Sprintf("%s %03d to espgw", judgeMagic, i))))
 	}
-	if out, err := b.Peer.Kernel().Exec(ctx, append([]string{"/bin/espgw-agent", "inject"}, pkts...)...); err != nil {
+	if out, err := b.Peer.Exec(ctx, append([]string{"/bin/espgw-agent", "inject"}, pkts...)...); err != nil {
 		t.Fatalf("inject in the guest: %v\n%s", err, out)
 	}
 	rx.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -180,16 +166,7 @@ func TestKernelJudgesTransportExtHeaders(t *testing.T) {
 	if intact != n {
 		t.Errorf("espgw delivered %d of the kernel's %d packets with both extension headers", intact, n)
 	}
-	var out string
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
-		if out, err = b.Peer.Run(ctx, "cat /tmp/marks"); err != nil {
-			t.Fatal(err)
-		}
-		if len(farDelivered(out)) >= n {
-			break
-		}
-	}
-	got := farDelivered(out)
+	got := kernelGot(func() bool { return true })
 	for i := range n {
 		if d, ok := got[i]; !ok || d.ext != "hd" {
 			t.Errorf("the kernel delivered espgw's packet %d with extension headers %q (ok %v), want hop-by-hop and destination options", i, d.ext, ok)

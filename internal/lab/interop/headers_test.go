@@ -2,7 +2,6 @@ package interop
 
 import (
 	"context"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"maps"
@@ -15,10 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/esp"
-	"github.com/espgw/espgw/internal/inetsum"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/netns"
@@ -67,43 +67,22 @@ const (
 
 // innerUDP is an inner IPv4 or IPv6 UDP packet carrying id.
 func innerUDP(c headerCase, src, dst netip.Addr, dport uint16, id int) []byte {
-	payload := []byte(fmt.Sprintf("%s %03d %s", judgeMagic, id, strings.Repeat("x", 40)))
-	hl := 20
+	payload := gopacket.Payload(fmt.Sprintf("%s %03d %s", judgeMagic, id, strings.Repeat("x", 40)))
+	udp := &layers.UDP{SrcPort: layers.UDPPort(40000 + id), DstPort: layers.UDPPort(dport)}
+	var ip gopacket.NetworkLayer
 	if c.v6 {
-		hl = 40
-	}
-	p := make([]byte, hl+8+len(payload))
-	if c.v6 {
-		binary.BigEndian.PutUint32(p, 6<<28|uint32(c.tos)<<20)
-		binary.BigEndian.PutUint16(p[4:], uint16(8+len(payload)))
-		p[6], p[7] = 17, 64
-		s, d := src.As16(), dst.As16()
-		copy(p[8:], s[:])
-		copy(p[24:], d[:])
+		ip = &layers.IPv6{Version: 6, TrafficClass: c.tos, NextHeader: layers.IPProtocolUDP, HopLimit: 64, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
 	} else {
-		p[0], p[1] = 0x45, c.tos
-		binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
-		binary.BigEndian.PutUint16(p[4:], uint16(0x4000+id))
+		ip4 := &layers.IPv4{Version: 4, IHL: 5, TOS: c.tos, Id: uint16(0x4000 + id), TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: src.AsSlice(), DstIP: dst.AsSlice()}
 		if c.df {
-			p[6] = 0x40
+			ip4.Flags = layers.IPv4DontFragment
 		}
-		p[8], p[9] = 64, 17
-		s, d := src.As4(), dst.As4()
-		copy(p[12:], s[:])
-		copy(p[16:], d[:])
-		inetsum.IPv4Header(p[:20])
+		ip = ip4
 	}
-	u := p[hl:]
-	binary.BigEndian.PutUint16(u[0:], 40000+uint16(id))
-	binary.BigEndian.PutUint16(u[2:], dport)
-	binary.BigEndian.PutUint16(u[4:], uint16(8+len(payload)))
-	copy(u[8:], payload)
-	if c.v6 {
-		inetsum.L4(u, p[8:24], p[24:40], 17, inetsum.OffsetUDP)
-	} else {
-		inetsum.L4(u, p[12:16], p[16:20], 17, inetsum.OffsetUDP)
-	}
-	return p
+	udp.SetNetworkLayerForChecksum(ip)
+	buf := gopacket.NewSerializeBuffer()
+	gopacket.SerializeLayers(buf, gopacket.SerializeOptions{FixLengths: true, ComputeChecksums: true}, ip.(gopacket.SerializableLayer), udp, payload)
+	return buf.Bytes()
 }
 
 // sendRaw sends whole IP packets from a raw socket in ns.
@@ -235,6 +214,30 @@ func watchNear(t *testing.T, b *Bed) (func() map[int]delivered, func()) {
 
 var recvLine = regexp.MustCompile(`(?m)^udp[46] tos=(-?\d+) ttl=(-?\d+) ext=(\S+) ([0-9a-f]+)$`)
 
+// startRecorder starts the guest's recorder of n judge packets on
+// judgeFarPort. The function it returns reads what the recorder got,
+// waiting up to 20 s for all n and for done.
+func startRecorder(t *testing.T, ctx context.Context, b *Bed, n int) func(done func() bool) map[int]delivered {
+	t.Helper()
+	if _, err := b.Peer.Run(ctx, fmt.Sprintf("rm -f /tmp/marks; (/bin/espgw-agent recv %d %d 15000 >/tmp/marks 2>&1 &)", judgeFarPort, n)); err != nil {
+		t.Fatalf("start the guest's recorder: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	return func(done func() bool) map[int]delivered {
+		var got map[int]delivered
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+			out, err := b.Peer.Run(ctx, "cat /tmp/marks")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got = farDelivered(out); len(got) >= n && done() {
+				break
+			}
+		}
+		return got
+	}
+}
+
 // farDelivered parses the guest recorder's output.
 func farDelivered(out string) map[int]delivered {
 	seen := map[int]delivered{}
@@ -263,12 +266,7 @@ type judgeResult struct {
 
 func judgeRound(t *testing.T, b *Bed, c Case, wantNear int) judgeResult {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	tun, err := b.Configure(ctx, c)
-	if err != nil {
-		t.Fatalf("configure: %v", err)
-	}
+	ctx, tun := configure(t, b, c, 2*time.Minute)
 	espgwOuter, stop1 := watchOuter(t, b, relayIf, []*sa.SA{tun.Out})
 	defer stop1()
 	kernelOuter, stop2 := watchOuter(t, b, tapIf, []*sa.SA{tun.In})
@@ -293,10 +291,7 @@ func judgeRound(t *testing.T, b *Bed, c Case, wantNear int) judgeResult {
 			}
 		}
 	}()
-	if _, err := b.Peer.Run(ctx, fmt.Sprintf("rm -f /tmp/marks; (/bin/espgw-agent recv %d %d 15000 >/tmp/marks 2>&1 &)", judgeFarPort, len(headerCases))); err != nil {
-		t.Fatalf("start the guest's recorder: %v", err)
-	}
-	time.Sleep(300 * time.Millisecond)
+	kernelGot := startRecorder(t, ctx, b, len(headerCases))
 	res := judgeResult{sentNear: map[int][]byte{}, sentFar: map[int][]byte{}}
 	var far []string
 	var nearPkts [][]byte
@@ -315,22 +310,36 @@ func judgeRound(t *testing.T, b *Bed, c Case, wantNear int) judgeResult {
 	if err := sendRaw(b.HostA, nearPkts); err != nil {
 		t.Fatalf("send from hostA: %v", err)
 	}
-	if out, err := b.Peer.Kernel().Exec(ctx, append([]string{"/bin/espgw-agent", "inject"}, far...)...); err != nil {
+	if out, err := b.Peer.Exec(ctx, append([]string{"/bin/espgw-agent", "inject"}, far...)...); err != nil {
 		t.Fatalf("inject in the guest: %v\n%s", err, out)
 	}
-	var out string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
-		if out, err = b.Peer.Run(ctx, "cat /tmp/marks"); err != nil {
-			t.Fatal(err)
-		}
-		if len(farDelivered(out)) >= len(headerCases) && len(espgwGot()) >= wantNear {
-			break
-		}
-	}
+	res.kernelGot = kernelGot(func() bool { return len(espgwGot()) >= wantNear })
 	time.Sleep(500 * time.Millisecond)
-	res.espgwOuter, res.kernelOuter = espgwOuter(), kernelOuter()
-	res.kernelGot, res.espgwGot = farDelivered(out), espgwGot()
+	res.espgwOuter, res.kernelOuter, res.espgwGot = espgwOuter(), kernelOuter(), espgwGot()
 	return res
+}
+
+// outer returns the outer headers espgw and the kernel wrote for case id,
+// and the one espgw should have written: the kernel's, but with an inner
+// CE copied, as RFC 6040's normal mode (espgw's) does, where the kernel
+// resets it to ECT(0) (which is checked). ok is false when either header
+// was not seen (the test has failed).
+func (r judgeResult) outer(t *testing.T, id int, hc headerCase) (espgw, kernel, want outerFields, ok bool) {
+	t.Helper()
+	e, ok1 := r.espgwOuter[id]
+	k, ok2 := r.kernelOuter[id]
+	if !ok1 || !ok2 {
+		t.Errorf("%s: outer header not seen (espgw %v, kernel %v)", hc.name, ok1, ok2)
+		return e, k, k, false
+	}
+	want = k
+	if hc.tos&3 == 3 {
+		if k.tos&3 != 2 {
+			t.Errorf("%s: the kernel's outer ECN is %d, the test expects its CE reset to ECT(0)", hc.name, k.tos&3)
+		}
+		want.tos = k.tos | 3
+	}
+	return e, k, want, true
 }
 
 func TestKernelJudgesOuterHeaders(t *testing.T) {
@@ -353,20 +362,9 @@ func judgeHeaders(t *testing.T, b *Bed, c Case) {
 	t.Run("encapsulation", func(t *testing.T) {
 		r := judgeRound(t, b, c, len(headerCases))
 		for id, hc := range headerCases {
-			e, ok1 := r.espgwOuter[id]
-			k, ok2 := r.kernelOuter[id]
-			if !ok1 || !ok2 {
-				t.Errorf("%s: outer header not seen (espgw %v, kernel %v)", hc.name, ok1, ok2)
+			e, k, want, ok := r.outer(t, id, hc)
+			if !ok {
 				continue
-			}
-			want := k
-			if hc.tos&3 == 3 {
-				// The kernel resets an inner CE to ECT(0) in the outer
-				// header; RFC 6040's normal mode, espgw's, copies it.
-				if k.tos&3 != 2 {
-					t.Errorf("%s: the kernel's outer ECN is %d, the test expects its CE reset to ECT(0)", hc.name, k.tos&3)
-				}
-				want.tos = k.tos | 3
 			}
 			if e != want {
 				t.Errorf("%s: espgw's outer %v, the kernel's %v", hc.name, e, k)
@@ -400,15 +398,9 @@ func judgeHeaders(t *testing.T, b *Bed, c Case) {
 		c.Header = func(s *sa.SA) { s.DSCP, s.DF, s.DecapDSCP = sa.DSCP{Fixed: true}, sa.DFClear, sa.DecapCopy }
 		r := judgeRound(t, b, c, len(headerCases))
 		for id, hc := range headerCases {
-			e, ok1 := r.espgwOuter[id]
-			k, ok2 := r.kernelOuter[id]
-			if !ok1 || !ok2 {
-				t.Errorf("%s: outer header not seen (espgw %v, kernel %v)", hc.name, ok1, ok2)
+			e, k, want, ok := r.outer(t, id, hc)
+			if !ok {
 				continue
-			}
-			want := k
-			if hc.tos&3 == 3 {
-				want.tos = k.tos | 3
 			}
 			if e != want || e.tos>>2 != 0 || e.df {
 				t.Errorf("%s: espgw's outer %v, the kernel's %v (want DSCP 0, no DF)", hc.name, e, k)

@@ -76,9 +76,6 @@ func sharedBed(t *testing.T) *Bed {
 func bootBed(binary string) (*Bed, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	if _, err := kernelpeer.Prepared(kernelpeer.PrepareOptions{}); err != nil {
-		return nil, err // says to run kernelpeer.PrepareCommand
-	}
 	// Offline: never downloads; rebuilds the agent and initramfs when this
 	// tree changed them.
 	assets, err := kernelpeer.Prepare(ctx, kernelpeer.PrepareOptions{Offline: true})
@@ -92,9 +89,8 @@ func bootBed(binary string) (*Bed, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := b.Peer.Kernel()
 	fmt.Fprintf(os.Stderr, "interop bed up in %v: kernel %s booted in %v (qemu CPU %v)\n",
-		time.Since(start).Round(time.Millisecond), assets.KernelRelease, k.BootTime.Round(time.Millisecond), k.BootCPU)
+		time.Since(start).Round(time.Millisecond), assets.KernelRelease, b.Peer.BootTime.Round(time.Millisecond), b.Peer.BootCPU)
 	return b, nil
 }
 
@@ -148,14 +144,22 @@ func TestGatewayKernelInterop(t *testing.T) {
 	}
 }
 
-func checkTraffic(t *testing.T, b *Bed, c Case) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	start := time.Now()
+// configure sets c up on b for a test that may take timeout; the context
+// ends with the test.
+func configure(t *testing.T, b *Bed, c Case, timeout time.Duration) (context.Context, *Tunnel) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
 	tun, err := b.Configure(ctx, c)
 	if err != nil {
 		t.Fatalf("configure: %v", err)
 	}
+	return ctx, tun
+}
+
+func checkTraffic(t *testing.T, b *Bed, c Case) {
+	start := time.Now()
+	ctx, tun := configure(t, b, c, 3*time.Minute)
 	before, err := b.Peer.Counters(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -166,37 +170,12 @@ func checkTraffic(t *testing.T, b *Bed, c Case) {
 			t.Logf("gw1 log:\n%s\npackets into gw1's TUN outside the tunnel's flows:\n%s", b.GatewayOutput(), stray())
 		}
 	}()
-	for _, far := range tun.FarAddrs {
-		sizes := pingSizes4
-		if far.Is6() {
-			sizes = pingSizes6
+	checkPings(t, ctx, b, tun, 2, func(v6 bool) []int {
+		if v6 {
+			return pingSizes6
 		}
-		for _, size := range sizes {
-			r, err := PingNear(ctx, tun.Near, far, size, 2)
-			if err != nil {
-				t.Fatal(err)
-			}
-			// PingNear sends until 2 replies came or its deadline passed.
-			if r.Received < 2 {
-				t.Errorf("ping %s → %s, %d bytes: %d replies to %d requests\n%s", tun.Near.Short(), far, size, r.Received, r.Sent, r.Output)
-			}
-		}
-	}
-	for _, near := range tun.NearAddrs {
-		sizes := pingSizes4
-		if near.Is6() {
-			sizes = pingSizes6
-		}
-		rs, err := b.Peer.PingSizes(ctx, near, sizes, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, r := range rs {
-			if r.Received != r.Sent {
-				t.Errorf("ping guest → %s, %d bytes: %d of %d replies\n%s", near, sizes[i], r.Received, r.Sent, r.Output)
-			}
-		}
-	}
+		return pingSizes4
+	})
 	pings := time.Since(start)
 	up, err := b.SendToFar(ctx, tun.FarAddrs[0], transferBytes)
 	if err != nil {
@@ -209,6 +188,37 @@ func checkTraffic(t *testing.T, b *Bed, c Case) {
 	checkCounters(t, ctx, b, tun, before, 0, 0)
 	t.Logf("%s: pings %v, TCP %d KiB up %v, down %v, total %v", c.Name(), pings.Round(time.Millisecond),
 		transferBytes>>10, up.Duration.Round(time.Millisecond), down.Duration.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+}
+
+// checkPings pings every far address from the tunnel's near end, count
+// requests of each size sizes gives for the address's family, and every
+// near address from the guest, one request of each size: every request
+// must be answered.
+func checkPings(t *testing.T, ctx context.Context, b *Bed, tun *Tunnel, count int, sizes func(v6 bool) []int) {
+	t.Helper()
+	for _, far := range tun.FarAddrs {
+		for _, size := range sizes(far.Is6()) {
+			r, err := PingNear(ctx, tun.Near, far, size, count)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// PingNear sends until count replies came or its deadline passed.
+			if r.Received < count {
+				t.Errorf("ping %s → %s, %d bytes: %d replies to %d requests\n%s", tun.Near.Short(), far, size, r.Received, r.Sent, r.Output)
+			}
+		}
+	}
+	for _, near := range tun.NearAddrs {
+		rs, err := b.Peer.PingSizes(ctx, near, sizes(near.Is6()), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range rs {
+			if r.Received != r.Sent {
+				t.Errorf("ping guest → %s, %d bytes: %d of %d replies\n%s", near, sizes(near.Is6())[i], r.Received, r.Sent, r.Output)
+			}
+		}
+	}
 }
 
 // checkCounters compares the kernel's counters with gw1's after traffic:
@@ -278,7 +288,14 @@ func checkCounters(t *testing.T, ctx context.Context, b *Bed, tun *Tunnel, befor
 	if err := kc.CheckDrops(before, tun.Out, kernelpeer.Drops{IntegrityFailed: corrupted, Replayed: replayed}, true); err != nil {
 		t.Error(err)
 	}
-	for _, s := range []*gateway.SAStats{gout, gin} {
+	checkNoDrops(t, gs, gout, gin)
+}
+
+// checkNoDrops fails the test if gw1 dropped a packet, on its SAs or on
+// none.
+func checkNoDrops(t *testing.T, gs gateway.Stats, sas ...*gateway.SAStats) {
+	t.Helper()
+	for _, s := range sas {
 		if len(s.Drops) > 0 {
 			t.Errorf("gw1 SA %s dropped packets: %v", s.SPI, s.Drops)
 		}
@@ -315,12 +332,7 @@ func TestKernelCountsTamperedAndReplayed(t *testing.T) {
 }
 
 func checkImpaired(t *testing.T, b *Bed, c Case) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	tun, err := b.Configure(ctx, c)
-	if err != nil {
-		t.Fatalf("configure: %v", err)
-	}
+	ctx, tun := configure(t, b, c, 2*time.Minute)
 	before, err := b.Peer.Counters(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package interop
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -30,12 +29,7 @@ func TestGatewayCarriesTunnelFromKernelListing(t *testing.T) {
 }
 
 func carryFromListing(t *testing.T, b *Bed, c Case) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	tun, err := b.Configure(ctx, c)
-	if err != nil {
-		t.Fatalf("configure: %v", err)
-	}
+	ctx, tun := configure(t, b, c, 3*time.Minute)
 	// Re-key the guest's states with keys of its own: the same commands,
 	// each key replaced by fresh random hex from the guest.
 	var script strings.Builder
@@ -53,9 +47,6 @@ func carryFromListing(t *testing.T, b *Bed, c Case) {
 			default:
 				fmt.Fprintf(&script, " '%s'", a)
 			}
-		}
-		if interFamily(s) {
-			script.WriteString(" flag af-unspec") // as XfrmPeer.Configure installs them
 		}
 		script.WriteString("\n")
 	}
@@ -100,24 +91,7 @@ func carryFromListing(t *testing.T, b *Bed, c Case) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, far := range tun.FarAddrs {
-		r, err := PingNear(ctx, tun.Near, far, 300, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Received < 3 {
-			t.Errorf("ping %s → %s: %d replies to %d\n%s\ngw1:\n%s", tun.Near.Short(), far, r.Received, r.Sent, r.Output, b.GatewayOutput())
-		}
-	}
-	rs, err := b.Peer.PingSizes(ctx, tun.NearAddrs[0], []int{56, 1000}, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rs {
-		if r.Received != r.Sent {
-			t.Errorf("ping guest → %s: %d of %d\n%s", tun.NearAddrs[0], r.Received, r.Sent, r.Output)
-		}
-	}
+	checkPings(t, ctx, b, tun, 3, func(bool) []int { return []int{56, 300, 1000} })
 	if _, err := b.SendToFar(ctx, tun.FarAddrs[0], 64<<10); err != nil {
 		t.Errorf("TCP to the kernel: %v", err)
 	}

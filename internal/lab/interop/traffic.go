@@ -3,11 +3,7 @@ package interop
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net/netip"
-	"regexp"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
@@ -30,7 +26,7 @@ func (b *Bed) SendToFar(ctx context.Context, far netip.Addr, n int) (Transfer, e
 	if b.tunnel == nil {
 		return Transfer{}, errors.New("send to the kernel peer: no case configured")
 	}
-	return b.Peer.Kernel().SendTCP(ctx, b.tunnel.Near, netip.AddrPortFrom(far, farPort), n, time.Minute)
+	return b.Peer.SendTCP(ctx, b.tunnel.Near, netip.AddrPortFrom(far, farPort), n, time.Minute)
 }
 
 // ReceiveFromFar has busybox nc in the guest send n random bytes to a
@@ -40,7 +36,7 @@ func (b *Bed) ReceiveFromFar(ctx context.Context, near netip.Addr, n int) (Trans
 	if b.tunnel == nil {
 		return Transfer{}, errors.New("receive from the kernel peer: no case configured")
 	}
-	return b.Peer.Kernel().ReceiveTCP(ctx, b.tunnel.Near, netip.AddrPortFrom(near, nearPort), n, time.Minute)
+	return b.Peer.ReceiveTCP(ctx, b.tunnel.Near, netip.AddrPortFrom(near, nearPort), n, time.Minute)
 }
 
 // PingNear pings dst from ns (espgw's side) with count requests of size
@@ -48,34 +44,7 @@ func (b *Bed) ReceiveFromFar(ctx context.Context, near netip.Addr, n int) (Trans
 // late replies: a guest under TCG emulation answers with jitter far beyond
 // testbed.Ping's defaults. IPv4 requests carry DF, so a too-small tunnel
 // MTU shows as loss.
-func PingNear(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int) (PingResult, error) {
+func PingNear(ctx context.Context, ns *netns.Namespace, dst netip.Addr, size, count int) (testbed.PingResult, error) {
 	return testbed.Ping(ctx, ns, dst, testbed.PingOptions{Size: size, Count: count, Interval: 50 * time.Millisecond,
 		Deadline: 15 * time.Second, Linger: 5 * time.Second})
-}
-
-var busyboxSummary = regexp.MustCompile(`--- (\S+) ping statistics ---\s*\n(\d+) packets transmitted, (\d+) packets received`)
-
-// PingSizes pings dst from the guest with each payload size, count
-// requests each, in one round trip, and returns one result per size.
-func (x *XfrmPeer) PingSizes(ctx context.Context, dst netip.Addr, sizes []int, count int) ([]PingResult, error) {
-	var script strings.Builder
-	for _, s := range sizes {
-		fmt.Fprintf(&script, "ping -q -c %d -i 0.2 -W 2 -s %d %s\n", count, s, dst)
-	}
-	script.WriteString("true\n")
-	out, err := x.kernel.Run(ctx, script.String())
-	if err != nil {
-		return nil, fmt.Errorf("ping %s from the xfrm peer: %w", dst, err)
-	}
-	m := busyboxSummary.FindAllStringSubmatch(out, -1)
-	if len(m) != len(sizes) {
-		return nil, fmt.Errorf("ping %s from the xfrm peer: %d summaries for %d sizes in %q", dst, len(m), len(sizes), out)
-	}
-	res := make([]PingResult, len(sizes))
-	for i := range m {
-		res[i].Sent, _ = strconv.Atoi(m[i][2])
-		res[i].Received, _ = strconv.Atoi(m[i][3])
-		res[i].Output = m[i][0]
-	}
-	return res, nil
 }

@@ -27,7 +27,6 @@ type entry struct {
 const (
 	modeDir     = 0o040000
 	modeFile    = 0o100000
-	modeSymlink = 0o120000
 	modeCharDev = 0o020000
 )
 
@@ -49,13 +48,6 @@ func (a *archive) file(name string, perm uint32, data []byte) {
 	name = clean(name)
 	a.dir(path.Dir(name))
 	a.entries[name] = entry{mode: modeFile | perm&0o7777, data: data}
-}
-
-// symlink adds a symbolic link to target.
-func (a *archive) symlink(name, target string) {
-	name = clean(name)
-	a.dir(path.Dir(name))
-	a.entries[name] = entry{mode: modeSymlink | 0o777, data: []byte(target)}
 }
 
 // charDev adds a character device node.

@@ -21,7 +21,6 @@ func TestArchiveUnpacksWithBusybox(t *testing.T) {
 	arc.file("init", 0o755, []byte("#!/bin/sh\necho hi\n"))
 	arc.file("lib/modules/espgw/odd.ko", 0o644, []byte("123")) // length not a multiple of 4
 	arc.file("empty", 0o600, nil)
-	arc.symlink("bin/sh", "busybox")
 	arc.charDev("dev/null", 1, 3)
 	var buf bytes.Buffer
 	if err := arc.writeTo(&buf); err != nil {
@@ -33,7 +32,7 @@ func TestArchiveUnpacksWithBusybox(t *testing.T) {
 	if err != nil {
 		t.Fatalf("busybox cpio -t: %v: %s", err, out)
 	}
-	want := []string{"bin", "bin/sh", "dev", "dev/null", "empty", "init", "lib", "lib/modules", "lib/modules/espgw", "lib/modules/espgw/odd.ko"}
+	want := []string{"dev", "dev/null", "empty", "init", "lib", "lib/modules", "lib/modules/espgw", "lib/modules/espgw/odd.ko"}
 	if got := strings.Fields(string(out)); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("archive lists\n%v\nwant\n%v", got, want)
 	}
@@ -53,8 +52,5 @@ func TestArchiveUnpacksWithBusybox(t *testing.T) {
 	}
 	if fi, err := os.Stat(filepath.Join(dir, "init")); err != nil || fi.Mode().Perm() != 0o755 {
 		t.Errorf("init mode: %v %v, want 0755", fi.Mode(), err)
-	}
-	if target, err := os.Readlink(filepath.Join(dir, "bin/sh")); err != nil || target != "busybox" {
-		t.Errorf("bin/sh links to %q (%v), want busybox", target, err)
 	}
 }

@@ -87,8 +87,15 @@
 // and InitialSeq as replay-seq/replay-oseq(-hi); cbc(aes), cbc(des3_ede),
 // rfc3686(ctr(aes)) and rfc4106(gcm(aes)) with a 128-bit ICV; hmac(sha1),
 // hmac(sha256/384/512) and hmac(md5) truncated per RFC 2404/4868/2403;
-// lifetimes and TFC padding. Peer.ReplaceSAs installs a set in one round trip;
-// Peer.Counters parses `ip -s xfrm state` and /proc/net/xfrm_stat.
+// lifetimes and TFC padding; flag af-unspec for a tunnel SA carrying the
+// other inner family. Peer.ReplaceSAs installs a set in one round trip.
+// Peer.ConfigureGateway makes the guest the far gateway of an espgw
+// gateway's tunnel in the caller's topology (the interop bed's, a
+// scenario's gw2): addresses, routes, neighbour entries pinned both ways
+// and the tunnel's two SAs, in one round trip. Peer.Counters reads
+// `ip -s xfrm state` (sa.ParseXFRMStates, the one listing parser) and
+// /proc/net/xfrm_stat; Counters.CheckDrops compares what the kernel
+// dropped with what a test wants, exactly or at least.
 // Peer.SendTCP and Peer.ReceiveTCP move random bytes over TCP between a
 // host namespace and busybox nc in the guest, checked by sha256.
 //

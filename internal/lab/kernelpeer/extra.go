@@ -122,3 +122,9 @@ func (p *Peer) LoadModules(ctx context.Context, names ...string) error {
 func (p *Peer) RunFor(ctx context.Context, timeout time.Duration, script string) (string, error) {
 	return p.exec(ctx, []string{"/bin/sh", "-c", "ip() { /sbin/ip \"$@\"; }\n" + script}, timeout)
 }
+
+// Run runs a busybox sh script in the guest, in which "ip" is iproute2's
+// /sbin/ip (busybox's own ip applet has no xfrm).
+func (p *Peer) Run(ctx context.Context, script string) (string, error) {
+	return p.RunFor(ctx, p.cfg.CommandTimeout, script)
+}

@@ -2,13 +2,13 @@ package kernelpeer
 
 import (
 	"context"
-	"crypto/rand"
 	"fmt"
 	"net/netip"
 	"testing"
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/scapy"
+	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -30,33 +30,11 @@ type scapyResult struct {
 	ReplyLen int    `json:"reply_len"`
 }
 
-// interopSuite is a suite with its key length.
-type interopSuite struct {
-	name      string
-	suite     sa.Suite
-	encKeyLen int
-}
-
-var interopSuites = []interopSuite{
-	{"aes-cbc-128+hmac-sha1-96", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 16},
-	{"aes-cbc-256+hmac-sha1-96", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 32},
-	{"aes-cbc-128+hmac-sha2-256-128", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 16},
-	{"aes-cbc-256+hmac-sha2-256-128", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 32},
-	{"3des-cbc+hmac-sha1-96", sa.Suite{Cipher: sa.Cipher3DES, Auth: sa.AuthHMACSHA1_96}, 24},
-	{"aes-ctr-128+hmac-sha1-96", sa.Suite{Cipher: sa.CipherAESCTR, Auth: sa.AuthHMACSHA1_96}, 20},
-	{"aes-gcm-16-128", sa.Suite{Cipher: sa.CipherAESGCM16}, 20},
-	{"aes-gcm-16-256", sa.Suite{Cipher: sa.CipherAESGCM16}, 36},
-	{"aes-cbc-128+hmac-sha2-384-192", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA384_192}, 16},
-	{"aes-cbc-256+hmac-sha2-512-256", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA512_256}, 32},
-	{"aes-cbc-128+hmac-md5-96", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACMD5_96}, 16},
-}
-
-func randomKey(t *testing.T, n int) sa.Key {
-	k := make(sa.Key, n)
-	if _, err := rand.Read(k); err != nil {
-		t.Fatal(err)
-	}
-	return k
+// interopSuites are the suites the kernel is tried with, by the CLI's names.
+var interopSuites = []string{
+	"aes-cbc-128+hmac-sha1-96", "aes-cbc-256+hmac-sha1-96", "aes-cbc-128+hmac-sha2-256-128", "aes-cbc-256+hmac-sha2-256-128",
+	"3des-cbc+hmac-sha1-96", "aes-ctr-128+hmac-sha1-96", "aes-gcm-16-128", "aes-gcm-16-256",
+	"aes-cbc-128+hmac-sha2-384-192", "aes-cbc-256+hmac-sha2-512-256", "aes-cbc-128+hmac-md5-96",
 }
 
 // TestKernelESPInteropWithScapy proves the guest's kernel is a working ESP
@@ -74,32 +52,39 @@ func TestKernelESPInteropWithScapy(t *testing.T) {
 		name                               string
 		host, guest, hostInner, guestInner netip.Addr
 		innerBits                          int
-		suites                             []interopSuite
+		suites                             []string
 	}
 	families := []family{
 		{"ipv4", hostAddr.Addr(), guestAddr.Addr(), hostInner, guestInner, 24, interopSuites},
 		// IPv6 outer and inner on a few suites: the cipher code is the same.
 		{"ipv6", hostAddr6.Addr(), guestAddr6.Addr(), hostInner6, guestInner6, 64,
-			[]interopSuite{interopSuites[0], interopSuites[3], interopSuites[6]}},
+			[]string{interopSuites[0], interopSuites[3], interopSuites[6]}},
 	}
 	sizes := []int{0, 1, 15, 56, 255, 1000, 1400}
 	spi := uint32(0x1000)
 	n := 0
 	for _, fam := range families {
-		for _, st := range fam.suites {
+		for _, suiteName := range fam.suites {
+			suite, bits, err := testbed.ParseSuite(suiteName)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, mode := range []sa.Mode{sa.Tunnel, sa.Transport} {
 				for _, encap := range []sa.Encap{sa.EncapNone, sa.EncapUDP} {
 					// ESN on half the matrix, starting above 2^32 so the high
 					// bits take part in every ICV.
 					esn := (mode == sa.Tunnel) == (encap == sa.EncapUDP)
-					name := fmt.Sprintf("%s/%s/%s/%s/esn=%v", fam.name, st.name, mode, encap, esn)
+					name := fmt.Sprintf("%s/%s/%s/%s/esn=%v", fam.name, suiteName, mode, encap, esn)
 					spi += 0x10
 					size := sizes[n%len(sizes)]
 					n++
 					t.Run(name, func(t *testing.T) {
-						in := &sa.SA{SPI: spi + 1, Mode: mode, Src: fam.host, Dst: fam.guest, Encap: encap, Suite: st.suite,
-							EncKey: randomKey(t, st.encKeyLen), AuthKey: randomKey(t, st.suite.AuthKeyLen()),
-							ESN: esn, ReplayWindow: 64}
+						enc, auth, err := sa.RandomKeys(suite, bits)
+						if err != nil {
+							t.Fatal(err)
+						}
+						in := &sa.SA{SPI: spi + 1, Mode: mode, Src: fam.host, Dst: fam.guest, Encap: encap, Suite: suite,
+							EncKey: enc, AuthKey: auth, ESN: esn, ReplayWindow: 64}
 						if encap == sa.EncapUDP {
 							in.SrcPort, in.DstPort = sa.DefaultNATTPort, sa.DefaultNATTPort
 						}
@@ -114,7 +99,7 @@ func TestKernelESPInteropWithScapy(t *testing.T) {
 							in.Selectors = []sa.Selector{{Src: hostNet, Dst: guestNet}}
 							out.Selectors = []sa.Selector{{Src: guestNet, Dst: hostNet}}
 						}
-						checkExchange(t, ctx, p, peer, st, in, &out, fam.hostInner, fam.guestInner, size)
+						checkExchange(t, ctx, p, peer, in, &out, fam.hostInner, fam.guestInner, size)
 					})
 				}
 			}
@@ -122,7 +107,7 @@ func TestKernelESPInteropWithScapy(t *testing.T) {
 	}
 }
 
-func checkExchange(t *testing.T, ctx context.Context, p *Peer, peer *scapy.Peer, st interopSuite, in, out *sa.SA, hostIn, guestIn netip.Addr, size int) {
+func checkExchange(t *testing.T, ctx context.Context, p *Peer, peer *scapy.Peer, in, out *sa.SA, hostIn, guestIn netip.Addr, size int) {
 	t.Helper()
 	if err := p.ReplaceSAs(ctx, DirectedSA{in, Inbound}, DirectedSA{out, Outbound}); err != nil {
 		t.Fatal(err)

@@ -21,6 +21,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+
 	"github.com/espgw/espgw/internal/lab/kernelpeer/ctl"
 )
 
@@ -121,6 +124,13 @@ type Route struct {
 	Via netip.Addr
 }
 
+func (r Route) dst() string {
+	if !r.Dst.IsValid() {
+		return "default"
+	}
+	return r.Dst.String()
+}
+
 // Peer is a running guest.
 type Peer struct {
 	cfg     Config
@@ -195,7 +205,7 @@ func Start(ctx context.Context, cfg Config) (_ *Peer, err error) {
 	if err := p.waitAgent(bootCtx); err != nil {
 		return nil, fmt.Errorf("boot kernel peer (%s): %w\n--- guest console (tail) ---\n%s", cfg.Assets.KernelRelease, err, p.Console(consoleTail))
 	}
-	if err := p.pinNeighbours(ctx); err != nil {
+	if err := p.pinTap(ctx); err != nil {
 		return nil, err
 	}
 	if err := p.loadModules(ctx, p.bootModules); err != nil {
@@ -317,34 +327,60 @@ func (p *Peer) makeTap() error {
 	return nil
 }
 
-// pinNeighbours makes permanent neighbour entries between the tap and the
+// pinTap makes permanent neighbour entries between the tap and the
 // guest, both ways. IPv6 neighbour unreachability probes are unicast
 // ICMPv6 between the two addresses, so a transport-mode policy covering
 // them would demand ESP from Neighbor Discovery itself; with static
 // entries no such probes are sent.
-func (p *Peer) pinNeighbours(ctx context.Context) error {
-	b, err := exec.Command("ip", "netns", "exec", p.cfg.Netns, "cat", "/sys/class/net/"+p.cfg.Tap+"/address").Output()
-	if err != nil {
-		return fmt.Errorf("read the kernel peer tap's MAC: %w", err)
-	}
-	tapMAC := strings.TrimSpace(string(b))
-	var guestScript strings.Builder
+func (p *Peer) pinTap(ctx context.Context) error {
+	var hosts, guests []netip.Addr
 	for _, h := range p.cfg.HostAddrs {
 		for _, g := range p.cfg.GuestAddrs {
-			if !h.Contains(g.Addr()) {
-				continue
+			if h.Contains(g.Addr()) {
+				hosts, guests = append(hosts, h.Addr()), append(guests, g.Addr())
 			}
-			if err := p.ipHost("neigh", "replace", g.Addr().String(), "lladdr", p.GuestMAC.String(), "dev", p.cfg.Tap, "nud", "permanent"); err != nil {
-				return fmt.Errorf("pin the guest's neighbour entry: %w", err)
-			}
-			fmt.Fprintf(&guestScript, "ip neigh replace %s lladdr %s dev eth0 nud permanent\n", h.Addr(), tapMAC)
 		}
 	}
-	if guestScript.Len() == 0 {
+	if len(hosts) == 0 {
 		return nil
 	}
-	if _, err := p.Run(ctx, guestScript.String()); err != nil {
-		return fmt.Errorf("pin the tap's neighbour entry in the guest: %w", err)
+	h, err := vnetns.GetFromName(p.cfg.Netns)
+	if err != nil {
+		return fmt.Errorf("pin the kernel peer's neighbour entries: %w", err)
+	}
+	defer h.Close()
+	nl, err := netlink.NewHandleAt(h)
+	if err != nil {
+		return fmt.Errorf("pin the kernel peer's neighbour entries: %w", err)
+	}
+	defer nl.Close()
+	return p.pinNeighbours(ctx, nl, p.cfg.Tap, hosts, guests)
+}
+
+// pinNeighbours makes permanent neighbour entries between the interface
+// ifname that nl reaches (addresses hosts) and the guest's eth0 (addresses
+// guests), both ways.
+func (p *Peer) pinNeighbours(ctx context.Context, nl *netlink.Handle, ifname string, hosts, guests []netip.Addr) error {
+	link, err := nl.LinkByName(ifname)
+	if err != nil {
+		return fmt.Errorf("pin neighbour entries for the kernel peer: %s: %w", ifname, err)
+	}
+	var sc strings.Builder
+	for _, a := range hosts {
+		fmt.Fprintf(&sc, "ip neigh replace %s lladdr %s dev eth0 nud permanent\n", a, link.Attrs().HardwareAddr)
+	}
+	if _, err := p.Run(ctx, sc.String()); err != nil {
+		return fmt.Errorf("pin neighbour entries in the kernel peer: %w", err)
+	}
+	for _, a := range guests {
+		fam := netlink.FAMILY_V4
+		if a.Is6() {
+			fam = netlink.FAMILY_V6
+		}
+		n := &netlink.Neigh{LinkIndex: link.Attrs().Index, Family: fam, State: netlink.NUD_PERMANENT, IP: net.IP(a.AsSlice()), HardwareAddr: p.GuestMAC}
+		if err := nl.NeighSet(n); err != nil {
+			return fmt.Errorf("pin %s's neighbour entry for the kernel peer's %s: %w", ifname, a, err)
+		}
 	}
 	return nil
 }
@@ -390,11 +426,7 @@ func (c *Config) kernelArgs() string {
 		addrs = append(addrs, a.String())
 	}
 	for _, r := range c.GuestRoutes {
-		dst := "default"
-		if r.Dst.IsValid() {
-			dst = r.Dst.String()
-		}
-		routes = append(routes, dst+"@"+r.Via.String())
+		routes = append(routes, r.dst()+"@"+r.Via.String())
 	}
 	for _, port := range c.NATTPorts {
 		ports = append(ports, strconv.Itoa(int(port)))
@@ -411,8 +443,7 @@ func (c *Config) kernelArgs() string {
 }
 
 func (p *Peer) startQEMU(qemu string) error {
-	p.GuestMAC = net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0} // QEMU's OUI
-	rand.Read(p.GuestMAC[3:])
+	p.GuestMAC = qemuMAC()
 	initrd, err := p.initrd()
 	if err != nil {
 		return err
@@ -428,11 +459,9 @@ func (p *Peer) startQEMU(qemu string) error {
 		"-device", "virtio-net-pci,netdev=n0,mac=" + p.GuestMAC.String(),
 	}
 	for i, t := range p.cfg.ExtraTaps {
-		mac := net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0}
-		rand.Read(mac[3:])
 		id := fmt.Sprintf("n%d", i+1)
 		args = append(args, "-netdev", "tap,id="+id+",ifname="+t+",script=no,downscript=no",
-			"-device", "virtio-net-pci,netdev="+id+",mac="+mac.String())
+			"-device", "virtio-net-pci,netdev="+id+",mac="+qemuMAC().String())
 	}
 	args = append(args,
 		"-device", "virtio-rng-pci",
@@ -461,6 +490,13 @@ func (p *Peer) startQEMU(qemu string) error {
 		close(p.exited)
 	}()
 	return nil
+}
+
+// qemuMAC is a random MAC address in QEMU's OUI.
+func qemuMAC() net.HardwareAddr {
+	mac := net.HardwareAddr{0x52, 0x54, 0x00, 0, 0, 0}
+	rand.Read(mac[3:])
+	return mac
 }
 
 func (p *Peer) consolePath() string { return filepath.Join(p.work, "console.log") }
@@ -541,10 +577,7 @@ func (p *Peer) waitAgent(ctx context.Context) error {
 	// Ping until any answer comes back. A ping answered late still proves
 	// the agent is up; exec later skips answers to pings by their ids.
 	ping := func() error {
-		p.nextID++
-		req, _ := json.Marshal(ctl.Request{ID: p.nextID, Argv: []string{"true"}, TimeoutMS: 30000})
-		p.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
-		_, err := p.conn.Write(append(req, '\n'))
+		_, err := p.send([]string{"true"}, 5*time.Second)
 		return err
 	}
 	if err := ping(); err != nil {
@@ -600,10 +633,14 @@ func (p *Peer) Exec(ctx context.Context, argv ...string) (string, error) {
 	return p.exec(ctx, argv, p.cfg.CommandTimeout)
 }
 
-// Run runs a busybox sh script in the guest, in which "ip" is iproute2's
-// /sbin/ip (busybox's own ip applet has no xfrm).
-func (p *Peer) Run(ctx context.Context, script string) (string, error) {
-	return p.exec(ctx, []string{"/bin/sh", "-c", "ip() { /sbin/ip \"$@\"; }\n" + script}, p.cfg.CommandTimeout)
+// send writes a request for argv with timeout to the agent and returns
+// its id.
+func (p *Peer) send(argv []string, timeout time.Duration) (uint64, error) {
+	p.nextID++
+	req, _ := json.Marshal(ctl.Request{ID: p.nextID, Argv: argv, TimeoutMS: timeout.Milliseconds()})
+	p.conn.SetWriteDeadline(time.Now().Add(timeout))
+	_, err := p.conn.Write(append(req, '\n'))
+	return p.nextID, err
 }
 
 func (p *Peer) exec(ctx context.Context, argv []string, timeout time.Duration) (string, error) {
@@ -618,11 +655,8 @@ func (p *Peer) exec(ctx context.Context, argv []string, timeout time.Duration) (
 	if timeout <= 0 {
 		return "", fmt.Errorf("guest command: %w", context.DeadlineExceeded)
 	}
-	p.nextID++
-	id := p.nextID
-	req, _ := json.Marshal(ctl.Request{ID: id, Argv: argv, TimeoutMS: timeout.Milliseconds()})
-	p.conn.SetWriteDeadline(time.Now().Add(timeout))
-	if _, err := p.conn.Write(append(req, '\n')); err != nil {
+	id, err := p.send(argv, timeout)
+	if err != nil {
 		return "", fmt.Errorf("send guest command: %w", err)
 	}
 	// The agent enforces the timeout itself; the margin covers the round trip.

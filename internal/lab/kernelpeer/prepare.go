@@ -141,13 +141,12 @@ func kernelPackage(ctx context.Context, dir string, opts PrepareOptions) (string
 		return opts.Package, nil
 	}
 	if opts.Offline {
-		b, err := os.ReadFile(filepath.Join(dir, "assets.json"))
+		prev, err := Prepared(PrepareOptions{Dir: dir})
 		if err != nil {
-			return "", fmt.Errorf("kernel peer not prepared in %s: run `%s` (needs apt-get, dpkg-deb, busybox-static, iproute2)", dir, PrepareCommand)
+			return "", fmt.Errorf("%w (needs apt-get, dpkg-deb, busybox-static, iproute2)", err)
 		}
-		var prev Assets
-		if err := json.Unmarshal(b, &prev); err != nil || prev.Package == "" {
-			return "", fmt.Errorf("read %s: bad record (%v): run `%s` again", filepath.Join(dir, "assets.json"), err, PrepareCommand)
+		if prev.Package == "" {
+			return "", fmt.Errorf("%s records no kernel package: run `%s` again", filepath.Join(dir, "assets.json"), PrepareCommand)
 		}
 		return prev.Package, nil
 	}

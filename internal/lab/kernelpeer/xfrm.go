@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -78,6 +79,10 @@ func XFRMCommands(s *sa.SA, dir Direction) ([]Command, error) {
 }
 
 // StateCommand is the `ip xfrm state add` command for s (sa.XFRMStateArgs).
+// A tunnel SA carrying an inner family other than its outer one gets flag
+// af-unspec: the state's selector takes the outer family unless told
+// otherwise, and the kernel then refuses inner packets of the other
+// family (XfrmInStateMismatch, XfrmOutNoStates).
 func StateCommand(s *sa.SA) (Command, error) {
 	if err := checkSA(s); err != nil {
 		return Command{}, err
@@ -85,6 +90,13 @@ func StateCommand(s *sa.SA) (Command, error) {
 	a, err := sa.XFRMStateArgs(s)
 	if err != nil {
 		return Command{}, fmt.Errorf("mirror %v: %w", s, err)
+	}
+	for _, sel := range s.Selectors {
+		for _, p := range []netip.Prefix{sel.Src, sel.Dst} {
+			if p.IsValid() && p.Addr().Is4() != s.Src.Is4() && !slices.Contains(a, "af-unspec") {
+				a = append(a, "flag", "af-unspec")
+			}
+		}
 	}
 	return Command{Args: a}, nil
 }
@@ -130,7 +142,7 @@ func PolicyCommands(s *sa.SA, dir Direction) ([]Command, error) {
 		"reqid", reqID(s), "mode", s.Mode.String(), "level", "required"}
 	var cmds []Command
 	for i, sel := range sels {
-		selArgs, err := selectorArgs(sel, s.Src.Is6())
+		selArgs, err := sa.XFRMSelectorArgs(sel, s.Src.Is6())
 		if err != nil {
 			return nil, fmt.Errorf("mirror %v: selector %d: %w", s, i, err)
 		}
@@ -145,9 +157,6 @@ func PolicyCommands(s *sa.SA, dir Direction) ([]Command, error) {
 
 func hostPrefix(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
 
-// selectorArgs writes a selector as iproute2's SELECTOR.
-func selectorArgs(sel sa.Selector, v6 bool) ([]string, error) { return sa.XFRMSelectorArgs(sel, v6) }
-
 // DirectedSA is an SA with the direction it has in the guest.
 type DirectedSA struct {
 	SA  *sa.SA
@@ -157,18 +166,28 @@ type DirectedSA struct {
 // ReplaceSAs flushes the guest's SAs and policies and installs sas, in one
 // round trip (commands cost the most under emulation).
 func (p *Peer) ReplaceSAs(ctx context.Context, sas ...DirectedSA) error {
+	sc, err := replaceScript(sas)
+	if err != nil {
+		return err
+	}
+	if out, err := p.Run(ctx, sc); err != nil {
+		return fmt.Errorf("install %d SAs in the kernel peer: %w", len(sas), redactErr(err, out))
+	}
+	return nil
+}
+
+// replaceScript is the script that flushes the guest's SAs and policies
+// and installs sas. It holds their keys: never log it.
+func replaceScript(sas []DirectedSA) (string, error) {
 	cmds := []Command{{Args: []string{"xfrm", "policy", "flush"}}, {Args: []string{"xfrm", "state", "flush"}}}
 	for _, d := range sas {
 		c, err := XFRMCommands(d.SA, d.Dir)
 		if err != nil {
-			return err
+			return "", err
 		}
 		cmds = append(cmds, c...)
 	}
-	if out, err := p.Run(ctx, script(cmds)); err != nil {
-		return fmt.Errorf("install %d SAs in the kernel peer: %w", len(sas), redactErr(err, out))
-	}
-	return nil
+	return script(cmds), nil
 }
 
 // redactErr keeps an install error's message from carrying the script:

@@ -5,15 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
@@ -68,10 +65,7 @@ func (k *KernelPeer) get(ctx context.Context) (*kernelpeer.Peer, error) {
 }
 
 func (k *KernelPeer) boot(ctx context.Context) error {
-	assets, err := kernelpeer.Prepared(kernelpeer.PrepareOptions{})
-	if err != nil {
-		return fmt.Errorf("linux-xfrm peer: %w", err)
-	}
+	var err error
 	if k.bed, err = netns.New(k.prefix, k.log); err != nil {
 		return fmt.Errorf("linux-xfrm peer: %w", err)
 	}
@@ -83,18 +77,13 @@ func (k *KernelPeer) boot(ctx context.Context) error {
 		Netns: k.home.Name(), Tap: kernelWANTap, ExtraTaps: []string{kernelLANTap},
 		// Placeholders until a scenario gives the guest its addresses.
 		GuestAddrs: []netip.Prefix{netip.MustParsePrefix("192.0.2.250/32")},
-		Assets:     assets, MemoryMB: 256, BootTimeout: 5 * time.Minute, Logger: k.log,
+		MemoryMB:   256, BootTimeout: 5 * time.Minute, Logger: k.log,
 	})
 	if err != nil {
 		return fmt.Errorf("linux-xfrm peer: %w", err)
 	}
 	k.Boots++
 	k.BootTime = time.Since(start)
-	if _, err := k.peer.Run(ctx, "set -e\nip addr flush dev eth0\nip link set eth1 up\n"+
-		"echo 1 >/proc/sys/net/ipv4/ip_forward\necho 1 >/proc/sys/net/ipv6/conf/all/forwarding\n"+
-		"echo 0 >/proc/sys/net/ipv4/conf/all/rp_filter\necho 0 >/proc/sys/net/ipv4/conf/eth0/rp_filter\n"); err != nil {
-		return fmt.Errorf("linux-xfrm peer: prepare the guest: %w", err)
-	}
 	return nil
 }
 
@@ -159,50 +148,13 @@ func (r *runner) attachKernel(ctx context.Context) (err error) {
 	if err := bridgeGW2(ctx, g.gw2, "the kernel peer", kernelWANTap, kernelLANTap, mtu); err != nil {
 		return err
 	}
-	var sc strings.Builder
-	sc.WriteString("set -e\nip xfrm policy flush\nip xfrm state flush\n")
-	sc.WriteString("ip neigh flush dev eth0 nud all\nip neigh flush dev eth1 nud all\n")
-	sc.WriteString("ip addr flush dev eth0 scope global\nip addr flush dev eth1 scope global\n")
-	fmt.Fprintf(&sc, "ip link set eth0 mtu %d\nip link set eth1 mtu 1500\n", mtu)
-	for _, p := range []struct {
-		dev string
-		a   netip.Prefix
-	}{{"eth0", a.GW2WAN4}, {"eth0", a.GW2WAN6}, {"eth1", a.GW2LAN4}, {"eth1", a.GW2LAN6}} {
-		nodad := ""
-		if p.a.Addr().Is6() {
-			nodad = " nodad"
-		}
-		fmt.Fprintf(&sc, "ip addr add %s dev %s%s\n", p.a, p.dev, nodad)
-	}
 	// gw1's outer addresses are on-link through the bridge; the LAN
 	// behind gw1 is routed out of eth0, where XFRM takes over.
+	var routes []kernelpeer.Route
 	for _, d := range []netip.Prefix{a.GW1WAN4, a.GW1WAN6} {
-		fmt.Fprintf(&sc, "ip route replace %s dev eth0\n", netip.PrefixFrom(d.Addr(), d.Addr().BitLen()))
+		routes = append(routes, kernelpeer.Route{Dst: netip.PrefixFrom(d.Addr(), d.Addr().BitLen())})
 	}
-	for _, d := range []netip.Prefix{a.LANA4, a.LANA6} {
-		fmt.Fprintf(&sc, "ip route replace %s dev eth0\n", d)
-	}
-	// Permanent neighbours between gw1 and the guest: with a transport-mode
-	// policy between their IPv6 addresses, neighbour discovery itself
-	// would be sent through ESP.
-	wan0, err := t.GW1.Netlink().LinkByName("wan0")
-	if err != nil {
-		return fmt.Errorf("gw1's wan0: %w", err)
-	}
-	for _, p := range []netip.Prefix{a.GW1WAN4, a.GW1WAN6} {
-		fmt.Fprintf(&sc, "ip neigh replace %s lladdr %s dev eth0 nud permanent\n", p.Addr(), wan0.Attrs().HardwareAddr)
-	}
-	for _, p := range []netip.Prefix{a.GW2WAN4, a.GW2WAN6} {
-		fam := netlink.FAMILY_V4
-		if p.Addr().Is6() {
-			fam = netlink.FAMILY_V6
-		}
-		n := &netlink.Neigh{LinkIndex: wan0.Attrs().Index, Family: fam, State: netlink.NUD_PERMANENT,
-			IP: net.IP(p.Addr().AsSlice()), HardwareAddr: peer.GuestMAC}
-		if err := t.GW1.Netlink().NeighSet(n); err != nil {
-			return fmt.Errorf("gw1's neighbour entry for the kernel peer: %w", err)
-		}
-	}
+	routes = append(routes, kernelpeer.Route{Dst: a.LANA4}, kernelpeer.Route{Dst: a.LANA6})
 	for i, s := range r.bed.SAs {
 		c := *s
 		if c.Mode == sa.Tunnel {
@@ -213,24 +165,10 @@ func (r *runner) attachKernel(ctx context.Context) (err error) {
 			c.Selectors = []sa.Selector{{Src: near[0], Dst: far[0]}, {Src: near[1], Dst: far[1]}}
 		}
 		g.sas[i] = &c
-		dir := kernelpeer.Inbound
-		if i == 1 {
-			dir = kernelpeer.Outbound
-		}
-		xc, err := kernelpeer.XFRMCommands(&c, dir)
-		if err != nil {
-			return fmt.Errorf("mirror the SAs into the kernel peer: %w", err)
-		}
-		if c.Mode == sa.Tunnel {
-			// Both families travel inside one outer family.
-			xc[0].Args = append(xc[0].Args, "flag", "af-unspec")
-		}
-		sc.WriteString(kernelpeer.Script(xc))
 	}
-	if _, err := peer.Run(ctx, sc.String()); err != nil {
-		return fmt.Errorf("configure the kernel peer as gw2: %w", err)
-	}
-	return nil
+	return peer.ConfigureGateway(ctx, kernelpeer.Gateway{
+		WAN: []netip.Prefix{a.GW2WAN4, a.GW2WAN6}, LAN: []netip.Prefix{a.GW2LAN4, a.GW2LAN6}, LANPort: true, MTU: mtu, Routes: routes,
+		Near: t.GW1, NearIf: "wan0", NearAddrs: []netip.Addr{a.GW1WAN4.Addr(), a.GW1WAN6.Addr()}, ToGuest: g.sas[0], FromGuest: g.sas[1]})
 }
 
 // detach moves the guest's taps home again before the scenario's
