@@ -48,8 +48,8 @@ func TestScenarioMalformed(t *testing.T) {
 	}
 }
 
-// TestScenarioRun runs one passing and one failing scenario with every
-// report: the table, JSON, JUnit and the captures.
+// TestScenarioRun runs one passing scenario (with given keys) and one
+// failing one with every report: the table, JSON, JUnit and the captures.
 func TestScenarioRun(t *testing.T) {
 	labtest.NeedNamespaces(t)
 	bin := labtest.Espgw(t)
@@ -57,6 +57,10 @@ func TestScenarioRun(t *testing.T) {
 	good := filepath.Join(dir, "good.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
 	os.WriteFile(good, []byte(`name: good
+sa:
+  keys:
+    - {enc-key: 0x000102030405060708090a0b0c0d0e0f, auth-key: 0x101112131415161718191a1b1c1d1e1f20212223}
+    - {enc-key: 0x303132333435363738393a3b3c3d3e3f, auth-key: 0x404142434445464748494a4b4c4d4e4f50515253}
 impair: {gw1-to-gw2: {duplicate: 10}}
 traffic: {steps: [{name: flow, udp: {packets: 200, rate: 2000}}]}
 expect:
@@ -101,10 +105,16 @@ expect:
 	}
 	// An independent judge: tshark decrypts the WAN capture with the
 	// esp_sa file and checks every ICV; the relay forwarded 200 flow
-	// packets plus their duplicates gw1→gw2.
+	// packets plus their duplicates gw1→gw2. The file holds the keys the
+	// scenario gave, so those are the keys on the wire.
 	lines, err := os.ReadFile(filepath.Join(caps, "good", "esp_sa"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, key := range []string{"0x000102030405060708090a0b0c0d0e0f", "0x404142434445464748494a4b4c4d4e4f50515253"} {
+		if !strings.Contains(string(lines), key) {
+			t.Errorf("esp_sa lacks the given key %s:\n%s", key, lines)
+		}
 	}
 	v, err := testbed.Tshark(context.Background(), filepath.Join(caps, "good", "wan.pcap"), strings.Split(strings.TrimSpace(string(lines)), "\n"))
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/labtest"
+	"github.com/espgw/espgw/internal/lab/speed"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -146,26 +147,8 @@ func speedSeconds() string {
 
 // speedResult is the JSON `espgw speed --json` prints.
 type speedResult struct {
-	Engine string `json:"engine"`
-	Rows   []struct {
-		Label string    `json:"label"`
-		KBps  []float64 `json:"kbps"`
-	} `json:"rows"`
-	Stats struct {
-		Records  uint64 `json:"Records"`
-		MaxQueue uint64 `json:"MaxQueue"`
-	} `json:"stats"`
-	Drivers []struct {
-		Driver string `json:"driver"`
-		Module string `json:"module"`
-	} `json:"drivers"`
-	OpenSSL *struct {
-		Rows []struct {
-			KBps []float64 `json:"kbps"`
-		} `json:"rows"`
-		Ratio [][]float64 `json:"ratio"`
-		Args  []string    `json:"args"`
-	} `json:"openssl"`
+	speed.Result
+	OpenSSL *speed.Compare `json:"openssl"`
 }
 
 // speed runs `espgw speed` in the guest and returns its result and table.

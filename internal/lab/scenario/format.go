@@ -120,6 +120,7 @@ type SASpec struct {
 	aesBits int
 	mode    sa.Mode
 	encap   sa.Encap
+	keys    [2][2]sa.Key // the given keys, read: per SA, enc then auth
 }
 
 // Lifetimes bound both SAs.
@@ -597,7 +598,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 			return perr(at("sa", "keys"), "sa.keys", err)
 		}
 		for i, kp := range s.SA.Keys.Given {
-			for _, k := range []struct {
+			for j, k := range []struct {
 				name, v string
 				want    int
 			}{{"enc-key", kp.Enc, len(enc)}, {"auth-key", kp.Auth, len(auth)}} {
@@ -612,6 +613,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 				if len(key) != k.want {
 					return perr(at("sa", "keys"), field, fmt.Errorf("%d bytes, %s wants %d", len(key), s.SA.Suite, k.want))
 				}
+				s.SA.keys[i][j] = key
 			}
 		}
 	}

@@ -42,15 +42,21 @@ expect:
   conservation: true
 `
 
-func TestParseGood(t *testing.T) {
-	scs, err := Parse("good.yaml", []byte(good))
+// mustParse parses doc, which must give n scenarios.
+func mustParse(t *testing.T, doc string, n int) []*Scenario {
+	t.Helper()
+	scs, err := Parse("s.yaml", []byte(doc))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(scs) != 1 {
-		t.Fatalf("got %d scenarios, want 1", len(scs))
+	if len(scs) != n {
+		t.Fatalf("got %d scenarios, want %d", len(scs), n)
 	}
-	s := scs[0]
+	return scs
+}
+
+func TestParseGood(t *testing.T) {
+	s := mustParse(t, good, 1)[0]
 	if s.Topology.Outer != "ipv6" || s.Topology.Inner != "ipv6" || s.Topology.WANMTU != 1600 {
 		t.Errorf("topology = %+v", s.Topology)
 	}
@@ -88,11 +94,7 @@ func TestParseGood(t *testing.T) {
 }
 
 func TestTransportDefaults(t *testing.T) {
-	scs, err := Parse("t.yaml", []byte("sa: {mode: transport}\ntopology: {family: mixed}\ntraffic: {steps: [{ping: {}}]}\nexpect: {delivered: 1}\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := scs[0].Traffic.Steps[0].Ping
+	p := mustParse(t, "sa: {mode: transport}\ntopology: {family: mixed}\ntraffic: {steps: [{ping: {}}]}\nexpect: {delivered: 1}\n", 1)[0].Traffic.Steps[0].Ping
 	if p.From != "gw1" || p.To != "gw2" || p.Family != "ipv4" {
 		t.Errorf("transport ping = %+v, want gw1 -> gw2 over the outer family", p.Ends)
 	}
@@ -120,13 +122,7 @@ matrix:
 traffic: {steps: [{ping: {}}]}
 expect: {delivered: 1}
 `
-	scs, err := Parse("m.yaml", []byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(scs) != 8 {
-		t.Fatalf("got %d scenarios, want 8", len(scs))
-	}
+	scs := mustParse(t, doc, 8)
 	last := scs[7]
 	if last.Name != "m[transport,ipv6,ring]" || last.SA.mode != sa.Transport || last.Topology.Outer != "ipv6" || last.Engines.GW2 != "ring" {
 		t.Errorf("last = %s %+v %+v %+v", last.Name, last.SA, last.Topology, last.Engines)

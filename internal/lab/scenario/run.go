@@ -333,18 +333,8 @@ func (r *runner) customize(cfg *sa.Config) error {
 		if err := spec.header(s); err != nil {
 			return err
 		}
-		if len(spec.Keys.Given) == 2 {
-			kp := spec.Keys.Given[i]
-			var err error
-			if s.EncKey, err = sa.ParseKeyHex(kp.Enc); err != nil {
-				return fmt.Errorf("sa.keys[%d].enc-key: %w", i, err)
-			}
-			s.AuthKey = nil
-			if kp.Auth != "" {
-				if s.AuthKey, err = sa.ParseKeyHex(kp.Auth); err != nil {
-					return fmt.Errorf("sa.keys[%d].auth-key: %w", i, err)
-				}
-			}
+		if len(spec.Keys.Given) == 2 { // read and checked at parse
+			s.EncKey, s.AuthKey = spec.keys[i][0], spec.keys[i][1]
 		}
 		if err := s.Validate(); err != nil {
 			return err

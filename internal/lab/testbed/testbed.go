@@ -58,7 +58,7 @@ type Options struct {
 	// auto: generic on the WAN veths).
 	XDPMode string
 	Workers int
-	// TUNOffloads turns vnet-hdr offloads on (default on; set NoOffloads).
+	// NoOffloads turns the TUN devices' vnet-hdr offloads off (default on).
 	NoOffloads bool
 	Hard       sa.Lifetime
 	// WANMTU is the MTU of the WAN links and the gateways' outer MTU
