@@ -9,8 +9,10 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +44,8 @@ type Options struct {
 	Batch int
 	// Inline is the largest batch that the goroutine which read it seals or
 	// opens and sends itself, when nothing else is in flight and the engine
-	// works inline (default DefaultInline; negative: never, every batch
+	// works inline (default: every batch on a machine of SmallMachine
+	// CPUs or fewer, else DefaultInline; negative: never, every batch
 	// goes through the workers).
 	Inline int
 	// StateDir, when set, is where outbound sequence numbers are reserved
@@ -61,11 +64,30 @@ type Options struct {
 	Log        *slog.Logger
 }
 
-// DefaultInline is Options.Inline's default: the batches a TUN read gives
-// for anything but TCP (one packet each) and the short trains of a slow
-// TCP flow run to completion on their reader; GSO trains of bulk TCP use
-// the workers.
+// DefaultInline is Options.Inline's default on a machine of more than
+// SmallMachine CPUs: the batches a TUN read gives for anything but TCP
+// (one packet each) and the short trains of a slow TCP flow run to
+// completion on their reader; GSO trains of bulk TCP use the workers.
 const DefaultInline = 8
+
+// SmallMachine is the most CPUs (GOMAXPROCS) on which a gateway runs every
+// batch on its reader by default, bulk TCP's GSO trains included. The
+// workers exist to spread the crypto of large batches over idle CPUs; on
+// two there are none to spread it to — the kernel's share of every packet
+// (the sends' and TUN writes' softirqs, the hosts' TCP) keeps the other one
+// busy — and each batch's two hand-offs (reader to worker to writer, each a
+// wake-up through the scheduler) cost 10–25% of both gateways' CPU per
+// byte of TCP measured at a fixed 1.5 Gbit/s over UDP encapsulation
+// (BENCHMARKS.md, issue 16), for no parallel crypto in return.
+const SmallMachine = 2
+
+// defaultInline is Options.Inline's default on a machine of procs CPUs.
+func defaultInline(procs int) int {
+	if procs <= SmallMachine {
+		return math.MaxInt32
+	}
+	return DefaultInline
+}
 
 // Gateway is one espgw gateway: a device, outer connections, an engine and
 // the SAs and policies in force.
@@ -140,7 +162,7 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	}
 	switch {
 	case opts.Inline == 0:
-		opts.Inline = DefaultInline
+		opts.Inline = defaultInline(runtime.GOMAXPROCS(0))
 	case opts.Inline < 0:
 		opts.Inline = 0
 	}

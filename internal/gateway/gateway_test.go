@@ -281,10 +281,11 @@ func TestPipelineAllocatesNothing(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		suite  sa.Suite
-		inline int // Options.Inline: -1 sends every batch through the workers
+		inline int // Options.Inline: -1 sends every batch through the workers, 0 is the default
 	}{
 		{sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 0},
 		{sa.Suite{Cipher: sa.CipherAESGCM16}, 0},
+		{sa.Suite{Cipher: sa.CipherAESGCM16}, 1024}, // every batch on its reader, whatever the CPUs
 		{sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, -1},
 		{sa.Suite{Cipher: sa.CipherAESGCM16}, -1},
 	} {

@@ -92,7 +92,8 @@ func (b *batch) queue(i int) { b.ops = append(b.ops, &b.ptrs[i].Op) }
 // goroutines is a wake-up, and at a few packets per batch the wake-ups, not
 // the crypto, are what a packet costs (and what its latency is made of).
 // Large batches, and every batch while others are in flight, still go
-// through the workers, so bulk traffic keeps its parallel crypto.
+// through the workers, so bulk traffic keeps its parallel crypto — except
+// on a small machine, where every batch runs on its reader (SmallMachine).
 type pipeline struct {
 	engine offload.Engine
 	inline offload.Inline // engine, when it works on the caller's goroutine

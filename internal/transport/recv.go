@@ -57,7 +57,10 @@ func (r *recvState) post(i int, b, oob []byte) {
 }
 
 func (r *recvState) recvmmsg(fd uintptr) bool {
-	n, _, errno := unix.Syscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
+	// MSG_DONTWAIT: the call never blocks (the poller waits instead), so
+	// it is made as a raw system call, without the runtime's bookkeeping
+	// for one that might.
+	n, _, errno := unix.RawSyscall6(unix.SYS_RECVMMSG, fd, uintptr(unsafe.Pointer(&r.hdrs[0])), uintptr(r.want), unix.MSG_DONTWAIT, 0, 0)
 	if errno == unix.EAGAIN || errno == unix.EWOULDBLOCK {
 		return false // not ready: the poller waits and calls again
 	}
@@ -120,7 +123,7 @@ func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 // the front of pkts and returns their number.
 func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 	r := &c.recv
-	out := 0
+	out, bytes := 0, 0
 	for i := range got {
 		h := &r.hdrs[i]
 		if h.Hdr.Flags&unix.MSG_TRUNC != 0 {
@@ -144,10 +147,11 @@ func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 			oob := r.oobs[i][:h.Hdr.Controllen]
 			restoreExt(p, oob, receivedHopLimit(oob))
 		}
-		c.stats.packetsIn.Add(1)
-		c.stats.bytesIn.Add(uint64(n))
+		bytes += n
 		out++
 	}
+	c.stats.packetsIn.Add(uint64(out))
+	c.stats.bytesIn.Add(uint64(bytes))
 	return out
 }
 

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -117,9 +118,16 @@ type Conn struct {
 	attach  link.Link
 
 	recvMu sync.Mutex
-	polls  []unix.PollFd
-	next   int // the socket Receive looks at first
-	wake   int // eventfd: Close wakes a blocked Receive
+	// rc, with one socket (a queue), is its descriptor in the runtime's
+	// poller: Receive waits there, in the one epoll_wait the process
+	// makes for all its descriptors, not in a poll(2) that holds a
+	// thread, which is what a waiting receiver costs per wake-up at small
+	// packets. With several sockets Receive polls them all (polls).
+	rc    syscall.RawConn
+	ready func(uintptr) bool // for rc.Read, bound once: it allocates nothing per wait
+	polls []unix.PollFd
+	next  int // the socket Receive looks at first
+	wake  int // eventfd: Close wakes a blocked Receive
 
 	sendMu   sync.Mutex
 	fallback []*esp.Packet
@@ -207,6 +215,14 @@ func Open(cfg Config) (c *Conn, err error) {
 	}
 	if c.wake, err = unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK); err != nil {
 		return nil, fmt.Errorf("xdp on %s: eventfd: %w", cfg.Device, err)
+	}
+	if len(c.sockets) == 1 {
+		s := c.sockets[0]
+		if c.rc, err = s.pollable(); err != nil {
+			cfg.Log.Info("xdp: receiving with poll(2)", "device", cfg.Device, "why", err)
+			c.rc, err = nil, nil
+		}
+		c.ready = func(uintptr) bool { return s.received(1) > 0 || c.closed.Load() }
 	}
 	for _, s := range c.sockets {
 		c.polls = append(c.polls, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN})
@@ -352,6 +368,13 @@ func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 			c.stats.packetsIn.Add(uint64(n))
 			c.stats.bytesIn.Add(uint64(bytes))
 			return n, nil
+		}
+		if c.rc != nil {
+			err := c.rc.Read(c.ready)
+			if err != nil && !c.closed.Load() {
+				return 0, fmt.Errorf("receive over xdp on %s: wait: %w", c.cfg.Device, err)
+			}
+			continue
 		}
 		if _, err := unix.Poll(c.polls, -1); err != nil && err != unix.EINTR {
 			return 0, fmt.Errorf("receive over xdp on %s: poll: %w", c.cfg.Device, err)
@@ -676,6 +699,10 @@ func (c *Conn) Close() error {
 	if c.wake >= 0 {
 		one := [8]byte{1}
 		unix.Write(c.wake, one[:])
+	}
+	if c.rc != nil {
+		// Wakes a Receive waiting in the poller; it sees closed.
+		c.sockets[0].file.SetReadDeadline(time.Unix(1, 0))
 	}
 	c.recvMu.Lock()
 	c.sendMu.Lock()

@@ -431,6 +431,9 @@ func batchPathsDoNotAllocate(t *testing.T, mode Mode) {
 func TestClosed(t *testing.T) {
 	p := newBed(t)
 	c, _ := openXDP(t, p, p.b4, ModeAuto)
+	if len(c.sockets) == 1 && c.rc == nil {
+		t.Error("the one queue's socket is not in the runtime's poller: Receive waits in poll(2)")
+	}
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.Receive(slots(4))

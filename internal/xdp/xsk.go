@@ -3,7 +3,9 @@ package xdp
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -57,6 +59,30 @@ type socket struct {
 	zeroCopy      bool
 	txFree        []uint64 // UMEM addresses of free TX frames
 	txOutstanding uint32   // TX frames handed to the kernel and not yet completed
+	// file, when set, owns fd and has it in the runtime's poller
+	// (pollable).
+	file *os.File
+}
+
+// pollable puts the socket's descriptor in the Go runtime's poller and
+// returns its raw connection, for a receiver to wait in the poller with
+// the rest of the process rather than in a poll(2) of its own.
+func (s *socket) pollable() (syscall.RawConn, error) {
+	if err := unix.SetNonblock(s.fd, true); err != nil {
+		return nil, fmt.Errorf("make the AF_XDP socket non-blocking: %w", err)
+	}
+	// From here the file owns the descriptor (it would close it when
+	// collected), whether the poller takes it or not.
+	s.file = os.NewFile(uintptr(s.fd), "xsk")
+	// A descriptor the poller did not take has no deadlines.
+	if err := s.file.SetReadDeadline(time.Time{}); err != nil {
+		return nil, fmt.Errorf("put the AF_XDP socket in the poller: %w", err)
+	}
+	rc, err := s.file.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("put the AF_XDP socket in the poller: %w", err)
+	}
+	return rc, nil
 }
 
 // mode asks bind for zero copy, copy, or whatever the driver does.
@@ -255,7 +281,11 @@ func (s *socket) statistics() (unix.XDPStatistics, error) {
 }
 
 func (s *socket) close() {
-	if s.fd >= 0 {
+	switch {
+	case s.file != nil:
+		s.file.Close() // the descriptor is the file's
+		s.file, s.fd = nil, -1
+	case s.fd >= 0:
 		unix.Close(s.fd)
 		s.fd = -1
 	}
