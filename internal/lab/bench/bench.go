@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,20 +217,16 @@ type Usage struct {
 
 // Frame returns the result for mix name, or nil.
 func (r *Result) Frame(name string) *FrameResult {
-	for i := range r.Frames {
-		if r.Frames[i].Mix == name {
-			return &r.Frames[i]
-		}
+	if i := slices.IndexFunc(r.Frames, func(f FrameResult) bool { return f.Mix == name }); i >= 0 {
+		return &r.Frames[i]
 	}
 	return nil
 }
 
 // LatencyAt returns the latency load nearest to load, or nil.
 func (r *Result) LatencyAt(load float64) *LatencyResult {
-	for i := range r.Latency {
-		if d := r.Latency[i].Load - load; d < 0.001 && d > -0.001 {
-			return &r.Latency[i]
-		}
+	if i := slices.IndexFunc(r.Latency, func(l LatencyResult) bool { return math.Abs(l.Load-load) < 0.001 }); i >= 0 {
+		return &r.Latency[i]
 	}
 	return nil
 }
