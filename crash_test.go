@@ -162,10 +162,7 @@ func storedBound(t *testing.T, dir string) uint64 {
 // saOf is gateway i's one SA of the direction (out or in).
 func saOf(t *testing.T, b *testbed.Bed, i int, dir string) gateway.SAStats {
 	t.Helper()
-	st, err := b.Stats(context.Background(), i)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := gwStats(t, b, i)
 	for _, s := range st.SAs {
 		if s.Direction == dir && !s.Retired {
 			return s

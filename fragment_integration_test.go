@@ -86,10 +86,7 @@ func TestFragmentedFlowsAndPortSelectors(t *testing.T) {
 			}
 			var refused uint64
 			if side == "spd" {
-				st, err := b.Stats(t.Context(), 0)
-				if err != nil {
-					t.Fatal(err)
-				}
+				st := gwStats(t, b, 0)
 				refused = st.Drops["policy-discard"]
 			} else {
 				refused = saOf(t, b, 1, "in").Drops["policy"]

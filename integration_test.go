@@ -107,12 +107,7 @@ func icmpFlows(t *testing.T, pcap string, espSA []string) []string {
 	if err != nil {
 		t.Fatalf("tshark %s: %v", pcap, err)
 	}
-	var flows []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if l != "" {
-			flows = append(flows, l)
-		}
-	}
+	flows := strings.Fields(string(out)) // a line each, its fields joined by '/'
 	sort.Strings(flows)
 	return flows
 }
@@ -164,7 +159,7 @@ func tunnelSweep(t *testing.T, b *testbed.Bed, sizes []int, count int, lan bool)
 	if lan {
 		lanCap = startTcpdump(t, b.Topo.GW1, "lan0", filepath.Join(b.Dir, "lan.pcap"), "icmp or icmp6")
 	}
-	wan := startTcpdump(t, b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), "")
+	wan := startTcpdump(t, b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), testbed.ESPFilter)
 	pingSweep(t, b.Topo.HostA, dsts, sizes, count)
 	time.Sleep(200 * time.Millisecond)
 	if lanCap != nil {
@@ -220,16 +215,10 @@ func pingSweep(t *testing.T, ns *netns.Namespace, dsts []netip.Addr, sizes []int
 	}
 }
 
-// startTcpdump captures filter on ifname in ns (the empty filter: ESP).
+// startTcpdump captures filter on ifname in ns.
 func startTcpdump(t *testing.T, ns *netns.Namespace, ifname, path, filter string) *testbed.Capture {
 	t.Helper()
-	var c *testbed.Capture
-	var err error
-	if filter == "" {
-		c, err = testbed.StartCapture(ns, ifname, path, 0)
-	} else {
-		c, err = testbed.StartTcpdump(ns, ifname, path, filter, 0)
-	}
+	c, err := testbed.StartTcpdump(ns, ifname, path, filter, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,14 +240,21 @@ func judgeWAN(t *testing.T, b *testbed.Bed, path string, min int, tunnel bool) t
 	return v
 }
 
-// saDrops reads gateway i's counters and fails the test for every packet
-// one of its SAs dropped.
-func saDrops(t *testing.T, b *testbed.Bed, i int) gateway.Stats {
+// gwStats reads gateway i's counters.
+func gwStats(t *testing.T, b *testbed.Bed, i int) gateway.Stats {
 	t.Helper()
 	st, err := b.Stats(context.Background(), i)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st
+}
+
+// saDrops reads gateway i's counters and fails the test for every packet
+// one of its SAs dropped.
+func saDrops(t *testing.T, b *testbed.Bed, i int) gateway.Stats {
+	t.Helper()
+	st := gwStats(t, b, i)
 	for _, s := range st.SAs {
 		if len(s.Drops) > 0 {
 			t.Errorf("gw%d SA %s drops: %v", i+1, s.SPI, s.Drops)
@@ -308,22 +304,15 @@ func TestGatewayRestartAfterKill(t *testing.T) {
 // tunnel carries on, and sequence numbers are not reset.
 func TestGatewayReloadKeepsTunnel(t *testing.T) {
 	needRoot(t)
-	ctx := context.Background()
 	b := startBed(t, testbed.Options{Prefix: "ithup", Suite: sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}})
 	pingAll(t, b, 3)
-	before, err := b.Stats(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := gwStats(t, b, 0)
 	if err := b.GW[0].Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(300 * time.Millisecond)
 	pingAll(t, b, 3)
-	after, err := b.Stats(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	after := gwStats(t, b, 0)
 	if out, in := after.SAs[0].LastSeq, before.SAs[0].LastSeq; out < in+3 {
 		t.Errorf("after reload the outbound sequence is %d, was %d: it must carry on", out, in)
 	}
@@ -340,7 +329,6 @@ func TestGatewayReloadKeepsTunnel(t *testing.T) {
 // whole, with its name.
 func TestGatewayReloadChangesEncap(t *testing.T) {
 	needRoot(t)
-	ctx := context.Background()
 	b := startBed(t, testbed.Options{Prefix: "itenc", Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
 	pingAll(t, b, 2)
 	for _, s := range b.SAs {
@@ -357,10 +345,7 @@ func TestGatewayReloadChangesEncap(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	pingAll(t, b, 3)
 	for i := range b.GW {
-		st, err := b.Stats(ctx, i)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := gwStats(t, b, i)
 		if len(st.Sockets) != 1 || st.Sockets[0].Kind != "udp-encap" {
 			t.Errorf("gw%d sockets after the reload: %+v, want the UDP one only", i+1, st.Sockets)
 		}
@@ -400,7 +385,7 @@ func TestTransportMode(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/v6=%v", encap, v6), func(t *testing.T) {
 				b := startBed(t, testbed.Options{Prefix: "ittrs", Mode: sa.Transport, Encap: encap, OuterV6: v6,
 					Suite: sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}})
-				wan := startTcpdump(t, b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), "")
+				wan := startTcpdump(t, b.Topo.WAN, "gw1", filepath.Join(b.Dir, "wan.pcap"), testbed.ESPFilter)
 				_, gw2 := b.Outer()
 				resolve(b.GW[0].NS, gw2)
 				pingSweep(t, b.GW[0].NS, []netip.Addr{gw2}, []int{0, 100, 1000, 1300}, 3)
@@ -480,10 +465,7 @@ func TestManyTunnels(t *testing.T) {
 		ping(b.Tunnels[i])
 	}
 	opened := func(spi uint32) uint64 {
-		st, err := b.Stats(ctx, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
+		st := gwStats(t, b, 1)
 		if s := st.SA(spi); s != nil {
 			return s.OpenedPackets
 		}

@@ -62,16 +62,10 @@ Needs root. Removes everything it made, also on Ctrl-C.`,
 			}
 			o.Progress = cmd.ErrOrStderr()
 			if peer != "" {
-				var keep []*scenario.Scenario
-				for _, s := range all {
-					if s.Peer == peer {
-						keep = append(keep, s)
-					}
-				}
-				if len(keep) == 0 {
+				all = slices.DeleteFunc(all, func(s *scenario.Scenario) bool { return s.Peer != peer })
+				if len(all) == 0 {
 					return fmt.Errorf("no scenario with peer %s", peer)
 				}
-				all = keep
 			}
 			// The espgw-peer scenarios first, then the kernel-peer section:
 			// its scenarios share one boot of the kernel guest.

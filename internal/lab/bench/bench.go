@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -216,20 +217,16 @@ type Usage struct {
 
 // Frame returns the result for mix name, or nil.
 func (r *Result) Frame(name string) *FrameResult {
-	for i := range r.Frames {
-		if r.Frames[i].Mix == name {
-			return &r.Frames[i]
-		}
+	if i := slices.IndexFunc(r.Frames, func(f FrameResult) bool { return f.Mix == name }); i >= 0 {
+		return &r.Frames[i]
 	}
 	return nil
 }
 
 // LatencyAt returns the latency load nearest to load, or nil.
 func (r *Result) LatencyAt(load float64) *LatencyResult {
-	for i := range r.Latency {
-		if d := r.Latency[i].Load - load; d < 0.001 && d > -0.001 {
-			return &r.Latency[i]
-		}
+	if i := slices.IndexFunc(r.Latency, func(l LatencyResult) bool { return math.Abs(l.Load-load) < 0.001 }); i >= 0 {
+		return &r.Latency[i]
 	}
 	return nil
 }
@@ -499,7 +496,7 @@ func (m *meter) setUp(ctx context.Context, spec pathSpec, wgBin string) (*path, 
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					file := filepath.Join(o.ProfileDir, fmt.Sprintf("%s-gw%d-%s.pprof", fileName(spec.name()), i+1, what))
+					file := filepath.Join(o.ProfileDir, fmt.Sprintf("%s-gw%d-%s.pprof", testbed.FileName(spec.name()), i+1, what))
 					if err := bed.Profile(ctx, i, d, file); err != nil {
 						o.Log.Warn("profile a gateway", "gateway", bed.GW[i].Name, "err", err)
 					}
@@ -745,16 +742,4 @@ func median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// fileName is name with every character but letters, digits, '.', '+'
-// and '-' made '_'.
-func fileName(name string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '+', r == '-':
-			return r
-		}
-		return '_'
-	}, name)
 }

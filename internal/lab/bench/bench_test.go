@@ -9,6 +9,7 @@ import (
 
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/testbed"
 )
 
 // TestMain removes the espgw command the tests built.
@@ -115,7 +116,7 @@ func TestShortRealBench(t *testing.T) {
 	// Profiles of both gateways, during TCP and the first frame's search.
 	for _, what := range []string{"tcp1", "udp64"} {
 		for _, gw := range []string{"gw1", "gw2"} {
-			file := filepath.Join(o.ProfileDir, fileName(esp.Name)+"-"+gw+"-"+what+".pprof")
+			file := filepath.Join(o.ProfileDir, testbed.FileName(esp.Name)+"-"+gw+"-"+what+".pprof")
 			if fi, err := os.Stat(file); err != nil || fi.Size() == 0 {
 				t.Errorf("profile %s: %v", file, err)
 			}

@@ -153,22 +153,13 @@ func frameChart(rep *Report, ylabel string, value func(FrameResult) float64) (*p
 		// Head room above the highest line for the legend in the top left.
 		p.Y.Max *= math.Pow(p.Y.Max/p.Y.Min, 0.6)
 	}
-	if hasIMIX(rep) && drawn {
+	if drawn && slices.ContainsFunc(rep.Results, func(r *Result) bool { return r.Frame(IMIX().Name) != nil }) {
 		// One legend line explains the squares of every path.
 		m, _ := plotter.NewScatter(plotter.XYs{{X: 0, Y: 1}})
 		m.Shape, m.Radius, m.Color = draw.BoxGlyph{}, vg.Points(4), color.Gray{Y: 0x90}
 		p.Legend.Add("IMIX (at its mean frame size)", m)
 	}
 	return p, nil
-}
-
-func hasIMIX(rep *Report) bool {
-	for _, r := range rep.Results {
-		if r.Frame(IMIX().Name) != nil {
-			return true
-		}
-	}
-	return false
 }
 
 func frameTicks(rep *Report) []plot.Tick {

@@ -197,8 +197,9 @@ func distinctFiles(in string, outs ...string) error {
 
 // withFiles runs op from the capture in to a new capture out, with the SAs
 // of opts: the outputs are refused when one is the input, and op runs only
-// once the SAs are loaded and ready picks what op needs from them (before
-// the output is created, so a bad option leaves no empty file behind).
+// once the SAs are loaded and ready (when not nil) has picked what op needs
+// from them, before the output is created, so a bad option leaves no empty
+// file behind.
 func withFiles(opts Options, in, out string, ready func(*loaded) error, op func(*loaded, *Reader, *Writer) (*Report, error)) (*Report, error) {
 	if err := distinctFiles(in, out, opts.WiresharkSA); err != nil {
 		return nil, err
@@ -208,8 +209,10 @@ func withFiles(opts Options, in, out string, ready func(*loaded) error, op func(
 		return nil, err
 	}
 	defer l.close()
-	if err := ready(l); err != nil {
-		return nil, err
+	if ready != nil {
+		if err := ready(l); err != nil {
+			return nil, err
+		}
 	}
 	f, err := os.Open(in)
 	if err != nil {
@@ -290,8 +293,7 @@ func (rep *Report) each(r *Reader, fn func(Frame) error) error {
 // OpenFile opens every ESP packet of the capture in whose SPI is in the SA
 // file and writes the inner packets to out.
 func OpenFile(ctx context.Context, opts Options, in, out string) (*Report, error) {
-	nothing := func(*loaded) error { return nil }
-	return withFiles(opts, in, out, nothing, func(l *loaded, r *Reader, w *Writer) (*Report, error) {
+	return withFiles(opts, in, out, nil, func(l *loaded, r *Reader, w *Writer) (*Report, error) {
 		return Open(ctx, r, w, l.sas)
 	})
 }

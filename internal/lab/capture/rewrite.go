@@ -130,12 +130,7 @@ func Rewrite(frames []Frame, topo Topology, opt RewriteOptions) ([]Packet, Stats
 		st.Frames++
 		d := f.IP
 		v6 := d[0]>>4 == 6
-		sOff, dOff, n := 12, 16, 4
-		if v6 {
-			sOff, dOff, n = 8, 24, 16
-		}
-		src, _ := netip.AddrFromSlice(d[sOff : sOff+n])
-		dst, _ := netip.AddrFromSlice(d[dOff : dOff+n])
+		src, dst := inetsum.Addrs(d)
 		from, okS := sides[src]
 		to, okD := sides[dst]
 		switch {
@@ -201,15 +196,18 @@ func Rewrite(frames []Frame, topo Topology, opt RewriteOptions) ([]Packet, Stats
 // ICMPv4 is recomputed too, for captures taken before checksum offload.
 func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
 	v6 := d[0]>>4 == 6
+	at, n := 12, 4 // where the two addresses sit, and the length of one
+	if v6 {
+		at, n = 8, 16
+	}
+	var old [32]byte
+	copy(old[:], d[at:at+2*n])
+	copy(d[at:], src)
+	copy(d[at+n:], dst)
 	var proto uint8
 	var l4 int
 	var firstFrag, laterFrag bool
-	var old [32]byte
 	if v6 {
-		copy(old[:16], d[8:24])
-		copy(old[16:], d[24:40])
-		copy(d[8:24], src)
-		copy(d[24:40], dst)
 		proto, l4 = d[6], 40
 	walk:
 		for hops := 0; hops < 16; hops++ {
@@ -232,10 +230,6 @@ func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
 		}
 	} else {
 		ihl, _ := inetsum.IPv4HeaderLen(d)
-		copy(old[:4], d[12:16])
-		copy(old[4:8], d[16:20])
-		copy(d[12:16], src)
-		copy(d[16:20], dst)
 		inetsum.IPv4Header(d[:ihl])
 		frag := binary.BigEndian.Uint16(d[6:])
 		laterFrag = frag&0x1fff != 0
@@ -261,11 +255,7 @@ func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
 		if proto == 1 {
 			return nil // no pseudo-header: the addresses do not enter it
 		}
-		n := 8
-		if v6 {
-			n = 32
-		}
-		binary.BigEndian.PutUint16(d[l4+off:], inetsum.Update(sum, old[:n], append(append([]byte(nil), src...), dst...)))
+		binary.BigEndian.PutUint16(d[l4+off:], inetsum.Update(sum, old[:2*n], d[at:at+2*n]))
 		return nil
 	}
 	inetsum.L4(d[l4:], src, dst, proto, off)
@@ -299,14 +289,13 @@ func rewriteQuoted(q []byte, mapInner func(old []byte) []byte) {
 	} else {
 		return
 	}
-	var old, now [32]byte
+	var old [32]byte
 	copy(old[:], q[sOff:sOff+2*n])
 	for i := 0; i < 2; i++ {
 		if a := mapInner(q[sOff+i*n : sOff+(i+1)*n]); len(a) == n {
 			copy(q[sOff+i*n:], a)
 		}
 	}
-	copy(now[:], q[sOff:sOff+2*n])
 	if n == 4 {
 		inetsum.IPv4Header(q[:hl])
 	}
@@ -315,7 +304,7 @@ func rewriteQuoted(q []byte, mapInner func(old []byte) []byte) {
 		return
 	}
 	if c := binary.BigEndian.Uint16(q[hl+off:]); c != 0 || n == 16 {
-		binary.BigEndian.PutUint16(q[hl+off:], inetsum.Update(c, old[:2*n], now[:2*n]))
+		binary.BigEndian.PutUint16(q[hl+off:], inetsum.Update(c, old[:2*n], q[sOff:sOff+2*n]))
 	}
 }
 

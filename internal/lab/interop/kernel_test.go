@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -177,11 +178,11 @@ func checkTraffic(t *testing.T, b *Bed, c Case) {
 		return pingSizes4
 	})
 	pings := time.Since(start)
-	up, err := b.SendToFar(ctx, tun.FarAddrs[0], transferBytes)
+	up, err := b.Peer.SendTCP(ctx, tun.Near, netip.AddrPortFrom(tun.FarAddrs[0], farPort), transferBytes, time.Minute)
 	if err != nil {
 		t.Errorf("TCP to the kernel: %v", err)
 	}
-	down, err := b.ReceiveFromFar(ctx, tun.NearAddrs[0], transferBytes)
+	down, err := b.Peer.ReceiveTCP(ctx, tun.Near, netip.AddrPortFrom(tun.NearAddrs[0], nearPort), transferBytes, time.Minute)
 	if err != nil {
 		t.Errorf("TCP from the kernel: %v", err)
 	}

@@ -2,6 +2,7 @@ package interop
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -92,7 +93,7 @@ func carryFromListing(t *testing.T, b *Bed, c Case) {
 		t.Fatal(err)
 	}
 	checkPings(t, ctx, b, tun, 3, func(bool) []int { return []int{56, 300, 1000} })
-	if _, err := b.SendToFar(ctx, tun.FarAddrs[0], 64<<10); err != nil {
+	if _, err := b.Peer.SendTCP(ctx, tun.Near, netip.AddrPortFrom(tun.FarAddrs[0], farPort), 64<<10, time.Minute); err != nil {
 		t.Errorf("TCP to the kernel: %v", err)
 	}
 	checkCounters(t, ctx, b, b.tunnel, before, 0, 0)

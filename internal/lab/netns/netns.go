@@ -14,6 +14,7 @@
 package netns
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -83,10 +84,7 @@ func New(prefix string, log *slog.Logger) (*Bed, error) {
 	if _, err := rand.Read(tag[:]); err != nil {
 		return nil, fmt.Errorf("make run tag: %w", err)
 	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	return &Bed{prefix: prefix + hex.EncodeToString(tag[:]) + "-", log: log}, nil
+	return &Bed{prefix: prefix + hex.EncodeToString(tag[:]) + "-", log: cmp.Or(log, slog.New(slog.DiscardHandler))}, nil
 }
 
 func validPrefix(prefix string) error {

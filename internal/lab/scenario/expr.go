@@ -259,10 +259,7 @@ func (s *Scenario) knownMetric(name string) bool {
 			if !ok {
 				return false
 			}
-			found := false
-			for _, st := range s.Traffic.Steps {
-				found = found || st.Name == step
-			}
+			found := slices.ContainsFunc(s.Traffic.Steps, func(st Step) bool { return st.Name == step })
 			return found && (slices.Contains(stepMetrics, m) || slices.Contains(latencyMetrics, m))
 		}
 	}

@@ -512,12 +512,7 @@ func (s *Scenario) offloads() bool {
 	if s.Topology.Offloads != nil {
 		return *s.Topology.Offloads
 	}
-	for _, st := range s.Traffic.Steps {
-		if st.Pcap != nil {
-			return false
-		}
-	}
-	return true
+	return !slices.ContainsFunc(s.Traffic.Steps, func(st Step) bool { return st.Pcap != nil })
 }
 
 func (st *Step) kind() string {

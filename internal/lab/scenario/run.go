@@ -210,7 +210,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	r.tunnels = newTunnelSet(r.bed)
 	capDir := ""
 	if r.opts.Captures != "" {
-		capDir = filepath.Join(r.opts.Captures, fileName(s.Name))
+		capDir = filepath.Join(r.opts.Captures, testbed.FileName(s.Name))
 		if err := os.MkdirAll(capDir, 0o755); err != nil {
 			return fmt.Errorf("captures: %w", err)
 		}
@@ -615,13 +615,4 @@ func (r *runner) writeEspSA(dir string) error {
 		return fmt.Errorf("esp_sa file: %w", err)
 	}
 	return nil
-}
-
-func fileName(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
-			return r
-		}
-		return '_'
-	}, s)
 }

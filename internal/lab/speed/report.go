@@ -10,6 +10,7 @@ import (
 	"math"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -56,10 +57,8 @@ func WriteTable(w io.Writer, res *Result, cmp *Compare) {
 }
 
 func (c *Compare) find(label string) *Row {
-	for i := range c.Rows {
-		if c.Rows[i].Label == label {
-			return &c.Rows[i]
-		}
+	if i := slices.IndexFunc(c.Rows, func(r Row) bool { return r.Label == label }); i >= 0 {
+		return &c.Rows[i]
 	}
 	return nil
 }

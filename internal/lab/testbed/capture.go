@@ -27,8 +27,11 @@ type Capture struct {
 // stopping after limit packets (0: no limit) so that judging the capture
 // stays quick after a bulk transfer.
 func StartCapture(ns *netns.Namespace, ifname, path string, limit int) (*Capture, error) {
-	return StartTcpdump(ns, ifname, path, "esp or udp port 4500 or ip6 proto 50", limit)
+	return StartTcpdump(ns, ifname, path, ESPFilter, limit)
 }
+
+// ESPFilter is tcpdump's expression for ESP, raw and in UDP 4500.
+const ESPFilter = "esp or udp port 4500 or ip6 proto 50"
 
 // StartTcpdump captures what filter (a tcpdump expression) matches on
 // ifname in ns into path, stopping after limit packets (0: no limit); it

@@ -6,7 +6,9 @@
 // side is not espgw) with the lab's one config writer (GatewayConfig);
 // everything the bed makes is removed by Close. Ping (ping.go)
 // is the lab's one ping runner, for beds of this package and any other
-// namespace: it counts every reply that came back, late ones included.
+// namespace: it counts every reply that came back, late ones included;
+// StartTcpdump (capture.go) its one tcpdump, and FileName its one way to
+// make a name a file name.
 package testbed
 
 import (
@@ -22,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -360,4 +363,16 @@ func DefaultWanIO() string {
 // every end-to-end test on that engine.
 func DefaultEngine() string {
 	return cmp.Or(os.Getenv("ESPGW_ENGINE"), "cpu")
+}
+
+// FileName is name made a file name: every character but letters, digits,
+// '.', '+', '-' and '_' made '_'.
+func FileName(name string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune(".+-_", r):
+			return r
+		}
+		return '_'
+	}, name)
 }

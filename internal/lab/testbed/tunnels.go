@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/espgw/espgw/internal/control"
@@ -164,7 +165,7 @@ func (b *Bed) both(what string, reqs ...control.Request) error {
 	for _, req := range reqs {
 		for i, c := range cs {
 			if _, err := c.Do(req); err != nil {
-				return fmt.Errorf("%s, %s %s: gw%d: %w", what, req.Op, req.Phase, i+1, err)
+				return fmt.Errorf("%s, %s: gw%d: %w", what, strings.TrimSpace(req.Op+" "+req.Phase), i+1, err)
 			}
 		}
 	}

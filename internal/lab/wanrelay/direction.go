@@ -29,8 +29,7 @@ type direction struct {
 	stage  *impair.Stage
 	router *router // Route mode only
 	c      Direction
-	now    time.Time // of the frames being handled, for emitFn
-	emitFn func(frame []byte, v verdict)
+	emitFn func(now time.Time, frame []byte, v verdict) // routedNow, made once
 
 	rx, tx *batch
 	seg    []byte // one datagram cut from a GSO super-packet
@@ -58,7 +57,7 @@ func newDirection(from, to *link, st *impair.Stage, size int, pcap *capture) *di
 		rx: newBatch(batchSize, maxFrame), tx: newBatch(batchSize, vnetHdrLen+size),
 		seg: make([]byte, size)}
 	d.c.From, d.c.To = from.name, to.name
-	d.emitFn = func(frame []byte, v verdict) { d.routedNow(d.now, frame, v) }
+	d.emitFn = d.routedNow
 	d.readFn = func(fd uintptr) bool {
 		d.rxN, d.rxErr = d.rx.recv(int(fd))
 		return d.rxErr != unix.EAGAIN
@@ -104,7 +103,6 @@ func (d *direction) run(ctx context.Context) error {
 		d.mu.Lock()
 		now := time.Now()
 		if d.router != nil {
-			d.now = now
 			d.router.retry(now, d.emitFn)
 		}
 		err := d.flush(now)

@@ -211,7 +211,7 @@ func (r *router) hold(now time.Time, frame []byte) bool {
 // retry routes the waiting frames again once their retry time has come:
 // each is handed to emit with its verdict (forward, or pending for one that
 // waited too long). Frames keep their order.
-func (r *router) retry(now time.Time, emit func(frame []byte, v verdict)) {
+func (r *router) retry(now time.Time, emit func(now time.Time, frame []byte, v verdict)) {
 	if len(r.pend) == 0 || now.Before(r.retryAt) {
 		return
 	}
@@ -227,7 +227,7 @@ func (r *router) retry(now time.Time, emit func(frame []byte, v verdict)) {
 			keep = append(keep, p)
 			continue
 		}
-		emit(p.buf, v)
+		emit(now, p.buf, v)
 		r.free = append(r.free, p.buf)
 	}
 	r.pend = keep
