@@ -1,6 +1,11 @@
 package esp
 
-import "fmt"
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
 
 // Reason says why a packet did not come out. Every dropped packet is counted
 // under exactly one Reason. A Reason is also an error.
@@ -63,4 +68,18 @@ func ParseReason(name string) (Reason, error) {
 		}
 	}
 	return 0, fmt.Errorf("unknown drop reason %q", name)
+}
+
+// FormatCounts writes counts by reason (an SA's or a gateway's drops, a
+// capture's rejects) as "reason=N …" in the reasons' name order, or "none",
+// the one form every report of espgw prints them in.
+func FormatCounts(m map[string]uint64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	return strings.Join(parts, " ")
 }

@@ -4,15 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
-	"slices"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/offload"
 )
@@ -63,11 +61,11 @@ func printStats(w io.Writer, st gateway.Stats) {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "SPI\tdir\tsuite\tmode\tsealed\topened\tlast seq\tdrops\n")
 	for _, s := range st.SAs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.SPI, s.Direction, s.Suite, s.Mode, s.SealedPackets, s.OpenedPackets, s.LastSeq, formatDrops(s.Drops))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%s\n", s.SPI, s.Direction, s.Suite, s.Mode, s.SealedPackets, s.OpenedPackets, s.LastSeq, esp.FormatCounts(s.Drops))
 	}
 	tw.Flush()
 	if len(st.Drops) > 0 {
-		fmt.Fprintf(w, "\ngateway drops: %s\n", formatDrops(st.Drops))
+		fmt.Fprintf(w, "\ngateway drops: %s\n", esp.FormatCounts(st.Drops))
 	}
 	for _, k := range st.Sockets {
 		fmt.Fprintf(w, "socket %s %s: in %d out %d; ignored: keepalives=%d non-esp=%d short=%d truncated=%d; errors: send=%d receive=%d\n",
@@ -88,15 +86,4 @@ func printDrivers(w io.Writer, ds []offload.Driver) {
 			fmt.Fprintf(w, "engine note: %s\n", d.Note)
 		}
 	}
-}
-
-func formatDrops(d map[string]uint64) string {
-	if len(d) == 0 {
-		return "-"
-	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(d)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, d[k]))
-	}
-	return strings.Join(parts, " ")
 }

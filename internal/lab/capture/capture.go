@@ -24,9 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -84,26 +82,15 @@ func (r *Report) WriteText(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "SA\t%s\tbytes\tdrops\n", verb)
 	for _, s := range r.SAs {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", s.Name, s.Packets, s.Bytes, countList(s.Drops))
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", s.Name, s.Packets, s.Bytes, esp.FormatCounts(s.Drops))
 	}
 	tw.Flush()
 	if len(r.Rejects) > 0 {
-		fmt.Fprintf(w, "rejected: %s\n", countList(r.Rejects))
+		fmt.Fprintf(w, "rejected: %s\n", esp.FormatCounts(r.Rejects))
 	}
 	if len(r.Skipped) > 0 {
-		fmt.Fprintf(w, "skipped: %s\n", countList(r.Skipped))
+		fmt.Fprintf(w, "skipped: %s\n", esp.FormatCounts(r.Skipped))
 	}
-}
-
-func countList(m map[string]uint64) string {
-	if len(m) == 0 {
-		return "-"
-	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
-	}
-	return strings.Join(parts, " ")
 }
 
 // loaded is an SA file turned into working SAs on one engine.

@@ -12,16 +12,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/pcapgen"
@@ -304,9 +303,9 @@ func (r *Report) Print(w io.Writer) {
 	fmt.Fprintln(tw, "gateway\tSA\tdir\tsealed\topened\tdrops by reason")
 	for i, g := range r.Gateways {
 		for _, s := range g.SAs {
-			fmt.Fprintf(tw, "gw%d\t%s\t%s\t%d\t%d\t%s\n", i+1, s.SPI, s.Direction, s.SealedPackets, s.OpenedPackets, drops(s.Drops))
+			fmt.Fprintf(tw, "gw%d\t%s\t%s\t%d\t%d\t%s\n", i+1, s.SPI, s.Direction, s.SealedPackets, s.OpenedPackets, esp.FormatCounts(s.Drops))
 		}
-		fmt.Fprintf(tw, "gw%d\t(gateway)\t\t\t\t%s\n", i+1, drops(g.Drops))
+		fmt.Fprintf(tw, "gw%d\t(gateway)\t\t\t\t%s\n", i+1, esp.FormatCounts(g.Drops))
 	}
 	tw.Flush()
 	if len(r.Scenario) > 0 {
@@ -322,15 +321,4 @@ func (r *Report) Print(w io.Writer) {
 	for _, p := range r.Problems {
 		fmt.Fprintln(w, "  -", p)
 	}
-}
-
-func drops(m map[string]uint64) string {
-	if len(m) == 0 {
-		return "none"
-	}
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
-	}
-	return strings.Join(parts, " ")
 }
