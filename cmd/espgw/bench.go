@@ -122,7 +122,7 @@ socket.`,
 // benchTunnels is espgw bench --tunnels.
 func benchTunnels(cmd *cobra.Command, o bench.Options, counts, encaps, frames string, reconfig time.Duration, adds int, asJSON, quiet bool, save string) error {
 	to := bench.TunnelOptions{Suite: o.Suites[0], Engine: o.Engines[0], TCPDuration: o.TCPDuration, TrialDuration: o.TrialDuration,
-		Iterations: o.Iterations, ReconfigTime: reconfig, ControlAdds: adds, Nice: o.Nice, Frame: o.LatencyFrame}
+		Iterations: o.Iterations, Retries: o.Retries, ReconfigTime: reconfig, ControlAdds: adds, Nice: o.Nice, Frame: o.LatencyFrame}
 	for _, c := range splitList(counts) {
 		n, err := strconv.Atoi(c)
 		if err != nil {

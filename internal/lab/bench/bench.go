@@ -659,20 +659,17 @@ func (m *meter) frame(ctx context.Context, probe *Probe, name string, mix Mix) (
 	}
 	fr.Offered, fr.Delivered = r.SentRate(), float64(r.Received)/r.Elapsed.Seconds()
 	m.step(what, 1)
-	s := &Searcher{Max: fr.Offered, Iterations: o.Iterations, Retries: o.Retries, Resolution: 0.01,
-		Budget:  time.Duration(o.Iterations) * (o.TrialDuration + drainMax),
-		History: []Attempt{{Rate: fr.Offered, Loss: r.Loss()}}}
-	trials := 0
+	s := probeSearch(probe, mix, r, o.TrialDuration, o.Iterations, o.Retries)
+	trials, run := 0, s.Trial
 	s.Trial = func(ctx context.Context, rate float64) (float64, error) {
 		trials++
 		what := fmt.Sprintf("%s: UDP %s, trial at %.0f pkt/s", name, mix.Name, rate)
 		m.step(what, 0)
-		r, err := probe.Run(ctx, mix, rate, o.TrialDuration, false)
-		if err != nil {
-			return 0, err
+		loss, err := run(ctx, rate)
+		if err == nil {
+			m.step(what, 1)
 		}
-		m.step(what, 1)
-		return r.Loss(), nil
+		return loss, err
 	}
 	fr.ZeroLoss, err = s.Find(ctx, 0)
 	fr.Trials = s.History

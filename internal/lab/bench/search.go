@@ -37,6 +37,19 @@ type Searcher struct {
 	History    []Attempt
 }
 
+// probeSearch is the search over probe trials of mix, each trial long, up
+// to the rate the full-speed trial full offered, which is its first
+// attempt: the frame-size rows' and the tunnel counts' searches alike.
+func probeSearch(probe *Probe, mix Mix, full TrialResult, trial time.Duration, iterations, retries int) *Searcher {
+	return &Searcher{Max: full.SentRate(), Iterations: iterations, Retries: retries, Resolution: 0.01,
+		Budget:  time.Duration(iterations) * (trial + drainMax),
+		History: []Attempt{{Rate: full.SentRate(), Loss: full.Loss()}},
+		Trial: func(ctx context.Context, rate float64) (float64, error) {
+			r, err := probe.Run(ctx, mix, rate, trial, false)
+			return r.Loss(), err
+		}}
+}
+
 // Find returns the highest rate seen passing threshold (0 if none did)
 // after at most s.Iterations new trials.
 func (s *Searcher) Find(ctx context.Context, threshold float64) (float64, error) {

@@ -31,6 +31,7 @@ type TunnelOptions struct {
 	TCPDuration   time.Duration // default 3s
 	TrialDuration time.Duration // one UDP trial (default 1s)
 	Iterations    int           // most trials of the zero-loss search (default 8)
+	Retries       int           // repeats of a lossy trial before its rate counts as lossy (Searcher.Retries)
 	// ReconfigTime is the length of the load during which a tunnel is
 	// added and removed, or one rekeyed (default 2s).
 	ReconfigTime time.Duration
@@ -217,12 +218,7 @@ func (o *TunnelOptions) measure(ctx context.Context, res *TunnelResult, step fun
 	if err != nil {
 		return err
 	}
-	s := &Searcher{Max: full.SentRate(), Iterations: o.Iterations, Resolution: 0.01,
-		Budget: time.Duration(o.Iterations) * (o.TrialDuration + drainMax), History: []Attempt{{Rate: full.SentRate(), Loss: full.Loss()}}}
-	s.Trial = func(ctx context.Context, rate float64) (float64, error) {
-		r, err := probe.Run(ctx, mix, rate, o.TrialDuration, false)
-		return r.Loss(), err
-	}
+	s := probeSearch(probe, mix, full, o.TrialDuration, o.Iterations, o.Retries)
 	if res.ZeroLoss, err = s.Find(ctx, 0); err != nil {
 		return fmt.Errorf("zero-loss search: %w", err)
 	}
