@@ -99,8 +99,9 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 
 // writeIV writes the packet's IV after the ESP header at esp. CBC IVs are
 // the sequence number encrypted under a random per-SA key: unpredictable
-// (RFC 3602 §3) and never repeated. CTR and GCM need only uniqueness (RFC
-// 3686 §3, RFC 4106 §3): the sequence number XOR a random per-SA salt.
+// (RFC 3602 §3) and never repeated. CTR and the AEADs need only uniqueness
+// (RFC 3686 §3, RFC 4106 §3, RFC 7634 §2, RFC 4543 §3.1, RFC 4309 §3.1):
+// the sequence number XOR a random per-SA salt.
 // The encryption runs in the packet's own header bytes so the IV costs no
 // allocation; the header is written afterwards.
 func (s *SA) writeIV(esp []byte, seq uint64) {
@@ -120,8 +121,10 @@ func (s *SA) writeIV(esp []byte, seq uint64) {
 		if s.ivLen == 8 {
 			copy(esp[HeaderLen:HeaderLen+8], blk[:8])
 		}
-	case sa.CipherAESCTR, sa.CipherAESGCM16:
-		binary.BigEndian.PutUint64(esp[HeaderLen:], seq^s.ivSalt)
+	default: // the counter modes and AEADs (8-byte IVs)
+		if s.ivLen == 8 {
+			binary.BigEndian.PutUint64(esp[HeaderLen:], seq^s.ivSalt)
+		}
 	}
 }
 

@@ -15,7 +15,8 @@ import (
 // the algorithms espgw has.
 var (
 	charonCiphers = map[string]Cipher{"AES_CBC": CipherAESCBC, "3DES_CBC": Cipher3DES, "AES_CTR": CipherAESCTR,
-		"AES_GCM_16": CipherAESGCM16, "NULL": CipherNull}
+		"AES_GCM_16": CipherAESGCM16, "NULL": CipherNull, "CHACHA20_POLY1305": CipherChaCha20Poly1305,
+		"NULL_AES_GMAC": CipherAESGMAC, "AES_CCM_8": CipherAESCCM8, "AES_CCM_12": CipherAESCCM12, "AES_CCM_16": CipherAESCCM16}
 	charonAuths = map[string]Auth{"HMAC_SHA1_96": AuthHMACSHA1_96, "HMAC_SHA2_256_128": AuthHMACSHA256_128,
 		"HMAC_SHA2_384_192": AuthHMACSHA384_192, "HMAC_SHA2_512_256": AuthHMACSHA512_256, "HMAC_MD5_96": AuthHMACMD5_96}
 )

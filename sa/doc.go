@@ -32,10 +32,11 @@
 //	    encap: none         # none (default) | udp (RFC 3948)
 //	    sport: 4500         # udp only; both default to 4500
 //	    dport: 4500
-//	    enc: aes-cbc        # aes-cbc | 3des-cbc | aes-ctr | aes-gcm-16 | null
+//	    enc: aes-cbc        # aes-cbc | 3des-cbc | aes-ctr | aes-gcm-16 | chacha20-poly1305
+//	                        # | aes-gmac | aes-ccm-8 | aes-ccm-12 | aes-ccm-16 | null
 //	    enc-key: 0x00112233445566778899aabbccddeeff
 //	    auth: hmac-sha1-96  # hmac-sha1-96 | hmac-sha2-256-128 | hmac-sha2-384-192
-//	                        # | hmac-sha2-512-256 | hmac-md5-96 | none (aes-gcm-16; default there)
+//	                        # | hmac-sha2-512-256 | hmac-md5-96 | none (the AEADs; default there)
 //	    auth-key: 0x0102030405060708090a0b0c0d0e0f1011121314
 //	    esn: false          # default false
 //	    replay-window: 64   # packets, 0..4096, 0 turns anti-replay off; default 64
@@ -57,8 +58,10 @@
 //	    sa: 0x1001          # protect only: the SPI of the outbound SA
 //
 // Keys are hex, with or without 0x, quoted or not; they are read from the
-// text as written, so leading zero bytes stay. aes-ctr and aes-gcm-16 keys
-// end with the 4-byte nonce or salt (20, 28 or 36 bytes). A key written as
+// text as written, so leading zero bytes stay. aes-ctr, aes-gcm-16 and
+// aes-gmac keys end with the 4-byte nonce or salt (20, 28 or 36 bytes),
+// chacha20-poly1305's with its 4-byte salt (36 bytes), aes-ccm's with its
+// 3-byte salt (19, 27 or 35 bytes). A key written as
 // random is drawn from crypto/rand at the suite's length (AES-128 for the AES
 // ciphers; random-192 and random-256 pick the others); it differs on every
 // load, so use it to generate a file (Marshal, WriteFile) that both ends
@@ -89,7 +92,9 @@
 //	    discard | none | ipsec esp/tunnel/A-B/level | esp/transport//level ;
 //	delete src dst esp spi ;   flush ;   spdflush ;   (dump, get: ignored)
 //
-// ealgo: rijndael-cbc or aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16, null;
+// ealgo: rijndael-cbc or aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16,
+// chacha20-poly1305 (the BSDs' name), aes-gmac, aes-ccm-8|12|16 (espgw's
+// names: setkey has none), null;
 // aalgo: hmac-sha1, hmac-sha256, hmac-sha384, hmac-sha512 (the RFC 4868 ESP
 // algorithms, ICV half the hash), hmac-md5, null. Mode any (the default)
 // means transport, as kernels treat it. -r is in bytes, as setkey(8) says,

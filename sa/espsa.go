@@ -15,6 +15,8 @@ import (
 // shows and what espgw writes; the others are read too: strongSwan's
 // save-keys plugin writes "TripleDes-CBC [RFC2451]" and, for GCM, the
 // older "AES-GCM [RFC4106]" with "ANY 128 bit authentication [no checking]".
+// ChaCha20-Poly1305's name is Wireshark 4.2's (4.0 has none); Wireshark
+// names neither AES-GMAC nor AES-CCM.
 var (
 	espSACiphers = []struct {
 		c     Cipher
@@ -25,6 +27,7 @@ var (
 		{Cipher3DES, []string{"TripleDES-CBC [RFC2451]"}},
 		{CipherAESCTR, []string{"AES-CTR [RFC3686]"}},
 		{CipherAESGCM16, []string{"AES-GCM with 16 octet ICV [RFC4106]", "AES-GCM [RFC4106]"}},
+		{CipherChaCha20Poly1305, []string{"ChaCha20 with Poly1305 [RFC7634]"}},
 	}
 	espSAAuths = []struct {
 		a     Auth

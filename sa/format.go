@@ -209,6 +209,8 @@ func findSA(sas []*SA, spi uint32) *SA {
 
 var setkeyCipherOut = map[Cipher]string{
 	CipherNull: "null", CipherAESCBC: "aes-cbc", Cipher3DES: "3des-cbc", CipherAESCTR: "aes-ctr", CipherAESGCM16: "aes-gcm-16",
+	CipherChaCha20Poly1305: "chacha20-poly1305", CipherAESGMAC: "aes-gmac",
+	CipherAESCCM8: "aes-ccm-8", CipherAESCCM12: "aes-ccm-12", CipherAESCCM16: "aes-ccm-16",
 }
 
 var setkeyAuthOut = map[Auth]string{

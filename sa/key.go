@@ -57,7 +57,8 @@ func RandomKey(n int) (Key, error) {
 
 // RandomKeys returns fresh keys of the right lengths for the suite. aesBits
 // (128, 192 or 256; 0 means 128) picks the AES key size for the AES ciphers;
-// the 4-byte nonce or salt of aes-ctr and aes-gcm-16 is included.
+// the nonce or salt of aes-ctr, aes-gcm-16, chacha20-poly1305, aes-gmac
+// and aes-ccm is included.
 func RandomKeys(s Suite, aesBits int) (enc, auth Key, err error) {
 	n, err := encKeyLen(s.Cipher, aesBits)
 	if err != nil {
@@ -81,8 +82,10 @@ func encKeyLen(c Cipher, aesBits int) (int, error) {
 		return 0, nil
 	case Cipher3DES:
 		return 24, nil
-	case CipherAESCTR, CipherAESGCM16:
-		extra = 4
+	case CipherChaCha20Poly1305:
+		return 36, nil
+	case CipherAESCTR, CipherAESGCM16, CipherAESGMAC, CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
+		extra = c.SaltLen()
 	case CipherAESCBC:
 	default:
 		return 0, fmt.Errorf("unknown cipher %s", c)

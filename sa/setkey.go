@@ -310,6 +310,8 @@ var setkeyCiphers = map[string]Cipher{
 	"rijndael-cbc": CipherAESCBC, "aes-cbc": CipherAESCBC,
 	"aes-ctr": CipherAESCTR, "rijndael-ctr": CipherAESCTR,
 	"aes-gcm-16": CipherAESGCM16, "rijndael-gcm-16": CipherAESGCM16, "aes-gcm": CipherAESGCM16,
+	"chacha20-poly1305": CipherChaCha20Poly1305, "aes-gmac": CipherAESGMAC,
+	"aes-ccm-8": CipherAESCCM8, "aes-ccm-12": CipherAESCCM12, "aes-ccm-16": CipherAESCCM16,
 }
 
 // setkey's hmac-sha256/384/512 are the RFC 4868 ESP algorithms with an ICV
@@ -480,7 +482,7 @@ func (p *setkeyParser) add(toks []skToken, head string) {
 			}
 			c, known := setkeyCiphers[t.text]
 			if !known {
-				p.fail(t.line, head, "-E", fmt.Errorf("%s is not supported (want rijndael-cbc, aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", secret.Word(t.text, mapKeys(setkeyCiphers)...)))
+				p.fail(t.line, head, "-E", fmt.Errorf("%s is not supported (want rijndael-cbc, aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16, chacha20-poly1305, aes-gmac, aes-ccm-8, aes-ccm-12, aes-ccm-16 or null)", secret.Word(t.text, mapKeys(setkeyCiphers)...)))
 				return
 			}
 			field := "-E " + t.text

@@ -10,20 +10,33 @@ import (
 type Cipher uint8
 
 const (
-	CipherNull     Cipher = iota // RFC 2410
-	CipherAESCBC                 // RFC 3602, 128/192/256 by key length
-	Cipher3DES                   // RFC 2451
-	CipherAESCTR                 // RFC 3686, key || 4-byte nonce
-	CipherAESGCM16               // RFC 4106 with a 16-byte ICV, key || 4-byte salt
+	CipherNull             Cipher = iota // RFC 2410
+	CipherAESCBC                         // RFC 3602, 128/192/256 by key length
+	Cipher3DES                           // RFC 2451
+	CipherAESCTR                         // RFC 3686, key || 4-byte nonce
+	CipherAESGCM16                       // RFC 4106 with a 16-byte ICV, key || 4-byte salt
+	CipherChaCha20Poly1305               // RFC 7634, 32-byte key || 4-byte salt
+	CipherAESGMAC                        // RFC 4543 ENCR_NULL_AUTH_AES_GMAC, key || 4-byte salt
+	CipherAESCCM8                        // RFC 4309 with an 8-byte ICV, key || 3-byte salt
+	CipherAESCCM12                       // RFC 4309 with a 12-byte ICV, key || 3-byte salt
+	CipherAESCCM16                       // RFC 4309 with a 16-byte ICV, key || 3-byte salt
 )
 
 var cipherNames = [...]string{
-	CipherNull:     "null",
-	CipherAESCBC:   "aes-cbc",
-	Cipher3DES:     "3des-cbc",
-	CipherAESCTR:   "aes-ctr",
-	CipherAESGCM16: "aes-gcm-16",
+	CipherNull:             "null",
+	CipherAESCBC:           "aes-cbc",
+	Cipher3DES:             "3des-cbc",
+	CipherAESCTR:           "aes-ctr",
+	CipherAESGCM16:         "aes-gcm-16",
+	CipherChaCha20Poly1305: "chacha20-poly1305",
+	CipherAESGMAC:          "aes-gmac",
+	CipherAESCCM8:          "aes-ccm-8",
+	CipherAESCCM12:         "aes-ccm-12",
+	CipherAESCCM16:         "aes-ccm-16",
 }
+
+// CipherList names every cipher, for the errors of the SA formats.
+const CipherList = "aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16, chacha20-poly1305, aes-gmac, aes-ccm-8, aes-ccm-12, aes-ccm-16 or null"
 
 func (c Cipher) String() string {
 	if int(c) < len(cipherNames) {
@@ -39,11 +52,34 @@ func ParseCipher(name string) (Cipher, error) {
 			return Cipher(c), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown cipher %s (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", secret.Word(name, cipherNames[:]...))
+	return 0, fmt.Errorf("unknown cipher %s (want %s)", secret.Word(name, cipherNames[:]...), CipherList)
 }
 
-// IsAEAD reports whether the cipher computes its own ICV.
-func (c Cipher) IsAEAD() bool { return c == CipherAESGCM16 }
+// IsAEAD reports whether the cipher computes its own ICV (aes-gmac, which
+// only authenticates, too).
+func (c Cipher) IsAEAD() bool {
+	switch c {
+	case CipherAESGCM16, CipherChaCha20Poly1305, CipherAESGMAC, CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
+		return true
+	}
+	return false
+}
+
+// Encrypts reports whether the cipher hides the payload (not null or
+// aes-gmac, which send it in clear).
+func (c Cipher) Encrypts() bool { return c != CipherNull && c != CipherAESGMAC }
+
+// SaltLen is the length of the salt or nonce that ends the encryption key
+// material and goes into every packet's nonce.
+func (c Cipher) SaltLen() int {
+	switch c {
+	case CipherAESCTR, CipherAESGCM16, CipherChaCha20Poly1305, CipherAESGMAC:
+		return 4
+	case CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
+		return 3
+	}
+	return 0
+}
 
 // Auth is an ESP integrity algorithm.
 type Auth uint8
@@ -101,7 +137,8 @@ func (s Suite) IVLen() int {
 	switch s.Cipher {
 	case CipherAESCBC:
 		return 16
-	case Cipher3DES, CipherAESCTR, CipherAESGCM16:
+	case Cipher3DES, CipherAESCTR, CipherAESGCM16, CipherChaCha20Poly1305, CipherAESGMAC,
+		CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
 		return 8
 	}
 	return 0
@@ -121,8 +158,13 @@ func (s Suite) BlockLen() int {
 // ICVLen is the length of the integrity check value.
 func (s Suite) ICVLen() int {
 	switch {
-	case s.Cipher == CipherAESGCM16:
+	case s.Cipher == CipherAESGCM16, s.Cipher == CipherChaCha20Poly1305, s.Cipher == CipherAESGMAC,
+		s.Cipher == CipherAESCCM16:
 		return 16
+	case s.Cipher == CipherAESCCM8:
+		return 8
+	case s.Cipher == CipherAESCCM12:
+		return 12
 	case s.Auth == AuthHMACSHA1_96, s.Auth == AuthHMACMD5_96:
 		return 12
 	case s.Auth == AuthHMACSHA256_128:
@@ -143,8 +185,12 @@ func (s Suite) EncKeyLens() []int {
 		return []int{16, 24, 32}
 	case Cipher3DES:
 		return []int{24}
-	case CipherAESCTR, CipherAESGCM16:
+	case CipherAESCTR, CipherAESGCM16, CipherAESGMAC:
 		return []int{20, 28, 36}
+	case CipherChaCha20Poly1305:
+		return []int{36}
+	case CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
+		return []int{19, 27, 35}
 	}
 	return []int{0}
 }

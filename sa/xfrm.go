@@ -25,6 +25,16 @@ var (
 		CipherNull: "ecb(cipher_null)", CipherAESCBC: "cbc(aes)", Cipher3DES: "cbc(des3_ede)",
 		CipherAESCTR: "rfc3686(ctr(aes))", CipherAESGCM16: "rfc4106(gcm(aes))",
 	}
+	// xfrmAEADs are the kernel's AEAD templates with the ICV length in
+	// bits that picks the cipher.
+	xfrmAEADs = []xfrmAEAD{
+		{"rfc4106(gcm(aes))", 128, CipherAESGCM16},
+		{"rfc7539esp(chacha20,poly1305)", 128, CipherChaCha20Poly1305},
+		{"rfc4543(gcm(aes))", 128, CipherAESGMAC},
+		{"rfc4309(ccm(aes))", 64, CipherAESCCM8},
+		{"rfc4309(ccm(aes))", 96, CipherAESCCM12},
+		{"rfc4309(ccm(aes))", 128, CipherAESCCM16},
+	}
 	xfrmHashes = map[string]Auth{
 		"hmac(sha1)": AuthHMACSHA1_96, "sha1": AuthHMACSHA1_96,
 		"hmac(sha256)": AuthHMACSHA256_128, "sha256": AuthHMACSHA256_128,
@@ -450,8 +460,17 @@ func (p *xfrmListing) protoLine(n int, f []string) {
 	p.proto = true
 }
 
+// xfrmAEAD is a kernel AEAD template and the ICV length in bits that,
+// with it, names one of espgw's ciphers.
+type xfrmAEAD struct {
+	name string
+	bits int
+	c    Cipher
+}
+
 // algLine reads "enc cbc(aes) 0x…", "auth-trunc hmac(sha1) 0x… 96",
-// "auth hmac(sha1) 0x…" and "aead rfc4106(gcm(aes)) 0x… 128".
+// "auth hmac(sha1) 0x…" and "aead rfc4106(gcm(aes)) 0x… 128" (or another
+// of xfrmAEADs).
 func (p *xfrmListing) algLine(n int, f []string) {
 	s := p.cur.SA
 	if len(f) == 2 && (f[1] == "ecb(cipher_null)" || f[1] == "cipher_null") {
@@ -512,20 +531,31 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 		}
 		s.Suite.Cipher, s.EncKey = c, k
 	case "aead":
-		if name != "rfc4106(gcm(aes))" {
-			return fmt.Errorf("%s is not supported (want rfc4106(gcm(aes)))", secret.Word(name, "rfc4106(gcm(aes))"))
+		var names, icvs []string
+		for _, a := range xfrmAEADs {
+			if !slices.Contains(names, a.name) {
+				names = append(names, a.name)
+			}
+			if a.name == name {
+				icvs = append(icvs, strconv.Itoa(a.bits))
+			}
+		}
+		if len(icvs) == 0 {
+			return fmt.Errorf("%s is not supported (want %s)", secret.Word(name, names...), strings.Join(names, ", "))
 		}
 		b, err := bits()
 		if err != nil {
 			return err
 		}
-		if b != 128 {
-			return fmt.Errorf("rfc4106(gcm(aes)) with a %d-bit ICV: espgw does aes-gcm-16 (128 bits) only", b)
+		i := slices.IndexFunc(xfrmAEADs, func(a xfrmAEAD) bool { return a.name == name && a.bits == b })
+		if i < 0 {
+			return fmt.Errorf("%s with a %d-bit ICV: espgw does %s bits", name, b, strings.Join(icvs, ", "))
 		}
-		if !keyLen(Suite{Cipher: CipherAESGCM16}.EncKeyLens()) {
-			return fmt.Errorf("key is %d bytes, want %s (key and 4-byte salt)", len(k), lens(Suite{Cipher: CipherAESGCM16}.EncKeyLens()))
+		c := xfrmAEADs[i].c
+		if !keyLen(Suite{Cipher: c}.EncKeyLens()) {
+			return fmt.Errorf("key is %d bytes, want %s (key and %d-byte salt)", len(k), lens(Suite{Cipher: c}.EncKeyLens()), c.SaltLen())
 		}
-		s.Suite.Cipher, s.Suite.Auth, s.EncKey = CipherAESGCM16, AuthNone, k
+		s.Suite.Cipher, s.Suite.Auth, s.EncKey = c, AuthNone, k
 	case "auth", "auth-trunc":
 		if name == "digest_null" {
 			return errors.New("digest_null: ESP without integrity is not supported")
@@ -756,8 +786,12 @@ func XFRMStateArgs(s *SA) ([]string, error) {
 	switch s.Suite.Cipher {
 	case CipherNull:
 		a = append(a, "enc", "ecb(cipher_null)", "")
-	case CipherAESGCM16:
-		a = append(a, "aead", "rfc4106(gcm(aes))", key(s.EncKey), "128")
+	case CipherAESGCM16, CipherChaCha20Poly1305, CipherAESGMAC, CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
+		for _, x := range xfrmAEADs {
+			if x.c == s.Suite.Cipher {
+				a = append(a, "aead", x.name, key(s.EncKey), strconv.Itoa(x.bits))
+			}
+		}
 	default:
 		a = append(a, "enc", xfrmCipherNames[s.Suite.Cipher], key(s.EncKey))
 	}

@@ -393,14 +393,14 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("enc"); ok {
 		c, err := ParseCipher(v)
 		if err != nil {
-			p.failf(f.val, entry, "enc", "unknown cipher %s (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", secret.Word(v, cipherNames[:]...))
+			p.failf(f.val, entry, "enc", "unknown cipher %s (want %s)", secret.Word(v, cipherNames[:]...), CipherList)
 			suiteOK = false
 		}
 		s.Suite.Cipher = c
 	} else {
 		suiteOK = false
 		if _, given := fs["enc"]; !given {
-			p.failf(n, entry, "enc", "missing (aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)")
+			p.failf(n, entry, "enc", "missing (%s)", CipherList)
 		}
 	}
 	if f, v, ok := str("auth"); ok {

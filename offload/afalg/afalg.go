@@ -5,7 +5,8 @@
 //
 // Every session is one socket bound to the suite's AEAD, as the kernel's own
 // ESP asks for it (authenc(hmac(H),C), authencesn(…) with ESN,
-// rfc4106(gcm(aes))), or to the bare cipher for a cipher-only session, with
+// rfc4106(gcm(aes)), rfc7539esp(chacha20,poly1305), rfc4543(gcm(aes)),
+// rfc4309(ccm(aes))), or to the bare cipher for a cipher-only session, with
 // N+1 operation sockets accepted from it. The kernel takes one request at
 // a time per operation socket (Linux 6.1.76 and later), so the engine runs
 // N worker goroutines, worker i driving operation socket i of every
@@ -29,8 +30,8 @@
 // behind it — and a full queue blocks Submit and refuses TrySubmit. A bad ICV is BadICV and nothing decrypted
 // leaves the engine: the kernel's authenc checks the tag before it
 // decrypts, but its generic GCM decrypts first (and a card may do either),
-// so an open whose tag fails puts the ciphertext back (GCM: zeroes the
-// payload, as the cpu engine's GCM does).
+// so an open whose tag fails puts the ciphertext back (the AEADs: zeroes
+// the payload, as the cpu engine's AEADs do; aes-gmac's is in clear).
 package afalg
 
 import (

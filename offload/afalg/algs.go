@@ -21,6 +21,12 @@ func cipherAlg(c sa.Cipher) string {
 		return "rfc3686(ctr(aes))"
 	case sa.CipherAESGCM16:
 		return "rfc4106(gcm(aes))"
+	case sa.CipherChaCha20Poly1305:
+		return "rfc7539esp(chacha20,poly1305)"
+	case sa.CipherAESGMAC:
+		return "rfc4543(gcm(aes))"
+	case sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16:
+		return "rfc4309(ccm(aes))"
 	}
 	return "ecb(cipher_null)"
 }
@@ -50,9 +56,10 @@ type plan struct {
 }
 
 // aeadAlg names the AEAD of an ESP suite: authenc (authencesn with ESN)
-// over the HMAC and the cipher, or rfc4106 for GCM.
+// over the HMAC and the cipher, or the AEAD's own template (rfc4106,
+// rfc4543, rfc4309, rfc7539esp), which takes the ESN as it comes.
 func aeadAlg(s sa.Suite, esn bool, hmac, cipher string) string {
-	if s.Cipher == sa.CipherAESGCM16 {
+	if s.Cipher.IsAEAD() {
 		return cipher
 	}
 	t := "authenc"
@@ -75,7 +82,7 @@ func planFor(s sa.Suite, esn, cipherOnly bool, driver string, algs kcapi.Algs) (
 		p.alg = cipher
 	} else {
 		hmac := ""
-		if s.Cipher != sa.CipherAESGCM16 {
+		if !s.Cipher.IsAEAD() {
 			hmac = "hmac(" + hashAlg(s.Auth) + ")"
 		}
 		p.alg = aeadAlg(s, esn, hmac, cipher)
@@ -100,11 +107,15 @@ func planFor(s sa.Suite, esn, cipherOnly bool, driver string, algs kcapi.Algs) (
 		cipherDrv = "rfc3686(" + driver + ")"
 	case cipher == "rfc4106(gcm(aes))" && d.Name == "gcm(aes)":
 		cipherDrv = "rfc4106(" + driver + ")"
+	case cipher == "rfc4543(gcm(aes))" && d.Name == "gcm(aes)":
+		cipherDrv = "rfc4543(" + driver + ")"
+	case cipher == "rfc4309(ccm(aes))" && d.Name == "ccm(aes)":
+		cipherDrv = "rfc4309(" + driver + ")"
 	default:
 		return plan{}, fmt.Errorf("driver %s cannot do %s: /proc/crypto lists it as %s (%s, module %s), and %s needs %s (as %s); /proc/crypto offers for it: %s",
 			driver, s, d.Name, d.Type, d.Module, s, cipher, p.alg, offering(algs, cipher))
 	}
-	if cipherOnly || s.Cipher == sa.CipherAESGCM16 {
+	if cipherOnly || s.Cipher.IsAEAD() {
 		p.bind = cipherDrv
 		return p, nil
 	}

@@ -21,7 +21,7 @@ type session struct {
 	suite      sa.Suite
 	esn        bool
 	cipherOnly bool
-	gcm        bool
+	aead       bool // the cipher computes the ICV (rfc4106, rfc4543, rfc4309, rfc7539esp)
 	ivLen      int
 	icvLen     int
 	blockLen   int
@@ -54,7 +54,7 @@ func (e *Engine) newSession(cfg offload.SessionConfig) (*session, error) {
 		return nil, fmt.Errorf("%w%s", err, e.noteSuffix())
 	}
 	s := &session{e: e, suite: suite, esn: cfg.ESN && !cfg.CipherOnly, cipherOnly: cfg.CipherOnly,
-		gcm: suite.Cipher == sa.CipherAESGCM16, ivLen: suite.IVLen(), icvLen: suite.ICVLen(), blockLen: suite.BlockLen()}
+		aead: suite.Cipher.IsAEAD(), ivLen: suite.IVLen(), icvLen: suite.ICVLen(), blockLen: suite.BlockLen()}
 	if s.cipherOnly {
 		s.icvLen = 0
 	}
@@ -73,7 +73,7 @@ func (e *Engine) newSession(cfg offload.SessionConfig) (*session, error) {
 		}
 	}()
 	key := []byte(cfg.EncKey)
-	if p.kind == kcapi.AEAD && !s.gcm {
+	if p.kind == kcapi.AEAD && !s.aead {
 		key = kcapi.AuthencKey(cfg.AuthKey, cfg.EncKey)
 	}
 	if err := s.tfm.SetKey(key); err != nil {
@@ -204,7 +204,7 @@ func (w *worker) process(op *offload.Op) {
 		return
 	}
 	payload := pkt[body : len(pkt)-s.icvLen]
-	if !s.gcm && len(payload)%s.blockLen != 0 {
+	if !s.aead && len(payload)%s.blockLen != 0 {
 		op.Status = offload.BadLength
 		return
 	}
@@ -244,7 +244,7 @@ func (w *worker) process(op *offload.Op) {
 	}
 	w.in.Add(rest)
 	w.out.Add(rest[:len(rest)-s.icvLen])
-	if !s.gcm {
+	if !s.aead {
 		if len(payload) > len(w.saved) {
 			w.saved = make([]byte, len(payload))
 		}
@@ -252,8 +252,10 @@ func (w *worker) process(op *offload.Op) {
 	}
 	st := w.do(s, op, false, iv, s.assocLen, want-s.icvLen)
 	if st == offload.BadICV {
-		if s.gcm {
-			clear(payload)
+		if s.aead {
+			if s.suite.Cipher.Encrypts() {
+				clear(payload)
+			}
 		} else {
 			copy(payload, w.saved)
 		}

@@ -1,6 +1,7 @@
 // Package cpu is the reference offload engine: every op runs inline on the
 // submitting goroutine with Go's standard library ciphers (AES-NI, SHA-NI
-// underneath where the CPU has them). Other engines reuse its Session for the
+// underneath where the CPU has them), x/crypto's ChaCha20-Poly1305 and
+// package ccm's AES-CCM. Other engines reuse its Session for the
 // actual cipher work and add queueing, batching or timing around it.
 package cpu
 
@@ -62,5 +63,8 @@ func AllSuites() []sa.Suite {
 			out = append(out, sa.Suite{Cipher: c, Auth: a})
 		}
 	}
-	return append(out, sa.Suite{Cipher: sa.CipherAESGCM16, Auth: sa.AuthNone})
+	for _, c := range []sa.Cipher{sa.CipherAESGCM16, sa.CipherChaCha20Poly1305, sa.CipherAESGMAC, sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16} {
+		out = append(out, sa.Suite{Cipher: c, Auth: sa.AuthNone})
+	}
+	return out
 }

@@ -15,7 +15,10 @@ import (
 	"hash"
 	"sync"
 
+	"golang.org/x/crypto/chacha20poly1305"
+
 	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/offload/internal/ccm"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -33,7 +36,9 @@ type Session struct {
 	icvLen int
 	block  cipher.Block
 	aead   cipher.AEAD
-	nonce  [4]byte // CTR nonce or GCM salt
+	nonce  [4]byte // CTR nonce or the AEADs' salt (3 bytes for CCM)
+	salt   int     // the salt's length
+	gmac   bool    // aes-gmac: the whole packet is AAD, nothing encrypted
 	// keyed are the pools of the states that hold this session's keys
 	// (CBC modes, HMAC), nil for suites without them: a pool costs a
 	// cache line per CPU once used, which a gateway of 100,000 GCM SAs
@@ -73,6 +78,8 @@ type macState struct {
 type gcmScratch struct {
 	nonce [12]byte
 	aad   [12]byte
+	icv   [16]byte // the ICV an aes-gmac open received
+	tag   [16]byte // the ICV an aes-gmac op computed
 }
 
 // NewSession expands the SA's keys for the suite.
@@ -92,13 +99,25 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	case sa.CipherAESCTR:
 		copy(s.nonce[:], key[len(key)-4:])
 		s.block, err = aes.NewCipher(key[:len(key)-4])
-	case sa.CipherAESGCM16:
+	case sa.CipherAESGCM16, sa.CipherAESGMAC:
+		s.salt, s.gmac = 4, suite.Cipher == sa.CipherAESGMAC
 		copy(s.nonce[:], key[len(key)-4:])
 		var b cipher.Block
 		if b, err = aes.NewCipher(key[:len(key)-4]); err == nil {
 			// The AEAD keeps its own copy of the schedule: holding
 			// the block too would cost every GCM SA half a kilobyte.
 			s.aead, err = cipher.NewGCM(b)
+		}
+	case sa.CipherChaCha20Poly1305:
+		s.salt = 4
+		copy(s.nonce[:], key[len(key)-4:])
+		s.aead, err = chacha20poly1305.New(key[:len(key)-4])
+	case sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16:
+		s.salt = 3
+		copy(s.nonce[:], key[len(key)-3:])
+		var b cipher.Block
+		if b, err = aes.NewCipher(key[:len(key)-3]); err == nil {
+			s.aead, err = ccm.New(b, 11, suite.ICVLen(), nil)
 		}
 	}
 	if err != nil {
@@ -173,7 +192,7 @@ func (s *Session) Process(op *offload.Op) {
 		return
 	}
 	if s.aead != nil {
-		s.processGCM(op)
+		s.processAEAD(op)
 		return
 	}
 	payload := pkt[body : len(pkt)-s.icvLen]
@@ -277,17 +296,24 @@ func (s *Session) verifyICV(op *offload.Op) bool {
 	return ok
 }
 
-// processGCM seals or opens with RFC 4106: nonce = salt | IV, AAD = SPI |
-// [seq high] | seq low. Go's GCM computes the tag over the ciphertext in
-// the same pass as it decrypts and, on a mismatch, wipes what it wrote
-// before returning: no unverified plaintext leaves the engine, though the
-// dropped packet's bytes are zeroed rather than left as they came.
-func (s *Session) processGCM(op *offload.Op) {
+// processAEAD seals or opens with an AEAD suite: nonce = salt | IV, AAD =
+// SPI | [seq high] | seq low (RFC 4106 §5, RFC 7634 §2.1, RFC 4309 §5).
+// Go's GCM and x/crypto's ChaCha20-Poly1305 compute the tag over the
+// ciphertext in the same pass as they decrypt and, on a mismatch, wipe
+// what they wrote before returning, as CCM does after decrypting: no
+// unverified plaintext leaves the engine, though the dropped packet's
+// bytes are zeroed rather than left as they came.
+func (s *Session) processAEAD(op *offload.Op) {
 	pkt := op.Packet
 	sc := gcmScratchPool.Get().(*gcmScratch)
 	defer gcmScratchPool.Put(sc)
-	copy(sc.nonce[:4], s.nonce[:])
-	copy(sc.nonce[4:], pkt[espHeaderLen:espHeaderLen+8])
+	nonce := sc.nonce[:s.salt+8]
+	copy(nonce, s.nonce[:s.salt])
+	copy(nonce[s.salt:], pkt[espHeaderLen:espHeaderLen+8])
+	if s.gmac {
+		s.processGMAC(op, sc, nonce)
+		return
+	}
 	aad := sc.aad[:8]
 	copy(aad[:4], pkt[:4])
 	if s.esn {
@@ -300,11 +326,48 @@ func (s *Session) processGCM(op *offload.Op) {
 	body := pkt[espHeaderLen+8:]
 	if op.Dir == offload.Seal {
 		plain := body[:len(body)-s.icvLen]
-		s.aead.Seal(plain[:0], sc.nonce[:], plain, aad)
+		s.aead.Seal(plain[:0], nonce, plain, aad)
 		op.Status = offload.OK
 		return
 	}
-	if _, err := s.aead.Open(body[:0], sc.nonce[:], body, aad); err != nil {
+	if _, err := s.aead.Open(body[:0], nonce, body, aad); err != nil {
+		op.Status = offload.BadICV
+		return
+	}
+	op.Status = offload.OK
+}
+
+// processGMAC seals or opens with RFC 4543's ENCR_NULL_AUTH_AES_GMAC: the
+// ICV is GCM's tag over an empty plaintext with the AAD SPI | [seq high] |
+// seq low | IV | payload, which is the packet itself as it lies, or, with
+// ESN, once the high bits are let in after the SPI: the packet moves up
+// four bytes into its ICV room for that and back after.
+func (s *Session) processGMAC(op *offload.Op, sc *gcmScratch, nonce []byte) {
+	pkt := op.Packet
+	n := len(pkt) - s.icvLen
+	icv := pkt[n:]
+	if op.Dir == offload.Open {
+		copy(sc.icv[:], icv)
+	}
+	aad := pkt[:n]
+	if s.esn {
+		copy(pkt[12:n+4], pkt[8:n])
+		copy(pkt[8:12], pkt[4:8])
+		binary.BigEndian.PutUint32(pkt[4:8], op.SeqHi)
+		aad = pkt[:n+4]
+	}
+	s.aead.Seal(sc.tag[:0], nonce, nil, aad)
+	if s.esn {
+		copy(pkt[4:8], pkt[8:12])
+		copy(pkt[8:n], pkt[12:n+4])
+	}
+	if op.Dir == offload.Seal {
+		copy(icv, sc.tag[:])
+		op.Status = offload.OK
+		return
+	}
+	copy(icv, sc.icv[:])
+	if subtle.ConstantTimeCompare(sc.tag[:], sc.icv[:]) != 1 {
 		op.Status = offload.BadICV
 		return
 	}

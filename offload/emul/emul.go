@@ -269,17 +269,23 @@ func ProfileNames() []string {
 }
 
 // Class names the cipher cost class of a suite and key: aes-128, aes-192,
-// aes-256, 3des or null.
+// aes-256, 3des or null; chacha20-poly1305, aes-N-gmac and aes-N-ccm for
+// the suites no published card measurement covers.
 func Class(suite sa.Suite, encKeyLen int) string {
+	bits := (encKeyLen - suite.Cipher.SaltLen()) * 8
 	switch suite.Cipher {
 	case sa.Cipher3DES:
 		return "3des"
 	case sa.CipherNull:
 		return "null"
-	case sa.CipherAESCTR, sa.CipherAESGCM16:
-		encKeyLen -= 4 // nonce or salt
+	case sa.CipherChaCha20Poly1305:
+		return "chacha20-poly1305"
+	case sa.CipherAESGMAC:
+		return fmt.Sprintf("aes-%d-gmac", bits)
+	case sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16:
+		return fmt.Sprintf("aes-%d-ccm", bits)
 	}
-	return fmt.Sprintf("aes-%d", encKeyLen*8)
+	return fmt.Sprintf("aes-%d", bits)
 }
 
 // Options tune an emulated engine beyond its profile.
@@ -366,7 +372,7 @@ func (m *model) newSession(cfg offload.SessionConfig) (offload.Session, error) {
 	class := Class(cfg.Suite, len(cfg.EncKey))
 	pb, ok := m.prof.PerByte[class]
 	if !ok {
-		return nil, fmt.Errorf("emul:%s has no timing for %s", m.prof.Name, class)
+		return nil, fmt.Errorf("emul:%s cannot do %s: its card has no timing for %s", m.prof.Name, cfg.Suite, class)
 	}
 	return &session{Session: s, perByte: pb, overhead: 8 + cfg.Suite.IVLen() + cfg.Suite.ICVLen()}, nil
 }

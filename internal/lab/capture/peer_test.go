@@ -112,22 +112,28 @@ func (s suiteCase) String() string {
 		return fmt.Sprintf("aes-gcm-16-%d", (s.encLen-4)*8)
 	case sa.CipherAESCTR:
 		return fmt.Sprintf("aes-ctr-%d+%s", (s.encLen-4)*8, s.suite.Auth)
+	case sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16:
+		return fmt.Sprintf("%s-%d", s.suite, (s.encLen-3)*8)
 	}
 	return s.suite.String()
 }
 
-// interopSuites is every suite, with every AES-CBC key size and the two
-// ends of the AES-CTR and GCM sizes.
+// interopSuites is every suite scapy has, with every AES-CBC key size and
+// the two ends of the AES-CTR, GCM and CCM sizes. scapy has no AES-GMAC:
+// the guest kernel judges it (internal/lab/interop).
 func interopSuites() []suiteCase {
 	var out []suiteCase
 	for _, s := range cpu.AllSuites() {
 		switch s.Cipher {
+		case sa.CipherAESGMAC:
 		case sa.CipherAESCBC:
 			for _, n := range []int{16, 24, 32} {
 				out = append(out, suiteCase{s, n})
 			}
 		case sa.CipherAESCTR, sa.CipherAESGCM16:
 			out = append(out, suiteCase{s, 20}, suiteCase{s, 36})
+		case sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16:
+			out = append(out, suiteCase{s, 19}, suiteCase{s, 35})
 		default:
 			out = append(out, suiteCase{s, s.EncKeyLens()[0]})
 		}

@@ -2,7 +2,9 @@ package capture
 
 // tshark decrypts what `espgw pcap seal` writes, with the esp_sa file that
 // --wireshark-sa writes, and must find a good ICV on every packet and the
-// inner packet behind ESP. tshark 4.0 has no ESN, so these SAs have none.
+// inner packet behind ESP. tshark 4.0 has no ESN, so these SAs have none,
+// and no ChaCha20-Poly1305, AES-GMAC or AES-CCM, so those suites are left to
+// scapy and the guest kernel.
 
 import (
 	"bytes"
@@ -11,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -34,11 +37,17 @@ func concatCaptures(t *testing.T, out string, ins []string) {
 	}
 }
 
+// tsharkCiphers are the ciphers tshark 4.0 decrypts.
+var tsharkCiphers = []sa.Cipher{sa.CipherNull, sa.CipherAESCBC, sa.Cipher3DES, sa.CipherAESCTR, sa.CipherAESGCM16}
+
 func TestTsharkOpensSealedCaptures(t *testing.T) {
 	labtest.NeedTools(t, "tshark")
 	dir := t.TempDir()
 	var cfgs []*sa.SA
 	for _, sc := range interopSuites() {
+		if !slices.Contains(tsharkCiphers, sc.suite.Cipher) {
+			continue
+		}
 		for _, v := range []struct {
 			mode  sa.Mode
 			v6    bool

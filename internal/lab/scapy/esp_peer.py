@@ -39,9 +39,10 @@ An SA is given in espgw's names in every mode:
    "initial_seq", "replay_window"}
 
 scapy computes HMAC ICVs without the ESN high bits (it honours ESN only for
-AES-GCM), so for HMAC suites with ESN this script adds seq-hi to the ICV input
+its AEADs: AES-GCM, AES-CCM, ChaCha20-Poly1305; it has no AES-GMAC), so for HMAC suites with ESN this script adds seq-hi to the ICV input
 itself (RFC 4303 §2.2.1).
 """
+import copy
 import hashlib
 import hmac
 import json
@@ -55,10 +56,18 @@ import time
 from scapy.all import ARP, CookedLinux, Ether, Raw, wrpcap
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.inet6 import ICMPv6EchoReply, ICMPv6EchoRequest, IPv6, in6_chksum
-from scapy.layers.ipsec import ESP, SecurityAssociation
+from scapy.layers.ipsec import CRYPT_ALGOS, ESP, SecurityAssociation
 
 CRYPT = {"aes-cbc": "AES-CBC", "3des-cbc": "3DES", "aes-ctr": "AES-CTR",
-         "aes-gcm-16": "AES-GCM", "null": "NULL"}
+         "aes-gcm-16": "AES-GCM", "null": "NULL",
+         "chacha20-poly1305": "CHACHA20-POLY1305", "aes-ccm-16": "AES-CCM",
+         "aes-ccm-8": "AES-CCM-8", "aes-ccm-12": "AES-CCM-12"}
+# scapy's AES-CCM has a 16-byte ICV; RFC 4309's 8- and 12-byte ones are the
+# same algorithm with a shorter tag (scapy hands icv_size to AESCCM).
+for _n in (8, 12):
+    CRYPT_ALGOS["AES-CCM-%d" % _n] = copy.copy(CRYPT_ALGOS["AES-CCM"])
+    CRYPT_ALGOS["AES-CCM-%d" % _n].name = "AES-CCM-%d" % _n
+    CRYPT_ALGOS["AES-CCM-%d" % _n].icv_size = _n
 AUTH = {"hmac-sha1-96": "HMAC-SHA1-96", "hmac-sha2-256-128": "SHA2-256-128",
         "hmac-sha2-384-192": "SHA2-384-192", "hmac-sha2-512-256": "SHA2-512-256",
         "hmac-md5-96": "HMAC-MD5-96", "none": "NULL"}
@@ -119,7 +128,9 @@ class PeerSA:
         return hmac.new(self.auth_key, data + struct.pack("!L", hi), h).digest()[:n]
 
     def icv_len(self):
-        return HASH[self.auth][1] if self.auth != "NULL" else (16 if self.crypt == "AES-GCM" else 0)
+        if self.auth != "NULL":
+            return HASH[self.auth][1]
+        return CRYPT_ALGOS[self.crypt].icv_size if self.crypt != "NULL" else 0
 
     def seal(self, inner, seq, tamper=False):
         """The ESP packet (bytes) of the inner IP packet with sequence number
