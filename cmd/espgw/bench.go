@@ -90,7 +90,7 @@ socket.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&o.Suites, "suites", []string{"aes-gcm-16", "aes-cbc-128+hmac-sha1-96"}, "ESP suites, CIPHER[-BITS][+AUTH], comma-separated")
+	f.StringSliceVar(&o.Suites, "suites", []string{"aes-gcm-16", "chacha20-poly1305", "aes-cbc-128+hmac-sha1-96"}, "ESP suites, CIPHER[-BITS][+AUTH], comma-separated")
 	f.StringSliceVar(&o.Engines, "engines", []string{"cpu"}, "offload engines, comma-separated")
 	f.StringVar(&encaps, "encaps", "none", "outer encapsulations, comma-separated: none (raw ESP), udp (RFC 3948)")
 	f.StringVar(&baseline, "baseline", "wireguard-go", "baseline tunnel besides plain routing: wireguard-go or none")

@@ -109,13 +109,35 @@ func run(t *testing.T, e offload.Engine, ops []offload.Op) {
 // TestKnownAnswersGCM seals and opens the RFC 4106 ESP packets (ESN ones
 // included) whole: SPI | seq | IV | ciphertext | tag.
 func TestKnownAnswersGCM(t *testing.T) {
+	aeadKAT(t, "rfc4106_gcm_esp_draft-mcgrew-gcm-test-01.json", func(vector) sa.Cipher { return sa.CipherAESGCM16 }, 10)
+}
+
+// TestKnownAnswersModern does the same with RFC 7634's ESP example and the
+// AES-GMAC and AES-CCM ESP packets (rfc7539esp, rfc4543, rfc4309).
+func TestKnownAnswersModern(t *testing.T) {
+	aeadKAT(t, "rfc7634_chacha20_poly1305_esp.json", func(vector) sa.Cipher { return sa.CipherChaCha20Poly1305 }, 0)
+	aeadKAT(t, "rfc4543_gmac_esp.json", func(vector) sa.Cipher { return sa.CipherAESGMAC }, 2)
+	aeadKAT(t, "rfc4309_ccm_esp.json", func(v vector) sa.Cipher {
+		switch v["icv"].(float64) {
+		case 8:
+			return sa.CipherAESCCM8
+		case 12:
+			return sa.CipherAESCCM12
+		}
+		return sa.CipherAESCCM16
+	}, 6)
+}
+
+// aeadKAT seals each ESP packet of file from its plaintext and opens it,
+// and with ESN opens it under wrong high bits, which must fail.
+func aeadKAT(t *testing.T, file string, cipherOf func(vector) sa.Cipher, minESN int) {
 	e := newEngine(t, afalg.Options{})
-	suite := sa.Suite{Cipher: sa.CipherAESGCM16}
-	if !serves(e, suite) {
-		t.Skipf("%s does not serve %s", e.Name(), suite)
-	}
 	esn := 0
-	for _, v := range loadVectors(t, "rfc4106_gcm_esp_draft-mcgrew-gcm-test-01.json") {
+	for _, v := range loadVectors(t, file) {
+		suite := sa.Suite{Cipher: cipherOf(v)}
+		if !serves(e, suite) {
+			t.Skipf("%s does not serve %s", e.Name(), suite)
+		}
 		isESN, _ := v["esn"].(bool)
 		seq, err := strconv.ParseUint(v["seq"].(string), 16, 64)
 		if err != nil {
@@ -125,10 +147,11 @@ func TestKnownAnswersGCM(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		icv := suite.ICVLen()
 		want := v.bytes(t, "esp_packet")
 		pt := v.bytes(t, "plaintext")
 		in := append(append([]byte(nil), want[:16]...), pt...)
-		in = append(in, make([]byte, 16)...)
+		in = append(in, make([]byte, icv)...)
 		ops := []offload.Op{
 			{Session: s, Dir: offload.Seal, Packet: in, SeqHi: uint32(seq >> 32)},
 			{Session: s, Dir: offload.Open, Packet: append([]byte(nil), want...), SeqHi: uint32(seq >> 32)},
@@ -137,7 +160,7 @@ func TestKnownAnswersGCM(t *testing.T) {
 		if ops[0].Status != offload.OK || !bytes.Equal(ops[0].Packet, want) {
 			t.Fatalf("%s: sealed %v\n got %x\nwant %x", v["id"], ops[0].Status, ops[0].Packet, want)
 		}
-		if ops[1].Status != offload.OK || !bytes.Equal(ops[1].Packet[16:len(want)-16], pt) {
+		if ops[1].Status != offload.OK || !bytes.Equal(ops[1].Packet[16:len(want)-icv], pt) {
 			t.Fatalf("%s: opened %v %x, want %x", v["id"], ops[1].Status, ops[1].Packet[16:], pt)
 		}
 		if isESN {
@@ -150,8 +173,8 @@ func TestKnownAnswersGCM(t *testing.T) {
 		}
 		s.Close()
 	}
-	if esn < 10 {
-		t.Fatalf("only %d ESN vectors", esn)
+	if esn < minESN {
+		t.Fatalf("%s: only %d ESN vectors", file, esn)
 	}
 }
 

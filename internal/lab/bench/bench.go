@@ -41,7 +41,7 @@ import (
 type Options struct {
 	Binary     string   // espgw executable for the gateways (default: this one)
 	Prefix     string   // namespace prefix (default "bench")
-	Suites     []string // as testbed.ParseSuite reads them (default aes-gcm-16)
+	Suites     []string // as testbed.ParseSuite reads them (default aes-gcm-16, chacha20-poly1305)
 	Engines    []string // offload engines (default cpu)
 	Encaps     []sa.Encap
 	OuterV6    bool
@@ -88,7 +88,7 @@ type Options struct {
 func (o *Options) defaults() {
 	o.Prefix = cmp.Or(o.Prefix, "bench")
 	if len(o.Suites) == 0 {
-		o.Suites = []string{"aes-gcm-16"}
+		o.Suites = []string{"aes-gcm-16", "chacha20-poly1305"}
 	}
 	if len(o.Engines) == 0 {
 		o.Engines = []string{"cpu"}

@@ -26,6 +26,7 @@ var guestModules = []string{
 	"authenc", "authencesn", "cbc", "ctr", "gcm", "ghash_generic",
 	"seqiv", "echainiv", "des_generic", "aes_generic", "sha1_generic",
 	"sha256_generic", "sha512_generic", "md5", "hmac", "crypto_null", "ecb",
+	"ccm", "chacha_generic", "poly1305_generic", "chacha20poly1305",
 	// seqiv and echainiv draw their IV salt from the default RNG; without
 	// drbg no SA can be created ("unable to initialize cryptographic
 	// operations"). drbg runs without jitterentropy_rng, which fails to

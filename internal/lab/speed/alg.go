@@ -2,6 +2,7 @@ package speed
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/espgw/espgw/sa"
@@ -15,7 +16,7 @@ type Alg struct {
 	KeyLen int  // encryption key bytes, including a CTR nonce or GCM salt
 	ESP    bool // a whole ESP seal through esp.Processor
 	// CipherOnly: a bulk op is a cipher-only session (no ICV); false for
-	// GCM, whose tag is part of the cipher.
+	// the AEADs (GCM, ChaCha20-Poly1305), whose tag is part of the cipher.
 	CipherOnly bool
 }
 
@@ -33,6 +34,7 @@ var BulkAlgs = []string{
 	"aes-128-cbc", "aes-192-cbc", "aes-256-cbc", "des-ede3-cbc",
 	"aes-128-ctr", "aes-192-ctr", "aes-256-ctr",
 	"aes-128-gcm", "aes-192-gcm", "aes-256-gcm",
+	"chacha20-poly1305",
 }
 
 // parseCipher reads an openssl-style cipher name (or an espgw one).
@@ -48,6 +50,16 @@ func parseCipher(name string) (sa.Cipher, int, bool) {
 		return sa.CipherAESCTR, 20, true
 	case "aes-gcm", "aes-gcm-16":
 		return sa.CipherAESGCM16, 20, true
+	case "chacha20-poly1305":
+		return sa.CipherChaCha20Poly1305, 36, true
+	case "aes-gmac", "aes-gmac-128":
+		return sa.CipherAESGMAC, 20, true
+	case "aes-ccm-8", "aes-ccm-8-128":
+		return sa.CipherAESCCM8, 19, true
+	case "aes-ccm-12", "aes-ccm-12-128":
+		return sa.CipherAESCCM12, 19, true
+	case "aes-ccm-16", "aes-ccm-16-128":
+		return sa.CipherAESCCM16, 19, true
 	}
 	var bits int
 	var mode string
@@ -94,9 +106,8 @@ func ParseAlg(name string) (Alg, error) {
 		return Alg{Name: name, Suite: suite, KeyLen: keyLen, ESP: true}, nil
 	}
 	c, keyLen, ok := parseCipher(name)
-	if !ok || c == sa.CipherNull || !strings.Contains(name, "-") || strings.HasPrefix(name, "aes-gcm") ||
-		name == "aes-cbc" || name == "aes-ctr" || name == "3des-cbc" {
+	if !ok || !slices.Contains(BulkAlgs, name) {
 		return Alg{}, fmt.Errorf("unknown algorithm %q (want one of %s, or esp:CIPHER+AUTH such as esp:aes-128-cbc+hmac-sha1-96)", name, strings.Join(BulkAlgs, ", "))
 	}
-	return Alg{Name: name, Suite: sa.Suite{Cipher: c}, KeyLen: keyLen, CipherOnly: c != sa.CipherAESGCM16}, nil
+	return Alg{Name: name, Suite: sa.Suite{Cipher: c}, KeyLen: keyLen, CipherOnly: !c.IsAEAD()}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/speed"
+	"github.com/espgw/espgw/sa"
 )
 
 // opensslOutput is what `openssl speed -evp aes-128-cbc -seconds 1` printed
@@ -44,9 +45,28 @@ func TestParseAlg(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	for _, name := range []string{"aes-cbc", "aes-512-cbc", "aes-128-ecb", "null", "aes-128-cbcx", "esp:"} {
+	for _, name := range []string{"aes-cbc", "aes-512-cbc", "aes-128-ecb", "null", "aes-128-cbcx", "esp:", "aes-gmac", "esp:chacha20-poly1305+hmac-sha1-96"} {
 		if _, err := speed.ParseAlg(name); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+	// openssl's chacha20-poly1305 is the AEAD with its tag, keyed with
+	// ESP's 36 bytes (key and salt); the modern suites as whole ESP seals.
+	for _, tc := range []struct {
+		name   string
+		cipher sa.Cipher
+		keyLen int
+		esp    bool
+	}{
+		{"chacha20-poly1305", sa.CipherChaCha20Poly1305, 36, false},
+		{"esp:chacha20-poly1305", sa.CipherChaCha20Poly1305, 36, true},
+		{"esp:aes-gmac", sa.CipherAESGMAC, 20, true},
+		{"esp:aes-ccm-8", sa.CipherAESCCM8, 19, true},
+		{"esp:aes-ccm-16", sa.CipherAESCCM16, 19, true},
+	} {
+		a, err := speed.ParseAlg(tc.name)
+		if err != nil || a.Suite != (sa.Suite{Cipher: tc.cipher}) || a.KeyLen != tc.keyLen || a.ESP != tc.esp || a.CipherOnly {
+			t.Errorf("%s: %+v, %v", tc.name, a, err)
 		}
 	}
 }

@@ -10,8 +10,8 @@ import (
 
 // ParseSuite reads a suite as the CLI writes it: CIPHER[-BITS][+AUTH], e.g.
 // aes-cbc-128+hmac-sha1-96, aes-cbc-256+hmac-sha2-256-128, 3des-cbc+hmac-sha1-96,
-// aes-ctr+hmac-sha1-96, aes-gcm-16, aes-gcm-16-256. BITS picks the AES key
-// size (default 128).
+// aes-ctr+hmac-sha1-96, aes-gcm-16, aes-gcm-16-256, chacha20-poly1305,
+// aes-gmac-192, aes-ccm-8-256. BITS picks the AES key size (default 128).
 func ParseSuite(s string) (sa.Suite, int, error) {
 	encName, authName, hasAuth := strings.Cut(s, "+")
 	bits := 128
@@ -45,8 +45,8 @@ func ParseSuite(s string) (sa.Suite, int, error) {
 // SuiteName writes a suite back in ParseSuite's form.
 func SuiteName(s sa.Suite, bits int) string {
 	name := s.Cipher.String()
-	if s.Cipher == sa.CipherAESCBC || s.Cipher == sa.CipherAESCTR || s.Cipher == sa.CipherAESGCM16 {
-		name += "-" + strconv.Itoa(bits)
+	if s.Cipher != sa.CipherNull && s.Cipher != sa.Cipher3DES && s.Cipher != sa.CipherChaCha20Poly1305 {
+		name += "-" + strconv.Itoa(bits) // the AES ciphers
 	}
 	if !s.Cipher.IsAEAD() {
 		name += "+" + s.Auth.String()
