@@ -4,8 +4,10 @@
 // eight independent CBC streams at once (multi-buffer), and each open is
 // decrypted eight blocks at a time; see package internal/cbc. HMAC runs on
 // the standard library (SHA-NI where the CPU has it) from inner and outer
-// hash states precomputed per SA. The other ciphers (3DES, AES-CTR,
-// AES-GCM, NULL) go through the cpu engine's code.
+// hash states precomputed per SA. AES-CCM's CBC-MAC runs on the same CBC
+// assembly (package ccm does the rest). The other ciphers (3DES, AES-CTR,
+// AES-GCM, AES-GMAC, ChaCha20-Poly1305 through x/crypto's assembly, NULL)
+// go through the cpu engine's code.
 //
 // On CPUs without AES-NI, on other architectures and in builds with the
 // purego tag the same engine runs with the pure-Go fallback of internal/cbc.
@@ -13,6 +15,7 @@ package aesni
 
 import (
 	"context"
+	"crypto/aes"
 	"crypto/subtle"
 	"fmt"
 	"sync"
@@ -20,6 +23,7 @@ import (
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/aesni/internal/cbc"
 	"github.com/espgw/espgw/offload/cpu"
+	"github.com/espgw/espgw/offload/internal/ccm"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -89,7 +93,14 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 }
 
 func newSession(cfg offload.SessionConfig, workers *sync.Pool) (*Session, error) {
-	c, err := cpu.NewSession(cfg)
+	var c *cpu.Session
+	var err error
+	switch cfg.Suite.Cipher {
+	case sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16:
+		c, err = newCCMSession(cfg)
+	default:
+		c, err = cpu.NewSession(cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("aesni: %w", err)
 	}
@@ -305,4 +316,34 @@ func (w *worker) flushSeals() {
 	clear(w.jobs)
 	clear(w.ops)
 	w.jobs, w.ops = w.jobs[:0], w.ops[:0]
+}
+
+// newCCMSession is the cpu engine's session for an AES-CCM suite with its
+// CBC-MAC on this package's CBC assembly, eight blocks per call.
+func newCCMSession(cfg offload.SessionConfig) (*cpu.Session, error) {
+	if err := cfg.Suite.ValidateKeys(cfg.EncKey, cfg.AuthKey); err != nil {
+		return nil, fmt.Errorf("new %s session: %w", cfg.Suite, err)
+	}
+	raw := []byte(cfg.EncKey[:len(cfg.EncKey)-cfg.Suite.Cipher.SaltLen()])
+	key, err := cbc.NewKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("new %s session: %w", cfg.Suite, err)
+	}
+	b, err := aes.NewCipher(raw)
+	if err != nil {
+		return nil, fmt.Errorf("new %s session: %w", cfg.Suite, err)
+	}
+	mac := func(x *[cbc.BlockSize]byte, src, scratch []byte) {
+		for len(src) > 0 {
+			n := min(len(src), len(scratch))
+			key.Encrypt(x, scratch[:n], src[:n]) // whole blocks, buffers of ours: cannot fail
+			copy(x[:], scratch[n-cbc.BlockSize:n])
+			src = src[n:]
+		}
+	}
+	a, err := ccm.New(b, 11, cfg.Suite.ICVLen(), mac)
+	if err != nil {
+		return nil, fmt.Errorf("new %s session: %w", cfg.Suite, err)
+	}
+	return cpu.NewAEADSession(cfg, a)
 }

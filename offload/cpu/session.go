@@ -140,6 +140,21 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	return s, nil
 }
 
+// NewAEADSession is NewSession for an AEAD suite whose AEAD the caller
+// built on a block cipher of its own (package ccm with the aesni engine's
+// CBC-MAC); everything around it (nonce, AAD, ESN) is NewSession's.
+func NewAEADSession(cfg offload.SessionConfig, aead cipher.AEAD) (*Session, error) {
+	s, err := NewSession(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if s.aead == nil || aead.NonceSize() != s.aead.NonceSize() || aead.Overhead() != s.aead.Overhead() {
+		return nil, fmt.Errorf("new %s session: an AEAD with a %d-byte nonce and a %d-byte tag does not fit it", cfg.Suite, aead.NonceSize(), aead.Overhead())
+	}
+	s.aead = aead
+	return s, nil
+}
+
 // validate checks an ESP suite and its keys, or, for a cipher-only session,
 // that the suite really has no integrity and the cipher key fits.
 func validate(cfg offload.SessionConfig) error {

@@ -20,9 +20,13 @@ const blockSize = 16
 var ErrOpen = errors.New("ccm: message authentication failed")
 
 // Mac is a CBC-MAC step: it runs CBC encryption of src (whole blocks)
-// chained from the state in x, leaving the last ciphertext block in x. A
-// block cipher with a faster CBC than one block at a time supplies its own.
-type Mac func(x *[blockSize]byte, src []byte)
+// chained from the state in x, leaving the last ciphertext block in x;
+// scratch (ScratchLen bytes) is its own to write. A block cipher with a
+// faster CBC than one block at a time supplies its own.
+type Mac func(x *[blockSize]byte, src, scratch []byte)
+
+// ScratchLen is the length of a Mac's scratch.
+const ScratchLen = 8 * blockSize
 
 type ccm struct {
 	b         cipher.Block
@@ -36,7 +40,7 @@ type ccm struct {
 type scratch struct {
 	x, ctr, s0 [blockSize]byte
 	blocks     [8 * blockSize]byte
-	stream     [8 * blockSize]byte
+	stream     [ScratchLen]byte // the key stream, or a Mac's scratch
 	tag        [blockSize]byte
 }
 
@@ -76,7 +80,7 @@ func (c *ccm) maxLen() uint64 {
 }
 
 // chain is the CBC-MAC on the block cipher alone.
-func (c *ccm) chain(x *[blockSize]byte, src []byte) {
+func (c *ccm) chain(x *[blockSize]byte, src, _ []byte) {
 	for len(src) > 0 {
 		subtle.XORBytes(x[:], x[:], src[:blockSize])
 		c.b.Encrypt(x[:], x[:])
@@ -121,7 +125,7 @@ func (c *ccm) tag(sc *scratch, nonce, plaintext, aad []byte) {
 			h = 10
 		}
 		k := copy(blk[h:], aad)
-		c.mac(x, blk)
+		c.mac(x, blk, sc.stream[:])
 		c.macPadded(sc, aad[k:])
 	}
 	c.macPadded(sc, plaintext)
@@ -131,13 +135,13 @@ func (c *ccm) tag(sc *scratch, nonce, plaintext, aad []byte) {
 func (c *ccm) macPadded(sc *scratch, data []byte) {
 	whole := len(data) &^ (blockSize - 1)
 	if whole > 0 {
-		c.mac(&sc.x, data[:whole])
+		c.mac(&sc.x, data[:whole], sc.stream[:])
 	}
 	if rest := data[whole:]; len(rest) > 0 {
 		blk := sc.blocks[:blockSize]
 		clear(blk)
 		copy(blk, rest)
-		c.mac(&sc.x, blk)
+		c.mac(&sc.x, blk, sc.stream[:])
 	}
 }
 

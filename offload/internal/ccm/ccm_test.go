@@ -74,12 +74,16 @@ func TestSP80038CExamples(t *testing.T) {
 func TestInPlaceAndMacAgree(t *testing.T) {
 	b, _ := aes.NewCipher(bytes.Repeat([]byte{7}, 32))
 	plain, _ := New(b, 11, 16, nil)
-	viaMac, _ := New(b, 11, 16, func(x *[16]byte, src []byte) {
+	viaMac, _ := New(b, 11, 16, func(x *[16]byte, src, scratch []byte) {
+		if len(scratch) != ScratchLen {
+			t.Fatalf("scratch of %d bytes", len(scratch))
+		}
 		for ; len(src) > 0; src = src[16:] {
 			for i := range 16 {
 				x[i] ^= src[i]
 			}
-			b.Encrypt(x[:], x[:])
+			b.Encrypt(scratch[:16], x[:])
+			copy(x[:], scratch[:16])
 		}
 	})
 	nonce := bytes.Repeat([]byte{3}, 11)
