@@ -71,6 +71,7 @@ func CheckInstalled() error {
 		{Starter, "strongswan-starter"},
 		{"/usr/lib/ipsec/charon", "strongswan-charon"},
 		{"/usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so", "libcharon-extra-plugins"},
+		{"/usr/lib/ipsec/plugins/libstrongswan-openssl.so", "libstrongswan-standard-plugins"},
 		{"/usr/bin/unshare", "util-linux"},
 		{"/usr/bin/nsenter", "util-linux"},
 	} {
@@ -127,7 +128,7 @@ conn espgw
 	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
 	c := &Charon{cfg: cfg, out: &testbed.LockedBuffer{}, waited: make(chan struct{})}
 	swan := fmt.Sprintf(`charon {
-	load = random nonce aes sha1 sha2 hmac gmp kdf kernel-libipsec kernel-netlink socket-default stroke updown
+	load = random nonce aes sha1 sha2 hmac gmp kdf kernel-libipsec kernel-netlink socket-default stroke updown openssl
 	filelog {
 		espgw {
 			path = %s

@@ -40,7 +40,9 @@ func TestMain(m *testing.M) { labtest.Main(m) }
 // and its sequence number from `ipsec statusall`; kills gw1's charon as a
 // crash would (gw2's charon keeps the CHILD_SA); and starts espgw on gw1
 // with those SAs. Traffic must keep flowing both ways, now between espgw
-// and strongSwan's ESP, and gw2's charon must count it.
+// and strongSwan's ESP, and gw2's charon must count it. It runs with
+// charon's default proposal (AES-CBC with HMAC-SHA-256) and with
+// ChaCha20-Poly1305 (RFC 7634, strongSwan's openssl plugin).
 func TestEspgwTakesOverCharonTunnel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two charon daemons and an espgw gateway in namespaces; run without -short")
@@ -49,6 +51,17 @@ func TestEspgwTakesOverCharonTunnel(t *testing.T) {
 		t.Fatal(err)
 	}
 	labtest.NeedNamespaces(t)
+	for _, tc := range []struct{ esp, suite string }{
+		{"aes128-sha256", "aes-cbc+hmac-sha2-256-128"},
+		{"chacha20poly1305", "chacha20-poly1305"},
+	} {
+		t.Run(tc.esp, func(t *testing.T) { takeOver(t, tc.esp, tc.suite) })
+	}
+}
+
+// takeOver is TestEspgwTakesOverCharonTunnel with the ESP proposal esp,
+// which espgw must read from charon's log as suite.
+func takeOver(t *testing.T, esp, suite string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
@@ -63,9 +76,9 @@ func TestEspgwTakesOverCharonTunnel(t *testing.T) {
 	rand.Read(psk)
 	sides := []Config{
 		{NS: topo.GW2, Dir: filepath.Join(dir, "gw2"), Local: a.GW2WAN4.Addr(), Remote: a.GW1WAN4.Addr(),
-			LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: hex.EncodeToString(psk)},
+			LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: hex.EncodeToString(psk), ESP: esp},
 		{NS: topo.GW1, Dir: filepath.Join(dir, "gw1"), Local: a.GW1WAN4.Addr(), Remote: a.GW2WAN4.Addr(),
-			LocalNet: a.LANA4, RemoteNet: a.LANB4, ID: "gw1", PeerID: "gw2", PSK: hex.EncodeToString(psk), Initiate: true},
+			LocalNet: a.LANA4, RemoteNet: a.LANB4, ID: "gw1", PeerID: "gw2", PSK: hex.EncodeToString(psk), Initiate: true, ESP: esp},
 	}
 	var charons [2]*Charon
 	for i, c := range sides {
@@ -100,6 +113,11 @@ func TestEspgwTakesOverCharonTunnel(t *testing.T) {
 	}
 	if len(cfg.SAs) != 2 {
 		t.Fatalf("charon's log gave %d SAs, want 2: %v", len(cfg.SAs), cfg.SAs)
+	}
+	for _, s := range cfg.SAs {
+		if s.Suite.String() != suite {
+			t.Fatalf("charon's log gave SA %#x with %s, want %s", s.SPI, s.Suite, suite)
+		}
 	}
 	if err := gw1.Kill(); err != nil {
 		t.Fatal(err)
