@@ -31,6 +31,8 @@ func FuzzParseYAML(f *testing.F) {
 	seeds(f, "*.yaml")
 	f.Add([]byte(baseSA))
 	f.Add([]byte("sa:\n  - {spi: 1, src: ::1, dst: ::2, enc: aes-gcm-16, enc-key: random-256}\n"))
+	f.Add([]byte("sa:\n  - {spi: 0x101, src: ::1, dst: ::2, enc: chacha20-poly1305, enc-key: random}\n"))
+	f.Add([]byte("sa:\n  - {spi: 0x102, src: 192.0.2.1, dst: 192.0.2.2, enc: aes-ccm-12, enc-key: random-192}\n"))
 	f.Add([]byte("sa: &a [*a]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseYAML("f.yaml", data)
@@ -104,6 +106,7 @@ func FuzzParseOtherFormats(f *testing.F) {
 	seeds(f, "*.txt")
 	seeds(f, "*.log")
 	f.Add([]byte("ip xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1001 mode tunnel aead 'rfc4106(gcm(aes))' 0x" + testGCMHex + " 128\nip xfrm policy add src 198.51.100.0/24 dst 203.0.113.0/24 dir out tmpl src 192.0.2.1 dst 192.0.2.2 proto esp reqid 4097 mode tunnel\n"))
+	f.Add([]byte("ip xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1002 mode tunnel aead 'rfc4309(ccm(aes))' 0x" + testGCMHex[:38] + " 96\n"))
 	f.Add([]byte(`"IPv4","192.0.2.1","192.0.2.2","0x00001001","AES-CBC [RFC3602]","0x` + testEncHex + `","HMAC-SHA-1-96 [RFC2404]","0x` + testAuthHex + `"` + "\n"))
 	f.Add([]byte("src 0.0.0.0 dst 0.0.0.0 \n lifetime config: \n limit:")) // once a slice out of range
 	f.Fuzz(func(t *testing.T, data []byte) {
