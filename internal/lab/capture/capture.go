@@ -326,3 +326,13 @@ func saReport(s *esp.SA, op string) SAReport {
 	}
 	return r
 }
+
+// TsharkDecrypts reports whether tshark 4.0 (Debian 12's) decrypts and
+// checks ESP with cipher c: it has no ChaCha20-Poly1305, AES-GMAC or AES-CCM.
+func TsharkDecrypts(c sa.Cipher) bool {
+	switch c {
+	case sa.CipherNull, sa.CipherAESCBC, sa.Cipher3DES, sa.CipherAESCTR, sa.CipherAESGCM16:
+		return true
+	}
+	return false
+}

@@ -95,6 +95,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !capture.TsharkDecrypts(suite.Cipher) {
+		return nil, fmt.Errorf("espgw demo judges the WAN capture with tshark, and tshark 4.0 cannot decrypt %s: run it with espgw bench --suites or in a scenario", testbed.SuiteName(suite, bits))
+	}
 	o.Engine = cmp.Or(o.Engine, "cpu")
 	o.Prefix = cmp.Or(o.Prefix, "demo")
 	o.Duration = cmp.Or(o.Duration, 3*time.Second)

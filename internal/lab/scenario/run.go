@@ -606,10 +606,16 @@ func snmpErrors(c map[string]uint64) map[string]uint64 {
 	return c
 }
 
+// writeEspSA writes the bed's SAs as Wireshark's esp_sa table; an SA whose
+// suite Wireshark cannot name (AES-GMAC, AES-CCM) is a comment line saying so.
 func (r *runner) writeEspSA(dir string) error {
-	b, err := sa.MarshalEspSA(&sa.Config{SAs: r.bed.SAs[:]})
-	if err != nil {
-		return fmt.Errorf("esp_sa file: %w", err)
+	var b []byte
+	for _, s := range r.bed.SAs {
+		line, err := sa.EspSALine(s)
+		if err != nil {
+			line = "# " + err.Error()
+		}
+		b = append(append(b, line...), '\n')
 	}
 	if err := secret.WriteFile(filepath.Join(dir, "esp_sa"), b); err != nil {
 		return fmt.Errorf("esp_sa file: %w", err)
