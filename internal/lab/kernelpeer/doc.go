@@ -21,7 +21,8 @@
 //     module's .modinfo "depends=" field (the package ships no modules.dep)
 //     and written to /etc/espgw/modules in load order; .ko.xz modules are
 //     decompressed with xz. Crypto templates and algorithms (authenc,
-//     authencesn, gcm, ctr, ghash, seqiv, echainiv, des, sha512, drbg, …)
+//     authencesn, gcm, ctr, ghash, ccm, chacha20poly1305, seqiv, echainiv,
+//     des, sha512, drbg, …)
 //     are loaded up front because the guest has no modprobe to load them on
 //     demand when `ip xfrm state add` asks for them.
 //
@@ -85,7 +86,9 @@
 // `ip xfrm policy add` commands: tunnel or transport mode; raw ESP or
 // `encap espinudp SPORT DPORT 0.0.0.0`; `flag esn` with the replay window,
 // and InitialSeq as replay-seq/replay-oseq(-hi); cbc(aes), cbc(des3_ede),
-// rfc3686(ctr(aes)) and rfc4106(gcm(aes)) with a 128-bit ICV; hmac(sha1),
+// rfc3686(ctr(aes)), rfc4106(gcm(aes)), rfc7539esp(chacha20,poly1305) and
+// rfc4543(gcm(aes)) with a 128-bit ICV, rfc4309(ccm(aes)) with 64, 96 or
+// 128 bits; hmac(sha1),
 // hmac(sha256/384/512) and hmac(md5) truncated per RFC 2404/4868/2403;
 // lifetimes and TFC padding; flag af-unspec for a tunnel SA carrying the
 // other inner family. Peer.ReplaceSAs installs a set in one round trip.
