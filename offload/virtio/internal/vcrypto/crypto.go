@@ -43,7 +43,7 @@ const (
 const (
 	opCreateSession  = 0<<8 | 2
 	opDestroySession = 0<<8 | 3
-	opEncrypt        = 0<<8 | 0
+	opEncrypt        = 0 // service 0 (cipher), op 0
 	opDecrypt        = 0<<8 | 1
 	symOpCipher      = 1
 
