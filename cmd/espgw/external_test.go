@@ -59,7 +59,8 @@ func TestScenarioExternalDevice(t *testing.T) {
 	}
 	defer dev.Close()
 
-	// The device's SA file, from its own point of view.
+	// The device's SA files, from its own point of view: IPv4 outer, and
+	// IPv6 outer (on the same WAN port) carrying the same IPv4 networks.
 	enc1, auth1, _ := sa.RandomKeys(sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 256)
 	enc2, auth2, _ := sa.RandomKeys(sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 256)
 	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}
@@ -73,6 +74,20 @@ func TestScenarioExternalDevice(t *testing.T) {
 	if err := sa.WriteFile(saFile, sas); err != nil {
 		t.Fatal(err)
 	}
+	gw1v6, dutWANv6 := netip.MustParseAddr("2001:db8:5::1"), netip.MustParsePrefix("2001:db8:5::129/64")
+	sas6 := &sa.Config{}
+	for i, x := range sas.SAs {
+		y := *x
+		y.SPI = 0x6001 + uint32(i)
+		y.Src, y.Dst = gw1v6, dutWANv6.Addr()
+		if i == 1 {
+			y.Src, y.Dst = dutWANv6.Addr(), gw1v6
+		}
+		sas6.SAs = append(sas6.SAs, &y)
+	}
+	if err := sa.WriteFile(filepath.Join(dir, "dut6-sas.yaml"), sas6); err != nil {
+		t.Fatal(err)
+	}
 	script, errOut, code := run(bin, "sa", "convert", "--to", "ip-xfrm", "--local", dutWAN.Addr().String(), saFile)
 	if code != 0 {
 		t.Fatalf("espgw sa convert --to ip-xfrm: exit %d: %s", code, errOut)
@@ -80,7 +95,7 @@ func TestScenarioExternalDevice(t *testing.T) {
 	// A management port (eth2) serving the device's counters over HTTP, as
 	// an appliance's web page would: the scenario's counters command
 	// fetches them from this machine.
-	setup := fmt.Sprintf("set -e\nip link set eth1 up\nip addr add %s dev eth1\necho 1 >/proc/sys/net/ipv4/ip_forward\nip route add %s via %s\n"+
+	setup := fmt.Sprintf("set -e\nip -6 addr add "+dutWANv6.String()+" dev eth0 nodad\nip link set eth1 up\nip addr add %s dev eth1\necho 1 >/proc/sys/net/ipv4/ip_forward\nip route add %s via %s\n"+
 		"ip link set eth2 up\nip addr add 10.99.0.1/30 dev eth2\nmkdir -p /www/cgi-bin\n"+
 		"printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\n/sbin/ip -s xfrm state list nokeys\\n' >/www/cgi-bin/xfrm\n"+
 		"chmod +x /www/cgi-bin/xfrm\n"+
@@ -179,6 +194,28 @@ expect:
   delivered: == 1
 `), 0o644)
 
+	os.WriteFile(filepath.Join(scenarios, "4-ipv6-outer.yaml"), []byte(strings.Replace(strings.Replace(head,
+		"address: "+gw1.String()+"/24, dut: "+dutWAN.Addr().String(), "address: "+gw1v6.String()+"/64, dut: "+dutWANv6.Addr().String(), 1),
+		"../dut-sas.yaml", "../dut6-sas.yaml", 1)+`name: appliance-ipv6-outer
+description: the same device, its SAs over IPv6
+traffic:
+  steps:
+    # 1400 bytes of ping are 1520 bytes of ESP over IPv6: more than the
+    # WAN's 1500.
+    - name: sweep
+      ping: {sizes: [56, 1000, 1300], count: 3, interval: 5ms}
+    - name: up
+      udp: {packets: 200, rate: 1000, size: 400}
+    - name: down
+      udp: {from: hostB, to: hostA, packets: 200, rate: 1000, size: 400, port: 9001}
+expect:
+  delivered: == 1
+  exact: true
+  gw2.opened: == gw1.sealed
+  gw1.opened: == gw2.sealed
+  conservation: true
+`), 0o644)
+
 	// The interfaces as their owner left them: the WAN port up with an
 	// address of its own and a larger MTU, the LAN port down.
 	for _, c := range [][]string{{"addr", "add", "10.98.0.1/30", "dev", wanIf}, {"link", "set", wanIf, "mtu", "1600", "up"}, {"link", "set", lanIf, "down"}} {
@@ -190,7 +227,7 @@ expect:
 
 	// With setup and reset every run starts on fresh SAs: the same
 	// scenario passes a second time.
-	for _, f := range []string{"1-clean.yaml", "2-tamper.yaml", "1-clean.yaml"} {
+	for _, f := range []string{"1-clean.yaml", "2-tamper.yaml", "1-clean.yaml", "4-ipv6-outer.yaml"} {
 		r := runExternal(t, ctx, bin, filepath.Join(scenarios, f))
 		if !r.Pass {
 			t.Errorf("%s: pass %v, peer %q, error %q, hint %q", r.Name, r.Pass, r.Peer, r.Error, r.Hint)

@@ -100,8 +100,12 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		if l.link.Interface == "" || len(l.link.Interface) > 15 {
 			return perr(at(l.name, "interface"), "external."+l.name+".interface", fmt.Errorf("%q: want an interface name of 1..15 bytes", l.link.Interface))
 		}
-		if *l.pfx, err = netip.ParsePrefix(l.link.Address); err != nil || !l.pfx.Addr().Is4() {
-			return perr(at(l.name, "address"), "external."+l.name+".address", fmt.Errorf("%q: want an IPv4 address with its prefix length, e.g. 198.51.100.1/24 (IPv6 is not supported against external devices yet)", l.link.Address))
+		if l.name == "wan" {
+			if *l.pfx, err = netip.ParsePrefix(l.link.Address); err != nil || l.pfx.Addr().Zone() != "" || l.pfx.Addr().Is4In6() {
+				return perr(at(l.name, "address"), "external."+l.name+".address", fmt.Errorf("%q: want gw1's outer address with its prefix length, IPv4 or IPv6, e.g. 198.51.100.1/24 or 2001:db8:5::1/64", l.link.Address))
+			}
+		} else if *l.pfx, err = netip.ParsePrefix(l.link.Address); err != nil || !l.pfx.Addr().Is4() {
+			return perr(at(l.name, "address"), "external."+l.name+".address", fmt.Errorf("%q: want hostB's IPv4 address with its prefix length, e.g. 203.0.113.10/24 (the traffic is IPv4 against an external device)", l.link.Address))
 		}
 		if *l.dut, err = netip.ParseAddr(l.link.DUT); err != nil || !l.pfx.Contains(*l.dut) || *l.dut == l.pfx.Addr() {
 			return perr(at(l.name, "dut"), "external."+l.name+".dut", fmt.Errorf("%q: want the device's address in %s", l.link.DUT, l.pfx.Masked()))
@@ -149,8 +153,20 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 			return perr(k.Line, f, errors.New("with peer: external the SAs come from external.sa-file and gw2 is the device"))
 		}
 	}
-	if s.Topology.Inner != "ipv4" || s.Topology.Outer != "ipv4" {
-		return perr(lineOf(s.root, "topology"), "topology", errors.New("IPv4 only against an external device"))
+	// The outer family is the WAN addresses'.
+	outer := "ipv4"
+	if e.wan.Addr().Is6() {
+		outer = "ipv6"
+	}
+	_, topo := lookup(s.root, "topology")
+	for _, f := range []string{"outer", "family"} {
+		if k, _ := lookup(topo, f); k != nil && s.Topology.Outer != outer {
+			return perr(k.Line, "topology."+f, fmt.Errorf("outer %s, but external.wan's addresses are %s: leave the outer family to them", s.Topology.Outer, outer))
+		}
+	}
+	s.Topology.Outer = outer
+	if s.Topology.Inner != "ipv4" {
+		return perr(lineOf(s.root, "topology"), "topology.inner", errors.New("IPv4 traffic only against an external device"))
 	}
 	return nil
 }
@@ -161,12 +177,18 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 func (e *External) addresses() *netns.Addresses {
 	a := netns.StandardAddresses()
 	bits := e.wan.Bits()
-	a.GW1WAN4 = e.wan
-	a.GW2WAN4 = netip.PrefixFrom(e.wanDUT, bits)
 	// The wan namespace's router addresses are gone once the relay runs;
 	// they only need to be free addresses of the WAN subnet meanwhile.
 	free := freeAddrs(e.wan.Masked(), 2, e.wan.Addr(), e.wanDUT)
-	a.WANToGW14, a.WANToGW24 = netip.PrefixFrom(free[0], bits), netip.PrefixFrom(free[1], bits)
+	if e.wan.Addr().Is6() {
+		a.GW1WAN6 = e.wan
+		a.GW2WAN6 = netip.PrefixFrom(e.wanDUT, bits)
+		a.WANToGW16, a.WANToGW26 = netip.PrefixFrom(free[0], bits), netip.PrefixFrom(free[1], bits)
+	} else {
+		a.GW1WAN4 = e.wan
+		a.GW2WAN4 = netip.PrefixFrom(e.wanDUT, bits)
+		a.WANToGW14, a.WANToGW24 = netip.PrefixFrom(free[0], bits), netip.PrefixFrom(free[1], bits)
+	}
 	a.LANB4 = e.lan.Masked()
 	a.HostB4 = e.lan
 	a.GW2LAN4 = netip.PrefixFrom(e.lanDUT, e.lan.Bits())
@@ -181,13 +203,15 @@ func (e *External) addresses() *netns.Addresses {
 	return &a
 }
 
-// freeAddrs picks n addresses of p, from its top, other than taken.
+// freeAddrs picks n addresses of p, from its top (below the last, IPv4's
+// broadcast), other than taken.
 func freeAddrs(p netip.Prefix, n int, taken ...netip.Addr) []netip.Addr {
 	var out []netip.Addr
-	last := p.Addr()
-	for a := p.Addr(); p.Contains(a); a = a.Next() {
-		last = a
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
 	}
+	last, _ := netip.AddrFromSlice(b)
 	for a := last.Prev(); p.Contains(a) && len(out) < n; a = a.Prev() {
 		ok := a != p.Addr()
 		for _, t := range taken {

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -109,6 +110,55 @@ func TestExternalHint(t *testing.T) {
 	} {
 		if got := c.x.hint(c.m, c.found); !strings.Contains(got, c.want) {
 			t.Errorf("hint(%v, %v) = %q, want it to say %q", c.m, c.found, got, c.want)
+		}
+	}
+}
+
+// IPv6 WAN addresses make the tunnel's outer family IPv6 (the traffic stays
+// IPv4); a topology that says otherwise is refused.
+func TestExternalIPv6Outer(t *testing.T) {
+	dir := t.TempDir()
+	sas := `sa:
+  - {spi: 0x6001, mode: tunnel, src: "2001:db8:5::1", dst: "2001:db8:5::129", enc: aes-cbc, enc-key: 0x000102030405060708090a0b0c0d0e0f, auth: hmac-sha1-96, auth-key: 0x0102030405060708090a0b0c0d0e0f1011121314}
+  - {spi: 0x6002, mode: tunnel, src: "2001:db8:5::129", dst: "2001:db8:5::1", enc: aes-cbc, enc-key: 0x000102030405060708090a0b0c0d0e0f, auth: hmac-sha1-96, auth-key: 0x0102030405060708090a0b0c0d0e0f1011121314}
+`
+	if err := os.WriteFile(filepath.Join(dir, "sas.yaml"), []byte(sas), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	doc := `name: v6
+peer: external
+external:
+  wan: {interface: eth9, address: "2001:db8:5::1/64", dut: "2001:db8:5::129"}
+  lan: {interface: eth8, address: 203.0.113.10/24, dut: 203.0.113.1}
+  near: 192.0.2.0/24
+  sa-file: sas.yaml
+traffic:
+  steps:
+    - {name: sweep, ping: {sizes: [56], count: 1}}
+expect:
+  delivered: == 1
+`
+	file := filepath.Join(dir, "v6.yaml")
+	scs, err := Parse(file, []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := scs[0]
+	if s.Topology.Outer != "ipv6" || s.External.out.SPI != 0x6001 {
+		t.Fatalf("outer %q, SA out %+v", s.Topology.Outer, s.External.out)
+	}
+	a := s.External.addresses()
+	if a.GW1WAN6.String() != "2001:db8:5::1/64" || a.GW2WAN6.String() != "2001:db8:5::129/64" ||
+		a.WANToGW16.String() != "2001:db8:5:0:ffff:ffff:ffff:fffe/64" || a.WANToGW26.String() != "2001:db8:5:0:ffff:ffff:ffff:fffd/64" {
+		t.Errorf("addresses: gw1 %s gw2 %s wan %s %s", a.GW1WAN6, a.GW2WAN6, a.WANToGW16, a.WANToGW26)
+	}
+	for _, bad := range []struct{ topo, want string }{
+		{"topology: {outer: ipv4}\n", "topology.outer: outer ipv4, but external.wan's addresses are ipv6"},
+		{"topology: {inner: ipv6}\n", "topology.inner: IPv4 traffic only"},
+	} {
+		_, err := Parse(file, []byte(doc+bad.topo))
+		if err == nil || !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("%s: %v, want %q", strings.TrimSpace(bad.topo), err, bad.want)
 		}
 	}
 }
