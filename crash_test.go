@@ -1,11 +1,17 @@
 package espgw_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
@@ -259,5 +266,144 @@ func TestDefaultStateDir(t *testing.T) {
 	pingAll(t, b, 3)
 	if bound := storedBound(t, dir); bound <= saOf(t, b, 0, "out").LastSeq {
 		t.Errorf("bound %d not above the last sequence number sent", bound)
+	}
+}
+
+// TestSequenceRecoveryDamagedJournal kills gw1 with -9 and damages its
+// sequence journal in each way a disk or a hand can: cut inside a record,
+// a digit changed, random bytes, emptied, deleted, replaced by a symbolic
+// link to another file, grown to 6 GB. Each time the restarted gateway
+// refuses to start, naming the damage and --sequence-skip, and sends
+// nothing; started with --sequence-skip it does, and the first sequence
+// number of its SA on the wire is above every one it sent before the
+// kill, so gw2 drops nothing as replay or outside-window. A plain kill -9
+// with the journal intact needs no flag.
+func TestSequenceRecoveryDamagedJournal(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	b := startBed(t, testbed.Options{Prefix: "itdmg", Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
+	var mu sync.Mutex
+	var seqs []uint32 // of gw1's outbound SA, as they cross the WAN
+	sn, err := capture.Sniff(b.Topo.WAN, "gw1", capture.SniffOptions{}, func(p capture.Sniffed) {
+		d := p.Data
+		if len(d) < 20 || d[0]>>4 != 4 || d[9] != 50 {
+			return
+		}
+		ihl := int(d[0]&15) * 4
+		if len(d) < ihl+8 || binary.BigEndian.Uint32(d[ihl:]) != b.SAs[0].SPI {
+			return
+		}
+		mu.Lock()
+		seqs = append(seqs, binary.BigEndian.Uint32(d[ihl+4:]))
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sn.Stop()
+	seen := func() []uint32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seqs)
+	}
+	dir := filepath.Join(b.Dir, "gw1-state")
+	journal := filepath.Join(dir, gateway.JournalName)
+	victim := filepath.Join(b.Dir, "victim")
+	if err := os.WriteFile(victim, []byte("not a journal\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	edit := func(f func([]byte) []byte) error {
+		data, err := os.ReadFile(journal)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(journal, f(data), 0o600)
+	}
+	for _, c := range []struct {
+		name, says string
+		damage     func() error
+	}{
+		{"intact", "", func() error { return nil }},
+		{"cut inside a record", "ends inside a record", func() error { return os.Truncate(journal, 110) }},
+		{"a digit changed", "CRC does not match", func() error {
+			return edit(func(d []byte) []byte {
+				i := bytes.LastIndex(d, []byte("00001001 198.51.100."))
+				i += bytes.IndexByte(d[i+len("00001001 "):], ' ') + len("00001001 ") + 1
+				d[i] = '0' + ('9'-d[i])%10
+				return d
+			})
+		}},
+		{"random bytes", "damaged at byte", func() error {
+			rnd := make([]byte, 8192)
+			rand.NewChaCha8([32]byte{1}).Read(rnd)
+			return os.WriteFile(journal, rnd, 0o600)
+		}},
+		{"emptied", "holds no record", func() error { return os.Truncate(journal, 0) }},
+		{"deleted", "it is missing", func() error { return os.Remove(journal) }},
+		{"a symbolic link to another file", "symbolic link", func() error {
+			if err := os.Remove(journal); err != nil {
+				return err
+			}
+			return os.Symlink(victim, journal)
+		}},
+		{"grown to 6 GB", "more than a journal ever grows to", func() error { return os.Truncate(journal, 6<<30) }},
+	} {
+		pingAll(t, b, 3)
+		before := seen()
+		if len(before) == 0 {
+			t.Fatal("no ESP packet of gw1's SA seen on the WAN")
+		}
+		highest := slices.Max(before)
+		if _, err := b.StopGateway(0, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.damage(); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.says != "" {
+			err := b.StartGateway(ctx, 0)
+			if err == nil {
+				t.Fatalf("%s: gw1 started on the damaged journal", c.name)
+			}
+			if !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "--sequence-skip") {
+				t.Fatalf("%s: gw1 refused to start without saying %q and how to go on: %v", c.name, c.says, err)
+			}
+			// Traffic while it is down: none of it may leave under the SA.
+			testbed.Ping(ctx, b.Topo.HostA, b.Topo.Addr.HostB4.Addr(), testbed.PingOptions{Size: 100, Count: 2, Deadline: time.Second})
+			if n := len(seen()); n != len(before) {
+				t.Fatalf("%s: gw1 refused to start, but %d ESP packets of its SA crossed the WAN", c.name, n-len(before))
+			}
+		}
+		// What an operator knows: no more than twice the highest number
+		// ever sent can have gone out (the skip counts from what the
+		// journal still shows, nothing at all for random bytes).
+		var args []string
+		if c.says != "" {
+			args = []string{"--sequence-skip", strconv.FormatUint(2*uint64(highest)+1<<20, 10)}
+		}
+		if err := b.StartGateway(ctx, 0, args...); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if c.says != "" && !strings.Contains(b.GW[0].Output(), "SA resumes skipped") {
+			t.Errorf("%s: no warning naming the jump:\n%s", c.name, b.GW[0].Output())
+		}
+		pingAll(t, b, 3)
+		after := seen()[len(before):]
+		if len(after) == 0 {
+			t.Fatalf("%s: no ESP packet of gw1's SA after its restart", c.name)
+		}
+		if after[0] <= highest {
+			t.Errorf("%s: gw1's first sequence number after the restart is %d, not above %d, sent before the kill", c.name, after[0], highest)
+		}
+		t.Logf("%s: highest before the kill %d, first after the restart %d", c.name, highest, after[0])
+	}
+	if data, err := os.ReadFile(victim); err != nil || string(data) != "not a journal\n" {
+		t.Errorf("the file the link pointed to was changed: %q, %v", data, err)
+	}
+	in := saOf(t, b, 1, "in")
+	for _, r := range []string{"replay", "outside-window"} {
+		if n := in.Drops[r]; n != 0 {
+			t.Errorf("gw2 dropped %d packets as %s", n, r)
+		}
 	}
 }

@@ -200,7 +200,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		list = append(list, x)
 	}
 	rt.Gateway = New(rt.TUN, list, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, SequenceSkip: cfg.SequenceSkip, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
