@@ -37,8 +37,9 @@ import (
 // SA waits for one fsync at most, off the data path. Each write starts on
 // a JournalBlock boundary and is padded to one, so a write torn by a crash
 // never shares a disk block with records already durable. A record carries
-// a CRC: a torn record is skipped when the journal is read back (it was
-// never durable, so no packet went out under it). When the journal has
+// a CRC, and the journal is trusted only when it proves itself (journal.go:
+// what a crash during the last write leaves is skipped, anything else is
+// damage, refused unless the gateway is told to skip). When the journal has
 // grown to twice what it holds, it is rewritten with one record per SA
 // (to a temporary file, fsynced, renamed over the journal, the directory
 // fsynced). Several gateways may share a state directory (one per
