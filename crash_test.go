@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -282,30 +283,7 @@ func TestSequenceRecoveryDamagedJournal(t *testing.T) {
 	needRoot(t)
 	ctx := context.Background()
 	b := startBed(t, testbed.Options{Prefix: "itdmg", Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
-	var mu sync.Mutex
-	var seqs []uint32 // of gw1's outbound SA, as they cross the WAN
-	sn, err := capture.Sniff(b.Topo.WAN, "gw1", capture.SniffOptions{}, func(p capture.Sniffed) {
-		d := p.Data
-		if len(d) < 20 || d[0]>>4 != 4 || d[9] != 50 {
-			return
-		}
-		ihl := int(d[0]&15) * 4
-		if len(d) < ihl+8 || binary.BigEndian.Uint32(d[ihl:]) != b.SAs[0].SPI {
-			return
-		}
-		mu.Lock()
-		seqs = append(seqs, binary.BigEndian.Uint32(d[ihl+4:]))
-		mu.Unlock()
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sn.Stop()
-	seen := func() []uint32 {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(seqs)
-	}
+	seen := sniffSeqs(t, b, b.SAs[0].SPI)
 	dir := filepath.Join(b.Dir, "gw1-state")
 	journal := filepath.Join(dir, gateway.JournalName)
 	victim := filepath.Join(b.Dir, "victim")
@@ -405,5 +383,101 @@ func TestSequenceRecoveryDamagedJournal(t *testing.T) {
 		if n := in.Drops[r]; n != 0 {
 			t.Errorf("gw2 dropped %d packets as %s", n, r)
 		}
+	}
+}
+
+// sniffSeqs watches gw1's side of the WAN for ESP packets of the SA spi
+// and returns what lists their sequence numbers so far, in wire order.
+func sniffSeqs(t *testing.T, b *testbed.Bed, spi uint32) func() []uint32 {
+	t.Helper()
+	var mu sync.Mutex
+	var seqs []uint32
+	sn, err := capture.Sniff(b.Topo.WAN, "gw1", capture.SniffOptions{}, func(p capture.Sniffed) {
+		d := p.Data
+		if len(d) < 20 || d[0]>>4 != 4 || d[9] != 50 {
+			return
+		}
+		ihl := int(d[0]&15) * 4
+		if len(d) < ihl+8 || binary.BigEndian.Uint32(d[ihl:]) != spi {
+			return
+		}
+		mu.Lock()
+		seqs = append(seqs, binary.BigEndian.Uint32(d[ihl+4:]))
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sn.Stop() })
+	return func() []uint32 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seqs)
+	}
+}
+
+// TestReloadEditKeepsNumbering runs both gateways with state-dir: off,
+// adds a soft lifetime to every SA and reloads them (SIGHUP): the SAs
+// keep their identity (SPI, addresses, keys), so gw1's numbers on the wire
+// go on from where they were instead of starting at 1 again, gw2 drops
+// none as replay, and the pings all cross. Each log says the SAs kept
+// their numbers and windows.
+func TestReloadEditKeepsNumbering(t *testing.T) {
+	needRoot(t)
+	ctx := context.Background()
+	b := startBed(t, testbed.Options{Prefix: "itedit", Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
+	for i := range b.GW {
+		if _, err := b.StopGateway(i, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := os.ReadFile(b.GW[i].Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		off := regexp.MustCompile(`(?m)^state-dir: .*$`).ReplaceAll(cfg, []byte("state-dir: off"))
+		if err := os.WriteFile(b.GW[i].Config, off, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.StartGateway(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.GW[i].Output(), "state-dir: off") {
+			t.Fatalf("gw%d did not run with state-dir: off:\n%s", i+1, b.GW[i].Output())
+		}
+	}
+	seen := sniffSeqs(t, b, b.SAs[0].SPI)
+	pingAll(t, b, 20)
+	before := seen()
+	if len(before) < 20 {
+		t.Fatalf("%d ESP packets of gw1's SA seen before the reload, want 20", len(before))
+	}
+	for _, s := range b.SAs {
+		s.Soft = sa.Lifetime{Packets: 1 << 30}
+	}
+	if err := sa.WriteFile(filepath.Join(b.Dir, "sas.yaml"), &sa.Config{SAs: b.SAs[:]}); err != nil {
+		t.Fatal(err)
+	}
+	for i, g := range b.GW {
+		if err := g.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.Contains(g.Output(), "SA changed: it keeps its sequence numbers and replay window") {
+			if time.Now().After(deadline) {
+				t.Fatalf("gw%d's log does not say its edited SAs kept their numbers:\n%s", i+1, g.Output())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	pingAll(t, b, 5)
+	after := seen()[len(before):]
+	if len(after) == 0 {
+		t.Fatal("no ESP packet of gw1's SA after the reload")
+	}
+	if highest := slices.Max(before); after[0] <= highest {
+		t.Errorf("gw1's first sequence number after the reload is %d, not above %d before it: numbering restarted", after[0], highest)
+	}
+	if n := saOf(t, b, 1, "in").Drops["replay"]; n != 0 {
+		t.Errorf("gw2 dropped %d packets as replay after the reload", n)
 	}
 }
