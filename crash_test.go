@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/labtest"
+	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
@@ -180,9 +182,11 @@ func saOf(t *testing.T, b *testbed.Bed, i int, dir string) gateway.SAStats {
 	return gateway.SAStats{}
 }
 
-// TestSecondGatewayRefused starts a second gateway with gw1's SAs in gw1's
-// namespace (its own TUN, no metrics): it refuses to start, naming the
-// first, which carries on.
+// TestSecondGatewayRefused starts second gateways beside gw1 (their own
+// TUN, no metrics, their own control socket): with gw1's SAs in gw1's
+// namespace, with only one of them there, and with gw1's SAs in another
+// namespace but gw1's state directory. Each refuses to start, naming gw1's
+// pid and an SA they share; gw1 carries on.
 func TestSecondGatewayRefused(t *testing.T) {
 	needRoot(t)
 	b := startBed(t, testbed.Options{Prefix: "itlock", Suite: sa.Suite{Cipher: sa.CipherAESGCM16}})
@@ -190,18 +194,36 @@ func TestSecondGatewayRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := strings.NewReplacer("name: esp0", "name: esp1", "metrics: 127.0.0.1:9478", "metrics: off", "state-dir: gw1-state", "state-dir: gw1b-state").Replace(string(cfg))
-	path := filepath.Join(b.Dir, "gw1b.yaml")
-	if err := os.WriteFile(path, []byte(second), 0o600); err != nil {
+	if err := sa.WriteFile(filepath.Join(b.Dir, "subset.yaml"), &sa.Config{SAs: b.SAs[1:]}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	out, err := b.Topo.GW1.Command(ctx, labtest.Espgw(t), "run", "-c", path).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "another gateway (pid ") || !strings.Contains(string(out), "runs these SAs in network namespace") {
-		t.Fatalf("second gateway: %v\n%s", err, out)
+	gw1Out, gw1In := b.SAs[0], b.SAs[1]
+	for _, c := range []struct {
+		name, stateDir, saFile string
+		ns                     *netns.Namespace
+		where                  string
+		sa                     *sa.SA
+	}{
+		{"the same SAs", "gw1b-state", "sas.yaml", b.Topo.GW1, "in network namespace " + b.Topo.GW1.Name(), nil},
+		{"a subset", "gw1b-state", "subset.yaml", b.Topo.GW1, "in network namespace " + b.Topo.GW1.Name(), gw1In},
+		{"the state directory", "gw1-state", "sas.yaml", b.Topo.HostA, "in state directory " + filepath.Join(b.Dir, "gw1-state"), gw1Out},
+	} {
+		second := strings.NewReplacer("name: esp0", "name: esp1", "metrics: 127.0.0.1:9478", "metrics: off", "state-dir: gw1-state", "state-dir: "+c.stateDir,
+			"sa-file: sas.yaml", "sa-file: "+c.saFile, "control: gw1.sock", "control: gw1b.sock").Replace(string(cfg))
+		path := filepath.Join(b.Dir, "gw1b.yaml")
+		if err := os.WriteFile(path, []byte(second), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		out, err := c.ns.Command(ctx, labtest.Espgw(t), "run", "-c", path).CombinedOutput()
+		cancel()
+		who := fmt.Sprintf("is run by another gateway (pid %d) %s", b.GW[0].PID(), c.where)
+		named := c.sa == nil || strings.Contains(string(out), fmt.Sprintf("SA %#x to %s", c.sa.SPI, c.sa.Dst))
+		if err == nil || !strings.Contains(string(out), who) || !named {
+			t.Fatalf("%s: second gateway: %v, want a refusal saying %q and naming the SA\n%s", c.name, err, who, out)
+		}
+		pingAll(t, b, 3)
 	}
-	pingAll(t, b, 3)
 }
 
 // TestTransportModeRestartAfterKill kills a transport-mode gateway with -9:

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -17,37 +18,53 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// TestLockRefusesASecondGateway: a second gateway with the same SAs in one
-// namespace is refused with a clear error, whatever order its SAs are
-// given in; another SA set is not; a released lock (or a dead holder's)
-// lets the next one in.
-func TestLockRefusesASecondGateway(t *testing.T) {
-	root := t.TempDir()
-	mk := func(spi uint32, dst string) *sa.SA {
-		return &sa.SA{SPI: spi, Dst: netip.MustParseAddr(dst)}
-	}
-	set := []*sa.SA{mk(0x1001, "198.51.100.2"), mk(0x2001, "198.51.100.1")}
-	first, err := lockSAs(root, set)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = lockSAs(root, []*sa.SA{set[1], set[0]})
-	if err == nil || !strings.Contains(err.Error(), "another gateway (pid ") || !strings.Contains(err.Error(), "runs these SAs in network namespace") {
-		t.Fatalf("second gateway with the same SAs: %v", err)
-	}
-	other, err := lockSAs(root, []*sa.SA{mk(0x3001, "198.51.100.2")})
-	if err != nil {
-		t.Fatalf("another SA set: %v", err)
-	}
-	other.release()
-	first.release()
-	again, err := lockSAs(root, set)
-	if err != nil {
-		t.Fatalf("after the first released its lock: %v", err)
-	}
-	again.release()
-	if left, _ := filepath.Glob(filepath.Join(root, "*")); len(left) != 0 {
-		t.Errorf("lock files or directories left: %v", left)
+// TestClaimRefusesOverlap: a second gateway claiming any SA (SPI and
+// destination) a live one claims in the directory is refused, naming the
+// first's pid and the SA — the same set in any order, a subset, a
+// superset — while SAs of their own (another SPI, or the same SPI to
+// another destination) are not; a released claim, or a dead holder's
+// file, lets the next one in.
+func TestClaimRefusesOverlap(t *testing.T) {
+	mk := func(spi uint32, dst string) *sa.SA { return &sa.SA{SPI: spi, Dst: netip.MustParseAddr(dst)} }
+	a, b := mk(0x1001, "198.51.100.2"), mk(0x2001, "198.51.100.1")
+	for _, c := range []struct {
+		name   string
+		second []*sa.SA
+		clash  string
+	}{
+		{"the same set", []*sa.SA{b, a}, "SA 0x"},
+		{"a subset", []*sa.SA{b}, "SA 0x2001 to 198.51.100.1"},
+		{"a superset", []*sa.SA{a, b, mk(0x3001, "198.51.100.2")}, "SA 0x"},
+		{"another SPI", []*sa.SA{mk(0x3001, "198.51.100.2")}, ""},
+		{"the SPI to another destination", []*sa.SA{mk(0x1001, "198.51.100.9")}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			root := t.TempDir()
+			first, err := claimSAs(root, "network namespace test", []*sa.SA{a, b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, err := claimSAs(root, "network namespace test", c.second)
+			switch {
+			case c.clash == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case c.clash != "" && (err == nil || !strings.Contains(err.Error(), c.clash) ||
+				!strings.Contains(err.Error(), fmt.Sprintf("another gateway (pid %d) in network namespace test", os.Getpid()))):
+				t.Fatalf("got %v, want a refusal naming %q and the other's pid", err, c.clash)
+			}
+			second.release()
+			first.release()
+			again, err := claimSAs(root, "network namespace test", c.second)
+			if err != nil {
+				t.Fatalf("after the first released its claim: %v", err)
+			}
+			// A holder killed with -9 leaves its file, unlocked.
+			again.f.Close()
+			again.f = nil
+			if _, err := claimSAs(root, "network namespace test", c.second); err != nil {
+				t.Fatalf("after its holder died: %v", err)
+			}
+		})
 	}
 }
 
@@ -489,41 +506,49 @@ func fillTmpfs(t *testing.T) string {
 	return ""
 }
 
-// TestRelockFollowsTheSet: a reload to another SA set moves the lock (and
-// is refused when another gateway holds the new set's); a reload to the
-// same set keeps it.
-func TestRelockFollowsTheSet(t *testing.T) {
+// TestClaimFollowsChanges: a reload's set replaces the claim, a control
+// socket change adds and removes SAs of it, each refused when another
+// gateway claims an SA it brings, and left as it was when refused or when
+// the change itself fails.
+func TestClaimFollowsChanges(t *testing.T) {
 	root := t.TempDir()
-	mk := func(spi uint32) []*sa.SA { return []*sa.SA{{SPI: spi, Dst: netip.MustParseAddr("198.51.100.2")}} }
-	mine, err := lockSAs(root, mk(1))
+	mk := func(spi uint32) *sa.SA { return &sa.SA{SPI: spi, Dst: netip.MustParseAddr("198.51.100.2")} }
+	mine, err := claimSAs(root, "here", []*sa.SA{mk(1)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	theirs, err := lockSAs(root, mk(2))
+	defer mine.release()
+	theirs, err := claimSAs(root, "here", []*sa.SA{mk(2)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if same, commit, err := mine.relock(root, mk(1)); err != nil || same != mine {
-		t.Fatalf("relock to the same set: %v, %v", same, err)
+	defer theirs.release()
+	ok := func() error { return nil }
+	if err := mine.replace([]*sa.SA{mk(1), mk(2)}, ok); err == nil || !strings.Contains(err.Error(), "SA 0x2 ") {
+		t.Fatalf("a reload to an SA another gateway runs: %v", err)
+	}
+	if err := mine.change([]*sa.SA{mk(2)}, nil, ok); err == nil {
+		t.Fatal("an added SA another gateway runs was not refused")
+	}
+	if err := mine.replace([]*sa.SA{mk(3)}, func() error { return errors.New("load failed") }); err == nil {
+		t.Fatal("a failed change was not reported")
+	}
+	if c, err := claimSAs(root, "here", []*sa.SA{mk(3)}); err != nil {
+		t.Fatalf("a failed change claimed its SA: %v", err)
 	} else {
-		commit()
+		c.release()
 	}
-	if _, _, err := mine.relock(root, mk(2)); err == nil || !strings.Contains(err.Error(), "another gateway") {
-		t.Fatalf("relock to a set another gateway runs: %v", err)
-	}
-	next, commit, err := mine.relock(root, mk(3))
-	if err != nil {
+	if err := mine.replace([]*sa.SA{mk(3)}, ok); err != nil {
 		t.Fatal(err)
 	}
-	commit()
-	if again, err := lockSAs(root, mk(1)); err != nil {
-		t.Errorf("the old set's lock was not released: %v", err)
-	} else {
-		again.release()
+	if err := mine.change([]*sa.SA{mk(4)}, []saKey{keyOf(mk(3))}, ok); err != nil {
+		t.Fatal(err)
 	}
-	if _, err := lockSAs(root, mk(3)); err == nil {
-		t.Error("the new set is not locked")
+	for spi, held := range map[uint32]bool{1: false, 3: false, 4: true} {
+		c, err := claimSAs(root, "here", []*sa.SA{mk(spi)})
+		if held != (err != nil) {
+			t.Errorf("SA %d: claimed by the first %v, second claim: %v", spi, held, err)
+		}
+		c.release()
 	}
-	next.release()
-	theirs.release()
 }
