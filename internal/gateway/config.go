@@ -46,6 +46,9 @@ type Config struct {
 	// StateDir keeps outbound sequence reservations across restarts
 	// (default DefaultStateRoot/<namespace>; StateDirOff turns them off).
 	StateDir string
+	// SequenceSkip is Options.SequenceSkip: not a setting of the file but
+	// of the command that starts the gateway (espgw run --sequence-skip).
+	SequenceSkip uint64
 	// Control is the path of the control socket (espgw sa|policy …);
 	// empty: none.
 	Control string
