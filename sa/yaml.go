@@ -808,12 +808,18 @@ func ReadFileAtMost(path string, limit int64) ([]byte, error) {
 	if fi.Size() > limit {
 		return nil, fmt.Errorf("%s is %d bytes, larger than the %d bytes such a file may be", path, fi.Size(), limit)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	return ReadAtMost(f, path, limit)
+}
+
+// ReadAtMost reads all of r, at most limit bytes, and refuses more with an
+// error calling r name.
+func ReadAtMost(r io.Reader, name string, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than the %d bytes such a file may be", path, limit)
+		return nil, fmt.Errorf("%s is larger than the %d bytes such a file may be", name, limit)
 	}
 	return data, nil
 }
