@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
@@ -51,6 +52,9 @@ become outbound policies, those of SAs to it inbound (and forward) policies.`,
 					return fmt.Errorf("sa convert: %w", err)
 				}
 			}
+			// A converter is run by hand, not on a hot path: the garbage
+			// collector keeps to a small heap at some cost in CPU.
+			debug.SetMemoryLimit(24 << 20)
 			name, data, err := readInput(cmd, args[0])
 			if err != nil {
 				return fmt.Errorf("sa convert: %w", err)
@@ -86,12 +90,12 @@ become outbound policies, those of SAs to it inbound (and forward) policies.`,
 }
 
 // readInput reads the SA file path, or standard input for "-", at most
-// sa.MaxFileSize bytes, and the name its messages call it by.
+// sa.MaxConvertSize bytes, and the name its messages call it by.
 func readInput(cmd *cobra.Command, path string) (string, []byte, error) {
 	if path == "-" {
-		data, err := sa.ReadAtMost(cmd.InOrStdin(), "standard input", sa.MaxFileSize)
+		data, err := sa.ReadAtMost(cmd.InOrStdin(), "standard input", sa.MaxConvertSize)
 		return "stdin", data, err
 	}
-	data, err := sa.ReadFileAtMost(path, sa.MaxFileSize)
+	data, err := sa.ReadFileAtMost(path, sa.MaxConvertSize)
 	return filepath.Base(path), data, err
 }
