@@ -234,9 +234,13 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 // an SA fits into outer-mtu is allowed: the larger inner packets get ICMP
 // "fragmentation needed" / "packet too big" with the MTU that fits, or,
 // IPv4 without DF, leave as outer fragments (header.go).
-func (c *Config) checkMTU() error {
+func (c *Config) checkMTU() error { return c.CheckSAs(c.SAs) }
+
+// CheckSAs refuses SAs this gateway could never send with (see checkMTU):
+// the file loader's check, which the control socket's additions get too.
+func (c *Config) CheckSAs(sas []*sa.SA) error {
 	var errs errlist.List
-	for _, s := range c.SAs {
+	for _, s := range sas {
 		if !slices.Contains(c.Local, s.Src) {
 			continue
 		}
