@@ -508,6 +508,9 @@ func (rt *Runtime) closeUnused() {
 func (rt *Runtime) ApplyChange(c Change) error {
 	rt.changeMu.Lock()
 	defer rt.changeMu.Unlock()
+	if err := rt.Config.CheckSAs(c.Add); err != nil {
+		return err
+	}
 	var gone []*sa.SA
 	for _, id := range c.Del {
 		cfg, err := rt.Find(id)
