@@ -58,8 +58,10 @@ type Options struct {
 	// RetireAfter is how long the engine session of an SA taken out of
 	// force stays open for packets in flight (default DefaultRetireAfter).
 	RetireAfter time.Duration
-	// ICMPSource are addresses ICMP too-big errors may come from (the TUN's
-	// own addresses); the local outer addresses serve otherwise.
+	// ICMPSource are the addresses an ICMP too-big error written into the
+	// TUN may come from, in order of preference (Start gives the TUN's
+	// addresses, then the local outer ones, then the TUN's link-local
+	// ones); the local outer addresses serve when it is empty.
 	ICMPSource []netip.Addr
 	Log        *slog.Logger
 }
@@ -333,7 +335,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	start(g.outbound)
 	start(g.lifetimes)
 	for _, c := range g.icmpConns {
-		start(func(ctx context.Context) error { g.readICMP(c); return nil })
+		if c.watch {
+			start(func(ctx context.Context) error { g.readICMP(c); return nil })
+		}
 	}
 	g.connMu.Lock()
 	g.run = r
