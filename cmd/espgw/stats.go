@@ -68,8 +68,8 @@ func printStats(w io.Writer, st gateway.Stats) {
 		fmt.Fprintf(w, "\ngateway drops: %s\n", esp.FormatCounts(st.Drops))
 	}
 	for _, k := range st.Sockets {
-		fmt.Fprintf(w, "socket %s %s: in %d out %d; ignored: keepalives=%d non-esp=%d short=%d truncated=%d; errors: send=%d receive=%d\n",
-			k.Kind, k.Local, k.PacketsIn, k.PacketsOut, k.Keepalives, k.NonESP, k.Short, k.Truncated, k.SendErrors, k.ReceiveErrors)
+		fmt.Fprintf(w, "socket %s %s: in %d out %d; keepalives sent %d; ignored: keepalives=%d non-esp=%d short=%d truncated=%d; errors: send=%d receive=%d\n",
+			k.Kind, k.Local, k.PacketsIn, k.PacketsOut, k.KeepalivesSent, k.Keepalives, k.NonESP, k.Short, k.Truncated, k.SendErrors, k.ReceiveErrors)
 	}
 	for _, x := range st.XDP {
 		fmt.Fprintf(w, "af_xdp %s (%s, %d queues): in %d out %d kicks %d; through the raw socket %d (no neighbour %d); dropped: malformed=%d truncated=%d tx-ring-full=%d; kernel: rx-dropped=%d rx-ring-full=%d fill-ring-empty=%d\n",

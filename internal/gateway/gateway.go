@@ -63,7 +63,10 @@ type Options struct {
 	// addresses, then the local outer ones, then the TUN's link-local
 	// ones); the local outer addresses serve when it is empty.
 	ICMPSource []netip.Addr
-	Log        *slog.Logger
+	// NATKeepalive says which UDP-encapsulated outbound SAs send RFC 3948
+	// NAT keepalives, and how often (the zero value: none).
+	NATKeepalive NATKeepalive
+	Log          *slog.Logger
 }
 
 // DefaultInline is Options.Inline's default on a machine of more than
@@ -334,6 +337,9 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	start(g.outbound)
 	start(g.lifetimes)
+	if g.opts.NATKeepalive.Every > 0 {
+		start(g.keepalives)
+	}
 	for _, c := range g.icmpConns {
 		if c.watch {
 			start(func(ctx context.Context) error { g.readICMP(c); return nil })

@@ -209,7 +209,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		sources = append(sources, ll...)
 	}
 	rt.Gateway = New(rt.TUN, list, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: sources, StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: sources, NATKeepalive: cfg.NATKeepalive, StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)

@@ -286,6 +286,7 @@ var (
 	descSockPkts   = prometheus.NewDesc("espgw_socket_packets_total", "ESP packets through an outer socket, by direction.", []string{"kind", "local", "direction"}, nil)
 	descSockBytes  = prometheus.NewDesc("espgw_socket_bytes_total", "ESP bytes through an outer socket, by direction.", []string{"kind", "local", "direction"}, nil)
 	descSockIgnore = prometheus.NewDesc("espgw_socket_ignored_total", "Datagrams an outer socket received and did not pass on, by reason: keepalive, non_esp, short, truncated.", []string{"kind", "local", "reason"}, nil)
+	descSockKeep   = prometheus.NewDesc("espgw_socket_keepalives_sent_total", "RFC 3948 NAT keepalives sent from an outer socket (nat-keepalive).", []string{"kind", "local"}, nil)
 	descSockErrors = prometheus.NewDesc("espgw_socket_errors_total", "Failed socket calls: send (packets the kernel refused), receive (failed receive calls).", []string{"kind", "local", "op"}, nil)
 
 	descXDPPkts     = prometheus.NewDesc("espgw_xdp_packets_total", "ESP packets through the AF_XDP rings (wan-io), by direction.", []string{"device", "direction"}, nil)
@@ -319,7 +320,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		descPackets, descDrops, descPMTU,
 		descSAPkts, descSABytes, descSADrops, descSASeq, descSATop, descSAPMTU,
-		descSockPkts, descSockBytes, descSockIgnore, descSockErrors,
+		descSockPkts, descSockBytes, descSockIgnore, descSockKeep, descSockErrors,
 		descXDPPkts, descXDPBytes, descXDPKicks, descXDPFallback, descXDPNoNeigh, descXDPDrops, descXDPErrors, descXDPInvalid, descXDPTxEmpty,
 		descEngOps, descEngBytes, descEngBatches, descEngRecords, descEngMCRFull, descEngInterrupts, descEngDoorbells, descEngCompl,
 		descEngQueueFull, descEngErrors, descEngBadICV, descQueue, descQueueMax, descBatchMax, descDriver,
@@ -391,6 +392,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descSockIgnore, k.NonESP, kind, local, "non_esp")
 		counter(descSockIgnore, k.Short, kind, local, "short")
 		counter(descSockIgnore, k.Truncated, kind, local, "truncated")
+		counter(descSockKeep, k.KeepalivesSent, kind, local)
 		counter(descSockErrors, k.SendErrors, kind, local, "send")
 		counter(descSockErrors, k.ReceiveErrors, kind, local, "receive")
 	}
