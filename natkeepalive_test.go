@@ -86,19 +86,21 @@ func natKeepalive(t *testing.T, setting string, arrives bool) {
 			t.Fatal(err)
 		}
 	}
+	// Up to three requests, a second apart, for the one reply wanted: a
+	// loaded machine may lose one; without the mapping none gets through.
 	ping := func(from, to string) int {
 		ns, dst := b.Topo.HostA, a.HostB4.Addr()
 		if from == "hostB" {
 			ns, dst = b.Topo.HostB, a.HostA4.Addr()
 		}
-		r, err := testbed.Ping(ctx, ns, dst, testbed.PingOptions{Count: 1, Deadline: 3 * time.Second})
+		r, err := testbed.Ping(ctx, ns, dst, testbed.PingOptions{Count: 1, Interval: time.Second, Deadline: 3500 * time.Millisecond})
 		if err != nil {
 			t.Fatalf("ping %s from %s: %v", to, from, err)
 		}
 		return r.Received
 	}
 	// hostA's ping makes the mapping; hostB's reaches hostA through it.
-	if ping("hostA", "hostB") != 1 || ping("hostB", "hostA") != 1 {
+	if ping("hostA", "hostB") < 1 || ping("hostB", "hostA") < 1 {
 		t.Fatal("the tunnel does not carry pings through the NAT")
 	}
 	time.Sleep(idle)
@@ -120,9 +122,8 @@ func natKeepalive(t *testing.T, setting string, arrives bool) {
 		heard += k.Keepalives
 	}
 	t.Logf("after %v idle: hostB's ping answered %d; gw1 sent %d keepalives, gw2 heard %d", idle, got, sent, heard)
-	want := map[bool]int{true: 1, false: 0}[arrives]
-	if got != want {
-		t.Errorf("hostB's first ping after %v idle: %d replies, want %d (nat-keepalive: %s)", idle, got, want, setting)
+	if arrives != (got > 0) {
+		t.Errorf("hostB's pings after %v idle: %d replies, want them answered: %v (nat-keepalive: %s)", idle, got, arrives, setting)
 	}
 	if arrives && (sent < 3 || heard < 3) {
 		t.Errorf("gw1 sent %d keepalives and gw2 heard %d in %v idle, want at least 3 each", sent, heard, idle)
