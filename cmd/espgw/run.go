@@ -23,6 +23,7 @@ import (
 func newRun() *cobra.Command {
 	var file string
 	var skip uint64
+	var all bool
 	cmd := &cobra.Command{
 		Use:   "run -c FILE",
 		Short: "Run one gateway from a configuration file",
@@ -50,15 +51,16 @@ SA without ESN that N takes past 2^32 is refused (it needs new keys).`,
 				return err
 			}
 			cfg.SequenceSkip = skip
-			return runGateway(cmd.Context(), cmd, cfg)
+			return runGateway(cmd.Context(), cmd, cfg, all)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "config", "c", "", "gateway configuration file (YAML)")
 	cmd.Flags().Uint64Var(&skip, "sequence-skip", 0, "when the sequence journal does not prove itself, resume every outbound SA this far above the highest bound it still shows (default: refuse to start)")
+	cmd.Flags().BoolVar(&all, "all", false, fmt.Sprintf("list every SA in the final counters (beyond %d SAs they show the totals, the %d with the most traffic and every SA with drops)", saRowLimit, topSAs))
 	return cmd
 }
 
-func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config) error {
+func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config, all bool) error {
 	log := slog.Default()
 	rt, err := gateway.Start(cfg, log)
 	if err != nil {
@@ -123,7 +125,7 @@ func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config) er
 
 	err = rt.Run(ctx)
 	fmt.Fprintln(cmd.OutOrStdout(), "final counters:")
-	printStats(cmd.OutOrStdout(), rt.Stats())
+	printStats(cmd.OutOrStdout(), rt.Stats(), all)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

@@ -64,10 +64,15 @@ type Options struct {
 	// RetireAfter is how long the engine session of an SA taken out of
 	// force stays open for packets in flight (default DefaultRetireAfter).
 	RetireAfter time.Duration
-	// ICMPSource are addresses ICMP too-big errors may come from (the TUN's
-	// own addresses); the local outer addresses serve otherwise.
+	// ICMPSource are the addresses an ICMP too-big error written into the
+	// TUN may come from, in order of preference (Start gives the TUN's
+	// addresses, then the local outer ones, then the TUN's link-local
+	// ones); the local outer addresses serve when it is empty.
 	ICMPSource []netip.Addr
-	Log        *slog.Logger
+	// NATKeepalive says which UDP-encapsulated outbound SAs send RFC 3948
+	// NAT keepalives, and how often (the zero value: none).
+	NATKeepalive NATKeepalive
+	Log          *slog.Logger
 }
 
 // DefaultInline is Options.Inline's default on a machine of more than
@@ -339,8 +344,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	start(g.outbound)
 	start(g.lifetimes)
+	if g.opts.NATKeepalive.Every > 0 {
+		start(g.keepalives)
+	}
 	for _, c := range g.icmpConns {
-		start(func(ctx context.Context) error { g.readICMP(c); return nil })
+		if c.watch {
+			start(func(ctx context.Context) error { g.readICMP(c); return nil })
+		}
 	}
 	g.connMu.Lock()
 	g.run = r

@@ -437,7 +437,7 @@ func TestRetiredSAsKeepTheirCounts(t *testing.T) {
 		t.Errorf("sealed live %d retired %d right after the reload, want 0 and 7", live, retired)
 	}
 	body := getPage(t, r.gw1, "/metrics")
-	if !strings.Contains(body, `espgw_sa_packets_total{op="seal",spi="retired"} 7`) {
+	if !strings.Contains(body, `espgw_sa_packets_total{direction="out",local="",op="seal",remote="",spi="retired",suite=""} 7`) {
 		t.Errorf("/metrics lacks the retired SA's packets:\n%s", body)
 	}
 	waitFor(t, "the retired SA folded into the totals", func() bool {

@@ -214,8 +214,17 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	for _, x := range xdps {
 		list = append(list, x)
 	}
+	// ICMP errors written into the TUN come from the TUN's addresses, else
+	// the outer ones, else the TUN's link-local one (the gateway turns
+	// those off, so there is one only where the host's settings gave it).
+	sources := append(prefixAddrs(cfg.TUN.Addresses), cfg.Local...)
+	if ll, err := rt.TUN.LinkLocal(); err != nil {
+		log.Debug("read the TUN's link-local addresses", "err", err)
+	} else {
+		sources = append(sources, ll...)
+	}
 	rt.Gateway = New(rt.TUN, list, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, SequenceSkip: cfg.SequenceSkip, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: sources, NATKeepalive: cfg.NATKeepalive, StateDir: stateDir, SequenceSkip: cfg.SequenceSkip, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
@@ -224,6 +233,13 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	for _, s := range cfg.SAs {
 		if err := rt.watchICMP(s.Dst.Is6()); err != nil {
 			return rt, fmt.Errorf("%s: %w", cfg.File, err)
+		}
+	}
+	// Too-big errors about inner packets of the other family (IPv6 in an
+	// IPv4 tunnel) leave from the host too.
+	for _, v6 := range []bool{false, true} {
+		if err := rt.sendICMPFrom(v6); err != nil {
+			log.Warn("ICMP too-big errors of this family go into the TUN instead of leaving from the host", "ipv6", v6, "err", err)
 		}
 	}
 	// Reading and loading the SA file leaves its garbage (the YAML nodes,
@@ -669,35 +685,62 @@ func prefixAddrs(ps []netip.Prefix) []netip.Addr {
 // fragmentation-needed or packet-too-big reports lower SAs' path MTUs.
 func (rt *Runtime) watchICMP(v6 bool) error {
 	for _, w := range rt.Gateway.icmpConns {
-		if w.v6 == v6 {
+		if w.v6 == v6 && w.watch {
 			return nil
 		}
 	}
+	pc, err := openICMP(v6, true)
+	if err != nil {
+		return fmt.Errorf("open ICMP socket for path MTU reports: %w", err)
+	}
+	rt.Gateway.icmpConns = append(rt.Gateway.icmpConns, icmpConn{pc: pc, v6: v6, watch: true})
+	return nil
+}
+
+// sendICMPFrom opens a raw ICMP socket of one family that only sends
+// (too-big errors), unless one of the family is open already.
+func (rt *Runtime) sendICMPFrom(v6 bool) error {
+	if rt.Gateway.icmpSender(v6) != nil {
+		return nil
+	}
+	pc, err := openICMP(v6, false)
+	if err != nil {
+		return fmt.Errorf("open ICMP socket to send too-big errors: %w", err)
+	}
+	rt.Gateway.icmpConns = append(rt.Gateway.icmpConns, icmpConn{pc: pc, v6: v6})
+	return nil
+}
+
+// openICMP opens a raw ICMP socket of one family that receives only the
+// path MTU reports (reports) or nothing: it would otherwise copy every
+// ICMP message the host receives.
+func openICMP(v6, reports bool) (net.PacketConn, error) {
 	network, addr := "ip4:icmp", "0.0.0.0"
 	if v6 {
 		network, addr = "ip6:ipv6-icmp", "::"
 	}
 	pc, err := net.ListenPacket(network, addr)
 	if err != nil {
-		return fmt.Errorf("open ICMP socket for path MTU reports: %w", err)
+		return nil, err
 	}
-	// Only the reports: the socket would otherwise copy every ICMP
-	// message the host receives.
 	if v6 {
 		var f ipv6.ICMPFilter
 		f.SetAll(true)
-		f.Accept(ipv6.ICMPTypePacketTooBig)
+		if reports {
+			f.Accept(ipv6.ICMPTypePacketTooBig)
+		}
 		err = ipv6.NewPacketConn(pc).SetICMPFilter(&f)
 	} else {
 		var f ipv4.ICMPFilter
 		f.SetAll(true)
-		f.Accept(ipv4.ICMPTypeDestinationUnreachable)
+		if reports {
+			f.Accept(ipv4.ICMPTypeDestinationUnreachable)
+		}
 		err = ipv4.NewPacketConn(pc).SetICMPFilter(&f)
 	}
 	if err != nil {
 		pc.Close()
-		return fmt.Errorf("filter ICMP socket for path MTU reports: %w", err)
+		return nil, fmt.Errorf("filter: %w", err)
 	}
-	rt.Gateway.icmpConns = append(rt.Gateway.icmpConns, icmpConn{pc: pc, v6: v6})
-	return nil
+	return pc, nil
 }

@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 				return nil, err
 			}
 			ops, secs, err := measure(ctx, eng, alg, size, cfg)
-			res.Stats = addStats(res.Stats, eng.Stats())
+			res.Stats = res.Stats.Plus(eng.Stats())
 			if d, ok := eng.(offload.DriverReporter); ok {
 				res.Drivers = addDrivers(res.Drivers, d.Drivers())
 			}
@@ -203,22 +203,6 @@ func addDrivers(have, ds []offload.Driver) []offload.Driver {
 		}
 	}
 	return have
-}
-
-// addStats sums two engines' counters (the maxima stay maxima).
-func addStats(a, b offload.Stats) offload.Stats {
-	a.Ops += b.Ops
-	a.Bytes += b.Bytes
-	a.Batches += b.Batches
-	a.Records += b.Records
-	a.Interrupts += b.Interrupts
-	a.QueueFull += b.QueueFull
-	a.MCRFull += b.MCRFull
-	a.MaxBatch = max(a.MaxBatch, b.MaxBatch)
-	a.MaxQueue = max(a.MaxQueue, b.MaxQueue)
-	a.Errors += b.Errors
-	a.BadICV += b.BadICV
-	return a
 }
 
 // stream is one submitter's ops, buffers and completion signal.
@@ -352,10 +336,9 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 		streams[i] = s
 	}
 	var stop atomic.Bool
-	// Rounds of a few KiB or more take long enough that publishing each
-	// costs nothing; counting only every publishEvery rounds of a slow
-	// device could leave a whole window without a published count.
-	every := publishEvery
+	// Rounds of a few KiB or more take long enough that looking at the
+	// context after each costs nothing.
+	every := ctxEvery
 	if size*max(cfg.Batch, 1) >= 4096 {
 		every = 1
 	}
@@ -366,9 +349,11 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Like openssl's loop, the only per-round check is a flag: the
-			// context (a lock) is looked at and the count published once
-			// every publishEvery rounds, which a snapshot can be off by.
+			// Like openssl's loop, the only per-round check is a flag, and
+			// the count is published after every round (a store to the
+			// stream's own cache line), so a snapshot counts every op done
+			// by then; the context (a lock) is looked at once every
+			// ctxEvery rounds.
 			var done uint64
 			for r := 1; !stop.Load(); r++ {
 				k, err := s.round(ctx, eng, size)
@@ -378,11 +363,9 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 					break
 				}
 				done += uint64(k)
-				if r%every == 0 {
-					counts[i].n.Store(done)
-					if ctx.Err() != nil {
-						break
-					}
+				counts[i].n.Store(done)
+				if r%every == 0 && ctx.Err() != nil {
+					break
 				}
 			}
 			counts[i].n.Store(done)
@@ -441,9 +424,9 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 	return ops1 - ops0, secs, nil
 }
 
-// publishEvery is how many rounds a stream runs between looking at its
-// context and publishing its count.
-const publishEvery = 64
+// ctxEvery is how many rounds a stream runs between looking at its
+// context.
+const ctxEvery = 64
 
 // paddedCount keeps each stream's counter on its own cache line.
 type paddedCount struct {

@@ -125,6 +125,42 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// TestRunCountsEveryRound: the ops counted are those done by the end of
+// the window, a whole batch at a time, at every size and batch: 64-byte
+// buffers in batches of 32 count in steps of 32 ops, not of many rounds.
+func TestRunCountsEveryRound(t *testing.T) {
+	for _, batch := range []int{1, 32} {
+		alg, err := speed.ParseAlg("aes-128-cbc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := speed.Config{Algs: []speed.Alg{alg}, Engine: "cpu", Batch: batch, Multi: 1, Elapsed: true,
+			Seconds: 30 * time.Millisecond, Sizes: []int{16, 64, 64, 64, 64, 256}}
+		res, err := speed.Run(context.Background(), cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops := res.Rows[0].Ops
+		var total uint64
+		steps := 0 // counts that are not a multiple of 64 rounds
+		for _, n := range ops {
+			total += n
+			if n%uint64(batch) != 0 {
+				t.Errorf("batch %d: %d ops counted, not whole batches", batch, n)
+			}
+			if n%uint64(64*batch) != 0 {
+				steps++
+			}
+		}
+		if steps == 0 {
+			t.Errorf("batch %d: every count %v is a multiple of 64 rounds: counted in steps of rounds, not each round", batch, ops)
+		}
+		if total > res.Stats.Ops {
+			t.Errorf("batch %d: %d ops counted, the engine did %d", batch, total, res.Stats.Ops)
+		}
+	}
+}
+
 // A run whose buffers cannot fit in memory is refused before any is
 // allocated, from the CLI and from Run alike.
 func TestRunBounded(t *testing.T) {
