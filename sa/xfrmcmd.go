@@ -269,25 +269,51 @@ func (p *xfrmScript) state(line int, f []string) {
 				return
 			}
 			seqHi = v
-		case "flag":
-			for i+1 < len(f) && slices.Contains(xfrmStateFlags, f[i+1]) {
+		case "flag", "extra-flag":
+			known := xfrmStateFlags
+			if w == "extra-flag" {
+				known = xfrmExtraFlags
+			}
+			if i+1 >= len(f) || !slices.Contains(known, f[i+1]) && !isFlagNumber(f[i+1]) {
+				fail(w, fmt.Errorf("want a flag (%s)", strings.Join(known, ", ")))
+				return
+			}
+			for i+1 < len(f) && (slices.Contains(known, f[i+1]) || isFlagNumber(f[i+1])) {
 				i++
-				switch f[i] {
-				case "esn":
-					s.ESN = true
-				case "decap-dscp":
-					s.DecapDSCP = DecapCopy
-				case "nopmtudisc":
-					s.DF = DFClear
+				name := f[i]
+				if isFlagNumber(name) {
+					fail(w, fmt.Errorf("%s as a number: name the flags (%s)", secret.Number(name), strings.Join(known, ", ")))
+					return
+				}
+				if err := xfrmFlag(s, w, name); err != nil {
+					fail(w, err)
+					return
 				}
 			}
-		case "extra-flag":
-			for i+1 < len(f) && (f[i+1] == "dont-encap-dscp" || f[i+1] == "oseq-may-wrap") {
+		case "if_id":
+			v, ok := num(32)
+			if !ok {
+				return
+			}
+			s.IfID = uint32(v)
+		case "output-mark":
+			v, ok := num(32)
+			if !ok {
+				return
+			}
+			mask := uint64(0xffffffff)
+			if i+2 < len(f) && f[i+1] == "mask" {
 				i++
-				if f[i] == "dont-encap-dscp" {
-					s.DSCP = DSCP{Fixed: true}
+				if mask, ok = num(32); !ok {
+					return
 				}
 			}
+			m, err := ParseMark(fmt.Sprintf("%d/%d", v, mask))
+			if err != nil {
+				fail(w, err)
+				return
+			}
+			s.OutputMark = m
 		case "enc", "auth", "auth-trunc", "aead":
 			n := 2
 			if w == "auth-trunc" || w == "aead" {
@@ -395,7 +421,12 @@ func (p *xfrmScript) state(line int, f []string) {
 	p.lines[s] = line
 }
 
-var xfrmStateFlags = []string{"noecn", "decap-dscp", "nopmtudisc", "wildrecv", "icmp", "af-unspec", "align4", "esn"}
+// isFlagNumber reports whether w is a flag list given as a number, as
+// iproute2 also takes it.
+func isFlagNumber(w string) bool {
+	_, err := strconv.ParseUint(w, 0, 32)
+	return err == nil
+}
 
 // policy reads ip xfrm policy add SELECTOR dir DIR [priority N] tmpl ….
 func (p *xfrmScript) policy(line int, f []string) {
