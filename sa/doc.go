@@ -117,7 +117,8 @@
 // the format cannot say is an error. The kernel's state flags are carried
 // where espgw does the same (esn, decap-dscp as decap-dscp: copy,
 // nopmtudisc as df: clear, af-unspec, extra flag dont-encap-dscp as dscp:
-// 0) and otherwise refused by name (noecn, wildrecv, icmp, align4,
+// 0; a tunnel state without af-unspec, which carries its outer family only,
+// gets selectors of that family) and otherwise refused by name (noecn, wildrecv, icmp, align4,
 // oseq-may-wrap); if_id and output-mark are carried as IfID and
 // OutputMark, which a gateway refuses (its data path has neither).
 // sa/README.md has the table.

@@ -210,6 +210,7 @@ type xfrmListing struct {
 	keyed    bool   // cur has an enc or aead line
 	proto    bool   // cur has its proto line
 	stats    bool   // cur's listing was made with -s (it shows the extra flags)
+	afUnspec bool   // cur has flag af-unspec
 	lines    map[spiDst]int
 }
 
@@ -231,6 +232,7 @@ func (p *xfrmListing) finish() {
 		p.fail(p.start, p.entry, "enc", errors.New("missing: an ESP state needs an enc or aead line"))
 		return
 	}
+	pinInnerFamily(s, p.afUnspec)
 	if !p.stats && !p.counters {
 		p.fail(p.start, p.entry, "", errors.New("listed without -s, which hides the state's extra flags (dont-encap-dscp): list it with `ip -s xfrm state`"))
 		return
@@ -263,7 +265,7 @@ func (p *xfrmListing) line(n int, line string) {
 			p.fail(n, "", "", fmt.Errorf("want a state header \"src ADDR dst ADDR\", got %s", secret.Word(f[0], "src")))
 			return
 		}
-		p.cur, p.start, p.bad, p.section, p.keyed, p.proto, p.stats = &XFRMState{SA: &SA{}}, n, false, "", false, false, false
+		p.cur, p.start, p.bad, p.section, p.keyed, p.proto, p.stats, p.afUnspec = &XFRMState{SA: &SA{}}, n, false, "", false, false, false, false
 		p.entry = fmt.Sprintf("state %s→%s", strings.Trim(secret.Number(f[1]), `"`), strings.Trim(secret.Number(f[3]), `"`))
 		var err error
 		if p.cur.Src, err = netip.ParseAddr(f[1]); err != nil {
@@ -422,16 +424,27 @@ func (p *xfrmListing) line(n int, line string) {
 }
 
 // flagWords reads "flag noecn esn … extra_flag dont-encap-dscp … (0x…)",
-// inline on the replay-window line or on a line of its own.
+// inline on the replay-window line or on a line of its own. iproute2
+// prints no space after the last state flag, so it may run into
+// "extra_flag" ("esnextra_flag").
 func (p *xfrmListing) flagWords(n int, f []string) {
-	kind := ""
+	var words []string
 	for _, w := range f {
+		if name, ok := strings.CutSuffix(w, "extra_flag"); ok && name != "" {
+			words = append(words, name, "extra_flag")
+			continue
+		}
+		words = append(words, w)
+	}
+	kind := ""
+	for _, w := range words {
 		switch {
 		case w == "flag" || w == "extra_flag":
 			kind = w
 		case strings.HasPrefix(w, "(0x"):
 			return // the flags again, as bits
 		default:
+			p.afUnspec = p.afUnspec || kind == "flag" && w == "af-unspec"
 			if err := xfrmFlag(p.cur.SA, kind, w); err != nil && !p.counters {
 				p.failCur(n, kind, err)
 				return
@@ -911,6 +924,28 @@ func XFRMStateArgs(s *SA) ([]string, error) {
 		a = append(a, sel...)
 	}
 	return a, nil
+}
+
+// pinInnerFamily gives a tunnel state without flag af-unspec, which the
+// kernel lets carry inner packets of its outer family only, selectors
+// that say so: its selectors without addresses (or, if it has none, one
+// any selector) get the outer family's any-address prefixes.
+func pinInnerFamily(s *SA, afUnspec bool) {
+	if s.Mode != Tunnel || afUnspec || !s.Src.IsValid() {
+		return
+	}
+	any := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+	if s.Src.Is6() {
+		any = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+	}
+	if len(s.Selectors) == 0 {
+		s.Selectors = []Selector{{}}
+	}
+	for i := range s.Selectors {
+		if sel := &s.Selectors[i]; !sel.Src.IsValid() && !sel.Dst.IsValid() {
+			sel.Src, sel.Dst = any, any
+		}
+	}
 }
 
 // anyInnerFamily reports whether a tunnel SA carries inner packets of the

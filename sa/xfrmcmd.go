@@ -173,7 +173,7 @@ func (p *xfrmScript) state(line int, f []string) {
 	var reqid uint32
 	var seqLo, seqHi uint64
 	fail := func(field string, err error) { p.fail(line, entry, field, err) }
-	keyed := false
+	keyed, afUnspec := false, false
 	for i := 0; i < len(f); i++ {
 		w := f[i]
 		need := func(n int) bool {
@@ -285,6 +285,7 @@ func (p *xfrmScript) state(line int, f []string) {
 					fail(w, fmt.Errorf("%s as a number: name the flags (%s)", secret.Number(name), strings.Join(known, ", ")))
 					return
 				}
+				afUnspec = afUnspec || w == "flag" && name == "af-unspec"
 				if err := xfrmFlag(s, w, name); err != nil {
 					fail(w, err)
 					return
@@ -402,6 +403,7 @@ func (p *xfrmScript) state(line int, f []string) {
 		s.SrcPort, s.DstPort = 0, 0
 	}
 	s.InitialSeq = seqHi<<32 | seqLo
+	pinInnerFamily(s, afUnspec)
 	if err := s.Validate(); err != nil {
 		fail("", err)
 		return
@@ -595,6 +597,16 @@ func (p *xfrmScript) resolve(c *Config, pol xfrmPolicy) {
 	if pol.dir == "out" {
 		c.SPD = append(c.SPD, Policy{Priority: pol.priority, Selector: pol.sel, Action: Protect, SPI: s.SPI, SA: s})
 		return
+	}
+	if !pol.sel.Src.IsValid() && !pol.sel.Dst.IsValid() {
+		// ip writes the policy's any addresses in the state's family,
+		// as pinInnerFamily reads the state's.
+		for _, have := range s.Selectors {
+			if have.Src.IsValid() && have.Src.Bits() == 0 && have.Dst == have.Src {
+				pol.sel.Src, pol.sel.Dst = have.Src, have.Dst
+				break
+			}
+		}
 	}
 	if pol.dir == "fwd" && slices.Contains(s.Selectors, pol.sel) {
 		return // the in policy already gave it

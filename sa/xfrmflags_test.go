@@ -2,6 +2,7 @@ package sa
 
 import (
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
 )
@@ -59,7 +60,7 @@ func TestXFRMFlagsCarriedOrRefused(t *testing.T) {
 		{name: "af-unspec", listing: "af-unspec", command: "flag af-unspec", check: func(s *SA) bool { return s.Mode == Tunnel }},
 		{name: "dont-encap-dscp inline", listing: "extra_flag dont-encap-dscp", command: "extra-flag dont-encap-dscp",
 			check: func(s *SA) bool { return s.DSCP == DSCP{Fixed: true, Value: 0} }},
-		{name: "dont-encap-dscp after flags", listing: "decap-dscp esn extra_flag dont-encap-dscp", command: "flag decap-dscp esn extra-flag dont-encap-dscp",
+		{name: "dont-encap-dscp after flags, as iproute2 6.1 prints them", listing: "decap-dscp esnextra_flag dont-encap-dscp", command: "flag decap-dscp esn extra-flag dont-encap-dscp",
 			check: func(s *SA) bool { return s.DSCP == DSCP{Fixed: true} && s.ESN && s.DecapDSCP == DecapCopy }},
 		{name: "dont-encap-dscp on its own line", lines: []string{"\textra_flag dont-encap-dscp"},
 			check: func(s *SA) bool { return s.DSCP == DSCP{Fixed: true} }},
@@ -191,6 +192,69 @@ func TestSetkeyRefusesHeaderOptions(t *testing.T) {
 		set(s)
 		if _, err := MarshalSetkey(&Config{SAs: []*SA{s}}); err == nil || !strings.Contains(err.Error(), "cannot say "+name) {
 			t.Errorf("%s: error %v, want setkey cannot say %s", name, err, name)
+		}
+	}
+}
+
+// testdata/ip-s-xfrm-state-flags.txt is the guest kernel's `ip -s xfrm
+// state` (Debian 6.1, iproute2 6.1) of states with every flag espgw
+// carries, if_id and output-mark (internal/lab/kernelpeer's
+// TestKernelListingRoundTrip makes it); each reads into the SA the kernel
+// holds. testdata/ip-s-xfrm-state-refused-flags.txt has one state per flag
+// espgw cannot follow: each is refused by name.
+func TestParseKernelListingsWithFlags(t *testing.T) {
+	c, err := Load("testdata/ip-s-xfrm-state-flags.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, a := netip.MustParsePrefix, netip.MustParseAddr
+	gcm, cbc, sha1, sha256 := mustHex(testGCMHex), mustHex(testEncHex), mustHex(testAuthHex), mustHex(testAuthHex[:32]+testEncHex)
+	want := map[uint32]*SA{
+		0x1001: {SPI: 0x1001, Mode: Tunnel, Src: a("192.0.2.1"), Dst: a("192.0.2.2"), Encap: EncapUDP, SrcPort: 4500, DstPort: 4500,
+			Suite: Suite{CipherAESGCM16, AuthNone}, EncKey: gcm, ESN: true, ReplayWindow: 64, InitialSeq: 1<<32 | 0x10,
+			DSCP: DSCP{Fixed: true}, DF: DFClear, DecapDSCP: DecapCopy,
+			Selectors: []Selector{{Src: p("198.51.100.0/24"), Dst: p("203.0.113.0/24")}}},
+		0x2002: {SPI: 0x2002, Mode: Tunnel, Src: a("192.0.2.2"), Dst: a("192.0.2.1"),
+			Suite: Suite{CipherAESCBC, AuthHMACSHA256_128}, EncKey: cbc, AuthKey: sha256, ReplayWindow: 32,
+			IfID: 7, OutputMark: Mark{Value: 0x10, Mask: 0xff}},
+		0x3003: {SPI: 0x3003, Mode: Transport, Src: a("192.0.2.1"), Dst: a("192.0.2.2"),
+			Suite: Suite{CipherAESCBC, AuthHMACSHA1_96}, EncKey: cbc, AuthKey: sha1, InitialSeq: 5, IfID: 9},
+		0x4004: {SPI: 0x4004, Mode: Tunnel, Src: a("2001:db8:1::1"), Dst: a("2001:db8:1::2"),
+			Suite: Suite{CipherAESGCM16, AuthNone}, EncKey: gcm, ReplayWindow: 128, DSCP: DSCP{Fixed: true}, DecapDSCP: DecapCopy,
+			Selectors: []Selector{{Src: p("2001:db8:2::/64"), Dst: p("2001:db8:3::/64")}}},
+		0x6006: {SPI: 0x6006, Mode: Tunnel, Src: a("192.0.2.2"), Dst: a("192.0.2.1"),
+			Suite: Suite{CipherAESCBC, AuthHMACSHA1_96}, EncKey: cbc, AuthKey: sha1, ReplayWindow: 32,
+			Selectors: []Selector{{Src: p("0.0.0.0/0"), Dst: p("0.0.0.0/0")}}},
+	}
+	if len(c.SAs) != len(want) {
+		t.Fatalf("%d SAs, want %d", len(c.SAs), len(want))
+	}
+	for _, s := range c.SAs {
+		w := want[s.SPI]
+		if w == nil {
+			t.Fatalf("unexpected SA %#x", s.SPI)
+		}
+		sameConfig(t, s.String(), &Config{SAs: []*SA{s}}, &Config{SAs: []*SA{w}})
+	}
+	// Written back as commands, they read back the same.
+	out, err := MarshalXFRM(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := ParseXFRMCommands("back", out)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	sameConfig(t, "written back", back, &Config{SAs: c.SAs})
+
+	refused, err := os.ReadFile("testdata/ip-s-xfrm-state-refused-flags.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = ParseConfig("refused", refused)
+	for _, name := range []string{"flag noecn", "flag wildrecv", "flag icmp", "flag align4", "extra_flag oseq-may-wrap"} {
+		if err == nil || !strings.Contains(err.Error(), name+" is not supported by espgw") {
+			t.Errorf("error %v, want %s refused", err, name)
 		}
 	}
 }
