@@ -32,7 +32,7 @@
 //	    encap: none         # none (default) | udp (RFC 3948)
 //	    sport: 4500         # udp only; both default to 4500
 //	    dport: 4500
-//	    enc: aes-cbc        # aes-cbc | 3des-cbc | aes-ctr | aes-gcm-16 | null
+//	    enc: aes-cbc        # aes-cbc | 3des-cbc | aes-ctr | aes-gcm-16 | aes-gcm-12 | aes-gcm-8 | null
 //	    enc-key: 0x00112233445566778899aabbccddeeff
 //	    auth: hmac-sha1-96  # hmac-sha1-96 | hmac-sha2-256-128 | hmac-sha2-384-192
 //	                        # | hmac-sha2-512-256 | hmac-md5-96 | none (aes-gcm-16; default there)

@@ -394,6 +394,9 @@ func MarshalSetkey(c *Config) ([]byte, error) {
 		if !s.OutputMark.IsZero() {
 			missing = append(missing, "output-mark")
 		}
+		if _, ok := setkeyCipherOut[s.Suite.Cipher]; !ok {
+			missing = append(missing, fmt.Sprintf("enc %s (setkey(8) names AES-GCM with a 16-byte ICV only)", s.Suite.Cipher))
+		}
 		if s.ReplayWindow%8 != 0 {
 			missing = append(missing, fmt.Sprintf("replay-window %d (setkey's -r counts bytes: a multiple of 8 packets)", s.ReplayWindow))
 		}

@@ -38,6 +38,10 @@ var (
 	}
 )
 
+// gcmByICVBits is RFC 4106's AES-GCM by its ICV length in bits, as the
+// kernel's aead takes it.
+var gcmByICVBits = map[int]Cipher{64: CipherAESGCM8, 96: CipherAESGCM12, 128: CipherAESGCM16}
+
 // listingWords start the lines of an ip xfrm state listing; selectorWords
 // and stateWords are iproute2's SELECTOR and state add words.
 var (
@@ -637,13 +641,14 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 		if err != nil {
 			return err
 		}
-		if b != 128 {
-			return fmt.Errorf("rfc4106(gcm(aes)) with a %d-bit ICV: espgw does aes-gcm-16 (128 bits) only", b)
+		c, ok := gcmByICVBits[b]
+		if !ok {
+			return fmt.Errorf("rfc4106(gcm(aes)) with a %d-bit ICV: RFC 4106 has 64, 96 and 128 bits", b)
 		}
-		if !keyLen(Suite{Cipher: CipherAESGCM16}.EncKeyLens()) {
-			return fmt.Errorf("key is %d bytes, want %s (key and 4-byte salt)", len(k), lens(Suite{Cipher: CipherAESGCM16}.EncKeyLens()))
+		if !keyLen(Suite{Cipher: c}.EncKeyLens()) {
+			return fmt.Errorf("key is %d bytes, want %s (key and 4-byte salt)", len(k), lens(Suite{Cipher: c}.EncKeyLens()))
 		}
-		s.Suite.Cipher, s.Suite.Auth, s.EncKey = CipherAESGCM16, AuthNone, k
+		s.Suite.Cipher, s.Suite.Auth, s.EncKey = c, AuthNone, k
 	case "auth", "auth-trunc":
 		if name == "digest_null" {
 			return errors.New("digest_null: ESP without integrity is not supported")
@@ -877,8 +882,8 @@ func XFRMStateArgs(s *SA) ([]string, error) {
 	switch s.Suite.Cipher {
 	case CipherNull:
 		a = append(a, "enc", "ecb(cipher_null)", "")
-	case CipherAESGCM16:
-		a = append(a, "aead", "rfc4106(gcm(aes))", key(s.EncKey), "128")
+	case CipherAESGCM16, CipherAESGCM12, CipherAESGCM8:
+		a = append(a, "aead", "rfc4106(gcm(aes))", key(s.EncKey), strconv.Itoa(s.Suite.ICVLen()*8))
 	default:
 		a = append(a, "enc", xfrmCipherNames[s.Suite.Cipher], key(s.EncKey))
 	}

@@ -258,3 +258,39 @@ func TestParseKernelListingsWithFlags(t *testing.T) {
 		}
 	}
 }
+
+// RFC 4106's 8- and 12-octet ICVs read from ip xfrm (aead … 64 and 96),
+// esp_sa and charon names, and are written back; a length RFC 4106 does
+// not have is refused; setkey, which names only the 16-octet one, refuses
+// them.
+func TestGCMShortICVs(t *testing.T) {
+	for bits, c := range map[string]Cipher{"64": CipherAESGCM8, "96": CipherAESGCM12, "128": CipherAESGCM16} {
+		in := "ip xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1001 mode tunnel aead 'rfc4106(gcm(aes))' 0x" + testGCMHex + " " + bits +
+			" sel src 198.51.100.0/24 dst 203.0.113.0/24\n"
+		cfg, err := ParseConfig("f", []byte(in))
+		if err != nil {
+			t.Fatalf("%s bits: %v", bits, err)
+		}
+		if got := cfg.SAs[0].Suite; got != (Suite{Cipher: c}) || got.ICVLen()*8 != map[Cipher]int{CipherAESGCM8: 64, CipherAESGCM12: 96, CipherAESGCM16: 128}[c] {
+			t.Errorf("%s bits: suite %s", bits, got)
+		}
+		for _, f := range []Format{FormatXFRM, FormatYAML, FormatEspSA} {
+			data, err := Encode(cfg, f)
+			if err != nil {
+				t.Fatalf("%s bits as %s: %v", bits, f, err)
+			}
+			back, err := ParseConfig("back", data)
+			if err != nil || back.SAs[0].Suite.Cipher != c {
+				t.Errorf("%s bits as %s: read back %v, %v\n%s", bits, f, back, err, data)
+			}
+		}
+		_, err = Encode(cfg, FormatSetkey)
+		if c != CipherAESGCM16 && (err == nil || !strings.Contains(err.Error(), "enc "+c.String())) {
+			t.Errorf("%s bits as setkey: error %v, want it to name enc %s", bits, err, c)
+		}
+	}
+	in := "ip xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1001 mode tunnel aead 'rfc4106(gcm(aes))' 0x" + testGCMHex + " 32\n"
+	if _, err := ParseConfig("f", []byte(in)); err == nil || !strings.Contains(err.Error(), "32-bit ICV: RFC 4106 has 64, 96 and 128 bits") {
+		t.Errorf("a 32-bit ICV: %v", err)
+	}
+}

@@ -120,7 +120,13 @@ func (s suiteCase) String() string {
 // ends of the AES-CTR and GCM sizes.
 func interopSuites() []suiteCase {
 	var out []suiteCase
-	for _, s := range cpu.AllSuites() {
+	for _, s := range cpu.Suites() {
+		if s.Cipher.IsGCM() && s.Cipher != sa.CipherAESGCM16 {
+			// scapy's AES-GCM (cryptography's AESGCM) writes and checks
+			// 16-byte ICVs only; the kernel judges the shorter ones
+			// (internal/lab/interop).
+			continue
+		}
 		switch s.Cipher {
 		case sa.CipherAESCBC:
 			for _, n := range []int{16, 24, 32} {
