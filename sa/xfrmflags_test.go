@@ -198,7 +198,8 @@ func TestSetkeyRefusesHeaderOptions(t *testing.T) {
 
 // testdata/ip-s-xfrm-state-flags.txt is the guest kernel's `ip -s xfrm
 // state` (Debian 6.1, iproute2 6.1) of states with every flag espgw
-// carries, if_id and output-mark (internal/lab/kernelpeer's
+// carries, if_id, output-mark and AES-GCM's three ICV lengths
+// (internal/lab/kernelpeer's
 // TestKernelListingRoundTrip makes it); each reads into the SA the kernel
 // holds. testdata/ip-s-xfrm-state-refused-flags.txt has one state per flag
 // espgw cannot follow: each is refused by name.
@@ -222,6 +223,8 @@ func TestParseKernelListingsWithFlags(t *testing.T) {
 		0x4004: {SPI: 0x4004, Mode: Tunnel, Src: a("2001:db8:1::1"), Dst: a("2001:db8:1::2"),
 			Suite: Suite{CipherAESGCM16, AuthNone}, EncKey: gcm, ReplayWindow: 128, DSCP: DSCP{Fixed: true}, DecapDSCP: DecapCopy,
 			Selectors: []Selector{{Src: p("2001:db8:2::/64"), Dst: p("2001:db8:3::/64")}}},
+		0x7007: {SPI: 0x7007, Mode: Transport, Src: a("192.0.2.1"), Dst: a("192.0.2.2"), Suite: Suite{CipherAESGCM12, AuthNone}, EncKey: gcm},
+		0x8008: {SPI: 0x8008, Mode: Transport, Src: a("192.0.2.1"), Dst: a("192.0.2.2"), Suite: Suite{CipherAESGCM8, AuthNone}, EncKey: gcm},
 		0x6006: {SPI: 0x6006, Mode: Tunnel, Src: a("192.0.2.2"), Dst: a("192.0.2.1"),
 			Suite: Suite{CipherAESCBC, AuthHMACSHA1_96}, EncKey: cbc, AuthKey: sha1, ReplayWindow: 32,
 			Selectors: []Selector{{Src: p("0.0.0.0/0"), Dst: p("0.0.0.0/0")}}},

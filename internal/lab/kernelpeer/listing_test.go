@@ -20,6 +20,7 @@ const (
 
 // carriedStates are `ip xfrm state add` commands (after "ip") that set
 // every state flag and extra flag espgw carries, if_id and output-mark,
+// and AES-GCM with each of RFC 4106's ICV lengths,
 // each state with reqid = its SPI, as espgw writes them, and replay-seq =
 // replay-oseq, the one sequence number espgw keeps.
 var carriedStates = []string{
@@ -35,6 +36,10 @@ var carriedStates = []string{
 		" sel src 2001:db8:2::/64 dst 2001:db8:3::/64",
 	"xfrm state add src 192.0.2.2 dst 192.0.2.1 proto esp spi 0x6006 reqid 24582 mode tunnel replay-window 32" +
 		" enc cbc(aes) " + listingEncKey + " auth-trunc hmac(sha1) " + listingAuthKey + " 96",
+	"xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x7007 reqid 28679 mode transport" +
+		" aead rfc4106(gcm(aes)) " + listingGCMKey + " 96",
+	"xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x8008 reqid 32776 mode transport" +
+		" aead rfc4106(gcm(aes)) " + listingGCMKey + " 64",
 }
 
 // refusedStates each set one flag espgw refuses, with the words the
@@ -92,6 +97,8 @@ func TestKernelListingRoundTrip(t *testing.T) {
 		},
 		0x3003: func(s *sa.SA) bool { return s.IfID == 9 && s.OutputMark.IsZero() && s.InitialSeq == 5 },
 		0x4004: func(s *sa.SA) bool { return s.DecapDSCP == sa.DecapCopy && s.DSCP == sa.DSCP{Fixed: true} && !s.ESN },
+		0x7007: func(s *sa.SA) bool { return s.Suite.Cipher == sa.CipherAESGCM12 },
+		0x8008: func(s *sa.SA) bool { return s.Suite.Cipher == sa.CipherAESGCM8 },
 		// Without af-unspec the kernel carries IPv4 inside only.
 		0x6006: func(s *sa.SA) bool {
 			return len(s.Selectors) == 1 && s.Selectors[0].Src == netip.MustParsePrefix("0.0.0.0/0") && s.Selectors[0].Dst == netip.MustParsePrefix("0.0.0.0/0")
