@@ -141,9 +141,9 @@ func trimIPCommand(f []string) []string {
 	return f
 }
 
-// ParseXFRMState reads the output of `ip xfrm state` (`ip -s xfrm state`
-// for the lifetimes, sequence numbers and counters): every ESP state
-// becomes an SA, with its keys as iproute2 prints them. A state's outbound
+// ParseXFRMState reads the output of `ip -s xfrm state` (without -s,
+// iproute2 hides the extra flags, and the listing is refused): every ESP
+// state becomes an SA, with its keys as iproute2 prints them. A state's outbound
 // sequence number (oseq, and oseq-hi with ESN) becomes InitialSeq, so an
 // SA taken over from a running kernel continues where the kernel stopped.
 // Policies are not part of the listing: the SAs come without an SPD.

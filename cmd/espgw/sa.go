@@ -28,7 +28,7 @@ func newSAConvert() *cobra.Command {
 		Use:   "convert --to yaml|setkey|ip-xfrm|esp-sa IN [OUT]",
 		Short: "Convert an SA file to another format (the output holds the keys)",
 		Long: `convert reads the SAs (and policies) of IN in any format espgw reads — its YAML,
-setkey(8) statements, the output of ` + "`ip [-s] xfrm state`" + ` (keys as iproute2 prints
+setkey(8) statements, the output of ` + "`ip -s xfrm state`" + ` (keys as iproute2 prints
 them, as root), ` + "`ip xfrm state/policy add`" + ` commands, or Wireshark's esp_sa table
 (what strongSwan's save-keys plugin writes) — and writes them as:
 
