@@ -3,6 +3,8 @@ package kernelpeer
 import (
 	"context"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -168,4 +170,73 @@ func stateBlocks(listing string) []string {
 	flush()
 	slices.Sort(blocks)
 	return blocks
+}
+
+// TestKernelTakesPoliciesForTheDevice installs what `espgw sa convert --to
+// ip-xfrm --local 198.51.100.129` makes of gw1's setkey file in the guest:
+// the kernel must take every command, and hold gw1's outbound policies as
+// the device's inbound and forward ones, gw1's inbound one as its
+// outbound one, gw1's bypass as allow policies both ways, and nothing of
+// gw1's discard.
+func TestKernelTakesPoliciesForTheDevice(t *testing.T) {
+	p := sharedPeer(t)
+	ctx := context.Background()
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "sa", "testdata", "gw1.setkey"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	script, err := sa.ConvertFor("gw1.setkey", data, "", sa.FormatXFRM, netip.MustParseAddr("198.51.100.129"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := p.Run(ctx, "ip xfrm state flush\nip xfrm policy flush\n"+string(script)+"\nip xfrm policy\nip xfrm state flush\nip xfrm policy flush\n")
+	if err != nil {
+		t.Fatalf("the guest refused the commands: %v\n%s", err, out)
+	}
+	var blocks []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "src ") {
+			blocks = append(blocks, "")
+		}
+		if len(blocks) > 0 {
+			blocks[len(blocks)-1] += " " + l
+		}
+	}
+	var pols []string
+	for _, block := range blocks {
+		f := strings.Fields(block)[1:]
+		if slices.Contains(f, "socket") {
+			continue // the guest's own per-socket policies
+		}
+		dir := ""
+		if i := slices.Index(f, "dir"); i >= 0 && i+1 < len(f) {
+			dir = f[i+1]
+		}
+		action := "protect"
+		if slices.Contains(f, "allow") || !slices.Contains(f, "tmpl") {
+			action = "allow"
+		}
+		if slices.Contains(f, "block") {
+			action = "block"
+		}
+		port := ""
+		for _, w := range []string{"sport", "dport"} {
+			if i := slices.Index(f, w); i >= 0 {
+				port = " " + w + " " + f[i+1]
+			}
+		}
+		pols = append(pols, f[0]+" "+f[2]+port+" "+dir+" "+action)
+	}
+	slices.Sort(pols)
+	want := []string{
+		"198.51.100.0/25 203.0.113.0/24 dport 22 fwd allow",
+		"198.51.100.0/25 203.0.113.0/24 dport 22 in allow",
+		"198.51.100.0/25 203.0.113.0/24 fwd protect",
+		"198.51.100.0/25 203.0.113.0/24 in protect",
+		"203.0.113.0/24 198.51.100.0/25 out protect",
+		"203.0.113.0/24 198.51.100.0/25 sport 22 out allow",
+	}
+	if !slices.Equal(pols, want) {
+		t.Errorf("the guest holds the policies\n%s\nwant\n%s\n%s", strings.Join(pols, "\n"), strings.Join(want, "\n"), out)
+	}
 }
