@@ -15,7 +15,7 @@ import (
 // the algorithms espgw has.
 var (
 	charonCiphers = map[string]Cipher{"AES_CBC": CipherAESCBC, "3DES_CBC": Cipher3DES, "AES_CTR": CipherAESCTR,
-		"AES_GCM_16": CipherAESGCM16, "NULL": CipherNull}
+		"AES_GCM_16": CipherAESGCM16, "AES_GCM_12": CipherAESGCM12, "AES_GCM_8": CipherAESGCM8, "NULL": CipherNull}
 	charonAuths = map[string]Auth{"HMAC_SHA1_96": AuthHMACSHA1_96, "HMAC_SHA2_256_128": AuthHMACSHA256_128,
 		"HMAC_SHA2_384_192": AuthHMACSHA384_192, "HMAC_SHA2_512_256": AuthHMACSHA512_256, "HMAC_MD5_96": AuthHMACMD5_96}
 )
@@ -193,7 +193,7 @@ func (c *charonChild) sa(msg string, inbound, initiator, encap, esn bool) (*SA, 
 	}
 	cipher, ok := charonCiphers[c.cipher]
 	if !ok {
-		return nil, fmt.Errorf("SPI %#x: encryption %s is not supported (want AES_CBC, 3DES_CBC, AES_CTR, AES_GCM_16)", spi, secret.Word(c.cipher, "AES_CBC", "3DES_CBC", "AES_CTR", "AES_GCM_16"))
+		return nil, fmt.Errorf("SPI %#x: encryption %s is not supported (want AES_CBC, 3DES_CBC, AES_CTR, AES_GCM_16, AES_GCM_12, AES_GCM_8)", spi, secret.Word(c.cipher, "AES_CBC", "3DES_CBC", "AES_CTR", "AES_GCM_16", "AES_GCM_12", "AES_GCM_8"))
 	}
 	s.Suite.Cipher = cipher
 	if !cipher.IsAEAD() {

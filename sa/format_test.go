@@ -183,7 +183,9 @@ func TestParseXFRMStates(t *testing.T) {
 	a := netip.MustParseAddr
 	want := map[uint32]XFRMState{
 		0x1001: {SA: &SA{SPI: 0x1001, Mode: Tunnel, Src: a("192.0.2.1"), Dst: a("192.0.2.2"), Encap: EncapUDP, SrcPort: 4500, DstPort: 4500,
-			Suite: Suite{CipherAESGCM16, AuthNone}, ESN: true, ReplayWindow: 64, InitialSeq: 1<<32 | 0x10},
+			Suite: Suite{CipherAESGCM16, AuthNone}, ESN: true, ReplayWindow: 64, InitialSeq: 1<<32 | 0x10,
+			// No af-unspec: the kernel's state carries IPv4 inside only.
+			Selectors: []Selector{{Src: netip.MustParsePrefix("0.0.0.0/0"), Dst: netip.MustParsePrefix("0.0.0.0/0")}}},
 			Seq: 1<<32 | 0x11, OSeq: 1<<32 | 0x10, Bytes: 128, Packets: 1, Replayed: 1, IntegrityFailed: 1},
 		0x2002: {SA: &SA{SPI: 0x2002, Mode: Transport, Src: a("192.0.2.2"), Dst: a("192.0.2.1"),
 			Suite: Suite{CipherAESCTR, AuthHMACMD5_96}, InitialSeq: 7},

@@ -294,6 +294,22 @@ func TestReloadRefusedWhole(t *testing.T) {
 	}
 }
 
+// TestLoadRefusesKernelOnlySettings: an SA with an xfrm interface's if-id
+// or an output-mark is refused, not run without them.
+func TestLoadRefusesKernelOnlySettings(t *testing.T) {
+	r := newReloadBed(t, pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64))
+	for name, set := range map[string]func(*sa.SA){
+		"if-id":       func(s *sa.SA) { s.IfID = 7 },
+		"output-mark": func(s *sa.SA) { s.OutputMark = sa.Mark{Value: 1, Mask: 0xff} },
+	} {
+		next := clone(r.sas)
+		set(next[0])
+		if err := r.gw1.Load(next, nil); err == nil || !strings.Contains(err.Error(), "if-id and output-mark") {
+			t.Errorf("%s: got %v, want a refusal naming if-id and output-mark", name, err)
+		}
+	}
+}
+
 // TestReloadOpensAConnection is the runtime's reload in memory: an SA
 // needing an outer connection the gateway lacks (the first encap: udp SA on
 // a raw-ESP gateway) is refused with a clear error while there is none;

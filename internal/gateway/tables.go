@@ -139,6 +139,9 @@ func unbound(policies []sa.Policy) []sa.Policy {
 
 // admit checks that cfg can join the SAs of st.
 func (g *Gateway) admit(st *state, cfg *sa.SA) error {
+	if cfg.IfID != 0 || !cfg.OutputMark.IsZero() {
+		return fmt.Errorf("if-id and output-mark belong to a Linux kernel's xfrm interfaces and packet marks, which espgw's data path does not have (sa convert carries them)")
+	}
 	outbound, inbound := g.isLocal(cfg.Src), g.isLocal(cfg.Dst)
 	if !outbound && !inbound {
 		return fmt.Errorf("neither %s nor %s is a local address of this gateway", cfg.Src, cfg.Dst)
