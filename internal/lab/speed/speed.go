@@ -50,14 +50,14 @@ var Sizes = []int{16, 64, 256, 1024, 8192, 16384}
 
 // Config is one `espgw speed` run.
 type Config struct {
-	Algs    []Alg
-	Engine  string
-	Options engines.Options
-	Multi   int           // concurrent streams (openssl -multi)
-	Seconds time.Duration // per size
-	Sizes   []int         // Sizes, or the one -bytes size
-	Batch   int           // ops per submitted batch
-	Elapsed bool          // wall clock rather than CPU time
+	Algs     []Alg
+	Engine   string
+	Options  engines.Options
+	Multi    int           // concurrent streams (openssl -multi)
+	Duration time.Duration // per size
+	Sizes    []int         // Sizes, or the one -bytes size
+	Batch    int           // ops per submitted batch
+	Elapsed  bool          // wall clock rather than CPU time
 }
 
 // Row is one algorithm's results.
@@ -154,7 +154,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 		return nil, err
 	}
 	eng.Close()
-	res := &Result{Engine: eng.Name(), Multi: cfg.Multi, Batch: cfg.Batch, Seconds: cfg.Seconds.Seconds(),
+	res := &Result{Engine: eng.Name(), Multi: cfg.Multi, Batch: cfg.Batch, Seconds: cfg.Duration.Seconds(),
 		Timing: "cpu", Sizes: cfg.Sizes}
 	switch {
 	case cfg.Elapsed:
@@ -184,7 +184,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 			}
 			if progress != nil {
 				progress(fmt.Sprintf("Doing %s for %gs on %d size blocks: %d %s's in %.2fs",
-					alg.Label(), cfg.Seconds.Seconds(), size, ops, alg.Label(), secs))
+					alg.Label(), cfg.Duration.Seconds(), size, ops, alg.Label(), secs))
 			}
 			row.KBps = append(row.KBps, rate)
 			row.Ops = append(row.Ops, ops)
@@ -322,7 +322,7 @@ func (s *stream) round(ctx context.Context, eng offload.Engine, size int) (int, 
 	return len(s.batch.Ops), nil
 }
 
-// measure runs cfg.Multi streams on eng for cfg.Seconds and returns the ops
+// measure runs cfg.Multi streams on eng for cfg.Duration and returns the ops
 // done and the seconds they took (CPU, wall or modelled; per stream). The
 // streams run a warm-up first (a fifth of the time, at most 200 ms) that is
 // not counted: pools, schedulers and a modelled card's queues settle.
@@ -392,14 +392,14 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 		case <-ctx.Done():
 		}
 	}
-	wait(min(200*time.Millisecond, cfg.Seconds/5))
+	wait(min(200*time.Millisecond, cfg.Duration/5))
 	ops0, model0, cpu0, t0 := snapshot()
-	wait(cfg.Seconds)
+	wait(cfg.Duration)
 	ops1, model1, cpu1, t1 := snapshot()
 	// An engine slower than one round per window (a device under a loaded
 	// emulator) gets more time, up to ten windows, rather than a rate of 0.
-	for ops1 == ops0 && t1.Sub(t0) < 10*cfg.Seconds && ctx.Err() == nil {
-		wait(cfg.Seconds / 10)
+	for ops1 == ops0 && t1.Sub(t0) < 10*cfg.Duration && ctx.Err() == nil {
+		wait(cfg.Duration / 10)
 		ops1, model1, cpu1, t1 = snapshot()
 	}
 	stop.Store(true)
