@@ -1,0 +1,270 @@
+package ike
+
+import (
+	"bytes"
+	"context"
+	"net/netip"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// pair is two endpoints on loopback addresses, each with its own
+// sockets on ports 500 and 4500.
+type pair struct {
+	i, r           *Endpoint
+	iAddr, rAddr   netip.Addr
+	iTr, rTr       *Transport
+	cancel         context.CancelFunc
+	responderChild chan *Child
+}
+
+func testConfigs(t *testing.T, ike, esp string) (Config, Config) {
+	t.Helper()
+	ikeP, err := ParseProposals(ProtoIKE, ike)
+	if err != nil {
+		t.Fatal(err)
+	}
+	espP, err := ParseProposals(ProtoESP, esp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanA, lanB := PrefixSelector(netip.MustParsePrefix("192.0.2.0/24")), PrefixSelector(netip.MustParsePrefix("198.51.100.0/24"))
+	ic := Config{LocalID: FQDN("gw1"), RemoteID: FQDN("gw2"), PSK: []byte("a pre-shared key of some length"), IKE: ikeP, ESP: espP,
+		LocalTS: []Selector{lanA}, RemoteTS: []Selector{lanB}, RetransmitTimeout: 200 * time.Millisecond}
+	rc := ic
+	rc.LocalID, rc.RemoteID, rc.LocalTS, rc.RemoteTS = ic.RemoteID, ic.LocalID, ic.RemoteTS, ic.LocalTS
+	return ic, rc
+}
+
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Fatal("binding IKE's ports 500 and 4500 needs root")
+	}
+}
+
+// newPair listens on 127.0.0.x addresses (ports 500 and 4500 each); the
+// responder's Serve starts after delay.
+func newPair(t *testing.T, ic, rc Config, delay time.Duration) *pair {
+	t.Helper()
+	needRoot(t)
+	p := &pair{iAddr: netip.MustParseAddr("127.0.0.1"), rAddr: netip.MustParseAddr("127.0.0.2"), responderChild: make(chan *Child, 4)}
+	var err error
+	if p.iTr, err = Listen(p.iAddr); err != nil {
+		t.Fatal(err)
+	}
+	if p.rTr, err = Listen(p.rAddr); err != nil {
+		t.Fatal(err)
+	}
+	rc.OnChild = func(_ *IKESA, c *Child) { p.responderChild <- c }
+	if p.i, err = NewEndpoint(ic, p.iAddr, p.iTr.Send); err != nil {
+		t.Fatal(err)
+	}
+	if p.r, err = NewEndpoint(rc, p.rAddr, p.rTr.Send); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	done := make(chan struct{}, 2)
+	go func() { p.iTr.Serve(ctx, p.i); done <- struct{}{} }()
+	go func() {
+		select {
+		case <-time.After(delay):
+		case <-ctx.Done():
+		}
+		p.rTr.Serve(ctx, p.r)
+		done <- struct{}{}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		p.iTr.Close()
+		p.rTr.Close()
+		<-done
+		<-done
+	})
+	return p
+}
+
+func checkChildren(t *testing.T, ic, rc *Child) {
+	t.Helper()
+	if ic.InSPI != rc.OutSPI || ic.OutSPI != rc.InSPI {
+		t.Errorf("SPIs: initiator in %#x out %#x, responder in %#x out %#x", ic.InSPI, ic.OutSPI, rc.InSPI, rc.OutSPI)
+	}
+	if !bytes.Equal(ic.OutEnc, rc.InEnc) || !bytes.Equal(ic.InEnc, rc.OutEnc) || !bytes.Equal(ic.OutAuth, rc.InAuth) || !bytes.Equal(ic.InAuth, rc.OutAuth) {
+		t.Error("the two sides derived different CHILD_SA keys")
+	}
+	if bytes.Equal(ic.OutEnc, ic.InEnc) {
+		t.Error("both directions have one key")
+	}
+	for _, c := range []*Child{ic, rc} {
+		in, out, err := c.SAs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Suite != c.Suite || out.SPI != c.OutSPI || len(in.Selectors) != 1 {
+			t.Errorf("SAs %v %v from %+v", in, out, c)
+		}
+	}
+}
+
+func TestInitiatorAndResponderAgree(t *testing.T) {
+	for _, c := range []struct{ ike, esp string }{
+		{"aes128-sha256-x25519", "aes128gcm16"},
+		{"aes128-sha256-x25519", "aes128-sha256"},
+		{"aes256gcm16-prfsha384-ecp384", "aes256-sha1-esn"},
+		{"aes256-sha512-modp2048", "aes256gcm16"},
+	} {
+		t.Run(c.ike+"/"+c.esp, func(t *testing.T) {
+			ic, rc := testConfigs(t, c.ike, c.esp)
+			p := newPair(t, ic, rc, 0)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s, err := p.i.Initiate(ctx, netip.AddrPortFrom(p.rAddr, Port))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ich := s.Children()
+			if len(ich) != 1 {
+				t.Fatalf("%d children", len(ich))
+			}
+			rch := <-p.responderChild
+			checkChildren(t, ich[0], rch)
+			if c.esp == "aes256-sha1-esn" && !ich[0].ESN {
+				t.Error("ESN not negotiated")
+			}
+			if err := s.Ping(ctx); err != nil {
+				t.Fatalf("liveness check: %v", err)
+			}
+			if err := s.DeleteChild(ctx, ich[0]); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Delete(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(p.r.SAs()); n != 0 {
+				t.Errorf("the responder keeps %d IKE SAs after the delete", n)
+			}
+			if got := p.r.Counts(); got["IKE SA deleted by the peer"] != 1 || got["CHILD_SA deleted by the peer"] != 1 {
+				t.Errorf("responder counts %v", got)
+			}
+		})
+	}
+}
+
+func TestWrongPSKFails(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	rc.PSK = []byte("another key")
+	p := newPair(t, ic, rc, 0)
+	_, err := p.i.Initiate(context.Background(), netip.AddrPortFrom(p.rAddr, Port))
+	if err == nil || !strings.Contains(err.Error(), "AUTHENTICATION_FAILED") {
+		t.Fatalf("wrong PSK: %v", err)
+	}
+	if n := p.r.Counts()["authentication failed"]; n != 1 {
+		t.Errorf("responder counted %d authentication failures", n)
+	}
+	if len(p.i.SAs())+len(p.r.SAs()) != 0 {
+		t.Error("IKE SAs left after a failed authentication")
+	}
+}
+
+func TestInvalidKERetry(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519-ecp256", "aes128gcm16")
+	rc.IKE, _ = ParseProposals(ProtoIKE, "aes128-sha256-ecp256")
+	p := newPair(t, ic, rc, 0)
+	if _, err := p.i.Initiate(context.Background(), netip.AddrPortFrom(p.rAddr, Port)); err != nil {
+		t.Fatal(err)
+	}
+	if p.i.Counts()["INVALID_KE_PAYLOAD received"] != 1 || p.r.Counts()["INVALID_KE_PAYLOAD sent"] != 1 {
+		t.Errorf("counts %v / %v", p.i.Counts(), p.r.Counts())
+	}
+}
+
+func TestCookieAboveHalfOpenThreshold(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	rc.CookieThreshold = 1
+	p := newPair(t, ic, rc, 0)
+	ctx := context.Background()
+	// One IKE_SA_INIT without IKE_AUTH leaves a half-open SA.
+	if _, err := p.i.initSA(ctx, netip.AddrPortFrom(p.rAddr, Port)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.i.Initiate(ctx, netip.AddrPortFrom(p.rAddr, Port)); err != nil {
+		t.Fatal(err)
+	}
+	if p.r.Counts()["COOKIE asked for"] != 1 || p.i.Counts()["COOKIE returned"] != 1 {
+		t.Errorf("counts %v / %v", p.i.Counts(), p.r.Counts())
+	}
+}
+
+func TestRetransmission(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	p := newPair(t, ic, rc, 300*time.Millisecond)
+	if _, err := p.i.Initiate(context.Background(), netip.AddrPortFrom(p.rAddr, Port)); err != nil {
+		t.Fatal(err)
+	}
+	if n := p.i.Counts()["retransmitted request"]; n < 1 {
+		t.Errorf("the initiator retransmitted %d times before the responder listened", n)
+	}
+}
+
+func TestNarrowing(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	// The responder allows only a /25 of what the initiator asks.
+	rc.RemoteTS = []Selector{PrefixSelector(netip.MustParsePrefix("192.0.2.0/25"))}
+	t.Run("narrowed", func(t *testing.T) {
+		p := newPair(t, ic, rc, 0)
+		s, err := p.i.Initiate(context.Background(), netip.AddrPortFrom(p.rAddr, Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Children()[0].LocalTS; len(got) != 1 || got[0].String() != "192.0.2.0/25" {
+			t.Errorf("narrowed TSi %v", got)
+		}
+	})
+	t.Run("disjoint", func(t *testing.T) {
+		rc.RemoteTS = []Selector{PrefixSelector(netip.MustParsePrefix("203.0.113.0/24"))}
+		p := newPair(t, ic, rc, 0)
+		s, err := p.i.Initiate(context.Background(), netip.AddrPortFrom(p.rAddr, Port))
+		if err == nil || !strings.Contains(err.Error(), "TS_UNACCEPTABLE") {
+			t.Errorf("disjoint selectors: %v", err)
+		}
+		if s == nil || s.State() != StateEstablished || len(s.Children()) != 0 {
+			t.Errorf("want the IKE SA up without a CHILD_SA, got %v", s)
+		}
+	})
+}
+
+// TestDuplicateRequestSameReply hands the responder one IKE_SA_INIT
+// request twice: the second gets the first's response, byte for byte,
+// and no second SA.
+func TestDuplicateRequestSameReply(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	var sent [][]byte
+	capture := func(d Datagram) error { sent = append(sent, d.Data); return nil }
+	r, err := NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, err := NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), capture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	i.cfg.Tries = 1
+	i.initSA(ctx, netip.AddrPortFrom(r.local, Port)) // no responder answers; the request is in sent
+	if len(sent) != 1 {
+		t.Fatalf("%d datagrams sent", len(sent))
+	}
+	req := Datagram{Data: sent[0], Local: netip.AddrPortFrom(r.local, Port), Remote: netip.AddrPortFrom(i.local, Port)}
+	r.Handle(req)
+	r.Handle(req)
+	if len(sent) != 3 || !bytes.Equal(sent[1], sent[2]) {
+		t.Fatalf("responses differ or are missing (%d datagrams)", len(sent))
+	}
+	if n := len(r.SAs()); n != 1 {
+		t.Errorf("%d SAs after a duplicate request", n)
+	}
+}
