@@ -2,7 +2,9 @@
 // strongswan-charon with the kernel-libipsec plugin: user-space ESP over a
 // TUN device, since this machine's kernel has no ESP) in network
 // namespaces, so that a tunnel a real IKE daemon negotiated can be taken
-// over by espgw with the keys charon logs (sa.ParseCharonLog).
+// over by espgw with the keys charon logs (sa.ParseCharonLog), and so that
+// espgw's own IKEv2 (package ike) is proven against charon, each side
+// initiating in turn.
 //
 // Each charon runs under ipsec's starter in a mount namespace of its own:
 // a private /run (pid files, the stroke socket) and its own ipsec.conf,
@@ -47,7 +49,8 @@ type Config struct {
 	// side waits (auto=add).
 	Initiate bool
 	// ESP and IKE are the proposals (default aes128-sha256 and
-	// aes128-sha256-modp2048).
+	// aes128-sha256-modp2048); the openssl plugin brings AES-GCM, the
+	// ECP groups and Curve25519 (x25519).
 	ESP, IKE string
 }
 
@@ -71,6 +74,7 @@ func CheckInstalled() error {
 		{Starter, "strongswan-starter"},
 		{"/usr/lib/ipsec/charon", "strongswan-charon"},
 		{"/usr/lib/ipsec/plugins/libstrongswan-kernel-libipsec.so", "libcharon-extra-plugins"},
+		{"/usr/lib/ipsec/plugins/libstrongswan-openssl.so", "libstrongswan-standard-plugins"},
 		{"/usr/bin/unshare", "util-linux"},
 		{"/usr/bin/nsenter", "util-linux"},
 	} {
@@ -127,7 +131,7 @@ conn espgw
 	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
 	c := &Charon{cfg: cfg, out: &testbed.LockedBuffer{}, waited: make(chan struct{})}
 	swan := fmt.Sprintf(`charon {
-	load = random nonce aes sha1 sha2 hmac gmp kdf kernel-libipsec kernel-netlink socket-default stroke updown
+	load = random nonce openssl aes sha1 sha2 hmac gmp kdf kernel-libipsec kernel-netlink socket-default stroke updown
 	filelog {
 		espgw {
 			path = %s
