@@ -8,11 +8,14 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/espgw/espgw/ike"
+	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -30,6 +33,7 @@ func TestIKEWithCharon(t *testing.T) {
 	if err := CheckInstalled(); err != nil {
 		t.Fatal(err)
 	}
+	labtest.NeedNamespaces(t)
 	for _, c := range []struct {
 		esp             string
 		charonInitiates bool
@@ -47,14 +51,29 @@ func TestIKEWithCharon(t *testing.T) {
 	}
 }
 
-func ikeWithCharon(t *testing.T, esp string, charonInitiates bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+// ikeRun is espgw's ike endpoint on gw1 and charon on gw2 after they
+// negotiated an IKE SA and its first CHILD_SA.
+type ikeRun struct {
+	topo   *netns.Topology
+	tr     *ike.Transport
+	ep     *ike.Endpoint
+	charon *Charon
+	s      *ike.IKESA
+	child  *ike.Child
+	served chan error
+}
+
+// negotiate brings the tunnel up, espgw or charon initiating; the
+// namespaces, charon and the endpoint go at the end of the test.
+func negotiate(t *testing.T, ctx context.Context, esp string, charonInitiates bool) *ikeRun {
+	t.Helper()
+	labtest.NeedNamespaces(t)
 	topo, err := netns.NewTopology("ik", netns.TopologyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer topo.Close()
+	t.Cleanup(func() { topo.Close() })
+	r := &ikeRun{topo: topo, served: make(chan error, 1)}
 	a := topo.Addr
 	psk := make([]byte, 16)
 	rand.Read(psk)
@@ -73,47 +92,50 @@ func ikeWithCharon(t *testing.T, esp string, charonInitiates bool) {
 	cfg := ike.Config{LocalID: ike.FQDN("gw1"), RemoteID: ike.FQDN("gw2"), PSK: []byte(secret), IKE: ikeP, ESP: espP,
 		LocalTS: []ike.Selector{ike.PrefixSelector(a.LANA4)}, RemoteTS: []ike.Selector{ike.PrefixSelector(a.LANB4)},
 		OnChild: func(_ *ike.IKESA, c *ike.Child) { children <- c }}
-	var tr *ike.Transport
-	if err := topo.GW1.Do(func() (err error) { tr, err = ike.Listen(local); return err }); err != nil {
+	if err := topo.GW1.Do(func() (err error) { r.tr, err = ike.Listen(local); return err }); err != nil {
 		t.Fatal(err)
 	}
-	defer tr.Close()
-	ep, err := ike.NewEndpoint(cfg, local, tr.Send)
-	if err != nil {
+	t.Cleanup(func() { r.tr.Close() })
+	if r.ep, err = ike.NewEndpoint(cfg, local, r.tr.Send); err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- tr.Serve(ctx, ep) }()
-	defer func() { cancel(); <-served }()
+	serveCtx, stop := context.WithCancel(context.Background())
+	go func() { r.served <- r.tr.Serve(serveCtx, r.ep) }()
+	t.Cleanup(func() { stop(); <-r.served })
 
-	ch, err := Start(ctx, Config{NS: topo.GW2, Dir: filepath.Join(t.TempDir(), "gw2"), Local: remote, Remote: local,
+	r.charon, err = Start(ctx, Config{NS: topo.GW2, Dir: filepath.Join(t.TempDir(), "gw2"), Local: remote, Remote: local,
 		LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: secret, Initiate: charonInitiates,
 		IKE: "aes128-sha256-x25519", ESP: esp})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ch.Kill()
-
-	var child *ike.Child
-	var s *ike.IKESA
+	t.Cleanup(func() { r.charon.Kill() })
 	if charonInitiates {
 		select {
-		case child = <-children:
+		case r.child = <-children:
 		case <-time.After(30 * time.Second):
-			t.Fatalf("charon's IKE SA did not come up at espgw within 30s; espgw counts %v\ncharon:\n%s", ep.Counts(), ch.Output())
+			t.Fatalf("charon's IKE SA did not come up at espgw within 30s; espgw counts %v\ncharon:\n%s", r.ep.Counts(), r.charon.Output())
 		}
-		for _, sa := range ep.SAs() {
-			s = sa
+		for _, sa := range r.ep.SAs() {
+			r.s = sa
 		}
 	} else {
-		if s, err = ep.Initiate(ctx, netip.AddrPortFrom(remote, ike.Port)); err != nil {
-			t.Fatalf("espgw initiating: %v; counts %v\ncharon:\n%s", err, ep.Counts(), ch.Output())
+		if r.s, err = r.ep.Initiate(ctx, netip.AddrPortFrom(remote, ike.Port)); err != nil {
+			t.Fatalf("espgw initiating: %v; counts %v\ncharon:\n%s", err, r.ep.Counts(), r.charon.Output())
 		}
-		child = s.Children()[0]
+		r.child = r.s.Children()[0]
 	}
-	if _, err := ch.Child(ctx, 20*time.Second); err != nil {
+	if _, err := r.charon.Child(ctx, 20*time.Second); err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+func ikeWithCharon(t *testing.T, esp string, charonInitiates bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	r := negotiate(t, ctx, esp, charonInitiates)
+	ch, s, child, ep := r.charon, r.s, r.child, r.ep
 	st, err := ch.Status(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -172,4 +194,64 @@ func ikeWithCharon(t *testing.T, esp string, charonInitiates bool) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// TestIKENegotiatedTunnelCarriesTraffic has espgw's ike negotiate a
+// CHILD_SA with charon (aes128gcm16, ESP in UDP since charon fakes a
+// NAT), then hands that CHILD_SA, and nothing else, to an espgw gateway
+// on gw1: pings between hostA and hostB must cross it both ways, through
+// charon's kernel-libipsec ESP on gw2, which must count them.
+func TestIKENegotiatedTunnelCarriesTraffic(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs charon and an espgw gateway in namespaces; run without -short")
+	}
+	if err := CheckInstalled(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bin := labtest.Espgw(t)
+	r := negotiate(t, ctx, "aes128gcm16", false)
+	in, out, err := r.child.SAs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The gateway's ESP-in-UDP socket takes port 4500 from the IKE
+	// endpoint; charon has no DPD, so IKE stays quiet.
+	r.tr.Close()
+	<-r.served
+	r.served <- nil
+	dir := t.TempDir()
+	if err := sa.WriteFile(filepath.Join(dir, "sas.yaml"), &sa.Config{SAs: []*sa.SA{in, out}}); err != nil {
+		t.Fatal(err)
+	}
+	a := r.topo.Addr
+	confPath := filepath.Join(dir, "gw1.yaml")
+	err = testbed.GatewayConfig{Local: a.GW1WAN4.Addr(), Peer: a.GW2WAN4.Addr(), Engine: testbed.DefaultEngine(), Metrics: "127.0.0.1:9478",
+		TUN: "esp0", Routes: []netip.Prefix{a.LANB4}, SAFile: "sas.yaml", StateDir: "gw1-state"}.Write(confPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := r.charon.Child(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := testbed.RunGateway(ctx, r.topo.GW1, bin, confPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Stop(syscall.SIGTERM)
+	upA := ping(t, ctx, r.topo.HostA, a.HostB4.Addr(), 5)
+	upB := ping(t, ctx, r.topo.HostB, a.HostA4.Addr(), 5)
+	after, err := r.charon.Child(ctx, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if upA != 5 || upB != 5 {
+		t.Errorf("through espgw ↔ charon on the negotiated CHILD_SA: hostA → hostB %d of 5 replies, hostB → hostA %d of 5\ngw1:\n%s", upA, upB, g.Output())
+	}
+	if pin, pout := after.PacketsIn-before.PacketsIn, after.PacketsOut-before.PacketsOut; pin < 10 || pout < 10 {
+		t.Errorf("charon counted %d packets in and %d out on the CHILD_SA, want at least 10 each", pin, pout)
+	}
+	t.Logf("CHILD_SA in %#x out %#x: charon counted %d in, %d out", in.SPI, out.SPI, after.PacketsIn-before.PacketsIn, after.PacketsOut-before.PacketsOut)
 }
