@@ -115,6 +115,7 @@ func TestInitiatorAndResponderAgree(t *testing.T) {
 		{"aes128-sha256-x25519", "aes128-sha256"},
 		{"aes256gcm16-prfsha384-ecp384", "aes256-sha1-esn"},
 		{"aes256-sha512-modp2048", "aes256gcm16"},
+		{"aes128-sha256-x25519", "aes128gcm16-ecp256"}, // PFS in the rekey
 	} {
 		t.Run(c.ike+"/"+c.esp, func(t *testing.T) {
 			ic, rc := testConfigs(t, c.ike, c.esp)
@@ -137,7 +138,21 @@ func TestInitiatorAndResponderAgree(t *testing.T) {
 			if err := s.Ping(ctx); err != nil {
 				t.Fatalf("liveness check: %v", err)
 			}
-			if err := s.DeleteChild(ctx, ich[0]); err != nil {
+			// A CHILD_SA rekey, then the new CHILD_SA's deletion.
+			fresh, err := s.RekeyChild(ctx, ich[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkChildren(t, fresh, <-p.responderChild)
+			if fresh.InSPI == ich[0].InSPI || bytes.Equal(fresh.OutEnc, ich[0].OutEnc) {
+				t.Error("the rekeyed CHILD_SA has the old SPI or keys")
+			}
+			for _, side := range []*Endpoint{p.i, p.r} {
+				if sas := side.SAs(); len(sas) != 1 || len(sas[0].Children()) != 1 {
+					t.Fatalf("after the rekey, want the new CHILD_SA alone")
+				}
+			}
+			if err := s.DeleteChild(ctx, fresh); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Delete(ctx); err != nil {
@@ -146,7 +161,7 @@ func TestInitiatorAndResponderAgree(t *testing.T) {
 			if n := len(p.r.SAs()); n != 0 {
 				t.Errorf("the responder keeps %d IKE SAs after the delete", n)
 			}
-			if got := p.r.Counts(); got["IKE SA deleted by the peer"] != 1 || got["CHILD_SA deleted by the peer"] != 1 {
+			if got := p.r.Counts(); got["IKE SA deleted by the peer"] != 1 || got["CHILD_SA deleted by the peer"] != 2 || got["CHILD_SA rekeyed by the peer"] != 1 {
 				t.Errorf("responder counts %v", got)
 			}
 		})

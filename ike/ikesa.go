@@ -155,8 +155,7 @@ func (s *IKESA) handleRequest(d Datagram, h Header) {
 			e.count("CREATE_CHILD_SA before IKE_AUTH")
 			return
 		}
-		e.count("CREATE_CHILD_SA refused")
-		resp = []Payload{&Notify{Kind: NotifyNoAdditionalSAs}}
+		resp = s.respondCreateChild(m)
 	default:
 		e.count("request of an unknown exchange")
 		return

@@ -232,7 +232,7 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	c, err := s.newChild(cs, sap.Proposals[0], nil, inSPI)
+	c, err := s.newChild(cs, sap.Proposals[0], nil, s.ni, s.nr, true, inSPI)
 	if err != nil {
 		return nil, err
 	}

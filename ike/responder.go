@@ -229,7 +229,7 @@ func (s *IKESA) respondAuth(m *Message) []Payload {
 		e.count("traffic selectors unacceptable")
 		return append(resp, &Notify{Kind: NotifyTSUnacceptable})
 	}
-	c, err := s.newChild(cs, chosen, nil, 0)
+	c, err := s.newChild(cs, chosen, nil, s.ni, s.nr, false, 0)
 	if err != nil {
 		e.count("CHILD_SA not made")
 		return append(resp, &Notify{Kind: NotifyTemporaryFailure})
@@ -245,9 +245,10 @@ func (s *IKESA) respondAuth(m *Message) []Payload {
 }
 
 // newChild derives a CHILD_SA's keys for the chosen proposal (whose SPI
-// is the peer's); inSPI is this side's SPI, or 0 to pick one.
-func (s *IKESA) newChild(cs childSuite, chosen Proposal, gir []byte, inSPI uint32) (*Child, error) {
-	k, err := deriveChildKeys(s.suite.prf, s.keys.d, cs, gir, s.ni, s.nr)
+// is the peer's) from the nonces of the exchange that made it, whose
+// initiator's keys come first; inSPI is this side's SPI, or 0 to pick one.
+func (s *IKESA) newChild(cs childSuite, chosen Proposal, gir, ni, nr []byte, weInitiated bool, inSPI uint32) (*Child, error) {
+	k, err := deriveChildKeys(s.suite.prf, s.keys.d, cs, gir, ni, nr)
 	if err != nil {
 		return nil, err
 	}
@@ -259,7 +260,7 @@ func (s *IKESA) newChild(cs childSuite, chosen Proposal, gir []byte, inSPI uint3
 	if err != nil {
 		return nil, err
 	}
-	if s.initiator {
+	if weInitiated {
 		c.OutEnc, c.OutAuth, c.InEnc, c.InAuth = k.encI, k.authI, k.encR, k.authR
 	} else {
 		c.InEnc, c.InAuth, c.OutEnc, c.OutAuth = k.encI, k.authI, k.encR, k.authR

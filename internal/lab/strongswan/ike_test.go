@@ -24,8 +24,9 @@ import (
 // aes128-sha256-x25519 and each of two ESP proposals. charon's
 // statusall must show the IKE SA ESTABLISHED and the CHILD_SA INSTALLED
 // with espgw's SPIs, and the CHILD_SA keys charon logs (chd = 4) must be
-// the ones espgw derived. Then a liveness check, and espgw deletes the
-// IKE SA, which charon must drop.
+// the ones espgw derived. Then a liveness check, a CHILD_SA rekey by
+// espgw (CREATE_CHILD_SA with REKEY_SA, the old one deleted), and espgw
+// deletes the IKE SA, which charon must drop.
 func TestIKEWithCharon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs charon in namespaces; run without -short")
@@ -153,33 +154,32 @@ func ikeWithCharon(t *testing.T, esp string, charonInitiates bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logged, err := sa.Load(ch.LogPath())
-	if err != nil {
-		t.Fatalf("read charon's log: %v", err)
-	}
-	if len(logged.SAs) != 2 {
-		t.Fatalf("charon's log gave %d SAs, want 2", len(logged.SAs))
-	}
-	for _, theirs := range logged.SAs {
-		var ours *sa.SA
-		for _, o := range []*sa.SA{in, out} {
-			if o.SPI == theirs.SPI {
-				ours = o
-			}
-		}
-		switch {
-		case ours == nil:
-			t.Errorf("charon has SA %#x, espgw has %#x and %#x", theirs.SPI, in.SPI, out.SPI)
-		case ours.Suite != theirs.Suite || ours.Src != theirs.Src || ours.Dst != theirs.Dst:
-			t.Errorf("SA %#x: espgw %v, charon %v", ours.SPI, ours, theirs)
-		case string(ours.EncKey) != string(theirs.EncKey) || string(ours.AuthKey) != string(theirs.AuthKey):
-			t.Errorf("SA %#x: espgw's keys are not charon's", ours.SPI)
-		}
-	}
+	sameKeys(t, ch.LogPath(), in, out)
 	t.Logf("CHILD_SA %s in %#x out %#x, %s; espgw counts %v", esp, in.SPI, out.SPI, in.Suite, ep.Counts())
 
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("liveness check: %v", err)
+	}
+	// espgw rekeys the CHILD_SA: charon must have the new one alone.
+	fresh, err := s.RekeyChild(ctx, child)
+	if err != nil {
+		t.Fatalf("rekey: %v\ncharon:\n%s", err, ch.Output())
+	}
+	st, err = ch.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if newSPIs, oldSPIs := fmt.Sprintf("%08x_i %08x_o", fresh.OutSPI, fresh.InSPI), spis; !strings.Contains(st, newSPIs) || strings.Contains(st, oldSPIs) {
+		t.Fatalf("after espgw's rekey charon should have %s and not %s:\n%s", newSPIs, oldSPIs, st)
+	}
+	if !charonInitiates {
+		// charon's log tells the directions of a CHILD_SA's keys only
+		// when it initiated neither the IKE SA nor the rekey, or both.
+		fin, fout, err := fresh.SAs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameKeys(t, ch.LogPath(), fin, fout)
 	}
 	if err := s.Delete(ctx); err != nil {
 		t.Fatalf("delete: %v", err)
@@ -254,4 +254,30 @@ func TestIKENegotiatedTunnelCarriesTraffic(t *testing.T) {
 		t.Errorf("charon counted %d packets in and %d out on the CHILD_SA, want at least 10 each", pin, pout)
 	}
 	t.Logf("CHILD_SA in %#x out %#x: charon counted %d in, %d out", in.SPI, out.SPI, after.PacketsIn-before.PacketsIn, after.PacketsOut-before.PacketsOut)
+}
+
+// sameKeys checks that charon's log has each of espgw's SAs, by SPI, with
+// the same suite, addresses and keys.
+func sameKeys(t *testing.T, log string, ours ...*sa.SA) {
+	t.Helper()
+	logged, err := sa.Load(log)
+	if err != nil {
+		t.Fatalf("read charon's log: %v", err)
+	}
+	for _, o := range ours {
+		var theirs *sa.SA
+		for _, l := range logged.SAs {
+			if l.SPI == o.SPI {
+				theirs = l
+			}
+		}
+		switch {
+		case theirs == nil:
+			t.Errorf("charon's log has no SA %#x (%d SAs)", o.SPI, len(logged.SAs))
+		case o.Suite != theirs.Suite || o.Src != theirs.Src || o.Dst != theirs.Dst:
+			t.Errorf("SA %#x: espgw %v, charon %v", o.SPI, o, theirs)
+		case string(o.EncKey) != string(theirs.EncKey) || string(o.AuthKey) != string(theirs.AuthKey):
+			t.Errorf("SA %#x: espgw's keys are not charon's", o.SPI)
+		}
+	}
 }

@@ -1,0 +1,204 @@
+package ike
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// espGroup is the DH group of the first ESP proposal (PFS for
+// CREATE_CHILD_SA), or 0.
+func (e *Endpoint) espGroup() DHGroup {
+	for _, p := range e.cfg.ESP {
+		if g, ok := p.Get(TransformDH); ok {
+			return DHGroup(g.ID)
+		}
+	}
+	return 0
+}
+
+// RekeyChild replaces a CHILD_SA with a new one (RFC 7296 §1.3.3):
+// CREATE_CHILD_SA with REKEY_SA, new nonces and, when the ESP proposals
+// name a group, a new key exchange; then the old CHILD_SA is deleted with
+// the peer. The new child is returned; the gateway installs it before the
+// old one goes.
+func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
+	e := s.e
+	e.mu.Lock()
+	inSPI, err := e.childSPI()
+	e.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	ni, err := e.nonce()
+	if err != nil {
+		return nil, err
+	}
+	esp := e.cfg.ESP
+	group := e.espGroup()
+	var dh dhKey
+	if group == 0 {
+		esp = withoutDH(esp)
+	} else if dh, err = group.generate(e.cfg.Rand); err != nil {
+		return nil, err
+	}
+	esp = slices.Clone(esp)
+	for i := range esp {
+		esp[i].SPI = binary.BigEndian.AppendUint32(nil, inSPI)
+	}
+	ps := []Payload{&Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, old.InSPI), Kind: NotifyRekeySA},
+		&SA{Proposals: esp}, &Nonce{Data: ni}}
+	if dh != nil {
+		ps = append(ps, &KE{Group: group, Data: dh.Public()})
+	}
+	ps = append(ps, &TS{Kind: PayloadTSi, Selectors: old.LocalTS}, &TS{Kind: PayloadTSr, Selectors: old.RemoteTS})
+	m, err := s.request(ctx, CreateChildSA, ps)
+	if err != nil {
+		return nil, fmt.Errorf("rekey CHILD_SA %#x: %w", old.InSPI, err)
+	}
+	if n := m.ErrorNotify(); n != nil {
+		return nil, fmt.Errorf("rekey CHILD_SA %#x: the peer answered %s", old.InSPI, n.Kind)
+	}
+	sap, _ := m.Find(PayloadSA).(*SA)
+	nonce, _ := m.Find(PayloadNonce).(*Nonce)
+	tsi, _ := m.Find(PayloadTSi).(*TS)
+	tsr, _ := m.Find(PayloadTSr).(*TS)
+	ke, _ := m.Find(PayloadKE).(*KE)
+	switch {
+	case sap == nil || nonce == nil || tsi == nil || tsr == nil:
+		return nil, errors.New("rekey: the response lacks SA, Nonce, TSi or TSr")
+	case len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 || !Accepts(esp, sap.Proposals[0]):
+		return nil, errors.New("rekey: the peer chose an ESP proposal not offered")
+	case !Within(tsi.Selectors, old.LocalTS) || !Within(tsr.Selectors, old.RemoteTS):
+		return nil, errors.New("rekey: the peer's selectors exceed the old CHILD_SA's")
+	case (dh != nil) != (ke != nil):
+		return nil, errors.New("rekey: a KE payload where none was asked for, or none where one was")
+	}
+	var gir []byte
+	if dh != nil {
+		if ke.Group != group {
+			return nil, fmt.Errorf("rekey: the peer's KE is %s, ours %s", ke.Group, group)
+		}
+		if gir, err = dh.Shared(ke.Data); err != nil {
+			return nil, err
+		}
+	}
+	cs, err := childSuiteFrom(sap.Proposals[0])
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	c, err := s.newChild(cs, sap.Proposals[0], gir, ni, nonce.Data, true, inSPI)
+	if err == nil {
+		c.LocalTS, c.RemoteTS = tsi.Selectors, tsr.Selectors
+		s.children = append(s.children, c)
+		e.count("CHILD_SA rekeyed")
+	}
+	e.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.DeleteChild(ctx, old); err != nil {
+		return c, fmt.Errorf("rekeyed CHILD_SA %#x to %#x, but the old one's deletion: %w", old.InSPI, c.InSPI, err)
+	}
+	return c, nil
+}
+
+// respondCreateChild answers CREATE_CHILD_SA: a CHILD_SA rekey
+// (REKEY_SA) or a new CHILD_SA, with PFS when a KE is sent. IKE SA rekeys
+// are refused with NO_ADDITIONAL_SAS.
+func (s *IKESA) respondCreateChild(m *Message) []Payload {
+	e := s.e
+	sap, _ := m.Find(PayloadSA).(*SA)
+	nonce, _ := m.Find(PayloadNonce).(*Nonce)
+	tsi, _ := m.Find(PayloadTSi).(*TS)
+	tsr, _ := m.Find(PayloadTSr).(*TS)
+	ke, _ := m.Find(PayloadKE).(*KE)
+	if sap != nil && len(sap.Proposals) > 0 && sap.Proposals[0].Protocol == ProtoIKE {
+		e.count("IKE SA rekey refused")
+		return []Payload{&Notify{Kind: NotifyNoAdditionalSAs}}
+	}
+	if sap == nil || nonce == nil || tsi == nil || tsr == nil {
+		e.count("CREATE_CHILD_SA without SA, Nonce, TSi or TSr")
+		return []Payload{&Notify{Kind: NotifyInvalidSyntax}}
+	}
+	var old *Child
+	if n := m.Notify(NotifyRekeySA); n != nil {
+		if len(n.SPI) != 4 {
+			return []Payload{&Notify{Kind: NotifyInvalidSyntax}}
+		}
+		spi := binary.BigEndian.Uint32(n.SPI)
+		for _, c := range s.children {
+			if c.OutSPI == spi {
+				old = c
+			}
+		}
+		if old == nil {
+			e.count("rekey of an unknown CHILD_SA")
+			return []Payload{&Notify{Protocol: ProtoESP, SPI: n.SPI, Kind: NotifyChildSANotFound}}
+		}
+	}
+	chosen, ok := Choose(e.cfg.ESP, sap.Proposals)
+	if !ok {
+		chosen, ok = Choose(withoutDH(e.cfg.ESP), sap.Proposals)
+	}
+	if !ok || len(chosen.SPI) != 4 {
+		e.count("no ESP proposal chosen")
+		return []Payload{&Notify{Kind: NotifyNoProposalChosen}}
+	}
+	cs, err := childSuiteFrom(chosen)
+	if err != nil {
+		e.count("no ESP proposal chosen")
+		return []Payload{&Notify{Kind: NotifyNoProposalChosen}}
+	}
+	var gir []byte
+	var kePayload *KE
+	if g, ok := chosen.Get(TransformDH); ok {
+		group := DHGroup(g.ID)
+		if ke == nil || ke.Group != group {
+			e.count("INVALID_KE_PAYLOAD sent")
+			return []Payload{&Notify{Kind: NotifyInvalidKEPayload, Data: binary.BigEndian.AppendUint16(nil, uint16(group))}}
+		}
+		dh, err := group.generate(e.cfg.Rand)
+		if err == nil {
+			gir, err = dh.Shared(ke.Data)
+		}
+		if err != nil {
+			e.count("bad KE payload")
+			return []Payload{&Notify{Kind: NotifyInvalidSyntax}}
+		}
+		kePayload = &KE{Group: group, Data: dh.Public()}
+	}
+	ni, nr := Narrow(tsi.Selectors, e.cfg.RemoteTS), Narrow(tsr.Selectors, e.cfg.LocalTS)
+	if len(ni) == 0 || len(nr) == 0 {
+		e.count("traffic selectors unacceptable")
+		return []Payload{&Notify{Kind: NotifyTSUnacceptable}}
+	}
+	myNonce, err := e.nonce()
+	if err != nil {
+		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
+	}
+	c, err := s.newChild(cs, chosen, gir, nonce.Data, myNonce, false, 0)
+	if err != nil {
+		e.count("CHILD_SA not made")
+		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
+	}
+	c.LocalTS, c.RemoteTS = nr, ni
+	chosen.SPI = binary.BigEndian.AppendUint32(nil, c.InSPI)
+	s.children = append(s.children, c)
+	if old != nil {
+		e.count("CHILD_SA rekeyed by the peer")
+	} else {
+		e.count("CHILD_SA established")
+	}
+	if e.cfg.OnChild != nil {
+		e.cfg.OnChild(s, c)
+	}
+	resp := []Payload{&SA{Proposals: []Proposal{chosen}}, &Nonce{Data: myNonce}}
+	if kePayload != nil {
+		resp = append(resp, kePayload)
+	}
+	return append(resp, &TS{Kind: PayloadTSi, Selectors: ni}, &TS{Kind: PayloadTSr, Selectors: nr})
+}
