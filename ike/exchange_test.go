@@ -138,7 +138,28 @@ func TestInitiatorAndResponderAgree(t *testing.T) {
 			if err := s.Ping(ctx); err != nil {
 				t.Fatalf("liveness check: %v", err)
 			}
-			// A CHILD_SA rekey, then the new CHILD_SA's deletion.
+			// The IKE SA rekeyed by the initiator, then by the responder;
+			// the CHILD_SA moves along.
+			if s, err = s.Rekey(ctx); err != nil {
+				t.Fatalf("IKE SA rekey: %v", err)
+			}
+			rs := p.r.SAs()
+			if len(rs) != 1 || len(rs[0].Children()) != 1 || len(s.Children()) != 1 {
+				t.Fatalf("after the IKE SA rekey: %d SAs at the responder", len(rs))
+			}
+			if _, err := rs[0].Rekey(ctx); err != nil {
+				t.Fatalf("IKE SA rekey by the responder: %v", err)
+			}
+			is := p.i.SAs()
+			if len(is) != 1 || is[0] == s || len(is[0].Children()) != 1 {
+				t.Fatalf("after the responder's rekey: %d SAs at the initiator", len(is))
+			}
+			s = is[0]
+			if err := s.Ping(ctx); err != nil {
+				t.Fatalf("liveness check on the rekeyed IKE SA: %v", err)
+			}
+			// A CHILD_SA rekey (its keys from the new SK_d), then the new
+			// CHILD_SA's deletion.
 			fresh, err := s.RekeyChild(ctx, ich[0])
 			if err != nil {
 				t.Fatal(err)
@@ -161,7 +182,7 @@ func TestInitiatorAndResponderAgree(t *testing.T) {
 			if n := len(p.r.SAs()); n != 0 {
 				t.Errorf("the responder keeps %d IKE SAs after the delete", n)
 			}
-			if got := p.r.Counts(); got["IKE SA deleted by the peer"] != 1 || got["CHILD_SA deleted by the peer"] != 2 || got["CHILD_SA rekeyed by the peer"] != 1 {
+			if got := p.r.Counts(); got["IKE SA deleted by the peer"] != 2 || got["IKE SA rekeyed by the peer"] != 1 || got["CHILD_SA deleted by the peer"] != 2 || got["CHILD_SA rekeyed by the peer"] != 1 {
 				t.Errorf("responder counts %v", got)
 			}
 		})

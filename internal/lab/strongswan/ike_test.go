@@ -24,9 +24,10 @@ import (
 // aes128-sha256-x25519 and each of two ESP proposals. charon's
 // statusall must show the IKE SA ESTABLISHED and the CHILD_SA INSTALLED
 // with espgw's SPIs, and the CHILD_SA keys charon logs (chd = 4) must be
-// the ones espgw derived. Then a liveness check, a CHILD_SA rekey by
-// espgw (CREATE_CHILD_SA with REKEY_SA, the old one deleted), and espgw
-// deletes the IKE SA, which charon must drop.
+// the ones espgw derived. Then a liveness check, an IKE SA rekey by
+// espgw, a CHILD_SA rekey by espgw under the new IKE SA (CREATE_CHILD_SA
+// with REKEY_SA, the old one deleted; its keys come from the new SK_d), and
+// espgw deletes the IKE SA, which charon must drop.
 func TestIKEWithCharon(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs charon in namespaces; run without -short")
@@ -160,7 +161,23 @@ func ikeWithCharon(t *testing.T, esp string, charonInitiates bool) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("liveness check: %v", err)
 	}
-	// espgw rekeys the CHILD_SA: charon must have the new one alone.
+	// espgw rekeys the IKE SA: charon must have it under the new SPIs,
+	// with the CHILD_SA.
+	if s, err = s.Rekey(ctx); err != nil {
+		t.Fatalf("IKE SA rekey: %v\ncharon:\n%s", err, ch.Output())
+	}
+	spii, spir := s.SPIs()
+	if st, err = ch.Status(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if ikeSPIs := fmt.Sprintf("%016x_i", spii); !strings.Contains(st, ikeSPIs) || !strings.Contains(st, fmt.Sprintf("%016x_r", spir)) || !strings.Contains(st, spis) {
+		t.Fatalf("after espgw's IKE SA rekey charon should have IKE SPIs %016x/%016x and CHILD_SA %s:\n%s", spii, spir, spis, st)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("liveness check on the rekeyed IKE SA: %v", err)
+	}
+	// espgw rekeys the CHILD_SA (keys from the new IKE SA's SK_d): charon
+	// must have the new one alone.
 	fresh, err := s.RekeyChild(ctx, child)
 	if err != nil {
 		t.Fatalf("rekey: %v\ncharon:\n%s", err, ch.Output())
