@@ -190,6 +190,17 @@ func (c *Charon) Status(ctx context.Context) (string, error) {
 	return string(out), nil
 }
 
+// Rekey has charon rekey an SA of its connection: "espgw{1}" the CHILD_SA
+// numbered 1, "espgw[1]" the IKE SA (stroke's rekey, in charon's
+// namespaces).
+func (c *Charon) Rekey(ctx context.Context, name string) error {
+	out, err := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(c.charonPID), "-m", "-n", "/usr/lib/ipsec/stroke", "rekey", name).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("stroke rekey %s in %s: %w: %s", name, c.cfg.NS.Short(), err, out)
+	}
+	return nil
+}
+
 // ChildCounters are a CHILD_SA's traffic counters from `ipsec statusall`.
 type ChildCounters struct {
 	BytesIn, PacketsIn, BytesOut, PacketsOut uint64

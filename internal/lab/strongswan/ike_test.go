@@ -56,13 +56,14 @@ func TestIKEWithCharon(t *testing.T) {
 // ikeRun is espgw's ike endpoint on gw1 and charon on gw2 after they
 // negotiated an IKE SA and its first CHILD_SA.
 type ikeRun struct {
-	topo   *netns.Topology
-	tr     *ike.Transport
-	ep     *ike.Endpoint
-	charon *Charon
-	s      *ike.IKESA
-	child  *ike.Child
-	served chan error
+	topo     *netns.Topology
+	children chan *ike.Child
+	tr       *ike.Transport
+	ep       *ike.Endpoint
+	charon   *Charon
+	s        *ike.IKESA
+	child    *ike.Child
+	served   chan error
 }
 
 // negotiate brings the tunnel up, espgw or charon initiating; the
@@ -90,10 +91,11 @@ func negotiate(t *testing.T, ctx context.Context, esp string, charonInitiates bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	children := make(chan *ike.Child, 1)
+	children := make(chan *ike.Child, 8)
 	cfg := ike.Config{LocalID: ike.FQDN("gw1"), RemoteID: ike.FQDN("gw2"), PSK: []byte(secret), IKE: ikeP, ESP: espP,
 		LocalTS: []ike.Selector{ike.PrefixSelector(a.LANA4)}, RemoteTS: []ike.Selector{ike.PrefixSelector(a.LANB4)},
 		OnChild: func(_ *ike.IKESA, c *ike.Child) { children <- c }}
+	r.children = children
 	if err := topo.GW1.Do(func() (err error) { r.tr, err = ike.Listen(local); return err }); err != nil {
 		t.Fatal(err)
 	}
@@ -160,6 +162,10 @@ func ikeWithCharon(t *testing.T, esp string, charonInitiates bool) {
 
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("liveness check: %v", err)
+	}
+	if charonInitiates {
+		s, child = charonRekeys(t, ctx, r, s, child)
+		spis = fmt.Sprintf("%08x_i %08x_o", child.OutSPI, child.InSPI)
 	}
 	// espgw rekeys the IKE SA: charon must have it under the new SPIs,
 	// with the CHILD_SA.
@@ -296,5 +302,60 @@ func sameKeys(t *testing.T, log string, ours ...*sa.SA) {
 		case string(o.EncKey) != string(theirs.EncKey) || string(o.AuthKey) != string(theirs.AuthKey):
 			t.Errorf("SA %#x: espgw's keys are not charon's", o.SPI)
 		}
+	}
+}
+
+// charonRekeys has charon rekey the CHILD_SA and then the IKE SA, espgw
+// responding, and returns espgw's new IKE SA and CHILD_SA.
+func charonRekeys(t *testing.T, ctx context.Context, r *ikeRun, s *ike.IKESA, child *ike.Child) (*ike.IKESA, *ike.Child) {
+	t.Helper()
+	if err := r.charon.Rekey(ctx, "espgw{1}"); err != nil {
+		t.Fatal(err)
+	}
+	var fresh *ike.Child
+	select {
+	case fresh = <-r.children:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("charon's CHILD_SA rekey did not reach espgw; counts %v\n%s", r.ep.Counts(), r.charon.Output())
+	}
+	// charon deletes the old CHILD_SA after the rekey.
+	waitFor(t, 10*time.Second, func() bool { c := s.Children(); return len(c) == 1 && c[0] == fresh },
+		func() string { return fmt.Sprintf("espgw keeps %d CHILD_SAs after charon's rekey", len(s.Children())) })
+	st, err := r.charon.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spis := fmt.Sprintf("%08x_i %08x_o", fresh.OutSPI, fresh.InSPI); !strings.Contains(st, spis) || strings.Contains(st, fmt.Sprintf("%08x_i", child.OutSPI)) {
+		t.Fatalf("after charon's CHILD_SA rekey it should have %s alone:\n%s", spis, st)
+	}
+	if err := r.charon.Rekey(ctx, "espgw[1]"); err != nil {
+		t.Fatal(err)
+	}
+	var next *ike.IKESA
+	waitFor(t, 10*time.Second, func() bool {
+		sas := r.ep.SAs()
+		if len(sas) == 1 && sas[0] != s && sas[0].State() == ike.StateEstablished {
+			next = sas[0]
+		}
+		return next != nil
+	}, func() string {
+		return fmt.Sprintf("espgw has %d IKE SAs after charon's IKE SA rekey; counts %v", len(r.ep.SAs()), r.ep.Counts())
+	})
+	if c := next.Children(); len(c) != 1 || c[0] != fresh {
+		t.Fatalf("the CHILD_SA did not move to the rekeyed IKE SA")
+	}
+	if n := r.ep.Counts()["IKE SA rekeyed by the peer"]; n != 1 {
+		t.Errorf("espgw counted %d IKE SA rekeys by the peer", n)
+	}
+	return next, fresh
+}
+
+func waitFor(t *testing.T, limit time.Duration, done func() bool, what func() string) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !done(); {
+		if time.Now().After(deadline) {
+			t.Fatal(what())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
