@@ -19,13 +19,14 @@
 //     384, Curve25519; ESN negotiation for ESP. ESP proposals map to
 //     espgw's suites; ParseProposals refuses what espgw cannot carry.
 //   - Keys: SKEYSEED, SK_d/ai/ar/ei/er/pi/pr, the CHILD_SA's KEYMAT (with
-//     a PFS g^ir on rekey), the rekeyed IKE SA's SKEYSEED.
+//     a PFS g^ir on rekey), the rekeyed IKE SA's SKEYSEED from the old SK_d.
 //   - Exchanges: IKE_SA_INIT with NAT detection (and the float to port
 //     4500), INVALID_KE_PAYLOAD retry, COOKIE above CookieThreshold
 //     half-open SAs and silence above MaxHalfOpen; IKE_AUTH with a PSK,
 //     identities FQDN, email, IPv4/IPv6 or key id, traffic selector
 //     narrowing and the first CHILD_SA; CREATE_CHILD_SA for a CHILD_SA
-//     rekey (REKEY_SA, optional PFS) or a new CHILD_SA, both ways;
+//     rekey (REKEY_SA, optional PFS), a new CHILD_SA or an IKE SA rekey
+//     (the CHILD_SAs move to the new SA), both ways;
 //     INFORMATIONAL liveness checks and Delete of the IKE SA or CHILD_SAs.
 //     Message IDs with a window of one, retransmission with a doubling
 //     timeout, duplicate requests answered with the response already sent.
@@ -35,8 +36,7 @@
 //
 // # What it does not have yet
 //
-// IKE SA rekey (a peer's is refused with NO_ADDITIONAL_SAS), simultaneous
-// rekey collisions (RFC 7296 §2.8.1), certificates and RFC 7427
+// Simultaneous rekey collisions (RFC 7296 §2.8.1), certificates and RFC 7427
 // signatures, EAP, configuration payloads, IKE fragmentation (RFC 7383),
 // transport mode (tunnel mode always), ChaCha20-Poly1305, NAT-T keepalives
 // and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not

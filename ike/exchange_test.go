@@ -304,3 +304,34 @@ func TestDuplicateRequestSameReply(t *testing.T) {
 		t.Errorf("%d SAs after a duplicate request", n)
 	}
 }
+
+func TestIdentities(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		i, r   Identity
+		expect Identity // what the responder expects of the initiator
+		ok     bool
+	}{
+		{"fqdn", FQDN("gw1.example"), FQDN("gw2.example"), FQDN("gw1.example"), true},
+		{"email", Email("gw1@example.org"), Email("gw2@example.org"), Email("gw1@example.org"), true},
+		{"ipv4", Addr(netip.MustParseAddr("192.0.2.1")), Addr(netip.MustParseAddr("192.0.2.2")), Addr(netip.MustParseAddr("192.0.2.1")), true},
+		{"ipv6", Addr(netip.MustParseAddr("2001:db8::1")), Addr(netip.MustParseAddr("2001:db8::2")), Addr(netip.MustParseAddr("2001:db8::1")), true},
+		{"keyid", KeyID([]byte{1, 2, 3}), KeyID([]byte{4, 5, 6}), KeyID([]byte{1, 2, 3}), true},
+		{"unexpected", FQDN("intruder"), FQDN("gw2"), FQDN("gw1"), false},
+		{"same data, other type", Email("gw1"), FQDN("gw2"), FQDN("gw1"), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+			ic.LocalID, ic.RemoteID = c.i, c.r
+			rc.LocalID, rc.RemoteID = c.r, c.expect
+			p := newPair(t, ic, rc, 0)
+			_, err := p.i.Initiate(context.Background(), netip.AddrPortFrom(p.rAddr, Port))
+			if (err == nil) != c.ok {
+				t.Fatalf("initiate: %v, want success %v", err, c.ok)
+			}
+			if !c.ok && p.r.Counts()["unknown peer identity"] != 1 {
+				t.Errorf("responder counts %v", p.r.Counts())
+			}
+		})
+	}
+}
