@@ -45,12 +45,12 @@ func needRoot(t *testing.T) {
 	}
 }
 
-// newPair listens on 127.0.0.x addresses (ports 500 and 4500 each); the
+// newPair listens on two loopback addresses of its own (ports 500 and 4500 each); the
 // responder's Serve starts after delay.
 func newPair(t *testing.T, ic, rc Config, delay time.Duration) *pair {
 	t.Helper()
 	needRoot(t)
-	p := &pair{iAddr: netip.MustParseAddr("127.0.0.1"), rAddr: netip.MustParseAddr("127.0.0.2"), responderChild: make(chan *Child, 4)}
+	p := &pair{iAddr: netip.MustParseAddr("127.83.75.1"), rAddr: netip.MustParseAddr("127.83.75.2"), responderChild: make(chan *Child, 4)}
 	var err error
 	if p.iTr, err = Listen(p.iAddr); err != nil {
 		t.Fatal(err)
@@ -333,5 +333,49 @@ func TestIdentities(t *testing.T) {
 				t.Errorf("responder counts %v", p.r.Counts())
 			}
 		})
+	}
+}
+
+// TestRetransmittedIKEAuthSameReply runs an exchange in memory, then hands
+// the responder the initiator's IKE_AUTH request again: it gets the same
+// response, byte for byte, and no second CHILD_SA; the same message ID
+// with other bytes gets nothing.
+func TestRetransmittedIKEAuthSameReply(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	var fromI, fromR []Datagram
+	var i, r *Endpoint
+	var err error
+	children := 0
+	rc.OnChild = func(*IKESA, *Child) { children++ }
+	if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
+		fromR = append(fromR, d)
+		i.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
+		fromI = append(fromI, d)
+		r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := i.Initiate(context.Background(), netip.AddrPortFrom(r.local, Port)); err != nil {
+		t.Fatal(err)
+	}
+	if len(fromI) != 2 || len(fromR) != 2 || children != 1 {
+		t.Fatalf("%d requests, %d responses, %d children", len(fromI), len(fromR), children)
+	}
+	auth := fromI[1]
+	r.Handle(Datagram{Data: auth.Data, Local: auth.Remote, Remote: auth.Local})
+	if len(fromR) != 3 || !bytes.Equal(fromR[2].Data, fromR[1].Data) || children != 1 {
+		t.Fatalf("the repeated IKE_AUTH: %d responses (the last the same: %v), %d children", len(fromR), bytes.Equal(fromR[2].Data, fromR[1].Data), children)
+	}
+	forged := bytes.Clone(auth.Data)
+	forged[len(forged)-1] ^= 1
+	r.Handle(Datagram{Data: forged, Local: auth.Remote, Remote: auth.Local})
+	if len(fromR) != 3 || r.Counts()["request with a used message ID"] != 1 {
+		t.Errorf("a changed request with a used message ID: %d responses, counts %v", len(fromR), r.Counts())
 	}
 }

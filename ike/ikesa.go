@@ -1,10 +1,12 @@
 package ike
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"time"
 )
 
@@ -51,8 +53,10 @@ type IKESA struct {
 	// nextReq is the ID of this side's next request; expectReq the ID
 	// the peer's next request must have.
 	nextReq, expectReq uint32
-	lastResp           []byte
+	lastReq, lastResp  []byte
 	children           []*Child
+	// reqMu keeps one request of this side outstanding (a window of one).
+	reqMu sync.Mutex
 }
 
 // State is where the SA stands.
@@ -107,6 +111,10 @@ func (s *IKESA) forget() {
 func (s *IKESA) handleRequest(d Datagram, h Header) {
 	e := s.e
 	if s.lastResp != nil && h.MessageID+1 == s.expectReq {
+		if !bytes.Equal(d.Data, s.lastReq) {
+			e.count("request with a used message ID")
+			return
+		}
 		e.count("retransmitted request answered again")
 		e.send(Datagram{Data: s.lastResp, Local: d.Local, Remote: d.Remote})
 		return
@@ -176,7 +184,7 @@ func (s *IKESA) reply(d Datagram, h Header, payloads []Payload) {
 		return
 	}
 	s.expectReq = h.MessageID + 1
-	s.lastResp = out
+	s.lastReq, s.lastResp = d.Data, out
 	if err := s.e.send(Datagram{Data: out, Local: d.Local, Remote: d.Remote}); err != nil {
 		s.e.count("response not sent")
 	}
@@ -217,6 +225,8 @@ func (s *IKESA) respondInformational(m *Message) []Payload {
 // and its response opened.
 func (s *IKESA) request(ctx context.Context, exch ExchangeType, payloads []Payload) (*Message, error) {
 	e := s.e
+	s.reqMu.Lock()
+	defer s.reqMu.Unlock()
 	e.mu.Lock()
 	if s.state == StateDeleted {
 		e.mu.Unlock()
