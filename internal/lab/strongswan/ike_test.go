@@ -37,19 +37,22 @@ func TestIKEWithCharon(t *testing.T) {
 	}
 	labtest.NeedNamespaces(t)
 	for _, c := range []struct {
-		esp             string
+		ike, esp        string
 		charonInitiates bool
 	}{
-		{"aes128gcm16", false},
-		{"aes128-sha256", false},
-		{"aes128gcm16", true},
-		{"aes128-sha256", true},
+		{"aes128-sha256-x25519", "aes128gcm16", false},
+		{"aes128-sha256-x25519", "aes128-sha256", false},
+		{"aes128-sha256-x25519", "aes128gcm16", true},
+		{"aes128-sha256-x25519", "aes128-sha256", true},
+		// The SK payload under AES-GCM, the NIST and MODP groups.
+		{"aes256gcm16-prfsha384-ecp384", "aes256gcm16", false},
+		{"aes256-sha512-modp3072", "aes256-sha1", true},
 	} {
 		name := "espgw-initiates"
 		if c.charonInitiates {
 			name = "charon-initiates"
 		}
-		t.Run(name+"/"+c.esp, func(t *testing.T) { ikeWithCharon(t, c.esp, c.charonInitiates) })
+		t.Run(name+"/"+c.ike+"/"+c.esp, func(t *testing.T) { ikeWithCharon(t, c.ike, c.esp, c.charonInitiates) })
 	}
 }
 
@@ -68,7 +71,7 @@ type ikeRun struct {
 
 // negotiate brings the tunnel up, espgw or charon initiating; the
 // namespaces, charon and the endpoint go at the end of the test.
-func negotiate(t *testing.T, ctx context.Context, esp string, charonInitiates bool) *ikeRun {
+func negotiate(t *testing.T, ctx context.Context, ikeProposal, esp string, charonInitiates bool) *ikeRun {
 	t.Helper()
 	labtest.NeedNamespaces(t)
 	topo, err := netns.NewTopology("ik", netns.TopologyOptions{})
@@ -83,7 +86,7 @@ func negotiate(t *testing.T, ctx context.Context, esp string, charonInitiates bo
 	secret := hex.EncodeToString(psk)
 	local, remote := a.GW1WAN4.Addr(), a.GW2WAN4.Addr()
 
-	ikeP, err := ike.ParseProposals(ike.ProtoIKE, "aes128-sha256-x25519")
+	ikeP, err := ike.ParseProposals(ike.ProtoIKE, ikeProposal)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +112,7 @@ func negotiate(t *testing.T, ctx context.Context, esp string, charonInitiates bo
 
 	r.charon, err = Start(ctx, Config{NS: topo.GW2, Dir: filepath.Join(t.TempDir(), "gw2"), Local: remote, Remote: local,
 		LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: secret, Initiate: charonInitiates,
-		IKE: "aes128-sha256-x25519", ESP: esp})
+		IKE: ikeProposal, ESP: esp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,10 +138,10 @@ func negotiate(t *testing.T, ctx context.Context, esp string, charonInitiates bo
 	return r
 }
 
-func ikeWithCharon(t *testing.T, esp string, charonInitiates bool) {
+func ikeWithCharon(t *testing.T, ikeProposal, esp string, charonInitiates bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	r := negotiate(t, ctx, esp, charonInitiates)
+	r := negotiate(t, ctx, ikeProposal, esp, charonInitiates)
 	ch, s, child, ep := r.charon, r.s, r.child, r.ep
 	st, err := ch.Status(ctx)
 	if err != nil {
@@ -234,7 +237,7 @@ func TestIKENegotiatedTunnelCarriesTraffic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	bin := labtest.Espgw(t)
-	r := negotiate(t, ctx, "aes128gcm16", false)
+	r := negotiate(t, ctx, "aes128-sha256-x25519", "aes128gcm16", false)
 	in, out, err := r.child.SAs()
 	if err != nil {
 		t.Fatal(err)
