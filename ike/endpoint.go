@@ -14,13 +14,15 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/espgw/espgw/sa"
 )
 
 // Config is one endpoint's IKE configuration: its identity and the
 // peer's, the PSK, the proposals and the traffic selectors.
 type Config struct {
 	LocalID, RemoteID Identity // a zero RemoteID accepts any identity
-	PSK               []byte
+	PSK               sa.Key   // never printed
 	// IKE and ESP are the proposals offered and accepted, in order of
 	// preference (ParseProposals).
 	IKE, ESP []Proposal

@@ -3,6 +3,7 @@ package ike
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"strings"
@@ -377,5 +378,29 @@ func TestRetransmittedIKEAuthSameReply(t *testing.T) {
 	r.Handle(Datagram{Data: forged, Local: auth.Remote, Remote: auth.Local})
 	if len(fromR) != 3 || r.Counts()["request with a used message ID"] != 1 {
 		t.Errorf("a changed request with a used message ID: %d responses, counts %v", len(fromR), r.Counts())
+	}
+}
+
+// TestSecretsNeverPrint prints a configuration, an IKE SA and its
+// CHILD_SA every way fmt can: neither the PSK nor a key shows.
+func TestSecretsNeverPrint(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	p := newPair(t, ic, rc, 0)
+	s, err := p.i.Initiate(context.Background(), netip.AddrPortFrom(p.rAddr, Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.Children()[0]
+	in, out, _ := c.SAs()
+	var secrets [][]byte
+	secrets = append(secrets, ic.PSK, c.InEnc, c.OutEnc, s.keys.d, s.keys.ei, s.keys.pi)
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%x"} {
+		text := fmt.Sprintf(verb+" "+verb+" "+verb+" "+verb+" "+verb, ic, s, c, in, out)
+		for _, k := range secrets {
+			if strings.Contains(text, string(k)) || strings.Contains(text, fmt.Sprintf("%x", []byte(k))) ||
+				strings.Contains(text, strings.Trim(fmt.Sprint([]byte(k)), "[]")) {
+				t.Fatalf("%s shows a secret: %s", verb, text)
+			}
+		}
 	}
 }

@@ -47,6 +47,7 @@ type IKESA struct {
 	// the AUTH payloads sign.
 	initReq, initResp []byte
 	local, remote     netip.AddrPort
+	halfOpenAt        halfOpenKey // where a responder's half-open SA is kept
 	nat               bool
 	peerID            Identity
 	created           time.Time
@@ -58,6 +59,17 @@ type IKESA struct {
 	// reqMu keeps one request of this side outstanding (a window of one).
 	reqMu sync.Mutex
 }
+
+// String names the SA by its SPIs and peer, never its keys.
+func (s *IKESA) String() string {
+	return fmt.Sprintf("IKE SA %016x_i %016x_r with %s", s.spii, s.spir, s.remote)
+}
+
+// GoString hides the keys from %#v as well.
+func (s *IKESA) GoString() string { return s.String() }
+
+// Format hides the keys from every fmt verb.
+func (s *IKESA) Format(f fmt.State, _ rune) { fmt.Fprint(f, s.String()) }
 
 // State is where the SA stands.
 func (s *IKESA) State() State {
@@ -103,7 +115,7 @@ func (s *IKESA) ourSPI() uint64 {
 func (s *IKESA) forget() {
 	s.state = StateDeleted
 	delete(s.e.sas, s.ourSPI())
-	delete(s.e.halfOpen, halfOpenKey{s.remote, s.spii})
+	delete(s.e.halfOpen, s.halfOpenAt)
 }
 
 // handleRequest answers a request of the peer on an SA that exists:

@@ -113,7 +113,7 @@ func (e *Endpoint) respondInit(d Datagram, h Header) {
 		return
 	}
 	s := &IKESA{e: e, spii: h.SPIi, spir: spir, suite: suite, keys: keys, ni: nonce.Data, nr: nr,
-		initReq: d.Data, local: d.Local, remote: d.Remote, created: now, expectReq: 1}
+		initReq: d.Data, local: d.Local, remote: d.Remote, halfOpenAt: key, created: now, expectReq: 1}
 	s.nat = natDetected(m, h.SPIi, 0, d)
 	if s.send, err = newSKCipher(suite.encr, suite.integ, keys.er, keys.ar); err == nil {
 		s.recv, err = newSKCipher(suite.encr, suite.integ, keys.ei, keys.ai)
@@ -199,12 +199,7 @@ func (s *IKESA) respondAuth(m *Message) []Payload {
 		return failed("authentication failed")
 	}
 	s.state, s.peerID = StateEstablished, idi.Identity
-	delete(e.halfOpen, halfOpenKey{s.remote, s.spii})
-	for k, h := range e.halfOpen {
-		if h == s {
-			delete(e.halfOpen, k)
-		}
-	}
+	delete(e.halfOpen, s.halfOpenAt)
 	resp := []Payload{&ID{Kind: PayloadIDr, Identity: e.cfg.LocalID},
 		&Auth{Method: AuthSharedKey, Data: pskAuth(s.suite.prf, e.cfg.PSK, s.initResp, s.ni, s.keys.pr, e.cfg.LocalID)}}
 	e.count("IKE SA established")
