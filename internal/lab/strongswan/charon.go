@@ -190,6 +190,27 @@ func (c *Charon) Status(ctx context.Context) (string, error) {
 	return string(out), nil
 }
 
+// WaitConnection waits until starter has loaded the connection into
+// charon: before that, charon answers an IKE_SA_INIT with
+// NO_PROPOSAL_CHOSEN.
+func (c *Charon) WaitConnection(ctx context.Context, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		st, err := c.Status(ctx)
+		if err == nil && strings.Contains(st, "  espgw: ") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("charon in %s has no connection espgw after %v:\n%s", c.cfg.NS.Short(), wait, st)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
 // Rekey has charon rekey an SA of its connection: "espgw{1}" the CHILD_SA
 // numbered 1, "espgw[1]" the IKE SA (stroke's rekey, in charon's
 // namespaces).

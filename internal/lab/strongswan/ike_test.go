@@ -127,6 +127,9 @@ func negotiate(t *testing.T, ctx context.Context, ikeProposal, esp string, charo
 			r.s = sa
 		}
 	} else {
+		if err := r.charon.WaitConnection(ctx, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
 		if r.s, err = r.ep.Initiate(ctx, netip.AddrPortFrom(remote, ike.Port)); err != nil {
 			t.Fatalf("espgw initiating: %v; counts %v\ncharon:\n%s", err, r.ep.Counts(), r.charon.Output())
 		}
