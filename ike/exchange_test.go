@@ -404,3 +404,31 @@ func TestSecretsNeverPrint(t *testing.T) {
 		}
 	}
 }
+
+// TestHalfOpenLimit: past MaxHalfOpen half-open SAs, a responder answers
+// no IKE_SA_INIT and keeps no state, and says so in its counts.
+func TestHalfOpenLimit(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	rc.MaxHalfOpen, rc.CookieThreshold = 2, 100
+	var answers int
+	r, err := NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(Datagram) error { answers++; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []Datagram
+	i, err := NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error { reqs = append(reqs, d); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	i.cfg.Tries = 1
+	i.cfg.RetransmitTimeout = time.Millisecond
+	for range 3 {
+		i.initSA(context.Background(), netip.AddrPortFrom(r.local, Port))
+	}
+	for _, d := range reqs {
+		r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+	}
+	if answers != 2 || len(r.SAs()) != 2 || r.Counts()["half-open limit reached"] != 1 {
+		t.Errorf("3 requests, limit 2: %d answers, %d SAs, counts %v", answers, len(r.SAs()), r.Counts())
+	}
+}
