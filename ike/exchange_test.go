@@ -432,3 +432,36 @@ func TestHalfOpenLimit(t *testing.T) {
 		t.Errorf("3 requests, limit 2: %d answers, %d SAs, counts %v", answers, len(r.SAs()), r.Counts())
 	}
 }
+
+// TestForgedResponses: IKE_AUTH responses that do not verify are counted
+// and the request sent again, Tries times, then the exchange fails.
+func TestForgedResponses(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	ic.Tries = 3
+	var i, r *Endpoint
+	var err error
+	if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
+		data := d.Data
+		if h, _ := ParseHeader(data); h.Exchange == IKEAuth {
+			data = bytes.Clone(data)
+			data[len(data)-1] ^= 1
+		}
+		i.Handle(Datagram{Data: data, Local: d.Remote, Remote: d.Local})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
+		r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = i.Initiate(context.Background(), netip.AddrPortFrom(r.local, Port))
+	if err == nil || !strings.Contains(err.Error(), "3 responses that do not verify") {
+		t.Fatalf("initiate against forged responses: %v", err)
+	}
+	if n := i.Counts()["response dropped: integrity check failed"]; n != 3 {
+		t.Errorf("%d forged responses counted, want 3", n)
+	}
+}

@@ -252,7 +252,7 @@ func (s *IKESA) request(ctx context.Context, exch ExchangeType, payloads []Paylo
 	if err != nil {
 		return nil, err
 	}
-	for {
+	for bad := 0; ; {
 		d, err := e.exchange(ctx, s.ourSPI(), Datagram{Data: out, Local: local, Remote: remote}, id)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", exch, err)
@@ -262,8 +262,12 @@ func (s *IKESA) request(ctx context.Context, exch ExchangeType, payloads []Paylo
 			err = s.recv.open(m, d.Data)
 		}
 		if err != nil {
-			// A forged or damaged response does not end the exchange.
+			// A forged or damaged response does not end the exchange at
+			// once: the request goes again, a bounded number of times.
 			e.count("response dropped: " + reasonOf(err))
+			if bad++; bad == e.cfg.Tries {
+				return nil, fmt.Errorf("%s: %d responses that do not verify: %w", exch, bad, err)
+			}
 			continue
 		}
 		if m.Exchange != exch {
