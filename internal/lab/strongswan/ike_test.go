@@ -1,6 +1,7 @@
 package strongswan
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -39,20 +40,27 @@ func TestIKEWithCharon(t *testing.T) {
 	for _, c := range []struct {
 		ike, esp        string
 		charonInitiates bool
+		charonIKE       string // charon's IKE proposals, when not ike
 	}{
-		{"aes128-sha256-x25519", "aes128gcm16", false},
-		{"aes128-sha256-x25519", "aes128-sha256", false},
-		{"aes128-sha256-x25519", "aes128gcm16", true},
-		{"aes128-sha256-x25519", "aes128-sha256", true},
+		{"aes128-sha256-x25519", "aes128gcm16", false, ""},
+		{"aes128-sha256-x25519", "aes128-sha256", false, ""},
+		{"aes128-sha256-x25519", "aes128gcm16", true, ""},
+		{"aes128-sha256-x25519", "aes128-sha256", true, ""},
 		// The SK payload under AES-GCM, the NIST and MODP groups.
-		{"aes256gcm16-prfsha384-ecp384", "aes256gcm16", false},
-		{"aes256-sha512-modp3072", "aes256-sha1", true},
+		{"aes256gcm16-prfsha384-ecp384", "aes256gcm16", false, ""},
+		{"aes256-sha512-modp3072", "aes256-sha1", true, ""},
+		// The initiator's first group is not the responder's: an
+		// INVALID_KE_PAYLOAD and a retry with the group asked for.
+		{"aes128-sha256-x25519-ecp256", "aes128gcm16", false, "aes128-sha256-ecp256"},
+		{"aes128-sha256-ecp256", "aes128gcm16", true, "aes128-sha256-x25519-ecp256"},
 	} {
 		name := "espgw-initiates"
 		if c.charonInitiates {
 			name = "charon-initiates"
 		}
-		t.Run(name+"/"+c.ike+"/"+c.esp, func(t *testing.T) { ikeWithCharon(t, c.ike, c.esp, c.charonInitiates) })
+		t.Run(name+"/"+c.ike+"/"+c.esp, func(t *testing.T) {
+			ikeWithCharon(t, c.ike, cmp.Or(c.charonIKE, c.ike), c.esp, c.charonInitiates)
+		})
 	}
 }
 
@@ -71,7 +79,7 @@ type ikeRun struct {
 
 // negotiate brings the tunnel up, espgw or charon initiating; the
 // namespaces, charon and the endpoint go at the end of the test.
-func negotiate(t *testing.T, ctx context.Context, ikeProposal, esp string, charonInitiates bool) *ikeRun {
+func negotiate(t *testing.T, ctx context.Context, ikeProposal, charonIKE, esp string, charonInitiates bool) *ikeRun {
 	t.Helper()
 	labtest.NeedNamespaces(t)
 	topo, err := netns.NewTopology("ik", netns.TopologyOptions{})
@@ -112,7 +120,7 @@ func negotiate(t *testing.T, ctx context.Context, ikeProposal, esp string, charo
 
 	r.charon, err = Start(ctx, Config{NS: topo.GW2, Dir: filepath.Join(t.TempDir(), "gw2"), Local: remote, Remote: local,
 		LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: secret, Initiate: charonInitiates,
-		IKE: ikeProposal, ESP: esp})
+		IKE: charonIKE, ESP: esp})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,10 +149,10 @@ func negotiate(t *testing.T, ctx context.Context, ikeProposal, esp string, charo
 	return r
 }
 
-func ikeWithCharon(t *testing.T, ikeProposal, esp string, charonInitiates bool) {
+func ikeWithCharon(t *testing.T, ikeProposal, charonIKE, esp string, charonInitiates bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	r := negotiate(t, ctx, ikeProposal, esp, charonInitiates)
+	r := negotiate(t, ctx, ikeProposal, charonIKE, esp, charonInitiates)
 	ch, s, child, ep := r.charon, r.s, r.child, r.ep
 	st, err := ch.Status(ctx)
 	if err != nil {
@@ -164,6 +172,12 @@ func ikeWithCharon(t *testing.T, ikeProposal, esp string, charonInitiates bool) 
 		t.Fatal(err)
 	}
 	sameKeys(t, ch.LogPath(), in, out)
+	if ikeProposal != charonIKE && !charonInitiates && ep.Counts()["INVALID_KE_PAYLOAD received"] != 1 {
+		t.Errorf("espgw's first group is not charon's, but it counted no INVALID_KE_PAYLOAD: %v", ep.Counts())
+	}
+	if ikeProposal != charonIKE && charonInitiates && ep.Counts()["INVALID_KE_PAYLOAD sent"] != 1 {
+		t.Errorf("charon's first group is not espgw's, but espgw sent no INVALID_KE_PAYLOAD: %v", ep.Counts())
+	}
 	t.Logf("CHILD_SA %s in %#x out %#x, %s; espgw counts %v", esp, in.SPI, out.SPI, in.Suite, ep.Counts())
 
 	if err := s.Ping(ctx); err != nil {
@@ -240,7 +254,7 @@ func TestIKENegotiatedTunnelCarriesTraffic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	bin := labtest.Espgw(t)
-	r := negotiate(t, ctx, "aes128-sha256-x25519", "aes128gcm16", false)
+	r := negotiate(t, ctx, "aes128-sha256-x25519", "aes128-sha256-x25519", "aes128gcm16", false)
 	in, out, err := r.child.SAs()
 	if err != nil {
 		t.Fatal(err)
