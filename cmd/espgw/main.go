@@ -52,6 +52,7 @@ func newRoot() *cobra.Command {
 		newBench(),
 		newSA(),
 		newPolicy(),
+		newDevice(),
 	)
 	return root
 }
