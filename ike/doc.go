@@ -40,5 +40,6 @@
 // signatures, EAP, configuration payloads, IKE fragmentation (RFC 7383),
 // transport mode (tunnel mode always), ChaCha20-Poly1305, NAT-T keepalives
 // and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not
-// use the package yet.
+// use the package yet; `espgw ike initiate` negotiates a CHILD_SA and
+// writes it as an SA file.
 package ike

@@ -2,8 +2,10 @@ package ike
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"strings"
 )
 
 // Payload is one payload of a message.
@@ -296,4 +298,30 @@ func parseDelete(body []byte) (*Delete, error) {
 		d.SPIs = append(d.SPIs, binary.BigEndian.Uint32(body[4+4*i:]))
 	}
 	return d, nil
+}
+
+// ParseIdentity reads an identity written as in strongSwan's
+// configuration: "@host.example" an FQDN, "@#0a1b…" a key id in hex, an
+// IPv4 or IPv6 address, "user@host" an email address, anything else an
+// FQDN.
+func ParseIdentity(s string) (Identity, error) {
+	switch {
+	case s == "" || s == "@" || s == "@#":
+		return Identity{}, fmt.Errorf("empty identity %q", s)
+	case strings.HasPrefix(s, "@#"):
+		b, err := hex.DecodeString(s[2:])
+		if err != nil {
+			return Identity{}, fmt.Errorf("key id %q: not hexadecimal", s)
+		}
+		return KeyID(b), nil
+	case strings.HasPrefix(s, "@"):
+		return FQDN(s[1:]), nil
+	}
+	if a, err := netip.ParseAddr(s); err == nil {
+		return Addr(a.Unmap()), nil
+	}
+	if strings.Contains(s, "@") {
+		return Email(s), nil
+	}
+	return FQDN(s), nil
 }

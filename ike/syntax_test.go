@@ -1,6 +1,7 @@
 package ike
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -87,5 +88,26 @@ func TestChoose(t *testing.T) {
 	theirs[1].Transforms[0].Unreadable = true
 	if _, ok := Choose(ours, theirs); ok {
 		t.Error("a transform with an unknown attribute chosen")
+	}
+}
+
+func TestParseIdentity(t *testing.T) {
+	for in, want := range map[string]Identity{
+		"@gw1.example":    FQDN("gw1.example"),
+		"gw1.example":     FQDN("gw1.example"),
+		"@#0a1b":          KeyID([]byte{0x0a, 0x1b}),
+		"198.51.100.1":    Addr(netip.MustParseAddr("198.51.100.1")),
+		"2001:db8::1":     Addr(netip.MustParseAddr("2001:db8::1")),
+		"gw1@example.org": Email("gw1@example.org"),
+	} {
+		got, err := ParseIdentity(in)
+		if err != nil || !got.Equal(want) {
+			t.Errorf("%s: %v %v, want %v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "@", "@#zz"} {
+		if _, err := ParseIdentity(in); err == nil {
+			t.Errorf("%q accepted", in)
+		}
 	}
 }
