@@ -89,3 +89,45 @@ func fuzzConfigs(f *testing.F) (Config, Config) {
 	r.LocalID = FQDN("b")
 	return c, r
 }
+
+// FuzzAuthenticatedRequests runs a real IKE_SA_INIT and IKE_AUTH in
+// memory, then hands the responder requests from the authenticated peer
+// whose SK payload holds arbitrary bytes, sealed with the peer's keys:
+// INFORMATIONAL and CREATE_CHILD_SA requests with hostile payloads. The
+// responder answers or drops each, never panics.
+func FuzzAuthenticatedRequests(f *testing.F) {
+	f.Add(byte(0), byte(PayloadNotify), []byte{0, 0, 0, 8, 3, 4, 0x40, 0x09, 1, 2, 3, 4})
+	f.Add(byte(1), byte(PayloadDelete), []byte{0, 0, 0, 8, 1, 0, 0, 0})
+	f.Add(byte(1), byte(PayloadSA), []byte{})
+	ic, rc := fuzzConfigs(f)
+	f.Fuzz(func(t *testing.T, kind, first byte, chain []byte) {
+		var i, r *Endpoint
+		var err error
+		if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
+			i.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
+			r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := i.Initiate(context.Background(), netip.AddrPortFrom(r.local, Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		exch := Informational
+		if kind&1 == 1 {
+			exch = CreateChildSA
+		}
+		out, err := s.send.sealChain(Header{SPIi: s.spii, SPIr: s.spir, Exchange: exch, Flags: FlagInitiator, MessageID: s.nextReq},
+			PayloadType(first), chain, rand.Reader)
+		if err != nil {
+			return
+		}
+		r.Handle(Datagram{Data: out, Local: netip.AddrPortFrom(r.local, Port), Remote: netip.AddrPortFrom(i.local, Port)})
+	})
+}

@@ -67,6 +67,12 @@ func (c *skCipher) seal(m *Message, rand io.Reader) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return c.sealChain(m.Header, first, plain, rand)
+}
+
+// sealChain encodes a message whose SK payload holds the encoded payload
+// chain plain, starting with a payload of type first.
+func (c *skCipher) sealChain(h Header, first PayloadType, plain []byte, rand io.Reader) ([]byte, error) {
 	pad := 0
 	if c.aead == nil {
 		pad = (aes.BlockSize - (len(plain)+1)%aes.BlockSize) % aes.BlockSize
@@ -76,10 +82,9 @@ func (c *skCipher) seal(m *Message, rand io.Reader) ([]byte, error) {
 	ivLen, icvLen := c.ivLen(), c.icvLen()
 	total := HeaderLen + 4 + ivLen + len(plain) + icvLen
 	if total > MaxMessageLen {
-		return nil, fmt.Errorf("%s message of %d bytes, more than %d", m.Exchange, total, MaxMessageLen)
+		return nil, fmt.Errorf("%s message of %d bytes, more than %d", h.Exchange, total, MaxMessageLen)
 	}
 	b := make([]byte, HeaderLen+4+ivLen, total)
-	h := m.Header
 	h.Next, h.Version, h.Length = PayloadSK, Version, uint32(total)
 	h.put(b)
 	b[HeaderLen] = byte(first)
