@@ -55,7 +55,8 @@ type charonChild struct {
 // (filelog or charondebug with chd = 4; flush_line = yes so that nothing
 // waits in a buffer): the algorithms ("using AES_CBC for encryption"),
 // the initiator's and responder's keys with their hex dumps, the inbound
-// and outbound SPIs and addresses ("adding inbound ESP SA", "SPI 0x…, src
+// and outbound SPIs and addresses ("adding inbound ESP SA", "adding" or,
+// for a rekeyed CHILD_SA, "registering outbound ESP SA", "SPI 0x…, src
 // A dst B"), and the traffic selectors of the established line, which
 // become the inbound SA's selectors. Debian 12's strongSwan has no
 // save-keys plugin, so this is how its keys are had.
@@ -119,7 +120,9 @@ func ParseCharonLog(name string, data []byte) (*Config, error) {
 			if len(c.keys[c.reading]) >= c.want {
 				c.reading = ""
 			}
-		case group == "CHD" && (msg == "adding inbound ESP SA" || msg == "adding outbound ESP SA"):
+		case group == "CHD" && (msg == "adding inbound ESP SA" || msg == "adding outbound ESP SA" || msg == "registering outbound ESP SA"):
+			// A rekeyed CHILD_SA's outbound SA is registered with its keys
+			// and installed (added) later, when the old one goes.
 			c.reading = ""
 			c.directions = append(c.directions, strings.Contains(msg, "inbound"))
 		case group == "CHD" && charonSPI.MatchString(msg) && len(c.directions) > len(c.sas):

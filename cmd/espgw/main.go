@@ -53,6 +53,7 @@ func newRoot() *cobra.Command {
 		newSA(),
 		newPolicy(),
 		newDevice(),
+		newIKE(),
 	)
 	return root
 }
