@@ -145,3 +145,8 @@ func kindOf(top map[string]json.RawMessage) (string, error) {
 	}
 	return "", fmt.Errorf("\"results\" holds neither bench paths, tunnel counts nor scenarios")
 }
+
+// DemoRun is a demo report as a page's only run, name its file's name.
+func DemoRun(name string, r *demo.Report) *Run {
+	return &Run{File: name, Label: label(0), Kind: KindDemo, Demo: r}
+}
