@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 export PATH=/usr/local/go/bin:$PATH
+# Tests keep what a person would look at here (the report pages' screenshots).
+export ESPGW_ARTIFACTS="${ESPGW_ARTIFACTS:-$PWD/test-artifacts}"
 # Debian's kernel and a small initramfs for the Linux-kernel ESP peer
 # (unpacked into a cache folder, never installed as this machine's kernel).
 ./scripts/prepare-kernel-peer.sh

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/bench"
+	"github.com/espgw/espgw/internal/lab/scenario"
 )
 
 func TestChartSVG(t *testing.T) {
@@ -212,5 +213,23 @@ func TestWarnsOfOtherMachines(t *testing.T) {
 	p.machines()
 	if len(p.Warnings) != 1 || !strings.Contains(p.Warnings[0], "another machine") {
 		t.Fatalf("two machines: warnings %q, want one", p.Warnings)
+	}
+}
+
+func TestScenarioComparison(t *testing.T) {
+	runs := load(t, "scenarios.json", "scenarios.json")
+	broken := *runs[1].Scenario.Results[0]
+	broken.Pass = false
+	broken.Verdicts = slices.Clone(broken.Verdicts)
+	broken.Verdicts[0].Got++
+	runs[1].Scenario.Results = append([]*scenario.Result{&broken}, runs[1].Scenario.Results[1:]...)
+	p := Page{Runs: runs}
+	p.compare()
+	if len(p.Compared) != 1 {
+		t.Fatalf("%d comparisons, want 1", len(p.Compared))
+	}
+	changes := p.Compared[0].Changes
+	if len(changes) != 1 || changes[0].Change != Regression || !strings.HasPrefix(changes[0].Figure, broken.Name+", verdict") {
+		t.Fatalf("a scenario that passed, then failed: changes %+v, want one regression of its verdict", changes)
 	}
 }

@@ -4,6 +4,7 @@ package runinfo
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -34,6 +35,11 @@ func Describe() Machine {
 	}
 	m.CPU = cpuModel()
 	return m
+}
+
+// String is m on one line, for the text reports.
+func (m Machine) String() string {
+	return fmt.Sprintf("%s, kernel %s, %s (%d CPUs), espgw %s, %s", m.Host, m.Kernel, m.CPU, m.CPUs, m.Version, m.Go)
 }
 
 // SameMachine reports whether m and o describe the same host and hardware.
