@@ -354,6 +354,9 @@ func (o *TunnelOptions) controlAdds(bed *testbed.Bed) (float64, error) {
 // Print writes the report as a table, the ratios to the first count beside.
 func (r *TunnelReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "espgw bench --tunnels: %s on %s, %d-byte frames; load average at start %s\n", r.Suite, r.Engine, r.Frame, r.LoadAvg)
+	if r.Machine.Host != "" {
+		fmt.Fprintf(w, "machine: %s\n", r.Machine)
+	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "tunnels\tSAs\tload s\tload CPU s\tRSS MiB\tB/SA\tTCP Mbit/s\tzero-loss pkt/s\t× first\tadd/del lost/sent\trekey lost/sent\tcontrol adds/s\t")
 	for _, x := range r.Results {
