@@ -53,6 +53,7 @@ func newRoot() *cobra.Command {
 		newReport(),
 		newSA(),
 		newPolicy(),
+		newDevice(),
 	)
 	return root
 }
