@@ -538,6 +538,19 @@ func TestManyTunnels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The control socket checks an SA as the file loader does: a
+	// tfc-pad beyond what outer-mtu carries is refused, naming it.
+	padded := *extra.Out
+	padded.TFCPad = 5000
+	bad, err := control.SAEntries(&padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(labtest.Espgw(t), "sa", "add", "--socket", b.ControlSocket(0), "-")
+	cmd.Stdin = bytes.NewReader(bad)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "tfc-pad 5000 pads every packet") {
+		t.Errorf("sa add with tfc-pad 5000: %v, %s; want a refusal", err, out)
+	}
 	for i := range 2 {
 		espgw(t, sas, "sa", "add", "--socket", b.ControlSocket(i), "-")
 		espgw(t, pols, "policy", "add", "--socket", b.ControlSocket(i), "-")

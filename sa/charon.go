@@ -77,9 +77,6 @@ func ParseCharonLog(name string, data []byte) (*Config, error) {
 	threads := map[string]*charonChild{}
 	var sas []*SA
 	for i, raw := range strings.Split(text, "\n") {
-		if p.full() {
-			break
-		}
 		line := i + 1
 		m := charonLine.FindStringSubmatch(strings.TrimRight(raw, "\r"))
 		if m == nil {
@@ -162,7 +159,7 @@ func ParseCharonLog(name string, data []byte) (*Config, error) {
 			sas = append(sas, c.sas...)
 		}
 	}
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	if len(sas) == 0 {

@@ -113,9 +113,6 @@ func ParseEspSA(name string, data []byte) (*Config, error) {
 	var sas []*SA
 	seen := map[spiDst]int{}
 	for i, raw := range strings.Split(string(data), "\n") {
-		if p.full() {
-			break
-		}
 		line := i + 1
 		t := strings.TrimSpace(strings.TrimRight(raw, "\r"))
 		if t == "" || strings.HasPrefix(t, "#") {
@@ -143,7 +140,7 @@ func ParseEspSA(name string, data []byte) (*Config, error) {
 		seen[k] = line
 		sas = append(sas, s)
 	}
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	if len(sas) == 0 {

@@ -1,6 +1,7 @@
 package sa
 
 import (
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -356,11 +357,57 @@ func Convert(name string, data []byte, from, to Format) ([]byte, error) {
 	return ConvertFor(name, data, from, to, netip.Addr{})
 }
 
+// MaxConvertSize bounds an input of Convert: a converter holds every SA of
+// its input and its output at once, and 4 MiB of setkey or esp_sa lines
+// (some 25,000 SAs) fit in 64 MB.
+const MaxConvertSize = 4 << 20
+
+// MaxConvertYAMLNodes bounds a YAML input of Convert by its nodes (about
+// 4,000 SAs): a YAML document is held as a tree of nodes, each costing
+// hundreds of bytes, however few bytes it was written in.
+const MaxConvertYAMLNodes = 50_000
+
+// CheckConvertSize refuses an input Convert would need more memory for than
+// MaxConvertSize and MaxConvertYAMLNodes allow, saying how big it is.
+func CheckConvertSize(name string, data []byte, from Format) error {
+	if len(data) > MaxConvertSize {
+		return fmt.Errorf("%s is %d bytes, more than the %d bytes sa convert reads: split it into smaller files", name, len(data), MaxConvertSize)
+	}
+	if cmp.Or(from, DetectFormat(data)) != FormatYAML {
+		return nil
+	}
+	if n := yamlNodesAtLeast(data, MaxConvertYAMLNodes+1); n > MaxConvertYAMLNodes {
+		return fmt.Errorf("%s holds more than %d YAML nodes (keys, values, lists, mappings), more than sa convert reads: split it into smaller files", name, MaxConvertYAMLNodes)
+	}
+	return nil
+}
+
+// yamlNodesAtLeast counts, up to limit, the marks each of which starts
+// at least one YAML node: a key's ": ", a list item's "- ", a flow
+// collection's { [ and its separating commas.
+func yamlNodesAtLeast(data []byte, limit int) int {
+	n := 0
+	for i := 0; i < len(data) && n < limit; i++ {
+		switch data[i] {
+		case '{', '[', ',':
+			n++
+		case ':', '-':
+			if i+1 == len(data) || data[i+1] == ' ' || data[i+1] == '\n' || data[i+1] == '\r' {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // ConvertFor is Convert for the host whose address is local (see
 // MarshalXFRMFor); only ip-xfrm output depends on it.
 func ConvertFor(name string, data []byte, from, to Format, local netip.Addr) ([]byte, error) {
 	if from == "" {
 		from = DetectFormat(data)
+	}
+	if err := CheckConvertSize(name, data, from); err != nil {
+		return nil, err
 	}
 	if !slices.Contains(WriteFormats, to) {
 		return nil, fmt.Errorf("cannot write SA format %s (want %s)", secret.Word(string(to), "yaml", "setkey", "ip-xfrm", "esp-sa"), formatList(WriteFormats))

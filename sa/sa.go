@@ -129,8 +129,7 @@ func (s *SA) String() string {
 
 // Equal reports whether two SAs are configured identically, field for field,
 // keys, selectors, lifetimes and the initial sequence included: an SA that
-// is Equal to the one in force keeps its working state on a reload, any
-// other is a new SA.
+// is Equal to the one in force keeps its working state on a reload.
 func (s *SA) Equal(o *SA) bool {
 	return s.SPI == o.SPI && s.Mode == o.Mode && s.Src == o.Src && s.Dst == o.Dst &&
 		s.Encap == o.Encap && s.SrcPort == o.SrcPort && s.DstPort == o.DstPort &&

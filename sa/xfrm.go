@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/errlist"
 	"github.com/espgw/espgw/internal/secret"
 	"net/netip"
 	"slices"
@@ -47,23 +48,15 @@ var (
 )
 
 // lineProblems collects the problems of a line-oriented SA file (ip xfrm,
-// esp_sa), each a *ConfigError, up to maxErrors.
+// esp_sa), each a *ConfigError.
 type lineProblems struct {
 	file string
-	errs []error
+	errs errlist.List
 }
 
 func (p *lineProblems) fail(line int, entry, field string, err error) {
-	if len(p.errs) == maxErrors {
-		p.errs = append(p.errs, &ConfigError{File: p.file, Err: errors.New("too many errors, stopping")})
-	}
-	if len(p.errs) > maxErrors {
-		return
-	}
-	p.errs = append(p.errs, &ConfigError{File: p.file, Line: line, Entry: entry, Field: field, Err: err})
+	p.errs.Add(&ConfigError{File: p.file, Line: line, Entry: entry, Field: field, Err: err})
 }
-
-func (p *lineProblems) full() bool { return len(p.errs) > maxErrors }
 
 // hiddenKeys stands for the key of a listing made with nokeys, where
 // ParseXFRMStates reads one.
@@ -182,13 +175,10 @@ func parseXFRMListing(name string, data []byte, counters bool) ([]XFRMState, err
 	p := &xfrmListing{lineProblems: lineProblems{file: name}, counters: counters}
 	lines := strings.Split(string(data), "\n")
 	for i, raw := range lines {
-		if p.full() {
-			break
-		}
 		p.line(i+1, strings.TrimRight(raw, "\r"))
 	}
 	p.finish()
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	if len(p.states) == 0 {

@@ -22,9 +22,6 @@ import (
 func ParseXFRMCommands(name string, data []byte) (*Config, error) {
 	p := &xfrmScript{lineProblems: lineProblems{file: name}, reqids: map[uint32]*SA{}, lines: map[*SA]int{}}
 	for _, cmd := range joinContinued(string(data)) {
-		if p.full() {
-			break
-		}
 		words, err := shellWords(cmd.text)
 		if err != nil {
 			p.fail(cmd.line, "", "", err)
@@ -36,7 +33,7 @@ func ParseXFRMCommands(name string, data []byte) (*Config, error) {
 	for _, pol := range p.pols {
 		p.resolve(c, pol)
 	}
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	if len(c.SAs) == 0 {

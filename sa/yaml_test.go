@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/errlist"
 	"net/netip"
 	"os"
 	"reflect"
@@ -345,8 +346,8 @@ func TestParseYAMLReportsEveryProblem(t *testing.T) {
 		many.WriteString("  - {spi: x}\n")
 	}
 	_, err = Parse("t.yaml", []byte(many.String()))
-	if n := strings.Count(err.Error(), "\n") + 1; n > maxErrors+1 {
-		t.Errorf("%d errors reported, want at most %d", n, maxErrors+1)
+	if n := strings.Count(err.Error(), "\n") + 1; n > errlist.Max+1 {
+		t.Errorf("%d errors reported, want at most %d", n, errlist.Max+1)
 	}
 }
 

@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
+	"github.com/espgw/espgw/internal/overwrite"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/sa"
 )
@@ -38,14 +40,22 @@ them, as root), ` + "`ip xfrm state/policy add`" + ` commands, or Wireshark's es
            SAs in a Linux kernel
   esp-sa   Wireshark's esp_sa table (addresses, SPI, algorithms and keys only)
 
-The format of IN is detected (--from names it). OUT, or standard output, gets the
-keys in clear; a file is written readable by its owner only. A field the output
+IN - reads standard input. The format of IN is detected (--from names it). OUT, or standard output, gets the
+keys in clear; a file is written readable by its owner only, and never over IN. A field the output
 format cannot say (ESN in setkey, say) is an error, never a silent loss. With
 --local ADDR, ip-xfrm output is for the host ADDR: the selectors of SAs from it
 become outbound policies, those of SAs to it inbound (and forward) policies.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := sa.ReadFileAtMost(args[0], sa.MaxFileSize)
+			if len(args) == 2 {
+				if err := overwrite.Check([]overwrite.File{{Role: "OUT", Path: args[1]}}, overwrite.File{Role: "the input", Path: args[0]}); err != nil {
+					return fmt.Errorf("sa convert: %w", err)
+				}
+			}
+			// A converter is run by hand, not on a hot path: the garbage
+			// collector keeps to a small heap at some cost in CPU.
+			debug.SetMemoryLimit(24 << 20)
+			name, data, err := readInput(cmd, args[0])
 			if err != nil {
 				return fmt.Errorf("sa convert: %w", err)
 			}
@@ -55,7 +65,7 @@ become outbound policies, those of SAs to it inbound (and forward) policies.`,
 					return fmt.Errorf("--local %q: want the IP address of the host the output is for", local)
 				}
 			}
-			out, err := sa.ConvertFor(filepath.Base(args[0]), data, sa.Format(from), sa.Format(to), addr)
+			out, err := sa.ConvertFor(name, data, sa.Format(from), sa.Format(to), addr)
 			if err != nil {
 				return err
 			}
@@ -77,4 +87,15 @@ become outbound policies, those of SAs to it inbound (and forward) policies.`,
 	cmd.Flags().StringVar(&local, "local", "", "ip-xfrm: the address of the host the commands are for (SAs from it are outbound, to it inbound)")
 	cmd.MarkFlagRequired("to")
 	return cmd
+}
+
+// readInput reads the SA file path, or standard input for "-", at most
+// sa.MaxConvertSize bytes, and the name its messages call it by.
+func readInput(cmd *cobra.Command, path string) (string, []byte, error) {
+	if path == "-" {
+		data, err := sa.ReadAtMost(cmd.InOrStdin(), "standard input", sa.MaxConvertSize)
+		return "stdin", data, err
+	}
+	data, err := sa.ReadFileAtMost(path, sa.MaxConvertSize)
+	return filepath.Base(path), data, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/espgw/espgw/internal/lab/scenario"
+	"github.com/espgw/espgw/internal/overwrite"
 	"github.com/espgw/espgw/scenarios"
 )
 
@@ -51,6 +52,15 @@ Needs root. Removes everything it made, also on Ctrl-C.`,
 				return err
 			}
 			if junit != "" {
+				var inputs []overwrite.File
+				for _, s := range all {
+					if !bundled {
+						inputs = append(inputs, overwrite.File{Role: "the scenario file", Path: s.File})
+					}
+				}
+				if err := overwrite.Check([]overwrite.File{{Role: "--junit", Path: junit}}, inputs...); err != nil {
+					return err
+				}
 				if err := checkWritable(junit); err != nil {
 					return fmt.Errorf("--junit: %w", err)
 				}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/errlist"
 	"io"
 	"net"
 	"net/netip"
@@ -46,6 +47,9 @@ type Config struct {
 	// StateDir keeps outbound sequence reservations across restarts
 	// (default DefaultStateRoot/<namespace>; StateDirOff turns them off).
 	StateDir string
+	// SequenceSkip is Options.SequenceSkip: not a setting of the file but
+	// of the command that starts the gateway (espgw run --sequence-skip).
+	SequenceSkip uint64
 	// Control is the path of the control socket (espgw sa|policy …);
 	// empty: none.
 	Control string
@@ -216,7 +220,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if sources != 1 {
 		p.failf(m, "sa", "give exactly one of sa:, sa-file: or setkey-file: (got %d)", sources)
 	}
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	if err := c.loadSAs(saNode, spdNode); err != nil {
@@ -233,22 +237,26 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 // an SA fits into outer-mtu is allowed: the larger inner packets get ICMP
 // "fragmentation needed" / "packet too big" with the MTU that fits, or,
 // IPv4 without DF, leave as outer fragments (header.go).
-func (c *Config) checkMTU() error {
-	var errs []error
-	for _, s := range c.SAs {
+func (c *Config) checkMTU() error { return c.CheckSAs(c.SAs) }
+
+// CheckSAs refuses SAs this gateway could never send with (see checkMTU):
+// the file loader's check, which the control socket's additions get too.
+func (c *Config) CheckSAs(sas []*sa.SA) error {
+	var errs errlist.List
+	for _, s := range sas {
 		if !slices.Contains(c.Local, s.Src) {
 			continue
 		}
 		inner, err := InnerMTU(c.OuterMTU, s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: outer-mtu %d: SA %#x: %w", c.File, c.OuterMTU, s.SPI, err))
+			errs.Add(fmt.Errorf("%s: outer-mtu %d: SA %#x: %w", c.File, c.OuterMTU, s.SPI, err))
 			continue
 		}
 		if s.Mode == sa.Tunnel && s.TFCPad > inner {
-			errs = append(errs, fmt.Errorf("%s: SA %#x: tfc-pad %d pads every packet beyond the %d bytes outer-mtu %d carries (every packet would fail to send); at most %d", c.File, s.SPI, s.TFCPad, inner, c.OuterMTU, inner))
+			errs.Add(fmt.Errorf("%s: SA %#x: tfc-pad %d pads every packet beyond the %d bytes outer-mtu %d carries (every packet would fail to send); at most %d", c.File, s.SPI, s.TFCPad, inner, c.OuterMTU, inner))
 		}
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // loadSAs reads the SAs from wherever the config says they are.
@@ -298,15 +306,15 @@ func (c *Config) rel(name string) string {
 
 type cfgParser struct {
 	file string
-	errs []error
+	errs errlist.List
 }
 
 func (p *cfgParser) failf(n *yaml.Node, field, format string, args ...any) {
 	if field == "" {
-		p.errs = append(p.errs, fmt.Errorf("%s:%d: %s", p.file, n.Line, fmt.Sprintf(format, args...)))
+		p.errs.Add(fmt.Errorf("%s:%d: %s", p.file, n.Line, fmt.Sprintf(format, args...)))
 		return
 	}
-	p.errs = append(p.errs, fmt.Errorf("%s:%d: %s: %s", p.file, n.Line, field, fmt.Sprintf(format, args...)))
+	p.errs.Add(fmt.Errorf("%s:%d: %s: %s", p.file, n.Line, field, fmt.Sprintf(format, args...)))
 }
 
 // each calls fn for every setting of the mapping m, after refusing

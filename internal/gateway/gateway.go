@@ -55,6 +55,12 @@ type Options struct {
 	// its window drops them as outside-window until the old highest is
 	// passed: Start always sets it unless the config says state-dir: off.
 	StateDir string
+	// SequenceSkip is what a gateway does when the journal in StateDir
+	// does not prove itself (missing, emptied, cut, changed, unreadable):
+	// 0 refuses to load outbound SAs from it; N resumes every outbound SA
+	// N above the highest bound the journal still shows (or its initial
+	// sequence) and replaces the journal.
+	SequenceSkip uint64
 	// RetireAfter is how long the engine session of an SA taken out of
 	// force stays open for packets in flight (default DefaultRetireAfter).
 	RetireAfter time.Duration
@@ -185,6 +191,7 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 		// Opened when the first outbound SA is built, where an error
 		// can be returned.
 		g.seq = newSeqStore(opts.StateDir, opts.Log)
+		g.seq.askedSkip = opts.SequenceSkip
 	}
 	g.innerMTU.Store(int64(opts.InnerMTU))
 	for _, c := range conns {

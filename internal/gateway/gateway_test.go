@@ -50,6 +50,9 @@ type bed struct {
 	dev1, dev2 *memnet.Device
 	gw1, gw2   *gateway.Gateway
 	stop       func()
+	// wire1 is gw1's end of the outer link, to put packets on the wire
+	// as if gw1 had sent them (a replay).
+	wire1 *memnet.Conn
 }
 
 // newBed runs two gateways joined by an in-memory outer link.
@@ -67,9 +70,20 @@ func newBedEngines(t testing.TB, engine [2]offload.Engine, sas []*sa.SA) *bed {
 // newBedOptions is newBedEngines with the gateways' Options.Inline.
 func newBedOptions(t testing.TB, engine [2]offload.Engine, sas []*sa.SA, inline int) *bed {
 	t.Helper()
+	return newBedTapped(t, engine, sas, inline, nil)
+}
+
+// newBedTapped is newBedOptions with sent called for every ESP packet gw1
+// puts on the wire (nil: none).
+func newBedTapped(t testing.TB, engine [2]offload.Engine, sas []*sa.SA, inline int, sent func(*esp.Packet)) *bed {
+	t.Helper()
 	c1, c2 := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 1024)
-	b := &bed{dev1: memnet.NewDevice(1024, 64), dev2: memnet.NewDevice(1024, 64)}
-	mk := func(dev *memnet.Device, c *memnet.Conn, local netip.Addr, engine offload.Engine) *gateway.Gateway {
+	b := &bed{dev1: memnet.NewDevice(1024, 64), dev2: memnet.NewDevice(1024, 64), wire1: c1}
+	var out1 gateway.Conn = c1
+	if sent != nil {
+		out1 = &tapConn{Conn: c1, sent: sent}
+	}
+	mk := func(dev *memnet.Device, c gateway.Conn, local netip.Addr, engine offload.Engine) *gateway.Gateway {
 		g := gateway.New(dev, []gateway.Conn{c}, func(*sa.SA) gateway.Conn { return c }, engine,
 			gateway.Options{Local: []netip.Addr{local}, InnerMTU: 1438, Inline: inline, RetireAfter: 10 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 		if err := g.Load(sas, nil); err != nil {
@@ -77,7 +91,7 @@ func newBedOptions(t testing.TB, engine [2]offload.Engine, sas []*sa.SA, inline 
 		}
 		return g
 	}
-	b.gw1, b.gw2 = mk(b.dev1, c1, gw1Addr, engine[0]), mk(b.dev2, c2, gw2Addr, engine[1])
+	b.gw1, b.gw2 = mk(b.dev1, out1, gw1Addr, engine[0]), mk(b.dev2, c2, gw2Addr, engine[1])
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	go func() { done <- b.gw1.Run(ctx) }()

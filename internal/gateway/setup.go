@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -43,9 +44,10 @@ type Runtime struct {
 	// raw socket of the same key (wan-io), replaced whole like conns.
 	xdps  atomic.Pointer[map[connKey]*xdp.Conn]
 	rules []*netlink.Rule
-	// lock keeps a second gateway with these SAs in this namespace from
-	// starting.
-	lock *saLock
+	// nsClaim and stateClaim keep a second gateway with any of these SAs
+	// in this namespace, or outbound in this state directory, from
+	// starting (stateClaim is nil without one).
+	nsClaim, stateClaim *saClaim
 	// mtu is the TUN MTU the gateway started with: the most a change can
 	// give it back, as the buffers were sized for it.
 	mtu int
@@ -105,9 +107,13 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			rt.Close()
 		}
 	}()
-	// Before anything is set up: a second gateway with these SAs in this
-	// namespace stops here, having touched nothing of the first's.
-	if rt.lock, err = lockSAs(DefaultLockRoot, cfg.SAs); err != nil {
+	// Before anything is set up: a second gateway with any of these SAs
+	// in this namespace stops here, having touched nothing of the first's.
+	ns, err := namespaceName()
+	if err != nil {
+		return rt, fmt.Errorf("%s: %w", cfg.File, err)
+	}
+	if rt.nsClaim, err = claimSAs(filepath.Join(DefaultLockRoot, ns), "network namespace "+ns, cfg.SAs); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
 	}
 	rt.Engine, err = engines.New(cfg.Engine, engines.Options{Workers: cfg.Workers})
@@ -184,6 +190,15 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		if err := os.MkdirAll(stateDir, 0o700); err != nil {
 			return rt, fmt.Errorf("%s: state-dir: %w", cfg.File, err)
 		}
+		// Gateways sharing a state directory share its journal, which
+		// knows an SA by SPI and destination: one sender per SA.
+		claims, err := stateClaims(DefaultLockRoot, stateDir)
+		if err != nil {
+			return rt, fmt.Errorf("%s: state-dir: %w", cfg.File, err)
+		}
+		if rt.stateClaim, err = claimSAs(claims, "state directory "+stateDir, outboundOf(cfg.Local, cfg.SAs)); err != nil {
+			return rt, fmt.Errorf("%s: %w", cfg.File, err)
+		}
 		log.Info("outbound sequence numbers are reserved in the state directory", "dir", stateDir)
 		var fs unix.Statfs_t
 		if unix.Statfs(stateDir, &fs) == nil && fs.Type == unix.TMPFS_MAGIC {
@@ -200,7 +215,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		list = append(list, x)
 	}
 	rt.Gateway = New(rt.TUN, list, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, SequenceSkip: cfg.SequenceSkip, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
@@ -370,9 +385,11 @@ func (rt *Runtime) Reload() error {
 			return fmt.Errorf("reload: %w", err)
 		}
 	}
-	// The lock follows the SA set: a set another gateway here runs is
+	// The claims follow the SA set: an SA another gateway here runs is
 	// refused like at start.
-	lock, commitLock, err := rt.lock.relock(DefaultLockRoot, next.SAs)
+	err = rt.nsClaim.replace(next.SAs, func() error {
+		return rt.stateClaim.replace(outboundOf(rt.Config.Local, next.SAs), func() error { return rt.Load(next.SAs, next.SPD) })
+	})
 	if err != nil {
 		rt.closeConns(opened)
 		if mtu < oldMTU {
@@ -380,18 +397,6 @@ func (rt *Runtime) Reload() error {
 		}
 		return fmt.Errorf("reload %s: %w", next.File, err)
 	}
-	if err := rt.Load(next.SAs, next.SPD); err != nil {
-		rt.closeConns(opened)
-		if mtu < oldMTU {
-			rt.setMTU(oldMTU)
-		}
-		if lock != rt.lock {
-			lock.release()
-		}
-		return fmt.Errorf("reload %s: %w", next.File, err)
-	}
-	commitLock()
-	rt.lock = lock
 	if mtu > oldMTU {
 		if err := rt.setMTU(mtu); err != nil {
 			rt.Gateway.log.Warn("reload: the TUN MTU stays lower than the SAs allow", "err", err)
@@ -503,6 +508,9 @@ func (rt *Runtime) closeUnused() {
 func (rt *Runtime) ApplyChange(c Change) error {
 	rt.changeMu.Lock()
 	defer rt.changeMu.Unlock()
+	if err := rt.Config.CheckSAs(c.Add); err != nil {
+		return err
+	}
 	var gone []*sa.SA
 	for _, id := range c.Del {
 		cfg, err := rt.Find(id)
@@ -529,7 +537,14 @@ func (rt *Runtime) ApplyChange(c Change) error {
 			return err
 		}
 	}
-	if err := rt.Apply(c); err != nil {
+	var delKeys []saKey
+	for _, s := range gone {
+		delKeys = append(delKeys, keyOf(s))
+	}
+	err = rt.nsClaim.change(c.Add, delKeys, func() error {
+		return rt.stateClaim.change(outboundOf(rt.Config.Local, c.Add), delKeys, func() error { return rt.Apply(c) })
+	})
+	if err != nil {
 		rt.closeConns(opened)
 		return err
 	}
@@ -609,7 +624,20 @@ func (rt *Runtime) Close() {
 	if rt.Engine != nil {
 		rt.Engine.Close()
 	}
-	rt.lock.release()
+	rt.stateClaim.release()
+	rt.nsClaim.release()
+}
+
+// outboundOf are the SAs of sas that a gateway with the local addresses
+// sends on.
+func outboundOf(local []netip.Addr, sas []*sa.SA) []*sa.SA {
+	var out []*sa.SA
+	for _, s := range sas {
+		if containsAddr(local, s.Src) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // InnerMTU is the largest inner packet an SA carries in outerMTU bytes.

@@ -29,6 +29,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/overwrite"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/engines"
@@ -163,33 +164,18 @@ func (l *loaded) pick(opts Options) (*esp.SA, error) {
 	return nil, fmt.Errorf("SA file %s has no SA with SPI %#x", opts.SAFile, opts.SPI)
 }
 
-// distinctFiles refuses an output that is the input (by name, through a
-// symbolic link or a hard link: the same file), before anything is
-// truncated: creating the output would empty the capture being read.
-func distinctFiles(in string, outs ...string) error {
-	inFi, err := os.Stat(in)
-	if err != nil {
-		return fmt.Errorf("open input capture: %w", err)
-	}
-	for _, out := range outs {
-		if out == "" {
-			continue
-		}
-		if outFi, err := os.Stat(out); err == nil && os.SameFile(inFi, outFi) {
-			return fmt.Errorf("output %s is the input capture %s: refusing to overwrite it (write to another file)", out, in)
-		}
-	}
-	return nil
-}
-
 // withFiles runs op from the capture in to a new capture out, with the SAs
 // of opts: the outputs are refused when one is the input, and op runs only
 // once the SAs are loaded and ready (when not nil) has picked what op needs
 // from them, before the output is created, so a bad option leaves no empty
 // file behind.
 func withFiles(opts Options, in, out string, ready func(*loaded) error, op func(*loaded, *Reader, *Writer) (*Report, error)) (*Report, error) {
-	if err := distinctFiles(in, out, opts.WiresharkSA); err != nil {
+	outs := []overwrite.File{{Role: "the output capture", Path: out}, {Role: "--wireshark-sa", Path: opts.WiresharkSA}}
+	if err := overwrite.Check(outs, overwrite.File{Role: "the input capture", Path: in}, overwrite.File{Role: "the SA file", Path: opts.SAFile}); err != nil {
 		return nil, err
+	}
+	if _, err := os.Stat(in); err != nil {
+		return nil, fmt.Errorf("open input capture: %w", err)
 	}
 	l, err := load(opts)
 	if err != nil {
