@@ -13,6 +13,8 @@ export GOTOOLCHAIN=${GOTOOLCHAIN_OVERRIDE:-go1.26.10}
 # ESPGW_CHECKED=1).
 [ -n "${ESPGW_CHECKED:-}" ] || ./scripts/check.sh
 ./scripts/setup.sh
+# Tests keep what a person would look at here (the report pages' screenshots).
+export ESPGW_ARTIFACTS="${ESPGW_ARTIFACTS:-$PWD/test-artifacts}"
 # Debian's kernel and a small initramfs for the Linux-kernel ESP peer
 # (unpacked into a cache folder, never installed as this machine's kernel).
 ./scripts/prepare-kernel-peer.sh

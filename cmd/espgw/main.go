@@ -50,6 +50,7 @@ func newRoot() *cobra.Command {
 		newSpeed(),
 		newScenario(),
 		newBench(),
+		newReport(),
 		newSA(),
 		newPolicy(),
 		newDevice(),
