@@ -86,3 +86,12 @@ func TestConfigSAFileRelative(t *testing.T) {
 		t.Errorf("SAs from the relative sa-file: %v", c.SAs)
 	}
 }
+
+// A configuration of nothing but empty SA entries is refused before it is
+// decoded.
+func TestConfigNodeBomb(t *testing.T) {
+	data := []byte("local: 198.51.100.1\nsa:\n" + strings.Repeat("- {}\n", 1<<20))
+	if _, err := gateway.ParseConfig("gw.yaml", data); err == nil || !strings.Contains(err.Error(), "gw.yaml holds more than 2000000 YAML nodes") {
+		t.Fatalf("a million empty SA entries: %v", err)
+	}
+}
