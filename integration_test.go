@@ -566,6 +566,21 @@ func TestManyTunnels(t *testing.T) {
 	if out := espgw(t, nil, "sa", "list", "--socket", b.ControlSocket(0)); strings.Contains(out, fmt.Sprintf("%#x", extra.Out.SPI)) {
 		t.Errorf("the deleted SA is still listed")
 	}
+	// 400 SAs: espgw stats and the final counters summarise them (the
+	// totals, the busiest, every SA with drops); --all lists every one.
+	bin := labtest.Espgw(t)
+	rows := func(out string) int { return strings.Count(out, " tunnel ") }
+	summary, err := b.Topo.GW2.Output(ctx, bin, "stats")
+	if err != nil || !strings.Contains(summary, "SAs (out 200, in 200, both 0)") || rows(summary) > 20 {
+		t.Errorf("espgw stats on 400 SAs: %d rows, %v\n%s", rows(summary), err, summary)
+	}
+	if all, err := b.Topo.GW2.Output(ctx, bin, "stats", "--all"); err != nil || rows(all) < 400 {
+		t.Errorf("espgw stats --all on 400 SAs: %d rows, %v", rows(all), err)
+	}
+	final, err := b.StopGateway(0, syscall.SIGTERM)
+	if err != nil || !strings.Contains(final, "--all lists every SA") || rows(final) > 20 {
+		t.Errorf("gw1's final counters on 400 SAs: %d rows, %v\n%s", rows(final), err, final)
+	}
 }
 
 // espgw runs the espgw binary with stdin and returns what it printed on

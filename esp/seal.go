@@ -120,7 +120,7 @@ func (s *SA) writeIV(esp []byte, seq uint64) {
 		if s.ivLen == 8 {
 			copy(esp[HeaderLen:HeaderLen+8], blk[:8])
 		}
-	case sa.CipherAESCTR, sa.CipherAESGCM16:
+	case sa.CipherAESCTR, sa.CipherAESGCM16, sa.CipherAESGCM12, sa.CipherAESGCM8:
 		binary.BigEndian.PutUint64(esp[HeaderLen:], seq^s.ivSalt)
 	}
 }

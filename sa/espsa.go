@@ -25,6 +25,8 @@ var (
 		{Cipher3DES, []string{"TripleDES-CBC [RFC2451]"}},
 		{CipherAESCTR, []string{"AES-CTR [RFC3686]"}},
 		{CipherAESGCM16, []string{"AES-GCM with 16 octet ICV [RFC4106]", "AES-GCM [RFC4106]"}},
+		{CipherAESGCM12, []string{"AES-GCM with 12 octet ICV [RFC4106]"}},
+		{CipherAESGCM8, []string{"AES-GCM with 8 octet ICV [RFC4106]"}},
 	}
 	espSAAuths = []struct {
 		a     Auth

@@ -81,7 +81,7 @@ func encKeyLen(c Cipher, aesBits int) (int, error) {
 		return 0, nil
 	case Cipher3DES:
 		return 24, nil
-	case CipherAESCTR, CipherAESGCM16:
+	case CipherAESCTR, CipherAESGCM16, CipherAESGCM12, CipherAESGCM8:
 		extra = 4
 	case CipherAESCBC:
 	default:

@@ -15,6 +15,8 @@ const (
 	Cipher3DES                   // RFC 2451
 	CipherAESCTR                 // RFC 3686, key || 4-byte nonce
 	CipherAESGCM16               // RFC 4106 with a 16-byte ICV, key || 4-byte salt
+	CipherAESGCM8                // RFC 4106 with an 8-byte ICV
+	CipherAESGCM12               // RFC 4106 with a 12-byte ICV
 )
 
 var cipherNames = [...]string{
@@ -23,6 +25,8 @@ var cipherNames = [...]string{
 	Cipher3DES:     "3des-cbc",
 	CipherAESCTR:   "aes-ctr",
 	CipherAESGCM16: "aes-gcm-16",
+	CipherAESGCM8:  "aes-gcm-8",
+	CipherAESGCM12: "aes-gcm-12",
 }
 
 func (c Cipher) String() string {
@@ -39,11 +43,16 @@ func ParseCipher(name string) (Cipher, error) {
 			return Cipher(c), nil
 		}
 	}
-	return 0, fmt.Errorf("unknown cipher %s (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16 or null)", secret.Word(name, cipherNames[:]...))
+	return 0, fmt.Errorf("unknown cipher %s (want aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16, aes-gcm-12, aes-gcm-8 or null)", secret.Word(name, cipherNames[:]...))
 }
 
 // IsAEAD reports whether the cipher computes its own ICV.
-func (c Cipher) IsAEAD() bool { return c == CipherAESGCM16 }
+func (c Cipher) IsAEAD() bool { return c.IsGCM() }
+
+// IsGCM reports whether the cipher is AES-GCM (RFC 4106), of any ICV length.
+func (c Cipher) IsGCM() bool {
+	return c == CipherAESGCM16 || c == CipherAESGCM12 || c == CipherAESGCM8
+}
 
 // Auth is an ESP integrity algorithm.
 type Auth uint8
@@ -101,7 +110,7 @@ func (s Suite) IVLen() int {
 	switch s.Cipher {
 	case CipherAESCBC:
 		return 16
-	case Cipher3DES, CipherAESCTR, CipherAESGCM16:
+	case Cipher3DES, CipherAESCTR, CipherAESGCM16, CipherAESGCM12, CipherAESGCM8:
 		return 8
 	}
 	return 0
@@ -123,6 +132,10 @@ func (s Suite) ICVLen() int {
 	switch {
 	case s.Cipher == CipherAESGCM16:
 		return 16
+	case s.Cipher == CipherAESGCM12:
+		return 12
+	case s.Cipher == CipherAESGCM8:
+		return 8
 	case s.Auth == AuthHMACSHA1_96, s.Auth == AuthHMACMD5_96:
 		return 12
 	case s.Auth == AuthHMACSHA256_128:
@@ -143,7 +156,7 @@ func (s Suite) EncKeyLens() []int {
 		return []int{16, 24, 32}
 	case Cipher3DES:
 		return []int{24}
-	case CipherAESCTR, CipherAESGCM16:
+	case CipherAESCTR, CipherAESGCM16, CipherAESGCM12, CipherAESGCM8:
 		return []int{20, 28, 36}
 	}
 	return []int{0}

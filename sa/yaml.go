@@ -287,7 +287,7 @@ var saFields = []string{
 	"spi", "mode", "src", "dst", "encap", "sport", "dport",
 	"enc", "enc-key", "auth", "auth-key", "esn", "replay-window",
 	"lifetimes", "initial-seq", "tfc-pad", "selectors",
-	"dscp", "decap-dscp", "df", "ttl",
+	"dscp", "decap-dscp", "df", "ttl", "if-id", "output-mark",
 }
 
 // sa reads one entry of the sa: list. It returns nil if the entry has errors

@@ -6,12 +6,14 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/scenario"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -57,7 +59,8 @@ func TestScenarioExternalDevice(t *testing.T) {
 	}
 	defer dev.Close()
 
-	// The device's SA file, from its own point of view.
+	// The device's SA files, from its own point of view: IPv4 outer, and
+	// IPv6 outer (on the same WAN port) carrying the same IPv4 networks.
 	enc1, auth1, _ := sa.RandomKeys(sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 256)
 	enc2, auth2, _ := sa.RandomKeys(sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 256)
 	suite := sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}
@@ -71,6 +74,20 @@ func TestScenarioExternalDevice(t *testing.T) {
 	if err := sa.WriteFile(saFile, sas); err != nil {
 		t.Fatal(err)
 	}
+	gw1v6, dutWANv6 := netip.MustParseAddr("2001:db8:5::1"), netip.MustParsePrefix("2001:db8:5::129/64")
+	sas6 := &sa.Config{}
+	for i, x := range sas.SAs {
+		y := *x
+		y.SPI = 0x6001 + uint32(i)
+		y.Src, y.Dst = gw1v6, dutWANv6.Addr()
+		if i == 1 {
+			y.Src, y.Dst = dutWANv6.Addr(), gw1v6
+		}
+		sas6.SAs = append(sas6.SAs, &y)
+	}
+	if err := sa.WriteFile(filepath.Join(dir, "dut6-sas.yaml"), sas6); err != nil {
+		t.Fatal(err)
+	}
 	script, errOut, code := run(bin, "sa", "convert", "--to", "ip-xfrm", "--local", dutWAN.Addr().String(), saFile)
 	if code != 0 {
 		t.Fatalf("espgw sa convert --to ip-xfrm: exit %d: %s", code, errOut)
@@ -78,19 +95,43 @@ func TestScenarioExternalDevice(t *testing.T) {
 	// A management port (eth2) serving the device's counters over HTTP, as
 	// an appliance's web page would: the scenario's counters command
 	// fetches them from this machine.
-	setup := fmt.Sprintf("set -e\nip link set eth1 up\nip addr add %s dev eth1\necho 1 >/proc/sys/net/ipv4/ip_forward\nip route add %s via %s\n"+
+	setup := fmt.Sprintf("set -e\nip -6 addr add "+dutWANv6.String()+" dev eth0 nodad\nip link set eth1 up\nip addr add %s dev eth1\necho 1 >/proc/sys/net/ipv4/ip_forward\nip route add %s via %s\n"+
 		"ip link set eth2 up\nip addr add 10.99.0.1/30 dev eth2\nmkdir -p /www/cgi-bin\n"+
 		"printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\n/sbin/ip -s xfrm state list nokeys\\n' >/www/cgi-bin/xfrm\n"+
-		"chmod +x /www/cgi-bin/xfrm\nhttpd -p 10.99.0.1:80 -h /www\n", dutLAN, near, gw1)
+		"chmod +x /www/cgi-bin/xfrm\n"+
+		// install: the POSTed `ip xfrm` commands replace the device's SAs;
+		// flush: they are taken off. Each says "done" when it worked.
+		"cat >/www/cgi-bin/install <<'EOF'\n"+`#!/bin/sh
+echo Content-Type: text/plain
+echo
+{ echo 'ip() { /sbin/ip "$@"; }'; echo set -e; echo ip xfrm policy flush; echo ip xfrm state flush; head -c "$CONTENT_LENGTH"; } >/tmp/install.sh
+sh /tmp/install.sh 2>&1 && echo done
+EOF
+cat >/www/cgi-bin/flush <<'EOF'
+#!/bin/sh
+echo Content-Type: text/plain
+echo
+/sbin/ip xfrm policy flush && /sbin/ip xfrm state flush && echo done
+EOF
+`+
+		"chmod +x /www/cgi-bin/install /www/cgi-bin/flush\nhttpd -p 10.99.0.1:80 -h /www\n", dutLAN, near, gw1)
 	if err := home.AddAddr(mgmtIf, netip.MustParsePrefix("10.99.0.2/30")); err != nil {
 		t.Fatal(err)
 	}
 	counters := fmt.Sprintf(`ip netns exec %s /usr/bin/python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://10.99.0.1/cgi-bin/xfrm', timeout=10).read().decode())"`, home.Name())
+	// The setup and reset commands reach the device over its management
+	// port too: setup sends the run's `ip xfrm` commands (ESPGW_IP_XFRM,
+	// fresh SPIs every run), reset flushes them.
+	post := func(what, body string) string {
+		return fmt.Sprintf(`ip netns exec %s /usr/bin/python3 -c "import urllib.request,sys,os; r=urllib.request.urlopen('http://10.99.0.1/cgi-bin/%s', data=%s, timeout=30).read().decode(); sys.stdout.write(r); sys.exit(0 if r.strip().endswith('done') else 1)"`, home.Name(), what, body)
+	}
+	setupCmd := post("install", "open(os.environ['ESPGW_IP_XFRM'],'rb').read()")
+	resetCmd := post("flush", "b''")
 	if out, err := dev.Run(ctx, setup); err != nil {
 		t.Fatalf("configure the device: %v\n%s", err, out)
 	}
 
-	head := fmt.Sprintf(`peer: external
+	bare := fmt.Sprintf(`peer: external
 external:
   netns: %s
   wan: {interface: %s, address: %s/24, dut: %s}
@@ -99,6 +140,7 @@ external:
   sa-file: ../dut-sas.yaml
   counters: %q
 `, home.Name(), wanIf, gw1, dutWAN.Addr(), lanIf, dutLAN.Addr(), near, counters)
+	head := bare + fmt.Sprintf("  setup: %q\n  reset: %q\n", setupCmd, resetCmd)
 	scenarios := filepath.Join(dir, "scenarios")
 	os.Mkdir(scenarios, 0o755)
 	os.WriteFile(filepath.Join(scenarios, "1-clean.yaml"), []byte(head+`name: appliance
@@ -142,47 +184,127 @@ expect:
   mismatched: == 0
   conservation: true
 `), 0o644)
-	// The device keeps its replay windows from one run to the next while
-	// each run's gw1 starts its sequence afresh: its owner installs the
-	// SAs again before each run, as one would for a real device.
-	for _, f := range []string{"1-clean.yaml", "2-tamper.yaml"} {
-		runExternal(t, ctx, bin, dev, script, filepath.Join(scenarios, f))
-	}
-	// The interfaces are back where they were.
-	for _, ifname := range []string{wanIf, lanIf} {
-		if _, err := home.Netlink().LinkByName(ifname); err != nil {
-			t.Errorf("%s not given back to its namespace: %v", ifname, err)
+	os.WriteFile(filepath.Join(scenarios, "3-bare.yaml"), []byte(bare+`name: appliance-bare
+description: the device's SAs installed once by hand, no setup
+traffic:
+  steps:
+    - name: sweep
+      ping: {sizes: [56, 1000], count: 3, interval: 5ms}
+expect:
+  delivered: == 1
+`), 0o644)
+
+	os.WriteFile(filepath.Join(scenarios, "4-ipv6-outer.yaml"), []byte(strings.Replace(strings.Replace(head,
+		"address: "+gw1.String()+"/24, dut: "+dutWAN.Addr().String(), "address: "+gw1v6.String()+"/64, dut: "+dutWANv6.Addr().String(), 1),
+		"../dut-sas.yaml", "../dut6-sas.yaml", 1)+`name: appliance-ipv6-outer
+description: the same device, its SAs over IPv6
+traffic:
+  steps:
+    # 1400 bytes of ping are 1520 bytes of ESP over IPv6: more than the
+    # WAN's 1500.
+    - name: sweep
+      ping: {sizes: [56, 1000, 1300], count: 3, interval: 5ms}
+    - name: up
+      udp: {packets: 200, rate: 1000, size: 400}
+    - name: down
+      udp: {from: hostB, to: hostA, packets: 200, rate: 1000, size: 400, port: 9001}
+expect:
+  delivered: == 1
+  exact: true
+  gw2.opened: == gw1.sealed
+  gw1.opened: == gw2.sealed
+  conservation: true
+`), 0o644)
+
+	// The interfaces as their owner left them: the WAN port up with an
+	// address of its own and a larger MTU, the LAN port down.
+	for _, c := range [][]string{{"addr", "add", "10.98.0.1/30", "dev", wanIf}, {"link", "set", wanIf, "mtu", "1600", "up"}, {"link", "set", lanIf, "down"}} {
+		if out, err := home.Output(ctx, "ip", c...); err != nil {
+			t.Fatalf("ip %v: %v: %s", c, err, out)
 		}
 	}
-	st, err := dev.Counters(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if in := st.State(dutWAN.Addr(), 0x3001); in == nil || in.Packets == 0 || in.IntegrityFailed == 0 || in.ReplayWindowDrops != 0 {
-		t.Errorf("the device's inbound SA after the tamper run: %+v, want packets opened and the corrupted ones failed", in)
-	}
-}
+	found := linkStates(t, home, wanIf, lanIf)
 
-// runExternal installs the device's SAs afresh and runs one scenario file.
-func runExternal(t *testing.T, ctx context.Context, bin string, dev *kernelpeer.Peer, script, file string) {
-	t.Helper()
-	if out, err := dev.Run(ctx, "set -e\nip xfrm policy flush\nip xfrm state flush\n"+script); err != nil {
+	// With setup and reset every run starts on fresh SAs: the same
+	// scenario passes a second time.
+	for _, f := range []string{"1-clean.yaml", "2-tamper.yaml", "1-clean.yaml", "4-ipv6-outer.yaml"} {
+		r := runExternal(t, ctx, bin, filepath.Join(scenarios, f))
+		if !r.Pass {
+			t.Errorf("%s: pass %v, peer %q, error %q, hint %q", r.Name, r.Pass, r.Peer, r.Error, r.Hint)
+		}
+		if f == "2-tamper.yaml" && r.Metrics["gw2.bad-icv"] == 0 {
+			t.Errorf("%s: the device counted no bad ICV", r.Name)
+		}
+	}
+	// The interfaces are back where they were, as they were.
+	if got := linkStates(t, home, wanIf, lanIf); got != found {
+		t.Errorf("the interfaces after the runs:\n%s\nbefore:\n%s", got, found)
+	}
+	if out, err := dev.Run(ctx, "ip xfrm state"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("reset left SAs on the device: %v\n%s", err, out)
+	}
+
+	// Without setup the device keeps the SA's replay window from one run
+	// to the next while gw1 starts at sequence 1: the second run fails,
+	// and says what the device's counters show and what that means.
+	if out, err := dev.Run(ctx, "set -e\n"+script); err != nil {
 		t.Fatalf("install the device's SAs: %v\n%s", err, out)
 	}
+	if r := runExternal(t, ctx, bin, filepath.Join(scenarios, "3-bare.yaml")); !r.Pass {
+		t.Fatalf("first run on freshly installed SAs: error %q, hint %q", r.Error, r.Hint)
+	}
+	r := runExternal(t, ctx, bin, filepath.Join(scenarios, "3-bare.yaml"))
+	if r.Pass || !strings.Contains(r.Hint, "outside-window=") || !strings.Contains(r.Hint, "kept the SA's replay window from an earlier run") {
+		t.Errorf("second run without setup: pass %v, hint %q", r.Pass, r.Hint)
+	}
+	t.Logf("second run without setup: %s", r.Hint)
+}
+
+// linkStates is how ip shows the interfaces' state, MTU and addresses.
+func linkStates(t *testing.T, ns *netns.Namespace, ifnames ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for _, ifname := range ifnames {
+		out, err := ns.Output(context.Background(), "ip", "-br", "addr", "show", "dev", ifname)
+		if err != nil {
+			t.Fatalf("ip addr show %s: %v: %s", ifname, err, out)
+		}
+		mtu, err := ns.Output(context.Background(), "cat", "/sys/class/net/"+ifname+"/mtu")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := strings.Fields(string(out))
+		// name, state, addresses (a link-local address comes back by itself)
+		var addrs []string
+		for _, a := range f[2:] {
+			if !strings.HasPrefix(a, "fe80:") {
+				addrs = append(addrs, a)
+			}
+		}
+		state := f[1]
+		if state == "UNKNOWN" || state == "LOWERLAYERDOWN" {
+			state = "UP" // a tap without its far end's carrier shows these while up
+		}
+		fmt.Fprintf(&b, "%s %s mtu %s %v\n", f[0], state, strings.TrimSpace(string(mtu)), addrs)
+	}
+	return b.String()
+}
+
+// runExternal runs one scenario file against the device and returns its
+// result.
+func runExternal(t *testing.T, ctx context.Context, bin, file string) *scenario.Result {
+	t.Helper()
 	out, errOut, code := run(bin, "scenario", "run", "--prefix", "scx", "--json", file)
 	results := scenarioResults(t, out, errOut, code)
 	if len(results) != 1 {
 		t.Fatalf("--json (exit %d): %d results\n%s\n%s", code, len(results), out, errOut)
 	}
-	for _, r := range results {
-		for _, v := range r.Verdicts {
-			t.Logf("%s: %s %s: got %v want %v pass %v", r.Name, v.Metric, v.Expr, v.Got, v.Want, v.Pass)
-		}
-		if !r.Pass || r.Peer != "external" {
-			t.Errorf("%s: pass %v, peer %q, error %q", r.Name, r.Pass, r.Peer, r.Error)
-		}
+	r := results[0]
+	for _, v := range r.Verdicts {
+		t.Logf("%s: %s %s: got %v want %v pass %v", r.Name, v.Metric, v.Expr, v.Got, v.Want, v.Pass)
 	}
-	if code != 0 {
-		t.Errorf("exit %d\n%s", code, errOut)
+	if r.Peer != "external" || (code == 0) != r.Pass {
+		t.Errorf("%s: peer %q, exit %d, pass %v\n%s", r.Name, r.Peer, code, r.Pass, errOut)
 	}
+	return r
 }

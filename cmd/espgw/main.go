@@ -52,6 +52,8 @@ func newRoot() *cobra.Command {
 		newBench(),
 		newSA(),
 		newPolicy(),
+		newDevice(),
+		newIKE(),
 	)
 	return root
 }

@@ -47,6 +47,9 @@ type Config struct {
 	// StateDir keeps outbound sequence reservations across restarts
 	// (default DefaultStateRoot/<namespace>; StateDirOff turns them off).
 	StateDir string
+	// SequenceSkip is Options.SequenceSkip: not a setting of the file but
+	// of the command that starts the gateway (espgw run --sequence-skip).
+	SequenceSkip uint64
 	// Control is the path of the control socket (espgw sa|policy …);
 	// empty: none.
 	Control string
@@ -65,6 +68,11 @@ type Config struct {
 	// on it (xdp.ModeAuto, the default: the driver's best, generic on
 	// veth; xdp.ModeNative; xdp.ModeGeneric).
 	XDPMode xdp.Mode
+	// NATKeepalive is the nat-keepalive setting: auto (the default) sends
+	// RFC 3948 keepalives every DefaultNATKeepalive on UDP-encapsulated
+	// SAs from a local address behind a NAT (BehindNAT), a duration on
+	// every UDP-encapsulated SA at that interval, off none.
+	NATKeepalive NATKeepalive
 
 	// SAFile and SetkeyFile name where the SAs come from, when not inline.
 	SAFile, SetkeyFile string
@@ -106,7 +114,7 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // configSettings are the top-level settings of a gateway configuration.
-var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control", "wan-io", "xdp-mode"}
+var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control", "wan-io", "xdp-mode", "nat-keepalive"}
 
 // ParseConfig reads a gateway configuration; relative SA file names are
 // taken from the config file's directory. A setting given twice, a
@@ -133,7 +141,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s: want a mapping of gateway settings", path)
 	}
-	c := &Config{File: path, OuterMTU: 1500, WanIO: WanIOSocket, XDPMode: xdp.ModeAuto, Engine: "cpu", Metrics: DefaultMetrics, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
+	c := &Config{File: path, OuterMTU: 1500, WanIO: WanIOSocket, XDPMode: xdp.ModeAuto, Engine: "cpu", Metrics: DefaultMetrics, NATKeepalive: NATKeepalive{Every: DefaultNATKeepalive}, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
 	p := &cfgParser{file: path}
 	var saNode, spdNode *yaml.Node
 	m := doc.Content[0]
@@ -196,6 +204,20 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 					c.XDPMode = xdp.Mode(s)
 				default:
 					p.failf(v, "xdp-mode", "%s: want auto, native or generic", secret.Word(s, "auto", "native", "generic"))
+				}
+			}
+		case "nat-keepalive":
+			if s, ok := p.scalar(v, "nat-keepalive"); ok {
+				switch s {
+				case "auto":
+				case "off":
+					c.NATKeepalive = NATKeepalive{}
+				default:
+					d, err := time.ParseDuration(s)
+					if err != nil || d < time.Second || d > time.Hour {
+						p.failf(v, "nat-keepalive", "%s: want auto, off or a duration from 1s to 1h (like 20s)", secret.Word(s, "auto", "off"))
+					}
+					c.NATKeepalive = NATKeepalive{Every: d, All: true}
 				}
 			}
 		case "control":
@@ -536,6 +558,7 @@ func (c *Config) restartOnly(next *Config) error {
 	check("control", c.Control == next.Control)
 	check("wan-io", c.WanIO == next.WanIO)
 	check("xdp-mode", c.XDPMode == next.XDPMode)
+	check("nat-keepalive", c.NATKeepalive == next.NATKeepalive)
 	if len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))
 	}

@@ -40,6 +40,8 @@ sa:
 		{"unknown emul profile", local + "engine: emul:nosuchcard\n" + goodSA, "unknown offload engine"},
 		{"two documents", local + goodSA + "---\nlocal: 198.51.100.2\n", "more than one YAML document"},
 		{"pmtu-expires not a duration", local + "pmtu-expires: soon\n" + goodSA, "pmtu-expires: \"soon\": want a duration from 1s to 24h"},
+		{"nat-keepalive not a duration", local + "nat-keepalive: of\n" + goodSA, `nat-keepalive: "of" (did you mean "off"?): want auto, off or a duration from 1s to 1h`},
+		{"nat-keepalive too short", local + "nat-keepalive: 100ms\n" + goodSA, "nat-keepalive"},
 		{"pmtu-expires too short", local + "pmtu-expires: 10ms\n" + goodSA, "pmtu-expires"},
 		{"reassembly memory too small", local + "reassembly: {memory: 1K}\n" + goodSA, "reassembly.memory: \"1K\": want bytes from 64K to 1G"},
 		{"reassembly unknown setting", local + "reassembly: {size: 4M}\n" + goodSA, "unknown setting"},

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,6 +41,39 @@ tun: {name: esp1, routes: [203.0.113.0/24], mtu: auto, offloads: false}
 	}
 	if c.PMTUExpiry != 90*time.Second || c.Reassembly.Memory != 4<<20 || c.Reassembly.Timeout != 20*time.Second {
 		t.Errorf("pmtu-expires %v reassembly %+v", c.PMTUExpiry, c.Reassembly)
+	}
+	for _, nk := range []struct {
+		setting string
+		want    gateway.NATKeepalive
+	}{
+		{"", gateway.NATKeepalive{Every: gateway.DefaultNATKeepalive}},
+		{"nat-keepalive: auto\n", gateway.NATKeepalive{Every: gateway.DefaultNATKeepalive}},
+		{"nat-keepalive: off\n", gateway.NATKeepalive{}},
+		{"nat-keepalive: 5s\n", gateway.NATKeepalive{Every: 5 * time.Second, All: true}},
+	} {
+		c, err := gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\n"+nk.setting+goodSA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.NATKeepalive != nk.want {
+			t.Errorf("%q: nat-keepalive %+v, want %+v", nk.setting, c.NATKeepalive, nk.want)
+		}
+	}
+}
+
+// TestBehindNAT: the local addresses that reach a peer only through a NAT.
+func TestBehindNAT(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		want bool
+	}{
+		{"10.1.2.3", true}, {"172.16.0.1", true}, {"192.168.1.1", true}, {"100.64.0.1", true}, {"169.254.1.1", true},
+		{"fd00::1", true}, {"fe80::1", true},
+		{"198.51.100.1", false}, {"203.0.113.1", false}, {"2001:db8::1", false}, {"100.128.0.1", false},
+	} {
+		if got := gateway.BehindNAT(netip.MustParseAddr(c.addr)); got != c.want {
+			t.Errorf("BehindNAT(%s) = %v, want %v", c.addr, got, c.want)
+		}
 	}
 }
 

@@ -45,7 +45,6 @@ type batch struct {
 
 	sendq []*esp.Packet // sealed packets to send, per connection in turn
 	out   [][]byte      // inner packets to write to the TUN
-	conn  Conn          // the connection an inbound batch came from
 }
 
 func newBatch(size, bufSize int) *batch {

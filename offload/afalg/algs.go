@@ -19,7 +19,7 @@ func cipherAlg(c sa.Cipher) string {
 		return "cbc(des3_ede)"
 	case sa.CipherAESCTR:
 		return "rfc3686(ctr(aes))"
-	case sa.CipherAESGCM16:
+	case sa.CipherAESGCM16, sa.CipherAESGCM12, sa.CipherAESGCM8:
 		return "rfc4106(gcm(aes))"
 	}
 	return "ecb(cipher_null)"
@@ -52,7 +52,7 @@ type plan struct {
 // aeadAlg names the AEAD of an ESP suite: authenc (authencesn with ESN)
 // over the HMAC and the cipher, or rfc4106 for GCM.
 func aeadAlg(s sa.Suite, esn bool, hmac, cipher string) string {
-	if s.Cipher == sa.CipherAESGCM16 {
+	if s.Cipher.IsGCM() {
 		return cipher
 	}
 	t := "authenc"
@@ -75,7 +75,7 @@ func planFor(s sa.Suite, esn, cipherOnly bool, driver string, algs kcapi.Algs) (
 		p.alg = cipher
 	} else {
 		hmac := ""
-		if s.Cipher != sa.CipherAESGCM16 {
+		if !s.Cipher.IsGCM() {
 			hmac = "hmac(" + hashAlg(s.Auth) + ")"
 		}
 		p.alg = aeadAlg(s, esn, hmac, cipher)
@@ -104,7 +104,7 @@ func planFor(s sa.Suite, esn, cipherOnly bool, driver string, algs kcapi.Algs) (
 		return plan{}, fmt.Errorf("driver %s cannot do %s: /proc/crypto lists it as %s (%s, module %s), and %s needs %s (as %s); /proc/crypto offers for it: %s",
 			driver, s, d.Name, d.Type, d.Module, s, cipher, p.alg, offering(algs, cipher))
 	}
-	if cipherOnly || s.Cipher == sa.CipherAESGCM16 {
+	if cipherOnly || s.Cipher.IsGCM() {
 		p.bind = cipherDrv
 		return p, nil
 	}

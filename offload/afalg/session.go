@@ -54,7 +54,7 @@ func (e *Engine) newSession(cfg offload.SessionConfig) (*session, error) {
 		return nil, fmt.Errorf("%w%s", err, e.noteSuffix())
 	}
 	s := &session{e: e, suite: suite, esn: cfg.ESN && !cfg.CipherOnly, cipherOnly: cfg.CipherOnly,
-		gcm: suite.Cipher == sa.CipherAESGCM16, ivLen: suite.IVLen(), icvLen: suite.ICVLen(), blockLen: suite.BlockLen()}
+		gcm: suite.Cipher.IsGCM(), ivLen: suite.IVLen(), icvLen: suite.ICVLen(), blockLen: suite.BlockLen()}
 	if s.cipherOnly {
 		s.icvLen = 0
 	}

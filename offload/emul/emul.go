@@ -276,7 +276,7 @@ func Class(suite sa.Suite, encKeyLen int) string {
 		return "3des"
 	case sa.CipherNull:
 		return "null"
-	case sa.CipherAESCTR, sa.CipherAESGCM16:
+	case sa.CipherAESCTR, sa.CipherAESGCM16, sa.CipherAESGCM12, sa.CipherAESGCM8:
 		encKeyLen -= 4 // nonce or salt
 	}
 	return fmt.Sprintf("aes-%d", encKeyLen*8)
@@ -444,7 +444,7 @@ func (m *model) Complete(t time.Duration, _ *offload.Batch) time.Duration {
 // card serves and has a cost for at some key size.
 func (m *model) suites() []sa.Suite {
 	var out []sa.Suite
-	for _, s := range cpu.AllSuites() {
+	for _, s := range cpu.Suites() {
 		if m.prof.Ciphers != nil && !slices.Contains(m.prof.Ciphers, s.Cipher) {
 			continue
 		}

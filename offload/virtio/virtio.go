@@ -83,7 +83,9 @@ type Engine struct {
 	depth    atomic.Uint64 // requests in flight now
 }
 
-// Open takes the device and starts the engine.
+// Open takes the device — only a virtio-crypto one — from its driver and
+// starts the engine; devices a killed espgw left on vfio-pci are given
+// back first (the one being taken keeps the record of its driver).
 func Open(cfg Config) (*Engine, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
@@ -101,6 +103,13 @@ func Open(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("virtio engine: no virtio-crypto device (PCI %04x:%04x) on this machine", vcrypto.VendorID, vcrypto.DeviceID)
 		}
 		addr = found[0]
+	}
+	released, err := vfio.ReleaseStale(addr)
+	for _, a := range released {
+		cfg.Log.Info("gave back a device a stopped espgw had left on vfio-pci", "device", a)
+	}
+	if err != nil {
+		cfg.Log.Warn("could not give back a device a stopped espgw left on vfio-pci", "err", err)
 	}
 	dev, err := vcrypto.Open(addr, vcrypto.Options{QueueSize: cfg.QueueSize})
 	if err != nil {
@@ -245,7 +254,7 @@ func (e *Engine) Stats() offload.Stats {
 }
 
 // Close stops the engine once every submitted batch is done, then resets
-// the device and releases it.
+// the device, releases it and gives it back to the driver it had.
 func (e *Engine) Close() error {
 	var err error
 	e.once.Do(func() {

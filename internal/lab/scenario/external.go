@@ -2,13 +2,17 @@ package scenario
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/secret"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -17,6 +21,7 @@ import (
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -45,6 +50,17 @@ type External struct {
 	// counters; it runs before and after the traffic. Output in the form
 	// of `ip -s xfrm state` gives gw2.* metrics as with linux-xfrm.
 	Counters string `yaml:"counters" json:"counters,omitempty"`
+	// Setup, if set, is a shell command run on this machine before each
+	// run's traffic, once the interfaces are wired: it configures the
+	// device for the run — typically flushes its SAs and installs the
+	// run's. With it every run uses fresh SPIs espgw derives for the run,
+	// which setup learns from its environment (ESPGW_SPI_OUT, ESPGW_SPI_IN,
+	// ESPGW_SA_FILE, ESPGW_IP_XFRM; see setupEnv). Without it the SA file's
+	// SPIs are used as they are.
+	Setup string `yaml:"setup" json:"setup,omitempty"`
+	// Reset, if set, runs after each run (passed or failed), with the same
+	// environment: it takes the run's SAs off the device.
+	Reset string `yaml:"reset" json:"reset,omitempty"`
 
 	wan, lan   netip.Prefix
 	wanDUT     netip.Addr
@@ -84,8 +100,12 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		if l.link.Interface == "" || len(l.link.Interface) > 15 {
 			return perr(at(l.name, "interface"), "external."+l.name+".interface", fmt.Errorf("%s: want an interface name of 1..15 bytes", secret.Quote(l.link.Interface)))
 		}
-		if *l.pfx, err = netip.ParsePrefix(l.link.Address); err != nil || !l.pfx.Addr().Is4() {
-			return perr(at(l.name, "address"), "external."+l.name+".address", fmt.Errorf("%s: want an IPv4 address with its prefix length, e.g. 198.51.100.1/24 (IPv6 is not supported against external devices yet)", secret.Quote(l.link.Address)))
+		if l.name == "wan" {
+			if *l.pfx, err = netip.ParsePrefix(l.link.Address); err != nil || l.pfx.Addr().Zone() != "" || l.pfx.Addr().Is4In6() {
+				return perr(at(l.name, "address"), "external."+l.name+".address", fmt.Errorf("%s: want gw1's outer address with its prefix length, IPv4 or IPv6, e.g. 198.51.100.1/24 or 2001:db8:5::1/64", secret.Quote(l.link.Address)))
+			}
+		} else if *l.pfx, err = netip.ParsePrefix(l.link.Address); err != nil || !l.pfx.Addr().Is4() {
+			return perr(at(l.name, "address"), "external."+l.name+".address", fmt.Errorf("%s: want hostB's IPv4 address with its prefix length, e.g. 203.0.113.10/24 (the traffic is IPv4 against an external device)", secret.Quote(l.link.Address)))
 		}
 		if *l.dut, err = netip.ParseAddr(l.link.DUT); err != nil || !l.pfx.Contains(*l.dut) || *l.dut == l.pfx.Addr() {
 			return perr(at(l.name, "dut"), "external."+l.name+".dut", fmt.Errorf("%s: want the device's address in %s", secret.Quote(l.link.DUT), l.pfx.Masked()))
@@ -133,8 +153,20 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 			return perr(k.Line, f, errors.New("with peer: external the SAs come from external.sa-file and gw2 is the device"))
 		}
 	}
-	if s.Topology.Inner != "ipv4" || s.Topology.Outer != "ipv4" {
-		return perr(lineOf(s.root, "topology"), "topology", errors.New("IPv4 only against an external device"))
+	// The outer family is the WAN addresses'.
+	outer := "ipv4"
+	if e.wan.Addr().Is6() {
+		outer = "ipv6"
+	}
+	_, topo := lookup(s.root, "topology")
+	for _, f := range []string{"outer", "family"} {
+		if k, _ := lookup(topo, f); k != nil && s.Topology.Outer != outer {
+			return perr(k.Line, "topology."+f, fmt.Errorf("outer %s, but external.wan's addresses are %s: leave the outer family to them", s.Topology.Outer, outer))
+		}
+	}
+	s.Topology.Outer = outer
+	if s.Topology.Inner != "ipv4" {
+		return perr(lineOf(s.root, "topology"), "topology.inner", errors.New("IPv4 traffic only against an external device"))
 	}
 	return nil
 }
@@ -145,12 +177,18 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 func (e *External) addresses() *netns.Addresses {
 	a := netns.StandardAddresses()
 	bits := e.wan.Bits()
-	a.GW1WAN4 = e.wan
-	a.GW2WAN4 = netip.PrefixFrom(e.wanDUT, bits)
 	// The wan namespace's router addresses are gone once the relay runs;
 	// they only need to be free addresses of the WAN subnet meanwhile.
 	free := freeAddrs(e.wan.Masked(), 2, e.wan.Addr(), e.wanDUT)
-	a.WANToGW14, a.WANToGW24 = netip.PrefixFrom(free[0], bits), netip.PrefixFrom(free[1], bits)
+	if e.wan.Addr().Is6() {
+		a.GW1WAN6 = e.wan
+		a.GW2WAN6 = netip.PrefixFrom(e.wanDUT, bits)
+		a.WANToGW16, a.WANToGW26 = netip.PrefixFrom(free[0], bits), netip.PrefixFrom(free[1], bits)
+	} else {
+		a.GW1WAN4 = e.wan
+		a.GW2WAN4 = netip.PrefixFrom(e.wanDUT, bits)
+		a.WANToGW14, a.WANToGW24 = netip.PrefixFrom(free[0], bits), netip.PrefixFrom(free[1], bits)
+	}
 	a.LANB4 = e.lan.Masked()
 	a.HostB4 = e.lan
 	a.GW2LAN4 = netip.PrefixFrom(e.lanDUT, e.lan.Bits())
@@ -165,13 +203,15 @@ func (e *External) addresses() *netns.Addresses {
 	return &a
 }
 
-// freeAddrs picks n addresses of p, from its top, other than taken.
+// freeAddrs picks n addresses of p, from its top (below the last, IPv4's
+// broadcast), other than taken.
 func freeAddrs(p netip.Prefix, n int, taken ...netip.Addr) []netip.Addr {
 	var out []netip.Addr
-	last := p.Addr()
-	for a := p.Addr(); p.Contains(a); a = a.Next() {
-		last = a
+	b := p.Masked().Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
 	}
+	last, _ := netip.AddrFromSlice(b)
 	for a := last.Prev(); p.Contains(a) && len(out) < n; a = a.Prev() {
 		ok := a != p.Addr()
 		for _, t := range taken {
@@ -189,11 +229,10 @@ func freeAddrs(p netip.Prefix, n int, taken ...netip.Addr) []netip.Addr {
 // run: gw1's ESP reaches the device through the relay, hostB's traffic
 // through the device's LAN port.
 func (r *runner) attachExternal(ctx context.Context) error {
-	e := r.s.External
 	if _, err := r.bed.StopGateway(1, syscall.SIGTERM); err != nil {
 		return fmt.Errorf("stop espgw's gw2: %w", err)
 	}
-	r.external = &externalGW2{e: e, gw2: r.bed.Topo.GW2}
+	r.external.gw2 = r.bed.Topo.GW2
 	return r.external.attach(ctx)
 }
 
@@ -202,6 +241,104 @@ type externalGW2 struct {
 	e     *External
 	gw2   *netns.Namespace
 	moved []string
+	// found is how each interface was before the run, to be restored.
+	found map[string]linkState
+	// out and in are this run's SAs: the file's, with fresh SPIs when a
+	// setup command installs them.
+	out, in *sa.SA
+	// dir holds the run's SA files for the setup and reset commands.
+	dir string
+}
+
+// newExternalGW2 picks the run's SAs: fresh SPIs when setup is given.
+func newExternalGW2(e *External) (*externalGW2, error) {
+	out, in := *e.out, *e.in
+	x := &externalGW2{e: e, out: &out, in: &in}
+	if e.Setup == "" {
+		return x, nil
+	}
+	for {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("derive the run's SPIs: %w", err)
+		}
+		// SPIs 1..255 are reserved (RFC 4303 §2.1).
+		out.SPI, in.SPI = binary.BigEndian.Uint32(b[:4]), binary.BigEndian.Uint32(b[4:])
+		if out.SPI >= 256 && in.SPI >= 256 && out.SPI != in.SPI {
+			return x, nil
+		}
+	}
+}
+
+// linkState is what a run changes on an interface it borrows.
+type linkState struct {
+	up    bool
+	mtu   int
+	addrs []string // address/prefix, as ip addr add takes them
+}
+
+func (x *externalGW2) ip(ctx context.Context, args ...string) ([]byte, error) {
+	argv := append(x.home(), args...)
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return out, fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+	return out, nil
+}
+
+// linkStateOf reads an interface's state in its home namespace.
+func (x *externalGW2) linkStateOf(ctx context.Context, ifname string) (linkState, error) {
+	out, err := x.ip(ctx, "-j", "addr", "show", "dev", ifname)
+	if err != nil {
+		return linkState{}, fmt.Errorf("read the state of %s: %w", ifname, err)
+	}
+	var links []struct {
+		Flags    []string `json:"flags"`
+		MTU      int      `json:"mtu"`
+		AddrInfo []struct {
+			Local     string `json:"local"`
+			PrefixLen int    `json:"prefixlen"`
+			Scope     string `json:"scope"`
+		} `json:"addr_info"`
+	}
+	if err := json.Unmarshal(out, &links); err != nil || len(links) != 1 {
+		return linkState{}, fmt.Errorf("read the state of %s: ip -j addr show printed %q (%v)", ifname, out, err)
+	}
+	l := links[0]
+	st := linkState{up: slices.Contains(l.Flags, "UP"), mtu: l.MTU}
+	for _, a := range l.AddrInfo {
+		if a.Scope == "link" && strings.HasPrefix(a.Local, "fe80:") {
+			continue // the kernel makes it again when the link comes up
+		}
+		st.addrs = append(st.addrs, fmt.Sprintf("%s/%d", a.Local, a.PrefixLen))
+	}
+	return st, nil
+}
+
+// restore puts an interface back as it was found: MTU, addresses, up or
+// down. (Moving an interface between namespaces takes its addresses and
+// sets it down.)
+func (x *externalGW2) restore(ctx context.Context, ifname string, st linkState) error {
+	var errs []error
+	if _, err := x.ip(ctx, "link", "set", "dev", ifname, "mtu", strconv.Itoa(st.mtu)); err != nil {
+		errs = append(errs, err)
+	}
+	for _, a := range st.addrs {
+		if out, err := x.ip(ctx, "addr", "add", a, "dev", ifname); err != nil && !strings.Contains(string(out), "File exists") {
+			errs = append(errs, err)
+		}
+	}
+	state := "down"
+	if st.up {
+		state = "up"
+	}
+	if _, err := x.ip(ctx, "link", "set", "dev", ifname, state); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("restore %s as it was: %w", ifname, errors.Join(errs...))
+	}
+	return nil
 }
 
 func (x *externalGW2) home() []string {
@@ -213,11 +350,16 @@ func (x *externalGW2) home() []string {
 
 func (x *externalGW2) attach(ctx context.Context) error {
 	target := x.gw2.Name()
+	x.found = map[string]linkState{}
 	for _, ifname := range []string{x.e.WAN.Interface, x.e.LAN.Interface} {
-		args := append(x.home(), "link", "set", ifname, "netns", target)
-		if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
-			return fmt.Errorf("move %s into the test bed: %w: %s", ifname, err, strings.TrimSpace(string(out)))
+		st, err := x.linkStateOf(ctx, ifname)
+		if err != nil {
+			return fmt.Errorf("move %s into the test bed: %w", ifname, err)
 		}
+		if _, err := x.ip(ctx, "link", "set", ifname, "netns", target); err != nil {
+			return fmt.Errorf("move %s into the test bed: %w", ifname, err)
+		}
+		x.found[ifname] = st
 		x.moved = append(x.moved, ifname)
 	}
 	return bridgeGW2(ctx, x.gw2, "the device", x.e.WAN.Interface, x.e.LAN.Interface, 0)
@@ -270,15 +412,125 @@ func unbridgeGW2(gw2 *netns.Namespace, dst string, ifnames []string) error {
 	return errors.Join(errs...)
 }
 
-// detach gives the interfaces back to where they were.
+// detach gives the interfaces back to where they were, as they were.
 func (x *externalGW2) detach() error {
+	if len(x.moved) == 0 {
+		return nil
+	}
 	dst := "1" // the initial namespace, by its first process
 	if x.e.Netns != "" {
 		dst = x.e.Netns
 	}
-	err := unbridgeGW2(x.gw2, dst, x.moved)
+	errs := []error{unbridgeGW2(x.gw2, dst, x.moved)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, ifname := range x.moved {
+		errs = append(errs, x.restore(ctx, ifname, x.found[ifname]))
+	}
 	x.moved = nil
-	return err
+	return errors.Join(errs...)
+}
+
+// hookEnv is the environment of the setup and reset commands: the run's
+// SPIs and addresses, and its SAs as espgw's YAML (ESPGW_SA_FILE) and as
+// the `ip xfrm` commands that install them on a Linux device
+// (ESPGW_IP_XFRM, what `espgw sa convert --to ip-xfrm --local DUT`
+// writes). The files hold the keys; they are readable by their owner only
+// and removed after the run.
+func (x *externalGW2) hookEnv() ([]string, error) {
+	if x.dir == "" {
+		dir, err := os.MkdirTemp("", "espgw-external-")
+		if err != nil {
+			return nil, fmt.Errorf("the run's SA files: %w", err)
+		}
+		x.dir = dir
+		cfg := &sa.Config{SAs: []*sa.SA{x.out, x.in}}
+		if err := sa.WriteFile(filepath.Join(dir, "sas.yaml"), cfg); err != nil {
+			return nil, fmt.Errorf("the run's SA files: %w", err)
+		}
+		script, err := sa.MarshalXFRMFor(cfg, x.e.wanDUT)
+		if err != nil {
+			return nil, fmt.Errorf("the run's SA files: %w", err)
+		}
+		if err := secret.WriteFile(filepath.Join(dir, "ip-xfrm.sh"), script); err != nil {
+			return nil, fmt.Errorf("the run's SA files: %w", err)
+		}
+	}
+	return append(os.Environ(),
+		fmt.Sprintf("ESPGW_SPI_OUT=%#08x", x.out.SPI), fmt.Sprintf("ESPGW_SPI_IN=%#08x", x.in.SPI),
+		"ESPGW_GW1="+x.e.wan.Addr().String(), "ESPGW_DUT="+x.e.wanDUT.String(),
+		"ESPGW_SA_FILE="+filepath.Join(x.dir, "sas.yaml"), "ESPGW_IP_XFRM="+filepath.Join(x.dir, "ip-xfrm.sh"),
+	), nil
+}
+
+// hook runs the setup or reset command (at most two minutes).
+func (x *externalGW2) hook(ctx context.Context, field, command string) error {
+	env, err := x.hookEnv()
+	if err != nil {
+		return fmt.Errorf("external.%s: %w", field, err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "sh", "-c", command)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		shown := keyInListing.ReplaceAllString(strings.TrimSpace(string(out)), "<key hidden>")
+		return fmt.Errorf("external.%s: %w: %s", field, err, tailOf(shown, 2000))
+	}
+	return nil
+}
+
+func tailOf(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// removeFiles removes the run's SA files.
+func (x *externalGW2) removeFiles() {
+	if x.dir != "" {
+		os.RemoveAll(x.dir)
+		x.dir = ""
+	}
+}
+
+// hint says, for a run that failed, what the device's counters show and
+// what that usually means; found says whether the counters listed the
+// run's SAs.
+func (x *externalGW2) hint(m Metrics, found bool) string {
+	spi := fmt.Sprintf("%#x", x.out.SPI)
+	if x.e.Counters == "" {
+		h := "the device's counters are unknown (no external.counters command)"
+		if x.e.Setup == "" {
+			h += "; a device keeps each SA's replay window from one run to the next while gw1 starts at sequence 1 every run, " +
+				"so a run after the first fails unless the SAs are installed again: give external.setup (see scenarios/external/)"
+		}
+		return h
+	}
+	opened, replay, window, icv := m["gw2.opened"], m["gw2.replay"], m["gw2.outside-window"], m["gw2.bad-icv"]
+	switch {
+	case !found:
+		if x.e.Setup != "" {
+			return fmt.Sprintf("the device's counters list no state with SPI %s: external.setup did not install this run's SAs "+
+				"(the SPIs are fresh every run: use ESPGW_SPI_OUT/ESPGW_SPI_IN or ESPGW_IP_XFRM)", spi)
+		}
+		return fmt.Sprintf("the device's counters list no state with SPI %s toward %s: it does not hold the SA file's SAs", spi, x.e.wanDUT)
+	case replay+window > 0:
+		h := fmt.Sprintf("the device's counters show replay=%d outside-window=%d opened=%d on SPI %s: ", int64(replay), int64(window), int64(opened), spi)
+		if x.e.Setup == "" {
+			return h + "it dropped gw1's packets as replays, which usually means it kept the SA's replay window from an earlier run " +
+				"(gw1 starts at sequence 1 every run): install its SAs again before each run, by hand or with external.setup"
+		}
+		return h + "setup installed fresh SAs, so these are replays within this run (the WAN impairments, or the device's window is too small)"
+	case icv > 0 && opened == 0:
+		return fmt.Sprintf("the device's counters show bad-icv=%d and nothing opened on SPI %s: its keys or algorithms differ from the SA file's", int64(icv), spi)
+	case opened == 0:
+		return fmt.Sprintf("the device's counters show nothing opened on SPI %s: gw1's ESP did not reach it, or its policy does not match", spi)
+	}
+	return fmt.Sprintf("the device's counters show opened=%d replay=%d outside-window=%d bad-icv=%d on SPI %s",
+		int64(opened), int64(replay), int64(window), int64(icv), spi)
 }
 
 // stats runs the counters command; a listing in `ip -s xfrm state` form
@@ -301,13 +553,12 @@ func (x *externalGW2) stats(ctx context.Context) (gateway.Stats, string, error) 
 	if err != nil {
 		return gateway.Stats{}, shown, nil // not a listing: kept in the report only
 	}
-	return kernelAsGateway(kernelpeer.Counters{States: states}, [2]*sa.SA{x.e.out, x.e.in}), shown, nil
+	return kernelAsGateway(kernelpeer.Counters{States: states}, [2]*sa.SA{x.out, x.in}), shown, nil
 }
 
-// externalSAs puts the device's SAs into the SA file gw1 (and, until it
-// is stopped, gw2) reads.
+// externalSAs puts the run's SAs into the SA file gw1 (and, until it is
+// stopped, gw2) reads.
 func (r *runner) externalSAs(cfg *sa.Config) error {
-	e := r.s.External
-	cfg.SAs[0], cfg.SAs[1] = e.out, e.in
+	cfg.SAs[0], cfg.SAs[1] = r.external.out, r.external.in
 	return nil
 }

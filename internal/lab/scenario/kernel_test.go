@@ -56,11 +56,14 @@ func TestKernelCountersAsGateway(t *testing.T) {
 // listing gives gw2's counters under espgw's names.
 func TestExternalCountersCommand(t *testing.T) {
 	a, b := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
-	x := &externalGW2{e: &External{
+	x, err := newExternalGW2(&External{
 		Counters: "cat ../../../sa/testdata/ip-s-xfrm-state-nokeys.txt",
 		out:      &sa.SA{SPI: 0x1001, Src: a, Dst: b},
 		in:       &sa.SA{SPI: 0x2002, Src: b, Dst: a},
-	}}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	st, out, err := x.stats(t.Context())
 	if err != nil || out == "" {
 		t.Fatalf("stats: %v (%d bytes of output)", err, len(out))

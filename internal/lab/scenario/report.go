@@ -33,6 +33,9 @@ func PrintTable(w io.Writer, results []*Result) {
 		if r.Error != "" {
 			fmt.Fprintf(w, "      error: %s\n", r.Error)
 		}
+		if r.Hint != "" {
+			fmt.Fprintf(w, "      hint: %s\n", r.Hint)
+		}
 		for _, st := range r.Steps {
 			line := fmt.Sprintf("      step %-12s %-6s sent %d, received %d", st.Name, st.Kind, st.Sent, st.Received)
 			if st.Mismatched > 0 {

@@ -94,9 +94,12 @@ type Result struct {
 	KernelBoots int `json:"kernel_boots,omitempty"`
 	// ExternalCounters is what the external device's counters command
 	// printed before and after the traffic.
-	ExternalCounters []string          `json:"external_counters,omitempty"`
-	WAN              wanrelay.Counters `json:"wan"`
-	Captures         string            `json:"captures,omitempty"`
+	ExternalCounters []string `json:"external_counters,omitempty"`
+	// Hint is, for a failed run against an external device, what its
+	// counters show and what that usually means.
+	Hint     string            `json:"hint,omitempty"`
+	WAN      wanrelay.Counters `json:"wan"`
+	Captures string            `json:"captures,omitempty"`
 }
 
 // runAll runs scs one after another until ctx ends.
@@ -191,6 +194,10 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	var addrs *netns.Addresses
 	customize := r.customize
 	if s.Peer == PeerExternal {
+		if r.external, err = newExternalGW2(s.External); err != nil {
+			return err
+		}
+		defer r.external.removeFiles()
 		addrs, customize = s.External.addresses(), r.externalSAs
 	}
 	r.bed, err = testbed.Start(ctx, testbed.Options{Addresses: addrs,
@@ -247,6 +254,25 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		}()
 		if err := r.attachExternal(ctx); err != nil {
 			return err
+		}
+		if e := s.External; e.Setup != "" {
+			r.opts.progress("%s: external.setup (SPIs %#x out, %#x in)", s.Name, r.external.out.SPI, r.external.in.SPI)
+			if e.Reset != "" {
+				defer func() {
+					if cerr := r.external.hook(context.WithoutCancel(ctx), "reset", e.Reset); cerr != nil && err == nil {
+						err = cerr
+					}
+				}()
+			}
+			if err := r.external.hook(ctx, "setup", e.Setup); err != nil {
+				return err
+			}
+		} else if e.Reset != "" {
+			defer func() {
+				if cerr := r.external.hook(context.WithoutCancel(ctx), "reset", e.Reset); cerr != nil && err == nil {
+					err = cerr
+				}
+			}()
 		}
 	}
 	if s.Peer == PeerLinuxXFRM {
@@ -310,6 +336,14 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	for _, e := range s.Expect {
 		got, want, pass := e.check.eval(res.Metrics)
 		res.Verdicts = append(res.Verdicts, Verdict{Metric: e.Metric, Expr: e.Expr, Got: got, Want: want, Pass: pass, Line: e.Line})
+	}
+	if r.external != nil {
+		for _, v := range res.Verdicts {
+			if !v.Pass {
+				res.Hint = r.external.hint(res.Metrics, len(d.GW[1].SAs) > 0)
+				break
+			}
+		}
 	}
 	var stepErrs []string
 	for _, st := range res.Steps {

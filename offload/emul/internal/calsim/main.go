@@ -92,7 +92,6 @@ func (p *params) field(name string) (*float64, error) {
 type stream struct {
 	arrival float64 // when its batch reaches the card
 	taken   int     // ops of it in records so far
-	done    float64 // end of the record that took its last op
 }
 
 // run simulates n streams of batches of b size-byte ops until ops ops have

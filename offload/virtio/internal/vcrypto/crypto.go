@@ -43,7 +43,7 @@ const (
 const (
 	opCreateSession  = 0<<8 | 2
 	opDestroySession = 0<<8 | 3
-	opEncrypt        = 0<<8 | 0
+	opEncrypt        = 0 // service 0 (cipher), op 0
 	opDecrypt        = 0<<8 | 1
 	symOpCipher      = 1
 
@@ -155,9 +155,10 @@ type Device struct {
 	Advertised uint64
 	Probed     []Cipher
 
-	vdev *vfio.Device
-	t    *transport
-	data *queue
+	vdev  *vfio.Device
+	claim *vfio.Claim
+	t     *transport
+	data  *queue
 	// ctrl is used from any goroutine; mu serialises it.
 	mu   sync.Mutex
 	ctrl *queue
@@ -165,7 +166,8 @@ type Device struct {
 	maxData int
 }
 
-// Open binds the device at addr to vfio-pci, resets it (clearing whatever
+// Open checks that the device at addr is a virtio-crypto device, binds it
+// to vfio-pci (Close gives it back), resets it (clearing whatever
 // a previous driver left, even one that crashed), negotiates features, sets
 // up the first data queue and the control queue, and starts it.
 func Open(addr string, opts Options) (_ *Device, err error) {
@@ -181,19 +183,25 @@ func Open(addr string, opts Options) (_ *Device, err error) {
 	for opts.QueueSize&(opts.QueueSize-1) != 0 { // split rings are a power of two long
 		opts.QueueSize += opts.QueueSize & -opts.QueueSize
 	}
-	if err := vfio.Bind(addr); err != nil {
+	if err := CheckIdentity(addr); err != nil {
 		return nil, err
 	}
-	vdev, err := vfio.Open(addr)
+	claim, err := vfio.Bind(addr)
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{Address: addr, vdev: vdev, maxData: opts.MaxData}
+	d := &Device{Address: addr, claim: claim, maxData: opts.MaxData}
 	defer func() {
 		if err != nil {
-			d.Close()
+			if cerr := d.Close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
 		}
 	}()
+	if d.vdev, err = vfio.Open(addr); err != nil {
+		return nil, err
+	}
+	vdev := d.vdev
 	if err := vdev.Reset(); err != nil {
 		return nil, err
 	}
@@ -391,13 +399,21 @@ func (d *Device) Reap(done func(slot int, status uint8)) int {
 func (d *Device) NeedsReset() bool { return d.t.status()&statusNeedsReset != 0 }
 
 // Close resets the device, so it forgets its sessions and stops reading the
-// queues, then releases the DMA memory and the VFIO files.
+// queues, releases the DMA memory and the VFIO files, and gives the device
+// back to the driver it had.
 func (d *Device) Close() error {
 	if d.t != nil {
 		d.t.reset()
+		d.t = nil
 	}
+	var errs []error
 	if d.vdev != nil {
-		return d.vdev.Close()
+		errs = append(errs, d.vdev.Close())
+		d.vdev = nil
 	}
-	return nil
+	if d.claim != nil {
+		errs = append(errs, d.claim.Release())
+		d.claim = nil
+	}
+	return errors.Join(errs...)
 }

@@ -21,10 +21,68 @@ import (
 )
 
 // PCI IDs: the Red Hat virtio vendor, and modern device ID 0x1040 + 20.
+// virtio-crypto came with virtio 1.0, so it has no transitional ID.
 const (
 	VendorID = 0x1af4
 	DeviceID = 0x1054
 )
+
+// virtioNames names virtio devices by PCI device ID: the transitional IDs
+// (0x1000…) and the modern ones, 0x1040 + the virtio device ID (virtio 1.2
+// §5).
+var virtioNames = map[uint16]string{
+	0x1000: "virtio-net (transitional)", 0x1001: "virtio-blk (transitional)",
+	0x1002: "virtio-balloon (transitional)", 0x1003: "virtio-console (transitional)",
+	0x1004: "virtio-scsi (transitional)", 0x1005: "virtio-rng (transitional)",
+	0x1009: "virtio-9p (transitional)",
+	0x1041: "virtio-net", 0x1042: "virtio-blk", 0x1043: "virtio-console", 0x1044: "virtio-rng",
+	0x1045: "virtio-balloon", 0x1048: "virtio-scsi", 0x1049: "virtio-9p", 0x1050: "virtio-gpu",
+	0x1052: "virtio-input", 0x1053: "virtio-vsock", 0x1054: "virtio-crypto", 0x1057: "virtio-iommu",
+	0x1058: "virtio-mem", 0x1059: "virtio-sound", 0x105a: "virtio-fs", 0x105b: "virtio-pmem",
+}
+
+// pciClasses names PCI base classes, for devices of other vendors.
+var pciClasses = map[uint8]string{
+	0x01: "mass storage controller", 0x02: "network controller", 0x03: "display controller",
+	0x04: "multimedia controller", 0x05: "memory controller", 0x06: "bridge",
+	0x07: "communication controller", 0x08: "system peripheral", 0x09: "input device",
+	0x0c: "serial bus controller", 0x10: "encryption controller", 0x12: "processing accelerator",
+}
+
+// Describe names a PCI device for a person: "1af4:1053 virtio-vsock", or
+// "8086:100e network controller" for another vendor's.
+func Describe(vendor, device uint16, class uint32) string {
+	id := fmt.Sprintf("%04x:%04x", vendor, device)
+	if vendor == VendorID {
+		if name, ok := virtioNames[device]; ok {
+			return id + " " + name
+		}
+		return id + " (a virtio device of an ID this table lacks)"
+	}
+	if name, ok := pciClasses[uint8(class>>16)]; ok {
+		return id + " " + name
+	}
+	return fmt.Sprintf("%s (PCI class %06x)", id, class)
+}
+
+// CheckIdentity refuses the PCI device at addr unless its IDs are
+// virtio-crypto's, saying what it is and which driver has it.
+func CheckIdentity(addr string) error {
+	vendor, device, err := vfio.ID(addr)
+	if err != nil {
+		return err
+	}
+	if vendor == VendorID && device == DeviceID {
+		return nil
+	}
+	class, _ := vfio.Class(addr)
+	held := "no driver"
+	if drv, _ := vfio.Driver(addr); drv != "" {
+		held = "driver " + drv
+	}
+	return fmt.Errorf("%s is %s (%s), not a virtio-crypto device (%04x:%04x); it was left as it is",
+		addr, Describe(vendor, device, class), held, VendorID, DeviceID)
+}
 
 // virtio PCI capability types (virtio 1.2 §4.1.4).
 const (

@@ -113,40 +113,6 @@ type Device struct {
 	canReset  bool
 }
 
-// Bind hands the PCI device at addr to vfio-pci: it sets driver_override,
-// unbinds the device's current driver (e.g. virtio-pci) and asks the kernel
-// to probe it again. It is what `driverctl set-override` does.
-func Bind(addr string) error {
-	dir := filepath.Join("/sys/bus/pci/devices", addr)
-	if _, err := os.Stat(dir); err != nil {
-		return fmt.Errorf("bind %s to vfio-pci: no such PCI device: %w", addr, err)
-	}
-	if cur, err := os.Readlink(filepath.Join(dir, "driver")); err == nil {
-		if filepath.Base(cur) == "vfio-pci" {
-			return nil
-		}
-	}
-	if _, err := os.Stat("/sys/bus/pci/drivers/vfio-pci"); err != nil {
-		return fmt.Errorf("bind %s to vfio-pci: the vfio-pci driver is not loaded (modprobe vfio-pci): %w", addr, err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "driver_override"), []byte("vfio-pci"), 0); err != nil {
-		return fmt.Errorf("bind %s to vfio-pci: set driver_override: %w", addr, err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "driver")); err == nil {
-		if err := os.WriteFile(filepath.Join(dir, "driver", "unbind"), []byte(addr), 0); err != nil {
-			return fmt.Errorf("bind %s to vfio-pci: unbind its driver: %w", addr, err)
-		}
-	}
-	if err := os.WriteFile("/sys/bus/pci/drivers_probe", []byte(addr), 0); err != nil {
-		return fmt.Errorf("bind %s to vfio-pci: probe: %w", addr, err)
-	}
-	cur, err := os.Readlink(filepath.Join(dir, "driver"))
-	if err != nil || filepath.Base(cur) != "vfio-pci" {
-		return fmt.Errorf("bind %s to vfio-pci: the device is not bound to vfio-pci after probing (is there an IOMMU? the kernel needs intel_iommu=on)", addr)
-	}
-	return nil
-}
-
 // Find returns the PCI addresses of every device with the given vendor and
 // device IDs, in the order sysfs lists them.
 func Find(vendor, device uint16) ([]string, error) {
