@@ -537,6 +537,21 @@ func CheckConvertSize(name string, data []byte, from Format) error {
 	return nil
 }
 
+// MaxYAMLNodes bounds every YAML file that may hold SAs (an SA file, a
+// gateway configuration, a scenario) by its nodes: about 160,000 SAs,
+// while a file of nothing but empty entries, cheap to write and costly to
+// hold, is refused before it is decoded.
+const MaxYAMLNodes = 2_000_000
+
+// CheckYAMLNodes refuses YAML data holding more than limit nodes, before
+// any of it is decoded.
+func CheckYAMLNodes(name string, data []byte, limit int) error {
+	if yamlNodesAtLeast(data, limit+1) > limit {
+		return fmt.Errorf("%s holds more than %d YAML nodes (keys, values, lists, mappings), more than such a file may: split it into smaller files", name, limit)
+	}
+	return nil
+}
+
 // yamlNodesAtLeast counts, up to limit, the marks each of which starts
 // at least one YAML node: a key's ": ", a list item's "- ", a flow
 // collection's { [ and its separating commas.

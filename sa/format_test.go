@@ -229,8 +229,8 @@ func TestFormatErrors(t *testing.T) {
 	}{
 		{"nokeys listing", edit("0x"+testGCMHex, "<<Keys hidden>>"), "f:4: state 192.0.2.2→192.0.2.1 spi 0x2001: aead: the listing hides the keys"},
 		{"short key", edit("0x"+testEncHex, "0x"+testEncHex[:30]), "f:25: state 192.0.2.1→192.0.2.2 spi 0x1001: enc: key is 15 bytes, want [16 24 32]"},
-		{"unknown cipher", edit("cbc(aes)", "cbc(aez)"), `f:25: state 192.0.2.1→192.0.2.2 spi 0x1001: enc: "cbc(aez)" is not supported`},
-		{"hidden cipher", edit("cbc(aes)", "cbc(camellia)"), `f:25: state 192.0.2.1→192.0.2.2 spi 0x1001: enc: (a 13-character value, not shown) is not supported`},
+		{"unknown cipher", edit("cbc(aes)", "cbc(aez)"), `f:25: state 192.0.2.1→192.0.2.2 spi 0x1001: enc: "cbc(aez)" (did you mean "cbc(aes)"?) is not supported`},
+		{"hidden cipher", edit("cbc(aes)", "cbc(camellia)"), `f:25: state 192.0.2.1→192.0.2.2 spi 0x1001: enc: "cbc(camellia)" is not supported`},
 		{"96-bit sha256", edit("hmac(sha256) 0x"+testAuthHex[:32]+testEncHex+" 128", "hmac(sha256) 0x"+testAuthHex[:32]+testEncHex+" 96"), "f:24: state 192.0.2.1→192.0.2.2 spi 0x1001: auth-trunc: hmac(sha256) truncated to 96 bits"},
 		{"beet", edit("mode transport", "mode beet"), `spi 0x3003: mode: "beet": want tunnel or transport`},
 		{"esp_sa bad key", strings.Replace(espLine, "0x"+testEncHex, "0x"+testEncHex[:6]+"zz", 1), "f:1: esp_sa 192.0.2.1→192.0.2.2 spi 0x1001: encryption key: not hexadecimal"},

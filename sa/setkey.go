@@ -192,7 +192,7 @@ func headOf(toks []skToken) string {
 // headWord is a word of a statement's head as an error may show it: an
 // address, an SPI or a known word, or a description of what is hidden.
 func headWord(s string) string {
-	e := secret.Value(s, headWords...)
+	e := secret.Quote(s)
 	if uq, err := strconv.Unquote(e); err == nil {
 		return uq
 	}

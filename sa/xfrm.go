@@ -1,6 +1,7 @@
 package sa
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -100,11 +101,12 @@ func looksLikeXFRMCommands(data []byte) bool {
 	return false
 }
 
-// firstLines returns up to n lines that are neither blank nor # comments.
+// firstLines returns up to n lines that are neither blank nor # comments,
+// reading no further than it needs.
 func firstLines(data []byte, n int) []string {
 	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		l = strings.TrimRight(l, "\r")
+	for raw := range bytes.Lines(data) {
+		l := strings.TrimRight(string(raw), "\r\n")
 		if t := strings.TrimSpace(l); t == "" || strings.HasPrefix(t, "#") {
 			continue
 		}

@@ -65,6 +65,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 
 // ParseYAML reads a YAML SA file.
 func ParseYAML(name string, data []byte) (*Config, error) {
+	if err := CheckYAMLNodes(name, data, MaxYAMLNodes); err != nil {
+		return nil, &ConfigError{File: name, Err: err}
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {

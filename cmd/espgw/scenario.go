@@ -222,12 +222,12 @@ func newScenarioList() *cobra.Command {
 // directory. Nothing is left behind.
 func checkWritable(path string) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory", path)
+		return fmt.Errorf("%q is a directory", path)
 	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".espgw-report-*")
 	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
+		return fmt.Errorf("cannot write %q: %w", path, err)
 	}
 	name := f.Name()
 	f.Close()

@@ -128,15 +128,15 @@ func Listen(path string, target Target, log *slog.Logger) (*Server, error) {
 		log = slog.Default()
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+		return nil, fmt.Errorf("control socket %q: %w", path, err)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("control socket %s: a file that is not a socket is there", path)
+			return nil, fmt.Errorf("control socket %q: a file that is not a socket is there", path)
 		}
 		if c, err := net.Dial("unix", path); err == nil {
 			c.Close()
-			return nil, fmt.Errorf("control socket %s: another gateway answers on it", path)
+			return nil, fmt.Errorf("control socket %q: another gateway answers on it", path)
 		}
 		os.Remove(path)
 	}
@@ -150,7 +150,7 @@ func Listen(path string, target Target, log *slog.Logger) (*Server, error) {
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+		return nil, fmt.Errorf("control socket %q: %w", path, err)
 	}
 	return &Server{target: target, log: log, ln: ln, path: path, conns: make(chan struct{}, maxConns)}, nil
 }

@@ -123,6 +123,9 @@ var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "wo
 // Errors quote what the file says only through package secret: a key
 // pasted into the wrong setting is never printed.
 func ParseConfig(path string, data []byte) (*Config, error) {
+	if err := sa.CheckYAMLNodes(path, data, sa.MaxYAMLNodes); err != nil {
+		return nil, err
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {

@@ -325,3 +325,25 @@ func TestUnknownEngine(t *testing.T) {
 	}
 
 }
+
+// virtio:ADDRESS takes a PCI address only: a path or anything else is
+// refused before sysfs is looked at, and a value that could be a key is
+// not printed.
+func TestVirtioAddressValidated(t *testing.T) {
+	for _, c := range []struct{ name, want string }{
+		{"virtio:../../../../tmp/x", `"../../../../tmp/x" is not a PCI address (want DDDD:BB:DD.F`},
+		{"virtio:0000:00:04", "is not a PCI address"},
+		{"virtio:0000:00:20.0", "is not a PCI address"},
+		{"virtio:0000:00:04.8", "is not a PCI address"},
+		{"virtio:", "is not a PCI address"},
+		{"virtio:00112233445566778899aabbccddeeff", "(a 32-character value, not shown) is not a PCI address"},
+	} {
+		_, err := engines.New(c.name, engines.Options{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "00112233445566778899") {
+			t.Errorf("%s: the error shows the value: %v", c.name, err)
+		}
+	}
+}

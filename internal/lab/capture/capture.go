@@ -113,7 +113,7 @@ func load(opts Options) (*loaded, error) {
 		return nil, err
 	}
 	if len(cfgs) == 0 {
-		return nil, fmt.Errorf("SA file %s holds no SAs", opts.SAFile)
+		return nil, fmt.Errorf("SA file %q holds no SAs", opts.SAFile)
 	}
 	eng, err := engines.New(cmp.Or(opts.Engine, "cpu"), engines.Options{})
 	if err != nil {
@@ -124,7 +124,7 @@ func load(opts Options) (*loaded, error) {
 		s, err := esp.NewSA(c, eng, esp.Options{})
 		if err != nil {
 			l.close()
-			return nil, fmt.Errorf("SA file %s: %w", opts.SAFile, err)
+			return nil, fmt.Errorf("SA file %q: %w", opts.SAFile, err)
 		}
 		// A receiver of a peer that starts at initial-seq expects numbers
 		// from there (ESN test beds crossing 2^32).
@@ -138,7 +138,7 @@ func load(opts Options) (*loaded, error) {
 		}
 		if err != nil {
 			l.close()
-			return nil, fmt.Errorf("write Wireshark esp_sa file %s: %w", opts.WiresharkSA, err)
+			return nil, fmt.Errorf("write Wireshark esp_sa file %q: %w", opts.WiresharkSA, err)
 		}
 	}
 	return l, nil
@@ -152,7 +152,7 @@ func (l *loaded) pick(opts Options) (*esp.SA, error) {
 			for i, s := range l.sas {
 				spis[i] = fmt.Sprintf("%#x", s.SPI())
 			}
-			return nil, fmt.Errorf("SA file %s holds %d SAs (%s): choose one with --spi", opts.SAFile, len(l.sas), strings.Join(spis, ", "))
+			return nil, fmt.Errorf("SA file %q holds %d SAs (%s): choose one with --spi", opts.SAFile, len(l.sas), strings.Join(spis, ", "))
 		}
 		return l.sas[0], nil
 	}
@@ -161,7 +161,7 @@ func (l *loaded) pick(opts Options) (*esp.SA, error) {
 			return s, nil
 		}
 	}
-	return nil, fmt.Errorf("SA file %s has no SA with SPI %#x", opts.SAFile, opts.SPI)
+	return nil, fmt.Errorf("SA file %q has no SA with SPI %#x", opts.SAFile, opts.SPI)
 }
 
 // withFiles runs op from the capture in to a new capture out, with the SAs
@@ -203,11 +203,11 @@ func withFiles(opts Options, in, out string, ready func(*loaded) error, op func(
 	w, err := NewWriter(o, cmp.Or(opts.Link, LinkRaw))
 	if err != nil {
 		o.Close()
-		return nil, fmt.Errorf("%s: %w", out, err)
+		return nil, fmt.Errorf("%q: %w", out, err)
 	}
 	rep, err := op(l, r, w)
 	if cerr := o.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("write output capture %s: %w", out, cerr)
+		err = fmt.Errorf("write output capture %q: %w", out, cerr)
 	}
 	return rep, err
 }
