@@ -538,6 +538,19 @@ func TestManyTunnels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The control socket checks an SA as the file loader does: a
+	// tfc-pad beyond what outer-mtu carries is refused, naming it.
+	padded := *extra.Out
+	padded.TFCPad = 5000
+	bad, err := control.SAEntries(&padded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(labtest.Espgw(t), "sa", "add", "--socket", b.ControlSocket(0), "-")
+	cmd.Stdin = bytes.NewReader(bad)
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "tfc-pad 5000 pads every packet") {
+		t.Errorf("sa add with tfc-pad 5000: %v, %s; want a refusal", err, out)
+	}
 	for i := range 2 {
 		espgw(t, sas, "sa", "add", "--socket", b.ControlSocket(i), "-")
 		espgw(t, pols, "policy", "add", "--socket", b.ControlSocket(i), "-")
@@ -552,6 +565,21 @@ func TestManyTunnels(t *testing.T) {
 	}
 	if out := espgw(t, nil, "sa", "list", "--socket", b.ControlSocket(0)); strings.Contains(out, fmt.Sprintf("%#x", extra.Out.SPI)) {
 		t.Errorf("the deleted SA is still listed")
+	}
+	// 400 SAs: espgw stats and the final counters summarise them (the
+	// totals, the busiest, every SA with drops); --all lists every one.
+	bin := labtest.Espgw(t)
+	rows := func(out string) int { return strings.Count(out, " tunnel ") }
+	summary, err := b.Topo.GW2.Output(ctx, bin, "stats")
+	if err != nil || !strings.Contains(summary, "SAs (out 200, in 200, both 0)") || rows(summary) > 20 {
+		t.Errorf("espgw stats on 400 SAs: %d rows, %v\n%s", rows(summary), err, summary)
+	}
+	if all, err := b.Topo.GW2.Output(ctx, bin, "stats", "--all"); err != nil || rows(all) < 400 {
+		t.Errorf("espgw stats --all on 400 SAs: %d rows, %v", rows(all), err)
+	}
+	final, err := b.StopGateway(0, syscall.SIGTERM)
+	if err != nil || !strings.Contains(final, "--all lists every SA") || rows(final) > 20 {
+		t.Errorf("gw1's final counters on 400 SAs: %d rows, %v\n%s", rows(final), err, final)
 	}
 }
 

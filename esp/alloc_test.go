@@ -16,7 +16,7 @@ func TestSealOpenAllocateNothing(t *testing.T) {
 		t.Skip("allocation counts are meaningless under the race detector (sync.Pool drops items); the test runs in the plain build")
 	}
 	ctx := context.Background()
-	for _, suite := range cpu.AllSuites() {
+	for _, suite := range cpu.Suites() {
 		t.Run(suite.String(), func(t *testing.T) {
 			cfg := testSA(t, suite, sa.Tunnel, false)
 			cfg.ReplayWindow = 1024

@@ -90,10 +90,18 @@ func (w *Window) Accept(seq uint64) Reason {
 	return OK
 }
 
-// mark records seq as the only number seen (StartReceiveAfter).
-func (w *Window) mark(seq uint64) {
-	w.last = seq
-	*w.word(seq) = 1 << (seq % wordBits)
+// Resize changes the window's size, keeping what it saw of the numbers
+// the new size still spans.
+func (w *Window) Resize(size int) {
+	old := *w
+	w.Reset(size)
+	w.last = old.last
+	for n := uint64(0); n < min(old.size, w.size) && n < old.last; n++ {
+		seq := old.last - n
+		if *old.word(seq)&(1<<(seq%wordBits)) != 0 {
+			*w.word(seq) |= 1 << (seq % wordBits)
+		}
+	}
 }
 
 // InferSeqHi reconstructs the high 32 bits of a 64-bit ESN from the low bits

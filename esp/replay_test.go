@@ -47,3 +47,30 @@ func TestWindowAgainstModel(t *testing.T) {
 		})
 	}
 }
+
+// TestWindowResizeKeepsWhatItSaw: a window resized (an SA continued under
+// another replay-window setting) still refuses what it accepted, as far as
+// the new size spans, and keeps its highest.
+func TestWindowResizeKeepsWhatItSaw(t *testing.T) {
+	for _, c := range []struct{ from, to int }{{64, 1024}, {1024, 64}, {64, 16}, {100, 4096}} {
+		var w esp.Window
+		w.Reset(c.from)
+		for seq := uint64(1); seq <= 300; seq += 2 {
+			w.Accept(seq)
+		}
+		w.Resize(c.to)
+		if w.Last() != 299 {
+			t.Fatalf("%d→%d: highest %d, want 299", c.from, c.to, w.Last())
+		}
+		span := uint64(min(c.from, c.to))
+		for seq := uint64(300 - span); seq <= 299; seq++ {
+			want := esp.OK
+			if seq%2 == 1 {
+				want = esp.Replay
+			}
+			if got := w.Check(seq); got != want {
+				t.Errorf("%d→%d: seq %d: %v, want %v", c.from, c.to, seq, got, want)
+			}
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -81,28 +82,16 @@ type SA struct {
 	suite                sa.Suite
 	expired              atomic.Bool
 
-	seq      atomic.Uint64 // last sequence number assigned
-	reserved atomic.Uint64 // the bound the last completed Reserve recorded
-	reserve  func(*SA, uint64) error
-	// ivSalt makes CTR and GCM IVs unique across restarts with the same
-	// keys: IV = seq XOR ivSalt; ivBlock makes CBC IVs: IV = E_ivKey(seq),
-	// unpredictable without the random per-SA ivKey and never repeated.
-	ivSalt    uint64
-	ivFunc    func(seq uint64, iv []byte) // Options.IV, known-answer tests only
-	ivBlock   cipher.Block
-	reserving atomic.Bool // a reservation ahead of need is running
-
-	mu     sync.Mutex // guards window
-	window Window
+	// history is what the SA has sent and seen: own, or that of the SA
+	// it continues (Options.Continue).
+	*history
+	own     history
+	reserve func(*SA, uint64) error
+	ivFunc  func(seq uint64, iv []byte) // Options.IV, known-answer tests only
 
 	Counters Counters
 
-	engine    offload.Engine
-	reserveMu sync.Mutex // serialises Reserve calls
-	// retryAt is when (unix ns) a failed reservation may be tried again
-	// on the sealing goroutine: until then packets over the bound are
-	// dropped at once, not each held up by a failing write.
-	retryAt atomic.Int64
+	engine offload.Engine
 
 	// framed and framedBytes count packets as they are framed for sealing,
 	// so a hard lifetime holds exactly even with a batch in flight.
@@ -115,6 +104,31 @@ type SA struct {
 	// frags remembers initial fragments' ports for the selector check of
 	// the fragments after them (fragment.go).
 	frags Fragments
+}
+
+// history is what an SA has sent and seen: its sequence counter and
+// reservation, its replay window and the IV generator the counter drives.
+// An SA that continues another under a changed configuration shares it,
+// so that across the change no number is sent twice and no packet is
+// accepted twice, even one in flight on the old SA.
+type history struct {
+	seq      atomic.Uint64 // last sequence number assigned
+	reserved atomic.Uint64 // the bound the last completed Reserve recorded
+	// ivSalt makes CTR and GCM IVs unique across restarts with the same
+	// keys: IV = seq XOR ivSalt; ivBlock makes CBC IVs: IV = E_ivKey(seq),
+	// unpredictable without the random per-SA ivKey and never repeated.
+	ivSalt    uint64
+	ivBlock   cipher.Block
+	reserving atomic.Bool // a reservation ahead of need is running
+
+	mu     sync.Mutex // guards window
+	window Window
+
+	reserveMu sync.Mutex // serialises Reserve calls
+	// retryAt is when (unix ns) a failed reservation may be tried again
+	// on the sealing goroutine: until then packets over the bound are
+	// dropped at once, not each held up by a failing write.
+	retryAt atomic.Int64
 }
 
 // Options tune an SA beyond its configuration.
@@ -145,6 +159,15 @@ type Options struct {
 	// retried, at most every ReserveRetry, until one succeeds. The caller
 	// logs the error.
 	Reserve func(s *SA, upTo uint64) error
+	// Continue is the SA this one takes over from: the same SPI,
+	// addresses, suite and keys under a changed configuration (a
+	// lifetime, a selector, the window size…). The new SA shares its
+	// sequence counter, reservation, replay window and IV generator:
+	// numbering goes on where it was, packets it accepted stay refused,
+	// and packets still in flight on it count in the same history (see
+	// TakeOver). A configuration without ESN whose history is already
+	// past 2^32-1 is refused: it needs new keys.
+	Continue *SA
 }
 
 // ReserveBlock is how many sequence numbers one Reserve call covers.
@@ -224,6 +247,19 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 		ivLen: cfg.Suite.IVLen(), icvLen: cfg.Suite.ICVLen(), block: cfg.Suite.BlockLen(),
 		onSoft: opts.OnSoftExpire, reserve: opts.Reserve, ivFunc: opts.IV,
 	}
+	now := time.Now
+	if opts.Now != nil {
+		now = opts.Now
+	}
+	s.created = now()
+	if prev := opts.Continue; prev != nil {
+		if err := s.continueFrom(prev); err != nil {
+			sess.Close()
+			return nil, err
+		}
+		return s, nil
+	}
+	s.history = &s.own
 	var ivKey [16]byte
 	var salt [8]byte
 	rand.Read(ivKey[:])
@@ -236,12 +272,54 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 	}
 	s.seq.Store(cfg.InitialSeq)
 	s.window.Reset(s.windowSize())
-	now := time.Now
-	if opts.Now != nil {
-		now = opts.Now
-	}
-	s.created = now()
 	return s, nil
+}
+
+// SameIdentity reports whether two SA configurations are one SA: the same
+// SPI, addresses, suite and keys. Only such an SA may continue another's
+// history (Options.Continue); any other change is a new SA.
+func SameIdentity(a, b *sa.SA) bool {
+	return a.SPI == b.SPI && a.Src == b.Src && a.Dst == b.Dst && a.Suite == b.Suite &&
+		string(a.EncKey) == string(b.EncKey) && string(a.AuthKey) == string(b.AuthKey)
+}
+
+// continueFrom makes s share prev's history (Options.Continue).
+func (s *SA) continueFrom(prev *SA) error {
+	cfg := s.Config
+	if !SameIdentity(cfg, prev.Config) {
+		return fmt.Errorf("SA %#x: cannot continue %s: not the same SPI, addresses, suite and keys", cfg.SPI, prev.Config)
+	}
+	h := prev.history
+	if !cfg.ESN && (h.seq.Load() >= math.MaxUint32 || h.highest() > math.MaxUint32) {
+		return fmt.Errorf("SA %#x: without ESN it cannot go on from sequence number %d (sent) / %d (received), past 2^32-1: it needs new keys", cfg.SPI, h.seq.Load(), h.highest())
+	}
+	s.history = h
+	return nil
+}
+
+// TakeOver applies what a continuing SA's configuration changes in the
+// history it shares, once it is in force (a change refused before leaves
+// the history as it was): its window size, and an InitialSeq above the
+// numbers sent moves sending up to it. It does nothing for an SA of its
+// own history.
+func (s *SA) TakeOver() {
+	if s.history == &s.own {
+		return
+	}
+	h, cfg := s.history, s.Config
+	for cur := h.seq.Load(); cur < cfg.InitialSeq && !h.seq.CompareAndSwap(cur, cfg.InitialSeq); cur = h.seq.Load() {
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if size := s.windowSize(); uint64(size) != h.window.size {
+		h.window.Resize(size)
+	}
+}
+
+func (h *history) highest() uint64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.window.Last()
 }
 
 // windowSize is the configured window, or 64 when anti-replay is off (ESN

@@ -104,3 +104,20 @@ func TestSAFileSizeBound(t *testing.T) {
 		t.Errorf("ReadFileAtMost of an endless file: %v", err)
 	}
 }
+
+// A YAML file of nothing but empty entries is refused before it is
+// decoded, in bounded memory, whichever loader reads it.
+func TestYAMLNodeBomb(t *testing.T) {
+	data := []byte("sa:\n" + strings.Repeat("- {}\n", 1<<20))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := ParseConfig("bomb.yaml", data) // format detection included
+	runtime.ReadMemStats(&after)
+	if err == nil || !strings.Contains(err.Error(), "more than 2000000 YAML nodes") {
+		t.Fatalf("a million empty entries: %v", err)
+	}
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 2<<20 {
+		t.Errorf("refusing them allocated %d KB (5 MB of input)", alloc>>10)
+	}
+}

@@ -15,8 +15,9 @@ import (
 // the algorithms espgw has.
 var (
 	charonCiphers = map[string]Cipher{"AES_CBC": CipherAESCBC, "3DES_CBC": Cipher3DES, "AES_CTR": CipherAESCTR,
-		"AES_GCM_16": CipherAESGCM16, "NULL": CipherNull, "CHACHA20_POLY1305": CipherChaCha20Poly1305,
-		"NULL_AES_GMAC": CipherAESGMAC, "AES_CCM_8": CipherAESCCM8, "AES_CCM_12": CipherAESCCM12, "AES_CCM_16": CipherAESCCM16}
+		"AES_GCM_16": CipherAESGCM16, "AES_GCM_12": CipherAESGCM12, "AES_GCM_8": CipherAESGCM8, "NULL": CipherNull,
+		"CHACHA20_POLY1305": CipherChaCha20Poly1305, "NULL_AES_GMAC": CipherAESGMAC, "AES_CCM_8": CipherAESCCM8,
+		"AES_CCM_12": CipherAESCCM12, "AES_CCM_16": CipherAESCCM16}
 	charonAuths = map[string]Auth{"HMAC_SHA1_96": AuthHMACSHA1_96, "HMAC_SHA2_256_128": AuthHMACSHA256_128,
 		"HMAC_SHA2_384_192": AuthHMACSHA384_192, "HMAC_SHA2_512_256": AuthHMACSHA512_256, "HMAC_MD5_96": AuthHMACMD5_96}
 )
@@ -56,7 +57,8 @@ type charonChild struct {
 // (filelog or charondebug with chd = 4; flush_line = yes so that nothing
 // waits in a buffer): the algorithms ("using AES_CBC for encryption"),
 // the initiator's and responder's keys with their hex dumps, the inbound
-// and outbound SPIs and addresses ("adding inbound ESP SA", "SPI 0x…, src
+// and outbound SPIs and addresses ("adding inbound ESP SA", "adding" or,
+// for a rekeyed CHILD_SA, "registering outbound ESP SA", "SPI 0x…, src
 // A dst B"), and the traffic selectors of the established line, which
 // become the inbound SA's selectors. Debian 12's strongSwan has no
 // save-keys plugin, so this is how its keys are had.
@@ -78,9 +80,6 @@ func ParseCharonLog(name string, data []byte) (*Config, error) {
 	threads := map[string]*charonChild{}
 	var sas []*SA
 	for i, raw := range strings.Split(text, "\n") {
-		if p.full() {
-			break
-		}
 		line := i + 1
 		m := charonLine.FindStringSubmatch(strings.TrimRight(raw, "\r"))
 		if m == nil {
@@ -123,7 +122,9 @@ func ParseCharonLog(name string, data []byte) (*Config, error) {
 			if len(c.keys[c.reading]) >= c.want {
 				c.reading = ""
 			}
-		case group == "CHD" && (msg == "adding inbound ESP SA" || msg == "adding outbound ESP SA"):
+		case group == "CHD" && (msg == "adding inbound ESP SA" || msg == "adding outbound ESP SA" || msg == "registering outbound ESP SA"):
+			// A rekeyed CHILD_SA's outbound SA is registered with its keys
+			// and installed (added) later, when the old one goes.
 			c.reading = ""
 			c.directions = append(c.directions, strings.Contains(msg, "inbound"))
 		case group == "CHD" && charonSPI.MatchString(msg) && len(c.directions) > len(c.sas):
@@ -163,7 +164,7 @@ func ParseCharonLog(name string, data []byte) (*Config, error) {
 			sas = append(sas, c.sas...)
 		}
 	}
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	if len(sas) == 0 {
@@ -197,7 +198,7 @@ func (c *charonChild) sa(msg string, inbound, initiator, encap, esn bool) (*SA, 
 	}
 	cipher, ok := charonCiphers[c.cipher]
 	if !ok {
-		return nil, fmt.Errorf("SPI %#x: encryption %s is not supported (want AES_CBC, 3DES_CBC, AES_CTR, AES_GCM_16)", spi, secret.Word(c.cipher, "AES_CBC", "3DES_CBC", "AES_CTR", "AES_GCM_16"))
+		return nil, fmt.Errorf("SPI %#x: encryption %s is not supported (want AES_CBC, 3DES_CBC, AES_CTR, AES_GCM_16, AES_GCM_12, AES_GCM_8)", spi, secret.Word(c.cipher, "AES_CBC", "3DES_CBC", "AES_CTR", "AES_GCM_16", "AES_GCM_12", "AES_GCM_8"))
 	}
 	s.Suite.Cipher = cipher
 	if !cipher.IsAEAD() {

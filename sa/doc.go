@@ -32,8 +32,8 @@
 //	    encap: none         # none (default) | udp (RFC 3948)
 //	    sport: 4500         # udp only; both default to 4500
 //	    dport: 4500
-//	    enc: aes-cbc        # aes-cbc | 3des-cbc | aes-ctr | aes-gcm-16 | chacha20-poly1305
-//	                        # | aes-gmac | aes-ccm-8 | aes-ccm-12 | aes-ccm-16 | null
+//	    enc: aes-cbc        # aes-cbc | 3des-cbc | aes-ctr | aes-gcm-16 | aes-gcm-12 | aes-gcm-8
+//	                        # | chacha20-poly1305 | aes-gmac | aes-ccm-8 | aes-ccm-12 | aes-ccm-16 | null
 //	    enc-key: 0x00112233445566778899aabbccddeeff
 //	    auth: hmac-sha1-96  # hmac-sha1-96 | hmac-sha2-256-128 | hmac-sha2-384-192
 //	                        # | hmac-sha2-512-256 | hmac-md5-96 | none (the AEADs; default there)
@@ -47,6 +47,8 @@
 //	      hard: {bytes: 1Gi, packets: 1000000, seconds: 3600}
 //	    selectors:          # inbound: traffic this SA may carry
 //	      - {src: 198.51.100.0/24, dst: 203.0.113.0/24, proto: tcp, dport: 1024-65535}
+//	    if-id: 7            # a Linux xfrm interface's if_id; for sa convert only
+//	    output-mark: 0x10/0xff # MARK[/MASK] of the outer packets; for sa convert only
 //	spd:                    # outbound policies; optional
 //	  - priority: 10        # lower first; equal priorities keep file order
 //	    src: 198.51.100.0/24
@@ -117,7 +119,14 @@
 // what the kernel counted on each state (also made with nokeys, the SAs
 // then without keys). Encode writes yaml, setkey (MarshalSetkey),
 // ip-xfrm (MarshalXFRM, MarshalXFRMFor) and esp-sa (MarshalEspSA); a field
-// the format cannot say is an error. sa/README.md has the table.
+// the format cannot say is an error. The kernel's state flags are carried
+// where espgw does the same (esn, decap-dscp as decap-dscp: copy,
+// nopmtudisc as df: clear, af-unspec, extra flag dont-encap-dscp as dscp:
+// 0; a tunnel state without af-unspec, which carries its outer family only,
+// gets selectors of that family) and otherwise refused by name (noecn, wildrecv, icmp, align4,
+// oseq-may-wrap); if_id and output-mark are carried as IfID and
+// OutputMark, which a gateway refuses (its data path has neither).
+// sa/README.md has the table.
 //
 // # SAD and SPD
 //

@@ -38,6 +38,8 @@ func TestEqualSeesEveryField(t *testing.T) {
 		"DF":           func(s *SA) { s.DF = DFClear },
 		"TTL":          func(s *SA) { s.TTL = 9 },
 		"DecapDSCP":    func(s *SA) { s.DecapDSCP = DecapCopy },
+		"IfID":         func(s *SA) { s.IfID = 7 },
+		"OutputMark":   func(s *SA) { s.OutputMark = Mark{Value: 1, Mask: 0xff} },
 	}
 	typ := reflect.TypeOf(SA{})
 	for i := range typ.NumField() {

@@ -36,10 +36,6 @@ func (e *ConfigError) Error() string {
 
 func (e *ConfigError) Unwrap() error { return e.Err }
 
-// maxErrors bounds how many problems one load reports, so a file of garbage
-// gives a readable answer.
-const maxErrors = 20
-
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }

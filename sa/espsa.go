@@ -27,6 +27,8 @@ var (
 		{Cipher3DES, []string{"TripleDES-CBC [RFC2451]"}},
 		{CipherAESCTR, []string{"AES-CTR [RFC3686]"}},
 		{CipherAESGCM16, []string{"AES-GCM with 16 octet ICV [RFC4106]", "AES-GCM [RFC4106]"}},
+		{CipherAESGCM12, []string{"AES-GCM with 12 octet ICV [RFC4106]"}},
+		{CipherAESGCM8, []string{"AES-GCM with 8 octet ICV [RFC4106]"}},
 		{CipherChaCha20Poly1305, []string{"ChaCha20 with Poly1305 [RFC7634]"}},
 	}
 	espSAAuths = []struct {
@@ -116,9 +118,6 @@ func ParseEspSA(name string, data []byte) (*Config, error) {
 	var sas []*SA
 	seen := map[spiDst]int{}
 	for i, raw := range strings.Split(string(data), "\n") {
-		if p.full() {
-			break
-		}
 		line := i + 1
 		t := strings.TrimSpace(strings.TrimRight(raw, "\r"))
 		if t == "" || strings.HasPrefix(t, "#") {
@@ -146,7 +145,7 @@ func ParseEspSA(name string, data []byte) (*Config, error) {
 		seen[k] = line
 		sas = append(sas, s)
 	}
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	if len(sas) == 0 {

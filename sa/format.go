@@ -1,10 +1,12 @@
 package sa
 
 import (
+	"cmp"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"github.com/espgw/espgw/internal/secret"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -109,14 +111,23 @@ func shellQuote(w string) string {
 func MarshalXFRM(c *Config) ([]byte, error) { return MarshalXFRMFor(c, netip.Addr{}) }
 
 // MarshalXFRMFor is MarshalXFRM for the host whose address is local: an
-// SA from local is outbound there, so its selectors become dir out
-// policies (unless an SPD entry protects through it already); an SA to
-// local is inbound, its selectors dir in and fwd policies. Without a local
-// address, an SA an SPD entry protects through is outbound and every other
-// SA inbound.
+// SA from local is outbound there, an SA to local inbound, and every SA
+// must be one or the other. Each SA's selectors become dir out policies
+// where it is outbound and dir in (and fwd) policies where it is inbound,
+// and so do the SPD entries that protect through it. The SPD is the
+// outbound SPD of the host its SAs leave from: when that is the other
+// end, its bypass entries become this host's dir in and fwd allow
+// policies for the traffic and a dir out allow policy for the replies,
+// and its discard entries, which have no counterpart here, are named in a
+// comment. Without a local address, an SA an SPD entry protects through
+// is outbound and every other SA inbound.
 func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 	var b strings.Builder
-	b.WriteString("# ip xfrm commands written by espgw sa convert; they hold keys.\nset -e\n")
+	b.WriteString("# ip xfrm commands written by espgw sa convert; they hold keys.\n")
+	if local.IsValid() {
+		fmt.Fprintf(&b, "# For the host %s.\n", local)
+	}
+	b.WriteString("set -e\n")
 	write := func(args []string) {
 		b.WriteString("ip")
 		for _, a := range args {
@@ -125,7 +136,9 @@ func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 		}
 		b.WriteByte('\n')
 	}
-	anySel := false
+	if err := checkLocal(c, local); err != nil {
+		return nil, err
+	}
 	for _, s := range c.SAs {
 		a, err := XFRMStateArgs(s)
 		if err != nil {
@@ -142,13 +155,48 @@ func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 			}
 		}
 	}
+	outbound := func(s *SA) bool {
+		if local.IsValid() {
+			return s.Src == local
+		}
+		return protected[s.SPI]
+	}
+	mirrored, err := spdOfPeer(c, local)
+	if err != nil {
+		return nil, err
+	}
+	// The kernel's priorities are unsigned, lowest first: the SPD's keep
+	// their order, shifted up when some are negative. Where the SPD is the
+	// peer's, its bypass entries must come before this host's outbound
+	// policies from the SAs' selectors, which then follow every entry.
+	lo, hi := 0, 0
+	for i, pol := range c.SPD {
+		if i == 0 || pol.Priority < lo {
+			lo = pol.Priority
+		}
+		if i == 0 || pol.Priority > hi {
+			hi = pol.Priority
+		}
+	}
+	bias := max(0, -lo)
+	if hi+bias >= math.MaxUint32 {
+		return nil, fmt.Errorf("spd: priorities %d to %d do not fit the kernel's 32 bits", lo, hi)
+	}
+	selPriority := 0
+	if mirrored {
+		selPriority = hi + bias + 1
+	}
+	anySel := false
 	for _, s := range c.SAs {
-		out := protected[s.SPI] || local.IsValid() && s.Src == local
-		if len(s.Selectors) == 0 || out && protected[s.SPI] {
+		if len(s.Selectors) == 0 || protected[s.SPI] {
 			continue
 		}
 		anySel = true
-		cmds, err := XFRMPolicyArgs(s, s.Selectors, out, 0)
+		prio := 0
+		if outbound(s) {
+			prio = selPriority
+		}
+		cmds, err := XFRMPolicyArgs(s, s.Selectors, outbound(s), prio)
 		if err != nil {
 			return nil, err
 		}
@@ -162,40 +210,126 @@ func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 		for _, pfx := range []struct{ ok, six bool }{{pol.Selector.Src.IsValid(), pol.Selector.Src.Addr().Is6()}, {pol.Selector.Dst.IsValid(), pol.Selector.Dst.Addr().Is6()}} {
 			v6 = v6 || pfx.ok && pfx.six
 		}
-		switch pol.Action {
-		case Protect:
-			s := pol.SA
-			if s == nil {
-				s = findSA(c.SAs, pol.SPI)
-			}
+		switch {
+		case pol.Action == Protect:
+			s := policySA(c, pol)
 			if s == nil {
 				return nil, fmt.Errorf("spd[%d]: no SA with SPI %#x", i, pol.SPI)
 			}
-			cmds, err := XFRMPolicyArgs(s, []Selector{pol.Selector}, true, pol.Priority)
+			cmds, err := XFRMPolicyArgs(s, []Selector{pol.Selector}, outbound(s), pol.Priority+bias)
 			if err != nil {
 				return nil, fmt.Errorf("spd[%d]: %w", i, err)
 			}
-			write(cmds[0])
+			for _, a := range cmds {
+				write(a)
+			}
+		case mirrored && pol.Action == Discard:
+			fmt.Fprintf(&b, "# spd[%d] (discard) is %s's outbound policy: this host has none like it.\n", i, peerOf(c, local))
 		default:
-			sel, err := XFRMSelectorArgs(pol.Selector, v6)
-			if err != nil {
-				return nil, fmt.Errorf("spd[%d]: %w", i, err)
-			}
 			action := "allow"
 			if pol.Action == Discard {
 				action = "block"
 			}
-			a := append(append([]string{"xfrm", "policy", "add"}, sel...), "dir", "out")
-			if pol.Priority != 0 {
-				a = append(a, "priority", strconv.Itoa(pol.Priority))
+			type dirSel struct {
+				dir string
+				sel Selector
 			}
-			write(append(a, "action", action))
+			dirs := []dirSel{{"out", pol.Selector}}
+			if mirrored {
+				// The peer's bypass: its traffic arrives here in clear
+				// (and may be forwarded), the replies leave in clear.
+				dirs = []dirSel{{"in", pol.Selector}, {"fwd", pol.Selector}, {"out", pol.Selector.Reverse()}}
+			}
+			for _, d := range dirs {
+				sel, err := XFRMSelectorArgs(d.sel, v6)
+				if err != nil {
+					return nil, fmt.Errorf("spd[%d]: %w", i, err)
+				}
+				a := append(append([]string{"xfrm", "policy", "add"}, sel...), "dir", d.dir)
+				if pol.Priority+bias != 0 {
+					a = append(a, "priority", strconv.Itoa(pol.Priority+bias))
+				}
+				write(append(a, "action", action))
+			}
 		}
 	}
 	if len(c.SPD) == 0 && !anySel {
 		b.WriteString("# No spd: and no selectors in the SA file: add ip xfrm policy commands for the traffic to protect.\n")
 	}
 	return []byte(b.String()), nil
+}
+
+// checkLocal refuses a local address that is not one end of every SA.
+func checkLocal(c *Config, local netip.Addr) error {
+	if !local.IsValid() {
+		return nil
+	}
+	used := false
+	var others []string
+	for _, s := range c.SAs {
+		if s.Src == local || s.Dst == local {
+			used = true
+			continue
+		}
+		others = append(others, fmt.Sprintf("%#x (%s→%s)", s.SPI, s.Src, s.Dst))
+	}
+	var ends []string
+	for _, s := range c.SAs {
+		for _, a := range []string{s.Src.String(), s.Dst.String()} {
+			if !slices.Contains(ends, a) {
+				ends = append(ends, a)
+			}
+		}
+	}
+	if !used {
+		return fmt.Errorf("local address %s: no SA is from or to it (the SAs' ends are %s)", local, strings.Join(ends, ", "))
+	}
+	if len(others) > 0 {
+		return fmt.Errorf("local address %s: SA %s is neither from nor to it", local, strings.Join(others, ", "))
+	}
+	return nil
+}
+
+// spdOfPeer reports whether c's SPD is the other end's, seen from local:
+// its protect entries go through SAs to local.
+func spdOfPeer(c *Config, local netip.Addr) (bool, error) {
+	if !local.IsValid() {
+		return false, nil
+	}
+	from, to := false, false
+	for i := range c.SPD {
+		pol := &c.SPD[i]
+		if pol.Action != Protect {
+			continue
+		}
+		s := policySA(c, pol)
+		if s == nil {
+			return false, fmt.Errorf("spd[%d]: no SA with SPI %#x", i, pol.SPI)
+		}
+		from = from || s.Src == local
+		to = to || s.Dst == local
+	}
+	if from && to {
+		return false, fmt.Errorf("local address %s: the spd protects through SAs both from and to it, so it is no one host's outbound SPD", local)
+	}
+	return to, nil
+}
+
+// peerOf names the other end of c's SAs from local.
+func peerOf(c *Config, local netip.Addr) string {
+	for _, s := range c.SAs {
+		if s.Dst == local {
+			return s.Src.String()
+		}
+	}
+	return "the other end"
+}
+
+func policySA(c *Config, pol *Policy) *SA {
+	if pol.SA != nil {
+		return pol.SA
+	}
+	return findSA(c.SAs, pol.SPI)
 }
 
 func findSA(sas []*SA, spi uint32) *SA {
@@ -221,8 +355,9 @@ var setkeyAuthOut = map[Auth]string{
 // MarshalSetkey writes c as setkey(8) statements that ParseSetkey reads
 // back to the same SAs and SPD: add per SA (-u with the SPI as reqid),
 // spdadd -P in per selector, spdadd -P out per SPD entry. setkey cannot
-// say ESN, an initial sequence number, TFC padding, packet lifetimes or a
-// replay window that is not a multiple of 8: those are errors.
+// say ESN, an initial sequence number, TFC padding, packet lifetimes, the
+// outer-header options (dscp, decap-dscp, df, ttl), if-id, output-mark or
+// a replay window that is not a multiple of 8: those are errors.
 func MarshalSetkey(c *Config) ([]byte, error) {
 	var b strings.Builder
 	b.WriteString("# setkey(8) statements written by espgw sa convert; they hold keys.\nflush;\nspdflush;\n")
@@ -243,6 +378,27 @@ func MarshalSetkey(c *Config) ([]byte, error) {
 		}
 		if s.Soft.Packets != 0 || s.Hard.Packets != 0 {
 			missing = append(missing, "packet lifetimes")
+		}
+		if s.DSCP != (DSCP{}) {
+			missing = append(missing, "dscp")
+		}
+		if s.DecapDSCP != DecapKeep {
+			missing = append(missing, "decap-dscp")
+		}
+		if s.DF != DFCopy {
+			missing = append(missing, "df")
+		}
+		if s.TTL != 0 {
+			missing = append(missing, "ttl")
+		}
+		if s.IfID != 0 {
+			missing = append(missing, "if-id")
+		}
+		if !s.OutputMark.IsZero() {
+			missing = append(missing, "output-mark")
+		}
+		if _, ok := setkeyCipherOut[s.Suite.Cipher]; !ok {
+			missing = append(missing, fmt.Sprintf("enc %s (setkey(8) names AES-GCM with a 16-byte ICV only)", s.Suite.Cipher))
 		}
 		if s.ReplayWindow%8 != 0 {
 			missing = append(missing, fmt.Sprintf("replay-window %d (setkey's -r counts bytes: a multiple of 8 packets)", s.ReplayWindow))
@@ -358,14 +514,79 @@ func Convert(name string, data []byte, from, to Format) ([]byte, error) {
 	return ConvertFor(name, data, from, to, netip.Addr{})
 }
 
+// MaxConvertSize bounds an input of Convert: a converter holds every SA of
+// its input and its output at once, and 4 MiB of setkey or esp_sa lines
+// (some 25,000 SAs) fit in 64 MB.
+const MaxConvertSize = 4 << 20
+
+// MaxConvertYAMLNodes bounds a YAML input of Convert by its nodes (about
+// 4,000 SAs): a YAML document is held as a tree of nodes, each costing
+// hundreds of bytes, however few bytes it was written in.
+const MaxConvertYAMLNodes = 50_000
+
+// CheckConvertSize refuses an input Convert would need more memory for than
+// MaxConvertSize and MaxConvertYAMLNodes allow, saying how big it is.
+func CheckConvertSize(name string, data []byte, from Format) error {
+	if len(data) > MaxConvertSize {
+		return fmt.Errorf("%s is %d bytes, more than the %d bytes sa convert reads: split it into smaller files", name, len(data), MaxConvertSize)
+	}
+	if cmp.Or(from, DetectFormat(data)) != FormatYAML {
+		return nil
+	}
+	if n := yamlNodesAtLeast(data, MaxConvertYAMLNodes+1); n > MaxConvertYAMLNodes {
+		return fmt.Errorf("%s holds more than %d YAML nodes (keys, values, lists, mappings), more than sa convert reads: split it into smaller files", name, MaxConvertYAMLNodes)
+	}
+	return nil
+}
+
+// MaxYAMLNodes bounds every YAML file that may hold SAs (an SA file, a
+// gateway configuration, a scenario) by its nodes: about 160,000 SAs,
+// while a file of nothing but empty entries, cheap to write and costly to
+// hold, is refused before it is decoded.
+const MaxYAMLNodes = 2_000_000
+
+// CheckYAMLNodes refuses YAML data holding more than limit nodes, before
+// any of it is decoded.
+func CheckYAMLNodes(name string, data []byte, limit int) error {
+	if yamlNodesAtLeast(data, limit+1) > limit {
+		return fmt.Errorf("%s holds more than %d YAML nodes (keys, values, lists, mappings), more than such a file may: split it into smaller files", name, limit)
+	}
+	return nil
+}
+
+// yamlNodesAtLeast counts, up to limit, the marks each of which starts
+// at least one YAML node: a key's ": ", a list item's "- ", a flow
+// collection's { [ and its separating commas.
+func yamlNodesAtLeast(data []byte, limit int) int {
+	n := 0
+	for i := 0; i < len(data) && n < limit; i++ {
+		switch data[i] {
+		case '{', '[', ',':
+			n++
+		case ':', '-':
+			if i+1 == len(data) || data[i+1] == ' ' || data[i+1] == '\n' || data[i+1] == '\r' {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // ConvertFor is Convert for the host whose address is local (see
-// MarshalXFRMFor); only ip-xfrm output depends on it.
+// MarshalXFRMFor); only ip-xfrm output depends on it, and a local address
+// with any other output is an error.
 func ConvertFor(name string, data []byte, from, to Format, local netip.Addr) ([]byte, error) {
 	if from == "" {
 		from = DetectFormat(data)
 	}
+	if err := CheckConvertSize(name, data, from); err != nil {
+		return nil, err
+	}
 	if !slices.Contains(WriteFormats, to) {
 		return nil, fmt.Errorf("cannot write SA format %s (want %s)", secret.Word(string(to), "yaml", "setkey", "ip-xfrm", "esp-sa"), formatList(WriteFormats))
+	}
+	if local.IsValid() && to != FormatXFRM {
+		return nil, fmt.Errorf("a local address is for ip-xfrm output only: %s output is the same for both ends", to)
 	}
 	c, err := ParseFormat(name, data, from)
 	if err != nil {

@@ -183,7 +183,9 @@ func TestParseXFRMStates(t *testing.T) {
 	a := netip.MustParseAddr
 	want := map[uint32]XFRMState{
 		0x1001: {SA: &SA{SPI: 0x1001, Mode: Tunnel, Src: a("192.0.2.1"), Dst: a("192.0.2.2"), Encap: EncapUDP, SrcPort: 4500, DstPort: 4500,
-			Suite: Suite{CipherAESGCM16, AuthNone}, ESN: true, ReplayWindow: 64, InitialSeq: 1<<32 | 0x10},
+			Suite: Suite{CipherAESGCM16, AuthNone}, ESN: true, ReplayWindow: 64, InitialSeq: 1<<32 | 0x10,
+			// No af-unspec: the kernel's state carries IPv4 inside only.
+			Selectors: []Selector{{Src: netip.MustParsePrefix("0.0.0.0/0"), Dst: netip.MustParsePrefix("0.0.0.0/0")}}},
 			Seq: 1<<32 | 0x11, OSeq: 1<<32 | 0x10, Bytes: 128, Packets: 1, Replayed: 1, IntegrityFailed: 1},
 		0x2002: {SA: &SA{SPI: 0x2002, Mode: Transport, Src: a("192.0.2.2"), Dst: a("192.0.2.1"),
 			Suite: Suite{CipherAESCTR, AuthHMACMD5_96}, InitialSeq: 7},
@@ -227,8 +229,8 @@ func TestFormatErrors(t *testing.T) {
 	}{
 		{"nokeys listing", edit("0x"+testGCMHex, "<<Keys hidden>>"), "f:4: state 192.0.2.2→192.0.2.1 spi 0x2001: aead: the listing hides the keys"},
 		{"short key", edit("0x"+testEncHex, "0x"+testEncHex[:30]), "f:25: state 192.0.2.1→192.0.2.2 spi 0x1001: enc: key is 15 bytes, want [16 24 32]"},
-		{"unknown cipher", edit("cbc(aes)", "cbc(aez)"), `f:25: state 192.0.2.1→192.0.2.2 spi 0x1001: enc: "cbc(aez)" is not supported`},
-		{"hidden cipher", edit("cbc(aes)", "cbc(camellia)"), `f:25: state 192.0.2.1→192.0.2.2 spi 0x1001: enc: (a 13-character value, not shown) is not supported`},
+		{"unknown cipher", edit("cbc(aes)", "cbc(aez)"), `f:25: state 192.0.2.1→192.0.2.2 spi 0x1001: enc: "cbc(aez)" (did you mean "cbc(aes)"?) is not supported`},
+		{"hidden cipher", edit("cbc(aes)", "cbc(camellia)"), `f:25: state 192.0.2.1→192.0.2.2 spi 0x1001: enc: "cbc(camellia)" is not supported`},
 		{"96-bit sha256", edit("hmac(sha256) 0x"+testAuthHex[:32]+testEncHex+" 128", "hmac(sha256) 0x"+testAuthHex[:32]+testEncHex+" 96"), "f:24: state 192.0.2.1→192.0.2.2 spi 0x1001: auth-trunc: hmac(sha256) truncated to 96 bits"},
 		{"beet", edit("mode transport", "mode beet"), `spi 0x3003: mode: "beet": want tunnel or transport`},
 		{"esp_sa bad key", strings.Replace(espLine, "0x"+testEncHex, "0x"+testEncHex[:6]+"zz", 1), "f:1: esp_sa 192.0.2.1→192.0.2.2 spi 0x1001: encryption key: not hexadecimal"},
@@ -301,5 +303,34 @@ func TestParseCharonLog(t *testing.T) {
 	}
 	if _, err := ParseCharonLog("short.log", []byte("09:13:44 02[CHD] encryption initiator key => 16 bytes @ 0x1\n")); err == nil || !strings.Contains(err.Error(), "chd = 4") {
 		t.Errorf("a log without a CHILD_SA: %v", err)
+	}
+}
+
+// A CHILD_SA rekeyed with charon responding (a real log, from espgw's
+// ike against charon) installs its outbound SA only when the old one is
+// deleted: the keys' thread says "registering outbound ESP SA", and the
+// rekeyed pair reads like the first.
+func TestParseCharonLogRekeyedChild(t *testing.T) {
+	c, err := Load("testdata/charon-rekey-responder.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.SAs) != 4 {
+		t.Fatalf("%d SAs, want 4 (two CHILD_SAs)", len(c.SAs))
+	}
+	bySPI := map[uint32]*SA{}
+	for _, s := range c.SAs {
+		bySPI[s.SPI] = s
+	}
+	in, out := bySPI[0x83264c56], bySPI[0xe1ea80c1]
+	a := netip.MustParseAddr
+	if in == nil || out == nil || in.Src != a("198.51.100.1") || in.Dst != a("198.51.100.129") || out.Src != a("198.51.100.129") {
+		t.Fatalf("the rekeyed CHILD_SA's SAs: %v, %v", in, out)
+	}
+	// "encryption initiator key" starts 28 92 9A FF, "encryption
+	// responder key" FC 2F 4E F5; charon responded, so the initiator's
+	// key is on its inbound SA.
+	if in.Suite.Cipher != CipherAESGCM16 || in.EncKey[0] != 0x28 || in.EncKey[3] != 0xff || out.EncKey[0] != 0xfc || out.EncKey[3] != 0xf5 {
+		t.Errorf("the rekeyed CHILD_SA's keys went to the wrong SAs")
 	}
 }

@@ -192,6 +192,23 @@ func (p *yamlParser) header(str func(string) (field, string, bool), entry string
 		}
 		s.TTL = uint8(t)
 	}
+	if f, v, ok := str("if-id"); ok {
+		id, err := strconv.ParseUint(v, 0, 32)
+		if err != nil || id == 0 {
+			p.failf(f.val, entry, "if-id", "%s, want an xfrm interface's if_id 1..4294967295", secret.Number(v))
+		}
+		s.IfID = uint32(id)
+	}
+	if f, v, ok := str("output-mark"); ok {
+		m, err := ParseMark(v)
+		if err == nil && m.IsZero() {
+			err = errors.New("sets no bit: leave output-mark out")
+		}
+		if err != nil {
+			p.fail(f.val, entry, "output-mark", err)
+		}
+		s.OutputMark = m
+	}
 }
 
 // marshalHeader writes the outer-header options that differ from the
@@ -208,5 +225,11 @@ func marshalHeader(m *yaml.Node, s *SA) {
 	}
 	if s.TTL != 0 {
 		addStr(m, "ttl", strconv.Itoa(int(s.TTL)))
+	}
+	if s.IfID != 0 {
+		addStr(m, "if-id", strconv.FormatUint(uint64(s.IfID), 10))
+	}
+	if !s.OutputMark.IsZero() {
+		addStr(m, "output-mark", s.OutputMark.String())
 	}
 }

@@ -84,7 +84,7 @@ func encKeyLen(c Cipher, aesBits int) (int, error) {
 		return 24, nil
 	case CipherChaCha20Poly1305:
 		return 36, nil
-	case CipherAESCTR, CipherAESGCM16, CipherAESGMAC, CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
+	case CipherAESCTR, CipherAESGCM16, CipherAESGCM12, CipherAESGCM8, CipherAESGMAC, CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
 		extra = c.SaltLen()
 	case CipherAESCBC:
 	default:

@@ -11,34 +11,52 @@ import (
 
 // Marshal writes SAs and policies as a YAML SA file that ParseConfig reads
 // back to the same values. It is the one place keys are written out: as 0x
-// hex, quoted so that no YAML reader takes them for numbers.
+// hex, quoted so that no YAML reader takes them for numbers. Each entry is
+// encoded on its own, so the memory it takes beyond the output is one
+// entry's, however many SAs there are.
 func Marshal(c *Config) ([]byte, error) {
-	root := mapping()
-	list := &yaml.Node{Kind: yaml.SequenceNode}
+	var buf bytes.Buffer
+	if len(c.SAs) == 0 {
+		buf.WriteString("sa: []\n")
+	} else {
+		buf.WriteString("sa:\n")
+	}
 	for _, s := range c.SAs {
 		if err := s.Validate(); err != nil {
 			return nil, fmt.Errorf("marshal SA %#x: %w", s.SPI, err)
 		}
-		list.Content = append(list.Content, marshalSA(s))
-	}
-	add(root, "sa", list)
-	if len(c.SPD) > 0 {
-		spd := &yaml.Node{Kind: yaml.SequenceNode}
-		for i := range c.SPD {
-			spd.Content = append(spd.Content, marshalPolicy(&c.SPD[i]))
+		if err := encodeItem(&buf, marshalSA(s)); err != nil {
+			return nil, err
 		}
-		add(root, "spd", spd)
 	}
-	var buf bytes.Buffer
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(&yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{root}}); err != nil {
-		return nil, fmt.Errorf("marshal SA file: %w", err)
-	}
-	if err := enc.Close(); err != nil {
-		return nil, fmt.Errorf("marshal SA file: %w", err)
+	if len(c.SPD) > 0 {
+		buf.WriteString("spd:\n")
+		for i := range c.SPD {
+			if err := encodeItem(&buf, marshalPolicy(&c.SPD[i])); err != nil {
+				return nil, err
+			}
+		}
 	}
 	return buf.Bytes(), nil
+}
+
+// encodeItem writes n as one item of a sequence that is the value of a
+// top-level key: "  - " and its lines indented under it.
+func encodeItem(buf *bytes.Buffer, n *yaml.Node) error {
+	var item bytes.Buffer
+	enc := yaml.NewEncoder(&item)
+	enc.SetIndent(2)
+	if err := enc.Encode(&yaml.Node{Kind: yaml.SequenceNode, Content: []*yaml.Node{n}}); err != nil {
+		return fmt.Errorf("marshal SA file: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return fmt.Errorf("marshal SA file: %w", err)
+	}
+	for line := range bytes.Lines(item.Bytes()) {
+		buf.WriteString("  ")
+		buf.Write(line)
+	}
+	return nil
 }
 
 // WriteFile writes an SA file readable only by its owner (it holds keys),

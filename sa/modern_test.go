@@ -57,10 +57,11 @@ func TestModernSuitesRoundTrip(t *testing.T) {
 // The kernel's names for the modern suites, as `ip xfrm state` lists
 // them, read into espgw's suites; an ICV length the suite does not have
 // and a key without its salt are errors that say what is wanted.
+// The states are `ip -s xfrm state` listings, which show every flag.
 func TestXFRMModernAEADs(t *testing.T) {
 	key := func(n int) string { return "0x" + strings.Repeat("ab", n) }
 	state := func(aead string) string {
-		return "src 192.0.2.1 dst 192.0.2.2\n\tproto esp spi 0x00007001 reqid 1 mode tunnel\n\treplay-window 32 flag af-unspec\n\t" + aead + "\n"
+		return "src 192.0.2.1 dst 192.0.2.2\n\tproto esp spi 0x00007001 reqid 1 mode tunnel\n\treplay-window 32 seq 0x00000000 flag af-unspec (0x00100000)\n\t" + aead + "\n"
 	}
 	for _, tc := range []struct {
 		aead string

@@ -1,8 +1,6 @@
 package sa
 
 import (
-	"errors"
-
 	"go.yaml.in/yaml/v3"
 )
 
@@ -21,7 +19,7 @@ func ParseNodes(name string, saList, spdList *yaml.Node) (*Config, error) {
 	}
 	p := &yamlParser{file: name, spdOnly: saList == nil}
 	c := p.config(m)
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	return c, nil

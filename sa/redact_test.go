@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -79,5 +80,30 @@ func TestValidateErrorsShowNoKey(t *testing.T) {
 	}
 	if err := testSA().Validate(); err != nil {
 		t.Errorf("valid SA: %v", err)
+	}
+}
+
+// A bad line's harmless words are shown, a misspelt name with the nearest
+// valid one, while the keys on the same line are not.
+func TestErrorsShowWrongWords(t *testing.T) {
+	key := "0x00112233445566778899aabbccddeeff"
+	for _, c := range []struct {
+		name, in, want string
+		parse          func(string, []byte) (*Config, error)
+	}{
+		{"setkey cipher", "add 192.0.2.1 192.0.2.2 esp 0x1001 -E AES-CBCC " + key + ";\n", `"AES-CBCC" (did you mean "aes-cbc"?)`, ParseSetkey},
+		{"setkey word", "add 192.0.2.1 192.0.2.2 esp 0x1001 bogus -E aes-cbc " + key + ";\n", `"bogus"`, ParseSetkey},
+		{"esp_sa cipher", `"IPv4","192.0.2.1","192.0.2.2","0x00001001","AES-CBCC","` + key + `","NULL",""` + "\n", `"AES-CBCC" (did you mean "AES-CBC [RFC3602]"?)`, ParseEspSA},
+		{"ip xfrm word", "ip xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1001 mode tunnel bogus-opt enc 'cbc(aes)' " + key + "\n", `"bogus-opt"`, ParseXFRMCommands},
+		{"yaml cipher", "sa:\n  - {spi: 0x1001, mode: tunnel, src: 192.0.2.1, dst: 192.0.2.2, enc: aes-cbcc, enc-key: \"" + key + "\", auth: none}\n", `"aes-cbcc" (did you mean "aes-cbc"?)`, ParseYAML},
+	} {
+		_, err := c.parse("f", []byte(c.in))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want it to show %s", c.name, err, c.want)
+			continue
+		}
+		if strings.Contains(err.Error(), "00112233445566778899") {
+			t.Errorf("%s: the error shows the key: %v", c.name, err)
+		}
 	}
 }

@@ -5,7 +5,11 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
+
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // Mode is the ESP mode of an SA.
@@ -120,6 +124,48 @@ type SA struct {
 	// Selectors, when set, are the traffic this SA carries: inbound, a
 	// decrypted packet outside them is dropped (RFC 4301 §5.2).
 	Selectors []Selector
+
+	// IfID and OutputMark are a Linux kernel's route-based VPN settings
+	// (xfrm interfaces): the if_id of the xfrm interface the SA belongs
+	// to and the mark its outer packets get. espgw carries them between
+	// SA formats; its own data path has neither, so a gateway refuses an
+	// SA that sets them.
+	IfID       uint32
+	OutputMark Mark
+}
+
+// Mark is a packet mark and the bits of it that are set (Linux's
+// output-mark MARK/MASK); the zero Mark sets none.
+type Mark struct{ Value, Mask uint32 }
+
+// IsZero reports whether the mark sets nothing.
+func (m Mark) IsZero() bool { return m == Mark{} }
+
+func (m Mark) String() string {
+	if m.Mask == 0xffffffff {
+		return fmt.Sprintf("%#x", m.Value)
+	}
+	return fmt.Sprintf("%#x/%#x", m.Value, m.Mask)
+}
+
+// ParseMark reads MARK or MARK/MASK, each decimal or 0x hex; a mark
+// without a mask sets all 32 bits.
+func ParseMark(s string) (Mark, error) {
+	v, m, hasMask := strings.Cut(s, "/")
+	val, err := strconv.ParseUint(v, 0, 32)
+	if err != nil {
+		return Mark{}, fmt.Errorf("mark %s is not a 32-bit number", secret.Number(v))
+	}
+	mask := uint64(0xffffffff)
+	if hasMask {
+		if mask, err = strconv.ParseUint(m, 0, 32); err != nil {
+			return Mark{}, fmt.Errorf("mask %s is not a 32-bit number", secret.Number(m))
+		}
+	}
+	if val&^mask != 0 {
+		return Mark{}, fmt.Errorf("mark %#x has bits outside its mask %#x", val, mask)
+	}
+	return Mark{Value: uint32(val), Mask: uint32(mask)}, nil
 }
 
 // String names the SA without any key material.
@@ -129,8 +175,7 @@ func (s *SA) String() string {
 
 // Equal reports whether two SAs are configured identically, field for field,
 // keys, selectors, lifetimes and the initial sequence included: an SA that
-// is Equal to the one in force keeps its working state on a reload, any
-// other is a new SA.
+// is Equal to the one in force keeps its working state on a reload.
 func (s *SA) Equal(o *SA) bool {
 	return s.SPI == o.SPI && s.Mode == o.Mode && s.Src == o.Src && s.Dst == o.Dst &&
 		s.Encap == o.Encap && s.SrcPort == o.SrcPort && s.DstPort == o.DstPort &&
@@ -138,5 +183,5 @@ func (s *SA) Equal(o *SA) bool {
 		s.ESN == o.ESN && s.ReplayWindow == o.ReplayWindow && s.InitialSeq == o.InitialSeq &&
 		s.TFCPad == o.TFCPad && s.Soft == o.Soft && s.Hard == o.Hard &&
 		s.DSCP == o.DSCP && s.DF == o.DF && s.TTL == o.TTL && s.DecapDSCP == o.DecapDSCP &&
-		slices.Equal(s.Selectors, o.Selectors)
+		slices.Equal(s.Selectors, o.Selectors) && s.IfID == o.IfID && s.OutputMark == o.OutputMark
 }

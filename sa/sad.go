@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/errlist"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -111,25 +112,25 @@ func (d *SAD) Replace(sas []*SA) error {
 
 func newSADTable(sas []*SA) (*sadTable, error) {
 	t := &sadTable{all: slices.Clone(sas), bySPI: make(map[uint32]sadRun, len(sas))}
-	var errs []error
+	var errs errlist.List
 	seen := make(map[spiDst]*SA, len(sas))
 	for _, s := range sas {
 		if s == nil {
-			errs = append(errs, errors.New("nil SA"))
+			errs.Add(errors.New("nil SA"))
 			continue
 		}
 		if err := s.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("SA %#x: %w", s.SPI, err))
+			errs.Add(fmt.Errorf("SA %#x: %w", s.SPI, err))
 			continue
 		}
 		k := spiDst{s.SPI, s.Dst}
 		if prev, dup := seen[k]; dup {
-			errs = append(errs, fmt.Errorf("SA %#x: duplicate SPI for dst %s (also %s): an inbound packet could not tell them apart", s.SPI, s.Dst, prev))
+			errs.Add(fmt.Errorf("SA %#x: duplicate SPI for dst %s (also %s): an inbound packet could not tell them apart", s.SPI, s.Dst, prev))
 			continue
 		}
 		seen[k] = s
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errs.Err(); err != nil {
 		return nil, err
 	}
 	if len(sas) > 1<<31-1 {

@@ -39,3 +39,9 @@ func (s Selector) Matches(src, dst netip.Addr, proto uint8, sport, dport uint16)
 	}
 	return s.SrcPorts.Contains(sport) && s.DstPorts.Contains(dport)
 }
+
+// Reverse is the selector of the traffic going the other way: sources and
+// destinations swapped.
+func (s Selector) Reverse() Selector {
+	return Selector{Src: s.Dst, Dst: s.Src, Proto: s.Proto, SrcPorts: s.DstPorts, DstPorts: s.SrcPorts}
+}

@@ -3,6 +3,7 @@ package sa
 import (
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/errlist"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -95,7 +96,7 @@ const maxStatementTokens = 256
 // setkeyParser imports setkey(8) statements into SAs and policies.
 type setkeyParser struct {
 	file   string
-	errs   []error
+	errs   errlist.List
 	sas    []*SA
 	lines  map[*SA]int
 	reqids map[uint32]*SA
@@ -138,7 +139,7 @@ func ParseSetkey(name string, data []byte) (*Config, error) {
 	p := &setkeyParser{file: name, lines: map[*SA]int{}, reqids: map[uint32]*SA{}, bySPIDst: map[spiDst]*SA{}, byEnds: map[saEnds]*SA{}}
 	sc := &skScanner{data: data, line: 1}
 	var toks []skToken
-	for len(p.errs) <= maxErrors {
+	for {
 		t, ok, err := sc.next()
 		if ce, isCE := err.(*ConfigError); isCE {
 			ce.File = name
@@ -165,20 +166,14 @@ func ParseSetkey(name string, data []byte) (*Config, error) {
 	}
 	c := &Config{SAs: p.sas}
 	p.resolvePolicies(c)
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	return c, nil
 }
 
 func (p *setkeyParser) fail(line int, head, field string, err error) {
-	if len(p.errs) == maxErrors {
-		p.errs = append(p.errs, &ConfigError{File: p.file, Err: errors.New("too many errors, stopping")})
-	}
-	if len(p.errs) > maxErrors {
-		return
-	}
-	p.errs = append(p.errs, &ConfigError{File: p.file, Line: line, Entry: head, Field: field, Err: err})
+	p.errs.Add(&ConfigError{File: p.file, Line: line, Entry: head, Field: field, Err: err})
 }
 
 // headOf names a statement in errors by its command and first words, up to
@@ -197,7 +192,7 @@ func headOf(toks []skToken) string {
 // headWord is a word of a statement's head as an error may show it: an
 // address, an SPI or a known word, or a description of what is hidden.
 func headWord(s string) string {
-	e := secret.Value(s, headWords...)
+	e := secret.Quote(s)
 	if uq, err := strconv.Unquote(e); err == nil {
 		return uq
 	}

@@ -3,8 +3,8 @@ package sa
 import (
 	"cmp"
 	"encoding/binary"
-	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/errlist"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -125,14 +125,14 @@ func NewSPD(policies []Policy, sas []*SA) (*SPD, error) {
 // Replace installs a new policy list; on error the SPD keeps its current one.
 func (s *SPD) Replace(policies []Policy, sas []*SA) error {
 	ps := slices.Clone(policies)
-	var errs []error
+	var errs errlist.List
 	idx := NewSPIIndex(sas)
 	for i := range ps {
 		if err := ps[i].bind(idx); err != nil {
-			errs = append(errs, fmt.Errorf("policy %d (%s): %w", i, &ps[i], err))
+			errs.Add(fmt.Errorf("policy %d (%s): %w", i, &ps[i], err))
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := errs.Err(); err != nil {
 		return err
 	}
 	slices.SortStableFunc(ps, func(a, b Policy) int { return cmp.Compare(a.Priority, b.Priority) })

@@ -15,6 +15,8 @@ const (
 	Cipher3DES                           // RFC 2451
 	CipherAESCTR                         // RFC 3686, key || 4-byte nonce
 	CipherAESGCM16                       // RFC 4106 with a 16-byte ICV, key || 4-byte salt
+	CipherAESGCM8                        // RFC 4106 with an 8-byte ICV
+	CipherAESGCM12                       // RFC 4106 with a 12-byte ICV
 	CipherChaCha20Poly1305               // RFC 7634, 32-byte key || 4-byte salt
 	CipherAESGMAC                        // RFC 4543 ENCR_NULL_AUTH_AES_GMAC, key || 4-byte salt
 	CipherAESCCM8                        // RFC 4309 with an 8-byte ICV, key || 3-byte salt
@@ -28,6 +30,8 @@ var cipherNames = [...]string{
 	Cipher3DES:             "3des-cbc",
 	CipherAESCTR:           "aes-ctr",
 	CipherAESGCM16:         "aes-gcm-16",
+	CipherAESGCM8:          "aes-gcm-8",
+	CipherAESGCM12:         "aes-gcm-12",
 	CipherChaCha20Poly1305: "chacha20-poly1305",
 	CipherAESGMAC:          "aes-gmac",
 	CipherAESCCM8:          "aes-ccm-8",
@@ -36,7 +40,7 @@ var cipherNames = [...]string{
 }
 
 // CipherList names every cipher, for the errors of the SA formats.
-const CipherList = "aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16, chacha20-poly1305, aes-gmac, aes-ccm-8, aes-ccm-12, aes-ccm-16 or null"
+const CipherList = "aes-cbc, 3des-cbc, aes-ctr, aes-gcm-16, aes-gcm-12, aes-gcm-8, chacha20-poly1305, aes-gmac, aes-ccm-8, aes-ccm-12, aes-ccm-16 or null"
 
 func (c Cipher) String() string {
 	if int(c) < len(cipherNames) {
@@ -59,10 +63,16 @@ func ParseCipher(name string) (Cipher, error) {
 // only authenticates, too).
 func (c Cipher) IsAEAD() bool {
 	switch c {
-	case CipherAESGCM16, CipherChaCha20Poly1305, CipherAESGMAC, CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
+	case CipherAESGCM16, CipherAESGCM12, CipherAESGCM8, CipherChaCha20Poly1305, CipherAESGMAC,
+		CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
 		return true
 	}
 	return false
+}
+
+// IsGCM reports whether the cipher is AES-GCM (RFC 4106), of any ICV length.
+func (c Cipher) IsGCM() bool {
+	return c == CipherAESGCM16 || c == CipherAESGCM12 || c == CipherAESGCM8
 }
 
 // Encrypts reports whether the cipher hides the payload (not null or
@@ -73,7 +83,7 @@ func (c Cipher) Encrypts() bool { return c != CipherNull && c != CipherAESGMAC }
 // material and goes into every packet's nonce.
 func (c Cipher) SaltLen() int {
 	switch c {
-	case CipherAESCTR, CipherAESGCM16, CipherChaCha20Poly1305, CipherAESGMAC:
+	case CipherAESCTR, CipherAESGCM16, CipherAESGCM12, CipherAESGCM8, CipherChaCha20Poly1305, CipherAESGMAC:
 		return 4
 	case CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
 		return 3
@@ -137,8 +147,8 @@ func (s Suite) IVLen() int {
 	switch s.Cipher {
 	case CipherAESCBC:
 		return 16
-	case Cipher3DES, CipherAESCTR, CipherAESGCM16, CipherChaCha20Poly1305, CipherAESGMAC,
-		CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
+	case Cipher3DES, CipherAESCTR, CipherAESGCM16, CipherAESGCM12, CipherAESGCM8, CipherChaCha20Poly1305,
+		CipherAESGMAC, CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
 		return 8
 	}
 	return 0
@@ -161,10 +171,10 @@ func (s Suite) ICVLen() int {
 	case s.Cipher == CipherAESGCM16, s.Cipher == CipherChaCha20Poly1305, s.Cipher == CipherAESGMAC,
 		s.Cipher == CipherAESCCM16:
 		return 16
-	case s.Cipher == CipherAESCCM8:
-		return 8
-	case s.Cipher == CipherAESCCM12:
+	case s.Cipher == CipherAESGCM12, s.Cipher == CipherAESCCM12:
 		return 12
+	case s.Cipher == CipherAESGCM8, s.Cipher == CipherAESCCM8:
+		return 8
 	case s.Auth == AuthHMACSHA1_96, s.Auth == AuthHMACMD5_96:
 		return 12
 	case s.Auth == AuthHMACSHA256_128:
@@ -185,7 +195,7 @@ func (s Suite) EncKeyLens() []int {
 		return []int{16, 24, 32}
 	case Cipher3DES:
 		return []int{24}
-	case CipherAESCTR, CipherAESGCM16, CipherAESGMAC:
+	case CipherAESCTR, CipherAESGCM16, CipherAESGCM12, CipherAESGCM8, CipherAESGMAC:
 		return []int{20, 28, 36}
 	case CipherChaCha20Poly1305:
 		return []int{36}

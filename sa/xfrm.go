@@ -1,9 +1,11 @@
 package sa
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/errlist"
 	"github.com/espgw/espgw/internal/secret"
 	"net/netip"
 	"slices"
@@ -28,6 +30,8 @@ var (
 	// xfrmAEADs are the kernel's AEAD templates with the ICV length in
 	// bits that picks the cipher.
 	xfrmAEADs = []xfrmAEAD{
+		{"rfc4106(gcm(aes))", 64, CipherAESGCM8},
+		{"rfc4106(gcm(aes))", 96, CipherAESGCM12},
 		{"rfc4106(gcm(aes))", 128, CipherAESGCM16},
 		{"rfc7539esp(chacha20,poly1305)", 128, CipherChaCha20Poly1305},
 		{"rfc4543(gcm(aes))", 128, CipherAESGMAC},
@@ -57,23 +61,15 @@ var (
 )
 
 // lineProblems collects the problems of a line-oriented SA file (ip xfrm,
-// esp_sa), each a *ConfigError, up to maxErrors.
+// esp_sa), each a *ConfigError.
 type lineProblems struct {
 	file string
-	errs []error
+	errs errlist.List
 }
 
 func (p *lineProblems) fail(line int, entry, field string, err error) {
-	if len(p.errs) == maxErrors {
-		p.errs = append(p.errs, &ConfigError{File: p.file, Err: errors.New("too many errors, stopping")})
-	}
-	if len(p.errs) > maxErrors {
-		return
-	}
-	p.errs = append(p.errs, &ConfigError{File: p.file, Line: line, Entry: entry, Field: field, Err: err})
+	p.errs.Add(&ConfigError{File: p.file, Line: line, Entry: entry, Field: field, Err: err})
 }
-
-func (p *lineProblems) full() bool { return len(p.errs) > maxErrors }
 
 // hiddenKeys stands for the key of a listing made with nokeys, where
 // ParseXFRMStates reads one.
@@ -113,11 +109,12 @@ func looksLikeXFRMCommands(data []byte) bool {
 	return false
 }
 
-// firstLines returns up to n lines that are neither blank nor # comments.
+// firstLines returns up to n lines that are neither blank nor # comments,
+// reading no further than it needs.
 func firstLines(data []byte, n int) []string {
 	var out []string
-	for _, l := range strings.Split(string(data), "\n") {
-		l = strings.TrimRight(l, "\r")
+	for raw := range bytes.Lines(data) {
+		l := strings.TrimRight(string(raw), "\r\n")
 		if t := strings.TrimSpace(l); t == "" || strings.HasPrefix(t, "#") {
 			continue
 		}
@@ -147,9 +144,9 @@ func trimIPCommand(f []string) []string {
 	return f
 }
 
-// ParseXFRMState reads the output of `ip xfrm state` (`ip -s xfrm state`
-// for the lifetimes, sequence numbers and counters): every ESP state
-// becomes an SA, with its keys as iproute2 prints them. A state's outbound
+// ParseXFRMState reads the output of `ip -s xfrm state` (without -s,
+// iproute2 hides the extra flags, and the listing is refused): every ESP
+// state becomes an SA, with its keys as iproute2 prints them. A state's outbound
 // sequence number (oseq, and oseq-hi with ESN) becomes InitialSeq, so an
 // SA taken over from a running kernel continues where the kernel stopped.
 // Policies are not part of the listing: the SAs come without an SPD.
@@ -192,13 +189,10 @@ func parseXFRMListing(name string, data []byte, counters bool) ([]XFRMState, err
 	p := &xfrmListing{lineProblems: lineProblems{file: name}, counters: counters}
 	lines := strings.Split(string(data), "\n")
 	for i, raw := range lines {
-		if p.full() {
-			break
-		}
 		p.line(i+1, strings.TrimRight(raw, "\r"))
 	}
 	p.finish()
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	if len(p.states) == 0 {
@@ -219,6 +213,8 @@ type xfrmListing struct {
 	section  string // the multi-line block being read
 	keyed    bool   // cur has an enc or aead line
 	proto    bool   // cur has its proto line
+	stats    bool   // cur's listing was made with -s (it shows the extra flags)
+	afUnspec bool   // cur has flag af-unspec
 	lines    map[spiDst]int
 }
 
@@ -238,6 +234,11 @@ func (p *xfrmListing) finish() {
 	}
 	if !p.keyed {
 		p.fail(p.start, p.entry, "enc", errors.New("missing: an ESP state needs an enc or aead line"))
+		return
+	}
+	pinInnerFamily(s, p.afUnspec)
+	if !p.stats && !p.counters {
+		p.fail(p.start, p.entry, "", errors.New("listed without -s, which hides the state's extra flags (dont-encap-dscp): list it with `ip -s xfrm state`"))
 		return
 	}
 	if err := s.Validate(); err != nil && !p.counters {
@@ -268,7 +269,7 @@ func (p *xfrmListing) line(n int, line string) {
 			p.fail(n, "", "", fmt.Errorf("want a state header \"src ADDR dst ADDR\", got %s", secret.Word(f[0], "src")))
 			return
 		}
-		p.cur, p.start, p.bad, p.section, p.keyed, p.proto = &XFRMState{SA: &SA{}}, n, false, "", false, false
+		p.cur, p.start, p.bad, p.section, p.keyed, p.proto, p.stats, p.afUnspec = &XFRMState{SA: &SA{}}, n, false, "", false, false, false, false
 		p.entry = fmt.Sprintf("state %s→%s", strings.Trim(secret.Number(f[1]), `"`), strings.Trim(secret.Number(f[3]), `"`))
 		var err error
 		if p.cur.Src, err = netip.ParseAddr(f[1]); err != nil {
@@ -304,18 +305,14 @@ func (p *xfrmListing) line(n int, line string) {
 		if w != 0 || s.ReplayWindow == 0 {
 			s.ReplayWindow = w
 		}
+		p.stats = len(f) > 3 && f[2] == "seq"
 		if i := slices.Index(f, "flag"); i >= 0 {
-			for _, fl := range f[i+1:] {
-				switch fl {
-				case "esn":
-					s.ESN = true
-				case "decap-dscp":
-					s.DecapDSCP = DecapCopy
-				case "nopmtudisc":
-					s.DF = DFClear
-				}
-			}
+			p.flagWords(n, f[i:])
+		} else if i := slices.Index(f, "extra_flag"); i >= 0 {
+			p.flagWords(n, f[i:])
 		}
+	case f[0] == "flag" || f[0] == "extra_flag":
+		p.flagWords(n, f)
 	case f[0] == "enc" || f[0] == "aead" || f[0] == "auth-trunc" || f[0] == "auth":
 		p.algLine(n, f)
 	case f[0] == "encap":
@@ -418,7 +415,9 @@ func (p *xfrmListing) line(n int, line string) {
 	case p.section == "current" || p.section == "stats":
 		// when the state was added and used
 	case f[0] == "lastused" || f[0] == "crypto" && p.section == "":
-	case slices.Contains([]string{"mark", "output-mark", "if_id", "offload", "security", "coaddr", "comp", "ctx"}, f[0]):
+	case f[0] == "if_id" || f[0] == "output-mark" || f[0] == "mark" && slices.Contains(f, "output-mark") && p.counters:
+		p.markLine(n, f)
+	case slices.Contains([]string{"mark", "offload", "security", "coaddr", "comp", "ctx"}, f[0]):
 		if p.counters {
 			return // the counters do not depend on it
 		}
@@ -427,6 +426,119 @@ func (p *xfrmListing) line(n int, line string) {
 		p.failCur(n, "", fmt.Errorf("unknown line starting %s", secret.Word(f[0], listingWords...)))
 	}
 }
+
+// flagWords reads "flag noecn esn … extra_flag dont-encap-dscp … (0x…)",
+// inline on the replay-window line or on a line of its own. iproute2
+// prints no space after the last state flag, so it may run into
+// "extra_flag" ("esnextra_flag").
+func (p *xfrmListing) flagWords(n int, f []string) {
+	var words []string
+	for _, w := range f {
+		if name, ok := strings.CutSuffix(w, "extra_flag"); ok && name != "" {
+			words = append(words, name, "extra_flag")
+			continue
+		}
+		words = append(words, w)
+	}
+	kind := ""
+	for _, w := range words {
+		switch {
+		case w == "flag" || w == "extra_flag":
+			kind = w
+		case strings.HasPrefix(w, "(0x"):
+			return // the flags again, as bits
+		default:
+			p.afUnspec = p.afUnspec || kind == "flag" && w == "af-unspec"
+			if err := xfrmFlag(p.cur.SA, kind, w); err != nil && !p.counters {
+				p.failCur(n, kind, err)
+				return
+			}
+		}
+	}
+}
+
+// markLine reads "if_id 0x7" and "output-mark 0x10/0xff" (after "mark
+// V/M", which a counters listing may have).
+func (p *xfrmListing) markLine(n int, f []string) {
+	s := p.cur.SA
+	if i := slices.Index(f, "if_id"); i >= 0 {
+		if i+1 >= len(f) {
+			p.failCur(n, "if_id", errors.New("missing value"))
+			return
+		}
+		id, err := strconv.ParseUint(f[i+1], 0, 32)
+		if err != nil {
+			p.failCur(n, "if_id", fmt.Errorf("%s is not a 32-bit number", secret.Number(f[i+1])))
+			return
+		}
+		s.IfID = uint32(id)
+	}
+	if i := slices.Index(f, "output-mark"); i >= 0 {
+		if i+1 >= len(f) {
+			p.failCur(n, "output-mark", errors.New("missing value"))
+			return
+		}
+		m, err := ParseMark(f[i+1])
+		if err != nil {
+			p.failCur(n, "output-mark", err)
+			return
+		}
+		s.OutputMark = m
+	}
+}
+
+// xfrmFlag applies one of a state's flags (kind "flag") or extra flags
+// (kind "extra_flag" or "extra-flag") to s: what espgw does too is
+// carried, what changes the kernel's behaviour in a way espgw cannot
+// follow is an error naming it.
+func xfrmFlag(s *SA, kind, name string) error {
+	kind = strings.ReplaceAll(kind, "-", "_")
+	unsupported := func(why string) error {
+		return fmt.Errorf("%s %s is not supported by espgw: %s", kind, name, why)
+	}
+	switch kind + " " + name {
+	case "flag esn":
+		s.ESN = true
+	case "flag decap-dscp":
+		s.DecapDSCP = DecapCopy
+	case "flag nopmtudisc":
+		s.DF = DFClear
+	case "flag af-unspec":
+		// espgw's tunnel SAs carry inner packets of either family: the
+		// kernel's do with this flag.
+	case "flag noecn":
+		return unsupported("it always copies ECN out and combines it back in (RFC 6040)")
+	case "flag wildrecv":
+		return unsupported("inbound, an SA takes packets only for its own dst")
+	case "flag icmp":
+		return unsupported("it does not match ICMP errors to the SA of the packet they quote")
+	case "flag align4":
+		return unsupported("it pads ESP to the cipher's block size, at least 4 bytes, and no further")
+	case "extra_flag dont-encap-dscp":
+		s.DSCP = DSCP{Fixed: true, Value: 0}
+	case "extra_flag oseq-may-wrap":
+		return unsupported("a sequence number is never sent twice under one SA")
+	default:
+		if kind == "" {
+			return fmt.Errorf("%s before flag or extra_flag", secret.Word(name, "flag", "extra_flag"))
+		}
+		if isHexWord(name) {
+			return fmt.Errorf("%s bits 0x%s unknown to iproute2 are set: the state does something neither names", kind, name)
+		}
+		known := xfrmStateFlags
+		if kind == "extra_flag" {
+			known = xfrmExtraFlags
+		}
+		return fmt.Errorf("unknown %s %s", kind, secret.Word(name, known...))
+	}
+	return nil
+}
+
+// The kernel's state flags and extra flags, as iproute2 names them.
+var (
+	xfrmStateFlags = []string{"noecn", "decap-dscp", "nopmtudisc", "wildrecv", "icmp", "af-unspec", "align4", "esn"}
+	xfrmExtraFlags = []string{"dont-encap-dscp", "oseq-may-wrap"}
+)
 
 func (p *xfrmListing) failCur(line int, field string, err error) {
 	p.bad = true
@@ -763,6 +875,9 @@ func XFRMStateArgs(s *SA) ([]string, error) {
 	case DFSet:
 		return nil, fmt.Errorf("SA %#x as ip xfrm: df: set has no kernel equivalent (it copies DF or, with nopmtudisc, clears it)", s.SPI)
 	}
+	if s.Mode == Tunnel && anyInnerFamily(s) {
+		flags = append(flags, "af-unspec")
+	}
 	if len(flags) > 0 {
 		a = append(a, append([]string{"flag"}, flags...)...)
 	}
@@ -786,7 +901,8 @@ func XFRMStateArgs(s *SA) ([]string, error) {
 	switch s.Suite.Cipher {
 	case CipherNull:
 		a = append(a, "enc", "ecb(cipher_null)", "")
-	case CipherAESGCM16, CipherChaCha20Poly1305, CipherAESGMAC, CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
+	case CipherAESGCM16, CipherAESGCM12, CipherAESGCM8, CipherChaCha20Poly1305, CipherAESGMAC,
+		CipherAESCCM8, CipherAESCCM12, CipherAESCCM16:
 		for _, x := range xfrmAEADs {
 			if x.c == s.Suite.Cipher {
 				a = append(a, "aead", x.name, key(s.EncKey), strconv.Itoa(x.bits))
@@ -807,6 +923,12 @@ func XFRMStateArgs(s *SA) ([]string, error) {
 	}
 	if s.TFCPad > 0 {
 		a = append(a, "tfcpad", strconv.Itoa(s.TFCPad))
+	}
+	if s.IfID != 0 {
+		a = append(a, "if_id", strconv.FormatUint(uint64(s.IfID), 10))
+	}
+	if !s.OutputMark.IsZero() {
+		a = append(a, "output-mark", fmt.Sprintf("%#x", s.OutputMark.Value), "mask", fmt.Sprintf("%#x", s.OutputMark.Mask))
 	}
 	for _, l := range []struct {
 		kind string
@@ -831,6 +953,44 @@ func XFRMStateArgs(s *SA) ([]string, error) {
 		a = append(a, sel...)
 	}
 	return a, nil
+}
+
+// pinInnerFamily gives a tunnel state without flag af-unspec, which the
+// kernel lets carry inner packets of its outer family only, selectors
+// that say so: its selectors without addresses (or, if it has none, one
+// any selector) get the outer family's any-address prefixes.
+func pinInnerFamily(s *SA, afUnspec bool) {
+	if s.Mode != Tunnel || afUnspec || !s.Src.IsValid() {
+		return
+	}
+	any := netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+	if s.Src.Is6() {
+		any = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+	}
+	if len(s.Selectors) == 0 {
+		s.Selectors = []Selector{{}}
+	}
+	for i := range s.Selectors {
+		if sel := &s.Selectors[i]; !sel.Src.IsValid() && !sel.Dst.IsValid() {
+			sel.Src, sel.Dst = any, any
+		}
+	}
+}
+
+// anyInnerFamily reports whether a tunnel SA carries inner packets of the
+// other family than its outer one, or of either: the kernel's state then
+// needs flag af-unspec, without which it takes only the outer family
+// unless the state's selector names the other.
+func anyInnerFamily(s *SA) bool {
+	if len(s.Selectors) != 1 {
+		return true
+	}
+	for _, p := range []netip.Prefix{s.Selectors[0].Src, s.Selectors[0].Dst} {
+		if p.IsValid() && p.Addr().Is4() != s.Src.Is4() {
+			return true
+		}
+	}
+	return !s.Selectors[0].Src.IsValid() && !s.Selectors[0].Dst.IsValid()
 }
 
 // XFRMSelectorArgs writes a selector as iproute2's SELECTOR. The kernel's

@@ -22,9 +22,6 @@ import (
 func ParseXFRMCommands(name string, data []byte) (*Config, error) {
 	p := &xfrmScript{lineProblems: lineProblems{file: name}, reqids: map[uint32]*SA{}, lines: map[*SA]int{}}
 	for _, cmd := range joinContinued(string(data)) {
-		if p.full() {
-			break
-		}
 		words, err := shellWords(cmd.text)
 		if err != nil {
 			p.fail(cmd.line, "", "", err)
@@ -36,7 +33,7 @@ func ParseXFRMCommands(name string, data []byte) (*Config, error) {
 	for _, pol := range p.pols {
 		p.resolve(c, pol)
 	}
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	if len(c.SAs) == 0 {
@@ -173,7 +170,7 @@ func (p *xfrmScript) state(line int, f []string) {
 	var reqid uint32
 	var seqLo, seqHi uint64
 	fail := func(field string, err error) { p.fail(line, entry, field, err) }
-	keyed := false
+	keyed, afUnspec := false, false
 	for i := 0; i < len(f); i++ {
 		w := f[i]
 		need := func(n int) bool {
@@ -269,25 +266,52 @@ func (p *xfrmScript) state(line int, f []string) {
 				return
 			}
 			seqHi = v
-		case "flag":
-			for i+1 < len(f) && slices.Contains(xfrmStateFlags, f[i+1]) {
+		case "flag", "extra-flag":
+			known := xfrmStateFlags
+			if w == "extra-flag" {
+				known = xfrmExtraFlags
+			}
+			if i+1 >= len(f) || !slices.Contains(known, f[i+1]) && !isFlagNumber(f[i+1]) {
+				fail(w, fmt.Errorf("want a flag (%s)", strings.Join(known, ", ")))
+				return
+			}
+			for i+1 < len(f) && (slices.Contains(known, f[i+1]) || isFlagNumber(f[i+1])) {
 				i++
-				switch f[i] {
-				case "esn":
-					s.ESN = true
-				case "decap-dscp":
-					s.DecapDSCP = DecapCopy
-				case "nopmtudisc":
-					s.DF = DFClear
+				name := f[i]
+				if isFlagNumber(name) {
+					fail(w, fmt.Errorf("%s as a number: name the flags (%s)", secret.Number(name), strings.Join(known, ", ")))
+					return
+				}
+				afUnspec = afUnspec || w == "flag" && name == "af-unspec"
+				if err := xfrmFlag(s, w, name); err != nil {
+					fail(w, err)
+					return
 				}
 			}
-		case "extra-flag":
-			for i+1 < len(f) && (f[i+1] == "dont-encap-dscp" || f[i+1] == "oseq-may-wrap") {
+		case "if_id":
+			v, ok := num(32)
+			if !ok {
+				return
+			}
+			s.IfID = uint32(v)
+		case "output-mark":
+			v, ok := num(32)
+			if !ok {
+				return
+			}
+			mask := uint64(0xffffffff)
+			if i+2 < len(f) && f[i+1] == "mask" {
 				i++
-				if f[i] == "dont-encap-dscp" {
-					s.DSCP = DSCP{Fixed: true}
+				if mask, ok = num(32); !ok {
+					return
 				}
 			}
+			m, err := ParseMark(fmt.Sprintf("%d/%d", v, mask))
+			if err != nil {
+				fail(w, err)
+				return
+			}
+			s.OutputMark = m
 		case "enc", "auth", "auth-trunc", "aead":
 			n := 2
 			if w == "auth-trunc" || w == "aead" {
@@ -376,6 +400,7 @@ func (p *xfrmScript) state(line int, f []string) {
 		s.SrcPort, s.DstPort = 0, 0
 	}
 	s.InitialSeq = seqHi<<32 | seqLo
+	pinInnerFamily(s, afUnspec)
 	if err := s.Validate(); err != nil {
 		fail("", err)
 		return
@@ -395,7 +420,12 @@ func (p *xfrmScript) state(line int, f []string) {
 	p.lines[s] = line
 }
 
-var xfrmStateFlags = []string{"noecn", "decap-dscp", "nopmtudisc", "wildrecv", "icmp", "af-unspec", "align4", "esn"}
+// isFlagNumber reports whether w is a flag list given as a number, as
+// iproute2 also takes it.
+func isFlagNumber(w string) bool {
+	_, err := strconv.ParseUint(w, 0, 32)
+	return err == nil
+}
 
 // policy reads ip xfrm policy add SELECTOR dir DIR [priority N] tmpl ….
 func (p *xfrmScript) policy(line int, f []string) {
@@ -564,6 +594,16 @@ func (p *xfrmScript) resolve(c *Config, pol xfrmPolicy) {
 	if pol.dir == "out" {
 		c.SPD = append(c.SPD, Policy{Priority: pol.priority, Selector: pol.sel, Action: Protect, SPI: s.SPI, SA: s})
 		return
+	}
+	if !pol.sel.Src.IsValid() && !pol.sel.Dst.IsValid() {
+		// ip writes the policy's any addresses in the state's family,
+		// as pinInnerFamily reads the state's.
+		for _, have := range s.Selectors {
+			if have.Src.IsValid() && have.Src.Bits() == 0 && have.Dst == have.Src {
+				pol.sel.Src, pol.sel.Dst = have.Src, have.Dst
+				break
+			}
+		}
 	}
 	if pol.dir == "fwd" && slices.Contains(s.Selectors, pol.sel) {
 		return // the in policy already gave it

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/errlist"
 	"io"
 	"math"
 	"net/netip"
@@ -64,6 +65,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 
 // ParseYAML reads a YAML SA file.
 func ParseYAML(name string, data []byte) (*Config, error) {
+	if err := CheckYAMLNodes(name, data, MaxYAMLNodes); err != nil {
+		return nil, &ConfigError{File: name, Err: err}
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
@@ -75,8 +79,8 @@ func ParseYAML(name string, data []byte) (*Config, error) {
 	}
 	p := &yamlParser{file: name}
 	c := p.config(&doc)
-	slices.SortStableFunc(p.errs, func(a, b error) int { return lineOf(a) - lineOf(b) })
-	if err := errors.Join(p.errs...); err != nil {
+	slices.SortStableFunc(p.errs.Kept(), func(a, b error) int { return lineOf(a) - lineOf(b) })
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -103,7 +107,7 @@ func lineOf(err error) int {
 
 type yamlParser struct {
 	file string
-	errs []error
+	errs errlist.List
 	// spdOnly reads an spd: list whose SAs come from elsewhere: protect
 	// policies keep their SPI and NewSPD binds them.
 	spdOnly bool
@@ -111,17 +115,11 @@ type yamlParser struct {
 }
 
 func (p *yamlParser) fail(n *yaml.Node, entry, field string, err error) {
-	if len(p.errs) == maxErrors {
-		p.errs = append(p.errs, &ConfigError{File: p.file, Err: errors.New("too many errors, stopping")})
-	}
-	if len(p.errs) > maxErrors {
-		return
-	}
 	line := 0
 	if n != nil {
 		line = n.Line
 	}
-	p.errs = append(p.errs, &ConfigError{File: p.file, Line: line, Entry: entry, Field: field, Err: err})
+	p.errs.Add(&ConfigError{File: p.file, Line: line, Entry: entry, Field: field, Err: err})
 }
 
 func (p *yamlParser) failf(n *yaml.Node, entry, field, format string, args ...any) {
@@ -289,14 +287,14 @@ var saFields = []string{
 	"spi", "mode", "src", "dst", "encap", "sport", "dport",
 	"enc", "enc-key", "auth", "auth-key", "esn", "replay-window",
 	"lifetimes", "initial-seq", "tfc-pad", "selectors",
-	"dscp", "decap-dscp", "df", "ttl",
+	"dscp", "decap-dscp", "df", "ttl", "if-id", "output-mark",
 }
 
 // sa reads one entry of the sa: list. It returns nil if the entry has errors
 // (all of them reported).
 func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	entry := fmt.Sprintf("sa[%d]", i)
-	before := len(p.errs)
+	before := p.errs.Len()
 	s := &SA{ReplayWindow: 64}
 	// The SPI names the entry in every other error, so it is read first
 	// (by a silent pass: the errors come with the entry's name below).
@@ -486,7 +484,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 			}
 		}
 	}
-	if len(p.errs) > before {
+	if p.errs.Len() > before {
 		return nil, entry
 	}
 	// The checks above are field by field; Validate is the whole-SA guard
@@ -652,9 +650,9 @@ var selectorFields = []string{"src", "dst", "proto", "sport", "dport"}
 // selector reads the selector fields of a mapping; extra names the other
 // fields the mapping may hold (an SPD entry's).
 func (p *yamlParser) selector(n *yaml.Node, entry string, extra []string) (Selector, bool) {
-	before := len(p.errs)
+	before := p.errs.Len()
 	fs := p.fields(n, entry, append(slices.Clip(selectorFields), extra...))
-	return p.selectorFrom(fs, entry, n), len(p.errs) == before
+	return p.selectorFrom(fs, entry, n), p.errs.Len() == before
 }
 
 func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Node) Selector {
@@ -718,7 +716,7 @@ var policyFields = []string{"priority", "action", "sa"}
 // policy reads one entry of the spd: list.
 func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 	entry := fmt.Sprintf("spd[%d]", i)
-	before := len(p.errs)
+	before := p.errs.Len()
 	fs := p.fields(n, entry, append(slices.Clip(selectorFields), policyFields...))
 	if n.Kind != yaml.MappingNode {
 		return Policy{}, false
@@ -779,7 +777,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 			p.fail(n, entry, "", err)
 		}
 	}
-	return pol, len(p.errs) == before
+	return pol, p.errs.Len() == before
 }
 
 // MaxFileSize bounds an SA file (YAML or setkey), and every file that may
@@ -803,17 +801,23 @@ func ReadFileAtMost(path string, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if fi.IsDir() {
-		return nil, fmt.Errorf("%s is a directory", path)
+		return nil, fmt.Errorf("%q is a directory", path)
 	}
 	if fi.Size() > limit {
-		return nil, fmt.Errorf("%s is %d bytes, larger than the %d bytes such a file may be", path, fi.Size(), limit)
+		return nil, fmt.Errorf("%q is %d bytes, larger than the %d bytes such a file may be", path, fi.Size(), limit)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	return ReadAtMost(f, path, limit)
+}
+
+// ReadAtMost reads all of r, at most limit bytes, and refuses more with an
+// error calling r name.
+func ReadAtMost(r io.Reader, name string, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
 	if err != nil {
 		return nil, err
 	}
 	if int64(len(data)) > limit {
-		return nil, fmt.Errorf("%s is larger than the %d bytes such a file may be", path, limit)
+		return nil, fmt.Errorf("%q is larger than the %d bytes such a file may be", name, limit)
 	}
 	return data, nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/errlist"
 	"net/netip"
 	"os"
 	"reflect"
@@ -198,11 +199,11 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"missing spi", strings.Replace(edit("  - spi: 0x1001", "  - mode: tunnel"), "    mode: tunnel\n", "", 1), "sa[0]: spi: missing"},
 		{"missing dst", edit("dst: 192.0.2.2", ""), e + "dst: missing"},
 		{"unknown field", edit("enc-key: 0x"+testEncHex, "enc_key: 0x"+testEncHex+" #<"), e + "unknown field"},
-		{"unknown short field", edit("mode: tunnel", "mdoe: tunnel #<"), e + `unknown field "mdoe" (want one of spi, mode,`},
+		{"unknown short field", edit("mode: tunnel", "mdoe: tunnel #<"), e + `unknown field "mdoe" (did you mean "mode"?) (want one of spi, mode,`},
 		{"repeated field", edit("mode: tunnel", "mode: tunnel\n    mode: transport #<"), e + "mode: given twice (first on line 3)"},
 		{"bad spi", edit("spi: 0x1001", "spi: 0x100000000 #<"), "sa[0]: spi: \"0x100000000\" is not a 32-bit number"},
 		{"spi not a number", edit("spi: 0x1001", "spi: one #<"), `sa[0]: spi: "one" is not a 32-bit number`},
-		{"bad mode", edit("mode: tunnel", "mode: tunel #<"), e + `mode: "tunel", want tunnel or transport`},
+		{"bad mode", edit("mode: tunnel", "mode: tunel #<"), e + `mode: "tunel" (did you mean "tunnel"?), want tunnel or transport`},
 		{"dscp too big", edit("mode: tunnel", "mode: tunnel\n    dscp: 64 #<"), e + `dscp: "64", want copy or a DSCP value 0..63`},
 		{"dscp word", edit("mode: tunnel", "mode: tunnel\n    dscp: ef #<"), e + `dscp: "ef", want copy or a DSCP value 0..63`},
 		{"bad df", edit("mode: tunnel", "mode: tunnel\n    df: yes #<"), e + `df: "yes", want copy, set or clear`},
@@ -225,12 +226,12 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"bad encap", edit("mode: tunnel", "mode: tunnel\n    encap: tcp #<"), e + `encap: "tcp", want none or udp`},
 		{"window too big", edit("mode: tunnel", "mode: tunnel\n    replay-window: 4097 #<"), e + `replay-window: "4097", want 0..4096 packets`},
 		{"window negative", edit("mode: tunnel", "mode: tunnel\n    replay-window: -1 #<"), e + `replay-window: "-1", want 0..4096`},
-		{"esn not bool", edit("mode: tunnel", "mode: tunnel\n    esn: flase #<"), e + `esn: "flase", want true or false`},
+		{"esn not bool", edit("mode: tunnel", "mode: tunnel\n    esn: flase #<"), e + `esn: "flase" (did you mean "false"?), want true or false`},
 		{"initial-seq without esn", edit("mode: tunnel", "mode: tunnel\n    initial-seq: 0x100000000 #<"), e + "initial-seq: 4294967296 does not fit 32 bits: set esn: true"},
 		{"tfc-pad too big", edit("mode: tunnel", "mode: tunnel\n    tfc-pad: 65536 #<"), e + `tfc-pad: "65536", want 0..65535 bytes`},
 		{"random size", edit("enc-key: 0x"+testEncHex, "enc-key: random-512 #<"), e + `enc-key: (a 10-character value, not shown), want random, random-128, random-192 or random-256`},
 		{"soft over hard", edit("mode: tunnel", "mode: tunnel\n    lifetimes: #<\n      soft: {bytes: 2G}\n      hard: {bytes: 1G}"), e + "lifetimes: soft bytes 2000000000 exceeds hard 1000000000"},
-		{"lifetime unknown", edit("mode: tunnel", "mode: tunnel\n    lifetimes:\n      soft: {minutes: 5} #<"), e[:len(e)-2] + ` lifetimes soft: unknown field (a 7-character value, not shown) (want one of bytes, packets, seconds, time)`},
+		{"lifetime unknown", edit("mode: tunnel", "mode: tunnel\n    lifetimes:\n      soft: {minutes: 5} #<"), e[:len(e)-2] + ` lifetimes soft: unknown field "minutes" (want one of bytes, packets, seconds, time)`},
 		{"lifetime bad time", edit("mode: tunnel", "mode: tunnel\n    lifetimes:\n      hard: {time: soon} #<"), e[:len(e)-2] + ` lifetimes hard: time: "soon" is not a duration`},
 		{"lifetime both", edit("mode: tunnel", "mode: tunnel\n    lifetimes:\n      hard: {seconds: 5, time: 5s} #<"), e[:len(e)-2] + " lifetimes hard: time: give seconds or time, not both"},
 		{"selector ports without proto", edit("mode: tunnel", "mode: tunnel\n    selectors:\n      - {src: 198.51.100.0/24, dport: 80} #<"), e[:len(e)-2] + " selectors[0]: dport: ports need proto tcp, udp, sctp or udplite, not any"},
@@ -240,13 +241,13 @@ func TestParseYAMLErrors(t *testing.T) {
 		{"selector port range", edit("mode: tunnel", "mode: tunnel\n    selectors:\n      - {proto: udp, sport: 2000-1000} #<"), e[:len(e)-2] + " selectors[0]: sport: port range 2000-1000 is backwards"},
 		{"transport selector family", edit("mode: tunnel", "mode: transport\n    selectors:\n      - {dst: 2001:db8::/32} #<"), e[:len(e)-2] + " selectors[0]: 2001:db8::/32 is of another address family than this transport-mode SA"},
 		{"duplicate spi", baseSA + mark(baseSA[len("sa:\n"):], "- spi"), "sa[1] (spi 0x1001): spi: duplicate SPI for dst 192.0.2.2 (also sa[0] (spi 0x1001) on line 2)"},
-		{"top-level typo", strings.Replace(baseSA, "sa:", "sas: #<", 1), `unknown field "sas" (want one of sa, spd)`},
+		{"top-level typo", strings.Replace(baseSA, "sa:", "sas: #<", 1), `unknown field "sas" (did you mean "sa"?) (want one of sa, spd)`},
 		{"sa not a list", "sa: {spi: 1} #<\n", "sa: want a list of SAs, got a mapping"},
 		{"empty sa list", "sa: [] #<\n", "sa: empty list"},
 		{"spd protect without sa", baseSA + "spd:\n  - {action: protect} #<\n", "spd[0]: sa: missing: a protect policy names the SPI of its outbound SA"},
 		{"spd unknown sa", baseSA + "spd:\n  - {action: protect, sa: 0x2002} #<\n", "spd[0]: sa: no SA with SPI 0x2002"},
 		{"spd bypass with sa", baseSA + "spd:\n  - {action: bypass, sa: 0x1001} #<\n", "spd[0]: sa: only a protect policy names an SA"},
-		{"spd bad action", baseSA + "spd:\n  - {action: allow} #<\n", `spd[0]: action: unknown action (a 5-character value, not shown) (want protect, bypass or discard)`},
+		{"spd bad action", baseSA + "spd:\n  - {action: allow} #<\n", `spd[0]: action: unknown action "allow" (want protect, bypass or discard)`},
 		{"spd no action", baseSA + "spd:\n  - {src: 10.0.0.0/8} #<\n", "spd[0]: action: missing (protect, bypass or discard)"},
 		{"spd bad priority", baseSA + "spd:\n  - {action: discard, priority: high} #<\n", `spd[0]: priority: "high" is not a number`},
 		{"spd unknown field", baseSA + "spd:\n  - {action: discard, prio: 1} #<\n", `spd[0]: unknown field "prio"`},
@@ -345,8 +346,8 @@ func TestParseYAMLReportsEveryProblem(t *testing.T) {
 		many.WriteString("  - {spi: x}\n")
 	}
 	_, err = Parse("t.yaml", []byte(many.String()))
-	if n := strings.Count(err.Error(), "\n") + 1; n > maxErrors+1 {
-		t.Errorf("%d errors reported, want at most %d", n, maxErrors+1)
+	if n := strings.Count(err.Error(), "\n") + 1; n > errlist.Max+1 {
+		t.Errorf("%d errors reported, want at most %d", n, errlist.Max+1)
 	}
 }
 

@@ -7,5 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
 export PATH=/usr/local/go/bin:$PATH
-go build -o bin/espgw ./cmd/espgw
+export GOTOOLCHAIN=${GOTOOLCHAIN_OVERRIDE:-go1.26.10}
+# The commit goes into the binary (reports name the espgw version of each
+# run), also where GOFLAGS turns VCS stamping off.
+go build -buildvcs=auto -o bin/espgw ./cmd/espgw
 exec ./bin/espgw demo "$@"

@@ -430,6 +430,25 @@ func (d *Device) Up() error {
 	return nil
 }
 
+// LinkLocal lists the device's IPv6 link-local addresses.
+func (d *Device) LinkLocal() ([]netip.Addr, error) {
+	l, err := d.link()
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := d.nl.AddrList(l, netlink.FAMILY_V6)
+	if err != nil {
+		return nil, fmt.Errorf("list IPv6 addresses of TUN %s: %w", d.name, err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && ip.IsLinkLocalUnicast() {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out, nil
+}
+
 // isLocal reports whether the kernel routes ip to this host.
 func (d *Device) isLocal(ip net.IP) bool {
 	rs, err := d.nl.RouteGet(ip)

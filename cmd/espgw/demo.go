@@ -2,17 +2,20 @@ package main
 
 import (
 	"errors"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/espgw/espgw/internal/lab/demo"
+	"github.com/espgw/espgw/internal/lab/report"
 )
 
 func newDemo() *cobra.Command {
 	var o demo.Options
 	var encap string
 	var asJSON bool
+	var page string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Build the whole test bed, push traffic through a tunnel, and report",
@@ -37,6 +40,11 @@ not. Needs root. Removes everything it made, also on failure and Ctrl-C.`,
 			if err := printReport(cmd, r, r.Print, asJSON, ""); err != nil {
 				return err
 			}
+			if page != "" {
+				if err := writeReport(page, []*report.Run{report.DemoRun(filepath.Base(page), r)}); err != nil {
+					return err
+				}
+			}
 			if !r.OK() {
 				return errors.New("demo: traffic did not all come out (see the report)")
 			}
@@ -50,5 +58,6 @@ not. Needs root. Removes everything it made, also on failure and Ctrl-C.`,
 	f.BoolVar(&o.OuterV6, "ipv6-outer", false, "carry the tunnel over IPv6")
 	f.DurationVar(&o.Duration, "duration", 3*time.Second, "length of the iperf3 TCP burst")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.StringVar(&page, "report", "", "also write the report as a self-contained HTML page to this file (as espgw report does)")
 	return cmd
 }

@@ -50,9 +50,11 @@ func newRoot() *cobra.Command {
 		newSpeed(),
 		newScenario(),
 		newBench(),
+		newReport(),
 		newSA(),
 		newPolicy(),
 		newDevice(),
+		newIKE(),
 	)
 	return root
 }

@@ -22,6 +22,8 @@ import (
 
 func newRun() *cobra.Command {
 	var file string
+	var skip uint64
+	var all bool
 	cmd := &cobra.Command{
 		Use:   "run -c FILE",
 		Short: "Run one gateway from a configuration file",
@@ -29,7 +31,16 @@ func newRun() *cobra.Command {
 with the SAs and policies of FILE. SIGINT or SIGTERM stop it and print the
 final counters; SIGHUP reloads the SAs without dropping the tunnel. With
 control: PATH in FILE, espgw sa and espgw policy change the SAs and
-policies of the running gateway through that socket.`,
+policies of the running gateway through that socket.
+
+A gateway whose sequence journal (in state-dir) does not prove itself —
+missing or emptied in a directory that held reservations, cut, changed,
+a symbolic link, unreadable — refuses to start: its outbound SAs could
+send numbers their peers already saw. --sequence-skip N tells it to go on,
+each outbound SA resuming N above the highest bound the journal still
+shows (or its initial-seq); the damaged journal is kept beside the new one.
+N must exceed what any SA can have sent since its last intact record; an
+SA without ESN that N takes past 2^32 is refused (it needs new keys).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -39,14 +50,17 @@ policies of the running gateway through that socket.`,
 			if err != nil {
 				return err
 			}
-			return runGateway(cmd.Context(), cmd, cfg)
+			cfg.SequenceSkip = skip
+			return runGateway(cmd.Context(), cmd, cfg, all)
 		},
 	}
 	cmd.Flags().StringVarP(&file, "config", "c", "", "gateway configuration file (YAML)")
+	cmd.Flags().Uint64Var(&skip, "sequence-skip", 0, "when the sequence journal does not prove itself, resume every outbound SA this far above the highest bound it still shows (default: refuse to start)")
+	cmd.Flags().BoolVar(&all, "all", false, fmt.Sprintf("list every SA in the final counters (beyond %d SAs they show the totals, the %d with the most traffic and every SA with drops)", saRowLimit, topSAs))
 	return cmd
 }
 
-func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config) error {
+func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config, all bool) error {
 	log := slog.Default()
 	rt, err := gateway.Start(cfg, log)
 	if err != nil {
@@ -111,7 +125,7 @@ func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config) er
 
 	err = rt.Run(ctx)
 	fmt.Fprintln(cmd.OutOrStdout(), "final counters:")
-	printStats(cmd.OutOrStdout(), rt.Stats())
+	printStats(cmd.OutOrStdout(), rt.Stats(), all)
 	if err != nil {
 		return fmt.Errorf("gateway: %w", err)
 	}

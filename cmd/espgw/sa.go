@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"runtime/debug"
 
 	"github.com/spf13/cobra"
 
+	"github.com/espgw/espgw/internal/overwrite"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/sa"
 )
@@ -28,7 +30,7 @@ func newSAConvert() *cobra.Command {
 		Use:   "convert --to yaml|setkey|ip-xfrm|esp-sa IN [OUT]",
 		Short: "Convert an SA file to another format (the output holds the keys)",
 		Long: `convert reads the SAs (and policies) of IN in any format espgw reads — its YAML,
-setkey(8) statements, the output of ` + "`ip [-s] xfrm state`" + ` (keys as iproute2 prints
+setkey(8) statements, the output of ` + "`ip -s xfrm state`" + ` (keys as iproute2 prints
 them, as root), ` + "`ip xfrm state/policy add`" + ` commands, or Wireshark's esp_sa table
 (what strongSwan's save-keys plugin writes) — and writes them as:
 
@@ -38,14 +40,25 @@ them, as root), ` + "`ip xfrm state/policy add`" + ` commands, or Wireshark's es
            SAs in a Linux kernel
   esp-sa   Wireshark's esp_sa table (addresses, SPI, algorithms and keys only)
 
-The format of IN is detected (--from names it). OUT, or standard output, gets the
-keys in clear; a file is written readable by its owner only. A field the output
+IN - reads standard input. The format of IN is detected (--from names it). OUT, or standard output, gets the
+keys in clear; a file is written readable by its owner only, and never over IN. A field the output
 format cannot say (ESN in setkey, say) is an error, never a silent loss. With
---local ADDR, ip-xfrm output is for the host ADDR: the selectors of SAs from it
-become outbound policies, those of SAs to it inbound (and forward) policies.`,
+--local ADDR, ip-xfrm output is for the host ADDR, every policy turned to its view:
+SAs from it are outbound, SAs to it inbound, so the other end's dir out policies
+become its dir in and fwd policies and the other end's bypass entries allow the
+traffic both ways. Every SA must be from or to ADDR, and --local is refused with
+any other output format.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			data, err := sa.ReadFileAtMost(args[0], sa.MaxFileSize)
+			if len(args) == 2 {
+				if err := overwrite.Check([]overwrite.File{{Role: "OUT", Path: args[1]}}, overwrite.File{Role: "the input", Path: args[0]}); err != nil {
+					return fmt.Errorf("sa convert: %w", err)
+				}
+			}
+			// A converter is run by hand, not on a hot path: the garbage
+			// collector keeps to a small heap at some cost in CPU.
+			debug.SetMemoryLimit(24 << 20)
+			name, data, err := readInput(cmd, args[0])
 			if err != nil {
 				return fmt.Errorf("sa convert: %w", err)
 			}
@@ -55,12 +68,12 @@ become outbound policies, those of SAs to it inbound (and forward) policies.`,
 					return fmt.Errorf("--local %q: want the IP address of the host the output is for", local)
 				}
 			}
-			out, err := sa.ConvertFor(filepath.Base(args[0]), data, sa.Format(from), sa.Format(to), addr)
+			out, err := sa.ConvertFor(name, data, sa.Format(from), sa.Format(to), addr)
 			if err != nil {
 				return err
 			}
 			if sa.Format(to) == sa.FormatEspSA {
-				fmt.Fprintln(cmd.ErrOrStderr(), "note: an esp_sa table holds addresses, SPI, algorithms and keys only; mode, encapsulation, ESN, replay window, lifetimes and policies are not in it")
+				fmt.Fprintln(cmd.ErrOrStderr(), "note: an esp_sa table holds addresses, SPI, algorithms and keys only; mode, encapsulation, ESN, replay window, lifetimes, outer-header options, if-id, output-mark and policies are not in it")
 			}
 			if len(args) == 1 {
 				_, err := cmd.OutOrStdout().Write(out)
@@ -74,7 +87,18 @@ become outbound policies, those of SAs to it inbound (and forward) policies.`,
 	}
 	cmd.Flags().StringVar(&to, "to", "", "output format: yaml, setkey, ip-xfrm or esp-sa")
 	cmd.Flags().StringVar(&from, "from", "", "input format (default: detected): yaml, setkey, ip-xfrm, ip-xfrm-state or esp-sa")
-	cmd.Flags().StringVar(&local, "local", "", "ip-xfrm: the address of the host the commands are for (SAs from it are outbound, to it inbound)")
+	cmd.Flags().StringVar(&local, "local", "", "ip-xfrm only: the address of the host the commands are for (SAs from it are outbound, to it inbound)")
 	cmd.MarkFlagRequired("to")
 	return cmd
+}
+
+// readInput reads the SA file path, or standard input for "-", at most
+// sa.MaxConvertSize bytes, and the name its messages call it by.
+func readInput(cmd *cobra.Command, path string) (string, []byte, error) {
+	if path == "-" {
+		data, err := sa.ReadAtMost(cmd.InOrStdin(), "standard input", sa.MaxConvertSize)
+		return "stdin", data, err
+	}
+	data, err := sa.ReadFileAtMost(path, sa.MaxConvertSize)
+	return filepath.Base(path), data, err
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/espgw/espgw/internal/lab/scenario"
+	"github.com/espgw/espgw/internal/overwrite"
 	"github.com/espgw/espgw/scenarios"
 )
 
@@ -51,6 +52,15 @@ Needs root. Removes everything it made, also on Ctrl-C.`,
 				return err
 			}
 			if junit != "" {
+				var inputs []overwrite.File
+				for _, s := range all {
+					if !bundled {
+						inputs = append(inputs, overwrite.File{Role: "the scenario file", Path: s.File})
+					}
+				}
+				if err := overwrite.Check([]overwrite.File{{Role: "--junit", Path: junit}}, inputs...); err != nil {
+					return err
+				}
 				if err := checkWritable(junit); err != nil {
 					return fmt.Errorf("--junit: %w", err)
 				}
@@ -212,12 +222,12 @@ func newScenarioList() *cobra.Command {
 // directory. Nothing is left behind.
 func checkWritable(path string) error {
 	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory", path)
+		return fmt.Errorf("%q is a directory", path)
 	}
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, ".espgw-report-*")
 	if err != nil {
-		return fmt.Errorf("cannot write %s: %w", path, err)
+		return fmt.Errorf("cannot write %q: %w", path, err)
 	}
 	name := f.Name()
 	f.Close()

@@ -25,11 +25,23 @@ type Client struct {
 	enc  *json.Encoder
 }
 
-// Dial connects to the control socket at path.
+// Dial connects to the control socket at path, served by root or this
+// process's user.
 func Dial(path string) (*Client, error) {
 	c, err := net.DialTimeout("unix", path, 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("connect to the gateway's control socket (is control: set in its config?): %w", err)
+	}
+	// Requests carry keys: they go only to a gateway run by root or by
+	// this user, never to whatever else listens on the path.
+	uid, err := peerUID(c.(*net.UnixConn))
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("control socket %q: %w", path, err)
+	}
+	if !trusted(uid) {
+		c.Close()
+		return nil, fmt.Errorf("control socket %q is served by uid %d, neither root nor this user: not sending it keys", path, uid)
 	}
 	w := bufio.NewWriter(c)
 	return &Client{conn: c, r: bufio.NewReaderSize(c, 64<<10), w: w, enc: json.NewEncoder(w)}, nil

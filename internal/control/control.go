@@ -19,10 +19,12 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
@@ -111,7 +113,13 @@ type Server struct {
 	ln     *net.UnixListener
 	path   string
 	wg     sync.WaitGroup
+	conns  chan struct{} // a slot per connection being served
 }
+
+// maxConns bounds the connections served at once; one more is answered
+// with an error and closed. With maxRequest it bounds the memory clients
+// can hold (32 × 4 MiB).
+const maxConns = 32
 
 // Listen makes the socket at path, readable and writable by its owner only
 // (any stale socket file there is replaced, any other file refused).
@@ -120,15 +128,15 @@ func Listen(path string, target Target, log *slog.Logger) (*Server, error) {
 		log = slog.Default()
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+		return nil, fmt.Errorf("control socket %q: %w", path, err)
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode()&os.ModeSocket == 0 {
-			return nil, fmt.Errorf("control socket %s: a file that is not a socket is there", path)
+			return nil, fmt.Errorf("control socket %q: a file that is not a socket is there", path)
 		}
 		if c, err := net.Dial("unix", path); err == nil {
 			c.Close()
-			return nil, fmt.Errorf("control socket %s: another gateway answers on it", path)
+			return nil, fmt.Errorf("control socket %q: another gateway answers on it", path)
 		}
 		os.Remove(path)
 	}
@@ -142,9 +150,9 @@ func Listen(path string, target Target, log *slog.Logger) (*Server, error) {
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("control socket %s: %w", path, err)
+		return nil, fmt.Errorf("control socket %q: %w", path, err)
 	}
-	return &Server{target: target, log: log, ln: ln, path: path}, nil
+	return &Server{target: target, log: log, ln: ln, path: path, conns: make(chan struct{}, maxConns)}, nil
 }
 
 // Path is where the socket is.
@@ -165,9 +173,19 @@ func (s *Server) Serve(ctx context.Context) error {
 			}
 			return fmt.Errorf("control socket: %w", err)
 		}
+		select {
+		case s.conns <- struct{}{}:
+		default:
+			c.SetWriteDeadline(time.Now().Add(time.Second))
+			json.NewEncoder(c).Encode(Response{Error: fmt.Sprintf("%d connections are open, the most the control socket serves at once: close one and try again", maxConns)})
+			c.Close()
+			s.log.Warn("control socket: refused a connection", "open", maxConns)
+			continue
+		}
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
+			defer func() { <-s.conns }()
 			defer c.Close()
 			if err := peerIsRoot(c); err != nil {
 				json.NewEncoder(c).Encode(Response{Error: err.Error()})
@@ -189,37 +207,72 @@ func (s *Server) Close() error {
 // peerIsRoot admits root and the gateway's own user only (SO_PEERCRED),
 // whatever the socket file's mode became.
 func peerIsRoot(c *net.UnixConn) error {
-	raw, err := c.SyscallConn()
+	uid, err := peerUID(c)
 	if err != nil {
 		return err
 	}
-	var cred *syscall.Ucred
-	var cerr error
-	raw.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	})
-	if cerr != nil {
-		return fmt.Errorf("peer credentials: %w", cerr)
-	}
-	if cred.Uid != 0 && int(cred.Uid) != os.Geteuid() {
-		return fmt.Errorf("uid %d may not change the gateway (root only)", cred.Uid)
+	if !trusted(uid) {
+		return fmt.Errorf("uid %d may not change the gateway (root only)", uid)
 	}
 	return nil
 }
 
-// maxRequest bounds one request line (a bulk add of many SAs fits).
-const maxRequest = 64 << 20
+// trusted reports whether uid is root or this process's own user: the
+// only users a gateway takes changes from, and the only ones a client
+// sends keys to.
+func trusted(uid uint32) bool { return uid == 0 || int(uid) == os.Geteuid() }
+
+// peerUID is the user of the process at the other end of c (SO_PEERCRED).
+func peerUID(c *net.UnixConn) (uint32, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return 0, fmt.Errorf("peer credentials: %w", err)
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("peer credentials: %w", cerr)
+	}
+	return cred.Uid, nil
+}
+
+// maxRequest bounds one request line: a bulk add of 10,000 SAs fits.
+const maxRequest = 4 << 20
+
+// bigRequest is a request size after which the memory it took is given
+// back to the system when its connection ends.
+const bigRequest = 1 << 20
 
 func (s *Server) serveConn(c net.Conn) {
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := bufio.NewWriter(c)
 	enc := json.NewEncoder(w)
+	big := false
+	defer func() {
+		if big {
+			debug.FreeOSMemory()
+		}
+	}()
 	for {
 		line, err := readLine(r)
+		big = big || len(line) > bigRequest || err != nil && !errors.Is(err, io.EOF)
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				enc.Encode(Response{Error: err.Error()})
 				w.Flush()
+				// Read what the client still sends for a moment, so the
+				// close does not reset the connection before it reads
+				// the answer.
+				if u, ok := c.(*net.UnixConn); ok {
+					u.CloseWrite()
+				}
+				c.SetReadDeadline(time.Now().Add(time.Second))
+				io.Copy(io.Discard, io.LimitReader(c, maxRequest))
 			}
 			return
 		}
@@ -247,7 +300,7 @@ func readLine(r *bufio.Reader) ([]byte, error) {
 		chunk, err := r.ReadSlice('\n')
 		line = append(line, chunk...)
 		if len(line) > maxRequest {
-			return nil, fmt.Errorf("request longer than %d bytes", maxRequest)
+			return nil, fmt.Errorf("request longer than %d bytes: send fewer SAs per request", maxRequest)
 		}
 		if err == nil {
 			return line, nil

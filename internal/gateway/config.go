@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/espgw/espgw/internal/errlist"
 	"io"
 	"net"
 	"net/netip"
@@ -46,6 +47,9 @@ type Config struct {
 	// StateDir keeps outbound sequence reservations across restarts
 	// (default DefaultStateRoot/<namespace>; StateDirOff turns them off).
 	StateDir string
+	// SequenceSkip is Options.SequenceSkip: not a setting of the file but
+	// of the command that starts the gateway (espgw run --sequence-skip).
+	SequenceSkip uint64
 	// Control is the path of the control socket (espgw sa|policy …);
 	// empty: none.
 	Control string
@@ -64,6 +68,11 @@ type Config struct {
 	// on it (xdp.ModeAuto, the default: the driver's best, generic on
 	// veth; xdp.ModeNative; xdp.ModeGeneric).
 	XDPMode xdp.Mode
+	// NATKeepalive is the nat-keepalive setting: auto (the default) sends
+	// RFC 3948 keepalives every DefaultNATKeepalive on UDP-encapsulated
+	// SAs from a local address behind a NAT (BehindNAT), a duration on
+	// every UDP-encapsulated SA at that interval, off none.
+	NATKeepalive NATKeepalive
 
 	// SAFile and SetkeyFile name where the SAs come from, when not inline.
 	SAFile, SetkeyFile string
@@ -105,7 +114,7 @@ func LoadConfig(path string) (*Config, error) {
 }
 
 // configSettings are the top-level settings of a gateway configuration.
-var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control", "wan-io", "xdp-mode"}
+var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control", "wan-io", "xdp-mode", "nat-keepalive"}
 
 // ParseConfig reads a gateway configuration; relative SA file names are
 // taken from the config file's directory. A setting given twice, a
@@ -114,6 +123,9 @@ var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "wo
 // Errors quote what the file says only through package secret: a key
 // pasted into the wrong setting is never printed.
 func ParseConfig(path string, data []byte) (*Config, error) {
+	if err := sa.CheckYAMLNodes(path, data, sa.MaxYAMLNodes); err != nil {
+		return nil, err
+	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	if err := dec.Decode(&doc); err != nil {
@@ -129,7 +141,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s: want a mapping of gateway settings", path)
 	}
-	c := &Config{File: path, OuterMTU: 1500, WanIO: WanIOSocket, XDPMode: xdp.ModeAuto, Engine: "cpu", Metrics: DefaultMetrics, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
+	c := &Config{File: path, OuterMTU: 1500, WanIO: WanIOSocket, XDPMode: xdp.ModeAuto, Engine: "cpu", Metrics: DefaultMetrics, NATKeepalive: NATKeepalive{Every: DefaultNATKeepalive}, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
 	p := &cfgParser{file: path}
 	var saNode, spdNode *yaml.Node
 	m := doc.Content[0]
@@ -194,6 +206,20 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 					p.failf(v, "xdp-mode", "%s: want auto, native or generic", secret.Word(s, "auto", "native", "generic"))
 				}
 			}
+		case "nat-keepalive":
+			if s, ok := p.scalar(v, "nat-keepalive"); ok {
+				switch s {
+				case "auto":
+				case "off":
+					c.NATKeepalive = NATKeepalive{}
+				default:
+					d, err := time.ParseDuration(s)
+					if err != nil || d < time.Second || d > time.Hour {
+						p.failf(v, "nat-keepalive", "%s: want auto, off or a duration from 1s to 1h (like 20s)", secret.Word(s, "auto", "off"))
+					}
+					c.NATKeepalive = NATKeepalive{Every: d, All: true}
+				}
+			}
 		case "control":
 			if c.Control, _ = p.scalar(v, "control"); c.Control == "" {
 				p.failf(v, "control", "want the path of the control socket")
@@ -216,7 +242,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if sources != 1 {
 		p.failf(m, "sa", "give exactly one of sa:, sa-file: or setkey-file: (got %d)", sources)
 	}
-	if err := errors.Join(p.errs...); err != nil {
+	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
 	if err := c.loadSAs(saNode, spdNode); err != nil {
@@ -233,22 +259,26 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 // an SA fits into outer-mtu is allowed: the larger inner packets get ICMP
 // "fragmentation needed" / "packet too big" with the MTU that fits, or,
 // IPv4 without DF, leave as outer fragments (header.go).
-func (c *Config) checkMTU() error {
-	var errs []error
-	for _, s := range c.SAs {
+func (c *Config) checkMTU() error { return c.CheckSAs(c.SAs) }
+
+// CheckSAs refuses SAs this gateway could never send with (see checkMTU):
+// the file loader's check, which the control socket's additions get too.
+func (c *Config) CheckSAs(sas []*sa.SA) error {
+	var errs errlist.List
+	for _, s := range sas {
 		if !slices.Contains(c.Local, s.Src) {
 			continue
 		}
 		inner, err := InnerMTU(c.OuterMTU, s)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: outer-mtu %d: SA %#x: %w", c.File, c.OuterMTU, s.SPI, err))
+			errs.Add(fmt.Errorf("%s: outer-mtu %d: SA %#x: %w", c.File, c.OuterMTU, s.SPI, err))
 			continue
 		}
 		if s.Mode == sa.Tunnel && s.TFCPad > inner {
-			errs = append(errs, fmt.Errorf("%s: SA %#x: tfc-pad %d pads every packet beyond the %d bytes outer-mtu %d carries (every packet would fail to send); at most %d", c.File, s.SPI, s.TFCPad, inner, c.OuterMTU, inner))
+			errs.Add(fmt.Errorf("%s: SA %#x: tfc-pad %d pads every packet beyond the %d bytes outer-mtu %d carries (every packet would fail to send); at most %d", c.File, s.SPI, s.TFCPad, inner, c.OuterMTU, inner))
 		}
 	}
-	return errors.Join(errs...)
+	return errs.Err()
 }
 
 // loadSAs reads the SAs from wherever the config says they are.
@@ -298,15 +328,15 @@ func (c *Config) rel(name string) string {
 
 type cfgParser struct {
 	file string
-	errs []error
+	errs errlist.List
 }
 
 func (p *cfgParser) failf(n *yaml.Node, field, format string, args ...any) {
 	if field == "" {
-		p.errs = append(p.errs, fmt.Errorf("%s:%d: %s", p.file, n.Line, fmt.Sprintf(format, args...)))
+		p.errs.Add(fmt.Errorf("%s:%d: %s", p.file, n.Line, fmt.Sprintf(format, args...)))
 		return
 	}
-	p.errs = append(p.errs, fmt.Errorf("%s:%d: %s: %s", p.file, n.Line, field, fmt.Sprintf(format, args...)))
+	p.errs.Add(fmt.Errorf("%s:%d: %s: %s", p.file, n.Line, field, fmt.Sprintf(format, args...)))
 }
 
 // each calls fn for every setting of the mapping m, after refusing
@@ -528,6 +558,7 @@ func (c *Config) restartOnly(next *Config) error {
 	check("control", c.Control == next.Control)
 	check("wan-io", c.WanIO == next.WanIO)
 	check("xdp-mode", c.XDPMode == next.XDPMode)
+	check("nat-keepalive", c.NATKeepalive == next.NATKeepalive)
 	if len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))
 	}

@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,39 @@ tun: {name: esp1, routes: [203.0.113.0/24], mtu: auto, offloads: false}
 	if c.PMTUExpiry != 90*time.Second || c.Reassembly.Memory != 4<<20 || c.Reassembly.Timeout != 20*time.Second {
 		t.Errorf("pmtu-expires %v reassembly %+v", c.PMTUExpiry, c.Reassembly)
 	}
+	for _, nk := range []struct {
+		setting string
+		want    gateway.NATKeepalive
+	}{
+		{"", gateway.NATKeepalive{Every: gateway.DefaultNATKeepalive}},
+		{"nat-keepalive: auto\n", gateway.NATKeepalive{Every: gateway.DefaultNATKeepalive}},
+		{"nat-keepalive: off\n", gateway.NATKeepalive{}},
+		{"nat-keepalive: 5s\n", gateway.NATKeepalive{Every: 5 * time.Second, All: true}},
+	} {
+		c, err := gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\n"+nk.setting+goodSA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.NATKeepalive != nk.want {
+			t.Errorf("%q: nat-keepalive %+v, want %+v", nk.setting, c.NATKeepalive, nk.want)
+		}
+	}
+}
+
+// TestBehindNAT: the local addresses that reach a peer only through a NAT.
+func TestBehindNAT(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		want bool
+	}{
+		{"10.1.2.3", true}, {"172.16.0.1", true}, {"192.168.1.1", true}, {"100.64.0.1", true}, {"169.254.1.1", true},
+		{"fd00::1", true}, {"fe80::1", true},
+		{"198.51.100.1", false}, {"203.0.113.1", false}, {"2001:db8::1", false}, {"100.128.0.1", false},
+	} {
+		if got := gateway.BehindNAT(netip.MustParseAddr(c.addr)); got != c.want {
+			t.Errorf("BehindNAT(%s) = %v, want %v", c.addr, got, c.want)
+		}
+	}
 }
 
 // TestConfigErrors checks that every mistake is named by file, line and field.
@@ -52,7 +86,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad address", "local: 198.51.100.999\n" + goodSA, `gw.yaml:1: local: "198.51.100.999" is not an IP address`},
 		{"unknown setting", "local: 198.51.100.1\nenigne: ring\n" + goodSA, `gw.yaml:2: unknown setting "enigne"`},
 		{"bad mtu", "local: 198.51.100.1\ntun: {mtu: 10}\n" + goodSA, `gw.yaml:2: tun.mtu: "10" is not a whole number`},
-		{"bad route", "local: 198.51.100.1\ntun: {routes: [nowhere]}\n" + goodSA, `gw.yaml:2: tun.routes: (a 7-character value, not shown) is not an address/prefix-length`},
+		{"bad route", "local: 198.51.100.1\ntun: {routes: [nowhere]}\n" + goodSA, `gw.yaml:2: tun.routes: "nowhere" is not an address/prefix-length`},
 		{"no SAs", "local: 198.51.100.1\n", "gw.yaml:1: sa: give exactly one of sa:, sa-file: or setkey-file:"},
 		{"bad key length", "local: 198.51.100.1\n" + strings.Replace(goodSA, "0x00112233445566778899aabbccddeeff00112233", "0x0011", 1), "gw.yaml:8: sa[0] (spi 0x1001): enc-key"},
 		{"missing SA file", "local: 198.51.100.1\nsa-file: nowhere.yaml\n", "nowhere.yaml"},
@@ -84,5 +118,14 @@ func TestConfigSAFileRelative(t *testing.T) {
 	}
 	if len(c.SAs) != 1 || c.SAs[0].SPI != 0x1001 {
 		t.Errorf("SAs from the relative sa-file: %v", c.SAs)
+	}
+}
+
+// A configuration of nothing but empty SA entries is refused before it is
+// decoded.
+func TestConfigNodeBomb(t *testing.T) {
+	data := []byte("local: 198.51.100.1\nsa:\n" + strings.Repeat("- {}\n", 1<<20))
+	if _, err := gateway.ParseConfig("gw.yaml", data); err == nil || !strings.Contains(err.Error(), "gw.yaml holds more than 2000000 YAML nodes") {
+		t.Fatalf("a million empty SA entries: %v", err)
 	}
 }

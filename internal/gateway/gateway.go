@@ -55,13 +55,24 @@ type Options struct {
 	// its window drops them as outside-window until the old highest is
 	// passed: Start always sets it unless the config says state-dir: off.
 	StateDir string
+	// SequenceSkip is what a gateway does when the journal in StateDir
+	// does not prove itself (missing, emptied, cut, changed, unreadable):
+	// 0 refuses to load outbound SAs from it; N resumes every outbound SA
+	// N above the highest bound the journal still shows (or its initial
+	// sequence) and replaces the journal.
+	SequenceSkip uint64
 	// RetireAfter is how long the engine session of an SA taken out of
 	// force stays open for packets in flight (default DefaultRetireAfter).
 	RetireAfter time.Duration
-	// ICMPSource are addresses ICMP too-big errors may come from (the TUN's
-	// own addresses); the local outer addresses serve otherwise.
+	// ICMPSource are the addresses an ICMP too-big error written into the
+	// TUN may come from, in order of preference (Start gives the TUN's
+	// addresses, then the local outer ones, then the TUN's link-local
+	// ones); the local outer addresses serve when it is empty.
 	ICMPSource []netip.Addr
-	Log        *slog.Logger
+	// NATKeepalive says which UDP-encapsulated outbound SAs send RFC 3948
+	// NAT keepalives, and how often (the zero value: none).
+	NATKeepalive NATKeepalive
+	Log          *slog.Logger
 }
 
 // DefaultInline is Options.Inline's default on a machine of more than
@@ -185,6 +196,7 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 		// Opened when the first outbound SA is built, where an error
 		// can be returned.
 		g.seq = newSeqStore(opts.StateDir, opts.Log)
+		g.seq.askedSkip = opts.SequenceSkip
 	}
 	g.innerMTU.Store(int64(opts.InnerMTU))
 	for _, c := range conns {
@@ -332,8 +344,13 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	start(g.outbound)
 	start(g.lifetimes)
+	if g.opts.NATKeepalive.Every > 0 {
+		start(g.keepalives)
+	}
 	for _, c := range g.icmpConns {
-		start(func(ctx context.Context) error { g.readICMP(c); return nil })
+		if c.watch {
+			start(func(ctx context.Context) error { g.readICMP(c); return nil })
+		}
 	}
 	g.connMu.Lock()
 	g.run = r

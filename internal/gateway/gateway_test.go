@@ -50,6 +50,9 @@ type bed struct {
 	dev1, dev2 *memnet.Device
 	gw1, gw2   *gateway.Gateway
 	stop       func()
+	// wire1 is gw1's end of the outer link, to put packets on the wire
+	// as if gw1 had sent them (a replay).
+	wire1 *memnet.Conn
 }
 
 // newBed runs two gateways joined by an in-memory outer link.
@@ -67,9 +70,20 @@ func newBedEngines(t testing.TB, engine [2]offload.Engine, sas []*sa.SA) *bed {
 // newBedOptions is newBedEngines with the gateways' Options.Inline.
 func newBedOptions(t testing.TB, engine [2]offload.Engine, sas []*sa.SA, inline int) *bed {
 	t.Helper()
+	return newBedTapped(t, engine, sas, inline, nil)
+}
+
+// newBedTapped is newBedOptions with sent called for every ESP packet gw1
+// puts on the wire (nil: none).
+func newBedTapped(t testing.TB, engine [2]offload.Engine, sas []*sa.SA, inline int, sent func(*esp.Packet)) *bed {
+	t.Helper()
 	c1, c2 := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 1024)
-	b := &bed{dev1: memnet.NewDevice(1024, 64), dev2: memnet.NewDevice(1024, 64)}
-	mk := func(dev *memnet.Device, c *memnet.Conn, local netip.Addr, engine offload.Engine) *gateway.Gateway {
+	b := &bed{dev1: memnet.NewDevice(1024, 64), dev2: memnet.NewDevice(1024, 64), wire1: c1}
+	var out1 gateway.Conn = c1
+	if sent != nil {
+		out1 = &tapConn{Conn: c1, sent: sent}
+	}
+	mk := func(dev *memnet.Device, c gateway.Conn, local netip.Addr, engine offload.Engine) *gateway.Gateway {
 		g := gateway.New(dev, []gateway.Conn{c}, func(*sa.SA) gateway.Conn { return c }, engine,
 			gateway.Options{Local: []netip.Addr{local}, InnerMTU: 1438, Inline: inline, RetireAfter: 10 * time.Millisecond, Log: slog.New(slog.DiscardHandler)})
 		if err := g.Load(sas, nil); err != nil {
@@ -77,7 +91,7 @@ func newBedOptions(t testing.TB, engine [2]offload.Engine, sas []*sa.SA, inline 
 		}
 		return g
 	}
-	b.gw1, b.gw2 = mk(b.dev1, c1, gw1Addr, engine[0]), mk(b.dev2, c2, gw2Addr, engine[1])
+	b.gw1, b.gw2 = mk(b.dev1, out1, gw1Addr, engine[0]), mk(b.dev2, c2, gw2Addr, engine[1])
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 2)
 	go func() { done <- b.gw1.Run(ctx) }()
@@ -337,9 +351,9 @@ func TestMetricsAndStats(t *testing.T) {
 	}
 	metrics := getPage(t, b.gw2, "/metrics")
 	for _, want := range []string{
-		`espgw_sa_packets_total{op="open",spi="0x1001"} 1`,
+		`espgw_sa_packets_total{direction="in",local="198.51.100.2",op="open",remote="198.51.100.1",spi="0x1001",suite="aes-gcm-16-128"} 1`,
 		`espgw_packets_total{place="tun_out"} 1`,
-		`espgw_sa_drops_total{reason="bad-icv",spi="0x1001"} 0`,
+		`espgw_sa_drops_total{direction="in",local="198.51.100.2",reason="bad-icv",remote="198.51.100.1",spi="0x1001",suite="aes-gcm-16-128"} 0`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -393,7 +407,7 @@ func TestMetricsNameDrivers(t *testing.T) {
 	body := getPage(t, b.gw2, "/metrics")
 	for _, want := range []string{
 		`espgw_engine_driver_info{algorithm="rfc4106(gcm(aes))",driver="rfc4106(gcm_base(ctr(aes-generic),ghash-generic))",engine="cpu",module="aes-generic: kernel, ghash-generic: ghash_generic"} 1`,
-		`espgw_engine_queue_depth{engine="cpu",which="max"}`,
+		`espgw_engine_queue_depth_max{engine="cpu"}`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -401,5 +415,78 @@ func TestMetricsNameDrivers(t *testing.T) {
 	}
 	if st := b.gw2.Stats(); len(st.Engine.Drivers) != 1 || st.Engine.Drivers[0].Driver != "rfc4106(gcm_base(ctr(aes-generic),ghash-generic))" {
 		t.Errorf("stats name drivers %+v", st.Engine.Drivers)
+	}
+}
+
+// TestTooBigSource: an ICMP too-big error written into the TUN comes from
+// an address the gateway holds, of the packet's family — the first in
+// Options.ICMPSource, else in Local — and where it holds none of that
+// family no error is written rather than one from a made-up address.
+func TestTooBigSource(t *testing.T) {
+	a := netip.MustParseAddr
+	big6 := make([]byte, 40+1460) // IPv6, UDP, over the inner MTU
+	big6[0] = 0x60
+	big6[4], big6[5] = byte((len(big6)-40)>>8), byte(len(big6)-40)
+	big6[6], big6[7] = 17, 64
+	copy(big6[8:], a("2001:db8:a::10").AsSlice())
+	copy(big6[24:], a("2001:db8:b::10").AsSlice())
+	big4 := ipv4UDP(1500, 1)
+	big4[6] |= 0x40 // DF
+	for _, c := range []struct {
+		name          string
+		local, source []netip.Addr
+		want6, want4  netip.Addr // invalid: no error
+	}{
+		{"tun addresses first", []netip.Addr{gw1Addr}, []netip.Addr{a("192.0.2.1"), a("2001:db8:a::1"), gw1Addr}, a("2001:db8:a::1"), a("192.0.2.1")},
+		{"then local", []netip.Addr{gw1Addr, a("2001:db8:5::1")}, nil, a("2001:db8:5::1"), gw1Addr},
+		{"then link-local", []netip.Addr{gw1Addr}, []netip.Addr{gw1Addr, a("fe80::1")}, a("fe80::1"), gw1Addr},
+		{"none of the family", []netip.Addr{gw1Addr}, nil, netip.Addr{}, gw1Addr},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			c1, _ := memnet.Pipe(netip.AddrPortFrom(gw1Addr, 0), netip.AddrPortFrom(gw2Addr, 0), 16)
+			dev := memnet.NewDevice(16, 8)
+			g := gateway.New(dev, []gateway.Conn{c1}, func(*sa.SA) gateway.Conn { return c1 }, cpu.New(),
+				gateway.Options{Local: c.local, ICMPSource: c.source, InnerMTU: 1438, Log: slog.New(slog.DiscardHandler)})
+			if err := g.Load(pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64), nil); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- g.Run(ctx) }()
+			defer func() {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("gateway run: %v", err)
+				}
+			}()
+			bufs, sizes := [][]byte{make([]byte, 2000)}, []int{0}
+			from := func() netip.Addr {
+				if _, err := dev.Receive(bufs, sizes); err != nil {
+					t.Fatal(err)
+				}
+				p := bufs[0][:sizes[0]]
+				if p[0]>>4 == 6 {
+					if p[6] != 58 || p[40] != 2 {
+						t.Fatalf("want ICMPv6 packet too big back, got % x", p[:48])
+					}
+					return netip.AddrFrom16([16]byte(p[8:24]))
+				}
+				if p[9] != 1 || p[20] != 3 || p[21] != 4 {
+					t.Fatalf("want ICMP fragmentation needed back, got % x", p[:28])
+				}
+				return netip.AddrFrom4([4]byte(p[12:16]))
+			}
+			// The IPv6 error, if any, comes back before the IPv4 one.
+			dev.Send(big6)
+			dev.Send(big4)
+			if c.want6.IsValid() {
+				if got := from(); got != c.want6 {
+					t.Errorf("packet too big from %s, want %s", got, c.want6)
+				}
+			}
+			if got := from(); got != c.want4 {
+				t.Errorf("fragmentation needed from %s, want %s (an IPv6 error where none was due?)", got, c.want4)
+			}
+		})
 	}
 }

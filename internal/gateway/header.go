@@ -358,10 +358,12 @@ func netipMapped(a []byte) [16]byte {
 	return m
 }
 
-// icmpConn is a raw ICMP socket of one family.
+// icmpConn is a raw ICMP socket of one family: one that watches for
+// reports about the outer path, or one that only sends.
 type icmpConn struct {
-	pc net.PacketConn
-	v6 bool
+	pc    net.PacketConn
+	v6    bool
+	watch bool
 }
 
 // readICMP hands every message c receives to HandleICMP until c closes.

@@ -294,6 +294,22 @@ func TestReloadRefusedWhole(t *testing.T) {
 	}
 }
 
+// TestLoadRefusesKernelOnlySettings: an SA with an xfrm interface's if-id
+// or an output-mark is refused, not run without them.
+func TestLoadRefusesKernelOnlySettings(t *testing.T) {
+	r := newReloadBed(t, pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64))
+	for name, set := range map[string]func(*sa.SA){
+		"if-id":       func(s *sa.SA) { s.IfID = 7 },
+		"output-mark": func(s *sa.SA) { s.OutputMark = sa.Mark{Value: 1, Mask: 0xff} },
+	} {
+		next := clone(r.sas)
+		set(next[0])
+		if err := r.gw1.Load(next, nil); err == nil || !strings.Contains(err.Error(), "if-id and output-mark") {
+			t.Errorf("%s: got %v, want a refusal naming if-id and output-mark", name, err)
+		}
+	}
+}
+
 // TestReloadOpensAConnection is the runtime's reload in memory: an SA
 // needing an outer connection the gateway lacks (the first encap: udp SA on
 // a raw-ESP gateway) is refused with a clear error while there is none;
@@ -437,7 +453,7 @@ func TestRetiredSAsKeepTheirCounts(t *testing.T) {
 		t.Errorf("sealed live %d retired %d right after the reload, want 0 and 7", live, retired)
 	}
 	body := getPage(t, r.gw1, "/metrics")
-	if !strings.Contains(body, `espgw_sa_packets_total{op="seal",spi="retired"} 7`) {
+	if !strings.Contains(body, `espgw_sa_packets_total{direction="out",local="",op="seal",remote="",spi="retired",suite=""} 7`) {
 		t.Errorf("/metrics lacks the retired SA's packets:\n%s", body)
 	}
 	waitFor(t, "the retired SA folded into the totals", func() bool {
@@ -519,4 +535,106 @@ func (c *tapConn) Send(pkts []*esp.Packet) (int, error) {
 		c.sent(p)
 	}
 	return c.Conn.Send(pkts)
+}
+
+// wireLog keeps a copy of every ESP packet gw1 sent, to replay them.
+type wireLog struct {
+	mu    sync.Mutex
+	pkts  [][]byte
+	peers []netip.AddrPort
+}
+
+func (w *wireLog) sent(p *esp.Packet) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.pkts = append(w.pkts, append([]byte(nil), p.Data()...))
+	w.peers = append(w.peers, p.Peer)
+}
+
+// replay puts every packet logged so far on the wire again, as gw1 sent it.
+func (w *wireLog) replay(t *testing.T, c *memnet.Conn) int {
+	t.Helper()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, data := range w.pkts {
+		p := new(esp.Packet)
+		p.Reset(append([]byte(nil), data...), 0, len(data))
+		p.Peer = w.peers[i]
+		if _, err := c.Send([]*esp.Packet{p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return len(w.pkts)
+}
+
+// TestChangeKeepsWhatAnSASaw changes an SA without changing its SPI,
+// addresses or keys — by a reload and by an update of the control
+// socket's kind — and replays on the wire the packets sent under it
+// before: the receiver refuses every one as a replay, and the sender
+// numbers on from where it was. With new keys it is a new SA: numbering
+// starts again, and the old packets fail their ICV.
+func TestChangeKeepsWhatAnSASaw(t *testing.T) {
+	reload := func(t *testing.T, r *reloadBed, next []*sa.SA) { loadBoth(t, r, next, nil) }
+	update := func(t *testing.T, r *reloadBed, next []*sa.SA) {
+		for _, g := range []*gateway.Gateway{r.gw1, r.gw2} {
+			c := gateway.Change{Del: []gateway.SAID{{SPI: 0x1001, Dst: gw2Addr}}, Add: clone(next[:1])}
+			if err := g.Apply(c); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	for _, c := range []struct {
+		name   string
+		change func(*testing.T, *reloadBed, []*sa.SA)
+		edit   func(*sa.SA)
+		newKey bool
+	}{
+		{"reload: a soft lifetime added", reload, func(s *sa.SA) { s.Soft = sa.Lifetime{Packets: 1 << 20} }, false},
+		{"reload: a selector and a larger window", reload, func(s *sa.SA) {
+			s.Selectors = []sa.Selector{{Dst: netip.MustParsePrefix("203.0.113.0/24")}}
+			s.ReplayWindow = 1024
+		}, false},
+		{"reload: a smaller window", reload, func(s *sa.SA) { s.ReplayWindow = 16 }, false},
+		{"update: a soft lifetime added", update, func(s *sa.SA) { s.Soft = sa.Lifetime{Packets: 1 << 20} }, false},
+		{"update: TFC padding", update, func(s *sa.SA) { s.TFCPad = 300 }, false},
+		{"reload: new keys", reload, func(s *sa.SA) { s.EncKey = key(20) }, true},
+		{"update: new keys", update, func(s *sa.SA) { s.EncKey = key(20) }, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			wire := &wireLog{}
+			sas := pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64)
+			r := &reloadBed{e1: &closeCounter{Engine: cpu.New()}, e2: &closeCounter{Engine: cpu.New()}, sas: sas}
+			r.bed = newBedTapped(t, [2]offload.Engine{r.e1, r.e2}, sas, 0, wire.sent)
+			r.got = newSink(r.dev2)
+			r.send(t, hostB, 10, 10)
+			next := clone(sas)
+			c.edit(next[0])
+			c.change(t, r, next)
+			in := findSA(r.gw2, 0x1001)
+			if in == nil || in == findSA(r.gw2, 0x2001) {
+				t.Fatal("gw2 lost SA 0x1001")
+			}
+			before := r.got.count()
+			n := wire.replay(t, r.wire1)
+			reason := "replay"
+			if c.newKey {
+				reason = "bad-icv"
+			}
+			waitFor(t, "the replayed packets refused", func() bool { return in.Snapshot().Drops[reason] == uint64(n) })
+			if got := r.got.count(); got != before {
+				t.Errorf("%d replayed packets delivered after the change", got-before)
+			}
+			r.send(t, hostB, 10, 10)
+			wantSeq := uint64(20)
+			if c.newKey {
+				wantSeq = 10
+			}
+			if s := findSA(r.gw1, 0x1001).LastSeq(); s != wantSeq {
+				t.Errorf("gw1's sequence after the change and 10 more packets: %d, want %d", s, wantSeq)
+			}
+			if h := in.HighestAccepted(); h != wantSeq {
+				t.Errorf("gw2's highest accepted: %d, want %d", h, wantSeq)
+			}
+		})
+	}
 }

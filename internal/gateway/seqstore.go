@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"maps"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -35,8 +37,9 @@ import (
 // SA waits for one fsync at most, off the data path. Each write starts on
 // a JournalBlock boundary and is padded to one, so a write torn by a crash
 // never shares a disk block with records already durable. A record carries
-// a CRC: a torn record is skipped when the journal is read back (it was
-// never durable, so no packet went out under it). When the journal has
+// a CRC, and the journal is trusted only when it proves itself (journal.go:
+// what a crash during the last write leaves is skipped, anything else is
+// damage, refused unless the gateway is told to skip). When the journal has
 // grown to twice what it holds, it is rewritten with one record per SA
 // (to a temporary file, fsynced, renamed over the journal, the directory
 // fsynced). Several gateways may share a state directory (one per
@@ -53,9 +56,13 @@ type seqStore struct {
 
 	// mu guards the fields below it: the records waiting for the next
 	// write, the batch they will be in, whether a writer is at work.
-	mu       sync.Mutex
-	opened   bool
-	closed   bool
+	mu     sync.Mutex
+	opened bool
+	closed bool
+	// skip is the journal's floor: how far above its initial sequence
+	// every SA resumes at least, since a journal that did not prove itself
+	// was replaced (Options.SequenceSkip); 0 for most journals.
+	skip     uint64
 	pending  []seqRecord
 	next     *seqBatch
 	flushing bool
@@ -69,6 +76,14 @@ type seqStore struct {
 	compactAt int64 // rewrite once the journal is this long
 	buf       []byte
 	writes    int // batches written (tests)
+	// repair is set when the journal was damaged and the gateway told to
+	// skip: the first write replaces it (the damaged file set aside).
+	repair bool
+	// used is whether the directory's manifest says its journal has held
+	// a durable reservation.
+	used bool
+	// askedSkip is Options.SequenceSkip.
+	askedSkip uint64
 }
 
 // JournalName is the file of a state directory that holds the sequence
@@ -111,7 +126,11 @@ func newSeqBatch() *seqBatch { return &seqBatch{done: make(chan struct{})} }
 func (st *seqStore) journal() string { return filepath.Join(st.dir, JournalName) }
 
 // open reads the bounds the directory holds and opens the journal; it is
-// called before the first SA is built and does nothing after.
+// called before the first SA is built and does nothing after. A journal
+// that does not prove itself (JournalDamage) is an error, unless the
+// gateway was told to skip (Options.SequenceSkip): then every SA resumes
+// that far above what the journal still shows, and the first write
+// replaces the journal, the damaged one set aside.
 func (st *seqStore) open() error {
 	st.fileMu.Lock()
 	defer st.fileMu.Unlock()
@@ -131,10 +150,8 @@ func (st *seqStore) open() error {
 	if err != nil {
 		return err
 	}
-	f, created, err := openJournal(st.journal())
-	if err != nil {
-		return fmt.Errorf("state directory %s: %w", st.dir, err)
-	}
+	st.used = manifestSays(st.dir)
+	f, created, damage := openJournal(st.journal(), st.used)
 	if created {
 		// The new file's name is durable only once the directory is.
 		if err := syncDir(st.dir); err != nil {
@@ -143,33 +160,95 @@ func (st *seqStore) open() error {
 		}
 	}
 	st.f = f
-	if err := st.lockFile(); err != nil {
-		f.Close()
-		return err
+	sc := journalScan{bounds: map[saKey]storedBound{}, tornAt: -1}
+	if f != nil {
+		if err := st.lockFile(); err != nil {
+			f.Close()
+			st.f = nil
+			return err
+		}
+		defer func() {
+			if st.f != nil {
+				unix.Flock(int(st.f.Fd()), unix.LOCK_UN)
+			}
+		}()
+		sc = scanJournal(st.f, st.journal())
+		if damage == nil {
+			damage = sc.damage
+		}
+		if damage == nil && st.used && sc.records == 0 {
+			damage = &JournalDamage{st.journal(), -1, fmt.Sprintf("it holds no record (%d bytes), though the directory's %s says reservations were made durable in it: emptied?", sc.size, ManifestName)}
+		}
 	}
-	bounds, size, skipped, err := readJournal(st.f)
-	unix.Flock(int(st.f.Fd()), unix.LOCK_UN)
-	if err != nil {
-		st.f.Close()
-		return fmt.Errorf("read %s: %w", st.journal(), err)
+	switch {
+	case damage != nil && st.askedSkip == 0:
+		if st.f != nil {
+			st.f.Close()
+			st.f = nil
+		}
+		return fmt.Errorf("%w. Its outbound SAs' bounds cannot be trusted, so the gateway sends under none of them: start it with --sequence-skip N to resume each N above the highest bound the journal still shows (N more than any SA can have sent since; an SA without ESN needs its resumed number below 2^32)", damage)
+	case damage != nil:
+		st.repair = true
+		for k, b := range sc.bounds {
+			sc.bounds[k] = storedBound{satAdd(b.upTo, st.askedSkip), b.from}
+		}
+		// An SA whose every record was in the damaged part is unknown:
+		// the floor makes every SA without a record of its own resume
+		// the skip above its initial sequence, from now on.
+		if f := sc.bounds[floorKey]; f.upTo < st.askedSkip {
+			sc.bounds[floorKey] = storedBound{st.askedSkip, st.journal()}
+		}
+		st.log.Warn("sequence journal damaged: --sequence-skip given, every outbound SA resumes that far above the highest bound the journal still shows (or its initial-seq); the journal is replaced at the first reservation and the damaged one kept beside it",
+			"skip", st.skip, "damage", damage.Error(), "intact-records", sc.records)
+	case sc.tornAt >= 0:
+		st.log.Warn("sequence journal: the last write was torn by a crash and is skipped (it was never made durable, so no packet went out under it); the journal is rewritten without it",
+			"file", st.journal(), "from-byte", sc.tornAt, "bytes", sc.size-sc.tornAt)
+		st.bounds = maps.Clone(sc.bounds)
+		if err := st.compact(); err != nil {
+			st.f.Close()
+			st.f = nil
+			return fmt.Errorf("rewrite the torn journal %s: %w", st.journal(), err)
+		}
+	case st.askedSkip > 0:
+		st.log.Info("--sequence-skip not applied: the sequence journal proves itself", "file", st.journal(), "records", sc.records)
 	}
-	if skipped > 0 {
-		st.log.Warn("sequence journal: records torn by a crash skipped (they were never durable, so no packet went out under them)", "file", st.journal(), "records", skipped)
+	st.size = sc.size
+	st.compactAt = max(1<<20, 2*sc.size)
+	if st.f != nil {
+		var fi unix.Stat_t
+		if unix.Fstat(int(st.f.Fd()), &fi) == nil {
+			st.size = fi.Size
+			st.compactAt = max(1<<20, 2*fi.Size)
+		}
 	}
-	st.size = size
-	st.compactAt = max(1<<20, 2*size)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for k, b := range legacy {
+		if st.repair {
+			b.upTo = satAdd(b.upTo, st.askedSkip)
+		}
 		st.bounds[k] = b
 	}
-	for k, b := range bounds {
+	for k, b := range sc.bounds {
 		if b.upTo > st.bounds[k].upTo {
 			st.bounds[k] = b
 		}
 	}
+	st.skip = st.bounds[floorKey].upTo
 	st.opened = true
 	return nil
+}
+
+// floorKey is the journal's record of a skip (SPI 0 is no SA's, RFC 4303
+// §2.1): every SA resumes at least this far above its initial sequence.
+var floorKey = saKey{}
+
+// satAdd is a+b, or the largest uint64 where that overflows.
+func satAdd(a, b uint64) uint64 {
+	if a+b < a {
+		return math.MaxUint64
+	}
+	return a + b
 }
 
 // close waits for the write under way and closes the journal; reservations
@@ -205,13 +284,34 @@ func (st *seqStore) clean() error {
 }
 
 // resume returns cfg starting after the stored bound, if there is one.
+// After a skip (the journal did not prove itself) it starts at least the
+// skip above its initial sequence, and one that would pass the end of its
+// sequence space is refused: it needs new keys.
 func (st *seqStore) resume(cfg *sa.SA) (*sa.SA, error) {
 	b := st.stored(cfg)
-	if b.upTo <= cfg.InitialSeq {
+	st.mu.Lock()
+	skip := st.skip
+	st.mu.Unlock()
+	from := b.upTo
+	if skip > 0 {
+		from = max(from, satAdd(cfg.InitialSeq, skip))
+		last := uint64(math.MaxUint32)
+		if cfg.ESN {
+			last = math.MaxUint64
+		}
+		if from >= last {
+			return nil, fmt.Errorf("SA %#x to %s: --sequence-skip %d takes it to %d, past the last sequence number it may send (%d, %s): it needs new keys and a new SPI (a rekey)",
+				cfg.SPI, cfg.Dst, skip, from, last, map[bool]string{false: "no ESN", true: "ESN"}[cfg.ESN])
+		}
+		if from > b.upTo {
+			st.log.Warn("SA resumes skipped: the sequence journal did not prove itself", "spi", fmt.Sprintf("%#x", cfg.SPI), "dst", cfg.Dst, "next", from+1, "skip", skip)
+		}
+	}
+	if from <= cfg.InitialSeq {
 		return cfg, nil
 	}
 	c := *cfg
-	c.InitialSeq = b.upTo
+	c.InitialSeq = from
 	return &c, nil
 }
 
@@ -341,6 +441,15 @@ func (st *seqStore) write(recs []seqRecord) (err error) {
 			err = fmt.Errorf("reserve sequence numbers of %d SAs in %s: %w", len(recs), st.dir, err)
 		}
 	}()
+	if st.repair {
+		if err := st.replaceDamaged(recs); err != nil {
+			return err
+		}
+		st.repair = false
+		st.writes++
+		st.markUsed()
+		return nil
+	}
 	if st.f == nil {
 		return errStoreClosed
 	}
@@ -356,11 +465,10 @@ func (st *seqStore) write(recs []seqRecord) (err error) {
 	if err := unix.Fstat(int(st.f.Fd()), &fi); err != nil {
 		return err
 	}
+	// Every write begins with the header: a reader tells a write that
+	// follows a torn one by it.
 	at := alignUp(fi.Size)
-	st.buf = st.buf[:0]
-	if at == 0 {
-		st.buf = append(st.buf, journalHeader...)
-	}
+	st.buf = append(st.buf[:0], journalHeader...)
 	for _, r := range recs {
 		st.buf = appendRecord(st.buf, r)
 	}
@@ -376,6 +484,7 @@ func (st *seqStore) write(recs []seqRecord) (err error) {
 	}
 	st.size = at + int64(len(st.buf))
 	st.writes++
+	st.markUsed()
 	if cap(st.buf) > 64<<10 {
 		st.buf = nil // a load's batch (2 MB for 50,000 SAs) is not kept
 	}
@@ -403,9 +512,9 @@ func (st *seqStore) lockFile() error {
 		if unix.Fstat(int(st.f.Fd()), &a) == nil && unix.Stat(st.journal(), &b) == nil && a.Ino == b.Ino && a.Dev == b.Dev {
 			return nil
 		}
-		f, _, err := openJournal(st.journal())
-		if err != nil {
-			return err
+		f, _, damage := openJournal(st.journal(), true)
+		if damage != nil {
+			return damage
 		}
 		st.f.Close()
 		st.f = f
@@ -413,35 +522,79 @@ func (st *seqStore) lockFile() error {
 }
 
 // compact rewrites the journal with one record per SA: those of every
-// gateway that wrote to it and the bounds of the legacy per-SA files. The
-// journal's flock and fileMu are held.
+// gateway that wrote to it, the bounds of the legacy per-SA files and the
+// bounds this store knows. The journal's flock and fileMu are held.
 func (st *seqStore) compact() error {
-	bounds, _, _, err := readJournal(st.f)
-	if err != nil {
-		return err
+	sc := scanJournal(st.f, st.journal())
+	if sc.damage != nil {
+		return sc.damage
 	}
 	legacy, err := readLegacyBounds(st.dir)
 	if err != nil {
 		return err
 	}
-	for k, b := range legacy {
-		if b.upTo > bounds[k].upTo {
-			bounds[k] = b
+	bounds := sc.bounds
+	st.mu.Lock()
+	for _, m := range []map[saKey]storedBound{legacy, st.bounds} {
+		for k, b := range m {
+			if b.upTo > bounds[k].upTo {
+				bounds[k] = b
+			}
 		}
 	}
+	st.mu.Unlock()
+	return st.rewrite(bounds, nil)
+}
+
+// replaceDamaged writes a new journal in place of a damaged one, with
+// every bound known (those the damaged journal still showed, raised by the
+// skip) and recs; the damaged file is kept beside it, renamed. Until the
+// new journal is in place the damaged one (or none, with the manifest)
+// stays, so a crash meanwhile is refused again at the next start.
+func (st *seqStore) replaceDamaged(recs []seqRecord) error {
+	st.mu.Lock()
+	bounds := maps.Clone(st.bounds)
+	st.mu.Unlock()
+	for _, r := range recs {
+		if r.upTo > bounds[r.key].upTo {
+			bounds[r.key] = storedBound{r.upTo, st.journal()}
+		}
+	}
+	aside := st.journal() + ".damaged-" + time.Now().UTC().Format("20060102T150405.000000000")
+	err := st.rewrite(bounds, func() error {
+		if err := os.Rename(st.journal(), aside); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("set the damaged journal aside: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	unix.Flock(int(st.f.Fd()), unix.LOCK_UN) // taken by rewrite
+	st.log.Warn("sequence journal replaced: the damaged one is kept beside it", "file", st.journal(), "damaged", aside, "sas", len(bounds))
+	return nil
+}
+
+// rewrite puts a journal holding bounds in place of the journal: written to
+// a temporary file, fsynced, (before called,) renamed over the journal,
+// the directory fsynced. The new journal becomes st.f, flocked.
+func (st *seqStore) rewrite(bounds map[saKey]storedBound, before func() error) error {
 	buf := []byte(journalHeader)
 	for k, b := range bounds {
 		buf = appendRecord(buf, seqRecord{k, b.upTo})
 	}
 	buf = pad(buf)
 	tmp := st.journal() + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_RDWR|os.O_TRUNC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
 	_, err = f.Write(buf)
 	if err == nil {
 		err = f.Sync()
+	}
+	if err == nil && before != nil {
+		err = before()
 	}
 	if err == nil {
 		err = os.Rename(tmp, st.journal())
@@ -456,24 +609,28 @@ func (st *seqStore) compact() error {
 	}
 	// The old journal's lock goes with its descriptor; another gateway
 	// waiting on it finds the file replaced and reopens.
-	st.f.Close()
+	if st.f != nil {
+		st.f.Close()
+	}
 	st.f = f
-	unix.Flock(int(f.Fd()), unix.LOCK_EX) // released by write's deferred unlock
+	unix.Flock(int(f.Fd()), unix.LOCK_EX) // released by the caller's unlock
 	st.size = int64(len(buf))
 	st.compactAt = max(1<<20, 2*st.size)
 	return nil
 }
 
-func openJournal(path string) (f *os.File, created bool, err error) {
-	f, err = os.OpenFile(path, os.O_RDWR, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
-		if errors.Is(err, os.ErrExist) {
-			return openJournal(path) // another gateway made it just now
-		}
-		created = err == nil
+// markUsed writes the directory's manifest after its journal's first
+// durable reservation (fileMu held); a failure is logged and tried again
+// at the next write.
+func (st *seqStore) markUsed() {
+	if st.used {
+		return
 	}
-	return f, created, err
+	if err := writeManifest(st.dir); err != nil {
+		st.log.Warn("sequence journal: write the state directory's manifest", "dir", st.dir, "err", err)
+		return
+	}
+	st.used = true
 }
 
 func syncDir(dir string) error {
@@ -543,36 +700,6 @@ func parseRecord(line []byte) (r seqRecord, ok bool) {
 	return seqRecord{saKey{uint32(spi), dst}, upTo}, true
 }
 
-// readJournal reads every record of the journal f: the highest bound per
-// SA, the journal's length, and how many lines were not records (torn).
-func readJournal(f *os.File) (map[saKey]storedBound, int64, int, error) {
-	var fi unix.Stat_t
-	if err := unix.Fstat(int(f.Fd()), &fi); err != nil {
-		return nil, 0, 0, err
-	}
-	data := make([]byte, fi.Size)
-	if _, err := f.ReadAt(data, 0); err != nil && fi.Size > 0 {
-		return nil, 0, 0, err
-	}
-	bounds := map[saKey]storedBound{}
-	skipped := 0
-	for line := range bytes.Lines(data) {
-		line = bytes.Trim(line, " \n\x00")
-		if len(line) == 0 || line[0] == '#' {
-			continue // padding, a hole, the header
-		}
-		r, ok := parseRecord(line)
-		if !ok {
-			skipped++
-			continue
-		}
-		if r.upTo > bounds[r.key].upTo {
-			bounds[r.key] = storedBound{r.upTo, f.Name()}
-		}
-	}
-	return bounds, fi.Size, skipped, nil
-}
-
 // readLegacyBounds reads the per-SA files of gateways before the journal:
 // seq-<spi>-<dst> and, older, seq-<spi> (which names no destination and
 // so holds for every SA with that SPI).
@@ -630,17 +757,17 @@ func StoredBounds(dir string) (map[SAID]uint64, error) {
 	if bounds == nil {
 		bounds = map[saKey]storedBound{}
 	}
-	f, err := os.Open(filepath.Join(dir, JournalName))
+	f, err := os.OpenFile(filepath.Join(dir, JournalName), os.O_RDONLY|unix.O_NOFOLLOW, 0)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
 	if err == nil {
 		defer f.Close()
-		journal, _, _, err := readJournal(f)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", f.Name(), err)
+		sc := scanJournal(f, f.Name())
+		if sc.damage != nil {
+			return nil, sc.damage
 		}
-		for k, b := range journal {
+		for k, b := range sc.bounds {
 			if b.upTo > bounds[k].upTo {
 				bounds[k] = b
 			}

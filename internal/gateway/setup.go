@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -43,9 +44,10 @@ type Runtime struct {
 	// raw socket of the same key (wan-io), replaced whole like conns.
 	xdps  atomic.Pointer[map[connKey]*xdp.Conn]
 	rules []*netlink.Rule
-	// lock keeps a second gateway with these SAs in this namespace from
-	// starting.
-	lock *saLock
+	// nsClaim and stateClaim keep a second gateway with any of these SAs
+	// in this namespace, or outbound in this state directory, from
+	// starting (stateClaim is nil without one).
+	nsClaim, stateClaim *saClaim
 	// mtu is the TUN MTU the gateway started with: the most a change can
 	// give it back, as the buffers were sized for it.
 	mtu int
@@ -105,9 +107,13 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 			rt.Close()
 		}
 	}()
-	// Before anything is set up: a second gateway with these SAs in this
-	// namespace stops here, having touched nothing of the first's.
-	if rt.lock, err = lockSAs(DefaultLockRoot, cfg.SAs); err != nil {
+	// Before anything is set up: a second gateway with any of these SAs
+	// in this namespace stops here, having touched nothing of the first's.
+	ns, err := namespaceName()
+	if err != nil {
+		return rt, fmt.Errorf("%s: %w", cfg.File, err)
+	}
+	if rt.nsClaim, err = claimSAs(filepath.Join(DefaultLockRoot, ns), "network namespace "+ns, cfg.SAs); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
 	}
 	rt.Engine, err = engines.New(cfg.Engine, engines.Options{Workers: cfg.Workers})
@@ -184,6 +190,15 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		if err := os.MkdirAll(stateDir, 0o700); err != nil {
 			return rt, fmt.Errorf("%s: state-dir: %w", cfg.File, err)
 		}
+		// Gateways sharing a state directory share its journal, which
+		// knows an SA by SPI and destination: one sender per SA.
+		claims, err := stateClaims(DefaultLockRoot, stateDir)
+		if err != nil {
+			return rt, fmt.Errorf("%s: state-dir: %w", cfg.File, err)
+		}
+		if rt.stateClaim, err = claimSAs(claims, "state directory "+stateDir, outboundOf(cfg.Local, cfg.SAs)); err != nil {
+			return rt, fmt.Errorf("%s: %w", cfg.File, err)
+		}
 		log.Info("outbound sequence numbers are reserved in the state directory", "dir", stateDir)
 		var fs unix.Statfs_t
 		if unix.Statfs(stateDir, &fs) == nil && fs.Type == unix.TMPFS_MAGIC {
@@ -199,8 +214,17 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	for _, x := range xdps {
 		list = append(list, x)
 	}
+	// ICMP errors written into the TUN come from the TUN's addresses, else
+	// the outer ones, else the TUN's link-local one (the gateway turns
+	// those off, so there is one only where the host's settings gave it).
+	sources := append(prefixAddrs(cfg.TUN.Addresses), cfg.Local...)
+	if ll, err := rt.TUN.LinkLocal(); err != nil {
+		log.Debug("read the TUN's link-local addresses", "err", err)
+	} else {
+		sources = append(sources, ll...)
+	}
 	rt.Gateway = New(rt.TUN, list, rt.pick, rt.Engine, Options{
-		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: prefixAddrs(cfg.TUN.Addresses), StateDir: stateDir, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
+		Local: cfg.Local, InnerMTU: mtu, OuterMTU: cfg.OuterMTU, PMTUExpiry: cfg.PMTUExpiry, ICMPSource: sources, NATKeepalive: cfg.NATKeepalive, StateDir: stateDir, SequenceSkip: cfg.SequenceSkip, Workers: cfg.Workers, Batch: cfg.Batch, Inline: cfg.Inline, Log: log,
 	})
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
@@ -209,6 +233,13 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	for _, s := range cfg.SAs {
 		if err := rt.watchICMP(s.Dst.Is6()); err != nil {
 			return rt, fmt.Errorf("%s: %w", cfg.File, err)
+		}
+	}
+	// Too-big errors about inner packets of the other family (IPv6 in an
+	// IPv4 tunnel) leave from the host too.
+	for _, v6 := range []bool{false, true} {
+		if err := rt.sendICMPFrom(v6); err != nil {
+			log.Warn("ICMP too-big errors of this family go into the TUN instead of leaving from the host", "ipv6", v6, "err", err)
 		}
 	}
 	// Reading and loading the SA file leaves its garbage (the YAML nodes,
@@ -370,9 +401,11 @@ func (rt *Runtime) Reload() error {
 			return fmt.Errorf("reload: %w", err)
 		}
 	}
-	// The lock follows the SA set: a set another gateway here runs is
+	// The claims follow the SA set: an SA another gateway here runs is
 	// refused like at start.
-	lock, commitLock, err := rt.lock.relock(DefaultLockRoot, next.SAs)
+	err = rt.nsClaim.replace(next.SAs, func() error {
+		return rt.stateClaim.replace(outboundOf(rt.Config.Local, next.SAs), func() error { return rt.Load(next.SAs, next.SPD) })
+	})
 	if err != nil {
 		rt.closeConns(opened)
 		if mtu < oldMTU {
@@ -380,18 +413,6 @@ func (rt *Runtime) Reload() error {
 		}
 		return fmt.Errorf("reload %s: %w", next.File, err)
 	}
-	if err := rt.Load(next.SAs, next.SPD); err != nil {
-		rt.closeConns(opened)
-		if mtu < oldMTU {
-			rt.setMTU(oldMTU)
-		}
-		if lock != rt.lock {
-			lock.release()
-		}
-		return fmt.Errorf("reload %s: %w", next.File, err)
-	}
-	commitLock()
-	rt.lock = lock
 	if mtu > oldMTU {
 		if err := rt.setMTU(mtu); err != nil {
 			rt.Gateway.log.Warn("reload: the TUN MTU stays lower than the SAs allow", "err", err)
@@ -503,6 +524,9 @@ func (rt *Runtime) closeUnused() {
 func (rt *Runtime) ApplyChange(c Change) error {
 	rt.changeMu.Lock()
 	defer rt.changeMu.Unlock()
+	if err := rt.Config.CheckSAs(c.Add); err != nil {
+		return err
+	}
 	var gone []*sa.SA
 	for _, id := range c.Del {
 		cfg, err := rt.Find(id)
@@ -529,7 +553,14 @@ func (rt *Runtime) ApplyChange(c Change) error {
 			return err
 		}
 	}
-	if err := rt.Apply(c); err != nil {
+	var delKeys []saKey
+	for _, s := range gone {
+		delKeys = append(delKeys, keyOf(s))
+	}
+	err = rt.nsClaim.change(c.Add, delKeys, func() error {
+		return rt.stateClaim.change(outboundOf(rt.Config.Local, c.Add), delKeys, func() error { return rt.Apply(c) })
+	})
+	if err != nil {
 		rt.closeConns(opened)
 		return err
 	}
@@ -609,7 +640,20 @@ func (rt *Runtime) Close() {
 	if rt.Engine != nil {
 		rt.Engine.Close()
 	}
-	rt.lock.release()
+	rt.stateClaim.release()
+	rt.nsClaim.release()
+}
+
+// outboundOf are the SAs of sas that a gateway with the local addresses
+// sends on.
+func outboundOf(local []netip.Addr, sas []*sa.SA) []*sa.SA {
+	var out []*sa.SA
+	for _, s := range sas {
+		if containsAddr(local, s.Src) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // InnerMTU is the largest inner packet an SA carries in outerMTU bytes.
@@ -641,35 +685,62 @@ func prefixAddrs(ps []netip.Prefix) []netip.Addr {
 // fragmentation-needed or packet-too-big reports lower SAs' path MTUs.
 func (rt *Runtime) watchICMP(v6 bool) error {
 	for _, w := range rt.Gateway.icmpConns {
-		if w.v6 == v6 {
+		if w.v6 == v6 && w.watch {
 			return nil
 		}
 	}
+	pc, err := openICMP(v6, true)
+	if err != nil {
+		return fmt.Errorf("open ICMP socket for path MTU reports: %w", err)
+	}
+	rt.Gateway.icmpConns = append(rt.Gateway.icmpConns, icmpConn{pc: pc, v6: v6, watch: true})
+	return nil
+}
+
+// sendICMPFrom opens a raw ICMP socket of one family that only sends
+// (too-big errors), unless one of the family is open already.
+func (rt *Runtime) sendICMPFrom(v6 bool) error {
+	if rt.Gateway.icmpSender(v6) != nil {
+		return nil
+	}
+	pc, err := openICMP(v6, false)
+	if err != nil {
+		return fmt.Errorf("open ICMP socket to send too-big errors: %w", err)
+	}
+	rt.Gateway.icmpConns = append(rt.Gateway.icmpConns, icmpConn{pc: pc, v6: v6})
+	return nil
+}
+
+// openICMP opens a raw ICMP socket of one family that receives only the
+// path MTU reports (reports) or nothing: it would otherwise copy every
+// ICMP message the host receives.
+func openICMP(v6, reports bool) (net.PacketConn, error) {
 	network, addr := "ip4:icmp", "0.0.0.0"
 	if v6 {
 		network, addr = "ip6:ipv6-icmp", "::"
 	}
 	pc, err := net.ListenPacket(network, addr)
 	if err != nil {
-		return fmt.Errorf("open ICMP socket for path MTU reports: %w", err)
+		return nil, err
 	}
-	// Only the reports: the socket would otherwise copy every ICMP
-	// message the host receives.
 	if v6 {
 		var f ipv6.ICMPFilter
 		f.SetAll(true)
-		f.Accept(ipv6.ICMPTypePacketTooBig)
+		if reports {
+			f.Accept(ipv6.ICMPTypePacketTooBig)
+		}
 		err = ipv6.NewPacketConn(pc).SetICMPFilter(&f)
 	} else {
 		var f ipv4.ICMPFilter
 		f.SetAll(true)
-		f.Accept(ipv4.ICMPTypeDestinationUnreachable)
+		if reports {
+			f.Accept(ipv4.ICMPTypeDestinationUnreachable)
+		}
 		err = ipv4.NewPacketConn(pc).SetICMPFilter(&f)
 	}
 	if err != nil {
 		pc.Close()
-		return fmt.Errorf("filter ICMP socket for path MTU reports: %w", err)
+		return nil, fmt.Errorf("filter: %w", err)
 	}
-	rt.Gateway.icmpConns = append(rt.Gateway.icmpConns, icmpConn{pc: pc, v6: v6})
-	return nil
+	return pc, nil
 }

@@ -1,16 +1,16 @@
 package gateway
 
 import (
-	"cmp"
+	"bufio"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -26,8 +26,9 @@ const DefaultStateRoot = "/var/lib/espgw"
 // StateDirOff is the state-dir value that turns sequence persistence off.
 const StateDirOff = "off"
 
-// DefaultLockRoot is where the locks that keep two gateways from running one
-// SA set in one namespace live (on tmpfs: a lock does not outlive a boot).
+// DefaultLockRoot is where the claims that keep two gateways from running
+// one SA in one namespace live, a directory per namespace (on tmpfs: a
+// claim does not outlive a boot).
 const DefaultLockRoot = "/run/espgw"
 
 // namespaceName names the calling thread's network namespace for the state
@@ -71,103 +72,261 @@ func resolveStateDir(cfg *Config, root string) (string, error) {
 	return cfg.rel(cfg.StateDir), nil
 }
 
-// saLock is the exclusive lock a running gateway holds on its SA set in its
-// namespace, so a second gateway started with the same SAs refuses to run
-// (both would deliver every packet, and their sequence numbers collide).
-type saLock struct {
-	f    *os.File
-	path string
+// stateClaims is the directory of claims of the gateways sharing the state
+// directory dir, under root: named by a hash of dir's resolved path, so
+// the state directory itself holds only state.
+func stateClaims(root, dir string) (string, error) {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		return "", err
+	}
+	h := fnv.New64a()
+	h.Write([]byte(real))
+	return filepath.Join(root, fmt.Sprintf("state-%016x", h.Sum64())), nil
 }
 
-// lockSAs takes the lock of the SA set in its namespace: a file in root
-// named by the namespace and a hash of the set's SA identities (SPI and
-// destination), flocked for as long as the gateway runs. The kernel drops
-// the lock when the process dies, however it dies, so a gateway killed
-// with -9 never blocks its restart.
-func lockSAs(root string, sas []*sa.SA) (*saLock, error) {
-	ns, path, err := saLockPath(root, sas)
-	if err != nil {
-		return nil, err
+// saClaim is a running gateway's claim on the SAs it runs in one
+// directory of claims: its network namespace's (under DefaultLockRoot), and
+// its state directory's, whose journal keys bounds by SPI and destination.
+// A second gateway claiming any of the same SAs (SPI and destination) there
+// is refused, naming the first's pid and the SA: both would deliver every
+// packet, and number the same SA twice over.
+//
+// Each gateway has a file of its own in the directory, listing its SAs and
+// flocked for as long as it runs: the kernel drops the lock when the
+// process dies, however it dies, so a gateway killed with -9 never blocks
+// its restart (its file, unlocked, is removed by the next claim). Claims
+// are checked and written holding the directory's own flock, so two
+// gateways starting at once cannot both miss each other.
+type saClaim struct {
+	dir, where string
+	f          *os.File
+	ids        map[saKey]bool
+}
+
+// claimFileSuffix ends the name of a gateway's file of claims.
+const claimFileSuffix = ".sas"
+
+// claimSAs claims sas in dir (where names it in errors: "network
+// namespace X", "state directory Y").
+func claimSAs(dir, where string, sas []*sa.SA) (*saClaim, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("claim the SAs in %s: %w", dir, err)
 	}
-	dir := filepath.Dir(path)
-	for try := 0; ; try++ {
-		if try == 100 {
-			return nil, fmt.Errorf("lock the SAs (%s): the file keeps being replaced", path)
+	c := &saClaim{dir: dir, where: where, ids: map[saKey]bool{}}
+	err := c.locked(func() error {
+		want := idsOf(sas)
+		if err := c.checkOthers(want); err != nil {
+			return err
 		}
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("lock the SAs: %w", err)
-		}
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
-		if errors.Is(err, os.ErrNotExist) {
-			continue // the directory went between the two calls
-		}
+		var b [6]byte
+		rand.Read(b[:])
+		path := filepath.Join(dir, fmt.Sprintf("gw-%d-%x%s", os.Getpid(), b, claimFileSuffix))
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
-			return nil, fmt.Errorf("lock the SAs: %w", err)
+			return err
 		}
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			holder, _ := os.ReadFile(path)
 			f.Close()
-			if errors.Is(err, syscall.EWOULDBLOCK) {
-				who := strings.TrimSpace(string(holder))
-				if who == "" {
-					who = "another process"
-				}
-				return nil, fmt.Errorf("another gateway (%s) runs these SAs in network namespace %s (lock %s): two would both deliver every packet and reuse sequence numbers; stop it first", who, ns, path)
-			}
-			return nil, fmt.Errorf("lock the SAs (%s): %w", path, err)
+			os.Remove(path)
+			return err
 		}
-		// A holder that was closing may have removed the file between
-		// our open and our lock: then the lock is on a file nobody else
-		// will find, and we try again.
-		var a, b unix.Stat_t
-		if unix.Fstat(int(f.Fd()), &a) == nil && unix.Stat(path, &b) == nil && a.Ino == b.Ino && a.Dev == b.Dev {
-			f.Truncate(0)
-			fmt.Fprintf(f, "pid %d\n", os.Getpid())
-			return &saLock{f: f, path: path}, nil
-		}
-		f.Close()
-	}
-}
-
-// saLockPath is the lock file of an SA set in this namespace.
-func saLockPath(root string, sas []*sa.SA) (ns, path string, err error) {
-	if ns, err = namespaceName(); err != nil {
-		return "", "", err
-	}
-	ids := make([]string, 0, len(sas))
-	for _, s := range sas {
-		ids = append(ids, fmt.Sprintf("%08x/%s", s.SPI, s.Dst))
-	}
-	slices.SortFunc(ids, cmp.Compare)
-	h := fnv.New64a()
-	h.Write([]byte(strings.Join(ids, ",")))
-	return ns, filepath.Join(root, fmt.Sprintf("%s.sas-%016x.lock", ns, h.Sum64())), nil
-}
-
-// relock moves the lock to another SA set (a reload): it takes the new
-// set's lock, or says who holds it; the old lock stays until commit.
-func (l *saLock) relock(root string, sas []*sa.SA) (next *saLock, commit func(), err error) {
-	if l == nil {
-		return nil, func() {}, nil
-	}
-	if _, path, err := saLockPath(root, sas); err != nil {
-		return nil, nil, err
-	} else if path == l.path {
-		return l, func() {}, nil
-	}
-	next, err = lockSAs(root, sas)
+		c.f = f
+		return c.rewrite(want)
+	})
 	if err != nil {
-		return nil, nil, err
+		c.release()
+		return nil, fmt.Errorf("claim the SAs in %s: %w", dir, err)
 	}
-	return next, l.release, nil
+	return c, nil
 }
 
-// release removes the lock file and drops the lock. (A gateway killed
-// with -9 leaves its file, unlocked: the next one takes it.)
-func (l *saLock) release() {
-	if l == nil {
+func idsOf(sas []*sa.SA) map[saKey]bool {
+	ids := make(map[saKey]bool, len(sas))
+	for _, s := range sas {
+		ids[keyOf(s)] = true
+	}
+	return ids
+}
+
+// locked runs f holding the directory's flock.
+func (c *saClaim) locked(f func() error) error {
+	l, err := os.OpenFile(filepath.Join(c.dir, "claims.lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if err := unix.Flock(int(l.Fd()), unix.LOCK_EX); err != nil {
+		return err
+	}
+	return f()
+}
+
+// checkOthers refuses ids that another live gateway claims in the
+// directory, and removes the files of dead ones. The directory's flock is
+// held.
+func (c *saClaim) checkOthers(ids map[saKey]bool) error {
+	entries, err := os.ReadDir(c.dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, claimFileSuffix) || (c.f != nil && filepath.Base(c.f.Name()) == name) {
+			continue
+		}
+		path := filepath.Join(c.dir, name)
+		f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			return err
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB) == nil {
+			// Its gateway is gone (its lock went with it).
+			os.Remove(path)
+			f.Close()
+			continue
+		}
+		pid, theirs, err := readClaims(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		for k := range ids {
+			if theirs[k] {
+				return fmt.Errorf("%s is run by another gateway (pid %s) in %s (%s): two would both deliver every packet and reuse its sequence numbers; stop it first",
+					SAID{SPI: k.spi, Dst: k.dst}, pid, c.where, path)
+			}
+		}
+	}
+	return nil
+}
+
+// readClaims reads a gateway's file of claims: its pid, then a line per
+// SA ("spi dst"), a line "- spi dst" for one it gave up since.
+func readClaims(f *os.File) (pid string, ids map[saKey]bool, err error) {
+	ids = map[saKey]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		drop := len(fields) == 3 && fields[0] == "-"
+		if drop {
+			fields = fields[1:]
+		}
+		if len(fields) != 2 {
+			continue
+		}
+		if fields[0] == "pid" {
+			pid = fields[1]
+			continue
+		}
+		spi, err1 := strconv.ParseUint(fields[0], 16, 32)
+		dst, err2 := netip.ParseAddr(fields[1])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		k := saKey{uint32(spi), dst}
+		if drop {
+			delete(ids, k)
+		} else {
+			ids[k] = true
+		}
+	}
+	if pid == "" {
+		pid = "unknown"
+	}
+	return pid, ids, sc.Err()
+}
+
+// rewrite replaces the gateway's file with ids (the directory's flock held).
+func (c *saClaim) rewrite(ids map[saKey]bool) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pid %d\n", os.Getpid())
+	for k := range ids {
+		fmt.Fprintf(&b, "%08x %s\n", k.spi, k.dst)
+	}
+	if err := c.f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := c.f.WriteAt([]byte(b.String()), 0); err != nil {
+		return err
+	}
+	c.ids = ids
+	return nil
+}
+
+// replace makes the claim sas, running apply (the change that puts them in
+// force) between the check and the record: refused, or apply failing,
+// leaves the claim as it was.
+func (c *saClaim) replace(sas []*sa.SA, apply func() error) error {
+	if c == nil {
+		return apply()
+	}
+	return c.locked(func() error {
+		want := idsOf(sas)
+		if err := c.checkOthers(want); err != nil {
+			return err
+		}
+		if err := apply(); err != nil {
+			return err
+		}
+		return c.rewrite(want)
+	})
+}
+
+// change adds and removes SAs of the claim around apply, as replace does,
+// appending to the gateway's file rather than rewriting it: a change of a
+// few SAs costs the same with one SA in force or 100,000.
+func (c *saClaim) change(add []*sa.SA, del []saKey, apply func() error) error {
+	if c == nil {
+		return apply()
+	}
+	return c.locked(func() error {
+		added := map[saKey]bool{}
+		for _, s := range add {
+			if k := keyOf(s); !c.ids[k] {
+				added[k] = true
+			}
+		}
+		if err := c.checkOthers(added); err != nil {
+			return err
+		}
+		if err := apply(); err != nil {
+			return err
+		}
+		var b strings.Builder
+		for _, k := range del {
+			if c.ids[k] && !added[k] {
+				fmt.Fprintf(&b, "- %08x %s\n", k.spi, k.dst)
+				delete(c.ids, k)
+			}
+		}
+		for k := range added {
+			fmt.Fprintf(&b, "%08x %s\n", k.spi, k.dst)
+			c.ids[k] = true
+		}
+		fi, err := c.f.Stat()
+		if err != nil {
+			return err
+		}
+		_, err = c.f.WriteAt([]byte(b.String()), fi.Size())
+		return err
+	})
+}
+
+// release gives the claim up: its file removed, its lock dropped. (A
+// gateway killed with -9 leaves its file, unlocked: the next claim in the
+// directory removes it.)
+func (c *saClaim) release() {
+	if c == nil || c.f == nil {
 		return
 	}
-	os.Remove(l.path)
-	l.f.Close()
+	os.Remove(c.f.Name())
+	c.f.Close()
+	c.f = nil
 }

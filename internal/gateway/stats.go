@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"maps"
 	"net/http"
 	"net/http/pprof"
@@ -74,7 +75,9 @@ type SocketStats struct {
 type SAStats struct {
 	SPI       string `json:"spi"`
 	Direction string `json:"direction"` // out, in, or both
-	Suite     string `json:"suite"`
+	Src       string `json:"src"`
+	Dst       string `json:"dst"`
+	Suite     string `json:"suite"` // with the AES key size: aes-cbc-256+hmac-sha1-96
 	Mode      string `json:"mode"`
 	Expired   bool   `json:"expired"`
 	LastSeq   uint64 `json:"last_seq"`
@@ -148,17 +151,17 @@ func (g *Gateway) Stats() Stats {
 		if h := headerOf(s); h != nil {
 			path = int(h.path.mtu.Load())
 		}
-		out.SAs = append(out.SAs, SAStats{
-			SPI: fmt.Sprintf("%#x", s.SPI()), Direction: dir, Suite: s.Config.Suite.String(), Mode: s.Config.Mode.String(),
-			Expired: s.Expired(), LastSeq: s.LastSeq(), Highest: s.HighestAccepted(), PathMTU: path, Snapshot: s.Snapshot(),
-		})
+		st := saStats(s, dir)
+		st.PathMTU = path
+		out.SAs = append(out.SAs, st)
 	}
 	g.retired.mu.Lock()
 	defer g.retired.mu.Unlock()
 	var retiring []SAStats
 	for s, dir := range g.retired.live {
-		retiring = append(retiring, SAStats{SPI: fmt.Sprintf("%#x", s.SPI()), Direction: dir, Suite: s.Config.Suite.String(), Mode: s.Config.Mode.String(),
-			Expired: s.Expired(), LastSeq: s.LastSeq(), Highest: s.HighestAccepted(), Retired: true, Snapshot: s.Snapshot()})
+		st := saStats(s, dir)
+		st.Retired = true
+		retiring = append(retiring, st)
 	}
 	slices.SortFunc(retiring, func(a, b SAStats) int { return cmp.Compare(a.SPI, b.SPI) })
 	out.SAs = append(out.SAs, retiring...)
@@ -172,13 +175,24 @@ func (g *Gateway) Stats() Stats {
 	return out
 }
 
+// saStats copies one SA's counters, dir being its direction.
+func saStats(s *esp.SA, dir string) SAStats {
+	return SAStats{
+		SPI: fmt.Sprintf("%#x", s.SPI()), Direction: dir, Src: s.Config.Src.String(), Dst: s.Config.Dst.String(),
+		Suite: s.Config.Suite.NameWithBits(s.Config.KeyBits()), Mode: s.Config.Mode.String(),
+		Expired: s.Expired(), LastSeq: s.LastSeq(), Highest: s.HighestAccepted(), Snapshot: s.Snapshot(),
+	}
+}
+
 // Handler serves /metrics (Prometheus) and /stats (the Stats as JSON, which
 // `espgw stats` reads).
 func (g *Gateway) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collector{g})
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// A collection error (none is known) is logged and the rest served:
+	// monitoring must not go dark over one series.
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError, ErrorLog: slogPrinter{g.log}}))
 	mux.HandleFunc("/stats", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		if err := writeStats(w, g.Stats()); err != nil {
@@ -187,6 +201,11 @@ func (g *Gateway) Handler() http.Handler {
 	})
 	return mux
 }
+
+// slogPrinter hands promhttp's errors to the gateway's log.
+type slogPrinter struct{ log *slog.Logger }
+
+func (p slogPrinter) Println(v ...any) { p.log.Warn("serve /metrics", "err", fmt.Sprint(v...)) }
 
 // writeStats writes st as json.Encoder would, but its SAs one at a time:
 // encoding/json keeps each encoding's buffer for reuse, and the one of a
@@ -240,32 +259,92 @@ func ProfileHandler() http.Handler {
 }
 
 // collector reads the counters at scrape time, so the data path pays
-// nothing for metrics.
+// nothing for metrics. Every family counts one unit; every SA's series
+// carry the labels that tell it from every other SA (two SAs may share an
+// SPI).
 type collector struct{ g *Gateway }
+
+// saLabels name an SA's series: SAs of one direction differ in SPI and
+// destination, the remote address of an inbound SA and the local one of
+// an outbound SA.
+var saLabels = []string{"spi", "direction", "local", "remote", "suite"}
+
+func labels(ls []string, more ...string) []string { return append(slices.Clip(ls), more...) }
 
 var (
 	descPackets = prometheus.NewDesc("espgw_packets_total", "Packets by place: tun_in, tun_out, wire_in, wire_out.", []string{"place"}, nil)
 	descDrops   = prometheus.NewDesc("espgw_drops_total", "Packets dropped by the gateway with no SA to blame, by reason.", []string{"reason"}, nil)
-	descSAPkts  = prometheus.NewDesc("espgw_sa_packets_total", "Packets sealed or opened per SA.", []string{"spi", "op"}, nil)
-	descSABytes = prometheus.NewDesc("espgw_sa_bytes_total", "Bytes sealed or opened per SA.", []string{"spi", "op"}, nil)
-	descSADrops = prometheus.NewDesc("espgw_sa_drops_total", "Packets dropped per SA, by reason.", []string{"spi", "reason"}, nil)
-	descSocket  = prometheus.NewDesc("espgw_socket_packets_total", "Outer socket counters: datagrams ignored or refused.", []string{"kind", "counter"}, nil)
-	descXDP     = prometheus.NewDesc("espgw_xdp_packets_total", "AF_XDP counters (wan-io): through the rings, beside them, dropped, and the kernel's XDP_STATISTICS.", []string{"device", "counter"}, nil)
-	descEngine  = prometheus.NewDesc("espgw_engine_ops_total", "Offload engine counters.", []string{"engine", "counter"}, nil)
-	descQueue   = prometheus.NewDesc("espgw_engine_queue_depth", "Offload engine ops in flight: now, and the most seen.", []string{"engine", "which"}, nil)
-	descDriver  = prometheus.NewDesc("espgw_engine_driver_info", "The drivers that do an engine's work (afalg: the kernel's, from /proc/crypto).", []string{"engine", "algorithm", "driver", "module"}, nil)
+	descPMTU    = prometheus.NewDesc("espgw_pmtu_reports_total", "ICMP reports about the outer path: updates lowered an SA's path MTU, ignored did not.", []string{"result"}, nil)
+
+	descSAPkts  = prometheus.NewDesc("espgw_sa_packets_total", "Packets sealed or opened per SA.", labels(saLabels, "op"), nil)
+	descSABytes = prometheus.NewDesc("espgw_sa_bytes_total", "Bytes sealed or opened per SA.", labels(saLabels, "op"), nil)
+	descSADrops = prometheus.NewDesc("espgw_sa_drops_total", "Packets dropped per SA, by reason.", labels(saLabels, "reason"), nil)
+	descSASeq   = prometheus.NewDesc("espgw_sa_sequence_number", "The last sequence number an outbound SA sent (64 bits with ESN).", saLabels, nil)
+	descSATop   = prometheus.NewDesc("espgw_sa_replay_window_top", "The highest sequence number an inbound SA accepted: the top of its replay window.", saLabels, nil)
+	descSAPMTU  = prometheus.NewDesc("espgw_sa_path_mtu_bytes", "The outer path MTU learned from ICMP for an outbound SA (0 when none holds).", saLabels, nil)
+
+	descSockPkts   = prometheus.NewDesc("espgw_socket_packets_total", "ESP packets through an outer socket, by direction.", []string{"kind", "local", "direction"}, nil)
+	descSockBytes  = prometheus.NewDesc("espgw_socket_bytes_total", "ESP bytes through an outer socket, by direction.", []string{"kind", "local", "direction"}, nil)
+	descSockIgnore = prometheus.NewDesc("espgw_socket_ignored_total", "Datagrams an outer socket received and did not pass on, by reason: keepalive, non_esp, short, truncated.", []string{"kind", "local", "reason"}, nil)
+	descSockKeep   = prometheus.NewDesc("espgw_socket_keepalives_sent_total", "RFC 3948 NAT keepalives sent from an outer socket (nat-keepalive).", []string{"kind", "local"}, nil)
+	descSockErrors = prometheus.NewDesc("espgw_socket_errors_total", "Failed socket calls: send (packets the kernel refused), receive (failed receive calls).", []string{"kind", "local", "op"}, nil)
+
+	descXDPPkts     = prometheus.NewDesc("espgw_xdp_packets_total", "ESP packets through the AF_XDP rings (wan-io), by direction.", []string{"device", "direction"}, nil)
+	descXDPBytes    = prometheus.NewDesc("espgw_xdp_bytes_total", "ESP bytes through the AF_XDP rings (wan-io), by direction.", []string{"device", "direction"}, nil)
+	descXDPKicks    = prometheus.NewDesc("espgw_xdp_kicks_total", "sendto calls that woke the kernel for a batch of the TX ring.", []string{"device"}, nil)
+	descXDPFallback = prometheus.NewDesc("espgw_xdp_fallback_packets_total", "Packets sent through the raw socket beside the rings (no neighbour yet, fragments).", []string{"device"}, nil)
+	descXDPNoNeigh  = prometheus.NewDesc("espgw_xdp_no_neighbor_packets_total", "Of the fallback packets, those whose next hop was not resolved.", []string{"device"}, nil)
+	descXDPDrops    = prometheus.NewDesc("espgw_xdp_drops_total", "Packets the AF_XDP path dropped, by reason: malformed, truncated, tx_ring_full, and the kernel's rx_dropped, rx_ring_full, rx_fill_ring_empty.", []string{"device", "reason"}, nil)
+	descXDPErrors   = prometheus.NewDesc("espgw_xdp_send_errors_total", "Kicks of the TX ring the kernel refused.", []string{"device"}, nil)
+	descXDPInvalid  = prometheus.NewDesc("espgw_xdp_invalid_descriptors_total", "Ring descriptors the kernel found invalid (XDP_STATISTICS), by ring.", []string{"device", "ring"}, nil)
+	descXDPTxEmpty  = prometheus.NewDesc("espgw_xdp_tx_ring_empty_total", "Times the kernel found the TX ring empty (XDP_STATISTICS tx_ring_empty_descs).", []string{"device"}, nil)
+
+	descEngOps        = prometheus.NewDesc("espgw_engine_ops_total", "Ops the offload engine completed.", []string{"engine"}, nil)
+	descEngBytes      = prometheus.NewDesc("espgw_engine_bytes_total", "Packet bytes the offload engine processed.", []string{"engine"}, nil)
+	descEngBatches    = prometheus.NewDesc("espgw_engine_batches_total", "Batches submitted to the offload engine.", []string{"engine"}, nil)
+	descEngRecords    = prometheus.NewDesc("espgw_engine_records_total", "Command records (MCRs) issued to the card.", []string{"engine"}, nil)
+	descEngMCRFull    = prometheus.NewDesc("espgw_engine_full_records_total", "Command records that went out with the maximum aggregation.", []string{"engine"}, nil)
+	descEngInterrupts = prometheus.NewDesc("espgw_engine_interrupts_total", "Completion interrupts delivered.", []string{"engine"}, nil)
+	descEngDoorbells  = prometheus.NewDesc("espgw_engine_doorbells_total", "Notifications that announced new requests to a device.", []string{"engine"}, nil)
+	descEngCompl      = prometheus.NewDesc("espgw_engine_completions_total", "Completions reaped from a device's used ring.", []string{"engine"}, nil)
+	descEngQueueFull  = prometheus.NewDesc("espgw_engine_queue_full_total", "Submissions refused or held because the engine's queue was full.", []string{"engine"}, nil)
+	descEngErrors     = prometheus.NewDesc("espgw_engine_errors_total", "Ops that failed in the engine.", []string{"engine"}, nil)
+	descEngBadICV     = prometheus.NewDesc("espgw_engine_bad_icv_total", "Opens the engine found with a bad ICV.", []string{"engine"}, nil)
+	descQueue         = prometheus.NewDesc("espgw_engine_queue_depth", "Offload engine ops in flight now.", []string{"engine"}, nil)
+	descQueueMax      = prometheus.NewDesc("espgw_engine_queue_depth_max", "The most offload engine ops in flight seen.", []string{"engine"}, nil)
+	descBatchMax      = prometheus.NewDesc("espgw_engine_record_ops_max", "The largest aggregation of ops into one command record seen.", []string{"engine"}, nil)
+	descDriver        = prometheus.NewDesc("espgw_engine_driver_info", "The drivers that do an engine's work (afalg: the kernel's, from /proc/crypto).", []string{"engine", "algorithm", "driver", "module"}, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPackets, descDrops, descSAPkts, descSABytes, descSADrops, descSocket, descXDP, descEngine, descQueue, descDriver} {
+	for _, d := range []*prometheus.Desc{
+		descPackets, descDrops, descPMTU,
+		descSAPkts, descSABytes, descSADrops, descSASeq, descSATop, descSAPMTU,
+		descSockPkts, descSockBytes, descSockIgnore, descSockKeep, descSockErrors,
+		descXDPPkts, descXDPBytes, descXDPKicks, descXDPFallback, descXDPNoNeigh, descXDPDrops, descXDPErrors, descXDPInvalid, descXDPTxEmpty,
+		descEngOps, descEngBytes, descEngBatches, descEngRecords, descEngMCRFull, descEngInterrupts, descEngDoorbells, descEngCompl,
+		descEngQueueFull, descEngErrors, descEngBadICV, descQueue, descQueueMax, descBatchMax, descDriver,
+	} {
 		ch <- d
 	}
+}
+
+// saSeries are the label values of an SA's series.
+func saSeries(sa SAStats) []string {
+	local, remote := sa.Src, sa.Dst
+	if sa.Direction == "in" {
+		local, remote = sa.Dst, sa.Src
+	}
+	return []string{sa.SPI, sa.Direction, local, remote, sa.Suite}
 }
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.g.Stats()
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	gauge := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
 	counter(descPackets, s.TunIn, "tun_in")
 	counter(descPackets, s.TunOut, "tun_out")
@@ -274,59 +353,95 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for r := Reason(0); r < NumReasons; r++ {
 		counter(descDrops, s.Drops[r.String()], r.String())
 	}
-	// SAs out of force are one series, "retired": a retiring SA may share
-	// its SPI with the one that replaced it.
-	retired := SAStats{SPI: "retired", Snapshot: esp.Snapshot{Drops: map[string]uint64{}}}
-	sas := make([]SAStats, 0, len(s.SAs)+1)
+	counter(descPMTU, s.PMTU.Updates, "update")
+	counter(descPMTU, s.PMTU.Ignored, "ignored")
+	// SAs out of force are one series per direction, spi "retired": a
+	// retiring SA may share its SPI and addresses with the one that
+	// replaced it.
+	retired := map[string]*esp.Snapshot{}
 	for _, sa := range s.SAs {
-		if !sa.Retired {
-			sas = append(sas, sa)
+		if sa.Retired {
+			t := retired[sa.Direction]
+			if t == nil {
+				t = &esp.Snapshot{Drops: map[string]uint64{}}
+				retired[sa.Direction] = t
+			}
+			t.Add(sa.Snapshot)
 			continue
 		}
-		retired.Add(sa.Snapshot)
-	}
-	if len(sas) < len(s.SAs) {
-		sas = append(sas, retired)
-	}
-	for _, sa := range sas {
-		counter(descSAPkts, sa.SealedPackets, sa.SPI, "seal")
-		counter(descSAPkts, sa.OpenedPackets, sa.SPI, "open")
-		counter(descSABytes, sa.SealedBytes, sa.SPI, "seal")
-		counter(descSABytes, sa.OpenedBytes, sa.SPI, "open")
-		for r := esp.Reason(1); r < esp.NumReasons; r++ {
-			counter(descSADrops, sa.Drops[r.String()], sa.SPI, r.String())
+		l := saSeries(sa)
+		c.saCounters(ch, sa.Snapshot, l)
+		if sa.Direction != "in" {
+			gauge(descSASeq, sa.LastSeq, l...)
+			gauge(descSAPMTU, uint64(sa.PathMTU), l...)
 		}
+		if sa.Direction != "out" {
+			gauge(descSATop, sa.Highest, l...)
+		}
+	}
+	for _, dir := range slices.Sorted(maps.Keys(retired)) {
+		c.saCounters(ch, *retired[dir], []string{"retired", dir, "", "", ""})
 	}
 	for _, k := range s.Sockets {
-		for name, v := range map[string]uint64{
-			"keepalives": k.Keepalives, "non_esp": k.NonESP, "short": k.Short, "truncated": k.Truncated,
-			"send_errors": k.SendErrors, "receive_errors": k.ReceiveErrors,
-		} {
-			counter(descSocket, v, k.Kind, name)
-		}
+		kind, local := k.Kind, k.Local
+		counter(descSockPkts, k.PacketsIn, kind, local, "in")
+		counter(descSockPkts, k.PacketsOut, kind, local, "out")
+		counter(descSockBytes, k.BytesIn, kind, local, "in")
+		counter(descSockBytes, k.BytesOut, kind, local, "out")
+		counter(descSockIgnore, k.Keepalives, kind, local, "keepalive")
+		counter(descSockIgnore, k.NonESP, kind, local, "non_esp")
+		counter(descSockIgnore, k.Short, kind, local, "short")
+		counter(descSockIgnore, k.Truncated, kind, local, "truncated")
+		counter(descSockKeep, k.KeepalivesSent, kind, local)
+		counter(descSockErrors, k.SendErrors, kind, local, "send")
+		counter(descSockErrors, k.ReceiveErrors, kind, local, "receive")
 	}
 	for _, x := range s.XDP {
-		for name, v := range map[string]uint64{
-			"packets_in": x.PacketsIn, "packets_out": x.PacketsOut, "kicks": x.Kicks, "fallback": x.Fallback,
-			"no_neighbor": x.NoNeighbor, "malformed": x.Malformed, "truncated": x.Truncated,
-			"tx_ring_full": x.TXRingFull, "send_errors": x.SendErrors, "rx_dropped": x.RxDropped,
-			"rx_ring_full": x.RxRingFull, "rx_fill_ring_empty_descs": x.RxFillRingEmptyDescs,
-			"rx_invalid_descs": x.RxInvalidDescs, "tx_invalid_descs": x.TxInvalidDescs, "tx_ring_empty_descs": x.TxRingEmptyDescs,
+		d := x.Device
+		counter(descXDPPkts, x.PacketsIn, d, "in")
+		counter(descXDPPkts, x.PacketsOut, d, "out")
+		counter(descXDPBytes, x.BytesIn, d, "in")
+		counter(descXDPBytes, x.BytesOut, d, "out")
+		counter(descXDPKicks, x.Kicks, d)
+		counter(descXDPFallback, x.Fallback, d)
+		counter(descXDPNoNeigh, x.NoNeighbor, d)
+		counter(descXDPErrors, x.SendErrors, d)
+		for reason, v := range map[string]uint64{
+			"malformed": x.Malformed, "truncated": x.Truncated, "tx_ring_full": x.TXRingFull,
+			"rx_dropped": x.RxDropped, "rx_ring_full": x.RxRingFull, "rx_fill_ring_empty": x.RxFillRingEmptyDescs,
 		} {
-			counter(descXDP, v, x.Device, name)
+			counter(descXDPDrops, v, d, reason)
 		}
+		counter(descXDPInvalid, x.RxInvalidDescs, d, "rx")
+		counter(descXDPInvalid, x.TxInvalidDescs, d, "tx")
+		counter(descXDPTxEmpty, x.TxRingEmptyDescs, d)
 	}
 	e := s.Engine
-	for name, v := range map[string]uint64{
-		"ops": e.Ops, "bytes": e.Bytes, "batches": e.Batches, "records": e.Records, "interrupts": e.Interrupts,
-		"queue_full": e.QueueFull, "mcr_full": e.MCRFull, "errors": e.Errors, "bad_icv": e.BadICV,
-		"doorbells": e.Doorbells, "completions": e.Completions,
+	for d, v := range map[*prometheus.Desc]uint64{
+		descEngOps: e.Ops, descEngBytes: e.Bytes, descEngBatches: e.Batches, descEngRecords: e.Records, descEngMCRFull: e.MCRFull,
+		descEngInterrupts: e.Interrupts, descEngDoorbells: e.Doorbells, descEngCompl: e.Completions,
+		descEngQueueFull: e.QueueFull, descEngErrors: e.Errors, descEngBadICV: e.BadICV,
 	} {
-		counter(descEngine, v, e.Name, name)
+		counter(d, v, e.Name)
 	}
-	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(e.QueueDepth), e.Name, "now")
-	ch <- prometheus.MustNewConstMetric(descQueue, prometheus.GaugeValue, float64(e.MaxQueue), e.Name, "max")
+	gauge(descQueue, e.QueueDepth, e.Name)
+	gauge(descQueueMax, e.MaxQueue, e.Name)
+	gauge(descBatchMax, e.MaxBatch, e.Name)
 	for _, d := range e.Drivers {
-		ch <- prometheus.MustNewConstMetric(descDriver, prometheus.GaugeValue, 1, e.Name, d.Algorithm, d.Driver, d.Module)
+		gauge(descDriver, 1, e.Name, d.Algorithm, d.Driver, d.Module)
+	}
+}
+
+// saCounters sends one SA's (or the retired SAs') counters under labels l.
+func (collector) saCounters(ch chan<- prometheus.Metric, snap esp.Snapshot, l []string) {
+	counter := func(d *prometheus.Desc, v uint64, more string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels(l, more)...)
+	}
+	counter(descSAPkts, snap.SealedPackets, "seal")
+	counter(descSAPkts, snap.OpenedPackets, "open")
+	counter(descSABytes, snap.SealedBytes, "seal")
+	counter(descSABytes, snap.OpenedBytes, "open")
+	for r := esp.Reason(1); r < esp.NumReasons; r++ {
+		counter(descSADrops, snap.Drops[r.String()], r.String())
 	}
 }

@@ -66,8 +66,10 @@ const DefaultRetireAfter = time.Second
 // Load puts a set of SAs and policies in force, whole or not at all. SAs
 // whose configuration is unchanged (sa.SA.Equal) keep their working state —
 // sequence numbers, replay windows, counters — so a reload does not drop
-// the tunnel; every other SA starts afresh, and the sessions of the SAs no
-// longer in force are closed once nothing in flight can use them.
+// the tunnel; an SA changed in anything but its SPI, addresses, suite and
+// keys continues the sequence numbers and replay window of the one it
+// replaces (newSA); every other SA starts afresh, and the sessions of the
+// SAs no longer in force are closed once nothing in flight can use them.
 func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -87,7 +89,7 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 		s := old.all[keyOf(cfg)]
 		if s == nil || !s.Config.Equal(cfg) {
 			var err error
-			if s, err = g.newSA(cfg); err != nil {
+			if s, err = g.newSA(cfg, s); err != nil {
 				undo()
 				return fmt.Errorf("load: %w", err)
 			}
@@ -112,6 +114,7 @@ func (g *Gateway) Load(sas []*sa.SA, policies []sa.Policy) error {
 	next.pickOnly(len(policies) == 0)
 	g.reserveFirst(fresh)
 	g.swap(next)
+	g.takeOver(fresh)
 	var gone []*esp.SA
 	for k, s := range old.all {
 		if next.all[k] != s {
@@ -136,6 +139,9 @@ func unbound(policies []sa.Policy) []sa.Policy {
 
 // admit checks that cfg can join the SAs of st.
 func (g *Gateway) admit(st *state, cfg *sa.SA) error {
+	if cfg.IfID != 0 || !cfg.OutputMark.IsZero() {
+		return fmt.Errorf("if-id and output-mark belong to a Linux kernel's xfrm interfaces and packet marks, which espgw's data path does not have (sa convert carries them)")
+	}
 	outbound, inbound := g.isLocal(cfg.Src), g.isLocal(cfg.Dst)
 	if !outbound && !inbound {
 		return fmt.Errorf("neither %s nor %s is a local address of this gateway", cfg.Src, cfg.Dst)
@@ -161,9 +167,30 @@ func ipVersion(a netip.Addr) int {
 	return 6
 }
 
-// newSA builds the working state of an SA.
-func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
+// newSA builds the working state of an SA that replaces prev (nil: none).
+// An SA whose SPI, addresses, suite and keys are prev's is prev under a
+// changed configuration: it continues prev's sequence numbers and replay
+// window (esp.Options.Continue). Any other is a new SA, and one with
+// prev's SPI and destination but other keys is logged as such.
+func (g *Gateway) newSA(cfg *sa.SA, prev *esp.SA) (*esp.SA, error) {
 	opts := esp.Options{OnSoftExpire: g.softExpired}
+	if prev != nil && esp.SameIdentity(prev.Config, cfg) {
+		opts.Continue = prev
+		if g.isLocal(cfg.Src) && g.seq != nil {
+			opts.Reserve = g.seq.reserve
+		}
+		s, err := esp.NewSA(cfg, g.engine, opts)
+		if err != nil {
+			return nil, err
+		}
+		s.Aux = newSAHeader(cfg, nil)
+		g.log.Info("SA changed: it keeps its sequence numbers and replay window", "spi", fmt.Sprintf("%#x", cfg.SPI), "dst", cfg.Dst,
+			"last-sent", s.LastSeq(), "highest-received", s.HighestAccepted())
+		return s, nil
+	}
+	if prev != nil {
+		g.log.Info("SA keys changed: a new SA, its sequence numbers and replay window start afresh", "spi", fmt.Sprintf("%#x", cfg.SPI), "dst", cfg.Dst)
+	}
 	run := cfg
 	if g.isLocal(cfg.Src) && g.seq != nil {
 		if err := g.seq.open(); err != nil {
@@ -194,6 +221,18 @@ func (g *Gateway) newSA(cfg *sa.SA) (*esp.SA, error) {
 		s.StartReceiveAfter(cfg.InitialSeq)
 	}
 	return s, nil
+}
+
+// takeOver applies, once a change is in force, what its SAs that continue
+// others change in the history they share (esp.SA.TakeOver), and an
+// inbound SA's initial sequence above what it has seen.
+func (g *Gateway) takeOver(fresh []*esp.SA) {
+	for _, s := range fresh {
+		s.TakeOver()
+		if g.isLocal(s.Config.Dst) && s.Config.InitialSeq != 0 {
+			s.StartReceiveAfter(s.Config.InitialSeq)
+		}
+	}
 }
 
 // reserveFirst makes the first sequence reservations of the new outbound
@@ -412,9 +451,10 @@ type PolicyID struct {
 // at all: the control socket's unit of work.
 type Change struct {
 	// Del are the SAs taken out of force; Add the new ones. An SA both
-	// deleted and added is replaced (an update): it starts afresh, unless
-	// its configuration is Equal to the one in force, which then keeps
-	// its sequence numbers and window.
+	// deleted and added is replaced (an update): with the same SPI,
+	// addresses, suite and keys it continues the sequence numbers and
+	// replay window of the one in force (Equal to it, it stays that SA);
+	// with other keys it starts afresh.
 	Del []SAID
 	Add []*sa.SA
 	// Retarget moves the protect policies naming one outbound SPI to
@@ -475,7 +515,7 @@ func (g *Gateway) Apply(c Change) error {
 		s := gone[keyOf(cfg)]
 		if s == nil || !s.Config.Equal(cfg) {
 			var err error
-			if s, err = g.newSA(cfg); err != nil {
+			if s, err = g.newSA(cfg, s); err != nil {
 				undo()
 				return fmt.Errorf("add: %w", err)
 			}
@@ -552,6 +592,7 @@ func (g *Gateway) Apply(c Change) error {
 		st.pickOnly(true)
 	}
 	g.tables.Unlock()
+	g.takeOver(fresh)
 	var retired []*esp.SA
 	for _, s := range gone {
 		if !slices.Contains(added, s) {

@@ -4,12 +4,14 @@
 //
 // Every parser of a file that can hold keys (SA files, setkey files, the
 // gateway configuration, scenario files, and any SA format added later)
-// quotes what the user wrote only through Word, Number or Hidden, so a key
-// typed into the wrong field, after a forgotten algorithm name or as a stray
-// token is never printed. The rule is that a value is shown only when it is
-// evidently something other than a key: a near miss of a word the field
-// accepts (a typo worth pointing at), or a short number, address, duration
-// or count. Anything else is described by its length.
+// quotes what the user wrote only through Quote (or Word, Number, Value and
+// Name, which are Quote with a hint), and describes the value of a key field
+// only with Hidden. The one rule: a value is shown unless it could be a key
+// or part of one — a run of 8 or more hex digits with a letter among them
+// (except a 0x-prefixed 32-bit number, an SPI), a run of 16 or more digits
+// or of 16 or more base64 characters, or text with quotes, control
+// characters or runs of spaces, or longer than 40 characters — so a misspelt word ("AES-CBCC", "bogus-opt") is shown,
+// with the nearest valid names when there are any.
 package secret
 
 import (
@@ -25,60 +27,83 @@ func Hidden(s string) string {
 	return fmt.Sprintf("(a %d-character value, not shown)", len(s))
 }
 
-// Word quotes s for a message about a field whose values are the words in
-// known (algorithm names, modes, field names): s is shown only when it is
-// within a few edits of one of them, so "hmac-sha1-69" is quoted and
-// "randomSecretValue" is not, or when it is tiny (at most 4 characters,
-// such as "ah"), far too short to be a key.
-func Word(s string, known ...string) string {
-	if !plain(s) || hexRun(s) >= 8 {
-		return Hidden(s)
-	}
-	if tiny(s) {
-		return fmt.Sprintf("%q", s)
-	}
-	low := strings.ToLower(s)
-	for _, k := range known {
-		k = strings.ToLower(k)
-		if distance(low, k, max(2, len(k)/3)) {
-			return fmt.Sprintf("%q", s)
-		}
-	}
-	return Hidden(s)
-}
-
-// Number quotes s for a message about a field that takes a number, an
-// address, a prefix, a port, a duration or a count: s is shown only when it
-// is short, holds a digit and is made of the characters such values are
-// written with (digits, hex digits, 0x, . : / - + , [ ] _ and unit
-// letters), or when it is tiny (at most 4 characters). A run of 8 or more
-// hex digits with a letter among them is shown only as a 0x-prefixed
-// 32-bit number (an SPI): anything longer could be part of a hex key.
-func Number(s string) string {
-	if !plain(s) || len(s) > 24 {
-		return Hidden(s)
-	}
-	if tiny(s) {
-		return fmt.Sprintf("%q", s)
-	}
-	if !strings.ContainsAny(s, "0123456789") {
-		return Hidden(s)
-	}
-	for i := 0; i < len(s); i++ {
-		if !strings.ContainsRune(numberChars, rune(s[i])) {
-			return Hidden(s)
-		}
-	}
-	if r := hexLetterRun(s); r >= 8 && !(r <= 8 && len(s) <= 10 && (strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X"))) {
+// Quote is s quoted when the rule shows it (it cannot be a key), else
+// Hidden(s).
+func Quote(s string) string {
+	if !plain(s) || keyLike(s) {
 		return Hidden(s)
 	}
 	return fmt.Sprintf("%q", s)
 }
 
-// tiny reports whether s is at most 4 characters with fewer than 4 hex
-// digits in a row: every key is at least 16 bytes, so such a token is
-// neither a key nor a telling part of one.
-func tiny(s string) bool { return len(s) <= 4 && hexRun(s) < 4 }
+// keyLike reports whether s holds what could be a key or part of one: a
+// run of 8 or more hex digits with a letter among them, other than a
+// 0x-prefixed 32-bit number, a run of 16 or more digits, or a run of 16 or
+// more base64 characters.
+func keyLike(s string) bool {
+	if r := hexLetterRun(s); r >= 8 && !(r == 8 && len(s) <= 10 && (strings.HasPrefix(s, "0x") || strings.HasPrefix(s, "0X"))) {
+		return true
+	}
+	if hexRun(s) >= 16 {
+		return true
+	}
+	return base64Run(s) >= 16
+}
+
+// base64Run is the length of the longest run of base64 characters
+// (letters, digits, + and /) in s.
+func base64Run(s string) int {
+	longest, n := 0, 0
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '+' || c == '/' {
+			n++
+			longest = max(longest, n)
+		} else {
+			n = 0
+		}
+	}
+	return longest
+}
+
+// Word quotes s for a message about a field whose values are the words in
+// known (algorithm names, modes, field names), by Quote's rule, and names
+// the nearest of them when s is a near miss: "AES-CBCC" (did you mean
+// "AES-CBC"?).
+func Word(s string, known ...string) string {
+	q := Quote(s)
+	if q[0] != '"' {
+		return q
+	}
+	if near := Nearest(s, known...); near != "" && !strings.EqualFold(strings.SplitN(near, " [", 2)[0], s) && !strings.EqualFold(near, s) {
+		return fmt.Sprintf("%s (did you mean %q?)", q, near)
+	}
+	return q
+}
+
+// Nearest is the word of known closest to s, ignoring case, within a few
+// edits of it (of the whole word, or of its name before a " [" reference),
+// or "" when none is.
+func Nearest(s string, known ...string) string {
+	low := strings.ToLower(s)
+	best, bestD := "", -1
+	for _, k := range known {
+		for _, form := range []string{k, strings.SplitN(k, " [", 2)[0]} {
+			f := strings.ToLower(form)
+			if f == low {
+				return k
+			}
+			limit := max(1, len(f)/3)
+			if d := editDistance(low, f, limit); d <= limit && (bestD < 0 || d < bestD || d == bestD && k < best) {
+				best, bestD = k, d
+			}
+		}
+	}
+	return best
+}
+
+// Number quotes s for a message about a field that takes a number, an
+// address, a prefix, a port, a duration or a count: Quote's rule.
+func Number(s string) string { return Quote(s) }
 
 // hexLetterRun is the length of the longest run of hex digits in s that
 // holds at least one of a-f (a run of decimal digits is a number).
@@ -103,20 +128,16 @@ func hexLetterRun(s string) int {
 	return longest
 }
 
-// numberChars are what numbers, addresses, prefixes, ports, durations and
-// counts are written with: hex digits, 0x, separators, and the unit letters
-// of durations (ns us ms s m h d) and counts (k K M G T Ki Mi Gi).
-const numberChars = "0123456789abcdefABCDEFxX.:/-+,[]_%nsumhdkKMGTi"
-
-// plain reports whether s is short printable ASCII without spaces, quotes
-// or backslashes: text a key typed with a forgotten colon, or a quoted
-// setkey key, rarely is.
+// plain reports whether s is short printable ASCII without quotes,
+// backslashes or white space other than single spaces between words
+// ("AES-CBC [RFC3602]"): text a key typed with a forgotten colon, or a
+// quoted setkey key, rarely is.
 func plain(s string) bool {
-	if s == "" || len(s) > maxShown {
+	if s == "" || len(s) > maxShown || s[0] == ' ' || s[len(s)-1] == ' ' || strings.Contains(s, "  ") {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c > '~' || c == '"' || c == '\'' || c == '\\' || c == '`' {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || c == '\'' || c == '\\' || c == '`' {
 			return false
 		}
 	}
@@ -137,14 +158,14 @@ func hexRun(s string) int {
 	return longest
 }
 
-// distance reports whether the edit (Levenshtein) distance between a and b
-// is at most limit.
-func distance(a, b string, limit int) bool {
+// editDistance is the edit distance between a and b (insertions,
+// deletions, substitutions and swaps of neighbours: "mdoe" is one from
+// "mode"), or limit+1 when it is more than limit.
+func editDistance(a, b string, limit int) int {
 	if d := len(a) - len(b); d > limit || -d > limit {
-		return false
+		return limit + 1
 	}
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
+	prev2, prev, cur := make([]int, len(b)+1), make([]int, len(b)+1), make([]int, len(b)+1)
 	for j := range prev {
 		prev[j] = j
 	}
@@ -156,16 +177,19 @@ func distance(a, b string, limit int) bool {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
-	return prev[len(b)] <= limit
+	return min(prev[len(b)], limit+1)
 }
 
 // Scrub hides the values a YAML decoder quotes in its messages (yaml.v3
 // writes "cannot unmarshal !!str `abcdefg...` into int" and "unknown
 // anchor 'x' referenced"): every span in backquotes, single or double
-// quotes is kept only if Number would show it.
+// quotes is kept only if Quote would show it and it is not cut short.
 func Scrub(msg string) string {
 	var b strings.Builder
 	for {
@@ -180,8 +204,9 @@ func Scrub(msg string) string {
 		}
 		v := msg[i+1 : i+1+j]
 		b.WriteString(msg[:i])
-		bare := strings.TrimSuffix(v, "...")
-		if Number(bare)[0] == '"' {
+		// yaml.v3 cuts long values to their first characters and "...":
+		// what follows is unseen, so a cut value is never shown.
+		if !strings.HasSuffix(v, "...") && Quote(v)[0] == '"' {
 			b.WriteString(string(q) + v + string(q))
 		} else {
 			b.WriteString("(a value, not shown)")
@@ -194,30 +219,24 @@ func Scrub(msg string) string {
 
 // Value quotes s for a field that takes either a number or one of the
 // words in known (a protocol name or number, a priority or low/def/high):
-// s is shown when Number or Word would show it.
-func Value(s string, known ...string) string {
-	if q := Number(s); q[0] == '"' {
-		return q
-	}
-	return Word(s, known...)
-}
+// as Word does.
+func Value(s string, known ...string) string { return Word(s, known...) }
 
 // Name quotes s for a message about a name or a path of names (a field
 // path such as traffic.steps[0].ping, a metric, an expression over
-// metrics and numbers): s is shown when it is made of lower-case letters,
-// digits, spaces and the punctuation of paths and expressions
-// (. - _ [ ] : + * / < > = ! % ,), at most 80 characters, with no run of 8
-// hex digits; anything else (upper case, quotes, a long hex run) is
-// described by its length.
+// metrics and numbers): Quote's rule, for names of up to 80 characters
+// with spaces between their words.
 func Name(s string) string {
-	if s == "" || len(s) > 80 || hexRun(s) >= 8 {
+	if len(s) > 80 || s == "" {
 		return Hidden(s)
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || strings.IndexByte(" .-_[]:+*/<>=!%,", c) >= 0) {
+	for _, w := range strings.Fields(s) {
+		if Quote(w)[0] != '"' {
 			return Hidden(s)
 		}
+	}
+	if strings.ContainsAny(s, "\t\n\r\"'`\\") {
+		return Hidden(s)
 	}
 	return fmt.Sprintf("%q", s)
 }

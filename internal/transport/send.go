@@ -273,7 +273,9 @@ func (c *Conn) SendKeepalive(peer netip.AddrPort) error {
 		return fmt.Errorf("send NAT keepalive from %s: bad peer %s", c.local, peer)
 	}
 	if _, err := c.pc.WriteTo([]byte{0xff}, net.UDPAddrFromAddrPort(peer)); err != nil {
+		c.stats.sendErrors.Add(1)
 		return fmt.Errorf("send NAT keepalive to %s: %w", peer, err)
 	}
+	c.stats.keepalivesSent.Add(1)
 	return nil
 }

@@ -120,6 +120,7 @@ type Stats struct {
 	SendErrors           uint64 // packets the kernel refused (see the error Send returned)
 	ReceiveErrors        uint64 // failed receive calls
 	Keepalives           uint64 // RFC 3948 NAT keepalives (one 0xFF byte) received and ignored
+	KeepalivesSent       uint64 // RFC 3948 NAT keepalives sent (SendKeepalive)
 	NonESP               uint64 // UDP datagrams with the non-ESP marker (IKE) received and ignored
 	Short                uint64 // datagrams too short for an ESP header, dropped
 	Truncated            uint64 // datagrams longer than the room in the packet's Buf, dropped
@@ -133,6 +134,7 @@ type counters struct {
 	packetsOut, bytesOut, packetsIn, bytesIn atomic.Uint64
 	sendErrors, receiveErrors                atomic.Uint64
 	keepalives, nonESP, short, truncated     atomic.Uint64
+	keepalivesSent                           atomic.Uint64
 	gsoBatches, groBatches                   atomic.Uint64
 	fragmented, fragmentsOut                 atomic.Uint64
 }
@@ -447,7 +449,7 @@ func (c *Conn) Stats() Stats {
 		PacketsOut: s.packetsOut.Load(), BytesOut: s.bytesOut.Load(),
 		PacketsIn: s.packetsIn.Load(), BytesIn: s.bytesIn.Load(),
 		SendErrors: s.sendErrors.Load(), ReceiveErrors: s.receiveErrors.Load(),
-		Keepalives: s.keepalives.Load(), NonESP: s.nonESP.Load(),
+		Keepalives: s.keepalives.Load(), KeepalivesSent: s.keepalivesSent.Load(), NonESP: s.nonESP.Load(),
 		Short: s.short.Load(), Truncated: s.truncated.Load(),
 		GSOBatches: s.gsoBatches.Load(), GROBatches: s.groBatches.Load(),
 		Fragmented: s.fragmented.Load(), FragmentsOut: s.fragmentsOut.Load(),

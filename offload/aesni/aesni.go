@@ -62,8 +62,8 @@ func Implementation() string { return cbc.Implementation() }
 // Name returns "aesni".
 func (e *Engine) Name() string { return Name }
 
-// Suites lists every suite espgw knows.
-func (e *Engine) Suites() []sa.Suite { return cpu.AllSuites() }
+// Suites lists the cpu engine's suites.
+func (e *Engine) Suites() []sa.Suite { return cpu.Suites() }
 
 // Session is one SA's state: for aes-cbc the AES schedules and the
 // precomputed HMAC states, for the other suites the cpu engine's session.

@@ -19,7 +19,7 @@ func cipherAlg(c sa.Cipher) string {
 		return "cbc(des3_ede)"
 	case sa.CipherAESCTR:
 		return "rfc3686(ctr(aes))"
-	case sa.CipherAESGCM16:
+	case sa.CipherAESGCM16, sa.CipherAESGCM12, sa.CipherAESGCM8:
 		return "rfc4106(gcm(aes))"
 	case sa.CipherChaCha20Poly1305:
 		return "rfc7539esp(chacha20,poly1305)"

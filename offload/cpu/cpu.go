@@ -7,6 +7,7 @@ package cpu
 
 import (
 	"context"
+	"slices"
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/sa"
@@ -26,8 +27,8 @@ func New() *Engine { return &Engine{} }
 // Name returns "cpu".
 func (e *Engine) Name() string { return Name }
 
-// Suites lists every suite espgw knows.
-func (e *Engine) Suites() []sa.Suite { return AllSuites() }
+// Suites lists the suites Go's crypto does (Suites).
+func (e *Engine) Suites() []sa.Suite { return Suites() }
 
 // NewSession builds the key schedules for one SA.
 func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
@@ -55,7 +56,14 @@ func (e *Engine) Submit(_ context.Context, b *offload.Batch) error {
 	return offload.SubmitInline(e, b)
 }
 
-// AllSuites lists every cipher and auth combination espgw supports.
+// Suites lists the suites of AllSuites that this package's sessions do:
+// all but aes-gcm-8, whose 8-byte ICV Go's GCM does not take.
+func Suites() []sa.Suite {
+	return slices.DeleteFunc(AllSuites(), func(s sa.Suite) bool { return s.Cipher == sa.CipherAESGCM8 })
+}
+
+// AllSuites lists every cipher and auth combination espgw supports on
+// some engine.
 func AllSuites() []sa.Suite {
 	var out []sa.Suite
 	for _, c := range []sa.Cipher{sa.CipherAESCBC, sa.Cipher3DES, sa.CipherAESCTR, sa.CipherNull} {
@@ -63,7 +71,8 @@ func AllSuites() []sa.Suite {
 			out = append(out, sa.Suite{Cipher: c, Auth: a})
 		}
 	}
-	for _, c := range []sa.Cipher{sa.CipherAESGCM16, sa.CipherChaCha20Poly1305, sa.CipherAESGMAC, sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16} {
+	for _, c := range []sa.Cipher{sa.CipherAESGCM16, sa.CipherAESGCM12, sa.CipherAESGCM8, sa.CipherChaCha20Poly1305,
+		sa.CipherAESGMAC, sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16} {
 		out = append(out, sa.Suite{Cipher: c, Auth: sa.AuthNone})
 	}
 	return out

@@ -88,6 +88,9 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	if err := validate(cfg); err != nil {
 		return nil, fmt.Errorf("new %s session: %w", suite, err)
 	}
+	if suite.Cipher == sa.CipherAESGCM8 {
+		return nil, fmt.Errorf("new %s session: aes-gcm-8 is not supported by Go's crypto/cipher, whose GCM takes 12- to 16-byte ICVs: use the afalg engine (the kernel's rfc4106)", suite)
+	}
 	s := &Session{suite: suite, esn: cfg.ESN, ivLen: suite.IVLen(), icvLen: suite.ICVLen()}
 	key := []byte(cfg.EncKey)
 	var err error
@@ -99,14 +102,14 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	case sa.CipherAESCTR:
 		copy(s.nonce[:], key[len(key)-4:])
 		s.block, err = aes.NewCipher(key[:len(key)-4])
-	case sa.CipherAESGCM16, sa.CipherAESGMAC:
+	case sa.CipherAESGCM16, sa.CipherAESGCM12, sa.CipherAESGCM8, sa.CipherAESGMAC:
 		s.salt, s.gmac = 4, suite.Cipher == sa.CipherAESGMAC
 		copy(s.nonce[:], key[len(key)-4:])
 		var b cipher.Block
 		if b, err = aes.NewCipher(key[:len(key)-4]); err == nil {
 			// The AEAD keeps its own copy of the schedule: holding
 			// the block too would cost every GCM SA half a kilobyte.
-			s.aead, err = cipher.NewGCM(b)
+			s.aead, err = cipher.NewGCMWithTagSize(b, suite.ICVLen())
 		}
 	case sa.CipherChaCha20Poly1305:
 		s.salt = 4

@@ -34,7 +34,7 @@ func TestCalibration(t *testing.T) {
 			}
 			res, err := speed.Run(context.Background(), speed.Config{
 				Algs: []speed.Alg{alg}, Engine: "emul:" + row.Profile, Multi: row.Multi, Batch: row.Batch,
-				Seconds: 400 * time.Millisecond, Sizes: row.Sizes,
+				Duration: 400 * time.Millisecond, Sizes: row.Sizes,
 			}, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -450,7 +450,7 @@ func (m *model) Complete(t time.Duration, _ *offload.Batch) time.Duration {
 // card serves and has a cost for at some key size.
 func (m *model) suites() []sa.Suite {
 	var out []sa.Suite
-	for _, s := range cpu.AllSuites() {
+	for _, s := range cpu.Suites() {
 		if m.prof.Ciphers != nil && !slices.Contains(m.prof.Ciphers, s.Cipher) {
 			continue
 		}

@@ -5,6 +5,8 @@ package engines
 
 import (
 	"fmt"
+	"github.com/espgw/espgw/internal/secret"
+	"regexp"
 	"strings"
 
 	"github.com/espgw/espgw/offload"
@@ -78,6 +80,9 @@ func New(name string, opts Options) (offload.Engine, error) {
 		return e, nil
 	case base == virtio.Name:
 		// virtio:ADDRESS names the PCI device; plain virtio takes the first.
+		if hasProfile && !pciAddress.MatchString(profile) {
+			return nil, fmt.Errorf("offload engine %s: %s is not a PCI address (want DDDD:BB:DD.F in hex, such as 0000:00:04.0; see lspci -D)", secret.Quote(name), secret.Quote(profile))
+		}
 		e, err := virtio.Open(virtio.Config{Device: profile, QueueSize: 2 * opts.QueueDepth})
 		if err != nil {
 			return nil, fmt.Errorf("offload engine %q: %w", name, err)
@@ -86,3 +91,7 @@ func New(name string, opts Options) (offload.Engine, error) {
 	}
 	return nil, fmt.Errorf("unknown offload engine %q (known: %s)", name, strings.Join(Names(), ", "))
 }
+
+// pciAddress is a PCI address as sysfs names devices: domain, bus, device
+// (0..1f) and function (0..7), in lower-case hex.
+var pciAddress = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[01][0-9a-f]\.[0-7]$`)

@@ -187,10 +187,10 @@ var modernCiphers = []sa.Cipher{sa.CipherChaCha20Poly1305, sa.CipherAESGMAC, sa.
 // that its published figures price: none of the modern AEADs.
 func TestEverySuite(t *testing.T) {
 	for _, name := range engines.Software() {
-		want := len(cpu.AllSuites())
+		want := len(cpu.Suites())
 		if p, ok := strings.CutPrefix(name, emul.Prefix+":"); ok {
 			want = 0
-			for _, s := range cpu.AllSuites() {
+			for _, s := range cpu.Suites() {
 				if c := emul.Profiles()[p].Ciphers; (c == nil || slices.Contains(c, s.Cipher)) && !slices.Contains(modernCiphers, s.Cipher) {
 					want++
 				}
@@ -344,6 +344,28 @@ func TestEmulRefusesModernSuites(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.String()) {
 				t.Errorf("emul:%s with %s: %v, want a refusal naming it", p, s, err)
 			}
+		}
+	}
+}
+
+// virtio:ADDRESS takes a PCI address only: a path or anything else is
+// refused before sysfs is looked at, and a value that could be a key is
+// not printed.
+func TestVirtioAddressValidated(t *testing.T) {
+	for _, c := range []struct{ name, want string }{
+		{"virtio:../../../../tmp/x", `"../../../../tmp/x" is not a PCI address (want DDDD:BB:DD.F`},
+		{"virtio:0000:00:04", "is not a PCI address"},
+		{"virtio:0000:00:20.0", "is not a PCI address"},
+		{"virtio:0000:00:04.8", "is not a PCI address"},
+		{"virtio:", "is not a PCI address"},
+		{"virtio:00112233445566778899aabbccddeeff", "(a 32-character value, not shown) is not a PCI address"},
+	} {
+		_, err := engines.New(c.name, engines.Options{})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.name, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "00112233445566778899") {
+			t.Errorf("%s: the error shows the value: %v", c.name, err)
 		}
 	}
 }

@@ -196,7 +196,7 @@ func (e *Engine) Config() Config { return e.cfg }
 
 // Suites lists the cpu suites. Batches up to the queue depth are admitted
 // at once, larger ones stream through the queue.
-func (e *Engine) Suites() []sa.Suite { return cpu.AllSuites() }
+func (e *Engine) Suites() []sa.Suite { return cpu.Suites() }
 
 // NewSession builds the key schedules for one SA.
 func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {

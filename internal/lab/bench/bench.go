@@ -32,6 +32,7 @@ import (
 
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/runinfo"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
@@ -161,6 +162,11 @@ type FrameResult struct {
 	// with loss at or below the partial-drop threshold.
 	ZeroLoss float64 `json:"zero_loss_pps"`
 	Partial  float64 `json:"partial_drop_pps"`
+	// ZeroLossBound is the lowest rate the search saw lose packets above
+	// ZeroLoss: the path's zero-loss rate lies between the two, the
+	// spread a comparison of runs allows. It equals ZeroLoss when no trial
+	// lost packets (GeneratorLimited).
+	ZeroLossBound float64 `json:"zero_loss_bound_pps"`
 	// GeneratorLimited: the probe's top rate passed with no loss, so the path
 	// may go faster than measured.
 	GeneratorLimited bool `json:"generator_limited"`
@@ -245,6 +251,8 @@ type Report struct {
 	Targets  []TargetCheck `json:"targets"`
 	Partial  bool          `json:"partial"`
 	Problems []string      `json:"problems,omitempty"`
+	// Machine is where the run ran, and which espgw build.
+	Machine runinfo.Machine `json:"machine"`
 }
 
 // Check refuses, clearly, to run where the bench cannot.
@@ -351,8 +359,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			}
 		}
 	}
-	rep := &Report{Started: time.Now()}
-	rep.LoadAvg = loadAvg()
+	rep := &Report{Started: time.Now(), Machine: runinfo.Describe()}
+	rep.LoadAvg = rep.Machine.LoadAvg
 	rep.Nice, rep.Retries = o.Nice, o.Retries
 	m := &meter{o: o, total: len(specs) * o.stepsPerPath()}
 	for _, spec := range specs {
@@ -367,7 +375,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.Partial = ctx.Err() != nil
 	rep.Elapsed = time.Since(rep.Started)
-	rep.LoadEnd = loadAvg()
+	rep.LoadEnd = runinfo.LoadAvg()
 	rep.Ratios, rep.Targets = Compare(rep.Results, o.LatencyFrame)
 	return rep, nil
 }
@@ -683,9 +691,9 @@ func (m *meter) frame(ctx context.Context, probe *Probe, name string, mix Mix) (
 	fr.Trials = s.History
 	// The partial-drop search may have repeated a lossy trial into a pass
 	// above the zero-loss rate: that rate carried the load without loss.
-	if lo, _ := s.bracket(0); lo > fr.ZeroLoss {
-		fr.ZeroLoss = lo
-	}
+	lo, hi := s.bracket(0)
+	fr.ZeroLoss = max(fr.ZeroLoss, lo)
+	fr.ZeroLossBound = max(hi, fr.ZeroLoss)
 	m.step(what, o.PartialIters-trials)
 	fr.GeneratorLimited = r.Loss() == 0
 	fr.Limit = "path"

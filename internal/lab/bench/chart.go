@@ -15,6 +15,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/espgw/espgw/internal/lab/figures"
 )
 
 // Chart file names WriteCharts writes.
@@ -44,8 +46,8 @@ func WriteCharts(dir string, rep *Report) ([]string, error) {
 			return files, err
 		}
 		path := filepath.Join(dir, c.file)
-		if err := p.Save(18*vg.Centimeter, 11*vg.Centimeter, path); err != nil {
-			return files, fmt.Errorf("chart %s: %w", path, err)
+		if err := savePanels([]panel{p}, 11*vg.Centimeter, path); err != nil {
+			return files, err
 		}
 		files = append(files, path)
 	}
@@ -54,24 +56,36 @@ func WriteCharts(dir string, rep *Report) ([]string, error) {
 		return files, err
 	}
 	path := filepath.Join(dir, ChartLatency)
-	if err := savePanels(plots, path); err != nil {
+	if err := savePanels(plots, 10*vg.Centimeter, path); err != nil {
 		return files, err
 	}
 	return append(files, path), nil
 }
 
-// savePanels draws plots stacked in one PNG.
-func savePanels(plots []*plot.Plot, path string) error {
-	w, h := 18*vg.Centimeter, 10*vg.Centimeter*vg.Length(len(plots))
+// panel is a plot and its legend, drawn to the plot's right, outside
+// the data.
+type panel struct {
+	plot   *plot.Plot
+	legend plot.Legend
+}
+
+const legendWidth = 10 * vg.Centimeter
+
+// savePanels draws panels stacked in one PNG, each height tall.
+func savePanels(panels []panel, height vg.Length, path string) error {
+	w, h := 18*vg.Centimeter+legendWidth, height*vg.Length(len(panels))
 	img := vgimg.New(w, h)
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadY: vg.Centimeter / 2, PadTop: vg.Centimeter / 4, PadBottom: vg.Centimeter / 4}
-	table := make([][]*plot.Plot, len(plots))
-	for i, p := range plots {
-		table[i] = []*plot.Plot{p}
-	}
-	for i, c := range plot.Align(table, tiles, dc) {
-		plots[i].Draw(c[0])
+	tiles := draw.Tiles{Rows: len(panels), Cols: 1, PadY: vg.Centimeter / 2, PadTop: vg.Centimeter / 4, PadBottom: vg.Centimeter / 4,
+		PadLeft: vg.Centimeter / 4, PadRight: vg.Centimeter / 4}
+	for i, p := range panels {
+		c := tiles.At(dc, 0, i)
+		p.plot.Draw(draw.Crop(c, 0, -legendWidth, 0, 0))
+		l := p.legend
+		l.Top, l.Left = true, true
+		l.TextStyle.Font.Size = vg.Points(10)
+		l.YOffs = -p.plot.Title.TextStyle.Height(p.plot.Title.Text) - vg.Centimeter/4
+		l.Draw(draw.Crop(c, c.Size().X-legendWidth+vg.Centimeter/2, 0, 0, 0))
 	}
 	f, err := os.Create(path)
 	if err != nil {
@@ -98,16 +112,37 @@ func style(i int, r *Result) color.Color {
 	return plotutil.Color(i)
 }
 
-func frameChart(rep *Report, ylabel string, value func(FrameResult) float64) (*plot.Plot, error) {
+// decadeTicks labels every decade of a log axis, and the 2× and 5×
+// lines over a short range, numbers as espgw's pages write them.
+type decadeTicks struct{}
+
+func (decadeTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for _, t := range figures.LogTicks(math.Pow(10, math.Floor(math.Log10(lo))), math.Pow(10, math.Ceil(math.Log10(hi)))) {
+		if t.Value >= lo*0.999 && t.Value <= hi*1.001 {
+			ts = append(ts, plot.Tick{Value: t.Value, Label: t.Label})
+		}
+	}
+	return ts
+}
+
+// toDecades widens a log axis to whole decades, so that each is labelled.
+func toDecades(a *plot.Axis) {
+	a.Min = math.Pow(10, math.Floor(math.Log10(a.Min)))
+	a.Max = math.Pow(10, math.Ceil(math.Log10(a.Max)))
+}
+
+func frameChart(rep *Report, ylabel string, value func(FrameResult) float64) (panel, error) {
 	p := plot.New()
+	legend := plot.NewLegend()
 	p.Title.Text = "RFC 2544 zero-loss rate against frame size"
 	p.X.Label.Text = "frame size (bytes)"
 	p.Y.Label.Text = ylabel
 	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Tick.Marker = decadeTicks{}
 	p.X.Tick.Marker = plot.ConstantTicks(frameTicks(rep))
-	p.Legend.Top, p.Legend.Left = true, true
 	p.Add(plotter.NewGrid())
+	var imixAt plotter.XYs
 	drawn := false
 	for i, r := range rep.Results {
 		var pts plotter.XYs
@@ -130,36 +165,43 @@ func frameChart(rep *Report, ylabel string, value func(FrameResult) float64) (*p
 		drawn = true
 		l, s, err := plotter.NewLinePoints(pts)
 		if err != nil {
-			return nil, fmt.Errorf("chart line for %s: %w", r.Name, err)
+			return panel{}, fmt.Errorf("chart line for %s: %w", r.Name, err)
 		}
 		c := style(i, r)
 		l.Color, s.Color = c, c
 		l.Width = vg.Points(1.5)
 		s.Shape = draw.CircleGlyph{}
 		p.Add(l, s)
-		p.Legend.Add(r.Name, l, s)
+		legend.Add(r.Name, l, s)
 		if len(imix) > 0 {
 			m, err := plotter.NewScatter(imix)
 			if err != nil {
-				return nil, err
+				return panel{}, err
 			}
-			m.Color, m.Shape, m.Radius = c, draw.BoxGlyph{}, vg.Points(4)
+			m.Color, m.Shape, m.Radius = c, draw.BoxGlyph{}, vg.Points(5)
 			p.Add(m)
+			imixAt = append(imixAt, imix...)
 		}
 	}
 	if !drawn {
 		noData(p, &p.Y)
-	} else {
-		// Head room above the highest line for the legend in the top left.
-		p.Y.Max *= math.Pow(p.Y.Max/p.Y.Min, 0.6)
+		return panel{p, legend}, nil
 	}
-	if drawn && slices.ContainsFunc(rep.Results, func(r *Result) bool { return r.Frame(IMIX().Name) != nil }) {
-		// One legend line explains the squares of every path.
+	toDecades(&p.Y)
+	if len(imixAt) > 0 {
+		// Each path's IMIX rate is a square of its colour, named once on
+		// the chart, above the highest, and in the legend.
+		top := slices.MaxFunc(imixAt, func(a, b plotter.XY) int { return cmp.Compare(a.Y, b.Y) })
+		lb, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: top.X, Y: top.Y * 1.15}}, Labels: []string{"IMIX"}})
+		if err != nil {
+			return panel{}, err
+		}
+		p.Add(lb)
 		m, _ := plotter.NewScatter(plotter.XYs{{X: 0, Y: 1}})
-		m.Shape, m.Radius, m.Color = draw.BoxGlyph{}, vg.Points(4), color.Gray{Y: 0x90}
-		p.Legend.Add("IMIX (at its mean frame size)", m)
+		m.Shape, m.Radius, m.Color = draw.BoxGlyph{}, vg.Points(5), color.Black
+		legend.Add("IMIX (squares, at the mix's mean size)", m)
 	}
-	return p, nil
+	return panel{p, legend}, nil
 }
 
 func frameTicks(rep *Report) []plot.Tick {
@@ -179,7 +221,7 @@ func frameTicks(rep *Report) []plot.Tick {
 // latencyChart is the one-way latency CDF, one panel per load (a fraction
 // of each path's own zero-loss rate) and a line per path: x the delay on a
 // log axis, y the fraction of packets at or below it.
-func latencyChart(rep *Report) ([]*plot.Plot, error) {
+func latencyChart(rep *Report) ([]panel, error) {
 	var loads []float64
 	for _, r := range rep.Results {
 		for _, l := range r.Latency {
@@ -193,20 +235,18 @@ func latencyChart(rep *Report) ([]*plot.Plot, error) {
 		p := plot.New()
 		p.Title.Text = "One-way latency CDF under load"
 		noData(p, &p.X)
-		return []*plot.Plot{p}, nil
+		return []panel{{p, plot.NewLegend()}}, nil
 	}
-	var plots []*plot.Plot
+	var plots []panel
 	for _, load := range loads {
 		p := plot.New()
+		legend := plot.NewLegend()
 		p.Title.Text = fmt.Sprintf("One-way latency CDF at %.0f%% of the zero-loss rate", load*100)
 		p.X.Label.Text = "latency (µs, log)"
 		p.Y.Label.Text = "fraction of packets"
 		p.X.Scale = plot.LogScale{}
-		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		p.X.Tick.Marker = decadeTicks{}
 		p.Y.Min, p.Y.Max = 0, 1
-		// A CDF leaves its bottom right corner empty (few packets are slow):
-		// the legend goes there, with the axis stretched to make room.
-		p.Legend.Top, p.Legend.Left = false, false
 		p.Add(plotter.NewGrid())
 		drawn := false
 		for i, r := range rep.Results {
@@ -230,15 +270,15 @@ func latencyChart(rep *Report) ([]*plot.Plot, error) {
 			line.Color = style(i, r)
 			line.Width = vg.Points(1.5)
 			p.Add(line)
-			p.Legend.Add(fmt.Sprintf("%s (p99 %.0f µs)", r.Name, l.P99), line)
+			legend.Add(fmt.Sprintf("%s (p99 %s µs)", r.Name, figures.Number(l.P99)), line)
 			drawn = true
 		}
 		if !drawn {
 			noData(p, &p.X)
 		} else {
-			p.X.Max *= math.Pow(p.X.Max/p.X.Min, 0.6)
+			toDecades(&p.X)
 		}
-		plots = append(plots, p)
+		plots = append(plots, panel{p, legend})
 	}
 	return plots, nil
 }

@@ -3,10 +3,15 @@ package bench
 import (
 	"image"
 	"image/png"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"gonum.org/v1/plot"
 )
 
 // syntheticReport is a report shaped like a real run, with made-up numbers:
@@ -84,4 +89,63 @@ func colours(img image.Image) int {
 		}
 	}
 	return len(seen)
+}
+
+func TestChartAxesLabelEveryDecade(t *testing.T) {
+	rep := syntheticReport()
+	for _, c := range []struct {
+		name  string
+		build func() (*plot.Plot, error)
+		axis  func(*plot.Plot) *plot.Axis
+	}{
+		{"packets", func() (*plot.Plot, error) {
+			p, err := frameChart(rep, "kpkt/s", func(f FrameResult) float64 { return f.ZeroLoss / 1e3 })
+			return p.plot, err
+		}, func(p *plot.Plot) *plot.Axis { return &p.Y }},
+		{"latency", func() (*plot.Plot, error) {
+			ps, err := latencyChart(rep)
+			if err != nil {
+				return nil, err
+			}
+			return ps[1].plot, nil
+		}, func(p *plot.Plot) *plot.Axis { return &p.X }},
+	} {
+		p, err := c.build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := c.axis(p)
+		var labels []string
+		for _, tk := range a.Tick.Marker.Ticks(a.Min, a.Max) {
+			if tk.Label != "" {
+				labels = append(labels, tk.Label)
+			}
+		}
+		lo, hi := math.Log10(a.Min), math.Log10(a.Max)
+		if lo != math.Trunc(lo) || hi != math.Trunc(hi) {
+			t.Errorf("%s: axis %v…%v does not end on decades", c.name, a.Min, a.Max)
+		}
+		if len(labels) < int(hi-lo)+1 {
+			t.Errorf("%s: labels %q over %v…%v, want every decade labelled", c.name, labels, a.Min, a.Max)
+		}
+		for _, l := range labels {
+			if strings.ContainsAny(l, "e+") {
+				t.Errorf("%s: label %q in exponent form", c.name, l)
+			}
+		}
+	}
+	got := func(lo, hi float64) (labels []string) {
+		for _, tk := range (decadeTicks{}).Ticks(lo, hi) {
+			if tk.Label != "" {
+				labels = append(labels, tk.Label)
+			}
+		}
+		return labels
+	}
+	if l := got(10, 1000); !slices.Equal(l, []string{"10", "20", "50", "100", "200", "500", "1k"}) {
+		t.Errorf("ticks over 10…1000: %q", l)
+	}
+	if l := got(1, 1e5); !slices.Equal(l, []string{"1", "10", "100", "1k", "10k", "100k"}) {
+		t.Errorf("ticks over 1…1e5: %q", l)
+	}
 }

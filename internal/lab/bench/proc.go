@@ -69,9 +69,3 @@ func memory(pid int) (rss, hwm uint64, err error) {
 	}
 	return rss, hwm, sc.Err()
 }
-
-// loadAvg is /proc/loadavg: how busy the machine is ("" where unknown).
-func loadAvg() string {
-	b, _ := os.ReadFile("/proc/loadavg")
-	return strings.TrimSpace(string(b))
-}

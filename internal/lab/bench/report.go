@@ -15,6 +15,9 @@ func (rep *Report) Print(w io.Writer) {
 	if rep.Partial {
 		fmt.Fprintln(w, "PARTIAL RESULTS: the run was interrupted.")
 	}
+	if rep.Machine.Host != "" {
+		fmt.Fprintf(w, "machine: %s\n", rep.Machine)
+	}
 	if rep.LoadAvg != "" {
 		fmt.Fprintf(w, "load average at start: %s\n", rep.LoadAvg)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/control"
+	"github.com/espgw/espgw/internal/lab/runinfo"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
@@ -66,6 +67,9 @@ type TunnelResult struct {
 	// it over the first count's.
 	ZeroLoss float64 `json:"zero_loss_pps"`
 	Ratio    float64 `json:"ratio_to_first"`
+	// ZeroLossBound is the lowest rate the search saw lose packets above
+	// ZeroLoss (ZeroLoss itself when none did): the search's spread.
+	ZeroLossBound float64 `json:"zero_loss_bound_pps"`
 	// At half the zero-loss rate, for ReconfigTime: packets sent and lost
 	// while one tunnel was added and then removed next to the live ones,
 	// and while one live tunnel was rekeyed (make-before-break).
@@ -91,6 +95,7 @@ type TunnelReport struct {
 	Results  []*TunnelResult `json:"results"`
 	Partial  bool            `json:"partial"`
 	Problems []string        `json:"problems,omitempty"`
+	Machine  runinfo.Machine `json:"machine"`
 }
 
 func (o *TunnelOptions) defaults() {
@@ -122,8 +127,8 @@ func RunTunnels(ctx context.Context, o TunnelOptions) (*TunnelReport, error) {
 	if _, _, err := testbed.ParseSuite(o.Suite); err != nil {
 		return nil, err
 	}
-	rep := &TunnelReport{Started: time.Now(), Suite: o.Suite, Engine: o.Engine, Frame: o.Frame}
-	rep.LoadAvg = loadAvg()
+	rep := &TunnelReport{Started: time.Now(), Suite: o.Suite, Engine: o.Engine, Frame: o.Frame, Machine: runinfo.Describe()}
+	rep.LoadAvg = rep.Machine.LoadAvg
 	steps := 7
 	for i, n := range o.Counts {
 		if ctx.Err() != nil {
@@ -222,6 +227,8 @@ func (o *TunnelOptions) measure(ctx context.Context, res *TunnelResult, step fun
 	if res.ZeroLoss, err = s.Find(ctx, 0); err != nil {
 		return fmt.Errorf("zero-loss search: %w", err)
 	}
+	_, hi := s.bracket(0)
+	res.ZeroLossBound = max(hi, res.ZeroLoss)
 	res.RSSAfter, _, _ = memory(bed.GW[0].PID())
 	if res.ZeroLoss == 0 {
 		return errors.New("no zero-loss rate: cannot load for the reconfiguration trials")
@@ -347,6 +354,9 @@ func (o *TunnelOptions) controlAdds(bed *testbed.Bed) (float64, error) {
 // Print writes the report as a table, the ratios to the first count beside.
 func (r *TunnelReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "espgw bench --tunnels: %s on %s, %d-byte frames; load average at start %s\n", r.Suite, r.Engine, r.Frame, r.LoadAvg)
+	if r.Machine.Host != "" {
+		fmt.Fprintf(w, "machine: %s\n", r.Machine)
+	}
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "tunnels\tSAs\tload s\tload CPU s\tRSS MiB\tB/SA\tTCP Mbit/s\tzero-loss pkt/s\t× first\tadd/del lost/sent\trekey lost/sent\tcontrol adds/s\t")
 	for _, x := range r.Results {

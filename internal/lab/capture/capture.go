@@ -29,6 +29,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/overwrite"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/engines"
@@ -112,7 +113,7 @@ func load(opts Options) (*loaded, error) {
 		return nil, err
 	}
 	if len(cfgs) == 0 {
-		return nil, fmt.Errorf("SA file %s holds no SAs", opts.SAFile)
+		return nil, fmt.Errorf("SA file %q holds no SAs", opts.SAFile)
 	}
 	eng, err := engines.New(cmp.Or(opts.Engine, "cpu"), engines.Options{})
 	if err != nil {
@@ -123,7 +124,7 @@ func load(opts Options) (*loaded, error) {
 		s, err := esp.NewSA(c, eng, esp.Options{})
 		if err != nil {
 			l.close()
-			return nil, fmt.Errorf("SA file %s: %w", opts.SAFile, err)
+			return nil, fmt.Errorf("SA file %q: %w", opts.SAFile, err)
 		}
 		// A receiver of a peer that starts at initial-seq expects numbers
 		// from there (ESN test beds crossing 2^32).
@@ -137,7 +138,7 @@ func load(opts Options) (*loaded, error) {
 		}
 		if err != nil {
 			l.close()
-			return nil, fmt.Errorf("write Wireshark esp_sa file %s: %w", opts.WiresharkSA, err)
+			return nil, fmt.Errorf("write Wireshark esp_sa file %q: %w", opts.WiresharkSA, err)
 		}
 	}
 	return l, nil
@@ -151,7 +152,7 @@ func (l *loaded) pick(opts Options) (*esp.SA, error) {
 			for i, s := range l.sas {
 				spis[i] = fmt.Sprintf("%#x", s.SPI())
 			}
-			return nil, fmt.Errorf("SA file %s holds %d SAs (%s): choose one with --spi", opts.SAFile, len(l.sas), strings.Join(spis, ", "))
+			return nil, fmt.Errorf("SA file %q holds %d SAs (%s): choose one with --spi", opts.SAFile, len(l.sas), strings.Join(spis, ", "))
 		}
 		return l.sas[0], nil
 	}
@@ -160,26 +161,7 @@ func (l *loaded) pick(opts Options) (*esp.SA, error) {
 			return s, nil
 		}
 	}
-	return nil, fmt.Errorf("SA file %s has no SA with SPI %#x", opts.SAFile, opts.SPI)
-}
-
-// distinctFiles refuses an output that is the input (by name, through a
-// symbolic link or a hard link: the same file), before anything is
-// truncated: creating the output would empty the capture being read.
-func distinctFiles(in string, outs ...string) error {
-	inFi, err := os.Stat(in)
-	if err != nil {
-		return fmt.Errorf("open input capture: %w", err)
-	}
-	for _, out := range outs {
-		if out == "" {
-			continue
-		}
-		if outFi, err := os.Stat(out); err == nil && os.SameFile(inFi, outFi) {
-			return fmt.Errorf("output %s is the input capture %s: refusing to overwrite it (write to another file)", out, in)
-		}
-	}
-	return nil
+	return nil, fmt.Errorf("SA file %q has no SA with SPI %#x", opts.SAFile, opts.SPI)
 }
 
 // withFiles runs op from the capture in to a new capture out, with the SAs
@@ -188,8 +170,12 @@ func distinctFiles(in string, outs ...string) error {
 // from them, before the output is created, so a bad option leaves no empty
 // file behind.
 func withFiles(opts Options, in, out string, ready func(*loaded) error, op func(*loaded, *Reader, *Writer) (*Report, error)) (*Report, error) {
-	if err := distinctFiles(in, out, opts.WiresharkSA); err != nil {
+	outs := []overwrite.File{{Role: "the output capture", Path: out}, {Role: "--wireshark-sa", Path: opts.WiresharkSA}}
+	if err := overwrite.Check(outs, overwrite.File{Role: "the input capture", Path: in}, overwrite.File{Role: "the SA file", Path: opts.SAFile}); err != nil {
 		return nil, err
+	}
+	if _, err := os.Stat(in); err != nil {
+		return nil, fmt.Errorf("open input capture: %w", err)
 	}
 	l, err := load(opts)
 	if err != nil {
@@ -217,11 +203,11 @@ func withFiles(opts Options, in, out string, ready func(*loaded) error, op func(
 	w, err := NewWriter(o, cmp.Or(opts.Link, LinkRaw))
 	if err != nil {
 		o.Close()
-		return nil, fmt.Errorf("%s: %w", out, err)
+		return nil, fmt.Errorf("%q: %w", out, err)
 	}
 	rep, err := op(l, r, w)
 	if cerr := o.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("write output capture %s: %w", out, cerr)
+		err = fmt.Errorf("write output capture %q: %w", out, cerr)
 	}
 	return rep, err
 }
@@ -331,7 +317,7 @@ func saReport(s *esp.SA, op string) SAReport {
 // checks ESP with cipher c: it has no ChaCha20-Poly1305, AES-GMAC or AES-CCM.
 func TsharkDecrypts(c sa.Cipher) bool {
 	switch c {
-	case sa.CipherNull, sa.CipherAESCBC, sa.Cipher3DES, sa.CipherAESCTR, sa.CipherAESGCM16:
+	case sa.CipherNull, sa.CipherAESCBC, sa.Cipher3DES, sa.CipherAESCTR, sa.CipherAESGCM16, sa.CipherAESGCM12, sa.CipherAESGCM8:
 		return true
 	}
 	return false

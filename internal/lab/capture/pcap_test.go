@@ -61,7 +61,7 @@ func TestOpenScapyCaptures(t *testing.T) {
 	var cases []*capCase
 	links := []string{"ether", "raw", "sll"}
 	i := 0
-	for _, sc := range interopSuites() {
+	for _, sc := range scapySuites() {
 		for _, v := range []struct {
 			mode  sa.Mode
 			v6    bool

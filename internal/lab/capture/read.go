@@ -384,7 +384,7 @@ func WriteFile(path string, link Link, pkts [][]byte) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("write capture %s: %w", path, err)
+		return fmt.Errorf("write capture %q: %w", path, err)
 	}
 	return nil
 }

@@ -32,7 +32,7 @@ type interopCase struct {
 func interopCases(t *testing.T) []*interopCase {
 	var cases []*interopCase
 	k := 0
-	for _, sc := range interopSuites() {
+	for _, sc := range scapySuites() {
 		for _, v6 := range []bool{false, true} {
 			for _, mode := range []sa.Mode{sa.Tunnel, sa.Transport} {
 				for _, encap := range []sa.Encap{sa.EncapNone, sa.EncapUDP} {

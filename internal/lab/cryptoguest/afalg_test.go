@@ -173,6 +173,9 @@ func runSpeed(t *testing.T, g *Guest, args ...string) (speedResult, string) {
 	if strings.HasPrefix(r.Engine, "afalg") && r.Stats.Records == 0 {
 		t.Errorf("%s: the engine sent no request", cmd)
 	}
+	if strings.HasPrefix(r.Engine, "virtio") && (r.Stats.Records == 0 || r.Stats.Doorbells == 0 || r.Stats.Completions == 0) {
+		t.Errorf("%s: the JSON counts %d requests, %d doorbells, %d completions: want every device counter", cmd, r.Stats.Records, r.Stats.Doorbells, r.Stats.Completions)
+	}
 	t.Logf("%s\n%s", cmd, formatSpeed(r))
 	return r, formatSpeed(r)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/pcapgen"
+	"github.com/espgw/espgw/internal/lab/runinfo"
 	"github.com/espgw/espgw/internal/lab/scenario"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
@@ -62,6 +63,7 @@ type Report struct {
 	Scenario []*scenario.Result    `json:"scenario"`
 	Problems []string              `json:"problems,omitempty"`
 	Elapsed  time.Duration         `json:"elapsed_ns"`
+	Machine  runinfo.Machine       `json:"machine"`
 }
 
 // OK reports whether everything sent came out and tshark agreed.
@@ -106,7 +108,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			fmt.Fprintf(o.Progress, "==> "+format+"\n", args...)
 		}
 	}
-	r := &Report{Suite: testbed.SuiteName(suite, bits), Engine: o.Engine, Encap: o.Encap.String()}
+	r := &Report{Suite: testbed.SuiteName(suite, bits), Engine: o.Engine, Encap: o.Encap.String(), Machine: runinfo.Describe()}
 	progress("building hostA — gw1 — wan — gw2 — hostB; gateways with %s on engine %s (%s encapsulation)", r.Suite, o.Engine, r.Encap)
 	bed, err := testbed.Start(ctx, testbed.Options{Binary: o.Binary, Prefix: o.Prefix, Suite: suite, AESBits: bits,
 		Encap: o.Encap, OuterV6: o.OuterV6, Engine: [2]string{o.Engine, o.Engine}, SegmentOnWire: true})

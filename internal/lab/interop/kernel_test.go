@@ -178,6 +178,17 @@ func TestGatewayKernelInterop(t *testing.T) {
 	}
 }
 
+// TestGatewayKernelGCMWith12ByteICV runs espgw's gateway against the
+// kernel's rfc4106(gcm(aes)) with a 96-bit ICV (RFC 4106's 12-octet ICV):
+// pings and a TCP transfer both ways, the kernel's counters clean.
+func TestGatewayKernelGCMWith12ByteICV(t *testing.T) {
+	b := sharedBed(t)
+	c := Case{Suite: sa.Suite{Cipher: sa.CipherAESGCM12}, AESBits: 256, Mode: sa.Tunnel, Encap: sa.EncapUDP, ESN: true}
+	ok := t.Run(c.Name(), func(t *testing.T) { checkTraffic(t, b, c) })
+	matrix.Add(MatrixRow{Suite: testbed.SuiteName(c.Suite, c.AESBits), Mode: c.Mode.String(), Encap: EncapName(c.Encap), ESN: c.ESN,
+		Peer: "linux-xfrm " + kernelRelease, Checks: "ping+tcp+counters", Pass: ok})
+}
+
 // configure sets c up on b for a test that may take timeout; the context
 // ends with the test.
 func configure(t *testing.T, b *Bed, c Case, timeout time.Duration) (context.Context, *Tunnel) {

@@ -86,12 +86,13 @@
 // `ip xfrm policy add` commands: tunnel or transport mode; raw ESP or
 // `encap espinudp SPORT DPORT 0.0.0.0`; `flag esn` with the replay window,
 // and InitialSeq as replay-seq/replay-oseq(-hi); cbc(aes), cbc(des3_ede),
-// rfc3686(ctr(aes)), rfc4106(gcm(aes)), rfc7539esp(chacha20,poly1305) and
-// rfc4543(gcm(aes)) with a 128-bit ICV, rfc4309(ccm(aes)) with 64, 96 or
-// 128 bits; hmac(sha1),
+// rfc3686(ctr(aes)), rfc4106(gcm(aes)) with a 128-, 96- or 64-bit ICV,
+// rfc7539esp(chacha20,poly1305) and rfc4543(gcm(aes)) with a 128-bit ICV,
+// rfc4309(ccm(aes)) with 64, 96 or 128 bits; hmac(sha1),
 // hmac(sha256/384/512) and hmac(md5) truncated per RFC 2404/4868/2403;
-// lifetimes and TFC padding; flag af-unspec for a tunnel SA carrying the
-// other inner family. Peer.ReplaceSAs installs a set in one round trip.
+// lifetimes and TFC padding; the outer-header flags, if_id and output-mark
+// (sa.XFRMStateArgs); flag af-unspec for a tunnel SA carrying the other
+// inner family. Peer.ReplaceSAs installs a set in one round trip.
 // Peer.ConfigureGateway makes the guest the far gateway of an espgw
 // gateway's tunnel in the caller's topology (the interop bed's, a
 // scenario's gw2): addresses, routes, neighbour entries pinned both ways

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -78,11 +77,8 @@ func XFRMCommands(s *sa.SA, dir Direction) ([]Command, error) {
 	return append([]Command{state}, pols...), nil
 }
 
-// StateCommand is the `ip xfrm state add` command for s (sa.XFRMStateArgs).
-// A tunnel SA carrying an inner family other than its outer one gets flag
-// af-unspec: the state's selector takes the outer family unless told
-// otherwise, and the kernel then refuses inner packets of the other
-// family (XfrmInStateMismatch, XfrmOutNoStates).
+// StateCommand is the `ip xfrm state add` command for s (sa.XFRMStateArgs,
+// which gives a tunnel SA carrying the other inner family flag af-unspec).
 func StateCommand(s *sa.SA) (Command, error) {
 	if err := checkSA(s); err != nil {
 		return Command{}, err
@@ -90,13 +86,6 @@ func StateCommand(s *sa.SA) (Command, error) {
 	a, err := sa.XFRMStateArgs(s)
 	if err != nil {
 		return Command{}, fmt.Errorf("mirror %v: %w", s, err)
-	}
-	for _, sel := range s.Selectors {
-		for _, p := range []netip.Prefix{sel.Src, sel.Dst} {
-			if p.IsValid() && p.Addr().Is4() != s.Src.Is4() && !slices.Contains(a, "af-unspec") {
-				a = append(a, "flag", "af-unspec")
-			}
-		}
 	}
 	return Command{Args: a}, nil
 }

@@ -98,21 +98,21 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		dut  *netip.Addr
 	}{{"wan", e.WAN, &e.wan, &e.wanDUT}, {"lan", e.LAN, &e.lan, &e.lanDUT}} {
 		if l.link.Interface == "" || len(l.link.Interface) > 15 {
-			return perr(at(l.name, "interface"), "external."+l.name+".interface", fmt.Errorf("%q: want an interface name of 1..15 bytes", l.link.Interface))
+			return perr(at(l.name, "interface"), "external."+l.name+".interface", fmt.Errorf("%s: want an interface name of 1..15 bytes", secret.Quote(l.link.Interface)))
 		}
 		if l.name == "wan" {
 			if *l.pfx, err = netip.ParsePrefix(l.link.Address); err != nil || l.pfx.Addr().Zone() != "" || l.pfx.Addr().Is4In6() {
-				return perr(at(l.name, "address"), "external."+l.name+".address", fmt.Errorf("%q: want gw1's outer address with its prefix length, IPv4 or IPv6, e.g. 198.51.100.1/24 or 2001:db8:5::1/64", l.link.Address))
+				return perr(at(l.name, "address"), "external."+l.name+".address", fmt.Errorf("%s: want gw1's outer address with its prefix length, IPv4 or IPv6, e.g. 198.51.100.1/24 or 2001:db8:5::1/64", secret.Quote(l.link.Address)))
 			}
 		} else if *l.pfx, err = netip.ParsePrefix(l.link.Address); err != nil || !l.pfx.Addr().Is4() {
-			return perr(at(l.name, "address"), "external."+l.name+".address", fmt.Errorf("%q: want hostB's IPv4 address with its prefix length, e.g. 203.0.113.10/24 (the traffic is IPv4 against an external device)", l.link.Address))
+			return perr(at(l.name, "address"), "external."+l.name+".address", fmt.Errorf("%s: want hostB's IPv4 address with its prefix length, e.g. 203.0.113.10/24 (the traffic is IPv4 against an external device)", secret.Quote(l.link.Address)))
 		}
 		if *l.dut, err = netip.ParseAddr(l.link.DUT); err != nil || !l.pfx.Contains(*l.dut) || *l.dut == l.pfx.Addr() {
-			return perr(at(l.name, "dut"), "external."+l.name+".dut", fmt.Errorf("%q: want the device's address in %s", l.link.DUT, l.pfx.Masked()))
+			return perr(at(l.name, "dut"), "external."+l.name+".dut", fmt.Errorf("%s: want the device's address in %s", secret.Quote(l.link.DUT), l.pfx.Masked()))
 		}
 	}
 	if e.near, err = netip.ParsePrefix(e.Near); err != nil || !e.near.Addr().Is4() || e.near.Bits() > 28 {
-		return perr(at("near"), "external.near", fmt.Errorf("%q: want the IPv4 network behind gw1 (at most /28), e.g. 192.0.2.0/24", e.Near))
+		return perr(at("near"), "external.near", fmt.Errorf("%s: want the IPv4 network behind gw1 (at most /28), e.g. 192.0.2.0/24", secret.Quote(e.Near)))
 	}
 	e.near = e.near.Masked()
 	if e.SAFile == "" {

@@ -312,6 +312,9 @@ func LoadFS(fsys fs.FS, path string) ([]*Scenario, error) {
 func Parse(path string, data []byte) ([]*Scenario, error) { return parse(nil, path, data) }
 
 func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
+	if err := sa.CheckYAMLNodes(path, data, sa.MaxYAMLNodes); err != nil {
+		return nil, &ParseError{File: path, Err: err}
+	}
 	var doc yaml.Node
 	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
 		if errors.Is(err, io.EOF) {

@@ -276,3 +276,18 @@ func TestREADMEExampleParses(t *testing.T) {
 		t.Fatalf("the README's complete example: %v", err)
 	}
 }
+
+// A key pasted into a field of another type is not shown, not even the
+// first characters yaml.v3 quotes of it.
+func TestTypeErrorsHideValues(t *testing.T) {
+	for _, v := range []string{"0011223344556677889900112233445566", "c2VjcmV0c2VjcmV0c2VjcmV0"} {
+		doc := strings.Replace(good, "replay-window: 128", "replay-window: "+v, 1)
+		_, err := Parse("s.yaml", []byte(doc))
+		if err == nil {
+			t.Fatalf("replay-window: %s: no error", v)
+		}
+		if strings.Contains(err.Error(), v[:7]) {
+			t.Errorf("replay-window: %s: the error shows part of it: %v", v, err)
+		}
+	}
+}

@@ -244,7 +244,7 @@ func kernelAsGateway(c kernelpeer.Counters, sas [2]*sa.SA) gateway.Stats {
 		if ks == nil {
 			continue
 		}
-		ss := gateway.SAStats{SPI: "0x" + strconv.FormatUint(uint64(s.SPI), 16), Suite: s.Suite.String(), Mode: s.Mode.String()}
+		ss := gateway.SAStats{SPI: "0x" + strconv.FormatUint(uint64(s.SPI), 16), Suite: s.Suite.NameWithBits(s.KeyBits()), Mode: s.Mode.String()}
 		ss.Drops = map[string]uint64{}
 		if i == 0 {
 			ss.Direction = "in"

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/espgw/espgw/internal/lab/runinfo"
 )
 
 // PrintTable writes the verdict table: one block per scenario, a line per
@@ -91,13 +93,18 @@ func num(v float64) string {
 	return strconv.FormatFloat(v, 'g', 6, 64)
 }
 
-// WriteJSON writes the results as one JSON document.
+// Document is what WriteJSON writes: the results and where they ran.
+type Document struct {
+	Results []*Result       `json:"results"`
+	Machine runinfo.Machine `json:"machine"`
+}
+
+// WriteJSON writes the results as one JSON document, with this machine's
+// description.
 func WriteJSON(w io.Writer, results []*Result) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(struct {
-		Results []*Result `json:"results"`
-	}{results})
+	return enc.Encode(Document{Results: results, Machine: runinfo.Describe()})
 }
 
 type junitSuites struct {

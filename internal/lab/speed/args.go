@@ -37,7 +37,7 @@ Times an offload engine like 'openssl speed -evp ALG' and prints the same table.
 
 // ParseArgs reads openssl-style single-dash flags (double dashes work too).
 func ParseArgs(args []string) (*Flags, error) {
-	f := &Flags{Config: Config{Engine: "cpu", Multi: 1, Seconds: 3 * time.Second, Batch: 1}}
+	f := &Flags{Config: Config{Engine: "cpu", Multi: 1, Duration: 3 * time.Second, Batch: 1}}
 	var seconds, size int
 	bools := map[string]*bool{"-h": &f.Help, "-help": &f.Help, "-elapsed": &f.Elapsed, "-vs-openssl": &f.VsOpenSSL, "-json": &f.JSON}
 	ints := map[string]*int{"-multi": &f.Multi, "-seconds": &seconds, "-bytes": &size, "-batch": &f.Batch,
@@ -73,7 +73,7 @@ func ParseArgs(args []string) (*Flags, error) {
 		}
 	}
 	if seconds > 0 {
-		f.Seconds = time.Duration(seconds) * time.Second
+		f.Duration = time.Duration(seconds) * time.Second
 	}
 	if size > 0 {
 		f.Sizes = []int{size}

@@ -96,7 +96,7 @@ func OpenSSLArgs(cfg Config, alg Alg) []string {
 		// takes the kernel's highest-priority cbc(aes) (AES-CBC only).
 		args = append(args, "-engine", "afalg")
 	}
-	args = append(args, "-evp", alg.Name, "-seconds", strconv.Itoa(max(1, int(cfg.Seconds.Seconds()+0.5))))
+	args = append(args, "-evp", alg.Name, "-seconds", strconv.Itoa(max(1, int(cfg.Duration.Seconds()+0.5))))
 	if cfg.Multi > 1 {
 		args = append(args, "-multi", strconv.Itoa(cfg.Multi))
 	}

@@ -50,14 +50,14 @@ var Sizes = []int{16, 64, 256, 1024, 8192, 16384}
 
 // Config is one `espgw speed` run.
 type Config struct {
-	Algs    []Alg
-	Engine  string
-	Options engines.Options
-	Multi   int           // concurrent streams (openssl -multi)
-	Seconds time.Duration // per size
-	Sizes   []int         // Sizes, or the one -bytes size
-	Batch   int           // ops per submitted batch
-	Elapsed bool          // wall clock rather than CPU time
+	Algs     []Alg
+	Engine   string
+	Options  engines.Options
+	Multi    int           // concurrent streams (openssl -multi)
+	Duration time.Duration // per size
+	Sizes    []int         // Sizes, or the one -bytes size
+	Batch    int           // ops per submitted batch
+	Elapsed  bool          // wall clock rather than CPU time
 }
 
 // Row is one algorithm's results.
@@ -154,7 +154,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 		return nil, err
 	}
 	eng.Close()
-	res := &Result{Engine: eng.Name(), Multi: cfg.Multi, Batch: cfg.Batch, Seconds: cfg.Seconds.Seconds(),
+	res := &Result{Engine: eng.Name(), Multi: cfg.Multi, Batch: cfg.Batch, Seconds: cfg.Duration.Seconds(),
 		Timing: "cpu", Sizes: cfg.Sizes}
 	switch {
 	case cfg.Elapsed:
@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 				return nil, err
 			}
 			ops, secs, err := measure(ctx, eng, alg, size, cfg)
-			res.Stats = addStats(res.Stats, eng.Stats())
+			res.Stats = res.Stats.Plus(eng.Stats())
 			if d, ok := eng.(offload.DriverReporter); ok {
 				res.Drivers = addDrivers(res.Drivers, d.Drivers())
 			}
@@ -184,7 +184,7 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 			}
 			if progress != nil {
 				progress(fmt.Sprintf("Doing %s for %gs on %d size blocks: %d %s's in %.2fs",
-					alg.Label(), cfg.Seconds.Seconds(), size, ops, alg.Label(), secs))
+					alg.Label(), cfg.Duration.Seconds(), size, ops, alg.Label(), secs))
 			}
 			row.KBps = append(row.KBps, rate)
 			row.Ops = append(row.Ops, ops)
@@ -203,22 +203,6 @@ func addDrivers(have, ds []offload.Driver) []offload.Driver {
 		}
 	}
 	return have
-}
-
-// addStats sums two engines' counters (the maxima stay maxima).
-func addStats(a, b offload.Stats) offload.Stats {
-	a.Ops += b.Ops
-	a.Bytes += b.Bytes
-	a.Batches += b.Batches
-	a.Records += b.Records
-	a.Interrupts += b.Interrupts
-	a.QueueFull += b.QueueFull
-	a.MCRFull += b.MCRFull
-	a.MaxBatch = max(a.MaxBatch, b.MaxBatch)
-	a.MaxQueue = max(a.MaxQueue, b.MaxQueue)
-	a.Errors += b.Errors
-	a.BadICV += b.BadICV
-	return a
 }
 
 // stream is one submitter's ops, buffers and completion signal.
@@ -338,7 +322,7 @@ func (s *stream) round(ctx context.Context, eng offload.Engine, size int) (int, 
 	return len(s.batch.Ops), nil
 }
 
-// measure runs cfg.Multi streams on eng for cfg.Seconds and returns the ops
+// measure runs cfg.Multi streams on eng for cfg.Duration and returns the ops
 // done and the seconds they took (CPU, wall or modelled; per stream). The
 // streams run a warm-up first (a fifth of the time, at most 200 ms) that is
 // not counted: pools, schedulers and a modelled card's queues settle.
@@ -352,10 +336,9 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 		streams[i] = s
 	}
 	var stop atomic.Bool
-	// Rounds of a few KiB or more take long enough that publishing each
-	// costs nothing; counting only every publishEvery rounds of a slow
-	// device could leave a whole window without a published count.
-	every := publishEvery
+	// Rounds of a few KiB or more take long enough that looking at the
+	// context after each costs nothing.
+	every := ctxEvery
 	if size*max(cfg.Batch, 1) >= 4096 {
 		every = 1
 	}
@@ -366,9 +349,11 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			// Like openssl's loop, the only per-round check is a flag: the
-			// context (a lock) is looked at and the count published once
-			// every publishEvery rounds, which a snapshot can be off by.
+			// Like openssl's loop, the only per-round check is a flag, and
+			// the count is published after every round (a store to the
+			// stream's own cache line), so a snapshot counts every op done
+			// by then; the context (a lock) is looked at once every
+			// ctxEvery rounds.
 			var done uint64
 			for r := 1; !stop.Load(); r++ {
 				k, err := s.round(ctx, eng, size)
@@ -378,11 +363,9 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 					break
 				}
 				done += uint64(k)
-				if r%every == 0 {
-					counts[i].n.Store(done)
-					if ctx.Err() != nil {
-						break
-					}
+				counts[i].n.Store(done)
+				if r%every == 0 && ctx.Err() != nil {
+					break
 				}
 			}
 			counts[i].n.Store(done)
@@ -409,14 +392,14 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 		case <-ctx.Done():
 		}
 	}
-	wait(min(200*time.Millisecond, cfg.Seconds/5))
+	wait(min(200*time.Millisecond, cfg.Duration/5))
 	ops0, model0, cpu0, t0 := snapshot()
-	wait(cfg.Seconds)
+	wait(cfg.Duration)
 	ops1, model1, cpu1, t1 := snapshot()
 	// An engine slower than one round per window (a device under a loaded
 	// emulator) gets more time, up to ten windows, rather than a rate of 0.
-	for ops1 == ops0 && t1.Sub(t0) < 10*cfg.Seconds && ctx.Err() == nil {
-		wait(cfg.Seconds / 10)
+	for ops1 == ops0 && t1.Sub(t0) < 10*cfg.Duration && ctx.Err() == nil {
+		wait(cfg.Duration / 10)
 		ops1, model1, cpu1, t1 = snapshot()
 	}
 	stop.Store(true)
@@ -441,9 +424,9 @@ func measure(ctx context.Context, eng offload.Engine, alg Alg, size int, cfg Con
 	return ops1 - ops0, secs, nil
 }
 
-// publishEvery is how many rounds a stream runs between looking at its
-// context and publishing its count.
-const publishEvery = 64
+// ctxEvery is how many rounds a stream runs between looking at its
+// context.
+const ctxEvery = 64
 
 // paddedCount keeps each stream's counter on its own cache line.
 type paddedCount struct {

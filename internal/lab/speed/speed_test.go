@@ -27,7 +27,7 @@ func TestParseArgs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Multi != 4 || f.Seconds != 2*time.Second || len(f.Sizes) != 1 || f.Sizes[0] != 1400 || f.Engine != "ring" ||
+	if f.Multi != 4 || f.Duration != 2*time.Second || len(f.Sizes) != 1 || f.Sizes[0] != 1400 || f.Engine != "ring" ||
 		f.Batch != 32 || !f.VsOpenSSL || !f.JSON || !f.Elapsed || len(f.Algs) != 2 || !f.Algs[1].ESP {
 		t.Errorf("parsed %+v", f)
 	}
@@ -122,7 +122,7 @@ func TestRun(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f.Seconds = 100 * time.Millisecond
+		f.Duration = 100 * time.Millisecond
 		res, err := speed.Run(context.Background(), f.Config, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -140,8 +140,44 @@ func TestRun(t *testing.T) {
 			t.Errorf("%s: JSON %v: %s", engine, err, js.String())
 		}
 	}
-	if _, err := speed.Run(context.Background(), speed.Config{Engine: "nope", Seconds: time.Millisecond}, nil); err == nil || !strings.Contains(err.Error(), "unknown offload engine") {
+	if _, err := speed.Run(context.Background(), speed.Config{Engine: "nope", Duration: time.Millisecond}, nil); err == nil || !strings.Contains(err.Error(), "unknown offload engine") {
 		t.Errorf("unknown engine: %v", err)
+	}
+}
+
+// TestRunCountsEveryRound: the ops counted are those done by the end of
+// the window, a whole batch at a time, at every size and batch: 64-byte
+// buffers in batches of 32 count in steps of 32 ops, not of many rounds.
+func TestRunCountsEveryRound(t *testing.T) {
+	for _, batch := range []int{1, 32} {
+		alg, err := speed.ParseAlg("aes-128-cbc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := speed.Config{Algs: []speed.Alg{alg}, Engine: "cpu", Batch: batch, Multi: 1, Elapsed: true,
+			Duration: 30 * time.Millisecond, Sizes: []int{16, 64, 64, 64, 64, 256}}
+		res, err := speed.Run(context.Background(), cfg, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops := res.Rows[0].Ops
+		var total uint64
+		steps := 0 // counts that are not a multiple of 64 rounds
+		for _, n := range ops {
+			total += n
+			if n%uint64(batch) != 0 {
+				t.Errorf("batch %d: %d ops counted, not whole batches", batch, n)
+			}
+			if n%uint64(64*batch) != 0 {
+				steps++
+			}
+		}
+		if steps == 0 {
+			t.Errorf("batch %d: every count %v is a multiple of 64 rounds: counted in steps of rounds, not each round", batch, ops)
+		}
+		if total > res.Stats.Ops {
+			t.Errorf("batch %d: %d ops counted, the engine did %d", batch, total, res.Stats.Ops)
+		}
 	}
 }
 
@@ -158,7 +194,7 @@ func TestRunBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := speed.Run(context.Background(), speed.Config{Algs: []speed.Alg{alg}, Engine: "cpu", Batch: 100_000_000, Seconds: time.Second}, nil); err == nil || !strings.Contains(err.Error(), "-batch") {
+	if _, err := speed.Run(context.Background(), speed.Config{Algs: []speed.Alg{alg}, Engine: "cpu", Batch: 100_000_000, Duration: time.Second}, nil); err == nil || !strings.Contains(err.Error(), "-batch") {
 		t.Errorf("Run with a batch of 10^8: %v", err)
 	}
 	if _, err := speed.ParseArgs(strings.Fields("-evp aes-128-cbc -batch 4096")); err != nil {

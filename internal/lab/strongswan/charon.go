@@ -2,7 +2,9 @@
 // strongswan-charon with the kernel-libipsec plugin: user-space ESP over a
 // TUN device, since this machine's kernel has no ESP) in network
 // namespaces, so that a tunnel a real IKE daemon negotiated can be taken
-// over by espgw with the keys charon logs (sa.ParseCharonLog).
+// over by espgw with the keys charon logs (sa.ParseCharonLog), and so that
+// espgw's own IKEv2 (package ike) is proven against charon, each side
+// initiating in turn.
 //
 // Each charon runs under ipsec's starter in a mount namespace of its own:
 // a private /run (pid files, the stroke socket) and its own ipsec.conf,
@@ -47,7 +49,8 @@ type Config struct {
 	// side waits (auto=add).
 	Initiate bool
 	// ESP and IKE are the proposals (default aes128-sha256 and
-	// aes128-sha256-modp2048).
+	// aes128-sha256-modp2048); the openssl plugin brings AES-GCM, the
+	// ECP groups and Curve25519 (x25519).
 	ESP, IKE string
 }
 
@@ -128,7 +131,7 @@ conn espgw
 	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
 	c := &Charon{cfg: cfg, out: &testbed.LockedBuffer{}, waited: make(chan struct{})}
 	swan := fmt.Sprintf(`charon {
-	load = random nonce aes sha1 sha2 hmac gmp kdf kernel-libipsec kernel-netlink socket-default stroke updown openssl
+	load = random nonce openssl aes sha1 sha2 hmac gmp kdf kernel-libipsec kernel-netlink socket-default stroke updown
 	filelog {
 		espgw {
 			path = %s
@@ -185,6 +188,38 @@ func (c *Charon) Status(ctx context.Context) (string, error) {
 		return string(out), fmt.Errorf("ipsec statusall in %s: %w: %s", c.cfg.NS.Short(), err, out)
 	}
 	return string(out), nil
+}
+
+// WaitConnection waits until starter has loaded the connection into
+// charon: before that, charon answers an IKE_SA_INIT with
+// NO_PROPOSAL_CHOSEN.
+func (c *Charon) WaitConnection(ctx context.Context, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		st, err := c.Status(ctx)
+		if err == nil && strings.Contains(st, "  espgw: ") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("charon in %s has no connection espgw after %v:\n%s", c.cfg.NS.Short(), wait, st)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Rekey has charon rekey an SA of its connection: "espgw{1}" the CHILD_SA
+// numbered 1, "espgw[1]" the IKE SA (stroke's rekey, in charon's
+// namespaces).
+func (c *Charon) Rekey(ctx context.Context, name string) error {
+	out, err := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(c.charonPID), "-m", "-n", "/usr/lib/ipsec/stroke", "rekey", name).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("stroke rekey %s in %s: %w: %s", name, c.cfg.NS.Short(), err, out)
+	}
+	return nil
 }
 
 // ChildCounters are a CHILD_SA's traffic counters from `ipsec statusall`.

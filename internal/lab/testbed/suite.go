@@ -43,13 +43,4 @@ func ParseSuite(s string) (sa.Suite, int, error) {
 }
 
 // SuiteName writes a suite back in ParseSuite's form.
-func SuiteName(s sa.Suite, bits int) string {
-	name := s.Cipher.String()
-	if s.Cipher != sa.CipherNull && s.Cipher != sa.Cipher3DES && s.Cipher != sa.CipherChaCha20Poly1305 {
-		name += "-" + strconv.Itoa(bits) // the AES ciphers
-	}
-	if !s.Cipher.IsAEAD() {
-		name += "+" + s.Auth.String()
-	}
-	return name
-}
+func SuiteName(s sa.Suite, bits int) string { return s.NameWithBits(bits) }

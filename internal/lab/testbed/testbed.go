@@ -257,14 +257,15 @@ func (b *Bed) writeConfig(i int) (string, error) {
 		XDPMode: b.opts.XDPMode, Pprof: pprofAddr(b.opts.Pprof), SAFile: "sas.yaml", StateDir: fmt.Sprintf("gw%d-state", i+1), Control: fmt.Sprintf("gw%d.sock", i+1)}.Write(path)
 }
 
-// StartGateway starts gateway i's espgw run process and waits until its
-// stats endpoint answers.
-func (b *Bed) StartGateway(ctx context.Context, i int) error {
+// StartGateway starts gateway i's espgw run process, with args after its
+// -c CONFIG, and waits until its stats endpoint answers.
+func (b *Bed) StartGateway(ctx context.Context, i int, args ...string) error {
 	g := b.GW[i]
-	cmd := g.NS.Command(context.Background(), b.opts.Binary, "run", "-c", g.Config)
+	run := append([]string{"run", "-c", g.Config}, args...)
+	cmd := g.NS.Command(context.Background(), b.opts.Binary, run...)
 	if b.opts.Nice != 0 {
 		// nice(1) execs the gateway, so the PID stays the gateway's.
-		cmd = g.NS.Command(context.Background(), "nice", "-n", strconv.Itoa(b.opts.Nice), b.opts.Binary, "run", "-c", g.Config)
+		cmd = g.NS.Command(context.Background(), "nice", append([]string{"-n", strconv.Itoa(b.opts.Nice), b.opts.Binary}, run...)...)
 	}
 	return g.start(ctx, b.opts.Binary, cmd, b.Topo.Start)
 }

@@ -1,0 +1,118 @@
+package ike
+
+import (
+	"bytes"
+	"crypto/rand"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func samplePayloads() []Payload {
+	ike, _ := ParseProposals(ProtoIKE, "aes128-sha256-x25519,aes256gcm16-ecp384")
+	return []Payload{
+		&SA{Proposals: ike},
+		&KE{Group: Curve25519, Data: bytes.Repeat([]byte{7}, 32)},
+		&Nonce{Data: bytes.Repeat([]byte{9}, 32)},
+		&Notify{Kind: NotifyNATDetectionSourceIP, Data: bytes.Repeat([]byte{1}, 20)},
+		&ID{Kind: PayloadIDi, Identity: FQDN("gw1.example")},
+		&ID{Kind: PayloadIDr, Identity: Addr(netip.MustParseAddr("2001:db8::1"))},
+		&Auth{Method: AuthSharedKey, Data: bytes.Repeat([]byte{3}, 32)},
+		&TS{Kind: PayloadTSi, Selectors: []Selector{PrefixSelector(netip.MustParsePrefix("192.0.2.0/24")),
+			{Proto: 17, StartPort: 500, EndPort: 500, Start: netip.MustParseAddr("2001:db8::"), End: netip.MustParseAddr("2001:db8::ff")}}},
+		&TS{Kind: PayloadTSr, Selectors: []Selector{PrefixSelector(netip.MustParsePrefix("198.51.100.0/24"))}},
+		&Delete{Protocol: ProtoESP, SPIs: []uint32{0xc0ffee01, 2}},
+		&Delete{Protocol: ProtoIKE},
+		&Unknown{Kind: PayloadVendorID, Body: []byte("espgw")},
+	}
+}
+
+func TestMessageRoundTrip(t *testing.T) {
+	m := &Message{Header: Header{SPIi: 0x0102030405060708, Exchange: IKESAInit, Flags: FlagInitiator, MessageID: 0}, Payloads: samplePayloads()}
+	b, err := m.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.SPIi != m.SPIi || got.Exchange != IKESAInit || got.Flags != FlagInitiator || got.Version != Version {
+		t.Errorf("header %+v", got.Header)
+	}
+	for i := range m.Payloads {
+		if i >= len(got.Payloads) || !reflect.DeepEqual(got.Payloads[i], m.Payloads[i]) {
+			t.Fatalf("payload %d differs: got %+v, want %+v", i, got.Payloads[i:], m.Payloads[i])
+		}
+	}
+	// Every truncation is an error, never a panic.
+	for n := range len(b) {
+		if _, err := Parse(b[:n]); err == nil {
+			t.Fatalf("Parse of the first %d of %d bytes succeeded", n, len(b))
+		}
+	}
+}
+
+func TestSKRoundTrip(t *testing.T) {
+	for _, prop := range []string{"aes128-sha256-x25519", "aes256-sha1-modp2048", "aes128gcm16-x25519", "aes256gcm16-prfsha384-ecp256"} {
+		t.Run(prop, func(t *testing.T) {
+			ps, err := ParseProposals(ProtoIKE, prop)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := ikeSuiteFrom(ps[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := deriveIKEKeys(s, bytes.Repeat([]byte{1}, 32), bytes.Repeat([]byte{2}, 32), []byte("g^ir"), 1, 2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, err := newSKCipher(s.encr, s.integ, k.ei, k.ai)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &Message{Header: Header{SPIi: 1, SPIr: 2, Exchange: IKEAuth, Flags: FlagInitiator, MessageID: 1}, Payloads: samplePayloads()[4:]}
+			b, err := c.seal(m, rand.Reader)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := Parse(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.open(got, b); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got.Payloads, m.Payloads) || !got.Encrypted {
+				t.Errorf("payloads differ after open")
+			}
+			// A flipped bit anywhere fails the integrity check (or the parse).
+			for _, i := range []int{0, 17, 30, len(b) / 2, len(b) - 1} {
+				bad := bytes.Clone(b)
+				bad[i] ^= 0x10
+				m2, err := Parse(bad)
+				if err == nil {
+					err = c.open(m2, bad)
+				}
+				if err == nil {
+					t.Errorf("bit flipped at byte %d accepted", i)
+				}
+			}
+		})
+	}
+}
+
+func TestParseErrorsSayWhere(t *testing.T) {
+	m := &Message{Header: Header{Exchange: IKESAInit, Flags: FlagInitiator}, Payloads: []Payload{&Nonce{Data: make([]byte, 8)}}}
+	b, _ := m.Marshal()
+	_, err := Parse(b)
+	if err == nil || !strings.Contains(err.Error(), "Nonce at offset 28") || !strings.Contains(err.Error(), "8 bytes") {
+		t.Errorf("short nonce: %v", err)
+	}
+	b[17] = 0x10
+	if _, err := Parse(b); err == nil || !strings.Contains(err.Error(), "version 1") {
+		t.Errorf("IKEv1 header: %v", err)
+	}
+}

@@ -1,0 +1,45 @@
+// Package ike speaks IKEv2 (RFC 7296): the message and payload codec, the
+// transforms and proposals (with strongSwan's proposal syntax), the key
+// derivation, and an initiator and responder (Endpoint) that negotiate an
+// IKE SA with a pre-shared key and its CHILD_SAs, whose keys become espgw
+// sa.SA pairs (Child.SAs). It uses the standard library alone and nothing
+// of the lab.
+//
+// # What it has
+//
+//   - Messages: the header and the payloads SA (proposals, transforms, the
+//     Key Length attribute), KE, Nonce, IDi/IDr, AUTH, TSi/TSr, Notify,
+//     Delete and SK; other payloads are kept as Unknown (a critical one is
+//     answered with UNSUPPORTED_CRITICAL_PAYLOAD). Every decoder is bounded
+//     (message, payload, proposal, transform and selector counts and
+//     lengths) and returns an error naming the payload and its offset.
+//   - Transforms: ENCR AES-CBC and AES-GCM-16 (128, 192, 256 bits); PRF
+//     HMAC-SHA1, SHA2-256/384/512; INTEG HMAC-SHA1-96, SHA2-256-128,
+//     SHA2-384-192, SHA2-512-256; groups MODP 2048 and 3072, ECP 256 and
+//     384, Curve25519; ESN negotiation for ESP. ESP proposals map to
+//     espgw's suites; ParseProposals refuses what espgw cannot carry.
+//   - Keys: SKEYSEED, SK_d/ai/ar/ei/er/pi/pr, the CHILD_SA's KEYMAT (with
+//     a PFS g^ir on rekey), the rekeyed IKE SA's SKEYSEED from the old SK_d.
+//   - Exchanges: IKE_SA_INIT with NAT detection (and the float to port
+//     4500), INVALID_KE_PAYLOAD retry, COOKIE above CookieThreshold
+//     half-open SAs and silence above MaxHalfOpen; IKE_AUTH with a PSK,
+//     identities FQDN, email, IPv4/IPv6 or key id, traffic selector
+//     narrowing and the first CHILD_SA; CREATE_CHILD_SA for a CHILD_SA
+//     rekey (REKEY_SA, optional PFS), a new CHILD_SA or an IKE SA rekey
+//     (the CHILD_SAs move to the new SA), both ways;
+//     INFORMATIONAL liveness checks and Delete of the IKE SA or CHILD_SAs.
+//     Message IDs with a window of one, retransmission with a doubling
+//     timeout, duplicate requests answered with the response already sent.
+//   - Transport: the sockets of ports 500 and 4500 (non-ESP marker).
+//     Every message that leads nowhere is counted by reason
+//     (Endpoint.Counts).
+//
+// # What it does not have yet
+//
+// Simultaneous rekey collisions (RFC 7296 §2.8.1), certificates and RFC 7427
+// signatures, EAP, configuration payloads, IKE fragmentation (RFC 7383),
+// transport mode (tunnel mode always), ChaCha20-Poly1305, NAT-T keepalives
+// and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not
+// use the package yet; `espgw ike initiate` negotiates a CHILD_SA and
+// writes it as an SA file.
+package ike

@@ -1,0 +1,309 @@
+package ike
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/espgw/espgw/sa"
+)
+
+// Config is one endpoint's IKE configuration: its identity and the
+// peer's, the PSK, the proposals and the traffic selectors.
+type Config struct {
+	LocalID, RemoteID Identity // a zero RemoteID accepts any identity
+	PSK               sa.Key   // never printed
+	// IKE and ESP are the proposals offered and accepted, in order of
+	// preference (ParseProposals).
+	IKE, ESP []Proposal
+	// LocalTS and RemoteTS are the traffic this side protects and the
+	// peer's; a responder narrows what the initiator proposes to them.
+	LocalTS, RemoteTS []Selector
+	// RetransmitTimeout is the wait for the first response, doubled after
+	// each retransmission, for Tries sends in all (1s and 5 by default).
+	RetransmitTimeout time.Duration
+	Tries             int
+	// CookieThreshold is the number of half-open IKE SAs above which a
+	// responder asks for a COOKIE (RFC 7296 §2.6); MaxHalfOpen is the
+	// number past which it answers no IKE_SA_INIT at all (16 and 1024 by
+	// default). HalfOpenTimeout forgets a half-open SA (30s by default).
+	CookieThreshold, MaxHalfOpen int
+	HalfOpenTimeout              time.Duration
+	// OnChild is called, with the endpoint's lock held, when a CHILD_SA
+	// this endpoint responded to is established.
+	OnChild func(*IKESA, *Child)
+	Rand    io.Reader
+	Log     *slog.Logger
+}
+
+func (c *Config) check() error {
+	var errs []error
+	if len(c.PSK) == 0 {
+		errs = append(errs, errors.New("no pre-shared key"))
+	}
+	if c.LocalID.Kind == 0 || len(c.LocalID.Data) == 0 {
+		errs = append(errs, errors.New("no local identity"))
+	}
+	if len(c.IKE) == 0 || len(c.ESP) == 0 {
+		errs = append(errs, errors.New("no IKE or no ESP proposals"))
+	}
+	for _, p := range c.IKE {
+		if _, err := ikeSuiteFrom(firstOfEach(p)); err != nil {
+			errs = append(errs, fmt.Errorf("IKE proposal %s: %w", &p, err))
+		}
+	}
+	for _, p := range c.ESP {
+		if _, err := childSuiteFrom(firstOfEach(p)); err != nil {
+			errs = append(errs, fmt.Errorf("ESP proposal %s: %w", &p, err))
+		}
+	}
+	if len(c.LocalTS) == 0 || len(c.RemoteTS) == 0 {
+		errs = append(errs, errors.New("no local or no remote traffic selectors"))
+	}
+	return errors.Join(errs...)
+}
+
+// firstOfEach is a proposal cut to its first transform of each type.
+func firstOfEach(p Proposal) Proposal {
+	q := p
+	q.Transforms = nil
+	seen := map[TransformType]bool{}
+	for _, t := range p.Transforms {
+		if !seen[t.Type] {
+			seen[t.Type] = true
+			q.Transforms = append(q.Transforms, t)
+		}
+	}
+	return q
+}
+
+// Endpoint is one side's IKE: the IKE SAs it initiated or responded to,
+// on one local address. Handle takes every datagram received.
+type Endpoint struct {
+	cfg    Config
+	local  netip.Addr
+	send   func(Datagram) error
+	cookie [32]byte
+
+	mu       sync.Mutex
+	sas      map[uint64]*IKESA      // by this side's SPI
+	halfOpen map[halfOpenKey]*IKESA // responder SAs before IKE_AUTH
+	waiting  map[uint64]chan Datagram
+
+	statsMu sync.Mutex
+	stats   map[string]uint64
+}
+
+type halfOpenKey struct {
+	remote netip.AddrPort
+	spii   uint64
+}
+
+// NewEndpoint makes an endpoint on local that sends with send (a
+// Transport's Send).
+func NewEndpoint(cfg Config, local netip.Addr, send func(Datagram) error) (*Endpoint, error) {
+	if err := cfg.check(); err != nil {
+		return nil, fmt.Errorf("IKE config: %w", err)
+	}
+	cfg.Rand = cmpOr(cfg.Rand, io.Reader(rand.Reader))
+	cfg.Log = cmpOr(cfg.Log, slog.New(slog.DiscardHandler))
+	cfg.RetransmitTimeout = cmpOr(cfg.RetransmitTimeout, time.Second)
+	cfg.Tries = cmpOr(cfg.Tries, 5)
+	cfg.CookieThreshold = cmpOr(cfg.CookieThreshold, 16)
+	cfg.MaxHalfOpen = cmpOr(cfg.MaxHalfOpen, 1024)
+	cfg.HalfOpenTimeout = cmpOr(cfg.HalfOpenTimeout, 30*time.Second)
+	e := &Endpoint{cfg: cfg, local: local, send: send, sas: map[uint64]*IKESA{}, halfOpen: map[halfOpenKey]*IKESA{},
+		waiting: map[uint64]chan Datagram{}, stats: map[string]uint64{}}
+	if _, err := io.ReadFull(cfg.Rand, e.cookie[:]); err != nil {
+		return nil, fmt.Errorf("IKE cookie secret: %w", err)
+	}
+	return e, nil
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// count records a datagram that did not lead anywhere, or an event, by
+// reason.
+func (e *Endpoint) count(reason string) {
+	e.statsMu.Lock()
+	e.stats[reason]++
+	e.statsMu.Unlock()
+}
+
+// Counts are the endpoint's counters by reason: messages dropped and why,
+// retransmissions, cookies asked for.
+func (e *Endpoint) Counts() map[string]uint64 {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	return maps.Clone(e.stats)
+}
+
+// SAs are the endpoint's IKE SAs, half-open ones included.
+func (e *Endpoint) SAs() []*IKESA {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []*IKESA
+	for _, s := range e.sas {
+		out = append(out, s)
+	}
+	return out
+}
+
+// Handle takes one received datagram: a response goes to the exchange
+// waiting for it, a request is answered. Nothing it is given makes it
+// panic; what it cannot use is counted by reason.
+func (e *Endpoint) Handle(d Datagram) {
+	h, err := ParseHeader(d.Data)
+	if err != nil {
+		e.count("malformed header")
+		return
+	}
+	ours := h.SPIi
+	if h.FromInitiator() {
+		ours = h.SPIr
+	}
+	if h.IsResponse() {
+		e.mu.Lock()
+		ch := e.waiting[ours]
+		e.mu.Unlock()
+		if ch == nil {
+			e.count("response nobody waits for")
+			return
+		}
+		select {
+		case ch <- d:
+		default:
+			e.count("response while another is pending")
+		}
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if h.Exchange == IKESAInit {
+		e.respondInit(d, h)
+		return
+	}
+	s := e.sas[ours]
+	if s == nil || s.initiator != !h.FromInitiator() {
+		e.count("request for an unknown IKE SA")
+		return
+	}
+	s.handleRequest(d, h)
+}
+
+// exchange sends a request and waits for its response, retransmitting
+// with a doubling timeout. spi is this side's SPI, where the response is
+// routed.
+func (e *Endpoint) exchange(ctx context.Context, spi uint64, req Datagram, msgID uint32) (Datagram, error) {
+	ch := make(chan Datagram, 1)
+	e.mu.Lock()
+	e.waiting[spi] = ch
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		delete(e.waiting, spi)
+		e.mu.Unlock()
+	}()
+	wait := e.cfg.RetransmitTimeout
+	for try := 1; ; try++ {
+		if try > 1 {
+			e.count("retransmitted request")
+		}
+		if err := e.send(req); err != nil {
+			return Datagram{}, err
+		}
+		timer := time.NewTimer(wait)
+		for again := false; !again; {
+			select {
+			case d := <-ch:
+				h, _ := ParseHeader(d.Data)
+				if h.MessageID != msgID {
+					e.count("response with another message ID")
+					continue
+				}
+				timer.Stop()
+				return d, nil
+			case <-timer.C:
+				again = true
+			case <-ctx.Done():
+				timer.Stop()
+				return Datagram{}, ctx.Err()
+			}
+		}
+		if try == e.cfg.Tries {
+			return Datagram{}, fmt.Errorf("no response to message %d from %s after %d tries", msgID, req.Remote, try)
+		}
+		wait *= 2
+	}
+}
+
+// randomSPI is a non-zero IKE SPI not in use.
+func (e *Endpoint) randomSPI() (uint64, error) {
+	var b [8]byte
+	for {
+		if _, err := io.ReadFull(e.cfg.Rand, b[:]); err != nil {
+			return 0, fmt.Errorf("IKE SPI: %w", err)
+		}
+		if spi := binary.BigEndian.Uint64(b[:]); spi != 0 && e.sas[spi] == nil {
+			return spi, nil
+		}
+	}
+}
+
+// childSPI is a random ESP SPI of 256 or more.
+func (e *Endpoint) childSPI() (uint32, error) {
+	var b [4]byte
+	for {
+		if _, err := io.ReadFull(e.cfg.Rand, b[:]); err != nil {
+			return 0, fmt.Errorf("ESP SPI: %w", err)
+		}
+		if spi := binary.BigEndian.Uint32(b[:]); spi >= 256 {
+			return spi, nil
+		}
+	}
+}
+
+func (e *Endpoint) nonce() ([]byte, error) {
+	n := make([]byte, 32)
+	if _, err := io.ReadFull(e.cfg.Rand, n); err != nil {
+		return nil, fmt.Errorf("nonce: %w", err)
+	}
+	return n, nil
+}
+
+// cookieFor is the responder's COOKIE for an initiator (RFC 7296 §2.6):
+// HMAC-SHA256(secret, Ni | IPi | SPIi).
+func (e *Endpoint) cookieFor(ni []byte, remote netip.Addr, spii uint64) []byte {
+	m := hmac.New(sha256.New, e.cookie[:])
+	m.Write(ni)
+	m.Write(remote.AsSlice())
+	binary.Write(m, binary.BigEndian, spii)
+	return m.Sum(nil)
+}
+
+// expireHalfOpen forgets half-open SAs older than the timeout.
+func (e *Endpoint) expireHalfOpen(now time.Time) {
+	for k, s := range e.halfOpen {
+		if now.Sub(s.created) > e.cfg.HalfOpenTimeout {
+			delete(e.halfOpen, k)
+			delete(e.sas, s.spir)
+			e.count("half-open IKE SA expired")
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package ike
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"io"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+func randReader() io.Reader { return rand.Reader }
+
+// FuzzParse feeds arbitrary bytes to the message parser: it returns a
+// message or an error, never panics, and what it returns encodes again.
+func FuzzParse(f *testing.F) {
+	m := &Message{Header: Header{SPIi: 1, Exchange: IKESAInit, Flags: FlagInitiator}, Payloads: samplePayloads()}
+	b, _ := m.Marshal()
+	f.Add(b)
+	f.Add(b[:40])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := Parse(data)
+		if err != nil {
+			return
+		}
+		if _, err := m.Marshal(); err != nil && m.sk == nil {
+			t.Fatalf("a parsed message does not encode: %v", err)
+		}
+	})
+}
+
+// FuzzResponder feeds arbitrary datagrams to a responder that has one
+// half-open IKE SA: as a new request, and with the header's responder SPI
+// set to that SA's, so that they reach the SK payload's checks. Nothing
+// panics, and nothing an unauthenticated peer sends makes more than the
+// half-open SAs the limit allows.
+func FuzzResponder(f *testing.F) {
+	ic, rc := fuzzConfigs(f)
+	rc.MaxHalfOpen = 4
+	var sent []Datagram
+	capture := func(d Datagram) error { sent = append(sent, d); return nil }
+	i, err := NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), capture)
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	i.cfg.Tries = 1
+	i.initSA(ctx, netip.AddrPortFrom(netip.MustParseAddr("192.0.2.2"), Port))
+	cancel()
+	initReq := sent[0].Data
+	f.Add(initReq)
+	f.Add(initReq[:60])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		sent = sent[:0]
+		r, err := NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), capture)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from := Datagram{Local: netip.AddrPortFrom(r.local, Port), Remote: netip.AddrPortFrom(i.local, Port)}
+		from.Data = initReq
+		r.Handle(from)
+		var spir uint64
+		for _, s := range r.SAs() {
+			spir = s.spir
+		}
+		from.Data = data
+		r.Handle(from)
+		if len(data) >= HeaderLen {
+			d := bytes.Clone(data)
+			binary.BigEndian.PutUint64(d[8:], spir)
+			d[19] |= byte(FlagInitiator)
+			from.Data = d
+			r.Handle(from)
+		}
+		if n := len(r.halfOpen); n > rc.MaxHalfOpen {
+			t.Fatalf("%d half-open SAs, limit %d", n, rc.MaxHalfOpen)
+		}
+	})
+}
+
+func fuzzConfigs(f *testing.F) (Config, Config) {
+	ike, _ := ParseProposals(ProtoIKE, "aes128-sha256-x25519")
+	esp, _ := ParseProposals(ProtoESP, "aes128gcm16")
+	ts := []Selector{PrefixSelector(netip.MustParsePrefix("192.0.2.0/24"))}
+	c := Config{LocalID: FQDN("a"), PSK: []byte("k"), IKE: ike, ESP: esp, LocalTS: ts, RemoteTS: ts}
+	r := c
+	r.LocalID = FQDN("b")
+	return c, r
+}
+
+// FuzzAuthenticatedRequests runs a real IKE_SA_INIT and IKE_AUTH in
+// memory, then hands the responder requests from the authenticated peer
+// whose SK payload holds arbitrary bytes, sealed with the peer's keys:
+// INFORMATIONAL and CREATE_CHILD_SA requests with hostile payloads. The
+// responder answers or drops each, never panics.
+func FuzzAuthenticatedRequests(f *testing.F) {
+	f.Add(byte(0), byte(PayloadNotify), []byte{0, 0, 0, 8, 3, 4, 0x40, 0x09, 1, 2, 3, 4})
+	f.Add(byte(1), byte(PayloadDelete), []byte{0, 0, 0, 8, 1, 0, 0, 0})
+	f.Add(byte(1), byte(PayloadSA), []byte{})
+	ic, rc := fuzzConfigs(f)
+	f.Fuzz(func(t *testing.T, kind, first byte, chain []byte) {
+		var i, r *Endpoint
+		var err error
+		if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
+			i.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
+			r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := i.Initiate(context.Background(), netip.AddrPortFrom(r.local, Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		exch := Informational
+		if kind&1 == 1 {
+			exch = CreateChildSA
+		}
+		out, err := s.send.sealChain(Header{SPIi: s.spii, SPIr: s.spir, Exchange: exch, Flags: FlagInitiator, MessageID: s.nextReq},
+			PayloadType(first), chain, rand.Reader)
+		if err != nil {
+			return
+		}
+		r.Handle(Datagram{Data: out, Local: netip.AddrPortFrom(r.local, Port), Remote: netip.AddrPortFrom(i.local, Port)})
+	})
+}

@@ -1,0 +1,326 @@
+package ike
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// State is where an IKE SA stands.
+type State uint8
+
+// The IKE SA states.
+const (
+	StateHalfOpen    State = iota // IKE_SA_INIT done, IKE_AUTH not yet
+	StateEstablished              // authenticated
+	StateDeleted                  // deleted by either side
+)
+
+func (s State) String() string {
+	switch s {
+	case StateHalfOpen:
+		return "half-open"
+	case StateEstablished:
+		return "established"
+	case StateDeleted:
+		return "deleted"
+	}
+	return fmt.Sprintf("state(%d)", uint8(s))
+}
+
+// IKESA is one IKE SA, initiated or responded to. Its fields change under
+// the endpoint's lock.
+type IKESA struct {
+	e          *Endpoint
+	initiator  bool
+	state      State
+	spii, spir uint64
+	suite      ikeSuite
+	keys       ikeKeys
+	send, recv *skCipher
+	ni, nr     []byte
+	// initReq and initResp are the IKE_SA_INIT messages as sent, which
+	// the AUTH payloads sign.
+	initReq, initResp []byte
+	local, remote     netip.AddrPort
+	halfOpenAt        halfOpenKey // where a responder's half-open SA is kept
+	nat               bool
+	peerID            Identity
+	created           time.Time
+	// nextReq is the ID of this side's next request; expectReq the ID
+	// the peer's next request must have.
+	nextReq, expectReq uint32
+	lastReq, lastResp  []byte
+	children           []*Child
+	// reqMu keeps one request of this side outstanding (a window of one).
+	reqMu sync.Mutex
+}
+
+// String names the SA by its SPIs and peer, never its keys.
+func (s *IKESA) String() string {
+	return fmt.Sprintf("IKE SA %016x_i %016x_r with %s", s.spii, s.spir, s.remote)
+}
+
+// GoString hides the keys from %#v as well.
+func (s *IKESA) GoString() string { return s.String() }
+
+// Format hides the keys from every fmt verb.
+func (s *IKESA) Format(f fmt.State, _ rune) { fmt.Fprint(f, s.String()) }
+
+// State is where the SA stands.
+func (s *IKESA) State() State {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	return s.state
+}
+
+// SPIs are the initiator's and responder's IKE SPIs.
+func (s *IKESA) SPIs() (spii, spir uint64) { return s.spii, s.spir }
+
+// Children are the CHILD_SAs in force.
+func (s *IKESA) Children() []*Child {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	return append([]*Child(nil), s.children...)
+}
+
+// NAT reports whether a NAT was detected between the two sides (and so
+// IKE and ESP use port 4500).
+func (s *IKESA) NAT() bool { return s.nat }
+
+// flags are the header flags of this side's messages.
+func (s *IKESA) flags(response bool) Flags {
+	var f Flags
+	if s.initiator {
+		f |= FlagInitiator
+	}
+	if response {
+		f |= FlagResponse
+	}
+	return f
+}
+
+func (s *IKESA) ourSPI() uint64 {
+	if s.initiator {
+		return s.spii
+	}
+	return s.spir
+}
+
+// forget removes the SA from the endpoint.
+func (s *IKESA) forget() {
+	s.state = StateDeleted
+	delete(s.e.sas, s.ourSPI())
+	delete(s.e.halfOpen, s.halfOpenAt)
+}
+
+// handleRequest answers a request of the peer on an SA that exists:
+// a retransmitted one gets the same response again (RFC 7296 §2.1).
+func (s *IKESA) handleRequest(d Datagram, h Header) {
+	e := s.e
+	if s.lastResp != nil && h.MessageID+1 == s.expectReq {
+		if !bytes.Equal(d.Data, s.lastReq) {
+			e.count("request with a used message ID")
+			return
+		}
+		e.count("retransmitted request answered again")
+		e.send(Datagram{Data: s.lastResp, Local: d.Local, Remote: d.Remote})
+		return
+	}
+	if h.MessageID != s.expectReq {
+		e.count("request with an unexpected message ID")
+		return
+	}
+	m, err := Parse(d.Data)
+	if err != nil {
+		e.count("malformed request")
+		e.cfg.Log.Debug("IKE request dropped", "from", d.Remote, "err", err)
+		return
+	}
+	if err := s.recv.open(m, d.Data); err != nil {
+		if errors.Is(err, errIntegrity) {
+			e.count("integrity check failed")
+		} else {
+			e.count("malformed SK payload")
+		}
+		return
+	}
+	for _, p := range m.Payloads {
+		if u, ok := p.(*Unknown); ok && u.Critical {
+			s.reply(d, h, []Payload{&Notify{Kind: NotifyUnsupportedCriticalPayload, Data: []byte{byte(u.Kind)}}})
+			return
+		}
+	}
+	s.remote, s.local = d.Remote, d.Local
+	var resp []Payload
+	switch h.Exchange {
+	case IKEAuth:
+		if s.initiator || s.state != StateHalfOpen {
+			e.count("IKE_AUTH on an established SA")
+			return
+		}
+		resp = s.respondAuth(m)
+	case Informational:
+		if s.state != StateEstablished {
+			e.count("INFORMATIONAL before IKE_AUTH")
+			return
+		}
+		resp = s.respondInformational(m)
+	case CreateChildSA:
+		if s.state != StateEstablished {
+			e.count("CREATE_CHILD_SA before IKE_AUTH")
+			return
+		}
+		resp = s.respondCreateChild(m)
+	default:
+		e.count("request of an unknown exchange")
+		return
+	}
+	s.reply(d, h, resp)
+	if s.state == StateDeleted {
+		s.forget()
+	}
+}
+
+// reply seals and sends the response to request h.
+func (s *IKESA) reply(d Datagram, h Header, payloads []Payload) {
+	out, err := s.send.seal(&Message{Header: Header{SPIi: s.spii, SPIr: s.spir, Exchange: h.Exchange,
+		Flags: s.flags(true), MessageID: h.MessageID}, Payloads: payloads}, s.e.cfg.Rand)
+	if err != nil {
+		s.e.count("response not sealed")
+		s.e.cfg.Log.Warn("IKE response not sealed", "err", err)
+		return
+	}
+	s.expectReq = h.MessageID + 1
+	s.lastReq, s.lastResp = d.Data, out
+	if err := s.e.send(Datagram{Data: out, Local: d.Local, Remote: d.Remote}); err != nil {
+		s.e.count("response not sent")
+	}
+}
+
+// respondInformational handles a Delete or a liveness check.
+func (s *IKESA) respondInformational(m *Message) []Payload {
+	var resp []Payload
+	for _, p := range m.Payloads {
+		del, ok := p.(*Delete)
+		if !ok {
+			continue
+		}
+		if del.Protocol == ProtoIKE {
+			s.e.count("IKE SA deleted by the peer")
+			s.state = StateDeleted
+			return nil
+		}
+		var ours []uint32
+		for _, spi := range del.SPIs {
+			for i, c := range s.children {
+				if c.OutSPI == spi {
+					ours = append(ours, c.InSPI)
+					s.children = append(s.children[:i], s.children[i+1:]...)
+					break
+				}
+			}
+		}
+		if len(ours) > 0 {
+			s.e.count("CHILD_SA deleted by the peer")
+			resp = append(resp, &Delete{Protocol: ProtoESP, SPIs: ours})
+		}
+	}
+	return resp
+}
+
+// request runs one exchange this side starts: sealed, retransmitted,
+// and its response opened.
+func (s *IKESA) request(ctx context.Context, exch ExchangeType, payloads []Payload) (*Message, error) {
+	e := s.e
+	s.reqMu.Lock()
+	defer s.reqMu.Unlock()
+	e.mu.Lock()
+	if s.state == StateDeleted {
+		e.mu.Unlock()
+		return nil, errors.New("the IKE SA is deleted")
+	}
+	id := s.nextReq
+	out, err := s.send.seal(&Message{Header: Header{SPIi: s.spii, SPIr: s.spir, Exchange: exch, Flags: s.flags(false),
+		MessageID: id}, Payloads: payloads}, e.cfg.Rand)
+	local, remote := s.local, s.remote
+	e.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	for bad := 0; ; {
+		d, err := e.exchange(ctx, s.ourSPI(), Datagram{Data: out, Local: local, Remote: remote}, id)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", exch, err)
+		}
+		m, err := Parse(d.Data)
+		if err == nil {
+			err = s.recv.open(m, d.Data)
+		}
+		if err != nil {
+			// A forged or damaged response does not end the exchange at
+			// once: the request goes again, a bounded number of times.
+			e.count("response dropped: " + reasonOf(err))
+			if bad++; bad == e.cfg.Tries {
+				return nil, fmt.Errorf("%s: %d responses that do not verify: %w", exch, bad, err)
+			}
+			continue
+		}
+		if m.Exchange != exch {
+			e.count("response of another exchange")
+			continue
+		}
+		e.mu.Lock()
+		s.nextReq = id + 1
+		e.mu.Unlock()
+		return m, nil
+	}
+}
+
+func reasonOf(err error) string {
+	if errors.Is(err, errIntegrity) {
+		return "integrity check failed"
+	}
+	return "malformed"
+}
+
+// Ping is a liveness check: an empty INFORMATIONAL request, answered.
+func (s *IKESA) Ping(ctx context.Context) error {
+	_, err := s.request(ctx, Informational, nil)
+	return err
+}
+
+// Delete deletes the IKE SA, and with it its CHILD_SAs, with the peer.
+func (s *IKESA) Delete(ctx context.Context) error {
+	_, err := s.request(ctx, Informational, []Payload{&Delete{Protocol: ProtoIKE}})
+	s.e.mu.Lock()
+	s.forget()
+	s.e.mu.Unlock()
+	return err
+}
+
+// DeleteChild deletes one CHILD_SA with the peer, which answers with its
+// own SPI of the pair.
+func (s *IKESA) DeleteChild(ctx context.Context, c *Child) error {
+	m, err := s.request(ctx, Informational, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{c.InSPI}}})
+	if err != nil {
+		return err
+	}
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	for i, have := range s.children {
+		if have == c {
+			s.children = append(s.children[:i], s.children[i+1:]...)
+		}
+	}
+	for _, p := range m.Payloads {
+		if d, ok := p.(*Delete); ok && d.Protocol == ProtoESP && len(d.SPIs) == 1 && d.SPIs[0] == c.OutSPI {
+			return nil
+		}
+	}
+	return fmt.Errorf("the peer's response deletes no SA %#x", c.OutSPI)
+}

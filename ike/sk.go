@@ -1,0 +1,155 @@
+package ike
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// skPayload is an SK payload as it arrived: its first inner payload type,
+// its offset in the message and its body (IV, ciphertext, ICV).
+type skPayload struct {
+	inner  PayloadType
+	offset int
+	body   []byte
+}
+
+// skCipher protects the SK payloads sent in one direction (RFC 7296 §3.14,
+// RFC 5282 for AES-GCM).
+type skCipher struct {
+	aead     cipher.AEAD // AES-GCM-16
+	salt     []byte
+	block    cipher.Block // AES-CBC
+	integ    integAlg
+	integKey []byte
+}
+
+func newSKCipher(e encrAlg, in integAlg, encKey, integKey []byte) (*skCipher, error) {
+	if e.aead {
+		block, err := aes.NewCipher(encKey[:len(encKey)-4])
+		if err != nil {
+			return nil, fmt.Errorf("SK cipher: %w", err)
+		}
+		aead, err := cipher.NewGCM(block)
+		if err != nil {
+			return nil, fmt.Errorf("SK cipher: %w", err)
+		}
+		return &skCipher{aead: aead, salt: encKey[len(encKey)-4:]}, nil
+	}
+	block, err := aes.NewCipher(encKey)
+	if err != nil {
+		return nil, fmt.Errorf("SK cipher: %w", err)
+	}
+	return &skCipher{block: block, integ: in, integKey: integKey}, nil
+}
+
+func (c *skCipher) ivLen() int {
+	if c.aead != nil {
+		return 8
+	}
+	return aes.BlockSize
+}
+
+func (c *skCipher) icvLen() int {
+	if c.aead != nil {
+		return c.aead.Overhead()
+	}
+	return c.integ.icv
+}
+
+// seal encodes m with its payloads inside an SK payload.
+func (c *skCipher) seal(m *Message, rand io.Reader) ([]byte, error) {
+	plain, first, err := appendChain(nil, m.Payloads)
+	if err != nil {
+		return nil, err
+	}
+	return c.sealChain(m.Header, first, plain, rand)
+}
+
+// sealChain encodes a message whose SK payload holds the encoded payload
+// chain plain, starting with a payload of type first.
+func (c *skCipher) sealChain(h Header, first PayloadType, plain []byte, rand io.Reader) ([]byte, error) {
+	pad := 0
+	if c.aead == nil {
+		pad = (aes.BlockSize - (len(plain)+1)%aes.BlockSize) % aes.BlockSize
+	}
+	plain = append(plain, make([]byte, pad+1)...)
+	plain[len(plain)-1] = byte(pad)
+	ivLen, icvLen := c.ivLen(), c.icvLen()
+	total := HeaderLen + 4 + ivLen + len(plain) + icvLen
+	if total > MaxMessageLen {
+		return nil, fmt.Errorf("%s message of %d bytes, more than %d", h.Exchange, total, MaxMessageLen)
+	}
+	b := make([]byte, HeaderLen+4+ivLen, total)
+	h.Next, h.Version, h.Length = PayloadSK, Version, uint32(total)
+	h.put(b)
+	b[HeaderLen] = byte(first)
+	binary.BigEndian.PutUint16(b[HeaderLen+2:], uint16(total-HeaderLen))
+	iv := b[HeaderLen+4:]
+	if _, err := io.ReadFull(rand, iv); err != nil {
+		return nil, fmt.Errorf("SK payload IV: %w", err)
+	}
+	if c.aead != nil {
+		nonce := append(append(make([]byte, 0, 12), c.salt...), iv...)
+		return c.aead.Seal(b, nonce, plain, b[:HeaderLen+4]), nil
+	}
+	cipher.NewCBCEncrypter(c.block, iv).CryptBlocks(plain, plain)
+	b = append(b, plain...)
+	mac := hmac.New(c.integ.hash, c.integKey)
+	mac.Write(b)
+	return append(b, mac.Sum(nil)[:icvLen]...), nil
+}
+
+// errIntegrity is an SK payload whose ICV does not verify.
+var errIntegrity = errors.New("SK payload: integrity check failed")
+
+// open checks and decrypts m's SK payload (raw is the whole message as
+// received) and puts the inner payloads in m.Payloads.
+func (c *skCipher) open(m *Message, raw []byte) error {
+	sk := m.sk
+	if sk == nil {
+		return errors.New("no SK payload")
+	}
+	if len(m.Payloads) != 0 {
+		return fmt.Errorf("%d payloads before the SK payload", len(m.Payloads))
+	}
+	ivLen, icvLen := c.ivLen(), c.icvLen()
+	if len(sk.body) < ivLen+icvLen+1 {
+		return fmt.Errorf("SK payload of %d bytes, shorter than its IV and ICV", len(sk.body))
+	}
+	iv, ct := sk.body[:ivLen], sk.body[ivLen:]
+	var plain []byte
+	if c.aead != nil {
+		nonce := append(append(make([]byte, 0, 12), c.salt...), iv...)
+		var err error
+		if plain, err = c.aead.Open(nil, nonce, ct, raw[:sk.offset+4]); err != nil {
+			return errIntegrity
+		}
+	} else {
+		ct, icv := ct[:len(ct)-icvLen], ct[len(ct)-icvLen:]
+		mac := hmac.New(c.integ.hash, c.integKey)
+		mac.Write(raw[:len(raw)-icvLen])
+		if !hmac.Equal(mac.Sum(nil)[:icvLen], icv) {
+			return errIntegrity
+		}
+		if len(ct)%aes.BlockSize != 0 {
+			return fmt.Errorf("SK ciphertext of %d bytes, not a whole number of blocks", len(ct))
+		}
+		plain = make([]byte, len(ct))
+		cipher.NewCBCDecrypter(c.block, iv).CryptBlocks(plain, ct)
+	}
+	pad := int(plain[len(plain)-1])
+	if pad > len(plain)-1 {
+		return fmt.Errorf("SK payload: pad length %d in %d bytes", pad, len(plain))
+	}
+	ps, _, err := parseChain(sk.inner, plain[:len(plain)-1-pad], sk.offset+4+ivLen, false)
+	if err != nil {
+		return fmt.Errorf("inside the SK payload: %w", err)
+	}
+	m.Payloads, m.Encrypted, m.sk = ps, true, nil
+	return nil
+}
