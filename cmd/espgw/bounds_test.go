@@ -107,7 +107,7 @@ func TestSAConvertMemoryBounded(t *testing.T) {
 			if n := strings.Count(errOut, "\n"); n > 22 {
 				t.Errorf("%s to %s: %d lines of errors", c.in, to, n)
 			}
-			if rss > limit {
+			if rss > limit && !raceEnabled { // scripts/test.sh runs it in the plain build too
 				t.Errorf("%s to %s: peak RSS %d MB, want at most %d MB", c.in, to, rss>>20, limit>>20)
 			}
 		}
