@@ -56,6 +56,11 @@ func sessions(t testing.TB, e, ref offload.Engine, esn bool) []pair {
 		t.Fatalf("%s: declares no suites", e.Name())
 	}
 	for _, suite := range suites {
+		if !slices.Contains(ref.Suites(), suite) {
+			// aes-gcm-8 on afalg: cpu has no 8-byte GCM tag to compare with.
+			t.Logf("%s: no %s on %s to compare with", e.Name(), suite, ref.Name())
+			continue
+		}
 		for _, kl := range suite.EncKeyLens() {
 			cfg := offload.SessionConfig{Suite: suite, EncKey: key(kl), AuthKey: key(suite.AuthKeyLen()), ESN: esn}
 			got, err := e.NewSession(cfg)

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +94,9 @@ func requirePassed(t *testing.T, out string, names ...string) {
 }
 
 func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	lines = slices.DeleteFunc(lines, func(l string) bool { return strings.Contains(l, " INFO ") })
+	s = strings.Join(lines, "\n")
 	if len(s) > n {
 		return "…" + s[len(s)-n:]
 	}
