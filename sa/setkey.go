@@ -199,9 +199,6 @@ func headWord(s string) string {
 	return e
 }
 
-// headWords are the words a statement's head may hold.
-var headWords = slices.Concat([]string{"esp", "esp-udp", "-4", "-6", "-n"}, setkeyCommands, protoWords())
-
 // setkeyOptions are the options of add that an error may suggest.
 var setkeyOptions = []string{"-m", "-r", "-u", "-f", "-lh", "-ls", "-bh", "-bs", "-E", "-A", "-e", "-C", "-ctx"}
 
