@@ -88,15 +88,30 @@ every --peer-socket; each takes the part that is local to it.`,
 			}
 			all := append([]string{*socket}, sockets...)
 			clients := make([]*control.Client, len(all))
+			defer func() {
+				for _, c := range clients {
+					if c != nil {
+						c.Close()
+					}
+				}
+			}()
 			for i, p := range all {
 				if clients[i], err = control.Dial(p); err != nil {
 					return fmt.Errorf("rekey: %s: %w", p, err)
 				}
-				defer clients[i].Close()
 			}
 			for _, phase := range []string{control.PhaseInstall, control.PhaseSwitch, control.PhaseRetire} {
 				if phase == control.PhaseRetire {
 					time.Sleep(grace)
+					// A grace longer than the sockets' idle timeout
+					// outlives the connections: the last phase dials
+					// again.
+					for i, p := range all {
+						clients[i].Close()
+						if clients[i], err = control.Dial(p); err != nil {
+							return fmt.Errorf("rekey: %s: %w", p, err)
+						}
+					}
 				}
 				req.Phase = phase
 				for i, c := range clients {

@@ -23,6 +23,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -114,7 +115,30 @@ type Server struct {
 	path   string
 	wg     sync.WaitGroup
 	conns  chan struct{} // a slot per connection being served
+	// IdleTimeout is how long a connection may take to send a whole
+	// request line (from the end of the last answer) or to read an
+	// answer; a client that sends nothing, stops mid-line or stops
+	// reading is dropped after it. Zero is DefaultIdleTimeout. Set it
+	// before Serve.
+	IdleTimeout   time.Duration
+	refused, idle atomic.Uint64
 }
+
+// DefaultIdleTimeout is how long a control connection may stay idle, or
+// take for one request line, before the server drops it.
+const DefaultIdleTimeout = 30 * time.Second
+
+// Stats are a server's counts of connections it did not serve to the end.
+type Stats struct {
+	// Refused counts connections refused because maxConns were open.
+	Refused uint64 `json:"refused"`
+	// Idle counts connections dropped for sending no whole request line,
+	// or reading no answer, within the idle timeout.
+	Idle uint64 `json:"idle"`
+}
+
+// Stats returns the server's counts.
+func (s *Server) Stats() Stats { return Stats{Refused: s.refused.Load(), Idle: s.idle.Load()} }
 
 // maxConns bounds the connections served at once; one more is answered
 // with an error and closed. With maxRequest it bounds the memory clients
@@ -179,6 +203,7 @@ func (s *Server) Serve(ctx context.Context) error {
 			c.SetWriteDeadline(time.Now().Add(time.Second))
 			json.NewEncoder(c).Encode(Response{Error: fmt.Sprintf("%d connections are open, the most the control socket serves at once: close one and try again", maxConns)})
 			c.Close()
+			s.refused.Add(1)
 			s.log.Warn("control socket: refused a connection", "open", maxConns)
 			continue
 		}
@@ -249,6 +274,10 @@ const maxRequest = 4 << 20
 const bigRequest = 1 << 20
 
 func (s *Server) serveConn(c net.Conn) {
+	idle := s.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := bufio.NewWriter(c)
 	enc := json.NewEncoder(w)
@@ -259,8 +288,13 @@ func (s *Server) serveConn(c net.Conn) {
 		}
 	}()
 	for {
+		c.SetReadDeadline(time.Now().Add(idle))
 		line, err := readLine(r)
 		big = big || len(line) > bigRequest || err != nil && !errors.Is(err, io.EOF)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			s.dropIdle(c, w, enc, idle, "no whole request line")
+			return
+		}
 		if err != nil {
 			if !errors.Is(err, io.EOF) {
 				enc.Encode(Response{Error: err.Error()})
@@ -283,15 +317,32 @@ func (s *Server) serveConn(c net.Conn) {
 		} else {
 			resp = s.Handle(req)
 		}
+		c.SetWriteDeadline(time.Now().Add(idle))
 		enc.Encode(resp)
 		// Answer at once unless the client already sent the next
 		// request: a pipelining client gets its answers in batches.
 		if r.Buffered() == 0 {
 			if err := w.Flush(); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					s.dropIdle(c, nil, nil, idle, "the answer not read")
+				}
 				return
 			}
 		}
 	}
+}
+
+// dropIdle ends a connection that was idle for the timeout: it is counted,
+// logged once, and told why when it can still be written to (w non-nil).
+func (s *Server) dropIdle(c net.Conn, w *bufio.Writer, enc *json.Encoder, idle time.Duration, what string) {
+	n := s.idle.Add(1)
+	s.log.Warn("control socket: dropped an idle connection", "why", what, "timeout", idle, "dropped", n)
+	if w == nil {
+		return
+	}
+	c.SetWriteDeadline(time.Now().Add(time.Second))
+	enc.Encode(Response{Error: fmt.Sprintf("%s within %s: connection closed", what, idle)})
+	w.Flush()
 }
 
 func readLine(r *bufio.Reader) ([]byte, error) {
