@@ -127,7 +127,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 		if err == nil {
 			conns[k] = w
 			var x *xdp.Conn
-			if x, err = rt.openXDP(k, w, cfg, log); x != nil {
+			if x, err = rt.openXDP(k, w, cfg, log, xdps); x != nil {
 				xdps[k] = x
 			}
 		}
@@ -289,61 +289,6 @@ func (rt *Runtime) open(k connKey, cfg *Config) (*transport.Conn, error) {
 	return c, nil
 }
 
-// openXDP puts raw ESP of key k over AF_XDP as the wan-io setting asks,
-// beside the raw socket w it keeps open: nil (and no error) when the
-// setting is socket, the key is not raw ESP, or auto found XDP unable to
-// attach (which it logs, with why).
-func (rt *Runtime) openXDP(k connKey, w *transport.Conn, cfg *Config, log *slog.Logger) (*xdp.Conn, error) {
-	if k.encap != sa.EncapNone || cfg.WanIO == WanIOSocket || cfg.WanIO == "" {
-		return nil, nil
-	}
-	family := "IPv4"
-	if k.v6 {
-		family = "IPv6"
-	}
-	x, err := func() (*xdp.Conn, error) {
-		local, dev, err := wanDevice(cfg.Local, k.v6)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", xdp.ErrUnsupported, err)
-		}
-		return xdp.Open(xdp.Config{Device: dev, Local: local, Fallback: w, Mode: cfg.XDPMode, Log: log})
-	}()
-	switch {
-	case err == nil:
-		return x, nil
-	case cfg.WanIO == WanIOAuto && errors.Is(err, xdp.ErrUnsupported):
-		log.Warn("wan-io auto: raw ESP stays on raw sockets", "family", family, "why", err)
-		return nil, nil
-	}
-	return nil, fmt.Errorf("%s: wan-io %s for %s raw ESP: %w", cfg.File, cfg.WanIO, family, err)
-}
-
-// wanDevice is the local address of a family and the interface holding it.
-func wanDevice(local []netip.Addr, v6 bool) (netip.Addr, string, error) {
-	for _, a := range local {
-		if a.Is6() != v6 || a.Is4In6() {
-			continue
-		}
-		links, err := netlink.LinkList()
-		if err != nil {
-			return a, "", fmt.Errorf("list interfaces: %w", err)
-		}
-		for _, l := range links {
-			addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
-			if err != nil {
-				continue
-			}
-			for _, la := range addrs {
-				if ip, ok := netip.AddrFromSlice(la.IP); ok && ip.Unmap() == a {
-					return a, l.Attrs().Name, nil
-				}
-			}
-		}
-		return a, "", fmt.Errorf("no interface holds the local address %s", a)
-	}
-	return netip.Addr{}, "", errors.New("no local address of the family to steer ESP for")
-}
-
 // pick is the socket an outbound SA sends on — the AF_XDP connection where
 // wan-io put raw ESP on one; nil (not a nil *transport.Conn) when there is
 // none, so the gateway refuses the SA instead of crashing on it.
@@ -441,15 +386,13 @@ func (rt *Runtime) openFor(sas []*sa.SA) ([]connKey, error) {
 		w, err := rt.open(k, rt.Config)
 		var x *xdp.Conn
 		if err == nil {
-			if x, err = rt.openXDP(k, w, rt.Config, rt.Gateway.log); err != nil {
+			if x, err = rt.openXDP(k, w, rt.Config, rt.Gateway.log, nextX); err != nil {
 				w.Close()
 			}
 		}
 		if err != nil {
 			for _, k := range opened {
-				if x := nextX[k]; x != nil {
-					x.Close()
-				}
+				undoXDP(k, nextX[k], *rt.xdps.Load())
 				next[k].Close()
 			}
 			return nil, err
@@ -483,16 +426,35 @@ func (rt *Runtime) closeConns(keys []connKey) {
 	next := maps.Clone(*rt.conns.Load())
 	nextX := maps.Clone(*rt.xdps.Load())
 	var gone []Conn
+	dropped := map[*xdp.Conn][]bool{}
 	for _, k := range keys {
 		if x := nextX[k]; x != nil {
-			gone = append(gone, x) // before the raw socket it falls back on
 			delete(nextX, k)
+			dropped[x] = append(dropped[x], k.v6)
 		}
+	}
+	for x := range dropped {
+		if sharedXDP(nextX, x) {
+			continue
+		}
+		delete(dropped, x)
+		gone = append(gone, x) // before the raw sockets it falls back on
+	}
+	for _, k := range keys {
 		gone = append(gone, next[k])
 		delete(next, k)
 	}
 	rt.xdps.Store(&nextX)
 	rt.conns.Store(&next)
+	// An AF_XDP connection another key still uses stops serving only the
+	// families of the keys gone.
+	for x, families := range dropped {
+		for _, v6 := range families {
+			if _, err := x.Drop(v6); err != nil {
+				rt.Gateway.log.Warn("AF_XDP: stop steering a family no SA uses", "device", x.Device(), "ipv6", v6, "err", err)
+			}
+		}
+	}
 	for _, w := range gone {
 		rt.RemoveConn(w)
 	}

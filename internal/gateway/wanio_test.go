@@ -34,7 +34,7 @@ func TestWanIOFallback(t *testing.T) {
 	} {
 		log.Reset()
 		cfg.WanIO = tc.io
-		x, err := rt.openXDP(tc.key, nil, cfg, logger)
+		x, err := rt.openXDP(tc.key, nil, cfg, logger, nil)
 		if x != nil {
 			x.Close()
 			t.Errorf("wan-io %s, %v: an AF_XDP connection on no interface", tc.io, tc.key)

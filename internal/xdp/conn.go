@@ -29,7 +29,8 @@ type Config struct {
 	// Device is the WAN interface.
 	Device string
 	// Local is this gateway's address on it: the program steers ESP of its
-	// family addressed to it, and the Conn sends from it.
+	// family addressed to it, and the Conn sends from it. Serve adds the
+	// other family's.
 	Local netip.Addr
 	// Fallback is the raw ESP socket of the same family (transport.RawESP),
 	// kept open beside the Conn: the kernel then answers no ESP with ICMP
@@ -78,6 +79,11 @@ type Stats struct {
 	// fast as the gateway seals.
 	TXRingFull uint64 `json:"tx_ring_full"`
 	SendErrors uint64 `json:"send_errors"` // kicks the kernel refused
+	// Local are the addresses ESP is steered for, one per family served.
+	Local []string `json:"local"`
+	// IPv4 and IPv6 are the packets of each family through the rings.
+	IPv4 FamilyStats `json:"ipv4"`
+	IPv6 FamilyStats `json:"ipv6"`
 	// The kernel's XDP_STATISTICS, summed over the queues' sockets.
 	RxDropped            uint64 `json:"rx_dropped"`
 	RxInvalidDescs       uint64 `json:"rx_invalid_descs"`
@@ -87,7 +93,14 @@ type Stats struct {
 	TxRingEmptyDescs     uint64 `json:"tx_ring_empty_descs"`
 }
 
+// FamilyStats are one address family's packets through the rings.
+type FamilyStats struct {
+	PacketsIn  uint64 `json:"packets_in"`
+	PacketsOut uint64 `json:"packets_out"`
+}
+
 type counters struct {
+	in4, out4, in6, out6                            atomic.Uint64
 	packetsIn, bytesIn, packetsOut, bytesOut, kicks atomic.Uint64
 	fallback, noNeighbor, malformed, truncated      atomic.Uint64
 	txRingFull, sendErrors                          atomic.Uint64
@@ -100,16 +113,39 @@ type hop struct {
 	from     netip.Addr
 }
 
-// Conn is raw ESP over AF_XDP on one interface, for one address family. It
+// family is one address family a Conn serves: the local address ESP is
+// steered for and sent from, and the raw socket of the family beside the
+// rings.
+type family struct {
+	local    netip.Addr
+	fallback *transport.Conn
+}
+
+// families are the families a Conn serves; a zero family is not served.
+type families struct{ v4, v6 family }
+
+func (f *families) of(v6 bool) *family {
+	if v6 {
+		return &f.v6
+	}
+	return &f.v4
+}
+
+// Conn is raw ESP over AF_XDP on one interface, for IPv4, IPv6 or both:
+// one program and one socket per receive queue serve every family. It
 // implements the gateway's Conn. Send and Receive may run concurrently;
 // concurrent calls of the same method are serialised.
 type Conn struct {
 	cfg     Config
 	nl      *netlink.Handle // of the namespace Open ran in, for the resolver
-	v6      bool
 	ifindex int
-	mac     [6]byte
-	mode    string
+	// fams are the families served, replaced whole by Serve and Drop
+	// (under famMu, which also guards prog) so the data path reads them
+	// without a lock.
+	fams  atomic.Pointer[families]
+	famMu sync.Mutex
+	mac   [6]byte
+	mode  string
 
 	sockets []*socket
 	xsks    *ebpf.Map
@@ -122,7 +158,7 @@ type Conn struct {
 	wake   int // eventfd: Close wakes a blocked Receive
 
 	sendMu   sync.Mutex
-	fallback []*esp.Packet
+	fallback [2][]*esp.Packet // by family: IPv4, IPv6
 	ipID     uint16
 
 	// mtu is the device's MTU, looked up again with the next hops: a
@@ -175,8 +211,12 @@ func Open(cfg Config) (c *Conn, err error) {
 		nl.Close()
 		return nil, fmt.Errorf("xdp on %s: %w: MTU %d does not fit a %d-byte frame", cfg.Device, ErrUnsupported, attrs.MTU, frameSize)
 	}
-	cn := &Conn{cfg: cfg, nl: nl, v6: cfg.Local.Is6() && !cfg.Local.Is4In6(), ifindex: attrs.Index, wake: -1,
+	cfg.Local = cfg.Local.Unmap()
+	cn := &Conn{cfg: cfg, nl: nl, ifindex: attrs.Index, wake: -1,
 		resolve: make(chan netip.Addr, 64), done: make(chan struct{})}
+	fams := &families{}
+	*fams.of(cfg.Local.Is6()) = family{local: cfg.Local, fallback: cfg.Fallback}
+	cn.fams.Store(fams)
 	defer func() {
 		if err != nil {
 			cn.Close()
@@ -188,7 +228,10 @@ func Open(cfg Config) (c *Conn, err error) {
 	empty := map[netip.Addr]hop{}
 	c.hops.Store(&empty)
 	queues := rxQueues(cfg.Device)
-	if c.xsks, c.prog, err = newProgram(queues, cfg.Local); err != nil {
+	if c.xsks, err = newSocketMap(queues); err != nil {
+		return nil, fmt.Errorf("xdp on %s: %w: %w", cfg.Device, ErrUnsupported, err)
+	}
+	if c.prog, err = newProgram(c.xsks, fams.v4.local, fams.v6.local); err != nil {
 		return nil, fmt.Errorf("xdp on %s: %w: %w", cfg.Device, ErrUnsupported, err)
 	}
 	mode := cfg.Mode
@@ -212,7 +255,9 @@ func Open(cfg Config) (c *Conn, err error) {
 		c.polls = append(c.polls, unix.PollFd{Fd: int32(s.fd), Events: unix.POLLIN})
 	}
 	c.polls = append(c.polls, unix.PollFd{Fd: int32(c.wake), Events: unix.POLLIN})
-	c.fallback = make([]*esp.Packet, 0, 256)
+	for i := range c.fallback {
+		c.fallback[i] = make([]*esp.Packet, 0, 256)
+	}
 	c.wg.Add(1)
 	go c.resolver()
 	cfg.Log.Info("raw ESP over AF_XDP", "device", cfg.Device, "mode", c.mode, "queues", queues, "local", cfg.Local)
@@ -310,8 +355,87 @@ func (c *Conn) Mode() string { return c.mode }
 // Device is the interface the Conn steers ESP on.
 func (c *Conn) Device() string { return c.cfg.Device }
 
-// LocalAddr is the address ESP is steered for.
-func (c *Conn) LocalAddr() netip.Addr { return c.cfg.Local }
+// Locals are the addresses ESP is steered for, IPv4's first.
+func (c *Conn) Locals() []netip.Addr {
+	f := c.fams.Load()
+	var out []netip.Addr
+	for _, a := range []netip.Addr{f.v4.local, f.v6.local} {
+		if a.IsValid() {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// Serve has the Conn serve local's family too, on the sockets it has: the
+// program is replaced by one that also steers ESP to local (atomically:
+// no frame of the family already served goes astray), and packets of the
+// family are sent from local, through fallback (the family's raw ESP
+// socket, which the Conn does not close) where the rings cannot send
+// them. A family served already is an error.
+func (c *Conn) Serve(local netip.Addr, fallback *transport.Conn) error {
+	local = local.Unmap()
+	if !local.IsValid() || local.IsUnspecified() {
+		return fmt.Errorf("xdp on %s: a local address to steer ESP for is needed", c.cfg.Device)
+	}
+	if fallback == nil || fallback.Kind() != transport.RawESP {
+		return fmt.Errorf("xdp on %s: a raw ESP socket must stay open beside it", c.cfg.Device)
+	}
+	c.famMu.Lock()
+	defer c.famMu.Unlock()
+	if c.closed.Load() {
+		return fmt.Errorf("xdp on %s: %w", c.cfg.Device, net.ErrClosed)
+	}
+	next := *c.fams.Load()
+	f := next.of(local.Is6())
+	if f.local.IsValid() {
+		return fmt.Errorf("xdp on %s: ESP to %s is steered here already, %s can not be too", c.cfg.Device, f.local, local)
+	}
+	*f = family{local: local, fallback: fallback}
+	if err := c.steer(&next); err != nil {
+		return err
+	}
+	c.cfg.Log.Info("raw ESP over AF_XDP", "device", c.cfg.Device, "mode", c.mode, "local", local, "served", c.Locals())
+	return nil
+}
+
+// Drop stops steering and sending the family v6 says (its ESP goes to the
+// kernel's raw socket again), and reports how many families are still
+// served; a Conn serving none still holds its sockets until Close.
+func (c *Conn) Drop(v6 bool) (int, error) {
+	c.famMu.Lock()
+	defer c.famMu.Unlock()
+	next := *c.fams.Load()
+	*next.of(v6) = family{}
+	left := 0
+	if next.v4.local.IsValid() {
+		left++
+	}
+	if next.v6.local.IsValid() {
+		left++
+	}
+	if c.closed.Load() {
+		return left, nil
+	}
+	return left, c.steer(&next)
+}
+
+// steer puts a program steering ESP to next's addresses in place of the
+// one attached, then next in force; famMu is held.
+func (c *Conn) steer(next *families) error {
+	prog, err := newProgram(c.xsks, next.v4.local, next.v6.local)
+	if err != nil {
+		return fmt.Errorf("xdp on %s: %w", c.cfg.Device, err)
+	}
+	if err := c.attach.Update(prog); err != nil {
+		prog.Close()
+		return fmt.Errorf("xdp on %s: replace the program: %w", c.cfg.Device, err)
+	}
+	c.fams.Store(next)
+	c.prog.Close()
+	c.prog = prog
+	return nil
+}
 
 // Receive waits for steered ESP packets and returns how many it put in
 // pkts[:n], with the gateway Conn's contract: each packet is copied to its
@@ -367,13 +491,14 @@ func (c *Conn) deliver(f []byte, p *esp.Packet) bool {
 	}
 	ip := f[ethHeaderLen:]
 	n, ok := inetsum.PacketLength(ip)
-	if !ok || (ip[0]>>4 == 6) != c.v6 {
+	v6 := ok && ip[0]>>4 == 6
+	if !ok {
 		c.stats.malformed.Add(1)
 		return false
 	}
 	hl, tos := ipv6HeaderLen, uint8(binary.BigEndian.Uint16(ip[0:2])>>4)
 	var src, dst netip.Addr
-	if c.v6 {
+	if v6 {
 		src, dst = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
 	} else {
 		hl, tos = int(ip[0]&0x0f)*4, ip[1]
@@ -394,6 +519,11 @@ func (c *Conn) deliver(f []byte, p *esp.Packet) bool {
 	copy(p.Buf[p.Off:], ip[:n])
 	p.Off, p.Len, p.HdrLen = p.Off+hl, n-hl, hl
 	p.Peer, p.Local, p.TOS = netip.AddrPortFrom(src, 0), dst, tos
+	if v6 {
+		c.stats.in6.Add(1)
+	} else {
+		c.stats.in4.Add(1)
+	}
 	return true
 }
 
@@ -405,8 +535,9 @@ const defaultTTL = 64
 // header its fields ask for, and returns how many went out. The packets go
 // into the TX ring of the first queue's socket, all of them before one kick
 // of the kernel. A packet for a peer whose next hop the kernel has not
-// resolved yet, or one to be cut into fragments, goes out through the raw
-// socket instead (and the next hop is looked up for the next packets).
+// resolved yet, or one to be cut into fragments, goes out through its
+// family's raw socket instead (and the next hop is looked up for the next
+// packets); one of a family the Conn does not serve is not sent.
 func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
@@ -420,40 +551,53 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	room := s.txRoom()
 	prod := *s.tx.producer
 	queued, sent, bytes := uint32(0), 0, 0
+	out4, out6 := uint64(0), uint64(0)
 	var firstErr error
-	fb := c.fallback[:0]
+	fb := [2][]*esp.Packet{c.fallback[0][:0], c.fallback[1][:0]}
+	fams := c.fams.Load()
 	hops := *c.hops.Load()
 	mtu := int(c.mtu.Load())
-	ipLen := ipv4HeaderLen
-	if c.v6 {
-		ipLen = ipv6HeaderLen
-	}
 	var lastPeer netip.Addr
 	var lastHop hop
 	lastOK := false
+	unserved := 0
 	for _, p := range pkts {
-		if p.Len <= 0 || p.Off < 0 || p.Off+p.Len > len(p.Buf) || !p.Peer.Addr().IsValid() {
-			fb = append(fb, p) // the raw socket refuses it with the reason
+		peer := p.Peer.Addr().Unmap()
+		v6 := peer.Is6()
+		fam := 0
+		if v6 {
+			fam = 1
+		}
+		if !fams.of(v6).local.IsValid() {
+			unserved++
 			continue
+		}
+		if p.Len <= 0 || p.Off < 0 || p.Off+p.Len > len(p.Buf) || !peer.IsValid() {
+			fb[fam] = append(fb[fam], p) // the raw socket refuses it with the reason
+			continue
+		}
+		ipLen := ipv4HeaderLen
+		if v6 {
+			ipLen = ipv6HeaderLen
 		}
 		total := ethHeaderLen + ipLen + p.Len
 		// A batch mostly goes to one peer: look its hop up once.
-		if a := p.Peer.Addr(); a != lastPeer || !lastOK {
-			lastPeer = a
-			lastHop, lastOK = hops[a]
+		if peer != lastPeer || !lastOK {
+			lastPeer = peer
+			lastHop, lastOK = hops[peer]
 		}
 		h, ok := lastHop, lastOK
 		switch {
 		case !ok:
 			c.stats.noNeighbor.Add(1)
 			select {
-			case c.resolve <- p.Peer.Addr():
+			case c.resolve <- peer:
 			default:
 			}
-			fb = append(fb, p)
+			fb[fam] = append(fb[fam], p)
 			continue
 		case p.Fragment && p.FragMTU > 0 && ipLen+p.Len > p.FragMTU, ipLen+p.Len > mtu, total > maxPayload:
-			fb = append(fb, p)
+			fb[fam] = append(fb[fam], p)
 			continue
 		}
 		if room == 0 || len(s.txFree) == 0 {
@@ -477,10 +621,13 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 		copy(f[0:6], h.dst[:])
 		copy(f[6:12], h.src[:])
 		f[12], f[13] = 0x08, 0x00
-		if c.v6 {
+		if v6 {
 			f[12], f[13] = 0x86, 0xdd
+			out6++
+		} else {
+			out4++
 		}
-		c.writeIP(f[ethHeaderLen:], &h, p)
+		c.writeIP(f[ethHeaderLen:], v6, &h, p)
 		copy(f[ethHeaderLen+ipLen:], p.Data())
 		d := s.tx.xdpDesc(prod)
 		d.Addr, d.Len, d.Options = addr, uint32(total), 0
@@ -499,16 +646,24 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	}
 	c.stats.packetsOut.Add(uint64(sent))
 	c.stats.bytesOut.Add(uint64(bytes))
-	if len(fb) > 0 {
-		c.stats.fallback.Add(uint64(len(fb)))
-		n, err := c.cfg.Fallback.Send(fb)
+	c.stats.out4.Add(out4)
+	c.stats.out6.Add(out6)
+	for i, list := range fb {
+		if len(list) == 0 {
+			continue
+		}
+		c.stats.fallback.Add(uint64(len(list)))
+		n, err := fams.of(i == 1).fallback.Send(list)
 		sent += n
 		if err != nil && firstErr == nil {
 			firstErr = err
 		}
-		clear(fb)
+		clear(list)
+		c.fallback[i] = list[:0]
 	}
-	c.fallback = fb[:0]
+	if unserved > 0 && firstErr == nil {
+		firstErr = fmt.Errorf("send over xdp on %s: %d packets of a family it does not serve", c.cfg.Device, unserved)
+	}
 	return sent, firstErr
 }
 
@@ -521,14 +676,14 @@ func (c *Conn) kick(s *socket) error {
 	return nil
 }
 
-// writeIP writes the outer IP header of p into b: DSCP/ECN from TOS, TTL
-// or hop limit, DF unless p.Fragment (IPv4), and the addresses.
-func (c *Conn) writeIP(b []byte, h *hop, p *esp.Packet) {
+// writeIP writes the outer IPv4 or IPv6 header of p into b: DSCP/ECN from
+// TOS, TTL or hop limit, DF unless p.Fragment (IPv4), and the addresses.
+func (c *Conn) writeIP(b []byte, v6 bool, h *hop, p *esp.Packet) {
 	ttl := p.TTL
 	if ttl == 0 {
 		ttl = defaultTTL
 	}
-	if c.v6 {
+	if v6 {
 		binary.BigEndian.PutUint32(b[0:], 6<<28|uint32(p.TOS)<<20)
 		binary.BigEndian.PutUint16(b[4:], uint16(p.Len))
 		b[6], b[7] = protocolESP, ttl
@@ -617,8 +772,12 @@ func (c *Conn) lookup(peer netip.Addr) (hop, error) {
 		next = gw.Unmap()
 	}
 	family := netlink.FAMILY_V4
-	if c.v6 {
+	if peer.Is6() {
 		family = netlink.FAMILY_V6
+	}
+	local := c.fams.Load().of(peer.Is6()).local
+	if !local.IsValid() {
+		return hop{}, fmt.Errorf("%s: its family is not served on %s", peer, c.cfg.Device)
 	}
 	neighs, err := c.nl.NeighList(c.ifindex, family)
 	if err != nil {
@@ -630,7 +789,7 @@ func (c *Conn) lookup(peer netip.Addr) (hop, error) {
 		if !ok || a.Unmap() != next || n.State&usable == 0 || len(n.HardwareAddr) != 6 {
 			continue
 		}
-		h := hop{src: c.mac, from: c.cfg.Local}
+		h := hop{src: c.mac, from: local}
 		copy(h.dst[:], n.HardwareAddr)
 		return h, nil
 	}
@@ -645,6 +804,11 @@ func (c *Conn) Stats() Stats {
 		PacketsIn: s.packetsIn.Load(), BytesIn: s.bytesIn.Load(), PacketsOut: s.packetsOut.Load(), BytesOut: s.bytesOut.Load(),
 		Kicks: s.kicks.Load(), Fallback: s.fallback.Load(), NoNeighbor: s.noNeighbor.Load(), Malformed: s.malformed.Load(),
 		Truncated: s.truncated.Load(), TXRingFull: s.txRingFull.Load(), SendErrors: s.sendErrors.Load(),
+		IPv4: FamilyStats{PacketsIn: s.in4.Load(), PacketsOut: s.out4.Load()},
+		IPv6: FamilyStats{PacketsIn: s.in6.Load(), PacketsOut: s.out6.Load()},
+	}
+	for _, a := range c.Locals() {
+		out.Local = append(out.Local, a.String())
 	}
 	c.sendMu.Lock() // Close takes the sockets away under it
 	defer c.sendMu.Unlock()
@@ -677,6 +841,8 @@ func (c *Conn) Close() error {
 		one := [8]byte{1}
 		unix.Write(c.wake, one[:])
 	}
+	c.famMu.Lock()
+	defer c.famMu.Unlock()
 	c.recvMu.Lock()
 	c.sendMu.Lock()
 	c.detach()

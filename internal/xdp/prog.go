@@ -48,22 +48,26 @@ const (
 	fragmentMaskLE = 0xff3f
 )
 
-// steerESP is the XDP program: an Ethernet frame carrying ESP to local —
-// an unfragmented IPv4 packet, or an IPv6 packet whose first next header is
-// ESP, of local's family and addressed to it — goes to the AF_XDP socket of
-// its receive queue (or on to the kernel if the queue has none); every
-// other frame goes on to the kernel.
-func steerESP(sockets *ebpf.Map, local netip.Addr) asm.Instructions {
-	// The destination address as the little-endian words a load gives.
-	var dst []int32
-	a := local.AsSlice()
-	for i := 0; i+4 <= len(a); i += 4 {
-		dst = append(dst, int32(binary.LittleEndian.Uint32(a[i:])))
+// steerESP is the XDP program: an Ethernet frame carrying ESP to v4 or v6
+// — an unfragmented IPv4 packet to v4, or an IPv6 packet whose first next
+// header is ESP to v6 — goes to the AF_XDP socket of its receive queue (or
+// on to the kernel if the queue has none); every other frame goes on to
+// the kernel. A family whose address is invalid is not steered.
+func steerESP(sockets *ebpf.Map, v4, v6 netip.Addr) asm.Instructions {
+	// The destination addresses as the little-endian words a load gives.
+	words := func(a netip.Addr) []int32 {
+		var w []int32
+		b := a.AsSlice()
+		for i := 0; i+4 <= len(b); i += 4 {
+			w = append(w, int32(binary.LittleEndian.Uint32(b[i:])))
+		}
+		return w
 	}
 	ipv4, ipv6 := "ipv4", "ipv6"
-	if len(dst) == 4 {
+	if !v4.IsValid() {
 		ipv4 = "pass"
-	} else {
+	}
+	if !v6.IsValid() {
 		ipv6 = "pass"
 	}
 	insns := asm.Instructions{
@@ -78,7 +82,7 @@ func steerESP(sockets *ebpf.Map, local netip.Addr) asm.Instructions {
 		asm.JEq.Imm(asm.R5, etherTypeIPv6LE, ipv6),
 		asm.Ja.Label("pass"),
 	}
-	if len(dst) == 1 {
+	if v4.IsValid() {
 		insns = append(insns,
 			asm.LoadMem(asm.R5, asm.R2, ethHeaderLen+9, asm.Byte).WithSymbol("ipv4"),
 			asm.JNE.Imm(asm.R5, protocolESP, "pass"),
@@ -87,10 +91,11 @@ func steerESP(sockets *ebpf.Map, local netip.Addr) asm.Instructions {
 			asm.LoadMem(asm.R5, asm.R2, ethHeaderLen+6, asm.Half),
 			asm.JSet.Imm(asm.R5, fragmentMaskLE, "pass"),
 			asm.LoadMem(asm.R5, asm.R2, ethHeaderLen+16, asm.Word),
-			asm.JNE.Imm32(asm.R5, dst[0], "pass"),
+			asm.JNE.Imm32(asm.R5, words(v4)[0], "pass"),
 			asm.Ja.Label("redirect"),
 		)
-	} else {
+	}
+	if v6.IsValid() {
 		insns = append(insns,
 			asm.Mov.Reg(asm.R4, asm.R2).WithSymbol("ipv6"),
 			asm.Add.Imm(asm.R4, ethHeaderLen+ipv6HeaderLen),
@@ -98,14 +103,13 @@ func steerESP(sockets *ebpf.Map, local netip.Addr) asm.Instructions {
 			asm.LoadMem(asm.R5, asm.R2, ethHeaderLen+6, asm.Byte),
 			asm.JNE.Imm(asm.R5, protocolESP, "pass"),
 		)
-		for i, w := range dst {
+		for i, w := range words(v6) {
 			insns = append(insns,
 				asm.LoadMem(asm.R5, asm.R2, int16(ethHeaderLen+24+4*i), asm.Word),
 				asm.JNE.Imm32(asm.R5, w, "pass"))
 		}
 	}
 	return append(insns,
-
 		// bpf_redirect_map(sockets, rx_queue_index, XDP_PASS): the low bits
 		// of the flags are the action when the queue has no socket.
 		asm.LoadMem(asm.R2, asm.R1, mdRxQueueIndex, asm.Word).WithSymbol("redirect"),
@@ -119,21 +123,24 @@ func steerESP(sockets *ebpf.Map, local netip.Addr) asm.Instructions {
 	)
 }
 
-// newProgram builds the socket map for queues receive queues and loads the
-// program that steers ESP to local into it.
-func newProgram(queues int, local netip.Addr) (*ebpf.Map, *ebpf.Program, error) {
+// newSocketMap builds the socket map for queues receive queues.
+func newSocketMap(queues int) (*ebpf.Map, error) {
 	sockets, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name: "espgw_xsks", Type: ebpf.XSKMap, KeySize: 4, ValueSize: 4, MaxEntries: uint32(queues),
 	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("create the AF_XDP socket map: %w", err)
+		return nil, fmt.Errorf("create the AF_XDP socket map: %w", err)
 	}
+	return sockets, nil
+}
+
+// newProgram loads the program that steers ESP to v4 and v6 into sockets.
+func newProgram(sockets *ebpf.Map, v4, v6 netip.Addr) (*ebpf.Program, error) {
 	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "espgw_steer", Type: ebpf.XDP, License: "GPL", Instructions: steerESP(sockets, local.Unmap()),
+		Name: "espgw_steer", Type: ebpf.XDP, License: "GPL", Instructions: steerESP(sockets, v4, v6),
 	})
 	if err != nil {
-		sockets.Close()
-		return nil, nil, fmt.Errorf("load the XDP program that steers ESP: %w", err)
+		return nil, fmt.Errorf("load the XDP program that steers ESP: %w", err)
 	}
-	return sockets, prog, nil
+	return prog, nil
 }

@@ -12,6 +12,7 @@ import (
 // gateway's default holds.
 type GatewayConfig struct {
 	Local, Peer       netip.Addr
+	Locals            []netip.Addr // local: as a list, in place of Local
 	Engine, WanIO     string
 	XDPMode           string // xdp-mode (empty: the gateway's default, auto)
 	Pprof             string // the Go profiler's address (empty: off)
@@ -48,7 +49,15 @@ func (c GatewayConfig) String() string {
 		}
 		return "[" + strings.Join(s, ", ") + "]"
 	}
-	line("", "local", c.Local, c.Local.IsValid())
+	if len(c.Locals) > 0 {
+		s := make([]string, len(c.Locals))
+		for i, a := range c.Locals {
+			s[i] = a.String()
+		}
+		line("", "local", "["+strings.Join(s, ", ")+"]", true)
+	} else {
+		line("", "local", c.Local, c.Local.IsValid())
+	}
 	line("", "peer", c.Peer, c.Peer.IsValid())
 	line("", "engine", c.Engine, c.Engine != "")
 	line("", "wan-io", c.WanIO, c.WanIO != "")

@@ -47,7 +47,13 @@ type Options struct {
 	Mode    sa.Mode
 	Encap   sa.Encap
 	// OuterV6 carries the tunnel over IPv6 between the gateways.
-	OuterV6      bool
+	OuterV6 bool
+	// DualStack gives the gateways both WAN addresses (local: [IPv4,
+	// IPv6]) and two SA pairs: the IPv4 LANs' traffic over IPv4 (SPIs
+	// 0x1001 and 0x2001, Bed.SAs) and the IPv6 LANs' over IPv6 (0x1006
+	// and 0x2006, Bed.SAs6), each way by a policy. Tunnel mode, one
+	// tunnel; OuterV6 is ignored.
+	DualStack    bool
 	ESN          bool
 	ReplayWindow int // default 64
 	InitialSeq   uint64
@@ -96,6 +102,8 @@ type Bed struct {
 	Topo *netns.Topology
 	Dir  string    // configs, SA files, captures
 	SAs  [2]*sa.SA // gw1→gw2 and gw2→gw1
+	// SAs6 are a dual-stack bed's IPv6-outer pair (Options.DualStack).
+	SAs6 [2]*sa.SA
 	// Tunnels are a many-tunnel bed's SA pairs (Options.Tunnels).
 	Tunnels []*Tunnel
 	GW      [2]*Gateway
@@ -170,6 +178,13 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 		if err = b.routeTunnels(ctx); err != nil {
 			return b, err
 		}
+	} else if opts.DualStack {
+		if opts.Mode != sa.Tunnel {
+			return b, errors.New("dual stack: tunnel mode only")
+		}
+		if err = b.makeDualStackSAs(); err != nil {
+			return b, err
+		}
 	} else if err = b.makeSAs(); err != nil {
 		return b, err
 	}
@@ -206,6 +221,41 @@ func (b *Bed) makeSAs() error {
 		b.SAs[i] = s
 	}
 	return b.writeSAs(&sa.Config{SAs: b.SAs[:]})
+}
+
+// makeDualStackSAs writes a dual-stack bed's SA file: the IPv4 pair, the
+// IPv6 pair, and a policy per LAN prefix naming the pair of its family.
+func (b *Bed) makeDualStackSAs() error {
+	a := b.Topo.Addr
+	cfg := &sa.Config{}
+	for i, spi := range []uint32{0x1001, 0x2001, 0x1006, 0x2006} {
+		s, err := b.newSA(spi, i%2 == 1)
+		if err != nil {
+			return err
+		}
+		if i >= 2 {
+			s.Src, s.Dst = a.GW1WAN6.Addr(), a.GW2WAN6.Addr()
+			if i == 3 {
+				s.Src, s.Dst = s.Dst, s.Src
+			}
+			b.SAs6[i-2] = s
+		} else {
+			s.Src, s.Dst = a.GW1WAN4.Addr(), a.GW2WAN4.Addr()
+			if i == 1 {
+				s.Src, s.Dst = s.Dst, s.Src
+			}
+			b.SAs[i] = s
+		}
+		s.InitialSeq = b.opts.InitialSeq
+		cfg.SAs = append(cfg.SAs, s)
+	}
+	for _, p := range []struct {
+		dst netip.Prefix
+		spi uint32
+	}{{a.LANB4, 0x1001}, {a.LANA4, 0x2001}, {a.LANB6, 0x1006}, {a.LANA6, 0x2006}} {
+		cfg.SPD = append(cfg.SPD, sa.Policy{Priority: 10, Selector: sa.Selector{Dst: p.dst}, Action: sa.Protect, SPI: p.spi})
+	}
+	return b.writeSAs(cfg)
 }
 
 // newSA is an SA of the bed's suite and settings with fresh keys, gw1→gw2
@@ -251,8 +301,15 @@ func (b *Bed) writeConfig(i int) (string, error) {
 	if b.opts.Tunnels >= 1 {
 		routes = append(routes, []netip.Prefix{TunnelBlockB, TunnelBlockA}[i])
 	}
+	var locals []netip.Addr
+	if b.opts.DualStack {
+		locals = []netip.Addr{a.GW1WAN4.Addr(), a.GW1WAN6.Addr()}
+		if i == 1 {
+			locals = []netip.Addr{a.GW2WAN4.Addr(), a.GW2WAN6.Addr()}
+		}
+	}
 	path := filepath.Join(b.Dir, fmt.Sprintf("gw%d.yaml", i+1))
-	return path, GatewayConfig{Local: local, Peer: peer, Engine: b.opts.Engine[i], WanIO: b.opts.WanIO, Metrics: "127.0.0.1:9478",
+	return path, GatewayConfig{Local: local, Locals: locals, Peer: peer, Engine: b.opts.Engine[i], WanIO: b.opts.WanIO, Metrics: "127.0.0.1:9478",
 		TUN: "esp0", TUNMTU: b.opts.TUNMTU, Routes: routes, NoOffloads: b.opts.NoOffloads, OuterMTU: b.opts.WANMTU, Workers: b.opts.Workers,
 		XDPMode: b.opts.XDPMode, Pprof: pprofAddr(b.opts.Pprof), SAFile: "sas.yaml", StateDir: fmt.Sprintf("gw%d-state", i+1), Control: fmt.Sprintf("gw%d.sock", i+1)}.Write(path)
 }
