@@ -77,9 +77,12 @@ func TestReplayThroughRelay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if l := res.Latency; l.P50 <= 0 || l.P50 > l.P90 || l.P90 > l.P99 || l.P99 > l.Max || l.Max > time.Second {
+		// The latency is recorded, not bounded: only its percentiles'
+		// order is checked.
+		if l := res.Latency; l.P50 <= 0 || l.P50 > l.P90 || l.P90 > l.P99 || l.P99 > l.Max {
 			t.Fatalf("latency %+v", l)
 		}
+		t.Logf("latency %+v", res.Latency)
 		if want := span / 50; res.Elapsed < want || res.Missing != [2]int{} {
 			t.Fatalf("replay took %v for a %v capture at 50×, want ≥ %v; %+v", res.Elapsed, span, want, res)
 		}

@@ -240,6 +240,37 @@ func TestBundledScenariosParse(t *testing.T) {
 	}
 }
 
+// TestBundledScenariosJudgeNoSpeed: the bundled scenarios, which the test
+// command runs on loaded machines too, judge no latency and no rate (the
+// report records both; speed is the bench's, as ratios in one run): every
+// expectation that names a latency.* or bps metric, left or right, fails.
+func TestBundledScenariosJudgeNoSpeed(t *testing.T) {
+	files, err := Files([]string{"../../../scenarios"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		scs, err := Load(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sc := range scs {
+			for _, e := range sc.Expect {
+				n++
+				for _, word := range []string{"latency.", "bps"} {
+					if strings.Contains(e.Metric, word) || strings.Contains(e.Expr, word) {
+						t.Errorf("%s:%d: %s %s judges a wall-clock figure; record it (the report shows it) and judge loss or conservation", f, e.Line, e.Metric, e.Expr)
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no expectations read")
+	}
+}
+
 // TestBundledEmbedded checks that the embedded copy holds every bundled
 // file, pcaps included (LoadFS checks that each replayed file is there).
 func TestBundledEmbedded(t *testing.T) {
