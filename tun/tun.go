@@ -25,6 +25,7 @@
 package tun
 
 import (
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"net"
@@ -33,6 +34,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/espgw/espgw/internal/inetsum"
 	"github.com/espgw/espgw/internal/nsrun"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -316,7 +318,44 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 	if err != nil {
 		return n, fmt.Errorf("read TUN %s: %w", d.name, err)
 	}
+	if d.offloads {
+		for i := range n {
+			udpZeroSum(bufs[i][offset : offset+sizes[i]])
+		}
+	}
 	return n, nil
+}
+
+// udpZeroSum gives a UDP datagram whose checksum computes to zero the
+// 0xffff RFC 768 sends in its place. With offloads the kernel leaves the
+// checksums of local senders' datagrams to the TUN's reader (vnet-hdr
+// NEEDS_CSUM), and wireguard's tun package, which completes them (and those
+// of the segments it cuts from a GSO super-packet), writes a zero there
+// as it is: over IPv6 the receiver then counts a checksum error and drops
+// the datagram, over IPv4 it takes it as carrying no checksum. A zero
+// field whose datagram does not sum to zero (an IPv4 sender that sent no
+// checksum) is left alone, as are fragments.
+func udpZeroSum(pkt []byte) {
+	hl, proto, _, frag, ok := inetsum.Header(pkt)
+	if !ok || proto != 17 || frag || len(pkt) < hl+8 {
+		return
+	}
+	seg := pkt[hl:]
+	if seg[6] != 0 || seg[7] != 0 {
+		return
+	}
+	var src, dst []byte
+	if pkt[0]>>4 == 4 {
+		if binary.BigEndian.Uint16(pkt[6:])&0x3fff != 0 {
+			return
+		}
+		src, dst = pkt[12:16], pkt[16:20]
+	} else {
+		src, dst = pkt[8:24], pkt[24:40]
+	}
+	if inetsum.Valid(inetsum.Pseudo(src, dst, 17, len(seg)), seg) {
+		seg[6], seg[7] = 0xff, 0xff
+	}
 }
 
 // Pending reports, without blocking, whether a packet is waiting to be read:
