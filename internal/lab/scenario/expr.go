@@ -216,7 +216,7 @@ var (
 	runMetrics = []string{"kernel", "hostA.kernel", "gw1.kernel", "gw2.kernel", "hostB.kernel",
 		"udp-rcvbuf", "hostA.udp-rcvbuf", "hostB.udp-rcvbuf", "sent", "received", "delivered", "mismatched", "exact", "conservation", "unaccounted", "drops",
 		"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out"}
-	latencyMetrics = []string{"latency.p50", "latency.p90", "latency.p99", "latency.max", "latency.mean"}
+	latencyMetrics = []string{"latency.min", "latency.p50", "latency.p90", "latency.p99", "latency.max", "latency.mean"}
 )
 
 // dropReasons are the reasons a packet is counted as dropped: the ESP

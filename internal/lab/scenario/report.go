@@ -47,7 +47,7 @@ func PrintTable(w io.Writer, results []*Result) {
 				line += fmt.Sprintf(", %.1f Mbit/s", st.BPS/1e6)
 			}
 			if l := latencyMetricsOf(st.Latencies); l != nil {
-				line += fmt.Sprintf(", one-way latency p50 %s p99 %s", seconds(l["latency.p50"]), seconds(l["latency.p99"]))
+				line += fmt.Sprintf(", one-way latency min %s p50 %s p99 %s max %s", seconds(l["latency.min"]), seconds(l["latency.p50"]), seconds(l["latency.p99"]), seconds(l["latency.max"]))
 			}
 			if st.Error != "" {
 				line += ", error: " + st.Error
