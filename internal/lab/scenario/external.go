@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"go.yaml.in/yaml/v3"
+
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/netns"
@@ -91,12 +93,13 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		return perr(at(), "external", errors.New("missing: peer: external needs the interfaces, addresses and SA file of the device"))
 	}
 	var err error
-	for _, l := range []struct {
+	type link struct {
 		name string
 		link ExternalLink
 		pfx  *netip.Prefix
 		dut  *netip.Addr
-	}{{"wan", e.WAN, &e.wan, &e.wanDUT}, {"lan", e.LAN, &e.lan, &e.lanDUT}} {
+	}
+	checkLink := func(l link) error {
 		if l.link.Interface == "" || len(l.link.Interface) > 15 {
 			return perr(at(l.name, "interface"), "external."+l.name+".interface", fmt.Errorf("%s: want an interface name of 1..15 bytes", secret.Quote(l.link.Interface)))
 		}
@@ -110,11 +113,11 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		if *l.dut, err = netip.ParseAddr(l.link.DUT); err != nil || !l.pfx.Contains(*l.dut) || *l.dut == l.pfx.Addr() {
 			return perr(at(l.name, "dut"), "external."+l.name+".dut", fmt.Errorf("%s: want the device's address in %s", secret.Quote(l.link.DUT), l.pfx.Masked()))
 		}
+		return nil
 	}
-	if e.near, err = netip.ParsePrefix(e.Near); err != nil || !e.near.Addr().Is4() || e.near.Bits() > 28 {
-		return perr(at("near"), "external.near", fmt.Errorf("%s: want the IPv4 network behind gw1 (at most /28), e.g. 192.0.2.0/24", secret.Quote(e.Near)))
+	if err := checkLink(link{"wan", e.WAN, &e.wan, &e.wanDUT}); err != nil {
+		return err
 	}
-	e.near = e.near.Masked()
 	if e.SAFile == "" {
 		return perr(at("sa-file"), "external.sa-file", errors.New("missing: the SAs the device holds"))
 	}
@@ -138,11 +141,30 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	if e.out == nil || e.in == nil {
 		return perr(at("sa-file"), "external.sa-file", fmt.Errorf("want an SA from %s to %s and one back (the file has %d SAs)", gw1, e.wanDUT, len(cfg.SAs)))
 	}
+	if e.out.Mode != e.in.Mode {
+		return perr(at("sa-file"), "external.sa-file", fmt.Errorf("SA %#x is %s mode, SA %#x %s mode: want both in one mode", e.out.SPI, e.out.Mode, e.in.SPI, e.in.Mode))
+	}
+	if e.out.Mode == sa.Transport {
+		// Transport mode protects what gw1 and the device send each
+		// other: no LAN behind either.
+		_, ext := lookup(s.root, "external")
+		for _, f := range []string{"lan", "near"} {
+			if k, _ := lookup(ext, f); k != nil {
+				return perr(k.Line, "external."+f, errors.New("transport-mode SAs carry traffic between gw1 and the device itself: no LAN is part of the run, leave lan: and near: out"))
+			}
+		}
+	} else {
+		if err := checkLink(link{"lan", e.LAN, &e.lan, &e.lanDUT}); err != nil {
+			return err
+		}
+		if e.near, err = netip.ParsePrefix(e.Near); err != nil || !e.near.Addr().Is4() || e.near.Bits() > 28 {
+			return perr(at("near"), "external.near", fmt.Errorf("%s: want the IPv4 network behind gw1 (at most /28), e.g. 192.0.2.0/24", secret.Quote(e.Near)))
+		}
+		e.near = e.near.Masked()
+	}
 	// What `scenario list` and the progress lines show.
 	s.SA.Suite, s.SA.Mode, s.SA.Encap = e.out.Suite.String(), e.out.Mode.String(), e.out.Encap.String()
-	if e.out.Mode != sa.Tunnel || e.in.Mode != sa.Tunnel {
-		return perr(at("sa-file"), "external.sa-file", errors.New("tunnel-mode SAs only against an external device (hostA and hostB behind the two ends)"))
-	}
+	s.SA.mode = e.out.Mode
 	for i, st := range s.Traffic.Steps {
 		if st.Pcap != nil {
 			return perr(stepLine(s.root, i), fmt.Sprintf("traffic.steps[%d].pcap", i), errors.New("captures are replayed between addresses no host owns, which needs neighbour entries on the device: not against an external device"))
@@ -165,8 +187,43 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		}
 	}
 	s.Topology.Outer = outer
+	if e.out.Mode == sa.Transport {
+		return s.transportSteps(perr, outer)
+	}
 	if s.Topology.Inner != "ipv4" {
 		return perr(lineOf(s.root, "topology"), "topology.inner", errors.New("IPv4 traffic only against an external device"))
+	}
+	return nil
+}
+
+// transportSteps makes the steps of a transport-mode run against a device
+// pings from gw1 to the device (its address is the SAs' end), the ends a
+// step leaves out included: the device answers echo requests through its
+// SAs, and runs no receiver of espgw's for other traffic.
+func (s *Scenario) transportSteps(perr func(int, string, error) error, outer string) error {
+	_, tr := lookup(s.root, "traffic")
+	_, steps := lookup(tr, "steps")
+	for i := range s.Traffic.Steps {
+		st := &s.Traffic.Steps[i]
+		field, line := fmt.Sprintf("traffic.steps[%d]", i), stepLine(s.root, i)
+		if st.Ping == nil {
+			return perr(line, field, errors.New("transport mode against an external device: ping steps only (from gw1 to gw2, the device, which answers through its SAs and runs no receiver for other traffic)"))
+		}
+		var body *yaml.Node
+		if steps != nil && i < len(steps.Content) {
+			_, body = lookup(steps.Content[i], "ping")
+		}
+		kf, _ := lookup(body, "from")
+		kt, _ := lookup(body, "to")
+		if kf == nil && kt == nil {
+			st.Ping.From, st.Ping.To = "gw1", "gw2"
+		}
+		if kfam, _ := lookup(body, "family"); kfam == nil {
+			st.Ping.Family = outer
+		}
+		if st.Ping.From != "gw1" || st.Ping.To != "gw2" {
+			return perr(line, field, fmt.Errorf("from %s to %s: transport mode against an external device pings from gw1 to gw2 (the device)", secret.Word(st.Ping.From, "gw1"), secret.Word(st.Ping.To, "gw2")))
+		}
 	}
 	return nil
 }
@@ -188,6 +245,9 @@ func (e *External) addresses() *netns.Addresses {
 		a.GW1WAN4 = e.wan
 		a.GW2WAN4 = netip.PrefixFrom(e.wanDUT, bits)
 		a.WANToGW14, a.WANToGW24 = netip.PrefixFrom(free[0], bits), netip.PrefixFrom(free[1], bits)
+	}
+	if !e.lan.IsValid() {
+		return &a // transport mode: the LANs are the bed's own, not the device's
 	}
 	a.LANB4 = e.lan.Masked()
 	a.HostB4 = e.lan
@@ -351,7 +411,11 @@ func (x *externalGW2) home() []string {
 func (x *externalGW2) attach(ctx context.Context) error {
 	target := x.gw2.Name()
 	x.found = map[string]linkState{}
-	for _, ifname := range []string{x.e.WAN.Interface, x.e.LAN.Interface} {
+	ifnames := []string{x.e.WAN.Interface}
+	if x.e.lan.IsValid() {
+		ifnames = append(ifnames, x.e.LAN.Interface)
+	}
+	for _, ifname := range ifnames {
 		st, err := x.linkStateOf(ctx, ifname)
 		if err != nil {
 			return fmt.Errorf("move %s into the test bed: %w", ifname, err)
@@ -362,14 +426,18 @@ func (x *externalGW2) attach(ctx context.Context) error {
 		x.found[ifname] = st
 		x.moved = append(x.moved, ifname)
 	}
-	return bridgeGW2(ctx, x.gw2, "the device", x.e.WAN.Interface, x.e.LAN.Interface, 0)
+	lan := ""
+	if x.e.lan.IsValid() {
+		lan = x.e.LAN.Interface
+	}
+	return bridgeGW2(ctx, x.gw2, "the device", x.e.WAN.Interface, lan, 0)
 }
 
 // bridgeGW2 makes gw2's namespace a bump in two wires for a gateway that
 // is not espgw: no addresses, no forwarding, no IPv6 of its own (its MLD
 // and ND would cross the bridges), gw2's WAN link bridged to wan and its
-// LAN link to lan (both already moved into the namespace); mtu, when not
-// 0, is wan's.
+// LAN link to lan (both already moved into the namespace; with no lan,
+// hostB's link stays unbridged); mtu, when not 0, is wan's.
 func bridgeGW2(ctx context.Context, gw2 *netns.Namespace, what, wan, lan string, mtu int) error {
 	if err := gw2.Sysctl(map[string]string{
 		"net/ipv4/ip_forward": "0", "net/ipv6/conf/all/forwarding": "0",
@@ -388,9 +456,12 @@ func bridgeGW2(ctx context.Context, gw2 *netns.Namespace, what, wan, lan string,
 	}
 	cmds = append(cmds,
 		[]string{"ip", "link", "set", "wan0", "master", "brwan"}, []string{"ip", "link", "set", wan, "master", "brwan"},
-		[]string{"ip", "link", "set", "lan0", "master", "brlan"}, []string{"ip", "link", "set", lan, "master", "brlan"},
-		[]string{"ip", "link", "set", wan, "up"}, []string{"ip", "link", "set", lan, "up"},
-		[]string{"ip", "link", "set", "brwan", "up"}, []string{"ip", "link", "set", "brlan", "up"})
+		[]string{"ip", "link", "set", wan, "up"}, []string{"ip", "link", "set", "brwan", "up"})
+	if lan != "" {
+		cmds = append(cmds,
+			[]string{"ip", "link", "set", "lan0", "master", "brlan"}, []string{"ip", "link", "set", lan, "master", "brlan"},
+			[]string{"ip", "link", "set", lan, "up"}, []string{"ip", "link", "set", "brlan", "up"})
+	}
 	for _, c := range cmds {
 		if out, err := gw2.Output(ctx, c[0], c[1:]...); err != nil {
 			return fmt.Errorf("bridge gw2 to %s (%s): %w: %s", what, strings.Join(c, " "), err, out)
@@ -448,10 +519,11 @@ func (x *externalGW2) hookEnv() ([]string, error) {
 		if err := sa.WriteFile(filepath.Join(dir, "sas.yaml"), cfg); err != nil {
 			return nil, fmt.Errorf("the run's SA files: %w", err)
 		}
-		script, err := sa.MarshalXFRMFor(cfg, x.e.wanDUT)
+		script, err := sa.MarshalXFRMFor(hostSelectors(cfg), x.e.wanDUT)
 		if err != nil {
 			return nil, fmt.Errorf("the run's SA files: %w", err)
 		}
+		script = append(ndBypass(x.out), script...)
 		if err := secret.WriteFile(filepath.Join(dir, "ip-xfrm.sh"), script); err != nil {
 			return nil, fmt.Errorf("the run's SA files: %w", err)
 		}
@@ -461,6 +533,44 @@ func (x *externalGW2) hookEnv() ([]string, error) {
 		"ESPGW_GW1="+x.e.wan.Addr().String(), "ESPGW_DUT="+x.e.wanDUT.String(),
 		"ESPGW_SA_FILE="+filepath.Join(x.dir, "sas.yaml"), "ESPGW_IP_XFRM="+filepath.Join(x.dir, "ip-xfrm.sh"),
 	), nil
+}
+
+// hostSelectors is cfg with each transport-mode SA that names no selectors
+// given the one between its two ends (every protocol), so the `ip xfrm`
+// commands carry the device's policies too.
+func hostSelectors(cfg *sa.Config) *sa.Config {
+	out := &sa.Config{SPD: cfg.SPD}
+	for _, s := range cfg.SAs {
+		if s.Mode == sa.Transport && len(s.Selectors) == 0 {
+			c := *s
+			c.Selectors = []sa.Selector{{Src: netip.PrefixFrom(s.Src, s.Src.BitLen()), Dst: netip.PrefixFrom(s.Dst, s.Dst.BitLen())}}
+			s = &c
+		}
+		out.SAs = append(out.SAs, s)
+	}
+	return out
+}
+
+// ndBypass are, for IPv6 transport-mode SAs, the `ip xfrm` policies that
+// let the neighbour solicitations and advertisements between the two ends
+// (ICMPv6 135 and 136) pass in clear, put in before the SAs' own: the
+// host-to-host policies would otherwise want ESP for the device's unicast
+// solicitations and advertisements and refuse gw1's clear ones, and the
+// neighbours would never resolve. They name the same two addresses as the
+// SAs' policies, so the kernel keeps them in the same list, where of equal
+// priority the first put in wins.
+func ndBypass(out *sa.SA) []byte {
+	if out.Mode != sa.Transport || !out.Dst.Is6() {
+		return nil
+	}
+	gw1, dut := out.Src.String()+"/128", out.Dst.String()+"/128"
+	var b strings.Builder
+	b.WriteString("# Neighbour discovery between the two ends in clear, before their transport-mode policies.\n")
+	for _, t := range []int{135, 136} {
+		fmt.Fprintf(&b, "ip xfrm policy add src %s dst %s proto 58 type %d dir out action allow\n", dut, gw1, t)
+		fmt.Fprintf(&b, "ip xfrm policy add src %s dst %s proto 58 type %d dir in action allow\n", gw1, dut, t)
+	}
+	return []byte(b.String())
 }
 
 // hook runs the setup or reset command (at most two minutes).

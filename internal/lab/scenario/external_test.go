@@ -6,6 +6,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/sa"
 )
 
 // The bundled external example a user copies stays valid: it loads, with
@@ -160,5 +163,111 @@ expect:
 		if err == nil || !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%s: %v, want %q", strings.TrimSpace(bad.topo), err, bad.want)
 		}
+	}
+}
+
+// Transport-mode SAs against an external device: the run pings the device
+// from gw1 (steps that name no ends get gw1 → gw2 in the outer family), no
+// LAN is part of it, other traffic is refused; the run's ip xfrm commands
+// give the device host-to-host policies and, over IPv6, let neighbour
+// discovery pass in clear before them.
+func TestExternalTransport(t *testing.T) {
+	dir := t.TempDir()
+	for _, fam := range []struct {
+		name, gw1, dut, wan string
+		v6                  bool
+	}{
+		{"ipv4", "198.51.100.1", "198.51.100.129", "198.51.100.1/24", false},
+		{"ipv6", "2001:db8:5::1", "2001:db8:5::129", "2001:db8:5::1/64", true},
+	} {
+		t.Run(fam.name, func(t *testing.T) {
+			sas := fmt.Sprintf(`sa:
+  - {spi: 0x7001, mode: transport, src: "%s", dst: "%s", enc: aes-gcm-16, enc-key: 0x000102030405060708090a0b0c0d0e0f10111213}
+  - {spi: 0x7002, mode: transport, src: "%s", dst: "%s", enc: aes-gcm-16, enc-key: 0x1112131415161718191a1b1c1d1e1f2021222324}
+`, fam.gw1, fam.dut, fam.dut, fam.gw1)
+			if err := os.WriteFile(filepath.Join(dir, fam.name+"-sas.yaml"), []byte(sas), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			head := fmt.Sprintf(`name: tr
+peer: external
+external:
+  wan: {interface: eth9, address: "%s", dut: "%s"}
+  sa-file: %s-sas.yaml
+  setup: "true"
+`, fam.wan, fam.dut, fam.name)
+			file := filepath.Join(dir, fam.name+".yaml")
+			good := head + "traffic:\n  steps:\n    - {name: a, ping: {sizes: [56], count: 2}}\n    - {name: b, ping: {from: gw1, to: gw2, count: 2}}\nexpect:\n  delivered: == 1\n"
+			scs, err := Parse(file, []byte(good))
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := scs[0]
+			outer := "ipv4"
+			if fam.v6 {
+				outer = "ipv6"
+			}
+			for _, st := range s.Traffic.Steps {
+				if st.Ping.From != "gw1" || st.Ping.To != "gw2" || st.Ping.Family != outer {
+					t.Errorf("step %s: from %s to %s family %s, want gw1 → gw2 over %s", st.Name, st.Ping.From, st.Ping.To, st.Ping.Family, outer)
+				}
+			}
+			if s.SA.mode != sa.Transport || s.SA.Mode != "transport" || s.Topology.Outer != outer {
+				t.Errorf("mode %v %q outer %q", s.SA.mode, s.SA.Mode, s.Topology.Outer)
+			}
+			if a := s.External.addresses(); a.HostB4 != netns.StandardAddresses().HostB4 {
+				t.Errorf("hostB %s: want the bed's own without a LAN", a.HostB4)
+			}
+			x, err := newExternalGW2(s.External)
+			if err != nil {
+				t.Fatal(err)
+			}
+			env, err := x.hookEnv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer x.removeFiles()
+			var script []byte
+			for _, kv := range env {
+				if v, ok := strings.CutPrefix(kv, "ESPGW_IP_XFRM="); ok {
+					script, _ = os.ReadFile(v)
+				}
+			}
+			bits := "/32"
+			if fam.v6 {
+				bits = "/128"
+			}
+			for _, want := range []string{
+				fmt.Sprintf("ip xfrm policy add src %s%s dst %s%s dir out tmpl src %s dst %s proto esp reqid %d mode transport", fam.dut, bits, fam.gw1, bits, fam.dut, fam.gw1, x.in.SPI),
+				fmt.Sprintf("ip xfrm policy add src %s%s dst %s%s dir in tmpl src %s dst %s proto esp reqid %d mode transport", fam.gw1, bits, fam.dut, bits, fam.gw1, fam.dut, x.out.SPI),
+			} {
+				if !strings.Contains(string(script), want) {
+					t.Errorf("the run's ip xfrm commands lack %q:\n%s", want, script)
+				}
+			}
+			nd := strings.Index(string(script), fmt.Sprintf("ip xfrm policy add src %s/128 dst %s/128 proto 58 type 136 dir in action allow", fam.gw1, fam.dut))
+			if fam.v6 != (nd >= 0) || fam.v6 && nd > strings.Index(string(script), "mode transport") {
+				t.Errorf("neighbour discovery bypass (IPv6 only, before the SAs' policies) at %d:\n%s", nd, script)
+			}
+			for _, bad := range []struct{ doc, want string }{
+				{strings.Replace(good, "  setup:", "  lan: {interface: eth8, address: 203.0.113.10/24, dut: 203.0.113.1}\n  setup:", 1), "external.lan: transport-mode SAs carry traffic between gw1 and the device itself"},
+				{strings.Replace(good, "  setup:", "  near: 192.0.2.0/24\n  setup:", 1), "external.near: transport-mode SAs"},
+				{head + "traffic:\n  steps:\n    - {name: u, udp: {from: gw1, to: gw2, packets: 5}}\nexpect:\n  delivered: == 1\n", "ping steps only"},
+				{head + "traffic:\n  steps:\n    - {name: p, ping: {from: hostA, to: hostB}}\nexpect:\n  delivered: == 1\n", "pings from gw1 to gw2"},
+			} {
+				if _, err := Parse(file, []byte(bad.doc)); err == nil || !strings.Contains(err.Error(), bad.want) {
+					t.Errorf("%v, want %q", err, bad.want)
+				}
+			}
+		})
+	}
+	// One SA of each mode is refused.
+	mixed := `sa:
+  - {spi: 0x7001, mode: transport, src: 198.51.100.1, dst: 198.51.100.129, enc: aes-gcm-16, enc-key: 0x000102030405060708090a0b0c0d0e0f10111213}
+  - {spi: 0x7002, mode: tunnel, src: 198.51.100.129, dst: 198.51.100.1, enc: aes-gcm-16, enc-key: 0x1112131415161718191a1b1c1d1e1f2021222324}
+`
+	os.WriteFile(filepath.Join(dir, "mixed-sas.yaml"), []byte(mixed), 0o600)
+	doc := "name: m\npeer: external\nexternal:\n  wan: {interface: eth9, address: 198.51.100.1/24, dut: 198.51.100.129}\n  sa-file: mixed-sas.yaml\ntraffic:\n  steps:\n    - {name: a, ping: {}}\nexpect:\n  delivered: == 1\n"
+	if _, err := Parse(filepath.Join(dir, "m.yaml"), []byte(doc)); err == nil || !strings.Contains(err.Error(), "want both in one mode") {
+		t.Errorf("mixed modes: %v", err)
 	}
 }

@@ -752,7 +752,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 				return perr(line, field+".iperf3.duration", fmt.Errorf("%v: want 100ms..5m", st.Iperf3.Duration))
 			}
 		}
-		if e != nil && s.Peer == PeerExternal && e.From != "hostA" && e.From != "hostB" {
+		if e != nil && s.Peer == PeerExternal && s.SA.mode != sa.Transport && e.From != "hostA" && e.From != "hostB" {
 			return perr(line, field, errors.New("against an external device, traffic runs between hostA and hostB"))
 		}
 		if e != nil && s.Peer == PeerLinuxXFRM {
