@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/control"
 	"github.com/espgw/espgw/internal/lab/testbed"
+	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -84,6 +86,71 @@ func TestDualStackOverXDP(t *testing.T) {
 					}
 				}
 			}
+			if t.Failed() {
+				return
+			}
+
+			// IPv6 taken away through the control sockets: the connection
+			// stays, serving IPv4 alone; IPv6 given back on new SPIs: it
+			// serves both again.
+			v6Policies := func(out, back uint32) []sa.Policy {
+				return []sa.Policy{
+					{Priority: 10, Selector: sa.Selector{Dst: a.LANB6}, Action: sa.Protect, SPI: out},
+					{Priority: 10, Selector: sa.Selector{Dst: a.LANA6}, Action: sa.Protect, SPI: back},
+				}
+			}
+			pol, err := control.PolicyEntries(v6Policies(0x1006, 0x2006)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			change(t, b, control.Request{Op: "policy.del", SPD: pol}, control.Request{Op: "sa.del", IDs: []control.SAID{{SPI: "0x1006"}, {SPI: "0x2006"}}})
+			before := [2]xdp.Stats{}
+			for i := range 2 {
+				st := gwStats(t, b, i)
+				if len(st.XDP) != 1 || len(st.XDP[0].Local) != 1 || st.XDP[0].Local[0] != []netip.Addr{a.GW1WAN4.Addr(), a.GW2WAN4.Addr()}[i].String() {
+					t.Fatalf("gw%d after IPv6's SAs went: AF_XDP %+v, want one connection serving IPv4 alone", i+1, st.XDP)
+				}
+				before[i] = st.XDP[0]
+			}
+			pingSweep(t, b.Topo.HostA, dsts[:1], []int{56}, count)
+			out6, back6 := *b.SAs6[0], *b.SAs6[1]
+			out6.SPI, back6.SPI = 0x1016, 0x2016
+			sas6, err := control.SAEntries(&out6, &back6)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pol, err = control.PolicyEntries(v6Policies(0x1016, 0x2016)...); err != nil {
+				t.Fatal(err)
+			}
+			change(t, b, control.Request{Op: "sa.add", SA: sas6}, control.Request{Op: "policy.add", SPD: pol})
+			pingSweep(t, b.Topo.HostA, dsts, []int{56}, count)
+			for i := range 2 {
+				x := gwStats(t, b, i).XDP
+				if len(x) != 1 || len(x[0].Local) != 2 {
+					t.Fatalf("gw%d after IPv6's SAs came back: AF_XDP %+v, want one connection serving both", i+1, x)
+				}
+				if in4, in6 := x[0].IPv4.PacketsIn-before[i].IPv4.PacketsIn, x[0].IPv6.PacketsIn-before[i].IPv6.PacketsIn; in4 < 2*count || in6 < count {
+					t.Errorf("gw%d AF_XDP since IPv6 went: %d IPv4 and %d IPv6 packets in through the rings, want ≥ %d and ≥ %d", i+1, in4, in6, 2*count, count)
+				}
+			}
 		})
+	}
+}
+
+// change sends each request to gw1's control socket, then to gw2's.
+func change(t *testing.T, b *testbed.Bed, reqs ...control.Request) {
+	t.Helper()
+	for _, req := range reqs {
+		for i := range 2 {
+			c, err := control.Dial(b.ControlSocket(i))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Do(req)
+			c.Close()
+			if err != nil {
+				t.Fatalf("%s on gw%d: %v", req.Op, i+1, err)
+			}
+		}
 	}
 }
