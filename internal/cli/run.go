@@ -99,12 +99,17 @@ func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config, al
 			return fmt.Errorf("%s: %w", cfg.File, err)
 		}
 		defer srv.Close()
+		defer func() {
+			if st := srv.Stats(); st.Refused+st.Idle > 0 {
+				log.Info("control socket: connections not served to the end", "refused", st.Refused, "idle", st.Idle, "idle-timeout", control.DefaultIdleTimeout)
+			}
+		}()
 		go func() {
 			if err := srv.Serve(ctx); err != nil {
 				log.Error("control socket", "err", err)
 			}
 		}()
-		log.Info("control socket", "path", path)
+		log.Info("control socket", "path", path, "idle-timeout", control.DefaultIdleTimeout)
 	}
 
 	hup := make(chan os.Signal, 1)
