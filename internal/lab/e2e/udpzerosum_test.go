@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -182,6 +181,6 @@ func udpCsumErrors(t *testing.T, ns *netns.Namespace, v6 bool) int {
 			}
 		}
 	}
-	t.Fatal(fmt.Sprintf("no Udp InCsumErrors in /proc/net/snmp:\n%s", out))
+	t.Fatalf("no Udp InCsumErrors in /proc/net/snmp:\n%s", out)
 	return 0
 }
