@@ -1019,7 +1019,7 @@ func XFRMSelectorArgs(sel Selector, v6 bool) ([]string, error) {
 	if !ports {
 		return a, nil
 	}
-	if !hasPorts(sel.Proto) && sel.Proto != 33 {
+	if !HasPorts(sel.Proto) && sel.Proto != 33 {
 		return nil, fmt.Errorf("ports given for protocol %d, which has none", sel.Proto)
 	}
 	for _, p := range []struct {

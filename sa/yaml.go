@@ -702,7 +702,7 @@ func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Nod
 			p.fail(f.val, entry, a.name, err)
 			continue
 		}
-		if r != (PortRange{}) && !hasPorts(sel.Proto) {
+		if r != (PortRange{}) && !HasPorts(sel.Proto) {
 			p.failf(f.val, entry, a.name, "ports need proto tcp, udp, sctp or udplite, not %s", ProtoName(sel.Proto))
 			continue
 		}

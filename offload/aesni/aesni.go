@@ -51,14 +51,6 @@ func newWorkerPool() *sync.Pool {
 	return &sync.Pool{New: func() any { return newWorker() }}
 }
 
-// Accelerated reports whether AES-CBC runs in assembly on this CPU and
-// build, rather than on the pure-Go fallback.
-func Accelerated() bool { return cbc.Accelerated() }
-
-// Implementation names what runs AES-CBC on this CPU and build: "vaes-avx2"
-// (VAES on YMM registers, two lanes or blocks per instruction), "aes-ni" or "go".
-func Implementation() string { return cbc.Implementation() }
-
 // Name returns "aesni".
 func (e *Engine) Name() string { return Name }
 

@@ -27,6 +27,7 @@ import (
 
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/shell"
 )
 
 // Root is where the guest keeps espgw's files, laid out as the module is
@@ -192,13 +193,13 @@ func (g *Guest) Binary() string { return g.binary }
 // output. A failing test is an error that carries the output.
 func (g *Guest) RunTest(ctx context.Context, timeout time.Duration, rel string, env []string, args ...string) (string, error) {
 	var sh strings.Builder
-	fmt.Fprintf(&sh, "cd %s && env ", shellQuote(path.Join(Root, rel)))
+	fmt.Fprintf(&sh, "cd %s && env ", shell.Quote(path.Join(Root, rel)))
 	for _, e := range env {
-		sh.WriteString(shellQuote(e) + " ")
+		sh.WriteString(shell.Quote(e) + " ")
 	}
-	sh.WriteString(shellQuote(TestBinary(rel)))
+	sh.WriteString(shell.Quote(TestBinary(rel)))
 	for _, a := range args {
-		sh.WriteString(" " + shellQuote(a))
+		sh.WriteString(" " + shell.Quote(a))
 	}
 	sh.WriteString(" 2>&1")
 	out, err := g.RunFor(ctx, timeout, sh.String())
@@ -207,8 +208,6 @@ func (g *Guest) RunTest(ctx context.Context, timeout time.Duration, rel string, 
 	}
 	return out, nil
 }
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Close stops the guest and removes the namespace and the build folder.
 func (g *Guest) Close() error {

@@ -147,10 +147,6 @@ var kernelNames = [...]string{kernelGo: "go", kernelXMM: "aes-ni", kernelAVX: "a
 
 func (k kernel) String() string { return kernelNames[k] }
 
-// Accelerated reports whether this CPU and build run the assembly rather
-// than the pure-Go fallback.
-func Accelerated() bool { return best != kernelGo }
-
 // Implementation names what runs the CBC loops on this CPU and build:
 // "vaes-avx2", "aes-ni-avx", "aes-ni" or "go".
 func Implementation() string { return best.String() }
