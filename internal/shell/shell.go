@@ -8,7 +8,7 @@ import "strings"
 const special = " \t\n'\"\\$`()<>|&;*?[]{}#~!"
 
 // Quote returns w as one sh word: as it is when sh reads it unchanged,
-// else in single quotes (a quote inside written as '\'').
+// else in single quotes (a quote inside written as '\”).
 func Quote(w string) string {
 	if w != "" && !strings.ContainsAny(w, special) {
 		return w
