@@ -8,7 +8,8 @@ import "strings"
 const special = " \t\n'\"\\$`()<>|&;*?[]{}#~!"
 
 // Quote returns w as one sh word: as it is when sh reads it unchanged,
-// else in single quotes (a quote inside written as '\”).
+// else in single quotes, each single quote inside it closed, escaped
+// and reopened.
 func Quote(w string) string {
 	if w != "" && !strings.ContainsAny(w, special) {
 		return w
