@@ -21,6 +21,8 @@
 // block cipher. The key schedules are computed in Go (FIPS 197) once per key.
 package cbc
 
+//go:generate python3 _asm/gen.py
+
 import (
 	"errors"
 	"fmt"
