@@ -46,6 +46,7 @@ go run "$govulncheck" -db "file://$dbdir" ./...
 step go test -short, no root
 go test -count=1 -short \
   ./esp/... ./sa/... ./internal/control ./internal/errlist ./internal/inetsum ./internal/secret ./internal/shell \
+  ./internal/memnet ./internal/nsrun ./internal/overwrite ./offload/virtio/internal/vfio \
   ./offload/aesni/... ./offload/afalg/internal/kcapi ./offload/engines ./internal/cli \
   ./internal/lab/sim/... ./internal/lab/layout \
   ./internal/lab/impair ./internal/lab/labyaml ./internal/lab/pcapgen ./internal/lab/speed ./internal/lab/testbed \
