@@ -3,7 +3,7 @@
 // afalg engine) and runs shell commands in it, printing what they print:
 // how the device engines' benchmarks in BENCHMARKS.md are taken.
 //
-//	go run ./internal/lab/cryptoguest/cmd/devguest -crypto 1 -iommu \
+//	go run ./internal/lab/cryptoguest/cmd/devguest -iommu \
 //	    '/espgw/bin/espgw speed -engine virtio -evp aes-128-cbc -elapsed -batch 32 -multi 4'
 package main
 
