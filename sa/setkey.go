@@ -3,13 +3,13 @@ package sa
 import (
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/errlist"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/espgw/espgw/internal/errlist"
 	"github.com/espgw/espgw/internal/secret"
 )
 

@@ -5,13 +5,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/errlist"
-	"github.com/espgw/espgw/internal/secret"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/espgw/espgw/internal/errlist"
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // The Linux kernel's names for the algorithms (net/xfrm/xfrm_algo.c), as
