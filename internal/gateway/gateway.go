@@ -1,8 +1,10 @@
-// Package gateway owns the espgw data path: TUN packets out through the SPD,
-// sequential numbering, parallel crypto on an offload engine and in-order
-// transmit; ESP packets in through the SAD, replay check, crypto, inbound
-// policy and TUN write. Every packet that does not come out is counted under
-// a reason, on its SA when it has one and on the gateway otherwise.
+// Package gateway is the espgw data path, its configuration and its metrics.
+//
+// It owns the espgw data path: TUN packets out through the SPD, sequential
+// numbering, parallel crypto on an offload engine and in-order transmit; ESP
+// packets in through the SAD, replay check, crypto, inbound policy and TUN
+// write. Every packet that does not come out is counted under a reason, on
+// its SA when it has one and on the gateway otherwise.
 package gateway
 
 import (

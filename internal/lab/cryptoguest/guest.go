@@ -1,9 +1,11 @@
-// Package cryptoguest is the machine espgw's device engines are proven on:
-// the kernel peer's QEMU guest (Debian's kernel) booted with QEMU's
-// virtio-crypto device, AF_ALG, and espgw's own static binaries — the
-// espgw command, test binaries of the packages under test (go test -c),
-// the known-answer vectors, and openssl with its afalg engine — in a
-// per-boot archive added to the shared initramfs (kernelpeer.Extra).
+// Package cryptoguest boots the QEMU guest the device engines are proven in.
+//
+// It is the machine espgw's device engines are proven on: the kernel peer's
+// QEMU guest (Debian's kernel) booted with QEMU's virtio-crypto device,
+// AF_ALG, and espgw's own static binaries — the espgw command, test binaries
+// of the packages under test (go test -c), the known-answer vectors, and
+// openssl with its afalg engine — in a per-boot archive added to the shared
+// initramfs (kernelpeer.Extra).
 //
 // The host's kernel has neither AF_ALG nor the device; the guest has both.
 // Tests boot one Guest and run everything in it: the engine conformance
