@@ -322,3 +322,23 @@ func TestTypeErrorsHideValues(t *testing.T) {
 		}
 	}
 }
+
+// A failed run whose end host refused packets for their checksums says
+// where they were corrupted; other counters and the gateways say nothing.
+func TestCorruptedWhere(t *testing.T) {
+	for _, c := range []struct {
+		host  string
+		moved map[string]uint64
+		want  string
+	}{
+		{"hostB", map[string]uint64{"Udp6InCsumErrors": 1, "Udp6InErrors": 1}, "hostB's kernel refused 1 packets for a bad UDP or TCP checksum: each was corrupted before gw1 sealed it"},
+		{"hostA", map[string]uint64{"UdpInCsumErrors": 2, "TcpInCsumErrors": 1}, "hostA's kernel refused 3 packets for a bad UDP or TCP checksum: each was corrupted before gw2 sealed it (its TUN read completes offloaded checksums) or after gw1 opened it"},
+		{"hostB", map[string]uint64{"UdpRcvbufErrors": 4}, ""},
+		{"gw2", map[string]uint64{"Udp6InCsumErrors": 1}, ""},
+	} {
+		got := corruptedWhere(c.host, c.moved)
+		if c.want == "" && got != "" || !strings.Contains(got, c.want) {
+			t.Errorf("%s %v: %q, want %q", c.host, c.moved, got, c.want)
+		}
+	}
+}

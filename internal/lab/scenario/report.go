@@ -70,6 +70,9 @@ func PrintTable(w io.Writer, results []*Result) {
 			for _, n := range []string{"hostA", "gw1", "gw2", "hostB"} {
 				if len(r.Kernel[n]) > 0 {
 					fmt.Fprintf(w, "      kernel counters in %s: %v\n", n, r.Kernel[n])
+					if note := corruptedWhere(n, r.Kernel[n]); note != "" {
+						fmt.Fprintf(w, "      %s\n", note)
+					}
 				}
 			}
 		}
@@ -179,4 +182,24 @@ func WriteJUnit(path string, results []*Result) error {
 		return fmt.Errorf("junit report: %w", err)
 	}
 	return nil
+}
+
+// corruptedWhere says, for an end host whose kernel counted transport
+// checksum errors during the traffic, where such a packet was corrupted:
+// not on the WAN, whose ESP the receiving gateway's ICV check guards, but
+// before the sending gateway sealed it (its TUN read, where it completes
+// offloaded checksums) or after the receiving one opened it.
+func corruptedWhere(host string, moved map[string]uint64) string {
+	if host != "hostA" && host != "hostB" {
+		return ""
+	}
+	n := moved["UdpInCsumErrors"] + moved["Udp6InCsumErrors"] + moved["TcpInCsumErrors"]
+	if n == 0 {
+		return ""
+	}
+	from, to := "gw1", "gw2"
+	if host == "hostA" {
+		from, to = "gw2", "gw1"
+	}
+	return fmt.Sprintf("%s's kernel refused %d packets for a bad UDP or TCP checksum: each was corrupted before %s sealed it (its TUN read completes offloaded checksums) or after %s opened it, not on the WAN (the ICV guards it)", host, n, from, to)
 }
