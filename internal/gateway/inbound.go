@@ -19,7 +19,7 @@ const rxOffset = 64 + 256
 // inbound moves ESP packets received on c into the TUN device.
 func (g *Gateway) inbound(ctx context.Context, c Conn) error {
 	size := max(inboundBuf, rxOffset+g.opts.InnerMTU+esp.Headroom+esp.Tailroom)
-	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch, size, g.opts.Inline)
+	p := newPipeline(g.engine, &g.counters.Opened, 2*g.opts.Workers+2, g.opts.Batch, size, g.opts.Inline)
 	return p.run(ctx, g.opts.Workers, func(b *batch) error { return g.readESP(b, c) }, g.writeTUN)
 }
 

@@ -14,7 +14,7 @@ import (
 // outbound moves packets from the TUN device out through the tunnel.
 func (g *Gateway) outbound(ctx context.Context) error {
 	size := esp.Headroom + g.opts.InnerMTU + esp.Tailroom + outboundSlack
-	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch+drainMax, size, g.opts.Inline)
+	p := newPipeline(g.engine, &g.counters.Sealed, 2*g.opts.Workers+2, g.opts.Batch+drainMax, size, g.opts.Inline)
 	return p.run(ctx, g.opts.Workers, g.readTUN, g.sendESP)
 }
 

@@ -105,9 +105,11 @@ type pipeline struct {
 	inlineMax int
 	// inflight counts batches handed to the workers and not yet finished.
 	inflight atomic.Int32
+	// sizes counts the batches handed to the engine by size.
+	sizes *BatchSizes
 }
 
-func newPipeline(engine offload.Engine, batches, size, bufSize, inlineMax int) *pipeline {
+func newPipeline(engine offload.Engine, sizes *BatchSizes, batches, size, bufSize, inlineMax int) *pipeline {
 	in, ok := engine.(offload.Inline)
 	if !ok {
 		inlineMax = 0
@@ -119,6 +121,7 @@ func newPipeline(engine offload.Engine, batches, size, bufSize, inlineMax int) *
 		work:      make(chan *batch, batches),
 		order:     make(chan *batch, batches),
 		inlineMax: inlineMax,
+		sizes:     sizes,
 	}
 	for range batches {
 		p.free <- newBatch(size, bufSize)
@@ -164,6 +167,9 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 		if err = fill(b); err != nil {
 			p.free <- b
 			break
+		}
+		if len(b.ops) > 0 {
+			p.sizes.add(len(b.ops))
 		}
 		// With nothing in flight the writer is idle, so finishing here
 		// keeps the order and never runs finish twice at once.

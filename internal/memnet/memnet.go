@@ -163,6 +163,17 @@ func (d *Device) Send(pkt []byte) error {
 	return err
 }
 
+// SendAll is the host sending pkts into the gateway at once, as a GSO
+// train the TUN device splits into segments arrives: the gateway's next
+// read finds them all.
+func (d *Device) SendAll(pkts [][]byte) error {
+	_, err := d.toGW.put(len(pkts), func(i int, p *packet) {
+		p.n = copy(p.buf, pkts[i])
+		p.peer, p.dst = netip.AddrPort{}, netip.Addr{}
+	})
+	return err
+}
+
 // Receive is the host receiving the packets the gateway wrote, up to len(bufs);
 // it returns their sizes in sizes.
 func (d *Device) Receive(bufs [][]byte, sizes []int) (int, error) {
