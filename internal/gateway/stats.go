@@ -144,7 +144,7 @@ func (g *Gateway) Stats() Stats {
 		if st.out[s.SPI()] == s {
 			dir = "out"
 		}
-		if slices.Contains(st.in[s.SPI()], s) {
+		if st.in.Has(s.SPI(), s) {
 			dir += "in"
 		}
 		if dir == "outin" {
