@@ -43,13 +43,6 @@ func newSAHeader(cfg *sa.SA, path *pathMTU) *saHeader {
 	return &saHeader{tunnel: cfg.Mode == sa.Tunnel, outer6: cfg.Dst.Is6(), dscp: cfg.DSCP, decap: cfg.DecapDSCP, df: cfg.DF, ttl: cfg.OuterTTL(), path: path, cfg: cfg}
 }
 
-// outer is the outer header of one packet, from readTUN to sendESP.
-type outer struct {
-	tos, ttl uint8
-	fragment bool // IPv4 outer without DF
-	fragMTU  int
-}
-
 // ECN codepoints (RFC 3168).
 const (
 	notECT = 0
@@ -84,34 +77,35 @@ func setTrafficClass(pkt []byte, tc uint8) {
 	binary.BigEndian.PutUint16(pkt[10:12], ^uint16(sum))
 }
 
-// outerFor decides the outer header for inner packet pkt (already routed
-// to the SA, so its header parses).
-func (h *saHeader) outerFor(pkt []byte) outer {
+// setOuter decides the outer header of p, whose data is the inner packet
+// (already routed to the SA, so its header parses): p.TOS, p.TTL and
+// p.Fragment, which the transport writes.
+func (h *saHeader) setOuter(p *esp.Packet) {
+	pkt := p.Data()
 	tc := trafficClass(pkt)
 	v4 := pkt[0]>>4 == 4
+	p.TOS, p.FragMTU = tc, 0
 	if !h.tunnel {
 		// Transport mode: the packet's own header goes on the wire.
-		o := outer{tos: tc}
 		if v4 {
-			o.ttl, o.fragment = pkt[8], pkt[6]&0x40 == 0
+			p.TTL, p.Fragment = pkt[8], pkt[6]&0x40 == 0
 		} else {
-			o.ttl = pkt[7]
+			p.TTL, p.Fragment = pkt[7], false
 		}
-		return o
+		return
 	}
-	o := outer{tos: tc, ttl: h.ttl}
+	p.TTL, p.Fragment = h.ttl, false
 	if h.dscp.Fixed {
-		o.tos = h.dscp.Value<<2 | tc&3
+		p.TOS = h.dscp.Value<<2 | tc&3
 	}
 	if !h.outer6 {
 		switch h.df {
 		case sa.DFCopy:
-			o.fragment = v4 && pkt[6]&0x40 == 0
+			p.Fragment = v4 && pkt[6]&0x40 == 0
 		case sa.DFClear:
-			o.fragment = true
+			p.Fragment = true
 		}
 	}
-	return o
 }
 
 // decapsulate folds the outer traffic class into the opened tunnel-mode

@@ -42,13 +42,11 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 		spi, ok := esp.SPIOf(p.Data())
 		if !ok {
 			g.drop(Runt)
-			b.skip[i] = true
-			continue
+			continue // no SA: dropped before the engine, counted
 		}
 		s, miss := st.receiver(spi, sa.Arrival{Dst: p.Local, Src: p.Peer.Addr(), Encap: encap, SrcPort: p.Peer.Port()})
 		if s == nil {
 			g.drop(missReason(miss))
-			b.skip[i] = true
 			continue
 		}
 		if s.Config.Mode == sa.Transport && p.HdrLen == 0 && p.Off >= 40 {
@@ -57,8 +55,7 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 			p.HdrLen = esp.WriteIPHeader(p.Buf, p.Off, s.Config.Src, s.Config.Dst, 50, p.Len)
 		}
 		if s.PrepareOpen(p) != esp.OK {
-			b.skip[i] = true
-			continue
+			continue // counted on the SA; FinishOpen passes it by
 		}
 		b.queue(i)
 	}
@@ -92,11 +89,8 @@ func encapOf(c Conn) sa.Encap {
 
 // writeTUN finishes an opened batch and writes the inner packets, in order.
 func (g *Gateway) writeTUN(b *batch) {
-	for i, p := range b.ptrs[:b.n] {
-		if b.skip[i] {
-			continue
-		}
-		if p.SA.FinishOpen(p) != esp.OK {
+	for _, p := range b.ptrs[:b.n] {
+		if p.SA == nil || p.SA.FinishOpen(p) != esp.OK {
 			continue
 		}
 		if h := headerOf(p.SA); h != nil && !h.decapsulate(p.Data(), p.TOS) {

@@ -26,18 +26,19 @@ const tunOffset = 16
 // batch is the unit of work of the pipelines: packets read together, framed
 // together, sent to the engine as one offload.Batch, and written out
 // together, in order. One esp.Packet carries each packet from the read to
-// the write, its engine op included. Batches are recycled; nothing in them
-// is allocated per packet.
+// the write: its SA (nil when it was dropped before the engine, counted),
+// its outer header, its engine op. Batches are recycled; nothing in them is
+// allocated per packet.
 type batch struct {
-	bufs  [][]byte // pkts[i]'s buffer, for the TUN device's reads
-	sizes []int
-	pkts  []esp.Packet
+	pkts []esp.Packet
 	// ptrs is the batch in order: packet i is ptrs[i]. Receive reorders
 	// it (the ESP packets first); outbound it stays &pkts[i].
-	ptrs  []*esp.Packet
-	skip  []bool  // dropped before the engine, already counted
-	outer []outer // outbound: each packet's outer header
-	n     int
+	ptrs []*esp.Packet
+	n    int
+	// bufs and sizes are the TUN device's read vectors: bufs[i] is
+	// pkts[i].Buf, sizes[i] what the read put there.
+	bufs  [][]byte
+	sizes []int
 
 	ops  []*offload.Op // the Ops of the packets going to the engine
 	ob   offload.Batch
@@ -52,8 +53,6 @@ func newBatch(size, bufSize int) *batch {
 		bufs:  make([][]byte, size),
 		sizes: make([]int, size),
 		pkts:  make([]esp.Packet, size),
-		skip:  make([]bool, size),
-		outer: make([]outer, size),
 		ops:   make([]*offload.Op, 0, size),
 		done:  make(chan struct{}, 1),
 		ptrs:  make([]*esp.Packet, size),
@@ -76,7 +75,6 @@ func (b *batch) reset() {
 	clear(b.ops)
 	clear(b.sendq[:cap(b.sendq)])
 	b.ops, b.out, b.sendq = b.ops[:0], b.out[:0], b.sendq[:0]
-	clear(b.skip)
 }
 
 // queue packet i's op for the engine.
