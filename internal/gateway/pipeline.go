@@ -40,21 +40,20 @@ type batch struct {
 	bufs  [][]byte
 	sizes []int
 
-	ops  []*offload.Op // the Ops of the packets going to the engine
-	ob   offload.Batch
-	done chan struct{}
+	ops []*offload.Op // the Ops of the packets going to the engine
+	run *offload.Waiter
 
 	sendq []*esp.Packet // sealed packets to send, per connection in turn
 	out   [][]byte      // inner packets to write to the TUN
 }
 
-func newBatch(size, bufSize int) *batch {
+func newBatch(engine offload.Engine, size, bufSize int) *batch {
 	b := &batch{
+		run:   offload.NewWaiter(engine),
 		bufs:  make([][]byte, size),
 		sizes: make([]int, size),
 		pkts:  make([]esp.Packet, size),
 		ops:   make([]*offload.Op, 0, size),
-		done:  make(chan struct{}, 1),
 		ptrs:  make([]*esp.Packet, size),
 		sendq: make([]*esp.Packet, 0, size),
 		out:   make([][]byte, 0, size),
@@ -64,11 +63,8 @@ func newBatch(size, bufSize int) *batch {
 		b.pkts[i].Buf = b.bufs[i]
 		b.ptrs[i] = &b.pkts[i]
 	}
-	b.ob.Done = b.complete
 	return b
 }
-
-func (b *batch) complete(*offload.Batch) { b.done <- struct{}{} }
 
 func (b *batch) reset() {
 	b.n = 0
@@ -92,11 +88,9 @@ func (b *batch) queue(i int) { b.ops = append(b.ops, &b.ptrs[i].Op) }
 // through the workers, so bulk traffic keeps its parallel crypto — except
 // on a small machine, where every batch runs on its reader (SmallMachine).
 type pipeline struct {
-	engine offload.Engine
-	inline offload.Inline // engine, when it works on the caller's goroutine
-	free   chan *batch
-	work   chan *batch
-	order  chan *batch
+	free  chan *batch
+	work  chan *batch
+	order chan *batch
 
 	// inlineMax is the largest batch (in ops) the reader runs itself; 0
 	// when the engine completes asynchronously (is not offload.Inline).
@@ -108,13 +102,10 @@ type pipeline struct {
 }
 
 func newPipeline(engine offload.Engine, sizes *BatchSizes, batches, size, bufSize, inlineMax int) *pipeline {
-	in, ok := engine.(offload.Inline)
-	if !ok {
+	if _, ok := engine.(offload.Inline); !ok {
 		inlineMax = 0
 	}
 	p := &pipeline{
-		engine:    engine,
-		inline:    in,
 		free:      make(chan *batch, batches),
 		work:      make(chan *batch, batches),
 		order:     make(chan *batch, batches),
@@ -122,7 +113,7 @@ func newPipeline(engine offload.Engine, sizes *BatchSizes, batches, size, bufSiz
 		sizes:     sizes,
 	}
 	for range batches {
-		p.free <- newBatch(size, bufSize)
+		p.free <- newBatch(engine, size, bufSize)
 	}
 	return p
 }
@@ -136,7 +127,7 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 		go func() {
 			defer wg.Done()
 			for b := range p.work {
-				p.submit(ctx, b)
+				b.run.Start(ctx, b.ops) // failed ops are counted in finish
 			}
 		}()
 	}
@@ -144,7 +135,7 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 	go func() {
 		defer close(writerDone)
 		for b := range p.order {
-			<-b.done
+			b.run.Wait()
 			finish(b)
 			p.inflight.Add(-1)
 			b.reset()
@@ -172,11 +163,7 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 		// With nothing in flight the writer is idle, so finishing here
 		// keeps the order and never runs finish twice at once.
 		if len(b.ops) <= p.inlineMax && p.inflight.Load() == 0 {
-			if len(b.ops) > 0 {
-				if err := p.inline.Run(b.ops); err != nil {
-					fail(b.ops)
-				}
-			}
+			b.run.Run(ctx, b.ops) // failed ops are counted in finish
 			finish(b)
 			b.reset()
 			p.free <- b
@@ -191,24 +178,4 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 	close(p.order)
 	<-writerDone
 	return err
-}
-
-func (p *pipeline) submit(ctx context.Context, b *batch) {
-	if len(b.ops) == 0 {
-		b.complete(nil)
-		return
-	}
-	b.ob.Ops = b.ops
-	if err := p.engine.Submit(ctx, &b.ob); err != nil {
-		fail(b.ops)
-		b.complete(nil)
-	}
-}
-
-// fail marks ops the engine did not take as failed, so their packets are
-// counted as engine failures.
-func fail(ops []*offload.Op) {
-	for _, op := range ops {
-		op.Status = offload.Failed
-	}
 }
