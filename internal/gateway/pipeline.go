@@ -9,6 +9,40 @@ import (
 	"github.com/espgw/espgw/offload"
 )
 
+// The data path, one pipeline per direction (pipeline.run): a reader fills a
+// batch, the engine works it — on the reader when it is small and nothing is
+// in flight, on a worker otherwise — and a writer finishes the batches in
+// the order read.
+//
+// Outbound, TUN to wire (outbound.go):
+//
+//  1. readTUN reads inner packets from the TUN device, and those queued
+//     behind them, into one batch.
+//  2. route finds each packet's SA by the SPD, with the tables held once
+//     for the batch; a packet without one is counted and left out.
+//  3. setOuter decides the outer header (TOS, TTL, DF) on the packet; one
+//     too big for the path MTU is answered with ICMP or sent in fragments.
+//  4. PrepareSeal takes the sequence number and frames the ESP packet
+//     (header, IV, padding, trailer) around the inner one, filling its op.
+//  5. The engine encrypts and computes the ICVs of the batch's ops
+//     (offload.Waiter).
+//  6. sendESP, in read order: FinishSeal counts each packet on its SA, and
+//     the ESP packets go out, one Send per outer connection in turn.
+//
+// Inbound, wire to TUN (inbound.go), one pipeline per outer connection:
+//
+//  1. readESP receives ESP packets from the connection into one batch.
+//  2. The SAD (sa.Index) finds each packet's SA by SPI, destination,
+//     encapsulation and source; a packet without one is counted and left
+//     out.
+//  3. PrepareOpen checks length, lifetime and the replay window before any
+//     crypto and infers the ESN high bits, filling the packet's op.
+//  4. The engine checks the ICVs and decrypts the batch's ops.
+//  5. writeTUN, in read order: FinishOpen takes the engine's verdict,
+//     updates the replay window and unframes the inner packet; RFC 6040
+//     folds the outer ECN into it; the inner packets go to the TUN device
+//     in one write.
+
 // Buffer sizes bound the gateway's memory. TUN reads with offloads split
 // GSO super-packets into MTU-sized segments, so an outbound buffer holds one
 // inner packet with the ESP framing around it. Inbound buffers are larger:
