@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/offload/cpu"
 
 	"github.com/espgw/espgw/sa"
@@ -142,7 +143,7 @@ func TestDecapsulateECN(t *testing.T) {
 					if copyDSCP {
 						wantDSCP = 40
 					}
-					if got := trafficClass(pkt); got != wantDSCP<<2|uint8(want) {
+					if got := header.TrafficClass(pkt); got != wantDSCP<<2|uint8(want) {
 						t.Errorf("%s: inner TC %#x, want %#x", name, got, wantDSCP<<2|uint8(want))
 					}
 					if v == 4 && sum16(pkt[:20]) != 0xffff {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/transport"
 	"github.com/espgw/espgw/sa"
 )
@@ -52,7 +53,7 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 		if s.Config.Mode == sa.Transport && p.HdrLen == 0 && p.Off >= 40 {
 			// IPv6 raw sockets deliver no header: give the packet the one
 			// it arrived with, so the opened packet has its own addresses.
-			p.HdrLen = esp.WriteIPHeader(p.Buf, p.Off, s.Config.Src, s.Config.Dst, 50, p.Len)
+			p.HdrLen = header.WriteIP(p.Buf, p.Off, s.Config.Src, s.Config.Dst, 50, p.Len)
 		}
 		if s.PrepareOpen(p) != esp.OK {
 			continue // counted on the SA; FinishOpen passes it by

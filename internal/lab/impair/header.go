@@ -3,7 +3,7 @@ package impair
 import (
 	"encoding/binary"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 )
 
 // Header impairments: what a WAN does to the outer header rather than to
@@ -29,7 +29,7 @@ func markCE(frame []byte, l *layout) {
 		return
 	}
 	ip[1] |= 0x03
-	inetsum.IPv4Header(ip[:int(ip[0]&0x0f)*4])
+	header.IPv4Header(ip[:int(ip[0]&0x0f)*4])
 }
 
 // tooBig reports whether the located packet exceeds the PMTU and may not
@@ -85,7 +85,7 @@ func (s *Stage) reportTooBig(frame []byte, l *layout) {
 		copy(ip[24:40], orig[8:24]) // back to its source
 		icmp[0], icmp[1] = 2, 0
 		binary.BigEndian.PutUint32(icmp[4:], uint32(s.cfg.PMTU))
-		inetsum.L4(icmp, ip[8:24], ip[24:40], 58, 2)
+		header.L4(icmp, ip[8:24], ip[24:40], 58, 2)
 	} else {
 		clear(ip)
 		ip[0], ip[1] = 0x45, 0xc0
@@ -93,11 +93,11 @@ func (s *Stage) reportTooBig(frame []byte, l *layout) {
 		ip[8], ip[9] = 64, 1
 		copy(ip[12:16], orig[16:20])
 		copy(ip[16:20], orig[12:16])
-		inetsum.IPv4Header(ip)
+		header.IPv4Header(ip)
 		icmp[0], icmp[1] = 3, 4
 		clear(icmp[4:6])
 		binary.BigEndian.PutUint16(icmp[6:], uint16(s.cfg.PMTU))
-		inetsum.L4(icmp, nil, nil, 1, 2)
+		header.L4(icmp, nil, nil, 1, 2)
 	}
 	s.c.TooBigReported++
 	s.back.push(p)
