@@ -25,6 +25,20 @@ type packet struct {
 	dst  netip.Addr     // where the sender sent it
 }
 
+// startSize is a packet buffer's first size: an MTU-sized packet and its
+// framing. A larger packet grows the buffer once, which the free list then
+// keeps; small buffers keep a deep queue within the caches.
+const startSize = 2048
+
+// set copies b into the packet, growing its buffer when b is larger.
+func (p *packet) set(b []byte, peer netip.AddrPort, dst netip.Addr) {
+	if len(b) > len(p.buf) {
+		p.buf = make([]byte, len(b))
+	}
+	p.n = copy(p.buf, b)
+	p.peer, p.dst = peer, dst
+}
+
 // link is one direction of travel: a bounded FIFO of packets and a free
 // list under one mutex, so moving a packet copies it but allocates nothing,
 // and a batch costs one lock and at most one wake-up, as a kernel queue
@@ -39,11 +53,11 @@ type link struct {
 	closed   bool
 }
 
-func newLink(depth, size int) *link {
+func newLink(depth int) *link {
 	l := &link{ring: make([]*packet, depth), free: make([]*packet, 0, depth)}
 	l.nonEmpty.L, l.nonFull.L = &l.mu, &l.mu
 	for range depth {
-		l.free = append(l.free, &packet{buf: make([]byte, size)})
+		l.free = append(l.free, &packet{buf: make([]byte, startSize)})
 	}
 	return l
 }
@@ -122,7 +136,7 @@ type Device struct {
 
 // NewDevice returns a device with queues of depth packets.
 func NewDevice(depth, batch int) *Device {
-	return &Device{toGW: newLink(depth, 65535), fromGW: newLink(depth, 65535), batch: batch}
+	return &Device{toGW: newLink(depth), fromGW: newLink(depth), batch: batch}
 }
 
 // Read gives the gateway the packets the host sent.
@@ -135,8 +149,7 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // Write takes the gateway's packets for the host.
 func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
 	return d.fromGW.put(len(bufs), func(i int, p *packet) {
-		p.n = copy(p.buf, bufs[i][offset:])
-		p.peer, p.dst = netip.AddrPort{}, netip.Addr{}
+		p.set(bufs[i][offset:], netip.AddrPort{}, netip.Addr{})
 	})
 }
 
@@ -157,8 +170,7 @@ func (d *Device) Close() error {
 // Send is the host sending a packet into the gateway.
 func (d *Device) Send(pkt []byte) error {
 	_, err := d.toGW.put(1, func(_ int, p *packet) {
-		p.n = copy(p.buf, pkt)
-		p.peer, p.dst = netip.AddrPort{}, netip.Addr{}
+		p.set(pkt, netip.AddrPort{}, netip.Addr{})
 	})
 	return err
 }
@@ -168,8 +180,7 @@ func (d *Device) Send(pkt []byte) error {
 // read finds them all.
 func (d *Device) SendAll(pkts [][]byte) error {
 	_, err := d.toGW.put(len(pkts), func(i int, p *packet) {
-		p.n = copy(p.buf, pkts[i])
-		p.peer, p.dst = netip.AddrPort{}, netip.Addr{}
+		p.set(pkts[i], netip.AddrPort{}, netip.Addr{})
 	})
 	return err
 }
@@ -197,7 +208,7 @@ func (c *Conn) Encap() sa.Encap { return c.As }
 
 // Pipe returns two connected outer ends with the given addresses.
 func Pipe(a, b netip.AddrPort, depth int) (*Conn, *Conn) {
-	ab, ba := newLink(depth, 65535), newLink(depth, 65535)
+	ab, ba := newLink(depth), newLink(depth)
 	return &Conn{in: ba, out: ab, local: a}, &Conn{in: ab, out: ba, local: b}
 }
 
@@ -214,9 +225,7 @@ func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 // Send implements gateway.Conn.
 func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	return c.out.put(len(pkts), func(i int, p *packet) {
-		q := pkts[i]
-		p.n = copy(p.buf, q.Data())
-		p.peer, p.dst = c.local, q.Peer.Addr()
+		p.set(pkts[i].Data(), c.local, pkts[i].Peer.Addr())
 	})
 }
 
