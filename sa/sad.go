@@ -47,43 +47,81 @@ type spiDst struct {
 // Index finds inbound SAs by the SAD's rules; SAD is one published whole,
 // and the gateway keeps one per state, edited under its own lock. T is what
 // the caller keeps per SA (an index, its working state). An SPI maps to the
-// SAs that share it, in the order added: almost always one, a handful at
-// most, so a lookup is one map access and a short scan. An Index is not
-// safe for concurrent edits; lookups allocate nothing.
+// SAs that share it, in the order added: almost always one, held in the map
+// itself with the fields the rules compare, so that a lookup among many SAs
+// touches one map slot and nothing else; the others, a handful at most,
+// follow in a short list. An Index is not safe for concurrent edits;
+// lookups allocate nothing.
 type Index[T comparable] struct {
-	bySPI map[uint32][]indexed[T]
+	bySPI map[uint32]indexRun[T]
 	n     int
 }
 
+// indexRun is the SAs with one SPI: first, then more.
+type indexRun[T comparable] struct {
+	first indexed[T]
+	more  []indexed[T]
+}
+
+// indexed is one SA: how an inbound packet of it arrives, and the
+// caller's value.
 type indexed[T comparable] struct {
 	cfg *SA
+	arr Arrival // Dst, Src, Encap and SrcPort (EncapUDP only) of the SA
 	v   T
+}
+
+// arrivalOf is how the SA's inbound packets arrive.
+func arrivalOf(s *SA) Arrival {
+	a := Arrival{Dst: s.Dst, Src: s.Src, Encap: s.Encap}
+	if s.Encap == EncapUDP {
+		a.SrcPort = s.SrcPort
+	}
+	return a
 }
 
 // NewIndex returns an empty Index with room for n SAs.
 func NewIndex[T comparable](n int) *Index[T] {
-	return &Index[T]{bySPI: make(map[uint32][]indexed[T], n)}
+	return &Index[T]{bySPI: make(map[uint32]indexRun[T], n)}
 }
 
 // Add indexes v as the SA cfg describes. The caller keeps SPI and
 // destination unique (NewSAD refuses duplicates).
 func (x *Index[T]) Add(cfg *SA, v T) {
-	x.bySPI[cfg.SPI] = append(x.bySPI[cfg.SPI], indexed[T]{cfg, v})
+	e := indexed[T]{cfg, arrivalOf(cfg), v}
+	r, ok := x.bySPI[cfg.SPI]
+	if !ok {
+		r.first = e
+	} else {
+		r.more = append(r.more, e)
+	}
+	x.bySPI[cfg.SPI] = r
 	x.n++
 }
 
 // Remove takes v, indexed under spi, out; it reports whether it was there.
 func (x *Index[T]) Remove(spi uint32, v T) bool {
-	list := x.bySPI[spi]
-	i := slices.IndexFunc(list, func(e indexed[T]) bool { return e.v == v })
-	if i < 0 {
+	r, ok := x.bySPI[spi]
+	if !ok {
 		return false
 	}
-	if list = slices.Delete(list, i, i+1); len(list) > 0 {
-		x.bySPI[spi] = list
-	} else {
+	switch i := slices.IndexFunc(r.more, func(e indexed[T]) bool { return e.v == v }); {
+	case r.first.v == v && len(r.more) == 0:
 		delete(x.bySPI, spi)
+		x.n--
+		return true
+	case r.first.v == v:
+		r.first = r.more[0]
+		r.more = slices.Delete(r.more, 0, 1)
+	case i >= 0:
+		r.more = slices.Delete(r.more, i, i+1)
+	default:
+		return false
 	}
+	if len(r.more) == 0 {
+		r.more = nil
+	}
+	x.bySPI[spi] = r
 	x.n--
 	return true
 }
@@ -91,31 +129,49 @@ func (x *Index[T]) Remove(spi uint32, v T) bool {
 // Find returns what was indexed for the SA an inbound packet with the SPI
 // that arrived as a belongs to, or why there is none. It does not allocate.
 func (x *Index[T]) Find(spi uint32, a Arrival) (T, Miss) {
-	for _, e := range x.bySPI[spi] {
-		switch m := e.cfg.Receives(spi, a); m {
+	var zero T
+	r, ok := x.bySPI[spi]
+	if !ok {
+		return zero, NoSA
+	}
+	if m := receives(&r.first.arr, a); m != NoSA {
+		if m != Found {
+			return zero, m
+		}
+		return r.first.v, Found
+	}
+	for i := range r.more {
+		switch m := receives(&r.more[i].arr, a); m {
 		case Found:
-			return e.v, Found
+			return r.more[i].v, Found
 		case NoSA:
 		default:
 			// SPI and destination name one SA: the packet is this
 			// one's or nobody's.
-			var zero T
 			return zero, m
 		}
 	}
-	var zero T
 	return zero, NoSA
 }
 
 // Has reports whether v is indexed under spi.
 func (x *Index[T]) Has(spi uint32, v T) bool {
-	return slices.ContainsFunc(x.bySPI[spi], func(e indexed[T]) bool { return e.v == v })
+	for _, w := range x.WithSPI(spi) {
+		if w == v {
+			return true
+		}
+	}
+	return false
 }
 
 // WithSPI yields the SAs with the SPI, in the order added.
 func (x *Index[T]) WithSPI(spi uint32) iter.Seq2[*SA, T] {
 	return func(yield func(*SA, T) bool) {
-		for _, e := range x.bySPI[spi] {
+		r, ok := x.bySPI[spi]
+		if !ok || !yield(r.first.cfg, r.first.v) {
+			return
+		}
+		for _, e := range r.more {
 			if !yield(e.cfg, e.v) {
 				return
 			}
@@ -241,12 +297,22 @@ func (d *SAD) Find(spi uint32, a Arrival) (int, Miss) {
 // way (WrongEncap, WrongSource). Since SPI and destination are unique in a
 // set, a miss other than NoSA is final. It does not allocate.
 func (s *SA) Receives(spi uint32, a Arrival) Miss {
-	switch {
-	case s.SPI != spi || s.Dst != a.Dst:
+	if s.SPI != spi {
 		return NoSA
-	case s.Encap != a.Encap:
+	}
+	want := arrivalOf(s)
+	return receives(&want, a)
+}
+
+// receives applies the rules past the SPI: want is how the SA's packets
+// arrive, a how this one did.
+func receives(want *Arrival, a Arrival) Miss {
+	switch {
+	case want.Dst != a.Dst:
+		return NoSA
+	case want.Encap != a.Encap:
 		return WrongEncap
-	case s.Src != a.Src, s.Encap == EncapUDP && s.SrcPort != a.SrcPort:
+	case want.Src != a.Src, want.Encap == EncapUDP && want.SrcPort != a.SrcPort:
 		return WrongSource
 	}
 	return Found
