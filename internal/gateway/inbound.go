@@ -39,7 +39,9 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 	encap := encapOf(c)
 	st := g.view()
 	defer g.release()
-	for i, p := range b.ptrs[:n] {
+	// The SAs are found first, in a loop of lookups alone: with many SAs
+	// each is a cache miss, and independent misses overlap.
+	for _, p := range b.ptrs[:n] {
 		spi, ok := esp.SPIOf(p.Data())
 		if !ok {
 			g.drop(Runt)
@@ -48,6 +50,13 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 		s, miss := st.receiver(spi, sa.Arrival{Dst: p.Local, Src: p.Peer.Addr(), Encap: encap, SrcPort: p.Peer.Port()})
 		if s == nil {
 			g.drop(missReason(miss))
+			continue
+		}
+		p.SA = s
+	}
+	for i, p := range b.ptrs[:n] {
+		s := p.SA
+		if s == nil {
 			continue
 		}
 		if s.Config.Mode == sa.Transport && p.HdrLen == 0 && p.Off >= 40 {
