@@ -45,7 +45,7 @@ go run "$govulncheck" -db "file://$dbdir" ./...
 # Packages whose tests need no root, no namespaces and no guest.
 step go test -short, no root
 go test -count=1 -short \
-  ./esp/... ./sa/... ./internal/control ./internal/errlist ./internal/inetsum ./internal/secret \
+  ./esp/... ./sa/... ./internal/control ./internal/errlist ./internal/header ./internal/secret \
   ./offload/aesni/... ./offload/afalg/internal/kcapi ./offload/engines ./internal/cli \
   ./internal/lab/sim/... ./internal/lab/layout \
   ./internal/lab/impair ./internal/lab/labyaml ./internal/lab/pcapgen ./internal/lab/speed ./internal/lab/testbed \
