@@ -145,8 +145,8 @@ var ErrQueueFull = errors.New("offload: queue full")
 var ErrClosed = errors.New("offload: engine closed")
 
 // Engine is a crypto engine: inline CPU instructions, a descriptor ring, or
-// an emulated card. Adding one is a package implementing it and a line in
-// the registry (package engines).
+// an emulated card. Adding one is a package implementing it and a case in
+// package engines (the lab's models: in package sim).
 type Engine interface {
 	Name() string
 	// Suites lists what NewSession accepts.

@@ -29,7 +29,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Name is the registry name of this engine.
+// Name is the catalog name of this engine.
 const Name = "aesni"
 
 // espHeaderLen is SPI(4) + sequence number(4).

@@ -52,7 +52,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Name is the engine's registry name; "afalg:DRIVER" binds a driver.
+// Name is the engine's name in the catalog; "afalg:DRIVER" binds a driver.
 const Name = "afalg"
 
 // ErrNoAFALG is wrapped by New's error on a kernel without AF_ALG.

@@ -16,7 +16,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Name is the registry name of this engine.
+// Name is the catalog name of this engine.
 const Name = "cpu"
 
 // Engine runs ops inline. It is safe for concurrent use.

@@ -40,7 +40,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Name is the engine's registry name.
+// Name is the engine's catalog name.
 const Name = "virtio"
 
 // espHeaderLen is SPI(4) + sequence number(4).

@@ -176,7 +176,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Prefix is the registry prefix: engines are named "emul:<profile>".
+// Prefix is the catalog prefix: engines are named "emul:<profile>".
 const Prefix = "emul"
 
 // Profile is a card (or instruction set) timing model.

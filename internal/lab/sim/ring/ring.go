@@ -54,7 +54,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Name is the registry name of the untimed ring engine.
+// Name is the catalog name of the untimed ring engine.
 const Name = "ring"
 
 // Defaults from the ubsec(4) driver.
