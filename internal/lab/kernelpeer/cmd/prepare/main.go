@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,7 +40,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&opts.Dir, "dir", "", "cache folder (default $ESPGW_KERNEL_DIR or "+kernelpeer.DefaultDir+")")
 	fs.StringVar(&opts.Package, "package", "", "kernel image package (default: the one "+kernelpeer.KernelMetaPackage+" depends on)")
 	fs.BoolVar(&opts.Offline, "offline", false, "never download; use the kernel already unpacked")
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(args); errors.Is(err, flag.ErrHelp) {
+		return nil
+	} else if err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -34,6 +34,10 @@ func TestRunRefuses(t *testing.T) {
 			}
 		})
 	}
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"-h"}, &out, &errOut); err != nil || !strings.Contains(errOut.String(), "-offline") {
+		t.Errorf("-h: %v, usage %q", err, errOut.String())
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
