@@ -80,6 +80,7 @@ type SA struct {
 
 	ivLen, icvLen, block int
 	suite                sa.Suite
+	layout               Layout
 	expired              atomic.Bool
 
 	// history is what the SA has sent and seen: own, or that of the SA
@@ -245,6 +246,7 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 	s := &SA{
 		Config: cfg, suite: cfg.Suite, engine: engine, sess: sess,
 		ivLen: cfg.Suite.IVLen(), icvLen: cfg.Suite.ICVLen(), block: cfg.Suite.BlockLen(),
+		layout: NewLayout(cfg.Suite, cfg.EncKey, cfg.ESN),
 		onSoft: opts.OnSoftExpire, reserve: opts.Reserve, ivFunc: opts.IV,
 	}
 	now := time.Now
