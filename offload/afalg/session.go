@@ -15,13 +15,11 @@ import (
 type session struct {
 	e          *Engine
 	suite      sa.Suite
-	esn        bool
 	cipherOnly bool
 	aead       bool // the cipher computes the ICV (rfc4106, rfc4543, rfc4309, rfc7539esp)
 	ivLen      int
 	icvLen     int
 	cbcBlock   int // a CBC cipher's block, which the text must be whole blocks of; 1 for the others
-	assocLen   int // Op.AAD and the IV
 	tfm        *kcapi.Transform
 	ops        []*kcapi.Op
 }
@@ -49,7 +47,7 @@ func (e *Engine) newSession(cfg offload.SessionConfig) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w%s", err, e.noteSuffix())
 	}
-	s := &session{e: e, suite: suite, esn: cfg.ESN && !cfg.CipherOnly, cipherOnly: cfg.CipherOnly,
+	s := &session{e: e, suite: suite, cipherOnly: cfg.CipherOnly,
 		aead: suite.Cipher.IsAEAD(), ivLen: suite.IVLen(), icvLen: suite.ICVLen(), cbcBlock: 1}
 	switch suite.Cipher {
 	case sa.CipherAESCBC:
@@ -59,10 +57,6 @@ func (e *Engine) newSession(cfg offload.SessionConfig) (*session, error) {
 	}
 	if s.cipherOnly {
 		s.icvLen = 0
-	}
-	s.assocLen = 8 + s.ivLen
-	if s.esn {
-		s.assocLen += 4
 	}
 	s.tfm, err = kcapi.Bind(p.kind, p.bind)
 	if err != nil {
@@ -199,18 +193,19 @@ func (w *worker) process(op *offload.Op) {
 	// low | IV, the order authenc, authencesn and the rfc templates read
 	// it in. The kernel copies it to the output too, into scratch.
 	aad := op.AADBytes()
-	if len(aad)+len(iv) != s.assocLen {
-		op.Status = offload.Failed
+	assoc := len(aad) + len(iv)
+	if assoc > len(w.assoc) {
+		op.Status = offload.BadLength
 		return
 	}
 	w.in.Add(aad)
 	w.in.Add(iv)
-	w.out.Add(w.assoc[:s.assocLen])
+	w.out.Add(w.assoc[:assoc])
 	if seal {
 		w.in.Add(text)
 		w.out.Add(text)
 		w.out.Add(icv)
-		op.Status = w.do(s, op, true, iv, s.assocLen, s.assocLen+len(text)+len(icv))
+		op.Status = w.do(s, op, true, iv, assoc, assoc+len(text)+len(icv))
 		return
 	}
 	w.in.Add(text)
@@ -222,7 +217,7 @@ func (w *worker) process(op *offload.Op) {
 		}
 		copy(w.saved, text)
 	}
-	st := w.do(s, op, false, iv, s.assocLen, s.assocLen+len(text))
+	st := w.do(s, op, false, iv, assoc, assoc+len(text))
 	if st == offload.BadICV {
 		if s.aead {
 			if s.suite.Cipher.Encrypts() {
