@@ -1,20 +1,30 @@
-// Package offload owns the crypto engines of espgw: one batch interface,
-// shaped like a crypto card's request rings (BSD crypto(9) and ubsec(4) MCRs,
-// DPDK cryptodev bursts), a registry by name, and the engines themselves.
+// Package offload is the crypto engine contract of espgw: one batch
+// interface, shaped like a crypto card's request rings (BSD crypto(9) and
+// ubsec(4) MCRs, DPDK cryptodev bursts), and the helpers engines share.
 //
-// An engine knows nothing of ESP framing. An Op hands it one ESP packet laid
-// out as on the wire — SPI, sequence number, IV, payload, trailer, ICV — and
-// the engine does the bulk work: encrypt and write the ICV (Seal), or verify
-// the ICV in constant time and only then decrypt (Open).
+// An engine does the crypto and knows nothing of ESP. Package esp lays out
+// every request (esp.Layout), once per packet. An Op names the packet's
+// bytes (Buf) and, as ranges of them, the IV, the text the cipher runs over
+// (Cipher), the bytes the ICV covers (Auth) and the ICV. It also carries
+// what esp built: the nonce or counter block the cipher starts from, the
+// associated data of the AEADs (SPI, ESN high bits, sequence number), and
+// the ESN high bits an HMAC appends. This is the shape of a DPDK crypto op
+// and of Go's cipher.AEAD. An engine reads the op's fields and its
+// session's keys, and nothing else: no header length, no field offsets, no
+// trailer.
+//
+// Seal encrypts Cipher, then writes the ICV over Auth. Open verifies the
+// ICV in constant time, and decrypts only if it is good. An op whose ranges
+// do not fit its suite (CBC text that is not whole blocks, an ICV of the
+// wrong length, a range outside Buf) is BadLength. An engine writes each
+// op's Status in place and never keeps an op after its batch is done.
 //
 // Writing an engine is one package and one line in the registry (package
-// engines): implement Engine; if the work runs on the caller's goroutine,
-// also Inline (embed InlineBase for the counters and Close, answer Submit
-// with SubmitInline), and callers will call Run directly, with no hand-off;
-// if the engine's sessions can run an op on their own, make them
-// Processors, so engines that schedule work (ring) can use them. The ops of
-// a Batch belong to the caller's packets (esp.Packet owns its Op): an
-// engine writes each Status in place and never keeps an op after Done.
+// engines): implement Engine. If the work runs on the caller's goroutine,
+// also implement Inline (embed InlineBase for the counters and Close,
+// answer Submit with SubmitInline); callers then call Run directly, with no
+// hand-off. If the engine's sessions can run an op on their own, make them
+// Processors, so that engines that schedule work (ring) can use them.
 package offload
 
 import (

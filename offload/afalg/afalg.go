@@ -18,12 +18,12 @@
 // the kernel without a hand-off of the Go scheduler's (kcapi.Op.DoDirect:
 // the hand-off doubled a request's cost under QEMU). The workers' requests
 // do tell the scheduler, so that one worker's wait lets the others post
-// theirs. Each op is one request, the ESP packet
-// worked in place: the same memory is sent (sendmsg) and received into
-// (recvmsg), through iovecs that lay the associated data out as the
-// kernel's ESP does (SPI | sequence | IV; with ESN the high sequence bits
-// after the SPI, where authencesn and rfc4106 want them), with the IV and
-// the operation in control messages.
+// theirs. Each op is one request worked in place: the same memory is sent
+// (sendmsg) and received into (recvmsg), through iovecs of the op's
+// ranges — Op.AAD and the IV as the associated data, the kernel's own ESP
+// layout (with ESN the high sequence bits after the SPI, where authencesn
+// and rfc4106 want them), then Cipher and the ICV — with the IV and the
+// operation in control messages.
 //
 // Batches complete in the order they were submitted — whichever goroutine
 // finishes the batch at the head of the queue delivers it and any done

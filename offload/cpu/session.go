@@ -323,9 +323,8 @@ func (s *Session) processAEAD(op *offload.Op) {
 // ICV is GCM's tag over an empty plaintext with AAD followed by Auth as
 // the associated data. Go's GCM takes that as one slice, so it is laid out
 // in place: AAD over the bytes just before Auth, which are put back after.
-// When Auth starts too early for that (AAD with ESN is longer than what
-// precedes Auth in an ESP packet), Auth first moves up into the ICV room
-// that follows it, and back after.
+// When fewer bytes than AAD precede Auth (AAD with ESN), Auth first moves
+// up into the ICV room that follows it, and back after.
 func (s *Session) processGMAC(op *offload.Op, nonce []byte) {
 	aad, auth, icv := op.AADBytes(), op.Auth, op.Bytes(op.ICV)
 	shift := max(0, len(aad)-auth.Off)
