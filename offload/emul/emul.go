@@ -59,9 +59,10 @@
 // reached (waited once per batch, or accumulated while under 20 µs, since
 // no timer is that fine).
 //
-// Calibration. Every time is charged on the cipher bytes of an op (the ESP
-// payload between IV and ICV), which for `espgw speed -evp` is the buffer
-// size, so the published `openssl speed` tables translate directly:
+// Calibration. Every time is charged on the cipher bytes of an op (its
+// Cipher range: the ESP payload between IV and ICV), which for `espgw speed
+// -evp` is the buffer size, so the published `openssl speed` tables
+// translate directly:
 //
 // Parameters of ubsec-2014: card RecordSetup 0.2 µs, PerOp 3.08 µs,
 // PerByte 6.58 ns/B (AES-128; AES-192 7.6, AES-256 9.0, 3DES 7.2),
