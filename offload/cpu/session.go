@@ -33,6 +33,7 @@ type Session struct {
 	// cbcBlock is the block a CBC cipher's text must be whole blocks of;
 	// 1 for the others.
 	cbcBlock int
+	nonceLen int // Op.NonceLen the cipher takes
 	block    cipher.Block
 	aead     cipher.AEAD
 	gmac     bool // aes-gmac: AAD and Auth are hashed, nothing encrypted
@@ -128,6 +129,14 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	if cbc || hf != nil {
 		s.keyed = new(keyedPools)
 	}
+	switch {
+	case s.aead != nil:
+		s.nonceLen = s.aead.NonceSize()
+	case suite.Cipher == sa.CipherAESCTR:
+		s.nonceLen = aes.BlockSize
+	case cbc:
+		s.nonceLen = s.block.BlockSize()
+	}
 	if cbc {
 		s.cbcBlock = s.block.BlockSize()
 		zero := make([]byte, s.block.BlockSize())
@@ -177,7 +186,7 @@ func (s *Session) Close() error { return nil }
 
 // Process seals or opens one op in place.
 func (s *Session) Process(op *offload.Op) {
-	if !op.Fits() || op.ICV.Len != s.icvLen {
+	if !op.Fits() || op.ICV.Len != s.icvLen || int(op.NonceLen) != s.nonceLen {
 		op.Status = offload.BadLength
 		return
 	}
@@ -292,16 +301,12 @@ func (s *Session) verifyICV(op *offload.Op) bool {
 // zeroed rather than left as they came.
 func (s *Session) processAEAD(op *offload.Op) {
 	nonce := op.NonceBytes()
-	if len(nonce) != s.aead.NonceSize() {
-		op.Status = offload.Failed
-		return
-	}
 	if s.gmac {
 		s.processGMAC(op, nonce)
 		return
 	}
 	if op.ICV.Off != op.Cipher.End() {
-		op.Status = offload.Failed
+		op.Status = offload.BadLength
 		return
 	}
 	aad := op.AADBytes()
@@ -329,7 +334,7 @@ func (s *Session) processGMAC(op *offload.Op, nonce []byte) {
 	aad, auth, icv := op.AADBytes(), op.Auth, op.Bytes(op.ICV)
 	shift := max(0, len(aad)-auth.Off)
 	if shift > 0 && (op.ICV.Off != auth.End() || len(icv) < shift) {
-		op.Status = offload.Failed
+		op.Status = offload.BadLength
 		return
 	}
 	sc := gmacScratchPool.Get().(*gmacScratch)
