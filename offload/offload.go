@@ -1,6 +1,8 @@
-// Package offload is the crypto engine contract of espgw: one batch
-// interface, shaped like a crypto card's request rings (BSD crypto(9) and
-// ubsec(4) MCRs, DPDK cryptodev bursts), and the helpers engines share.
+// Package offload is the crypto engine contract of espgw.
+//
+// The interface is shaped like a crypto card's request rings (BSD crypto(9)
+// and ubsec(4) MCRs, DPDK cryptodev bursts). The engines live in its
+// subpackages; package engines opens them by name.
 //
 // An engine does the crypto and knows nothing of ESP. Package esp lays out
 // every request (esp.Layout), once per packet. An Op names the packet's
@@ -19,12 +21,13 @@
 // wrong length, a range outside Buf) is BadLength. An engine writes each
 // op's Status in place and never keeps an op after its batch is done.
 //
-// Writing an engine is one package and one line in the registry (package
-// engines): implement Engine. If the work runs on the caller's goroutine,
-// also implement Inline (embed InlineBase for the counters and Close,
-// answer Submit with SubmitInline); callers then call Run directly, with no
+// Writing an engine is one package and one case in package engines:
+// implement Engine. If the work runs on the caller's goroutine, also
+// implement Inline (embed InlineBase for the counters and Close, answer
+// Submit with SubmitInline); callers then call Run directly, with no
 // hand-off. If the engine's sessions can run an op on their own, make them
-// Processors, so that engines that schedule work (ring) can use them.
+// Processors, so that engines that schedule work (ring) can use them. The
+// ops of a Batch belong to the caller's packets (esp.Packet owns its Op).
 package offload
 
 import (

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
@@ -18,8 +19,8 @@ import (
 
 func TestEveryEngineInterop(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range engines.Software() {
-		eng, err := engines.New(name, engines.Options{})
+	for _, name := range (sim.Engines{}).Software() {
+		eng, err := (sim.Engines{}).Open(name, engines.Options{})
 		if err != nil {
 			t.Fatalf("engine %s: %v", name, err)
 		}
