@@ -48,17 +48,19 @@ func (l *Layout) Op(op *offload.Op, sess offload.Session, dir offload.Direction,
 	}
 	icvOff := len(pkt) - l.icvLen
 	body := HeaderLen + l.ivLen
-	*op = offload.Op{
-		Session: sess, Dir: dir, Buf: pkt, SeqHi: seqHi,
-		IV:     offload.Range{Off: HeaderLen, Len: l.ivLen},
-		Cipher: offload.Range{Off: body, Len: icvOff - body},
-		ICV:    offload.Range{Off: icvOff, Len: l.icvLen},
-	}
+	// Field by field rather than a composite literal: the nonce and AAD
+	// arrays count only up to their lengths, so they are not cleared.
+	op.Session, op.Dir, op.Buf, op.SeqHi, op.Status = sess, dir, pkt, seqHi, offload.OK
+	op.IV = offload.Range{Off: HeaderLen, Len: l.ivLen}
+	op.Cipher = offload.Range{Off: body, Len: icvOff - body}
+	op.ICV = offload.Range{Off: icvOff, Len: l.icvLen}
 	switch {
 	case l.hmac:
 		op.Auth = offload.Range{Len: icvOff}
 	case l.cipher == sa.CipherAESGMAC: // RFC 4543 §3.2: the AAD covers the IV and payload too
 		op.Auth = offload.Range{Off: HeaderLen, Len: icvOff - HeaderLen}
+	default:
+		op.Auth = offload.Range{}
 	}
 	copy(op.AAD[:4], pkt[:4])
 	if l.esn {
@@ -79,6 +81,7 @@ func (l *Layout) Op(op *offload.Op, sess offload.Session, dir offload.Direction,
 		binary.BigEndian.PutUint32(op.Nonce[12:], 1)
 		op.NonceLen = 16
 	case sa.CipherNull:
+		op.NonceLen = 0
 	default: // the AEADs: salt | IV (RFC 4106 §4, RFC 4543 §3.1, RFC 4309 §4, RFC 7634 §2)
 		copy(op.Nonce[:l.saltLen], l.salt[:l.saltLen])
 		op.NonceLen = uint8(l.saltLen + copy(op.Nonce[l.saltLen:], iv))

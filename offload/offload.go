@@ -149,9 +149,13 @@ func (op *Op) AADBytes() []byte { return op.AAD[:op.AADLen] }
 // rather than index out of it.
 func (op *Op) Fits() bool {
 	n := len(op.Buf)
-	in := func(r Range) bool { return r.Off >= 0 && r.Len >= 0 && r.Off <= n && r.Len <= n-r.Off }
-	return in(op.IV) && in(op.Cipher) && in(op.Auth) && in(op.ICV) &&
+	return op.IV.in(n) && op.Cipher.in(n) && op.Auth.in(n) && op.ICV.in(n) &&
 		int(op.NonceLen) <= len(op.Nonce) && int(op.AADLen) <= len(op.AAD)
+}
+
+// in reports whether r lies in a buffer of n bytes.
+func (r Range) in(n int) bool {
+	return r.Off >= 0 && r.Len >= 0 && r.Off <= n && r.Len <= n-r.Off
 }
 
 // SessionConfig is what an engine needs to build the key schedules of one SA.

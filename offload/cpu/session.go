@@ -338,7 +338,6 @@ func (s *Session) processGMAC(op *offload.Op, nonce []byte) {
 		return
 	}
 	sc := gmacScratchPool.Get().(*gmacScratch)
-	defer gmacScratchPool.Put(sc)
 	if op.Dir == offload.Open {
 		copy(sc.icv[:], icv)
 	}
@@ -346,22 +345,29 @@ func (s *Session) processGMAC(op *offload.Op, nonce []byte) {
 		copy(op.Buf[auth.Off+shift:auth.End()+shift], op.Bytes(auth))
 	}
 	start := auth.Off + shift - len(aad)
-	copy(sc.front[:], op.Buf[start:auth.Off+shift])
-	copy(op.Buf[start:], aad)
+	front := op.Buf[start : auth.Off+shift]
+	placed := shift == 0 && string(front) == string(aad) // AAD lies in Buf already
+	if !placed {
+		copy(sc.front[:], front)
+		copy(front, aad)
+	}
 	s.aead.Seal(sc.tag[:0], nonce, nil, op.Buf[start:auth.End()+shift])
-	copy(op.Buf[start:], sc.front[:len(aad)])
+	if !placed {
+		copy(front, sc.front[:len(aad)])
+	}
 	if shift > 0 {
 		copy(op.Buf[auth.Off:auth.End()], op.Buf[auth.Off+shift:auth.End()+shift])
 	}
-	if op.Dir == offload.Seal {
+	switch {
+	case op.Dir == offload.Seal:
 		copy(icv, sc.tag[:])
 		op.Status = offload.OK
-		return
-	}
-	copy(icv, sc.icv[:])
-	if subtle.ConstantTimeCompare(sc.tag[:len(icv)], sc.icv[:len(icv)]) != 1 {
+	case subtle.ConstantTimeCompare(sc.tag[:len(icv)], sc.icv[:len(icv)]) != 1:
+		copy(icv, sc.icv[:])
 		op.Status = offload.BadICV
-		return
+	default:
+		copy(icv, sc.icv[:])
+		op.Status = offload.OK
 	}
-	op.Status = offload.OK
+	gmacScratchPool.Put(sc)
 }
