@@ -30,9 +30,6 @@ func New() *Engine { return &Engine{} }
 // Name returns "cpu".
 func (e *Engine) Name() string { return Name }
 
-// Suites lists the suites Go's crypto does (Suites).
-func (e *Engine) Suites() []sa.Suite { return Suites() }
-
 // NewSession builds the key schedules for one SA.
 func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
 	return NewSession(cfg)
