@@ -65,6 +65,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 
 // ParseYAML reads a YAML SA file.
 func ParseYAML(name string, data []byte) (*Config, error) {
+	if c, err, ok := parseYAMLStream(name, data); ok {
+		return c, err
+	}
 	if err := CheckYAMLNodes(name, data, MaxYAMLNodes); err != nil {
 		return nil, &ConfigError{File: name, Err: err}
 	}
@@ -78,12 +81,32 @@ func ParseYAML(name string, data []byte) (*Config, error) {
 		return nil, &ConfigError{File: name, Line: extra.Line, Err: errors.New("more than one YAML document")}
 	}
 	p := &yamlParser{file: name}
-	c := p.config(&doc)
+	c, err, _ := p.finish(p.config(&doc))
+	return c, err
+}
+
+// parseYAMLStream reads an SA file with the streaming reader, entry by
+// entry; ok is false when the file is outside what it reads.
+func parseYAMLStream(name string, data []byte) (c *Config, err error, ok bool) {
+	p := &yamlParser{file: name}
+	b := newConfigBuilder(p)
+	if checkBytes(data) != nil {
+		return nil, nil, false
+	}
+	r := &streamReader{src: string(data)}
+	if r.document(b) != nil {
+		return nil, nil, false
+	}
+	return p.finish(b.c)
+}
+
+// finish sorts the problems found by line and returns them, or c.
+func (p *yamlParser) finish(c *Config) (*Config, error, bool) {
 	slices.SortStableFunc(p.errs.Kept(), func(a, b error) int { return lineOf(a) - lineOf(b) })
 	if err := p.errs.Err(); err != nil {
-		return nil, err
+		return nil, err, true
 	}
-	return c, nil
+	return c, nil, true
 }
 
 // yamlSyntax keeps the library's syntax message ("yaml: line 3: …"),
@@ -115,6 +138,10 @@ type yamlParser struct {
 }
 
 func (p *yamlParser) fail(n *yaml.Node, entry, field string, err error) {
+	if p.errs.Full() {
+		p.errs.Skip()
+		return
+	}
 	line := 0
 	if n != nil {
 		line = n.Line
@@ -123,12 +150,36 @@ func (p *yamlParser) fail(n *yaml.Node, entry, field string, err error) {
 }
 
 func (p *yamlParser) failf(n *yaml.Node, entry, field, format string, args ...any) {
+	if p.errs.Full() {
+		p.errs.Skip()
+		return
+	}
 	p.fail(n, entry, field, fmt.Errorf(format, args...))
 }
 
 // field is one key: value pair of a mapping.
 type field struct {
 	key, val *yaml.Node
+}
+
+// fieldSet is the fields of a mapping, in the order written, each name
+// once.
+type fieldSet []field
+
+// get finds the field called name.
+func (fs fieldSet) get(name string) (field, bool) {
+	for _, f := range fs {
+		if f.key.Value == name {
+			return f, true
+		}
+	}
+	return field{}, false
+}
+
+// val is the value of the field called name, nil if it is not set.
+func (fs fieldSet) val(name string) *yaml.Node {
+	f, _ := fs.get(name)
+	return f.val
 }
 
 // maxAliasDepth bounds alias and merge-key chains: a YAML alias may point
@@ -149,17 +200,17 @@ func resolve(n *yaml.Node) *yaml.Node {
 
 // fields reads a mapping, reporting unknown and repeated keys. Merge keys
 // (<<: *defaults) fill in the fields the mapping does not set itself.
-func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) map[string]field {
+func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) fieldSet {
 	return p.fieldsDepth(m, entry, known, 0)
 }
 
-func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, depth int) map[string]field {
-	out := make(map[string]field)
+func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, depth int) fieldSet {
 	m = resolve(m)
 	if m.Kind != yaml.MappingNode {
 		p.failf(m, entry, "", "want a mapping of fields, got a %s", kindName(m))
-		return out
+		return nil
 	}
+	out := make(fieldSet, 0, min(len(m.Content)/2, len(known)))
 	var merges []*yaml.Node
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k, v := m.Content[i], resolve(m.Content[i+1])
@@ -175,11 +226,11 @@ func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, dep
 			p.failf(k, entry, "", "unknown field %s (want one of %s)", secret.Word(k.Value, known...), strings.Join(known, ", "))
 			continue
 		}
-		if prev, dup := out[k.Value]; dup {
+		if prev, dup := out.get(k.Value); dup {
 			p.failf(k, entry, k.Value, "given twice (first on line %d)", prev.key.Line)
 			continue
 		}
-		out[k.Value] = field{k, v}
+		out = append(out, field{k, v})
 	}
 	for _, mv := range merges {
 		p.merges++
@@ -192,9 +243,9 @@ func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, dep
 			srcs = mv.Content // in YAML's order of precedence
 		}
 		for _, src := range srcs {
-			for name, f := range p.fieldsDepth(src, entry, known, depth+1) {
-				if _, set := out[name]; !set {
-					out[name] = f
+			for _, f := range p.fieldsDepth(src, entry, known, depth+1) {
+				if _, set := out.get(f.key.Value); !set {
+					out = append(out, f)
 				}
 			}
 		}
@@ -232,55 +283,94 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 		root = resolve(doc.Content[0])
 	}
 	fs := p.fields(root, "", []string{"sa", "spd"})
-	c := &Config{}
-	saList, ok := fs["sa"]
+	b := newConfigBuilder(p)
+	saList, ok := fs.get("sa")
 	if !ok && p.spdOnly {
 		saList = field{val: &yaml.Node{Kind: yaml.SequenceNode}}
 	} else if !ok {
 		if root.Kind == yaml.MappingNode {
 			p.failf(root, "", "sa", "missing: an SA file needs an sa: list")
 		}
-		return c
+		return b.c
 	}
 	if saList.val.Kind != yaml.SequenceNode {
 		p.failf(saList.val, "", "sa", "want a list of SAs, got a %s", kindName(saList.val))
-		return c
+		return b.c
 	}
 	if len(saList.val.Content) == 0 && !p.spdOnly {
 		p.failf(saList.val, "", "sa", "empty list")
 	}
-	type seen struct {
-		line  int
-		entry string
+	for _, n := range saList.val.Content {
+		b.sa(resolve(n))
 	}
-	bySPIDst := make(map[spiDst]seen)
-	for i, n := range saList.val.Content {
-		n = resolve(n)
-		s, entry := p.sa(i, n)
-		if s == nil {
-			continue
-		}
-		k := spiDst{s.SPI, s.Dst}
-		if prev, dup := bySPIDst[k]; dup {
-			p.failf(n, entry, "spi", "duplicate SPI for dst %s (also %s on line %d)", s.Dst, prev.entry, prev.line)
-			continue
-		}
-		bySPIDst[k] = seen{n.Line, entry}
-		c.SAs = append(c.SAs, s)
-	}
-	if spd, ok := fs["spd"]; ok {
+	if spd, ok := fs.get("spd"); ok {
 		if spd.val.Kind != yaml.SequenceNode {
 			p.failf(spd.val, "", "spd", "want a list of policies, got a %s", kindName(spd.val))
-			return c
+			return b.c
 		}
-		idx := NewSPIIndex(c.SAs)
-		for i, n := range spd.val.Content {
-			if pol, ok := p.policy(i, resolve(n), idx); ok {
-				c.SPD = append(c.SPD, pol)
-			}
+		for _, n := range spd.val.Content {
+			b.policy(resolve(n))
 		}
 	}
-	return c
+	return b.c
+}
+
+// configBuilder turns the entries of the sa: and spd: lists into a Config,
+// one entry at a time: from a node tree or from the streaming reader.
+type configBuilder struct {
+	p        *yamlParser
+	c        *Config
+	bySPIDst map[spiDst]seenSA
+	idx      SPIIndex // the SAs by SPI, made when the first policy comes
+	nSA      int
+	nPolicy  int
+}
+
+type seenSA struct{ line, index int }
+
+func newConfigBuilder(p *yamlParser) *configBuilder {
+	return &configBuilder{p: p, c: &Config{}, bySPIDst: make(map[spiDst]seenSA)}
+}
+
+// sa reads the next entry of the sa: list.
+func (b *configBuilder) sa(n *yaml.Node) {
+	i := b.nSA
+	b.nSA++
+	s, entry := b.p.sa(i, n)
+	if s == nil {
+		return
+	}
+	k := spiDst{s.SPI, s.Dst}
+	if prev, dup := b.bySPIDst[k]; dup {
+		b.p.failf(n, entry, "spi", "duplicate SPI for dst %s (also sa[%d] (spi %#x) on line %d)", s.Dst, prev.index, s.SPI, prev.line)
+		return
+	}
+	b.bySPIDst[k] = seenSA{n.Line, i}
+	b.c.SAs = append(b.c.SAs, s)
+}
+
+// policy reads the next entry of the spd: list; every SA has been read.
+func (b *configBuilder) policy(n *yaml.Node) {
+	if b.idx == nil {
+		b.idx = NewSPIIndex(b.c.SAs)
+		b.bySPIDst = nil
+	}
+	i := b.nPolicy
+	b.nPolicy++
+	if pol, ok := b.p.policy(i, n, b.idx); ok {
+		b.c.SPD = append(b.c.SPD, pol)
+	}
+}
+
+// list and entry make a configBuilder the streaming reader's sink.
+func (b *configBuilder) list(name string, keyLine, line int) {}
+
+func (b *configBuilder) entry(name string, n *yaml.Node) {
+	if name == "sa" {
+		b.sa(n)
+	} else {
+		b.policy(n)
+	}
 }
 
 var saFields = []string{
@@ -290,22 +380,47 @@ var saFields = []string{
 	"dscp", "decap-dscp", "df", "ttl", "if-id", "output-mark",
 }
 
+// spiField finds an SA entry's spi field: in the mapping itself, else
+// (by a silent pass of fields) where its merge keys put it.
+func (p *yamlParser) spiField(n *yaml.Node, entry string) (field, bool) {
+	m := resolve(n)
+	if m.Kind != yaml.MappingNode {
+		return field{}, false
+	}
+	merges := false
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i]
+		if k.Kind == yaml.ScalarNode && k.Value == "spi" {
+			return field{k, resolve(m.Content[i+1])}, true
+		}
+		merges = merges || k.Kind != yaml.ScalarNode || k.Value == "<<"
+	}
+	if !merges {
+		return field{}, false
+	}
+	return (&yamlParser{file: p.file}).fields(n, entry, saFields).get("spi")
+}
+
 // sa reads one entry of the sa: list. It returns nil if the entry has errors
 // (all of them reported).
 func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
-	entry := fmt.Sprintf("sa[%d]", i)
+	entry := "sa[" + strconv.Itoa(i) + "]"
 	before := p.errs.Len()
-	s := &SA{ReplayWindow: 64}
+	// The SA is built on the stack and copied out only when it holds:
+	// an entry with errors costs no allocation.
+	var sv SA
+	s := &sv
+	s.ReplayWindow = 64
 	// The SPI names the entry in every other error, so it is read first
-	// (by a silent pass: the errors come with the entry's name below).
-	if f, ok := (&yamlParser{file: p.file}).fields(n, entry, saFields)["spi"]; ok {
+	// (the errors come with the entry's name below).
+	if f, ok := p.spiField(n, entry); ok {
 		if v, ok := p.scalar(f, entry); ok {
 			spi, err := strconv.ParseUint(v, 0, 32)
 			if err != nil {
 				p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", secret.Number(v))
 			} else {
 				s.SPI = uint32(spi)
-				entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
+				entry = "sa[" + strconv.Itoa(i) + "] (spi 0x" + strconv.FormatUint(spi, 16) + ")"
 			}
 		}
 	} else if resolve(n).Kind == yaml.MappingNode {
@@ -316,7 +431,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		return nil, entry
 	}
 	str := func(name string) (field, string, bool) {
-		f, ok := fs[name]
+		f, ok := fs.get(name)
 		if !ok {
 			return f, "", false
 		}
@@ -333,28 +448,30 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 			p.failf(f.val, entry, "mode", "%s, want tunnel or transport", secret.Word(v, "tunnel", "transport"))
 		}
 	}
-	for _, a := range []struct {
-		name string
-		dst  *netip.Addr
-	}{{"src", &s.Src}, {"dst", &s.Dst}} {
-		f, v, ok := str(a.name)
+	// (By name, not through pointers into s: those would move s to the heap.)
+	for _, name := range [...]string{"src", "dst"} {
+		f, v, ok := str(name)
 		if !ok {
-			if _, given := fs[a.name]; !given {
-				p.failf(n, entry, a.name, "missing (the outer IPv4 or IPv6 address)")
+			if _, given := fs.get(name); !given {
+				p.failf(n, entry, name, "missing (the outer IPv4 or IPv6 address)")
 			}
 			continue
 		}
 		addr, err := netip.ParseAddr(v)
 		if err != nil || addr.Zone() != "" {
-			p.failf(f.val, entry, a.name, "%s is not an IPv4 or IPv6 address", secret.Number(v))
+			p.failf(f.val, entry, name, "%s is not an IPv4 or IPv6 address", secret.Number(v))
 			continue
 		}
-		*a.dst = addr
+		if name == "src" {
+			s.Src = addr
+		} else {
+			s.Dst = addr
+		}
 	}
 	if s.Src.IsValid() && s.Dst.IsValid() && s.Src.Is4() != s.Dst.Is4() {
-		p.failf(fs["dst"].val, entry, "dst", "%s is not of the same address family as src %s", s.Dst, s.Src)
+		p.failf(fs.val("dst"), entry, "dst", "%s is not of the same address family as src %s", s.Dst, s.Src)
 	} else if s.Dst.IsValid() && s.Dst.IsUnspecified() {
-		p.failf(fs["dst"].val, entry, "dst", "%s is the unspecified address", s.Dst)
+		p.failf(fs.val("dst"), entry, "dst", "%s is the unspecified address", s.Dst)
 	}
 
 	if f, v, ok := str("encap"); ok {
@@ -367,24 +484,25 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 			p.failf(f.val, entry, "encap", "%s, want none or udp", secret.Word(v, "none", "udp"))
 		}
 	}
-	for _, a := range []struct {
-		name string
-		dst  *uint16
-	}{{"sport", &s.SrcPort}, {"dport", &s.DstPort}} {
-		f, v, ok := str(a.name)
+	for _, name := range [...]string{"sport", "dport"} {
+		f, v, ok := str(name)
 		if !ok {
 			continue
 		}
 		port, err := strconv.ParseUint(v, 10, 16)
 		if err != nil || port == 0 {
-			p.failf(f.val, entry, a.name, "%s is not a port 1..65535", secret.Number(v))
+			p.failf(f.val, entry, name, "%s is not a port 1..65535", secret.Number(v))
 			continue
 		}
 		if s.Encap != EncapUDP {
-			p.failf(f.val, entry, a.name, "a port needs encap: udp")
+			p.failf(f.val, entry, name, "a port needs encap: udp")
 			continue
 		}
-		*a.dst = uint16(port)
+		if name == "sport" {
+			s.SrcPort = uint16(port)
+		} else {
+			s.DstPort = uint16(port)
+		}
 	}
 
 	suiteOK := true
@@ -397,7 +515,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		s.Suite.Cipher = c
 	} else {
 		suiteOK = false
-		if _, given := fs["enc"]; !given {
+		if _, given := fs.get("enc"); !given {
 			p.failf(n, entry, "enc", "missing (%s)", CipherList)
 		}
 	}
@@ -408,7 +526,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 			suiteOK = false
 		}
 		s.Suite.Auth = a
-	} else if _, given := fs["auth"]; given {
+	} else if _, given := fs.get("auth"); given {
 		suiteOK = false
 	} else if suiteOK && !s.Suite.Cipher.IsAEAD() {
 		p.failf(n, entry, "auth", "missing: %s needs hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256 or hmac-md5-96", s.Suite.Cipher)
@@ -416,9 +534,9 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	}
 	if suiteOK {
 		if err := s.Suite.Validate(); err != nil {
-			f, ok := fs["auth"]
+			f, ok := fs.get("auth")
 			if !ok {
-				f = fs["enc"]
+				f, _ = fs.get("enc")
 			}
 			p.fail(f.val, entry, f.key.Value, err)
 			suiteOK = false
@@ -460,10 +578,10 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		s.TFCPad = int(pad)
 	}
 	p.header(str, entry, s)
-	if f, ok := fs["lifetimes"]; ok {
+	if f, ok := fs.get("lifetimes"); ok {
 		s.Soft, s.Hard = p.lifetimes(f, entry)
 	}
-	if f, ok := fs["selectors"]; ok {
+	if f, ok := fs.get("selectors"); ok {
 		if f.val.Kind != yaml.SequenceNode {
 			p.failf(f.key, entry, "selectors", "want a list, got a %s", kindName(f.val))
 		} else {
@@ -493,14 +611,16 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		p.fail(n, entry, "", err)
 		return nil, entry
 	}
-	return s, entry
+	out := new(SA)
+	*out = sv
+	return out, entry
 }
 
 // key reads enc-key or auth-key: hex (0x optional, quoted or not), or
 // random for a fresh key of the right length. want lists the valid lengths;
 // a key of length 0 may be left out.
-func (p *yamlParser) key(fs map[string]field, n *yaml.Node, entry, name string, want []int) Key {
-	f, ok := fs[name]
+func (p *yamlParser) key(fs fieldSet, n *yaml.Node, entry, name string, want []int) Key {
+	f, ok := fs.get(name)
 	if !ok {
 		if !slices.Contains(want, 0) {
 			p.failf(n, entry, name, "missing (%s bytes)", lens(want))
@@ -570,13 +690,14 @@ func (p *yamlParser) lifetimes(f field, entry string) (soft, hard Lifetime) {
 	fs := p.fields(f.val, entry+" lifetimes", []string{"soft", "hard"})
 	read := func(name string) Lifetime {
 		var l Lifetime
-		lf, ok := fs[name]
+		lf, ok := fs.get(name)
 		if !ok {
 			return l
 		}
 		where := entry + " lifetimes " + name
 		bs := p.fields(lf.val, where, []string{"bytes", "packets", "seconds", "time"})
-		for k, bf := range bs {
+		for _, bf := range bs {
+			k := bf.key.Value
 			v, ok := p.scalar(bf, where)
 			if !ok {
 				continue
@@ -598,8 +719,8 @@ func (p *yamlParser) lifetimes(f field, entry string) (soft, hard Lifetime) {
 				p.fail(bf.val, where, k, err)
 			}
 		}
-		if _, sec := bs["seconds"]; sec {
-			if t, both := bs["time"]; both {
+		if _, sec := bs.get("seconds"); sec {
+			if t, both := bs.get("time"); both {
 				p.failf(t.key, where, "time", "give seconds or time, not both")
 			}
 		}
@@ -655,10 +776,10 @@ func (p *yamlParser) selector(n *yaml.Node, entry string, extra []string) (Selec
 	return p.selectorFrom(fs, entry, n), p.errs.Len() == before
 }
 
-func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Node) Selector {
+func (p *yamlParser) selectorFrom(fs fieldSet, entry string, n *yaml.Node) Selector {
 	var sel Selector
 	str := func(name string) (field, string, bool) {
-		f, ok := fs[name]
+		f, ok := fs.get(name)
 		if !ok {
 			return f, "", false
 		}
@@ -680,7 +801,7 @@ func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Nod
 		sel.Dst = pf
 	}
 	if sel.Src.IsValid() && sel.Dst.IsValid() && sel.Src.Addr().Is4() != sel.Dst.Addr().Is4() {
-		p.failf(fs["dst"].val, entry, "dst", "%s is not of the same address family as src %s", sel.Dst, sel.Src)
+		p.failf(fs.val("dst"), entry, "dst", "%s is not of the same address family as src %s", sel.Dst, sel.Src)
 	}
 	if f, v, ok := str("proto"); ok {
 		pr, err := ParseProto(v)
@@ -715,7 +836,7 @@ var policyFields = []string{"priority", "action", "sa"}
 
 // policy reads one entry of the spd: list.
 func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
-	entry := fmt.Sprintf("spd[%d]", i)
+	entry := "spd[" + strconv.Itoa(i) + "]"
 	before := p.errs.Len()
 	fs := p.fields(n, entry, append(slices.Clip(selectorFields), policyFields...))
 	if n.Kind != yaml.MappingNode {
@@ -723,7 +844,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 	}
 	sel := p.selectorFrom(fs, entry, n)
 	pol := Policy{Selector: sel}
-	if f, ok := fs["priority"]; ok {
+	if f, ok := fs.get("priority"); ok {
 		if v, ok := p.scalar(f, entry); ok {
 			pr, err := strconv.ParseInt(v, 0, 32)
 			if err != nil {
@@ -732,7 +853,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 			pol.Priority = int(pr)
 		}
 	}
-	f, ok := fs["action"]
+	f, ok := fs.get("action")
 	if !ok {
 		p.failf(n, entry, "action", "missing (protect, bypass or discard)")
 		return pol, false
@@ -747,7 +868,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 		return pol, false
 	}
 	pol.Action = a
-	saf, hasSA := fs["sa"]
+	saf, hasSA := fs.get("sa")
 	switch {
 	case a == Protect && !hasSA:
 		p.failf(n, entry, "sa", "missing: a protect policy names the SPI of its outbound SA")
