@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/espgw/espgw/internal/secret"
 	"go.yaml.in/yaml/v3"
@@ -93,7 +94,9 @@ func parseYAMLStream(name string, data []byte) (c *Config, err error, ok bool) {
 	if checkBytes(data) != nil {
 		return nil, nil, false
 	}
-	r := &streamReader{src: string(data)}
+	// The nodes point into data, which is not copied: nothing of it is
+	// kept past the call (see fieldsDepth).
+	r := &streamReader{src: unsafe.String(unsafe.SliceData(data), len(data))}
 	if r.document(b) != nil {
 		return nil, nil, false
 	}
@@ -222,10 +225,14 @@ func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, dep
 			merges = append(merges, v)
 			continue
 		}
-		if !slices.Contains(known, k.Value) {
+		ki := slices.Index(known, k.Value)
+		if ki < 0 {
 			p.failf(k, entry, "", "unknown field %s (want one of %s)", secret.Word(k.Value, known...), strings.Join(known, ", "))
 			continue
 		}
+		// The name errors carry is the walker's own, never a piece of
+		// the input (which the streaming reader does not copy).
+		k.Value = known[ki]
 		if prev, dup := out.get(k.Value); dup {
 			p.failf(k, entry, k.Value, "given twice (first on line %d)", prev.key.Line)
 			continue
@@ -927,7 +934,28 @@ func ReadFileAtMost(path string, limit int64) ([]byte, error) {
 	if fi.Size() > limit {
 		return nil, fmt.Errorf("%q is %d bytes, larger than the %d bytes such a file may be", path, fi.Size(), limit)
 	}
-	return ReadAtMost(f, path, limit)
+	if !fi.Mode().IsRegular() {
+		return ReadAtMost(f, path, limit)
+	}
+	// A regular file is read into a buffer of its size (and a byte more,
+	// to see it grow), not grown by doubling.
+	data := make([]byte, fi.Size()+1)
+	n, err := io.ReadFull(f, data)
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		return data[:n:n], nil
+	case err != nil:
+		return nil, err
+	}
+	// It grew while read.
+	rest, err := io.ReadAll(io.LimitReader(f, limit-int64(n)+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(n+len(rest)) > limit {
+		return nil, fmt.Errorf("%q is larger than the %d bytes such a file may be", path, limit)
+	}
+	return append(data, rest...), nil
 }
 
 // ReadAtMost reads all of r, at most limit bytes, and refuses more with an
