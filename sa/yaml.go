@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/internal/yamlwalk"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -137,7 +138,7 @@ type yamlParser struct {
 	// spdOnly reads an spd: list whose SAs come from elsewhere: protect
 	// policies keep their SPI and NewSPD binds them.
 	spdOnly bool
-	merges  int // merge keys expanded so far
+	walk    yamlwalk.Walker
 }
 
 func (p *yamlParser) fail(n *yaml.Node, entry, field string, err error) {
@@ -160,128 +161,34 @@ func (p *yamlParser) failf(n *yaml.Node, entry, field, format string, args ...an
 	p.fail(n, entry, field, fmt.Errorf(format, args...))
 }
 
-// field is one key: value pair of a mapping.
-type field struct {
-	key, val *yaml.Node
-}
-
-// fieldSet is the fields of a mapping, in the order written, each name
-// once.
-type fieldSet []field
-
-// get finds the field called name.
-func (fs fieldSet) get(name string) (field, bool) {
-	for _, f := range fs {
-		if f.key.Value == name {
-			return f, true
-		}
-	}
-	return field{}, false
-}
-
-// val is the value of the field called name, nil if it is not set.
-func (fs fieldSet) val(name string) *yaml.Node {
-	f, _ := fs.get(name)
-	return f.val
-}
-
-// maxAliasDepth bounds alias and merge-key chains: a YAML alias may point
-// into its own anchor.
-const maxAliasDepth = 8
-
-// maxMerges bounds the merge keys expanded in one file, so that merges of
-// merges cannot multiply into a long parse.
-const maxMerges = 10000
+type (
+	field    = yamlwalk.Field
+	fieldSet = yamlwalk.Fields
+)
 
 // resolve follows aliases (*name) to the node they name.
-func resolve(n *yaml.Node) *yaml.Node {
-	for i := 0; n != nil && n.Kind == yaml.AliasNode && n.Alias != nil && i < maxAliasDepth; i++ {
-		n = n.Alias
-	}
-	return n
-}
+func resolve(n *yaml.Node) *yaml.Node { return yamlwalk.Resolve(n) }
+
+func kindName(n *yaml.Node) string { return yamlwalk.KindName(n) }
 
 // fields reads a mapping, reporting unknown and repeated keys. Merge keys
 // (<<: *defaults) fill in the fields the mapping does not set itself.
 func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) fieldSet {
-	return p.fieldsDepth(m, entry, known, 0)
-}
-
-func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, depth int) fieldSet {
-	m = resolve(m)
-	if m.Kind != yaml.MappingNode {
-		p.failf(m, entry, "", "want a mapping of fields, got a %s", kindName(m))
-		return nil
+	fs, probs := p.walk.Fields(m, known, yamlwalk.Options{Noun: "field", Merge: true})
+	for _, pr := range probs {
+		p.fail(pr.Node, entry, pr.Field, errors.New(pr.Msg))
 	}
-	out := make(fieldSet, 0, min(len(m.Content)/2, len(known)))
-	var merges []*yaml.Node
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], resolve(m.Content[i+1])
-		if k.Kind != yaml.ScalarNode {
-			p.failf(k, entry, "", "field name is a %s, want a name", kindName(k))
-			continue
-		}
-		if k.Value == "<<" && k.Tag == "!!merge" {
-			merges = append(merges, v)
-			continue
-		}
-		ki := slices.Index(known, k.Value)
-		if ki < 0 {
-			p.failf(k, entry, "", "unknown field %s (want one of %s)", secret.Word(k.Value, known...), strings.Join(known, ", "))
-			continue
-		}
-		// The name errors carry is the walker's own, never a piece of
-		// the input (which the streaming reader does not copy).
-		k.Value = known[ki]
-		if prev, dup := out.get(k.Value); dup {
-			p.failf(k, entry, k.Value, "given twice (first on line %d)", prev.key.Line)
-			continue
-		}
-		out = append(out, field{k, v})
-	}
-	for _, mv := range merges {
-		p.merges++
-		if depth >= maxAliasDepth || p.merges > maxMerges {
-			p.failf(mv, entry, "<<", "merges nested more than %d deep or more than %d in all", maxAliasDepth, maxMerges)
-			break
-		}
-		srcs := []*yaml.Node{mv}
-		if mv.Kind == yaml.SequenceNode {
-			srcs = mv.Content // in YAML's order of precedence
-		}
-		for _, src := range srcs {
-			for _, f := range p.fieldsDepth(src, entry, known, depth+1) {
-				if _, set := out.get(f.key.Value); !set {
-					out = append(out, f)
-				}
-			}
-		}
-	}
-	return out
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.ScalarNode:
-		return "single value"
-	case yaml.SequenceNode:
-		return "list"
-	case yaml.MappingNode:
-		return "mapping"
-	case yaml.AliasNode:
-		return "alias"
-	}
-	return "document"
+	return fs
 }
 
 // scalar returns the text of a single-value field exactly as written, so
 // that 0x0011… stays a string and keeps its leading zeros.
 func (p *yamlParser) scalar(f field, entry string) (string, bool) {
-	if f.val.Kind != yaml.ScalarNode {
-		p.failf(f.key, entry, f.key.Value, "want a single value, got a %s", kindName(f.val))
+	if f.Val.Kind != yaml.ScalarNode {
+		p.failf(f.Key, entry, f.Key.Value, "want a single value, got a %s", kindName(f.Val))
 		return "", false
 	}
-	return f.val.Value, true
+	return f.Val.Value, true
 }
 
 func (p *yamlParser) config(doc *yaml.Node) *Config {
@@ -291,31 +198,31 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 	}
 	fs := p.fields(root, "", []string{"sa", "spd"})
 	b := newConfigBuilder(p)
-	saList, ok := fs.get("sa")
+	saList, ok := fs.Get("sa")
 	if !ok && p.spdOnly {
-		saList = field{val: &yaml.Node{Kind: yaml.SequenceNode}}
+		saList = field{Val: &yaml.Node{Kind: yaml.SequenceNode}}
 	} else if !ok {
 		if root.Kind == yaml.MappingNode {
 			p.failf(root, "", "sa", "missing: an SA file needs an sa: list")
 		}
 		return b.c
 	}
-	if saList.val.Kind != yaml.SequenceNode {
-		p.failf(saList.val, "", "sa", "want a list of SAs, got a %s", kindName(saList.val))
+	if saList.Val.Kind != yaml.SequenceNode {
+		p.failf(saList.Val, "", "sa", "want a list of SAs, got a %s", kindName(saList.Val))
 		return b.c
 	}
-	if len(saList.val.Content) == 0 && !p.spdOnly {
-		p.failf(saList.val, "", "sa", "empty list")
+	if len(saList.Val.Content) == 0 && !p.spdOnly {
+		p.failf(saList.Val, "", "sa", "empty list")
 	}
-	for _, n := range saList.val.Content {
+	for _, n := range saList.Val.Content {
 		b.sa(resolve(n))
 	}
-	if spd, ok := fs.get("spd"); ok {
-		if spd.val.Kind != yaml.SequenceNode {
-			p.failf(spd.val, "", "spd", "want a list of policies, got a %s", kindName(spd.val))
+	if spd, ok := fs.Get("spd"); ok {
+		if spd.Val.Kind != yaml.SequenceNode {
+			p.failf(spd.Val, "", "spd", "want a list of policies, got a %s", kindName(spd.Val))
 			return b.c
 		}
-		for _, n := range spd.val.Content {
+		for _, n := range spd.Val.Content {
 			b.policy(resolve(n))
 		}
 	}
@@ -327,16 +234,27 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 type configBuilder struct {
 	p        *yamlParser
 	c        *Config
-	bySPIDst map[spiDst]seenSA
-	idx      SPIIndex // the SAs by SPI, made when the first policy comes
+	bySPIDst map[saKey]seenSA
+	idx      saFinder // the SAs by SPI, made when the first policy comes
 	nSA      int
 	nPolicy  int
+	// keep, when set, takes each SA instead of c.SAs (until it fails, with
+	// werr, or an entry has errors), and finder then finds the policies'
+	// SAs; the policies keep only the SPI of theirs.
+	keep   func(*SA) error
+	werr   error
+	finder func() saFinder
 }
 
-type seenSA struct{ line, index int }
+// saFinder finds a protect policy's SA by its SPI.
+type saFinder interface {
+	Find(spi uint32) (*SA, error)
+}
+
+type seenSA struct{ line, index int32 }
 
 func newConfigBuilder(p *yamlParser) *configBuilder {
-	return &configBuilder{p: p, c: &Config{}, bySPIDst: make(map[spiDst]seenSA)}
+	return &configBuilder{p: p, c: &Config{}, bySPIDst: make(map[saKey]seenSA)}
 }
 
 // sa reads the next entry of the sa: list.
@@ -347,24 +265,36 @@ func (b *configBuilder) sa(n *yaml.Node) {
 	if s == nil {
 		return
 	}
-	k := spiDst{s.SPI, s.Dst}
+	k := keyOf(s.SPI, s.Dst)
 	if prev, dup := b.bySPIDst[k]; dup {
 		b.p.failf(n, entry, "spi", "duplicate SPI for dst %s (also sa[%d] (spi %#x) on line %d)", s.Dst, prev.index, s.SPI, prev.line)
 		return
 	}
-	b.bySPIDst[k] = seenSA{n.Line, i}
-	b.c.SAs = append(b.c.SAs, s)
+	b.bySPIDst[k] = seenSA{int32(n.Line), int32(i)}
+	switch {
+	case b.keep == nil:
+		b.c.SAs = append(b.c.SAs, s)
+	case b.werr == nil && b.p.errs.Len() == 0:
+		b.werr = b.keep(s)
+	}
 }
 
 // policy reads the next entry of the spd: list; every SA has been read.
 func (b *configBuilder) policy(n *yaml.Node) {
 	if b.idx == nil {
-		b.idx = NewSPIIndex(b.c.SAs)
+		if b.finder != nil {
+			b.idx = b.finder()
+		} else {
+			b.idx = NewSPIIndex(b.c.SAs)
+		}
 		b.bySPIDst = nil
 	}
 	i := b.nPolicy
 	b.nPolicy++
 	if pol, ok := b.p.policy(i, n, b.idx); ok {
+		if b.keep != nil {
+			pol.SA = nil
+		}
 		b.c.SPD = append(b.c.SPD, pol)
 	}
 }
@@ -398,14 +328,14 @@ func (p *yamlParser) spiField(n *yaml.Node, entry string) (field, bool) {
 	for i := 0; i+1 < len(m.Content); i += 2 {
 		k := m.Content[i]
 		if k.Kind == yaml.ScalarNode && k.Value == "spi" {
-			return field{k, resolve(m.Content[i+1])}, true
+			return field{Key: k, Val: resolve(m.Content[i+1])}, true
 		}
 		merges = merges || k.Kind != yaml.ScalarNode || k.Value == "<<"
 	}
 	if !merges {
 		return field{}, false
 	}
-	return (&yamlParser{file: p.file}).fields(n, entry, saFields).get("spi")
+	return (&yamlParser{file: p.file}).fields(n, entry, saFields).Get("spi")
 }
 
 // sa reads one entry of the sa: list. It returns nil if the entry has errors
@@ -424,7 +354,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		if v, ok := p.scalar(f, entry); ok {
 			spi, err := strconv.ParseUint(v, 0, 32)
 			if err != nil {
-				p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", secret.Number(v))
+				p.failf(f.Val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", secret.Number(v))
 			} else {
 				s.SPI = uint32(spi)
 				entry = "sa[" + strconv.Itoa(i) + "] (spi 0x" + strconv.FormatUint(spi, 16) + ")"
@@ -438,7 +368,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		return nil, entry
 	}
 	str := func(name string) (field, string, bool) {
-		f, ok := fs.get(name)
+		f, ok := fs.Get(name)
 		if !ok {
 			return f, "", false
 		}
@@ -452,21 +382,21 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		case "transport":
 			s.Mode = Transport
 		default:
-			p.failf(f.val, entry, "mode", "%s, want tunnel or transport", secret.Word(v, "tunnel", "transport"))
+			p.failf(f.Val, entry, "mode", "%s, want tunnel or transport", secret.Word(v, "tunnel", "transport"))
 		}
 	}
 	// (By name, not through pointers into s: those would move s to the heap.)
 	for _, name := range [...]string{"src", "dst"} {
 		f, v, ok := str(name)
 		if !ok {
-			if _, given := fs.get(name); !given {
+			if _, given := fs.Get(name); !given {
 				p.failf(n, entry, name, "missing (the outer IPv4 or IPv6 address)")
 			}
 			continue
 		}
 		addr, err := netip.ParseAddr(v)
 		if err != nil || addr.Zone() != "" {
-			p.failf(f.val, entry, name, "%s is not an IPv4 or IPv6 address", secret.Number(v))
+			p.failf(f.Val, entry, name, "%s is not an IPv4 or IPv6 address", secret.Number(v))
 			continue
 		}
 		if name == "src" {
@@ -476,9 +406,9 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		}
 	}
 	if s.Src.IsValid() && s.Dst.IsValid() && s.Src.Is4() != s.Dst.Is4() {
-		p.failf(fs.val("dst"), entry, "dst", "%s is not of the same address family as src %s", s.Dst, s.Src)
+		p.failf(fs.Val("dst"), entry, "dst", "%s is not of the same address family as src %s", s.Dst, s.Src)
 	} else if s.Dst.IsValid() && s.Dst.IsUnspecified() {
-		p.failf(fs.val("dst"), entry, "dst", "%s is the unspecified address", s.Dst)
+		p.failf(fs.Val("dst"), entry, "dst", "%s is the unspecified address", s.Dst)
 	}
 
 	if f, v, ok := str("encap"); ok {
@@ -488,7 +418,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 			s.Encap = EncapUDP
 			s.SrcPort, s.DstPort = DefaultNATTPort, DefaultNATTPort
 		default:
-			p.failf(f.val, entry, "encap", "%s, want none or udp", secret.Word(v, "none", "udp"))
+			p.failf(f.Val, entry, "encap", "%s, want none or udp", secret.Word(v, "none", "udp"))
 		}
 	}
 	for _, name := range [...]string{"sport", "dport"} {
@@ -498,11 +428,11 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		}
 		port, err := strconv.ParseUint(v, 10, 16)
 		if err != nil || port == 0 {
-			p.failf(f.val, entry, name, "%s is not a port 1..65535", secret.Number(v))
+			p.failf(f.Val, entry, name, "%s is not a port 1..65535", secret.Number(v))
 			continue
 		}
 		if s.Encap != EncapUDP {
-			p.failf(f.val, entry, name, "a port needs encap: udp")
+			p.failf(f.Val, entry, name, "a port needs encap: udp")
 			continue
 		}
 		if name == "sport" {
@@ -516,24 +446,24 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("enc"); ok {
 		c, err := ParseCipher(v)
 		if err != nil {
-			p.failf(f.val, entry, "enc", "unknown cipher %s (want %s)", secret.Word(v, cipherNames[:]...), CipherList)
+			p.failf(f.Val, entry, "enc", "unknown cipher %s (want %s)", secret.Word(v, cipherNames[:]...), CipherList)
 			suiteOK = false
 		}
 		s.Suite.Cipher = c
 	} else {
 		suiteOK = false
-		if _, given := fs.get("enc"); !given {
+		if _, given := fs.Get("enc"); !given {
 			p.failf(n, entry, "enc", "missing (%s)", CipherList)
 		}
 	}
 	if f, v, ok := str("auth"); ok {
 		a, err := ParseAuth(v)
 		if err != nil {
-			p.failf(f.val, entry, "auth", "unknown integrity algorithm %s (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", secret.Word(v, authNames[:]...))
+			p.failf(f.Val, entry, "auth", "unknown integrity algorithm %s (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", secret.Word(v, authNames[:]...))
 			suiteOK = false
 		}
 		s.Suite.Auth = a
-	} else if _, given := fs.get("auth"); given {
+	} else if _, given := fs.Get("auth"); given {
 		suiteOK = false
 	} else if suiteOK && !s.Suite.Cipher.IsAEAD() {
 		p.failf(n, entry, "auth", "missing: %s needs hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256 or hmac-md5-96", s.Suite.Cipher)
@@ -541,11 +471,11 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	}
 	if suiteOK {
 		if err := s.Suite.Validate(); err != nil {
-			f, ok := fs.get("auth")
+			f, ok := fs.Get("auth")
 			if !ok {
-				f, _ = fs.get("enc")
+				f, _ = fs.Get("enc")
 			}
-			p.fail(f.val, entry, f.key.Value, err)
+			p.fail(f.Val, entry, f.Key.Value, err)
 			suiteOK = false
 		}
 	}
@@ -557,42 +487,42 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("esn"); ok {
 		b, err := parseBool(v)
 		if err != nil {
-			p.failf(f.val, entry, "esn", "%s, want true or false", secret.Word(v, "true", "false"))
+			p.failf(f.Val, entry, "esn", "%s, want true or false", secret.Word(v, "true", "false"))
 		}
 		s.ESN = b
 	}
 	if f, v, ok := str("replay-window"); ok {
 		w, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || w > MaxReplayWindow {
-			p.failf(f.val, entry, "replay-window", "%s, want 0..%d packets (0 turns anti-replay off)", secret.Number(v), MaxReplayWindow)
+			p.failf(f.Val, entry, "replay-window", "%s, want 0..%d packets (0 turns anti-replay off)", secret.Number(v), MaxReplayWindow)
 		}
 		s.ReplayWindow = int(w)
 	}
 	if f, v, ok := str("initial-seq"); ok {
 		seq, err := strconv.ParseUint(v, 0, 64)
 		if err != nil {
-			p.failf(f.val, entry, "initial-seq", "%s is not a number", secret.Number(v))
+			p.failf(f.Val, entry, "initial-seq", "%s is not a number", secret.Number(v))
 		} else if !s.ESN && seq > math.MaxUint32 {
-			p.failf(f.val, entry, "initial-seq", "%d does not fit 32 bits: set esn: true", seq)
+			p.failf(f.Val, entry, "initial-seq", "%d does not fit 32 bits: set esn: true", seq)
 		}
 		s.InitialSeq = seq
 	}
 	if f, v, ok := str("tfc-pad"); ok {
 		pad, err := strconv.ParseUint(v, 10, 16)
 		if err != nil {
-			p.failf(f.val, entry, "tfc-pad", "%s, want 0..65535 bytes", secret.Number(v))
+			p.failf(f.Val, entry, "tfc-pad", "%s, want 0..65535 bytes", secret.Number(v))
 		}
 		s.TFCPad = int(pad)
 	}
 	p.header(str, entry, s)
-	if f, ok := fs.get("lifetimes"); ok {
+	if f, ok := fs.Get("lifetimes"); ok {
 		s.Soft, s.Hard = p.lifetimes(f, entry)
 	}
-	if f, ok := fs.get("selectors"); ok {
-		if f.val.Kind != yaml.SequenceNode {
-			p.failf(f.key, entry, "selectors", "want a list, got a %s", kindName(f.val))
+	if f, ok := fs.Get("selectors"); ok {
+		if f.Val.Kind != yaml.SequenceNode {
+			p.failf(f.Key, entry, "selectors", "want a list, got a %s", kindName(f.Val))
 		} else {
-			for j, sn := range f.val.Content {
+			for j, sn := range f.Val.Content {
 				sn = resolve(sn)
 				sel, ok := p.selector(sn, fmt.Sprintf("%s selectors[%d]", entry, j), nil)
 				if ok && s.Mode == Transport {
@@ -627,7 +557,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 // random for a fresh key of the right length. want lists the valid lengths;
 // a key of length 0 may be left out.
 func (p *yamlParser) key(fs fieldSet, n *yaml.Node, entry, name string, want []int) Key {
-	f, ok := fs.get(name)
+	f, ok := fs.Get(name)
 	if !ok {
 		if !slices.Contains(want, 0) {
 			p.failf(n, entry, name, "missing (%s bytes)", lens(want))
@@ -639,10 +569,10 @@ func (p *yamlParser) key(fs fieldSet, n *yaml.Node, entry, name string, want []i
 		return nil
 	}
 	if slices.Equal(want, []int{0}) {
-		if v == "" || f.val.Tag == "!!null" {
+		if v == "" || f.Val.Tag == "!!null" {
 			return nil
 		}
-		p.failf(f.val, entry, name, "not used with this suite: leave it out")
+		p.failf(f.Val, entry, name, "not used with this suite: leave it out")
 		return nil
 	}
 	if strings.HasPrefix(v, "random") {
@@ -650,27 +580,27 @@ func (p *yamlParser) key(fs fieldSet, n *yaml.Node, entry, name string, want []i
 		if bits, isSized := strings.CutPrefix(v, "random-"); isSized && len(want) > 1 {
 			b, err := strconv.Atoi(bits)
 			if err != nil || (b != 128 && b != 192 && b != 256) {
-				p.failf(f.val, entry, name, "%s, want random, random-128, random-192 or random-256", secret.Hidden(v))
+				p.failf(f.Val, entry, name, "%s, want random, random-128, random-192 or random-256", secret.Hidden(v))
 				return nil
 			}
 			n = want[(b-128)/64]
 		} else if v != "random" {
-			p.failf(f.val, entry, name, "%s, want random (or random-128/192/256 for AES)", secret.Hidden(v))
+			p.failf(f.Val, entry, name, "%s, want random (or random-128/192/256 for AES)", secret.Hidden(v))
 			return nil
 		}
 		k, err := RandomKey(n)
 		if err != nil {
-			p.fail(f.val, entry, name, err)
+			p.fail(f.Val, entry, name, err)
 		}
 		return k
 	}
 	k, err := ParseKeyHex(v)
 	if err != nil {
-		p.fail(f.val, entry, name, err)
+		p.fail(f.Val, entry, name, err)
 		return nil
 	}
 	if !slices.Contains(want, len(k)) {
-		p.failf(f.val, entry, name, "%d bytes, want %s", len(k), lens(want))
+		p.failf(f.Val, entry, name, "%d bytes, want %s", len(k), lens(want))
 		return nil
 	}
 	return k
@@ -694,17 +624,17 @@ func parseBool(s string) (bool, error) {
 }
 
 func (p *yamlParser) lifetimes(f field, entry string) (soft, hard Lifetime) {
-	fs := p.fields(f.val, entry+" lifetimes", []string{"soft", "hard"})
+	fs := p.fields(f.Val, entry+" lifetimes", []string{"soft", "hard"})
 	read := func(name string) Lifetime {
 		var l Lifetime
-		lf, ok := fs.get(name)
+		lf, ok := fs.Get(name)
 		if !ok {
 			return l
 		}
 		where := entry + " lifetimes " + name
-		bs := p.fields(lf.val, where, []string{"bytes", "packets", "seconds", "time"})
+		bs := p.fields(lf.Val, where, []string{"bytes", "packets", "seconds", "time"})
 		for _, bf := range bs {
-			k := bf.key.Value
+			k := bf.Key.Value
 			v, ok := p.scalar(bf, where)
 			if !ok {
 				continue
@@ -723,19 +653,19 @@ func (p *yamlParser) lifetimes(f field, entry string) (soft, hard Lifetime) {
 				l.Time, err = parseDuration(v)
 			}
 			if err != nil {
-				p.fail(bf.val, where, k, err)
+				p.fail(bf.Val, where, k, err)
 			}
 		}
-		if _, sec := bs.get("seconds"); sec {
-			if t, both := bs.get("time"); both {
-				p.failf(t.key, where, "time", "give seconds or time, not both")
+		if _, sec := bs.Get("seconds"); sec {
+			if t, both := bs.Get("time"); both {
+				p.failf(t.Key, where, "time", "give seconds or time, not both")
 			}
 		}
 		return l
 	}
 	soft, hard = read("soft"), read("hard")
 	if err := checkLifetimes(soft, hard); err != nil {
-		p.fail(f.key, entry, "lifetimes", err)
+		p.fail(f.Key, entry, "lifetimes", err)
 	}
 	return soft, hard
 }
@@ -786,7 +716,7 @@ func (p *yamlParser) selector(n *yaml.Node, entry string, extra []string) (Selec
 func (p *yamlParser) selectorFrom(fs fieldSet, entry string, n *yaml.Node) Selector {
 	var sel Selector
 	str := func(name string) (field, string, bool) {
-		f, ok := fs.get(name)
+		f, ok := fs.Get(name)
 		if !ok {
 			return f, "", false
 		}
@@ -796,24 +726,24 @@ func (p *yamlParser) selectorFrom(fs fieldSet, entry string, n *yaml.Node) Selec
 	if f, v, ok := str("src"); ok {
 		pf, err := ParsePrefix(v)
 		if err != nil {
-			p.fail(f.val, entry, "src", err)
+			p.fail(f.Val, entry, "src", err)
 		}
 		sel.Src = pf
 	}
 	if f, v, ok := str("dst"); ok {
 		pf, err := ParsePrefix(v)
 		if err != nil {
-			p.fail(f.val, entry, "dst", err)
+			p.fail(f.Val, entry, "dst", err)
 		}
 		sel.Dst = pf
 	}
 	if sel.Src.IsValid() && sel.Dst.IsValid() && sel.Src.Addr().Is4() != sel.Dst.Addr().Is4() {
-		p.failf(fs.val("dst"), entry, "dst", "%s is not of the same address family as src %s", sel.Dst, sel.Src)
+		p.failf(fs.Val("dst"), entry, "dst", "%s is not of the same address family as src %s", sel.Dst, sel.Src)
 	}
 	if f, v, ok := str("proto"); ok {
 		pr, err := ParseProto(v)
 		if err != nil {
-			p.fail(f.val, entry, "proto", err)
+			p.fail(f.Val, entry, "proto", err)
 		}
 		sel.Proto = pr
 	}
@@ -827,11 +757,11 @@ func (p *yamlParser) selectorFrom(fs fieldSet, entry string, n *yaml.Node) Selec
 		}
 		r, err := ParsePortRange(v)
 		if err != nil {
-			p.fail(f.val, entry, a.name, err)
+			p.fail(f.Val, entry, a.name, err)
 			continue
 		}
 		if r != (PortRange{}) && !hasPorts(sel.Proto) {
-			p.failf(f.val, entry, a.name, "ports need proto tcp, udp, sctp or udplite, not %s", ProtoName(sel.Proto))
+			p.failf(f.Val, entry, a.name, "ports need proto tcp, udp, sctp or udplite, not %s", ProtoName(sel.Proto))
 			continue
 		}
 		*a.dst = r
@@ -842,7 +772,7 @@ func (p *yamlParser) selectorFrom(fs fieldSet, entry string, n *yaml.Node) Selec
 var policyFields = []string{"priority", "action", "sa"}
 
 // policy reads one entry of the spd: list.
-func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
+func (p *yamlParser) policy(i int, n *yaml.Node, sas saFinder) (Policy, bool) {
 	entry := "spd[" + strconv.Itoa(i) + "]"
 	before := p.errs.Len()
 	fs := p.fields(n, entry, append(slices.Clip(selectorFields), policyFields...))
@@ -851,16 +781,16 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 	}
 	sel := p.selectorFrom(fs, entry, n)
 	pol := Policy{Selector: sel}
-	if f, ok := fs.get("priority"); ok {
+	if f, ok := fs.Get("priority"); ok {
 		if v, ok := p.scalar(f, entry); ok {
 			pr, err := strconv.ParseInt(v, 0, 32)
 			if err != nil {
-				p.failf(f.val, entry, "priority", "%s is not a number (lower is consulted first)", secret.Number(v))
+				p.failf(f.Val, entry, "priority", "%s is not a number (lower is consulted first)", secret.Number(v))
 			}
 			pol.Priority = int(pr)
 		}
 	}
-	f, ok := fs.get("action")
+	f, ok := fs.Get("action")
 	if !ok {
 		p.failf(n, entry, "action", "missing (protect, bypass or discard)")
 		return pol, false
@@ -871,16 +801,16 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 	}
 	a, err := ParseAction(v)
 	if err != nil {
-		p.fail(f.val, entry, "action", err)
+		p.fail(f.Val, entry, "action", err)
 		return pol, false
 	}
 	pol.Action = a
-	saf, hasSA := fs.get("sa")
+	saf, hasSA := fs.Get("sa")
 	switch {
 	case a == Protect && !hasSA:
 		p.failf(n, entry, "sa", "missing: a protect policy names the SPI of its outbound SA")
 	case a != Protect && hasSA:
-		p.failf(saf.key, entry, "sa", "only a protect policy names an SA")
+		p.failf(saf.Key, entry, "sa", "only a protect policy names an SA")
 	case a == Protect:
 		v, ok := p.scalar(saf, entry)
 		if !ok {
@@ -888,7 +818,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 		}
 		spi, err := strconv.ParseUint(v, 0, 32)
 		if err != nil {
-			p.failf(saf.val, entry, "sa", "%s is not an SPI", secret.Number(v))
+			p.failf(saf.Val, entry, "sa", "%s is not an SPI", secret.Number(v))
 			break
 		}
 		if p.spdOnly {
@@ -897,7 +827,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 		}
 		s, err := sas.Find(uint32(spi))
 		if err != nil {
-			p.fail(saf.val, entry, "sa", err)
+			p.fail(saf.Val, entry, "sa", err)
 			break
 		}
 		pol.SPI, pol.SA = s.SPI, s

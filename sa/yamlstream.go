@@ -2,6 +2,8 @@ package sa
 
 import (
 	"errors"
+	"fmt"
+	"io"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -41,6 +43,12 @@ type streamReader struct {
 	kids   []*yaml.Node
 	stack  []*yaml.Node
 	keep   bool // allocate fresh nodes (a whole tree is being built)
+
+	// in, when set, is read a window at a time (see fill): src is then
+	// the window's bytes.
+	in     io.Reader
+	window []byte
+	done   bool // in is at its end
 }
 
 const nodeChunk = 256
@@ -146,25 +154,38 @@ func (r *streamReader) skipBlank() int {
 // and block scalars anywhere (a cheap over-approximation: a quoted value
 // holding one is read by yaml.v3).
 func checkBytes(s []byte) error {
+	if badByte(s) >= 0 {
+		return errNotSubset
+	}
+	return nil
+}
+
+// badByte is the index of the first byte checkBytes refuses, -1 if none.
+func badByte(s []byte) int {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; {
 		case c == '\n':
 		case c < ' ' || c >= 0x7f:
-			return errNotSubset
+			return i
 		case c == '&' || c == '*' || c == '!' || c == '|' || c == '>' || c == '%' || c == '@' || c == '`' || c == '\\':
-			return errNotSubset
+			return i
 		}
 	}
-	return nil
+	return -1
 }
 
 // document scans a whole SA file: a mapping of sa: and spd: (in that
 // order, each once), each a block list.
 func (r *streamReader) document(sink entrySink) error {
-	r.line = 1
+	if r.line == 0 {
+		r.line = 1
+	}
 	seen := 0
 	for {
-		ind := r.skipBlank()
+		ind, err := r.nextContent()
+		if err != nil {
+			return err
+		}
 		if ind < 0 {
 			break
 		}
@@ -184,19 +205,28 @@ func (r *streamReader) document(sink entrySink) error {
 		if err := r.endLine(); err != nil {
 			return err
 		}
-		ind = r.skipBlank()
+		if ind, err = r.nextContent(); err != nil {
+			return err
+		}
 		if ind < 0 || !r.atDash() {
 			return errNotSubset
 		}
 		sink.list(name, keyLine, r.line)
 		for {
 			r.reset()
+			line := r.line
 			n, err := r.seqItem(ind)
 			if err != nil {
 				return err
 			}
+			if r.more() && r.pos >= len(r.src) {
+				return fmt.Errorf("line %d: %w: an entry of more than %d bytes", line, errNotSubset, maxStreamedEntry)
+			}
 			sink.entry(name, n)
-			next := r.skipBlank()
+			next, err := r.nextContent()
+			if err != nil {
+				return err
+			}
 			if next < 0 || next == 0 && !r.atDash() {
 				break
 			}
@@ -209,6 +239,21 @@ func (r *streamReader) document(sink entrySink) error {
 		return errNotSubset
 	}
 	return nil
+}
+
+// nextContent is skipBlank, reading more of a windowed input as it
+// needs: at least maxStreamedEntry bytes are in the window after pos,
+// unless the input ends first.
+func (r *streamReader) nextContent() (int, error) {
+	for {
+		ind := r.skipBlank()
+		if err := r.fill(); err != nil {
+			return 0, err
+		}
+		if ind >= 0 || !r.more() {
+			return ind, nil
+		}
+	}
 }
 
 // hasWordColon reports whether s starts with word, a colon and a space or

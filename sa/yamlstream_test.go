@@ -1,7 +1,9 @@
 package sa
 
 import (
+	"bytes"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -175,4 +177,72 @@ func FuzzStreamedYAML(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkStreamed(t, data)
 	})
+}
+
+// ConvertStream writes what ConvertFor writes, for every output format,
+// whether it streams the input (YAML, esp_sa) or reads it whole.
+func TestConvertStreamMatchesConvert(t *testing.T) {
+	yamlIn := scaleYAML(300, false)
+	inputs := map[string][]byte{"yaml": yamlIn, "block.yaml": scaleYAML(300, true), "setkey": setkeySAs(300)}
+	c, err := ParseYAML("in", yamlIn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	espSA, err := MarshalEspSA(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inputs["esp-sa"] = espSA
+	for name, in := range inputs {
+		for _, to := range WriteFormats {
+			want, err := ConvertFor(name, in, "", to, netip.Addr{})
+			if err != nil {
+				t.Fatalf("%s to %s: %v", name, to, err)
+			}
+			var got bytes.Buffer
+			if err := ConvertStream(name, bytes.NewReader(in), "", to, netip.Addr{}, &got); err != nil {
+				t.Fatalf("%s to %s streamed: %v", name, to, err)
+			}
+			if !bytes.Equal(got.Bytes(), want) {
+				t.Errorf("%s to %s: streamed output differs (%d bytes, want %d)", name, to, got.Len(), len(want))
+			}
+		}
+	}
+	local := netip.MustParseAddr("198.51.100.1")
+	want, err := ConvertFor("yaml", yamlIn, "", FormatXFRM, local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got bytes.Buffer
+	if err := ConvertStream("yaml", bytes.NewReader(yamlIn), "", FormatXFRM, local, &got); err != nil || !bytes.Equal(got.Bytes(), want) {
+		t.Errorf("ip-xfrm for %s streamed: %v, same output %v", local, err, bytes.Equal(got.Bytes(), want))
+	}
+}
+
+// Errors in a streamed file are those of the loader, capped; a file the
+// streaming reader does not read is refused beyond MaxConvertSize, saying
+// where and why, and read whole below it.
+func TestConvertStreamErrors(t *testing.T) {
+	var out bytes.Buffer
+	bad := "sa:\n" + strings.Repeat("- {spi: 0x1001, src: 192.0.2.1, dst: 192.0.2.2, enc: aes-cbcc, enc-key: 0x00112233445566778899aabbccddeeff, auth: hmac-sha1-96, auth-key: 0x0102030405060708090a0b0c0d0e0f1011121314}\n", 50)
+	err := ConvertStream("bad.yaml", strings.NewReader(bad), "", FormatSetkey, netip.Addr{}, &out)
+	want, _ := ParseYAML("bad.yaml", []byte(bad))
+	_, wantErr := ParseYAML("bad.yaml", []byte(bad))
+	if want != nil || err == nil || err.Error() != wantErr.Error() || !strings.Contains(err.Error(), "more problems not shown") {
+		t.Errorf("streamed errors:\n%v\nwant the loader's:\n%v", err, wantErr)
+	}
+	anchored := "sa:\n- &a {spi: 0x1001, src: 192.0.2.1, dst: 192.0.2.2, enc: aes-gcm-16, enc-key: 0x00112233445566778899aabbccddeeff00112233}\n"
+	out.Reset()
+	if err := ConvertStream("small.yaml", strings.NewReader(anchored), "", FormatSetkey, netip.Addr{}, &out); err != nil {
+		t.Errorf("a small file with an anchor: %v", err)
+	}
+	big := anchored + strings.Repeat("# padding\n", MaxConvertSize/10+1)
+	err = ConvertStream("big.yaml", strings.NewReader(big), "", FormatSetkey, netip.Addr{}, &out)
+	if err == nil || !strings.Contains(err.Error(), "big.yaml:2: sa convert streams a YAML file larger than") {
+		t.Errorf("a large file with an anchor: %v", err)
+	}
+	err = ConvertStream("big.setkey", strings.NewReader(string(setkeySAs(40000))), "", FormatYAML, netip.Addr{}, &out)
+	if err == nil || !strings.Contains(err.Error(), "streams larger files of YAML and esp_sa only") {
+		t.Errorf("a large setkey file: %v", err)
+	}
 }
