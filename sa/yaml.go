@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/errlist"
 	"io"
 	"math"
 	"net/netip"
@@ -16,9 +15,11 @@ import (
 	"time"
 	"unsafe"
 
+	"go.yaml.in/yaml/v3"
+
+	"github.com/espgw/espgw/internal/errlist"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/internal/yamlwalk"
-	"go.yaml.in/yaml/v3"
 )
 
 // Config is the content of an SA file: the SAs and the outbound policies.
@@ -760,7 +761,7 @@ func (p *yamlParser) selectorFrom(fs fieldSet, entry string, n *yaml.Node) Selec
 			p.fail(f.Val, entry, a.name, err)
 			continue
 		}
-		if r != (PortRange{}) && !hasPorts(sel.Proto) {
+		if r != (PortRange{}) && !HasPorts(sel.Proto) {
 			p.failf(f.Val, entry, a.name, "ports need proto tcp, udp, sctp or udplite, not %s", ProtoName(sel.Proto))
 			continue
 		}
