@@ -88,8 +88,6 @@ func (r *streamReader) children(n *yaml.Node, mark int) {
 
 func (r *streamReader) col() int { return r.pos - r.bol + 1 }
 
-func (r *streamReader) eof() bool { return r.pos >= len(r.src) }
-
 func (r *streamReader) peek() byte {
 	if r.pos < len(r.src) {
 		return r.src[r.pos]
@@ -97,7 +95,7 @@ func (r *streamReader) peek() byte {
 	return '\n'
 }
 
-// nextLine moves to the start of the next line; the rest of this one must
+// endLine moves to the start of the next line; the rest of this one must
 // be blank or a comment.
 func (r *streamReader) endLine() error {
 	for r.pos < len(r.src) && r.src[r.pos] == ' ' {
