@@ -168,7 +168,7 @@ func (g *Gateway) sendESP(b *batch) {
 			flush()
 			conn = c
 		}
-		espLen := len(p.Op.Packet)
+		espLen := len(p.Op.Buf)
 		port := cfg.DstPort
 		if cfg.Encap == sa.EncapUDP && port == 0 {
 			port = sa.DefaultNATTPort
