@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 )
 
 // zeroSumPayload is a UDP payload of n bytes (n even) whose datagram from
@@ -28,7 +28,7 @@ func zeroSumPayload(src, dst netip.Addr, sport, dport uint16, n int) []byte {
 	binary.BigEndian.PutUint16(seg[2:], dport)
 	binary.BigEndian.PutUint16(seg[4:], uint16(8+n))
 	copy(seg[8:], p)
-	sum := inetsum.Add(inetsum.Pseudo(src.AsSlice(), dst.AsSlice(), 17, len(seg)), seg)
+	sum := header.Add(header.Pseudo(src.AsSlice(), dst.AsSlice(), 17, len(seg)), seg)
 	for sum > 0xffff {
 		sum = sum&0xffff + sum>>16
 	}
@@ -86,15 +86,15 @@ func TestUDPChecksumNeverZero(t *testing.T) {
 						t.Fatalf("send: %v", err)
 					}
 					isOurs := func(b []byte) bool {
-						hl, proto, _, _, ok := inetsum.Header(b)
+						hl, proto, _, _, ok := header.Header(b)
 						return ok && proto == 17 && len(b) >= hl+8 && binary.BigEndian.Uint16(b[hl+2:]) == dport
 					}
 					for i, pkt := range readN(t, dev, segs, isOurs) {
-						hl, _, _, _, _ := inetsum.Header(pkt)
-						src, dst := inetsum.Addrs(pkt)
+						hl, _, _, _, _ := header.Header(pkt)
+						src, dst := header.Addrs(pkt)
 						seg := pkt[hl:]
 						got := binary.BigEndian.Uint16(seg[6:])
-						if got != 0xffff || !inetsum.Valid(inetsum.Pseudo(src.AsSlice(), dst.AsSlice(), 17, len(seg)), seg) {
+						if got != 0xffff || !header.Valid(header.Pseudo(src.AsSlice(), dst.AsSlice(), 17, len(seg)), seg) {
 							t.Errorf("datagram %d of %d: UDP checksum %#04x, want 0xffff (verifying)", i+1, segs, got)
 						}
 					}

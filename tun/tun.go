@@ -36,7 +36,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/nsrun"
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
@@ -338,7 +338,7 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 // field whose datagram does not sum to zero (an IPv4 sender that sent no
 // checksum) is left alone, as are fragments.
 func udpZeroSum(pkt []byte) {
-	hl, proto, _, frag, ok := inetsum.Header(pkt)
+	hl, proto, _, frag, ok := header.Header(pkt)
 	if !ok || proto != 17 || frag || len(pkt) < hl+8 {
 		return
 	}
@@ -355,7 +355,7 @@ func udpZeroSum(pkt []byte) {
 	} else {
 		src, dst = pkt[8:24], pkt[24:40]
 	}
-	if inetsum.Valid(inetsum.Pseudo(src, dst, 17, len(seg)), seg) {
+	if header.Valid(header.Pseudo(src, dst, 17, len(seg)), seg) {
 		seg[6], seg[7] = 0xff, 0xff
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
@@ -135,7 +135,7 @@ func zeroSumPayload(src, dst netip.Addr, sport, dport uint16, n int, seed byte) 
 	for i := 8; i < len(seg)-2; i++ {
 		seg[i] = seed + byte(i*13)
 	}
-	sum := inetsum.Add(inetsum.Pseudo(src.AsSlice(), dst.AsSlice(), 17, len(seg)), seg)
+	sum := header.Add(header.Pseudo(src.AsSlice(), dst.AsSlice(), 17, len(seg)), seg)
 	for sum > 0xffff {
 		sum = sum&0xffff + sum>>16
 	}

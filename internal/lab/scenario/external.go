@@ -24,6 +24,7 @@ import (
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/internal/yamlwalk"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -147,9 +148,9 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	if e.out.Mode == sa.Transport {
 		// Transport mode protects what gw1 and the device send each
 		// other: no LAN behind either.
-		_, ext := lookup(s.root, "external")
+		_, ext := yamlwalk.Lookup(s.root, "external")
 		for _, f := range []string{"lan", "near"} {
-			if k, _ := lookup(ext, f); k != nil {
+			if k, _ := yamlwalk.Lookup(ext, f); k != nil {
 				return perr(k.Line, "external."+f, errors.New("transport-mode SAs carry traffic between gw1 and the device itself: no LAN is part of the run, leave lan: and near: out"))
 			}
 		}
@@ -171,7 +172,7 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		}
 	}
 	for _, f := range []string{"sa", "engines"} {
-		if k, _ := lookup(s.root, f); k != nil {
+		if k, _ := yamlwalk.Lookup(s.root, f); k != nil {
 			return perr(k.Line, f, errors.New("with peer: external the SAs come from external.sa-file and gw2 is the device"))
 		}
 	}
@@ -180,9 +181,9 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	if e.wan.Addr().Is6() {
 		outer = "ipv6"
 	}
-	_, topo := lookup(s.root, "topology")
+	_, topo := yamlwalk.Lookup(s.root, "topology")
 	for _, f := range []string{"outer", "family"} {
-		if k, _ := lookup(topo, f); k != nil && s.Topology.Outer != outer {
+		if k, _ := yamlwalk.Lookup(topo, f); k != nil && s.Topology.Outer != outer {
 			return perr(k.Line, "topology."+f, fmt.Errorf("outer %s, but external.wan's addresses are %s: leave the outer family to them", s.Topology.Outer, outer))
 		}
 	}
@@ -201,8 +202,8 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 // step leaves out included: the device answers echo requests through its
 // SAs, and runs no receiver of espgw's for other traffic.
 func (s *Scenario) transportSteps(perr func(int, string, error) error, outer string) error {
-	_, tr := lookup(s.root, "traffic")
-	_, steps := lookup(tr, "steps")
+	_, tr := yamlwalk.Lookup(s.root, "traffic")
+	_, steps := yamlwalk.Lookup(tr, "steps")
 	for i := range s.Traffic.Steps {
 		st := &s.Traffic.Steps[i]
 		field, line := fmt.Sprintf("traffic.steps[%d]", i), stepLine(s.root, i)
@@ -211,14 +212,14 @@ func (s *Scenario) transportSteps(perr func(int, string, error) error, outer str
 		}
 		var body *yaml.Node
 		if steps != nil && i < len(steps.Content) {
-			_, body = lookup(steps.Content[i], "ping")
+			_, body = yamlwalk.Lookup(steps.Content[i], "ping")
 		}
-		kf, _ := lookup(body, "from")
-		kt, _ := lookup(body, "to")
+		kf, _ := yamlwalk.Lookup(body, "from")
+		kt, _ := yamlwalk.Lookup(body, "to")
 		if kf == nil && kt == nil {
 			st.Ping.From, st.Ping.To = "gw1", "gw2"
 		}
-		if kfam, _ := lookup(body, "family"); kfam == nil {
+		if kfam, _ := yamlwalk.Lookup(body, "family"); kfam == nil {
 			st.Ping.Family = outer
 		}
 		if st.Ping.From != "gw1" || st.Ping.To != "gw2" {
