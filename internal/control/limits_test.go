@@ -66,8 +66,9 @@ func vmRSS(t *testing.T) int64 {
 // The control socket bounds what clients can hold: connections beyond
 // the limit are answered with an error and closed, a request line beyond
 // 4 MiB is refused, and the memory hostile clients made the server take
-// is given back once they leave; the socket then serves as before.
-func TestControlSocketLimits(t *testing.T) {
+// is given back once they leave (checked in the plain build: the race
+// detector's shadow memory stays); the socket then serves as before.
+func TestControlSocketLimitsMemoryBounded(t *testing.T) {
 	p := newPair(t)
 	var idle []net.Conn
 	defer func() {
@@ -133,7 +134,7 @@ func TestControlSocketLimits(t *testing.T) {
 		}
 	}
 	t.Logf("RSS %d MB before ten 5 MiB lines, %d MB after their clients left", before>>20, after>>20)
-	if after > before+16<<20 {
+	if after > before+16<<20 && !raceEnabled {
 		t.Errorf("RSS %d MB after the hostile clients left, %d MB before: the memory was not given back", after>>20, before>>20)
 	}
 	c, err := control.Dial(p.sock[0])

@@ -1,0 +1,5 @@
+//go:build !race
+
+package control_test
+
+const raceEnabled = false
