@@ -136,6 +136,8 @@ type Gateway struct {
 
 	counters Counters
 	pmtu     PMTUCounters
+	// ikeStats reads the IKE daemon's state for Stats, when there is one.
+	ikeStats atomic.Pointer[func() *IKEStats]
 	// icmpConns are raw ICMP sockets whose path MTU reports HandleICMP
 	// applies (opened by Start; owned by Run once it starts).
 	icmpConns []icmpConn

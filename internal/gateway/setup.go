@@ -56,6 +56,8 @@ type Runtime struct {
 	// SAs in force on each socket, so one no SA uses is closed.
 	changeMu sync.Mutex
 	uses     map[connKey]int
+	// ike is the IKE daemon of the ike: section, nil without one.
+	ike *ikeDaemon
 }
 
 // connKey is what an outer socket carries: a family, an encapsulation and,
@@ -122,7 +124,14 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	}
 	conns := map[connKey]*transport.Conn{}
 	xdps := map[connKey]*xdp.Conn{}
-	for k := range neededConns(cfg.Local, cfg.SAs) {
+	need := neededConns(cfg.Local, cfg.SAs)
+	if cfg.IKE != nil {
+		if rt.ike, err = newIKEDaemon(rt, log); err != nil {
+			return rt, err
+		}
+		maps.Copy(need, cfg.IKE.nattKeys())
+	}
+	for k := range need {
 		w, err := rt.open(k, cfg)
 		if err == nil {
 			conns[k] = w
@@ -229,6 +238,13 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
 	}
+	if rt.ike != nil {
+		if err := rt.ike.open(); err != nil {
+			return rt, err
+		}
+		f := rt.ike.stats
+		rt.Gateway.ikeStats.Store(&f)
+	}
 	rt.countUses(cfg.SAs)
 	for _, s := range cfg.SAs {
 		if err := rt.watchICMP(s.Dst.Is6()); err != nil {
@@ -282,7 +298,11 @@ func (rt *Runtime) open(k connKey, cfg *Config) (*transport.Conn, error) {
 	if k.encap == sa.EncapUDP {
 		kind = transport.UDPEncap
 	}
-	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, k.port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap, Mark: fwMark})
+	tc := transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, k.port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap, Mark: fwMark}
+	if rt.ike != nil && rt.ike.cfg.nattKeys()[k] {
+		tc.NonESP = rt.ike.nonESP(k.v6)
+	}
+	c, err := transport.Open(tc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
 	}
@@ -358,8 +378,28 @@ func (rt *Runtime) pick(s *sa.SA) Conn {
 	return nil
 }
 
-// Run runs the gateway until ctx ends.
-func (rt *Runtime) Run(ctx context.Context) error { return rt.Gateway.Run(ctx) }
+// Run runs the gateway, and its IKE daemon, until ctx ends.
+func (rt *Runtime) Run(ctx context.Context) error {
+	if rt.ike == nil {
+		return rt.Gateway.Run(ctx)
+	}
+	ikeCtx, stopIKE := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rt.ike.run(ikeCtx)
+	}()
+	// The IKE SAs are deleted with their peers before the gateway closes
+	// its sockets.
+	gwCtx, stopGW := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { stopIKE(); <-done; stopGW() })
+	defer stop()
+	err := rt.Gateway.Run(gwCtx)
+	stopIKE()
+	<-done
+	stopGW()
+	return err
+}
 
 // Reload reads the configuration again and puts its SAs, policies and
 // routes in force, or refuses the whole of it with the reason: a change of
@@ -506,11 +546,16 @@ func (rt *Runtime) countUses(sas []*sa.SA) {
 	}
 }
 
-// closeUnused closes the sockets no SA in force uses.
+// closeUnused closes the sockets no SA in force uses (the IKE daemon's
+// port-4500 sockets stay).
 func (rt *Runtime) closeUnused() {
 	var unused []connKey
+	var pinned map[connKey]bool
+	if rt.ike != nil {
+		pinned = rt.ike.cfg.nattKeys()
+	}
 	for k := range *rt.conns.Load() {
-		if rt.uses[k] == 0 {
+		if rt.uses[k] == 0 && !pinned[k] {
 			unused = append(unused, k)
 		}
 	}
@@ -614,6 +659,9 @@ func (rt *Runtime) syncRoutes(have, want []netip.Prefix) error {
 
 // Close releases what Start built and Run did not close.
 func (rt *Runtime) Close() {
+	if rt.ike != nil {
+		rt.ike.close()
+	}
 	for _, r := range rt.rules {
 		netlink.RuleDel(r)
 	}
