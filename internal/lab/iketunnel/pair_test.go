@@ -1,19 +1,27 @@
 package iketunnel
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/labtest"
@@ -133,6 +141,7 @@ func TestGatewayPairWithIKE(t *testing.T) {
 		t.Errorf("gw1 counts no CHILD_SA rekey: %+v", c)
 	}
 	t.Logf("rekey under %d pings: %d lost; gw1 connection %s: %d CHILD_SA rekeys, events %v", r.Sent, r.Sent-r.Received, c.Name, c.ChildRekeys, c.Events)
+	checkMetrics(t, topo.GW1, c.ChildRekeys)
 
 	// Stopping gw1 deletes the IKE SA with gw2.
 	if _, err := gw1.Stop(syscall.SIGTERM); err != nil {
@@ -231,6 +240,53 @@ func tsharkWithTables(t *testing.T, ctx context.Context, capture, dir string, ar
 		t.Fatalf("tshark: %v\n%s", err, stderr.String())
 	}
 	return string(out)
+}
+
+// checkMetrics scrapes the gateway's /metrics in ns: it passes the client
+// library's linter and shows the established IKE SA, its CHILD_SA and
+// the rekeys.
+func checkMetrics(t *testing.T, ns *netns.Namespace, rekeys uint64) {
+	t.Helper()
+	var conn net.Conn
+	if err := ns.Do(func() (err error) { conn, err = net.Dial("tcp", gateway.DefaultMetrics); return err }); err != nil {
+		t.Fatalf("connect to /metrics in %s: %v", ns.Short(), err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", gateway.DefaultMetrics)
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	problems, err := promlint.New(bytes.NewReader(body)).Lint()
+	if err != nil {
+		t.Fatalf("lint /metrics: %v", err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	for _, want := range []string{
+		`espgw_ike_sas{connection="gw1-gw2",state="established"} 1`,
+		`espgw_ike_child_sas{connection="gw1-gw2"} 1`,
+		`espgw_ike_retransmits_total{connection="gw1-gw2"} 0`,
+		`espgw_ike_sa_age_seconds{connection="gw1-gw2"`,
+		`espgw_ike_child_sa_expires_in_seconds{connection="gw1-gw2"`,
+	} {
+		if !bytes.Contains(body, []byte(want)) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+	// The rekeys go on (every 8s): at least those the stats counted.
+	m := regexp.MustCompile(`espgw_ike_rekeys_total\{by="local",connection="gw1-gw2",sa="child"\} (\d+)`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("/metrics has no CHILD_SA rekeys by gw1")
+	}
+	if n, _ := strconv.ParseUint(string(m[1]), 10, 64); n < rekeys {
+		t.Errorf("/metrics counts %d CHILD_SA rekeys by gw1, its stats %d", n, rekeys)
+	}
 }
 
 // inForce is the number of SAs the gateway has in force (not retired).
