@@ -527,6 +527,22 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 	d.writeESPSA(in, out)
 }
 
+// inForce are the SAs and policies the daemon put in force; the caller
+// holds d.changeMu.
+func (d *ikeDaemon) inForce() ([]*sa.SA, []sa.Policy) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var sas []*sa.SA
+	var spd []sa.Policy
+	for _, ct := range d.children {
+		sas = append(sas, ct.in, ct.out)
+	}
+	for _, c := range d.conns {
+		spd = append(spd, c.policies...)
+	}
+	return sas, spd
+}
+
 // retarget records that the connection's policies name spi now; d.mu is
 // held.
 func (c *ikeConn) retarget(spi uint32) {

@@ -413,6 +413,15 @@ func (rt *Runtime) Reload() error {
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
+	// The CHILD_SAs the IKE daemon put in force stay in force: they are
+	// not in the file. No negotiation puts one in or out meanwhile.
+	sas, spd := next.SAs, next.SPD
+	if rt.ike != nil {
+		rt.ike.changeMu.Lock()
+		defer rt.ike.changeMu.Unlock()
+		ikeSAs, ikeSPD := rt.ike.inForce()
+		sas, spd = append(slices.Clone(sas), ikeSAs...), append(slices.Clone(spd), ikeSPD...)
+	}
 	rt.changeMu.Lock()
 	defer rt.changeMu.Unlock()
 	if err := rt.Config.restartOnly(next); err != nil {
@@ -428,7 +437,7 @@ func (rt *Runtime) Reload() error {
 	if peers := transportPeers(next); !slices.Equal(peers, transportPeers(rt.Config)) {
 		return fmt.Errorf("reload %s: the transport-mode peers change (%v to %v): restart the gateway to apply it", next.File, transportPeers(rt.Config), peers)
 	}
-	opened, err := rt.openFor(next.SAs)
+	opened, err := rt.openFor(sas)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
@@ -443,8 +452,8 @@ func (rt *Runtime) Reload() error {
 	}
 	// The claims follow the SA set: an SA another gateway here runs is
 	// refused like at start.
-	err = rt.nsClaim.replace(next.SAs, func() error {
-		return rt.stateClaim.replace(outboundOf(rt.Config.Local, next.SAs), func() error { return rt.Load(next.SAs, next.SPD) })
+	err = rt.nsClaim.replace(sas, func() error {
+		return rt.stateClaim.replace(outboundOf(rt.Config.Local, sas), func() error { return rt.Load(sas, spd) })
 	})
 	if err != nil {
 		rt.closeConns(opened)
@@ -458,7 +467,7 @@ func (rt *Runtime) Reload() error {
 			rt.Gateway.log.Warn("reload: the TUN MTU stays lower than the SAs allow", "err", err)
 		}
 	}
-	rt.countUses(next.SAs)
+	rt.countUses(sas)
 	rt.closeUnused()
 	if err := rt.syncRoutes(rt.Config.TUN.Routes, next.TUN.Routes); err != nil {
 		return fmt.Errorf("reload %s: the SAs are in force, but: %w", next.File, err)

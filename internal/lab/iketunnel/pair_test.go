@@ -119,6 +119,21 @@ func TestGatewayPairWithIKE(t *testing.T) {
 	}
 	t.Logf("iperf3 TCP through the IKE tunnel: %.0f Mbit/s", ip.BitsPerSecond/1e6)
 
+	// A reload (SIGHUP) keeps the negotiated CHILD_SA in force.
+	if err := gw1.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool { return strings.Count(gw1.Output(), "SAs loaded") >= 2 }, func() string { return "gw1 did not reload\n" + logs() })
+	if out := gw1.Output(); strings.Contains(out, "reload failed") || !strings.Contains(out[strings.LastIndex(out, "SAs loaded"):], "kept=2") {
+		t.Fatalf("gw1's reload did not keep the CHILD_SA's two SAs\n%s", logs())
+	}
+	if r, err := testbed.Ping(ctx, topo.HostA, hostB, testbed.PingOptions{Count: 5}); err != nil || r.Received != 5 {
+		t.Fatalf("after gw1's reload: %d of 5 replies (%v)\n%s", r.Received, err, logs())
+	}
+	if now := waitChild(t, ctx, topo.GW1, bin, 1, logs); now.ChildSAs[0].InSPI != st1.ChildSAs[0].InSPI && gw1ChildRekeys(t, ctx, topo.GW1, bin) == 0 {
+		t.Fatalf("the reload replaced the CHILD_SA")
+	}
+
 	// The CHILD_SA rekey, under a stream of pings that are all counted.
 	before := st1.ChildSAs[0].InSPI
 	r, err := testbed.Ping(ctx, topo.HostA, hostB, testbed.PingOptions{Count: 1000, Interval: 12 * time.Millisecond, Deadline: 20 * time.Second})
@@ -298,4 +313,12 @@ func inForce(st gateway.Stats) int {
 		}
 	}
 	return n
+}
+
+func gw1ChildRekeys(t *testing.T, ctx context.Context, ns *netns.Namespace, bin string) uint64 {
+	st, err := testbed.GatewayStats(ctx, ns, bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.IKE.Connections[0].ChildRekeys
 }
