@@ -384,8 +384,8 @@ func (c *ikeConn) check(ctx context.Context, s *ike.IKESA, t *saTrack) {
 	c.d.mu.Lock()
 	t.busy, t.lastCheck = false, time.Now()
 	c.d.mu.Unlock()
-	if err == nil || ctx.Err() != nil {
-		return
+	if err == nil || ctx.Err() != nil || s.State() == ike.StateDeleted {
+		return // answered, or deleted meanwhile (a rekey, the peer's Delete)
 	}
 	c.stats.dpdFailures.Add(1)
 	c.d.log.Warn("IKE peer does not answer its liveness check: IKE SA and CHILD_SAs gone", "connection", c.cfg.Name, "sa", s, "err", err)
@@ -441,12 +441,17 @@ func (c *ikeConn) rekeyChild(ctx context.Context, s *ike.IKESA, t *saTrack, ch *
 	c.d.reconcile()
 }
 
-// expire deletes a CHILD_SA past its life_time.
+// expire deletes a CHILD_SA past its life_time; with start_action
+// start, its IKE SA goes too, so that the connection starts afresh.
 func (c *ikeConn) expire(ctx context.Context, s *ike.IKESA, ch *ike.Child) {
 	c.d.remove(ch)
 	if s != nil {
 		if err := s.DeleteChild(ctx, ch); err != nil {
 			c.d.log.Warn("delete an expired CHILD_SA", "connection", c.cfg.Name, "err", err)
+		}
+		if c.wantsStart() {
+			c.drop(s)
+			return
 		}
 	}
 	c.d.reconcile()
@@ -604,50 +609,57 @@ func (d *ikeDaemon) remove(ch *ike.Child) {
 // decryption table), and an older IKE SA with CHILD_SAs that a newer one
 // of the same connection replaced is dropped.
 func (d *ikeDaemon) reconcile() {
-	live := map[*ike.Child]*ike.IKESA{}
+	// What the endpoints hold is read before d.mu is taken: an endpoint
+	// calls install (which takes d.mu) with its own lock held. A CHILD_SA
+	// put in force after this snapshot is not judged by it.
+	began := time.Now()
+	type saView struct {
+		s    *ike.IKESA
+		kids []*ike.Child
+	}
+	views := make([][]saView, len(d.conns))
+	for i, c := range d.conns {
+		for _, s := range c.ep.SAs() {
+			if s.State() == ike.StateEstablished {
+				views[i] = append(views[i], saView{s, s.Children()})
+			}
+		}
+	}
+	live := map[*ike.Child]bool{}
 	type fresh struct {
 		c *ikeConn
 		s *ike.IKESA
 	}
-	var added []fresh
-	var stale []fresh
-	var missing []fresh
+	var added, stale, missing []fresh
 	var missingChild []*ike.Child
-	for _, c := range d.conns {
-		var sas []*ike.IKESA
-		for _, s := range c.ep.SAs() {
-			if s.State() == ike.StateEstablished {
-				sas = append(sas, s)
-			}
-		}
-		d.mu.Lock()
+	d.mu.Lock()
+	for i, c := range d.conns {
 		seen := map[*ike.IKESA]bool{}
 		var newest *ike.IKESA
-		for _, s := range sas {
-			seen[s] = true
-			t := c.sas[s]
+		for _, v := range views[i] {
+			seen[v.s] = true
+			t := c.sas[v.s]
 			if t == nil {
 				now := time.Now()
 				t = &saTrack{established: now, lastCheck: now}
 				if c.cfg.RekeyTime > 0 {
 					t.rekeyAt = now.Add(jitter(c.cfg.RekeyTime, c.cfg.RekeyTime/10))
 				}
-				c.sas[s] = t
+				c.sas[v.s] = t
 				c.stats.established.Add(1)
-				added = append(added, fresh{c, s})
+				added = append(added, fresh{c, v.s})
 			}
-			kids := s.Children()
-			for _, ch := range kids {
-				live[ch] = s
+			for _, ch := range v.kids {
+				live[ch] = true
 				if ct := d.children[ch]; ct != nil {
-					ct.owner = s
+					ct.owner = v.s
 				} else {
-					missing = append(missing, fresh{c, s})
+					missing = append(missing, fresh{c, v.s})
 					missingChild = append(missingChild, ch)
 				}
 			}
-			if len(kids) > 0 && (newest == nil || t.established.After(c.sas[newest].established)) {
-				newest = s
+			if len(v.kids) > 0 && (newest == nil || t.established.After(c.sas[newest].established)) {
+				newest = v.s
 			}
 		}
 		for s := range c.sas {
@@ -655,13 +667,20 @@ func (d *ikeDaemon) reconcile() {
 				delete(c.sas, s)
 			}
 		}
-		for _, s := range sas {
-			if s != newest && newest != nil && len(s.Children()) > 0 && !c.sas[s].busy {
-				stale = append(stale, fresh{c, s})
+		for _, v := range views[i] {
+			if newest != nil && v.s != newest && len(v.kids) > 0 && !c.sas[v.s].busy {
+				c.sas[v.s].busy = true
+				stale = append(stale, fresh{c, v.s})
 			}
 		}
-		d.mu.Unlock()
 	}
+	var gone []*ike.Child
+	for ch, ct := range d.children {
+		if !live[ch] && ct.installed.Before(began) {
+			gone = append(gone, ch)
+		}
+	}
+	d.mu.Unlock()
 	for _, f := range added {
 		d.log.Info("IKE SA established", "connection", f.c.cfg.Name, "sa", f.s)
 		d.writeIKETable(f.s)
@@ -669,20 +688,14 @@ func (d *ikeDaemon) reconcile() {
 	for i, f := range missing {
 		f.c.install(f.s, missingChild[i], false)
 	}
-	d.mu.Lock()
-	var gone []*ike.Child
-	for ch := range d.children {
-		if live[ch] == nil {
-			gone = append(gone, ch)
-		}
-	}
-	d.mu.Unlock()
 	for _, ch := range gone {
 		d.remove(ch)
 	}
 	for _, f := range stale {
 		d.log.Info("IKE SA replaced by a newer one with the same peer: deleted", "connection", f.c.cfg.Name, "sa", f.s)
-		f.c.drop(f.s)
+		// Not on the caller's goroutine: a request of ours on the SA may
+		// hold it until its retransmissions end.
+		go f.c.drop(f.s)
 	}
 }
 
@@ -746,7 +759,9 @@ type IKEStats struct {
 // IKEConnStats is one connection.
 type IKEConnStats struct {
 	Name string       `json:"name"`
-	SAs  []IKESAStats `json:"sas"`
+	SAs  []IKESAStats `json:"sas"` // the established ones
+	// HalfOpen counts the IKE SAs between IKE_SA_INIT and IKE_AUTH.
+	HalfOpen uint64 `json:"half_open"`
 	// Initiated, Established and Failed count initiations and IKE SAs;
 	// ChildRekeys and IKERekeys the rekeys this side made; DPDFailures
 	// the peers found gone; Expired the CHILD_SAs that reached life_time.
@@ -788,25 +803,48 @@ type IKEChildStats struct {
 // Retransmits is the requests this connection sent again.
 func (c IKEConnStats) Retransmits() uint64 { return c.Events["retransmitted request"] }
 
-// stats reads the daemon's state.
+// stats reads the daemon's state (what the endpoints hold first, for the
+// lock order reconcile explains).
 func (d *ikeDaemon) stats() *IKEStats {
+	type saView struct {
+		s     *ike.IKESA
+		state string
+		kids  []*ike.Child
+	}
+	views := make([][]saView, len(d.conns))
+	halfOpen := make([]uint64, len(d.conns))
+	events := make([]map[string]uint64, len(d.conns))
+	for i, c := range d.conns {
+		for _, s := range c.ep.SAs() {
+			st := s.State()
+			if st == ike.StateHalfOpen {
+				halfOpen[i]++
+			}
+			views[i] = append(views[i], saView{s, st.String(), s.Children()})
+		}
+		events[i] = c.ep.Counts()
+	}
 	now := time.Now()
 	st := &IKEStats{QueueFull: d.queueFull.Load()}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	st.UnknownPeer = d.unknownPeer
-	for _, c := range d.conns {
-		cs := IKEConnStats{Name: c.cfg.Name, Initiated: c.stats.initiated.Load(), Established: c.stats.established.Load(),
+	for i, c := range d.conns {
+		cs := IKEConnStats{Name: c.cfg.Name, HalfOpen: halfOpen[i], Initiated: c.stats.initiated.Load(), Established: c.stats.established.Load(),
 			Failed: c.stats.failed.Load(), ChildRekeys: c.stats.childRekeys.Load(), IKERekeys: c.stats.ikeRekeys.Load(),
 			DPDFailures: c.stats.dpdFailures.Load(), Expired: c.stats.expired.Load(), InstallFailures: c.stats.installFailures.Load(),
-			Events: c.ep.Counts()}
-		for s, t := range c.sas {
-			spii, spir := s.SPIs()
-			ss := IKESAStats{SPIi: spii, SPIr: spir, State: s.State().String(), Age: now.Sub(t.established), NAT: s.NAT(), Established: t.established}
+			Events: events[i]}
+		for _, v := range views[i] {
+			t := c.sas[v.s]
+			if t == nil {
+				continue // half-open, or not yet seen
+			}
+			spii, spir := v.s.SPIs()
+			ss := IKESAStats{SPIi: spii, SPIr: spir, State: v.state, Age: now.Sub(t.established), NAT: v.s.NAT(), Established: t.established}
 			if c.cfg.RekeyTime > 0 {
 				ss.RekeyIn = max(t.rekeyAt.Sub(now), 0)
 			}
-			for _, ch := range s.Children() {
+			for _, ch := range v.kids {
 				ct := d.children[ch]
 				if ct == nil {
 					continue

@@ -351,7 +351,7 @@ func ikeSeries(st *IKEStats, ch chan<- prometheus.Metric) {
 	counter(descIKEDropped, st.QueueFull, "queue_full")
 	counter(descIKEDropped, st.UnknownPeer, "unknown_peer")
 	for _, c := range st.Connections {
-		states := map[string]int{"established": 0}
+		states := map[string]int{"established": 0, "half-open": int(c.HalfOpen)}
 		children := 0
 		for _, s := range c.SAs {
 			states[s.State]++
