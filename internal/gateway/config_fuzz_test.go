@@ -25,7 +25,7 @@ func namesAFile(data []byte) bool {
 	var walk func(n *yaml.Node) bool
 	walk = func(n *yaml.Node) bool {
 		for i, c := range n.Content {
-			if n.Kind == yaml.MappingNode && i%2 == 0 && strings.HasSuffix(c.Value, "-file") {
+			if n.Kind == yaml.MappingNode && i%2 == 0 && (strings.HasSuffix(c.Value, "-file") || strings.HasSuffix(c.Value, "_file")) {
 				return true
 			}
 			if walk(c) {

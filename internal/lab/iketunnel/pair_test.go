@@ -35,16 +35,18 @@ func TestMain(m *testing.M) { labtest.Main(m) }
 var examples = filepath.Join("..", "..", "..", "docs", "examples")
 
 // TestGatewayPairWithIKE runs the README's example pair (ike-gw1.yaml,
-// ike-gw2.yaml) on the standard topology: gw1 initiates (start_action:
-// start) and gw2 responds, no key of either in any file. The tunnel must
-// carry ping and iperf3 both ways; both gateways' stats must show the IKE
-// SA established with its CHILD_SA; the decryption table gw1 wrote (mode
-// 0600) must let tshark decrypt the IKE_AUTH exchange of a capture of
-// the WAN — the identities inside it appear only decrypted — and the
-// esp_sa table the ESP. Then gw1's CHILD_SA is rekeyed (rekey_time 8s in
-// this run) under a counted ping stream that must lose nothing, and
-// stopping gw1 deletes the IKE SA with gw2, which takes its SAs out of
-// force.
+// ike-gw2.yaml) on the standard topology, on ESPGW_ENGINE's engine and
+// ESPGW_WAN_IO's wan-io like the other end-to-end tests: gw1 initiates
+// (start_action: start) and gw2 responds, no key of either in any file.
+// Both gateways' stats must show the same IKE SA with its CHILD_SA; the
+// tunnel must carry ping and iperf3; a reload (SIGHUP) of gw1 must keep
+// the negotiated SAs. gw1's CHILD_SA is rekeyed (rekey_time 8s in this
+// run) under a counted ping stream that must lose nothing, and /metrics
+// must pass the linter and show it. Stopping gw1 deletes the IKE SA with
+// gw2, which takes its SAs out of force. Last, tshark with nothing but
+// the tables gw1 wrote (mode 0600) must decrypt the IKE_AUTH exchange of
+// a capture of the WAN — its identities show only decrypted, and do not
+// without the table — and the ESP.
 func TestGatewayPairWithIKE(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs two espgw gateways in namespaces; run without -short")
@@ -76,7 +78,7 @@ func TestGatewayPairWithIKE(t *testing.T) {
 		}
 		// A rekey within the test; the rest as the README has it.
 		conf := strings.Replace(string(b), "rekey_time: 1h", "rekey_time: 8s\n          rand_time: 1s", 1)
-		conf += "state-dir: state-" + name + "\n"
+		conf += "state-dir: state-" + name + "\nengine: " + testbed.DefaultEngine() + "\nwan-io: " + testbed.DefaultWanIO() + "\n"
 		confs[i] = filepath.Join(dir, name)
 		if err := os.WriteFile(confs[i], []byte(conf), 0o600); err != nil {
 			t.Fatal(err)
