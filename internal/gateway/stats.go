@@ -329,7 +329,7 @@ var (
 	descIKEChildExpiry = prometheus.NewDesc("espgw_ike_child_sa_expires_in_seconds", "Time until a CHILD_SA reaches its life_time.", []string{"connection", "spi_in", "spi_out"}, nil)
 	descIKERekeys      = prometheus.NewDesc("espgw_ike_rekeys_total", "Rekeys of a connection, by what was rekeyed (ike, child) and who started it (local, peer).", []string{"connection", "sa", "by"}, nil)
 	descIKERetrans     = prometheus.NewDesc("espgw_ike_retransmits_total", "IKE requests of a connection sent again for want of a response.", []string{"connection"}, nil)
-	descIKEEstablished = prometheus.NewDesc("espgw_ike_established_total", "IKE SAs of a connection established, either side initiating.", []string{"connection"}, nil)
+	descIKEEstablished = prometheus.NewDesc("espgw_ike_established_total", "IKE SAs of a connection established, either side initiating, rekeyed ones included.", []string{"connection"}, nil)
 	descIKEFailures    = prometheus.NewDesc("espgw_ike_failures_total", "What went wrong on a connection, by reason: initiations that failed, peers gone (dpd), CHILD_SAs expired, and the IKE messages dropped and why.", []string{"connection", "reason"}, nil)
 	descIKEDropped     = prometheus.NewDesc("espgw_ike_dropped_total", "IKE datagrams no connection took, by reason: queue_full, unknown_peer.", []string{"reason"}, nil)
 )

@@ -59,47 +59,13 @@ func TestGatewayPairWithIKE(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	bin := labtest.Espgw(t)
-	dir := t.TempDir()
-	psk := make([]byte, 24)
-	rand.Read(psk)
-	t.Setenv("ESPGW_PSK", hex.EncodeToString(psk))
-	topo, err := netns.NewTopology("ikegw", netns.TopologyOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer topo.Close()
+	// A rekey within the test; the rest as the README has it.
+	p := startPair(t, ctx, "ikegw", true, func(_ int, conf string) string {
+		return strings.Replace(conf, "rekey_time: 1h", "rekey_time: 8s\n          rand_time: 1s", 1)
+	})
+	defer p.close()
+	topo, bin, dir, gw1, capture, logs := p.topo, p.bin, p.dir, p.gw[0], p.capture, p.logs
 	a := topo.Addr
-	var confs [2]string
-	for i, name := range []string{"ike-gw1.yaml", "ike-gw2.yaml"} {
-		b, err := os.ReadFile(filepath.Join(examples, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A rekey within the test; the rest as the README has it.
-		conf := strings.Replace(string(b), "rekey_time: 1h", "rekey_time: 8s\n          rand_time: 1s", 1)
-		conf += "state-dir: state-" + name + "\nengine: " + testbed.DefaultEngine() + "\nwan-io: " + testbed.DefaultWanIO() + "\n"
-		confs[i] = filepath.Join(dir, name)
-		if err := os.WriteFile(confs[i], []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	capture, err := testbed.StartTcpdump(topo.WAN, "gw1", filepath.Join(dir, "wan.pcap"), "udp port 500 or udp port 4500 or esp", 2000)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer capture.Stop()
-	gw2, err := testbed.RunGateway(ctx, topo.GW2, bin, confs[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw2.Stop(syscall.SIGKILL)
-	gw1, err := testbed.RunGateway(ctx, topo.GW1, bin, confs[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gw1.Stop(syscall.SIGKILL)
-	logs := func() string { return "gw1:\n" + gw1.Output() + "\ngw2:\n" + gw2.Output() }
 	st1 := waitChild(t, ctx, topo.GW1, bin, 1, logs)
 	st2 := waitChild(t, ctx, topo.GW2, bin, 1, logs)
 	if st1.SPIi != st2.SPIi || st1.SPIr != st2.SPIr {
@@ -195,6 +161,89 @@ func TestGatewayPairWithIKE(t *testing.T) {
 	if n := len(strings.Fields(esp)); n == 0 {
 		t.Errorf("tshark with gw1's esp_sa decrypts no ICMP from the capture")
 	}
+}
+
+// pair is the README's example gateway pair running on the standard
+// topology.
+type pair struct {
+	topo    *netns.Topology
+	bin     string
+	dir     string
+	gw      [2]*testbed.Gateway
+	capture *testbed.Capture
+}
+
+// startPair starts the example pair under the namespace prefix, each
+// configuration changed by edit (i: 0 for gw1, 1 for gw2), with a capture
+// of the WAN beside gw1 if asked for.
+func startPair(t *testing.T, ctx context.Context, prefix string, capture bool, edit func(i int, conf string) string) *pair {
+	t.Helper()
+	p := &pair{bin: labtest.Espgw(t), dir: t.TempDir()}
+	psk := make([]byte, 24)
+	rand.Read(psk)
+	t.Setenv("ESPGW_PSK", hex.EncodeToString(psk))
+	var err error
+	if p.topo, err = netns.NewTopology(prefix, netns.TopologyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			p.close()
+		}
+	}()
+	var confs [2]string
+	for i, name := range []string{"ike-gw1.yaml", "ike-gw2.yaml"} {
+		b, err := os.ReadFile(filepath.Join(examples, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conf := edit(i, string(b))
+		conf += "state-dir: state-" + name + "\nengine: " + testbed.DefaultEngine() + "\nwan-io: " + testbed.DefaultWanIO() + "\n"
+		confs[i] = filepath.Join(p.dir, name)
+		if err := os.WriteFile(confs[i], []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if capture {
+		if p.capture, err = testbed.StartTcpdump(p.topo.WAN, "gw1", filepath.Join(p.dir, "wan.pcap"), "udp port 500 or udp port 4500 or esp", 2000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, i := range []int{1, 0} {
+		ns := p.topo.GW1
+		if i == 1 {
+			ns = p.topo.GW2
+		}
+		if p.gw[i], err = testbed.RunGateway(ctx, ns, p.bin, confs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ok = true
+	return p
+}
+
+func (p *pair) logs() string {
+	var b strings.Builder
+	for i, g := range p.gw {
+		if g != nil {
+			fmt.Fprintf(&b, "gw%d:\n%s\n", i+1, g.Output())
+		}
+	}
+	return b.String()
+}
+
+// close stops what startPair started.
+func (p *pair) close() {
+	for _, g := range p.gw {
+		if g != nil {
+			g.Stop(syscall.SIGKILL)
+		}
+	}
+	if p.capture != nil {
+		p.capture.Stop()
+	}
+	p.topo.Close()
 }
 
 // waitChild waits until the gateway in ns has an established IKE SA with
