@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/sim"
 )
 
 // The README's example pair loads, with the PSK from the environment.
 func TestIKEConfigExamples(t *testing.T) {
 	t.Setenv("ESPGW_PSK", "example pre-shared key")
 	for _, name := range []string{"ike-gw1.yaml", "ike-gw2.yaml"} {
-		cfg, err := gateway.LoadConfig(filepath.Join("..", "..", "docs", "examples", name))
+		cfg, err := gateway.LoadConfig(filepath.Join("..", "..", "docs", "examples", name), sim.Engines{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +89,7 @@ ike:
 		{"ike not a mapping", "local: 192.0.2.1\nike: yes\n", "gw.yaml:2: ike: want a mapping"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(tc.yaml))
+			_, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(tc.yaml), sim.Engines{})
 			if err == nil {
 				t.Fatalf("accepted, want an error containing %q", tc.want)
 			}
@@ -103,7 +104,7 @@ ike:
 	}
 	good := conn("      psk_file: psk\n", "")
 	good = strings.Replace(good, "      psk_file: psk\n", "", 1)
-	cfg, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(good))
+	cfg, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(good), sim.Engines{})
 	if err != nil {
 		t.Fatal(err)
 	}
