@@ -125,6 +125,15 @@ func TestGatewayPairWithIKE(t *testing.T) {
 	}
 	t.Logf("rekey under %d pings: %d lost; gw1 connection %s: %d CHILD_SA rekeys, events %v", r.Sent, r.Sent-r.Received, c.Name, c.ChildRekeys, c.Events)
 	checkMetrics(t, topo.GW1, c.ChildRekeys)
+	out, err := topo.GW1.Output(ctx, bin, "stats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"IKE connection", "gw1-gw2", "established", " *", "IKE gw1-gw2: initiated 1, established 1, failed 0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("espgw stats on gw1 has no %q:\n%s", want, out)
+		}
+	}
 
 	// Stopping gw1 deletes the IKE SA with gw2.
 	if _, err := gw1.Stop(syscall.SIGTERM); err != nil {
@@ -135,6 +144,9 @@ func TestGatewayPairWithIKE(t *testing.T) {
 		return err == nil && len(st.IKE.Connections[0].SAs) == 0 && inForce(st) == 0
 	}, func() string { return "gw2 still has the IKE SA or its SAs after gw1 deleted it\n" + logs() })
 	capture.Stop()
+	if strings.Contains(p.logs(), p.psk) {
+		t.Error("a gateway logged the pre-shared key")
+	}
 
 	// tshark, with nothing but the tables gw1 wrote.
 	table := filepath.Join(dir, "ikev2_decryption_table")
@@ -147,7 +159,7 @@ func TestGatewayPairWithIKE(t *testing.T) {
 			t.Errorf("%s has mode %v, want 0600", f, fi.Mode().Perm())
 		}
 	}
-	out := tsharkWithTables(t, ctx, capture.Path, dir, "-Y", "isakmp.exchangetype == 35", "-V")
+	out = tsharkWithTables(t, ctx, capture.Path, dir, "-Y", "isakmp.exchangetype == 35", "-V")
 	for _, want := range []string{"gw1.example", "gw2.example", "Traffic Selector - Initiator"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("tshark with gw1's ikev2_decryption_table: IKE_AUTH shows no %q (not decrypted?)\n%.3000s", want, out)
@@ -166,6 +178,7 @@ func TestGatewayPairWithIKE(t *testing.T) {
 // pair is the README's example gateway pair running on the standard
 // topology.
 type pair struct {
+	psk     string
 	topo    *netns.Topology
 	bin     string
 	dir     string
@@ -181,7 +194,8 @@ func startPair(t *testing.T, ctx context.Context, prefix string, capture bool, e
 	p := &pair{bin: labtest.Espgw(t), dir: t.TempDir()}
 	psk := make([]byte, 24)
 	rand.Read(psk)
-	t.Setenv("ESPGW_PSK", hex.EncodeToString(psk))
+	p.psk = hex.EncodeToString(psk)
+	t.Setenv("ESPGW_PSK", p.psk)
 	var err error
 	if p.topo, err = netns.NewTopology(prefix, netns.TopologyOptions{}); err != nil {
 		t.Fatal(err)
