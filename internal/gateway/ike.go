@@ -43,6 +43,9 @@ type ikeDaemon struct {
 	children map[*ike.Child]*childTrack
 	// unknownPeer counts IKE datagrams from a peer no connection names.
 	unknownPeer uint64
+	// expired are the CHILD_SAs taken out of force at life_time whose
+	// deletion with the peer is under way: not to be put in force again.
+	expired map[*ike.Child]bool
 	// changeMu serialises the daemon's changes of the SAs in force.
 	changeMu sync.Mutex
 	filesMu  sync.Mutex
@@ -105,7 +108,7 @@ const ikeTick = 250 * time.Millisecond
 // open.
 func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 	d := &ikeDaemon{rt: rt, cfg: rt.Config.IKE, log: log.With("part", "ike"), sockets: map[netip.Addr]*net.UDPConn{},
-		in: make(chan ike.Datagram, ikeQueue), children: map[*ike.Child]*childTrack{}}
+		in: make(chan ike.Datagram, ikeQueue), children: map[*ike.Child]*childTrack{}, expired: map[*ike.Child]bool{}}
 	for _, cc := range d.cfg.Connections {
 		c := &ikeConn{d: d, cfg: cc, local: cc.LocalAddrs[0], sas: map[*ike.IKESA]*saTrack{}}
 		icfg := cc.ikeConfig()
@@ -444,6 +447,9 @@ func (c *ikeConn) rekeyChild(ctx context.Context, s *ike.IKESA, t *saTrack, ch *
 // expire deletes a CHILD_SA past its life_time; with start_action
 // start, its IKE SA goes too, so that the connection starts afresh.
 func (c *ikeConn) expire(ctx context.Context, s *ike.IKESA, ch *ike.Child) {
+	c.d.mu.Lock()
+	c.d.expired[ch] = true
+	c.d.mu.Unlock()
 	c.d.remove(ch)
 	if s != nil {
 		if err := s.DeleteChild(ctx, ch); err != nil {
@@ -653,7 +659,7 @@ func (d *ikeDaemon) reconcile() {
 				live[ch] = true
 				if ct := d.children[ch]; ct != nil {
 					ct.owner = v.s
-				} else {
+				} else if !d.expired[ch] {
 					missing = append(missing, fresh{c, v.s})
 					missingChild = append(missingChild, ch)
 				}
@@ -672,6 +678,11 @@ func (d *ikeDaemon) reconcile() {
 				c.sas[v.s].busy = true
 				stale = append(stale, fresh{c, v.s})
 			}
+		}
+	}
+	for ch := range d.expired {
+		if !live[ch] {
+			delete(d.expired, ch)
 		}
 	}
 	var gone []*ike.Child

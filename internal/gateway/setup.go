@@ -58,6 +58,9 @@ type Runtime struct {
 	uses     map[connKey]int
 	// ike is the IKE daemon of the ike: section, nil without one.
 	ike *ikeDaemon
+	// local is Config.Local, which no reload changes: what the data path
+	// reads (pick) while a reload replaces Config.
+	local []netip.Addr
 }
 
 // connKey is what an outer socket carries: a family, an encapsulation and,
@@ -102,7 +105,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	rt = &Runtime{Config: cfg}
+	rt = &Runtime{Config: cfg, local: cfg.Local}
 	rt.conns.Store(&map[connKey]*transport.Conn{})
 	rt.xdps.Store(&map[connKey]*xdp.Conn{})
 	defer func() {
@@ -373,7 +376,7 @@ func wanDevice(local []netip.Addr, v6 bool) (netip.Addr, string, error) {
 // wan-io put raw ESP on one; nil (not a nil *transport.Conn) when there is
 // none, so the gateway refuses the SA instead of crashing on it.
 func (rt *Runtime) pick(s *sa.SA) Conn {
-	k := keyFor(rt.Config.Local, s)
+	k := keyFor(rt.local, s)
 	if x := (*rt.xdps.Load())[k]; x != nil {
 		return x
 	}

@@ -77,7 +77,7 @@ func TestGatewayPairWithIKE(t *testing.T) {
 		to   netip.Addr
 	}{{topo.HostA, hostB}, {topo.HostB, hostA}} {
 		r, err := testbed.Ping(ctx, p.from, p.to, testbed.PingOptions{Count: 5})
-		if err != nil || r.Received != 5 {
+		if err != nil || r.Received < 5 {
 			t.Fatalf("ping %s from %s through the IKE tunnel: %d of 5 replies (%v)\n%s\n%s", p.to, p.from.Short(), r.Received, err, r.Output, logs())
 		}
 	}
@@ -95,7 +95,7 @@ func TestGatewayPairWithIKE(t *testing.T) {
 	if out := gw1.Output(); strings.Contains(out, "reload failed") || !strings.Contains(out[strings.LastIndex(out, "SAs loaded"):], "kept=2") {
 		t.Fatalf("gw1's reload did not keep the CHILD_SA's two SAs\n%s", logs())
 	}
-	if r, err := testbed.Ping(ctx, topo.HostA, hostB, testbed.PingOptions{Count: 5}); err != nil || r.Received != 5 {
+	if r, err := testbed.Ping(ctx, topo.HostA, hostB, testbed.PingOptions{Count: 5}); err != nil || r.Received < 5 {
 		t.Fatalf("after gw1's reload: %d of 5 replies (%v)\n%s", r.Received, err, logs())
 	}
 	if now := waitChild(t, ctx, topo.GW1, bin, 1, logs); now.ChildSAs[0].InSPI != st1.ChildSAs[0].InSPI && gw1ChildRekeys(t, ctx, topo.GW1, bin) == 0 {
@@ -136,8 +136,8 @@ func TestGatewayPairWithIKE(t *testing.T) {
 	}
 
 	// Stopping gw1 deletes the IKE SA with gw2.
-	if _, err := gw1.Stop(syscall.SIGTERM); err != nil {
-		t.Fatalf("stop gw1: %v", err)
+	if out, err := gw1.Stop(syscall.SIGTERM); err != nil {
+		t.Fatalf("stop gw1: %v\n%s", err, out)
 	}
 	waitFor(t, 10*time.Second, func() bool {
 		st, err := testbed.GatewayStats(ctx, topo.GW2, bin)
