@@ -4,7 +4,8 @@
 // numbering, parallel crypto on an offload engine and in-order transmit; ESP
 // packets in through the SAD, replay check, crypto, inbound policy and TUN
 // write. Every packet that does not come out is counted under a reason, on
-// its SA when it has one and on the gateway otherwise.
+// its SA when it has one and on the gateway otherwise. With an ike: section
+// its IKE daemon (ike.go) negotiates the SAs and puts them in force itself.
 package gateway
 
 import (
