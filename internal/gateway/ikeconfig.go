@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"net/netip"
 	"os"
@@ -203,7 +205,7 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 	})
 	props, err := ike.ParseProposals(ike.ProtoIKE, conn.ProposalsText)
 	if err != nil {
-		p.failf(proposalsLine, field+".proposals", "%v", err)
+		p.failf(proposalsLine, field+".proposals", "%s", proposalError(err))
 	}
 	conn.Proposals = props
 	if len(conn.LocalAddrs) == 0 {
@@ -221,19 +223,24 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 	case conn.PSKFile != "" && conn.PSKEnv != "":
 		p.failf(pskNode, field, "give one of psk_file and psk_env, not both")
 	case conn.PSKFile != "":
-		data, err := os.ReadFile(c.rel(conn.PSKFile))
+		path := c.rel(conn.PSKFile)
+		data, err := os.ReadFile(path)
 		if err != nil {
-			p.failf(pskNode, field+".psk_file", "%v", err)
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			p.failf(pskNode, field+".psk_file", "read %s: %v", secret.Quote(conn.PSKFile), err)
 			break
 		}
 		conn.PSK = sa.Key(bytes.TrimRight(data, "\r\n"))
 		if len(conn.PSK) == 0 {
-			p.failf(pskNode, field+".psk_file", "%s is empty", strconv.Quote(c.rel(conn.PSKFile)))
+			p.failf(pskNode, field+".psk_file", "%s is empty", secret.Quote(conn.PSKFile))
 		}
 	case conn.PSKEnv != "":
 		v, ok := os.LookupEnv(conn.PSKEnv)
 		if !ok || v == "" {
-			p.failf(pskNode, field+".psk_env", "the environment variable %s is not set or empty", strconv.Quote(conn.PSKEnv))
+			p.failf(pskNode, field+".psk_env", "the environment variable %s is not set or empty", secret.Quote(conn.PSKEnv))
 		}
 		conn.PSK = sa.Key(v)
 	default:
@@ -273,7 +280,7 @@ func (p *cfgParser) ikeEnd(n *yaml.Node, field string, id *ike.Identity) {
 		case "id":
 			got, err := ike.ParseIdentity(s)
 			if err != nil {
-				p.failf(v, f, "%v", err)
+				p.failf(v, f, "%s", secret.Scrub(err.Error()))
 			}
 			*id = got
 		case "auth":
@@ -332,7 +339,7 @@ func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEC
 	})
 	esp, err := ike.ParseProposals(ike.ProtoESP, ch.ESPText)
 	if err != nil {
-		p.failf(espLine, field+".esp_proposals", "%v", err)
+		p.failf(espLine, field+".esp_proposals", "%s", proposalError(err))
 	}
 	ch.ESPProposals = esp
 	if len(ch.LocalTS) == 0 || len(ch.RemoteTS) == 0 {
@@ -355,6 +362,25 @@ func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEC
 		p.failf(n, field+".start_action", "start needs the peer's address in remote_addrs")
 	}
 	return ch
+}
+
+// longKeywords are strongSwan's algorithm keywords that secret's rule
+// would take for key material (16 or more letters and digits): shown
+// all the same in a proposal's error.
+var longKeywords = []string{"chacha20poly1305", "camellia128ccm16", "camellia192ccm16", "camellia256ccm16", "camellia128ccm12", "camellia192ccm12", "camellia256ccm12"}
+
+// proposalError is a proposal's parse error for a message: what it quotes
+// that could be a key hidden (secret.Scrub), strongSwan's keywords shown.
+func proposalError(err error) string {
+	msg := err.Error()
+	for i, k := range longKeywords {
+		msg = strings.ReplaceAll(msg, strconv.Quote(k), fmt.Sprintf("\x00%d\x00", i))
+	}
+	msg = secret.Scrub(msg)
+	for i, k := range longKeywords {
+		msg = strings.ReplaceAll(msg, fmt.Sprintf("\x00%d\x00", i), strconv.Quote(k))
+	}
+	return msg
 }
 
 // duration reads a duration in [lo, hi]: Go's (90s, 1h30m) or swanctl's
