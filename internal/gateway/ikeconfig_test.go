@@ -60,8 +60,8 @@ ike:
 ` + child
 	}
 	for _, tc := range []struct{ name, yaml, want string }{
-		{"ESP proposal espgw cannot do", conn("", "          esp_proposals: chacha20poly1305\n"),
-			`gw.yaml:12: ike.connections.a.children.c.esp_proposals: ESP proposal 1 "chacha20poly1305": unknown or unsupported algorithm "chacha20poly1305"`},
+		{"ESP proposal espgw cannot do", conn("", "          esp_proposals: camellia256ccm16\n"),
+			`gw.yaml:12: ike.connections.a.children.c.esp_proposals: ESP proposal 1 "camellia256ccm16": unknown or unsupported algorithm "camellia256ccm16"`},
 		{"ESP proposal of an algorithm espgw has not", conn("", "          esp_proposals: 3des-sha1\n"),
 			`esp_proposals: ESP proposal 1 "3des-sha1": unknown or unsupported algorithm "3des"`},
 		{"key pasted into a proposal", conn("", "          esp_proposals: deadbeefdeadbeefdeadbeef\n"), "esp_proposals: ESP proposal 1 (a value, not shown): unknown or unsupported algorithm (a value, not shown)"},
