@@ -70,6 +70,8 @@ func withCharon(t *testing.T, charonInitiates bool) {
 	err = os.WriteFile(conf, []byte(fmt.Sprintf(`local: %[1]s
 tun: {name: esp0, routes: [%[2]s]}
 state-dir: gw1-state
+engine: %[7]s
+wan-io: %[8]s
 ike:
   retransmit_timeout: 500ms
   retransmit_tries: 3
@@ -91,7 +93,7 @@ ike:
           start_action: %[5]s
           rekey_time: %[6]s
           rand_time: 1s
-`, a.GW1WAN4.Addr(), a.LANB4, a.GW2WAN4.Addr(), a.LANA4, start, rekey)), 0o600)
+`, a.GW1WAN4.Addr(), a.LANB4, a.GW2WAN4.Addr(), a.LANA4, start, rekey, testbed.DefaultEngine(), testbed.DefaultWanIO())), 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
