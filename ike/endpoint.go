@@ -2,9 +2,11 @@ package ike
 
 import (
 	"context"
+	"crypto"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,8 +23,30 @@ import (
 // Config is one endpoint's IKE configuration: its identity and the
 // peer's, the PSK, the proposals and the traffic selectors.
 type Config struct {
-	LocalID, RemoteID Identity // a zero RemoteID accepts any identity
-	PSK               sa.Key   // never printed
+	// LocalID is this side's identity: with a certificate, one it holds
+	// (its subject DN when zero). A zero RemoteID accepts any identity
+	// (with certificates, any the peer's certificate holds).
+	LocalID, RemoteID Identity
+	// PSK is the pre-shared key: this side authenticates with it when it
+	// has no certificate, and the peer may. Never printed.
+	PSK sa.Key
+	// Certs is this side's certificate chain, its own first, and Key that
+	// certificate's private key: with them this side authenticates with a
+	// signature (RFC 7427 Digital Signature when the peer announces
+	// SIGNATURE_HASH_ALGORITHMS, else RSA or ECDSA of RFC 7296 and 4754).
+	Certs []*x509.Certificate
+	Key   crypto.Signer
+	// RSAPSS makes RSA Digital Signatures RSASSA-PSS rather than PKCS #1
+	// v1.5.
+	RSAPSS bool
+	// ClassicSignatures announces no SIGNATURE_HASH_ALGORITHMS, so that
+	// both sides sign with the methods of RFC 7296 and 4754 (strongSwan's
+	// signature_authentication = no).
+	ClassicSignatures bool
+	// CAs are the trust anchors a peer's certificate must chain to (through
+	// the intermediates it sends): with them the peer may authenticate
+	// with a signature.
+	CAs []*x509.Certificate
 	// IKE and ESP are the proposals offered and accepted, in order of
 	// preference (ParseProposals).
 	IKE, ESP []Proposal
@@ -48,8 +72,19 @@ type Config struct {
 
 func (c *Config) check() error {
 	var errs []error
-	if len(c.PSK) == 0 {
-		errs = append(errs, errors.New("no pre-shared key"))
+	if c.LocalID.Kind == 0 && len(c.Certs) > 0 {
+		c.LocalID = DN(c.Certs[0].RawSubject)
+	}
+	switch {
+	case c.Key != nil || len(c.Certs) > 0:
+		if err := checkCredentials(c.Certs, c.Key, c.LocalID); err != nil {
+			errs = append(errs, fmt.Errorf("certificate: %w", err))
+		}
+	case len(c.PSK) == 0:
+		errs = append(errs, errors.New("no pre-shared key and no certificate"))
+	}
+	if len(c.PSK) == 0 && len(c.CAs) == 0 {
+		errs = append(errs, errors.New("no pre-shared key and no CA: nothing to authenticate the peer with"))
 	}
 	if c.LocalID.Kind == 0 || len(c.LocalID.Data) == 0 {
 		errs = append(errs, errors.New("no local identity"))
@@ -136,6 +171,12 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// signatures reports whether this side signs or checks signatures, and
+// so announces SIGNATURE_HASH_ALGORITHMS.
+func (e *Endpoint) signatures() bool {
+	return !e.cfg.ClassicSignatures && (e.cfg.Key != nil || len(e.cfg.CAs) > 0)
 }
 
 // count records a datagram that did not lead anywhere, or an event, by

@@ -50,8 +50,19 @@ func needRoot(t *testing.T) {
 // responder's Serve starts after delay.
 func newPair(t *testing.T, ic, rc Config, delay time.Duration) *pair {
 	t.Helper()
+	return newPairOn(t, ic, rc, delay, "127.83.75.1", "127.83.75.2")
+}
+
+// newPairAt is newPair on other addresses, for a second pair in one test.
+func newPairAt(t *testing.T, ic, rc Config, iAddr, rAddr string) *pair {
+	t.Helper()
+	return newPairOn(t, ic, rc, 0, iAddr, rAddr)
+}
+
+func newPairOn(t *testing.T, ic, rc Config, delay time.Duration, iAddr, rAddr string) *pair {
+	t.Helper()
 	needRoot(t)
-	p := &pair{iAddr: netip.MustParseAddr("127.83.75.1"), rAddr: netip.MustParseAddr("127.83.75.2"), responderChild: make(chan *Child, 4)}
+	p := &pair{iAddr: netip.MustParseAddr(iAddr), rAddr: netip.MustParseAddr(rAddr), responderChild: make(chan *Child, 4)}
 	var err error
 	if p.iTr, err = Listen(p.iAddr); err != nil {
 		t.Fatal(err)

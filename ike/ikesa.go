@@ -3,6 +3,7 @@ package ike
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -50,6 +51,10 @@ type IKESA struct {
 	halfOpenAt        halfOpenKey // where a responder's half-open SA is kept
 	nat               bool
 	peerID            Identity
+	peerCert          *x509.Certificate
+	// peerHashes are the peer's SIGNATURE_HASH_ALGORITHMS, nil when it
+	// sent none.
+	peerHashes []uint16
 	created           time.Time
 	// nextReq is the ID of this side's next request; expectReq the ID
 	// the peer's next request must have.

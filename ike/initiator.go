@@ -2,7 +2,6 @@ package ike
 
 import (
 	"context"
-	"crypto/hmac"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -70,6 +69,9 @@ func (e *Endpoint) initSA(ctx context.Context, remote netip.AddrPort) (*IKESA, e
 		ps = append(ps, &SA{Proposals: e.cfg.IKE}, &KE{Group: group, Data: dh.Public()}, &Nonce{Data: ni},
 			&Notify{Kind: NotifyNATDetectionSourceIP, Data: natHash(spii, 0, local.Addr().AsSlice(), local.Port())},
 			&Notify{Kind: NotifyNATDetectionDestIP, Data: natHash(spii, 0, remote.Addr().AsSlice(), remote.Port())})
+		if e.signatures() {
+			ps = append(ps, sigHashNotify())
+		}
 		req, err := (&Message{Header: Header{SPIi: spii, Exchange: IKESAInit, Flags: FlagInitiator}, Payloads: ps}).Marshal()
 		if err != nil {
 			return nil, err
@@ -139,6 +141,10 @@ func (e *Endpoint) initResponse(m *Message, d Datagram, req, ni []byte, dh dhKey
 	if ke.Group != group || suite.group != group {
 		return nil, fmt.Errorf("the responder's KE is %s and its proposal %s, but ours was %s", ke.Group, suite.group, group)
 	}
+	hashes, err := peerSigHashes(m)
+	if err != nil {
+		return nil, err
+	}
 	gir, err := dh.Shared(ke.Data)
 	if err != nil {
 		return nil, err
@@ -148,7 +154,7 @@ func (e *Endpoint) initResponse(m *Message, d Datagram, req, ni []byte, dh dhKey
 		return nil, err
 	}
 	s := &IKESA{e: e, initiator: true, spii: m.SPIi, spir: m.SPIr, suite: suite, keys: keys, ni: ni, nr: nonce.Data,
-		initReq: req, initResp: d.Data, local: local, remote: remote, created: time.Now(), nextReq: 1}
+		initReq: req, initResp: d.Data, local: local, remote: remote, created: time.Now(), nextReq: 1, peerHashes: hashes}
 	if s.send, err = newSKCipher(suite.encr, suite.integ, keys.ei, keys.ai); err == nil {
 		s.recv, err = newSKCipher(suite.encr, suite.integ, keys.er, keys.ar)
 	}
@@ -179,12 +185,18 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	for i := range esp {
 		esp[i].SPI = binary.BigEndian.AppendUint32(nil, inSPI)
 	}
-	ps := []Payload{&ID{Kind: PayloadIDi, Identity: e.cfg.LocalID}}
+	certs, auth, err := s.ownAuth()
+	if err != nil {
+		return nil, err
+	}
+	ps := append([]Payload{&ID{Kind: PayloadIDi, Identity: e.cfg.LocalID}}, certs...)
+	if len(e.cfg.CAs) > 0 {
+		ps = append(ps, certReqFor(e.cfg.CAs))
+	}
 	if e.cfg.RemoteID.Kind != 0 {
 		ps = append(ps, &ID{Kind: PayloadIDr, Identity: e.cfg.RemoteID})
 	}
-	ps = append(ps, &Auth{Method: AuthSharedKey, Data: pskAuth(s.suite.prf, e.cfg.PSK, s.initReq, s.nr, s.keys.pi, e.cfg.LocalID)},
-		&SA{Proposals: esp}, &TS{Kind: PayloadTSi, Selectors: e.cfg.LocalTS}, &TS{Kind: PayloadTSr, Selectors: e.cfg.RemoteTS})
+	ps = append(ps, auth, &SA{Proposals: esp}, &TS{Kind: PayloadTSi, Selectors: e.cfg.LocalTS}, &TS{Kind: PayloadTSr, Selectors: e.cfg.RemoteTS})
 	m, err := s.request(ctx, IKEAuth, ps)
 	if err != nil {
 		return nil, err
@@ -193,20 +205,25 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 		return nil, errors.New("the responder answered AUTHENTICATION_FAILED")
 	}
 	idr, _ := m.Find(PayloadIDr).(*ID)
-	auth, _ := m.Find(PayloadAuth).(*Auth)
+	peerAuth, _ := m.Find(PayloadAuth).(*Auth)
 	switch {
-	case idr == nil || auth == nil:
+	case idr == nil || peerAuth == nil:
 		if n := m.ErrorNotify(); n != nil {
 			return nil, fmt.Errorf("the responder answered %s", n.Kind)
 		}
 		return nil, errors.New("the response lacks IDr or AUTH")
 	case e.cfg.RemoteID.Kind != 0 && !idr.Identity.Equal(e.cfg.RemoteID):
 		return nil, fmt.Errorf("the responder is %s, want %s", idr.Identity, e.cfg.RemoteID)
-	case auth.Method != AuthSharedKey:
-		return nil, fmt.Errorf("the responder authenticates with method %d, not a shared key", auth.Method)
-	case !hmac.Equal(auth.Data, pskAuth(s.suite.prf, e.cfg.PSK, s.initResp, s.ni, s.keys.pr, idr.Identity)):
-		e.count("authentication failed")
-		return nil, errors.New("the responder's AUTH does not verify")
+	}
+	e.mu.Lock()
+	err = s.checkPeerAuth(m, idr.Identity, peerAuth)
+	e.mu.Unlock()
+	if err != nil {
+		var ae *authError
+		if errors.As(err, &ae) {
+			e.count(ae.reason)
+		}
+		return nil, fmt.Errorf("the responder %s: %w", idr.Identity, err)
 	}
 	e.mu.Lock()
 	s.state, s.peerID = StateEstablished, idr.Identity
