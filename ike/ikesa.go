@@ -55,7 +55,7 @@ type IKESA struct {
 	// peerHashes are the peer's SIGNATURE_HASH_ALGORITHMS, nil when it
 	// sent none.
 	peerHashes []uint16
-	created           time.Time
+	created    time.Time
 	// nextReq is the ID of this side's next request; expectReq the ID
 	// the peer's next request must have.
 	nextReq, expectReq uint32
