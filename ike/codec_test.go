@@ -25,6 +25,9 @@ func samplePayloads() []Payload {
 		&Delete{Protocol: ProtoESP, SPIs: []uint32{0xc0ffee01, 2}},
 		&Delete{Protocol: ProtoIKE},
 		&Unknown{Kind: PayloadVendorID, Body: []byte("espgw")},
+		&Cert{Encoding: CertX509, Data: []byte{0x30, 0x03, 0x02, 0x01, 0x01}},
+		&CertReq{Encoding: CertX509, Data: bytes.Repeat([]byte{5}, 40)},
+		sigHashNotify(),
 	}
 }
 

@@ -1,7 +1,7 @@
 // Package ike speaks IKEv2 (RFC 7296): the message and payload codec, the
 // transforms and proposals (with strongSwan's proposal syntax), the key
 // derivation, and an initiator and responder (Endpoint) that negotiate an
-// IKE SA with a pre-shared key and its CHILD_SAs, whose keys become espgw
+// IKE SA with a pre-shared key or X.509 certificates and its CHILD_SAs, whose keys become espgw
 // sa.SA pairs (Child.SAs). It uses the standard library alone and nothing
 // of the lab.
 //
@@ -9,7 +9,7 @@
 //
 //   - Messages: the header and the payloads SA (proposals, transforms, the
 //     Key Length attribute), KE, Nonce, IDi/IDr, AUTH, TSi/TSr, Notify,
-//     Delete and SK; other payloads are kept as Unknown (a critical one is
+//     Delete, CERT, CERTREQ and SK; other payloads are kept as Unknown (a critical one is
 //     answered with UNSUPPORTED_CRITICAL_PAYLOAD). Every decoder is bounded
 //     (message, payload, proposal, transform and selector counts and
 //     lengths) and returns an error naming the payload and its offset.
@@ -22,8 +22,11 @@
 //     a PFS g^ir on rekey), the rekeyed IKE SA's SKEYSEED from the old SK_d.
 //   - Exchanges: IKE_SA_INIT with NAT detection (and the float to port
 //     4500), INVALID_KE_PAYLOAD retry, COOKIE above CookieThreshold
-//     half-open SAs and silence above MaxHalfOpen; IKE_AUTH with a PSK,
-//     identities FQDN, email, IPv4/IPv6 or key id, traffic selector
+//     half-open SAs and silence above MaxHalfOpen; IKE_AUTH with a PSK or
+//     certificates (chain validation against Config.CAs; RFC 7427
+//     Digital Signatures announced with SIGNATURE_HASH_ALGORITHMS, or
+//     the classic RSA and ECDSA methods), identities FQDN, email,
+//     IPv4/IPv6, DN or key id (checked against the certificate), traffic selector
 //     narrowing and the first CHILD_SA; CREATE_CHILD_SA for a CHILD_SA
 //     rekey (REKEY_SA, optional PFS), a new CHILD_SA or an IKE SA rekey
 //     (the CHILD_SAs move to the new SA), both ways;
@@ -36,8 +39,7 @@
 //
 // # What it does not have yet
 //
-// Simultaneous rekey collisions (RFC 7296 §2.8.1), certificates and RFC 7427
-// signatures, EAP, configuration payloads, IKE fragmentation (RFC 7383),
+// Simultaneous rekey collisions (RFC 7296 §2.8.1), CRL and OCSP checks, EAP, configuration payloads, IKE fragmentation (RFC 7383),
 // transport mode (tunnel mode always), ChaCha20-Poly1305, NAT-T keepalives
 // and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not
 // use the package yet; `espgw ike initiate` negotiates a CHILD_SA and

@@ -3,12 +3,16 @@ package ike
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/binary"
 	"io"
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/espgw/espgw/internal/lab/certgen"
 )
 
 func randReader() io.Reader { return rand.Reader }
@@ -129,5 +133,101 @@ func FuzzAuthenticatedRequests(f *testing.F) {
 			return
 		}
 		r.Handle(Datagram{Data: out, Local: netip.AddrPortFrom(r.local, Port), Remote: netip.AddrPortFrom(i.local, Port)})
+	})
+}
+
+// FuzzVerifyAuth checks arbitrary AUTH data of each method against RSA,
+// ECDSA and Ed25519 keys: an error, never a panic, never a success.
+func FuzzVerifyAuth(f *testing.F) {
+	var keys []crypto.Signer
+	for _, kt := range []certgen.KeyType{certgen.RSA, certgen.ECDSA256, certgen.Ed25519} {
+		k, err := certgen.NewKey(kt)
+		if err != nil {
+			f.Fatal(err)
+		}
+		keys = append(keys, k)
+	}
+	octets := []byte("the octets an AUTH signs")
+	for _, k := range keys {
+		a, err := signAuth(k, octets, ourSigHashes, false)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(byte(a.Method), a.Data)
+	}
+	f.Add(byte(AuthECDSA256), make([]byte, 64))
+	f.Add(byte(AuthRSASig), make([]byte, 256))
+	f.Fuzz(func(t *testing.T, method byte, data []byte) {
+		for _, k := range keys {
+			if verifyAuth(k.Public(), &Auth{Method: AuthMethod(method), Data: data}, []byte("other octets")) == nil {
+				t.Fatalf("method %d data %x verified with a %s key", method, data, keyName(k.Public()))
+			}
+		}
+	})
+}
+
+// FuzzCertificateAuth runs a real IKE_SA_INIT in memory with a responder
+// that takes certificates, then sends it an IKE_AUTH request, sealed with
+// the initiator's keys, whose CERT and AUTH payloads are arbitrary: the
+// responder refuses it, counted, and never panics.
+func FuzzCertificateAuth(f *testing.F) {
+	ca, err := certgen.NewCA(certgen.ECDSA256, "fuzz CA")
+	if err != nil {
+		f.Fatal(err)
+	}
+	leaf, err := ca.Issue(certgen.ECDSA256, "a", []string{"a"}, certgen.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	ic, rc := fuzzConfigs(f)
+	rc.PSK, rc.CAs = nil, []*x509.Certificate{ca.Cert}
+	rc.Certs, rc.Key, rc.LocalID = []*x509.Certificate{leaf.Cert}, leaf.Key, FQDN("a")
+	f.Add(leaf.Cert.Raw, byte(AuthDigSig), []byte{9, 1, 2, 3})
+	f.Add(leaf.Cert.Raw[:100], byte(AuthECDSA256), make([]byte, 64))
+	f.Fuzz(func(t *testing.T, cert []byte, method byte, auth []byte) {
+		var i, r *Endpoint
+		var err error
+		if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
+			i.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
+			r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := i.initSA(context.Background(), netip.AddrPortFrom(r.local, Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		esp := withoutDH(ic.ESP)
+		esp[0].SPI = []byte{1, 2, 3, 4}
+		ps := []Payload{&ID{Kind: PayloadIDi, Identity: FQDN("a")}, &Cert{Encoding: CertX509, Data: cert},
+			&Auth{Method: AuthMethod(method), Data: auth}, &SA{Proposals: esp},
+			&TS{Kind: PayloadTSi, Selectors: ic.LocalTS}, &TS{Kind: PayloadTSr, Selectors: ic.RemoteTS}}
+		out, err := s.send.seal(&Message{Header: Header{SPIi: s.spii, SPIr: s.spir, Exchange: IKEAuth, Flags: FlagInitiator,
+			MessageID: 1}, Payloads: ps}, rand.Reader)
+		if err != nil {
+			return
+		}
+		total := func() (n uint64) {
+			for _, v := range r.Counts() {
+				n += v
+			}
+			return n
+		}
+		before := total()
+		r.Handle(Datagram{Data: out, Local: netip.AddrPortFrom(r.local, NATTPort), Remote: netip.AddrPortFrom(i.local, NATTPort)})
+		if total() == before {
+			t.Fatalf("the IKE_AUTH request was neither refused nor counted: %v", r.Counts())
+		}
+		for _, rs := range r.SAs() {
+			if rs.State() == StateEstablished {
+				t.Fatalf("an IKE_AUTH with a fuzzed CERT and AUTH established an IKE SA; counts %v", r.Counts())
+			}
+		}
 	})
 }

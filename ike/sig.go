@@ -175,10 +175,10 @@ func signAuth(key crypto.Signer, octets []byte, peer []uint16, pss bool) (*Auth,
 		if pss {
 			hashAlg := pkix.AlgorithmIdentifier{Algorithm: hashOIDs[h], Parameters: asn1.NullRawValue}
 			mgf, _ := asn1.Marshal(hashAlg)
-			params, err := asn1.Marshal(pssParams{Hash: hashAlg, MGF: pkix.AlgorithmIdentifier{Algorithm: oidMGF1,
+			params, perr := asn1.Marshal(pssParams{Hash: hashAlg, MGF: pkix.AlgorithmIdentifier{Algorithm: oidMGF1,
 				Parameters: asn1.RawValue{FullBytes: mgf}}, SaltLength: h.Size(), TrailerField: 1})
-			if err != nil {
-				return nil, err
+			if perr != nil {
+				return nil, perr
 			}
 			alg = pkix.AlgorithmIdentifier{Algorithm: oidRSAPSS, Parameters: asn1.RawValue{FullBytes: params}}
 			sig, err = key.Sign(rand.Reader, digest(h, octets), &rsa.PSSOptions{SaltLength: h.Size(), Hash: h})
@@ -246,13 +246,16 @@ func verifyAuth(pub crypto.PublicKey, a *Auth, octets []byte) error {
 // verifyDigSig checks an RFC 7427 Digital Signature: the length of the
 // AlgorithmIdentifier, the AlgorithmIdentifier (DER), the signature.
 func verifyDigSig(pub crypto.PublicKey, data, octets []byte) error {
+	if len(data) == 0 {
+		return errors.New("empty digital signature AUTH")
+	}
 	n := int(data[0])
 	if n == 0 || len(data) < 1+n+1 {
-		return fmt.Errorf("Digital Signature AUTH of %d bytes with a %d-byte AlgorithmIdentifier", len(data), n)
+		return fmt.Errorf("digital signature AUTH of %d bytes with a %d-byte AlgorithmIdentifier", len(data), n)
 	}
 	var alg pkix.AlgorithmIdentifier
 	if rest, err := asn1.Unmarshal(data[1:1+n], &alg); err != nil || len(rest) != 0 {
-		return fmt.Errorf("Digital Signature AUTH: its AlgorithmIdentifier does not decode")
+		return fmt.Errorf("digital signature AUTH: its AlgorithmIdentifier does not decode")
 	}
 	sig := data[1+n:]
 	hashOf := func(m map[crypto.Hash]asn1.ObjectIdentifier) crypto.Hash {
@@ -265,7 +268,7 @@ func verifyDigSig(pub crypto.PublicKey, data, octets []byte) error {
 	}
 	offered := func(h crypto.Hash) error {
 		if !slices.Contains(ourSigHashes, hashIDs[h]) {
-			return fmt.Errorf("Digital Signature with %s, which this side did not announce", h)
+			return fmt.Errorf("digital signature with %s, which this side did not announce", h)
 		}
 		return nil
 	}
@@ -297,7 +300,7 @@ func verifyDigSig(pub crypto.PublicKey, data, octets []byte) error {
 		}
 		h := hashOf(oidRSAWithSHA)
 		if h == 0 {
-			return fmt.Errorf("Digital Signature algorithm %v with an RSA key", alg.Algorithm)
+			return fmt.Errorf("digital signature algorithm %v with an RSA key", alg.Algorithm)
 		}
 		if err := offered(h); err != nil {
 			return err
@@ -309,7 +312,7 @@ func verifyDigSig(pub crypto.PublicKey, data, octets []byte) error {
 	case *ecdsa.PublicKey:
 		h := hashOf(oidECDSAWithSHA)
 		if h == 0 {
-			return fmt.Errorf("Digital Signature algorithm %v with an ECDSA key", alg.Algorithm)
+			return fmt.Errorf("digital signature algorithm %v with an ECDSA key", alg.Algorithm)
 		}
 		if err := offered(h); err != nil {
 			return err
@@ -320,7 +323,7 @@ func verifyDigSig(pub crypto.PublicKey, data, octets []byte) error {
 		return nil
 	case ed25519.PublicKey:
 		if !alg.Algorithm.Equal(oidEd25519) {
-			return fmt.Errorf("Digital Signature algorithm %v with an Ed25519 key", alg.Algorithm)
+			return fmt.Errorf("digital signature algorithm %v with an Ed25519 key", alg.Algorithm)
 		}
 		if !ed25519.Verify(k, octets, sig) {
 			return errors.New("the Ed25519 signature does not verify")

@@ -26,6 +26,9 @@ func TestIKEInitiateBadInput(t *testing.T) {
 		{"--proposals", "aes128-sha256", "--proposals: IKE proposal 1"},
 		{"--esp-proposals", "chacha20poly1305", `--esp-proposals: ESP proposal 1 "chacha20poly1305"`},
 		{"--local-ts", "198.51.100.0", "--local-ts"},
+		{"--key", "/nonexistent/key.pem", "--cert and --key go together"},
+		{"--ca", "/nonexistent/ca.pem", "--ca: certificates"},
+		{"--ca", psk, `--ca: certificates in "` + psk + `": no PEM CERTIFICATE block`},
 	} {
 		args := []string{"ike", "initiate"}
 		for k, v := range base {

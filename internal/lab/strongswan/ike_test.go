@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/ike"
+	"github.com/espgw/espgw/internal/lab/certgen"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
@@ -76,12 +77,31 @@ type ikeRun struct {
 	s        *ike.IKESA
 	child    *ike.Child
 	served   chan error
+	certs    *testCerts
 }
 
 // negotiate brings the tunnel up, espgw or charon initiating; the
 // namespaces, charon and the endpoint go at the end of the test.
 func negotiate(t *testing.T, ctx context.Context, ikeProposal, charonIKE, esp string, charonInitiates bool) *ikeRun {
 	t.Helper()
+	return negotiateWith(t, ctx, negotiation{ike: ikeProposal, charonIKE: charonIKE, esp: esp, charonInitiates: charonInitiates})
+}
+
+// negotiation is how a tunnel is brought up: the proposals, who
+// initiates, and, with a key type, certificates from a CA made for the
+// test rather than a PSK.
+type negotiation struct {
+	ike, charonIKE, esp string
+	charonInitiates     bool
+	keyType             certgen.KeyType
+	// classic has both sides sign with the methods of RFC 7296 and 4754
+	// (no SIGNATURE_HASH_ALGORITHMS); pss has both sign RSA with PSS.
+	classic, pss bool
+}
+
+func negotiateWith(t *testing.T, ctx context.Context, n negotiation) *ikeRun {
+	t.Helper()
+	ikeProposal, charonIKE, esp, charonInitiates := n.ike, n.charonIKE, n.esp, n.charonInitiates
 	labtest.NeedNamespaces(t)
 	topo, err := netns.NewTopology("ik", netns.TopologyOptions{})
 	if err != nil {
@@ -108,6 +128,12 @@ func negotiate(t *testing.T, ctx context.Context, ikeProposal, charonIKE, esp st
 		LocalTS: []ike.Selector{ike.PrefixSelector(a.LANA4)}, RemoteTS: []ike.Selector{ike.PrefixSelector(a.LANB4)},
 		OnChild: func(_ *ike.IKESA, c *ike.Child) { children <- c }}
 	r.children = children
+	charonCfg := Config{NS: topo.GW2, Dir: filepath.Join(t.TempDir(), "gw2"), Local: remote, Remote: local,
+		LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: secret, Initiate: charonInitiates,
+		IKE: charonIKE, ESP: esp}
+	if n.keyType != "" {
+		r.certs = useCertificates(t, n, &cfg, &charonCfg)
+	}
 	if err := topo.GW1.Do(func() (err error) { r.tr, err = ike.Listen(local); return err }); err != nil {
 		t.Fatal(err)
 	}
@@ -119,9 +145,7 @@ func negotiate(t *testing.T, ctx context.Context, ikeProposal, charonIKE, esp st
 	go func() { r.served <- r.tr.Serve(serveCtx, r.ep) }()
 	t.Cleanup(func() { stop(); <-r.served })
 
-	r.charon, err = Start(ctx, Config{NS: topo.GW2, Dir: filepath.Join(t.TempDir(), "gw2"), Local: remote, Remote: local,
-		LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: secret, Initiate: charonInitiates,
-		IKE: charonIKE, ESP: esp})
+	r.charon, err = Start(ctx, charonCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
