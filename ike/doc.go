@@ -13,7 +13,8 @@
 //     answered with UNSUPPORTED_CRITICAL_PAYLOAD). Every decoder is bounded
 //     (message, payload, proposal, transform and selector counts and
 //     lengths) and returns an error naming the payload and its offset.
-//   - Transforms: ENCR AES-CBC and AES-GCM-16 (128, 192, 256 bits); PRF
+//   - Transforms: ENCR AES-CBC and AES-GCM-16 (128, 192, 256 bits) and
+//     ChaCha20-Poly1305 (RFC 7634); PRF
 //     HMAC-SHA1, SHA2-256/384/512; INTEG HMAC-SHA1-96, SHA2-256-128,
 //     SHA2-384-192, SHA2-512-256; groups MODP 2048 and 3072, ECP 256 and
 //     384, Curve25519; ESN negotiation for ESP. ESP proposals map to
@@ -40,7 +41,7 @@
 // # What it does not have yet
 //
 // Simultaneous rekey collisions (RFC 7296 §2.8.1), CRL and OCSP checks, EAP, configuration payloads, IKE fragmentation (RFC 7383),
-// transport mode (tunnel mode always), ChaCha20-Poly1305, NAT-T keepalives
+// transport mode (tunnel mode always), NAT-T keepalives
 // and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not
 // use the package yet; `espgw ike initiate` negotiates a CHILD_SA and
 // writes it as an SA file.

@@ -128,6 +128,7 @@ func TestInitiatorAndResponderAgree(t *testing.T) {
 		{"aes256gcm16-prfsha384-ecp384", "aes256-sha1-esn"},
 		{"aes256-sha512-modp2048", "aes256gcm16"},
 		{"aes128-sha256-x25519", "aes128gcm16-ecp256"}, // PFS in the rekey
+		{"chacha20poly1305-prfsha256-x25519", "chacha20poly1305"},
 	} {
 		t.Run(c.ike+"/"+c.esp, func(t *testing.T) {
 			ic, rc := testConfigs(t, c.ike, c.esp)

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"golang.org/x/crypto/chacha20poly1305"
 )
 
 // skPayload is an SK payload as it arrived: its first inner payload type,
@@ -19,9 +21,10 @@ type skPayload struct {
 }
 
 // skCipher protects the SK payloads sent in one direction (RFC 7296 §3.14,
-// RFC 5282 for AES-GCM).
+// RFC 5282 for AES-GCM, RFC 7634 for ChaCha20-Poly1305: the same 4-byte
+// salt and 8-byte IV as the nonce, and no padding needed).
 type skCipher struct {
-	aead     cipher.AEAD // AES-GCM-16
+	aead     cipher.AEAD // AES-GCM-16, ChaCha20-Poly1305
 	salt     []byte
 	block    cipher.Block // AES-CBC
 	integ    integAlg
@@ -29,6 +32,13 @@ type skCipher struct {
 }
 
 func newSKCipher(e encrAlg, in integAlg, encKey, integKey []byte) (*skCipher, error) {
+	if e.id == EncrChaCha20Poly1305 {
+		aead, err := chacha20poly1305.New(encKey[:len(encKey)-4])
+		if err != nil {
+			return nil, fmt.Errorf("SK cipher: %w", err)
+		}
+		return &skCipher{aead: aead, salt: encKey[len(encKey)-4:]}, nil
+	}
 	if e.aead {
 		block, err := aes.NewCipher(encKey[:len(encKey)-4])
 		if err != nil {

@@ -51,6 +51,9 @@ func TestIKEWithCharon(t *testing.T) {
 		// The SK payload under AES-GCM, the NIST and MODP groups.
 		{"aes256gcm16-prfsha384-ecp384", "aes256gcm16", false, ""},
 		{"aes256-sha512-modp3072", "aes256-sha1", true, ""},
+		// ChaCha20-Poly1305 (RFC 7634) for the SK payload and for ESP.
+		{"chacha20poly1305-prfsha256-x25519", "chacha20poly1305", false, ""},
+		{"chacha20poly1305-prfsha512-ecp256", "chacha20poly1305", true, ""},
 		// The initiator's first group is not the responder's: an
 		// INVALID_KE_PAYLOAD and a retry with the group asked for.
 		{"aes128-sha256-x25519-ecp256", "aes128gcm16", false, "aes128-sha256-ecp256"},
