@@ -252,7 +252,9 @@ func (p *Pluto) Whack(ctx context.Context, args ...string) (string, error) {
 func (p *Pluto) Status(ctx context.Context) (string, error) { return p.Whack(ctx, "--status") }
 
 // Log is pluto's log file.
-func (p *Pluto) Log(ctx context.Context) (string, error) { return p.peer.Run(ctx, "cat "+logFile+" /tmp/pluto.out") }
+func (p *Pluto) Log(ctx context.Context) (string, error) {
+	return p.peer.Run(ctx, "cat "+logFile+" /tmp/pluto.out")
+}
 
 // States are the ESP SAs pluto installed in the guest's kernel, with
 // their keys and counters (`ip -s xfrm state`); none is no error.

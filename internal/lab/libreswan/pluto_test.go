@@ -231,7 +231,9 @@ func espgwInitiates(t *testing.T, ctx context.Context, b *bed) {
 			}
 		}
 		return next != nil && len(b.ep.SAs()) == 1
-	}, func() string { return fmt.Sprintf("espgw has %d IKE SAs after pluto's IKE SA rekey; counts %v", len(b.ep.SAs()), b.ep.Counts()) })
+	}, func() string {
+		return fmt.Sprintf("espgw has %d IKE SAs after pluto's IKE SA rekey; counts %v", len(b.ep.SAs()), b.ep.Counts())
+	})
 	if cs := next.Children(); len(cs) != 1 || cs[0] != byPluto {
 		t.Fatalf("the CHILD_SA did not move to pluto's rekeyed IKE SA")
 	}
@@ -279,7 +281,9 @@ func plutoInitiates(t *testing.T, ctx context.Context, b *bed) {
 		t.Fatal(err)
 	}
 	waitFor(t, 10*time.Second, func() bool { return len(b.ep.SAs()) == 0 },
-		func() string { return fmt.Sprintf("espgw keeps %d IKE SAs after pluto deleted its; counts %v", len(b.ep.SAs()), b.ep.Counts()) })
+		func() string {
+			return fmt.Sprintf("espgw keeps %d IKE SAs after pluto deleted its; counts %v", len(b.ep.SAs()), b.ep.Counts())
+		})
 	if n := b.ep.Counts()["IKE SA deleted by the peer"] - deleted; n != 1 {
 		t.Errorf("espgw counted %d IKE SA deletions by the peer on pluto's terminate, want 1", n)
 	}
