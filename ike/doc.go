@@ -34,14 +34,19 @@
 //     INFORMATIONAL liveness checks and Delete of the IKE SA or CHILD_SAs.
 //     Message IDs with a window of one, retransmission with a doubling
 //     timeout, duplicate requests answered with the response already sent.
+//     IKE fragmentation (RFC 7383): IKEV2_FRAGMENTATION_SUPPORTED both
+//     ways, encrypted messages above Config.FragmentSize sent as SKF
+//     fragments, each fragment verified on arrival and the message
+//     reassembled within bounds (MaxFragments, MaxMessageLen, 30 s); a
+//     retransmitted first fragment gets the whole response again.
 //   - Transport: the sockets of ports 500 and 4500 (non-ESP marker).
 //     Every message that leads nowhere is counted by reason
 //     (Endpoint.Counts).
 //
 // # What it does not have yet
 //
-// Simultaneous rekey collisions (RFC 7296 §2.8.1), CRL and OCSP checks, EAP, configuration payloads, IKE fragmentation (RFC 7383),
-// transport mode (tunnel mode always), NAT-T keepalives
+// Simultaneous rekey collisions (RFC 7296 §2.8.1), CRL and OCSP checks,
+// EAP, configuration payloads, transport mode (tunnel mode always), NAT-T keepalives
 // and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not
 // use the package yet; `espgw ike initiate` negotiates a CHILD_SA and
 // writes it as an SA file.

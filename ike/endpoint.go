@@ -63,6 +63,12 @@ type Config struct {
 	// default). HalfOpenTimeout forgets a half-open SA (30s by default).
 	CookieThreshold, MaxHalfOpen int
 	HalfOpenTimeout              time.Duration
+	// NoFragmentation leaves IKE fragmentation (RFC 7383) unannounced;
+	// otherwise, when both sides announce it, an encrypted message larger
+	// than FragmentSize bytes (DefaultFragmentSize when zero; its IKE
+	// header to its end) goes in fragments.
+	NoFragmentation bool
+	FragmentSize    int
 	// OnChild is called, with the endpoint's lock held, when a CHILD_SA
 	// this endpoint responded to is established.
 	OnChild func(*IKESA, *Child)
@@ -101,6 +107,9 @@ func (c *Config) check() error {
 		if _, err := childSuiteFrom(firstOfEach(p)); err != nil {
 			errs = append(errs, fmt.Errorf("ESP proposal %s: %w", &p, err))
 		}
+	}
+	if c.FragmentSize != 0 && (c.FragmentSize < minFragmentSize || c.FragmentSize > MaxMessageLen) {
+		errs = append(errs, fmt.Errorf("fragment size %d, want %d to %d", c.FragmentSize, minFragmentSize, MaxMessageLen))
 	}
 	if len(c.LocalTS) == 0 || len(c.RemoteTS) == 0 {
 		errs = append(errs, errors.New("no local or no remote traffic selectors"))
@@ -157,6 +166,7 @@ func NewEndpoint(cfg Config, local netip.Addr, send func(Datagram) error) (*Endp
 	cfg.CookieThreshold = cmpOr(cfg.CookieThreshold, 16)
 	cfg.MaxHalfOpen = cmpOr(cfg.MaxHalfOpen, 1024)
 	cfg.HalfOpenTimeout = cmpOr(cfg.HalfOpenTimeout, 30*time.Second)
+	cfg.FragmentSize = cmpOr(cfg.FragmentSize, DefaultFragmentSize)
 	e := &Endpoint{cfg: cfg, local: local, send: send, sas: map[uint64]*IKESA{}, halfOpen: map[halfOpenKey]*IKESA{},
 		waiting: map[uint64]chan Datagram{}, stats: map[string]uint64{}}
 	if _, err := io.ReadFull(cfg.Rand, e.cookie[:]); err != nil {
@@ -248,11 +258,13 @@ func (e *Endpoint) Handle(d Datagram) {
 	s.handleRequest(d, h)
 }
 
-// exchange sends a request and waits for its response, retransmitting
-// with a doubling timeout. spi is this side's SPI, where the response is
-// routed.
-func (e *Endpoint) exchange(ctx context.Context, spi uint64, req Datagram, msgID uint32) (Datagram, error) {
-	ch := make(chan Datagram, 1)
+// exchange sends a request (one datagram or its fragments) and hands each
+// datagram of its response to take, retransmitting with a doubling
+// timeout until take says the response is complete. A response take
+// refuses (forged or damaged) has the request sent again at once, at most
+// Tries times. spi is this side's SPI, where the response is routed.
+func (e *Endpoint) exchange(ctx context.Context, spi uint64, reqs []Datagram, msgID uint32, take func(Datagram) (bool, error)) error {
+	ch := make(chan Datagram, MaxFragments)
 	e.mu.Lock()
 	e.waiting[spi] = ch
 	e.mu.Unlock()
@@ -262,15 +274,16 @@ func (e *Endpoint) exchange(ctx context.Context, spi uint64, req Datagram, msgID
 		e.mu.Unlock()
 	}()
 	wait := e.cfg.RetransmitTimeout
-	for try := 1; ; try++ {
-		if try > 1 {
-			e.count("retransmitted request")
-		}
-		if err := e.send(req); err != nil {
-			return Datagram{}, err
+	bad := 0
+	for try := 1; ; {
+		for _, r := range reqs {
+			if err := e.send(r); err != nil {
+				return err
+			}
 		}
 		timer := time.NewTimer(wait)
-		for again := false; !again; {
+		timedOut, resend := false, false
+		for !timedOut && !resend {
 			select {
 			case d := <-ch:
 				h, _ := ParseHeader(d.Data)
@@ -278,19 +291,35 @@ func (e *Endpoint) exchange(ctx context.Context, spi uint64, req Datagram, msgID
 					e.count("response with another message ID")
 					continue
 				}
-				timer.Stop()
-				return d, nil
+				done, err := take(d)
+				switch {
+				case err != nil:
+					e.count("response dropped: " + reasonOf(err))
+					if bad++; bad == e.cfg.Tries {
+						timer.Stop()
+						return fmt.Errorf("%d responses that do not verify: %w", bad, err)
+					}
+					resend = true
+				case done:
+					timer.Stop()
+					return nil
+				}
 			case <-timer.C:
-				again = true
+				timedOut = true
 			case <-ctx.Done():
 				timer.Stop()
-				return Datagram{}, ctx.Err()
+				return ctx.Err()
 			}
 		}
-		if try == e.cfg.Tries {
-			return Datagram{}, fmt.Errorf("no response to message %d from %s after %d tries", msgID, req.Remote, try)
+		timer.Stop()
+		if timedOut {
+			if try == e.cfg.Tries {
+				return fmt.Errorf("no response to message %d from %s after %d tries", msgID, reqs[0].Remote, try)
+			}
+			try++
+			wait *= 2
+			e.count("retransmitted request")
 		}
-		wait *= 2
 	}
 }
 

@@ -231,3 +231,58 @@ func FuzzCertificateAuth(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFragments runs a real IKE_SA_INIT in memory with fragmentation
+// negotiated, then hands the responder SKF fragments sealed with the
+// initiator's keys whose numbers, totals and contents are arbitrary: the
+// responder never panics, keeps at most MaxFragments parts of at most
+// MaxMessageLen bytes, and establishes nothing.
+func FuzzFragments(f *testing.F) {
+	f.Add([]byte{1, 3, 2, 3, 3, 3}, []byte("IDi and more"))
+	f.Add([]byte{1, 1}, []byte{0, 0, 0, 8, 2, 0, 0, 0})
+	f.Add([]byte{2, 2, 1, 2, 1, 3}, bytes.Repeat([]byte{0xff}, 300))
+	ic, rc := fuzzConfigs(f)
+	f.Fuzz(func(t *testing.T, numbers []byte, data []byte) {
+		var i, r *Endpoint
+		var err error
+		if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
+			i.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
+			r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		s, err := i.initSA(context.Background(), netip.AddrPortFrom(r.local, Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := Header{SPIi: s.spii, SPIr: s.spir, Exchange: IKEAuth, Flags: FlagInitiator, MessageID: 1}
+		for k := 0; k+1 < len(numbers) && k < 2*MaxFragments+4; k += 2 {
+			num, total := int(numbers[k]), int(numbers[k+1])
+			part := data[min(len(data), k*8):min(len(data), k*8+64)]
+			first := PayloadNone
+			if num == 1 && len(data) > 0 {
+				first = PayloadType(data[0])
+			}
+			b, err := s.send.sealFragment(h, first, part, num, total, rand.Reader)
+			if err != nil {
+				continue
+			}
+			r.Handle(Datagram{Data: b, Local: netip.AddrPortFrom(r.local, NATTPort), Remote: netip.AddrPortFrom(i.local, NATTPort)})
+			r.mu.Lock()
+			rs := r.sas[s.spir]
+			if rs != nil && rs.reqFrags != nil && (len(rs.reqFrags.parts) > MaxFragments || rs.reqFrags.size > MaxMessageLen) {
+				t.Fatalf("reassembly of %d parts, %d bytes", len(rs.reqFrags.parts), rs.reqFrags.size)
+			}
+			if rs != nil && rs.state == StateEstablished {
+				t.Fatal("fuzzed fragments established an IKE SA")
+			}
+			r.mu.Unlock()
+		}
+	})
+}

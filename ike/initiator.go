@@ -72,12 +72,16 @@ func (e *Endpoint) initSA(ctx context.Context, remote netip.AddrPort) (*IKESA, e
 		if e.signatures() {
 			ps = append(ps, sigHashNotify())
 		}
+		if !e.cfg.NoFragmentation {
+			ps = append(ps, &Notify{Kind: NotifyFragmentationSupported})
+		}
 		req, err := (&Message{Header: Header{SPIi: spii, Exchange: IKESAInit, Flags: FlagInitiator}, Payloads: ps}).Marshal()
 		if err != nil {
 			return nil, err
 		}
-		d, err := e.exchange(ctx, spii, Datagram{Data: req, Local: local, Remote: remote}, 0)
-		if err != nil {
+		var d Datagram
+		if err := e.exchange(ctx, spii, []Datagram{{Data: req, Local: local, Remote: remote}}, 0,
+			func(r Datagram) (bool, error) { d = r; return true, nil }); err != nil {
 			return nil, err
 		}
 		m, err := Parse(d.Data)
@@ -162,6 +166,7 @@ func (e *Endpoint) initResponse(m *Message, d Datagram, req, ni []byte, dh dhKey
 		return nil, err
 	}
 	s.nat = natDetected(m, m.SPIi, m.SPIr, d)
+	s.fragments = !e.cfg.NoFragmentation && m.Notify(NotifyFragmentationSupported) != nil
 	if s.nat && remote.Port() == Port {
 		// RFC 7296 §2.23: float to port 4500 for IKE_AUTH.
 		s.local, s.remote = netip.AddrPortFrom(local.Addr(), NATTPort), netip.AddrPortFrom(remote.Addr(), NATTPort)

@@ -140,6 +140,9 @@ func (e *Endpoint) respondInit(d Datagram, h Header) {
 	if e.signatures() {
 		resp.Payloads = append(resp.Payloads, sigHashNotify())
 	}
+	if s.fragments = !e.cfg.NoFragmentation && m.Notify(NotifyFragmentationSupported) != nil; s.fragments {
+		resp.Payloads = append(resp.Payloads, &Notify{Kind: NotifyFragmentationSupported})
+	}
 	if s.initResp, err = resp.Marshal(); err != nil {
 		fail("response not encoded", err)
 		return

@@ -215,3 +215,56 @@ func TestIKEInitiateWithCertificates(t *testing.T) {
 		t.Errorf("charon did not log verifying espgw's DN identity with ECDSA-SHA256:\n%s", log)
 	}
 }
+
+// TestIKEFragmentationWithCharon authenticates with RSA certificates,
+// whose IKE_AUTH messages are larger than both sides' fragment sizes
+// (espgw's 500 bytes, charon's fragment_size = 576), each side
+// initiating: both announce IKEV2_FRAGMENTATION_SUPPORTED, send IKE_AUTH
+// in SKF fragments and reassemble the other's; charon's log says it split
+// and reassembled messages, espgw counts the same, and then the SAs carry
+// a rekey and a Delete as usual.
+func TestIKEFragmentationWithCharon(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs charon in namespaces; run without -short")
+	}
+	if err := CheckInstalled(); err != nil {
+		t.Fatal(err)
+	}
+	for _, charonInitiates := range []bool{false, true} {
+		name := "espgw-initiates"
+		if charonInitiates {
+			name = "charon-initiates"
+		}
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			r := negotiateWith(t, ctx, negotiation{ike: "aes128-sha256-x25519", charonIKE: "aes128-sha256-x25519", esp: "aes128gcm16",
+				charonInitiates: charonInitiates, keyType: certgen.RSA, fragmentSize: 500, charonOptions: []string{"fragment_size = 576"}})
+			log, err := os.ReadFile(r.charon.LogPath())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"splitting IKE message", "reassembled fragmented IKE message"} {
+				if !bytes.Contains(log, []byte(want)) {
+					t.Errorf("charon's log lacks %q:\n%s", want, log)
+				}
+			}
+			counts := r.ep.Counts()
+			if counts["message sent in fragments"] < 1 || counts["fragmented message reassembled"] < 1 {
+				t.Errorf("espgw neither sent nor reassembled fragments: %v", counts)
+			}
+			in, out, err := r.child.SAs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameKeys(t, r.charon.LogPath(), in, out)
+			if _, err := r.s.RekeyChild(ctx, r.child); err != nil {
+				t.Fatalf("CHILD_SA rekey: %v", err)
+			}
+			if err := r.s.Delete(ctx); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			t.Logf("espgw counts %v", r.ep.Counts())
+		})
+	}
+}

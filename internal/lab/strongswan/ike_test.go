@@ -100,6 +100,10 @@ type negotiation struct {
 	// classic has both sides sign with the methods of RFC 7296 and 4754
 	// (no SIGNATURE_HASH_ALGORITHMS); pss has both sign RSA with PSS.
 	classic, pss bool
+	// fragmentSize is espgw's, charonOptions go in charon's
+	// strongswan.conf.
+	fragmentSize  int
+	charonOptions []string
 }
 
 func negotiateWith(t *testing.T, ctx context.Context, n negotiation) *ikeRun {
@@ -137,6 +141,8 @@ func negotiateWith(t *testing.T, ctx context.Context, n negotiation) *ikeRun {
 	if n.keyType != "" {
 		r.certs = useCertificates(t, n, &cfg, &charonCfg)
 	}
+	cfg.FragmentSize = n.fragmentSize
+	charonCfg.Options = append(charonCfg.Options, n.charonOptions...)
 	if err := topo.GW1.Do(func() (err error) { r.tr, err = ike.Listen(local); return err }); err != nil {
 		t.Fatal(err)
 	}
