@@ -68,7 +68,7 @@ type IKESA struct {
 	// response.
 	fragments           bool
 	reqFrags, respFrags *reassembly
-	children           []*Child
+	children            []*Child
 	// reqMu keeps one request of this side outstanding (a window of one).
 	reqMu sync.Mutex
 }
