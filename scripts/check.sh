@@ -46,6 +46,7 @@ go run "$govulncheck" -db "file://$dbdir" ./...
 step go test -short, no root
 go test -count=1 -short \
   ./esp/... ./sa/... ./internal/control ./internal/errlist ./internal/inetsum ./internal/secret \
-  ./offload/aesni/... ./offload/afalg/internal/kcapi ./offload/emul ./offload/engines ./offload/ring \
+  ./offload/aesni/... ./offload/afalg/internal/kcapi ./offload/engines ./internal/cli \
+  ./internal/lab/sim/... ./internal/lab/layout \
   ./internal/lab/impair ./internal/lab/labyaml ./internal/lab/pcapgen ./internal/lab/speed ./internal/lab/testbed \
   ./internal/lab/figures ./internal/lab/runinfo

@@ -2,6 +2,7 @@ package gateway_test
 
 import (
 	"bytes"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"regexp"
 	"strings"
 	"testing"
@@ -55,7 +56,7 @@ func FuzzParseConfig(f *testing.F) {
 		if namesAFile(data) {
 			return
 		}
-		c, err := gateway.ParseConfig("gw.yaml", data)
+		c, err := gateway.ParseConfig("gw.yaml", data, sim.Engines{})
 		if err != nil {
 			msg := err.Error()
 			if !strings.HasPrefix(msg, "gw.yaml") {

@@ -3,6 +3,7 @@ package engines_test
 import (
 	"context"
 	"fmt"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"net/netip"
 	"syscall"
 	"testing"
@@ -225,12 +226,12 @@ func BenchmarkRingVsCPU(b *testing.B) {
 				}
 				name := fmt.Sprintf("esp-%d-batch%d/%s/workers=%s/%s", size, batch, st.name, w, mode)
 				b.Run(name, func(b *testing.B) {
-					cpuEng, err := engines.New("cpu", engines.Options{})
+					cpuEng, err := (sim.Engines{}).Open("cpu", engines.Options{})
 					if err != nil {
 						b.Fatal(err)
 					}
 					defer cpuEng.Close()
-					ringEng, err := engines.New("ring", engines.Options{Workers: workers})
+					ringEng, err := (sim.Engines{}).Open("ring", engines.Options{Workers: workers})
 					if err != nil {
 						b.Fatal(err)
 					}

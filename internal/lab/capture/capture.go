@@ -29,6 +29,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/internal/overwrite"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/offload"
@@ -115,7 +116,7 @@ func load(opts Options) (*loaded, error) {
 	if len(cfgs) == 0 {
 		return nil, fmt.Errorf("SA file %q holds no SAs", opts.SAFile)
 	}
-	eng, err := engines.New(cmp.Or(opts.Engine, "cpu"), engines.Options{})
+	eng, err := sim.Engines{}.Open(cmp.Or(opts.Engine, "cpu"), engines.Options{})
 	if err != nil {
 		return nil, err
 	}

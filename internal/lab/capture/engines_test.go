@@ -6,6 +6,7 @@ package capture
 import (
 	"bytes"
 	"context"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,8 +18,8 @@ import (
 
 func TestEveryEngineInterop(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range engines.Software() {
-		eng, err := engines.New(name, engines.Options{})
+	for _, name := range (sim.Engines{}).Software() {
+		eng, err := (sim.Engines{}).Open(name, engines.Options{})
 		if err != nil {
 			t.Fatalf("engine %s: %v", name, err)
 		}

@@ -28,9 +28,9 @@ import (
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/labyaml"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/internal/secret"
-	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -626,12 +626,12 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		if g.engine == "" {
 			return perr(at("engines", g.name), "engines."+g.name, errors.New("empty engine name"))
 		}
-		if err := engines.Check(g.engine); err != nil {
+		if err := (sim.Engines{}).Check(g.engine); err != nil {
 			field, line := "engines."+g.name, at("engines", g.name)
 			if _, given := lookup(s.root, "engines"); given == nil {
 				field, line = "engine", at("engine")
 			}
-			return perr(line, field, fmt.Errorf("%s: %w", secret.Word(g.engine, engines.Names()...), err))
+			return perr(line, field, fmt.Errorf("%s: %w", secret.Word(g.engine, (sim.Engines{}).Names()...), err))
 		}
 	}
 	for _, ic := range []struct {

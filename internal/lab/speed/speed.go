@@ -20,7 +20,7 @@
 // asks for wall-clock time; with -multi N the N streams share one engine
 // and the rate is N times bytes over the CPU time (openssl sums N
 // processes' rates). An engine with a timing model (emul:…) is timed by its
-// modelled clock (engines.Options.ModelledTime), so that its table shows
+// modelled clock (sim.Engines.ModelledTime), so that its table shows
 // the card and not the load of the machine emulating it; the ciphers still
 // run for real and the engine still waits whenever the model is ahead of
 // the real clock. -elapsed times it by the wall clock instead, with the
@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
@@ -134,12 +135,11 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 	if err := cfg.checkBounds(); err != nil {
 		return nil, err
 	}
-	opts := cfg.Options
-	opts.ModelledTime = cfg.modelled()
+	cat := sim.Engines{ModelledTime: cfg.modelled()}
 	// A fresh engine for every measurement, as openssl starts afresh for
 	// every size: nothing queued or modelled carries over.
 	newEngine := func() (offload.Engine, error) {
-		eng, err := engines.New(cfg.Engine, opts)
+		eng, err := cat.Open(cfg.Engine, cfg.Options)
 		if err != nil {
 			return nil, err
 		}

@@ -13,9 +13,9 @@
 // clock, so a whole table takes a second, and prints each cell's deviation
 // from the profile's published rows.
 //
-//	go run ./offload/emul/internal/calsim                     # ubsec-2014 as it is
-//	go run ./offload/emul/internal/calsim -profile virtio-qemu-7.2
-//	go run ./offload/emul/internal/calsim -fit host,perop    # refit some parameters
+//	go run ./internal/lab/sim/emul/internal/calsim                     # ubsec-2014 as it is
+//	go run ./internal/lab/sim/emul/internal/calsim -profile virtio-qemu-7.2
+//	go run ./internal/lab/sim/emul/internal/calsim -fit host,perop    # refit some parameters
 //
 // With -fit, it searches the named parameters (host, hostop, hostpb,
 // hostcpu, switch, latency, setup, perop, perbyte, fill) for the smallest
@@ -37,7 +37,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/espgw/espgw/offload/emul"
+	"github.com/espgw/espgw/internal/lab/sim/emul"
 )
 
 // params are the model's parameters in nanoseconds and ns per byte.

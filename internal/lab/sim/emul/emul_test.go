@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/sim/emul"
 	"github.com/espgw/espgw/offload"
-	"github.com/espgw/espgw/offload/emul"
 	"github.com/espgw/espgw/sa"
 )
 

@@ -1,4 +1,4 @@
-package espgw_test
+package e2e_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // failed expectation, printing the scenario's verdict table.
 func TestScenarios(t *testing.T) {
 	needRoot(t)
-	files, err := scenario.Files([]string{"scenarios"})
+	files, err := scenario.Files([]string{"../../../scenarios"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func runScenario(t *testing.T, s *scenario.Scenario, captures string) *scenario.
 // has no SA).
 func TestScenarioVerdictsMatchTshark(t *testing.T) {
 	needRoot(t)
-	scs, err := scenario.Load("scenarios/tamper.yaml")
+	scs, err := scenario.Load("../../../scenarios/tamper.yaml")
 	if err != nil {
 		t.Fatal(err)
 	}

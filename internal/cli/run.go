@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"context"
@@ -18,9 +18,10 @@ import (
 
 	"github.com/espgw/espgw/internal/control"
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/offload/engines"
 )
 
-func newRun() *cobra.Command {
+func newRun(cat engines.Catalog) *cobra.Command {
 	var file string
 	var skip uint64
 	var all bool
@@ -46,7 +47,7 @@ SA without ESN that N takes past 2^32 is refused (it needs new keys).`,
 			if file == "" {
 				return errors.New("run: -c FILE is required")
 			}
-			cfg, err := gateway.LoadConfig(file)
+			cfg, err := gateway.LoadConfig(file, cat)
 			if err != nil {
 				return err
 			}

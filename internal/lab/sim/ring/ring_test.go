@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/sim/ring"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
-	"github.com/espgw/espgw/offload/ring"
 	"github.com/espgw/espgw/sa"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/sim/emul"
 	"github.com/espgw/espgw/internal/lab/speed"
-	"github.com/espgw/espgw/offload/emul"
 )
 
 // calibrationTolerance is the target for every cell. The model is

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"encoding/json"
@@ -159,7 +159,7 @@ policy list). Each command is one atomic change.`,
 			if err != nil {
 				return err
 			}
-			return printJSON(cmd, resp)
+			return PrintJSON(cmd, resp)
 		},
 	}
 	del.Flags().IntVar(&index, "index", -1, "the policy's index in policy list")
@@ -235,5 +235,5 @@ func ask(cmd *cobra.Command, socket string, req control.Request) error {
 	if err != nil {
 		return err
 	}
-	return printJSON(cmd, resp)
+	return PrintJSON(cmd, resp)
 }

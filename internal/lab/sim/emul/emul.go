@@ -101,7 +101,7 @@
 // times, jittered host times on 4 cores), minimising the largest relative
 // error over the 20 cells of the four AES-128 rows; FillBytes was then
 // rounded to 1024 and the rest refitted. The simulation is
-// internal/calsim: `go run ./offload/emul/internal/calsim` prints every
+// internal/calsim: `go run ./internal/lab/sim/emul/internal/calsim` prints every
 // cell's deviation in a second, and -fit refits named parameters. The
 // AES-192, AES-256 and 3DES per-byte costs follow from their single-stream
 // rows. Every cell of every row is within about ±10% (the package's
@@ -168,9 +168,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/sim/ring"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
-	"github.com/espgw/espgw/offload/ring"
 	"github.com/espgw/espgw/sa"
 )
 
