@@ -24,6 +24,12 @@ type Child struct {
 	// a NAT was detected and ESP travels in UDP on port 4500 (RFC 3948).
 	Local, Remote netip.Addr
 	UDP           bool
+
+	// ours and theirs are the exchanges that rekeyed this CHILD_SA, this
+	// side's and the peer's; both set means the two collided, settled
+	// once.
+	ours, theirs *rekeyRecord
+	settled      bool
 }
 
 // ReplayWindow is the anti-replay window of the SAs a Child makes.

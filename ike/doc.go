@@ -39,14 +39,17 @@
 //     fragments, each fragment verified on arrival and the message
 //     reassembled within bounds (MaxFragments, MaxMessageLen, 30 s); a
 //     retransmitted first fragment gets the whole response again.
+//     Simultaneous rekeys (RFC 7296 §2.8.1): when both sides rekey one
+//     CHILD_SA or the IKE SA at once, the new SA of the exchange with the
+//     lowest nonce is deleted by its initiator and the old one by the
+//     other's, the CHILD_SAs moving to the surviving IKE SA.
 //   - Transport: the sockets of ports 500 and 4500 (non-ESP marker).
 //     Every message that leads nowhere is counted by reason
 //     (Endpoint.Counts).
 //
 // # What it does not have yet
 //
-// Simultaneous rekey collisions (RFC 7296 §2.8.1), CRL and OCSP checks,
-// EAP, configuration payloads, transport mode (tunnel mode always), NAT-T keepalives
+// CRL and OCSP checks, EAP, configuration payloads, transport mode (tunnel mode always), NAT-T keepalives
 // and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not
 // use the package yet; `espgw ike initiate` negotiates a CHILD_SA and
 // writes it as an SA file.

@@ -68,6 +68,10 @@ type IKESA struct {
 	// response.
 	fragments           bool
 	reqFrags, respFrags *reassembly
+	// ourRekey and peerRekey are the exchanges that rekeyed this IKE SA;
+	// both set means a collision, settled once.
+	ourRekey, peerRekey *rekeyRecord
+	settled             bool
 	children            []*Child
 	// reqMu keeps one request of this side outstanding (a window of one).
 	reqMu sync.Mutex

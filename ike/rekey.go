@@ -92,14 +92,27 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	}
 	e.mu.Lock()
 	c, err := s.newChild(cs, sap.Proposals[0], gir, ni, nonce.Data, true, inSPI)
+	var survivor *Child
+	var deleteOurs bool
 	if err == nil {
 		c.LocalTS, c.RemoteTS = tsi.Selectors, tsr.Selectors
 		s.children = append(s.children, c)
 		e.count("CHILD_SA rekeyed")
+		old.ours = &rekeyRecord{ni: ni, nr: nonce.Data, child: c}
+		survivor = c
+		if old.theirs != nil && !old.settled {
+			survivor, deleteOurs = s.childCollision(old)
+		}
 	}
 	e.mu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if deleteOurs {
+		if err := s.DeleteChild(ctx, c); err != nil {
+			return survivor, fmt.Errorf("simultaneous rekey of CHILD_SA %#x: deleting this side's redundant %#x: %w", old.InSPI, c.InSPI, err)
+		}
+		return survivor, nil
 	}
 	if err := s.DeleteChild(ctx, old); err != nil {
 		return c, fmt.Errorf("rekeyed CHILD_SA %#x to %#x, but the old one's deletion: %w", old.InSPI, c.InSPI, err)
@@ -190,6 +203,13 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 	s.children = append(s.children, c)
 	if old != nil {
 		e.count("CHILD_SA rekeyed by the peer")
+		old.theirs = &rekeyRecord{ni: nonce.Data, nr: myNonce, child: c}
+		if old.ours != nil && !old.settled {
+			// This side's rekey of the same CHILD_SA is over already.
+			if _, deleteOurs := s.childCollision(old); deleteOurs {
+				s.deleteLater(old.ours.child, nil)
+			}
+		}
 	} else {
 		e.count("CHILD_SA established")
 	}
@@ -257,11 +277,26 @@ func (s *IKESA) Rekey(ctx context.Context) (*IKESA, error) {
 	peer := binary.BigEndian.Uint64(sap.Proposals[0].SPI)
 	e.mu.Lock()
 	n, err := s.successor(suite, gir, ni, nonce.Data, spi, peer, true)
+	var survivor, redundant *IKESA
+	var deleteOurs bool
+	if err == nil {
+		s.ourRekey = &rekeyRecord{ni: ni, nr: nonce.Data, sa: n}
+		if s.peerRekey != nil && !s.settled {
+			survivor, redundant, deleteOurs = s.ikeCollision()
+		}
+	}
 	e.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	e.count("IKE SA rekeyed")
+	if deleteOurs {
+		// The peer's new IKE SA survives, and the peer deletes the old one.
+		if err := redundant.Delete(ctx); err != nil {
+			return survivor, fmt.Errorf("simultaneous IKE SA rekey: deleting this side's redundant IKE SA: %w", err)
+		}
+		return survivor, nil
+	}
 	if err := s.Delete(ctx); err != nil {
 		return n, fmt.Errorf("rekeyed the IKE SA, but the old one's deletion: %w", err)
 	}
@@ -327,11 +362,19 @@ func (s *IKESA) respondRekeyIKE(sap *SA, nonce *Nonce, ke *KE) []Payload {
 	if err != nil {
 		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
 	}
-	if _, err := s.successor(suite, gir, nonce.Data, nr, binary.BigEndian.Uint64(chosen.SPI), spi, false); err != nil {
+	n, err := s.successor(suite, gir, nonce.Data, nr, binary.BigEndian.Uint64(chosen.SPI), spi, false)
+	if err != nil {
 		e.count("IKE SA rekey failed")
 		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
 	}
 	e.count("IKE SA rekeyed by the peer")
+	s.peerRekey = &rekeyRecord{ni: nonce.Data, nr: nr, sa: n}
+	if s.ourRekey != nil && !s.settled {
+		// This side's rekey of the same IKE SA is over already.
+		if _, redundant, deleteOurs := s.ikeCollision(); deleteOurs {
+			s.deleteLater(nil, redundant)
+		}
+	}
 	chosen.SPI = binary.BigEndian.AppendUint64(nil, spi)
 	return []Payload{&SA{Proposals: []Proposal{chosen}}, &Nonce{Data: nr}, &KE{Group: suite.group, Data: dh.Public()}}
 }
