@@ -94,7 +94,8 @@ func TestFragmentation(t *testing.T) {
 // TestFragmentRetransmission loses the last fragment of the responder's
 // IKE_AUTH response once: the initiator sends all its fragments again, the
 // responder answers the first with its whole response again and counts
-// the others, and the exchange completes.
+// the others, and the exchange completes (whatever order the resent
+// fragments arrive in).
 func TestFragmentRetransmission(t *testing.T) {
 	ic, rc, _ := certConfigs(t, certgen.RSA)
 	ic.FragmentSize, rc.FragmentSize = 400, 400
@@ -110,9 +111,6 @@ func TestFragmentRetransmission(t *testing.T) {
 	rcn := r.Counts()
 	if lost := dropped.Load(); !lost || i.Counts()["retransmitted request"] != 1 || rcn["retransmitted request answered again"] != 1 || rcn["retransmitted fragment"] < 1 {
 		t.Errorf("lost %v; initiator %v, responder %v", lost, i.Counts(), rcn)
-	}
-	if n := i.Counts()["retransmitted fragment"]; n < 1 {
-		t.Errorf("the initiator counted %d fragments it had already: %v", n, i.Counts())
 	}
 }
 
