@@ -58,6 +58,9 @@ type Config struct {
 	// peer's against the CA, rather than the PSK. The key is RSA or EC
 	// (KeyType "RSA" or "ECDSA").
 	Cert, Key, CA, KeyType string
+	// RealNAT leaves out forceencaps, which otherwise fakes a NAT: a test
+	// with a real NAT between the two sides sets it.
+	RealNAT bool
 	// Options are lines added to strongswan.conf's charon section, such as
 	// "signature_authentication = no" or "rsa_pss = yes".
 	Options []string
@@ -112,6 +115,10 @@ func Start(ctx context.Context, cfg Config) (*Charon, error) {
 	if cfg.PeerDN != "" {
 		peerID = strconv.Quote(cfg.PeerDN)
 	}
+	forceEncaps := "yes"
+	if cfg.RealNAT {
+		forceEncaps = "no"
+	}
 	auth := "authby=secret"
 	if cfg.Cert != "" {
 		if cfg.Key == "" || cfg.CA == "" || (cfg.KeyType != "RSA" && cfg.KeyType != "ECDSA") {
@@ -141,13 +148,13 @@ conn espgw
 	%s
 	ike=%s!
 	esp=%s!
-	forceencaps=yes
+	forceencaps=%s
 	rekey=no
 	ikelifetime=24h
 	lifetime=8h
 	dpdaction=none
 	auto=%s
-`, cfg.Local, cfg.LocalNet, cfg.ID, cfg.Remote, cfg.RemoteNet, peerID, auth, cfg.IKE, cfg.ESP, auto)
+`, cfg.Local, cfg.LocalNet, cfg.ID, cfg.Remote, cfg.RemoteNet, peerID, auth, cfg.IKE, cfg.ESP, forceEncaps, auto)
 	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
 	if cfg.Cert != "" {
 		conf += fmt.Sprintf("ca espgw\n\tcacert=%s\n\tauto=add\n", cfg.CA)
