@@ -336,6 +336,27 @@ func (e *Endpoint) randomSPI() (uint64, error) {
 	}
 }
 
+// spiAndNonce is what an exchange this side starts needs first: a new
+// IKE SPI not in use (an ESP SPI when esp is set) and a nonce.
+func (e *Endpoint) spiAndNonce(esp bool) (uint64, []byte, error) {
+	e.mu.Lock()
+	var spi uint64
+	var err error
+	if esp {
+		var s uint32
+		s, err = e.childSPI()
+		spi = uint64(s)
+	} else {
+		spi, err = e.randomSPI()
+	}
+	e.mu.Unlock()
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := e.nonce()
+	return spi, n, err
+}
+
 // childSPI is a random ESP SPI of 256 or more.
 func (e *Endpoint) childSPI() (uint32, error) {
 	var b [4]byte

@@ -105,20 +105,7 @@ func FuzzAuthenticatedRequests(f *testing.F) {
 	f.Add(byte(1), byte(PayloadSA), []byte{})
 	ic, rc := fuzzConfigs(f)
 	f.Fuzz(func(t *testing.T, kind, first byte, chain []byte) {
-		var i, r *Endpoint
-		var err error
-		if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
-			i.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
-			r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		i, r := linked(t, ic, rc)
 		s, err := i.Initiate(context.Background(), netip.AddrPortFrom(r.local, Port))
 		if err != nil {
 			t.Fatal(err)
@@ -185,20 +172,7 @@ func FuzzCertificateAuth(f *testing.F) {
 	f.Add(leaf.Cert.Raw, byte(AuthDigSig), []byte{9, 1, 2, 3})
 	f.Add(leaf.Cert.Raw[:100], byte(AuthECDSA256), make([]byte, 64))
 	f.Fuzz(func(t *testing.T, cert []byte, method byte, auth []byte) {
-		var i, r *Endpoint
-		var err error
-		if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
-			i.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
-			r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		i, r := linked(t, ic, rc)
 		s, err := i.initSA(context.Background(), netip.AddrPortFrom(r.local, Port))
 		if err != nil {
 			t.Fatal(err)
@@ -243,20 +217,7 @@ func FuzzFragments(f *testing.F) {
 	f.Add([]byte{2, 2, 1, 2, 1, 3}, bytes.Repeat([]byte{0xff}, 300))
 	ic, rc := fuzzConfigs(f)
 	f.Fuzz(func(t *testing.T, numbers []byte, data []byte) {
-		var i, r *Endpoint
-		var err error
-		if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
-			i.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
-			r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		i, r := linked(t, ic, rc)
 		s, err := i.initSA(context.Background(), netip.AddrPortFrom(r.local, Port))
 		if err != nil {
 			t.Fatal(err)
@@ -285,4 +246,24 @@ func FuzzFragments(f *testing.F) {
 			r.mu.Unlock()
 		}
 	})
+}
+
+// linked is two endpoints whose datagrams reach each other at once, in
+// the sender's goroutine.
+func linked(t testing.TB, ic, rc Config) (i, r *Endpoint) {
+	t.Helper()
+	var err error
+	if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
+		i.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
+		r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return i, r
 }

@@ -22,17 +22,9 @@ const (
 	StateDeleted                  // deleted by either side
 )
 
-func (s State) String() string {
-	switch s {
-	case StateHalfOpen:
-		return "half-open"
-	case StateEstablished:
-		return "established"
-	case StateDeleted:
-		return "deleted"
-	}
-	return fmt.Sprintf("state(%d)", uint8(s))
-}
+var stateNames = map[State]string{StateHalfOpen: "half-open", StateEstablished: "established", StateDeleted: "deleted"}
+
+func (s State) String() string { return nameOf(stateNames, s, "state") }
 
 // IKESA is one IKE SA, initiated or responded to. Its fields change under
 // the endpoint's lock.

@@ -41,13 +41,7 @@ func (e *Endpoint) initSA(ctx context.Context, remote netip.AddrPort) (*IKESA, e
 	local := netip.AddrPortFrom(e.local, Port)
 	// A retry keeps the SPI, the nonce and, unless the group changes, the
 	// KE: RFC 7296 §2.6 wants the other payloads unchanged after a COOKIE.
-	e.mu.Lock()
-	spii, err := e.randomSPI()
-	e.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	ni, err := e.nonce()
+	spii, ni, err := e.spiAndNonce(false)
 	if err != nil {
 		return nil, err
 	}
@@ -186,10 +180,7 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	if err != nil {
 		return nil, err
 	}
-	esp := withoutDH(e.cfg.ESP)
-	for i := range esp {
-		esp[i].SPI = binary.BigEndian.AppendUint32(nil, inSPI)
-	}
+	esp := withSPI(withoutDH(e.cfg.ESP), binary.BigEndian.AppendUint32(nil, inSPI))
 	certs, auth, err := s.ownAuth()
 	if err != nil {
 		return nil, err
@@ -237,28 +228,12 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	if n := m.ErrorNotify(); n != nil {
 		return nil, fmt.Errorf("IKE SA up, no CHILD_SA: the responder answered %s", n.Kind)
 	}
-	sap, _ := m.Find(PayloadSA).(*SA)
-	tsi, _ := m.Find(PayloadTSi).(*TS)
-	tsr, _ := m.Find(PayloadTSr).(*TS)
-	switch {
-	case sap == nil || tsi == nil || tsr == nil:
-		return nil, errors.New("IKE SA up, no CHILD_SA: the response lacks SA, TSi or TSr")
-	case len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 || !Accepts(esp, sap.Proposals[0]):
-		return nil, errors.New("IKE SA up, no CHILD_SA: the responder chose an ESP proposal not offered")
-	case !Within(tsi.Selectors, e.cfg.LocalTS) || !Within(tsr.Selectors, e.cfg.RemoteTS):
-		return nil, fmt.Errorf("IKE SA up, no CHILD_SA: the responder's selectors %v === %v exceed ours", tsi.Selectors, tsr.Selectors)
-	}
-	cs, err := childSuiteFrom(sap.Proposals[0])
+	c, err := s.takeChild(m, esp, e.cfg.LocalTS, e.cfg.RemoteTS, nil, s.ni, s.nr, inSPI)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("IKE SA up, no CHILD_SA: %w", err)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	c, err := s.newChild(cs, sap.Proposals[0], nil, s.ni, s.nr, true, inSPI)
-	if err != nil {
-		return nil, err
-	}
-	c.LocalTS, c.RemoteTS = tsi.Selectors, tsr.Selectors
 	s.children = append(s.children, c)
 	e.count("CHILD_SA established")
 	return c, nil

@@ -112,23 +112,9 @@ const (
 	IDKeyID IDType = 11
 )
 
-func (t IDType) String() string {
-	switch t {
-	case IDIPv4:
-		return "ipv4"
-	case IDFQDN:
-		return "fqdn"
-	case IDEmail:
-		return "email"
-	case IDIPv6:
-		return "ipv6"
-	case IDDN:
-		return "dn"
-	case IDKeyID:
-		return "keyid"
-	}
-	return fmt.Sprintf("id-type(%d)", uint8(t))
-}
+var idTypeNames = map[IDType]string{IDIPv4: "ipv4", IDFQDN: "fqdn", IDEmail: "email", IDIPv6: "ipv6", IDDN: "dn", IDKeyID: "keyid"}
+
+func (t IDType) String() string { return nameOf(idTypeNames, t, "id-type") }
 
 // Identity is an IKE identity: a type and its data.
 type Identity struct {

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -27,16 +26,11 @@ func (e *Endpoint) espGroup() DHGroup {
 // old one goes.
 func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	e := s.e
-	e.mu.Lock()
-	inSPI, err := e.childSPI()
-	e.mu.Unlock()
+	spi, ni, err := e.spiAndNonce(true)
 	if err != nil {
 		return nil, err
 	}
-	ni, err := e.nonce()
-	if err != nil {
-		return nil, err
-	}
+	inSPI := uint32(spi)
 	esp := e.cfg.ESP
 	group := e.espGroup()
 	var dh dhKey
@@ -45,10 +39,7 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	} else if dh, err = group.generate(e.cfg.Rand); err != nil {
 		return nil, err
 	}
-	esp = slices.Clone(esp)
-	for i := range esp {
-		esp[i].SPI = binary.BigEndian.AppendUint32(nil, inSPI)
-	}
+	esp = withSPI(esp, binary.BigEndian.AppendUint32(nil, inSPI))
 	ps := []Payload{&Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, old.InSPI), Kind: NotifyRekeySA},
 		&SA{Proposals: esp}, &Nonce{Data: ni}}
 	if dh != nil {
@@ -62,18 +53,11 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	if n := m.ErrorNotify(); n != nil {
 		return nil, fmt.Errorf("rekey CHILD_SA %#x: the peer answered %s", old.InSPI, n.Kind)
 	}
-	sap, _ := m.Find(PayloadSA).(*SA)
 	nonce, _ := m.Find(PayloadNonce).(*Nonce)
-	tsi, _ := m.Find(PayloadTSi).(*TS)
-	tsr, _ := m.Find(PayloadTSr).(*TS)
 	ke, _ := m.Find(PayloadKE).(*KE)
 	switch {
-	case sap == nil || nonce == nil || tsi == nil || tsr == nil:
-		return nil, errors.New("rekey: the response lacks SA, Nonce, TSi or TSr")
-	case len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 || !Accepts(esp, sap.Proposals[0]):
-		return nil, errors.New("rekey: the peer chose an ESP proposal not offered")
-	case !Within(tsi.Selectors, old.LocalTS) || !Within(tsr.Selectors, old.RemoteTS):
-		return nil, errors.New("rekey: the peer's selectors exceed the old CHILD_SA's")
+	case nonce == nil:
+		return nil, errors.New("rekey: the response lacks a Nonce")
 	case (dh != nil) != (ke != nil):
 		return nil, errors.New("rekey: a KE payload where none was asked for, or none where one was")
 	}
@@ -86,28 +70,21 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 			return nil, err
 		}
 	}
-	cs, err := childSuiteFrom(sap.Proposals[0])
+	c, err := s.takeChild(m, esp, old.LocalTS, old.RemoteTS, gir, ni, nonce.Data, inSPI)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rekey CHILD_SA %#x: %w", old.InSPI, err)
 	}
 	e.mu.Lock()
-	c, err := s.newChild(cs, sap.Proposals[0], gir, ni, nonce.Data, true, inSPI)
 	var survivor *Child
 	var deleteOurs bool
-	if err == nil {
-		c.LocalTS, c.RemoteTS = tsi.Selectors, tsr.Selectors
-		s.children = append(s.children, c)
-		e.count("CHILD_SA rekeyed")
-		old.ours = &rekeyRecord{ni: ni, nr: nonce.Data, child: c}
-		survivor = c
-		if old.theirs != nil && !old.settled {
-			survivor, deleteOurs = s.childCollision(old)
-		}
+	s.children = append(s.children, c)
+	e.count("CHILD_SA rekeyed")
+	old.ours = &rekeyRecord{ni: ni, nr: nonce.Data, child: c}
+	survivor = c
+	if old.theirs != nil && !old.settled {
+		survivor, deleteOurs = s.childCollision(old)
 	}
 	e.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
 	if deleteOurs {
 		if err := s.DeleteChild(ctx, c); err != nil {
 			return survivor, fmt.Errorf("simultaneous rekey of CHILD_SA %#x: deleting this side's redundant %#x: %w", old.InSPI, c.InSPI, err)
@@ -153,18 +130,14 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 			return []Payload{&Notify{Protocol: ProtoESP, SPI: n.SPI, Kind: NotifyChildSANotFound}}
 		}
 	}
-	chosen, ok := Choose(e.cfg.ESP, sap.Proposals)
-	if !ok {
-		chosen, ok = Choose(withoutDH(e.cfg.ESP), sap.Proposals)
+	// With PFS if the peer offers it, else without.
+	ours := e.cfg.ESP
+	if _, ok := Choose(ours, sap.Proposals); !ok {
+		ours = withoutDH(ours)
 	}
-	if !ok || len(chosen.SPI) != 4 {
-		e.count("no ESP proposal chosen")
-		return []Payload{&Notify{Kind: NotifyNoProposalChosen}}
-	}
-	cs, err := childSuiteFrom(chosen)
-	if err != nil {
-		e.count("no ESP proposal chosen")
-		return []Payload{&Notify{Kind: NotifyNoProposalChosen}}
+	chosen, cs, refused := s.chooseChild(ours, sap)
+	if refused != nil {
+		return []Payload{refused}
 	}
 	var gir []byte
 	var kePayload *KE
@@ -184,23 +157,14 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 		}
 		kePayload = &KE{Group: group, Data: dh.Public()}
 	}
-	ni, nr := Narrow(tsi.Selectors, e.cfg.RemoteTS), Narrow(tsr.Selectors, e.cfg.LocalTS)
-	if len(ni) == 0 || len(nr) == 0 {
-		e.count("traffic selectors unacceptable")
-		return []Payload{&Notify{Kind: NotifyTSUnacceptable}}
-	}
 	myNonce, err := e.nonce()
 	if err != nil {
 		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
 	}
-	c, err := s.newChild(cs, chosen, gir, nonce.Data, myNonce, false, 0)
-	if err != nil {
-		e.count("CHILD_SA not made")
-		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
+	c, child, refused := s.giveChild(chosen, cs, tsi, tsr, gir, nonce.Data, myNonce)
+	if refused != nil {
+		return []Payload{refused}
 	}
-	c.LocalTS, c.RemoteTS = nr, ni
-	chosen.SPI = binary.BigEndian.AppendUint32(nil, c.InSPI)
-	s.children = append(s.children, c)
 	if old != nil {
 		e.count("CHILD_SA rekeyed by the peer")
 		old.theirs = &rekeyRecord{ni: nonce.Data, nr: myNonce, child: c}
@@ -213,14 +177,11 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 	} else {
 		e.count("CHILD_SA established")
 	}
-	if e.cfg.OnChild != nil {
-		e.cfg.OnChild(s, c)
-	}
-	resp := []Payload{&SA{Proposals: []Proposal{chosen}}, &Nonce{Data: myNonce}}
+	resp := []Payload{child[0], &Nonce{Data: myNonce}}
 	if kePayload != nil {
 		resp = append(resp, kePayload)
 	}
-	return append(resp, &TS{Kind: PayloadTSi, Selectors: ni}, &TS{Kind: PayloadTSr, Selectors: nr})
+	return append(resp, child[1:]...)
 }
 
 // Rekey replaces the IKE SA with a new one (RFC 7296 §1.3.2): a
@@ -229,13 +190,7 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 // old one is deleted with the peer. The new SA is returned.
 func (s *IKESA) Rekey(ctx context.Context) (*IKESA, error) {
 	e := s.e
-	e.mu.Lock()
-	spi, err := e.randomSPI()
-	e.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	ni, err := e.nonce()
+	spi, ni, err := e.spiAndNonce(false)
 	if err != nil {
 		return nil, err
 	}
@@ -243,10 +198,7 @@ func (s *IKESA) Rekey(ctx context.Context) (*IKESA, error) {
 	if err != nil {
 		return nil, err
 	}
-	props := slices.Clone(e.cfg.IKE)
-	for i := range props {
-		props[i].SPI = binary.BigEndian.AppendUint64(nil, spi)
-	}
+	props := withSPI(e.cfg.IKE, binary.BigEndian.AppendUint64(nil, spi))
 	m, err := s.request(ctx, CreateChildSA, []Payload{&SA{Proposals: props}, &Nonce{Data: ni}, &KE{Group: s.suite.group, Data: dh.Public()}})
 	if err != nil {
 		return nil, fmt.Errorf("rekey IKE SA: %w", err)

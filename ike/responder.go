@@ -233,34 +233,16 @@ func (s *IKESA) respondAuth(m *Message) []Payload {
 	if sap == nil || tsi == nil || tsr == nil {
 		return resp
 	}
-	chosen, ok := Choose(withoutDH(e.cfg.ESP), sap.Proposals)
-	if !ok || len(chosen.SPI) != 4 {
-		e.count("no ESP proposal chosen")
-		return append(resp, &Notify{Kind: NotifyNoProposalChosen})
+	chosen, cs, refused := s.chooseChild(withoutDH(e.cfg.ESP), sap)
+	if refused != nil {
+		return append(resp, refused)
 	}
-	cs, err := childSuiteFrom(chosen)
-	if err != nil {
-		e.count("no ESP proposal chosen")
-		return append(resp, &Notify{Kind: NotifyNoProposalChosen})
+	_, child, refused := s.giveChild(chosen, cs, tsi, tsr, nil, s.ni, s.nr)
+	if refused != nil {
+		return append(resp, refused)
 	}
-	ni, nr := Narrow(tsi.Selectors, e.cfg.RemoteTS), Narrow(tsr.Selectors, e.cfg.LocalTS)
-	if len(ni) == 0 || len(nr) == 0 {
-		e.count("traffic selectors unacceptable")
-		return append(resp, &Notify{Kind: NotifyTSUnacceptable})
-	}
-	c, err := s.newChild(cs, chosen, nil, s.ni, s.nr, false, 0)
-	if err != nil {
-		e.count("CHILD_SA not made")
-		return append(resp, &Notify{Kind: NotifyTemporaryFailure})
-	}
-	c.LocalTS, c.RemoteTS = nr, ni
-	chosen.SPI = binary.BigEndian.AppendUint32(nil, c.InSPI)
-	s.children = append(s.children, c)
 	e.count("CHILD_SA established")
-	if e.cfg.OnChild != nil {
-		e.cfg.OnChild(s, c)
-	}
-	return append(resp, &SA{Proposals: []Proposal{chosen}}, &TS{Kind: PayloadTSi, Selectors: ni}, &TS{Kind: PayloadTSr, Selectors: nr})
+	return append(resp, child...)
 }
 
 // newChild derives a CHILD_SA's keys for the chosen proposal (whose SPI
