@@ -114,6 +114,11 @@ type Config struct {
 	// IKE and ESP are the proposals in libreswan's syntax, such as
 	// "aes128-sha2_256-dh31" and "aes_gcm128".
 	IKE, ESP string
+	// Cert, Key and CA are PEM files: with them pluto authenticates with
+	// its certificate (imported into its NSS database with the key, via
+	// PKCS #12) and checks the peer's against the CA, rather than the PSK.
+	// KeyType is "rsa" or "ecdsa".
+	Cert, Key, CA, KeyType string
 	// Root is Prepare's folder; Dir receives the files the guest gets.
 	Root, Dir string
 }
@@ -173,6 +178,14 @@ func (cfg Config) files(ctx context.Context) (map[string]string, error) {
 	if cfg.Initiate {
 		auto = "start"
 	}
+	auth := "authby=secret"
+	if cfg.Cert != "" {
+		if cfg.KeyType != "rsa" && cfg.KeyType != "ecdsa" {
+			return nil, fmt.Errorf("start pluto: key type %q, want rsa or ecdsa", cfg.KeyType)
+		}
+		method := map[string]string{"rsa": "rsasig", "ecdsa": "ecdsa"}[cfg.KeyType]
+		auth = fmt.Sprintf("authby=%s\n\tleftcert=%s\n\tleftsendcert=always\n\trightca=%%same", method, cfg.ID)
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "nss"), 0o700); err != nil {
 		return nil, fmt.Errorf("start pluto: %w", err)
 	}
@@ -189,7 +202,7 @@ conn %s
 	right=%s
 	rightid=@%s
 	rightsubnet=%s
-	authby=secret
+	%s
 	ike=%s
 	esp=%s
 	pfs=no
@@ -197,7 +210,7 @@ conn %s
 	encapsulation=no
 	leftupdown=/bin/true
 	auto=%s
-`, logFile, Name, cfg.Guest.Addr(), cfg.ID, cfg.LocalNet, cfg.Host.Addr(), cfg.PeerID, cfg.RemoteNet, cfg.IKE, cfg.ESP, auto)
+`, logFile, Name, cfg.Guest.Addr(), cfg.ID, cfg.LocalNet, cfg.Host.Addr(), cfg.PeerID, cfg.RemoteNet, auth, cfg.IKE, cfg.ESP, auto)
 	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
 	for name, body := range map[string]string{"ipsec.conf": conf, "ipsec.secrets": secrets} {
 		if err := os.WriteFile(filepath.Join(cfg.Dir, name), []byte(body), 0o600); err != nil {
@@ -207,6 +220,18 @@ conn %s
 	nss := filepath.Join(cfg.Dir, "nss")
 	if out, err := exec.CommandContext(ctx, "certutil", "-N", "-d", "sql:"+nss, "--empty-password").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("start pluto: certutil -N (libnss3-tools): %w: %s", err, out)
+	}
+	if cfg.Cert != "" {
+		p12 := filepath.Join(cfg.Dir, cfg.ID+".p12")
+		for _, argv := range [][]string{
+			{"openssl", "pkcs12", "-export", "-in", cfg.Cert, "-inkey", cfg.Key, "-name", cfg.ID, "-out", p12, "-passout", "pass:"},
+			{"pk12util", "-i", p12, "-d", "sql:" + nss, "-W", ""},
+			{"certutil", "-A", "-d", "sql:" + nss, "-n", "espgw test CA", "-t", "CT,,", "-a", "-i", cfg.CA},
+		} {
+			if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
+				return nil, fmt.Errorf("start pluto: %s: %w: %s", strings.Join(argv[:2], " "), err, out)
+			}
+		}
 	}
 	files := map[string]string{"/etc/ipsec.conf": filepath.Join(cfg.Dir, "ipsec.conf"),
 		"/etc/ipsec.secrets": filepath.Join(cfg.Dir, "ipsec.secrets")}

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"net/netip"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/espgw/espgw/ike"
+	"github.com/espgw/espgw/internal/lab/certgen"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/sa"
@@ -32,9 +35,47 @@ type bed struct {
 	pluto    *Pluto
 	ep       *ike.Endpoint
 	children chan *ike.Child
+	certs    [2]*certgen.Issued // espgw's and pluto's
+}
+
+// makeCerts makes a CA and the certificates of espgw (DNS name espgw)
+// and pluto (pluto), writes pluto's as PEM files and sets both
+// configurations to use them.
+func makeCerts(t *testing.T, kt certgen.KeyType, p *Config, e *ike.Config) [2]*certgen.Issued {
+	t.Helper()
+	ca, err := certgen.NewCA(kt, "espgw test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out [2]*certgen.Issued
+	for i, name := range []string{"espgw", "pluto"} {
+		if out[i], err = ca.Issue(kt, name, []string{name}, certgen.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := t.TempDir()
+	p.Cert, p.Key, p.CA = filepath.Join(dir, "pluto.pem"), filepath.Join(dir, "pluto.key"), filepath.Join(dir, "ca.pem")
+	for _, err := range []error{certgen.WriteCerts(p.Cert, out[1].Cert), certgen.WriteKey(p.Key, out[1].Key), certgen.WriteCerts(p.CA, ca.Cert)} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.KeyType, p.PSK = "ecdsa", ""
+	if kt == certgen.RSA {
+		p.KeyType = "rsa"
+	}
+	e.Certs, e.Key, e.CAs = []*x509.Certificate{out[0].Cert}, out[0].Key, []*x509.Certificate{ca.Cert}
+	return out
 }
 
 func newBed(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoESP string) *bed {
+	t.Helper()
+	return newBedWith(t, ctx, ikeP, espP, plutoIKE, plutoESP, "")
+}
+
+// newBedWith is newBed with certificates of key type kt from a CA made
+// for the test instead of the PSK, when kt is set.
+func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoESP string, kt certgen.KeyType) *bed {
 	t.Helper()
 	labtest.NeedNamespaces(t)
 	root, err := Prepare(ctx, "")
@@ -54,9 +95,14 @@ func newBed(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoESP st
 	rand.Read(psk)
 	secret := hex.EncodeToString(psk)
 	b := &bed{children: make(chan *ike.Child, 8)}
-	b.pluto, err = Start(ctx, Config{Netns: ns.Name(), Tap: "lswtap0", Host: hostAddr, Guest: guestAddr,
+	pcfg := Config{Netns: ns.Name(), Tap: "lswtap0", Host: hostAddr, Guest: guestAddr,
 		LocalNet: plutoNet, RemoteNet: espgwNet, ID: "pluto", PeerID: "espgw", PSK: secret, IKE: plutoIKE, ESP: plutoESP,
-		Root: root, Dir: t.TempDir()})
+		Root: root, Dir: t.TempDir()}
+	var ecfg ike.Config
+	if kt != "" {
+		b.certs = makeCerts(t, kt, &pcfg, &ecfg)
+	}
+	b.pluto, err = Start(ctx, pcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +130,9 @@ func newBed(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoESP st
 	cfg := ike.Config{LocalID: ike.FQDN("espgw"), RemoteID: ike.FQDN("pluto"), PSK: []byte(secret), IKE: ikeProps, ESP: espProps,
 		LocalTS: []ike.Selector{ike.PrefixSelector(espgwNet)}, RemoteTS: []ike.Selector{ike.PrefixSelector(plutoNet)},
 		OnChild: func(_ *ike.IKESA, c *ike.Child) { b.children <- c }}
+	if kt != "" {
+		cfg.PSK, cfg.Certs, cfg.Key, cfg.CAs = nil, ecfg.Certs, ecfg.Key, ecfg.CAs
+	}
 	if b.ep, err = ike.NewEndpoint(cfg, hostAddr.Addr(), tr.Send); err != nil {
 		t.Fatal(err)
 	}
@@ -288,4 +337,47 @@ func plutoInitiates(t *testing.T, ctx context.Context, b *bed) {
 		t.Errorf("espgw counted %d IKE SA deletions by the peer on pluto's terminate, want 1", n)
 	}
 	kernelLacks(t, ctx, b.pluto, fresh)
+}
+
+// TestIKECertificatesWithPluto authenticates espgw and pluto to each
+// other with certificates from a CA made at test time, RSA and ECDSA
+// P-256: espgw initiates, holds pluto's certificate, and pluto's kernel
+// SAs have espgw's keys; then pluto initiates, espgw responds, and pluto
+// deletes the IKE SA.
+func TestIKECertificatesWithPluto(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a QEMU guest with pluto; run without -short")
+	}
+	for _, kt := range []certgen.KeyType{certgen.RSA, certgen.ECDSA256} {
+		t.Run(string(kt), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			b := newBedWith(t, ctx, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha2_256-dh31", "aes_gcm128", kt)
+			s, err := b.ep.Initiate(ctx, netip.AddrPortFrom(guestAddr.Addr(), ike.Port))
+			if err != nil {
+				t.Fatalf("espgw initiating to pluto with certificates: %v; counts %v", err, b.ep.Counts())
+			}
+			if got := s.PeerCertificate(); got == nil || !bytes.Equal(got.Raw, b.certs[1].Cert.Raw) {
+				t.Fatal("espgw does not hold pluto's certificate")
+			}
+			kernelHas(t, ctx, b.pluto, s.Children()[0])
+			if err := s.Delete(ctx); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			waitFor(t, 10*time.Second, func() bool { st, _ := b.pluto.Status(ctx); return !strings.Contains(st, "ESTABLISHED_IKE_SA") },
+				func() string { st, _ := b.pluto.Status(ctx); return "pluto keeps the IKE SA espgw deleted:\n" + st })
+			plutoInitiates(t, ctx, b)
+			log, _ := b.pluto.Log(ctx)
+			var authed []string
+			for _, l := range strings.Split(log, "\n") {
+				if strings.Contains(l, "authenticated peer") {
+					authed = append(authed, l)
+				}
+			}
+			if len(authed) == 0 {
+				t.Fatalf("pluto's log says nothing of authenticating espgw:\n%s", log)
+			}
+			t.Logf("pluto: %s", strings.Join(authed, "\n"))
+		})
+	}
 }
