@@ -267,3 +267,23 @@ func linked(t testing.TB, ic, rc Config) (i, r *Endpoint) {
 	}
 	return i, r
 }
+
+// FuzzIdentity reads arbitrary text as a configured identity and
+// arbitrary bytes as a peer's DN: an identity or an error, never a panic;
+// a DN that parses equals itself and prints.
+func FuzzIdentity(f *testing.F) {
+	f.Add("C=CH, O=espgw test, CN=gw1", []byte{0x30, 0x00})
+	f.Add("@#0a1b", []byte{0x30, 0x03, 0x31, 0x01, 0x00})
+	f.Add("gw1@example.org", []byte("not DER"))
+	f.Fuzz(func(t *testing.T, text string, der []byte) {
+		if id, err := ParseIdentity(text); err == nil {
+			_ = id.String()
+			if id.Kind == IDDN && !id.Equal(id) {
+				t.Fatalf("DN %q is not equal to itself", text)
+			}
+		}
+		peer := DN(der)
+		_ = peer.String()
+		peer.Equal(peer)
+	})
+}
