@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/ike"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
@@ -154,4 +156,105 @@ func TestIKEThroughNATWithCharon(t *testing.T) {
 		t.Errorf("%d NAT keepalives crossed the NAT, want at least 2:\n%s", n, counters)
 	}
 	t.Logf("keepalives through the NAT: %s; charon counted %d in, %d out", m[1], after.PacketsIn-before.PacketsIn, after.PacketsOut-before.PacketsOut)
+}
+
+// TestIKEResponderToCharonBehindNAT has charon on gw2 behind a real NAT
+// (MASQUERADE in the WAN namespace) initiate to espgw's ike endpoint on
+// gw1: espgw, responding, must find the NAT, take the CHILD_SA as ESP in
+// UDP with charon at the NAT's address, and reach charon through the
+// NAT's mapping with its own requests (a liveness check, a CHILD_SA
+// rekey, the IKE SA's Delete); charon must find itself behind the NAT.
+func TestIKEResponderToCharonBehindNAT(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs charon in namespaces behind a NAT; run without -short")
+	}
+	if err := CheckInstalled(); err != nil {
+		t.Fatal(err)
+	}
+	labtest.NeedNamespaces(t)
+	labtest.NeedTools(t, "iptables")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	topo, err := netns.NewTopology("ir", netns.TopologyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer topo.Close()
+	a := topo.Addr
+	public := a.WANToGW14.Addr()
+	if out, err := topo.WAN.Output(ctx, "iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "gw1", "-s", a.GW2WAN4.Addr().String(),
+		"-p", "udp", "-j", "MASQUERADE"); err != nil {
+		t.Fatalf("set up the NAT: %v\n%s", err, out)
+	}
+	psk := make([]byte, 16)
+	rand.Read(psk)
+	secret := hex.EncodeToString(psk)
+	ikeP, err := ike.ParseProposals(ike.ProtoIKE, "aes128-sha256-x25519")
+	if err != nil {
+		t.Fatal(err)
+	}
+	espP, err := ike.ParseProposals(ike.ProtoESP, "aes128gcm16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := make(chan *ike.Child, 4)
+	local := a.GW1WAN4.Addr()
+	var tr *ike.Transport
+	if err := topo.GW1.Do(func() (err error) { tr, err = ike.Listen(local); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ep, err := ike.NewEndpoint(ike.Config{LocalID: ike.FQDN("gw1"), RemoteID: ike.FQDN("gw2"), PSK: []byte(secret), IKE: ikeP, ESP: espP,
+		LocalTS: []ike.Selector{ike.PrefixSelector(a.LANA4)}, RemoteTS: []ike.Selector{ike.PrefixSelector(a.LANB4)},
+		OnChild: func(_ *ike.IKESA, c *ike.Child) { children <- c }}, local, tr.Send)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- tr.Serve(serveCtx, ep) }()
+	defer func() { stop(); <-served }()
+	ch, err := Start(ctx, Config{NS: topo.GW2, Dir: filepath.Join(t.TempDir(), "gw2"), Local: a.GW2WAN4.Addr(), Remote: local,
+		LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: secret, Initiate: true,
+		IKE: "aes128-sha256-x25519", ESP: "aes128gcm16", RealNAT: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Kill()
+	var child *ike.Child
+	select {
+	case child = <-children:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("charon's IKE SA did not come up at espgw through the NAT; counts %v\ncharon:\n%s", ep.Counts(), ch.Output())
+	}
+	s := ep.SAs()[0]
+	if !s.NAT() || !child.UDP || child.Remote != public {
+		t.Errorf("espgw: NAT %v, ESP in UDP %v, charon at %s; want a NAT, UDP and the NAT's address %s", s.NAT(), child.UDP, child.Remote, public)
+	}
+	log, err := os.ReadFile(ch.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(log), "local host is behind NAT") {
+		t.Errorf("charon did not find itself behind the NAT:\n%s", log)
+	}
+	if err := s.Ping(ctx); err != nil {
+		t.Fatalf("liveness check through the NAT: %v", err)
+	}
+	fresh, err := s.RekeyChild(ctx, child)
+	if err != nil {
+		t.Fatalf("CHILD_SA rekey through the NAT: %v", err)
+	}
+	st, err := ch.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if spis := fmt.Sprintf("%08x_i %08x_o", fresh.OutSPI, fresh.InSPI); !strings.Contains(st, spis) || !strings.Contains(st, "ESP in UDP") {
+		t.Errorf("charon lacks the rekeyed CHILD_SA %s in UDP:\n%s", spis, st)
+	}
+	if err := s.Delete(ctx); err != nil {
+		t.Fatalf("delete through the NAT: %v", err)
+	}
+	waitFor(t, 10*time.Second, func() bool { st, _ := ch.Status(ctx); return !strings.Contains(st, "ESTABLISHED") },
+		func() string { return "charon keeps the IKE SA espgw deleted" })
 }
