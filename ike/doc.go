@@ -1,9 +1,11 @@
-// Package ike speaks IKEv2 (RFC 7296): the message and payload codec, the
-// transforms and proposals (with strongSwan's proposal syntax), the key
-// derivation, and an initiator and responder (Endpoint) that negotiate an
-// IKE SA with a pre-shared key or X.509 certificates and its CHILD_SAs, whose keys become espgw
-// sa.SA pairs (Child.SAs). It uses the standard library alone and nothing
-// of the lab.
+// Package ike speaks IKEv2 (RFC 7296) with a pre-shared key or X.509
+// certificates.
+//
+// It has the message and payload codec, the transforms and proposals (with
+// strongSwan's proposal syntax), the key derivation, and an initiator and
+// responder (Endpoint) that negotiate an IKE SA and its CHILD_SAs, whose
+// keys become espgw sa.SA pairs (Child.SAs). It uses the standard library
+// and golang.org/x/crypto alone, and nothing of the lab.
 //
 // # What it has
 //

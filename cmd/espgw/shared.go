@@ -9,10 +9,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/espgw/espgw/internal/cli"
-	"github.com/espgw/espgw/sa"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
+
+	"github.com/espgw/espgw/internal/cli"
+	"github.com/espgw/espgw/sa"
 )
 
 // printReport saves rep as JSON to the file save (when set) and prints it:

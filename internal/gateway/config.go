@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/errlist"
 	"io"
 	"net"
 	"net/netip"
@@ -16,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/espgw/espgw/internal/errlist"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/offload/engines"

@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bytes"
-	"github.com/espgw/espgw/internal/lab/sim"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/sa"
 )
 

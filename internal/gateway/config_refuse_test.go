@@ -1,13 +1,13 @@
 package gateway_test
 
 import (
-	"github.com/espgw/espgw/internal/lab/sim"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/sa"
 )
 

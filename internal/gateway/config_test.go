@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"github.com/espgw/espgw/internal/lab/sim"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/sim"
 )
 
 const goodSA = `

@@ -2,12 +2,12 @@ package gateway
 
 import (
 	"bytes"
-	"github.com/espgw/espgw/internal/lab/sim"
 	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/sa"
 )

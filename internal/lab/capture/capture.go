@@ -1,6 +1,7 @@
-// Package capture is the test bed's one place for packet captures and for
-// packets on the wire, used by `espgw pcap`, `espgw demo` and the scenarios
-// alike:
+// Package capture reads, writes, seals, opens and replays packet captures.
+//
+// It is the test bed's one place for packet captures and for packets on the
+// wire, used by `espgw pcap`, `espgw demo` and the scenarios alike:
 //
 //   - reading (Reader, ReadAll): pcap or pcapng of every usual link type,
 //     safe on hostile input; writing (Writer);

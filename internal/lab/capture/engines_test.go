@@ -6,12 +6,12 @@ package capture
 import (
 	"bytes"
 	"context"
-	"github.com/espgw/espgw/internal/lab/sim"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -31,17 +32,23 @@ func lab(pkg string) bool {
 // goList runs go list with args in the module and returns its lines.
 func goList(t *testing.T, args ...string) []string {
 	t.Helper()
+	return goCmd(t, append([]string{"list"}, args...)...)
+}
+
+// goCmd runs the go command with args in the module and returns its lines.
+func goCmd(t *testing.T, args ...string) []string {
+	t.Helper()
 	gobin, err := exec.LookPath("go")
 	if err != nil {
 		t.Skipf("no go command: %v", err)
 	}
-	cmd := exec.Command(gobin, append([]string{"list"}, args...)...)
+	cmd := exec.Command(gobin, args...)
 	cmd.Dir = "../../.."
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	var lines []string
 	for sc := bufio.NewScanner(bytes.NewReader(out)); sc.Scan(); {
@@ -102,6 +109,30 @@ func TestBinaryHasTheModels(t *testing.T) {
 	for _, pkg := range []string{module + "/internal/lab/sim/emul", module + "/internal/lab/sim/ring", module + "/internal/cli"} {
 		if _, ok := deps[pkg]; !ok {
 			t.Errorf("cmd/espgw does not link %s", pkg)
+		}
+	}
+}
+
+// A binary of the gateway's commands alone (testdata/gateway: package cli
+// on the product's engines) links none of the lab's libraries, as
+// go version -m reads them from the binary itself.
+func TestGatewayBinaryLinksNoLab(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gateway")
+	goCmd(t, "build", "-o", bin, "./internal/lab/layout/testdata/gateway")
+	var deps []string
+	for _, l := range goCmd(t, "version", "-m", bin) {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "dep" {
+			deps = append(deps, f[1])
+		}
+	}
+	if !slices.Contains(deps, "github.com/spf13/cobra") {
+		t.Fatalf("go version -m lists no cobra among %v: not read right", deps)
+	}
+	for _, dep := range deps {
+		for _, bad := range labOnly {
+			if strings.HasPrefix(dep+"/", bad) || strings.HasPrefix(dep, bad) {
+				t.Errorf("the gateway binary links %s", dep)
+			}
 		}
 	}
 }

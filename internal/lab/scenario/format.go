@@ -1,10 +1,12 @@
-// Package scenario reads espgw scenario files and runs them: a topology, a
-// pair of SAs, an engine per gateway, traffic steps (pcap replay, iperf3,
-// ping sweeps, generated UDP flows), WAN impairments, and expectations that
-// are checked against what the gateways, the WAN relay and the receiving
-// hosts counted. The file format is documented in scenarios/README.md; this
-// package owns parsing (with file, line and field in every error), the
-// expectation language, the runner and the reports.
+// Package scenario reads and runs espgw scenario files.
+//
+// It reads espgw scenario files and runs them: a topology, a pair of SAs, an
+// engine per gateway, traffic steps (pcap replay, iperf3, ping sweeps,
+// generated UDP flows), WAN impairments, and expectations that are checked
+// against what the gateways, the WAN relay and the receiving hosts counted.
+// The file format is documented in scenarios/README.md; this package owns
+// parsing (with file, line and field in every error), the expectation
+// language, the runner and the reports.
 package scenario
 
 import (

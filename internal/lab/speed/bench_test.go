@@ -2,10 +2,10 @@ package speed
 
 import (
 	"context"
-	"github.com/espgw/espgw/internal/lab/sim"
 	"strconv"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/offload/engines"
 )
 

@@ -1,7 +1,8 @@
-// Package speed is `espgw speed`: it times an offload engine the way
-// `openssl speed -evp ALG` times a cipher, and prints the same table, so the
-// two (and the published tables the project started from) can be laid side
-// by side.
+// Package speed is espgw speed: an offload engine timed like openssl speed.
+//
+// It is `espgw speed`: it times an offload engine the way `openssl speed
+// -evp ALG` times a cipher, and prints the same table, so the two (and the
+// published tables the project started from) can be laid side by side.
 //
 // A bulk cipher (aes-128-cbc, des-ede3-cbc, aes-128-ctr, aes-128-gcm, …) is
 // timed as one engine op per buffer of the given size: the op is shaped like

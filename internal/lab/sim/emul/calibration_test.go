@@ -12,7 +12,7 @@ import (
 	"github.com/espgw/espgw/internal/lab/speed"
 )
 
-// calibrationTolerance is the target for every cell. The model is
+// calibrationTolerance is the target for every cell. The model is
 // within ±10% of every cell (see the package doc); short runs of a model
 // with random service times add a few percent of noise on top.
 const calibrationTolerance = 0.15

@@ -1,7 +1,9 @@
-// Package emul emulates crypto cards and instruction sets whose speed was
-// published, so a user can ask "what would this card do to my tunnel": the
-// engine emul:<profile> runs the real ciphers (the cpu engine's sessions) and
-// only the time at which each batch completes is modelled.
+// Package emul emulates crypto cards whose speed was published.
+//
+// It emulates crypto cards and instruction sets whose speed was published,
+// so a user can ask "what would this card do to my tunnel": the engine
+// emul:<profile> runs the real ciphers (the cpu engine's sessions) and only
+// the time at which each batch completes is modelled.
 //
 // A ring profile is a ring engine (package ring: bounded queue, records of
 // up to Aggregation ops, one interrupt per record, in-order completion) on

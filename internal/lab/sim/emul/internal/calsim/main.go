@@ -1,17 +1,19 @@
-// Command calsim is the discrete-event simulation emul's ring profiles
-// (ubsec-2014, virtio-qemu-7.2) were fitted with. It runs a profile's
-// timing model — N closed-loop streams, each submitting a batch of B ops: a
-// host phase (jittered with Exponential, Host + HostPerOp·B +
-// HostPerByte·bytes, first the share that is latency, then the CPU share on
-// the first free of HostCores cores, plus Switch when it had to wait), then
-// the card (the ring's feeding rule: a record is fed once its first op has
-// arrived and the chip has one of Pipeline places free, and takes every op
-// arrived by then, in order of arrival, up to Aggregation; records run one
-// after another, each RecordSetup + Σ(PerOp + PerByte·n + FillPerByte·min(n,
-// FillBytes)), an exponential draw around that with Exponential), then
-// Latency, the batches delivered in order — without the ciphers or the
-// clock, so a whole table takes a second, and prints each cell's deviation
-// from the profile's published rows.
+// Command calsim simulates emul's ring profiles to fit their parameters.
+//
+// It is the discrete-event simulation emul's ring profiles (ubsec-2014,
+// virtio-qemu-7.2) were fitted with. It runs a profile's timing model — N
+// closed-loop streams, each submitting a batch of B ops: a host phase
+// (jittered with Exponential, Host + HostPerOp·B + HostPerByte·bytes, first
+// the share that is latency, then the CPU share on the first free of
+// HostCores cores, plus Switch when it had to wait), then the card (the
+// ring's feeding rule: a record is fed once its first op has arrived and the
+// chip has one of Pipeline places free, and takes every op arrived by then,
+// in order of arrival, up to Aggregation; records run one after another,
+// each RecordSetup + Σ(PerOp + PerByte·n + FillPerByte·min(n, FillBytes)),
+// an exponential draw around that with Exponential), then Latency, the
+// batches delivered in order — without the ciphers or the clock, so a whole
+// table takes a second, and prints each cell's deviation from the profile's
+// published rows.
 //
 //	go run ./internal/lab/sim/emul/internal/calsim                     # ubsec-2014 as it is
 //	go run ./internal/lab/sim/emul/internal/calsim -profile virtio-qemu-7.2

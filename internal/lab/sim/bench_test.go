@@ -1,15 +1,15 @@
-package engines_test
+package sim_test
 
 import (
 	"context"
 	"fmt"
-	"github.com/espgw/espgw/internal/lab/sim"
 	"net/netip"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/engines"
@@ -200,10 +200,9 @@ func (h *handoff) NewSession(cfg offload.SessionConfig) (offload.Session, error)
 // (GOMAXPROCS) and with one, the fair single-core comparison; and with one
 // batch in flight (sync: esp.Processor, which waits for each batch) or two
 // (inflight=2: the next batch is framed while the engine works on the
-// last, as the gateway's pipeline does). The target:
-// ring/cpu-cpu ≤ 1.10.
+// last, as the gateway's pipeline does). The target is ring/cpu-cpu ≤ 1.10.
 //
-//	go test -run '^$' -bench RingVsCPU -benchtime 2s -count 5 ./offload/engines/
+//	go test -run '^$' -bench RingVsCPU -benchtime 2s -count 5 ./internal/lab/sim/
 func BenchmarkRingVsCPU(b *testing.B) {
 	const size, batch, chunk = 1400, 32, 16
 	suites := []struct {
@@ -263,4 +262,12 @@ func BenchmarkRingVsCPU(b *testing.B) {
 			}
 		}
 	}
+}
+
+func key(n int) sa.Key {
+	k := make(sa.Key, n)
+	for i := range k {
+		k[i] = byte(i*7 + 1)
+	}
+	return k
 }
