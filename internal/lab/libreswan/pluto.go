@@ -1,7 +1,8 @@
-// Package libreswan runs libreswan's IKE daemon, pluto, in the QEMU guest of
-// internal/lab/kernelpeer, whose kernel has the ESP (XFRM) this machine's
-// lacks, so that espgw's ike package is proven against an IKEv2 it did not
-// write.
+// Package libreswan runs libreswan's pluto in the kernel peer's QEMU guest.
+//
+// The guest of internal/lab/kernelpeer has the kernel ESP (XFRM) this
+// machine's lacks, so pluto installs its SAs there, and espgw's ike package
+// is proven against an IKEv2 it did not write.
 //
 // libreswan's Debian package conflicts with strongSwan's, which the host
 // needs, so it is never installed: Prepare fetches it with `apt-get
