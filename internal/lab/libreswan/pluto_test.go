@@ -131,7 +131,9 @@ func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoES
 		LocalTS: []ike.Selector{ike.PrefixSelector(espgwNet)}, RemoteTS: []ike.Selector{ike.PrefixSelector(plutoNet)},
 		OnChild: func(_ *ike.IKESA, c *ike.Child) { b.children <- c }}
 	if kt != "" {
-		cfg.PSK, cfg.Certs, cfg.Key, cfg.CAs = nil, ecfg.Certs, ecfg.Key, ecfg.CAs
+		// 500 bytes: espgw's IKE_AUTH with a certificate goes in
+		// fragments (RFC 7383), which pluto must reassemble.
+		cfg.PSK, cfg.Certs, cfg.Key, cfg.CAs, cfg.FragmentSize = nil, ecfg.Certs, ecfg.Key, ecfg.CAs, 500
 	}
 	if b.ep, err = ike.NewEndpoint(cfg, hostAddr.Addr(), tr.Send); err != nil {
 		t.Fatal(err)
@@ -144,33 +146,50 @@ func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoES
 }
 
 // kernelHas checks that pluto installed the CHILD_SA's two SAs in the
-// guest's kernel, by SPI, with espgw's suite and keys.
+// guest's kernel, by SPI, with espgw's suite and keys. It waits a little:
+// as responder espgw has its CHILD_SA before pluto reads the response, and
+// until pluto installs an SA the kernel lists it without algorithms (the
+// SPI it allocated).
 func kernelHas(t *testing.T, ctx context.Context, p *Pluto, c *ike.Child) {
 	t.Helper()
 	in, out, err := c.SAs()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var problem string
+	for deadline := time.Now().Add(15 * time.Second); ; {
+		if problem = kernelProblem(ctx, p, in, out); problem == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(problem)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func kernelProblem(ctx context.Context, p *Pluto, ours ...*sa.SA) string {
 	states, err := p.States(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return err.Error()
 	}
-	for _, ours := range []*sa.SA{in, out} {
+	for _, o := range ours {
 		var theirs *sa.XFRMState
 		for i := range states {
-			if states[i].SPI == ours.SPI {
+			if states[i].SPI == o.SPI {
 				theirs = &states[i]
 			}
 		}
 		switch {
 		case theirs == nil:
-			t.Errorf("the guest's kernel has no SA %#x (%d states)", ours.SPI, len(states))
-		case theirs.Suite != ours.Suite || theirs.Src != ours.Src || theirs.Dst != ours.Dst:
-			t.Errorf("SA %#x: espgw %v, pluto's kernel %v", ours.SPI, ours, theirs.SA)
-		case !bytes.Equal(theirs.EncKey, ours.EncKey) || !bytes.Equal(theirs.AuthKey, ours.AuthKey):
-			t.Errorf("SA %#x: espgw's keys are not the ones pluto installed", ours.SPI)
+			return fmt.Sprintf("the guest's kernel has no SA %#x (%d states)", o.SPI, len(states))
+		case theirs.Suite != o.Suite || theirs.Src != o.Src || theirs.Dst != o.Dst:
+			return fmt.Sprintf("SA %#x: espgw %v, pluto's kernel %v", o.SPI, o, theirs.SA)
+		case !bytes.Equal(theirs.EncKey, o.EncKey) || !bytes.Equal(theirs.AuthKey, o.AuthKey):
+			return fmt.Sprintf("SA %#x: espgw's keys are not the ones pluto installed", o.SPI)
 		}
 	}
+	return ""
 }
 
 // kernelLacks checks that no SA of the child is left in the guest's
@@ -341,9 +360,10 @@ func plutoInitiates(t *testing.T, ctx context.Context, b *bed) {
 
 // TestIKECertificatesWithPluto authenticates espgw and pluto to each
 // other with certificates from a CA made at test time, RSA and ECDSA
-// P-256: espgw initiates, holds pluto's certificate, and pluto's kernel
-// SAs have espgw's keys; then pluto initiates, espgw responds, and pluto
-// deletes the IKE SA.
+// P-256: espgw initiates, its IKE_AUTH in 500-byte fragments that pluto
+// reassembles, holds pluto's certificate, and pluto's kernel SAs have
+// espgw's keys; then pluto initiates, espgw responds, and pluto deletes
+// the IKE SA.
 func TestIKECertificatesWithPluto(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a QEMU guest with pluto; run without -short")
@@ -361,6 +381,9 @@ func TestIKECertificatesWithPluto(t *testing.T) {
 				t.Fatal("espgw does not hold pluto's certificate")
 			}
 			kernelHas(t, ctx, b.pluto, s.Children()[0])
+			if n := b.ep.Counts()["message sent in fragments"]; n < 1 {
+				t.Errorf("espgw sent no fragments to pluto: %v", b.ep.Counts())
+			}
 			if err := s.Delete(ctx); err != nil {
 				t.Fatalf("delete: %v", err)
 			}
