@@ -11,13 +11,13 @@
 //
 //   - Messages: the header and the payloads SA (proposals, transforms, the
 //     Key Length attribute), KE, Nonce, IDi/IDr, AUTH, TSi/TSr, Notify,
-//     Delete, CERT, CERTREQ and SK; other payloads are kept as Unknown (a critical one is
-//     answered with UNSUPPORTED_CRITICAL_PAYLOAD). Every decoder is bounded
+//     Delete, CERT, CERTREQ, SK and SKF; other payloads are kept as
+//     Unknown (a critical one is answered with
+//     UNSUPPORTED_CRITICAL_PAYLOAD). Every decoder is bounded
 //     (message, payload, proposal, transform and selector counts and
 //     lengths) and returns an error naming the payload and its offset.
 //   - Transforms: ENCR AES-CBC and AES-GCM-16 (128, 192, 256 bits) and
-//     ChaCha20-Poly1305 (RFC 7634); PRF
-//     HMAC-SHA1, SHA2-256/384/512; INTEG HMAC-SHA1-96, SHA2-256-128,
+//     ChaCha20-Poly1305 (RFC 7634); PRF HMAC-SHA1, SHA2-256/384/512; INTEG HMAC-SHA1-96, SHA2-256-128,
 //     SHA2-384-192, SHA2-512-256; groups MODP 2048 and 3072, ECP 256 and
 //     384, Curve25519; ESN negotiation for ESP. ESP proposals map to
 //     espgw's suites; ParseProposals refuses what espgw cannot carry.
@@ -29,8 +29,8 @@
 //     certificates (chain validation against Config.CAs; RFC 7427
 //     Digital Signatures announced with SIGNATURE_HASH_ALGORITHMS, or
 //     the classic RSA and ECDSA methods), identities FQDN, email,
-//     IPv4/IPv6, DN or key id (checked against the certificate), traffic selector
-//     narrowing and the first CHILD_SA; CREATE_CHILD_SA for a CHILD_SA
+//     IPv4/IPv6, DN or key id (checked against the certificate), traffic
+//     selector narrowing and the first CHILD_SA; CREATE_CHILD_SA for a CHILD_SA
 //     rekey (REKEY_SA, optional PFS), a new CHILD_SA or an IKE SA rekey
 //     (the CHILD_SAs move to the new SA), both ways;
 //     INFORMATIONAL liveness checks and Delete of the IKE SA or CHILD_SAs.
@@ -51,8 +51,9 @@
 //
 // # What it does not have yet
 //
-// CRL and OCSP checks, EAP, configuration payloads, transport mode (tunnel mode always), NAT-T keepalives
-// and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not
+// CRL and OCSP checks, EAP, configuration payloads, transport mode (tunnel
+// mode always), NAT-T keepalives (the gateway's ESP-in-UDP socket sends
+// them) and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not
 // use the package yet; `espgw ike initiate` negotiates a CHILD_SA and
 // writes it as an SA file.
 package ike
