@@ -114,4 +114,23 @@ func TestParseIdentity(t *testing.T) {
 			t.Errorf("%q accepted", in)
 		}
 	}
+	// A DN as strongSwan writes it: the RDNs in order, "\," a comma in a
+	// value; compared attribute by attribute, without regard to case.
+	dn, err := ParseIdentity(`C=CH, O=Example\, Inc., CN=gw1`)
+	if err != nil || dn.Kind != IDDN {
+		t.Fatalf("DN: %v %v", dn, err)
+	}
+	if got := dnString(dn.Data); got != "C=CH, O=Example, Inc., CN=gw1" {
+		t.Errorf("DN prints as %q", got)
+	}
+	same, _ := ParseIdentity("c=ch, o=EXAMPLE\\, INC., cn=GW1")
+	other, _ := ParseIdentity("C=CH, CN=gw1, O=Example\\, Inc.")
+	if !dn.Equal(same) || dn.Equal(other) {
+		t.Errorf("DN comparison: case-folded %v, reordered %v", dn.Equal(same), dn.Equal(other))
+	}
+	for in, want := range map[string]string{"C=CH, XX=y": `unknown attribute "XX"`, "C=CH, CN": `"CN" is not NAME=VALUE`, "C=, CN=a": "is not NAME=VALUE"} {
+		if _, err := ParseIdentity(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
+		}
+	}
 }
