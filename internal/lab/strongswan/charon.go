@@ -57,8 +57,8 @@ type Config struct {
 	ESP, IKE string
 	// Cert, Key and CA are PEM files: with them charon authenticates with
 	// its certificate (leftcert, the key in ipsec.secrets) and checks the
-	// peer's against the CA, rather than the PSK. The key is RSA or EC
-	// (KeyType "RSA" or "ECDSA").
+	// peer's against the CA, rather than the PSK. KeyType is how
+	// ipsec.secrets names the key: "RSA", "ECDSA" or "PKCS8" (Ed25519).
 	Cert, Key, CA, KeyType string
 	// RealNAT leaves out forceencaps, which otherwise fakes a NAT: a test
 	// with a real NAT between the two sides sets it.
@@ -123,8 +123,8 @@ func Start(ctx context.Context, cfg Config) (*Charon, error) {
 	}
 	auth := "authby=secret"
 	if cfg.Cert != "" {
-		if cfg.Key == "" || cfg.CA == "" || (cfg.KeyType != "RSA" && cfg.KeyType != "ECDSA") {
-			return nil, fmt.Errorf("start charon: a certificate needs its key, a CA and the key type RSA or ECDSA")
+		if cfg.Key == "" || cfg.CA == "" || (cfg.KeyType != "RSA" && cfg.KeyType != "ECDSA" && cfg.KeyType != "PKCS8") {
+			return nil, fmt.Errorf("start charon: a certificate needs its key, a CA and the key type RSA, ECDSA or PKCS8")
 		}
 		auth = fmt.Sprintf("leftauth=pubkey\n\trightauth=pubkey\n\tleftcert=%s\n\tleftsendcert=always", cfg.Cert)
 	}

@@ -52,9 +52,9 @@ func useCertificates(t *testing.T, n negotiation, cfg *ike.Config, ch *Config) *
 			t.Fatal(err)
 		}
 	}
-	ch.KeyType = "ECDSA"
-	if n.keyType == certgen.RSA {
-		ch.KeyType = "RSA"
+	ch.KeyType = map[certgen.KeyType]string{certgen.RSA: "RSA", certgen.Ed25519: "PKCS8"}[n.keyType]
+	if ch.KeyType == "" {
+		ch.KeyType = "ECDSA"
 	}
 	ch.PSK = ""
 	if n.classic {
@@ -69,10 +69,10 @@ func useCertificates(t *testing.T, n negotiation, cfg *ike.Config, ch *Config) *
 }
 
 // TestIKECertificatesWithCharon authenticates espgw and charon to each
-// other with X.509 certificates from a CA made at test time, RSA and
-// ECDSA, each side initiating, with RFC 7427 Digital Signatures
-// (PKCS #1 v1.5 and PSS), and with the classic RSA and ECDSA methods
-// (charon's signature_authentication = no). charon must log that it
+// other with X.509 certificates from a CA made at test time, RSA, ECDSA
+// and Ed25519, each side initiating, with RFC 7427 Digital Signatures
+// (PKCS #1 v1.5 and PSS), and with the classic RSA and ECDSA methods 1, 9
+// and 10 (charon's signature_authentication = no). charon must log that it
 // verified espgw's AUTH with the expected scheme and hold the IKE SA
 // and CHILD_SA; espgw must hold charon's certificate, and the CHILD_SA
 // keys must be charon's. Then a liveness check, an IKE SA rekey and a
@@ -97,6 +97,8 @@ func TestIKECertificatesWithCharon(t *testing.T) {
 		{"rsa-pss/espgw-initiates", negotiation{keyType: certgen.RSA, pss: true}, "RSA_EMSA_PSS"},
 		{"rsa-classic/espgw-initiates", negotiation{keyType: certgen.RSA, classic: true}, "RSA signature"},
 		{"ecdsa-p256-classic/charon-initiates", negotiation{keyType: certgen.ECDSA256, classic: true, charonInitiates: true}, "ECDSA-256"},
+		{"ecdsa-p384-classic/espgw-initiates", negotiation{keyType: certgen.ECDSA384, classic: true}, "ECDSA-384"},
+		{"ed25519/espgw-initiates", negotiation{keyType: certgen.Ed25519}, "ED25519"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
