@@ -16,7 +16,7 @@ import (
 // certConfigs are the test configs with certificates of key type kt from
 // one CA instead of the PSK: gw1's certificate holds the DNS name gw1,
 // gw1@example.org and 192.0.2.1; gw2's the DNS name gw2.
-func certConfigs(t *testing.T, kt certgen.KeyType) (Config, Config, *certgen.CA) {
+func certConfigs(t testing.TB, kt certgen.KeyType) (Config, Config, *certgen.CA) {
 	t.Helper()
 	ca, err := certgen.NewCA(kt, "espgw test CA")
 	if err != nil {

@@ -21,7 +21,7 @@ type pair struct {
 	responderChild chan *Child
 }
 
-func testConfigs(t *testing.T, ike, esp string) (Config, Config) {
+func testConfigs(t testing.TB, ike, esp string) (Config, Config) {
 	t.Helper()
 	ikeP, err := ParseProposals(ProtoIKE, ike)
 	if err != nil {
