@@ -187,3 +187,97 @@ func TestSimultaneousIKERekey(t *testing.T) {
 		t.Errorf("%d collisions counted, want %d: %v", n, rounds, i.Counts())
 	}
 }
+
+// TestLateChildRekeyCollision has the responder's rekey request for the
+// CHILD_SA reach the initiator only after the initiator's own rekey of it
+// is over (its response in, the old CHILD_SA's Delete on the way): the
+// initiator finds the collision when it answers, the responder when its
+// response comes. Both must settle on the same single CHILD_SA, whichever
+// side the nonces make delete what.
+func TestLateChildRekeyCollision(t *testing.T) {
+	for round := range 8 {
+		ic, rc := testConfigs(t, "aes128gcm16-x25519", "aes128gcm16")
+		var i, r *Endpoint
+		var armed atomic.Bool
+		iGotResponse, rRequestHandled := make(chan struct{}), make(chan struct{})
+		var once1, once2 sync.Once
+		var err error
+		var oldA *Child // the initiator's old CHILD_SA, once armed
+		// The responder's CREATE_CHILD_SA request waits for the initiator's
+		// response; the initiator's INFORMATIONAL requests wait for it.
+		if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
+			h, _ := ParseHeader(d.Data)
+			in := Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local}
+			switch {
+			case armed.Load() && h.Exchange == CreateChildSA && !h.IsResponse():
+				go func() { <-iGotResponse; i.Handle(in); once2.Do(func() { close(rRequestHandled) }) }()
+			case armed.Load() && h.Exchange == CreateChildSA:
+				go func() {
+					i.Handle(in)
+					// Over means the initiator's RekeyChild took the response.
+					for over := false; !over; time.Sleep(time.Millisecond) {
+						i.mu.Lock()
+						over = oldA.ours != nil
+						i.mu.Unlock()
+					}
+					once1.Do(func() { close(iGotResponse) })
+				}()
+			default:
+				go i.Handle(in)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
+			h, _ := ParseHeader(d.Data)
+			in := Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local}
+			if armed.Load() && h.Exchange == Informational && !h.IsResponse() {
+				go func() { <-rRequestHandled; r.Handle(in) }()
+			} else {
+				go r.Handle(in)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		s, err := i.Initiate(ctx, netip.AddrPortFrom(r.local, Port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sas := [2]*IKESA{s, r.SAs()[0]}
+		olds := [2]*Child{sas[0].Children()[0], sas[1].Children()[0]}
+		oldA = olds[0]
+		armed.Store(true)
+		got, errs := both(func(side int) (*Child, error) { return sas[side].RekeyChild(ctx, olds[side]) })
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("round %d: %v / %v; counts %v %v", round, errs[0], errs[1], i.Counts(), r.Counts())
+		}
+		// The redundant CHILD_SA's Delete may still be on its way.
+		waitFor := func(done func() bool) bool {
+			for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				if done() {
+					return true
+				}
+			}
+			return false
+		}
+		if !waitFor(func() bool { return len(sas[0].Children()) == 1 && len(sas[1].Children()) == 1 }) {
+			t.Fatalf("round %d: the sides hold %d and %d CHILD_SAs; counts %v %v", round, len(sas[0].Children()), len(sas[1].Children()), i.Counts(), r.Counts())
+		}
+		a, b := sas[0].Children()[0], sas[1].Children()[0]
+		if a.InSPI != b.OutSPI || a.OutSPI != b.InSPI {
+			t.Fatalf("round %d: the sides kept different CHILD_SAs", round)
+		}
+		for _, e := range []*Endpoint{i, r} {
+			if n := e.Counts()["simultaneous CHILD_SA rekey"]; n != 1 {
+				t.Errorf("round %d: %d collisions counted: %v", round, n, e.Counts())
+			}
+		}
+		if got[0] != a && got[1] != b {
+			t.Errorf("round %d: neither side's RekeyChild returned the survivor", round)
+		}
+		cancel()
+	}
+}

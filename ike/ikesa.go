@@ -336,15 +336,23 @@ func (s *IKESA) DeleteChild(ctx context.Context, c *Child) error {
 	}
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
+	held := false
 	for i, have := range s.children {
 		if have == c {
 			s.children = append(s.children[:i], s.children[i+1:]...)
+			held = true
 		}
 	}
 	for _, p := range m.Payloads {
 		if d, ok := p.(*Delete); ok && d.Protocol == ProtoESP && len(d.SPIs) == 1 && d.SPIs[0] == c.OutSPI {
 			return nil
 		}
+	}
+	if !held {
+		// The peer deleted it meanwhile: both sides deleted it at once,
+		// and the peer's answer rightly names nothing (RFC 7296 §1.4.1).
+		s.e.count("CHILD_SA deleted by both sides at once")
+		return nil
 	}
 	return fmt.Errorf("the peer's response deletes no SA %#x", c.OutSPI)
 }
