@@ -24,6 +24,13 @@ func (e *Endpoint) espGroup() DHGroup {
 // name a group, a new key exchange; then the old CHILD_SA is deleted with
 // the peer. The new child is returned; the gateway installs it before the
 // old one goes.
+//
+// When the peer rekeyed the same CHILD_SA at once (RFC 7296 §2.8.1), the
+// CHILD_SA of the exchange with the lowest nonce is redundant: if it is
+// this side's, this side deletes it, leaves the old one to the peer and
+// returns the peer's; if the peer's request turns up only after this
+// exchange is over, this side deletes its own then, when the nonces say
+// so. Children always tells what is in force.
 func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	e := s.e
 	spi, ni, err := e.spiAndNonce(true)
@@ -187,7 +194,9 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 // Rekey replaces the IKE SA with a new one (RFC 7296 §1.3.2): a
 // CREATE_CHILD_SA with new SPIs, nonces and key exchange, the new SA's
 // SKEYSEED from the old SK_d; the CHILD_SAs move to the new SA and the
-// old one is deleted with the peer. The new SA is returned.
+// old one is deleted with the peer. The new SA is returned. A
+// simultaneous rekey by the peer is settled as for RekeyChild: the IKE SA
+// that survives, with the CHILD_SAs, is returned.
 func (s *IKESA) Rekey(ctx context.Context) (*IKESA, error) {
 	e := s.e
 	spi, ni, err := e.spiAndNonce(false)
