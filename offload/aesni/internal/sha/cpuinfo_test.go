@@ -23,4 +23,3 @@ func hasSHAExtensions() bool {
 	}
 	return false
 }
-
