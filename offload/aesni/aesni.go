@@ -2,9 +2,12 @@
 // assembly (AES-NI), used the way a gateway holding a batch of packets can
 // use it, as intel-ipsec-mb does. The seals of a batch are encrypted as up to
 // eight independent CBC streams at once (multi-buffer), and each open is
-// decrypted eight blocks at a time; see package internal/cbc. HMAC runs on
-// the standard library (SHA-NI where the CPU has it) from inner and outer
-// hash states precomputed per SA. AES-CCM's CBC-MAC runs on the same CBC
+// decrypted eight blocks at a time; see package internal/cbc. HMAC-SHA1 and
+// HMAC-SHA256 run the same way across the packets of a batch, from inner and
+// outer hash states precomputed per SA (package internal/sha): a batch's seal
+// is one pass of CBC lanes, then one of SHA lanes; its open one pass of SHA
+// lanes, then the decryptions. The other HMACs run on the standard library
+// from precomputed states. AES-CCM's CBC-MAC runs on the same CBC
 // assembly (package ccm does the rest). The other ciphers (3DES, AES-CTR,
 // AES-GCM, AES-GMAC, ChaCha20-Poly1305 through x/crypto's assembly, NULL)
 // go through the cpu engine's code.
@@ -22,6 +25,7 @@ import (
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/aesni/internal/cbc"
+	"github.com/espgw/espgw/offload/aesni/internal/sha"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/internal/ccm"
 	"github.com/espgw/espgw/sa"
@@ -72,7 +76,11 @@ type Session struct {
 	cbc    bool // aes-cbc: the ops run here, not in cpu
 	key    cbc.Key
 	mac    hmacKey
-	icvLen int
+	// laneKey is the HMAC for package sha's lanes, if lanes says it runs
+	// there (HMAC-SHA1 and HMAC-SHA256).
+	laneKey sha.Key
+	lanes   bool
+	icvLen  int
 	// cipherOnly sessions (offload.SessionConfig.CipherOnly) have no ICV:
 	// espgw speed times the bare cipher with them.
 	cipherOnly bool
@@ -116,6 +124,9 @@ func newSession(cfg offload.SessionConfig, workers *sync.Pool) (*Session, error)
 		return s, nil
 	}
 	if s.mac, err = newHMACKey(cfg.Suite.Auth, cfg.AuthKey); err != nil {
+		return nil, fmt.Errorf("aesni: new %s session: %w", cfg.Suite, err)
+	}
+	if err := s.initLanes(cfg.Suite.Auth, cfg.AuthKey); err != nil {
 		return nil, fmt.Errorf("aesni: new %s session: %w", cfg.Suite, err)
 	}
 	return s, nil
@@ -205,6 +216,9 @@ type worker struct {
 	jobs  []cbc.Job
 	ops   []*offload.Op
 	macer *macer
+	// seals and opens gather the HMACs that package sha's lanes run.
+	seals, opens *macBatch
+	sum          [sha.MaxSize]byte
 }
 
 func newWorker() *worker {
@@ -212,11 +226,14 @@ func newWorker() *worker {
 		jobs:  make([]cbc.Job, 0, sealChunk),
 		ops:   make([]*offload.Op, 0, sealChunk),
 		macer: newMacer(),
+		seals: newMacBatch(),
+		opens: newMacBatch(),
 	}
 }
 
-// run gives every op its Status. Opens are verified and decrypted one by
-// one; aes-cbc seals are gathered and encrypted together, then MACed.
+// run gives every op its Status. The aes-cbc seals are gathered and
+// encrypted together, then MACed together; the opens are MACed together,
+// then each is decrypted (CBC decryption is parallel within a packet).
 func (w *worker) run(ops []*offload.Op) {
 	for _, op := range ops {
 		s, ok := op.Session.(*Session)
@@ -226,12 +243,26 @@ func (w *worker) run(ops []*offload.Op) {
 		case !s.cbc:
 			s.cpu.Process(op)
 		case op.Dir == offload.Open:
-			w.open(s, op)
+			w.addOpen(s, op)
 		default:
 			w.addSeal(s, op)
 		}
 	}
 	w.flushSeals()
+	w.opens.open()
+}
+
+// addOpen queues an open whose HMAC runs in lanes, and opens any other
+// at once.
+func (w *worker) addOpen(s *Session, op *offload.Op) {
+	if _, _, ok := s.layout(op.Packet); !ok || !s.lanes {
+		w.open(s, op)
+		return
+	}
+	w.opens.add(s, op)
+	if w.opens.full() {
+		w.opens.open()
+	}
 }
 
 // layout splits an aes-cbc packet into IV, payload and ICV, or says it
@@ -252,7 +283,7 @@ func (w *worker) open(s *Session, op *offload.Op) {
 	}
 	if !s.cipherOnly {
 		authed := op.Packet[:len(op.Packet)-s.icvLen]
-		sum, err := w.macer.mac(&s.mac, authed, s.ESN(), op.SeqHi)
+		sum, err := w.icv(s, authed, op.SeqHi)
 		if err != nil {
 			op.Status = offload.Failed
 			return
@@ -267,6 +298,27 @@ func (w *worker) open(s *Session, op *offload.Op) {
 		return
 	}
 	op.Status = offload.OK
+}
+
+// decrypt decrypts an open whose ICV has been checked.
+func (s *Session) decrypt(op *offload.Op) {
+	iv, payload, _ := s.layout(op.Packet)
+	op.Status = offload.OK
+	if err := s.key.Decrypt(iv, payload, payload); err != nil {
+		op.Status = offload.Failed
+	}
+}
+
+// icv is one packet's full HMAC, in the worker's scratch: one stream of
+// package sha where it runs the session's HMAC, else the standard library.
+func (w *worker) icv(s *Session, authed []byte, seqHi uint32) ([]byte, error) {
+	if s.lanes {
+		if err := s.laneKey.MAC(&w.sum, authed, s.ESN(), seqHi); err != nil {
+			return nil, err
+		}
+		return w.sum[:], nil
+	}
+	return w.macer.mac(&s.mac, authed, s.ESN(), seqHi)
 }
 
 func (w *worker) addSeal(s *Session, op *offload.Op) {
@@ -290,7 +342,7 @@ func (w *worker) writeICV(s *Session, op *offload.Op) {
 		return
 	}
 	authed := op.Packet[:len(op.Packet)-s.icvLen]
-	sum, err := w.macer.mac(&s.mac, authed, s.ESN(), op.SeqHi)
+	sum, err := w.icv(s, authed, op.SeqHi)
 	if err != nil {
 		op.Status = offload.Failed
 		return
@@ -300,19 +352,25 @@ func (w *worker) writeICV(s *Session, op *offload.Op) {
 }
 
 // flushSeals encrypts the gathered seals together, then writes their ICVs
-// (encrypt-then-MAC: the ICV covers the ciphertext).
+// (encrypt-then-MAC: the ICV covers the ciphertext), those of package sha's
+// HMACs in one run of its lanes.
 func (w *worker) flushSeals() {
 	if len(w.jobs) == 0 {
 		return
 	}
 	err := w.enc.EncryptBatch(w.jobs)
 	for _, op := range w.ops {
-		if err != nil {
+		s := op.Session.(*Session)
+		switch {
+		case err != nil:
 			op.Status = offload.Failed
-			continue
+		case s.lanes && !s.cipherOnly:
+			w.seals.add(s, op)
+		default:
+			w.writeICV(s, op)
 		}
-		w.writeICV(op.Session.(*Session), op)
 	}
+	w.seals.seal()
 	clear(w.jobs)
 	clear(w.ops)
 	w.jobs, w.ops = w.jobs[:0], w.ops[:0]
