@@ -72,10 +72,10 @@ func (e *Engine) Suites() []sa.Suite { return cpu.Suites() }
 // Session is one SA's state: for aes-cbc the AES schedules and the
 // precomputed HMAC states, for the other suites the cpu engine's session.
 type Session struct {
-	cpu    *cpu.Session
-	cbc    bool // aes-cbc: the ops run here, not in cpu
-	key    cbc.Key
-	mac    hmacKey
+	cpu *cpu.Session
+	cbc bool // aes-cbc: the ops run here, not in cpu
+	key cbc.Key
+	mac hmacKey
 	// laneKey is the HMAC for package sha's lanes, if lanes says it runs
 	// there (HMAC-SHA1 and HMAC-SHA256).
 	laneKey sha.Key
