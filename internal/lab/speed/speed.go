@@ -9,7 +9,12 @@
 // IV, the buffer — on a cipher-only session (offload.SessionConfig.CipherOnly:
 // no ICV is computed or carried), so exactly the engine's cipher path is
 // timed. GCM uses an ordinary ESP session: its tag over an 8-byte AAD is
-// part of each op (openssl -evp times only the GCM update). A CBC buffer
+// part of each op (openssl -evp times only the GCM update). The CBC with
+// HMAC names (aes-128-cbc-hmac-sha1, …, openssl's stitched ciphers) use an
+// ordinary ESP session too: each op is the CBC encryption and the ICV, the
+// whole HMAC (HMAC-SHA1-96, HMAC-SHA256-128) over header, IV and
+// ciphertext; openssl's stitched cipher, outside TLS, encrypts the buffer
+// and runs the hash over it without the HMAC's final blocks. A CBC buffer
 // that is not a whole number of blocks is rounded up; only the given size is
 // counted. esp:SUITE times whole ESP seals (framing, IV, padding, cipher,
 // ICV) through esp.Processor of an inner packet of the given size, tunnel
@@ -261,7 +266,8 @@ func newStream(eng offload.Engine, alg Alg, size, batch int) (*stream, error) {
 		}
 		return s, nil
 	}
-	sess, err := eng.NewSession(offload.SessionConfig{Suite: suite, EncKey: randomKey(alg.KeyLen), CipherOnly: alg.CipherOnly})
+	sess, err := eng.NewSession(offload.SessionConfig{Suite: suite, EncKey: randomKey(alg.KeyLen),
+		AuthKey: randomKey(suite.AuthKeyLen()), CipherOnly: alg.CipherOnly})
 	if err != nil && alg.CipherOnly {
 		return nil, fmt.Errorf("engine %s cannot make the cipher-only session a bulk %s needs (time esp:%s+AUTH instead): %w",
 			eng.Name(), alg.Name, alg.Name, err)
