@@ -158,9 +158,9 @@ func (s *Session) Process(op *offload.Op) {
 	if s.cipherOnly {
 		var err error
 		if op.Dir == offload.Open {
-			err = s.key.Decrypt(iv, payload, payload)
+			err = s.key.DecryptInPlace(iv, payload)
 		} else {
-			err = s.key.Encrypt(iv, payload, payload)
+			err = s.key.EncryptInPlace(iv, payload)
 		}
 		op.Status = offload.OK
 		if err != nil {
@@ -171,7 +171,7 @@ func (s *Session) Process(op *offload.Op) {
 	w := s.workers.Get().(*worker)
 	if op.Dir == offload.Open {
 		w.open(s, op)
-	} else if err := s.key.Encrypt(iv, payload, payload); err != nil {
+	} else if err := s.key.EncryptInPlace(iv, payload); err != nil {
 		op.Status = offload.Failed
 	} else {
 		w.writeICV(s, op)
