@@ -191,11 +191,12 @@ func (e *Engine) Run(ops []*offload.Op) error {
 	}
 	if s, ok := ops[0].Session.(*Session); ok && len(ops) == 1 {
 		s.Process(ops[0])
-	} else {
-		w := e.workers.Get().(*worker)
-		w.run(ops)
-		e.workers.Put(w)
+		e.CountOne(ops[0])
+		return nil
 	}
+	w := e.workers.Get().(*worker)
+	w.run(ops)
+	e.workers.Put(w)
 	e.Count(ops)
 	return nil
 }
