@@ -33,6 +33,10 @@ func BenchmarkCPUTime(b *testing.B) {
 			var st0, st1 [8]uint32
 			p0, p1 := &data[0], &data[len(data)/2]
 			n := len(data) / 2 / BlockSize
+			var x x8
+			for l := range x.p {
+				x.p[l] = &data[l*len(data)/8]
+			}
 			for _, c := range []struct {
 				name string
 				run  func()
@@ -52,7 +56,11 @@ func BenchmarkCPUTime(b *testing.B) {
 				{"batch8", func() { _ = m.MACBatch(jobs) }},
 				{"kernel-x1", func() { blocks(h, best, &st0, p0, n); blocks(h, best, &st1, p1, n) }},
 				{"kernel-x2", func() { blocks2(h, best, &st0, &st1, p0, p1, n) }},
+				{"kernel-x8", func() { blocks8(h, &x, n/4) }},
 			} {
+				if c.name == "kernel-x8" && !x8Runs(h) {
+					continue
+				}
 				b.Run(fmt.Sprintf("%s/%d/%s", h, size, c.name), func(b *testing.B) {
 					runtime.LockOSThread()
 					defer runtime.UnlockOSThread()

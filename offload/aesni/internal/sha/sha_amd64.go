@@ -35,3 +35,13 @@ func sha256Blocks(h *[8]uint32, p *byte, n int)
 //
 //go:noescape
 func sha256Blocks2(h0, h1 *[8]uint32, p0, p1 *byte, n int)
+
+// sha1x8 runs n blocks of SHA-1 on each of eight lanes at once
+// (AVX-512VL), the states transposed in st.h.
+//
+//go:noescape
+func sha1x8(st *x8, n int)
+
+// hasX8 reports whether the CPU runs sha1x8: AVX-512 F, VL and BW (the OS
+// saving their state).
+func hasX8() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW }
