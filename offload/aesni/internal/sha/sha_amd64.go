@@ -5,12 +5,15 @@ package sha
 import "golang.org/x/sys/cpu"
 
 // best is the fastest kernel this CPU runs: the SHA extensions need SSSE3
-// and SSE4.1 beside them.
+// and SSE4.1 beside them; the eight-lane SHA-1 runs only beside them.
 var best = func() kernel {
-	if hasSHANI() && cpu.X86.HasSSSE3 && cpu.X86.HasSSE41 {
-		return kernelSHANI
+	switch {
+	case !hasSHANI() || !cpu.X86.HasSSSE3 || !cpu.X86.HasSSE41:
+		return kernelGo
+	case hasX8():
+		return kernelX8
 	}
-	return kernelGo
+	return kernelSHANI
 }()
 
 // hasSHANI reports CPUID.(EAX=7,ECX=0):EBX.SHA[bit 29].

@@ -15,10 +15,11 @@ import (
 
 // kernels lists the kernels this CPU and build can run.
 func kernels() []kernel {
-	if best == kernelGo {
-		return []kernel{kernelGo}
+	var ks []kernel
+	for k := kernelGo; k <= best; k++ {
+		ks = append(ks, k)
 	}
-	return []kernel{kernelGo, best}
+	return ks
 }
 
 func newStd(h Hash) func() hash.Hash {
@@ -137,6 +138,21 @@ func TestEveryLength(t *testing.T) {
 						w := want(h, key, j.Data, esn, j.SeqHi)
 						if !bytes.Equal(sums[i][:len(w)], w) {
 							t.Fatalf("%s %s esn=%v length %d lane %d: %x, want %x", h, kern, esn, len(j.Data), i, sums[i][:len(w)], w)
+						}
+					}
+					// Eight lanes: lengths n, n+1, …, n+7 (the widest
+					// kernel's lanes all busy, then retiring one by one).
+					var sums8 [Lanes][MaxSize]byte
+					jobs8 := make([]Job, 0, Lanes)
+					for i := range Lanes {
+						d := data[i : i+min(n+i, 2048-i)]
+						jobs8 = append(jobs8, Job{Key: k, Data: d, ESN: esn, SeqHi: seqHi + uint32(i), Sum: &sums8[i]})
+					}
+					m.batch(jobs8, has, kern)
+					for i, j := range jobs8 {
+						w := want(h, key, j.Data, esn, j.SeqHi)
+						if !bytes.Equal(sums8[i][:len(w)], w) {
+							t.Fatalf("%s %s esn=%v length %d, lane %d of 8: %x, want %x", h, kern, esn, len(j.Data), i, sums8[i][:len(w)], w)
 						}
 					}
 				}

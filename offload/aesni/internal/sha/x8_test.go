@@ -5,9 +5,6 @@ package sha
 import (
 	"math/rand/v2"
 	"testing"
-	"unsafe"
-
-	"golang.org/x/sys/cpu"
 )
 
 // TestSHA1x8 holds the eight-lane kernel against the Go compression on
@@ -42,8 +39,4 @@ func TestSHA1x8(t *testing.T) {
 			}
 		}
 	}
-	_ = unsafe.Sizeof(st0)
-	_ = cpu.X86
 }
-
-var st0 x8
