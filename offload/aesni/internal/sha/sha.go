@@ -242,8 +242,10 @@ func checkJob(j *Job) error {
 // use; reuse one per goroutine. It is not safe for concurrent use.
 type Macer struct {
 	lanes [Lanes]lane
-	used  int // lanes that may hold data to wipe
+	used  int // lanes that may hold references to drop
 	x8    x8
+	// packed marks the lanes whose state is in x8.h rather than their own.
+	packed [Lanes]bool
 }
 
 // MACBatch computes every job's HMAC, Lanes at a time. Jobs may differ in
@@ -268,11 +270,12 @@ func (m *Macer) batch(jobs []Job, has [SHA256 + 1]bool, kern kernel) {
 			m.run(jobs, h, kern)
 		}
 	}
+	// Drop the references to the caller's jobs and buffers.
 	for i := range m.used {
-		m.lanes[i].wipe()
+		m.lanes[i].job, m.lanes[i].p = nil, nil
 	}
+	clear(m.x8.p[:])
 	m.used = 0
-	clear(m.x8.h[:])
 }
 
 // run is the job manager for the jobs under hash h: it fills the lanes,
@@ -288,6 +291,7 @@ func (m *Macer) run(jobs []Job, h Hash, kern kernel) {
 		lanes = Lanes
 	}
 	m.used = max(m.used, lanes)
+	clear(m.packed[:])
 	next := 0
 	for {
 		var busy [Lanes]int
@@ -312,6 +316,9 @@ func (m *Macer) run(jobs []Job, h Hash, kern kernel) {
 			m.step8(busy[:nb], &active)
 			continue
 		}
+		for _, i := range busy[:nb] {
+			m.unpack(i)
+		}
 		for k := 0; k+1 < nb; k += 2 {
 			a, b := &m.lanes[busy[k]], &m.lanes[busy[k+1]]
 			n := min(a.n, b.n)
@@ -327,33 +334,51 @@ func (m *Macer) run(jobs []Job, h Hash, kern kernel) {
 }
 
 // step8 runs the busy lanes (SHA-1) on the eight-lane kernel for as many
-// blocks as the shortest segment among them has. Idle lanes repeat the
-// first busy one, their results dropped.
+// blocks as the shortest segment among them has. A lane's state stays in
+// the kernel's transposed layout from step to step (packed) until its
+// segment ends; idle lanes repeat a busy lane's input, their results
+// dropped.
 func (m *Macer) step8(busy []int, active *[Lanes]bool) {
 	x := &m.x8
 	n := int(^uint(0) >> 1)
 	for _, i := range busy {
 		n = min(n, m.lanes[i].n)
 	}
-	for l := range Lanes {
-		src := &m.lanes[busy[0]]
-		if active[l] {
-			src = &m.lanes[l]
+	for _, i := range busy {
+		l := &m.lanes[i]
+		if !m.packed[i] {
+			for w := range 5 {
+				x.h[w][i] = l.h[w]
+			}
+			m.packed[i] = true
 		}
-		x.p[l] = src.p
-		for w := range 5 {
-			x.h[w][l] = src.h[w]
+		x.p[i] = l.p
+	}
+	for l := range Lanes {
+		if !active[l] {
+			x.p[l] = x.p[busy[0]]
+			m.packed[l] = false
 		}
 	}
 	sha1x8(x, n)
 	for _, i := range busy {
 		l := &m.lanes[i]
-		for w := range 5 {
-			l.h[w] = x.h[w][i]
+		if l.n == n {
+			m.unpack(i)
 		}
 		active[i] = l.advance(n)
 	}
-	clear(x.p[:])
+}
+
+// unpack moves lane i's state out of the kernel's layout, if it is there.
+func (m *Macer) unpack(i int) {
+	if !m.packed[i] {
+		return
+	}
+	for w := range 5 {
+		m.lanes[i].h[w] = m.x8.h[w][i]
+	}
+	m.packed[i] = false
 }
 
 // The segments of a job's message, in order.
@@ -363,7 +388,10 @@ const (
 	segOuter        // the inner digest with the padding, from the outer state
 )
 
-// lane is one stream: its hash state and where the next blocks are.
+// lane is one stream: its hash state and where the next blocks are. What a
+// finished job leaves in it is not secret: the data's last bytes, the inner
+// digest and the MAC (the key's states are never left there: each is
+// advanced by at least a block).
 type lane struct {
 	h   [8]uint32
 	p   *byte
@@ -416,15 +444,6 @@ func (l *lane) next() bool {
 	putSum(j.Sum, &l.h, size)
 	l.job, l.p = nil, nil
 	return false
-}
-
-// wipe drops the lane's references to the caller's buffers and the
-// digests and data it holds.
-func (l *lane) wipe() {
-	l.job, l.p = nil, nil
-	clear(l.h[:])
-	clear(l.tail[:])
-	clear(l.outer[:])
 }
 
 // kernel names an implementation of the compression functions.
