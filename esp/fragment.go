@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/espgw/espgw/sa"
 )
 
 // Fragments and selectors with ports (RFC 4301 §7).
@@ -106,7 +108,7 @@ func (f *Fragments) FlowOf(pkt []byte) (src, dst netip.Addr, proto uint8, sport,
 		return
 	}
 	fr := FragmentOf(pkt)
-	if !fr.Is || !hasPorts(proto) {
+	if !fr.Is || !sa.HasPorts(proto) {
 		return
 	}
 	now := time.Now().UnixNano()
@@ -147,6 +149,3 @@ func nonInitial(pkt []byte) bool {
 	fr := FragmentOf(pkt)
 	return fr.Is && !fr.Initial
 }
-
-// hasPorts reports whether an upper-layer protocol starts with two ports.
-func hasPorts(proto uint8) bool { return proto == 6 || proto == 17 || proto == 132 || proto == 136 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/espgw/espgw/internal/inetsum"
 	"github.com/espgw/espgw/offload"
+	"github.com/espgw/espgw/sa"
 )
 
 // Packet is one packet worked in place in Buf. Data is Buf[Off:Off+Len]:
@@ -125,7 +126,7 @@ func FlowOf(pkt []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, 
 		proto, hl = pkt[hl], hl+(int(pkt[hl+1])+1)*8
 	}
 	src, dst = inetsum.Addrs(pkt)
-	if hasPorts(proto) && len(pkt) >= hl+4 && !nonInitial(pkt) {
+	if sa.HasPorts(proto) && len(pkt) >= hl+4 && !nonInitial(pkt) {
 		sport = binary.BigEndian.Uint16(pkt[hl:])
 		dport = binary.BigEndian.Uint16(pkt[hl+2:])
 	}

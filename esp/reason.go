@@ -60,16 +60,6 @@ func (r Reason) String() string {
 // Error makes a Reason usable as an error.
 func (r Reason) Error() string { return "esp: " + r.String() }
 
-// ParseReason reads a reason's name.
-func ParseReason(name string) (Reason, error) {
-	for r, n := range reasonNames {
-		if n == name {
-			return Reason(r), nil
-		}
-	}
-	return 0, fmt.Errorf("unknown drop reason %q", name)
-}
-
 // FormatCounts writes counts by reason (an SA's or a gateway's drops, a
 // capture's rejects) as "reason=N …" in the reasons' name order, or "none",
 // the one form every report of espgw prints them in.

@@ -1,8 +1,10 @@
-// Package esp owns the RFC 4303 transform: the ESP header, IV, padding and
-// trailer, the ICV layout per suite, sealing and opening in place in a
-// caller's buffer, sequence numbers and ESN, and the anti-replay window. The
-// cipher and ICV work itself goes to an offload engine; esp frames the packet
-// and judges the result, giving every rejected packet a typed Reason. It also
+// Package esp is the ESP transform of RFC 4303.
+//
+// It owns the RFC 4303 transform: the ESP header, IV, padding and trailer,
+// the ICV layout per suite, sealing and opening in place in a caller's
+// buffer, sequence numbers and ESN, and the anti-replay window. The cipher
+// and ICV work itself goes to an offload engine; esp frames the packet and
+// judges the result, giving every rejected packet a typed Reason. It also
 // reads the selector fields of inner packets for policy, fragment-aware as
 // RFC 4301 §7 asks (fragment.go), and keeps an SA's sequence numbers under
 // the bound its owner could record (Options.Reserve).

@@ -1,9 +1,10 @@
-// Package ike speaks IKEv2 (RFC 7296): the message and payload codec, the
-// transforms and proposals (with strongSwan's proposal syntax), the key
-// derivation, and an initiator and responder (Endpoint) that negotiate an
-// IKE SA with a pre-shared key and its CHILD_SAs, whose keys become espgw
-// sa.SA pairs (Child.SAs). It uses the standard library alone and nothing
-// of the lab.
+// Package ike speaks IKEv2 (RFC 7296) with a pre-shared key.
+//
+// It speaks IKEv2 (RFC 7296): the message and payload codec, the transforms
+// and proposals (with strongSwan's proposal syntax), the key derivation, and
+// an initiator and responder (Endpoint) that negotiate an IKE SA with a
+// pre-shared key and its CHILD_SAs, whose keys become espgw sa.SA pairs
+// (Child.SAs). It uses the standard library alone and nothing of the lab.
 //
 // # What it has
 //

@@ -52,12 +52,6 @@ func ListenPorts(local netip.Addr, ikePort, nattPort uint16) (*Transport, error)
 	return t, nil
 }
 
-// Local is the address the sockets are bound to.
-func (t *Transport) Local() netip.Addr { return t.local }
-
-// Ports are the bound IKE and NAT-T ports.
-func (t *Transport) Ports() (ike, natt uint16) { return t.ikePort, t.nattPort }
-
 // Send writes a datagram from the socket of d.Local's port.
 func (t *Transport) Send(d Datagram) error {
 	c, data := t.ike, d.Data

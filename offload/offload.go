@@ -1,14 +1,16 @@
-// Package offload owns the crypto engines of espgw: one batch interface,
-// shaped like a crypto card's request rings (BSD crypto(9) and ubsec(4) MCRs,
-// DPDK cryptodev bursts), a registry by name, and the engines themselves.
+// Package offload is the batch interface of espgw's crypto engines.
+//
+// The interface is shaped like a crypto card's request rings (BSD crypto(9)
+// and ubsec(4) MCRs, DPDK cryptodev bursts). The engines live in its
+// subpackages; package engines opens them by name.
 //
 // An engine knows nothing of ESP framing. An Op hands it one ESP packet laid
 // out as on the wire — SPI, sequence number, IV, payload, trailer, ICV — and
 // the engine does the bulk work: encrypt and write the ICV (Seal), or verify
 // the ICV in constant time and only then decrypt (Open).
 //
-// Writing an engine is one package and one line in the registry (package
-// engines): implement Engine; if the work runs on the caller's goroutine,
+// Writing an engine is one package and one case in package engines:
+// implement Engine; if the work runs on the caller's goroutine,
 // also Inline (embed InlineBase for the counters and Close, answer Submit
 // with SubmitInline), and callers will call Run directly, with no hand-off;
 // if the engine's sessions can run an op on their own, make them

@@ -1,5 +1,8 @@
-// Package sa owns the security association model of espgw: the SA (SPI, mode,
-// outer endpoints, encapsulation, algorithms and keys, ESN, replay window,
+// Package sa holds security associations and policies, and reads and writes
+// SA files.
+//
+// It owns the security association model of espgw: the SA (SPI, mode, outer
+// endpoints, encapsulation, algorithms and keys, ESN, replay window,
 // lifetimes), the SAD that finds an SA by SPI, the SPD that maps traffic
 // selectors to protect, bypass or discard, and the loading and validation of
 // SA files (YAML, and setkey(8) manual-keying lines).

@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/secret"
 	"math"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/internal/shell"
 )
 
 // Format is a way of writing SAs down.
@@ -94,14 +96,6 @@ func formatList(fs []Format) string {
 	return strings.Join(s, ", ")
 }
 
-// shellQuote quotes a word for sh when it needs it.
-func shellQuote(w string) string {
-	if w != "" && !strings.ContainsAny(w, " \t\n'\"\\$`()<>|&;*?[]{}#~!") {
-		return w
-	}
-	return "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
-}
-
 // MarshalXFRM writes c as a sh script of ip xfrm commands that installs
 // the same SAs in a Linux kernel: a state per SA, an out policy per SPD
 // entry (protect through its SA's reqid, bypass as allow, discard as
@@ -132,7 +126,7 @@ func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 		b.WriteString("ip")
 		for _, a := range args {
 			b.WriteByte(' ')
-			b.WriteString(shellQuote(a))
+			b.WriteString(shell.Quote(a))
 		}
 		b.WriteByte('\n')
 	}
@@ -508,23 +502,17 @@ func setkeyRange(sel Selector, v6 bool) (string, error) {
 	return fmt.Sprintf("%s %s %s", src, dst, ProtoName(sel.Proto)), nil
 }
 
-// Convert reads an SA file's content (its format detected unless from is
-// set) and writes it in format to.
-func Convert(name string, data []byte, from, to Format) ([]byte, error) {
-	return ConvertFor(name, data, from, to, netip.Addr{})
-}
-
-// MaxConvertSize bounds an input of Convert: a converter holds every SA of
+// MaxConvertSize bounds an input of ConvertFor: a converter holds every SA of
 // its input and its output at once, and 4 MiB of setkey or esp_sa lines
 // (some 25,000 SAs) fit in 64 MB.
 const MaxConvertSize = 4 << 20
 
-// MaxConvertYAMLNodes bounds a YAML input of Convert by its nodes (about
+// MaxConvertYAMLNodes bounds a YAML input of ConvertFor by its nodes (about
 // 4,000 SAs): a YAML document is held as a tree of nodes, each costing
 // hundreds of bytes, however few bytes it was written in.
 const MaxConvertYAMLNodes = 50_000
 
-// CheckConvertSize refuses an input Convert would need more memory for than
+// CheckConvertSize refuses an input ConvertFor would need more memory for than
 // MaxConvertSize and MaxConvertYAMLNodes allow, saying how big it is.
 func CheckConvertSize(name string, data []byte, from Format) error {
 	if len(data) > MaxConvertSize {
@@ -572,9 +560,10 @@ func yamlNodesAtLeast(data []byte, limit int) int {
 	return n
 }
 
-// ConvertFor is Convert for the host whose address is local (see
-// MarshalXFRMFor); only ip-xfrm output depends on it, and a local address
-// with any other output is an error.
+// ConvertFor reads an SA file's content (its format detected unless from
+// is set) and writes it in format to, for the host whose address is local
+// (see MarshalXFRMFor; the zero address for none). Only ip-xfrm output
+// depends on local, and a local address with any other output is an error.
 func ConvertFor(name string, data []byte, from, to Format, local netip.Addr) ([]byte, error) {
 	if from == "" {
 		from = DetectFormat(data)

@@ -58,8 +58,9 @@ func ProtoName(p uint8) string {
 	return strconv.Itoa(int(p))
 }
 
-// hasPorts reports whether the protocol's header starts with two ports.
-func hasPorts(p uint8) bool { return p == 6 || p == 17 || p == 132 || p == 136 }
+// HasPorts reports whether the protocol's header starts with two ports
+// (TCP, UDP, SCTP, UDP-Lite).
+func HasPorts(p uint8) bool { return p == 6 || p == 17 || p == 132 || p == 136 }
 
 // ParsePortRange reads "any", a port "443" or an inclusive range "1024-65535".
 func ParsePortRange(s string) (PortRange, error) {

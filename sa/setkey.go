@@ -3,13 +3,13 @@ package sa
 import (
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/errlist"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/espgw/espgw/internal/errlist"
 	"github.com/espgw/espgw/internal/secret"
 )
 
@@ -659,7 +659,7 @@ func (p *setkeyParser) spdadd(toks []skToken, head string) {
 		return
 	}
 	sel.Proto = proto
-	if (sel.SrcPorts != PortRange{} || sel.DstPorts != PortRange{}) && !hasPorts(proto) {
+	if (sel.SrcPorts != PortRange{} || sel.DstPorts != PortRange{}) && !HasPorts(proto) {
 		p.fail(t.line, head, "upperspec", fmt.Errorf("ports need tcp, udp or sctp, not %s", ProtoName(proto)))
 		return
 	}

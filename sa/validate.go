@@ -140,7 +140,7 @@ func (s Selector) Validate() error {
 		if p.r == (PortRange{}) {
 			continue
 		}
-		if !hasPorts(s.Proto) {
+		if !HasPorts(s.Proto) {
 			return fmt.Errorf("%s: ports need proto tcp, udp, sctp or udplite, not %s", p.name, ProtoName(s.Proto))
 		}
 		if p.r.Lo > p.r.Hi {

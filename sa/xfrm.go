@@ -5,13 +5,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/errlist"
-	"github.com/espgw/espgw/internal/secret"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/espgw/espgw/internal/errlist"
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // The Linux kernel's names for the algorithms (net/xfrm/xfrm_algo.c), as
@@ -1019,7 +1020,7 @@ func XFRMSelectorArgs(sel Selector, v6 bool) ([]string, error) {
 	if !ports {
 		return a, nil
 	}
-	if !hasPorts(sel.Proto) && sel.Proto != 33 {
+	if !HasPorts(sel.Proto) && sel.Proto != 33 {
 		return nil, fmt.Errorf("ports given for protocol %d, which has none", sel.Proto)
 	}
 	for _, p := range []struct {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/errlist"
 	"io"
 	"math"
 	"net/netip"
@@ -15,8 +14,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/espgw/espgw/internal/secret"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/espgw/espgw/internal/errlist"
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // Config is the content of an SA file: the SAs and the outbound policies.
@@ -702,7 +703,7 @@ func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Nod
 			p.fail(f.val, entry, a.name, err)
 			continue
 		}
-		if r != (PortRange{}) && !hasPorts(sel.Proto) {
+		if r != (PortRange{}) && !HasPorts(sel.Proto) {
 			p.failf(f.val, entry, a.name, "ports need proto tcp, udp, sctp or udplite, not %s", ProtoName(sel.Proto))
 			continue
 		}

@@ -1,7 +1,10 @@
-// Package scenarios holds espgw's bundled scenario files and the captures
-// they replay, embedded so that an installed binary (espgw scenario run
-// --bundled, espgw demo) carries them. The format is documented in
-// README.md; internal/lab/scenario reads and runs them.
+// Package scenarios holds the bundled scenario files and the captures they
+// replay.
+//
+// It holds espgw's bundled scenario files and the captures they replay,
+// embedded so that an installed binary (espgw scenario run --bundled, espgw
+// demo) carries them. The format is documented in README.md;
+// internal/lab/scenario reads and runs them.
 package scenarios
 
 import "embed"

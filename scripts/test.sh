@@ -26,11 +26,11 @@ go test -race -count=1 -timeout 60m ./... "$@"
 go test -count=1 -run 'Alloc|MemoryBounded' ./...
 # The emulated cards' calibration against the published tables (skipped
 # under the race detector, where too few ops run to judge a cell).
-go test -count=1 -run Calibration ./offload/emul/
+go test -count=1 -run Calibration ./internal/lab/sim/emul/
 # The end-to-end tests again with every gateway on the aesni engine and its
 # raw ESP on AF_XDP (wan-io: xdp): real tunnels between espgw gateways and
 # against the Linux kernel's ESP and scapy.
-ESPGW_ENGINE=aesni ESPGW_WAN_IO=xdp go test -count=1 -timeout 40m . ./internal/lab/interop/
+ESPGW_ENGINE=aesni ESPGW_WAN_IO=xdp go test -count=1 -timeout 40m ./internal/lab/e2e/ ./internal/lab/interop/
 # The aesni engine's pure-Go fallback, through the same tests.
 go test -count=1 -tags purego ./offload/aesni/...
 ./scripts/fuzz.sh

@@ -1,9 +1,11 @@
-// Package tun owns the gateway's TUN device: creating it (in the current or
-// a given network namespace) through golang.zx2c4.com/wireguard/tun, batch
-// reads and writes at a headroom offset, the vnet-hdr offloads that make a
-// userspace tunnel fast, and the device's link setup (addresses, routes,
-// MTU, up) through netlink. It also computes the inner MTU that keeps ESP
-// packets within the outer path MTU. It knows nothing of ESP itself.
+// Package tun creates and drives the gateway's TUN device.
+//
+// It owns the gateway's TUN device: creating it (in the current or a given
+// network namespace) through golang.zx2c4.com/wireguard/tun, batch reads and
+// writes at a headroom offset, the vnet-hdr offloads that make a userspace
+// tunnel fast, and the device's link setup (addresses, routes, MTU, up)
+// through netlink. It also computes the inner MTU that keeps ESP packets
+// within the outer path MTU. It knows nothing of ESP itself.
 //
 // # Offloads
 //

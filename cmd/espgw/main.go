@@ -1,19 +1,23 @@
-// Command espgw is an IPsec ESP data-plane test bed: gateways that form an
-// ESP tunnel over TUN devices, offload engines, offline pcap sealing and
-// opening, scenarios, speed tables and a bench. Each subcommand lives in its
-// own file; the work is done by the packages they call.
+// Command espgw is an IPsec ESP data-plane test bed.
+//
+// It runs gateways that form an ESP tunnel over TUN devices (package cli
+// holds those commands) and the lab's commands: offline pcap sealing and
+// opening, scenarios, speed tables, the bench, reports and the demo. Each
+// lab subcommand lives in its own file; the work is done by the packages
+// they call.
 package main
 
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/espgw/espgw/internal/cli"
+	"github.com/espgw/espgw/internal/lab/sim"
 )
 
 func main() {
@@ -25,51 +29,18 @@ func main() {
 	}
 }
 
+// newRoot is the gateway's commands (package cli), which open engines
+// from the lab's catalog so that the emulated cards can be named, and the
+// lab's commands.
 func newRoot() *cobra.Command {
-	var verbose bool
-	root := &cobra.Command{
-		Use:           "espgw",
-		Short:         "IPsec ESP data-plane test bed",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
-			level := slog.LevelInfo
-			if verbose {
-				level = slog.LevelDebug
-			}
-			slog.SetDefault(slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level})))
-		},
-	}
-	root.PersistentFlags().BoolVarP(&verbose, "verbose", "v", false, "log debug messages")
+	root := cli.Root(sim.Engines{})
 	root.AddCommand(
-		newVersion(),
-		newRun(),
 		newDemo(),
-		newStats(),
 		newPcap(),
 		newSpeed(),
 		newScenario(),
 		newBench(),
 		newReport(),
-		newSA(),
-		newPolicy(),
-		newDevice(),
-		newIKE(),
 	)
 	return root
-}
-
-func newVersion() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		Run: func(cmd *cobra.Command, _ []string) {
-			v := "(devel)"
-			if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-				v = bi.Main.Version
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "espgw", v)
-		},
-	}
 }

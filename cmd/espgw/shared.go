@@ -9,20 +9,12 @@ import (
 	"os"
 	"time"
 
-	"github.com/espgw/espgw/sa"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-)
 
-// printJSON writes v to the command's output as indented JSON.
-func printJSON(cmd *cobra.Command, v any) error {
-	enc := json.NewEncoder(cmd.OutOrStdout())
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return fmt.Errorf("print the report: %w", err)
-	}
-	return nil
-}
+	"github.com/espgw/espgw/internal/cli"
+	"github.com/espgw/espgw/sa"
+)
 
 // printReport saves rep as JSON to the file save (when set) and prints it:
 // as JSON with asJSON, else as print writes it.
@@ -37,7 +29,7 @@ func printReport(cmd *cobra.Command, rep any, print func(io.Writer), asJSON bool
 		}
 	}
 	if asJSON {
-		return printJSON(cmd, rep)
+		return cli.PrintJSON(cmd, rep)
 	}
 	print(cmd.OutOrStdout())
 	return nil

@@ -1,10 +1,11 @@
-// Package control owns a running gateway's control socket: a Unix-domain
-// socket (mode 0600, root's peers only) taking newline-delimited JSON
-// requests that add, delete, update, list and rekey SAs and add, delete and
-// list policies, each request one atomic change. SAs and policies are
-// written as in the SA file (the same fields, parsed by package sa, so every
-// error names the entry and field and never shows a key); nothing the
-// socket answers carries a key.
+// Package control is a running gateway's control socket and its client.
+//
+// It owns a running gateway's control socket: a Unix-domain socket (mode
+// 0600, root's peers only) taking newline-delimited JSON requests that add,
+// delete, update, list and rekey SAs and add, delete and list policies, each
+// request one atomic change. SAs and policies are written as in the SA file
+// (the same fields, parsed by package sa, so every error names the entry and
+// field and never shows a key); nothing the socket answers carries a key.
 package control
 
 import (

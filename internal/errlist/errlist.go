@@ -1,6 +1,8 @@
-// Package errlist collects the problems found in one input, keeping the
-// first Max and counting the rest, so that a file of garbage gives a short
-// answer in bounded memory.
+// Package errlist collects an input's problems in bounded memory.
+//
+// It collects the problems found in one input, keeping the first Max and
+// counting the rest, so that a file of garbage gives a short answer in
+// bounded memory.
 package errlist
 
 import (

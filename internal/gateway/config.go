@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/errlist"
 	"io"
 	"net"
 	"net/netip"
@@ -16,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/espgw/espgw/internal/errlist"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/offload/engines"
@@ -33,9 +33,13 @@ type Config struct {
 	// OuterMTU is the path MTU between the gateways (default 1500); the
 	// TUN MTU is computed from it and the SAs' overhead.
 	OuterMTU int
-	Engine   string
-	Workers  int
-	Batch    int
+	// Engine names the offload engine, one Catalog knows.
+	Engine string
+	// Catalog is the engines the configuration may name; Start opens
+	// Engine from it.
+	Catalog engines.Catalog
+	Workers int
+	Batch   int
 	// Inline is gateway.Options.Inline (0: the default; -1: never).
 	Inline int
 	// Metrics is the address of the /metrics and /stats endpoint
@@ -104,13 +108,13 @@ const (
 const DefaultMetrics = "127.0.0.1:9478"
 
 // LoadConfig reads and validates a gateway configuration file, and the SA
-// file it names, if any.
-func LoadConfig(path string) (*Config, error) {
+// file it names, if any; the engine it names must be one of cat's.
+func LoadConfig(path string, cat engines.Catalog) (*Config, error) {
 	data, err := sa.ReadFileAtMost(path, sa.MaxFileSize)
 	if err != nil {
 		return nil, fmt.Errorf("read gateway config: %w", err)
 	}
-	return ParseConfig(path, data)
+	return ParseConfig(path, data, cat)
 }
 
 // configSettings are the top-level settings of a gateway configuration.
@@ -121,8 +125,12 @@ var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "wo
 // mapping where a value belongs and a configuration that can never carry
 // a packet (a TUN MTU or tfc-pad the outer MTU cannot carry) are errors.
 // Errors quote what the file says only through package secret: a key
-// pasted into the wrong setting is never printed.
-func ParseConfig(path string, data []byte) (*Config, error) {
+// pasted into the wrong setting is never printed. The engine the
+// configuration names must be one of cat's (nil: engines.Product).
+func ParseConfig(path string, data []byte, cat engines.Catalog) (*Config, error) {
+	if cat == nil {
+		cat = engines.Product{}
+	}
 	if err := sa.CheckYAMLNodes(path, data, sa.MaxYAMLNodes); err != nil {
 		return nil, err
 	}
@@ -141,7 +149,7 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
 		return nil, fmt.Errorf("%s: want a mapping of gateway settings", path)
 	}
-	c := &Config{File: path, OuterMTU: 1500, WanIO: WanIOSocket, XDPMode: xdp.ModeAuto, Engine: "cpu", Metrics: DefaultMetrics, NATKeepalive: NATKeepalive{Every: DefaultNATKeepalive}, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
+	c := &Config{File: path, OuterMTU: 1500, WanIO: WanIOSocket, XDPMode: xdp.ModeAuto, Engine: "cpu", Catalog: cat, Metrics: DefaultMetrics, NATKeepalive: NATKeepalive{Every: DefaultNATKeepalive}, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
 	p := &cfgParser{file: path}
 	var saNode, spdNode *yaml.Node
 	m := doc.Content[0]
@@ -158,8 +166,8 @@ func ParseConfig(path string, data []byte) (*Config, error) {
 		case "engine":
 			if name, ok := p.scalar(v, "engine"); ok {
 				c.Engine = name
-				if err := engines.Check(name); err != nil {
-					p.failf(v, "engine", "%s: %v", secret.Word(name, engines.Names()...), err)
+				if err := cat.Check(name); err != nil {
+					p.failf(v, "engine", "%s: %v", secret.Word(name, cat.Names()...), err)
 				}
 			}
 		case "workers":
@@ -309,7 +317,7 @@ func (c *Config) loadSAs(saNode, spdNode *yaml.Node) error {
 
 // Reload reads the SAs again from the same place: the config file itself
 // for inline SAs.
-func (c *Config) Reload() (*Config, error) { return LoadConfig(c.File) }
+func (c *Config) Reload() (*Config, error) { return LoadConfig(c.File, c.Catalog) }
 
 // ControlPath is where the control socket is, empty when there is none.
 func (c *Config) ControlPath() string {

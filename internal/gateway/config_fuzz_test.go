@@ -9,6 +9,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -55,7 +56,7 @@ func FuzzParseConfig(f *testing.F) {
 		if namesAFile(data) {
 			return
 		}
-		c, err := gateway.ParseConfig("gw.yaml", data)
+		c, err := gateway.ParseConfig("gw.yaml", data, sim.Engines{})
 		if err != nil {
 			msg := err.Error()
 			if !strings.HasPrefix(msg, "gw.yaml") {

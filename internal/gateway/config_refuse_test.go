@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -49,7 +50,7 @@ sa:
 		{"tfc-pad above what the outer MTU carries", local + cbcSA("\n    tfc-pad: 1480"), "tfc-pad 1480 pads every packet beyond the 1438 bytes outer-mtu 1500 carries"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := gateway.ParseConfig("gw.yaml", []byte(tc.yaml))
+			_, err := gateway.ParseConfig("gw.yaml", []byte(tc.yaml), sim.Engines{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)
 			}
@@ -57,7 +58,7 @@ sa:
 	}
 	// What is allowed still loads: the largest TUN MTU and tfc-pad.
 	for _, ok := range []string{local + "tun: {mtu: 1438}\n" + cbcSA(""), local + cbcSA("\n    tfc-pad: 1438"), local + "pprof: 127.0.0.1:6060\n" + goodSA} {
-		if _, err := gateway.ParseConfig("gw.yaml", []byte(ok)); err != nil {
+		if _, err := gateway.ParseConfig("gw.yaml", []byte(ok), sim.Engines{}); err != nil {
 			t.Errorf("%s: %v", ok, err)
 		}
 	}
@@ -77,7 +78,7 @@ func TestConfigErrorsHideKeys(t *testing.T) {
 					line = v + ": 1"
 				}
 			}
-			_, err := gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\n"+line+"\n"+goodSA))
+			_, err := gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\n"+line+"\n"+goodSA), sim.Engines{})
 			if err == nil {
 				if setting == "engine: [x]\nx" {
 					continue
@@ -91,7 +92,7 @@ func TestConfigErrorsHideKeys(t *testing.T) {
 		}
 	}
 	// Inline SAs go through the SA parser's rule.
-	_, err := gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\n"+strings.Replace(goodSA, "enc: aes-gcm-16", "enc: "+key, 1)))
+	_, err := gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\n"+strings.Replace(goodSA, "enc: aes-gcm-16", "enc: "+key, 1)), sim.Engines{})
 	if err == nil || strings.Contains(err.Error(), key[:10]) {
 		t.Errorf("inline SA with a key as enc: %v", err)
 	}
@@ -108,7 +109,7 @@ func TestConfigFileSizeBound(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if _, err := gateway.LoadConfig(path); err == nil || !strings.Contains(err.Error(), "larger than") {
+	if _, err := gateway.LoadConfig(path, sim.Engines{}); err == nil || !strings.Contains(err.Error(), "larger than") {
 		t.Fatalf("LoadConfig of a file over the bound: %v", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/sim"
 )
 
 const goodSA = `
@@ -25,7 +26,7 @@ func TestParseConfig(t *testing.T) {
 engine: ring
 workers: 4
 tun: {name: esp1, routes: [203.0.113.0/24], mtu: auto, offloads: false}
-`+goodSA))
+`+goodSA), sim.Engines{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ tun: {name: esp1, routes: [203.0.113.0/24], mtu: auto, offloads: false}
 	if c.Metrics != gateway.DefaultMetrics || c.OuterMTU != 1500 {
 		t.Errorf("defaults: metrics %q outer-mtu %d", c.Metrics, c.OuterMTU)
 	}
-	c, err = gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\npmtu-expires: 90s\nreassembly: {memory: 4M, timeout: 20s}\n"+goodSA))
+	c, err = gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\npmtu-expires: 90s\nreassembly: {memory: 4M, timeout: 20s}\n"+goodSA), sim.Engines{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +52,7 @@ tun: {name: esp1, routes: [203.0.113.0/24], mtu: auto, offloads: false}
 		{"nat-keepalive: off\n", gateway.NATKeepalive{}},
 		{"nat-keepalive: 5s\n", gateway.NATKeepalive{Every: 5 * time.Second, All: true}},
 	} {
-		c, err := gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\n"+nk.setting+goodSA))
+		c, err := gateway.ParseConfig("gw.yaml", []byte("local: 198.51.100.1\n"+nk.setting+goodSA), sim.Engines{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +93,7 @@ func TestConfigErrors(t *testing.T) {
 		{"missing SA file", "local: 198.51.100.1\nsa-file: nowhere.yaml\n", "nowhere.yaml"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := gateway.ParseConfig("gw.yaml", []byte(tc.yaml))
+			_, err := gateway.ParseConfig("gw.yaml", []byte(tc.yaml), sim.Engines{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)
 			}
@@ -112,7 +113,7 @@ func TestConfigSAFileRelative(t *testing.T) {
 	if err := os.WriteFile(path, []byte("local: 198.51.100.1\nsa-file: sas.yaml\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c, err := gateway.LoadConfig(path)
+	c, err := gateway.LoadConfig(path, sim.Engines{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +126,7 @@ func TestConfigSAFileRelative(t *testing.T) {
 // decoded.
 func TestConfigNodeBomb(t *testing.T) {
 	data := []byte("local: 198.51.100.1\nsa:\n" + strings.Repeat("- {}\n", 1<<20))
-	if _, err := gateway.ParseConfig("gw.yaml", data); err == nil || !strings.Contains(err.Error(), "gw.yaml holds more than 2000000 YAML nodes") {
+	if _, err := gateway.ParseConfig("gw.yaml", data, sim.Engines{}); err == nil || !strings.Contains(err.Error(), "gw.yaml holds more than 2000000 YAML nodes") {
 		t.Fatalf("a million empty SA entries: %v", err)
 	}
 }

@@ -1,8 +1,10 @@
-// Package gateway owns the espgw data path: TUN packets out through the SPD,
-// sequential numbering, parallel crypto on an offload engine and in-order
-// transmit; ESP packets in through the SAD, replay check, crypto, inbound
-// policy and TUN write. Every packet that does not come out is counted under
-// a reason, on its SA when it has one and on the gateway otherwise.
+// Package gateway is the espgw data path, its configuration and its metrics.
+//
+// It owns the espgw data path: TUN packets out through the SPD, sequential
+// numbering, parallel crypto on an offload engine and in-order transmit; ESP
+// packets in through the SAD, replay check, crypto, inbound policy and TUN
+// write. Every packet that does not come out is counted under a reason, on
+// its SA when it has one and on the gateway otherwise.
 package gateway
 
 import (
@@ -83,13 +85,11 @@ const DefaultInline = 8
 
 // SmallMachine is the most CPUs (GOMAXPROCS) on which a gateway runs every
 // batch on its reader by default, bulk TCP's GSO trains included. The
-// workers exist to spread the crypto of large batches over idle CPUs; on
-// two there are none to spread it to — the kernel's share of every packet
-// (the sends' and TUN writes' softirqs, the hosts' TCP) keeps the other one
-// busy — and each batch's two hand-offs (reader to worker to writer, each a
-// wake-up through the scheduler) cost 10–25% of both gateways' CPU per
-// byte of TCP measured at a fixed 1.5 Gbit/s over UDP encapsulation
-// (BENCHMARKS.md, issue 16), for no parallel crypto in return.
+// workers spread the crypto of large batches over idle CPUs. On two CPUs
+// there are none: the kernel's share of every packet keeps the other one
+// busy. There, each batch's two hand-offs (reader to worker to writer)
+// cost 10–25% of the gateways' CPU per byte of bulk TCP and buy no
+// parallel crypto.
 const SmallMachine = 2
 
 // defaultInline is Options.Inline's default on a machine of procs CPUs.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/internal/memnet"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
@@ -207,12 +208,12 @@ func BenchmarkPipeline(b *testing.B) {
 		{Cipher: sa.CipherAESCTR, Auth: sa.AuthHMACSHA256_128},
 		{Cipher: sa.Cipher3DES, Auth: sa.AuthHMACSHA1_96},
 	} {
-		for _, name := range engines.Software() {
+		for _, name := range (sim.Engines{}).Software() {
 			for _, size := range []int{64, 1400} {
 				b.Run(fmt.Sprintf("%s/%s/%d", suite, name, size), func(b *testing.B) {
 					var es [2]offload.Engine
 					for i := range es {
-						e, err := engines.New(name, engines.Options{})
+						e, err := (sim.Engines{}).Open(name, engines.Options{})
 						if err != nil {
 							b.Fatal(err)
 						}

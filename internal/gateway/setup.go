@@ -93,7 +93,8 @@ func neededConns(local []netip.Addr, sas []*sa.SA) map[connKey]bool {
 }
 
 // Start builds everything a Config asks for in the current network
-// namespace: the engine, one socket per outer family and encapsulation the
+// namespace: the engine (opened from cfg.Catalog, or engines.Product when
+// that is nil), one socket per outer family and encapsulation the
 // SAs use, the TUN device with its MTU, addresses and routes.
 func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if log == nil {
@@ -116,7 +117,11 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if rt.nsClaim, err = claimSAs(filepath.Join(DefaultLockRoot, ns), "network namespace "+ns, cfg.SAs); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
 	}
-	rt.Engine, err = engines.New(cfg.Engine, engines.Options{Workers: cfg.Workers})
+	cat := cfg.Catalog
+	if cat == nil {
+		cat = engines.Product{}
+	}
+	rt.Engine, err = cat.Open(cfg.Engine, engines.Options{Workers: cfg.Workers})
 	if err != nil {
 		return rt, fmt.Errorf("%s: engine: %w", cfg.File, err)
 	}

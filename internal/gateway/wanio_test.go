@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/sa"
 )
@@ -67,7 +68,7 @@ func TestWanIOConfig(t *testing.T) {
 		{"wan-io: socket\n", WanIOSocket, ""},
 		{"wan-io: dpdk\n", "", "wan-io"},
 	} {
-		c, err := ParseConfig("gw.yaml", []byte(base+tc.line))
+		c, err := ParseConfig("gw.yaml", []byte(base+tc.line), sim.Engines{})
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), "auto, xdp or socket") {
 				t.Errorf("%q: error %v, want one naming %s and the choices", tc.line, err, tc.err)
@@ -97,7 +98,7 @@ func TestXDPModeConfig(t *testing.T) {
 		{"xdp-mode: generic\n", xdp.ModeGeneric, false},
 		{"xdp-mode: zerocopy\n", "", true},
 	} {
-		c, err := ParseConfig("gw.yaml", []byte(base+tc.line))
+		c, err := ParseConfig("gw.yaml", []byte(base+tc.line), sim.Engines{})
 		if tc.err {
 			if err == nil || !strings.Contains(err.Error(), "xdp-mode") || !strings.Contains(err.Error(), "auto, native or generic") {
 				t.Errorf("%q: error %v, want one naming xdp-mode and the choices", tc.line, err)
@@ -126,7 +127,7 @@ func TestTUNQueueConfig(t *testing.T) {
 		{"tun: {name: esp0, queue: 0}\n", 0, true},
 		{"tun: {name: esp0, queue: 100000}\n", 0, true},
 	} {
-		c, err := ParseConfig("gw.yaml", []byte(base+tc.tun))
+		c, err := ParseConfig("gw.yaml", []byte(base+tc.tun), sim.Engines{})
 		if tc.err {
 			if err == nil || !strings.Contains(err.Error(), "tun.queue") {
 				t.Errorf("%q: error %v, want one naming tun.queue", tc.tun, err)

@@ -1,8 +1,11 @@
-// Package memnet provides in-memory stand-ins for the gateway's TUN device
-// and outer sockets, connected by channels, in the manner of wireguard-go's
-// tuntest and bindtest: they isolate the data plane from the kernel, for
-// pipeline benchmarks and for tests of the pipeline's logic. They are not
-// used by the gateway itself.
+// Package memnet is an in-memory TUN device and outer link for pipeline
+// tests.
+//
+// It provides in-memory stand-ins for the gateway's TUN device and outer
+// sockets, connected by channels, in the manner of wireguard-go's tuntest
+// and bindtest: they isolate the data plane from the kernel, for pipeline
+// benchmarks and for tests of the pipeline's logic. They are not used by the
+// gateway itself.
 package memnet
 
 import (

@@ -1,6 +1,8 @@
-// Package nsrun runs a function inside another network namespace: on a
-// locked OS thread switched into the namespace and back. Sockets and TUN
-// devices opened by the function belong to that namespace for good.
+// Package nsrun runs a function inside another network namespace.
+//
+// It runs a function inside another network namespace: on a locked OS thread
+// switched into the namespace and back. Sockets and TUN devices opened by
+// the function belong to that namespace for good.
 package nsrun
 
 import (

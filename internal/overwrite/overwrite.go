@@ -1,5 +1,8 @@
-// Package overwrite refuses a command's output file when it is one of the
-// command's inputs, so that no command writes over what it reads.
+// Package overwrite refuses an output file that is one of a command's
+// inputs.
+//
+// It refuses a command's output file when it is one of the command's inputs,
+// so that no command writes over what it reads.
 package overwrite
 
 import (

@@ -1,10 +1,11 @@
-// Package pmtu tells inner senders the tunnel's MTU: it decides whether an
-// inner packet fits the tunnel, and builds the ICMP error that goes back to
-// the sender of one that does not — IPv4 "fragmentation needed" (type 3
-// code 4, RFC 792/1191) and ICMPv6 "packet too big" (type 2, RFC 4443) —
-// ready to be written into the TUN device. The builders are pure functions
-// over byte slices: they write into the caller's buffer and allocate
-// nothing.
+// Package pmtu tells inner senders the tunnel's MTU with ICMP errors.
+//
+// It tells inner senders the tunnel's MTU: it decides whether an inner
+// packet fits the tunnel, and builds the ICMP error that goes back to the
+// sender of one that does not — IPv4 "fragmentation needed" (type 3 code 4,
+// RFC 792/1191) and ICMPv6 "packet too big" (type 2, RFC 4443) — ready to be
+// written into the TUN device. The builders are pure functions over byte
+// slices: they write into the caller's buffer and allocate nothing.
 package pmtu
 
 import (

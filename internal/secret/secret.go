@@ -1,6 +1,7 @@
-// Package secret owns the two rules that keep keys out of sight: which
-// user-written text an error message may quote, and how a file holding keys
-// is written.
+// Package secret keeps keys out of error messages and files.
+//
+// It owns the two rules that keep keys out of sight: which user-written text
+// an error message may quote, and how a file holding keys is written.
 //
 // Every parser of a file that can hold keys (SA files, setkey files, the
 // gateway configuration, scenario files, and any SA format added later)

@@ -1,12 +1,14 @@
-// Package transport carries ESP packets between gateways: raw ESP (IP
-// protocol 50) over IPv4 or IPv6, or ESP in UDP per RFC 3948 (port 4500,
-// non-ESP marker, NAT keepalives). It moves batches — sendmmsg through
-// golang.org/x/net's WriteBatch, recvmmsg directly — optionally with UDP GSO,
-// on sockets with buffers sized for load, and counts everything it sees. It
-// knows nothing of ESP beyond where a packet starts: it moves the data path's
-// one packet struct, esp.Packet, whose Data is the ESP packet from SPI to
-// ICV, whose Peer is the far end, and whose TOS, TTL, Fragment and FragMTU
-// are the outer header's (header.go).
+// Package transport carries ESP packets between gateways over raw IP or UDP.
+//
+// It carries ESP packets between gateways: raw ESP (IP protocol 50) over
+// IPv4 or IPv6, or ESP in UDP per RFC 3948 (port 4500, non-ESP marker, NAT
+// keepalives). It moves batches — sendmmsg through golang.org/x/net's
+// WriteBatch, recvmmsg directly — optionally with UDP GSO, on sockets with
+// buffers sized for load, and counts everything it sees. It knows nothing of
+// ESP beyond where a packet starts: it moves the data path's one packet
+// struct, esp.Packet, whose Data is the ESP packet from SPI to ICV, whose
+// Peer is the far end, and whose TOS, TTL, Fragment and FragMTU are the
+// outer header's (header.go).
 //
 // The batch paths allocate nothing per packet: callers own the packets and
 // their buffers; the Conn reuses its message headers, socket addresses and

@@ -1,7 +1,9 @@
-// Package xdp carries raw ESP (IP protocol 50) over AF_XDP: an XDP program
-// on the WAN interface steers ESP, and only ESP, into AF_XDP sockets (one per
-// receive queue), and the Conn here sends and receives whole batches through
-// their rings and a UMEM shared with the kernel, writing the Ethernet and IP
+// Package xdp carries raw ESP over AF_XDP sockets.
+//
+// It carries raw ESP (IP protocol 50) over AF_XDP: an XDP program on the WAN
+// interface steers ESP, and only ESP, into AF_XDP sockets (one per receive
+// queue), and the Conn here sends and receives whole batches through their
+// rings and a UMEM shared with the kernel, writing the Ethernet and IP
 // headers itself from the kernel's neighbour and route tables. Everything
 // else on the interface — ARP, ICMP, UDP-encapsulated ESP, fragments of ESP,
 // the control traffic — goes on to the kernel untouched.

@@ -1,16 +1,18 @@
-// Package aesni is the instruction-level offload engine: AES-CBC in amd64
-// assembly (AES-NI), used the way a gateway holding a batch of packets can
-// use it, as intel-ipsec-mb does. The seals of a batch are encrypted as up to
-// eight independent CBC streams at once (multi-buffer), and each open is
-// decrypted eight blocks at a time; see package internal/cbc. HMAC-SHA1 and
+// Package aesni is the offload engine on espgw's own AES-NI assembly.
+//
+// It is the instruction-level offload engine: AES-CBC in amd64 assembly
+// (AES-NI), used the way a gateway holding a batch of packets can use it, as
+// intel-ipsec-mb does. The seals of a batch are encrypted as up to eight
+// independent CBC streams at once (multi-buffer), and each open is decrypted
+// eight blocks at a time; see package internal/cbc. HMAC-SHA1 and
 // HMAC-SHA256 run the same way across the packets of a batch, from inner and
-// outer hash states precomputed per SA (package internal/sha): a batch's seal
-// is one pass of CBC lanes, then one of SHA lanes; its open one pass of SHA
-// lanes, then the decryptions. The other HMACs run on the standard library
-// from precomputed states. AES-CCM's CBC-MAC runs on the same CBC
+// outer hash states precomputed per SA (package internal/sha): a batch's
+// seal is one pass of CBC lanes, then one of SHA lanes; its open one pass of
+// SHA lanes, then the decryptions. The other HMACs run on the standard
+// library from precomputed states. AES-CCM's CBC-MAC runs on the same CBC
 // assembly (package ccm does the rest). The other ciphers (3DES, AES-CTR,
-// AES-GCM, AES-GMAC, ChaCha20-Poly1305 through x/crypto's assembly, NULL)
-// go through the cpu engine's code.
+// AES-GCM, AES-GMAC, ChaCha20-Poly1305 through x/crypto's assembly, NULL) go
+// through the cpu engine's code.
 //
 // On CPUs without AES-NI, on other architectures and in builds with the
 // purego tag the same engine runs with the pure-Go fallback of internal/cbc.
@@ -54,14 +56,6 @@ func New() *Engine {
 func newWorkerPool() *sync.Pool {
 	return &sync.Pool{New: func() any { return newWorker() }}
 }
-
-// Accelerated reports whether AES-CBC runs in assembly on this CPU and
-// build, rather than on the pure-Go fallback.
-func Accelerated() bool { return cbc.Accelerated() }
-
-// Implementation names what runs AES-CBC on this CPU and build: "vaes-avx2"
-// (VAES on YMM registers, two lanes or blocks per instruction), "aes-ni" or "go".
-func Implementation() string { return cbc.Implementation() }
 
 // Name returns "aesni".
 func (e *Engine) Name() string { return Name }

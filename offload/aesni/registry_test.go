@@ -8,11 +8,11 @@ import (
 )
 
 func TestRegistered(t *testing.T) {
-	e, err := engines.New(aesni.Name, engines.Options{})
+	e, err := engines.Product{}.Open(aesni.Name, engines.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if e.Name() != aesni.Name {
-		t.Errorf("engines.New(%q) made %q", aesni.Name, e.Name())
+		t.Errorf("engines.Product.Open(%q) made %q", aesni.Name, e.Name())
 	}
 }

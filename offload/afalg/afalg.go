@@ -1,7 +1,10 @@
-// Package afalg is the offload engine that hands ESP's crypto to the Linux
-// kernel's crypto API through AF_ALG sockets: whatever driver the kernel has
-// for a suite — a card's (QAT, CCP, CAAM, virtio-crypto) or the kernel's
-// software — or the one a user names.
+// Package afalg is the offload engine on the Linux kernel's crypto API
+// (AF_ALG).
+//
+// It is the offload engine that hands ESP's crypto to the Linux kernel's
+// crypto API through AF_ALG sockets: whatever driver the kernel has for a
+// suite — a card's (QAT, CCP, CAAM, virtio-crypto) or the kernel's software
+// — or the one a user names.
 //
 // Every session is one socket bound to the suite's AEAD, as the kernel's own
 // ESP asks for it (authenc(hmac(H),C), authencesn(…) with ESN,

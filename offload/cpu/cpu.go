@@ -1,8 +1,11 @@
-// Package cpu is the reference offload engine: every op runs inline on the
-// submitting goroutine with Go's standard library ciphers (AES-NI, SHA-NI
-// underneath where the CPU has them), x/crypto's ChaCha20-Poly1305 and
-// package ccm's AES-CCM. Other engines reuse its Session for the
-// actual cipher work and add queueing, batching or timing around it.
+// Package cpu is the reference offload engine, on Go's standard library
+// ciphers.
+//
+// It is the reference offload engine: every op runs inline on the submitting
+// goroutine with Go's standard library ciphers (AES-NI, SHA-NI underneath
+// where the CPU has them), x/crypto's ChaCha20-Poly1305 and package ccm's
+// AES-CCM. Other engines reuse its Session for the actual cipher work and
+// add queueing, batching or timing around it.
 package cpu
 
 import (

@@ -10,9 +10,10 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/sim"
+	"github.com/espgw/espgw/internal/lab/sim/emul"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
-	"github.com/espgw/espgw/offload/emul"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )
@@ -24,12 +25,12 @@ func testEngines() []string {
 	if v := os.Getenv("ESPGW_TEST_ENGINES"); v != "" {
 		return strings.Split(v, ",")
 	}
-	return engines.Software()
+	return (sim.Engines{}).Software()
 }
 
 func newEngine(t testing.TB, name string) offload.Engine {
 	t.Helper()
-	e, err := engines.New(name, engines.Options{})
+	e, err := (sim.Engines{}).Open(name, engines.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ var modernCiphers = []sa.Cipher{sa.CipherChaCha20Poly1305, sa.CipherAESGMAC, sa.
 // emulated device, which serves its device's ciphers (every suite of them)
 // that its published figures price: none of the modern AEADs.
 func TestEverySuite(t *testing.T) {
-	for _, name := range engines.Software() {
+	for _, name := range (sim.Engines{}).Software() {
 		want := len(cpu.Suites())
 		if p, ok := strings.CutPrefix(name, emul.Prefix+":"); ok {
 			want = 0
@@ -328,7 +329,7 @@ func TestInOrderCompletion(t *testing.T) {
 
 func TestUnknownEngine(t *testing.T) {
 	for _, name := range []string{"nope", "emul:nope", "cpu:x", "ring:5", ""} {
-		if _, err := engines.New(name, engines.Options{}); err == nil {
+		if _, err := (sim.Engines{}).Open(name, engines.Options{}); err == nil {
 			t.Errorf("engine %q: no error", name)
 		}
 	}
@@ -365,7 +366,7 @@ func TestVirtioAddressValidated(t *testing.T) {
 		{"virtio:", "is not a PCI address"},
 		{"virtio:00112233445566778899aabbccddeeff", "(a 32-character value, not shown) is not a PCI address"},
 	} {
-		_, err := engines.New(c.name, engines.Options{})
+		_, err := (sim.Engines{}).Open(c.name, engines.Options{})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}

@@ -1,9 +1,12 @@
-// Package virtio is the engine that drives a virtio-crypto device's rings
-// from user space, as DPDK's crypto_virtio PMD does: the device is taken
-// from the kernel through VFIO, requests are written into fixed slots of
-// pinned DMA memory, many are in flight at once, one doorbell announces a
-// whole submission, and completions are polled from the used ring. It is
-// the ring engine's shape (package ring) on a real device.
+// Package virtio is the offload engine on a virtio-crypto device, driven
+// from user space.
+//
+// It is the engine that drives a virtio-crypto device's rings from user
+// space, as DPDK's crypto_virtio PMD does: the device is taken from the
+// kernel through VFIO, requests are written into fixed slots of pinned DMA
+// memory, many are in flight at once, one doorbell announces a whole
+// submission, and completions are polled from the used ring. It is the ring
+// engine's shape (package ring) on a real device.
 //
 // virtio-crypto devices as QEMU builds them have cipher sessions only (no
 // hash, no chaining, no AEAD), so this is the "cipher-only card" case: the

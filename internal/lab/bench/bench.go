@@ -1,7 +1,10 @@
-// Package bench measures espgw tunnels under load, RFC 2544 style, side by
-// side with plain routing (the ceiling) and a wireguard-go tunnel, all on the
-// standard topology hostA — gw1 — wan — gw2 — hostB and in one run, so the
-// ratios between them are what a reader can trust on a busy machine.
+// Package bench measures espgw tunnels under load beside plain routing and
+// wireguard-go.
+//
+// It measures espgw tunnels under load, RFC 2544 style, side by side with
+// plain routing (the ceiling) and a wireguard-go tunnel, all on the standard
+// topology hostA — gw1 — wan — gw2 — hostB and in one run, so the ratios
+// between them are what a reader can trust on a busy machine.
 //
 // For each path it measures iperf3 TCP with 1 and 4 streams; UDP at each frame
 // size (and IMIX) offered as fast as the probe goes; the zero-loss rate per

@@ -1,6 +1,7 @@
-// Package capture is the test bed's one place for packet captures and for
-// packets on the wire, used by `espgw pcap`, `espgw demo` and the scenarios
-// alike:
+// Package capture reads, writes, seals, opens and replays packet captures.
+//
+// It is the test bed's one place for packet captures and for packets on the
+// wire, used by `espgw pcap`, `espgw demo` and the scenarios alike:
 //
 //   - reading (Reader, ReadAll): pcap or pcapng of every usual link type,
 //     safe on hostile input; writing (Writer);
@@ -29,6 +30,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/internal/overwrite"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/offload"
@@ -115,7 +117,7 @@ func load(opts Options) (*loaded, error) {
 	if len(cfgs) == 0 {
 		return nil, fmt.Errorf("SA file %q holds no SAs", opts.SAFile)
 	}
-	eng, err := engines.New(cmp.Or(opts.Engine, "cpu"), engines.Options{})
+	eng, err := sim.Engines{}.Open(cmp.Or(opts.Engine, "cpu"), engines.Options{})
 	if err != nil {
 		return nil, err
 	}

@@ -11,14 +11,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )
 
 func TestEveryEngineInterop(t *testing.T) {
 	ctx := context.Background()
-	for _, name := range engines.Software() {
-		eng, err := engines.New(name, engines.Options{})
+	for _, name := range (sim.Engines{}).Software() {
+		eng, err := (sim.Engines{}).Open(name, engines.Options{})
 		if err != nil {
 			t.Fatalf("engine %s: %v", name, err)
 		}

@@ -1,9 +1,11 @@
-// Package cryptoguest is the machine espgw's device engines are proven on:
-// the kernel peer's QEMU guest (Debian's kernel) booted with QEMU's
-// virtio-crypto device, AF_ALG, and espgw's own static binaries — the
-// espgw command, test binaries of the packages under test (go test -c),
-// the known-answer vectors, and openssl with its afalg engine — in a
-// per-boot archive added to the shared initramfs (kernelpeer.Extra).
+// Package cryptoguest boots the QEMU guest the device engines are proven in.
+//
+// It is the machine espgw's device engines are proven on: the kernel peer's
+// QEMU guest (Debian's kernel) booted with QEMU's virtio-crypto device,
+// AF_ALG, and espgw's own static binaries — the espgw command, test binaries
+// of the packages under test (go test -c), the known-answer vectors, and
+// openssl with its afalg engine — in a per-boot archive added to the shared
+// initramfs (kernelpeer.Extra).
 //
 // The host's kernel has neither AF_ALG nor the device; the guest has both.
 // Tests boot one Guest and run everything in it: the engine conformance
@@ -27,6 +29,7 @@ import (
 
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/shell"
 )
 
 // Root is where the guest keeps espgw's files, laid out as the module is
@@ -192,13 +195,13 @@ func (g *Guest) Binary() string { return g.binary }
 // output. A failing test is an error that carries the output.
 func (g *Guest) RunTest(ctx context.Context, timeout time.Duration, rel string, env []string, args ...string) (string, error) {
 	var sh strings.Builder
-	fmt.Fprintf(&sh, "cd %s && env ", shellQuote(path.Join(Root, rel)))
+	fmt.Fprintf(&sh, "cd %s && env ", shell.Quote(path.Join(Root, rel)))
 	for _, e := range env {
-		sh.WriteString(shellQuote(e) + " ")
+		sh.WriteString(shell.Quote(e) + " ")
 	}
-	sh.WriteString(shellQuote(TestBinary(rel)))
+	sh.WriteString(shell.Quote(TestBinary(rel)))
 	for _, a := range args {
-		sh.WriteString(" " + shellQuote(a))
+		sh.WriteString(" " + shell.Quote(a))
 	}
 	sh.WriteString(" 2>&1")
 	out, err := g.RunFor(ctx, timeout, sh.String())
@@ -207,8 +210,6 @@ func (g *Guest) RunTest(ctx context.Context, timeout time.Duration, rel string, 
 	}
 	return out, nil
 }
-
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 // Close stops the guest and removes the namespace and the build folder.
 func (g *Guest) Close() error {

@@ -1,6 +1,8 @@
-// Package demo tells the whole espgw story in one run: the standard test bed
-// with two gateways and fresh random keys, pings of many sizes both ways over
-// IPv4 and IPv6, a TCP burst with iperf3, a capture of the WAN decrypted by
+// Package demo is espgw demo: the whole test bed in one run, with a report.
+//
+// It tells the whole espgw story in one run: the standard test bed with two
+// gateways and fresh random keys, pings of many sizes both ways over IPv4
+// and IPv6, a TCP burst with iperf3, a capture of the WAN decrypted by
 // tshark with the same SAs, and a report of what was sent, what came out and
 // why anything did not.
 package demo

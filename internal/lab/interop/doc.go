@@ -1,6 +1,8 @@
-// Package interop puts an ESP implementation espgw did not write on the far
-// side of an espgw gateway's tunnel, and proves the two agree: the Linux
-// kernel's own ESP (XFRM), in a QEMU guest run by internal/lab/kernelpeer.
+// Package interop proves espgw against ESP implementations it did not write.
+//
+// It puts an ESP implementation espgw did not write on the far side of an
+// espgw gateway's tunnel, and proves the two agree: the Linux kernel's own
+// ESP (XFRM), in a QEMU guest run by internal/lab/kernelpeer.
 //
 // # The bed (StartBed)
 //

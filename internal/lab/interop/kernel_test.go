@@ -95,7 +95,7 @@ func bootBed(binary string) (*Bed, error) {
 	return b, nil
 }
 
-// The suites of issue 6, by the CLI's names.
+// The suites proven against the kernel, by the CLI's names.
 var suiteNames = []string{
 	"aes-cbc-128+hmac-sha1-96",
 	"aes-cbc-256+hmac-sha1-96",

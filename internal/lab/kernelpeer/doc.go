@@ -1,8 +1,11 @@
-// Package kernelpeer runs the Linux kernel's own ESP (XFRM) as a peer for
-// espgw's tests and scenarios: Debian's kernel in a QEMU guest, reached
-// through a tap device in a network namespace, configured with
-// `ip xfrm state/policy` commands mirrored from the same sa.SA values
-// espgw uses. The machine's own kernel has no ESP; the guest's does.
+// Package kernelpeer runs the Linux kernel's own ESP in a QEMU guest as a
+// peer.
+//
+// It runs the Linux kernel's own ESP (XFRM) as a peer for espgw's tests and
+// scenarios: Debian's kernel in a QEMU guest, reached through a tap device
+// in a network namespace, configured with `ip xfrm state/policy` commands
+// mirrored from the same sa.SA values espgw uses. The machine's own kernel
+// has no ESP; the guest's does.
 //
 // # Preparation (Prepare, or `go run ./internal/lab/kernelpeer/cmd/prepare`)
 //

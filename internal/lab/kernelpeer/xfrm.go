@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/espgw/espgw/internal/shell"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -46,9 +47,8 @@ func script(cmds []Command) string {
 	for _, c := range cmds {
 		b.WriteString("/sbin/ip")
 		for _, a := range c.Args {
-			b.WriteString(" '")
-			b.WriteString(strings.ReplaceAll(a, "'", `'\''`))
-			b.WriteString("'")
+			b.WriteString(" ")
+			b.WriteString(shell.Quote(a))
 		}
 		b.WriteString("\n")
 	}

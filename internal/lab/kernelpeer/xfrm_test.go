@@ -144,7 +144,7 @@ func TestCommandStringHidesKeys(t *testing.T) {
 	if !strings.Contains(str, "<16-byte key>") || !strings.Contains(str, "<32-byte key>") {
 		t.Errorf("String does not name the key lengths: %s", str)
 	}
-	if sc := script([]Command{c}); !strings.Contains(sc, "'0x"+strings.Repeat("ab", 16)+"'") {
+	if sc := script([]Command{c}); !strings.Contains(sc, " 0x"+strings.Repeat("ab", 16)+" ") {
 		t.Errorf("script lost the key: %s", sc)
 	}
 }

@@ -1,10 +1,12 @@
-// Package labtest holds what the lab's tests and the end-to-end tests
-// share: the espgw command built once per test binary, fixtures made once
-// per test binary (Shared: a QEMU guest, a test bed), the small hostA —
-// wan — hostB bed of the relay's and the replay's tests (Chain), tshark's
-// checksum verdict on a capture (TsharkFlags), and the checks that fail a
-// test saying plainly why it cannot run here (not root, no network
-// namespaces, a tool missing). Only tests import it.
+// Package labtest is what the lab's tests and the end-to-end tests share.
+//
+// It holds what the lab's tests and the end-to-end tests share: the espgw
+// command built once per test binary, fixtures made once per test binary
+// (Shared: a QEMU guest, a test bed), the small hostA — wan — hostB bed of
+// the relay's and the replay's tests (Chain), tshark's checksum verdict on a
+// capture (TsharkFlags), and the checks that fail a test saying plainly why
+// it cannot run here (not root, no network namespaces, a tool missing). Only
+// tests import it.
 package labtest
 
 import (

@@ -1,9 +1,11 @@
-// Package labyaml is how the lab reads its YAML files (scenarios and the
-// impairments inside them): strict decoding into structs, where an unknown
-// field or a wrong type is an error naming the file, the line and, where
-// known, the field. (The data path's SA and
-// gateway files walk yaml.Node trees field by field instead, in sa and
-// internal/gateway, for errors that name the SA entry.)
+// Package labyaml is how the lab reads its YAML files.
+//
+// It is how the lab reads its YAML files (scenarios and the impairments
+// inside them): strict decoding into structs, where an unknown field or a
+// wrong type is an error naming the file, the line and, where known, the
+// field. (The data path's SA and gateway files walk yaml.Node trees field by
+// field instead, in sa and internal/gateway, for errors that name the SA
+// entry.)
 package labyaml
 
 import (

@@ -1,7 +1,9 @@
-// Package netns builds network test beds out of Linux network namespaces:
-// named namespaces under a unique run prefix, veth pairs between them,
-// addresses, routes and forwarding, a way to run commands and Go code inside
-// each namespace, and a teardown that removes everything it made.
+// Package netns builds network test beds out of Linux network namespaces.
+//
+// It builds network test beds out of Linux network namespaces: named
+// namespaces under a unique run prefix, veth pairs between them, addresses,
+// routes and forwarding, a way to run commands and Go code inside each
+// namespace, and a teardown that removes everything it made.
 //
 // Namespaces are created with `ip netns add`, so they live under /run/netns
 // and tools work on them (`ip netns exec NAME ...`, tcpdump, iperf3). Links

@@ -1,5 +1,7 @@
-// Package pcapgen writes the small captures that espgw's bundled scenarios
-// replay (scenarios/pcaps/): DNS over UDP, HTTP-like TCP flows with their
+// Package pcapgen writes the captures the bundled scenarios replay.
+//
+// It writes the small captures that espgw's bundled scenarios replay
+// (scenarios/pcaps/): DNS over UDP, HTTP-like TCP flows with their
 // handshakes and FINs, ICMP echo, a sweep of packet sizes and an IPv6 mix.
 // Every capture is deterministic (fixed timestamps, seeded payloads), so the
 // committed files can be checked against the generator byte for byte.

@@ -1,5 +1,7 @@
-// Package report renders bench reports, scenario results and demo reports
-// as one self-contained HTML page, and compares runs figure by figure.
+// Package report renders espgw's results as one self-contained HTML page.
+//
+// It renders bench reports, scenario results and demo reports as one
+// self-contained HTML page, and compares runs figure by figure.
 package report
 
 import (

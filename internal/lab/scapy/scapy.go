@@ -1,9 +1,11 @@
-// Package scapy runs the test bed's independent ESP peer: one script,
-// esp_peer.py, built on scapy's ESP (python3-scapy, run with Debian's
-// /usr/bin/python3), that seals and opens packets in batches (the capture
-// tests), answers pings as the far gateway of a tunnel (the interop tests),
-// or probes an ESP peer with echo, tampered and replayed packets (the kernel
-// peer's tests). Every mode reads SAs in the one form SA writes.
+// Package scapy runs the lab's independent ESP peer, built on scapy.
+//
+// It runs the test bed's independent ESP peer: one script, esp_peer.py,
+// built on scapy's ESP (python3-scapy, run with Debian's /usr/bin/python3),
+// that seals and opens packets in batches (the capture tests), answers pings
+// as the far gateway of a tunnel (the interop tests), or probes an ESP peer
+// with echo, tampered and replayed packets (the kernel peer's tests). Every
+// mode reads SAs in the one form SA writes.
 package scapy
 
 import (

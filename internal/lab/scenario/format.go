@@ -1,10 +1,12 @@
-// Package scenario reads espgw scenario files and runs them: a topology, a
-// pair of SAs, an engine per gateway, traffic steps (pcap replay, iperf3,
-// ping sweeps, generated UDP flows), WAN impairments, and expectations that
-// are checked against what the gateways, the WAN relay and the receiving
-// hosts counted. The file format is documented in scenarios/README.md; this
-// package owns parsing (with file, line and field in every error), the
-// expectation language, the runner and the reports.
+// Package scenario reads and runs espgw scenario files.
+//
+// It reads espgw scenario files and runs them: a topology, a pair of SAs, an
+// engine per gateway, traffic steps (pcap replay, iperf3, ping sweeps,
+// generated UDP flows), WAN impairments, and expectations that are checked
+// against what the gateways, the WAN relay and the receiving hosts counted.
+// The file format is documented in scenarios/README.md; this package owns
+// parsing (with file, line and field in every error), the expectation
+// language, the runner and the reports.
 package scenario
 
 import (
@@ -28,9 +30,9 @@ import (
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/labyaml"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/internal/secret"
-	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -626,12 +628,12 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		if g.engine == "" {
 			return perr(at("engines", g.name), "engines."+g.name, errors.New("empty engine name"))
 		}
-		if err := engines.Check(g.engine); err != nil {
+		if err := (sim.Engines{}).Check(g.engine); err != nil {
 			field, line := "engines."+g.name, at("engines", g.name)
 			if _, given := lookup(s.root, "engines"); given == nil {
 				field, line = "engine", at("engine")
 			}
-			return perr(line, field, fmt.Errorf("%s: %w", secret.Word(g.engine, engines.Names()...), err))
+			return perr(line, field, fmt.Errorf("%s: %w", secret.Word(g.engine, (sim.Engines{}).Names()...), err))
 		}
 	}
 	for _, ic := range []struct {

@@ -1,7 +1,8 @@
-// Package speed is `espgw speed`: it times an offload engine the way
-// `openssl speed -evp ALG` times a cipher, and prints the same table, so the
-// two (and the published tables the project started from) can be laid side
-// by side.
+// Package speed is espgw speed: an offload engine timed like openssl speed.
+//
+// It is `espgw speed`: it times an offload engine the way `openssl speed
+// -evp ALG` times a cipher, and prints the same table, so the two (and the
+// published tables the project started from) can be laid side by side.
 //
 // A bulk cipher (aes-128-cbc, des-ede3-cbc, aes-128-ctr, aes-128-gcm, …) is
 // timed as one engine op per buffer of the given size: the op is shaped like
@@ -25,7 +26,7 @@
 // asks for wall-clock time; with -multi N the N streams share one engine
 // and the rate is N times bytes over the CPU time (openssl sums N
 // processes' rates). An engine with a timing model (emul:…) is timed by its
-// modelled clock (engines.Options.ModelledTime), so that its table shows
+// modelled clock (sim.Engines.ModelledTime), so that its table shows
 // the card and not the load of the machine emulating it; the ciphers still
 // run for real and the engine still waits whenever the model is ahead of
 // the real clock. -elapsed times it by the wall clock instead, with the
@@ -46,6 +47,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
@@ -140,12 +142,11 @@ func Run(ctx context.Context, cfg Config, progress func(string)) (*Result, error
 	if err := cfg.checkBounds(); err != nil {
 		return nil, err
 	}
-	opts := cfg.Options
-	opts.ModelledTime = cfg.modelled()
+	cat := sim.Engines{ModelledTime: cfg.modelled()}
 	// A fresh engine for every measurement, as openssl starts afresh for
 	// every size: nothing queued or modelled carries over.
 	newEngine := func() (offload.Engine, error) {
-		eng, err := engines.New(cfg.Engine, opts)
+		eng, err := cat.Open(cfg.Engine, cfg.Options)
 		if err != nil {
 			return nil, err
 		}

@@ -1,10 +1,12 @@
-// Package strongswan runs strongSwan's IKE daemon (charon, Debian's
-// strongswan-charon with the kernel-libipsec plugin: user-space ESP over a
-// TUN device, since this machine's kernel has no ESP) in network
-// namespaces, so that a tunnel a real IKE daemon negotiated can be taken
-// over by espgw with the keys charon logs (sa.ParseCharonLog), and so that
-// espgw's own IKEv2 (package ike) is proven against charon, each side
-// initiating in turn.
+// Package strongswan runs strongSwan's charon in network namespaces as an
+// IKE and ESP peer.
+//
+// It runs strongSwan's IKE daemon (charon, Debian's strongswan-charon with
+// the kernel-libipsec plugin: user-space ESP over a TUN device, since this
+// machine's kernel has no ESP) in network namespaces, so that a tunnel a
+// real IKE daemon negotiated can be taken over by espgw with the keys charon
+// logs (sa.ParseCharonLog), and so that espgw's own IKEv2 (package ike) is
+// proven against charon, each side initiating in turn.
 //
 // Each charon runs under ipsec's starter in a mount namespace of its own:
 // a private /run (pid files, the stroke socket) and its own ipsec.conf,

@@ -1,14 +1,16 @@
-// Package testbed runs two espgw gateways on the standard topology
-// (hostA — gw1 — wan — gw2 — hostB, in network namespaces) with a fresh pair
-// of SAs, and drives traffic across: the shared ground of `espgw demo`, the
-// integration tests, scenarios and the bench. Gateways are real `espgw run`
-// processes, the lab's one way to run one (RunGateway for a bed whose far
-// side is not espgw) with the lab's one config writer (GatewayConfig);
-// everything the bed makes is removed by Close. Ping (ping.go)
-// is the lab's one ping runner, for beds of this package and any other
-// namespace: it counts every reply that came back, late ones included;
-// StartTcpdump (capture.go) its one tcpdump, and FileName its one way to
-// make a name a file name.
+// Package testbed runs two espgw gateways on the standard topology and
+// drives traffic across.
+//
+// It runs two espgw gateways on the standard topology (hostA — gw1 — wan —
+// gw2 — hostB, in network namespaces) with a fresh pair of SAs, and drives
+// traffic across: the shared ground of `espgw demo`, the integration tests,
+// scenarios and the bench. Gateways are real `espgw run` processes, the
+// lab's one way to run one (RunGateway for a bed whose far side is not
+// espgw) with the lab's one config writer (GatewayConfig); everything the
+// bed makes is removed by Close. Ping (ping.go) is the lab's one ping
+// runner, for beds of this package and any other namespace: it counts every
+// reply that came back, late ones included; StartTcpdump (capture.go) its
+// one tcpdump, and FileName its one way to make a name a file name.
 package testbed
 
 import (

@@ -1,15 +1,16 @@
-// Package wanrelay is the WAN middlebox of the espgw test bed: inside the
-// "wan" network namespace it joins two interfaces (one toward each gateway)
-// with AF_PACKET sockets and passes every frame through an impairment stage
-// (internal/lab/impair), one per direction. In Bridge mode it forwards frames
-// unchanged, a bump in the wire between gateways on one subnet; in Route mode
-// it takes over the forwarding of a wan namespace that routes between two
-// subnets (the standard topology), so impairments need no change of
-// addresses. ESP and ESP in
-// UDP/4500 get the impairments; ARP, neighbour discovery and all other
-// traffic cross untouched. It counts what it read, impaired and sent, and
-// can capture what it forwarded to a pcap. Run runs it until its context
-// ends; Start runs it in the background of a test bed.
+// Package wanrelay is the test bed's WAN middlebox that applies impairments.
+//
+// It is the WAN middlebox of the espgw test bed: inside the "wan" network
+// namespace it joins two interfaces (one toward each gateway) with AF_PACKET
+// sockets and passes every frame through an impairment stage
+// (internal/lab/impair), one per direction. In Bridge mode it forwards
+// frames unchanged, a bump in the wire between gateways on one subnet; in
+// Route mode it takes over the forwarding of a wan namespace that routes
+// between two subnets (the standard topology), so impairments need no change
+// of addresses. ESP and ESP in UDP/4500 get the impairments; ARP, neighbour
+// discovery and all other traffic cross untouched. It counts what it read,
+// impaired and sent, and can capture what it forwarded to a pcap. Run runs
+// it until its context ends; Start runs it in the background of a test bed.
 //
 // The frames carry virtio-net headers (PACKET_VNET_HDR): a frame whose
 // checksum its sender's kernel left to the (veth) hardware gets it computed

@@ -1,8 +1,10 @@
-// Package ccm is the CCM mode of NIST SP 800-38C (RFC 3610) as a
-// cipher.AEAD over any 128-bit block cipher: a CBC-MAC over the nonce, the
-// associated data and the plaintext, and CTR encryption of the plaintext
-// and the tag. ESP's AES-CCM (RFC 4309) uses it with an 11-byte nonce and
-// 8-, 12- or 16-byte tags. Seal and Open work in place and allocate nothing.
+// Package ccm is the CCM mode (NIST SP 800-38C) as a cipher.AEAD.
+//
+// It is the CCM mode of NIST SP 800-38C (RFC 3610) as a cipher.AEAD over any
+// 128-bit block cipher: a CBC-MAC over the nonce, the associated data and
+// the plaintext, and CTR encryption of the plaintext and the tag. ESP's
+// AES-CCM (RFC 4309) uses it with an 11-byte nonce and 8-, 12- or 16-byte
+// tags. Seal and Open work in place and allocate nothing.
 package ccm
 
 import (

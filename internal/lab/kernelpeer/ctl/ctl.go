@@ -1,7 +1,10 @@
-// Package ctl is the control protocol between kernelpeer and its agent in
-// the guest: one JSON request per line on the virtio-serial port PortName,
-// one JSON response per line back. Both sides use these types, so they
-// cannot drift apart.
+// Package ctl is the control protocol between kernelpeer and its guest
+// agent.
+//
+// It is the control protocol between kernelpeer and its agent in the guest:
+// one JSON request per line on the virtio-serial port PortName, one JSON
+// response per line back. Both sides use these types, so they cannot drift
+// apart.
 package ctl
 
 // PortName is the name the host gives the control port (virtserialport name=).

@@ -10,7 +10,7 @@ import (
 )
 
 // The benchmarks put this package beside crypto/cipher's CBC, the reference
-// the ratios are taken against (and openssl speed, run beside them).
+// its ratios are taken against (and openssl speed, run beside them).
 
 var benchSizes = []int{64, 1024, 8192}
 

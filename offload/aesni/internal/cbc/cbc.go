@@ -21,6 +21,8 @@
 // block cipher. The key schedules are computed in Go (FIPS 197) once per key.
 package cbc
 
+//go:generate python3 _asm/gen.py
+
 import (
 	"errors"
 	"fmt"
@@ -166,10 +168,6 @@ const (
 var kernelNames = [...]string{kernelGo: "go", kernelXMM: "aes-ni", kernelAVX: "aes-ni-avx", kernelVAES: "vaes-avx2"}
 
 func (k kernel) String() string { return kernelNames[k] }
-
-// Accelerated reports whether this CPU and build run the assembly rather
-// than the pure-Go fallback.
-func Accelerated() bool { return best != kernelGo }
 
 // Implementation names what runs the CBC loops on this CPU and build:
 // "vaes-avx2", "aes-ni-avx", "aes-ni" or "go".

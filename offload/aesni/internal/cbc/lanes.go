@@ -8,15 +8,12 @@ import (
 // Lanes is how many buffers the multi-buffer kernel keeps in flight.
 //
 // With AES-NI alone, eight XMM registers at one AESENC each per round keep
-// the AES unit busy while each chain waits out its latency. Where the CPU has
-// VAES the eight lanes run as four pairs in YMM registers, two lanes per
-// VAESENC: on the project's AMD EPYC (Zen 3 class) test machine a YMM VAESENC
-// issues as fast as an XMM AESENC, so a step is bound by one chain's latency
-// (11 rounds of 4 cycles) instead of by 88 instructions, 1.7x faster at 1 KiB
-// and 8 KiB. Sixteen lanes in eight YMM registers were tried too: 17% faster
-// at 16 buffers of 1 KiB but twice as slow at 16 buffers of 8 KiB
-// (page-aligned: likely 16 streams at one page offset overflowing the 8-way
-// L1 sets), and a gateway's batches are rarely 16 packets of one SA.
+// the AES unit busy while each chain waits out its latency. With VAES the
+// eight lanes run as four pairs in YMM registers, two lanes per VAESENC, so
+// a step is bound by one chain's latency rather than by 88 instructions.
+// Sixteen lanes gain only at 16 small buffers and lose at large ones (16
+// streams at one page offset overflow the 8-way L1 sets), and a gateway's
+// batches are rarely 16 packets of one SA.
 const Lanes = 8
 
 // lanes is the state the multi-buffer kernel works on: per lane, where the

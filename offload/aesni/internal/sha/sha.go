@@ -1,6 +1,6 @@
-// Package sha is HMAC-SHA1 and HMAC-SHA256 for the aesni offload engine,
-// across the packets of a batch, on the SHA extensions with a pure-Go
-// fallback.
+// Package sha is the aesni engine's HMAC-SHA1 and HMAC-SHA256 across a batch.
+//
+// It runs on the SHA extensions and AVX-512, with a pure-Go fallback.
 //
 // A Key holds the hash states after the inner and the outer padded key
 // blocks (RFC 2104), so a packet's MAC is its own blocks from the inner

@@ -1,5 +1,7 @@
-// Package kcapi is the Linux kernel crypto API's door for user space, AF_ALG
-// sockets (crypto/af_alg.c, algif_aead.c, algif_skcipher.c), driven with
+// Package kcapi opens the Linux kernel's crypto API through AF_ALG sockets.
+//
+// It is the Linux kernel crypto API's door for user space, AF_ALG sockets
+// (crypto/af_alg.c, algif_aead.c, algif_skcipher.c), driven with
 // golang.org/x/sys/unix and no cgo, and the kernel's list of algorithms in
 // /proc/crypto.
 //

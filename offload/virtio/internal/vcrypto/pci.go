@@ -1,9 +1,11 @@
-// Package vcrypto drives a virtio-crypto device (virtio 1.x, modern PCI
-// transport, split virtqueues) from user space: the device's capabilities
-// and feature negotiation, its queues, sessions created and destroyed on
-// the control queue, and cipher requests on a data queue with their
-// completions polled from the used ring — the device protocol layer, under
-// the engine in package virtio and above the PCI access in package vfio.
+// Package vcrypto drives a virtio-crypto device's queues from user space.
+//
+// It drives a virtio-crypto device (virtio 1.x, modern PCI transport, split
+// virtqueues) from user space: the device's capabilities and feature
+// negotiation, its queues, sessions created and destroyed on the control
+// queue, and cipher requests on a data queue with their completions polled
+// from the used ring — the device protocol layer, under the engine in
+// package virtio and above the PCI access in package vfio.
 //
 // The layout follows the virtio 1.2 specification (§4.1 PCI transport,
 // §2.7 split virtqueues, §5.9 crypto device) and Linux's

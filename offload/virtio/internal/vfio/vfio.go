@@ -1,7 +1,9 @@
-// Package vfio gives a user-space driver a PCI device through Linux's VFIO
-// (type 1 IOMMU): the device is bound to vfio-pci, its BARs are mapped into
-// the process, and DMA memory is pinned and mapped at I/O virtual addresses
-// the device can reach through the IOMMU, so a bad descriptor faults in the
+// Package vfio gives a user-space driver a PCI device through Linux's VFIO.
+//
+// It gives a user-space driver a PCI device through Linux's VFIO (type 1
+// IOMMU): the device is bound to vfio-pci, its BARs are mapped into the
+// process, and DMA memory is pinned and mapped at I/O virtual addresses the
+// device can reach through the IOMMU, so a bad descriptor faults in the
 // IOMMU instead of writing over the machine's memory.
 //
 // Everything it sets up is released by Close, and by the kernel when the

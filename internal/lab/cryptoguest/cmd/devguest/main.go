@@ -1,9 +1,11 @@
-// Command devguest boots the crypto guest (Debian's kernel under QEMU with
-// QEMU's virtio-crypto device, espgw's static binaries and openssl with its
-// afalg engine) and runs shell commands in it, printing what they print:
-// how the device engines' benchmarks in BENCHMARKS.md are taken.
+// Command devguest boots the crypto guest and runs shell commands in it.
 //
-//	go run ./internal/lab/cryptoguest/cmd/devguest -crypto 1 -iommu \
+// It boots the crypto guest (Debian's kernel under QEMU with QEMU's
+// virtio-crypto device, espgw's static binaries and openssl with its afalg
+// engine) and runs shell commands in it, printing what they print: how the
+// device engines' benchmarks in BENCHMARKS.md are taken.
+//
+//	go run ./internal/lab/cryptoguest/cmd/devguest -iommu \
 //	    '/espgw/bin/espgw speed -engine virtio -evp aes-128-cbc -elapsed -batch 32 -multi 4'
 package main
 

@@ -1,7 +1,9 @@
-// Command prepare readies the Linux-kernel ESP peer: it fetches Debian's
-// kernel image into a cache folder (not as the machine's kernel), builds
-// the guest agent and writes the initramfs. It is idempotent and quick when
-// everything is already there.
+// Command prepare readies the Linux-kernel ESP peer's kernel and initramfs.
+//
+// It readies the Linux-kernel ESP peer: it fetches Debian's kernel image
+// into a cache folder (not as the machine's kernel), builds the guest agent
+// and writes the initramfs. It is idempotent and quick when everything is
+// already there.
 //
 //	go run ./internal/lab/kernelpeer/cmd/prepare [-dir DIR] [-package PKG] [-offline]
 package main

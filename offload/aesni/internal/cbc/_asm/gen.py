@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Generates ../cbc_amd64.s: the AES-CBC kernels, unrolled over 8 lanes or
-8/16 blocks. Run it from anywhere: python3 _asm/gen.py (then go vet)."""
+8/16 blocks. Run it with go generate in the package (then go vet), or as
+python3 _asm/gen.py [OUTPUT] from anywhere."""
 import os
+import sys
 
 L=[]
 a=L.append
@@ -261,4 +263,5 @@ a('\tADDQ  $16, CX\n\tCMPQ  CX, DX\n\tJB    vlanesloop\n')
 for p in range(4): a(f'\tVMOVDQU Y{p}, {192+32*p}(DI)')
 a('\tVZEROUPPER\n\nvlanesdone:\n\tRET')
 
-open(os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'cbc_amd64.s'), 'w').write('\n'.join(L)+'\n')
+out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'cbc_amd64.s')
+open(out, 'w').write('\n'.join(L)+'\n')
