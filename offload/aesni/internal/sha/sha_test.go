@@ -264,3 +264,39 @@ func TestImplementation(t *testing.T) {
 		t.Errorf("the CPU has the SHA extensions but the implementation is %s", Implementation())
 	}
 }
+
+// FuzzMAC holds a batch built from the input (data split into up to 12
+// packets, each with or without the ESN trailer) against crypto/hmac.
+func FuzzMAC(f *testing.F) {
+	f.Add([]byte("key"), []byte("some data to split into packets"), uint32(7), byte(3))
+	f.Add(bytes.Repeat([]byte{0xaa}, 100), bytes.Repeat([]byte{1}, 3000), uint32(0xffffffff), byte(0xff))
+	f.Fuzz(func(t *testing.T, key, data []byte, seqHi uint32, shape byte) {
+		n := 1 + int(shape)%12
+		var m Macer
+		for _, h := range []Hash{SHA1, SHA256} {
+			k, err := NewKey(h, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			jobs := make([]Job, n)
+			sums := make([][MaxSize]byte, n)
+			for i := range jobs {
+				part := data[i*len(data)/n : (i+1)*len(data)/n]
+				jobs[i] = Job{Key: k, Data: part, ESN: (int(shape)>>i)&1 == 1, SeqHi: seqHi + uint32(i), Sum: &sums[i]}
+			}
+			if err := m.MACBatch(jobs); err != nil {
+				t.Fatal(err)
+			}
+			for i, j := range jobs {
+				w := want(h, key, j.Data, j.ESN, j.SeqHi)
+				if !bytes.Equal(sums[i][:len(w)], w) {
+					t.Fatalf("%s job %d of %d (%d bytes, esn=%v): %x, want %x", h, i, n, len(j.Data), j.ESN, sums[i][:len(w)], w)
+				}
+				var one [MaxSize]byte
+				if err := k.MAC(&one, j.Data, j.ESN, j.SeqHi); err != nil || !bytes.Equal(one[:len(w)], w) {
+					t.Fatalf("%s MAC of job %d: %x, want %x (%v)", h, i, one[:len(w)], w, err)
+				}
+			}
+		}
+	})
+}
