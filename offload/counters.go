@@ -15,7 +15,7 @@ type Counters struct {
 func (c *Counters) Count(ops []*Op) {
 	var n, bad, failed uint64
 	for _, op := range ops {
-		n += uint64(len(op.Packet))
+		n += uint64(len(op.Buf))
 		switch op.Status {
 		case OK:
 		case BadICV:
@@ -39,7 +39,7 @@ func (c *Counters) Count(ops []*Op) {
 // three, which is a tenth of a 16-byte op's time.
 func (c *Counters) CountOne(op *Op) {
 	c.singles.Add(1)
-	c.bytes.Add(uint64(len(op.Packet)))
+	c.bytes.Add(uint64(len(op.Buf)))
 	switch op.Status {
 	case OK:
 	case BadICV:

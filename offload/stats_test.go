@@ -32,10 +32,10 @@ func TestStatsPlusEveryField(t *testing.T) {
 // Stats that Count gives it, for every status.
 func TestCountOneIsCount(t *testing.T) {
 	ops := []*Op{
-		{Packet: make([]byte, 100), Status: OK},
-		{Packet: make([]byte, 7), Status: BadICV},
-		{Packet: make([]byte, 30), Status: BadLength},
-		{Packet: nil, Status: Failed},
+		{Buf: make([]byte, 100), Status: OK},
+		{Buf: make([]byte, 7), Status: BadICV},
+		{Buf: make([]byte, 30), Status: BadLength},
+		{Buf: nil, Status: Failed},
 	}
 	var one, batch Counters
 	for _, op := range ops {

@@ -116,34 +116,12 @@ var espSAFieldNames = []string{"protocol", "source", "destination", "spi", "encr
 func ParseEspSA(name string, data []byte) (*Config, error) {
 	p := &lineProblems{file: name}
 	var sas []*SA
-	seen := map[spiDst]int{}
+	seen := map[saKey]int{}
 	for i, raw := range strings.Split(string(data), "\n") {
-		line := i + 1
-		t := strings.TrimSpace(strings.TrimRight(raw, "\r"))
-		if t == "" || strings.HasPrefix(t, "#") {
-			continue
-		}
-		f, err := uatFields(t)
-		if err != nil {
-			p.fail(line, "", "", err)
-			continue
-		}
-		if len(f) != len(espSAFieldNames) {
-			p.fail(line, "", "", fmt.Errorf("%d fields, want %d (%s)", len(f), len(espSAFieldNames), strings.Join(espSAFieldNames, ", ")))
-			continue
-		}
-		s, entry, field, err := espSARecord(f)
-		if err != nil {
-			p.fail(line, entry, field, err)
-			continue
-		}
-		k := spiDst{s.SPI, s.Dst}
-		if prev, dup := seen[k]; dup {
-			p.fail(line, entry, "spi", fmt.Errorf("duplicate SPI for dst %s (also on line %d)", s.Dst, prev))
-			continue
-		}
-		seen[k] = line
-		sas = append(sas, s)
+		espSALine(p, seen, i+1, raw, func(s *SA) error {
+			sas = append(sas, s)
+			return nil
+		})
 	}
 	if err := p.errs.Err(); err != nil {
 		return nil, err

@@ -5,12 +5,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/espgw/espgw/internal/errlist"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/internal/shell"
 )
@@ -117,20 +119,9 @@ func MarshalXFRM(c *Config) ([]byte, error) { return MarshalXFRMFor(c, netip.Add
 // is outbound and every other SA inbound.
 func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 	var b strings.Builder
-	b.WriteString("# ip xfrm commands written by espgw sa convert; they hold keys.\n")
-	if local.IsValid() {
-		fmt.Fprintf(&b, "# For the host %s.\n", local)
-	}
-	b.WriteString("set -e\n")
-	write := func(args []string) {
-		b.WriteString("ip")
-		for _, a := range args {
-			b.WriteByte(' ')
-			b.WriteString(shell.Quote(a))
-		}
-		b.WriteByte('\n')
-	}
-	if err := checkLocal(c, local); err != nil {
+	b.WriteString(xfrmHeader(local))
+	rs := refsOf(c.SAs)
+	if err := checkLocal(rs, local); err != nil {
 		return nil, err
 	}
 	for _, s := range c.SAs {
@@ -138,10 +129,48 @@ func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		write(a)
+		writeIP(&b, a)
+	}
+	if err := xfrmPolicies(&b, rs, c.SPD, local); err != nil {
+		return nil, err
+	}
+	return []byte(b.String()), nil
+}
+
+// xfrmHeader is the start of an ip xfrm script.
+func xfrmHeader(local netip.Addr) string {
+	h := "# ip xfrm commands written by espgw sa convert; they hold keys.\n"
+	if local.IsValid() {
+		h += fmt.Sprintf("# For the host %s.\n", local)
+	}
+	return h + "set -e\n"
+}
+
+// textWriter is a strings.Builder or a bufio.Writer.
+type textWriter interface {
+	io.Writer
+	io.StringWriter
+	io.ByteWriter
+}
+
+// writeIP writes an ip command line.
+func writeIP(b textWriter, args []string) {
+	b.WriteString("ip")
+	for _, a := range args {
+		b.WriteByte(' ')
+		b.WriteString(shell.Quote(a))
+	}
+	b.WriteByte('\n')
+}
+
+// xfrmPolicies writes the policy commands that follow the states of
+// MarshalXFRMFor: of the SAs' selectors and of the SPD.
+func xfrmPolicies(b textWriter, rs *refSet, spd []Policy, local netip.Addr) error {
+	if err := checkLocal(rs, local); err != nil {
+		return err
 	}
 	protected := map[uint32]bool{}
-	for _, pol := range c.SPD {
+	for _, pol := range spd {
 		if pol.Action == Protect {
 			protected[pol.SPI] = true
 			if pol.SA != nil {
@@ -155,16 +184,16 @@ func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 		}
 		return protected[s.SPI]
 	}
-	mirrored, err := spdOfPeer(c, local)
+	mirrored, err := spdOfPeer(rs, spd, local)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	// The kernel's priorities are unsigned, lowest first: the SPD's keep
 	// their order, shifted up when some are negative. Where the SPD is the
 	// peer's, its bypass entries must come before this host's outbound
 	// policies from the SAs' selectors, which then follow every entry.
 	lo, hi := 0, 0
-	for i, pol := range c.SPD {
+	for i, pol := range spd {
 		if i == 0 || pol.Priority < lo {
 			lo = pol.Priority
 		}
@@ -174,14 +203,15 @@ func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 	}
 	bias := max(0, -lo)
 	if hi+bias >= math.MaxUint32 {
-		return nil, fmt.Errorf("spd: priorities %d to %d do not fit the kernel's 32 bits", lo, hi)
+		return fmt.Errorf("spd: priorities %d to %d do not fit the kernel's 32 bits", lo, hi)
 	}
 	selPriority := 0
 	if mirrored {
 		selPriority = hi + bias + 1
 	}
 	anySel := false
-	for _, s := range c.SAs {
+	for i := range rs.refs {
+		s := rs.sa(i)
 		if len(s.Selectors) == 0 || protected[s.SPI] {
 			continue
 		}
@@ -192,33 +222,33 @@ func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 		}
 		cmds, err := XFRMPolicyArgs(s, s.Selectors, outbound(s), prio)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for _, a := range cmds {
-			write(a)
+			writeIP(b, a)
 		}
 	}
-	for i := range c.SPD {
-		pol := &c.SPD[i]
+	for i := range spd {
+		pol := &spd[i]
 		v6 := false
 		for _, pfx := range []struct{ ok, six bool }{{pol.Selector.Src.IsValid(), pol.Selector.Src.Addr().Is6()}, {pol.Selector.Dst.IsValid(), pol.Selector.Dst.Addr().Is6()}} {
 			v6 = v6 || pfx.ok && pfx.six
 		}
 		switch {
 		case pol.Action == Protect:
-			s := policySA(c, pol)
+			s := rs.policySA(pol)
 			if s == nil {
-				return nil, fmt.Errorf("spd[%d]: no SA with SPI %#x", i, pol.SPI)
+				return fmt.Errorf("spd[%d]: no SA with SPI %#x", i, pol.SPI)
 			}
 			cmds, err := XFRMPolicyArgs(s, []Selector{pol.Selector}, outbound(s), pol.Priority+bias)
 			if err != nil {
-				return nil, fmt.Errorf("spd[%d]: %w", i, err)
+				return fmt.Errorf("spd[%d]: %w", i, err)
 			}
 			for _, a := range cmds {
-				write(a)
+				writeIP(b, a)
 			}
 		case mirrored && pol.Action == Discard:
-			fmt.Fprintf(&b, "# spd[%d] (discard) is %s's outbound policy: this host has none like it.\n", i, peerOf(c, local))
+			fmt.Fprintf(b, "# spd[%d] (discard) is %s's outbound policy: this host has none like it.\n", i, peerOf(rs, local))
 		default:
 			action := "allow"
 			if pol.Action == Discard {
@@ -237,45 +267,55 @@ func MarshalXFRMFor(c *Config, local netip.Addr) ([]byte, error) {
 			for _, d := range dirs {
 				sel, err := XFRMSelectorArgs(d.sel, v6)
 				if err != nil {
-					return nil, fmt.Errorf("spd[%d]: %w", i, err)
+					return fmt.Errorf("spd[%d]: %w", i, err)
 				}
 				a := append(append([]string{"xfrm", "policy", "add"}, sel...), "dir", d.dir)
 				if pol.Priority+bias != 0 {
 					a = append(a, "priority", strconv.Itoa(pol.Priority+bias))
 				}
-				write(append(a, "action", action))
+				writeIP(b, append(a, "action", action))
 			}
 		}
 	}
-	if len(c.SPD) == 0 && !anySel {
+	if len(spd) == 0 && !anySel {
 		b.WriteString("# No spd: and no selectors in the SA file: add ip xfrm policy commands for the traffic to protect.\n")
 	}
-	return []byte(b.String()), nil
+	return nil
 }
 
 // checkLocal refuses a local address that is not one end of every SA.
-func checkLocal(c *Config, local netip.Addr) error {
+func checkLocal(rs *refSet, local netip.Addr) error {
 	if !local.IsValid() {
 		return nil
 	}
 	used := false
 	var others []string
-	for _, s := range c.SAs {
+	more := 0
+	for i := range rs.refs {
+		s := rs.sa(i)
 		if s.Src == local || s.Dst == local {
 			used = true
 			continue
 		}
+		if len(others) == errlist.Max {
+			more++
+			continue
+		}
 		others = append(others, fmt.Sprintf("%#x (%s→%s)", s.SPI, s.Src, s.Dst))
 	}
-	var ends []string
-	for _, s := range c.SAs {
-		for _, a := range []string{s.Src.String(), s.Dst.String()} {
-			if !slices.Contains(ends, a) {
-				ends = append(ends, a)
-			}
-		}
+	if more > 0 {
+		others = append(others, fmt.Sprintf("%d more", more))
 	}
 	if !used {
+		var ends []string
+		for i := range rs.refs {
+			s := rs.sa(i)
+			for _, a := range []string{s.Src.String(), s.Dst.String()} {
+				if !slices.Contains(ends, a) && len(ends) < errlist.Max {
+					ends = append(ends, a)
+				}
+			}
+		}
 		return fmt.Errorf("local address %s: no SA is from or to it (the SAs' ends are %s)", local, strings.Join(ends, ", "))
 	}
 	if len(others) > 0 {
@@ -284,19 +324,19 @@ func checkLocal(c *Config, local netip.Addr) error {
 	return nil
 }
 
-// spdOfPeer reports whether c's SPD is the other end's, seen from local:
+// spdOfPeer reports whether the SPD is the other end's, seen from local:
 // its protect entries go through SAs to local.
-func spdOfPeer(c *Config, local netip.Addr) (bool, error) {
+func spdOfPeer(rs *refSet, spd []Policy, local netip.Addr) (bool, error) {
 	if !local.IsValid() {
 		return false, nil
 	}
 	from, to := false, false
-	for i := range c.SPD {
-		pol := &c.SPD[i]
+	for i := range spd {
+		pol := &spd[i]
 		if pol.Action != Protect {
 			continue
 		}
-		s := policySA(c, pol)
+		s := rs.policySA(pol)
 		if s == nil {
 			return false, fmt.Errorf("spd[%d]: no SA with SPI %#x", i, pol.SPI)
 		}
@@ -309,30 +349,15 @@ func spdOfPeer(c *Config, local netip.Addr) (bool, error) {
 	return to, nil
 }
 
-// peerOf names the other end of c's SAs from local.
-func peerOf(c *Config, local netip.Addr) string {
-	for _, s := range c.SAs {
+// peerOf names the other end of the SAs from local.
+func peerOf(rs *refSet, local netip.Addr) string {
+	for i := range rs.refs {
+		s := rs.sa(i)
 		if s.Dst == local {
 			return s.Src.String()
 		}
 	}
 	return "the other end"
-}
-
-func policySA(c *Config, pol *Policy) *SA {
-	if pol.SA != nil {
-		return pol.SA
-	}
-	return findSA(c.SAs, pol.SPI)
-}
-
-func findSA(sas []*SA, spi uint32) *SA {
-	for _, s := range sas {
-		if s.SPI == spi {
-			return s
-		}
-	}
-	return nil
 }
 
 var setkeyCipherOut = map[Cipher]string{
@@ -354,97 +379,117 @@ var setkeyAuthOut = map[Auth]string{
 // a replay window that is not a multiple of 8: those are errors.
 func MarshalSetkey(c *Config) ([]byte, error) {
 	var b strings.Builder
-	b.WriteString("# setkey(8) statements written by espgw sa convert; they hold keys.\nflush;\nspdflush;\n")
-	key := func(k Key) string { return "0x" + hex.EncodeToString(k) }
+	b.WriteString(setkeyHeader)
 	for _, s := range c.SAs {
-		if err := s.Validate(); err != nil {
-			return nil, fmt.Errorf("SA %#x as setkey: %w", s.SPI, err)
+		if err := setkeyAdd(&b, s); err != nil {
+			return nil, err
 		}
-		var missing []string
-		if s.ESN {
-			missing = append(missing, "esn")
-		}
-		if s.InitialSeq != 0 {
-			missing = append(missing, "initial-seq")
-		}
-		if s.TFCPad != 0 {
-			missing = append(missing, "tfc-pad")
-		}
-		if s.Soft.Packets != 0 || s.Hard.Packets != 0 {
-			missing = append(missing, "packet lifetimes")
-		}
-		if s.DSCP != (DSCP{}) {
-			missing = append(missing, "dscp")
-		}
-		if s.DecapDSCP != DecapKeep {
-			missing = append(missing, "decap-dscp")
-		}
-		if s.DF != DFCopy {
-			missing = append(missing, "df")
-		}
-		if s.TTL != 0 {
-			missing = append(missing, "ttl")
-		}
-		if s.IfID != 0 {
-			missing = append(missing, "if-id")
-		}
-		if !s.OutputMark.IsZero() {
-			missing = append(missing, "output-mark")
-		}
-		if _, ok := setkeyCipherOut[s.Suite.Cipher]; !ok {
-			missing = append(missing, fmt.Sprintf("enc %s (setkey(8) names AES-GCM with a 16-byte ICV only)", s.Suite.Cipher))
-		}
-		if s.ReplayWindow%8 != 0 {
-			missing = append(missing, fmt.Sprintf("replay-window %d (setkey's -r counts bytes: a multiple of 8 packets)", s.ReplayWindow))
-		}
-		if len(missing) > 0 {
-			return nil, fmt.Errorf("SA %#x as setkey: setkey(8) cannot say %s", s.SPI, strings.Join(missing, ", "))
-		}
-		src, dst, proto := s.Src.String(), s.Dst.String(), "esp"
-		if s.Encap == EncapUDP {
-			src, dst, proto = fmt.Sprintf("%s[%d]", s.Src, s.SrcPort), fmt.Sprintf("%s[%d]", s.Dst, s.DstPort), "esp-udp"
-		}
-		fmt.Fprintf(&b, "add %s %s %s %#x -m %s -u %d", src, dst, proto, s.SPI, s.Mode, s.SPI)
-		if s.ReplayWindow > 0 {
-			fmt.Fprintf(&b, " -r %d", s.ReplayWindow/8)
-		}
-		for _, l := range []struct {
-			opt string
-			v   uint64
-		}{{"-lh", uint64(s.Hard.Time.Seconds())}, {"-ls", uint64(s.Soft.Time.Seconds())}, {"-bh", s.Hard.Bytes}, {"-bs", s.Soft.Bytes}} {
-			if l.v != 0 {
-				fmt.Fprintf(&b, " %s %d", l.opt, l.v)
-			}
-		}
-		fmt.Fprintf(&b, "\n\t-E %s", setkeyCipherOut[s.Suite.Cipher])
-		if len(s.EncKey) > 0 {
-			b.WriteString(" " + key(s.EncKey))
-		}
-		if !s.Suite.Cipher.IsAEAD() {
-			fmt.Fprintf(&b, "\n\t-A %s %s", setkeyAuthOut[s.Suite.Auth], key(s.AuthKey))
-		}
-		b.WriteString(" ;\n")
 	}
+	if err := setkeyPolicies(&b, refsOf(c.SAs), c.SPD); err != nil {
+		return nil, err
+	}
+	return []byte(b.String()), nil
+}
+
+const setkeyHeader = "# setkey(8) statements written by espgw sa convert; they hold keys.\nflush;\nspdflush;\n"
+
+// setkeyAdd writes the add statement of s.
+func setkeyAdd(b textWriter, s *SA) error {
+	key := func(k Key) string { return "0x" + hex.EncodeToString(k) }
+	if err := s.Validate(); err != nil {
+		return fmt.Errorf("SA %#x as setkey: %w", s.SPI, err)
+	}
+	var missing []string
+	if s.ESN {
+		missing = append(missing, "esn")
+	}
+	if s.InitialSeq != 0 {
+		missing = append(missing, "initial-seq")
+	}
+	if s.TFCPad != 0 {
+		missing = append(missing, "tfc-pad")
+	}
+	if s.Soft.Packets != 0 || s.Hard.Packets != 0 {
+		missing = append(missing, "packet lifetimes")
+	}
+	if s.DSCP != (DSCP{}) {
+		missing = append(missing, "dscp")
+	}
+	if s.DecapDSCP != DecapKeep {
+		missing = append(missing, "decap-dscp")
+	}
+	if s.DF != DFCopy {
+		missing = append(missing, "df")
+	}
+	if s.TTL != 0 {
+		missing = append(missing, "ttl")
+	}
+	if s.IfID != 0 {
+		missing = append(missing, "if-id")
+	}
+	if !s.OutputMark.IsZero() {
+		missing = append(missing, "output-mark")
+	}
+	if _, ok := setkeyCipherOut[s.Suite.Cipher]; !ok {
+		missing = append(missing, fmt.Sprintf("enc %s (setkey(8) names AES-GCM with a 16-byte ICV only)", s.Suite.Cipher))
+	}
+	if s.ReplayWindow%8 != 0 {
+		missing = append(missing, fmt.Sprintf("replay-window %d (setkey's -r counts bytes: a multiple of 8 packets)", s.ReplayWindow))
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("SA %#x as setkey: setkey(8) cannot say %s", s.SPI, strings.Join(missing, ", "))
+	}
+	src, dst, proto := s.Src.String(), s.Dst.String(), "esp"
+	if s.Encap == EncapUDP {
+		src, dst, proto = fmt.Sprintf("%s[%d]", s.Src, s.SrcPort), fmt.Sprintf("%s[%d]", s.Dst, s.DstPort), "esp-udp"
+	}
+	fmt.Fprintf(b, "add %s %s %s %#x -m %s -u %d", src, dst, proto, s.SPI, s.Mode, s.SPI)
+	if s.ReplayWindow > 0 {
+		fmt.Fprintf(b, " -r %d", s.ReplayWindow/8)
+	}
+	for _, l := range []struct {
+		opt string
+		v   uint64
+	}{{"-lh", uint64(s.Hard.Time.Seconds())}, {"-ls", uint64(s.Soft.Time.Seconds())}, {"-bh", s.Hard.Bytes}, {"-bs", s.Soft.Bytes}} {
+		if l.v != 0 {
+			fmt.Fprintf(b, " %s %d", l.opt, l.v)
+		}
+	}
+	fmt.Fprintf(b, "\n\t-E %s", setkeyCipherOut[s.Suite.Cipher])
+	if len(s.EncKey) > 0 {
+		b.WriteString(" " + key(s.EncKey))
+	}
+	if !s.Suite.Cipher.IsAEAD() {
+		fmt.Fprintf(b, "\n\t-A %s %s", setkeyAuthOut[s.Suite.Auth], key(s.AuthKey))
+	}
+	b.WriteString(" ;\n")
+	return nil
+}
+
+// setkeyPolicies writes the spdadd statements that follow the SAs' adds:
+// of their selectors, and of the SPD.
+func setkeyPolicies(b textWriter, rs *refSet, spd []Policy) error {
 	rule := func(s *SA, level string) string {
 		if s.Mode == Tunnel {
 			return fmt.Sprintf("esp/tunnel/%s-%s/%s", s.Src, s.Dst, level)
 		}
 		return "esp/transport//" + level
 	}
-	for _, s := range c.SAs {
+	for i := range rs.refs {
+		s := rs.sa(i)
 		for _, sel := range s.Selectors {
 			r, err := setkeyRange(sel, s.Src.Is6())
 			if err != nil {
-				return nil, fmt.Errorf("SA %#x selector as setkey: %w", s.SPI, err)
+				return fmt.Errorf("SA %#x selector as setkey: %w", s.SPI, err)
 			}
-			fmt.Fprintf(&b, "spdadd %s -P in ipsec %s ;\n", r, rule(s, fmt.Sprintf("unique:%d", s.SPI)))
+			fmt.Fprintf(b, "spdadd %s -P in ipsec %s ;\n", r, rule(s, fmt.Sprintf("unique:%d", s.SPI)))
 		}
 	}
-	for i := range c.SPD {
-		pol := &c.SPD[i]
+	for i := range spd {
+		pol := &spd[i]
 		r, err := setkeyRange(pol.Selector, false)
 		if err != nil {
-			return nil, fmt.Errorf("spd[%d] as setkey: %w", i, err)
+			return fmt.Errorf("spd[%d] as setkey: %w", i, err)
 		}
 		prio := ""
 		if pol.Priority != 0 {
@@ -452,21 +497,18 @@ func MarshalSetkey(c *Config) ([]byte, error) {
 		}
 		switch pol.Action {
 		case Protect:
-			s := pol.SA
+			s := rs.policySA(pol)
 			if s == nil {
-				s = findSA(c.SAs, pol.SPI)
+				return fmt.Errorf("spd[%d]: no SA with SPI %#x", i, pol.SPI)
 			}
-			if s == nil {
-				return nil, fmt.Errorf("spd[%d]: no SA with SPI %#x", i, pol.SPI)
-			}
-			fmt.Fprintf(&b, "spdadd %s -P out%s ipsec %s ;\n", r, prio, rule(s, fmt.Sprintf("unique:%d", s.SPI)))
+			fmt.Fprintf(b, "spdadd %s -P out%s ipsec %s ;\n", r, prio, rule(s, fmt.Sprintf("unique:%d", s.SPI)))
 		case Bypass:
-			fmt.Fprintf(&b, "spdadd %s -P out%s none ;\n", r, prio)
+			fmt.Fprintf(b, "spdadd %s -P out%s none ;\n", r, prio)
 		default:
-			fmt.Fprintf(&b, "spdadd %s -P out%s discard ;\n", r, prio)
+			fmt.Fprintf(b, "spdadd %s -P out%s discard ;\n", r, prio)
 		}
 	}
-	return []byte(b.String()), nil
+	return nil
 }
 
 // setkeyRange writes a selector as spdadd's src_range dst_range upperspec.

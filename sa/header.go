@@ -167,35 +167,35 @@ func (p *yamlParser) header(str func(string) (field, string, bool), entry string
 	if f, v, ok := str("dscp"); ok {
 		d, err := ParseDSCP(v)
 		if err != nil {
-			p.failf(f.val, entry, "dscp", "%s, want copy or a DSCP value 0..63", secret.Word(v, "copy"))
+			p.failf(f.Val, entry, "dscp", "%s, want copy or a DSCP value 0..63", secret.Word(v, "copy"))
 		}
 		s.DSCP = d
 	}
 	if f, v, ok := str("decap-dscp"); ok {
 		d, err := ParseDecapDSCP(v)
 		if err != nil {
-			p.failf(f.val, entry, "decap-dscp", "%s, want keep or copy", secret.Word(v, "keep", "copy"))
+			p.failf(f.Val, entry, "decap-dscp", "%s, want keep or copy", secret.Word(v, "keep", "copy"))
 		}
 		s.DecapDSCP = d
 	}
 	if f, v, ok := str("df"); ok {
 		d, err := ParseDF(v)
 		if err != nil {
-			p.failf(f.val, entry, "df", "%s, want copy, set or clear", secret.Word(v, "copy", "set", "clear"))
+			p.failf(f.Val, entry, "df", "%s, want copy, set or clear", secret.Word(v, "copy", "set", "clear"))
 		}
 		s.DF = d
 	}
 	if f, v, ok := str("ttl"); ok {
 		t, err := strconv.ParseUint(v, 10, 8)
 		if err != nil || t == 0 {
-			p.failf(f.val, entry, "ttl", "%s, want an outer TTL 1..255", secret.Number(v))
+			p.failf(f.Val, entry, "ttl", "%s, want an outer TTL 1..255", secret.Number(v))
 		}
 		s.TTL = uint8(t)
 	}
 	if f, v, ok := str("if-id"); ok {
 		id, err := strconv.ParseUint(v, 0, 32)
 		if err != nil || id == 0 {
-			p.failf(f.val, entry, "if-id", "%s, want an xfrm interface's if_id 1..4294967295", secret.Number(v))
+			p.failf(f.Val, entry, "if-id", "%s, want an xfrm interface's if_id 1..4294967295", secret.Number(v))
 		}
 		s.IfID = uint32(id)
 	}
@@ -205,7 +205,7 @@ func (p *yamlParser) header(str func(string) (field, string, bool), entry string
 			err = errors.New("sets no bit: leave output-mark out")
 		}
 		if err != nil {
-			p.fail(f.val, entry, "output-mark", err)
+			p.fail(f.Val, entry, "output-mark", err)
 		}
 		s.OutputMark = m
 	}

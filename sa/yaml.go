@@ -13,11 +13,13 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/espgw/espgw/internal/errlist"
 	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/internal/yamlwalk"
 )
 
 // Config is the content of an SA file: the SAs and the outbound policies.
@@ -66,6 +68,9 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 
 // ParseYAML reads a YAML SA file.
 func ParseYAML(name string, data []byte) (*Config, error) {
+	if c, err, ok := parseYAMLStream(name, data); ok {
+		return c, err
+	}
 	if err := CheckYAMLNodes(name, data, MaxYAMLNodes); err != nil {
 		return nil, &ConfigError{File: name, Err: err}
 	}
@@ -79,12 +84,34 @@ func ParseYAML(name string, data []byte) (*Config, error) {
 		return nil, &ConfigError{File: name, Line: extra.Line, Err: errors.New("more than one YAML document")}
 	}
 	p := &yamlParser{file: name}
-	c := p.config(&doc)
+	c, err, _ := p.finish(p.config(&doc))
+	return c, err
+}
+
+// parseYAMLStream reads an SA file with the streaming reader, entry by
+// entry; ok is false when the file is outside what it reads.
+func parseYAMLStream(name string, data []byte) (c *Config, err error, ok bool) {
+	p := &yamlParser{file: name}
+	b := newConfigBuilder(p)
+	if checkBytes(data) != nil {
+		return nil, nil, false
+	}
+	// The nodes point into data, which is not copied: nothing of it is
+	// kept past the call (see fieldsDepth).
+	r := &streamReader{src: unsafe.String(unsafe.SliceData(data), len(data))}
+	if r.document(b) != nil {
+		return nil, nil, false
+	}
+	return p.finish(b.c)
+}
+
+// finish sorts the problems found by line and returns them, or c.
+func (p *yamlParser) finish(c *Config) (*Config, error, bool) {
 	slices.SortStableFunc(p.errs.Kept(), func(a, b error) int { return lineOf(a) - lineOf(b) })
 	if err := p.errs.Err(); err != nil {
-		return nil, err
+		return nil, err, true
 	}
-	return c, nil
+	return c, nil, true
 }
 
 // yamlSyntax keeps the library's syntax message ("yaml: line 3: …"),
@@ -112,10 +139,14 @@ type yamlParser struct {
 	// spdOnly reads an spd: list whose SAs come from elsewhere: protect
 	// policies keep their SPI and NewSPD binds them.
 	spdOnly bool
-	merges  int // merge keys expanded so far
+	walk    yamlwalk.Walker
 }
 
 func (p *yamlParser) fail(n *yaml.Node, entry, field string, err error) {
+	if p.errs.Full() {
+		p.errs.Skip()
+		return
+	}
 	line := 0
 	if n != nil {
 		line = n.Line
@@ -124,107 +155,41 @@ func (p *yamlParser) fail(n *yaml.Node, entry, field string, err error) {
 }
 
 func (p *yamlParser) failf(n *yaml.Node, entry, field, format string, args ...any) {
+	if p.errs.Full() {
+		p.errs.Skip()
+		return
+	}
 	p.fail(n, entry, field, fmt.Errorf(format, args...))
 }
 
-// field is one key: value pair of a mapping.
-type field struct {
-	key, val *yaml.Node
-}
-
-// maxAliasDepth bounds alias and merge-key chains: a YAML alias may point
-// into its own anchor.
-const maxAliasDepth = 8
-
-// maxMerges bounds the merge keys expanded in one file, so that merges of
-// merges cannot multiply into a long parse.
-const maxMerges = 10000
+type (
+	field    = yamlwalk.Field
+	fieldSet = yamlwalk.Fields
+)
 
 // resolve follows aliases (*name) to the node they name.
-func resolve(n *yaml.Node) *yaml.Node {
-	for i := 0; n != nil && n.Kind == yaml.AliasNode && n.Alias != nil && i < maxAliasDepth; i++ {
-		n = n.Alias
-	}
-	return n
-}
+func resolve(n *yaml.Node) *yaml.Node { return yamlwalk.Resolve(n) }
+
+func kindName(n *yaml.Node) string { return yamlwalk.KindName(n) }
 
 // fields reads a mapping, reporting unknown and repeated keys. Merge keys
 // (<<: *defaults) fill in the fields the mapping does not set itself.
-func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) map[string]field {
-	return p.fieldsDepth(m, entry, known, 0)
-}
-
-func (p *yamlParser) fieldsDepth(m *yaml.Node, entry string, known []string, depth int) map[string]field {
-	out := make(map[string]field)
-	m = resolve(m)
-	if m.Kind != yaml.MappingNode {
-		p.failf(m, entry, "", "want a mapping of fields, got a %s", kindName(m))
-		return out
+func (p *yamlParser) fields(m *yaml.Node, entry string, known []string) fieldSet {
+	fs, probs := p.walk.Fields(m, known, yamlwalk.Options{Noun: "field", Merge: true})
+	for _, pr := range probs {
+		p.fail(pr.Node, entry, pr.Field, errors.New(pr.Msg))
 	}
-	var merges []*yaml.Node
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], resolve(m.Content[i+1])
-		if k.Kind != yaml.ScalarNode {
-			p.failf(k, entry, "", "field name is a %s, want a name", kindName(k))
-			continue
-		}
-		if k.Value == "<<" && k.Tag == "!!merge" {
-			merges = append(merges, v)
-			continue
-		}
-		if !slices.Contains(known, k.Value) {
-			p.failf(k, entry, "", "unknown field %s (want one of %s)", secret.Word(k.Value, known...), strings.Join(known, ", "))
-			continue
-		}
-		if prev, dup := out[k.Value]; dup {
-			p.failf(k, entry, k.Value, "given twice (first on line %d)", prev.key.Line)
-			continue
-		}
-		out[k.Value] = field{k, v}
-	}
-	for _, mv := range merges {
-		p.merges++
-		if depth >= maxAliasDepth || p.merges > maxMerges {
-			p.failf(mv, entry, "<<", "merges nested more than %d deep or more than %d in all", maxAliasDepth, maxMerges)
-			break
-		}
-		srcs := []*yaml.Node{mv}
-		if mv.Kind == yaml.SequenceNode {
-			srcs = mv.Content // in YAML's order of precedence
-		}
-		for _, src := range srcs {
-			for name, f := range p.fieldsDepth(src, entry, known, depth+1) {
-				if _, set := out[name]; !set {
-					out[name] = f
-				}
-			}
-		}
-	}
-	return out
-}
-
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.ScalarNode:
-		return "single value"
-	case yaml.SequenceNode:
-		return "list"
-	case yaml.MappingNode:
-		return "mapping"
-	case yaml.AliasNode:
-		return "alias"
-	}
-	return "document"
+	return fs
 }
 
 // scalar returns the text of a single-value field exactly as written, so
 // that 0x0011… stays a string and keeps its leading zeros.
 func (p *yamlParser) scalar(f field, entry string) (string, bool) {
-	if f.val.Kind != yaml.ScalarNode {
-		p.failf(f.key, entry, f.key.Value, "want a single value, got a %s", kindName(f.val))
+	if f.Val.Kind != yaml.ScalarNode {
+		p.failf(f.Key, entry, f.Key.Value, "want a single value, got a %s", kindName(f.Val))
 		return "", false
 	}
-	return f.val.Value, true
+	return f.Val.Value, true
 }
 
 func (p *yamlParser) config(doc *yaml.Node) *Config {
@@ -233,55 +198,117 @@ func (p *yamlParser) config(doc *yaml.Node) *Config {
 		root = resolve(doc.Content[0])
 	}
 	fs := p.fields(root, "", []string{"sa", "spd"})
-	c := &Config{}
-	saList, ok := fs["sa"]
+	b := newConfigBuilder(p)
+	saList, ok := fs.Get("sa")
 	if !ok && p.spdOnly {
-		saList = field{val: &yaml.Node{Kind: yaml.SequenceNode}}
+		saList = field{Val: &yaml.Node{Kind: yaml.SequenceNode}}
 	} else if !ok {
 		if root.Kind == yaml.MappingNode {
 			p.failf(root, "", "sa", "missing: an SA file needs an sa: list")
 		}
-		return c
+		return b.c
 	}
-	if saList.val.Kind != yaml.SequenceNode {
-		p.failf(saList.val, "", "sa", "want a list of SAs, got a %s", kindName(saList.val))
-		return c
+	if saList.Val.Kind != yaml.SequenceNode {
+		p.failf(saList.Val, "", "sa", "want a list of SAs, got a %s", kindName(saList.Val))
+		return b.c
 	}
-	if len(saList.val.Content) == 0 && !p.spdOnly {
-		p.failf(saList.val, "", "sa", "empty list")
+	if len(saList.Val.Content) == 0 && !p.spdOnly {
+		p.failf(saList.Val, "", "sa", "empty list")
 	}
-	type seen struct {
-		line  int
-		entry string
+	for _, n := range saList.Val.Content {
+		b.sa(resolve(n))
 	}
-	bySPIDst := make(map[spiDst]seen)
-	for i, n := range saList.val.Content {
-		n = resolve(n)
-		s, entry := p.sa(i, n)
-		if s == nil {
-			continue
+	if spd, ok := fs.Get("spd"); ok {
+		if spd.Val.Kind != yaml.SequenceNode {
+			p.failf(spd.Val, "", "spd", "want a list of policies, got a %s", kindName(spd.Val))
+			return b.c
 		}
-		k := spiDst{s.SPI, s.Dst}
-		if prev, dup := bySPIDst[k]; dup {
-			p.failf(n, entry, "spi", "duplicate SPI for dst %s (also %s on line %d)", s.Dst, prev.entry, prev.line)
-			continue
-		}
-		bySPIDst[k] = seen{n.Line, entry}
-		c.SAs = append(c.SAs, s)
-	}
-	if spd, ok := fs["spd"]; ok {
-		if spd.val.Kind != yaml.SequenceNode {
-			p.failf(spd.val, "", "spd", "want a list of policies, got a %s", kindName(spd.val))
-			return c
-		}
-		idx := NewSPIIndex(c.SAs)
-		for i, n := range spd.val.Content {
-			if pol, ok := p.policy(i, resolve(n), idx); ok {
-				c.SPD = append(c.SPD, pol)
-			}
+		for _, n := range spd.Val.Content {
+			b.policy(resolve(n))
 		}
 	}
-	return c
+	return b.c
+}
+
+// configBuilder turns the entries of the sa: and spd: lists into a Config,
+// one entry at a time: from a node tree or from the streaming reader.
+type configBuilder struct {
+	p        *yamlParser
+	c        *Config
+	bySPIDst map[saKey]seenSA
+	idx      saFinder // the SAs by SPI, made when the first policy comes
+	nSA      int
+	nPolicy  int
+	// keep, when set, takes each SA instead of c.SAs (until it fails, with
+	// werr, or an entry has errors), and finder then finds the policies'
+	// SAs; the policies keep only the SPI of theirs.
+	keep   func(*SA) error
+	werr   error
+	finder func() saFinder
+}
+
+// saFinder finds a protect policy's SA by its SPI.
+type saFinder interface {
+	Find(spi uint32) (*SA, error)
+}
+
+type seenSA struct{ line, index int32 }
+
+func newConfigBuilder(p *yamlParser) *configBuilder {
+	return &configBuilder{p: p, c: &Config{}, bySPIDst: make(map[saKey]seenSA)}
+}
+
+// sa reads the next entry of the sa: list.
+func (b *configBuilder) sa(n *yaml.Node) {
+	i := b.nSA
+	b.nSA++
+	s, entry := b.p.sa(i, n)
+	if s == nil {
+		return
+	}
+	k := keyOf(s.SPI, s.Dst)
+	if prev, dup := b.bySPIDst[k]; dup {
+		b.p.failf(n, entry, "spi", "duplicate SPI for dst %s (also sa[%d] (spi %#x) on line %d)", s.Dst, prev.index, s.SPI, prev.line)
+		return
+	}
+	b.bySPIDst[k] = seenSA{int32(n.Line), int32(i)}
+	switch {
+	case b.keep == nil:
+		b.c.SAs = append(b.c.SAs, s)
+	case b.werr == nil && b.p.errs.Len() == 0:
+		b.werr = b.keep(s)
+	}
+}
+
+// policy reads the next entry of the spd: list; every SA has been read.
+func (b *configBuilder) policy(n *yaml.Node) {
+	if b.idx == nil {
+		if b.finder != nil {
+			b.idx = b.finder()
+		} else {
+			b.idx = NewSPIIndex(b.c.SAs)
+		}
+		b.bySPIDst = nil
+	}
+	i := b.nPolicy
+	b.nPolicy++
+	if pol, ok := b.p.policy(i, n, b.idx); ok {
+		if b.keep != nil {
+			pol.SA = nil
+		}
+		b.c.SPD = append(b.c.SPD, pol)
+	}
+}
+
+// list and entry make a configBuilder the streaming reader's sink.
+func (b *configBuilder) list(name string, keyLine, line int) {}
+
+func (b *configBuilder) entry(name string, n *yaml.Node) {
+	if name == "sa" {
+		b.sa(n)
+	} else {
+		b.policy(n)
+	}
 }
 
 var saFields = []string{
@@ -291,22 +318,47 @@ var saFields = []string{
 	"dscp", "decap-dscp", "df", "ttl", "if-id", "output-mark",
 }
 
+// spiField finds an SA entry's spi field: in the mapping itself, else
+// (by a silent pass of fields) where its merge keys put it.
+func (p *yamlParser) spiField(n *yaml.Node, entry string) (field, bool) {
+	m := resolve(n)
+	if m.Kind != yaml.MappingNode {
+		return field{}, false
+	}
+	merges := false
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		k := m.Content[i]
+		if k.Kind == yaml.ScalarNode && k.Value == "spi" {
+			return field{Key: k, Val: resolve(m.Content[i+1])}, true
+		}
+		merges = merges || k.Kind != yaml.ScalarNode || k.Value == "<<"
+	}
+	if !merges {
+		return field{}, false
+	}
+	return (&yamlParser{file: p.file}).fields(n, entry, saFields).Get("spi")
+}
+
 // sa reads one entry of the sa: list. It returns nil if the entry has errors
 // (all of them reported).
 func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
-	entry := fmt.Sprintf("sa[%d]", i)
+	entry := "sa[" + strconv.Itoa(i) + "]"
 	before := p.errs.Len()
-	s := &SA{ReplayWindow: 64}
+	// The SA is built on the stack and copied out only when it holds:
+	// an entry with errors costs no allocation.
+	var sv SA
+	s := &sv
+	s.ReplayWindow = 64
 	// The SPI names the entry in every other error, so it is read first
-	// (by a silent pass: the errors come with the entry's name below).
-	if f, ok := (&yamlParser{file: p.file}).fields(n, entry, saFields)["spi"]; ok {
+	// (the errors come with the entry's name below).
+	if f, ok := p.spiField(n, entry); ok {
 		if v, ok := p.scalar(f, entry); ok {
 			spi, err := strconv.ParseUint(v, 0, 32)
 			if err != nil {
-				p.failf(f.val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", secret.Number(v))
+				p.failf(f.Val, entry, "spi", "%s is not a 32-bit number (write 0x1001 or 4097)", secret.Number(v))
 			} else {
 				s.SPI = uint32(spi)
-				entry = fmt.Sprintf("sa[%d] (spi %#x)", i, spi)
+				entry = "sa[" + strconv.Itoa(i) + "] (spi 0x" + strconv.FormatUint(spi, 16) + ")"
 			}
 		}
 	} else if resolve(n).Kind == yaml.MappingNode {
@@ -317,7 +369,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		return nil, entry
 	}
 	str := func(name string) (field, string, bool) {
-		f, ok := fs[name]
+		f, ok := fs.Get(name)
 		if !ok {
 			return f, "", false
 		}
@@ -331,31 +383,33 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		case "transport":
 			s.Mode = Transport
 		default:
-			p.failf(f.val, entry, "mode", "%s, want tunnel or transport", secret.Word(v, "tunnel", "transport"))
+			p.failf(f.Val, entry, "mode", "%s, want tunnel or transport", secret.Word(v, "tunnel", "transport"))
 		}
 	}
-	for _, a := range []struct {
-		name string
-		dst  *netip.Addr
-	}{{"src", &s.Src}, {"dst", &s.Dst}} {
-		f, v, ok := str(a.name)
+	// (By name, not through pointers into s: those would move s to the heap.)
+	for _, name := range [...]string{"src", "dst"} {
+		f, v, ok := str(name)
 		if !ok {
-			if _, given := fs[a.name]; !given {
-				p.failf(n, entry, a.name, "missing (the outer IPv4 or IPv6 address)")
+			if _, given := fs.Get(name); !given {
+				p.failf(n, entry, name, "missing (the outer IPv4 or IPv6 address)")
 			}
 			continue
 		}
 		addr, err := netip.ParseAddr(v)
 		if err != nil || addr.Zone() != "" {
-			p.failf(f.val, entry, a.name, "%s is not an IPv4 or IPv6 address", secret.Number(v))
+			p.failf(f.Val, entry, name, "%s is not an IPv4 or IPv6 address", secret.Number(v))
 			continue
 		}
-		*a.dst = addr
+		if name == "src" {
+			s.Src = addr
+		} else {
+			s.Dst = addr
+		}
 	}
 	if s.Src.IsValid() && s.Dst.IsValid() && s.Src.Is4() != s.Dst.Is4() {
-		p.failf(fs["dst"].val, entry, "dst", "%s is not of the same address family as src %s", s.Dst, s.Src)
+		p.failf(fs.Val("dst"), entry, "dst", "%s is not of the same address family as src %s", s.Dst, s.Src)
 	} else if s.Dst.IsValid() && s.Dst.IsUnspecified() {
-		p.failf(fs["dst"].val, entry, "dst", "%s is the unspecified address", s.Dst)
+		p.failf(fs.Val("dst"), entry, "dst", "%s is the unspecified address", s.Dst)
 	}
 
 	if f, v, ok := str("encap"); ok {
@@ -365,51 +419,52 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 			s.Encap = EncapUDP
 			s.SrcPort, s.DstPort = DefaultNATTPort, DefaultNATTPort
 		default:
-			p.failf(f.val, entry, "encap", "%s, want none or udp", secret.Word(v, "none", "udp"))
+			p.failf(f.Val, entry, "encap", "%s, want none or udp", secret.Word(v, "none", "udp"))
 		}
 	}
-	for _, a := range []struct {
-		name string
-		dst  *uint16
-	}{{"sport", &s.SrcPort}, {"dport", &s.DstPort}} {
-		f, v, ok := str(a.name)
+	for _, name := range [...]string{"sport", "dport"} {
+		f, v, ok := str(name)
 		if !ok {
 			continue
 		}
 		port, err := strconv.ParseUint(v, 10, 16)
 		if err != nil || port == 0 {
-			p.failf(f.val, entry, a.name, "%s is not a port 1..65535", secret.Number(v))
+			p.failf(f.Val, entry, name, "%s is not a port 1..65535", secret.Number(v))
 			continue
 		}
 		if s.Encap != EncapUDP {
-			p.failf(f.val, entry, a.name, "a port needs encap: udp")
+			p.failf(f.Val, entry, name, "a port needs encap: udp")
 			continue
 		}
-		*a.dst = uint16(port)
+		if name == "sport" {
+			s.SrcPort = uint16(port)
+		} else {
+			s.DstPort = uint16(port)
+		}
 	}
 
 	suiteOK := true
 	if f, v, ok := str("enc"); ok {
 		c, err := ParseCipher(v)
 		if err != nil {
-			p.failf(f.val, entry, "enc", "unknown cipher %s (want %s)", secret.Word(v, cipherNames[:]...), CipherList)
+			p.failf(f.Val, entry, "enc", "unknown cipher %s (want %s)", secret.Word(v, cipherNames[:]...), CipherList)
 			suiteOK = false
 		}
 		s.Suite.Cipher = c
 	} else {
 		suiteOK = false
-		if _, given := fs["enc"]; !given {
+		if _, given := fs.Get("enc"); !given {
 			p.failf(n, entry, "enc", "missing (%s)", CipherList)
 		}
 	}
 	if f, v, ok := str("auth"); ok {
 		a, err := ParseAuth(v)
 		if err != nil {
-			p.failf(f.val, entry, "auth", "unknown integrity algorithm %s (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", secret.Word(v, authNames[:]...))
+			p.failf(f.Val, entry, "auth", "unknown integrity algorithm %s (want hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256, hmac-md5-96 or none)", secret.Word(v, authNames[:]...))
 			suiteOK = false
 		}
 		s.Suite.Auth = a
-	} else if _, given := fs["auth"]; given {
+	} else if _, given := fs.Get("auth"); given {
 		suiteOK = false
 	} else if suiteOK && !s.Suite.Cipher.IsAEAD() {
 		p.failf(n, entry, "auth", "missing: %s needs hmac-sha1-96, hmac-sha2-256-128, hmac-sha2-384-192, hmac-sha2-512-256 or hmac-md5-96", s.Suite.Cipher)
@@ -417,11 +472,11 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	}
 	if suiteOK {
 		if err := s.Suite.Validate(); err != nil {
-			f, ok := fs["auth"]
+			f, ok := fs.Get("auth")
 			if !ok {
-				f = fs["enc"]
+				f, _ = fs.Get("enc")
 			}
-			p.fail(f.val, entry, f.key.Value, err)
+			p.fail(f.Val, entry, f.Key.Value, err)
 			suiteOK = false
 		}
 	}
@@ -433,42 +488,42 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if f, v, ok := str("esn"); ok {
 		b, err := parseBool(v)
 		if err != nil {
-			p.failf(f.val, entry, "esn", "%s, want true or false", secret.Word(v, "true", "false"))
+			p.failf(f.Val, entry, "esn", "%s, want true or false", secret.Word(v, "true", "false"))
 		}
 		s.ESN = b
 	}
 	if f, v, ok := str("replay-window"); ok {
 		w, err := strconv.ParseUint(v, 10, 32)
 		if err != nil || w > MaxReplayWindow {
-			p.failf(f.val, entry, "replay-window", "%s, want 0..%d packets (0 turns anti-replay off)", secret.Number(v), MaxReplayWindow)
+			p.failf(f.Val, entry, "replay-window", "%s, want 0..%d packets (0 turns anti-replay off)", secret.Number(v), MaxReplayWindow)
 		}
 		s.ReplayWindow = int(w)
 	}
 	if f, v, ok := str("initial-seq"); ok {
 		seq, err := strconv.ParseUint(v, 0, 64)
 		if err != nil {
-			p.failf(f.val, entry, "initial-seq", "%s is not a number", secret.Number(v))
+			p.failf(f.Val, entry, "initial-seq", "%s is not a number", secret.Number(v))
 		} else if !s.ESN && seq > math.MaxUint32 {
-			p.failf(f.val, entry, "initial-seq", "%d does not fit 32 bits: set esn: true", seq)
+			p.failf(f.Val, entry, "initial-seq", "%d does not fit 32 bits: set esn: true", seq)
 		}
 		s.InitialSeq = seq
 	}
 	if f, v, ok := str("tfc-pad"); ok {
 		pad, err := strconv.ParseUint(v, 10, 16)
 		if err != nil {
-			p.failf(f.val, entry, "tfc-pad", "%s, want 0..65535 bytes", secret.Number(v))
+			p.failf(f.Val, entry, "tfc-pad", "%s, want 0..65535 bytes", secret.Number(v))
 		}
 		s.TFCPad = int(pad)
 	}
 	p.header(str, entry, s)
-	if f, ok := fs["lifetimes"]; ok {
+	if f, ok := fs.Get("lifetimes"); ok {
 		s.Soft, s.Hard = p.lifetimes(f, entry)
 	}
-	if f, ok := fs["selectors"]; ok {
-		if f.val.Kind != yaml.SequenceNode {
-			p.failf(f.key, entry, "selectors", "want a list, got a %s", kindName(f.val))
+	if f, ok := fs.Get("selectors"); ok {
+		if f.Val.Kind != yaml.SequenceNode {
+			p.failf(f.Key, entry, "selectors", "want a list, got a %s", kindName(f.Val))
 		} else {
-			for j, sn := range f.val.Content {
+			for j, sn := range f.Val.Content {
 				sn = resolve(sn)
 				sel, ok := p.selector(sn, fmt.Sprintf("%s selectors[%d]", entry, j), nil)
 				if ok && s.Mode == Transport {
@@ -494,14 +549,16 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 		p.fail(n, entry, "", err)
 		return nil, entry
 	}
-	return s, entry
+	out := new(SA)
+	*out = sv
+	return out, entry
 }
 
 // key reads enc-key or auth-key: hex (0x optional, quoted or not), or
 // random for a fresh key of the right length. want lists the valid lengths;
 // a key of length 0 may be left out.
-func (p *yamlParser) key(fs map[string]field, n *yaml.Node, entry, name string, want []int) Key {
-	f, ok := fs[name]
+func (p *yamlParser) key(fs fieldSet, n *yaml.Node, entry, name string, want []int) Key {
+	f, ok := fs.Get(name)
 	if !ok {
 		if !slices.Contains(want, 0) {
 			p.failf(n, entry, name, "missing (%s bytes)", lens(want))
@@ -513,10 +570,10 @@ func (p *yamlParser) key(fs map[string]field, n *yaml.Node, entry, name string, 
 		return nil
 	}
 	if slices.Equal(want, []int{0}) {
-		if v == "" || f.val.Tag == "!!null" {
+		if v == "" || f.Val.Tag == "!!null" {
 			return nil
 		}
-		p.failf(f.val, entry, name, "not used with this suite: leave it out")
+		p.failf(f.Val, entry, name, "not used with this suite: leave it out")
 		return nil
 	}
 	if strings.HasPrefix(v, "random") {
@@ -524,27 +581,27 @@ func (p *yamlParser) key(fs map[string]field, n *yaml.Node, entry, name string, 
 		if bits, isSized := strings.CutPrefix(v, "random-"); isSized && len(want) > 1 {
 			b, err := strconv.Atoi(bits)
 			if err != nil || (b != 128 && b != 192 && b != 256) {
-				p.failf(f.val, entry, name, "%s, want random, random-128, random-192 or random-256", secret.Hidden(v))
+				p.failf(f.Val, entry, name, "%s, want random, random-128, random-192 or random-256", secret.Hidden(v))
 				return nil
 			}
 			n = want[(b-128)/64]
 		} else if v != "random" {
-			p.failf(f.val, entry, name, "%s, want random (or random-128/192/256 for AES)", secret.Hidden(v))
+			p.failf(f.Val, entry, name, "%s, want random (or random-128/192/256 for AES)", secret.Hidden(v))
 			return nil
 		}
 		k, err := RandomKey(n)
 		if err != nil {
-			p.fail(f.val, entry, name, err)
+			p.fail(f.Val, entry, name, err)
 		}
 		return k
 	}
 	k, err := ParseKeyHex(v)
 	if err != nil {
-		p.fail(f.val, entry, name, err)
+		p.fail(f.Val, entry, name, err)
 		return nil
 	}
 	if !slices.Contains(want, len(k)) {
-		p.failf(f.val, entry, name, "%d bytes, want %s", len(k), lens(want))
+		p.failf(f.Val, entry, name, "%d bytes, want %s", len(k), lens(want))
 		return nil
 	}
 	return k
@@ -568,16 +625,17 @@ func parseBool(s string) (bool, error) {
 }
 
 func (p *yamlParser) lifetimes(f field, entry string) (soft, hard Lifetime) {
-	fs := p.fields(f.val, entry+" lifetimes", []string{"soft", "hard"})
+	fs := p.fields(f.Val, entry+" lifetimes", []string{"soft", "hard"})
 	read := func(name string) Lifetime {
 		var l Lifetime
-		lf, ok := fs[name]
+		lf, ok := fs.Get(name)
 		if !ok {
 			return l
 		}
 		where := entry + " lifetimes " + name
-		bs := p.fields(lf.val, where, []string{"bytes", "packets", "seconds", "time"})
-		for k, bf := range bs {
+		bs := p.fields(lf.Val, where, []string{"bytes", "packets", "seconds", "time"})
+		for _, bf := range bs {
+			k := bf.Key.Value
 			v, ok := p.scalar(bf, where)
 			if !ok {
 				continue
@@ -596,19 +654,19 @@ func (p *yamlParser) lifetimes(f field, entry string) (soft, hard Lifetime) {
 				l.Time, err = parseDuration(v)
 			}
 			if err != nil {
-				p.fail(bf.val, where, k, err)
+				p.fail(bf.Val, where, k, err)
 			}
 		}
-		if _, sec := bs["seconds"]; sec {
-			if t, both := bs["time"]; both {
-				p.failf(t.key, where, "time", "give seconds or time, not both")
+		if _, sec := bs.Get("seconds"); sec {
+			if t, both := bs.Get("time"); both {
+				p.failf(t.Key, where, "time", "give seconds or time, not both")
 			}
 		}
 		return l
 	}
 	soft, hard = read("soft"), read("hard")
 	if err := checkLifetimes(soft, hard); err != nil {
-		p.fail(f.key, entry, "lifetimes", err)
+		p.fail(f.Key, entry, "lifetimes", err)
 	}
 	return soft, hard
 }
@@ -656,10 +714,10 @@ func (p *yamlParser) selector(n *yaml.Node, entry string, extra []string) (Selec
 	return p.selectorFrom(fs, entry, n), p.errs.Len() == before
 }
 
-func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Node) Selector {
+func (p *yamlParser) selectorFrom(fs fieldSet, entry string, n *yaml.Node) Selector {
 	var sel Selector
 	str := func(name string) (field, string, bool) {
-		f, ok := fs[name]
+		f, ok := fs.Get(name)
 		if !ok {
 			return f, "", false
 		}
@@ -669,24 +727,24 @@ func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Nod
 	if f, v, ok := str("src"); ok {
 		pf, err := ParsePrefix(v)
 		if err != nil {
-			p.fail(f.val, entry, "src", err)
+			p.fail(f.Val, entry, "src", err)
 		}
 		sel.Src = pf
 	}
 	if f, v, ok := str("dst"); ok {
 		pf, err := ParsePrefix(v)
 		if err != nil {
-			p.fail(f.val, entry, "dst", err)
+			p.fail(f.Val, entry, "dst", err)
 		}
 		sel.Dst = pf
 	}
 	if sel.Src.IsValid() && sel.Dst.IsValid() && sel.Src.Addr().Is4() != sel.Dst.Addr().Is4() {
-		p.failf(fs["dst"].val, entry, "dst", "%s is not of the same address family as src %s", sel.Dst, sel.Src)
+		p.failf(fs.Val("dst"), entry, "dst", "%s is not of the same address family as src %s", sel.Dst, sel.Src)
 	}
 	if f, v, ok := str("proto"); ok {
 		pr, err := ParseProto(v)
 		if err != nil {
-			p.fail(f.val, entry, "proto", err)
+			p.fail(f.Val, entry, "proto", err)
 		}
 		sel.Proto = pr
 	}
@@ -700,11 +758,11 @@ func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Nod
 		}
 		r, err := ParsePortRange(v)
 		if err != nil {
-			p.fail(f.val, entry, a.name, err)
+			p.fail(f.Val, entry, a.name, err)
 			continue
 		}
 		if r != (PortRange{}) && !HasPorts(sel.Proto) {
-			p.failf(f.val, entry, a.name, "ports need proto tcp, udp, sctp or udplite, not %s", ProtoName(sel.Proto))
+			p.failf(f.Val, entry, a.name, "ports need proto tcp, udp, sctp or udplite, not %s", ProtoName(sel.Proto))
 			continue
 		}
 		*a.dst = r
@@ -715,8 +773,8 @@ func (p *yamlParser) selectorFrom(fs map[string]field, entry string, n *yaml.Nod
 var policyFields = []string{"priority", "action", "sa"}
 
 // policy reads one entry of the spd: list.
-func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
-	entry := fmt.Sprintf("spd[%d]", i)
+func (p *yamlParser) policy(i int, n *yaml.Node, sas saFinder) (Policy, bool) {
+	entry := "spd[" + strconv.Itoa(i) + "]"
 	before := p.errs.Len()
 	fs := p.fields(n, entry, append(slices.Clip(selectorFields), policyFields...))
 	if n.Kind != yaml.MappingNode {
@@ -724,16 +782,16 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 	}
 	sel := p.selectorFrom(fs, entry, n)
 	pol := Policy{Selector: sel}
-	if f, ok := fs["priority"]; ok {
+	if f, ok := fs.Get("priority"); ok {
 		if v, ok := p.scalar(f, entry); ok {
 			pr, err := strconv.ParseInt(v, 0, 32)
 			if err != nil {
-				p.failf(f.val, entry, "priority", "%s is not a number (lower is consulted first)", secret.Number(v))
+				p.failf(f.Val, entry, "priority", "%s is not a number (lower is consulted first)", secret.Number(v))
 			}
 			pol.Priority = int(pr)
 		}
 	}
-	f, ok := fs["action"]
+	f, ok := fs.Get("action")
 	if !ok {
 		p.failf(n, entry, "action", "missing (protect, bypass or discard)")
 		return pol, false
@@ -744,16 +802,16 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 	}
 	a, err := ParseAction(v)
 	if err != nil {
-		p.fail(f.val, entry, "action", err)
+		p.fail(f.Val, entry, "action", err)
 		return pol, false
 	}
 	pol.Action = a
-	saf, hasSA := fs["sa"]
+	saf, hasSA := fs.Get("sa")
 	switch {
 	case a == Protect && !hasSA:
 		p.failf(n, entry, "sa", "missing: a protect policy names the SPI of its outbound SA")
 	case a != Protect && hasSA:
-		p.failf(saf.key, entry, "sa", "only a protect policy names an SA")
+		p.failf(saf.Key, entry, "sa", "only a protect policy names an SA")
 	case a == Protect:
 		v, ok := p.scalar(saf, entry)
 		if !ok {
@@ -761,7 +819,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 		}
 		spi, err := strconv.ParseUint(v, 0, 32)
 		if err != nil {
-			p.failf(saf.val, entry, "sa", "%s is not an SPI", secret.Number(v))
+			p.failf(saf.Val, entry, "sa", "%s is not an SPI", secret.Number(v))
 			break
 		}
 		if p.spdOnly {
@@ -770,7 +828,7 @@ func (p *yamlParser) policy(i int, n *yaml.Node, sas SPIIndex) (Policy, bool) {
 		}
 		s, err := sas.Find(uint32(spi))
 		if err != nil {
-			p.fail(saf.val, entry, "sa", err)
+			p.fail(saf.Val, entry, "sa", err)
 			break
 		}
 		pol.SPI, pol.SA = s.SPI, s
@@ -807,7 +865,28 @@ func ReadFileAtMost(path string, limit int64) ([]byte, error) {
 	if fi.Size() > limit {
 		return nil, fmt.Errorf("%q is %d bytes, larger than the %d bytes such a file may be", path, fi.Size(), limit)
 	}
-	return ReadAtMost(f, path, limit)
+	if !fi.Mode().IsRegular() {
+		return ReadAtMost(f, path, limit)
+	}
+	// A regular file is read into a buffer of its size (and a byte more,
+	// to see it grow), not grown by doubling.
+	data := make([]byte, fi.Size()+1)
+	n, err := io.ReadFull(f, data)
+	switch {
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		return data[:n:n], nil
+	case err != nil:
+		return nil, err
+	}
+	// It grew while read.
+	rest, err := io.ReadAll(io.LimitReader(f, limit-int64(n)+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(n+len(rest)) > limit {
+		return nil, fmt.Errorf("%q is larger than the %d bytes such a file may be", path, limit)
+	}
+	return append(data, rest...), nil
 }
 
 // ReadAtMost reads all of r, at most limit bytes, and refuses more with an

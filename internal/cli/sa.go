@@ -1,8 +1,11 @@
 package cli
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"runtime/debug"
 
@@ -58,29 +61,39 @@ any other output format.`,
 			// A converter is run by hand, not on a hot path: the garbage
 			// collector keeps to a small heap at some cost in CPU.
 			debug.SetMemoryLimit(24 << 20)
-			name, data, err := readInput(cmd, args[0])
-			if err != nil {
-				return fmt.Errorf("sa convert: %w", err)
-			}
 			var addr netip.Addr
 			if local != "" {
+				var err error
 				if addr, err = netip.ParseAddr(local); err != nil {
 					return fmt.Errorf("--local %q: want the IP address of the host the output is for", local)
 				}
 			}
-			out, err := sa.ConvertFor(name, data, sa.Format(from), sa.Format(to), addr)
+			name, in := "stdin", cmd.InOrStdin()
+			if args[0] != "-" {
+				f, err := openInput(args[0])
+				if err != nil {
+					return fmt.Errorf("sa convert: %w", err)
+				}
+				defer f.Close()
+				name, in = filepath.Base(args[0]), f
+			}
+			convert := func(w io.Writer) error {
+				return sa.ConvertStream(name, in, sa.Format(from), sa.Format(to), addr, w)
+			}
+			var err error
+			if len(args) == 1 {
+				out := bufio.NewWriter(cmd.OutOrStdout())
+				if err = convert(out); err == nil {
+					err = out.Flush()
+				}
+			} else {
+				err = secret.WriteFileFrom(args[1], convert)
+			}
 			if err != nil {
 				return err
 			}
 			if sa.Format(to) == sa.FormatEspSA {
 				fmt.Fprintln(cmd.ErrOrStderr(), "note: an esp_sa table holds addresses, SPI, algorithms and keys only; mode, encapsulation, ESN, replay window, lifetimes, outer-header options, if-id, output-mark and policies are not in it")
-			}
-			if len(args) == 1 {
-				_, err := cmd.OutOrStdout().Write(out)
-				return err
-			}
-			if err := secret.WriteFile(args[1], out); err != nil {
-				return fmt.Errorf("sa convert: %w", err)
 			}
 			return nil
 		},
@@ -92,13 +105,18 @@ any other output format.`,
 	return cmd
 }
 
-// readInput reads the SA file path, or standard input for "-", at most
-// sa.MaxConvertSize bytes, and the name its messages call it by.
-func readInput(cmd *cobra.Command, path string) (string, []byte, error) {
-	if path == "-" {
-		data, err := sa.ReadAtMost(cmd.InOrStdin(), "standard input", sa.MaxConvertSize)
-		return "stdin", data, err
+// openInput opens the SA file to convert, refusing a directory.
+func openInput(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
 	}
-	data, err := sa.ReadFileAtMost(path, sa.MaxConvertSize)
-	return filepath.Base(path), data, err
+	if fi, err := f.Stat(); err != nil || fi.IsDir() {
+		f.Close()
+		if err == nil {
+			err = fmt.Errorf("%q is a directory", path)
+		}
+		return nil, err
+	}
+	return f, nil
 }

@@ -31,6 +31,13 @@ func (l *List) Add(err error) {
 	}
 }
 
+// Full reports whether Add would only count: Max problems are kept. A
+// caller that builds costly errors may check it and call Skip instead.
+func (l *List) Full() bool { return len(l.errs) >= Max }
+
+// Skip counts a problem without keeping it, for a full List.
+func (l *List) Skip() { l.more++ }
+
 // Len is how many problems were added, kept or not.
 func (l *List) Len() int { return len(l.errs) + l.more }
 

@@ -35,3 +35,21 @@ func TestList(t *testing.T) {
 		}
 	}
 }
+
+// A caller that checks Full and calls Skip gets the same list as one
+// that adds every problem.
+func TestFullSkip(t *testing.T) {
+	var added, skipped List
+	for i := range Max + 5 {
+		err := fmt.Errorf("problem %d", i)
+		added.Add(err)
+		if skipped.Full() {
+			skipped.Skip()
+		} else {
+			skipped.Add(err)
+		}
+	}
+	if !skipped.Full() || skipped.Len() != added.Len() || skipped.Err().Error() != added.Err().Error() {
+		t.Errorf("with Skip: %d, %v\nwith Add: %d, %v", skipped.Len(), skipped.Err(), added.Len(), added.Err())
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/espgw/espgw/internal/errlist"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/internal/xdp"
+	"github.com/espgw/espgw/internal/yamlwalk"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 	"github.com/espgw/espgw/tun"
@@ -337,6 +338,7 @@ func (c *Config) rel(name string) string {
 type cfgParser struct {
 	file string
 	errs errlist.List
+	walk yamlwalk.Walker
 }
 
 func (p *cfgParser) failf(n *yaml.Node, field, format string, args ...any) {
@@ -351,38 +353,16 @@ func (p *cfgParser) failf(n *yaml.Node, field, format string, args ...any) {
 // unknown settings and settings given twice (YAML's last-wins would
 // silently drop the first).
 func (p *cfgParser) each(m *yaml.Node, prefix string, known []string, fn func(k, v *yaml.Node)) {
-	first := map[string]int{}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
-		name := prefix + k.Value
-		if k.Kind != yaml.ScalarNode {
-			p.failf(k, strings.TrimSuffix(prefix, "."), "a setting name is a %s, want a name", kindName(k))
-			continue
-		}
-		if !slices.Contains(known, k.Value) {
-			p.failf(k, strings.TrimSuffix(prefix, "."), "unknown setting %s (want one of %s)", secret.Word(k.Value, known...), strings.Join(known, ", "))
-			continue
-		}
-		if line, dup := first[k.Value]; dup {
-			p.failf(k, name, "given twice (first on line %d)", line)
-			continue
-		}
-		first[k.Value] = k.Line
-		fn(k, v)
+	fs, probs := p.walk.Fields(m, known, yamlwalk.Options{Noun: "setting", Prefix: prefix})
+	for _, pr := range probs {
+		p.failf(pr.Node, pr.Field, "%s", pr.Msg)
+	}
+	for _, f := range fs {
+		fn(f.Key, f.Val)
 	}
 }
 
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "mapping"
-	case yaml.SequenceNode:
-		return "list"
-	case yaml.AliasNode:
-		return "alias"
-	}
-	return "value"
-}
+func kindName(n *yaml.Node) string { return yamlwalk.KindName(n) }
 
 // scalar is a setting's single value; a mapping or a list is an error.
 func (p *cfgParser) scalar(n *yaml.Node, field string) (string, bool) {

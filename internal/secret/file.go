@@ -3,6 +3,7 @@ package secret
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -19,6 +20,17 @@ const FileMode fs.FileMode = 0o600
 // followed and its target replaced. A path naming a device or a pipe
 // (/dev/stdout) is written as it is, since nothing lands on a disk.
 func WriteFile(path string, data []byte) error {
+	return WriteFileFrom(path, func(w io.Writer) error {
+		if _, err := w.Write(data); err != nil {
+			return fmt.Errorf("write key file %s: %w", path, err)
+		}
+		return nil
+	})
+}
+
+// WriteFileFrom is WriteFile of what write writes: a file is replaced
+// only when write returns nil, and left as it was otherwise.
+func WriteFileFrom(path string, write func(io.Writer) error) error {
 	target := path
 	if resolved, err := filepath.EvalSymlinks(path); err == nil {
 		target = resolved
@@ -34,8 +46,7 @@ func WriteFile(path string, data []byte) error {
 		if err != nil {
 			return fmt.Errorf("write key file %s: %w", path, err)
 		}
-		_, err = f.Write(data)
-		return errors.Join(err, f.Close())
+		return errors.Join(write(f), f.Close())
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return fmt.Errorf("write key file %s: %w", path, err)
 	}
@@ -54,9 +65,9 @@ func WriteFile(path string, data []byte) error {
 		tmp.Close()
 		return fmt.Errorf("write key file %s: %w", path, err)
 	}
-	if _, err := tmp.Write(data); err != nil {
+	if err := write(tmp); err != nil {
 		tmp.Close()
-		return fmt.Errorf("write key file %s: %w", path, err)
+		return err
 	}
 	if err := tmp.Close(); err != nil {
 		return fmt.Errorf("write key file %s: %w", path, err)

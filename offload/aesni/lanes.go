@@ -47,11 +47,10 @@ func newMacBatch() *macBatch {
 	return &macBatch{jobs: make([]sha.Job, 0, sealChunk), ops: make([]*offload.Op, 0, sealChunk)}
 }
 
-// add queues the HMAC of op's packet up to its ICV; at most sealChunk
-// between runs.
+// add queues the HMAC of what op's ICV covers; at most sealChunk between
+// runs.
 func (b *macBatch) add(s *Session, op *offload.Op) {
-	authed := op.Packet[:len(op.Packet)-s.icvLen]
-	b.jobs = append(b.jobs, sha.Job{Key: &s.laneKey, Data: authed, ESN: s.ESN(), SeqHi: op.SeqHi, Sum: &b.sums[len(b.jobs)]})
+	b.jobs = append(b.jobs, sha.Job{Key: &s.laneKey, Data: op.Bytes(op.Auth), ESN: s.esn, SeqHi: op.SeqHi, Sum: &b.sums[len(b.jobs)]})
 	b.ops = append(b.ops, op)
 }
 
@@ -69,7 +68,7 @@ func (b *macBatch) seal() {
 			continue
 		}
 		icvLen := op.Session.(*Session).icvLen
-		copy(op.Packet[len(op.Packet)-icvLen:], b.sums[i][:icvLen])
+		copy(op.Bytes(op.ICV), b.sums[i][:icvLen])
 		op.Status = offload.OK
 	}
 	b.reset()
@@ -84,7 +83,7 @@ func (b *macBatch) open() {
 	err := b.macer.MACBatch(b.jobs)
 	for i, op := range b.ops {
 		s := op.Session.(*Session)
-		icv := op.Packet[len(op.Packet)-s.icvLen:]
+		icv := op.Bytes(op.ICV)
 		switch {
 		case err != nil:
 			op.Status = offload.Failed

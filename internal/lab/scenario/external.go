@@ -22,6 +22,7 @@ import (
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/internal/yamlwalk"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -149,7 +150,7 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		}
 	}
 	for _, f := range []string{"sa", "engines"} {
-		if k, _ := lookup(s.root, f); k != nil {
+		if k, _ := yamlwalk.Lookup(s.root, f); k != nil {
 			return perr(k.Line, f, errors.New("with peer: external the SAs come from external.sa-file and gw2 is the device"))
 		}
 	}
@@ -158,9 +159,9 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	if e.wan.Addr().Is6() {
 		outer = "ipv6"
 	}
-	_, topo := lookup(s.root, "topology")
+	_, topo := yamlwalk.Lookup(s.root, "topology")
 	for _, f := range []string{"outer", "family"} {
-		if k, _ := lookup(topo, f); k != nil && s.Topology.Outer != outer {
+		if k, _ := yamlwalk.Lookup(topo, f); k != nil && s.Topology.Outer != outer {
 			return perr(k.Line, "topology."+f, fmt.Errorf("outer %s, but external.wan's addresses are %s: leave the outer family to them", s.Topology.Outer, outer))
 		}
 	}

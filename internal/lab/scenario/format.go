@@ -33,6 +33,7 @@ import (
 	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/internal/yamlwalk"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -340,7 +341,7 @@ func parse(fsys fs.FS, path string, data []byte) ([]*Scenario, error) {
 	if err := labyaml.Decode(path, data, &probe); err != nil {
 		return nil, err
 	}
-	_, matrixNode := lookup(root, "matrix")
+	_, matrixNode := yamlwalk.Lookup(root, "matrix")
 	combos, err := matrixCombos(path, matrixNode)
 	if err != nil {
 		return nil, err
@@ -388,7 +389,7 @@ func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 		return nil, labyaml.Wrap(path, err)
 	}
 	s.root = root
-	_, expectNode := lookup(root, "expect")
+	_, expectNode := yamlwalk.Lookup(root, "expect")
 	s.defaults()
 	if err := s.validate(perr); err != nil {
 		return nil, err
@@ -630,7 +631,7 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		}
 		if err := (sim.Engines{}).Check(g.engine); err != nil {
 			field, line := "engines."+g.name, at("engines", g.name)
-			if _, given := lookup(s.root, "engines"); given == nil {
+			if _, given := yamlwalk.Lookup(s.root, "engines"); given == nil {
 				field, line = "engine", at("engine")
 			}
 			return perr(line, field, fmt.Errorf("%s: %w", secret.Word(g.engine, (sim.Engines{}).Names()...), err))
@@ -665,8 +666,8 @@ func (s *Scenario) validate(perr func(int, string, error) error) error {
 		}
 	}
 	if s.Peer == PeerLinuxXFRM {
-		if _, engines := lookup(s.root, "engines"); engines != nil {
-			if k, _ := lookup(engines, "gw2"); k != nil {
+		if _, engines := yamlwalk.Lookup(s.root, "engines"); engines != nil {
+			if k, _ := yamlwalk.Lookup(engines, "gw2"); k != nil {
 				return perr(k.Line, "engines.gw2", errors.New("gw2 is the Linux kernel (peer: linux-xfrm): its crypto is the kernel's own"))
 			}
 		}
@@ -846,23 +847,11 @@ func fileKind(fi fs.FileInfo) string {
 	return "special file"
 }
 
-func lookup(m *yaml.Node, key string) (k, v *yaml.Node) {
-	if m == nil || m.Kind != yaml.MappingNode {
-		return nil, nil
-	}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		if m.Content[i].Value == key {
-			return m.Content[i], m.Content[i+1]
-		}
-	}
-	return nil, nil
-}
-
 // lineOf is the line of the deepest field of path present in the document.
 func lineOf(root *yaml.Node, path ...string) int {
 	line, n := root.Line, root
 	for _, p := range path {
-		k, v := lookup(n, p)
+		k, v := yamlwalk.Lookup(n, p)
 		if k == nil {
 			break
 		}
@@ -872,8 +861,8 @@ func lineOf(root *yaml.Node, path ...string) int {
 }
 
 func stepLine(root *yaml.Node, i int) int {
-	_, tr := lookup(root, "traffic")
-	_, steps := lookup(tr, "steps")
+	_, tr := yamlwalk.Lookup(root, "traffic")
+	_, steps := yamlwalk.Lookup(tr, "steps")
 	if steps != nil && steps.Kind == yaml.SequenceNode && i < len(steps.Content) {
 		return steps.Content[i].Line
 	}
@@ -898,7 +887,7 @@ func setPath(root *yaml.Node, path string, value *yaml.Node) error {
 		if n.Kind != yaml.MappingNode {
 			return fmt.Errorf("%s is not a mapping", strings.Join(parts[:i], "."))
 		}
-		_, v := lookup(n, p)
+		_, v := yamlwalk.Lookup(n, p)
 		if i == len(parts)-1 {
 			val := deepCopy(value)
 			if v != nil {
