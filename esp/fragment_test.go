@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/espgw/espgw/esp"
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 )
 
 // udpDatagram is an IPv4 or IPv6 UDP packet from sport to dport with n
@@ -29,7 +29,7 @@ func udpDatagram(v6 bool, sport, dport uint16, n int, fill uint16) []byte {
 		pkt[8], pkt[9] = 64, 17
 		copy(pkt[12:], []byte{192, 0, 2, 10})
 		copy(pkt[16:], []byte{203, 0, 113, 10})
-		inetsum.IPv4Header(pkt[:20])
+		header.IPv4Header(pkt[:20])
 	}
 	binary.BigEndian.PutUint16(pkt[hl:], sport)
 	binary.BigEndian.PutUint16(pkt[hl+2:], dport)
@@ -77,7 +77,7 @@ func Fragment(pkt []byte, size int, id uint32) [][]byte {
 				ff |= 0x2000
 			}
 			binary.BigEndian.PutUint16(f[6:], ff)
-			inetsum.IPv4Header(f[:20])
+			header.IPv4Header(f[:20])
 			copy(f[20:], payload[off:end])
 		}
 		out = append(out, f)

@@ -44,7 +44,7 @@ func (s *SA) PrepareOpen(p *Packet) Reason {
 		return s.reject(p, verdict)
 	}
 	p.Seq = seq
-	p.Op = offload.Op{Session: s.sess, Dir: offload.Open, Packet: pkt, SeqHi: uint32(seq >> 32)}
+	s.layout.Op(&p.Op, s.sess, offload.Open, pkt, uint32(seq>>32))
 	return OK
 }
 

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"net/netip"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/sa"
 )
@@ -18,8 +18,9 @@ type Packet struct {
 	Buf      []byte
 	Off, Len int
 	// HdrLen is, for Open in transport mode, the length of the IP header
-	// found just before Off (raw IPv4 sockets deliver it; see WriteIPHeader;
-	// the transport rebuilds an IPv6 one that had extension headers). On
+	// found just before Off (raw IPv4 sockets deliver it; the gateway
+	// writes an IPv6 one, with header.WriteIP, and the transport one that
+	// had extension headers). On
 	// send, when over 40, it is an IPv6 header with extension headers just
 	// before Off that the transport sends in front of the ESP packet.
 	HdrLen int
@@ -63,50 +64,13 @@ func (p *Packet) Reset(buf []byte, off, n int) {
 // options unless they follow a routing header; RFC 4303 §3.1.1, as Linux
 // places ESP). It returns the offset of the next-header byte to rewrite.
 func ipHeaderLen(pkt []byte) (hdrLen int, proto uint8, protoAt int, ok bool) {
-	hdrLen, proto, protoAt, _, ok = inetsum.Header(pkt)
+	hdrLen, proto, protoAt, _, ok = header.Header(pkt)
 	return hdrLen, proto, protoAt, ok
 }
 
 // fixIPLength rewrites the length fields (and IPv4 checksum) of the IP
 // header at hdr for a packet of total bytes.
-func fixIPLength(hdr []byte, total int) {
-	if hdr[0]>>4 == 4 {
-		binary.BigEndian.PutUint16(hdr[2:4], uint16(total))
-		ihl, _ := inetsum.IPv4HeaderLen(hdr) // the caller's own header
-		inetsum.IPv4Header(hdr[:ihl])
-		return
-	}
-	binary.BigEndian.PutUint16(hdr[4:6], uint16(total-40))
-}
-
-// WriteIPHeader writes a minimal IP header for src→dst carrying proto in
-// front of a payload of n bytes, ending at buf[end], and returns its length.
-// Gateways use it to give an opened transport-mode packet the header an IPv6
-// raw socket does not deliver; pcap writers use it for outer headers.
-func WriteIPHeader(buf []byte, end int, src, dst netip.Addr, proto uint8, n int) int {
-	if src.Is4() {
-		h := buf[end-20 : end]
-		clear(h)
-		h[0] = 0x45
-		h[8] = 64
-		h[9] = proto
-		s, d := src.As4(), dst.As4()
-		copy(h[12:16], s[:])
-		copy(h[16:20], d[:])
-		fixIPLength(h, 20+n)
-		return 20
-	}
-	h := buf[end-40 : end]
-	clear(h)
-	h[0] = 0x60
-	h[6] = proto
-	h[7] = 64
-	s, d := src.As16(), dst.As16()
-	copy(h[8:24], s[:])
-	copy(h[24:40], d[:])
-	fixIPLength(h, 40+n)
-	return 40
-}
+func fixIPLength(hdr []byte, total int) { header.SetLength(hdr, total) }
 
 // FlowOf pulls the selector fields (RFC 4301 §4.4.1) out of an IP packet:
 // addresses, the upper-layer protocol past any IPv6 hop-by-hop, routing and
@@ -125,7 +89,7 @@ func FlowOf(pkt []byte) (src, dst netip.Addr, proto uint8, sport, dport uint16, 
 	for proto == 60 && len(pkt) >= hl+8 {
 		proto, hl = pkt[hl], hl+(int(pkt[hl+1])+1)*8
 	}
-	src, dst = inetsum.Addrs(pkt)
+	src, dst = header.Addrs(pkt)
 	if sa.HasPorts(proto) && len(pkt) >= hl+4 && !nonInitial(pkt) {
 		sport = binary.BigEndian.Uint16(pkt[hl:])
 		dport = binary.BigEndian.Uint16(pkt[hl+2:])

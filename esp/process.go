@@ -67,12 +67,7 @@ func (pr *Processor) Open(ctx context.Context, pkts []*Packet) error {
 func (pr *Processor) add(p *Packet) { pr.ops = append(pr.ops, &p.Op) }
 
 func (pr *Processor) run(ctx context.Context) error {
-	err := pr.waiter.Run(ctx, pr.ops)
-	if err != nil {
-		for _, op := range pr.ops {
-			op.Status = offload.Failed
-		}
-	}
-	clear(pr.ops) // hold no packets between batches
+	err := pr.waiter.Run(ctx, pr.ops) // ops it could not run come back Failed
+	clear(pr.ops)                     // hold no packets between batches
 	return err
 }

@@ -169,7 +169,9 @@ func forge(t *testing.T, cfg *sa.SA, seq uint32, plaintext []byte) []byte {
 	binary.BigEndian.PutUint32(pkt[4:], seq)
 	rand.Read(pkt[esp.HeaderLen : esp.HeaderLen+ivLen])
 	copy(pkt[esp.HeaderLen+ivLen:], plaintext)
-	op := offload.Op{Session: sess, Dir: offload.Seal, Packet: pkt}
+	var op offload.Op
+	layout := esp.NewLayout(cfg.Suite, cfg.EncKey, cfg.ESN)
+	layout.Op(&op, sess, offload.Seal, pkt, 0)
 	sess.Process(&op)
 	if op.Status != offload.OK {
 		t.Fatalf("forge: %v", op.Status)

@@ -3,8 +3,10 @@
 // It owns the RFC 4303 transform: the ESP header, IV, padding and trailer,
 // the ICV layout per suite, sealing and opening in place in a caller's
 // buffer, sequence numbers and ESN, and the anti-replay window. The cipher
-// and ICV work itself goes to an offload engine; esp frames the packet and
-// judges the result, giving every rejected packet a typed Reason. It also
+// and ICV work itself goes to an offload engine; esp frames the packet, lays
+// out the engine's op (layout.go: the ranges, nonce and AAD, so that no
+// engine parses ESP) and judges the result, giving every rejected packet a
+// typed Reason. It also
 // reads the selector fields of inner packets for policy, fragment-aware as
 // RFC 4301 §7 asks (fragment.go), and keeps an SA's sequence numbers under
 // the bound its owner could record (Options.Reserve).
@@ -82,6 +84,7 @@ type SA struct {
 
 	ivLen, icvLen, block int
 	suite                sa.Suite
+	layout               Layout
 	expired              atomic.Bool
 
 	// history is what the SA has sent and seen: own, or that of the SA
@@ -247,6 +250,7 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 	s := &SA{
 		Config: cfg, suite: cfg.Suite, engine: engine, sess: sess,
 		ivLen: cfg.Suite.IVLen(), icvLen: cfg.Suite.ICVLen(), block: cfg.Suite.BlockLen(),
+		layout: NewLayout(cfg.Suite, cfg.EncKey, cfg.ESN),
 		onSoft: opts.OnSoftExpire, reserve: opts.Reserve, ivFunc: opts.IV,
 	}
 	now := time.Now

@@ -93,7 +93,7 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 	b[t], b[t+1] = byte(padLen), nh
 
 	p.Off, p.Len = start, end-start
-	p.Op = offload.Op{Session: s.sess, Dir: offload.Seal, Packet: b[espStart:end], SeqHi: uint32(seq >> 32)}
+	s.layout.Op(&p.Op, s.sess, offload.Seal, b[espStart:end], uint32(seq>>32))
 	return OK
 }
 

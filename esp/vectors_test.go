@@ -172,7 +172,9 @@ func engineOpen(t *testing.T, cipher sa.Cipher, encKey, iv, ct []byte) []byte {
 	pkt := append([]byte{0, 0, 0x10, 0x01, 0, 0, 0, 1}, iv...)
 	pkt = append(pkt, ct...)
 	pkt = append(pkt, hmacSHA1_96(authKey, pkt)...)
-	op := offload.Op{Session: sess, Dir: offload.Open, Packet: pkt}
+	var op offload.Op
+	layout := esp.NewLayout(sa.Suite{Cipher: cipher, Auth: sa.AuthHMACSHA1_96}, encKey, false)
+	layout.Op(&op, sess, offload.Open, pkt, 0)
 	sess.Process(&op)
 	if op.Status != offload.OK {
 		t.Fatalf("engine open: %v", op.Status)
@@ -419,7 +421,9 @@ func macKAT(t *testing.T, auth sa.Auth, key, data, icv []byte) (viaEngine bool) 
 		t.Fatal(err)
 	}
 	pkt := append(append([]byte(nil), data...), make([]byte, len(icv))...)
-	op := offload.Op{Session: sess, Dir: offload.Seal, Packet: pkt}
+	var op offload.Op
+	layout := esp.NewLayout(suite, nil, false)
+	layout.Op(&op, sess, offload.Seal, pkt, 0)
 	sess.Process(&op)
 	if op.Status != offload.OK || !bytes.Equal(pkt[len(data):], icv) {
 		t.Fatalf("engine ICV %x (%v), want %x", pkt[len(data):], op.Status, icv)

@@ -12,7 +12,7 @@ type Counters struct {
 func (c *Counters) Count(ops []*Op) {
 	var n, bad, failed uint64
 	for _, op := range ops {
-		n += uint64(len(op.Packet))
+		n += uint64(len(op.Buf))
 		switch op.Status {
 		case OK:
 		case BadICV:

@@ -5,10 +5,13 @@ import (
 	"fmt"
 )
 
-// Waiter runs batches synchronously on any engine: an Inline engine's Run is
-// called directly, an asynchronous engine gets a Submit and is waited for.
-// One Waiter serves one goroutine; it is reused so that waiting allocates
-// nothing per batch.
+// Waiter is the one way batches are run on an engine: an Inline engine's
+// Run is called directly, an asynchronous engine gets a Submit and is
+// waited for. Run does both halves on one goroutine; Start and Wait split
+// them, so that one goroutine hands a batch over and another waits for it
+// (the gateway's pipeline). One Waiter holds one batch at a time; it is
+// reused, so running a batch allocates nothing. Ops the engine did not
+// take come back with Status Failed.
 type Waiter struct {
 	engine Engine
 	inline Inline // engine, when it is Inline
@@ -35,18 +38,55 @@ func (w *Waiter) Run(ctx context.Context, ops []*Op) error {
 		return nil
 	}
 	if w.inline != nil {
-		if err := w.inline.Run(ops); err != nil {
-			return fmt.Errorf("run %d ops on %s: %w", len(ops), w.engine.Name(), err)
+		return w.runInline(ops)
+	}
+	err := w.Start(ctx, ops)
+	w.Wait()
+	return err
+}
+
+// Start hands ops to the engine: an Inline engine works them before Start
+// returns, an asynchronous one gets them as one Submit. Every Start is
+// followed by one Wait, also when Start fails; until Wait returns, the
+// engine owns the ops.
+func (w *Waiter) Start(ctx context.Context, ops []*Op) error {
+	var err error
+	switch {
+	case len(ops) == 0:
+	case w.inline != nil:
+		err = w.runInline(ops)
+	default:
+		w.batch.Ops = ops
+		if err = w.engine.Submit(ctx, &w.batch); err == nil {
+			return nil // the engine's Done signals
 		}
-		return nil
+		err = fmt.Errorf("submit %d ops to %s: %w", len(ops), w.engine.Name(), err)
+		failed(ops)
 	}
-	w.batch.Ops = ops
-	if err := w.engine.Submit(ctx, &w.batch); err != nil {
-		return fmt.Errorf("submit %d ops to %s: %w", len(ops), w.engine.Name(), err)
-	}
-	// Once submitted, the engine owns the ops until Done: wait even if ctx
-	// ends, so the caller may safely reuse its buffers.
+	w.signal(nil)
+	return err
+}
+
+// Wait returns when every op of the last Start has its Status. Once
+// submitted, ops are the engine's until it is done with them, so Wait does
+// not end with a context: the caller may reuse its buffers after it.
+func (w *Waiter) Wait() {
 	<-w.done
 	w.batch.Ops = nil
+}
+
+func (w *Waiter) runInline(ops []*Op) error {
+	if err := w.inline.Run(ops); err != nil {
+		failed(ops)
+		return fmt.Errorf("run %d ops on %s: %w", len(ops), w.engine.Name(), err)
+	}
 	return nil
+}
+
+// failed marks ops the engine did not take as failed, so that their
+// packets are counted as engine failures.
+func failed(ops []*Op) {
+	for _, op := range ops {
+		op.Status = Failed
+	}
 }

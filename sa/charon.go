@@ -61,7 +61,7 @@ type charonChild struct {
 // for a rekeyed CHILD_SA, "registering outbound ESP SA", "SPI 0x…, src
 // A dst B"), and the traffic selectors of the established line, which
 // become the inbound SA's selectors. Debian 12's strongSwan has no
-// save-keys plugin, so this is how its keys are had.
+// save-keys plugin, so its log is the only place its keys are written.
 //
 // The SAs are tunnel mode with a 32-packet replay window (charon's
 // default); ESP in UDP on port 4500 both ways when the log says a NAT was

@@ -1,13 +1,14 @@
 package sa
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"github.com/espgw/espgw/internal/errlist"
+	"iter"
 	"net/netip"
 	"slices"
 	"sync/atomic"
+
+	"github.com/espgw/espgw/internal/errlist"
 )
 
 // SAD is the security association database: it finds the SA of an inbound
@@ -31,22 +32,155 @@ type SAD struct {
 	table atomic.Pointer[sadTable]
 }
 
-// sadTable is immutable once published. bySPI maps an SPI to the run of
-// order (indices into all, sorted by SPI) holding the SAs with that SPI:
-// almost always one, and a handful at most, so a lookup is one map access
-// and a short scan.
+// sadTable is immutable once published: the SAs in the order given and
+// their indices in all, indexed by the SAD's rules.
 type sadTable struct {
-	all   []*SA
-	order []int32
-	bySPI map[uint32]sadRun
+	all []*SA
+	in  *Index[int32]
 }
-
-type sadRun struct{ start, n int32 }
 
 type spiDst struct {
 	spi uint32
 	dst netip.Addr
 }
+
+// Index finds inbound SAs by the SAD's rules; SAD is one published whole,
+// and the gateway keeps one per state, edited under its own lock. T is what
+// the caller keeps per SA (an index, its working state). An SPI maps to the
+// SAs that share it, in the order added: almost always one, held in the map
+// itself with the fields the rules compare, so that a lookup among many SAs
+// touches one map slot and nothing else; the others, a handful at most,
+// follow in a short list. An Index is not safe for concurrent edits;
+// lookups allocate nothing.
+type Index[T comparable] struct {
+	bySPI map[uint32]indexRun[T]
+	n     int
+}
+
+// indexRun is the SAs with one SPI: first, then more.
+type indexRun[T comparable] struct {
+	first indexed[T]
+	more  []indexed[T]
+}
+
+// indexed is one SA: how an inbound packet of it arrives, and the
+// caller's value.
+type indexed[T comparable] struct {
+	cfg *SA
+	arr Arrival // Dst, Src, Encap and SrcPort (EncapUDP only) of the SA
+	v   T
+}
+
+// arrivalOf is how the SA's inbound packets arrive.
+func arrivalOf(s *SA) Arrival {
+	a := Arrival{Dst: s.Dst, Src: s.Src, Encap: s.Encap}
+	if s.Encap == EncapUDP {
+		a.SrcPort = s.SrcPort
+	}
+	return a
+}
+
+// NewIndex returns an empty Index with room for n SAs.
+func NewIndex[T comparable](n int) *Index[T] {
+	return &Index[T]{bySPI: make(map[uint32]indexRun[T], n)}
+}
+
+// Add indexes v as the SA cfg describes. The caller keeps SPI and
+// destination unique (NewSAD refuses duplicates).
+func (x *Index[T]) Add(cfg *SA, v T) {
+	e := indexed[T]{cfg, arrivalOf(cfg), v}
+	r, ok := x.bySPI[cfg.SPI]
+	if !ok {
+		r.first = e
+	} else {
+		r.more = append(r.more, e)
+	}
+	x.bySPI[cfg.SPI] = r
+	x.n++
+}
+
+// Remove takes v, indexed under spi, out; it reports whether it was there.
+func (x *Index[T]) Remove(spi uint32, v T) bool {
+	r, ok := x.bySPI[spi]
+	if !ok {
+		return false
+	}
+	switch i := slices.IndexFunc(r.more, func(e indexed[T]) bool { return e.v == v }); {
+	case r.first.v == v && len(r.more) == 0:
+		delete(x.bySPI, spi)
+		x.n--
+		return true
+	case r.first.v == v:
+		r.first = r.more[0]
+		r.more = slices.Delete(r.more, 0, 1)
+	case i >= 0:
+		r.more = slices.Delete(r.more, i, i+1)
+	default:
+		return false
+	}
+	if len(r.more) == 0 {
+		r.more = nil
+	}
+	x.bySPI[spi] = r
+	x.n--
+	return true
+}
+
+// Find returns what was indexed for the SA an inbound packet with the SPI
+// that arrived as a belongs to, or why there is none. It does not allocate.
+func (x *Index[T]) Find(spi uint32, a Arrival) (T, Miss) {
+	var zero T
+	r, ok := x.bySPI[spi]
+	if !ok {
+		return zero, NoSA
+	}
+	if m := receives(&r.first.arr, a); m != NoSA {
+		if m != Found {
+			return zero, m
+		}
+		return r.first.v, Found
+	}
+	for i := range r.more {
+		switch m := receives(&r.more[i].arr, a); m {
+		case Found:
+			return r.more[i].v, Found
+		case NoSA:
+		default:
+			// SPI and destination name one SA: the packet is this
+			// one's or nobody's.
+			return zero, m
+		}
+	}
+	return zero, NoSA
+}
+
+// Has reports whether v is indexed under spi.
+func (x *Index[T]) Has(spi uint32, v T) bool {
+	for _, w := range x.WithSPI(spi) {
+		if w == v {
+			return true
+		}
+	}
+	return false
+}
+
+// WithSPI yields the SAs with the SPI, in the order added.
+func (x *Index[T]) WithSPI(spi uint32) iter.Seq2[*SA, T] {
+	return func(yield func(*SA, T) bool) {
+		r, ok := x.bySPI[spi]
+		if !ok || !yield(r.first.cfg, r.first.v) {
+			return
+		}
+		for _, e := range r.more {
+			if !yield(e.cfg, e.v) {
+				return
+			}
+		}
+	}
+}
+
+// Len is the number of SAs indexed.
+func (x *Index[T]) Len() int { return x.n }
 
 // Arrival is how an inbound ESP packet reached the host: what the SAD
 // matches besides its SPI.
@@ -111,7 +245,6 @@ func (d *SAD) Replace(sas []*SA) error {
 }
 
 func newSADTable(sas []*SA) (*sadTable, error) {
-	t := &sadTable{all: slices.Clone(sas), bySPI: make(map[uint32]sadRun, len(sas))}
 	var errs errlist.List
 	seen := make(map[spiDst]*SA, len(sas))
 	for _, s := range sas {
@@ -136,19 +269,9 @@ func newSADTable(sas []*SA) (*sadTable, error) {
 	if len(sas) > 1<<31-1 {
 		return nil, fmt.Errorf("%d SAs: too many for one SAD", len(sas))
 	}
-	t.order = make([]int32, len(sas))
-	for i := range t.order {
-		t.order[i] = int32(i)
-	}
-	slices.SortStableFunc(t.order, func(a, b int32) int { return cmp.Compare(sas[a].SPI, sas[b].SPI) })
-	for i := 0; i < len(t.order); {
-		spi := sas[t.order[i]].SPI
-		j := i + 1
-		for j < len(t.order) && sas[t.order[j]].SPI == spi {
-			j++
-		}
-		t.bySPI[spi] = sadRun{int32(i), int32(j - i)}
-		i = j
+	t := &sadTable{all: slices.Clone(sas), in: NewIndex[int32](len(sas))}
+	for i, s := range sas {
+		t.in.Add(s, int32(i))
 	}
 	return t, nil
 }
@@ -161,22 +284,11 @@ func (d *SAD) Find(spi uint32, a Arrival) (int, Miss) {
 	if t == nil {
 		return -1, NoSA
 	}
-	r, ok := t.bySPI[spi]
-	if !ok {
-		return -1, NoSA
+	i, m := t.in.Find(spi, a)
+	if m != Found {
+		return -1, m
 	}
-	for _, i := range t.order[r.start : r.start+r.n] {
-		switch m := t.all[i].Receives(spi, a); m {
-		case Found:
-			return int(i), Found
-		case NoSA:
-		default:
-			// SPI and destination name one SA: the packet is this
-			// one's or nobody's.
-			return -1, m
-		}
-	}
-	return -1, NoSA
+	return int(i), Found
 }
 
 // Receives applies the SAD's rules to one SA: whether an inbound packet
@@ -185,12 +297,22 @@ func (d *SAD) Find(spi uint32, a Arrival) (int, Miss) {
 // way (WrongEncap, WrongSource). Since SPI and destination are unique in a
 // set, a miss other than NoSA is final. It does not allocate.
 func (s *SA) Receives(spi uint32, a Arrival) Miss {
-	switch {
-	case s.SPI != spi || s.Dst != a.Dst:
+	if s.SPI != spi {
 		return NoSA
-	case s.Encap != a.Encap:
+	}
+	want := arrivalOf(s)
+	return receives(&want, a)
+}
+
+// receives applies the rules past the SPI: want is how the SA's packets
+// arrive, a how this one did.
+func receives(want *Arrival, a Arrival) Miss {
+	switch {
+	case want.Dst != a.Dst:
+		return NoSA
+	case want.Encap != a.Encap:
 		return WrongEncap
-	case s.Src != a.Src, s.Encap == EncapUDP && s.SrcPort != a.SrcPort:
+	case want.Src != a.Src, want.Encap == EncapUDP && want.SrcPort != a.SrcPort:
 		return WrongSource
 	}
 	return Found
@@ -198,11 +320,15 @@ func (s *SA) Receives(spi uint32, a Arrival) Miss {
 
 // LookupInbound is Find returning the SA itself (nil on a miss).
 func (d *SAD) LookupInbound(spi uint32, a Arrival) (*SA, Miss) {
-	i, miss := d.Find(spi, a)
-	if i < 0 {
-		return nil, miss
+	t := d.table.Load()
+	if t == nil {
+		return nil, NoSA
 	}
-	return d.table.Load().all[i], Found
+	i, m := t.in.Find(spi, a)
+	if m != Found {
+		return nil, m
+	}
+	return t.all[i], Found
 }
 
 // Lookup returns the SA with the SPI, or nil, looking at nothing else. When
@@ -214,11 +340,10 @@ func (d *SAD) Lookup(spi uint32) *SA {
 	if t == nil {
 		return nil
 	}
-	r, ok := t.bySPI[spi]
-	if !ok {
-		return nil
+	for s := range t.in.WithSPI(spi) {
+		return s
 	}
-	return t.all[t.order[r.start]]
+	return nil
 }
 
 // LookupDst returns the SA with the SPI and outer destination, or nil,
@@ -228,12 +353,8 @@ func (d *SAD) LookupDst(spi uint32, dst netip.Addr) *SA {
 	if t == nil {
 		return nil
 	}
-	r, ok := t.bySPI[spi]
-	if !ok {
-		return nil
-	}
-	for _, i := range t.order[r.start : r.start+r.n] {
-		if s := t.all[i]; s.Dst == dst {
+	for s := range t.in.WithSPI(spi) {
+		if s.Dst == dst {
 			return s
 		}
 	}

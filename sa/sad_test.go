@@ -3,6 +3,7 @@ package sa
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -214,5 +215,59 @@ func TestSADFindScales(t *testing.T) {
 	a := Arrival{Dst: sas[n-1].Dst, Src: src}
 	if allocs := testing.AllocsPerRun(1000, func() { d.Find(sas[n-1].SPI, a) }); allocs != 0 {
 		t.Errorf("%v allocations per Find", allocs)
+	}
+}
+
+// Index keeps the SAs sharing an SPI in the order added through removals
+// of the first, a middle and an absent one, and finds by the SAD's rules.
+func TestIndexEdits(t *testing.T) {
+	mk := func(dst string) *SA {
+		return &SA{SPI: 0x100, Src: netip.MustParseAddr("192.0.2.1"), Dst: netip.MustParseAddr(dst)}
+	}
+	a, b, c := mk("198.51.100.1"), mk("198.51.100.2"), mk("198.51.100.3")
+	order := func(x *Index[string]) (got []string) {
+		for _, v := range x.WithSPI(0x100) {
+			got = append(got, v)
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		name   string
+		remove []string
+		want   []string
+	}{
+		{"none", nil, []string{"a", "b", "c"}},
+		{"first", []string{"a"}, []string{"b", "c"}},
+		{"middle", []string{"b"}, []string{"a", "c"}},
+		{"last", []string{"c"}, []string{"a", "b"}},
+		{"all", []string{"b", "a", "c"}, nil},
+		{"absent", []string{"x"}, []string{"a", "b", "c"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := NewIndex[string](0)
+			x.Add(a, "a")
+			x.Add(b, "b")
+			x.Add(c, "c")
+			for _, v := range tc.remove {
+				if got := x.Remove(0x100, v); got != (v != "x") {
+					t.Errorf("Remove(%s) = %v", v, got)
+				}
+			}
+			if got := order(x); !slices.Equal(got, tc.want) || x.Len() != len(tc.want) {
+				t.Errorf("left %v (Len %d), want %v", got, x.Len(), tc.want)
+			}
+			for _, s := range []*SA{a, b, c} {
+				v, m := x.Find(0x100, Arrival{Dst: s.Dst, Src: s.Src})
+				kept := slices.Contains(tc.want, map[*SA]string{a: "a", b: "b", c: "c"}[s])
+				if kept != (m == Found) || kept && !x.Has(0x100, v) {
+					t.Errorf("Find %s = %q, %v", s.Dst, v, m)
+				}
+				if kept {
+					if _, m := x.Find(0x100, Arrival{Dst: s.Dst, Src: netip.MustParseAddr("192.0.2.9")}); m != WrongSource {
+						t.Errorf("Find %s from another source: %v, want WrongSource", s.Dst, m)
+					}
+				}
+			}
+		})
 	}
 }

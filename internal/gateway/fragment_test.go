@@ -9,7 +9,7 @@ import (
 
 	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/gateway"
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/memnet"
 	"github.com/espgw/espgw/sa"
 )
@@ -65,7 +65,7 @@ func fragmentedUDP(v6 bool, dport, lure uint16, id uint32) [][]byte {
 				ff |= 0x2000
 			}
 			binary.BigEndian.PutUint16(f[6:], ff)
-			inetsum.IPv4Header(f[:20])
+			header.IPv4Header(f[:20])
 		}
 		out = append(out, append(f, payload[off:end]...))
 	}

@@ -159,6 +159,9 @@ type runner struct {
 type Counters struct {
 	TunIn, TunOut, WireIn, WireOut atomic.Uint64
 	Drops                          [NumReasons]atomic.Uint64
+	// Sealed and Opened are the sizes of the batches the engine was
+	// handed, per direction.
+	Sealed, Opened BatchSizes
 }
 
 // New builds a gateway. pick chooses the outer connection for an outbound

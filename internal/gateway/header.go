@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -43,13 +44,6 @@ func newSAHeader(cfg *sa.SA, path *pathMTU) *saHeader {
 	return &saHeader{tunnel: cfg.Mode == sa.Tunnel, outer6: cfg.Dst.Is6(), dscp: cfg.DSCP, decap: cfg.DecapDSCP, df: cfg.DF, ttl: cfg.OuterTTL(), path: path, cfg: cfg}
 }
 
-// outer is the outer header of one packet, from readTUN to sendESP.
-type outer struct {
-	tos, ttl uint8
-	fragment bool // IPv4 outer without DF
-	fragMTU  int
-}
-
 // ECN codepoints (RFC 3168).
 const (
 	notECT = 0
@@ -58,60 +52,35 @@ const (
 	ce     = 3
 )
 
-// trafficClass returns an IP packet's TOS (IPv4) or traffic class (IPv6)
-// byte; the caller has checked the version and the header's length.
-func trafficClass(pkt []byte) uint8 {
-	if pkt[0]>>4 == 4 {
-		return pkt[1]
-	}
-	return pkt[0]<<4 | pkt[1]>>4
-}
-
-// setTrafficClass writes it back, keeping an IPv4 header's checksum right.
-func setTrafficClass(pkt []byte, tc uint8) {
-	if pkt[0]>>4 == 6 {
-		pkt[0] = pkt[0]&0xf0 | tc>>4
-		pkt[1] = pkt[1]&0x0f | tc<<4
-		return
-	}
-	old := pkt[1]
-	pkt[1] = tc
-	// RFC 1624 incremental update: HC' = ~(~HC + ~m + m').
-	sum := uint32(^binary.BigEndian.Uint16(pkt[10:12])) + uint32(^(uint16(pkt[0])<<8 | uint16(old))) + uint32(uint16(pkt[0])<<8|uint16(tc))
-	for sum > 0xffff {
-		sum = sum>>16 + sum&0xffff
-	}
-	binary.BigEndian.PutUint16(pkt[10:12], ^uint16(sum))
-}
-
-// outerFor decides the outer header for inner packet pkt (already routed
-// to the SA, so its header parses).
-func (h *saHeader) outerFor(pkt []byte) outer {
-	tc := trafficClass(pkt)
+// setOuter decides the outer header of p, whose data is the inner packet
+// (already routed to the SA, so its header parses): p.TOS, p.TTL and
+// p.Fragment, which the transport writes.
+func (h *saHeader) setOuter(p *esp.Packet) {
+	pkt := p.Data()
+	tc := header.TrafficClass(pkt)
 	v4 := pkt[0]>>4 == 4
+	p.TOS, p.FragMTU = tc, 0
 	if !h.tunnel {
 		// Transport mode: the packet's own header goes on the wire.
-		o := outer{tos: tc}
 		if v4 {
-			o.ttl, o.fragment = pkt[8], pkt[6]&0x40 == 0
+			p.TTL, p.Fragment = pkt[8], pkt[6]&0x40 == 0
 		} else {
-			o.ttl = pkt[7]
+			p.TTL, p.Fragment = pkt[7], false
 		}
-		return o
+		return
 	}
-	o := outer{tos: tc, ttl: h.ttl}
+	p.TTL, p.Fragment = h.ttl, false
 	if h.dscp.Fixed {
-		o.tos = h.dscp.Value<<2 | tc&3
+		p.TOS = h.dscp.Value<<2 | tc&3
 	}
 	if !h.outer6 {
 		switch h.df {
 		case sa.DFCopy:
-			o.fragment = v4 && pkt[6]&0x40 == 0
+			p.Fragment = v4 && pkt[6]&0x40 == 0
 		case sa.DFClear:
-			o.fragment = true
+			p.Fragment = true
 		}
 	}
-	return o
 }
 
 // decapsulate folds the outer traffic class into the opened tunnel-mode
@@ -126,7 +95,7 @@ func (h *saHeader) decapsulate(pkt []byte, outerTC uint8) bool {
 	if pkt[0]>>4 == 6 && len(pkt) < 40 {
 		return true
 	}
-	tc := trafficClass(pkt)
+	tc := header.TrafficClass(pkt)
 	in, out := tc&3, outerTC&3
 	next := tc
 	switch {
@@ -141,7 +110,7 @@ func (h *saHeader) decapsulate(pkt []byte, outerTC uint8) bool {
 		next = outerTC&^3 | next&3
 	}
 	if next != tc {
-		setTrafficClass(pkt, next)
+		header.SetTrafficClass(pkt, next)
 	}
 	return true
 }
@@ -297,24 +266,24 @@ func (g *Gateway) learnFor(st *state, s *esp.SA, src, dst [16]byte, mtu int, now
 // pathReport returns the MTU of an ICMP fragmentation-needed (type 3 code
 // 4) or ICMPv6 packet-too-big (type 2) message and the packet it quotes.
 func pathReport(msg []byte, v6 bool) (mtu int, quote []byte, ok bool) {
-	if len(msg) < 8 {
+	h, err := header.ParseICMP(msg)
+	if err != nil {
 		return 0, nil, false
 	}
 	if v6 {
-		if msg[0] != 2 || msg[1] != 0 {
+		if h.Type != header.ICMPv6PacketTooBig || h.Code != 0 {
 			return 0, nil, false
 		}
-		m := binary.BigEndian.Uint32(msg[4:8])
-		return int(min(m, 1<<16)), msg[8:], true
+		return int(min(h.Rest, 1<<16)), msg[header.ICMPLen:], true
 	}
-	if msg[0] != 3 || msg[1] != 4 {
+	if h.Type != header.ICMPUnreachable || h.Code != header.ICMPFragNeeded {
 		return 0, nil, false
 	}
-	m := int(binary.BigEndian.Uint16(msg[6:8]))
+	m := int(h.Rest & 0xffff)
 	if m == 0 {
 		return 0, nil, false // an RFC 792 router that gives no MTU: no guess made
 	}
-	return m, msg[8:], true
+	return m, msg[header.ICMPLen:], true
 }
 
 // quotedFlow reads the addresses and upper protocol of a quoted IP packet

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/offload/cpu"
 
 	"github.com/espgw/espgw/sa"
@@ -78,10 +79,24 @@ func TestOuterFor(t *testing.T) {
 		{"transport keeps its own", newSAHeader(&sa.SA{Mode: sa.Transport, Dst: mustAddr("198.51.100.2")}, nil), ip4(12<<2|ect1, false), outer{tos: 12<<2 | ect1, ttl: 64, fragment: true}},
 	}
 	for _, tc := range cases {
-		if got := tc.h.outerFor(tc.pkt); got != tc.want {
+		if got := outerOf(tc.h, tc.pkt); got != tc.want {
 			t.Errorf("%s: outer %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
+}
+
+// outer is the outer header setOuter gives a packet.
+type outer struct {
+	tos, ttl uint8
+	fragment bool
+}
+
+func outerOf(h *saHeader, pkt []byte) outer {
+	var p esp.Packet
+	p.Reset(pkt, 0, len(pkt))
+	p.Fragment = true // setOuter decides it, whatever was there
+	h.setOuter(&p)
+	return outer{p.TOS, p.TTL, p.Fragment}
 }
 
 // TestDecapsulateECN walks RFC 6040 §4.2's table, every cell, for IPv4
@@ -128,7 +143,7 @@ func TestDecapsulateECN(t *testing.T) {
 					if copyDSCP {
 						wantDSCP = 40
 					}
-					if got := trafficClass(pkt); got != wantDSCP<<2|uint8(want) {
+					if got := header.TrafficClass(pkt); got != wantDSCP<<2|uint8(want) {
 						t.Errorf("%s: inner TC %#x, want %#x", name, got, wantDSCP<<2|uint8(want))
 					}
 					if v == 4 && sum16(pkt[:20]) != 0xffff {
@@ -238,13 +253,13 @@ func BenchmarkHeaderWork(b *testing.B) {
 	h := newSAHeader(&sa.SA{Mode: sa.Tunnel, Dst: mustAddr("198.51.100.2"), DecapDSCP: sa.DecapCopy}, nil)
 	pkt := ip4(34<<2|ect0, true)
 	b.Run("outer+decapsulate", func(b *testing.B) {
-		var o outer
+		var p esp.Packet
+		p.Reset(pkt, 0, len(pkt))
 		for range b.N {
-			o = h.outerFor(pkt)
+			h.setOuter(&p)
 			pkt[1] = 34<<2 | ect0
 			h.decapsulate(pkt, 10<<2|ce)
 		}
-		_ = o
 	})
 	src, dst := make([]byte, 1400), make([]byte, 1400)
 	b.Run("reference-copy-1400B", func(b *testing.B) {

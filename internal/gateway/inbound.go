@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/transport"
 	"github.com/espgw/espgw/sa"
 )
@@ -19,7 +20,7 @@ const rxOffset = 64 + 256
 // inbound moves ESP packets received on c into the TUN device.
 func (g *Gateway) inbound(ctx context.Context, c Conn) error {
 	size := max(inboundBuf, rxOffset+g.opts.InnerMTU+esp.Headroom+esp.Tailroom)
-	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch, size, g.opts.Inline)
+	p := newPipeline(g.engine, &g.counters.Opened, 2*g.opts.Workers+2, g.opts.Batch, size, g.opts.Inline)
 	return p.run(ctx, g.opts.Workers, func(b *batch) error { return g.readESP(b, c) }, g.writeTUN)
 }
 
@@ -38,27 +39,33 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 	encap := encapOf(c)
 	st := g.view()
 	defer g.release()
-	for i, p := range b.ptrs[:n] {
+	// The SAs are found first, in a loop of lookups alone: with many SAs
+	// each is a cache miss, and independent misses overlap.
+	for _, p := range b.ptrs[:n] {
 		spi, ok := esp.SPIOf(p.Data())
 		if !ok {
 			g.drop(Runt)
-			b.skip[i] = true
-			continue
+			continue // no SA: dropped before the engine, counted
 		}
 		s, miss := st.receiver(spi, sa.Arrival{Dst: p.Local, Src: p.Peer.Addr(), Encap: encap, SrcPort: p.Peer.Port()})
 		if s == nil {
 			g.drop(missReason(miss))
-			b.skip[i] = true
+			continue
+		}
+		p.SA = s
+	}
+	for i, p := range b.ptrs[:n] {
+		s := p.SA
+		if s == nil {
 			continue
 		}
 		if s.Config.Mode == sa.Transport && p.HdrLen == 0 && p.Off >= 40 {
 			// IPv6 raw sockets deliver no header: give the packet the one
 			// it arrived with, so the opened packet has its own addresses.
-			p.HdrLen = esp.WriteIPHeader(p.Buf, p.Off, s.Config.Src, s.Config.Dst, 50, p.Len)
+			p.HdrLen = header.WriteIP(p.Buf, p.Off, s.Config.Src, s.Config.Dst, 50, p.Len)
 		}
 		if s.PrepareOpen(p) != esp.OK {
-			b.skip[i] = true
-			continue
+			continue // counted on the SA; FinishOpen passes it by
 		}
 		b.queue(i)
 	}
@@ -92,11 +99,8 @@ func encapOf(c Conn) sa.Encap {
 
 // writeTUN finishes an opened batch and writes the inner packets, in order.
 func (g *Gateway) writeTUN(b *batch) {
-	for i, p := range b.ptrs[:b.n] {
-		if b.skip[i] {
-			continue
-		}
-		if p.SA.FinishOpen(p) != esp.OK {
+	for _, p := range b.ptrs[:b.n] {
+		if p.SA == nil || p.SA.FinishOpen(p) != esp.OK {
 			continue
 		}
 		if h := headerOf(p.SA); h != nil && !h.decapsulate(p.Data(), p.TOS) {

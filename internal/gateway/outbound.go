@@ -14,7 +14,7 @@ import (
 // outbound moves packets from the TUN device out through the tunnel.
 func (g *Gateway) outbound(ctx context.Context) error {
 	size := esp.Headroom + g.opts.InnerMTU + esp.Tailroom + outboundSlack
-	p := newPipeline(g.engine, 2*g.opts.Workers+2, g.opts.Batch+drainMax, size, g.opts.Inline)
+	p := newPipeline(g.engine, &g.counters.Sealed, 2*g.opts.Workers+2, g.opts.Batch+drainMax, size, g.opts.Inline)
 	return p.run(ctx, g.opts.Workers, g.readTUN, g.sendESP)
 }
 
@@ -64,43 +64,40 @@ func (g *Gateway) readTUN(b *batch) error {
 		s, r, ok := g.route(st, p.Data())
 		if !ok {
 			g.drop(r)
-			b.skip[i] = true
-			continue
+			continue // no SA: dropped before the engine, counted
 		}
 		p.SA = s
 	}
 	g.release()
 	for i := range n {
-		if b.skip[i] {
-			continue
-		}
 		p := b.ptrs[i]
 		s := p.SA
+		if s == nil {
+			continue
+		}
 		h := headerOf(s)
-		o := h.outerFor(p.Data())
+		h.setOuter(p)
 		if lim := g.innerLimit(h); p.Len > lim {
 			// Too big for the path: the outer packet is fragmented when
 			// its DF is clear; otherwise the sender hears the MTU that
 			// fits, except that IPv6's minimum MTU (RFC 8200 §5) is
 			// carried whatever the path, in IPv4 fragments.
 			switch {
-			case o.fragment:
+			case p.Fragment:
 			case p.Data()[0]>>4 == 6 && p.Len <= minPMTU6 && !h.outer6:
-				o.fragment = true
+				p.Fragment = true
 			default:
 				g.tooBig(p.Data(), lim)
 				g.drop(TooBig)
-				b.skip[i] = true
+				p.SA = nil
 				continue
 			}
 		}
-		if o.fragment {
-			o.fragMTU = g.outerMTU(h)
+		if p.Fragment {
+			p.FragMTU = g.outerMTU(h)
 		}
-		b.outer[i] = o
 		if s.PrepareSeal(p) != esp.OK {
-			b.skip[i] = true // counted on the SA
-			continue
+			continue // counted on the SA; FinishSeal passes it by
 		}
 		b.queue(i)
 	}
@@ -156,11 +153,8 @@ func (g *Gateway) sendESP(b *batch) {
 		}
 		q = q[len(q):]
 	}
-	for i, p := range b.ptrs[:b.n] {
-		if b.skip[i] {
-			continue
-		}
-		if p.SA.FinishSeal(p) != esp.OK {
+	for _, p := range b.ptrs[:b.n] {
+		if p.SA == nil || p.SA.FinishSeal(p) != esp.OK {
 			continue
 		}
 		cfg := p.SA.Config
@@ -174,7 +168,7 @@ func (g *Gateway) sendESP(b *batch) {
 			flush()
 			conn = c
 		}
-		espLen := len(p.Op.Packet)
+		espLen := len(p.Op.Buf)
 		port := cfg.DstPort
 		if cfg.Encap == sa.EncapUDP && port == 0 {
 			port = sa.DefaultNATTPort
@@ -182,7 +176,6 @@ func (g *Gateway) sendESP(b *batch) {
 		// The socket sends ESP alone (the kernel or the transport writes
 		// the outer IP header, also in transport mode): the packet becomes
 		// its ESP part, with its outer header's fields.
-		o := &b.outer[i]
 		if hdr := p.Len - espLen; cfg.Mode == sa.Transport && cfg.Dst.Is6() && hdr > 40 {
 			// IPv6 extension headers stay in front of ESP: the transport
 			// sends the packet's own header chain with it (exthdr.go).
@@ -190,7 +183,6 @@ func (g *Gateway) sendESP(b *batch) {
 		}
 		p.Off, p.Len = p.Off+p.Len-espLen, espLen
 		p.Peer = netip.AddrPortFrom(cfg.Dst, port)
-		p.TOS, p.TTL, p.Fragment, p.FragMTU = o.tos, o.ttl, o.fragment, o.fragMTU
 		q = append(q, p)
 	}
 	flush()

@@ -9,6 +9,40 @@ import (
 	"github.com/espgw/espgw/offload"
 )
 
+// The data path, one pipeline per direction (pipeline.run): a reader fills a
+// batch, the engine works it — on the reader when it is small and nothing is
+// in flight, on a worker otherwise — and a writer finishes the batches in
+// the order read.
+//
+// Outbound, TUN to wire (outbound.go):
+//
+//  1. readTUN reads inner packets from the TUN device, and those queued
+//     behind them, into one batch.
+//  2. route finds each packet's SA by the SPD, with the tables held once
+//     for the batch; a packet without one is counted and left out.
+//  3. setOuter decides the outer header (TOS, TTL, DF) on the packet; one
+//     too big for the path MTU is answered with ICMP or sent in fragments.
+//  4. PrepareSeal takes the sequence number and frames the ESP packet
+//     (header, IV, padding, trailer) around the inner one, filling its op.
+//  5. The engine encrypts and computes the ICVs of the batch's ops
+//     (offload.Waiter).
+//  6. sendESP, in read order: FinishSeal counts each packet on its SA, and
+//     the ESP packets go out, one Send per outer connection in turn.
+//
+// Inbound, wire to TUN (inbound.go), one pipeline per outer connection:
+//
+//  1. readESP receives ESP packets from the connection into one batch.
+//  2. The SAD (sa.Index) finds each packet's SA by SPI, destination,
+//     encapsulation and source; a packet without one is counted and left
+//     out.
+//  3. PrepareOpen checks length, lifetime and the replay window before any
+//     crypto and infers the ESN high bits, filling the packet's op.
+//  4. The engine checks the ICVs and decrypts the batch's ops.
+//  5. writeTUN, in read order: FinishOpen takes the engine's verdict,
+//     updates the replay window and unframes the inner packet; RFC 6040
+//     folds the outer ECN into it; the inner packets go to the TUN device
+//     in one write.
+
 // Buffer sizes bound the gateway's memory. TUN reads with offloads split
 // GSO super-packets into MTU-sized segments, so an outbound buffer holds one
 // inner packet with the ESP framing around it. Inbound buffers are larger:
@@ -26,36 +60,34 @@ const tunOffset = 16
 // batch is the unit of work of the pipelines: packets read together, framed
 // together, sent to the engine as one offload.Batch, and written out
 // together, in order. One esp.Packet carries each packet from the read to
-// the write, its engine op included. Batches are recycled; nothing in them
-// is allocated per packet.
+// the write: its SA (nil when it was dropped before the engine, counted),
+// its outer header, its engine op. Batches are recycled; nothing in them is
+// allocated per packet.
 type batch struct {
-	bufs  [][]byte // pkts[i]'s buffer, for the TUN device's reads
-	sizes []int
-	pkts  []esp.Packet
+	pkts []esp.Packet
 	// ptrs is the batch in order: packet i is ptrs[i]. Receive reorders
 	// it (the ESP packets first); outbound it stays &pkts[i].
-	ptrs  []*esp.Packet
-	skip  []bool  // dropped before the engine, already counted
-	outer []outer // outbound: each packet's outer header
-	n     int
+	ptrs []*esp.Packet
+	n    int
+	// bufs and sizes are the TUN device's read vectors: bufs[i] is
+	// pkts[i].Buf, sizes[i] what the read put there.
+	bufs  [][]byte
+	sizes []int
 
-	ops  []*offload.Op // the Ops of the packets going to the engine
-	ob   offload.Batch
-	done chan struct{}
+	ops []*offload.Op // the Ops of the packets going to the engine
+	run *offload.Waiter
 
 	sendq []*esp.Packet // sealed packets to send, per connection in turn
 	out   [][]byte      // inner packets to write to the TUN
 }
 
-func newBatch(size, bufSize int) *batch {
+func newBatch(engine offload.Engine, size, bufSize int) *batch {
 	b := &batch{
+		run:   offload.NewWaiter(engine),
 		bufs:  make([][]byte, size),
 		sizes: make([]int, size),
 		pkts:  make([]esp.Packet, size),
-		skip:  make([]bool, size),
-		outer: make([]outer, size),
 		ops:   make([]*offload.Op, 0, size),
-		done:  make(chan struct{}, 1),
 		ptrs:  make([]*esp.Packet, size),
 		sendq: make([]*esp.Packet, 0, size),
 		out:   make([][]byte, 0, size),
@@ -65,18 +97,14 @@ func newBatch(size, bufSize int) *batch {
 		b.pkts[i].Buf = b.bufs[i]
 		b.ptrs[i] = &b.pkts[i]
 	}
-	b.ob.Done = b.complete
 	return b
 }
-
-func (b *batch) complete(*offload.Batch) { b.done <- struct{}{} }
 
 func (b *batch) reset() {
 	b.n = 0
 	clear(b.ops)
 	clear(b.sendq[:cap(b.sendq)])
 	b.ops, b.out, b.sendq = b.ops[:0], b.out[:0], b.sendq[:0]
-	clear(b.skip)
 }
 
 // queue packet i's op for the engine.
@@ -94,34 +122,32 @@ func (b *batch) queue(i int) { b.ops = append(b.ops, &b.ptrs[i].Op) }
 // through the workers, so bulk traffic keeps its parallel crypto — except
 // on a small machine, where every batch runs on its reader (SmallMachine).
 type pipeline struct {
-	engine offload.Engine
-	inline offload.Inline // engine, when it works on the caller's goroutine
-	free   chan *batch
-	work   chan *batch
-	order  chan *batch
+	free  chan *batch
+	work  chan *batch
+	order chan *batch
 
 	// inlineMax is the largest batch (in ops) the reader runs itself; 0
 	// when the engine completes asynchronously (is not offload.Inline).
 	inlineMax int
 	// inflight counts batches handed to the workers and not yet finished.
 	inflight atomic.Int32
+	// sizes counts the batches handed to the engine by size.
+	sizes *BatchSizes
 }
 
-func newPipeline(engine offload.Engine, batches, size, bufSize, inlineMax int) *pipeline {
-	in, ok := engine.(offload.Inline)
-	if !ok {
+func newPipeline(engine offload.Engine, sizes *BatchSizes, batches, size, bufSize, inlineMax int) *pipeline {
+	if _, ok := engine.(offload.Inline); !ok {
 		inlineMax = 0
 	}
 	p := &pipeline{
-		engine:    engine,
-		inline:    in,
 		free:      make(chan *batch, batches),
 		work:      make(chan *batch, batches),
 		order:     make(chan *batch, batches),
 		inlineMax: inlineMax,
+		sizes:     sizes,
 	}
 	for range batches {
-		p.free <- newBatch(size, bufSize)
+		p.free <- newBatch(engine, size, bufSize)
 	}
 	return p
 }
@@ -135,7 +161,7 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 		go func() {
 			defer wg.Done()
 			for b := range p.work {
-				p.submit(ctx, b)
+				b.run.Start(ctx, b.ops) // failed ops are counted in finish
 			}
 		}()
 	}
@@ -143,7 +169,7 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 	go func() {
 		defer close(writerDone)
 		for b := range p.order {
-			<-b.done
+			b.run.Wait()
 			finish(b)
 			p.inflight.Add(-1)
 			b.reset()
@@ -165,14 +191,13 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 			p.free <- b
 			break
 		}
+		if len(b.ops) > 0 {
+			p.sizes.add(len(b.ops))
+		}
 		// With nothing in flight the writer is idle, so finishing here
 		// keeps the order and never runs finish twice at once.
 		if len(b.ops) <= p.inlineMax && p.inflight.Load() == 0 {
-			if len(b.ops) > 0 {
-				if err := p.inline.Run(b.ops); err != nil {
-					fail(b.ops)
-				}
-			}
+			b.run.Run(ctx, b.ops) // failed ops are counted in finish
 			finish(b)
 			b.reset()
 			p.free <- b
@@ -187,24 +212,4 @@ func (p *pipeline) run(ctx context.Context, workers int, fill func(*batch) error
 	close(p.order)
 	<-writerDone
 	return err
-}
-
-func (p *pipeline) submit(ctx context.Context, b *batch) {
-	if len(b.ops) == 0 {
-		b.complete(nil)
-		return
-	}
-	b.ob.Ops = b.ops
-	if err := p.engine.Submit(ctx, &b.ob); err != nil {
-		fail(b.ops)
-		b.complete(nil)
-	}
-}
-
-// fail marks ops the engine did not take as failed, so their packets are
-// counted as engine failures.
-func fail(ops []*offload.Op) {
-	for _, op := range ops {
-		op.Status = offload.Failed
-	}
 }

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/internal/gateway"
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
 
@@ -75,7 +75,7 @@ func TestReassemblyCountersAndBounds(t *testing.T) {
 		s, d := src.As4(), dst.As4()
 		copy(p[12:], s[:])
 		copy(p[16:], d[:])
-		inetsum.IPv4Header(p[:20])
+		header.IPv4Header(p[:20])
 		return p
 	}
 	if err := a.Do(func() error {

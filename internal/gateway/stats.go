@@ -31,6 +31,8 @@ type Stats struct {
 	Drops   map[string]uint64 `json:"drops"` // gateway-level, by reason
 	SAs     []SAStats         `json:"sas"`
 	Engine  EngineStats       `json:"engine"`
+	// Batches are the sizes of the batches the engine was handed.
+	Batches DirectionBatches `json:"batches"`
 	// Sockets are the outer sockets' own counts: NAT keepalives and
 	// non-ESP datagrams ignored, runts, send and receive errors.
 	Sockets []SocketStats `json:"sockets,omitempty"`
@@ -113,9 +115,10 @@ func (g *Gateway) Stats() Stats {
 	c := &g.counters
 	out := Stats{
 		TunIn: c.TunIn.Load(), TunOut: c.TunOut.Load(), WireIn: c.WireIn.Load(), WireOut: c.WireOut.Load(),
-		Drops:  map[string]uint64{},
-		Engine: engineStats(g.engine),
-		PMTU:   PMTUStats{Updates: g.pmtu.Updates.Load(), Ignored: g.pmtu.Ignored.Load()},
+		Drops:   map[string]uint64{},
+		Engine:  engineStats(g.engine),
+		PMTU:    PMTUStats{Updates: g.pmtu.Updates.Load(), Ignored: g.pmtu.Ignored.Load()},
+		Batches: DirectionBatches{Outbound: c.Sealed.Snapshot(), Inbound: c.Opened.Snapshot()},
 	}
 	if r, err := ReadReassembly(); err == nil {
 		out.Reassembly = &r
@@ -141,7 +144,7 @@ func (g *Gateway) Stats() Stats {
 		if st.out[s.SPI()] == s {
 			dir = "out"
 		}
-		if slices.Contains(st.in[s.SPI()], s) {
+		if st.in.Has(s.SPI(), s) {
 			dir += "in"
 		}
 		if dir == "outin" {
@@ -313,6 +316,7 @@ var (
 	descQueue         = prometheus.NewDesc("espgw_engine_queue_depth", "Offload engine ops in flight now.", []string{"engine"}, nil)
 	descQueueMax      = prometheus.NewDesc("espgw_engine_queue_depth_max", "The most offload engine ops in flight seen.", []string{"engine"}, nil)
 	descBatchMax      = prometheus.NewDesc("espgw_engine_record_ops_max", "The largest aggregation of ops into one command record seen.", []string{"engine"}, nil)
+	descBatchSize     = prometheus.NewDesc("espgw_engine_batch_ops", "Ops per batch the gateway handed the engine, by direction (out: sealed, in: opened).", []string{"direction"}, nil)
 	descDriver        = prometheus.NewDesc("espgw_engine_driver_info", "The drivers that do an engine's work (afalg: the kernel's, from /proc/crypto).", []string{"engine", "algorithm", "driver", "module"}, nil)
 )
 
@@ -323,7 +327,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 		descSockPkts, descSockBytes, descSockIgnore, descSockKeep, descSockErrors,
 		descXDPPkts, descXDPBytes, descXDPKicks, descXDPFallback, descXDPNoNeigh, descXDPDrops, descXDPErrors, descXDPInvalid, descXDPTxEmpty,
 		descEngOps, descEngBytes, descEngBatches, descEngRecords, descEngMCRFull, descEngInterrupts, descEngDoorbells, descEngCompl,
-		descEngQueueFull, descEngErrors, descEngBadICV, descQueue, descQueueMax, descBatchMax, descDriver,
+		descEngQueueFull, descEngErrors, descEngBadICV, descQueue, descQueueMax, descBatchMax, descBatchSize, descDriver,
 	} {
 		ch <- d
 	}
@@ -427,6 +431,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descQueue, e.QueueDepth, e.Name)
 	gauge(descQueueMax, e.MaxQueue, e.Name)
 	gauge(descBatchMax, e.MaxBatch, e.Name)
+	for dir, b := range map[string]BatchStats{"out": s.Batches.Outbound, "in": s.Batches.Inbound} {
+		ch <- prometheus.MustNewConstHistogram(descBatchSize, b.Batches, float64(b.Ops), b.cumulative(), dir)
+	}
 	for _, d := range e.Drivers {
 		gauge(descDriver, 1, e.Name, d.Algorithm, d.Driver, d.Module)
 	}

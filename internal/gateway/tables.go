@@ -21,12 +21,8 @@ import (
 type state struct {
 	spd *sa.SPD
 	out map[uint32]*esp.SA // outbound SAs by SPI: policies name them so
-	// in are the inbound SAs by SPI: nearly always one each, a few when
-	// SAs to different local addresses share an SPI. An inbound packet's
-	// SA is among them by the sa.SAD rules (sa.SA.Receives: SPI and
-	// destination, then encapsulation and source), so the lookup is one
-	// map access and a scan of a tiny list, whatever the number of SAs.
-	in map[uint32][]*esp.SA
+	// in are the inbound SAs, found by the SAD's rules (sa.Index).
+	in *sa.Index[*esp.SA]
 	// all is every SA by (SPI, destination), its identity (RFC 4301 §4.1).
 	all map[saKey]*esp.SA
 	// only is the outbound SA used when there is no SPD and exactly one
@@ -49,7 +45,7 @@ type saKey struct {
 func keyOf(s *sa.SA) saKey { return saKey{s.SPI, s.Dst} }
 
 func newState() *state {
-	return &state{spd: new(sa.SPD), out: map[uint32]*esp.SA{}, in: map[uint32][]*esp.SA{},
+	return &state{spd: new(sa.SPD), out: map[uint32]*esp.SA{}, in: sa.NewIndex[*esp.SA](0),
 		all: map[saKey]*esp.SA{}, byPeer: map[netip.Addr]*esp.SA{}, named: map[uint32]int{}}
 }
 
@@ -263,7 +259,7 @@ func (st *state) insert(s *esp.SA, outbound, inbound, noPolicies bool) {
 		}
 	}
 	if inbound {
-		st.in[cfg.SPI] = append(st.in[cfg.SPI], s)
+		st.in.Add(cfg, s)
 	}
 }
 
@@ -274,38 +270,19 @@ func (st *state) remove(s *esp.SA) {
 	if st.out[cfg.SPI] == s {
 		delete(st.out, cfg.SPI)
 	}
-	if list := slices.DeleteFunc(st.in[cfg.SPI], func(x *esp.SA) bool { return x == s }); len(list) > 0 {
-		st.in[cfg.SPI] = list
-	} else {
-		delete(st.in, cfg.SPI)
-	}
+	st.in.Remove(cfg.SPI, s)
 	if st.byPeer[cfg.Dst] == s {
 		delete(st.byPeer, cfg.Dst)
 	}
 }
 
 // inbound counts the inbound SAs.
-func (st *state) inbound() int {
-	n := 0
-	for _, list := range st.in {
-		n += len(list)
-	}
-	return n
-}
+func (st *state) inbound() int { return st.in.Len() }
 
 // receiver finds the SA of an inbound packet with the SPI that arrived as
-// a, or why there is none (sa.SAD's rules). It does not allocate.
+// a, or why there is none. It does not allocate.
 func (st *state) receiver(spi uint32, a sa.Arrival) (*esp.SA, sa.Miss) {
-	for _, s := range st.in[spi] {
-		switch m := s.Config.Receives(spi, a); m {
-		case sa.Found:
-			return s, m
-		case sa.NoSA:
-		default:
-			return nil, m
-		}
-	}
-	return nil, sa.NoSA
+	return st.in.Find(spi, a)
 }
 
 // pickOnly sets the single-tunnel shortcut: with no policies and exactly one
@@ -488,7 +465,7 @@ func (g *Gateway) Apply(c Change) error {
 	}
 	// A scratch state holds the SAs that stay, for admit's checks: only
 	// the keys that can clash are copied, never the whole table.
-	scratch := &state{all: map[saKey]*esp.SA{}, out: map[uint32]*esp.SA{}, in: map[uint32][]*esp.SA{}}
+	scratch := &state{all: map[saKey]*esp.SA{}, out: map[uint32]*esp.SA{}, in: sa.NewIndex[*esp.SA](0)}
 	var added []*esp.SA
 	var fresh []*esp.SA
 	undo := func() {
@@ -535,8 +512,8 @@ func (g *Gateway) Apply(c Change) error {
 				return s
 			}
 		}
-		for _, m := range []map[uint32][]*esp.SA{scratch.in, cur.in} {
-			for _, s := range m[spi] {
+		for _, in := range []*sa.Index[*esp.SA]{scratch.in, cur.in} {
+			for _, s := range in.WithSPI(spi) {
 				if alive(s) {
 					return s
 				}
@@ -625,12 +602,9 @@ func (st *state) find(id SAID) (*esp.SA, error) {
 		}
 		return nil, errors.New("no such SA")
 	}
-	var found *esp.SA
-	for _, s := range append([]*esp.SA{st.out[id.SPI]}, st.in[id.SPI]...) {
-		if s == nil || s == found {
-			continue
-		}
-		if found != nil {
+	found := st.out[id.SPI]
+	for _, s := range st.in.WithSPI(id.SPI) {
+		if found != nil && s != found {
 			return nil, fmt.Errorf("SPI %#x is shared by SAs to %s and %s: give the destination", id.SPI, found.Config.Dst, s.Config.Dst)
 		}
 		found = s

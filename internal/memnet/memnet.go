@@ -28,66 +28,106 @@ type packet struct {
 	dst  netip.Addr     // where the sender sent it
 }
 
-// link is one direction of travel: a bounded queue of packets and a free
-// list, so moving a packet copies it but allocates nothing.
-type link struct {
-	queue chan *packet
-	free  chan *packet
-	done  chan struct{}
-	once  sync.Once
+// startSize is a packet buffer's first size: an MTU-sized packet and its
+// framing. A larger packet grows the buffer once, which the free list then
+// keeps; small buffers keep a deep queue within the caches.
+const startSize = 2048
+
+// set copies b into the packet, growing its buffer when b is larger.
+func (p *packet) set(b []byte, peer netip.AddrPort, dst netip.Addr) {
+	if len(b) > len(p.buf) {
+		p.buf = make([]byte, len(b))
+	}
+	p.n = copy(p.buf, b)
+	p.peer, p.dst = peer, dst
 }
 
-func newLink(depth, size int) *link {
-	l := &link{queue: make(chan *packet, depth), free: make(chan *packet, depth), done: make(chan struct{})}
+// link is one direction of travel: a bounded FIFO of packets and a free
+// list under one mutex, so moving a packet copies it but allocates nothing,
+// and a batch costs one lock and at most one wake-up, as a kernel queue
+// read or written many packets at a time does.
+type link struct {
+	mu       sync.Mutex
+	nonEmpty sync.Cond // signalled when packets are queued
+	nonFull  sync.Cond // signalled when packets are freed
+	ring     []*packet // the queue: n packets from head
+	head, n  int
+	free     []*packet
+	closed   bool
+}
+
+func newLink(depth int) *link {
+	l := &link{ring: make([]*packet, depth), free: make([]*packet, 0, depth)}
+	l.nonEmpty.L, l.nonFull.L = &l.mu, &l.mu
 	for range depth {
-		l.free <- &packet{buf: make([]byte, size)}
+		l.free = append(l.free, &packet{buf: make([]byte, startSize)})
 	}
 	return l
 }
 
-func (l *link) close() { l.once.Do(func() { close(l.done) }) }
+func (l *link) close() {
+	l.mu.Lock()
+	l.closed = true
+	l.mu.Unlock()
+	l.nonEmpty.Broadcast()
+	l.nonFull.Broadcast()
+}
 
-// put copies b into the link, blocking while it is full.
-func (l *link) put(b []byte, peer netip.AddrPort, dst netip.Addr) error {
-	var p *packet
-	select {
-	case p = <-l.free:
-	case <-l.done:
-		return ErrClosed
+// put copies count packets into the link, blocking while it is full; fill
+// copies packet i into p. It returns how many went in.
+func (l *link) put(count int, fill func(i int, p *packet)) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range count {
+		for len(l.free) == 0 && !l.closed {
+			l.nonFull.Wait()
+		}
+		if l.closed {
+			return i, ErrClosed
+		}
+		p := l.free[len(l.free)-1]
+		l.free = l.free[:len(l.free)-1]
+		fill(i, p)
+		l.ring[(l.head+l.n)%len(l.ring)] = p
+		l.n++
+		if l.n == 1 {
+			l.nonEmpty.Signal()
+		}
 	}
-	p.n = copy(p.buf, b)
-	p.peer, p.dst = peer, dst
-	select {
-	case l.queue <- p:
-		return nil
-	case <-l.done:
-		return ErrClosed
-	}
+	return count, nil
 }
 
 // get takes at least one packet, then whatever else is queued, up to max,
 // calling fn for each.
 func (l *link) get(max int, fn func(i int, p *packet)) (int, error) {
-	var p *packet
-	select {
-	case p = <-l.queue:
-	case <-l.done:
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.n == 0 && !l.closed {
+		l.nonEmpty.Wait()
+	}
+	if l.closed {
 		return 0, ErrClosed
 	}
-	n := 0
-	for {
-		fn(n, p)
-		l.free <- p
-		n++
-		if n == max {
-			return n, nil
-		}
-		select {
-		case p = <-l.queue:
-		default:
-			return n, nil
-		}
+	n := min(max, l.n)
+	for i := range n {
+		p := l.ring[l.head]
+		l.ring[l.head] = nil
+		l.head = (l.head + 1) % len(l.ring)
+		fn(i, p)
+		l.free = append(l.free, p)
 	}
+	l.n -= n
+	if len(l.free) == n {
+		l.nonFull.Broadcast()
+	}
+	return n, nil
+}
+
+// pending reports whether packets are queued.
+func (l *link) pending() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n > 0
 }
 
 // Device is an in-memory TUN: the host side injects packets with Send and
@@ -99,7 +139,7 @@ type Device struct {
 
 // NewDevice returns a device with queues of depth packets.
 func NewDevice(depth, batch int) *Device {
-	return &Device{toGW: newLink(depth, 65535), fromGW: newLink(depth, 65535), batch: batch}
+	return &Device{toGW: newLink(depth), fromGW: newLink(depth), batch: batch}
 }
 
 // Read gives the gateway the packets the host sent.
@@ -111,13 +151,14 @@ func (d *Device) Read(bufs [][]byte, sizes []int, offset int) (int, error) {
 
 // Write takes the gateway's packets for the host.
 func (d *Device) Write(bufs [][]byte, offset int) (int, error) {
-	for i, b := range bufs {
-		if err := d.fromGW.put(b[offset:], netip.AddrPort{}, netip.Addr{}); err != nil {
-			return i, err
-		}
-	}
-	return len(bufs), nil
+	return d.fromGW.put(len(bufs), func(i int, p *packet) {
+		p.set(bufs[i][offset:], netip.AddrPort{}, netip.Addr{})
+	})
 }
+
+// Pending reports whether packets the host sent wait to be read, as the
+// TUN device's does.
+func (d *Device) Pending() bool { return d.toGW.pending() }
 
 // BatchSize is the most packets one Read returns.
 func (d *Device) BatchSize() int { return d.batch }
@@ -130,7 +171,22 @@ func (d *Device) Close() error {
 }
 
 // Send is the host sending a packet into the gateway.
-func (d *Device) Send(pkt []byte) error { return d.toGW.put(pkt, netip.AddrPort{}, netip.Addr{}) }
+func (d *Device) Send(pkt []byte) error {
+	_, err := d.toGW.put(1, func(_ int, p *packet) {
+		p.set(pkt, netip.AddrPort{}, netip.Addr{})
+	})
+	return err
+}
+
+// SendAll is the host sending pkts into the gateway at once, as a GSO
+// train the TUN device splits into segments arrives: the gateway's next
+// read finds them all.
+func (d *Device) SendAll(pkts [][]byte) error {
+	_, err := d.toGW.put(len(pkts), func(i int, p *packet) {
+		p.set(pkts[i], netip.AddrPort{}, netip.Addr{})
+	})
+	return err
+}
 
 // Receive is the host receiving the packets the gateway wrote, up to len(bufs);
 // it returns their sizes in sizes.
@@ -155,7 +211,7 @@ func (c *Conn) Encap() sa.Encap { return c.As }
 
 // Pipe returns two connected outer ends with the given addresses.
 func Pipe(a, b netip.AddrPort, depth int) (*Conn, *Conn) {
-	ab, ba := newLink(depth, 65535), newLink(depth, 65535)
+	ab, ba := newLink(depth), newLink(depth)
 	return &Conn{in: ba, out: ab, local: a}, &Conn{in: ab, out: ba, local: b}
 }
 
@@ -171,12 +227,9 @@ func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 
 // Send implements gateway.Conn.
 func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
-	for i, p := range pkts {
-		if err := c.out.put(p.Data(), c.local, p.Peer.Addr()); err != nil {
-			return i, err
-		}
-	}
-	return len(pkts), nil
+	return c.out.put(len(pkts), func(i int, p *packet) {
+		p.set(pkts[i].Data(), c.local, pkts[i].Peer.Addr())
+	})
 }
 
 // Close ends this end's receiving; the far end's sends to it fail from now

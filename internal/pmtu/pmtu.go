@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 )
 
 const (
@@ -102,26 +102,15 @@ func FragmentationNeeded(dst, orig []byte, from netip.Addr, mtu int) (int, error
 	}
 	total := ipv4HeaderLen + icmpHeaderLen + quote
 
-	ip := dst[:ipv4HeaderLen]
-	ip[0] = 0x45
-	ip[1] = 0xc0 // precedence: internetwork control, as the kernel sends its ICMP errors
-	binary.BigEndian.PutUint16(ip[2:], uint16(total))
-	binary.BigEndian.PutUint32(ip[4:], 0) // ID 0, no flags, offset 0
-	ip[8] = hopLimit
-	ip[9] = protoICMP
-	ip[10], ip[11] = 0, 0
-	f := from.As4()
-	copy(ip[12:16], f[:])
-	copy(ip[16:20], orig[12:16]) // back to the original sender
-	inetsum.IPv4Header(ip)
+	// Precedence internetwork control, as the kernel sends its ICMP errors.
+	ip := header.IPv4{TOS: 0xc0, TotalLen: uint16(total), TTL: hopLimit, Protocol: protoICMP, Src: from, Dst: netip.AddrFrom4([4]byte(orig[12:16]))}
+	ip.Marshal(dst)
 
 	icmp := dst[ipv4HeaderLen:total]
-	icmp[0], icmp[1] = 3, 4 // destination unreachable, fragmentation needed
-	icmp[2], icmp[3] = 0, 0
-	icmp[4], icmp[5] = 0, 0 // unused
-	binary.BigEndian.PutUint16(icmp[6:], uint16(mtu))
+	h := header.ICMP{Type: header.ICMPUnreachable, Code: header.ICMPFragNeeded, Rest: uint32(mtu)}
+	h.Marshal(icmp)
 	copy(icmp[icmpHeaderLen:], orig[:quote])
-	binary.BigEndian.PutUint16(icmp[2:], inetsum.Finish(inetsum.Add(0, icmp)))
+	header.ICMPChecksum(icmp)
 	return total, nil
 }
 
@@ -131,7 +120,7 @@ func checkIPv4(orig []byte) (int, error) {
 	if len(orig) < ipv4HeaderLen || orig[0]>>4 != 4 {
 		return 0, fmt.Errorf("original packet (%d bytes) is not IPv4", len(orig))
 	}
-	hl, ok := inetsum.IPv4HeaderLen(orig)
+	hl, ok := header.IPv4HeaderLen(orig)
 	if !ok {
 		return 0, fmt.Errorf("original IPv4 header length %d invalid for a %d-byte packet", int(orig[0]&0x0f)*4, len(orig))
 	}
@@ -175,21 +164,14 @@ func PacketTooBig(dst, orig []byte, from netip.Addr, mtu int) (int, error) {
 	total := ipv6HeaderLen + icmpHeaderLen + quote
 	payload := icmpHeaderLen + quote
 
-	ip := dst[:ipv6HeaderLen]
-	binary.BigEndian.PutUint32(ip[0:], 6<<28) // version 6, traffic class 0, flow 0
-	binary.BigEndian.PutUint16(ip[4:], uint16(payload))
-	ip[6] = protoICMPv6
-	ip[7] = hopLimit
-	f := from.As16()
-	copy(ip[8:24], f[:])
-	copy(ip[24:40], orig[8:24])
+	ip := header.IPv6{PayloadLen: uint16(payload), NextHeader: protoICMPv6, HopLimit: hopLimit, Src: from, Dst: netip.AddrFrom16([16]byte(orig[8:24]))}
+	ip.Marshal(dst)
 
 	icmp := dst[ipv6HeaderLen:total]
-	icmp[0], icmp[1] = 2, 0 // packet too big
-	icmp[2], icmp[3] = 0, 0
-	binary.BigEndian.PutUint32(icmp[4:], uint32(mtu))
+	h := header.ICMP{Type: header.ICMPv6PacketTooBig, Rest: uint32(mtu)}
+	h.Marshal(icmp)
 	copy(icmp[icmpHeaderLen:], orig[:quote])
-	inetsum.L4(icmp, ip[8:24], ip[24:40], protoICMPv6, inetsum.OffsetICMPv6)
+	header.L4(icmp, dst[8:24], dst[24:40], protoICMPv6, header.OffsetICMPv6)
 	return total, nil
 }
 

@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/esp"
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 )
 
 // IPv6 extension headers in front of ESP (transport mode, RFC 4303 §3.1.1):
@@ -137,16 +137,10 @@ func restoreExt(p *esp.Packet, oob []byte, hopLimit uint8) {
 	for i := range n {
 		at += copy(p.Buf[at:], bufs[i])
 	}
-	h := p.Buf[p.Off-ext-40 : p.Off-ext]
-	clear(h)
-	binary.BigEndian.PutUint32(h, 6<<28|uint32(p.TOS)<<20)
-	binary.BigEndian.PutUint16(h[4:], uint16(ext+p.Len))
-	h[6], h[7] = first, hopLimit
-	src, dst := p.Peer.Addr().As16(), p.Local.As16()
-	copy(h[8:24], src[:])
-	copy(h[24:40], dst[:])
-	p.HdrLen = 40 + ext
-	_ = inetsum.Header // the chain written is the one inetsum.Header walks
+	// The chain written is the one header.Header walks.
+	ip := header.IPv6{TrafficClass: p.TOS, PayloadLen: uint16(ext + p.Len), NextHeader: first, HopLimit: hopLimit, Src: p.Peer.Addr(), Dst: p.Local}
+	ip.Marshal(p.Buf[p.Off-ext-header.IPv6Len : p.Off-ext])
+	p.HdrLen = header.IPv6Len + ext
 }
 
 // receivedHopLimit is the hop limit in an IPV6_HOPLIMIT control message, or 64.

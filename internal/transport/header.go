@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/header"
 	"golang.org/x/net/ipv4"
 	"golang.org/x/sys/unix"
 )
@@ -133,21 +135,9 @@ func (c *Conn) sendOwn(p *esp.Packet) error {
 		off := k * per
 		size := min(per, total-off)
 		h := f.hdrs[k][:ipv4HeaderLen]
-		h[0], h[1] = 0x45, p.TOS
-		binary.BigEndian.PutUint16(h[2:], uint16(ipv4HeaderLen+size))
-		binary.BigEndian.PutUint16(h[4:], id)
-		frag := uint16(off / 8)
-		if k < n-1 {
-			frag |= 0x2000 // more fragments
-		}
-		binary.BigEndian.PutUint16(h[6:], frag)
-		h[8] = p.TTL
-		if h[8] == 0 {
-			h[8] = defaultTTL
-		}
-		h[9] = proto
-		clear(h[10:16]) // checksum and source: the kernel's
-		copy(h[16:20], a[:])
+		ip := header.IPv4{TOS: p.TOS, TotalLen: uint16(ipv4HeaderLen + size), ID: id, MF: k < n-1, FragOff: uint16(off),
+			TTL: cmp.Or(p.TTL, defaultTTL), Protocol: proto, Dst: p.Peer.Addr()} // checksum and source: the kernel's
+		ip.Put(h)
 		iov := &f.iovs[k]
 		iov[0] = h
 		if k == 0 && udp > 0 {
@@ -189,23 +179,9 @@ const defaultTTL = 64
 // fillHeader writes the IPv4 header of a whole (unfragmented) raw ESP
 // packet into h for the header-including socket.
 func fillHeader(h []byte, p *esp.Packet) {
-	h[0], h[1] = 0x45, p.TOS
-	binary.BigEndian.PutUint16(h[2:], uint16(ipv4HeaderLen+p.Len))
-	binary.BigEndian.PutUint16(h[4:], 0)
-	if p.Fragment {
-		h[6] = 0
-	} else {
-		h[6] = 0x40 // DF
-	}
-	h[7] = 0
-	h[8] = p.TTL
-	if h[8] == 0 {
-		h[8] = defaultTTL
-	}
-	h[9] = ProtocolESP
-	clear(h[10:16])
-	a := p.Peer.Addr().Unmap().As4()
-	copy(h[16:20], a[:])
+	ip := header.IPv4{TOS: p.TOS, TotalLen: uint16(ipv4HeaderLen + p.Len), DF: !p.Fragment,
+		TTL: cmp.Or(p.TTL, defaultTTL), Protocol: ProtocolESP, Dst: p.Peer.Addr()} // checksum and source: the kernel's
+	ip.Put(h)
 }
 
 // putControl writes the control messages packet p needs (the outer TOS

@@ -9,7 +9,7 @@ import (
 	"github.com/espgw/espgw/esp"
 	"golang.org/x/sys/unix"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 )
 
 // recvState is the reused scratch of Receive. recvmmsg is called directly
@@ -162,7 +162,7 @@ func (c *Conn) classify(d []byte) (hdr, n int, ok bool) {
 	if c.kind == RawESP && !c.v6 {
 		// IPv4 raw sockets deliver the IP header; IPv6 ones do not.
 		var ok bool
-		if hdr, ok = inetsum.IPv4HeaderLen(d); !ok {
+		if hdr, ok = header.IPv4HeaderLen(d); !ok {
 			c.stats.short.Add(1)
 			return 0, 0, false
 		}

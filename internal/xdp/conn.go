@@ -1,6 +1,7 @@
 package xdp
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -20,7 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/esp"
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/transport"
 )
 
@@ -366,7 +367,7 @@ func (c *Conn) deliver(f []byte, p *esp.Packet) bool {
 		return false
 	}
 	ip := f[ethHeaderLen:]
-	n, ok := inetsum.PacketLength(ip)
+	n, ok := header.PacketLength(ip)
 	if !ok || (ip[0]>>4 == 6) != c.v6 {
 		c.stats.malformed.Add(1)
 		return false
@@ -377,7 +378,7 @@ func (c *Conn) deliver(f []byte, p *esp.Packet) bool {
 		src, dst = netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(ip[24:40]))
 	} else {
 		hl, tos = int(ip[0]&0x0f)*4, ip[1]
-		if !inetsum.Valid(0, ip[:hl]) {
+		if !header.Valid(0, ip[:hl]) {
 			c.stats.malformed.Add(1)
 			return false
 		}
@@ -524,32 +525,15 @@ func (c *Conn) kick(s *socket) error {
 // writeIP writes the outer IP header of p into b: DSCP/ECN from TOS, TTL
 // or hop limit, DF unless p.Fragment (IPv4), and the addresses.
 func (c *Conn) writeIP(b []byte, h *hop, p *esp.Packet) {
-	ttl := p.TTL
-	if ttl == 0 {
-		ttl = defaultTTL
-	}
+	ttl := cmp.Or(p.TTL, defaultTTL)
 	if c.v6 {
-		binary.BigEndian.PutUint32(b[0:], 6<<28|uint32(p.TOS)<<20)
-		binary.BigEndian.PutUint16(b[4:], uint16(p.Len))
-		b[6], b[7] = protocolESP, ttl
-		src, dst := h.from.As16(), p.Peer.Addr().As16()
-		copy(b[8:24], src[:])
-		copy(b[24:40], dst[:])
+		ip := header.IPv6{TrafficClass: p.TOS, PayloadLen: uint16(p.Len), NextHeader: protocolESP, HopLimit: ttl, Src: h.from, Dst: p.Peer.Addr()}
+		ip.Marshal(b)
 		return
 	}
 	c.ipID++
-	b[0], b[1] = 0x45, p.TOS
-	binary.BigEndian.PutUint16(b[2:], uint16(ipv4HeaderLen+p.Len))
-	binary.BigEndian.PutUint16(b[4:], c.ipID)
-	b[6], b[7] = 0x40, 0 // DF
-	if p.Fragment {
-		b[6] = 0
-	}
-	b[8], b[9] = ttl, protocolESP
-	src, dst := h.from.As4(), p.Peer.Addr().Unmap().As4()
-	copy(b[12:16], src[:])
-	copy(b[16:20], dst[:])
-	inetsum.IPv4Header(b[:ipv4HeaderLen])
+	ip := header.IPv4{TOS: p.TOS, TotalLen: uint16(ipv4HeaderLen + p.Len), ID: c.ipID, DF: !p.Fragment, TTL: ttl, Protocol: protocolESP, Src: h.from, Dst: p.Peer.Addr()}
+	ip.Marshal(b)
 }
 
 // refreshEvery is how often the known next hops are looked up again, so a

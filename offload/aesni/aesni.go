@@ -29,11 +29,8 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Name is the registry name of this engine.
+// Name is the catalog name of this engine.
 const Name = "aesni"
-
-// espHeaderLen is SPI(4) + sequence number(4).
-const espHeaderLen = 8
 
 // Engine runs ops inline on the submitting goroutine. It is safe for
 // concurrent use: each Submit borrows a worker's scratch from a pool.
@@ -56,9 +53,6 @@ func newWorkerPool() *sync.Pool {
 // Name returns "aesni".
 func (e *Engine) Name() string { return Name }
 
-// Suites lists the cpu engine's suites.
-func (e *Engine) Suites() []sa.Suite { return cpu.Suites() }
-
 // Session is one SA's state: for aes-cbc the AES schedules and the
 // precomputed HMAC states, for the other suites the cpu engine's session.
 type Session struct {
@@ -67,6 +61,7 @@ type Session struct {
 	key    cbc.Key
 	mac    hmacKey
 	icvLen int
+	esn    bool
 	// cipherOnly sessions (offload.SessionConfig.CipherOnly) have no ICV:
 	// espgw speed times the bare cipher with them.
 	cipherOnly bool
@@ -98,7 +93,7 @@ func newSession(cfg offload.SessionConfig, workers *sync.Pool) (*Session, error)
 	if err != nil {
 		return nil, fmt.Errorf("aesni: %w", err)
 	}
-	s := &Session{cpu: c, icvLen: cfg.Suite.ICVLen(), cipherOnly: cfg.CipherOnly, workers: workers}
+	s := &Session{cpu: c, icvLen: cfg.Suite.ICVLen(), esn: cfg.ESN, cipherOnly: cfg.CipherOnly, workers: workers}
 	if cfg.Suite.Cipher != sa.CipherAESCBC {
 		return s, nil
 	}
@@ -115,12 +110,6 @@ func newSession(cfg offload.SessionConfig, workers *sync.Pool) (*Session, error)
 	return s, nil
 }
 
-// Suite returns the session's suite.
-func (s *Session) Suite() sa.Suite { return s.cpu.Suite() }
-
-// ESN reports whether the ICV covers the high sequence bits.
-func (s *Session) ESN() bool { return s.cpu.ESN() }
-
 // Close is a no-op: the schedules are garbage collected.
 func (s *Session) Close() error { return nil }
 
@@ -133,7 +122,7 @@ func (s *Session) Process(op *offload.Op) {
 		s.cpu.Process(op)
 		return
 	}
-	iv, payload, ok := s.layout(op.Packet)
+	iv, payload, ok := s.layout(op)
 	if !ok {
 		op.Status = offload.BadLength
 		return
@@ -228,30 +217,29 @@ func (w *worker) run(ops []*offload.Op) {
 	w.flushSeals()
 }
 
-// layout splits an aes-cbc packet into IV, payload and ICV, or says it
-// does not fit.
-func (s *Session) layout(pkt []byte) (iv *[cbc.BlockSize]byte, payload []byte, ok bool) {
-	body := espHeaderLen + cbc.BlockSize
-	if len(pkt) < body+s.icvLen || (len(pkt)-body-s.icvLen)%cbc.BlockSize != 0 {
+// layout takes an aes-cbc op's IV (its nonce) and text, or says they do
+// not fit: the ranges out of Buf, an IV that is not one block, text that
+// is not whole blocks, an ICV not of the suite's length.
+func (s *Session) layout(op *offload.Op) (iv *[cbc.BlockSize]byte, text []byte, ok bool) {
+	if !op.Fits() || op.NonceLen != cbc.BlockSize || op.Cipher.Len%cbc.BlockSize != 0 || (!s.cipherOnly && op.ICV.Len != s.icvLen) {
 		return nil, nil, false
 	}
-	return (*[cbc.BlockSize]byte)(pkt[espHeaderLen:body]), pkt[body : len(pkt)-s.icvLen], true
+	return &op.Nonce, op.Bytes(op.Cipher), true
 }
 
 func (w *worker) open(s *Session, op *offload.Op) {
-	iv, payload, ok := s.layout(op.Packet)
+	iv, payload, ok := s.layout(op)
 	if !ok {
 		op.Status = offload.BadLength
 		return
 	}
 	if !s.cipherOnly {
-		authed := op.Packet[:len(op.Packet)-s.icvLen]
-		sum, err := w.macer.mac(&s.mac, authed, s.ESN(), op.SeqHi)
+		sum, err := w.macer.mac(&s.mac, op.Bytes(op.Auth), s.esn, op.SeqHi)
 		if err != nil {
 			op.Status = offload.Failed
 			return
 		}
-		if subtle.ConstantTimeCompare(sum[:s.icvLen], op.Packet[len(authed):]) != 1 {
+		if subtle.ConstantTimeCompare(sum[:s.icvLen], op.Bytes(op.ICV)) != 1 {
 			op.Status = offload.BadICV
 			return
 		}
@@ -264,7 +252,7 @@ func (w *worker) open(s *Session, op *offload.Op) {
 }
 
 func (w *worker) addSeal(s *Session, op *offload.Op) {
-	iv, payload, ok := s.layout(op.Packet)
+	iv, payload, ok := s.layout(op)
 	if !ok {
 		op.Status = offload.BadLength
 		return
@@ -283,13 +271,12 @@ func (w *worker) writeICV(s *Session, op *offload.Op) {
 		op.Status = offload.OK
 		return
 	}
-	authed := op.Packet[:len(op.Packet)-s.icvLen]
-	sum, err := w.macer.mac(&s.mac, authed, s.ESN(), op.SeqHi)
+	sum, err := w.macer.mac(&s.mac, op.Bytes(op.Auth), s.esn, op.SeqHi)
 	if err != nil {
 		op.Status = offload.Failed
 		return
 	}
-	copy(op.Packet[len(authed):], sum[:s.icvLen])
+	copy(op.Bytes(op.ICV), sum[:s.icvLen])
 	op.Status = offload.OK
 }
 
@@ -315,7 +302,7 @@ func (w *worker) flushSeals() {
 // newCCMSession is the cpu engine's session for an AES-CCM suite with its
 // CBC-MAC on this package's CBC assembly, eight blocks per call.
 func newCCMSession(cfg offload.SessionConfig) (*cpu.Session, error) {
-	if err := cfg.Suite.ValidateKeys(cfg.EncKey, cfg.AuthKey); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("new %s session: %w", cfg.Suite, err)
 	}
 	raw := []byte(cfg.EncKey[:len(cfg.EncKey)-cfg.Suite.Cipher.SaltLen()])

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/sa"
@@ -20,6 +21,15 @@ const maxPayload = 9000
 type pair struct {
 	suite    sa.Suite
 	aes, ref offload.Session
+	layout   esp.Layout
+}
+
+// lay fills op's ranges for its packet as esp does, under layout; a packet
+// too short for the suite gets none, which an engine answers BadLength.
+func lay(layout esp.Layout, op *offload.Op) {
+	if !layout.Op(op, op.Session, op.Dir, op.Buf, op.SeqHi) {
+		*op = offload.Op{Session: op.Session, Dir: op.Dir, Buf: op.Buf, SeqHi: op.SeqHi}
+	}
 }
 
 func newPair(t testing.TB, r *rand.Rand, suite sa.Suite, encLen int, esn bool) pair {
@@ -38,7 +48,7 @@ func newPair(t testing.TB, r *rand.Rand, suite sa.Suite, encLen int, esn bool) p
 	if err != nil {
 		t.Fatalf("cpu session for %s: %v", suite, err)
 	}
-	return pair{suite, a, c}
+	return pair{suite, a, c, esp.NewLayout(suite, cfg.EncKey, esn)}
 }
 
 // allPairs is a session pair for every suite, key length and ESN setting.
@@ -65,7 +75,7 @@ func randBytes(r *rand.Rand, n int) []byte {
 // packet lays out an ESP packet for suite with a payload of n bytes (a
 // whole number of the suite's blocks) and room for the ICV.
 func packet(r *rand.Rand, suite sa.Suite, n int) []byte {
-	p := randBytes(r, espHeaderLen+suite.IVLen()+n+suite.ICVLen())
+	p := randBytes(r, esp.HeaderLen+suite.IVLen()+n+suite.ICVLen())
 	clear(p[len(p)-suite.ICVLen():])
 	return p
 }
@@ -85,9 +95,11 @@ func runBoth(t *testing.T, what string, ops []offload.Op, pairs []*pair) {
 	ref := make([]offload.Op, len(ops))
 	for i := range ops {
 		ref[i] = ops[i]
-		ref[i].Packet = bytes.Clone(ops[i].Packet)
+		ref[i].Buf = bytes.Clone(ops[i].Buf)
 		ref[i].Session = pairs[i].ref
 		ops[i].Session = pairs[i].aes
+		lay(pairs[i].layout, &ops[i])
+		lay(pairs[i].layout, &ref[i])
 	}
 	aesEngine, refEngine := New(), cpu.New()
 	if err := offload.NewWaiter(aesEngine).Run(context.Background(), offload.Refs(ops)); err != nil {
@@ -98,10 +110,10 @@ func runBoth(t *testing.T, what string, ops []offload.Op, pairs []*pair) {
 	}
 	for i := range ops {
 		if ops[i].Status != ref[i].Status {
-			t.Fatalf("%s: op %d (%s %s, %d bytes): status %s, cpu engine says %s", what, i, ops[i].Dir, pairs[i].suite, len(ops[i].Packet), ops[i].Status, ref[i].Status)
+			t.Fatalf("%s: op %d (%s %s, %d bytes): status %s, cpu engine says %s", what, i, ops[i].Dir, pairs[i].suite, len(ops[i].Buf), ops[i].Status, ref[i].Status)
 		}
-		if !bytes.Equal(ops[i].Packet, ref[i].Packet) {
-			t.Fatalf("%s: op %d (%s %s, %d bytes): packet differs from the cpu engine's", what, i, ops[i].Dir, pairs[i].suite, len(ops[i].Packet))
+		if !bytes.Equal(ops[i].Buf, ref[i].Buf) {
+			t.Fatalf("%s: op %d (%s %s, %d bytes): packet differs from the cpu engine's", what, i, ops[i].Dir, pairs[i].suite, len(ops[i].Buf))
 		}
 	}
 }
@@ -122,14 +134,14 @@ func TestMatchesCPU(t *testing.T) {
 			if r.IntN(20) == 0 {
 				pkt = pkt[:r.IntN(len(pkt)+1)] // a packet that does not fit the suite
 			}
-			ops[i] = offload.Op{Dir: offload.Seal, Packet: pkt, SeqHi: r.Uint32()}
+			ops[i] = offload.Op{Dir: offload.Seal, Buf: pkt, SeqHi: r.Uint32()}
 			ps[i] = p
 		}
 		runBoth(t, fmt.Sprintf("round %d seal", round), ops, ps)
 		for i := range ops {
 			ops[i].Dir = offload.Open
-			if len(ops[i].Packet) > 0 && r.IntN(8) == 0 {
-				ops[i].Packet[r.IntN(len(ops[i].Packet))] ^= 1 << r.IntN(8)
+			if len(ops[i].Buf) > 0 && r.IntN(8) == 0 {
+				ops[i].Buf[r.IntN(len(ops[i].Buf))] ^= 1 << r.IntN(8)
 			}
 			if r.IntN(16) == 0 {
 				ops[i].SeqHi++ // the wrong ESN high bits must fail ESN sessions only
@@ -150,7 +162,7 @@ func TestEveryLength(t *testing.T) {
 			var ops []offload.Op
 			var ps []*pair
 			for n := 0; n <= maxPayload; n += 16 {
-				ops = append(ops, offload.Op{Dir: offload.Seal, Packet: packet(r, suite, n), SeqHi: r.Uint32()})
+				ops = append(ops, offload.Op{Dir: offload.Seal, Buf: packet(r, suite, n), SeqHi: r.Uint32()})
 				ps = append(ps, &p)
 			}
 			what := fmt.Sprintf("%s, %d-byte key", suite, keyLen)
@@ -161,7 +173,7 @@ func TestEveryLength(t *testing.T) {
 			runBoth(t, what+", open", ops, ps)
 			for i := range ops {
 				if ops[i].Status != offload.OK {
-					t.Fatalf("%s: open of a %d-byte packet: %s", what, len(ops[i].Packet), ops[i].Status)
+					t.Fatalf("%s: open of a %d-byte packet: %s", what, len(ops[i].Buf), ops[i].Status)
 				}
 			}
 		}
@@ -171,7 +183,8 @@ func TestEveryLength(t *testing.T) {
 func TestForeignSessionFails(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	p := newPair(t, r, sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 16, false)
-	ops := []offload.Op{{Session: p.ref, Dir: offload.Seal, Packet: packet(r, p.suite, 64)}}
+	ops := []offload.Op{{Session: p.ref, Dir: offload.Seal, Buf: packet(r, p.suite, 64)}}
+	lay(p.layout, &ops[0])
 	if err := offload.NewWaiter(New()).Run(context.Background(), offload.Refs(ops)); err != nil {
 		t.Fatal(err)
 	}
@@ -192,10 +205,12 @@ func TestConcurrentSubmit(t *testing.T) {
 		r := rand.New(rand.NewPCG(uint64(g), 27))
 		ops := make([]offload.Op, 24)
 		plain := make([][]byte, len(ops))
+		ps := make([]*pair, len(ops))
 		for i := range ops {
 			p := &pairs[r.IntN(len(pairs))]
-			ops[i] = offload.Op{Session: p.aes, Dir: offload.Seal, Packet: packet(r, p.suite, randPayloadLen(r, p.suite)%2048)}
-			plain[i] = bytes.Clone(ops[i].Packet)
+			ops[i] = offload.Op{Session: p.aes, Dir: offload.Seal, Buf: packet(r, p.suite, randPayloadLen(r, p.suite)%2048)}
+			plain[i] = bytes.Clone(ops[i].Buf)
+			ps[i] = p
 		}
 		go func() {
 			w, refs := offload.NewWaiter(e), offload.Refs(ops)
@@ -203,6 +218,7 @@ func TestConcurrentSubmit(t *testing.T) {
 				for _, dir := range []offload.Direction{offload.Seal, offload.Open} {
 					for i := range ops {
 						ops[i].Dir = dir
+						lay(ps[i].layout, &ops[i])
 					}
 					if err := w.Run(context.Background(), refs); err != nil {
 						errs <- err
@@ -216,9 +232,9 @@ func TestConcurrentSubmit(t *testing.T) {
 					}
 				}
 				for i := range ops {
-					icv := ops[i].Session.Suite().ICVLen()
-					n := len(ops[i].Packet) - icv
-					if !bytes.Equal(ops[i].Packet[:n], plain[i][:n]) {
+					icv := ps[i].suite.ICVLen()
+					n := len(ops[i].Buf) - icv
+					if !bytes.Equal(ops[i].Buf[:n], plain[i][:n]) {
 						errs <- fmt.Errorf("round %d, op %d: seal then open did not give the plaintext back", round, i)
 						return
 					}
@@ -248,12 +264,13 @@ func TestNoAllocations(t *testing.T) {
 		p := newPair(t, r, suite, 32, true)
 		ops := make([]offload.Op, 100) // more than one chunk of seals
 		for i := range ops {
-			ops[i] = offload.Op{Session: p.aes, Packet: packet(r, suite, 16*(1+i%90))}
+			ops[i] = offload.Op{Session: p.aes, Buf: packet(r, suite, 16*(1+i%90))}
 		}
 		refs := offload.Refs(ops)
 		for _, dir := range []offload.Direction{offload.Seal, offload.Open} {
 			for i := range ops {
 				ops[i].Dir = dir
+				lay(p.layout, &ops[i])
 			}
 			allocs := testing.AllocsPerRun(20, func() {
 				if err := w.Run(context.Background(), refs); err != nil {
@@ -288,14 +305,14 @@ func FuzzMatchesCPU(f *testing.F) {
 			if shape[i]&0x80 != 0 {
 				pkt = pkt[:len(pkt)-1-int(shape[i+1])%len(pkt)]
 			}
-			ops = append(ops, offload.Op{Dir: offload.Seal, Packet: pkt, SeqHi: uint32(shape[i])})
+			ops = append(ops, offload.Op{Dir: offload.Seal, Buf: pkt, SeqHi: uint32(shape[i])})
 			ps = append(ps, p)
 		}
 		runBoth(t, "seal", ops, ps)
 		for i := range ops {
 			ops[i].Dir = offload.Open
-			if shape[2*i+1]&1 != 0 && len(ops[i].Packet) > 0 {
-				ops[i].Packet[int(shape[2*i])%len(ops[i].Packet)] ^= 0x40
+			if shape[2*i+1]&1 != 0 && len(ops[i].Buf) > 0 {
+				ops[i].Buf[int(shape[2*i])%len(ops[i].Buf)] ^= 0x40
 			}
 		}
 		runBoth(t, "open", ops, ps)
@@ -320,9 +337,11 @@ func TestCipherOnlyMatchesCPU(t *testing.T) {
 		pkt := make([]byte, 8+16+n)
 		crand.Read(pkt)
 		want := append([]byte(nil), pkt...)
+		layout := esp.NewLayout(cfg.Suite, cfg.EncKey, false)
 		for _, dir := range []offload.Direction{offload.Seal, offload.Open} {
-			a := offload.Op{Session: ours, Dir: dir, Packet: pkt}
-			b := offload.Op{Session: ref, Dir: dir, Packet: want}
+			var a, b offload.Op
+			layout.Op(&a, ours, dir, pkt, 0)
+			layout.Op(&b, ref, dir, want, 0)
 			if err := New().Submit(context.Background(), &offload.Batch{Ops: []*offload.Op{&a}}); err != nil {
 				t.Fatal(err)
 			}

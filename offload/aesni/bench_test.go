@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/sa"
@@ -33,12 +34,12 @@ func BenchmarkEngine(b *testing.B) {
 	r := rand.New(rand.NewPCG(23, 24))
 	for _, c := range cases {
 		p := newPair(b, r, c.suite, c.keyLen, false)
-		payload := (c.size - espHeaderLen - c.suite.IVLen() - c.suite.ICVLen()) / c.suite.BlockLen() * c.suite.BlockLen()
+		payload := (c.size - esp.HeaderLen - c.suite.IVLen() - c.suite.ICVLen()) / c.suite.BlockLen() * c.suite.BlockLen()
 		for _, dir := range []offload.Direction{offload.Seal, offload.Open} {
 			name := fmt.Sprintf("%s/%s/%d-bit/%dB/batch%d", dir, c.suite, 8*(c.keyLen/4*4), c.size, c.batch)
 			b.Run(name, func(b *testing.B) {
-				ref := newBenchRun(b, cpu.New(), p.ref, dir, c.suite, payload, c.batch, r)
-				aes := newBenchRun(b, New(), p.aes, dir, c.suite, payload, c.batch, r)
+				ref := newBenchRun(b, cpu.New(), p.ref, p.layout, dir, c.suite, payload, c.batch, r)
+				aes := newBenchRun(b, New(), p.aes, p.layout, dir, c.suite, payload, c.batch, r)
 				b.SetBytes(ref.bytes)
 				// Each iteration runs both engines, so that on a shared,
 				// noisy machine both see the same conditions and the
@@ -70,12 +71,13 @@ type benchRun struct {
 	fastest time.Duration
 }
 
-func newBenchRun(b *testing.B, e offload.Engine, sess offload.Session, dir offload.Direction, suite sa.Suite, payload, batch int, r *rand.Rand) *benchRun {
+func newBenchRun(b *testing.B, e offload.Engine, sess offload.Session, layout esp.Layout, dir offload.Direction, suite sa.Suite, payload, batch int, r *rand.Rand) *benchRun {
 	br := &benchRun{e: e, ops: make([]offload.Op, batch), w: offload.NewWaiter(e)}
 	br.refs = offload.Refs(br.ops)
 	for i := range br.ops {
-		br.ops[i] = offload.Op{Session: sess, Dir: offload.Seal, Packet: packet(r, suite, payload)}
-		br.bytes += int64(len(br.ops[i].Packet))
+		br.ops[i] = offload.Op{Session: sess, Dir: offload.Seal, Buf: packet(r, suite, payload)}
+		lay(layout, &br.ops[i])
+		br.bytes += int64(len(br.ops[i].Buf))
 	}
 	if dir == offload.Open {
 		if err := br.w.Run(context.Background(), br.refs); err != nil {
@@ -83,7 +85,7 @@ func newBenchRun(b *testing.B, e offload.Engine, sess offload.Session, dir offlo
 		}
 		for i := range br.ops {
 			br.ops[i].Dir = offload.Open
-			br.sealed = append(br.sealed, bytes.Clone(br.ops[i].Packet))
+			br.sealed = append(br.sealed, bytes.Clone(br.ops[i].Buf))
 		}
 	}
 	return br
@@ -91,7 +93,7 @@ func newBenchRun(b *testing.B, e offload.Engine, sess offload.Session, dir offlo
 
 func (br *benchRun) run(b *testing.B) {
 	for i, p := range br.sealed {
-		copy(br.ops[i].Packet, p)
+		copy(br.ops[i].Buf, p)
 	}
 	start := time.Now()
 	if err := br.w.Run(context.Background(), br.refs); err != nil {

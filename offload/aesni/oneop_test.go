@@ -75,9 +75,11 @@ func newOneOp(b *testing.B, eng offload.Inline, size int) *oneOp {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pkt := randBytes(r, espHeaderLen+16+size)
-	o.cipherOp = []*offload.Op{{Session: sess, Dir: offload.Seal, Packet: pkt}}
-	iv, payload := (*[16]byte)(pkt[espHeaderLen:espHeaderLen+16]), pkt[espHeaderLen+16:]
+	pkt := randBytes(r, esp.HeaderLen+16+size)
+	o.cipherOp = []*offload.Op{new(offload.Op)}
+	layout := esp.NewLayout(sa.Suite{Cipher: sa.CipherAESCBC}, key, false)
+	layout.Op(o.cipherOp[0], sess, offload.Seal, pkt, 0)
+	iv, payload := (*[16]byte)(pkt[esp.HeaderLen:esp.HeaderLen+16]), pkt[esp.HeaderLen+16:]
 	if eng.Name() == Name {
 		k, err := cbc.NewKey(key)
 		if err != nil {

@@ -21,16 +21,17 @@
 // the kernel without a hand-off of the Go scheduler's (kcapi.Op.DoDirect:
 // the hand-off doubled a request's cost under QEMU). The workers' requests
 // do tell the scheduler, so that one worker's wait lets the others post
-// theirs. Each op is one request, the ESP packet
-// worked in place: the same memory is sent (sendmsg) and received into
-// (recvmsg), through iovecs that lay the associated data out as the
-// kernel's ESP does (SPI | sequence | IV; with ESN the high sequence bits
-// after the SPI, where authencesn and rfc4106 want them), with the IV and
-// the operation in control messages.
+// theirs. Each op is one request worked in place: the same memory is sent
+// (sendmsg) and received into (recvmsg), through iovecs of the op's
+// ranges — Op.AAD and the IV as the associated data, the kernel's own ESP
+// layout (with ESN the high sequence bits after the SPI, where authencesn
+// and rfc4106 want them), then Cipher and the ICV — with the IV and the
+// operation in control messages.
 //
 // Batches complete in the order they were submitted — whichever goroutine
 // finishes the batch at the head of the queue delivers it and any done
-// behind it — and a full queue blocks Submit and refuses TrySubmit. A bad ICV is BadICV and nothing decrypted
+// behind it — and a full queue blocks Submit until there is room or its
+// context ends. A bad ICV is BadICV and nothing decrypted
 // leaves the engine: the kernel's authenc checks the tag before it
 // decrypts, but its generic GCM decrypts first (and a card may do either),
 // so an open whose tag fails puts the ciphertext back (the AEADs: zeroes
@@ -52,7 +53,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Name is the engine's registry name; "afalg:DRIVER" binds a driver.
+// Name is the engine's name in the catalog; "afalg:DRIVER" binds a driver.
 const Name = "afalg"
 
 // ErrNoAFALG is wrapped by New's error on a kernel without AF_ALG.
@@ -83,11 +84,10 @@ type Options struct {
 
 // Engine is the AF_ALG engine. It is safe for concurrent use.
 type Engine struct {
-	name   string
-	opts   Options
-	log    *slog.Logger
-	suites []sa.Suite
-	note   string
+	name string
+	opts Options
+	log  *slog.Logger
+	note string
 
 	chunks chan chunk
 	pend   sync.Pool
@@ -189,12 +189,14 @@ func New(opts Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
+	servable := false
 	for _, s := range cpu.AllSuites() {
 		if _, err := planFor(s, false, false, opts.Driver, algs); err == nil {
-			e.suites = append(e.suites, s)
+			servable = true
+			break
 		}
 	}
-	if len(e.suites) == 0 {
+	if !servable {
 		_, err := planFor(sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, false, false, opts.Driver, algs)
 		if _, listed := algs.ByDriver(opts.Driver); !listed {
 			// The usual case: the driver's module is not loaded, or its
@@ -228,9 +230,6 @@ func (e *Engine) noteSuffix() string {
 // Name is "afalg" or "afalg:DRIVER".
 func (e *Engine) Name() string { return e.name }
 
-// Suites lists the suites the driver can serve.
-func (e *Engine) Suites() []sa.Suite { return e.suites }
-
 // Drivers lists the kernel drivers the engine's sessions were bound to.
 func (e *Engine) Drivers() []offload.Driver {
 	e.drvMu.Lock()
@@ -254,7 +253,7 @@ func (e *Engine) noteDriver(d offload.Driver) {
 func (e *Engine) Submit(ctx context.Context, b *offload.Batch) error {
 	counted := false
 	for {
-		ok, wait, err := e.admit(b, true)
+		ok, wait, err := e.admit(b)
 		if ok || err != nil {
 			return err
 		}
@@ -275,29 +274,15 @@ func (e *Engine) Submit(ctx context.Context, b *offload.Batch) error {
 	}
 }
 
-// TrySubmit queues a batch or returns offload.ErrQueueFull without
-// blocking.
-func (e *Engine) TrySubmit(b *offload.Batch) error {
-	ok, _, err := e.admit(b, false)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		e.queueFull.Add(1)
-		return offload.ErrQueueFull
-	}
-	return nil
-}
-
 // inlineMax is the largest batch a submitter runs itself when the engine
 // is idle: one request needs no worker woken and none to wake it back.
 const inlineMax = 2
 
 // admit queues b if it fits (a batch larger than the whole queue fits an
-// empty one); otherwise, when asked to wait, it registers as a waiter and
-// returns the channel that is closed when ops complete. An idle engine
-// runs a small batch on the caller, on the session's spare socket.
-func (e *Engine) admit(b *offload.Batch, wait bool) (bool, chan struct{}, error) {
+// empty one); otherwise it registers as a waiter and returns the channel
+// that is closed when ops complete. An idle engine runs a small batch on
+// the caller, on the session's spare socket.
+func (e *Engine) admit(b *offload.Batch) (bool, chan struct{}, error) {
 	n := max(len(b.Ops), 1)
 	e.mu.Lock()
 	if e.closed {
@@ -305,10 +290,6 @@ func (e *Engine) admit(b *offload.Batch, wait bool) (bool, chan struct{}, error)
 		return false, nil, offload.ErrClosed
 	}
 	if e.inflight+n > e.opts.QueueDepth && e.inflight > 0 {
-		if !wait {
-			e.mu.Unlock()
-			return false, nil, nil
-		}
 		e.waiters++
 		sp := e.space
 		e.mu.Unlock()

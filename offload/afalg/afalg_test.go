@@ -20,6 +20,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/afalg"
 	"github.com/espgw/espgw/offload/cpu"
@@ -65,13 +66,32 @@ func cbcSession(t *testing.T, e *afalg.Engine, esn bool) offload.Session {
 	return s
 }
 
-func serves(e *afalg.Engine, s sa.Suite) bool {
-	for _, x := range e.Suites() {
-		if x == s {
+// serves reports whether e makes a session for suite at some key length.
+func serves(e *afalg.Engine, suite sa.Suite) bool {
+	for _, n := range suite.EncKeyLens() {
+		s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: make(sa.Key, n), AuthKey: make(sa.Key, suite.AuthKeyLen())})
+		if err == nil {
+			s.Close()
 			return true
 		}
 	}
 	return false
+}
+
+// op lays out an op on the ESP packet pkt as esp does, for suite under
+// encKey.
+func op(s offload.Session, suite sa.Suite, encKey sa.Key, esn bool, dir offload.Direction, pkt []byte, seqHi uint32) offload.Op {
+	var o offload.Op
+	layout := esp.NewLayout(suite, encKey, esn)
+	if !layout.Op(&o, s, dir, pkt, seqHi) {
+		o = offload.Op{Session: s, Dir: dir, Buf: pkt, SeqHi: seqHi} // too short: no ranges
+	}
+	return o
+}
+
+// cbcOp is a seal of an aes-cbc+hmac-sha1-96 packet of n bytes of zeroes.
+func cbcOp(s offload.Session, esn bool, n int) offload.Op {
+	return op(s, sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, nil, esn, offload.Seal, make([]byte, n), 0)
 }
 
 type vector map[string]any
@@ -143,7 +163,8 @@ func aeadKAT(t *testing.T, file string, cipherOf func(vector) sa.Cipher, minESN 
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: v.bytes(t, "keymat"), ESN: isESN})
+		keymat := v.bytes(t, "keymat")
+		s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: keymat, ESN: isESN})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,19 +174,19 @@ func aeadKAT(t *testing.T, file string, cipherOf func(vector) sa.Cipher, minESN 
 		in := append(append([]byte(nil), want[:16]...), pt...)
 		in = append(in, make([]byte, icv)...)
 		ops := []offload.Op{
-			{Session: s, Dir: offload.Seal, Packet: in, SeqHi: uint32(seq >> 32)},
-			{Session: s, Dir: offload.Open, Packet: append([]byte(nil), want...), SeqHi: uint32(seq >> 32)},
+			op(s, suite, keymat, isESN, offload.Seal, in, uint32(seq>>32)),
+			op(s, suite, keymat, isESN, offload.Open, append([]byte(nil), want...), uint32(seq>>32)),
 		}
 		run(t, e, ops)
-		if ops[0].Status != offload.OK || !bytes.Equal(ops[0].Packet, want) {
-			t.Fatalf("%s: sealed %v\n got %x\nwant %x", v["id"], ops[0].Status, ops[0].Packet, want)
+		if ops[0].Status != offload.OK || !bytes.Equal(ops[0].Buf, want) {
+			t.Fatalf("%s: sealed %v\n got %x\nwant %x", v["id"], ops[0].Status, ops[0].Buf, want)
 		}
-		if ops[1].Status != offload.OK || !bytes.Equal(ops[1].Packet[16:len(want)-icv], pt) {
-			t.Fatalf("%s: opened %v %x, want %x", v["id"], ops[1].Status, ops[1].Packet[16:], pt)
+		if ops[1].Status != offload.OK || !bytes.Equal(ops[1].Buf[16:len(want)-icv], pt) {
+			t.Fatalf("%s: opened %v %x, want %x", v["id"], ops[1].Status, ops[1].Buf[16:], pt)
 		}
 		if isESN {
 			esn++
-			wrong := []offload.Op{{Session: s, Dir: offload.Open, Packet: append([]byte(nil), want...), SeqHi: uint32(seq>>32) + 7}}
+			wrong := []offload.Op{op(s, suite, keymat, isESN, offload.Open, append([]byte(nil), want...), uint32(seq>>32)+7)}
 			run(t, e, wrong)
 			if wrong[0].Status != offload.BadICV {
 				t.Fatalf("%s: wrong ESN high bits: %v", v["id"], wrong[0].Status)
@@ -188,16 +209,17 @@ func cipherKAT(t *testing.T, e *afalg.Engine, c sa.Cipher, key, iv, pt, ct []byt
 	}
 	defer s.Close()
 	hdr := append([]byte{0, 0, 0x10, 0x01, 0, 0, 0, 1}, iv...)
+	suite := sa.Suite{Cipher: c}
 	ops := []offload.Op{
-		{Session: s, Dir: offload.Seal, Packet: append(append([]byte(nil), hdr...), pt...)},
-		{Session: s, Dir: offload.Open, Packet: append(append([]byte(nil), hdr...), ct...)},
+		op(s, suite, key, false, offload.Seal, append(append([]byte(nil), hdr...), pt...), 0),
+		op(s, suite, key, false, offload.Open, append(append([]byte(nil), hdr...), ct...), 0),
 	}
 	run(t, e, ops)
-	if ops[0].Status != offload.OK || !bytes.Equal(ops[0].Packet[len(hdr):], ct) {
-		t.Fatalf("encrypt %v\n got %x\nwant %x", ops[0].Status, ops[0].Packet[len(hdr):], ct)
+	if ops[0].Status != offload.OK || !bytes.Equal(ops[0].Buf[len(hdr):], ct) {
+		t.Fatalf("encrypt %v\n got %x\nwant %x", ops[0].Status, ops[0].Buf[len(hdr):], ct)
 	}
-	if ops[1].Status != offload.OK || !bytes.Equal(ops[1].Packet[len(hdr):], pt) {
-		t.Fatalf("decrypt %v\n got %x\nwant %x", ops[1].Status, ops[1].Packet[len(hdr):], pt)
+	if ops[1].Status != offload.OK || !bytes.Equal(ops[1].Buf[len(hdr):], pt) {
+		t.Fatalf("decrypt %v\n got %x\nwant %x", ops[1].Status, ops[1].Buf[len(hdr):], pt)
 	}
 }
 
@@ -264,7 +286,7 @@ func TestKnownAnswersHMAC(t *testing.T) {
 				t.Fatal(err)
 			}
 			pkt := append(append([]byte(nil), data...), make([]byte, len(icv))...)
-			ops := []offload.Op{{Session: s, Dir: offload.Seal, Packet: pkt}}
+			ops := []offload.Op{op(s, suite, nil, false, offload.Seal, pkt, 0)}
 			run(t, e, ops)
 			if ops[0].Status != offload.OK || !bytes.Equal(pkt[len(data):], icv) {
 				t.Fatalf("%s: ICV %x (%v), want %x", v["id"], pkt[len(data):], ops[0].Status, icv)
@@ -313,12 +335,12 @@ func TestCipherOnlyAgainstCPU(t *testing.T) {
 					pkt[i] = byte(i * 13)
 				}
 				for _, dir := range []offload.Direction{offload.Seal, offload.Open} {
-					a := []offload.Op{{Session: got, Dir: dir, Packet: append([]byte(nil), pkt...)}}
-					b := offload.Op{Session: want, Dir: dir, Packet: append([]byte(nil), pkt...)}
+					a := []offload.Op{op(got, suite, key, false, dir, append([]byte(nil), pkt...), 0)}
+					b := op(want, suite, key, false, dir, append([]byte(nil), pkt...), 0)
 					run(t, e, a)
 					want.Process(&b)
-					if a[0].Status != b.Status || !bytes.Equal(a[0].Packet, b.Packet) {
-						t.Fatalf("%s %d bytes %s: %v, cpu %v; bytes differ: %v", suite, n, dir, a[0].Status, b.Status, !bytes.Equal(a[0].Packet, b.Packet))
+					if a[0].Status != b.Status || !bytes.Equal(a[0].Buf, b.Buf) {
+						t.Fatalf("%s %d bytes %s: %v, cpu %v; bytes differ: %v", suite, n, dir, a[0].Status, b.Status, !bytes.Equal(a[0].Buf, b.Buf))
 					}
 				}
 			}
@@ -342,7 +364,7 @@ func TestDeviceRequests(t *testing.T) {
 	const n = 100
 	ops := make([]offload.Op, n)
 	for i := range ops {
-		ops[i] = offload.Op{Session: s, Dir: offload.Seal, Packet: make([]byte, 8+16+16*(1+i%90)+16)}
+		ops[i] = op(s, suite, nil, false, offload.Seal, make([]byte, 8+16+16*(1+i%90)+16), 0)
 	}
 	run(t, e, ops)
 	for i := range ops {
@@ -401,7 +423,7 @@ func TestSessionAllocatesNothing(t *testing.T) {
 	w := offload.NewWaiter(e)
 	ops := make([]offload.Op, 8)
 	for i := range ops {
-		ops[i] = offload.Op{Session: s, Dir: offload.Seal, Packet: make([]byte, 8+16+1024+12)}
+		ops[i] = cbcOp(s, true, 8+16+1024+12)
 	}
 	refs := offload.Refs(ops)
 	ctx := context.Background()
@@ -420,7 +442,7 @@ func TestOversizedBatch(t *testing.T) {
 	for _, n := range []int{20, 3, 9} {
 		ops := make([]offload.Op, n)
 		for i := range ops {
-			ops[i] = offload.Op{Session: s, Dir: offload.Seal, Packet: make([]byte, 8+16+64+12)}
+			ops[i] = cbcOp(s, false, 8+16+64+12)
 		}
 		run(t, e, ops)
 		for i := range ops {
@@ -431,9 +453,9 @@ func TestOversizedBatch(t *testing.T) {
 	}
 }
 
-// TestBackPressure: with the queue full, TrySubmit refuses (ErrQueueFull,
-// counted) and Submit waits until there is room; every batch taken
-// completes.
+// TestBackPressure: with the queue full, a Submit whose context has ended
+// is refused (and counted), and one that may wait waits until there is
+// room; every batch taken completes.
 func TestBackPressure(t *testing.T) {
 	e := newEngine(t, afalg.Options{Sockets: 1, QueueDepth: 4})
 	s := cbcSession(t, e, false)
@@ -441,16 +463,19 @@ func TestBackPressure(t *testing.T) {
 	batch := func() *offload.Batch {
 		b := &offload.Batch{Ops: make([]*offload.Op, 4), Done: func(b *offload.Batch) { done <- b }}
 		for i := range b.Ops {
-			b.Ops[i] = &offload.Op{Session: s, Dir: offload.Seal, Packet: make([]byte, 8+16+4096+12)}
+			o := cbcOp(s, false, 8+16+4096+12)
+			b.Ops[i] = &o
 		}
 		return b
 	}
+	ended, end := context.WithCancel(context.Background())
+	end()
 	taken, full := 0, 0
 	for range 32 {
-		switch err := e.TrySubmit(batch()); {
+		switch err := e.Submit(ended, batch()); {
 		case err == nil:
 			taken++
-		case errors.Is(err, offload.ErrQueueFull):
+		case errors.Is(err, context.Canceled):
 			full++
 		default:
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package afalg
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -11,21 +10,16 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// espHeaderLen is SPI(4) + sequence number(4).
-const espHeaderLen = 8
-
 // session is one SA's transform on the kernel and its operation sockets,
 // one per worker.
 type session struct {
 	e          *Engine
 	suite      sa.Suite
-	esn        bool
 	cipherOnly bool
 	aead       bool // the cipher computes the ICV (rfc4106, rfc4543, rfc4309, rfc7539esp)
 	ivLen      int
 	icvLen     int
-	blockLen   int
-	assocLen   int // SPI | seq | IV, and the high sequence bits with ESN
+	cbcBlock   int // a CBC cipher's block, which the text must be whole blocks of; 1 for the others
 	tfm        *kcapi.Transform
 	ops        []*kcapi.Op
 }
@@ -42,7 +36,7 @@ func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) 
 
 func (e *Engine) newSession(cfg offload.SessionConfig) (*session, error) {
 	suite := cfg.Suite
-	if err := validate(cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	algs, err := kcapi.ReadAlgs()
@@ -53,14 +47,16 @@ func (e *Engine) newSession(cfg offload.SessionConfig) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w%s", err, e.noteSuffix())
 	}
-	s := &session{e: e, suite: suite, esn: cfg.ESN && !cfg.CipherOnly, cipherOnly: cfg.CipherOnly,
-		aead: suite.Cipher.IsAEAD(), ivLen: suite.IVLen(), icvLen: suite.ICVLen(), blockLen: suite.BlockLen()}
+	s := &session{e: e, suite: suite, cipherOnly: cfg.CipherOnly,
+		aead: suite.Cipher.IsAEAD(), ivLen: suite.IVLen(), icvLen: suite.ICVLen(), cbcBlock: 1}
+	switch suite.Cipher {
+	case sa.CipherAESCBC:
+		s.cbcBlock = 16
+	case sa.Cipher3DES:
+		s.cbcBlock = 8
+	}
 	if s.cipherOnly {
 		s.icvLen = 0
-	}
-	s.assocLen = espHeaderLen + s.ivLen
-	if s.esn {
-		s.assocLen += 4
 	}
 	s.tfm, err = kcapi.Bind(p.kind, p.bind)
 	if err != nil {
@@ -127,26 +123,6 @@ func innermostOf(p plan) string {
 	return innermost(p.alg)
 }
 
-// validate checks an ESP suite's keys or a cipher-only session's.
-func validate(cfg offload.SessionConfig) error {
-	s := cfg.Suite
-	if !cfg.CipherOnly {
-		return s.ValidateKeys(cfg.EncKey, cfg.AuthKey)
-	}
-	if s.Auth != sa.AuthNone || s.Cipher.IsAEAD() || s.Cipher == sa.CipherNull || len(cfg.AuthKey) != 0 {
-		return fmt.Errorf("a cipher-only session needs a non-AEAD cipher with auth none and no auth key, not %s", s)
-	}
-	for _, n := range s.EncKeyLens() {
-		if len(cfg.EncKey) == n {
-			return nil
-		}
-	}
-	return fmt.Errorf("enc-key for %s is %d bytes, want %v", s.Cipher, len(cfg.EncKey), s.EncKeyLens())
-}
-
-func (s *session) Suite() sa.Suite { return s.suite }
-func (s *session) ESN() bool       { return s.esn }
-
 // Close closes the operation sockets and the transform.
 func (s *session) Close() error {
 	var errs []error
@@ -172,9 +148,8 @@ type worker struct {
 	direct  bool
 	slow    int // direct requests in a row longer than directLimit
 	in, out kcapi.Vec
-	hiIn    [4]byte // ESN high bits sent
-	hiOut   [4]byte // and their copy coming back
-	saved   []byte  // an open's ciphertext, put back if the tag fails
+	assoc   [12 + 16]byte // where the kernel copies the associated data back to
+	saved   []byte        // an open's ciphertext, put back if the tag fails
 }
 
 func newWorker(e *Engine, id int, direct bool) *worker {
@@ -197,67 +172,59 @@ func (w *worker) process(op *offload.Op) {
 		op.Status = offload.Failed
 		return
 	}
-	pkt := op.Packet
-	body := espHeaderLen + s.ivLen
-	if len(pkt) < body+s.icvLen {
-		op.Status = offload.BadLength
-		return
-	}
-	payload := pkt[body : len(pkt)-s.icvLen]
-	if !s.aead && len(payload)%s.blockLen != 0 {
+	if !op.Fits() || op.IV.Len != s.ivLen || op.ICV.Len != s.icvLen || op.Cipher.Len%s.cbcBlock != 0 {
 		op.Status = offload.BadLength
 		return
 	}
 	seal := op.Dir == offload.Seal
-	iv := pkt[espHeaderLen:body]
+	iv, text, icv := op.Bytes(op.IV), op.Bytes(op.Cipher), op.Bytes(op.ICV)
 	w.in.Reset()
 	w.out.Reset()
 	if s.cipherOnly {
-		if len(payload) == 0 { // the kernel would wait for data that never comes
+		if len(text) == 0 { // the kernel would wait for data that never comes
 			op.Status = offload.OK
 			return
 		}
-		w.in.Add(payload)
-		op.Status = w.do(s, op, seal, iv, 0, len(payload))
+		w.in.Add(text)
+		op.Status = w.do(s, op, seal, iv, 0, len(text))
 		return
 	}
-	rest := pkt
-	if s.esn {
-		// SPI | seq high | seq low | IV: the order authencesn and rfc4106
-		// read their associated data in.
-		binary.BigEndian.PutUint32(w.hiIn[:], op.SeqHi)
-		w.in.Add(pkt[:4])
-		w.in.Add(w.hiIn[:])
-		w.out.Add(pkt[:4])
-		w.out.Add(w.hiOut[:])
-		rest = pkt[4:]
+	// The associated data is Op.AAD and the IV: SPI | [seq high] | seq
+	// low | IV, the order authenc, authencesn and the rfc templates read
+	// it in. The kernel copies it to the output too, into scratch.
+	aad := op.AADBytes()
+	assoc := len(aad) + len(iv)
+	if assoc > len(w.assoc) {
+		op.Status = offload.BadLength
+		return
 	}
-	want := len(pkt)
-	if s.esn {
-		want += 4
-	}
+	w.in.Add(aad)
+	w.in.Add(iv)
+	w.out.Add(w.assoc[:assoc])
 	if seal {
-		w.in.Add(rest[:len(rest)-s.icvLen])
-		w.out.Add(rest)
-		op.Status = w.do(s, op, true, iv, s.assocLen, want)
+		w.in.Add(text)
+		w.out.Add(text)
+		w.out.Add(icv)
+		op.Status = w.do(s, op, true, iv, assoc, assoc+len(text)+len(icv))
 		return
 	}
-	w.in.Add(rest)
-	w.out.Add(rest[:len(rest)-s.icvLen])
+	w.in.Add(text)
+	w.in.Add(icv)
+	w.out.Add(text)
 	if !s.aead {
-		if len(payload) > len(w.saved) {
-			w.saved = make([]byte, len(payload))
+		if len(text) > len(w.saved) {
+			w.saved = make([]byte, len(text))
 		}
-		copy(w.saved, payload)
+		copy(w.saved, text)
 	}
-	st := w.do(s, op, false, iv, s.assocLen, want-s.icvLen)
+	st := w.do(s, op, false, iv, assoc, assoc+len(text))
 	if st == offload.BadICV {
 		if s.aead {
 			if s.suite.Cipher.Encrypts() {
-				clear(payload)
+				clear(text)
 			}
 		} else {
-			copy(payload, w.saved)
+			copy(text, w.saved)
 		}
 	}
 	op.Status = st

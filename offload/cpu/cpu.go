@@ -16,7 +16,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Name is the registry name of this engine.
+// Name is the catalog name of this engine.
 const Name = "cpu"
 
 // Engine runs ops inline. It is safe for concurrent use.
@@ -29,9 +29,6 @@ func New() *Engine { return &Engine{} }
 
 // Name returns "cpu".
 func (e *Engine) Name() string { return Name }
-
-// Suites lists the suites Go's crypto does (Suites).
-func (e *Engine) Suites() []sa.Suite { return Suites() }
 
 // NewSession builds the key schedules for one SA.
 func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {

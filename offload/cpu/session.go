@@ -22,23 +22,21 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// espHeaderLen is SPI(4) + sequence number(4).
-const espHeaderLen = 8
-
 // Session holds one SA's key schedules. It is safe for concurrent use: the
 // block cipher and AEAD are stateless, and the stateful parts (CBC modes,
 // HMAC states) come from per-session pools, so steady-state ops allocate
 // nothing.
 type Session struct {
-	suite  sa.Suite
+	cipher sa.Cipher
 	esn    bool
-	ivLen  int
 	icvLen int
-	block  cipher.Block
-	aead   cipher.AEAD
-	nonce  [4]byte // CTR nonce or the AEADs' salt (3 bytes for CCM)
-	salt   int     // the salt's length
-	gmac   bool    // aes-gmac: the whole packet is AAD, nothing encrypted
+	// cbcBlock is the block a CBC cipher's text must be whole blocks of;
+	// 1 for the others.
+	cbcBlock int
+	nonceLen int // Op.NonceLen the cipher takes
+	block    cipher.Block
+	aead     cipher.AEAD
+	gmac     bool // aes-gmac: AAD and Auth are hashed, nothing encrypted
 	// keyed are the pools of the states that hold this session's keys
 	// (CBC modes, HMAC), nil for suites without them: a pool costs a
 	// cache line per CPU once used, which a gateway of 100,000 GCM SAs
@@ -53,8 +51,8 @@ type keyedPools struct {
 // The scratch of GCM and CTR holds no key: one pool each serves every
 // session (per-session pools would cost each SA its per-CPU caches).
 var (
-	gcmScratchPool = sync.Pool{New: func() any { return new(gcmScratch) }}
-	ctrScratchPool = sync.Pool{New: func() any { return new(ctrScratch) }}
+	gmacScratchPool = sync.Pool{New: func() any { return new(gmacScratch) }}
+	ctrScratchPool  = sync.Pool{New: func() any { return new(ctrScratch) }}
 )
 
 // ctrScratch holds counter blocks and keystream; pooled because slices
@@ -75,24 +73,30 @@ type macState struct {
 	seqHi [4]byte
 }
 
-type gcmScratch struct {
-	nonce [12]byte
-	aad   [12]byte
-	icv   [16]byte // the ICV an aes-gmac open received
-	tag   [16]byte // the ICV an aes-gmac op computed
+// gmacScratch holds what aes-gmac moves aside to hash AAD and Auth as one
+// run of bytes in place.
+type gmacScratch struct {
+	front [16]byte // the bytes of Buf that AAD lies over meanwhile
+	icv   [16]byte // the ICV an open received
+	tag   [16]byte // the ICV the op computed
 }
 
-// NewSession expands the SA's keys for the suite.
+// NewSession expands the SA's keys for the suite. The salt or nonce at
+// the end of the encryption key is not kept: it comes with every op, in
+// Op.Nonce.
 func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	suite := cfg.Suite
-	if err := validate(cfg); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("new %s session: %w", suite, err)
 	}
 	if suite.Cipher == sa.CipherAESGCM8 {
 		return nil, fmt.Errorf("new %s session: aes-gcm-8 is not supported by Go's crypto/cipher, whose GCM takes 12- to 16-byte ICVs: use the afalg engine (the kernel's rfc4106)", suite)
 	}
-	s := &Session{suite: suite, esn: cfg.ESN, ivLen: suite.IVLen(), icvLen: suite.ICVLen()}
-	key := []byte(cfg.EncKey)
+	s := &Session{cipher: suite.Cipher, esn: cfg.ESN, icvLen: suite.ICVLen(), cbcBlock: 1}
+	if cfg.CipherOnly {
+		s.icvLen = 0
+	}
+	key := []byte(cfg.EncKey[:len(cfg.EncKey)-suite.Cipher.SaltLen()])
 	var err error
 	switch suite.Cipher {
 	case sa.CipherAESCBC:
@@ -100,26 +104,20 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	case sa.Cipher3DES:
 		s.block, err = des.NewTripleDESCipher(key)
 	case sa.CipherAESCTR:
-		copy(s.nonce[:], key[len(key)-4:])
-		s.block, err = aes.NewCipher(key[:len(key)-4])
+		s.block, err = aes.NewCipher(key)
 	case sa.CipherAESGCM16, sa.CipherAESGCM12, sa.CipherAESGCM8, sa.CipherAESGMAC:
-		s.salt, s.gmac = 4, suite.Cipher == sa.CipherAESGMAC
-		copy(s.nonce[:], key[len(key)-4:])
+		s.gmac = suite.Cipher == sa.CipherAESGMAC
 		var b cipher.Block
-		if b, err = aes.NewCipher(key[:len(key)-4]); err == nil {
+		if b, err = aes.NewCipher(key); err == nil {
 			// The AEAD keeps its own copy of the schedule: holding
 			// the block too would cost every GCM SA half a kilobyte.
 			s.aead, err = cipher.NewGCMWithTagSize(b, suite.ICVLen())
 		}
 	case sa.CipherChaCha20Poly1305:
-		s.salt = 4
-		copy(s.nonce[:], key[len(key)-4:])
-		s.aead, err = chacha20poly1305.New(key[:len(key)-4])
+		s.aead, err = chacha20poly1305.New(key)
 	case sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16:
-		s.salt = 3
-		copy(s.nonce[:], key[len(key)-3:])
 		var b cipher.Block
-		if b, err = aes.NewCipher(key[:len(key)-3]); err == nil {
+		if b, err = aes.NewCipher(key); err == nil {
 			s.aead, err = ccm.New(b, 11, suite.ICVLen(), nil)
 		}
 	}
@@ -131,7 +129,16 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	if cbc || hf != nil {
 		s.keyed = new(keyedPools)
 	}
+	switch {
+	case s.aead != nil:
+		s.nonceLen = s.aead.NonceSize()
+	case suite.Cipher == sa.CipherAESCTR:
+		s.nonceLen = aes.BlockSize
+	case cbc:
+		s.nonceLen = s.block.BlockSize()
+	}
 	if cbc {
+		s.cbcBlock = s.block.BlockSize()
 		zero := make([]byte, s.block.BlockSize())
 		s.keyed.cbcEnc.New = func() any { return cipher.NewCBCEncrypter(s.block, zero).(ivSetter) }
 		s.keyed.cbcDec.New = func() any { return cipher.NewCBCDecrypter(s.block, zero).(ivSetter) }
@@ -158,24 +165,6 @@ func NewAEADSession(cfg offload.SessionConfig, aead cipher.AEAD) (*Session, erro
 	return s, nil
 }
 
-// validate checks an ESP suite and its keys, or, for a cipher-only session,
-// that the suite really has no integrity and the cipher key fits.
-func validate(cfg offload.SessionConfig) error {
-	if !cfg.CipherOnly {
-		return cfg.Suite.ValidateKeys(cfg.EncKey, cfg.AuthKey)
-	}
-	s := cfg.Suite
-	if s.Auth != sa.AuthNone || s.Cipher.IsAEAD() || len(cfg.AuthKey) != 0 {
-		return fmt.Errorf("a cipher-only session needs a non-AEAD cipher with auth none and no auth key, not %s", s)
-	}
-	for _, n := range s.EncKeyLens() {
-		if len(cfg.EncKey) == n {
-			return nil
-		}
-	}
-	return fmt.Errorf("enc-key for %s is %d bytes, want %v", s.Cipher, len(cfg.EncKey), s.EncKeyLens())
-}
-
 func hashFunc(a sa.Auth) func() hash.Hash {
 	switch a {
 	case sa.AuthHMACSHA1_96:
@@ -192,20 +181,12 @@ func hashFunc(a sa.Auth) func() hash.Hash {
 	return nil
 }
 
-// Suite returns the session's suite.
-func (s *Session) Suite() sa.Suite { return s.suite }
-
-// ESN reports whether the ICV covers the high sequence bits.
-func (s *Session) ESN() bool { return s.esn }
-
 // Close is a no-op: the schedules are garbage collected.
 func (s *Session) Close() error { return nil }
 
-// Process seals or opens one ESP packet in place.
+// Process seals or opens one op in place.
 func (s *Session) Process(op *offload.Op) {
-	pkt := op.Packet
-	body := espHeaderLen + s.ivLen
-	if len(pkt) < body+s.icvLen {
+	if !op.Fits() || op.ICV.Len != s.icvLen || int(op.NonceLen) != s.nonceLen {
 		op.Status = offload.BadLength
 		return
 	}
@@ -213,14 +194,13 @@ func (s *Session) Process(op *offload.Op) {
 		s.processAEAD(op)
 		return
 	}
-	payload := pkt[body : len(pkt)-s.icvLen]
-	if bs := s.suite.BlockLen(); len(payload)%bs != 0 {
+	text := op.Bytes(op.Cipher)
+	if len(text)%s.cbcBlock != 0 {
 		op.Status = offload.BadLength
 		return
 	}
-	iv := pkt[espHeaderLen:body]
 	if op.Dir == offload.Seal {
-		s.crypt(offload.Seal, iv, payload)
+		s.crypt(offload.Seal, op, text)
 		if s.icvLen > 0 {
 			s.writeICV(op)
 		}
@@ -231,58 +211,56 @@ func (s *Session) Process(op *offload.Op) {
 		op.Status = offload.BadICV
 		return
 	}
-	s.crypt(offload.Open, iv, payload)
+	s.crypt(offload.Open, op, text)
 	op.Status = offload.OK
 }
 
-// crypt encrypts or decrypts payload in place.
-func (s *Session) crypt(dir offload.Direction, iv, payload []byte) {
-	switch s.suite.Cipher {
+// crypt encrypts or decrypts text in place from op's nonce.
+func (s *Session) crypt(dir offload.Direction, op *offload.Op, text []byte) {
+	switch s.cipher {
 	case sa.CipherAESCBC, sa.Cipher3DES:
 		pool := &s.keyed.cbcEnc
 		if dir == offload.Open {
 			pool = &s.keyed.cbcDec
 		}
 		m := pool.Get().(ivSetter)
-		m.SetIV(iv)
-		m.CryptBlocks(payload, payload)
+		m.SetIV(op.NonceBytes())
+		m.CryptBlocks(text, text)
 		pool.Put(m)
 	case sa.CipherAESCTR:
-		s.ctr(iv, payload)
+		s.ctr(&op.Nonce, text)
 	}
 }
 
-// ctr applies the RFC 3686 keystream: counter block = nonce | IV | counter
-// from 1. It works eight blocks at a time in pooled scratch rather than
-// through cipher.NewCTR, which would allocate per packet.
-func (s *Session) ctr(iv, payload []byte) {
+// ctr applies the keystream from the counter block, counting up its last
+// 32 bits (RFC 3686 §4). It works eight blocks at a time in pooled scratch
+// rather than through cipher.NewCTR, which would allocate per packet.
+func (s *Session) ctr(start *[16]byte, text []byte) {
 	sc := ctrScratchPool.Get().(*ctrScratch)
 	defer ctrScratchPool.Put(sc)
 	ctrBlocks, stream := &sc.blocks, &sc.stream
 	for i := 0; i < 8; i++ {
-		b := ctrBlocks[i*aes.BlockSize:]
-		copy(b[:4], s.nonce[:])
-		copy(b[4:12], iv)
+		copy(ctrBlocks[i*aes.BlockSize:], start[:12])
 	}
-	counter := uint32(1)
-	for len(payload) > 0 {
-		n := min(len(payload), len(stream))
+	counter := binary.BigEndian.Uint32(start[12:])
+	for len(text) > 0 {
+		n := min(len(text), len(stream))
 		for i := 0; i*aes.BlockSize < n; i++ {
 			b := ctrBlocks[i*aes.BlockSize:]
 			binary.BigEndian.PutUint32(b[12:16], counter)
 			counter++
 			s.block.Encrypt(stream[i*aes.BlockSize:], b[:aes.BlockSize])
 		}
-		subtle.XORBytes(payload[:n], payload[:n], stream[:n])
-		payload = payload[n:]
+		subtle.XORBytes(text[:n], text[:n], stream[:n])
+		text = text[n:]
 	}
 }
 
-// mac computes the full HMAC over the packet's authenticated part (and the
-// ESN high bits, RFC 4303 §2.2.1) into the state's sum buffer.
+// mac computes the full HMAC over Auth (and the ESN high bits, RFC 4303
+// §2.2.1) into the state's sum buffer.
 func (s *Session) mac(st *macState, op *offload.Op) []byte {
 	st.h.Reset()
-	st.h.Write(op.Packet[:len(op.Packet)-s.icvLen])
+	st.h.Write(op.Bytes(op.Auth))
 	if s.esn {
 		binary.BigEndian.PutUint32(st.seqHi[:], op.SeqHi)
 		st.h.Write(st.seqHi[:])
@@ -290,11 +268,11 @@ func (s *Session) mac(st *macState, op *offload.Op) []byte {
 	return st.h.Sum(st.sum[:0])
 }
 
-// WriteICV computes the HMAC of a sealed packet and writes it as its ICV:
+// WriteICV computes the HMAC of a sealed op and writes it as its ICV:
 // the CPU's half of a seal for engines whose device only ciphers.
 func (s *Session) WriteICV(op *offload.Op) { s.writeICV(op) }
 
-// VerifyICV says, in constant time, whether an HMAC suite's packet carries
+// VerifyICV says, in constant time, whether an HMAC suite's op carries
 // the right ICV: the CPU's half of an open for engines whose device only
 // ciphers.
 func (s *Session) VerifyICV(op *offload.Op) bool { return s.verifyICV(op) }
@@ -302,53 +280,44 @@ func (s *Session) VerifyICV(op *offload.Op) bool { return s.verifyICV(op) }
 func (s *Session) writeICV(op *offload.Op) {
 	st := s.keyed.macs.Get().(*macState)
 	sum := s.mac(st, op)
-	copy(op.Packet[len(op.Packet)-s.icvLen:], sum[:s.icvLen])
+	copy(op.Bytes(op.ICV), sum[:s.icvLen])
 	s.keyed.macs.Put(st)
 }
 
 func (s *Session) verifyICV(op *offload.Op) bool {
 	st := s.keyed.macs.Get().(*macState)
 	sum := s.mac(st, op)
-	ok := subtle.ConstantTimeCompare(sum[:s.icvLen], op.Packet[len(op.Packet)-s.icvLen:]) == 1
+	ok := subtle.ConstantTimeCompare(sum[:s.icvLen], op.Bytes(op.ICV)) == 1
 	s.keyed.macs.Put(st)
 	return ok
 }
 
-// processAEAD seals or opens with an AEAD suite: nonce = salt | IV, AAD =
-// SPI | [seq high] | seq low (RFC 4106 §5, RFC 7634 §2.1, RFC 4309 §5).
-// Go's GCM and x/crypto's ChaCha20-Poly1305 compute the tag over the
-// ciphertext in the same pass as they decrypt and, on a mismatch, wipe
-// what they wrote before returning, as CCM does after decrypting: no
-// unverified plaintext leaves the engine, though the dropped packet's
-// bytes are zeroed rather than left as they came.
+// processAEAD seals or opens with an AEAD suite: Cipher followed by the
+// ICV is the AEAD's ciphertext and tag, under Op.Nonce and Op.AAD. Go's
+// GCM and x/crypto's ChaCha20-Poly1305 compute the tag over the ciphertext
+// in the same pass as they decrypt and, on a mismatch, wipe what they
+// wrote before returning, as CCM does after decrypting: no unverified
+// plaintext leaves the engine, though the dropped packet's bytes are
+// zeroed rather than left as they came.
 func (s *Session) processAEAD(op *offload.Op) {
-	pkt := op.Packet
-	sc := gcmScratchPool.Get().(*gcmScratch)
-	defer gcmScratchPool.Put(sc)
-	nonce := sc.nonce[:s.salt+8]
-	copy(nonce, s.nonce[:s.salt])
-	copy(nonce[s.salt:], pkt[espHeaderLen:espHeaderLen+8])
+	nonce := op.NonceBytes()
 	if s.gmac {
-		s.processGMAC(op, sc, nonce)
+		s.processGMAC(op, nonce)
 		return
 	}
-	aad := sc.aad[:8]
-	copy(aad[:4], pkt[:4])
-	if s.esn {
-		aad = sc.aad[:12]
-		binary.BigEndian.PutUint32(aad[4:8], op.SeqHi)
-		copy(aad[8:12], pkt[4:8])
-	} else {
-		copy(aad[4:8], pkt[4:8])
+	if op.ICV.Off != op.Cipher.End() {
+		op.Status = offload.BadLength
+		return
 	}
-	body := pkt[espHeaderLen+8:]
+	aad := op.AADBytes()
 	if op.Dir == offload.Seal {
-		plain := body[:len(body)-s.icvLen]
+		plain := op.Bytes(op.Cipher)
 		s.aead.Seal(plain[:0], nonce, plain, aad)
 		op.Status = offload.OK
 		return
 	}
-	if _, err := s.aead.Open(body[:0], nonce, body, aad); err != nil {
+	sealed := op.Buf[op.Cipher.Off:op.ICV.End()]
+	if _, err := s.aead.Open(sealed[:0], nonce, sealed, aad); err != nil {
 		op.Status = offload.BadICV
 		return
 	}
@@ -356,38 +325,49 @@ func (s *Session) processAEAD(op *offload.Op) {
 }
 
 // processGMAC seals or opens with RFC 4543's ENCR_NULL_AUTH_AES_GMAC: the
-// ICV is GCM's tag over an empty plaintext with the AAD SPI | [seq high] |
-// seq low | IV | payload, which is the packet itself as it lies, or, with
-// ESN, once the high bits are let in after the SPI: the packet moves up
-// four bytes into its ICV room for that and back after.
-func (s *Session) processGMAC(op *offload.Op, sc *gcmScratch, nonce []byte) {
-	pkt := op.Packet
-	n := len(pkt) - s.icvLen
-	icv := pkt[n:]
+// ICV is GCM's tag over an empty plaintext with AAD followed by Auth as
+// the associated data. Go's GCM takes that as one slice, so it is laid out
+// in place: AAD over the bytes just before Auth, which are put back after.
+// When fewer bytes than AAD precede Auth (AAD with ESN), Auth first moves
+// up into the ICV room that follows it, and back after.
+func (s *Session) processGMAC(op *offload.Op, nonce []byte) {
+	aad, auth, icv := op.AADBytes(), op.Auth, op.Bytes(op.ICV)
+	shift := max(0, len(aad)-auth.Off)
+	if shift > 0 && (op.ICV.Off != auth.End() || len(icv) < shift) {
+		op.Status = offload.BadLength
+		return
+	}
+	sc := gmacScratchPool.Get().(*gmacScratch)
 	if op.Dir == offload.Open {
 		copy(sc.icv[:], icv)
 	}
-	aad := pkt[:n]
-	if s.esn {
-		copy(pkt[12:n+4], pkt[8:n])
-		copy(pkt[8:12], pkt[4:8])
-		binary.BigEndian.PutUint32(pkt[4:8], op.SeqHi)
-		aad = pkt[:n+4]
+	if shift > 0 {
+		copy(op.Buf[auth.Off+shift:auth.End()+shift], op.Bytes(auth))
 	}
-	s.aead.Seal(sc.tag[:0], nonce, nil, aad)
-	if s.esn {
-		copy(pkt[4:8], pkt[8:12])
-		copy(pkt[8:n], pkt[12:n+4])
+	start := auth.Off + shift - len(aad)
+	front := op.Buf[start : auth.Off+shift]
+	placed := shift == 0 && string(front) == string(aad) // AAD lies in Buf already
+	if !placed {
+		copy(sc.front[:], front)
+		copy(front, aad)
 	}
-	if op.Dir == offload.Seal {
+	s.aead.Seal(sc.tag[:0], nonce, nil, op.Buf[start:auth.End()+shift])
+	if !placed {
+		copy(front, sc.front[:len(aad)])
+	}
+	if shift > 0 {
+		copy(op.Buf[auth.Off:auth.End()], op.Buf[auth.Off+shift:auth.End()+shift])
+	}
+	switch {
+	case op.Dir == offload.Seal:
 		copy(icv, sc.tag[:])
 		op.Status = offload.OK
-		return
-	}
-	copy(icv, sc.icv[:])
-	if subtle.ConstantTimeCompare(sc.tag[:], sc.icv[:]) != 1 {
+	case subtle.ConstantTimeCompare(sc.tag[:len(icv)], sc.icv[:len(icv)]) != 1:
+		copy(icv, sc.icv[:])
 		op.Status = offload.BadICV
-		return
+	default:
+		copy(icv, sc.icv[:])
+		op.Status = offload.OK
 	}
-	op.Status = offload.OK
+	gmacScratchPool.Put(sc)
 }

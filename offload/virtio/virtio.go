@@ -24,7 +24,6 @@ package virtio
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,11 +39,8 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Name is the engine's registry name.
+// Name is the engine's catalog name.
 const Name = "virtio"
-
-// espHeaderLen is SPI(4) + sequence number(4).
-const espHeaderLen = 8
 
 // spinFor is how long the driver spins on the used ring before it sleeps
 // between looks: longer than the device takes for a large request, so a
@@ -132,18 +128,6 @@ func (e *Engine) Name() string { return Name }
 // Device is the PCI address of the device the engine drives.
 func (e *Engine) Device() string { return e.dev.Address }
 
-// Suites lists the ESP suites whose cipher the device offers, each with
-// every HMAC (which runs on the CPU).
-func (e *Engine) Suites() []sa.Suite {
-	var out []sa.Suite
-	for _, s := range cpu.AllSuites() {
-		if _, ok := e.cipherOf(s.Cipher); ok && s.Auth != sa.AuthNone {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 func (e *Engine) cipherOf(c sa.Cipher) (vcrypto.Cipher, bool) {
 	var v vcrypto.Cipher
 	switch c {
@@ -163,19 +147,14 @@ func (e *Engine) cipherOf(c sa.Cipher) (vcrypto.Cipher, bool) {
 // sessions are one-way), and the CPU session that does the HMAC.
 type session struct {
 	eng      *Engine
-	suite    sa.Suite
-	esn      bool
 	mac      *cpu.Session // nil for cipher-only sessions
 	enc, dec uint64
-	ivLen    int
+	ivLen    int // the device's IV: the CBC IV, or the RFC 3686 counter block
 	icvLen   int
+	cbcBlock int // a CBC cipher's block, which the text must be whole blocks of; 1 for CTR
 	ctr      bool
-	nonce    [4]byte
 	closed   atomic.Bool
 }
-
-func (s *session) Suite() sa.Suite { return s.suite }
-func (s *session) ESN() bool       { return s.esn }
 
 // Close destroys the device sessions.
 func (s *session) Close() error {
@@ -201,15 +180,16 @@ func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) 
 	if err != nil {
 		return nil, fmt.Errorf("virtio engine: %w", err)
 	}
-	s := &session{eng: e, suite: suite, esn: cfg.ESN, ivLen: suite.IVLen(), icvLen: suite.ICVLen()}
+	s := &session{eng: e, ivLen: suite.IVLen(), icvLen: suite.ICVLen(), cbcBlock: suite.IVLen()}
 	if !cfg.CipherOnly {
 		s.mac = mac
+	} else {
+		s.icvLen = 0
 	}
 	key := []byte(cfg.EncKey)
 	if suite.Cipher == sa.CipherAESCTR {
-		s.ctr = true
-		copy(s.nonce[:], key[len(key)-4:])
-		key = key[:len(key)-4]
+		s.ctr, s.ivLen, s.cbcBlock = true, 16, 1
+		key = key[:len(key)-suite.Cipher.SaltLen()]
 	}
 	if s.enc, err = e.dev.CreateSession(c, vcrypto.Encrypt, key); err != nil {
 		return nil, fmt.Errorf("virtio engine: new %s session: %w", suite, err)
@@ -331,9 +311,9 @@ func (e *Engine) drive() {
 		if status != vcrypto.StatusOK {
 			op.Status = offload.Failed
 		} else {
-			payload := op.Packet[espHeaderLen+s.ivLen : len(op.Packet)-s.icvLen]
+			text := op.Bytes(op.Cipher)
 			_, _, dst := e.dev.Request(slot, 0)
-			copy(payload, dst[:len(payload)])
+			copy(text, dst[:len(text)])
 			if op.Dir == offload.Seal && s.mac != nil {
 				s.mac.WriteICV(op)
 			}
@@ -488,12 +468,11 @@ func (e *Engine) failInflight(slotOp []*offload.Op, slotBatch []*pending, free *
 // so a forged packet never costs the device a request), an empty payload.
 // It returns the status and whether the op is finished.
 func (s *session) precheck(op *offload.Op) (offload.Status, bool) {
-	body := espHeaderLen + s.ivLen
-	if len(op.Packet) < body+s.icvLen {
+	if !op.Fits() || int(op.NonceLen) != s.ivLen || op.ICV.Len != s.icvLen {
 		return offload.BadLength, true
 	}
-	n := len(op.Packet) - body - s.icvLen
-	if bs := s.suite.BlockLen(); n%bs != 0 {
+	n := op.Cipher.Len
+	if n%s.cbcBlock != 0 {
 		return offload.BadLength, true
 	}
 	if n+15 > s.eng.dev.MaxData() {
@@ -511,27 +490,17 @@ func (s *session) precheck(op *offload.Op) (offload.Status, bool) {
 	return offload.OK, false
 }
 
-// post fills slot with op's IV and payload and posts it.
+// post fills slot with op's nonce (the CBC IV, or the counter block) and
+// text and posts it.
 func (s *session) post(dev *vcrypto.Device, slot int, op *offload.Op) {
-	pkt := op.Packet
-	payload := pkt[espHeaderLen+s.ivLen : len(pkt)-s.icvLen]
-	ivLen := s.ivLen
-	if s.ctr {
-		ivLen = 16 // RFC 3686 counter block: nonce | IV | 1
-	}
-	iv, src, _ := dev.Request(slot, ivLen)
-	if s.ctr {
-		copy(iv[:4], s.nonce[:])
-		copy(iv[4:12], pkt[espHeaderLen:espHeaderLen+8])
-		binary.BigEndian.PutUint32(iv[12:], 1)
-	} else {
-		copy(iv, pkt[espHeaderLen:espHeaderLen+s.ivLen])
-	}
-	copy(src, payload)
-	n := len(payload)
+	text := op.Bytes(op.Cipher)
+	iv, src, _ := dev.Request(slot, s.ivLen)
+	copy(iv, op.NonceBytes())
+	copy(src, text)
+	n := len(text)
 	if s.ctr {
 		// The device ciphers whole AES blocks only, even in CTR mode; a
-		// stream cipher's output for the payload does not depend on what
+		// stream cipher's output for the text does not depend on what
 		// follows it, so the tail of the last block is ciphered and dropped.
 		n = (n + 15) &^ 15
 	}
@@ -539,7 +508,7 @@ func (s *session) post(dev *vcrypto.Device, slot int, op *offload.Op) {
 	if op.Dir == offload.Open {
 		id, op2 = s.dec, vcrypto.Decrypt
 	}
-	dev.Post(slot, id, op2, ivLen, n)
+	dev.Post(slot, id, op2, s.ivLen, n)
 }
 
 // Drivers says what does the engine's work: the device, by address, for

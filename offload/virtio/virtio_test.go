@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/virtio"
@@ -48,13 +49,34 @@ func key(n int) sa.Key {
 	return k
 }
 
-// suites are the ESP suites the device serves (its ciphers, every HMAC).
+// suites are the ESP suites the device serves (its ciphers, every HMAC):
+// those the engine makes sessions for.
 func suites(t *testing.T, e *virtio.Engine) []sa.Suite {
-	s := e.Suites()
-	if len(s) == 0 {
+	var out []sa.Suite
+	for _, suite := range cpu.AllSuites() {
+		s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: key(suite.EncKeyLens()[0]), AuthKey: key(suite.AuthKeyLen())})
+		if err != nil {
+			t.Logf("no %s: %v", suite, err)
+			continue
+		}
+		s.Close()
+		out = append(out, suite)
+	}
+	if len(out) == 0 {
 		t.Fatal("the device serves no ESP suite")
 	}
-	return s
+	return out
+}
+
+// op lays out an op on the ESP packet pkt as esp does, for suite under
+// encKey.
+func op(s offload.Session, suite sa.Suite, encKey sa.Key, esn bool, dir offload.Direction, pkt []byte, seqHi uint32) offload.Op {
+	var o offload.Op
+	layout := esp.NewLayout(suite, encKey, esn)
+	if !layout.Op(&o, s, dir, pkt, seqHi) {
+		o = offload.Op{Session: s, Dir: dir, Buf: pkt, SeqHi: seqHi} // too short: no ranges
+	}
+	return o
 }
 
 // run puts ops through the engine in one batch and waits.
@@ -103,26 +125,26 @@ func TestDifferential(t *testing.T) {
 					var gops, wops []offload.Op
 					for _, n := range lengths {
 						pkt := packet(suite, n)
-						gops = append(gops, offload.Op{Session: got, Dir: offload.Seal, Packet: bytes.Clone(pkt), SeqHi: 9})
-						wops = append(wops, offload.Op{Session: want, Dir: offload.Seal, Packet: bytes.Clone(pkt), SeqHi: 9})
+						gops = append(gops, op(got, suite, cfg.EncKey, esn, offload.Seal, bytes.Clone(pkt), 9))
+						wops = append(wops, op(want, suite, cfg.EncKey, esn, offload.Seal, bytes.Clone(pkt), 9))
 					}
 					run(t, e, gops)
 					run(t, ref, wops)
 					for i := range gops {
-						if gops[i].Status != offload.OK || !bytes.Equal(gops[i].Packet, wops[i].Packet) {
-							t.Fatalf("seal of %d bytes: status %v, packet equal to cpu's: %v", len(gops[i].Packet), gops[i].Status, bytes.Equal(gops[i].Packet, wops[i].Packet))
+						if gops[i].Status != offload.OK || !bytes.Equal(gops[i].Buf, wops[i].Buf) {
+							t.Fatalf("seal of %d bytes: status %v, packet equal to cpu's: %v", len(gops[i].Buf), gops[i].Status, bytes.Equal(gops[i].Buf, wops[i].Buf))
 						}
 					}
 					sealed := make([][]byte, len(gops))
 					for i := range gops {
-						sealed[i] = bytes.Clone(gops[i].Packet)
+						sealed[i] = bytes.Clone(gops[i].Buf)
 						gops[i].Dir, wops[i].Dir = offload.Open, offload.Open
 					}
 					run(t, e, gops)
 					run(t, ref, wops)
 					for i := range gops {
-						if gops[i].Status != offload.OK || !bytes.Equal(gops[i].Packet, wops[i].Packet) {
-							t.Fatalf("open of %d bytes: status %v, equal to cpu's: %v", len(gops[i].Packet), gops[i].Status, bytes.Equal(gops[i].Packet, wops[i].Packet))
+						if gops[i].Status != offload.OK || !bytes.Equal(gops[i].Buf, wops[i].Buf) {
+							t.Fatalf("open of %d bytes: status %v, equal to cpu's: %v", len(gops[i].Buf), gops[i].Status, bytes.Equal(gops[i].Buf, wops[i].Buf))
 						}
 					}
 					// A flipped bit anywhere: BadICV, and nothing decrypted.
@@ -131,14 +153,14 @@ func TestDifferential(t *testing.T) {
 						for _, at := range []int{0, 5, 8, len(s) / 2, len(s) - 1} {
 							p := bytes.Clone(s)
 							p[at] ^= 1 << (i % 8)
-							bad = append(bad, offload.Op{Session: got, Dir: offload.Open, Packet: p, SeqHi: 9})
+							bad = append(bad, op(got, suite, cfg.EncKey, esn, offload.Open, p, 9))
 						}
 					}
 					// The wrong ESN high bits are a bad ICV too.
-					bad = append(bad, offload.Op{Session: got, Dir: offload.Open, Packet: bytes.Clone(sealed[3]), SeqHi: 10})
+					bad = append(bad, op(got, suite, cfg.EncKey, esn, offload.Open, bytes.Clone(sealed[3]), 10))
 					kept := make([][]byte, len(bad))
 					for i := range bad {
-						kept[i] = bytes.Clone(bad[i].Packet)
+						kept[i] = bytes.Clone(bad[i].Buf)
 					}
 					run(t, e, bad)
 					for i := range bad {
@@ -148,7 +170,7 @@ func TestDifferential(t *testing.T) {
 						if bad[i].Status != offload.BadICV {
 							t.Fatalf("tampered packet %d: status %v, want bad-icv", i, bad[i].Status)
 						}
-						if !bytes.Equal(bad[i].Packet, kept[i]) {
+						if !bytes.Equal(bad[i].Buf, kept[i]) {
 							t.Fatalf("tampered packet %d: the engine changed it", i)
 						}
 					}
@@ -178,10 +200,10 @@ func TestInOrderManyInFlight(t *testing.T) {
 	for b := range batches {
 		for i := range per {
 			pkt := packet(suite, 64*(i+1)+b)
-			all[b] = append(all[b], offload.Op{Session: got, Dir: offload.Seal, Packet: bytes.Clone(pkt)})
-			w := []offload.Op{{Session: want, Dir: offload.Seal, Packet: bytes.Clone(pkt)}}
+			all[b] = append(all[b], op(got, suite, cfg.EncKey, false, offload.Seal, bytes.Clone(pkt), 0))
+			w := []offload.Op{op(want, suite, cfg.EncKey, false, offload.Seal, bytes.Clone(pkt), 0)}
 			run(t, ref, w)
-			wantPkts[b] = append(wantPkts[b], w[0].Packet)
+			wantPkts[b] = append(wantPkts[b], w[0].Buf)
 		}
 		b := b
 		bs[b] = offload.Batch{Ops: offload.Refs(all[b]), Done: func(*offload.Batch) { order <- b }}
@@ -198,8 +220,8 @@ func TestInOrderManyInFlight(t *testing.T) {
 	}
 	for b := range all {
 		for i, op := range all[b] {
-			if op.Status != offload.OK || !bytes.Equal(op.Packet, wantPkts[b][i]) {
-				t.Fatalf("batch %d op %d: status %v, equal to cpu's: %v", b, i, op.Status, bytes.Equal(op.Packet, wantPkts[b][i]))
+			if op.Status != offload.OK || !bytes.Equal(op.Buf, wantPkts[b][i]) {
+				t.Fatalf("batch %d op %d: status %v, equal to cpu's: %v", b, i, op.Status, bytes.Equal(op.Buf, wantPkts[b][i]))
 			}
 		}
 	}
@@ -262,14 +284,15 @@ func TestKnownAnswers(t *testing.T) {
 			}
 			t.Run(id, func(t *testing.T) {
 				suite := sa.Suite{Cipher: c.cipher, Auth: sa.AuthNone}
-				s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: c.key(v), CipherOnly: true})
+				encKey := c.key(v)
+				s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: encKey, CipherOnly: true})
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer s.Close()
 				plain, ct, iv := v.hex(t, "plaintext"), v.hex(t, "ciphertext"), v.hex(t, "iv")
 				pkt := append(append(make([]byte, 8), iv...), plain...)
-				ops := []offload.Op{{Session: s, Dir: offload.Seal, Packet: pkt}}
+				ops := []offload.Op{op(s, suite, encKey, false, offload.Seal, pkt, 0)}
 				run(t, e, ops)
 				if ops[0].Status != offload.OK || !bytes.Equal(pkt[8+len(iv):], ct) {
 					t.Fatalf("encrypt: status %v, ciphertext %x, want %x", ops[0].Status, pkt[8+len(iv):], ct)
@@ -310,7 +333,7 @@ func TestReopen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ops := []offload.Op{{Session: s, Dir: offload.Seal, Packet: packet(suite, 100)}}
+		ops := []offload.Op{op(s, suite, nil, false, offload.Seal, packet(suite, 100), 0)}
 		run(t, e, ops)
 		if ops[0].Status != offload.OK {
 			t.Fatalf("seal after reopen: %v", ops[0].Status)
@@ -337,7 +360,7 @@ func TestDeviceCountsRequests(t *testing.T) {
 	for range batches {
 		ops := make([]offload.Op, per)
 		for i := range ops {
-			ops[i] = offload.Op{Session: s, Dir: offload.Seal, Packet: packet(suite, 1000)}
+			ops[i] = op(s, suite, nil, false, offload.Seal, packet(suite, 1000), 0)
 		}
 		run(t, e, ops)
 		for i := range ops {

@@ -44,7 +44,7 @@ type Options struct {
 	SAFile string
 	// SPI picks the SA to seal with; 0 means the file's only SA.
 	SPI uint32
-	// Engine is the offload engine's registry name ("cpu" when empty).
+	// Engine is the offload engine's catalog name ("cpu" when empty).
 	Engine string
 	// Link is the output capture's link type (raw IP when empty).
 	Link Link

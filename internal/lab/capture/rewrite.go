@@ -15,7 +15,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 )
 
 // Side is one end of the replay topology.
@@ -130,7 +130,7 @@ func Rewrite(frames []Frame, topo Topology, opt RewriteOptions) ([]Packet, Stats
 		st.Frames++
 		d := f.IP
 		v6 := d[0]>>4 == 6
-		src, dst := inetsum.Addrs(d)
+		src, dst := header.Addrs(d)
 		from, okS := sides[src]
 		to, okD := sides[dst]
 		switch {
@@ -229,8 +229,8 @@ func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
 			}
 		}
 	} else {
-		ihl, _ := inetsum.IPv4HeaderLen(d)
-		inetsum.IPv4Header(d[:ihl])
+		ihl, _ := header.IPv4HeaderLen(d)
+		header.IPv4Header(d[:ihl])
 		frag := binary.BigEndian.Uint16(d[6:])
 		laterFrag = frag&0x1fff != 0
 		firstFrag = !laterFrag && frag&0x2000 != 0
@@ -239,7 +239,7 @@ func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
 	if laterFrag || l4 > len(d) {
 		return nil
 	}
-	field := map[uint8]int{6: inetsum.OffsetTCP, 17: inetsum.OffsetUDP, 1: inetsum.OffsetICMP, 58: inetsum.OffsetICMPv6}
+	field := map[uint8]int{6: header.OffsetTCP, 17: header.OffsetUDP, 1: header.OffsetICMP, 58: header.OffsetICMPv6}
 	off, ok := field[proto]
 	if !ok || (proto == 1 && v6) || (proto == 58 && !v6) || l4+off+2 > len(d) {
 		return nil
@@ -255,10 +255,10 @@ func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
 		if proto == 1 {
 			return nil // no pseudo-header: the addresses do not enter it
 		}
-		binary.BigEndian.PutUint16(d[l4+off:], inetsum.Update(sum, old[:2*n], d[at:at+2*n]))
+		binary.BigEndian.PutUint16(d[l4+off:], header.Update(sum, old[:2*n], d[at:at+2*n]))
 		return nil
 	}
-	inetsum.L4(d[l4:], src, dst, proto, off)
+	header.L4(d[l4:], src, dst, proto, off)
 	return nil
 }
 
@@ -282,7 +282,7 @@ func isICMPError(proto, typ uint8) bool {
 func rewriteQuoted(q []byte, mapInner func(old []byte) []byte) {
 	var sOff, n, hl int
 	var proto uint8
-	if l, ok := inetsum.IPv4HeaderLen(q); ok {
+	if l, ok := header.IPv4HeaderLen(q); ok {
 		sOff, n, hl, proto = 12, 4, l, q[9]
 	} else if len(q) >= 40 && q[0]>>4 == 6 {
 		sOff, n, hl, proto = 8, 16, 40, q[6]
@@ -297,14 +297,14 @@ func rewriteQuoted(q []byte, mapInner func(old []byte) []byte) {
 		}
 	}
 	if n == 4 {
-		inetsum.IPv4Header(q[:hl])
+		header.IPv4Header(q[:hl])
 	}
-	off := map[uint8]int{6: inetsum.OffsetTCP, 17: inetsum.OffsetUDP}[proto]
+	off := map[uint8]int{6: header.OffsetTCP, 17: header.OffsetUDP}[proto]
 	if off == 0 || hl+off+2 > len(q) {
 		return
 	}
 	if c := binary.BigEndian.Uint16(q[hl+off:]); c != 0 || n == 16 {
-		binary.BigEndian.PutUint16(q[hl+off:], inetsum.Update(c, old[:2*n], q[sOff:sOff+2*n]))
+		binary.BigEndian.PutUint16(q[hl+off:], header.Update(c, old[:2*n], q[sOff:sOff+2*n]))
 	}
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"github.com/google/gopacket/pcapgo"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/pcapgen"
 )
@@ -201,15 +201,15 @@ func checkPacket(t *testing.T, p Packet) {
 		if !bytes.Equal(src, from.IPv4.AsSlice()) || !bytes.Equal(dst, to.IPv4.AsSlice()) {
 			t.Fatalf("IPv4 %x → %x, want side %v → other", src, dst, p.From)
 		}
-		if !inetsum.Valid(0, d[:l4]) {
+		if !header.Valid(0, d[:l4]) {
 			t.Fatal("IPv4 header checksum does not verify")
 		}
 	}
 	var pseudo uint32
 	if proto != 1 {
-		pseudo = inetsum.Pseudo(src, dst, proto, len(d)-l4)
+		pseudo = header.Pseudo(src, dst, proto, len(d)-l4)
 	}
-	if !inetsum.Valid(pseudo, d[l4:]) {
+	if !header.Valid(pseudo, d[l4:]) {
 		t.Fatalf("protocol %d checksum does not verify", proto)
 	}
 }
@@ -316,7 +316,7 @@ func fragments(t *testing.T, v6 bool, n, mtu int) []Frame {
 			f = append(append([]byte(nil), whole[:20]...), chunk...)
 			binary.BigEndian.PutUint16(f[2:], uint16(len(f)))
 			binary.BigEndian.PutUint16(f[6:], uint16(off/8)|map[bool]uint16{true: 0x2000}[more])
-			inetsum.IPv4Header(f[:20])
+			header.IPv4Header(f[:20])
 		}
 		out = append(out, Frame{CI: gopacket.CaptureInfo{Timestamp: time.Unix(100, 0)}, IP: f})
 	}
@@ -342,7 +342,7 @@ func TestRewriteFragments(t *testing.T) {
 				src, dst = p.Data[8:24], p.Data[24:40]
 			} else {
 				src, dst = p.Data[12:16], p.Data[16:20]
-				if !inetsum.Valid(0, p.Data[:20]) {
+				if !header.Valid(0, p.Data[:20]) {
 					t.Fatal("fragment header checksum does not verify")
 				}
 			}
@@ -351,7 +351,7 @@ func TestRewriteFragments(t *testing.T) {
 		if !bytes.Equal(src, topo.A.IPv4.AsSlice()) && !bytes.Equal(src, topo.A.IPv6.AsSlice()) {
 			t.Fatalf("fragment source %x not host A", src)
 		}
-		if !inetsum.Valid(inetsum.Pseudo(src, dst, 17, len(udp)), udp) {
+		if !header.Valid(header.Pseudo(src, dst, 17, len(udp)), udp) {
 			t.Fatalf("v6=%v: reassembled UDP checksum does not verify after rewriting", v6)
 		}
 	}
@@ -439,7 +439,7 @@ func TestRewriteICMPErrors(t *testing.T) {
 		}
 		if p.Data[0]>>4 == 4 {
 			q := p.Data[20+8:]
-			if !bytes.Equal(q[12:16], topo.A.IPv4.AsSlice()) || !bytes.Equal(q[16:20], topo.B.IPv4.AsSlice()) || !inetsum.Valid(0, q[:20]) {
+			if !bytes.Equal(q[12:16], topo.A.IPv4.AsSlice()) || !bytes.Equal(q[16:20], topo.B.IPv4.AsSlice()) || !header.Valid(0, q[:20]) {
 				t.Fatalf("quoted IPv4 header % x", q[:20])
 			}
 		} else {
@@ -447,7 +447,7 @@ func TestRewriteICMPErrors(t *testing.T) {
 			if !bytes.Equal(q[8:24], topo.A.IPv6.AsSlice()) || !bytes.Equal(q[24:40], topo.B.IPv6.AsSlice()) {
 				t.Fatalf("quoted IPv6 header % x", q[:40])
 			}
-			if !inetsum.Valid(inetsum.Pseudo(q[8:24], q[24:40], 17, len(q)-40), q[40:]) {
+			if !header.Valid(header.Pseudo(q[8:24], q[24:40], 17, len(q)-40), q[40:]) {
 				t.Fatal("quoted UDP checksum does not verify after the mapping")
 			}
 		}

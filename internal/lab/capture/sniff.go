@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
 
@@ -100,7 +100,7 @@ func Sniff(ns *netns.Namespace, ifname string, opt SniffOptions, got func(Sniffe
 			if rerr != nil {
 				continue // EINTR
 			}
-			ipLen, ok := inetsum.PacketLength(buf[:n]) // link padding cut off
+			ipLen, ok := header.PacketLength(buf[:n]) // link padding cut off
 			if !ok {
 				continue
 			}
@@ -143,7 +143,7 @@ func checksumNotReady(oob []byte) bool {
 
 // completeChecksum computes the TCP or UDP checksum of an IP packet.
 func completeChecksum(p []byte) {
-	hl, proto, _, frag, ok := inetsum.Header(p)
+	hl, proto, _, frag, ok := header.Header(p)
 	if !ok || frag {
 		return
 	}
@@ -154,9 +154,9 @@ func completeChecksum(p []byte) {
 	seg := p[hl:]
 	switch {
 	case proto == 6 && len(seg) >= 20:
-		inetsum.L4(seg, src, dst, proto, inetsum.OffsetTCP)
+		header.L4(seg, src, dst, proto, header.OffsetTCP)
 	case proto == 17 && len(seg) >= 8:
-		inetsum.L4(seg, src, dst, proto, inetsum.OffsetUDP)
+		header.L4(seg, src, dst, proto, header.OffsetUDP)
 	}
 }
 

@@ -1,9 +1,9 @@
 package impair
 
 import (
-	"encoding/binary"
+	"net/netip"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 )
 
 // Header impairments: what a WAN does to the outer header rather than to
@@ -29,7 +29,7 @@ func markCE(frame []byte, l *layout) {
 		return
 	}
 	ip[1] |= 0x03
-	inetsum.IPv4Header(ip[:int(ip[0]&0x0f)*4])
+	header.IPv4Header(ip[:int(ip[0]&0x0f)*4])
 }
 
 // tooBig reports whether the located packet exceeds the PMTU and may not
@@ -78,26 +78,20 @@ func (s *Stage) reportTooBig(frame []byte, l *layout) {
 	icmp := b[link+hdr : link+hdr+8+quote]
 	copy(icmp[8:], orig[:quote])
 	if l.v6 {
-		binary.BigEndian.PutUint32(ip[0:], 6<<28)
-		binary.BigEndian.PutUint16(ip[4:], uint16(8+quote))
-		ip[6], ip[7] = 58, 64
-		copy(ip[8:24], orig[24:40]) // from the packet's destination
-		copy(ip[24:40], orig[8:24]) // back to its source
-		icmp[0], icmp[1] = 2, 0
-		binary.BigEndian.PutUint32(icmp[4:], uint32(s.cfg.PMTU))
-		inetsum.L4(icmp, ip[8:24], ip[24:40], 58, 2)
+		// From the packet's destination back to its source.
+		h := header.IPv6{PayloadLen: uint16(8 + quote), NextHeader: 58, HopLimit: 64,
+			Src: netip.AddrFrom16([16]byte(orig[24:40])), Dst: netip.AddrFrom16([16]byte(orig[8:24]))}
+		h.Marshal(ip)
+		m := header.ICMP{Type: header.ICMPv6PacketTooBig, Rest: uint32(s.cfg.PMTU)}
+		m.Marshal(icmp)
+		header.L4(icmp, ip[8:24], ip[24:40], 58, header.OffsetICMPv6)
 	} else {
-		clear(ip)
-		ip[0], ip[1] = 0x45, 0xc0
-		binary.BigEndian.PutUint16(ip[2:], uint16(hdr+8+quote))
-		ip[8], ip[9] = 64, 1
-		copy(ip[12:16], orig[16:20])
-		copy(ip[16:20], orig[12:16])
-		inetsum.IPv4Header(ip)
-		icmp[0], icmp[1] = 3, 4
-		clear(icmp[4:6])
-		binary.BigEndian.PutUint16(icmp[6:], uint16(s.cfg.PMTU))
-		inetsum.L4(icmp, nil, nil, 1, 2)
+		h := header.IPv4{TOS: 0xc0, TotalLen: uint16(hdr + 8 + quote), TTL: 64, Protocol: 1,
+			Src: netip.AddrFrom4([4]byte(orig[16:20])), Dst: netip.AddrFrom4([4]byte(orig[12:16]))}
+		h.Marshal(ip)
+		m := header.ICMP{Type: header.ICMPUnreachable, Code: header.ICMPFragNeeded, Rest: uint32(s.cfg.PMTU) & 0xffff}
+		m.Marshal(icmp)
+		header.ICMPChecksum(icmp)
 	}
 	s.c.TooBigReported++
 	s.back.push(p)

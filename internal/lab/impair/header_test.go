@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 )
@@ -25,7 +25,7 @@ func TestECNCE(t *testing.T) {
 		var ecn uint8
 		if ip, ok := pkt.NetworkLayer().(*layers.IPv4); ok {
 			ecn = ip.TOS & 3
-			if !inetsum.Valid(0, p.Bytes()[14:14+int(ip.IHL)*4]) {
+			if !header.Valid(0, p.Bytes()[14:14+int(ip.IHL)*4]) {
 				t.Errorf("kind %d: IPv4 header checksum %#x does not verify after marking", k, ip.Checksum)
 			}
 		} else {
@@ -83,7 +83,7 @@ func TestPMTU(t *testing.T) {
 			if len(ic.Payload) < 28 || ic.Payload[9] != big[14+9] {
 				t.Errorf("kind %d: the quote is not the original packet", k)
 			}
-			if !inetsum.Valid(0, back.Bytes()[14+20:]) {
+			if !header.Valid(0, back.Bytes()[14+20:]) {
 				t.Errorf("kind %d: ICMP checksum does not verify", k)
 			}
 		}

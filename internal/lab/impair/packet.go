@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/secret"
 )
 
@@ -75,7 +75,7 @@ func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 	var l layout
 	off, ok := 0, true
 	if link == Ethernet {
-		if off, ok = inetsum.EthernetIP(frame); !ok {
+		if off, ok = header.EthernetIP(frame); !ok {
 			return l, false
 		}
 	}
@@ -87,8 +87,8 @@ func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 	var l4 int
 	switch frame[off] >> 4 {
 	case 4:
-		ihl, _ := inetsum.IPv4HeaderLen(frame[off:])
-		total, ok := inetsum.PacketLength(frame[off:])
+		ihl, _ := header.IPv4HeaderLen(frame[off:])
+		total, ok := header.PacketLength(frame[off:])
 		if !ok {
 			return l, false
 		}
@@ -156,9 +156,9 @@ func (l *layout) setLength(frame []byte, newEnd int) int {
 	if l.v6 {
 		binary.BigEndian.PutUint16(frame[l.ip+4:], uint16(newEnd-l.ip-40))
 	} else {
-		ihl, _ := inetsum.IPv4HeaderLen(frame[l.ip:])
+		ihl, _ := header.IPv4HeaderLen(frame[l.ip:])
 		binary.BigEndian.PutUint16(frame[l.ip+2:], uint16(newEnd-l.ip))
-		inetsum.IPv4Header(frame[l.ip : l.ip+ihl])
+		header.IPv4Header(frame[l.ip : l.ip+ihl])
 	}
 	l.ipEnd = newEnd
 	if l.udp >= 0 {
@@ -184,5 +184,5 @@ func (l *layout) fixUDP(frame []byte) {
 	} else {
 		src, dst = frame[l.ip+12:l.ip+16], frame[l.ip+16:l.ip+20]
 	}
-	inetsum.L4(frame[l.udp:l.ipEnd], src, dst, ipProtoUDP, inetsum.OffsetUDP)
+	header.L4(frame[l.udp:l.ipEnd], src, dst, ipProtoUDP, header.OffsetUDP)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/pcapgen"
 )
 
@@ -414,11 +414,11 @@ func TestCorruptSparesHeader(t *testing.T) {
 func udpValid(f []byte, l layout) bool {
 	var p uint32
 	if l.v6 {
-		p = inetsum.Pseudo(f[l.ip+8:l.ip+24], f[l.ip+24:l.ip+40], 17, l.ipEnd-l.udp)
+		p = header.Pseudo(f[l.ip+8:l.ip+24], f[l.ip+24:l.ip+40], 17, l.ipEnd-l.udp)
 	} else {
-		p = inetsum.Pseudo(f[l.ip+12:l.ip+16], f[l.ip+16:l.ip+20], 17, l.ipEnd-l.udp)
+		p = header.Pseudo(f[l.ip+12:l.ip+16], f[l.ip+16:l.ip+20], 17, l.ipEnd-l.udp)
 	}
-	return inetsum.Valid(p, f[l.udp:l.ipEnd])
+	return header.Valid(p, f[l.udp:l.ipEnd])
 }
 
 func TestTruncate(t *testing.T) {
@@ -439,7 +439,7 @@ func TestTruncate(t *testing.T) {
 				if got := l.ipEnd - l.esp; got != want || l.ipEnd != len(f) {
 					t.Fatalf("kind %d %+v: ESP part %d bytes (frame %d, IP end %d), want %d", k, tr, got, len(f), l.ipEnd, want)
 				}
-				if !l.v6 && !inetsum.Valid(0, f[l.ip:l.ip+20]) {
+				if !l.v6 && !header.Valid(0, f[l.ip:l.ip+20]) {
 					t.Fatalf("IPv4 header checksum wrong after truncation")
 				}
 				if l.udp >= 0 && !udpValid(f, l) {

@@ -181,7 +181,6 @@ func newHandoff() *handoff {
 }
 
 func (h *handoff) Name() string                                     { return "handoff" }
-func (h *handoff) Suites() []sa.Suite                               { return h.cpu.Suites() }
 func (h *handoff) Stats() offload.Stats                             { return h.cpu.Stats() }
 func (h *handoff) Submit(_ context.Context, b *offload.Batch) error { h.work <- b; return nil }
 func (h *handoff) Close() error                                     { close(h.work); return nil }

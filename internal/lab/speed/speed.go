@@ -262,7 +262,8 @@ func newStream(eng offload.Engine, alg Alg, size, batch int) (*stream, error) {
 		}
 		return s, nil
 	}
-	sess, err := eng.NewSession(offload.SessionConfig{Suite: suite, EncKey: randomKey(alg.KeyLen), CipherOnly: alg.CipherOnly})
+	encKey := randomKey(alg.KeyLen)
+	sess, err := eng.NewSession(offload.SessionConfig{Suite: suite, EncKey: encKey, CipherOnly: alg.CipherOnly})
 	if err != nil && alg.CipherOnly {
 		return nil, fmt.Errorf("engine %s cannot make the cipher-only session a bulk %s needs (time esp:%s+AUTH instead): %w",
 			eng.Name(), alg.Name, alg.Name, err)
@@ -274,13 +275,18 @@ func newStream(eng offload.Engine, alg Alg, size, batch int) (*stream, error) {
 	if bl := suite.BlockLen(); suite.Cipher == sa.CipherAESCBC || suite.Cipher == sa.Cipher3DES {
 		payload = (size + bl - 1) / bl * bl
 	}
+	// The buffer is laid out as an ESP packet (header, IV, payload,
+	// ICV), so a bulk op reads its IV and nonce as an ESP seal would.
 	n := esp.HeaderLen + suite.IVLen() + payload + suite.ICVLen()
+	layout := esp.NewLayout(suite, encKey, false)
 	s.batch.Ops = make([]*offload.Op, batch)
 	for i := range s.batch.Ops {
 		buf := make([]byte, n)
 		rand.Read(buf)
 		s.bufs = append(s.bufs, buf)
-		s.batch.Ops[i] = &offload.Op{Session: sess, Dir: offload.Seal, Packet: buf}
+		op := new(offload.Op)
+		layout.Op(op, sess, offload.Seal, buf, 0)
+		s.batch.Ops[i] = op
 	}
 	s.inline, _ = eng.(offload.Inline)
 	return s, nil

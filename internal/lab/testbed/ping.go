@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/netns"
 )
@@ -167,7 +167,7 @@ func (w *pingWatch) replied() map[int]bool {
 
 func (w *pingWatch) see(s capture.Sniffed) {
 	p := s.Data
-	src, dst := inetsum.Addrs(p)
+	src, dst := header.Addrs(p)
 	if s.Outgoing && dst != w.dst || !s.Outgoing && src != w.dst {
 		return
 	}
@@ -238,7 +238,7 @@ type ipDatagram struct {
 // datagram reads the fragmentation of an IPv4 packet, or of an IPv6 packet
 // from its fragment header.
 func datagram(p []byte) (ipDatagram, bool) {
-	hl, proto, _, frag, ok := inetsum.Header(p)
+	hl, proto, _, frag, ok := header.Header(p)
 	if !ok {
 		return ipDatagram{}, false
 	}

@@ -5,7 +5,7 @@ import (
 	"net/netip"
 	"testing"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/capture"
 )
 
@@ -58,7 +58,7 @@ func echo(src, dst netip.Addr, reply bool, id, seq uint16, n, mtu int) [][]byte 
 	}
 	binary.BigEndian.PutUint16(icmp[4:], id)
 	binary.BigEndian.PutUint16(icmp[6:], seq)
-	inetsum.L4(icmp, nil, nil, 1, inetsum.OffsetICMP)
+	header.L4(icmp, nil, nil, 1, header.OffsetICMP)
 	step := len(icmp)
 	if mtu > 0 {
 		step = (mtu - 20) &^ 7
@@ -77,7 +77,7 @@ func echo(src, dst netip.Addr, reply bool, id, seq uint16, n, mtu int) [][]byte 
 		binary.BigEndian.PutUint16(p[6:], fo)
 		copy(p[12:], src.AsSlice())
 		copy(p[16:], dst.AsSlice())
-		inetsum.IPv4Header(p[:20])
+		header.IPv4Header(p[:20])
 		copy(p[20:], icmp[off:end])
 		out = append(out, p)
 	}

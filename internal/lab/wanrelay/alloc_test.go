@@ -9,7 +9,7 @@ import (
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/pcapgen"
 )
@@ -113,8 +113,8 @@ func directionNoAllocs(t *testing.T, mode Mode) {
 			n, err = unix.Read(out, sink)
 		}
 		o := sink[vnetHdrLen:n]
-		if err != nil || o[14+8] != 63 || o[5] != 0xcc || o[11] != 0xbb || !inetsum.Valid(0, o[14:34]) {
-			t.Fatalf("routed frame: %v, TTL %d, MACs % x, header checksum ok %v", err, o[14+8], o[:12], inetsum.Valid(0, o[14:34]))
+		if err != nil || o[14+8] != 63 || o[5] != 0xcc || o[11] != 0xbb || !header.Valid(0, o[14:34]) {
+			t.Fatalf("routed frame: %v, TTL %d, MACs % x, header checksum ok %v", err, o[14+8], o[:12], header.Valid(0, o[14:34]))
 		}
 	}
 	if c.RxFrames == 0 || c.TxFrames == 0 || c.Impair.Corrupted == 0 || c.Impair.Reordered == 0 {

@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/impair"
 )
 
@@ -260,8 +260,8 @@ func completeChecksum(frame []byte, start, off int) bool {
 	if start+off+2 > len(frame) {
 		return false
 	}
-	c := inetsum.Finish(inetsum.Add(0, frame[start:]))
-	if c == 0 && off == inetsum.OffsetUDP {
+	c := header.Finish(header.Add(0, frame[start:]))
+	if c == 0 && off == header.OffsetUDP {
 		c = 0xffff
 	}
 	binary.BigEndian.PutUint16(frame[start+off:], c)
@@ -273,7 +273,7 @@ func completeChecksum(frame []byte, start, off int) bool {
 // IDs counting up, lengths and checksums per datagram) and pushes each.
 func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 	udp, size := int(h.csumStart), int(h.gsoSize)
-	ip, ok := inetsum.EthernetIP(frame)
+	ip, ok := header.EthernetIP(frame)
 	if !ok || udp < ip+20 || udp+8 > len(frame) || size == 0 || udp+8+size > len(d.seg) {
 		d.c.RxMalformed++
 		return
@@ -292,14 +292,14 @@ func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 			binary.BigEndian.PutUint16(seg[ip+4:], uint16(len(seg)-ip-40))
 			src, dst = seg[ip+8:ip+24], seg[ip+24:ip+40]
 		} else {
-			ihl, _ := inetsum.IPv4HeaderLen(seg[ip:])
+			ihl, _ := header.IPv4HeaderLen(seg[ip:])
 			binary.BigEndian.PutUint16(seg[ip+2:], uint16(len(seg)-ip))
 			binary.BigEndian.PutUint16(seg[ip+4:], binary.BigEndian.Uint16(frame[ip+4:])+uint16(n))
-			inetsum.IPv4Header(seg[ip : ip+ihl])
+			header.IPv4Header(seg[ip : ip+ihl])
 			src, dst = seg[ip+12:ip+16], seg[ip+16:ip+20]
 		}
 		binary.BigEndian.PutUint16(seg[udp+4:], uint16(8+len(chunk)))
-		inetsum.L4(seg[udp:], src, dst, 17, inetsum.OffsetUDP)
+		header.L4(seg[udp:], src, dst, 17, header.OffsetUDP)
 		d.c.GSOSegments++
 		d.push(now, seg)
 	}

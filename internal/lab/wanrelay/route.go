@@ -13,7 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 	vnetns "github.com/vishvananda/netns"
 
-	"github.com/espgw/espgw/internal/inetsum"
+	"github.com/espgw/espgw/internal/header"
 )
 
 // Mode is how the relay joins its two ports.
@@ -145,7 +145,7 @@ func (r *router) route(frame []byte) verdict {
 	if ip[0]>>4 == 4 {
 		// The TTL is the high byte of the header's fifth word.
 		was, now := [2]byte{*ttl + 1, ip[9]}, [2]byte{*ttl, ip[9]}
-		binary.BigEndian.PutUint16(ip[10:], inetsum.Update(binary.BigEndian.Uint16(ip[10:]), was[:], now[:]))
+		binary.BigEndian.PutUint16(ip[10:], header.Update(binary.BigEndian.Uint16(ip[10:]), was[:], now[:]))
 	}
 	copy(frame[:6], mac[:])
 	copy(frame[6:12], r.out.mac)

@@ -62,8 +62,8 @@ type loop struct {
 }
 
 // stragglerWait is how long (real time) a caller due back in the model may
-// stay away before a unit takes it for gone. Long enough for a goroutine on
-// a busy machine to be scheduled, short enough not to stall the ring for
+// stay away before a unit stops waiting for it: long enough for a goroutine
+// on a busy machine to be scheduled, short enough not to stall the ring for
 // long when a caller stops.
 const stragglerWait = 300 * time.Millisecond
 
@@ -120,8 +120,7 @@ func (c *clock) Feed(u int, waiting, undelivered int64) (int64, bool) {
 
 // straggling reports whether a caller is due back in the model by feed: a
 // batch done and not yet delivered, or one delivered and not yet submitted
-// again. A caller away for longer than stragglerWait is taken for gone and
-// forgotten.
+// again. A caller away for longer than stragglerWait is forgotten.
 func (c *clock) straggling(feed, undelivered int64) bool {
 	late := undelivered <= feed
 	for b, l := range c.loops {

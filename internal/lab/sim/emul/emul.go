@@ -61,9 +61,10 @@
 // reached (waited once per batch, or accumulated while under 20 µs, since
 // no timer is that fine).
 //
-// Calibration. Every time is charged on the cipher bytes of an op (the ESP
-// payload between IV and ICV), which for `espgw speed -evp` is the buffer
-// size, so the published `openssl speed` tables translate directly:
+// Calibration. Every time is charged on the cipher bytes of an op (its
+// Cipher range: the ESP payload between IV and ICV), which for `espgw speed
+// -evp` is the buffer size, so the published `openssl speed` tables
+// translate directly:
 //
 // Parameters of ubsec-2014: card RecordSetup 0.2 µs, PerOp 3.08 µs,
 // PerByte 6.58 ns/B (AES-128; AES-192 7.6, AES-256 9.0, 3DES 7.2),
@@ -176,7 +177,7 @@ import (
 	"github.com/espgw/espgw/sa"
 )
 
-// Prefix is the registry prefix: engines are named "emul:<profile>".
+// Prefix is the catalog prefix: engines are named "emul:<profile>".
 const Prefix = "emul"
 
 // Profile is a card (or instruction set) timing model.
@@ -340,8 +341,6 @@ type card struct {
 	clock *clock
 }
 
-func (c card) Suites() []sa.Suite { return c.clock.m.suites() }
-
 // ModelClock is the modelled time of the latest completion, as time since
 // the engine started (see Options.Virtual).
 func (c card) ModelClock() time.Duration { return c.clock.ModelClock() }
@@ -349,8 +348,7 @@ func (c card) ModelClock() time.Duration { return c.clock.ModelClock() }
 // session is a cpu session that knows its per-byte cost.
 type session struct {
 	*cpu.Session
-	perByte  float64
-	overhead int // bytes of an ESP packet that are not cipher payload
+	perByte float64
 }
 
 // model is a profile's costs: the host's, the card's records' and the
@@ -376,7 +374,7 @@ func (m *model) newSession(cfg offload.SessionConfig) (offload.Session, error) {
 	if !ok {
 		return nil, fmt.Errorf("emul:%s cannot do %s: its card has no timing for %s", m.prof.Name, cfg.Suite, class)
 	}
-	return &session{Session: s, perByte: pb, overhead: 8 + cfg.Suite.IVLen() + cfg.Suite.ICVLen()}, nil
+	return &session{Session: s, perByte: pb}, nil
 }
 
 // cost is the modelled unit time of one op.
@@ -385,7 +383,7 @@ func (m *model) cost(op *offload.Op) (time.Duration, int) {
 	if !ok {
 		return m.prof.PerOp, 0
 	}
-	n := max(0, len(op.Packet)-s.overhead)
+	n := op.Cipher.Len
 	ns := float64(n)*s.perByte + float64(min(n, m.prof.FillBytes))*m.prof.FillPerByte
 	return m.prof.PerOp + time.Duration(ns), n
 }
@@ -393,8 +391,8 @@ func (m *model) cost(op *offload.Op) (time.Duration, int) {
 func (m *model) bytes(b *offload.Batch) int {
 	n := 0
 	for _, op := range b.Ops {
-		if s, ok := op.Session.(*session); ok {
-			n += max(0, len(op.Packet)-s.overhead)
+		if _, ok := op.Session.(*session); ok {
+			n += op.Cipher.Len
 		}
 	}
 	return n
@@ -446,22 +444,4 @@ func (m *model) Record(ops []*offload.Op) time.Duration {
 // Complete adds the latency from a record's end to the host seeing it.
 func (m *model) Complete(t time.Duration, _ *offload.Batch) time.Duration {
 	return t + m.prof.Latency
-}
-
-// suites lists what the profile can time: the cpu suites whose cipher the
-// card serves and has a cost for at some key size.
-func (m *model) suites() []sa.Suite {
-	var out []sa.Suite
-	for _, s := range cpu.Suites() {
-		if m.prof.Ciphers != nil && !slices.Contains(m.prof.Ciphers, s.Cipher) {
-			continue
-		}
-		for _, kl := range s.EncKeyLens() {
-			if _, ok := m.prof.PerByte[Class(s, kl)]; ok {
-				out = append(out, s)
-				break
-			}
-		}
-	}
-	return out
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/lab/sim/emul"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/sa"
@@ -29,7 +30,7 @@ func TestModelledTimeIsWaited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := []*offload.Op{{Session: s, Packet: make([]byte, 8+16+8192)}}
+	ops := []*offload.Op{cipherOp(s, 8192)}
 	w := offload.NewWaiter(e)
 	start := time.Now()
 	if err := w.Run(context.Background(), ops); err != nil {
@@ -57,7 +58,7 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ops := []*offload.Op{{Session: s, Packet: make([]byte, 8+16+64)}, {Session: s, Packet: make([]byte, 8+16+64)}}
+			ops := []*offload.Op{cipherOp(s, 64), cipherOp(s, 64)}
 			w := offload.NewWaiter(e)
 			round := func() {
 				if err := w.Run(context.Background(), ops); err != nil {
@@ -71,4 +72,13 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 			e.Close()
 		}
 	}
+}
+
+// cipherOp is a cipher-only aes-cbc op on s over n bytes of zeroes, laid out
+// as esp does (header and IV in front).
+func cipherOp(s offload.Session, n int) *offload.Op {
+	op := new(offload.Op)
+	layout := esp.NewLayout(sa.Suite{Cipher: sa.CipherAESCBC}, nil, false)
+	layout.Op(op, s, offload.Seal, make([]byte, esp.HeaderLen+16+n), 0)
+	return op
 }

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/offload"
-	"github.com/espgw/espgw/sa"
 )
 
 // inline is an inline profile's engine: the ops run on the submitting
@@ -44,8 +43,6 @@ func (e *inline) ModelClock() time.Duration {
 }
 
 func (e *inline) Name() string { return e.name }
-
-func (e *inline) Suites() []sa.Suite { return e.m.suites() }
 
 func (e *inline) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
 	return e.m.newSession(cfg)

@@ -5,10 +5,9 @@
 // record (MCR, UBS_MAX_AGGR, 5 by default), runs them with the cpu engine's
 // ciphers, and raises one completion "interrupt" per record. Batches complete
 // strictly in the order they were submitted (with a Timing, the order it has
-// them arrive). When the queue is full, TrySubmit
-// answers ErrQueueFull (the driver's ERESTART) and Submit blocks until
-// completions make room for its batch (the driver's unblock, at most once per
-// record), or until its context ends.
+// them arrive). When the queue is full, Submit blocks until completions make
+// room for its batch (the driver's unblock, at most once per record), or
+// until its context ends.
 // The counters are the driver's: queue full, MCR full, max batch (largest
 // aggregation), max queue.
 //
@@ -51,10 +50,9 @@ import (
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
-	"github.com/espgw/espgw/sa"
 )
 
-// Name is the registry name of the untimed ring engine.
+// Name is the catalog name of the untimed ring engine.
 const Name = "ring"
 
 // Defaults from the ubsec(4) driver.
@@ -194,10 +192,6 @@ func (e *Engine) Name() string { return e.cfg.Name }
 // Config returns the ring's configuration with defaults filled in.
 func (e *Engine) Config() Config { return e.cfg }
 
-// Suites lists the cpu suites. Batches up to the queue depth are admitted
-// at once, larger ones stream through the queue.
-func (e *Engine) Suites() []sa.Suite { return cpu.Suites() }
-
 // NewSession builds the key schedules for one SA.
 func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
 	if e.cfg.NewSession != nil {
@@ -251,27 +245,9 @@ func (e *Engine) admit(b *offload.Batch) {
 	}
 }
 
-// TrySubmit queues b or returns offload.ErrQueueFull without blocking. A
-// batch larger than the queue is taken only when the queue is empty; it then
-// streams in as room frees up.
-func (e *Engine) TrySubmit(b *offload.Batch) error {
-	e.mu.Lock()
-	if e.closed {
-		e.mu.Unlock()
-		return offload.ErrClosed
-	}
-	if e.waiting || !e.admissible(b) {
-		e.stats.QueueFull++
-		e.mu.Unlock()
-		return offload.ErrQueueFull
-	}
-	e.admit(b)
-	e.complete() // a batch with no ops may be complete already
-	e.mu.Unlock()
-	return nil
-}
-
-// Submit queues b, blocking while the queue is full, until ctx ends.
+// Submit queues b, blocking while the queue is full, until ctx ends. A
+// batch larger than the queue is taken only when the queue is empty; it
+// then streams in as room frees up.
 func (e *Engine) Submit(ctx context.Context, b *offload.Batch) error {
 	e.mu.Lock()
 	if !e.closed && !e.waiting && e.admissible(b) {
@@ -402,7 +378,7 @@ func (e *Engine) unit(u int) {
 		var bytes, bad, failed uint64
 		for _, op := range ops {
 			offload.Process(op)
-			bytes += uint64(len(op.Packet))
+			bytes += uint64(len(op.Buf))
 			switch op.Status {
 			case offload.OK:
 			case offload.BadICV:

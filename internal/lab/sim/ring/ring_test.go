@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/esp"
 	"github.com/espgw/espgw/internal/lab/sim/ring"
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/cpu"
@@ -37,9 +38,16 @@ func ops(s offload.Session, n int) []*offload.Op {
 	for i := range out {
 		pkt := make([]byte, 8+16+64+12)
 		pkt[8] = byte(i)
-		out[i] = &offload.Op{Session: s, Dir: offload.Seal, Packet: pkt}
+		out[i] = &offload.Op{Session: s, Dir: offload.Seal, Buf: pkt}
+		lay(out[i])
 	}
 	return out
+}
+
+// lay fills op's ranges for its aes-cbc+hmac-sha1-96 packet as esp does.
+func lay(op *offload.Op) {
+	layout := esp.NewLayout(sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, nil, false)
+	layout.Op(op, op.Session, op.Dir, op.Buf, op.SeqHi)
 }
 
 // gated is a session whose ops wait until the gate opens: it holds the
@@ -77,11 +85,13 @@ func TestBackPressure(t *testing.T) {
 			mu.Unlock()
 		}}
 	}
-	if err := e.TrySubmit(batch(1, 4)); err != nil {
+	if err := e.Submit(context.Background(), batch(1, 4)); err != nil {
 		t.Fatalf("first batch: %v", err)
 	}
-	if err := e.TrySubmit(batch(2, 1)); !errors.Is(err, offload.ErrQueueFull) {
-		t.Fatalf("TrySubmit on a full queue: %v, want ErrQueueFull", err)
+	ended, end := context.WithCancel(context.Background())
+	end()
+	if err := e.Submit(ended, batch(2, 1)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Submit on a full queue with an ended context: %v, want canceled", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
@@ -206,8 +216,10 @@ func TestOrderConcurrent(t *testing.T) {
 						b := &offload.Batch{Ops: ops(s, n)}
 						want := ops(s, n)
 						for i := range n {
-							rand.Read(b.Ops[i].Packet)
-							copy(want[i].Packet, b.Ops[i].Packet)
+							rand.Read(b.Ops[i].Buf)
+							copy(want[i].Buf, b.Ops[i].Buf)
+							lay(b.Ops[i])
+							lay(want[i])
 						}
 						done := make(chan struct{})
 						recs[g] = append(recs[g], rec{})
@@ -218,8 +230,16 @@ func TestOrderConcurrent(t *testing.T) {
 						if r%2 == 0 {
 							err = e.Submit(context.Background(), b)
 						} else {
-							for err = e.TrySubmit(b); errors.Is(err, offload.ErrQueueFull); err = e.TrySubmit(b) {
-								time.Sleep(time.Microsecond)
+							// Retry a Submit that gives up after a
+							// while, as a caller that does other work
+							// between tries would.
+							for {
+								ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+								err = e.Submit(ctx, b)
+								cancel()
+								if !errors.Is(err, context.DeadlineExceeded) {
+									break
+								}
 							}
 						}
 						me.ret = ticket.Add(1)
@@ -230,7 +250,7 @@ func TestOrderConcurrent(t *testing.T) {
 						<-done
 						ref.Run(want)
 						for i := range n {
-							if string(b.Ops[i].Packet) != string(want[i].Packet) || b.Ops[i].Status != offload.OK {
+							if string(b.Ops[i].Buf) != string(want[i].Buf) || b.Ops[i].Status != offload.OK {
 								t.Errorf("submitter %d batch %d op %d differs from cpu", g, r, i)
 								return
 							}
@@ -267,9 +287,6 @@ func TestClosed(t *testing.T) {
 	s := session(t, e)
 	e.Close()
 	b := &offload.Batch{Ops: ops(s, 1)}
-	if err := e.TrySubmit(b); !errors.Is(err, offload.ErrClosed) {
-		t.Errorf("TrySubmit after Close: %v", err)
-	}
 	if err := e.Submit(context.Background(), b); !errors.Is(err, offload.ErrClosed) {
 		t.Errorf("Submit after Close: %v", err)
 	}

@@ -1,13 +1,4 @@
-// Package inetsum computes Internet checksums and reads IP header lengths.
-//
-// It is espgw's one place for the Internet checksum (RFC 1071, with RFC
-// 1624's incremental update), the pseudo-header sums of UDP, TCP and ICMPv6
-// over IPv4 and IPv6, and the reading of IP header lengths and of where an
-// Ethernet frame's IP packet starts, so that the data path (ESP framing,
-// ICMP errors) and the lab's packet editors (impairments, the WAN relay, the
-// capture reader and rewriter) parse and sum packets the same way, with
-// checksums a real stack accepts.
-package inetsum
+package header
 
 import (
 	"encoding/binary"

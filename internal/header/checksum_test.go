@@ -1,4 +1,4 @@
-package inetsum
+package header
 
 import (
 	"encoding/hex"
