@@ -40,7 +40,8 @@
 // Simultaneous rekey collisions (RFC 7296 §2.8.1), certificates and RFC 7427
 // signatures, EAP, configuration payloads, IKE fragmentation (RFC 7383),
 // transport mode (tunnel mode always), ChaCha20-Poly1305, NAT-T keepalives
-// and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not
-// use the package yet; `espgw ike initiate` negotiates a CHILD_SA and
-// writes it as an SA file.
+// and NAT rebinding. Lifetimes, rekey and DPD timers are the gateway's:
+// its IKE daemon (internal/gateway) drives an Endpoint per connection, and
+// Config.OnChild and Config.OnRekey put the CHILD_SAs in force.
+// `espgw ike initiate` negotiates a CHILD_SA and writes it as an SA file.
 package ike

@@ -42,6 +42,10 @@ type Config struct {
 	// OnChild is called, with the endpoint's lock held, when a CHILD_SA
 	// this endpoint responded to is established.
 	OnChild func(*IKESA, *Child)
+	// OnRekey is called, without the lock, when a CHILD_SA this endpoint
+	// rekeys has its successor and before the old one is deleted with
+	// the peer: where the gateway puts the new one in force.
+	OnRekey func(s *IKESA, old, new *Child)
 	Rand    io.Reader
 	Log     *slog.Logger
 }

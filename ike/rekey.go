@@ -101,6 +101,9 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	if err != nil {
 		return nil, err
 	}
+	if e.cfg.OnRekey != nil {
+		e.cfg.OnRekey(s, old, c)
+	}
 	if err := s.DeleteChild(ctx, old); err != nil {
 		return c, fmt.Errorf("rekeyed CHILD_SA %#x to %#x, but the old one's deletion: %w", old.InSPI, c.InSPI, err)
 	}

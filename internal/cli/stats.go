@@ -98,6 +98,9 @@ func printStats(w io.Writer, st gateway.Stats, all bool) {
 		fmt.Fprintf(w, "af_xdp %s (%s, %d queues): in %d out %d kicks %d; through the raw socket %d (no neighbour %d); dropped: malformed=%d truncated=%d tx-ring-full=%d; kernel: rx-dropped=%d rx-ring-full=%d fill-ring-empty=%d\n",
 			x.Device, x.Mode, x.Queues, x.PacketsIn, x.PacketsOut, x.Kicks, x.Fallback, x.NoNeighbor, x.Malformed, x.Truncated, x.TXRingFull, x.RxDropped, x.RxRingFull, x.RxFillRingEmptyDescs)
 	}
+	if st.IKE != nil {
+		printIKE(w, st.IKE)
+	}
 }
 
 // summarizeSAs writes the totals over sas and returns the SAs to list: the

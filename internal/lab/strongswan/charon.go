@@ -285,3 +285,28 @@ func (c *Charon) Kill() error {
 
 // Output is what starter and charon printed.
 func (c *Charon) Output() string { return c.out.String() }
+
+// Down has charon delete its connection's IKE SA and CHILD_SAs with the
+// peer (stroke down, in charon's namespaces).
+func (c *Charon) Down(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(c.charonPID), "-m", "-n", "/usr/lib/ipsec/stroke", "down", "espgw").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("stroke down espgw in %s: %w: %s", c.cfg.NS.Short(), err, out)
+	}
+	return nil
+}
+
+var childName = regexp.MustCompile(`(espgw\{\d+\}):\s+INSTALLED`)
+
+// InstalledChild is the name of the CHILD_SA charon has installed
+// ("espgw{3}"), for Rekey, or "" when there is none.
+func (c *Charon) InstalledChild(ctx context.Context) (string, error) {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return "", err
+	}
+	if m := childName.FindStringSubmatch(st); m != nil {
+		return m[1], nil
+	}
+	return "", nil
+}
