@@ -1,8 +1,11 @@
 package ike
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/espgw/espgw/sa"
 )
@@ -24,6 +27,12 @@ type Child struct {
 	// a NAT was detected and ESP travels in UDP on port 4500 (RFC 3948).
 	Local, Remote netip.Addr
 	UDP           bool
+
+	// ours and theirs are the exchanges that rekeyed this CHILD_SA, this
+	// side's and the peer's; both set means the two collided, settled
+	// once.
+	ours, theirs *rekeyRecord
+	settled      bool
 }
 
 // ReplayWindow is the anti-replay window of the SAs a Child makes.
@@ -53,4 +62,84 @@ func (c *Child) SAs() (in, out *sa.SA, err error) {
 		}
 	}
 	return in, out, nil
+}
+
+// withSPI is a copy of proposals, each with the SPI.
+func withSPI(ps []Proposal, spi []byte) []Proposal {
+	out := slices.Clone(ps)
+	for i := range out {
+		out[i].SPI = spi
+	}
+	return out
+}
+
+// takeChild makes the CHILD_SA this side asked for in a request (IKE_AUTH
+// or CREATE_CHILD_SA) from the peer's response: its one chosen proposal
+// must be among those offered and its selectors within localTS and
+// remoteTS. ni and nr are the exchange's nonces, gir the PFS key exchange's
+// result (nil without one). The child is not yet among the SA's; the
+// endpoint's lock is not held.
+func (s *IKESA) takeChild(m *Message, offered []Proposal, localTS, remoteTS []Selector, gir, ni, nr []byte, inSPI uint32) (*Child, error) {
+	sap, _ := m.Find(PayloadSA).(*SA)
+	tsi, _ := m.Find(PayloadTSi).(*TS)
+	tsr, _ := m.Find(PayloadTSr).(*TS)
+	switch {
+	case sap == nil || tsi == nil || tsr == nil:
+		return nil, errors.New("the response lacks SA, TSi or TSr")
+	case len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 || !Accepts(offered, sap.Proposals[0]):
+		return nil, errors.New("the peer chose an ESP proposal not offered")
+	case !Within(tsi.Selectors, localTS) || !Within(tsr.Selectors, remoteTS):
+		return nil, fmt.Errorf("the peer's selectors %v === %v exceed ours", tsi.Selectors, tsr.Selectors)
+	}
+	cs, err := childSuiteFrom(sap.Proposals[0])
+	if err != nil {
+		return nil, err
+	}
+	s.e.mu.Lock()
+	c, err := s.newChild(cs, sap.Proposals[0], gir, ni, nr, true, inSPI)
+	s.e.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	c.LocalTS, c.RemoteTS = tsi.Selectors, tsr.Selectors
+	return c, nil
+}
+
+// chooseChild picks this side's choice among the ESP proposals of a
+// request for a CHILD_SA, or the notification that refuses it (counted).
+func (s *IKESA) chooseChild(ours []Proposal, sap *SA) (Proposal, childSuite, *Notify) {
+	chosen, ok := Choose(ours, sap.Proposals)
+	if ok && len(chosen.SPI) == 4 {
+		if cs, err := childSuiteFrom(chosen); err == nil {
+			return chosen, cs, nil
+		}
+	}
+	s.e.count("no ESP proposal chosen")
+	return Proposal{}, childSuite{}, &Notify{Kind: NotifyNoProposalChosen}
+}
+
+// giveChild makes the CHILD_SA the peer asked for with the chosen
+// proposal, its selectors narrowed to ours, from the exchange's nonces
+// (and g^ir), adds it to the SA and tells Config.OnChild; it returns the
+// child and the response's SA, TSi and TSr payloads, or the notification
+// that refuses it (counted).
+func (s *IKESA) giveChild(chosen Proposal, cs childSuite, tsi, tsr *TS, gir, ni, nr []byte) (*Child, []Payload, *Notify) {
+	e := s.e
+	narrowI, narrowR := Narrow(tsi.Selectors, e.cfg.RemoteTS), Narrow(tsr.Selectors, e.cfg.LocalTS)
+	if len(narrowI) == 0 || len(narrowR) == 0 {
+		e.count("traffic selectors unacceptable")
+		return nil, nil, &Notify{Kind: NotifyTSUnacceptable}
+	}
+	c, err := s.newChild(cs, chosen, gir, ni, nr, false, 0)
+	if err != nil {
+		e.count("CHILD_SA not made")
+		return nil, nil, &Notify{Kind: NotifyTemporaryFailure}
+	}
+	c.LocalTS, c.RemoteTS = narrowR, narrowI
+	chosen.SPI = binary.BigEndian.AppendUint32(nil, c.InSPI)
+	s.children = append(s.children, c)
+	if e.cfg.OnChild != nil {
+		e.cfg.OnChild(s, c)
+	}
+	return c, []Payload{&SA{Proposals: []Proposal{chosen}}, &TS{Kind: PayloadTSi, Selectors: narrowI}, &TS{Kind: PayloadTSr, Selectors: narrowR}}, nil
 }

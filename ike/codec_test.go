@@ -3,6 +3,7 @@ package ike
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -25,6 +26,9 @@ func samplePayloads() []Payload {
 		&Delete{Protocol: ProtoESP, SPIs: []uint32{0xc0ffee01, 2}},
 		&Delete{Protocol: ProtoIKE},
 		&Unknown{Kind: PayloadVendorID, Body: []byte("espgw")},
+		&Cert{Encoding: CertX509, Data: []byte{0x30, 0x03, 0x02, 0x01, 0x01}},
+		&CertReq{Encoding: CertX509, Data: bytes.Repeat([]byte{5}, 40)},
+		sigHashNotify(),
 	}
 }
 
@@ -114,5 +118,35 @@ func TestParseErrorsSayWhere(t *testing.T) {
 	b[17] = 0x10
 	if _, err := Parse(b); err == nil || !strings.Contains(err.Error(), "version 1") {
 		t.Errorf("IKEv1 header: %v", err)
+	}
+	for _, c := range []struct {
+		p    Payload
+		want string
+	}{
+		{&CertReq{Encoding: CertX509, Data: make([]byte, 21)}, "not a whole number of SHA-1 hashes"},
+		{&CertReq{Encoding: CertX509, Data: make([]byte, maxCertReqLen+20)}, "CERTREQ at offset 28"},
+		{&Cert{Encoding: CertX509}, "CERT at offset 28: 1 bytes"},
+		{&Cert{Encoding: CertX509, Data: make([]byte, maxCertLen+1)}, "want 2 to"},
+	} {
+		m := &Message{Header: Header{Exchange: IKEAuth, Flags: FlagInitiator}, Payloads: []Payload{c.p}}
+		b, _ := m.Marshal()
+		if _, err := Parse(b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%T of %d bytes: %v, want %q", c.p, len(c.p.appendBody(nil)), err, c.want)
+		}
+	}
+	// An SKF payload's Fragment Number and Total Fragments are checked
+	// before anything is decrypted.
+	for _, c := range []struct {
+		num, total int
+		want       string
+	}{{0, 2, "fragment 0 of 2"}, {3, 2, "fragment 3 of 2"}, {1, MaxFragments + 1, "at most 32"}} {
+		b := make([]byte, HeaderLen+8+16)
+		(&Header{Next: PayloadSKF, Version: Version, Exchange: IKEAuth, MessageID: 1, Length: uint32(len(b))}).put(b)
+		binary.BigEndian.PutUint16(b[HeaderLen+2:], 8+16)
+		binary.BigEndian.PutUint16(b[HeaderLen+4:], uint16(c.num))
+		binary.BigEndian.PutUint16(b[HeaderLen+6:], uint16(c.total))
+		if _, err := Parse(b); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("SKF %d/%d: %v, want %q", c.num, c.total, err, c.want)
+		}
 	}
 }

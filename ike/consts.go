@@ -13,19 +13,18 @@ const (
 	Informational ExchangeType = 37
 )
 
-func (e ExchangeType) String() string {
-	switch e {
-	case IKESAInit:
-		return "IKE_SA_INIT"
-	case IKEAuth:
-		return "IKE_AUTH"
-	case CreateChildSA:
-		return "CREATE_CHILD_SA"
-	case Informational:
-		return "INFORMATIONAL"
+// nameOf is names[v], or what(v) for a value without a name.
+func nameOf[K ~uint8 | ~uint16](names map[K]string, v K, what string) string {
+	if n, ok := names[v]; ok {
+		return n
 	}
-	return fmt.Sprintf("exchange(%d)", uint8(e))
+	return fmt.Sprintf("%s(%d)", what, v)
 }
+
+var exchangeNames = map[ExchangeType]string{IKESAInit: "IKE_SA_INIT", IKEAuth: "IKE_AUTH", CreateChildSA: "CREATE_CHILD_SA",
+	Informational: "INFORMATIONAL"}
+
+func (e ExchangeType) String() string { return nameOf(exchangeNames, e, "exchange") }
 
 // Flags are the header flags (RFC 7296 §3.1).
 type Flags uint8
@@ -70,12 +69,7 @@ var payloadNames = map[PayloadType]string{
 	PayloadConfig: "CP", PayloadEAP: "EAP", PayloadSKF: "SKF",
 }
 
-func (p PayloadType) String() string {
-	if n, ok := payloadNames[p]; ok {
-		return n
-	}
-	return fmt.Sprintf("payload(%d)", uint8(p))
-}
+func (p PayloadType) String() string { return nameOf(payloadNames, p, "payload") }
 
 // ProtocolID names the protocol of a proposal, notification or deletion.
 type ProtocolID uint8
@@ -87,17 +81,9 @@ const (
 	ProtoESP ProtocolID = 3
 )
 
-func (p ProtocolID) String() string {
-	switch p {
-	case ProtoIKE:
-		return "IKE"
-	case ProtoAH:
-		return "AH"
-	case ProtoESP:
-		return "ESP"
-	}
-	return fmt.Sprintf("protocol(%d)", uint8(p))
-}
+var protocolNames = map[ProtocolID]string{ProtoIKE: "IKE", ProtoAH: "AH", ProtoESP: "ESP"}
+
+func (p ProtocolID) String() string { return nameOf(protocolNames, p, "protocol") }
 
 // NotifyType is a Notify payload's message type (RFC 7296 §3.10.1).
 type NotifyType uint16
@@ -158,12 +144,7 @@ var notifyNames = map[NotifyType]string{
 	NotifyFragmentationSupported: "IKEV2_FRAGMENTATION_SUPPORTED", NotifySignatureHashAlgs: "SIGNATURE_HASH_ALGORITHMS",
 }
 
-func (n NotifyType) String() string {
-	if s, ok := notifyNames[n]; ok {
-		return s
-	}
-	return fmt.Sprintf("notify(%d)", uint16(n))
-}
+func (n NotifyType) String() string { return nameOf(notifyNames, n, "notify") }
 
 // IsError reports whether the notification is an error (types below 16384).
 func (n NotifyType) IsError() bool { return n < 16384 }

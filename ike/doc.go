@@ -1,21 +1,23 @@
-// Package ike speaks IKEv2 (RFC 7296) with a pre-shared key.
+// Package ike speaks IKEv2 (RFC 7296) with a pre-shared key or X.509
+// certificates.
 //
-// It speaks IKEv2 (RFC 7296): the message and payload codec, the transforms
-// and proposals (with strongSwan's proposal syntax), the key derivation, and
-// an initiator and responder (Endpoint) that negotiate an IKE SA with a
-// pre-shared key and its CHILD_SAs, whose keys become espgw sa.SA pairs
-// (Child.SAs). It uses the standard library alone and nothing of the lab.
+// It has the message and payload codec, the transforms and proposals (with
+// strongSwan's proposal syntax), the key derivation, and an initiator and
+// responder (Endpoint) that negotiate an IKE SA and its CHILD_SAs, whose
+// keys become espgw sa.SA pairs (Child.SAs). It uses the standard library
+// and golang.org/x/crypto alone, and nothing of the lab.
 //
 // # What it has
 //
 //   - Messages: the header and the payloads SA (proposals, transforms, the
 //     Key Length attribute), KE, Nonce, IDi/IDr, AUTH, TSi/TSr, Notify,
-//     Delete and SK; other payloads are kept as Unknown (a critical one is
-//     answered with UNSUPPORTED_CRITICAL_PAYLOAD). Every decoder is bounded
+//     Delete, CERT, CERTREQ, SK and SKF; other payloads are kept as
+//     Unknown (a critical one is answered with
+//     UNSUPPORTED_CRITICAL_PAYLOAD). Every decoder is bounded
 //     (message, payload, proposal, transform and selector counts and
 //     lengths) and returns an error naming the payload and its offset.
-//   - Transforms: ENCR AES-CBC and AES-GCM-16 (128, 192, 256 bits); PRF
-//     HMAC-SHA1, SHA2-256/384/512; INTEG HMAC-SHA1-96, SHA2-256-128,
+//   - Transforms: ENCR AES-CBC and AES-GCM-16 (128, 192, 256 bits) and
+//     ChaCha20-Poly1305 (RFC 7634); PRF HMAC-SHA1, SHA2-256/384/512; INTEG HMAC-SHA1-96, SHA2-256-128,
 //     SHA2-384-192, SHA2-512-256; groups MODP 2048 and 3072, ECP 256 and
 //     384, Curve25519; ESN negotiation for ESP. ESP proposals map to
 //     espgw's suites; ParseProposals refuses what espgw cannot carry.
@@ -23,24 +25,36 @@
 //     a PFS g^ir on rekey), the rekeyed IKE SA's SKEYSEED from the old SK_d.
 //   - Exchanges: IKE_SA_INIT with NAT detection (and the float to port
 //     4500), INVALID_KE_PAYLOAD retry, COOKIE above CookieThreshold
-//     half-open SAs and silence above MaxHalfOpen; IKE_AUTH with a PSK,
-//     identities FQDN, email, IPv4/IPv6 or key id, traffic selector
-//     narrowing and the first CHILD_SA; CREATE_CHILD_SA for a CHILD_SA
+//     half-open SAs and silence above MaxHalfOpen; IKE_AUTH with a PSK or
+//     certificates (chain validation against Config.CAs; RFC 7427
+//     Digital Signatures announced with SIGNATURE_HASH_ALGORITHMS, or
+//     the classic RSA and ECDSA methods), identities FQDN, email,
+//     IPv4/IPv6, DN or key id (checked against the certificate), traffic
+//     selector narrowing and the first CHILD_SA; CREATE_CHILD_SA for a CHILD_SA
 //     rekey (REKEY_SA, optional PFS), a new CHILD_SA or an IKE SA rekey
 //     (the CHILD_SAs move to the new SA), both ways;
 //     INFORMATIONAL liveness checks and Delete of the IKE SA or CHILD_SAs.
 //     Message IDs with a window of one, retransmission with a doubling
 //     timeout, duplicate requests answered with the response already sent.
+//     IKE fragmentation (RFC 7383): IKEV2_FRAGMENTATION_SUPPORTED both
+//     ways, encrypted messages above Config.FragmentSize sent as SKF
+//     fragments, each fragment verified on arrival and the message
+//     reassembled within bounds (MaxFragments, MaxMessageLen, 30 s); a
+//     retransmitted first fragment gets the whole response again.
+//     Simultaneous rekeys (RFC 7296 §2.8.1): when both sides rekey one
+//     CHILD_SA or the IKE SA at once, the new SA of the exchange with the
+//     lowest nonce is deleted by its initiator and the old one by the
+//     other's, the CHILD_SAs moving to the surviving IKE SA.
 //   - Transport: the sockets of ports 500 and 4500 (non-ESP marker).
 //     Every message that leads nowhere is counted by reason
 //     (Endpoint.Counts).
 //
 // # What it does not have yet
 //
-// Simultaneous rekey collisions (RFC 7296 §2.8.1), certificates and RFC 7427
-// signatures, EAP, configuration payloads, IKE fragmentation (RFC 7383),
-// transport mode (tunnel mode always), ChaCha20-Poly1305, NAT-T keepalives
-// and NAT rebinding, lifetimes, rekey and DPD timers. The gateway does not
-// use the package yet; `espgw ike initiate` negotiates a CHILD_SA and
-// writes it as an SA file.
+// CRL and OCSP checks, EAP, configuration payloads, transport mode (tunnel
+// mode always) and NAT rebinding; NAT-T keepalives are the gateway's
+// ESP-in-UDP socket's. Lifetimes, rekey and DPD timers are the gateway's:
+// its IKE daemon (internal/gateway) drives an Endpoint per connection, and
+// Config.OnChild and Config.OnRekey put the CHILD_SAs in force.
+// `espgw ike initiate` negotiates a CHILD_SA and writes it as an SA file.
 package ike

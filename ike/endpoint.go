@@ -2,9 +2,11 @@ package ike
 
 import (
 	"context"
+	"crypto"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,8 +23,30 @@ import (
 // Config is one endpoint's IKE configuration: its identity and the
 // peer's, the PSK, the proposals and the traffic selectors.
 type Config struct {
-	LocalID, RemoteID Identity // a zero RemoteID accepts any identity
-	PSK               sa.Key   // never printed
+	// LocalID is this side's identity: with a certificate, one it holds
+	// (its subject DN when zero). A zero RemoteID accepts any identity
+	// (with certificates, any the peer's certificate holds).
+	LocalID, RemoteID Identity
+	// PSK is the pre-shared key: this side authenticates with it when it
+	// has no certificate, and the peer may. Never printed.
+	PSK sa.Key
+	// Certs is this side's certificate chain, its own first, and Key that
+	// certificate's private key: with them this side authenticates with a
+	// signature (RFC 7427 Digital Signature when the peer announces
+	// SIGNATURE_HASH_ALGORITHMS, else RSA or ECDSA of RFC 7296 and 4754).
+	Certs []*x509.Certificate
+	Key   crypto.Signer
+	// RSAPSS makes RSA Digital Signatures RSASSA-PSS rather than PKCS #1
+	// v1.5.
+	RSAPSS bool
+	// ClassicSignatures announces no SIGNATURE_HASH_ALGORITHMS, so that
+	// both sides sign with the methods of RFC 7296 and 4754 (strongSwan's
+	// signature_authentication = no).
+	ClassicSignatures bool
+	// CAs are the trust anchors a peer's certificate must chain to (through
+	// the intermediates it sends): with them the peer may authenticate
+	// with a signature.
+	CAs []*x509.Certificate
 	// IKE and ESP are the proposals offered and accepted, in order of
 	// preference (ParseProposals).
 	IKE, ESP []Proposal
@@ -39,17 +63,38 @@ type Config struct {
 	// default). HalfOpenTimeout forgets a half-open SA (30s by default).
 	CookieThreshold, MaxHalfOpen int
 	HalfOpenTimeout              time.Duration
+	// NoFragmentation leaves IKE fragmentation (RFC 7383) unannounced;
+	// otherwise, when both sides announce it, an encrypted message larger
+	// than FragmentSize bytes (DefaultFragmentSize when zero; its IKE
+	// header to its end) goes in fragments.
+	NoFragmentation bool
+	FragmentSize    int
 	// OnChild is called, with the endpoint's lock held, when a CHILD_SA
 	// this endpoint responded to is established.
 	OnChild func(*IKESA, *Child)
+	// OnRekey is called, without the lock, when a CHILD_SA this endpoint
+	// rekeys has its successor and before the old one is deleted with
+	// the peer: where the gateway puts the new one in force.
+	OnRekey func(s *IKESA, old, new *Child)
 	Rand    io.Reader
 	Log     *slog.Logger
 }
 
 func (c *Config) check() error {
 	var errs []error
-	if len(c.PSK) == 0 {
-		errs = append(errs, errors.New("no pre-shared key"))
+	if c.LocalID.Kind == 0 && len(c.Certs) > 0 {
+		c.LocalID = DN(c.Certs[0].RawSubject)
+	}
+	switch {
+	case c.Key != nil || len(c.Certs) > 0:
+		if err := checkCredentials(c.Certs, c.Key, c.LocalID); err != nil {
+			errs = append(errs, fmt.Errorf("certificate: %w", err))
+		}
+	case len(c.PSK) == 0:
+		errs = append(errs, errors.New("no pre-shared key and no certificate"))
+	}
+	if len(c.PSK) == 0 && len(c.CAs) == 0 {
+		errs = append(errs, errors.New("no pre-shared key and no CA: nothing to authenticate the peer with"))
 	}
 	if c.LocalID.Kind == 0 || len(c.LocalID.Data) == 0 {
 		errs = append(errs, errors.New("no local identity"))
@@ -66,6 +111,9 @@ func (c *Config) check() error {
 		if _, err := childSuiteFrom(firstOfEach(p)); err != nil {
 			errs = append(errs, fmt.Errorf("ESP proposal %s: %w", &p, err))
 		}
+	}
+	if c.FragmentSize != 0 && (c.FragmentSize < minFragmentSize || c.FragmentSize > MaxMessageLen) {
+		errs = append(errs, fmt.Errorf("fragment size %d, want %d to %d", c.FragmentSize, minFragmentSize, MaxMessageLen))
 	}
 	if len(c.LocalTS) == 0 || len(c.RemoteTS) == 0 {
 		errs = append(errs, errors.New("no local or no remote traffic selectors"))
@@ -122,6 +170,7 @@ func NewEndpoint(cfg Config, local netip.Addr, send func(Datagram) error) (*Endp
 	cfg.CookieThreshold = cmpOr(cfg.CookieThreshold, 16)
 	cfg.MaxHalfOpen = cmpOr(cfg.MaxHalfOpen, 1024)
 	cfg.HalfOpenTimeout = cmpOr(cfg.HalfOpenTimeout, 30*time.Second)
+	cfg.FragmentSize = cmpOr(cfg.FragmentSize, DefaultFragmentSize)
 	e := &Endpoint{cfg: cfg, local: local, send: send, sas: map[uint64]*IKESA{}, halfOpen: map[halfOpenKey]*IKESA{},
 		waiting: map[uint64]chan Datagram{}, stats: map[string]uint64{}}
 	if _, err := io.ReadFull(cfg.Rand, e.cookie[:]); err != nil {
@@ -136,6 +185,12 @@ func cmpOr[T comparable](v, def T) T {
 		return def
 	}
 	return v
+}
+
+// signatures reports whether this side signs or checks signatures, and
+// so announces SIGNATURE_HASH_ALGORITHMS.
+func (e *Endpoint) signatures() bool {
+	return !e.cfg.ClassicSignatures && (e.cfg.Key != nil || len(e.cfg.CAs) > 0)
 }
 
 // count records a datagram that did not lead anywhere, or an event, by
@@ -207,11 +262,13 @@ func (e *Endpoint) Handle(d Datagram) {
 	s.handleRequest(d, h)
 }
 
-// exchange sends a request and waits for its response, retransmitting
-// with a doubling timeout. spi is this side's SPI, where the response is
-// routed.
-func (e *Endpoint) exchange(ctx context.Context, spi uint64, req Datagram, msgID uint32) (Datagram, error) {
-	ch := make(chan Datagram, 1)
+// exchange sends a request (one datagram or its fragments) and hands each
+// datagram of its response to take, retransmitting with a doubling
+// timeout until take says the response is complete. A response take
+// refuses (forged or damaged) has the request sent again at once, at most
+// Tries times. spi is this side's SPI, where the response is routed.
+func (e *Endpoint) exchange(ctx context.Context, spi uint64, reqs []Datagram, msgID uint32, take func(Datagram) (bool, error)) error {
+	ch := make(chan Datagram, MaxFragments)
 	e.mu.Lock()
 	e.waiting[spi] = ch
 	e.mu.Unlock()
@@ -221,15 +278,16 @@ func (e *Endpoint) exchange(ctx context.Context, spi uint64, req Datagram, msgID
 		e.mu.Unlock()
 	}()
 	wait := e.cfg.RetransmitTimeout
-	for try := 1; ; try++ {
-		if try > 1 {
-			e.count("retransmitted request")
-		}
-		if err := e.send(req); err != nil {
-			return Datagram{}, err
+	bad := 0
+	for try := 1; ; {
+		for _, r := range reqs {
+			if err := e.send(r); err != nil {
+				return err
+			}
 		}
 		timer := time.NewTimer(wait)
-		for again := false; !again; {
+		timedOut, resend := false, false
+		for !timedOut && !resend {
 			select {
 			case d := <-ch:
 				h, _ := ParseHeader(d.Data)
@@ -237,19 +295,35 @@ func (e *Endpoint) exchange(ctx context.Context, spi uint64, req Datagram, msgID
 					e.count("response with another message ID")
 					continue
 				}
-				timer.Stop()
-				return d, nil
+				done, err := take(d)
+				switch {
+				case err != nil:
+					e.count("response dropped: " + reasonOf(err))
+					if bad++; bad == e.cfg.Tries {
+						timer.Stop()
+						return fmt.Errorf("%d responses that do not verify: %w", bad, err)
+					}
+					resend = true
+				case done:
+					timer.Stop()
+					return nil
+				}
 			case <-timer.C:
-				again = true
+				timedOut = true
 			case <-ctx.Done():
 				timer.Stop()
-				return Datagram{}, ctx.Err()
+				return ctx.Err()
 			}
 		}
-		if try == e.cfg.Tries {
-			return Datagram{}, fmt.Errorf("no response to message %d from %s after %d tries", msgID, req.Remote, try)
+		timer.Stop()
+		if timedOut {
+			if try == e.cfg.Tries {
+				return fmt.Errorf("no response to message %d from %s after %d tries", msgID, reqs[0].Remote, try)
+			}
+			try++
+			wait *= 2
+			e.count("retransmitted request")
 		}
-		wait *= 2
 	}
 }
 
@@ -264,6 +338,27 @@ func (e *Endpoint) randomSPI() (uint64, error) {
 			return spi, nil
 		}
 	}
+}
+
+// spiAndNonce is what an exchange this side starts needs first: a new
+// IKE SPI not in use (an ESP SPI when esp is set) and a nonce.
+func (e *Endpoint) spiAndNonce(esp bool) (uint64, []byte, error) {
+	e.mu.Lock()
+	var spi uint64
+	var err error
+	if esp {
+		var s uint32
+		s, err = e.childSPI()
+		spi = uint64(s)
+	} else {
+		spi, err = e.randomSPI()
+	}
+	e.mu.Unlock()
+	if err != nil {
+		return 0, nil, err
+	}
+	n, err := e.nonce()
+	return spi, n, err
 }
 
 // childSPI is a random ESP SPI of 256 or more.

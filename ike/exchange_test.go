@@ -21,7 +21,7 @@ type pair struct {
 	responderChild chan *Child
 }
 
-func testConfigs(t *testing.T, ike, esp string) (Config, Config) {
+func testConfigs(t testing.TB, ike, esp string) (Config, Config) {
 	t.Helper()
 	ikeP, err := ParseProposals(ProtoIKE, ike)
 	if err != nil {
@@ -50,8 +50,19 @@ func needRoot(t *testing.T) {
 // responder's Serve starts after delay.
 func newPair(t *testing.T, ic, rc Config, delay time.Duration) *pair {
 	t.Helper()
+	return newPairOn(t, ic, rc, delay, "127.83.75.1", "127.83.75.2")
+}
+
+// newPairAt is newPair on other addresses, for a second pair in one test.
+func newPairAt(t *testing.T, ic, rc Config, iAddr, rAddr string) *pair {
+	t.Helper()
+	return newPairOn(t, ic, rc, 0, iAddr, rAddr)
+}
+
+func newPairOn(t *testing.T, ic, rc Config, delay time.Duration, iAddr, rAddr string) *pair {
+	t.Helper()
 	needRoot(t)
-	p := &pair{iAddr: netip.MustParseAddr("127.83.75.1"), rAddr: netip.MustParseAddr("127.83.75.2"), responderChild: make(chan *Child, 4)}
+	p := &pair{iAddr: netip.MustParseAddr(iAddr), rAddr: netip.MustParseAddr(rAddr), responderChild: make(chan *Child, 4)}
 	var err error
 	if p.iTr, err = Listen(p.iAddr); err != nil {
 		t.Fatal(err)
@@ -117,6 +128,7 @@ func TestInitiatorAndResponderAgree(t *testing.T) {
 		{"aes256gcm16-prfsha384-ecp384", "aes256-sha1-esn"},
 		{"aes256-sha512-modp2048", "aes256gcm16"},
 		{"aes128-sha256-x25519", "aes128gcm16-ecp256"}, // PFS in the rekey
+		{"chacha20poly1305-prfsha256-x25519", "chacha20poly1305"},
 	} {
 		t.Run(c.ike+"/"+c.esp, func(t *testing.T) {
 			ic, rc := testConfigs(t, c.ike, c.esp)

@@ -3,9 +3,11 @@ package ike
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
@@ -20,17 +22,9 @@ const (
 	StateDeleted                  // deleted by either side
 )
 
-func (s State) String() string {
-	switch s {
-	case StateHalfOpen:
-		return "half-open"
-	case StateEstablished:
-		return "established"
-	case StateDeleted:
-		return "deleted"
-	}
-	return fmt.Sprintf("state(%d)", uint8(s))
-}
+var stateNames = map[State]string{StateHalfOpen: "half-open", StateEstablished: "established", StateDeleted: "deleted"}
+
+func (s State) String() string { return nameOf(stateNames, s, "state") }
 
 // IKESA is one IKE SA, initiated or responded to. Its fields change under
 // the endpoint's lock.
@@ -50,12 +44,27 @@ type IKESA struct {
 	halfOpenAt        halfOpenKey // where a responder's half-open SA is kept
 	nat               bool
 	peerID            Identity
-	created           time.Time
+	peerCert          *x509.Certificate
+	// peerHashes are the peer's SIGNATURE_HASH_ALGORITHMS, nil when it
+	// sent none.
+	peerHashes []uint16
+	created    time.Time
 	// nextReq is the ID of this side's next request; expectReq the ID
 	// the peer's next request must have.
 	nextReq, expectReq uint32
-	lastReq, lastResp  []byte
-	children           []*Child
+	// lastReq is the peer's last request as it arrived (its fragments,
+	// or one datagram), lastResp this side's response as sent.
+	lastReq, lastResp [][]byte
+	// fragments is set when both sides announced IKE fragmentation;
+	// reqFrags and respFrags collect the peer's fragmented request and
+	// response.
+	fragments           bool
+	reqFrags, respFrags *reassembly
+	// ourRekey and peerRekey are the exchanges that rekeyed this IKE SA;
+	// both set means a collision, settled once.
+	ourRekey, peerRekey *rekeyRecord
+	settled             bool
+	children            []*Child
 	// reqMu keeps one request of this side outstanding (a window of one).
 	reqMu sync.Mutex
 }
@@ -123,35 +132,51 @@ func (s *IKESA) forget() {
 func (s *IKESA) handleRequest(d Datagram, h Header) {
 	e := s.e
 	if s.lastResp != nil && h.MessageID+1 == s.expectReq {
-		if !bytes.Equal(d.Data, s.lastReq) {
+		// The first fragment again gets the whole response again; the
+		// others go unanswered (RFC 7383 §2.6.1).
+		switch {
+		case len(s.lastReq) > 0 && bytes.Equal(d.Data, s.lastReq[0]):
+			e.count("retransmitted request answered again")
+			for _, r := range s.lastResp {
+				e.send(Datagram{Data: r, Local: d.Local, Remote: d.Remote})
+			}
+		case slices.ContainsFunc(s.lastReq, func(r []byte) bool { return bytes.Equal(r, d.Data) }):
+			e.count("retransmitted fragment")
+		default:
 			e.count("request with a used message ID")
-			return
 		}
-		e.count("retransmitted request answered again")
-		e.send(Datagram{Data: s.lastResp, Local: d.Local, Remote: d.Remote})
 		return
 	}
 	if h.MessageID != s.expectReq {
 		e.count("request with an unexpected message ID")
 		return
 	}
-	m, err := Parse(d.Data)
+	parsed, err := Parse(d.Data)
 	if err != nil {
 		e.count("malformed request")
 		e.cfg.Log.Debug("IKE request dropped", "from", d.Remote, "err", err)
 		return
 	}
-	if err := s.recv.open(m, d.Data); err != nil {
+	m, err := s.open(parsed, d.Data, &s.reqFrags)
+	if err != nil {
 		if errors.Is(err, errIntegrity) {
 			e.count("integrity check failed")
 		} else {
 			e.count("malformed SK payload")
+			e.cfg.Log.Debug("IKE request dropped", "from", d.Remote, "err", err)
 		}
 		return
 	}
+	if m == nil {
+		return // a fragment; more to come
+	}
+	req := [][]byte{d.Data}
+	if m.fragments != nil {
+		req = m.fragments
+	}
 	for _, p := range m.Payloads {
 		if u, ok := p.(*Unknown); ok && u.Critical {
-			s.reply(d, h, []Payload{&Notify{Kind: NotifyUnsupportedCriticalPayload, Data: []byte{byte(u.Kind)}}})
+			s.reply(d, h, req, []Payload{&Notify{Kind: NotifyUnsupportedCriticalPayload, Data: []byte{byte(u.Kind)}}})
 			return
 		}
 	}
@@ -180,25 +205,26 @@ func (s *IKESA) handleRequest(d Datagram, h Header) {
 		e.count("request of an unknown exchange")
 		return
 	}
-	s.reply(d, h, resp)
+	s.reply(d, h, req, resp)
 	if s.state == StateDeleted {
 		s.forget()
 	}
 }
 
-// reply seals and sends the response to request h.
-func (s *IKESA) reply(d Datagram, h Header, payloads []Payload) {
-	out, err := s.send.seal(&Message{Header: Header{SPIi: s.spii, SPIr: s.spir, Exchange: h.Exchange,
-		Flags: s.flags(true), MessageID: h.MessageID}, Payloads: payloads}, s.e.cfg.Rand)
+// reply seals and sends the response to request h, which arrived as req.
+func (s *IKESA) reply(d Datagram, h Header, req [][]byte, payloads []Payload) {
+	out, err := s.sealOut(Header{SPIi: s.spii, SPIr: s.spir, Exchange: h.Exchange, Flags: s.flags(true), MessageID: h.MessageID}, payloads)
 	if err != nil {
 		s.e.count("response not sealed")
 		s.e.cfg.Log.Warn("IKE response not sealed", "err", err)
 		return
 	}
 	s.expectReq = h.MessageID + 1
-	s.lastReq, s.lastResp = d.Data, out
-	if err := s.e.send(Datagram{Data: out, Local: d.Local, Remote: d.Remote}); err != nil {
-		s.e.count("response not sent")
+	s.lastReq, s.lastResp = req, out
+	for _, b := range out {
+		if err := s.e.send(Datagram{Data: b, Local: d.Local, Remote: d.Remote}); err != nil {
+			s.e.count("response not sent")
+		}
 	}
 }
 
@@ -245,40 +271,38 @@ func (s *IKESA) request(ctx context.Context, exch ExchangeType, payloads []Paylo
 		return nil, errors.New("the IKE SA is deleted")
 	}
 	id := s.nextReq
-	out, err := s.send.seal(&Message{Header: Header{SPIi: s.spii, SPIr: s.spir, Exchange: exch, Flags: s.flags(false),
-		MessageID: id}, Payloads: payloads}, e.cfg.Rand)
+	out, err := s.sealOut(Header{SPIi: s.spii, SPIr: s.spir, Exchange: exch, Flags: s.flags(false), MessageID: id}, payloads)
 	local, remote := s.local, s.remote
 	e.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	for bad := 0; ; {
-		d, err := e.exchange(ctx, s.ourSPI(), Datagram{Data: out, Local: local, Remote: remote}, id)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", exch, err)
-		}
+	reqs := make([]Datagram, len(out))
+	for i, b := range out {
+		reqs[i] = Datagram{Data: b, Local: local, Remote: remote}
+	}
+	var resp *Message
+	err = e.exchange(ctx, s.ourSPI(), reqs, id, func(d Datagram) (bool, error) {
 		m, err := Parse(d.Data)
-		if err == nil {
-			err = s.recv.open(m, d.Data)
-		}
 		if err != nil {
-			// A forged or damaged response does not end the exchange at
-			// once: the request goes again, a bounded number of times.
-			e.count("response dropped: " + reasonOf(err))
-			if bad++; bad == e.cfg.Tries {
-				return nil, fmt.Errorf("%s: %d responses that do not verify: %w", exch, bad, err)
-			}
-			continue
+			return false, err
+		}
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		if m, err = s.open(m, d.Data, &s.respFrags); err != nil || m == nil {
+			return false, err
 		}
 		if m.Exchange != exch {
 			e.count("response of another exchange")
-			continue
+			return false, nil
 		}
-		e.mu.Lock()
-		s.nextReq = id + 1
-		e.mu.Unlock()
-		return m, nil
+		s.nextReq, resp = id+1, m
+		return true, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", exch, err)
 	}
+	return resp, nil
 }
 
 func reasonOf(err error) string {
@@ -312,15 +336,23 @@ func (s *IKESA) DeleteChild(ctx context.Context, c *Child) error {
 	}
 	s.e.mu.Lock()
 	defer s.e.mu.Unlock()
+	held := false
 	for i, have := range s.children {
 		if have == c {
 			s.children = append(s.children[:i], s.children[i+1:]...)
+			held = true
 		}
 	}
 	for _, p := range m.Payloads {
 		if d, ok := p.(*Delete); ok && d.Protocol == ProtoESP && len(d.SPIs) == 1 && d.SPIs[0] == c.OutSPI {
 			return nil
 		}
+	}
+	if !held {
+		// The peer deleted it meanwhile: both sides deleted it at once,
+		// and the peer's answer rightly names nothing (RFC 7296 §1.4.1).
+		s.e.count("CHILD_SA deleted by both sides at once")
+		return nil
 	}
 	return fmt.Errorf("the peer's response deletes no SA %#x", c.OutSPI)
 }

@@ -2,7 +2,6 @@ package ike
 
 import (
 	"context"
-	"crypto/hmac"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -42,13 +41,7 @@ func (e *Endpoint) initSA(ctx context.Context, remote netip.AddrPort) (*IKESA, e
 	local := netip.AddrPortFrom(e.local, Port)
 	// A retry keeps the SPI, the nonce and, unless the group changes, the
 	// KE: RFC 7296 §2.6 wants the other payloads unchanged after a COOKIE.
-	e.mu.Lock()
-	spii, err := e.randomSPI()
-	e.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	ni, err := e.nonce()
+	spii, ni, err := e.spiAndNonce(false)
 	if err != nil {
 		return nil, err
 	}
@@ -70,12 +63,19 @@ func (e *Endpoint) initSA(ctx context.Context, remote netip.AddrPort) (*IKESA, e
 		ps = append(ps, &SA{Proposals: e.cfg.IKE}, &KE{Group: group, Data: dh.Public()}, &Nonce{Data: ni},
 			&Notify{Kind: NotifyNATDetectionSourceIP, Data: natHash(spii, 0, local.Addr().AsSlice(), local.Port())},
 			&Notify{Kind: NotifyNATDetectionDestIP, Data: natHash(spii, 0, remote.Addr().AsSlice(), remote.Port())})
+		if e.signatures() {
+			ps = append(ps, sigHashNotify())
+		}
+		if !e.cfg.NoFragmentation {
+			ps = append(ps, &Notify{Kind: NotifyFragmentationSupported})
+		}
 		req, err := (&Message{Header: Header{SPIi: spii, Exchange: IKESAInit, Flags: FlagInitiator}, Payloads: ps}).Marshal()
 		if err != nil {
 			return nil, err
 		}
-		d, err := e.exchange(ctx, spii, Datagram{Data: req, Local: local, Remote: remote}, 0)
-		if err != nil {
+		var d Datagram
+		if err := e.exchange(ctx, spii, []Datagram{{Data: req, Local: local, Remote: remote}}, 0,
+			func(r Datagram) (bool, error) { d = r; return true, nil }); err != nil {
 			return nil, err
 		}
 		m, err := Parse(d.Data)
@@ -139,6 +139,10 @@ func (e *Endpoint) initResponse(m *Message, d Datagram, req, ni []byte, dh dhKey
 	if ke.Group != group || suite.group != group {
 		return nil, fmt.Errorf("the responder's KE is %s and its proposal %s, but ours was %s", ke.Group, suite.group, group)
 	}
+	hashes, err := peerSigHashes(m)
+	if err != nil {
+		return nil, err
+	}
 	gir, err := dh.Shared(ke.Data)
 	if err != nil {
 		return nil, err
@@ -148,7 +152,7 @@ func (e *Endpoint) initResponse(m *Message, d Datagram, req, ni []byte, dh dhKey
 		return nil, err
 	}
 	s := &IKESA{e: e, initiator: true, spii: m.SPIi, spir: m.SPIr, suite: suite, keys: keys, ni: ni, nr: nonce.Data,
-		initReq: req, initResp: d.Data, local: local, remote: remote, created: time.Now(), nextReq: 1}
+		initReq: req, initResp: d.Data, local: local, remote: remote, created: time.Now(), nextReq: 1, peerHashes: hashes}
 	if s.send, err = newSKCipher(suite.encr, suite.integ, keys.ei, keys.ai); err == nil {
 		s.recv, err = newSKCipher(suite.encr, suite.integ, keys.er, keys.ar)
 	}
@@ -156,6 +160,7 @@ func (e *Endpoint) initResponse(m *Message, d Datagram, req, ni []byte, dh dhKey
 		return nil, err
 	}
 	s.nat = natDetected(m, m.SPIi, m.SPIr, d)
+	s.fragments = !e.cfg.NoFragmentation && m.Notify(NotifyFragmentationSupported) != nil
 	if s.nat && remote.Port() == Port {
 		// RFC 7296 §2.23: float to port 4500 for IKE_AUTH.
 		s.local, s.remote = netip.AddrPortFrom(local.Addr(), NATTPort), netip.AddrPortFrom(remote.Addr(), NATTPort)
@@ -175,16 +180,19 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	if err != nil {
 		return nil, err
 	}
-	esp := withoutDH(e.cfg.ESP)
-	for i := range esp {
-		esp[i].SPI = binary.BigEndian.AppendUint32(nil, inSPI)
+	esp := withSPI(withoutDH(e.cfg.ESP), binary.BigEndian.AppendUint32(nil, inSPI))
+	certs, auth, err := s.ownAuth()
+	if err != nil {
+		return nil, err
 	}
-	ps := []Payload{&ID{Kind: PayloadIDi, Identity: e.cfg.LocalID}}
+	ps := append([]Payload{&ID{Kind: PayloadIDi, Identity: e.cfg.LocalID}}, certs...)
+	if len(e.cfg.CAs) > 0 {
+		ps = append(ps, certReqFor(e.cfg.CAs))
+	}
 	if e.cfg.RemoteID.Kind != 0 {
 		ps = append(ps, &ID{Kind: PayloadIDr, Identity: e.cfg.RemoteID})
 	}
-	ps = append(ps, &Auth{Method: AuthSharedKey, Data: pskAuth(s.suite.prf, e.cfg.PSK, s.initReq, s.nr, s.keys.pi, e.cfg.LocalID)},
-		&SA{Proposals: esp}, &TS{Kind: PayloadTSi, Selectors: e.cfg.LocalTS}, &TS{Kind: PayloadTSr, Selectors: e.cfg.RemoteTS})
+	ps = append(ps, auth, &SA{Proposals: esp}, &TS{Kind: PayloadTSi, Selectors: e.cfg.LocalTS}, &TS{Kind: PayloadTSr, Selectors: e.cfg.RemoteTS})
 	m, err := s.request(ctx, IKEAuth, ps)
 	if err != nil {
 		return nil, err
@@ -193,20 +201,25 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 		return nil, errors.New("the responder answered AUTHENTICATION_FAILED")
 	}
 	idr, _ := m.Find(PayloadIDr).(*ID)
-	auth, _ := m.Find(PayloadAuth).(*Auth)
+	peerAuth, _ := m.Find(PayloadAuth).(*Auth)
 	switch {
-	case idr == nil || auth == nil:
+	case idr == nil || peerAuth == nil:
 		if n := m.ErrorNotify(); n != nil {
 			return nil, fmt.Errorf("the responder answered %s", n.Kind)
 		}
 		return nil, errors.New("the response lacks IDr or AUTH")
 	case e.cfg.RemoteID.Kind != 0 && !idr.Identity.Equal(e.cfg.RemoteID):
 		return nil, fmt.Errorf("the responder is %s, want %s", idr.Identity, e.cfg.RemoteID)
-	case auth.Method != AuthSharedKey:
-		return nil, fmt.Errorf("the responder authenticates with method %d, not a shared key", auth.Method)
-	case !hmac.Equal(auth.Data, pskAuth(s.suite.prf, e.cfg.PSK, s.initResp, s.ni, s.keys.pr, idr.Identity)):
-		e.count("authentication failed")
-		return nil, errors.New("the responder's AUTH does not verify")
+	}
+	e.mu.Lock()
+	err = s.checkPeerAuth(m, idr.Identity, peerAuth)
+	e.mu.Unlock()
+	if err != nil {
+		var ae *authError
+		if errors.As(err, &ae) {
+			e.count(ae.reason)
+		}
+		return nil, fmt.Errorf("the responder %s: %w", idr.Identity, err)
 	}
 	e.mu.Lock()
 	s.state, s.peerID = StateEstablished, idr.Identity
@@ -215,28 +228,12 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	if n := m.ErrorNotify(); n != nil {
 		return nil, fmt.Errorf("IKE SA up, no CHILD_SA: the responder answered %s", n.Kind)
 	}
-	sap, _ := m.Find(PayloadSA).(*SA)
-	tsi, _ := m.Find(PayloadTSi).(*TS)
-	tsr, _ := m.Find(PayloadTSr).(*TS)
-	switch {
-	case sap == nil || tsi == nil || tsr == nil:
-		return nil, errors.New("IKE SA up, no CHILD_SA: the response lacks SA, TSi or TSr")
-	case len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 || !Accepts(esp, sap.Proposals[0]):
-		return nil, errors.New("IKE SA up, no CHILD_SA: the responder chose an ESP proposal not offered")
-	case !Within(tsi.Selectors, e.cfg.LocalTS) || !Within(tsr.Selectors, e.cfg.RemoteTS):
-		return nil, fmt.Errorf("IKE SA up, no CHILD_SA: the responder's selectors %v === %v exceed ours", tsi.Selectors, tsr.Selectors)
-	}
-	cs, err := childSuiteFrom(sap.Proposals[0])
+	c, err := s.takeChild(m, esp, e.cfg.LocalTS, e.cfg.RemoteTS, nil, s.ni, s.nr, inSPI)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("IKE SA up, no CHILD_SA: %w", err)
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	c, err := s.newChild(cs, sap.Proposals[0], nil, s.ni, s.nr, true, inSPI)
-	if err != nil {
-		return nil, err
-	}
-	c.LocalTS, c.RemoteTS = tsi.Selectors, tsr.Selectors
 	s.children = append(s.children, c)
 	e.count("CHILD_SA established")
 	return c, nil

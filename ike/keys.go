@@ -106,9 +106,13 @@ func childSuiteFrom(p Proposal) (childSuite, error) {
 		return c, err
 	}
 	c.encLen = enc.keyLen
-	c.suite.Cipher = sa.CipherAESCBC
-	if enc.aead {
+	switch {
+	case enc.id == EncrChaCha20Poly1305:
+		c.suite.Cipher = sa.CipherChaCha20Poly1305
+	case enc.aead:
 		c.suite.Cipher = sa.CipherAESGCM16
+	default:
+		c.suite.Cipher = sa.CipherAESCBC
 	}
 	if in, ok := p.Get(TransformINTEG); ok {
 		auth, ok := map[uint16]sa.Auth{IntegHMACSHA1_96: sa.AuthHMACSHA1_96, IntegHMACSHA256_128: sa.AuthHMACSHA256_128,

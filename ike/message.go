@@ -14,6 +14,9 @@ const MaxMessageLen = 65535
 // maxPayloads bounds the payloads of one message (or of one SK payload).
 const maxPayloads = 64
 
+// MaxFragments bounds the fragments of one message (RFC 7383).
+const MaxFragments = 32
+
 // Version is the IKE version this package speaks: major 2, minor 0.
 const Version = 0x20
 
@@ -79,6 +82,8 @@ type Message struct {
 	Encrypted bool
 	// sk is the undecrypted SK payload until Open.
 	sk *skPayload
+	// fragments are the fragments a reassembled message arrived in.
+	fragments [][]byte
 }
 
 // Find returns the first payload of type t, or nil.
@@ -155,7 +160,23 @@ func parseChain(next PayloadType, b []byte, base int, outer bool) ([]Payload, *s
 			if off+n != len(b) {
 				return nil, nil, fmt.Errorf("SK payload at offset %d is not the last (%d bytes follow)", base+off, len(b)-off-n)
 			}
-			return ps, &skPayload{inner: following, offset: base + off, body: body}, nil
+			return ps, &skPayload{inner: following, offset: base + off, hdrLen: 4, body: body}, nil
+		}
+		if next == PayloadSKF {
+			if !outer || off+n != len(b) {
+				return nil, nil, fmt.Errorf("SKF payload at offset %d inside an SK payload or not the last", base+off)
+			}
+			if len(body) < 4 {
+				return nil, nil, fmt.Errorf("SKF payload at offset %d: %d bytes, want at least 4", base+off, len(body))
+			}
+			num, total := int(binary.BigEndian.Uint16(body)), int(binary.BigEndian.Uint16(body[2:]))
+			if num < 1 || num > total || total > MaxFragments {
+				return nil, nil, fmt.Errorf("SKF payload at offset %d: fragment %d of %d (at most %d)", base+off, num, total, MaxFragments)
+			}
+			if num > 1 && following != PayloadNone {
+				return nil, nil, fmt.Errorf("SKF payload at offset %d: fragment %d names a next payload (%s)", base+off, num, following)
+			}
+			return ps, &skPayload{inner: following, offset: base + off, hdrLen: 8, body: body[4:], fragNum: num, fragTotal: total}, nil
 		}
 		p, err := decodePayload(next, critical, body)
 		if err != nil {

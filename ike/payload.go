@@ -21,7 +21,7 @@ const (
 	maxNonceLen  = 256
 	maxKELen     = 1024 // MODP 8192 is 1024 bytes
 	maxIDLen     = 1024
-	maxAuthLen   = 1024
+	maxAuthLen   = 2048 // an RSA-8192 signature and its algorithm
 	maxNotifyLen = 2048
 	maxDeletes   = 256
 )
@@ -47,6 +47,10 @@ func decodePayload(t PayloadType, critical bool, body []byte) (Payload, error) {
 		return parseDelete(body)
 	case PayloadTSi, PayloadTSr:
 		return parseTS(t, body)
+	case PayloadCert:
+		return parseCert(body)
+	case PayloadCertReq:
+		return parseCertReq(body)
 	}
 	if len(body) > MaxMessageLen {
 		return nil, fmt.Errorf("%d bytes", len(body))
@@ -56,8 +60,8 @@ func decodePayload(t PayloadType, critical bool, body []byte) (Payload, error) {
 
 func clone(b []byte) []byte { return append([]byte(nil), b...) }
 
-// Unknown is a payload this package does not read (VendorID, CERTREQ,
-// CP, ...). Critical is the sender's critical bit.
+// Unknown is a payload this package does not read (VendorID, CP,
+// EAP, ...). Critical is the sender's critical bit.
 type Unknown struct {
 	Kind     PayloadType
 	Critical bool
@@ -108,23 +112,9 @@ const (
 	IDKeyID IDType = 11
 )
 
-func (t IDType) String() string {
-	switch t {
-	case IDIPv4:
-		return "ipv4"
-	case IDFQDN:
-		return "fqdn"
-	case IDEmail:
-		return "email"
-	case IDIPv6:
-		return "ipv6"
-	case IDDN:
-		return "dn"
-	case IDKeyID:
-		return "keyid"
-	}
-	return fmt.Sprintf("id-type(%d)", uint8(t))
-}
+var idTypeNames = map[IDType]string{IDIPv4: "ipv4", IDFQDN: "fqdn", IDEmail: "email", IDIPv6: "ipv6", IDDN: "dn", IDKeyID: "keyid"}
+
+func (t IDType) String() string { return nameOf(idTypeNames, t, "id-type") }
 
 // Identity is an IKE identity: a type and its data.
 type Identity struct {
@@ -145,14 +135,24 @@ func Addr(a netip.Addr) Identity {
 	return Identity{IDIPv6, b[:]}
 }
 
-// Equal reports whether two identities are the same type and data.
+// DN is a distinguished name identity from its DER encoding (a
+// certificate's RawSubject).
+func DN(der []byte) Identity { return Identity{IDDN, clone(der)} }
+
+// Equal reports whether two identities are the same type and data; DNs
+// are compared attribute by attribute (dnEqual).
 func (id Identity) Equal(o Identity) bool {
+	if id.Kind == IDDN && o.Kind == IDDN {
+		return dnEqual(id.Data, o.Data)
+	}
 	return id.Kind == o.Kind && string(id.Data) == string(o.Data)
 }
 
 func (id Identity) String() string {
 	switch id.Kind {
-	case IDFQDN, IDEmail, IDDN:
+	case IDDN:
+		return fmt.Sprintf("%s:%q", id.Kind, dnString(id.Data))
+	case IDFQDN, IDEmail:
 		return fmt.Sprintf("%s:%q", id.Kind, id.Data)
 	case IDIPv4, IDIPv6:
 		if a, ok := netip.AddrFromSlice(id.Data); ok {
@@ -302,8 +302,8 @@ func parseDelete(body []byte) (*Delete, error) {
 
 // ParseIdentity reads an identity written as in strongSwan's
 // configuration: "@host.example" an FQDN, "@#0a1b…" a key id in hex, an
-// IPv4 or IPv6 address, "user@host" an email address, anything else an
-// FQDN.
+// IPv4 or IPv6 address, "C=CH, O=Example, CN=gw1" a distinguished name,
+// "user@host" an email address, anything else an FQDN.
 func ParseIdentity(s string) (Identity, error) {
 	switch {
 	case s == "" || s == "@" || s == "@#":
@@ -319,6 +319,13 @@ func ParseIdentity(s string) (Identity, error) {
 	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		return Addr(a.Unmap()), nil
+	}
+	if strings.Contains(s, "=") {
+		der, err := parseDN(s)
+		if err != nil {
+			return Identity{}, err
+		}
+		return Identity{IDDN, der}, nil
 	}
 	if strings.Contains(s, "@") {
 		return Email(s), nil

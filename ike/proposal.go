@@ -18,21 +18,10 @@ const (
 	TransformESN   TransformType = 5
 )
 
-func (t TransformType) String() string {
-	switch t {
-	case TransformENCR:
-		return "ENCR"
-	case TransformPRF:
-		return "PRF"
-	case TransformINTEG:
-		return "INTEG"
-	case TransformDH:
-		return "DH"
-	case TransformESN:
-		return "ESN"
-	}
-	return fmt.Sprintf("transform-type(%d)", uint8(t))
-}
+var transformTypeNames = map[TransformType]string{TransformENCR: "ENCR", TransformPRF: "PRF", TransformINTEG: "INTEG",
+	TransformDH: "DH", TransformESN: "ESN"}
+
+func (t TransformType) String() string { return nameOf(transformTypeNames, t, "transform-type") }
 
 // Transform is one algorithm of a proposal. KeyLen is the Key Length
 // attribute in bits, 0 when absent.

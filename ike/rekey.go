@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -25,18 +24,20 @@ func (e *Endpoint) espGroup() DHGroup {
 // name a group, a new key exchange; then the old CHILD_SA is deleted with
 // the peer. The new child is returned; the gateway installs it before the
 // old one goes.
+//
+// When the peer rekeyed the same CHILD_SA at once (RFC 7296 §2.8.1), the
+// CHILD_SA of the exchange with the lowest nonce is redundant: if it is
+// this side's, this side deletes it, leaves the old one to the peer and
+// returns the peer's; if the peer's request turns up only after this
+// exchange is over, this side deletes its own then, when the nonces say
+// so. Children always tells what is in force.
 func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	e := s.e
-	e.mu.Lock()
-	inSPI, err := e.childSPI()
-	e.mu.Unlock()
+	spi, ni, err := e.spiAndNonce(true)
 	if err != nil {
 		return nil, err
 	}
-	ni, err := e.nonce()
-	if err != nil {
-		return nil, err
-	}
+	inSPI := uint32(spi)
 	esp := e.cfg.ESP
 	group := e.espGroup()
 	var dh dhKey
@@ -45,10 +46,7 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	} else if dh, err = group.generate(e.cfg.Rand); err != nil {
 		return nil, err
 	}
-	esp = slices.Clone(esp)
-	for i := range esp {
-		esp[i].SPI = binary.BigEndian.AppendUint32(nil, inSPI)
-	}
+	esp = withSPI(esp, binary.BigEndian.AppendUint32(nil, inSPI))
 	ps := []Payload{&Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, old.InSPI), Kind: NotifyRekeySA},
 		&SA{Proposals: esp}, &Nonce{Data: ni}}
 	if dh != nil {
@@ -62,18 +60,11 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	if n := m.ErrorNotify(); n != nil {
 		return nil, fmt.Errorf("rekey CHILD_SA %#x: the peer answered %s", old.InSPI, n.Kind)
 	}
-	sap, _ := m.Find(PayloadSA).(*SA)
 	nonce, _ := m.Find(PayloadNonce).(*Nonce)
-	tsi, _ := m.Find(PayloadTSi).(*TS)
-	tsr, _ := m.Find(PayloadTSr).(*TS)
 	ke, _ := m.Find(PayloadKE).(*KE)
 	switch {
-	case sap == nil || nonce == nil || tsi == nil || tsr == nil:
-		return nil, errors.New("rekey: the response lacks SA, Nonce, TSi or TSr")
-	case len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 || !Accepts(esp, sap.Proposals[0]):
-		return nil, errors.New("rekey: the peer chose an ESP proposal not offered")
-	case !Within(tsi.Selectors, old.LocalTS) || !Within(tsr.Selectors, old.RemoteTS):
-		return nil, errors.New("rekey: the peer's selectors exceed the old CHILD_SA's")
+	case nonce == nil:
+		return nil, errors.New("rekey: the response lacks a Nonce")
 	case (dh != nil) != (ke != nil):
 		return nil, errors.New("rekey: a KE payload where none was asked for, or none where one was")
 	}
@@ -86,20 +77,29 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 			return nil, err
 		}
 	}
-	cs, err := childSuiteFrom(sap.Proposals[0])
+	c, err := s.takeChild(m, esp, old.LocalTS, old.RemoteTS, gir, ni, nonce.Data, inSPI)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("rekey CHILD_SA %#x: %w", old.InSPI, err)
 	}
 	e.mu.Lock()
-	c, err := s.newChild(cs, sap.Proposals[0], gir, ni, nonce.Data, true, inSPI)
-	if err == nil {
-		c.LocalTS, c.RemoteTS = tsi.Selectors, tsr.Selectors
-		s.children = append(s.children, c)
-		e.count("CHILD_SA rekeyed")
+	var survivor *Child
+	var deleteOurs bool
+	s.children = append(s.children, c)
+	e.count("CHILD_SA rekeyed")
+	old.ours = &rekeyRecord{ni: ni, nr: nonce.Data, child: c}
+	survivor = c
+	if old.theirs != nil && !old.settled {
+		survivor, deleteOurs = s.childCollision(old)
 	}
 	e.mu.Unlock()
-	if err != nil {
-		return nil, err
+	if deleteOurs {
+		if err := s.DeleteChild(ctx, c); err != nil {
+			return survivor, fmt.Errorf("simultaneous rekey of CHILD_SA %#x: deleting this side's redundant %#x: %w", old.InSPI, c.InSPI, err)
+		}
+		return survivor, nil
+	}
+	if e.cfg.OnRekey != nil {
+		e.cfg.OnRekey(s, old, c)
 	}
 	if err := s.DeleteChild(ctx, old); err != nil {
 		return c, fmt.Errorf("rekeyed CHILD_SA %#x to %#x, but the old one's deletion: %w", old.InSPI, c.InSPI, err)
@@ -140,18 +140,14 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 			return []Payload{&Notify{Protocol: ProtoESP, SPI: n.SPI, Kind: NotifyChildSANotFound}}
 		}
 	}
-	chosen, ok := Choose(e.cfg.ESP, sap.Proposals)
-	if !ok {
-		chosen, ok = Choose(withoutDH(e.cfg.ESP), sap.Proposals)
+	// With PFS if the peer offers it, else without.
+	ours := e.cfg.ESP
+	if _, ok := Choose(ours, sap.Proposals); !ok {
+		ours = withoutDH(ours)
 	}
-	if !ok || len(chosen.SPI) != 4 {
-		e.count("no ESP proposal chosen")
-		return []Payload{&Notify{Kind: NotifyNoProposalChosen}}
-	}
-	cs, err := childSuiteFrom(chosen)
-	if err != nil {
-		e.count("no ESP proposal chosen")
-		return []Payload{&Notify{Kind: NotifyNoProposalChosen}}
+	chosen, cs, refused := s.chooseChild(ours, sap)
+	if refused != nil {
+		return []Payload{refused}
 	}
 	var gir []byte
 	var kePayload *KE
@@ -171,51 +167,42 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 		}
 		kePayload = &KE{Group: group, Data: dh.Public()}
 	}
-	ni, nr := Narrow(tsi.Selectors, e.cfg.RemoteTS), Narrow(tsr.Selectors, e.cfg.LocalTS)
-	if len(ni) == 0 || len(nr) == 0 {
-		e.count("traffic selectors unacceptable")
-		return []Payload{&Notify{Kind: NotifyTSUnacceptable}}
-	}
 	myNonce, err := e.nonce()
 	if err != nil {
 		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
 	}
-	c, err := s.newChild(cs, chosen, gir, nonce.Data, myNonce, false, 0)
-	if err != nil {
-		e.count("CHILD_SA not made")
-		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
+	c, child, refused := s.giveChild(chosen, cs, tsi, tsr, gir, nonce.Data, myNonce)
+	if refused != nil {
+		return []Payload{refused}
 	}
-	c.LocalTS, c.RemoteTS = nr, ni
-	chosen.SPI = binary.BigEndian.AppendUint32(nil, c.InSPI)
-	s.children = append(s.children, c)
 	if old != nil {
 		e.count("CHILD_SA rekeyed by the peer")
+		old.theirs = &rekeyRecord{ni: nonce.Data, nr: myNonce, child: c}
+		if old.ours != nil && !old.settled {
+			// This side's rekey of the same CHILD_SA is over already.
+			if _, deleteOurs := s.childCollision(old); deleteOurs {
+				s.deleteLater(old.ours.child, nil)
+			}
+		}
 	} else {
 		e.count("CHILD_SA established")
 	}
-	if e.cfg.OnChild != nil {
-		e.cfg.OnChild(s, c)
-	}
-	resp := []Payload{&SA{Proposals: []Proposal{chosen}}, &Nonce{Data: myNonce}}
+	resp := []Payload{child[0], &Nonce{Data: myNonce}}
 	if kePayload != nil {
 		resp = append(resp, kePayload)
 	}
-	return append(resp, &TS{Kind: PayloadTSi, Selectors: ni}, &TS{Kind: PayloadTSr, Selectors: nr})
+	return append(resp, child[1:]...)
 }
 
 // Rekey replaces the IKE SA with a new one (RFC 7296 §1.3.2): a
 // CREATE_CHILD_SA with new SPIs, nonces and key exchange, the new SA's
 // SKEYSEED from the old SK_d; the CHILD_SAs move to the new SA and the
-// old one is deleted with the peer. The new SA is returned.
+// old one is deleted with the peer. The new SA is returned. A
+// simultaneous rekey by the peer is settled as for RekeyChild: the IKE SA
+// that survives, with the CHILD_SAs, is returned.
 func (s *IKESA) Rekey(ctx context.Context) (*IKESA, error) {
 	e := s.e
-	e.mu.Lock()
-	spi, err := e.randomSPI()
-	e.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	ni, err := e.nonce()
+	spi, ni, err := e.spiAndNonce(false)
 	if err != nil {
 		return nil, err
 	}
@@ -223,10 +210,7 @@ func (s *IKESA) Rekey(ctx context.Context) (*IKESA, error) {
 	if err != nil {
 		return nil, err
 	}
-	props := slices.Clone(e.cfg.IKE)
-	for i := range props {
-		props[i].SPI = binary.BigEndian.AppendUint64(nil, spi)
-	}
+	props := withSPI(e.cfg.IKE, binary.BigEndian.AppendUint64(nil, spi))
 	m, err := s.request(ctx, CreateChildSA, []Payload{&SA{Proposals: props}, &Nonce{Data: ni}, &KE{Group: s.suite.group, Data: dh.Public()}})
 	if err != nil {
 		return nil, fmt.Errorf("rekey IKE SA: %w", err)
@@ -257,11 +241,26 @@ func (s *IKESA) Rekey(ctx context.Context) (*IKESA, error) {
 	peer := binary.BigEndian.Uint64(sap.Proposals[0].SPI)
 	e.mu.Lock()
 	n, err := s.successor(suite, gir, ni, nonce.Data, spi, peer, true)
+	var survivor, redundant *IKESA
+	var deleteOurs bool
+	if err == nil {
+		s.ourRekey = &rekeyRecord{ni: ni, nr: nonce.Data, sa: n}
+		if s.peerRekey != nil && !s.settled {
+			survivor, redundant, deleteOurs = s.ikeCollision()
+		}
+	}
 	e.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
 	e.count("IKE SA rekeyed")
+	if deleteOurs {
+		// The peer's new IKE SA survives, and the peer deletes the old one.
+		if err := redundant.Delete(ctx); err != nil {
+			return survivor, fmt.Errorf("simultaneous IKE SA rekey: deleting this side's redundant IKE SA: %w", err)
+		}
+		return survivor, nil
+	}
 	if err := s.Delete(ctx); err != nil {
 		return n, fmt.Errorf("rekeyed the IKE SA, but the old one's deletion: %w", err)
 	}
@@ -276,7 +275,8 @@ func (s *IKESA) successor(suite ikeSuite, gir, ni, nr []byte, spii, spir uint64,
 		return nil, err
 	}
 	n := &IKESA{e: s.e, initiator: weInitiated, state: StateEstablished, spii: spii, spir: spir, suite: suite, keys: keys,
-		ni: ni, nr: nr, local: s.local, remote: s.remote, nat: s.nat, peerID: s.peerID, created: time.Now(), children: s.children}
+		ni: ni, nr: nr, local: s.local, remote: s.remote, nat: s.nat, fragments: s.fragments, peerID: s.peerID, peerCert: s.peerCert,
+		peerHashes: s.peerHashes, created: time.Now(), children: s.children}
 	send, recv := [2][]byte{keys.ei, keys.ai}, [2][]byte{keys.er, keys.ar}
 	if !weInitiated {
 		send, recv = recv, send
@@ -326,11 +326,19 @@ func (s *IKESA) respondRekeyIKE(sap *SA, nonce *Nonce, ke *KE) []Payload {
 	if err != nil {
 		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
 	}
-	if _, err := s.successor(suite, gir, nonce.Data, nr, binary.BigEndian.Uint64(chosen.SPI), spi, false); err != nil {
+	n, err := s.successor(suite, gir, nonce.Data, nr, binary.BigEndian.Uint64(chosen.SPI), spi, false)
+	if err != nil {
 		e.count("IKE SA rekey failed")
 		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
 	}
 	e.count("IKE SA rekeyed by the peer")
+	s.peerRekey = &rekeyRecord{ni: nonce.Data, nr: nr, sa: n}
+	if s.ourRekey != nil && !s.settled {
+		// This side's rekey of the same IKE SA is over already.
+		if _, redundant, deleteOurs := s.ikeCollision(); deleteOurs {
+			s.deleteLater(nil, redundant)
+		}
+	}
 	chosen.SPI = binary.BigEndian.AppendUint64(nil, spi)
 	return []Payload{&SA{Proposals: []Proposal{chosen}}, &Nonce{Data: nr}, &KE{Group: suite.group, Data: dh.Public()}}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"encoding/binary"
+	"errors"
 	"time"
 )
 
@@ -112,8 +113,14 @@ func (e *Endpoint) respondInit(d Datagram, h Header) {
 		fail("key derivation failed", err)
 		return
 	}
+	hashes, err := peerSigHashes(m)
+	if err != nil {
+		fail("malformed SIGNATURE_HASH_ALGORITHMS", err)
+		e.notifyInit(d, h, NotifyInvalidSyntax, nil)
+		return
+	}
 	s := &IKESA{e: e, spii: h.SPIi, spir: spir, suite: suite, keys: keys, ni: nonce.Data, nr: nr,
-		initReq: d.Data, local: d.Local, remote: d.Remote, halfOpenAt: key, created: now, expectReq: 1}
+		initReq: d.Data, local: d.Local, remote: d.Remote, halfOpenAt: key, created: now, expectReq: 1, peerHashes: hashes}
 	s.nat = natDetected(m, h.SPIi, 0, d)
 	if s.send, err = newSKCipher(suite.encr, suite.integ, keys.er, keys.ar); err == nil {
 		s.recv, err = newSKCipher(suite.encr, suite.integ, keys.ei, keys.ai)
@@ -127,6 +134,15 @@ func (e *Endpoint) respondInit(d Datagram, h Header) {
 		&Notify{Kind: NotifyNATDetectionSourceIP, Data: natHash(h.SPIi, spir, d.Local.Addr().AsSlice(), d.Local.Port())},
 		&Notify{Kind: NotifyNATDetectionDestIP, Data: natHash(h.SPIi, spir, d.Remote.Addr().AsSlice(), d.Remote.Port())},
 	}}
+	if len(e.cfg.CAs) > 0 {
+		resp.Payloads = append(resp.Payloads, certReqFor(e.cfg.CAs))
+	}
+	if e.signatures() {
+		resp.Payloads = append(resp.Payloads, sigHashNotify())
+	}
+	if s.fragments = !e.cfg.NoFragmentation && m.Notify(NotifyFragmentationSupported) != nil; s.fragments {
+		resp.Payloads = append(resp.Payloads, &Notify{Kind: NotifyFragmentationSupported})
+	}
 	if s.initResp, err = resp.Marshal(); err != nil {
 		fail("response not encoded", err)
 		return
@@ -193,15 +209,23 @@ func (s *IKESA) respondAuth(m *Message) []Payload {
 		return failed("IKE_AUTH without IDi or AUTH")
 	case e.cfg.RemoteID.Kind != 0 && !idi.Identity.Equal(e.cfg.RemoteID):
 		return failed("unknown peer identity")
-	case auth.Method != AuthSharedKey:
-		return failed("authentication method not supported")
-	case !hmac.Equal(auth.Data, pskAuth(s.suite.prf, e.cfg.PSK, s.initReq, s.nr, s.keys.pi, idi.Identity)):
-		return failed("authentication failed")
+	}
+	if err := s.checkPeerAuth(m, idi.Identity, auth); err != nil {
+		e.cfg.Log.Info("IKE_AUTH: the initiator's AUTH does not verify", "peer", s.remote, "id", idi.Identity, "err", err)
+		reason := "authentication failed"
+		if ae := (*authError)(nil); errors.As(err, &ae) {
+			reason = ae.reason
+		}
+		return failed(reason)
+	}
+	certs, own, err := s.ownAuth()
+	if err != nil {
+		e.cfg.Log.Warn("IKE_AUTH: no AUTH of this side", "peer", s.remote, "err", err)
+		return failed("no AUTH of this side")
 	}
 	s.state, s.peerID = StateEstablished, idi.Identity
 	delete(e.halfOpen, s.halfOpenAt)
-	resp := []Payload{&ID{Kind: PayloadIDr, Identity: e.cfg.LocalID},
-		&Auth{Method: AuthSharedKey, Data: pskAuth(s.suite.prf, e.cfg.PSK, s.initResp, s.ni, s.keys.pr, e.cfg.LocalID)}}
+	resp := append(append([]Payload{&ID{Kind: PayloadIDr, Identity: e.cfg.LocalID}}, certs...), own)
 	e.count("IKE SA established")
 	sap, _ := m.Find(PayloadSA).(*SA)
 	tsi, _ := m.Find(PayloadTSi).(*TS)
@@ -209,34 +233,16 @@ func (s *IKESA) respondAuth(m *Message) []Payload {
 	if sap == nil || tsi == nil || tsr == nil {
 		return resp
 	}
-	chosen, ok := Choose(withoutDH(e.cfg.ESP), sap.Proposals)
-	if !ok || len(chosen.SPI) != 4 {
-		e.count("no ESP proposal chosen")
-		return append(resp, &Notify{Kind: NotifyNoProposalChosen})
+	chosen, cs, refused := s.chooseChild(withoutDH(e.cfg.ESP), sap)
+	if refused != nil {
+		return append(resp, refused)
 	}
-	cs, err := childSuiteFrom(chosen)
-	if err != nil {
-		e.count("no ESP proposal chosen")
-		return append(resp, &Notify{Kind: NotifyNoProposalChosen})
+	_, child, refused := s.giveChild(chosen, cs, tsi, tsr, nil, s.ni, s.nr)
+	if refused != nil {
+		return append(resp, refused)
 	}
-	ni, nr := Narrow(tsi.Selectors, e.cfg.RemoteTS), Narrow(tsr.Selectors, e.cfg.LocalTS)
-	if len(ni) == 0 || len(nr) == 0 {
-		e.count("traffic selectors unacceptable")
-		return append(resp, &Notify{Kind: NotifyTSUnacceptable})
-	}
-	c, err := s.newChild(cs, chosen, nil, s.ni, s.nr, false, 0)
-	if err != nil {
-		e.count("CHILD_SA not made")
-		return append(resp, &Notify{Kind: NotifyTemporaryFailure})
-	}
-	c.LocalTS, c.RemoteTS = nr, ni
-	chosen.SPI = binary.BigEndian.AppendUint32(nil, c.InSPI)
-	s.children = append(s.children, c)
 	e.count("CHILD_SA established")
-	if e.cfg.OnChild != nil {
-		e.cfg.OnChild(s, c)
-	}
-	return append(resp, &SA{Proposals: []Proposal{chosen}}, &TS{Kind: PayloadTSi, Selectors: ni}, &TS{Kind: PayloadTSr, Selectors: nr})
+	return append(resp, child...)
 }
 
 // newChild derives a CHILD_SA's keys for the chosen proposal (whose SPI

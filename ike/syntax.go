@@ -15,6 +15,7 @@ var (
 		"aes192gcm16": {TransformENCR, EncrAESGCM16, 192, false}, "aes192gcm128": {TransformENCR, EncrAESGCM16, 192, false},
 		"aes256gcm16": {TransformENCR, EncrAESGCM16, 256, false}, "aes256gcm128": {TransformENCR, EncrAESGCM16, 256, false},
 		"aes128gcm": {TransformENCR, EncrAESGCM16, 128, false}, "aes256gcm": {TransformENCR, EncrAESGCM16, 256, false},
+		"chacha20poly1305": {TransformENCR, EncrChaCha20Poly1305, 0, false},
 	}
 	integWords = map[string]uint16{
 		"sha1": IntegHMACSHA1_96, "sha": IntegHMACSHA1_96, "sha256": IntegHMACSHA256_128, "sha2_256": IntegHMACSHA256_128,
@@ -80,8 +81,9 @@ func parseProposal1(proto ProtocolID, s string) (Proposal, error) {
 	for _, w := range strings.Split(strings.ToLower(s), "-") {
 		if t, ok := encrWords[w]; ok {
 			add(t)
-			aead = aead || t.ID == EncrAESGCM16
-			plain = plain || t.ID != EncrAESGCM16
+			isAEAD := t.ID == EncrAESGCM16 || t.ID == EncrChaCha20Poly1305
+			aead = aead || isAEAD
+			plain = plain || !isAEAD
 			continue
 		}
 		if id, ok := integWords[w]; ok {
@@ -107,7 +109,7 @@ func parseProposal1(proto ProtocolID, s string) (Proposal, error) {
 			noesn = true
 			continue
 		}
-		return p, fmt.Errorf("unknown or unsupported algorithm %q (this package has aes128/192/256, aes128/192/256gcm16, sha1, sha256, sha384, sha512, prfsha*, modp2048, modp3072, ecp256, ecp384, x25519, esn, noesn)", w)
+		return p, fmt.Errorf("unknown or unsupported algorithm %q (this package has aes128/192/256, aes128/192/256gcm16, chacha20poly1305, sha1, sha256, sha384, sha512, prfsha*, modp2048, modp3072, ecp256, ecp384, x25519, esn, noesn)", w)
 	}
 	_, hasEncr := p.Get(TransformENCR)
 	_, hasInteg := p.Get(TransformINTEG)

@@ -19,6 +19,8 @@ func TestParseProposals(t *testing.T) {
 		{ProtoIKE, "aes256-sha1-prfsha256-modp3072,aes256gcm16-prfsha384-ecp384",
 			"IKE:AES_CBC_256/HMAC_SHA1_96/PRF_HMAC_SHA2_256/MODP_3072, IKE:AES_GCM_16_256/PRF_HMAC_SHA2_384/ECP_384"},
 		{ProtoESP, "aes256gcm16", "ESP:AES_GCM_16_256/NO_EXT_SEQ"},
+		{ProtoIKE, "chacha20poly1305-prfsha512-x25519", "IKE:CHACHA20_POLY1305/PRF_HMAC_SHA2_512/CURVE_25519"},
+		{ProtoESP, "chacha20poly1305-esn", "ESP:CHACHA20_POLY1305/EXT_SEQ"},
 		{ProtoESP, "aes128-sha256", "ESP:AES_CBC_128/HMAC_SHA2_256_128/NO_EXT_SEQ"},
 		{ProtoESP, "aes128-sha1-esn-noesn-modp2048", "ESP:AES_CBC_128/HMAC_SHA1_96/MODP_2048/NO_EXT_SEQ/EXT_SEQ"},
 	} {
@@ -40,7 +42,8 @@ func TestParseProposals(t *testing.T) {
 		in, want string
 	}{
 		{ProtoIKE, "aes128-sha256", "no key exchange method"},
-		{ProtoIKE, "chacha20poly1305-x25519", `"chacha20poly1305"`},
+		{ProtoIKE, "chacha20poly1305-sha256-x25519", "integrity algorithm with an AEAD"},
+		{ProtoIKE, "chacha20poly1305-aes128-sha256-x25519", "AEAD and non-AEAD"},
 		{ProtoESP, "aes128", "no integrity"},
 		{ProtoESP, "aes128gcm16-sha256", "integrity algorithm with an AEAD"},
 		{ProtoESP, "aes128-sha256-prfsha256", "PRF"},
@@ -55,11 +58,12 @@ func TestParseProposals(t *testing.T) {
 
 func TestESPProposalsMapToSuites(t *testing.T) {
 	for in, want := range map[string]sa.Suite{
-		"aes128gcm16":   {Cipher: sa.CipherAESGCM16},
-		"aes256gcm16":   {Cipher: sa.CipherAESGCM16},
-		"aes128-sha256": {Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128},
-		"aes256-sha1":   {Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96},
-		"aes256-sha512": {Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA512_256},
+		"aes128gcm16":      {Cipher: sa.CipherAESGCM16},
+		"aes256gcm16":      {Cipher: sa.CipherAESGCM16},
+		"chacha20poly1305": {Cipher: sa.CipherChaCha20Poly1305},
+		"aes128-sha256":    {Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128},
+		"aes256-sha1":      {Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96},
+		"aes256-sha512":    {Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA512_256},
 	} {
 		ps, err := ParseProposals(ProtoESP, in)
 		if err != nil {
@@ -108,6 +112,25 @@ func TestParseIdentity(t *testing.T) {
 	for _, in := range []string{"", "@", "@#zz"} {
 		if _, err := ParseIdentity(in); err == nil {
 			t.Errorf("%q accepted", in)
+		}
+	}
+	// A DN as strongSwan writes it: the RDNs in order, "\," a comma in a
+	// value; compared attribute by attribute, without regard to case.
+	dn, err := ParseIdentity(`C=CH, O=Example\, Inc., CN=gw1`)
+	if err != nil || dn.Kind != IDDN {
+		t.Fatalf("DN: %v %v", dn, err)
+	}
+	if got := dnString(dn.Data); got != "C=CH, O=Example, Inc., CN=gw1" {
+		t.Errorf("DN prints as %q", got)
+	}
+	same, _ := ParseIdentity("c=ch, o=EXAMPLE\\, INC., cn=GW1")
+	other, _ := ParseIdentity("C=CH, CN=gw1, O=Example\\, Inc.")
+	if !dn.Equal(same) || dn.Equal(other) {
+		t.Errorf("DN comparison: case-folded %v, reordered %v", dn.Equal(same), dn.Equal(other))
+	}
+	for in, want := range map[string]string{"C=CH, XX=y": `unknown attribute "XX"`, "C=CH, CN": `"CN" is not NAME=VALUE`, "C=, CN=a": "is not NAME=VALUE"} {
+		if _, err := ParseIdentity(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: %v, want %q", in, err, want)
 		}
 	}
 }

@@ -7,12 +7,17 @@ import (
 	"crypto/sha512"
 	"fmt"
 	"hash"
+
+	"golang.org/x/crypto/chacha20poly1305"
 )
 
 // Transform IDs this package implements (IANA's IKEv2 registries).
 const (
 	EncrAESCBC   uint16 = 12
 	EncrAESGCM16 uint16 = 20
+	// EncrChaCha20Poly1305 (RFC 7634) has no Key Length attribute: its
+	// key is 256 bits.
+	EncrChaCha20Poly1305 uint16 = 28
 
 	PRFHMACSHA1   uint16 = 2
 	PRFHMACSHA256 uint16 = 5
@@ -125,6 +130,11 @@ func encrFor(t Transform) (encrAlg, error) {
 			e.aead = true
 		}
 		return e, nil
+	case EncrChaCha20Poly1305:
+		if t.KeyLen != 0 {
+			return encrAlg{}, fmt.Errorf("%s with a Key Length attribute (%d), which it must not have", transformName(TransformENCR, t.ID), t.KeyLen)
+		}
+		return encrAlg{id: t.ID, keyLen: chacha20poly1305.KeySize + 4, aead: true}, nil
 	}
 	return encrAlg{}, fmt.Errorf("encryption %s is not supported", transformName(TransformENCR, t.ID))
 }

@@ -6,6 +6,9 @@ import "sync/atomic"
 // completes. Engines embed them and call Count once per batch.
 type Counters struct {
 	ops, bytes, batches, errors, badICV atomic.Uint64
+	// singles counts the batches of one op that CountOne tallied, each
+	// one op and one batch.
+	singles atomic.Uint64
 }
 
 // Count tallies a completed batch: its ops, bytes and failures by status.
@@ -32,10 +35,25 @@ func (c *Counters) Count(ops []*Op) {
 	}
 }
 
+// CountOne is Count for a batch of the one op: two atomic adds rather than
+// three, which is a tenth of a 16-byte op's time.
+func (c *Counters) CountOne(op *Op) {
+	c.singles.Add(1)
+	c.bytes.Add(uint64(len(op.Buf)))
+	switch op.Status {
+	case OK:
+	case BadICV:
+		c.badICV.Add(1)
+	default:
+		c.errors.Add(1)
+	}
+}
+
 // Stats returns the counts as Stats; engines add their own fields.
 func (c *Counters) Stats() Stats {
+	singles := c.singles.Load()
 	return Stats{
-		Ops: c.ops.Load(), Bytes: c.bytes.Load(), Batches: c.batches.Load(),
+		Ops: c.ops.Load() + singles, Bytes: c.bytes.Load(), Batches: c.batches.Load() + singles,
 		Errors: c.errors.Load(), BadICV: c.badICV.Load(),
 	}
 }

@@ -27,3 +27,27 @@ func TestStatsPlusEveryField(t *testing.T) {
 		}
 	}
 }
+
+// TestCountOneIsCount: a batch of one counted with CountOne gives the
+// Stats that Count gives it, for every status.
+func TestCountOneIsCount(t *testing.T) {
+	ops := []*Op{
+		{Buf: make([]byte, 100), Status: OK},
+		{Buf: make([]byte, 7), Status: BadICV},
+		{Buf: make([]byte, 30), Status: BadLength},
+		{Buf: nil, Status: Failed},
+	}
+	var one, batch Counters
+	for _, op := range ops {
+		one.CountOne(op)
+		batch.Count([]*Op{op})
+	}
+	batch.Count(ops[:2])
+	one.Count(ops[:2])
+	if got, want := one.Stats(), batch.Stats(); got != want {
+		t.Errorf("CountOne: %+v, Count: %+v", got, want)
+	}
+	if s := one.Stats(); s.Ops != 6 || s.Batches != 5 || s.Bytes != 244 || s.BadICV != 2 || s.Errors != 2 {
+		t.Errorf("stats %+v, want 6 ops in 5 batches, 244 bytes, 2 bad ICVs, 2 errors", s)
+	}
+}

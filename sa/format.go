@@ -544,9 +544,10 @@ func setkeyRange(sel Selector, v6 bool) (string, error) {
 	return fmt.Sprintf("%s %s %s", src, dst, ProtoName(sel.Proto)), nil
 }
 
-// MaxConvertSize bounds an input of ConvertFor: a converter holds every SA of
-// its input and its output at once, and 4 MiB of setkey or esp_sa lines
-// (some 25,000 SAs) fit in 64 MB.
+// MaxConvertSize bounds an input of ConvertFor, and an input that
+// ConvertStream does not stream: such a converter holds every SA of its
+// input and its output at once, and 4 MiB of setkey or esp_sa lines (some
+// 25,000 SAs) fit in 64 MB.
 const MaxConvertSize = 4 << 20
 
 // MaxConvertYAMLNodes bounds a YAML input of ConvertFor by its nodes (about
@@ -569,10 +570,11 @@ func CheckConvertSize(name string, data []byte, from Format) error {
 	return nil
 }
 
-// MaxYAMLNodes bounds every YAML file that may hold SAs (an SA file, a
-// gateway configuration, a scenario) by its nodes: about 160,000 SAs,
-// while a file of nothing but empty entries, cheap to write and costly to
-// hold, is refused before it is decoded.
+// MaxYAMLNodes bounds every YAML file yaml.v3 decodes whole that may hold
+// SAs (an SA file beyond what the streaming reader reads, a gateway
+// configuration, a scenario) by its nodes: some 100,000 SAs, while a file
+// of nothing but empty entries, cheap to write and costly to hold, is
+// refused before it is decoded.
 const MaxYAMLNodes = 2_000_000
 
 // CheckYAMLNodes refuses YAML data holding more than limit nodes, before

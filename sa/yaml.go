@@ -66,7 +66,10 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 	return ParseFormat(name, data, DetectFormat(data))
 }
 
-// ParseYAML reads a YAML SA file.
+// ParseYAML reads a YAML SA file: with the streaming reader (yamlstream.go)
+// when the file is in the form it reads, else decoded whole by yaml.v3 (at
+// most MaxYAMLNodes). Both give the same SAs and the same errors. data is
+// not kept, and must not change during the call.
 func ParseYAML(name string, data []byte) (*Config, error) {
 	if c, err, ok := parseYAMLStream(name, data); ok {
 		return c, err

@@ -408,7 +408,7 @@ func (r *streamReader) blockKey() (*yaml.Node, error) {
 			return nil, err
 		}
 	} else {
-		if isIndicator(c) {
+		if isIndicator(c) || c == '-' || c == '?' || c == ':' {
 			return nil, errNotSubset
 		}
 		start, line, col := r.pos, r.line, r.col()

@@ -45,9 +45,9 @@ go run "$govulncheck" -db "file://$dbdir" ./...
 # Packages whose tests need no root, no namespaces and no guest.
 step go test -short, no root
 go test -count=1 -short \
-  ./esp/... ./sa/... ./internal/control ./internal/errlist ./internal/header ./internal/secret ./internal/shell \
+  ./esp/... ./sa/... ./internal/control ./internal/errlist ./internal/yamlwalk ./internal/header ./internal/secret ./internal/shell \
   ./internal/memnet ./internal/nsrun ./internal/overwrite ./offload/virtio/internal/vfio \
-  ./offload/aesni/... ./offload/afalg/internal/kcapi ./offload/engines ./internal/cli \
+  ./offload ./offload/cpu ./offload/aesni/... ./offload/afalg/internal/kcapi ./offload/engines ./internal/cli \
   ./internal/lab/sim/... ./internal/lab/layout ./internal/lab/kernelpeer/agent ./internal/lab/kernelpeer/cmd/prepare ./internal/lab/kernelpeer/ctl ./internal/lab/scapy ./scenarios \
   ./internal/lab/impair ./internal/lab/labyaml ./internal/lab/pcapgen ./internal/lab/speed ./internal/lab/testbed \
   ./internal/lab/figures ./internal/lab/runinfo

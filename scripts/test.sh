@@ -29,8 +29,8 @@ go test -count=1 -run 'Alloc|MemoryBounded' ./...
 go test -count=1 -run Calibration ./internal/lab/sim/emul/
 # The end-to-end tests again with every gateway on the aesni engine and its
 # raw ESP on AF_XDP (wan-io: xdp): real tunnels between espgw gateways and
-# against the Linux kernel's ESP and scapy.
-ESPGW_ENGINE=aesni ESPGW_WAN_IO=xdp go test -count=1 -timeout 40m ./internal/lab/e2e/ ./internal/lab/interop/
+# against the Linux kernel's ESP and scapy, and the IKE-negotiated ones.
+ESPGW_ENGINE=aesni ESPGW_WAN_IO=xdp go test -count=1 -timeout 40m ./internal/lab/e2e/ ./internal/lab/interop/ ./internal/lab/iketunnel/
 # The aesni engine's pure-Go fallback, through the same tests.
 go test -count=1 -tags purego ./offload/aesni/...
 ./scripts/fuzz.sh

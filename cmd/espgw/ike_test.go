@@ -24,8 +24,11 @@ func TestIKEInitiateBadInput(t *testing.T) {
 		{"--local-id", "@#xyz", "--local-id: key id"},
 		{"--psk-file", "/nonexistent/psk", "--psk-file"},
 		{"--proposals", "aes128-sha256", "--proposals: IKE proposal 1"},
-		{"--esp-proposals", "chacha20poly1305", `--esp-proposals: ESP proposal 1 "chacha20poly1305"`},
+		{"--esp-proposals", "camellia128-sha256", `--esp-proposals: ESP proposal 1 "camellia128-sha256"`},
 		{"--local-ts", "198.51.100.0", "--local-ts"},
+		{"--key", "/nonexistent/key.pem", "--cert and --key go together"},
+		{"--ca", "/nonexistent/ca.pem", "--ca: certificates"},
+		{"--ca", psk, `--ca: certificates in "` + psk + `": no PEM CERTIFICATE block`},
 	} {
 		args := []string{"ike", "initiate"}
 		for k, v := range base {

@@ -23,19 +23,27 @@ func newIKE() *cobra.Command {
 }
 
 func newIKEInitiate() *cobra.Command {
-	var local, remote, localID, remoteID, pskFile, proposals, espProposals, out string
+	var local, remote, localID, remoteID, pskFile, certFile, keyFile, caFile, proposals, espProposals, out string
 	var localTS, remoteTS []string
 	var timeout time.Duration
 	cmd := &cobra.Command{
-		Use:   "initiate --local A --remote B --local-id ID --remote-id ID --psk-file F --local-ts P --remote-ts P --out FILE",
+		Use:   "initiate --local A --remote B --local-id ID --remote-id ID {--psk-file F | --cert F --key F} [--ca F] --local-ts P --remote-ts P --out FILE",
 		Short: "Set up an IKE SA and its first CHILD_SA with a peer and write the CHILD_SA as an SA file",
-		Long: `initiate runs IKE_SA_INIT and IKE_AUTH (pre-shared key) with the peer at
---remote, from --local's ports 500 and 4500, and writes the negotiated
+		Long: `initiate runs IKE_SA_INIT and IKE_AUTH with the peer at --remote, from
+--local's ports 500 and 4500, and writes the negotiated
 CHILD_SA's two SAs (tunnel mode; ESP in UDP on port 4500 when a NAT was
 found) to --out, mode 0600, for ` + "`espgw run`" + ` (sa-file) or ` + "`espgw sa add`" + `.
 Proposals are written as in strongSwan's swanctl.conf (proposals,
 esp_proposals); identities as in its configuration ("@fqdn", "user@host",
-an address, "@#hex" for a key id).
+an address, "@#hex" for a key id, "C=CH, O=Example, CN=gw1" for a DN).
+
+This side authenticates with the pre-shared key of --psk-file, or with the
+certificate of --cert (PEM, its own first, then intermediates) and its
+private key --key (PEM: RSA, ECDSA or Ed25519), signing with RFC 7427
+Digital Signatures when the peer announces them. The peer may authenticate
+with the PSK, or with a certificate that chains to a CA of --ca (PEM) and
+holds its identity. With a certificate, --local-id defaults to its
+subject DN.
 
 The IKE SA is not kept after the command ends: nothing answers the peer's
 liveness checks or rekeys, so a peer with dead peer detection will in time
@@ -51,19 +59,39 @@ delete the CHILD_SA.`,
 				return fmt.Errorf("--remote: %w", err)
 			}
 			cfg := ike.Config{}
-			if cfg.LocalID, err = ike.ParseIdentity(localID); err != nil {
-				return fmt.Errorf("--local-id: %w", err)
+			if localID != "" {
+				if cfg.LocalID, err = ike.ParseIdentity(localID); err != nil {
+					return fmt.Errorf("--local-id: %w", err)
+				}
 			}
 			if remoteID != "" {
 				if cfg.RemoteID, err = ike.ParseIdentity(remoteID); err != nil {
 					return fmt.Errorf("--remote-id: %w", err)
 				}
 			}
-			psk, err := os.ReadFile(pskFile)
-			if err != nil {
-				return fmt.Errorf("--psk-file: %w", err)
+			if pskFile != "" {
+				psk, err := os.ReadFile(pskFile)
+				if err != nil {
+					return fmt.Errorf("--psk-file: %w", err)
+				}
+				cfg.PSK = sa.Key(bytes.TrimRight(psk, "\r\n"))
 			}
-			cfg.PSK = sa.Key(bytes.TrimRight(psk, "\r\n"))
+			if (certFile == "") != (keyFile == "") {
+				return fmt.Errorf("--cert and --key go together")
+			}
+			if certFile != "" {
+				if cfg.Certs, err = ike.LoadCertificates(certFile); err != nil {
+					return fmt.Errorf("--cert: %w", err)
+				}
+				if cfg.Key, err = ike.LoadPrivateKey(keyFile); err != nil {
+					return fmt.Errorf("--key: %w", err)
+				}
+			}
+			if caFile != "" {
+				if cfg.CAs, err = ike.LoadCertificates(caFile); err != nil {
+					return fmt.Errorf("--ca: %w", err)
+				}
+			}
 			if cfg.IKE, err = ike.ParseProposals(ike.ProtoIKE, proposals); err != nil {
 				return fmt.Errorf("--proposals: %w", err)
 			}
@@ -83,15 +111,15 @@ delete the CHILD_SA.`,
 					*f.dst = append(*f.dst, ike.PrefixSelector(pr))
 				}
 			}
-			tr, err := ike.Listen(la)
+			var tr *ike.Transport
+			ep, err := ike.NewEndpoint(cfg, la, func(d ike.Datagram) error { return tr.Send(d) })
 			if err != nil {
+				return err
+			}
+			if tr, err = ike.Listen(la); err != nil {
 				return err
 			}
 			defer tr.Close()
-			ep, err := ike.NewEndpoint(cfg, la, tr.Send)
-			if err != nil {
-				return err
-			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			served := make(chan error, 1)
@@ -126,16 +154,19 @@ delete the CHILD_SA.`,
 	f := cmd.Flags()
 	f.StringVar(&local, "local", "", "this side's address (the IKE sockets bind to its ports 500 and 4500)")
 	f.StringVar(&remote, "remote", "", "the peer's address")
-	f.StringVar(&localID, "local-id", "", "this side's identity")
+	f.StringVar(&localID, "local-id", "", "this side's identity (with --cert, its subject DN when empty)")
 	f.StringVar(&remoteID, "remote-id", "", "the peer's identity (any when empty)")
 	f.StringVar(&pskFile, "psk-file", "", "a file holding the pre-shared key (one trailing newline ignored)")
+	f.StringVar(&certFile, "cert", "", "this side's certificate chain, PEM, its own first")
+	f.StringVar(&keyFile, "key", "", "the private key of --cert, PEM")
+	f.StringVar(&caFile, "ca", "", "the CA certificates, PEM, that the peer's certificate must chain to")
 	f.StringVar(&proposals, "proposals", "aes128-sha256-x25519", "IKE proposals, strongSwan syntax")
 	f.StringVar(&espProposals, "esp-proposals", "aes128gcm16,aes128-sha256", "ESP proposals, strongSwan syntax")
 	f.StringSliceVar(&localTS, "local-ts", nil, "the traffic this side protects (prefixes)")
 	f.StringSliceVar(&remoteTS, "remote-ts", nil, "the peer's traffic (prefixes)")
 	f.StringVar(&out, "out", "", "the SA file to write")
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "give up after this long")
-	for _, name := range []string{"local", "remote", "local-id", "psk-file", "local-ts", "remote-ts", "out"} {
+	for _, name := range []string{"local", "remote", "local-ts", "remote-ts", "out"} {
 		cmd.MarkFlagRequired(name)
 	}
 	return cmd

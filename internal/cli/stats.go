@@ -100,6 +100,9 @@ func printStats(w io.Writer, st gateway.Stats, all bool) {
 			x.Device, x.Mode, x.Queues, strings.Join(x.Local, " "), x.PacketsIn, x.PacketsOut, x.IPv4.PacketsIn, x.IPv4.PacketsOut, x.IPv6.PacketsIn, x.IPv6.PacketsOut,
 			x.Kicks, x.Fallback, x.NoNeighbor, x.Malformed, x.Truncated, x.TXRingFull, x.RxDropped, x.RxRingFull, x.RxFillRingEmptyDescs)
 	}
+	if st.IKE != nil {
+		printIKE(w, st.IKE)
+	}
 }
 
 // summarizeSAs writes the totals over sas and returns the SAs to list: the

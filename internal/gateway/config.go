@@ -83,6 +83,9 @@ type Config struct {
 	SAFile, SetkeyFile string
 	SAs                []*sa.SA
 	SPD                []sa.Policy
+	// IKE, when set, is the ike: section: connections whose CHILD_SAs the
+	// gateway negotiates and puts in force itself.
+	IKE *IKEConfig
 }
 
 // TUNConfig is the inner device.
@@ -119,7 +122,7 @@ func LoadConfig(path string, cat engines.Catalog) (*Config, error) {
 }
 
 // configSettings are the top-level settings of a gateway configuration.
-var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control", "wan-io", "xdp-mode", "nat-keepalive"}
+var configSettings = []string{"local", "peer", "tun", "outer-mtu", "engine", "workers", "batch", "inline", "metrics", "pprof", "sa", "spd", "sa-file", "setkey-file", "state-dir", "pmtu-expires", "reassembly", "control", "wan-io", "xdp-mode", "nat-keepalive", "ike"}
 
 // ParseConfig reads a gateway configuration; relative SA file names are
 // taken from the config file's directory. A setting given twice, a
@@ -152,7 +155,7 @@ func ParseConfig(path string, data []byte, cat engines.Catalog) (*Config, error)
 	}
 	c := &Config{File: path, OuterMTU: 1500, WanIO: WanIOSocket, XDPMode: xdp.ModeAuto, Engine: "cpu", Catalog: cat, Metrics: DefaultMetrics, NATKeepalive: NATKeepalive{Every: DefaultNATKeepalive}, TUN: TUNConfig{Name: "espgw0", Offloads: true}}
 	p := &cfgParser{file: path}
-	var saNode, spdNode *yaml.Node
+	var saNode, spdNode, ikeNode *yaml.Node
 	m := doc.Content[0]
 	p.each(m, "", configSettings, func(k, v *yaml.Node) {
 		switch k.Value {
@@ -181,6 +184,8 @@ func ParseConfig(path string, data []byte, cat engines.Catalog) (*Config, error)
 			c.Metrics = p.listenAddr(v, "metrics", true)
 		case "pprof":
 			c.Pprof = p.listenAddr(v, "pprof", true)
+		case "ike":
+			ikeNode = v
 		case "sa":
 			saNode = v
 		case "spd":
@@ -248,14 +253,21 @@ func ParseConfig(path string, data []byte, cat engines.Catalog) (*Config, error)
 			sources++
 		}
 	}
-	if sources != 1 {
-		p.failf(m, "sa", "give exactly one of sa:, sa-file: or setkey-file: (got %d)", sources)
+	if ikeNode != nil && len(c.Local) > 0 {
+		c.IKE = p.ike(ikeNode, c)
+	}
+	switch {
+	case sources == 0 && ikeNode != nil:
+	case sources != 1:
+		p.failf(m, "sa", "give exactly one of sa:, sa-file: or setkey-file: (got %d), or ike:", sources)
 	}
 	if err := p.errs.Err(); err != nil {
 		return nil, err
 	}
-	if err := c.loadSAs(saNode, spdNode); err != nil {
-		return nil, err
+	if sources > 0 {
+		if err := c.loadSAs(saNode, spdNode); err != nil {
+			return nil, err
+		}
 	}
 	if err := c.checkMTU(); err != nil {
 		return nil, err
@@ -547,6 +559,7 @@ func (c *Config) restartOnly(next *Config) error {
 	check("wan-io", c.WanIO == next.WanIO)
 	check("xdp-mode", c.XDPMode == next.XDPMode)
 	check("nat-keepalive", c.NATKeepalive == next.NATKeepalive)
+	check("ike", c.IKE.same(next.IKE))
 	if len(changed) > 0 {
 		return fmt.Errorf("%s changed: restart the gateway to apply it (nothing was changed)", strings.Join(changed, ", "))
 	}

@@ -26,7 +26,7 @@ func namesAFile(data []byte) bool {
 	var walk func(n *yaml.Node) bool
 	walk = func(n *yaml.Node) bool {
 		for i, c := range n.Content {
-			if n.Kind == yaml.MappingNode && i%2 == 0 && strings.HasSuffix(c.Value, "-file") {
+			if n.Kind == yaml.MappingNode && i%2 == 0 && (strings.HasSuffix(c.Value, "-file") || strings.HasSuffix(c.Value, "_file")) {
 				return true
 			}
 			if walk(c) {
@@ -50,6 +50,8 @@ func FuzzParseConfig(f *testing.F) {
 	f.Add([]byte("local: 198.51.100.1\nmetrics: {a: 1}\n" + goodSA + "spd:\n  - {action: discard}\n"))
 	f.Add([]byte("local: 198.51.100.1\ntun: {mtu: 1500}\n" + strings.Replace(goodSA, "enc: aes-gcm-16", "enc: aes-cbc\n    tfc-pad: 1500", 1)))
 	f.Add([]byte("local: 198.51.100.1\nwan-io: xdp\nxdp-mode: native\n" + goodSA))
+	f.Add([]byte("local: 198.51.100.1\nike:\n  connections:\n    a:\n      local_addrs: [198.51.100.1]\n      remote_addrs: [198.51.100.129]\n      psk_env: HOME\n      proposals: aes128-sha256-x25519\n      children:\n        c: {local_ts: 10.1.0.0/16, remote_ts: 10.2.0.0/16, esp_proposals: aes256gcm16, start_action: start, rekey_time: 1h}\n"))
+	f.Add([]byte("local: 198.51.100.1\nike: {retransmit_timeout: 2s, connections: {a: {local_addrs: 198.51.100.1, psk_env: HOME, proposals: deadbeefdeadbeef00, children: {c: {local_ts: 10.1.0.0/16, remote_ts: 10.2.0.0/16, esp_proposals: chacha20poly1305}}}}}\n"))
 	f.Add([]byte(""))
 	f.Add([]byte("a: &a [*a, *a]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -69,8 +71,15 @@ func FuzzParseConfig(f *testing.F) {
 			}
 			return
 		}
-		if len(c.Local) == 0 || len(c.SAs) == 0 {
-			t.Fatalf("parsed without local addresses or SAs: %+v", c)
+		if len(c.Local) == 0 || (len(c.SAs) == 0 && c.IKE == nil) {
+			t.Fatalf("parsed without local addresses, or without SAs and IKE: %+v", c)
+		}
+		if c.IKE != nil {
+			for _, conn := range c.IKE.Connections {
+				if len(conn.PSK) == 0 || len(conn.Proposals) == 0 || len(conn.Children) != 1 || len(conn.Children[0].ESPProposals) == 0 {
+					t.Fatalf("parsed IKE connection %s without a PSK, proposals or its one child", conn.Name)
+				}
+			}
 		}
 		for _, s := range c.SAs {
 			if err := s.Validate(); err != nil {

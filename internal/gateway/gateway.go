@@ -4,7 +4,8 @@
 // numbering, parallel crypto on an offload engine and in-order transmit; ESP
 // packets in through the SAD, replay check, crypto, inbound policy and TUN
 // write. Every packet that does not come out is counted under a reason, on
-// its SA when it has one and on the gateway otherwise.
+// its SA when it has one and on the gateway otherwise. With an ike: section
+// its IKE daemon (ike.go) negotiates the SAs and puts them in force itself.
 package gateway
 
 import (
@@ -136,6 +137,8 @@ type Gateway struct {
 
 	counters Counters
 	pmtu     PMTUCounters
+	// ikeStats reads the IKE daemon's state for Stats, when there is one.
+	ikeStats atomic.Pointer[func() *IKEStats]
 	// icmpConns are raw ICMP sockets whose path MTU reports HandleICMP
 	// applies (opened by Start; owned by Run once it starts).
 	icmpConns []icmpConn

@@ -56,6 +56,11 @@ type Runtime struct {
 	// SAs in force on each socket, so one no SA uses is closed.
 	changeMu sync.Mutex
 	uses     map[connKey]int
+	// ike is the IKE daemon of the ike: section, nil without one.
+	ike *ikeDaemon
+	// local is Config.Local, which no reload changes: what the data path
+	// reads (pick) while a reload replaces Config.
+	local []netip.Addr
 }
 
 // connKey is what an outer socket carries: a family, an encapsulation and,
@@ -100,7 +105,7 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	rt = &Runtime{Config: cfg}
+	rt = &Runtime{Config: cfg, local: cfg.Local}
 	rt.conns.Store(&map[connKey]*transport.Conn{})
 	rt.xdps.Store(&map[connKey]*xdp.Conn{})
 	defer func() {
@@ -127,7 +132,14 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	}
 	conns := map[connKey]*transport.Conn{}
 	xdps := map[connKey]*xdp.Conn{}
-	for k := range neededConns(cfg.Local, cfg.SAs) {
+	need := neededConns(cfg.Local, cfg.SAs)
+	if cfg.IKE != nil {
+		if rt.ike, err = newIKEDaemon(rt, log); err != nil {
+			return rt, err
+		}
+		maps.Copy(need, cfg.IKE.nattKeys())
+	}
+	for k := range need {
 		w, err := rt.open(k, cfg)
 		if err == nil {
 			conns[k] = w
@@ -234,6 +246,13 @@ func Start(cfg *Config, log *slog.Logger) (rt *Runtime, err error) {
 	if err := rt.Load(cfg.SAs, cfg.SPD); err != nil {
 		return rt, fmt.Errorf("%s: %w", cfg.File, err)
 	}
+	if rt.ike != nil {
+		if err := rt.ike.open(); err != nil {
+			return rt, err
+		}
+		f := rt.ike.stats
+		rt.Gateway.ikeStats.Store(&f)
+	}
 	rt.countUses(cfg.SAs)
 	for _, s := range cfg.SAs {
 		if err := rt.watchICMP(s.Dst.Is6()); err != nil {
@@ -287,7 +306,11 @@ func (rt *Runtime) open(k connKey, cfg *Config) (*transport.Conn, error) {
 	if k.encap == sa.EncapUDP {
 		kind = transport.UDPEncap
 	}
-	c, err := transport.Open(transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, k.port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap, Mark: fwMark})
+	tc := transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, k.port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap, Mark: fwMark}
+	if rt.ike != nil && rt.ike.cfg.nattKeys()[k] {
+		tc.NonESP = rt.ike.nonESP(k.v6)
+	}
+	c, err := transport.Open(tc)
 	if err != nil {
 		return nil, fmt.Errorf("%s: open %s socket: %w", cfg.File, kind, err)
 	}
@@ -298,7 +321,7 @@ func (rt *Runtime) open(k connKey, cfg *Config) (*transport.Conn, error) {
 // wan-io put raw ESP on one; nil (not a nil *transport.Conn) when there is
 // none, so the gateway refuses the SA instead of crashing on it.
 func (rt *Runtime) pick(s *sa.SA) Conn {
-	k := keyFor(rt.Config.Local, s)
+	k := keyFor(rt.local, s)
 	if x := (*rt.xdps.Load())[k]; x != nil {
 		return x
 	}
@@ -308,8 +331,28 @@ func (rt *Runtime) pick(s *sa.SA) Conn {
 	return nil
 }
 
-// Run runs the gateway until ctx ends.
-func (rt *Runtime) Run(ctx context.Context) error { return rt.Gateway.Run(ctx) }
+// Run runs the gateway, and its IKE daemon, until ctx ends.
+func (rt *Runtime) Run(ctx context.Context) error {
+	if rt.ike == nil {
+		return rt.Gateway.Run(ctx)
+	}
+	ikeCtx, stopIKE := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		rt.ike.run(ikeCtx)
+	}()
+	// The IKE SAs are deleted with their peers before the gateway closes
+	// its sockets.
+	gwCtx, stopGW := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { stopIKE(); <-done; stopGW() })
+	defer stop()
+	err := rt.Gateway.Run(gwCtx)
+	stopIKE()
+	<-done
+	stopGW()
+	return err
+}
 
 // Reload reads the configuration again and puts its SAs, policies and
 // routes in force, or refuses the whole of it with the reason: a change of
@@ -322,6 +365,15 @@ func (rt *Runtime) Reload() error {
 	next, err := rt.Config.Reload()
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
+	}
+	// The CHILD_SAs the IKE daemon put in force stay in force: they are
+	// not in the file. No negotiation puts one in or out meanwhile.
+	sas, spd := next.SAs, next.SPD
+	if rt.ike != nil {
+		rt.ike.changeMu.Lock()
+		defer rt.ike.changeMu.Unlock()
+		ikeSAs, ikeSPD := rt.ike.inForce()
+		sas, spd = append(slices.Clone(sas), ikeSAs...), append(slices.Clone(spd), ikeSPD...)
 	}
 	rt.changeMu.Lock()
 	defer rt.changeMu.Unlock()
@@ -338,7 +390,7 @@ func (rt *Runtime) Reload() error {
 	if peers := transportPeers(next); !slices.Equal(peers, transportPeers(rt.Config)) {
 		return fmt.Errorf("reload %s: the transport-mode peers change (%v to %v): restart the gateway to apply it", next.File, transportPeers(rt.Config), peers)
 	}
-	opened, err := rt.openFor(next.SAs)
+	opened, err := rt.openFor(sas)
 	if err != nil {
 		return fmt.Errorf("reload: %w", err)
 	}
@@ -353,8 +405,8 @@ func (rt *Runtime) Reload() error {
 	}
 	// The claims follow the SA set: an SA another gateway here runs is
 	// refused like at start.
-	err = rt.nsClaim.replace(next.SAs, func() error {
-		return rt.stateClaim.replace(outboundOf(rt.Config.Local, next.SAs), func() error { return rt.Load(next.SAs, next.SPD) })
+	err = rt.nsClaim.replace(sas, func() error {
+		return rt.stateClaim.replace(outboundOf(rt.Config.Local, sas), func() error { return rt.Load(sas, spd) })
 	})
 	if err != nil {
 		rt.closeConns(opened)
@@ -368,7 +420,7 @@ func (rt *Runtime) Reload() error {
 			rt.Gateway.log.Warn("reload: the TUN MTU stays lower than the SAs allow", "err", err)
 		}
 	}
-	rt.countUses(next.SAs)
+	rt.countUses(sas)
 	rt.closeUnused()
 	if err := rt.syncRoutes(rt.Config.TUN.Routes, next.TUN.Routes); err != nil {
 		return fmt.Errorf("reload %s: the SAs are in force, but: %w", next.File, err)
@@ -473,11 +525,16 @@ func (rt *Runtime) countUses(sas []*sa.SA) {
 	}
 }
 
-// closeUnused closes the sockets no SA in force uses.
+// closeUnused closes the sockets no SA in force uses (the IKE daemon's
+// port-4500 sockets stay).
 func (rt *Runtime) closeUnused() {
 	var unused []connKey
+	var pinned map[connKey]bool
+	if rt.ike != nil {
+		pinned = rt.ike.cfg.nattKeys()
+	}
 	for k := range *rt.conns.Load() {
-		if rt.uses[k] == 0 {
+		if rt.uses[k] == 0 && !pinned[k] {
 			unused = append(unused, k)
 		}
 	}
@@ -581,6 +638,9 @@ func (rt *Runtime) syncRoutes(have, want []netip.Prefix) error {
 
 // Close releases what Start built and Run did not close.
 func (rt *Runtime) Close() {
+	if rt.ike != nil {
+		rt.ike.close()
+	}
 	for _, r := range rt.rules {
 		netlink.RuleDel(r)
 	}

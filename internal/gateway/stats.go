@@ -46,6 +46,9 @@ type Stats struct {
 	// gateway's network namespace (it reassembles before any socket sees
 	// them), when the gateway could read it.
 	Reassembly *ReassemblyStats `json:"reassembly,omitempty"`
+	// IKE are the IKE connections and their IKE SAs, when the gateway
+	// negotiates its SAs (the ike: section).
+	IKE *IKEStats `json:"ike,omitempty"`
 }
 
 // SA is the counters of the SA in force with spi (not a retired one), or
@@ -122,6 +125,9 @@ func (g *Gateway) Stats() Stats {
 	}
 	if r, err := ReadReassembly(); err == nil {
 		out.Reassembly = &r
+	}
+	if f := g.ikeStats.Load(); f != nil {
+		out.IKE = (*f)()
 	}
 	for r := Reason(0); r < NumReasons; r++ {
 		if n := c.Drops[r].Load(); n > 0 {
@@ -318,7 +324,78 @@ var (
 	descBatchMax      = prometheus.NewDesc("espgw_engine_record_ops_max", "The largest aggregation of ops into one command record seen.", []string{"engine"}, nil)
 	descBatchSize     = prometheus.NewDesc("espgw_engine_batch_ops", "Ops per batch the gateway handed the engine, by direction (out: sealed, in: opened).", []string{"direction"}, nil)
 	descDriver        = prometheus.NewDesc("espgw_engine_driver_info", "The drivers that do an engine's work (afalg: the kernel's, from /proc/crypto).", []string{"engine", "algorithm", "driver", "module"}, nil)
+
+	descIKESAs         = prometheus.NewDesc("espgw_ike_sas", "IKE SAs of a connection now, by state.", []string{"connection", "state"}, nil)
+	descIKEChildren    = prometheus.NewDesc("espgw_ike_child_sas", "CHILD_SAs of a connection in force now.", []string{"connection"}, nil)
+	descIKEAge         = prometheus.NewDesc("espgw_ike_sa_age_seconds", "Time since an IKE SA was established.", []string{"connection", "spi_i", "spi_r"}, nil)
+	descIKERekeyIn     = prometheus.NewDesc("espgw_ike_sa_rekey_in_seconds", "Time until an IKE SA is rekeyed (rekey_time).", []string{"connection", "spi_i", "spi_r"}, nil)
+	descIKEChildRekey  = prometheus.NewDesc("espgw_ike_child_sa_rekey_in_seconds", "Time until a CHILD_SA is rekeyed (rekey_time).", []string{"connection", "spi_in", "spi_out"}, nil)
+	descIKEChildExpiry = prometheus.NewDesc("espgw_ike_child_sa_expires_in_seconds", "Time until a CHILD_SA reaches its life_time.", []string{"connection", "spi_in", "spi_out"}, nil)
+	descIKERekeys      = prometheus.NewDesc("espgw_ike_rekeys_total", "Rekeys of a connection, by what was rekeyed (ike, child) and who started it (local, peer).", []string{"connection", "sa", "by"}, nil)
+	descIKERetrans     = prometheus.NewDesc("espgw_ike_retransmits_total", "IKE requests of a connection sent again for want of a response.", []string{"connection"}, nil)
+	descIKEEstablished = prometheus.NewDesc("espgw_ike_established_total", "IKE SAs of a connection established, either side initiating, rekeyed ones included.", []string{"connection"}, nil)
+	descIKEFailures    = prometheus.NewDesc("espgw_ike_failures_total", "What went wrong on a connection, by reason: initiations that failed, peers gone (dpd), CHILD_SAs expired, and the IKE messages dropped and why.", []string{"connection", "reason"}, nil)
+	descIKEDropped     = prometheus.NewDesc("espgw_ike_dropped_total", "IKE datagrams no connection took, by reason: queue_full, unknown_peer.", []string{"reason"}, nil)
 )
+
+// ikeEvents are the IKE endpoint's counts that are not failures.
+var ikeEvents = map[string]bool{"IKE SA established": true, "CHILD_SA established": true, "CHILD_SA rekeyed": true,
+	"CHILD_SA rekeyed by the peer": true, "IKE SA rekeyed": true, "IKE SA rekeyed by the peer": true, "retransmitted request": true,
+	"CHILD_SA deleted by the peer": true, "IKE SA deleted by the peer": true, "NAT-T keepalive": true, "COOKIE returned": true,
+	"COOKIE asked for": true, "INVALID_KE_PAYLOAD received": true, "INVALID_KE_PAYLOAD sent": true, "retransmitted request answered again": true}
+
+// ikeSeries sends the series of the IKE connections.
+func ikeSeries(st *IKEStats, ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(descIKEDropped, st.QueueFull, "queue_full")
+	counter(descIKEDropped, st.UnknownPeer, "unknown_peer")
+	for _, c := range st.Connections {
+		states := map[string]int{"established": 0, "half-open": int(c.HalfOpen)}
+		children := 0
+		for _, s := range c.SAs {
+			states[s.State]++
+			spii, spir := fmt.Sprintf("%016x", s.SPIi), fmt.Sprintf("%016x", s.SPIr)
+			gauge(descIKEAge, s.Age.Seconds(), c.Name, spii, spir)
+			if s.RekeyIn > 0 {
+				gauge(descIKERekeyIn, s.RekeyIn.Seconds(), c.Name, spii, spir)
+			}
+			for _, k := range s.ChildSAs {
+				children++
+				in, out := fmt.Sprintf("%#x", k.InSPI), fmt.Sprintf("%#x", k.OutSPI)
+				if k.RekeyIn > 0 {
+					gauge(descIKEChildRekey, k.RekeyIn.Seconds(), c.Name, in, out)
+				}
+				if k.ExpiresIn > 0 {
+					gauge(descIKEChildExpiry, k.ExpiresIn.Seconds(), c.Name, in, out)
+				}
+			}
+		}
+		for state, n := range states {
+			gauge(descIKESAs, float64(n), c.Name, state)
+		}
+		gauge(descIKEChildren, float64(children), c.Name)
+		counter(descIKERekeys, c.Events["CHILD_SA rekeyed"], c.Name, "child", "local")
+		counter(descIKERekeys, c.Events["CHILD_SA rekeyed by the peer"], c.Name, "child", "peer")
+		counter(descIKERekeys, c.Events["IKE SA rekeyed"], c.Name, "ike", "local")
+		counter(descIKERekeys, c.Events["IKE SA rekeyed by the peer"], c.Name, "ike", "peer")
+		counter(descIKERetrans, c.Retransmits(), c.Name)
+		counter(descIKEEstablished, c.Established, c.Name)
+		counter(descIKEFailures, c.Failed, c.Name, "initiation failed")
+		counter(descIKEFailures, c.DPDFailures, c.Name, "peer gone (dpd)")
+		counter(descIKEFailures, c.Expired, c.Name, "CHILD_SA expired")
+		counter(descIKEFailures, c.InstallFailures, c.Name, "CHILD_SA not put in force")
+		for reason, n := range c.Events {
+			if !ikeEvents[reason] {
+				counter(descIKEFailures, n, c.Name, reason)
+			}
+		}
+	}
+}
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
@@ -328,6 +405,8 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 		descXDPPkts, descXDPBytes, descXDPKicks, descXDPFallback, descXDPNoNeigh, descXDPDrops, descXDPErrors, descXDPInvalid, descXDPTxEmpty,
 		descEngOps, descEngBytes, descEngBatches, descEngRecords, descEngMCRFull, descEngInterrupts, descEngDoorbells, descEngCompl,
 		descEngQueueFull, descEngErrors, descEngBadICV, descQueue, descQueueMax, descBatchMax, descBatchSize, descDriver,
+		descIKESAs, descIKEChildren, descIKEAge, descIKERekeyIn, descIKEChildRekey, descIKEChildExpiry, descIKERekeys,
+		descIKERetrans, descIKEEstablished, descIKEFailures, descIKEDropped,
 	} {
 		ch <- d
 	}
@@ -344,6 +423,9 @@ func saSeries(sa SAStats) []string {
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.g.Stats()
+	if s.IKE != nil {
+		ikeSeries(s.IKE, ch)
+	}
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}

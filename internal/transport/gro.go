@@ -113,7 +113,7 @@ func (c *Conn) drainGRO(pkts []*esp.Packet) int {
 		}
 		seg := d.data[:min(d.seg, len(d.data))]
 		d.data = d.data[len(seg):]
-		_, n, ok := c.classify(seg)
+		_, n, ok := c.classify(seg, d.peer)
 		if !ok {
 			continue
 		}

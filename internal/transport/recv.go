@@ -134,7 +134,8 @@ func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 		// the buffer message i was read into.
 		p := pkts[i]
 		d := p.Buf[p.Off : p.Off+int(h.Len)]
-		hdr, n, ok := c.classify(d)
+		peer := c.peer(&r.names[i])
+		hdr, n, ok := c.classify(d, peer)
 		if !ok {
 			continue
 		}
@@ -142,7 +143,7 @@ func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 		p.TOS = c.tos(d, r.oobs[i][:h.Hdr.Controllen])
 		p.Local = c.dst(d, r.oobs[i][:h.Hdr.Controllen])
 		p.Off, p.Len, p.HdrLen = p.Off+hdr, n, hdr
-		p.Peer = c.peer(&r.names[i])
+		p.Peer = peer
 		if c.v6 && c.kind == RawESP {
 			oob := r.oobs[i][:h.Hdr.Controllen]
 			restoreExt(p, oob, receivedHopLimit(oob))
@@ -158,7 +159,7 @@ func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 // classify finds the ESP packet inside datagram d: the length of the IP
 // header in front of it (raw IPv4) and its own length, or it counts why
 // there is none.
-func (c *Conn) classify(d []byte) (hdr, n int, ok bool) {
+func (c *Conn) classify(d []byte, peer netip.AddrPort) (hdr, n int, ok bool) {
 	if c.kind == RawESP && !c.v6 {
 		// IPv4 raw sockets deliver the IP header; IPv6 ones do not.
 		var ok bool
@@ -175,6 +176,9 @@ func (c *Conn) classify(d []byte) (hdr, n int, ok bool) {
 		}
 		if len(d) >= 4 && [4]byte(d[:4]) == esp0 {
 			c.stats.nonESP.Add(1)
+			if c.nonESP != nil {
+				c.nonESP(d[4:], netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port()))
+			}
 			return 0, 0, false
 		}
 	}

@@ -279,3 +279,20 @@ func (c *Conn) SendKeepalive(peer netip.AddrPort) error {
 	c.stats.keepalivesSent.Add(1)
 	return nil
 }
+
+// SendNonESP sends data (an IKE message) to peer behind the RFC 3948
+// non-ESP marker, from this UDP socket (UDP only).
+func (c *Conn) SendNonESP(data []byte, peer netip.AddrPort) error {
+	if c.kind != UDPEncap {
+		return fmt.Errorf("send IKE message to %s: %s transport has no non-ESP marker", peer, c.kind)
+	}
+	if isIPv6(peer.Addr()) != c.v6 || peer.Port() == 0 {
+		return fmt.Errorf("send IKE message from %s: bad peer %s", c.local, peer)
+	}
+	b := append(make([]byte, 4, 4+len(data)), data...)
+	if _, err := c.pc.WriteTo(b, net.UDPAddrFromAddrPort(peer)); err != nil {
+		c.stats.sendErrors.Add(1)
+		return fmt.Errorf("send IKE message to %s: %w", peer, err)
+	}
+	return nil
+}

@@ -113,6 +113,10 @@ type Config struct {
 	// Namespace, when set (a handle > 0), is the network namespace the
 	// socket is opened in; otherwise the calling thread's current one.
 	Namespace vnetns.NsHandle
+	// NonESP, when set on a UDP transport, is given every datagram with
+	// the RFC 3948 non-ESP marker (IKE on port 4500), without the marker,
+	// and its source; data is valid only during the call.
+	NonESP func(data []byte, from netip.AddrPort)
 }
 
 // Stats are a Conn's counters since Open.
@@ -167,6 +171,7 @@ type Conn struct {
 	rcvBuf, sndBuf int
 
 	gso, gro atomic.Bool
+	nonESP   func(data []byte, from netip.AddrPort)
 
 	sendMu  sync.Mutex
 	send    sendState
@@ -214,7 +219,7 @@ func Open(cfg Config) (*Conn, error) {
 	} else {
 		cfg.Local = netip.AddrPortFrom(addr, cfg.Local.Port())
 	}
-	c := &Conn{kind: cfg.Kind, v6: addr.Is6(), batch: cfg.BatchSize}
+	c := &Conn{kind: cfg.Kind, v6: addr.Is6(), batch: cfg.BatchSize, nonESP: cfg.NonESP}
 
 	open := func() error { return c.open(cfg) }
 	var err error

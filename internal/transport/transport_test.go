@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -242,13 +244,29 @@ func TestUDPNonESP(t *testing.T) {
 		for _, gro := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/gro=%v", fam.name, gro), func(t *testing.T) {
 				a := open(t, p.a, UDPEncap, fam.local(p), false)
-				b := open(t, p.b, UDPEncap, fam.remote(p), false, gro)
+				// The non-ESP-marked datagrams go to the IKE daemon's hook.
+				var mu sync.Mutex
+				var ike []string
+				var froms []netip.Addr
+				b, err := Open(Config{Kind: UDPEncap, Local: netip.AddrPortFrom(fam.remote(p), 0), Namespace: p.b.Handle(), GRO: gro,
+					NonESP: func(d []byte, from netip.AddrPort) {
+						mu.Lock()
+						defer mu.Unlock()
+						ike, froms = append(ike, string(d)), append(froms, from.Addr())
+					}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer b.Close()
 				to := netip.AddrPortFrom(fam.remote(p), DefaultUDPPort)
 				if err := a.SendKeepalive(to); err != nil {
 					t.Fatal(err)
 				}
+				if err := a.SendNonESP([]byte("IKE_AUTH..."), to); err != nil {
+					t.Fatal(err)
+				}
 				// IKE behind the non-ESP marker, and a 3-byte runt, from another socket.
-				err := p.a.Do(func() error {
+				err = p.a.Do(func() error {
 					u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(fam.local(p), 0)))
 					if err != nil {
 						return err
@@ -273,8 +291,14 @@ func TestUDPNonESP(t *testing.T) {
 					t.Errorf("received % x, want the ESP packet", got[0])
 				}
 				s := b.Stats()
-				if s.Keepalives != 1 || s.NonESP != 1 || s.Short != 1 || s.PacketsIn != 1 {
-					t.Errorf("counters %+v: want 1 keepalive, 1 non-ESP, 1 short, 1 ESP", s)
+				if s.Keepalives != 1 || s.NonESP != 2 || s.Short != 1 || s.PacketsIn != 1 {
+					t.Errorf("counters %+v: want 1 keepalive, 2 non-ESP, 1 short, 1 ESP", s)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				slices.Sort(ike)
+				if !slices.Equal(ike, []string{"IKE_AUTH...", "IKE_SA_INIT..."}) || len(froms) != 2 || froms[0] != fam.local(p) || froms[1] != fam.local(p) {
+					t.Errorf("the non-ESP hook got %q from %v, want the two IKE messages without their marker from %s", ike, froms, fam.local(p))
 				}
 			})
 		}

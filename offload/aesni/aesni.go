@@ -4,12 +4,15 @@
 // (AES-NI), used the way a gateway holding a batch of packets can use it, as
 // intel-ipsec-mb does. The seals of a batch are encrypted as up to eight
 // independent CBC streams at once (multi-buffer), and each open is decrypted
-// eight blocks at a time; see package internal/cbc. HMAC runs on the
-// standard library (SHA-NI where the CPU has it) from inner and outer hash
-// states precomputed per SA. AES-CCM's CBC-MAC runs on the same CBC assembly
-// (package ccm does the rest). The other ciphers (3DES, AES-CTR, AES-GCM,
-// AES-GMAC, ChaCha20-Poly1305 through x/crypto's assembly, NULL) go through
-// the cpu engine's code.
+// eight blocks at a time; see package internal/cbc. HMAC-SHA1 and
+// HMAC-SHA256 run the same way across the packets of a batch, from inner and
+// outer hash states precomputed per SA (package internal/sha): a batch's
+// seal is one pass of CBC lanes, then one of SHA lanes; its open one pass of
+// SHA lanes, then the decryptions. The other HMACs run on the standard
+// library from precomputed states. AES-CCM's CBC-MAC runs on the same CBC
+// assembly (package ccm does the rest). The other ciphers (3DES, AES-CTR,
+// AES-GCM, AES-GMAC, ChaCha20-Poly1305 through x/crypto's assembly, NULL) go
+// through the cpu engine's code.
 //
 // On CPUs without AES-NI, on other architectures and in builds with the
 // purego tag the same engine runs with the pure-Go fallback of internal/cbc.
@@ -24,6 +27,7 @@ import (
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/aesni/internal/cbc"
+	"github.com/espgw/espgw/offload/aesni/internal/sha"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/internal/ccm"
 	"github.com/espgw/espgw/sa"
@@ -62,6 +66,10 @@ type Session struct {
 	mac    hmacKey
 	icvLen int
 	esn    bool
+	// laneKey is the HMAC for package sha's lanes, if lanes says it runs
+	// there (HMAC-SHA1 and HMAC-SHA256).
+	laneKey sha.Key
+	lanes   bool
 	// cipherOnly sessions (offload.SessionConfig.CipherOnly) have no ICV:
 	// espgw speed times the bare cipher with them.
 	cipherOnly bool
@@ -107,6 +115,9 @@ func newSession(cfg offload.SessionConfig, workers *sync.Pool) (*Session, error)
 	if s.mac, err = newHMACKey(cfg.Suite.Auth, cfg.AuthKey); err != nil {
 		return nil, fmt.Errorf("aesni: new %s session: %w", cfg.Suite, err)
 	}
+	if err := s.initLanes(cfg.Suite.Auth, cfg.AuthKey); err != nil {
+		return nil, fmt.Errorf("aesni: new %s session: %w", cfg.Suite, err)
+	}
 	return s, nil
 }
 
@@ -130,9 +141,9 @@ func (s *Session) Process(op *offload.Op) {
 	if s.cipherOnly {
 		var err error
 		if op.Dir == offload.Open {
-			err = s.key.Decrypt(iv, payload, payload)
+			err = s.key.DecryptInPlace(iv, payload)
 		} else {
-			err = s.key.Encrypt(iv, payload, payload)
+			err = s.key.EncryptInPlace(iv, payload)
 		}
 		op.Status = offload.OK
 		if err != nil {
@@ -143,7 +154,7 @@ func (s *Session) Process(op *offload.Op) {
 	w := s.workers.Get().(*worker)
 	if op.Dir == offload.Open {
 		w.open(s, op)
-	} else if err := s.key.Encrypt(iv, payload, payload); err != nil {
+	} else if err := s.key.EncryptInPlace(iv, payload); err != nil {
 		op.Status = offload.Failed
 	} else {
 		w.writeICV(s, op)
@@ -163,11 +174,12 @@ func (e *Engine) Run(ops []*offload.Op) error {
 	}
 	if s, ok := ops[0].Session.(*Session); ok && len(ops) == 1 {
 		s.Process(ops[0])
-	} else {
-		w := e.workers.Get().(*worker)
-		w.run(ops)
-		e.workers.Put(w)
+		e.CountOne(ops[0])
+		return nil
 	}
+	w := e.workers.Get().(*worker)
+	w.run(ops)
+	e.workers.Put(w)
 	e.Count(ops)
 	return nil
 }
@@ -188,6 +200,9 @@ type worker struct {
 	jobs  []cbc.Job
 	ops   []*offload.Op
 	macer *macer
+	// seals and opens gather the HMACs that package sha's lanes run.
+	seals, opens *macBatch
+	sum          [sha.MaxSize]byte
 }
 
 func newWorker() *worker {
@@ -195,11 +210,14 @@ func newWorker() *worker {
 		jobs:  make([]cbc.Job, 0, sealChunk),
 		ops:   make([]*offload.Op, 0, sealChunk),
 		macer: newMacer(),
+		seals: newMacBatch(),
+		opens: newMacBatch(),
 	}
 }
 
-// run gives every op its Status. Opens are verified and decrypted one by
-// one; aes-cbc seals are gathered and encrypted together, then MACed.
+// run gives every op its Status. The aes-cbc seals are gathered and
+// encrypted together, then MACed together; the opens are MACed together,
+// then each is decrypted (CBC decryption is parallel within a packet).
 func (w *worker) run(ops []*offload.Op) {
 	for _, op := range ops {
 		s, ok := op.Session.(*Session)
@@ -209,12 +227,26 @@ func (w *worker) run(ops []*offload.Op) {
 		case !s.cbc:
 			s.cpu.Process(op)
 		case op.Dir == offload.Open:
-			w.open(s, op)
+			w.addOpen(s, op)
 		default:
 			w.addSeal(s, op)
 		}
 	}
 	w.flushSeals()
+	w.opens.open()
+}
+
+// addOpen queues an open whose HMAC runs in lanes, and opens any other
+// at once.
+func (w *worker) addOpen(s *Session, op *offload.Op) {
+	if _, _, ok := s.layout(op); !ok || !s.lanes {
+		w.open(s, op)
+		return
+	}
+	w.opens.add(s, op)
+	if w.opens.full() {
+		w.opens.open()
+	}
 }
 
 // layout takes an aes-cbc op's IV (its nonce) and text, or says they do
@@ -234,7 +266,7 @@ func (w *worker) open(s *Session, op *offload.Op) {
 		return
 	}
 	if !s.cipherOnly {
-		sum, err := w.macer.mac(&s.mac, op.Bytes(op.Auth), s.esn, op.SeqHi)
+		sum, err := w.icv(s, op.Bytes(op.Auth), op.SeqHi)
 		if err != nil {
 			op.Status = offload.Failed
 			return
@@ -244,11 +276,32 @@ func (w *worker) open(s *Session, op *offload.Op) {
 			return
 		}
 	}
-	if err := s.key.Decrypt(iv, payload, payload); err != nil {
+	if err := s.key.DecryptInPlace(iv, payload); err != nil {
 		op.Status = offload.Failed
 		return
 	}
 	op.Status = offload.OK
+}
+
+// decrypt decrypts an open whose ICV has been checked.
+func (s *Session) decrypt(op *offload.Op) {
+	iv, payload, _ := s.layout(op)
+	op.Status = offload.OK
+	if err := s.key.DecryptInPlace(iv, payload); err != nil {
+		op.Status = offload.Failed
+	}
+}
+
+// icv is one packet's full HMAC, in the worker's scratch: one stream of
+// package sha where it runs the session's HMAC, else the standard library.
+func (w *worker) icv(s *Session, authed []byte, seqHi uint32) ([]byte, error) {
+	if s.lanes {
+		if err := s.laneKey.MAC(&w.sum, authed, s.esn, seqHi); err != nil {
+			return nil, err
+		}
+		return w.sum[:], nil
+	}
+	return w.macer.mac(&s.mac, authed, s.esn, seqHi)
 }
 
 func (w *worker) addSeal(s *Session, op *offload.Op) {
@@ -271,7 +324,7 @@ func (w *worker) writeICV(s *Session, op *offload.Op) {
 		op.Status = offload.OK
 		return
 	}
-	sum, err := w.macer.mac(&s.mac, op.Bytes(op.Auth), s.esn, op.SeqHi)
+	sum, err := w.icv(s, op.Bytes(op.Auth), op.SeqHi)
 	if err != nil {
 		op.Status = offload.Failed
 		return
@@ -281,19 +334,25 @@ func (w *worker) writeICV(s *Session, op *offload.Op) {
 }
 
 // flushSeals encrypts the gathered seals together, then writes their ICVs
-// (encrypt-then-MAC: the ICV covers the ciphertext).
+// (encrypt-then-MAC: the ICV covers the ciphertext), those of package sha's
+// HMACs in one run of its lanes.
 func (w *worker) flushSeals() {
 	if len(w.jobs) == 0 {
 		return
 	}
 	err := w.enc.EncryptBatch(w.jobs)
 	for _, op := range w.ops {
-		if err != nil {
+		s := op.Session.(*Session)
+		switch {
+		case err != nil:
 			op.Status = offload.Failed
-			continue
+		case s.lanes && !s.cipherOnly:
+			w.seals.add(s, op)
+		default:
+			w.writeICV(s, op)
 		}
-		w.writeICV(op.Session.(*Session), op)
 	}
+	w.seals.seal()
 	clear(w.jobs)
 	clear(w.ops)
 	w.jobs, w.ops = w.jobs[:0], w.ops[:0]

@@ -35,7 +35,7 @@ import (
 // in ns per call, with op-bare, the engine's own cost per op.
 func BenchmarkOneOp(b *testing.B) {
 	for _, eng := range []offload.Inline{New(), cpu.New()} {
-		for _, size := range []int{64, 1024} {
+		for _, size := range []int{16, 64, 1024} {
 			b.Run(fmt.Sprintf("%s/%d", eng.Name(), size), func(b *testing.B) {
 				o := newOneOp(b, eng, size)
 				for b.Loop() {

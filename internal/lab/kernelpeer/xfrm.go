@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 
 	"github.com/espgw/espgw/internal/shell"
@@ -54,10 +53,6 @@ func script(cmds []Command) string {
 	}
 	return b.String()
 }
-
-// reqID ties an SA's state to its policies. The SPI is unique among the
-// guest's SAs, so it serves.
-func reqID(s *sa.SA) string { return strconv.FormatUint(uint64(s.SPI), 10) }
 
 // XFRMCommands turns an espgw SA into the `ip xfrm state add` and
 // `ip xfrm policy add` commands that give the guest's kernel the same SA
@@ -120,26 +115,13 @@ func PolicyCommands(s *sa.SA, dir Direction) ([]Command, error) {
 		}
 		sels = []sa.Selector{{Src: hostPrefix(s.Src), Dst: hostPrefix(s.Dst)}}
 	}
-	dirs := []string{"out"}
-	if dir == Inbound {
-		dirs = []string{"in"}
-		if s.Mode == sa.Tunnel {
-			dirs = append(dirs, "fwd")
-		}
+	args, err := sa.XFRMPolicyArgs(s, sels, dir != Inbound, 0)
+	if err != nil {
+		return nil, fmt.Errorf("mirror %v: %w", s, err)
 	}
-	tmpl := []string{"tmpl", "src", s.Src.String(), "dst", s.Dst.String(), "proto", "esp",
-		"reqid", reqID(s), "mode", s.Mode.String(), "level", "required"}
-	var cmds []Command
-	for i, sel := range sels {
-		selArgs, err := sa.XFRMSelectorArgs(sel, s.Src.Is6())
-		if err != nil {
-			return nil, fmt.Errorf("mirror %v: selector %d: %w", s, i, err)
-		}
-		for _, d := range dirs {
-			a := append([]string{"xfrm", "policy", "add"}, selArgs...)
-			a = append(a, "dir", d)
-			cmds = append(cmds, Command{Args: append(a, tmpl...)})
-		}
+	cmds := make([]Command, len(args))
+	for i, a := range args {
+		cmds[i] = Command{Args: a}
 	}
 	return cmds, nil
 }

@@ -3,9 +3,9 @@
 // It is how the lab reads its YAML files (scenarios and the impairments
 // inside them): strict decoding into structs, where an unknown field or a
 // wrong type is an error naming the file, the line and, where known, the
-// field. (The data path's SA and gateway files walk yaml.Node trees field by
-// field instead, in sa and internal/gateway, for errors that name the SA
-// entry.)
+// field. (The SA file and the gateway configuration, and the scenarios'
+// own node lookups, walk yaml.Node trees with internal/yamlwalk instead,
+// for errors that name the SA entry.)
 package labyaml
 
 import (

@@ -35,6 +35,28 @@ var BulkAlgs = []string{
 	"aes-128-ctr", "aes-192-ctr", "aes-256-ctr",
 	"aes-128-gcm", "aes-192-gcm", "aes-256-gcm",
 	"chacha20-poly1305",
+	"aes-128-cbc-hmac-sha1", "aes-256-cbc-hmac-sha1", "aes-128-cbc-hmac-sha256", "aes-256-cbc-hmac-sha256",
+}
+
+// parseCBCHMAC reads openssl's names of its stitched AES-CBC with HMAC
+// ciphers (aes-128-cbc-hmac-sha1): timed here as an engine op with the
+// ESP ICV, HMAC-SHA1-96 or HMAC-SHA256-128 over the ciphertext.
+func parseCBCHMAC(name string) (sa.Suite, int, bool) {
+	cname, hname, ok := strings.Cut(name, "-hmac-")
+	if !ok {
+		return sa.Suite{}, 0, false
+	}
+	c, keyLen, ok := parseCipher(cname)
+	if !ok || c != sa.CipherAESCBC {
+		return sa.Suite{}, 0, false
+	}
+	switch hname {
+	case "sha1":
+		return sa.Suite{Cipher: c, Auth: sa.AuthHMACSHA1_96}, keyLen, true
+	case "sha256":
+		return sa.Suite{Cipher: c, Auth: sa.AuthHMACSHA256_128}, keyLen, true
+	}
+	return sa.Suite{}, 0, false
 }
 
 // parseCipher reads an openssl-style cipher name (or an espgw one).
@@ -104,6 +126,9 @@ func ParseAlg(name string) (Alg, error) {
 			return Alg{}, fmt.Errorf("algorithm %q: %w", name, err)
 		}
 		return Alg{Name: name, Suite: suite, KeyLen: keyLen, ESP: true}, nil
+	}
+	if suite, keyLen, ok := parseCBCHMAC(name); ok && slices.Contains(BulkAlgs, name) {
+		return Alg{Name: name, Suite: suite, KeyLen: keyLen}, nil
 	}
 	c, keyLen, ok := parseCipher(name)
 	if !ok || !slices.Contains(BulkAlgs, name) {

@@ -21,6 +21,7 @@ const Usage = `usage: espgw speed [-evp ALG]... [ALG...] [-engine NAME] [-multi 
 
 Times an offload engine like 'openssl speed -evp ALG' and prints the same table.
   -evp ALG        aes-128-cbc aes-192-cbc aes-256-cbc des-ede3-cbc aes-128-ctr aes-128-gcm aes-256-gcm chacha20-poly1305 …,
+                  aes-128-cbc-hmac-sha1 aes-256-cbc-hmac-sha256 … (the cipher and the ESP ICV's HMAC),
                   or esp:SUITE, a whole ESP seal per packet (esp:aes-128-cbc+hmac-sha1-96, esp:aes-128-gcm)
   -engine NAME    offload engine (cpu, ring, emul:ubsec-2014, emul:t4, emul:virtio-qemu-7.2, …; default cpu)
   -multi N        N concurrent submitters on the one engine (default 1)

@@ -45,7 +45,8 @@ func TestParseAlg(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-	for _, name := range []string{"aes-cbc", "aes-512-cbc", "aes-128-ecb", "null", "aes-128-cbcx", "esp:", "aes-gmac", "esp:chacha20-poly1305+hmac-sha1-96"} {
+	for _, name := range []string{"aes-cbc", "aes-512-cbc", "aes-128-ecb", "null", "aes-128-cbcx", "esp:", "aes-gmac", "esp:chacha20-poly1305+hmac-sha1-96",
+		"aes-128-cbc-hmac-md5", "aes-128-ctr-hmac-sha1", "aes-192-cbc-hmac-sha1", "aes-128-cbc-hmac-"} {
 		if _, err := speed.ParseAlg(name); err == nil {
 			t.Errorf("%s: no error", name)
 		}
@@ -66,6 +67,22 @@ func TestParseAlg(t *testing.T) {
 	} {
 		a, err := speed.ParseAlg(tc.name)
 		if err != nil || a.Suite != (sa.Suite{Cipher: tc.cipher}) || a.KeyLen != tc.keyLen || a.ESP != tc.esp || a.CipherOnly {
+			t.Errorf("%s: %+v, %v", tc.name, a, err)
+		}
+	}
+	// openssl's stitched CBC with HMAC ciphers are bulk ops with the ICV.
+	for _, tc := range []struct {
+		name   string
+		suite  sa.Suite
+		keyLen int
+	}{
+		{"aes-128-cbc-hmac-sha1", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 16},
+		{"AES-256-CBC-HMAC-SHA1", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 32},
+		{"aes-128-cbc-hmac-sha256", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 16},
+		{"aes-256-cbc-hmac-sha256", sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 32},
+	} {
+		a, err := speed.ParseAlg(tc.name)
+		if err != nil || a.Suite != tc.suite || a.KeyLen != tc.keyLen || a.ESP || a.CipherOnly {
 			t.Errorf("%s: %+v, %v", tc.name, a, err)
 		}
 	}
@@ -117,8 +134,9 @@ func TestTableLayout(t *testing.T) {
 // TestRun times two algorithms briefly on the cpu and ring engines and
 // checks the result makes sense and prints.
 func TestRun(t *testing.T) {
-	for _, engine := range []string{"cpu", "ring", "emul:t4"} {
-		f, err := speed.ParseArgs([]string{"-engine", engine, "-evp", "aes-128-gcm", "-evp", "esp:aes-128-cbc+hmac-sha1-96", "-bytes", "1400", "-batch", "8", "-multi", "2"})
+	for _, engine := range []string{"cpu", "ring", "emul:t4", "aesni"} {
+		f, err := speed.ParseArgs([]string{"-engine", engine, "-evp", "aes-128-gcm", "-evp", "esp:aes-128-cbc+hmac-sha1-96",
+			"-evp", "aes-128-cbc-hmac-sha1", "-bytes", "1400", "-batch", "8", "-multi", "2"})
 		if err != nil {
 			t.Fatal(err)
 		}

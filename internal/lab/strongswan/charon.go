@@ -43,8 +43,9 @@ type Config struct {
 	// RemoteNet the traffic selectors.
 	Local, Remote       netip.Addr
 	LocalNet, RemoteNet netip.Prefix
-	// ID and PeerID are the IKE identities (FQDNs, without the @).
-	ID, PeerID string
+	// ID and PeerID are the IKE identities (FQDNs, without the @);
+	// PeerDN, when set, is the peer's identity instead: a DN.
+	ID, PeerID, PeerDN string
 	// PSK is the pre-shared key both sides hold.
 	PSK string
 	// Initiate makes this side start the IKE_SA (auto=start); the other
@@ -54,6 +55,17 @@ type Config struct {
 	// aes128-sha256-modp2048); the openssl plugin brings AES-GCM, the
 	// ECP groups and Curve25519 (x25519).
 	ESP, IKE string
+	// Cert, Key and CA are PEM files: with them charon authenticates with
+	// its certificate (leftcert, the key in ipsec.secrets) and checks the
+	// peer's against the CA, rather than the PSK. KeyType is how
+	// ipsec.secrets names the key: "RSA", "ECDSA" or "PKCS8" (Ed25519).
+	Cert, Key, CA, KeyType string
+	// RealNAT leaves out forceencaps, which otherwise fakes a NAT: a test
+	// with a real NAT between the two sides sets it.
+	RealNAT bool
+	// Options are lines added to strongswan.conf's charon section, such as
+	// "signature_authentication = no" or "rsa_pss = yes".
+	Options []string
 }
 
 // Charon is a running starter and its charon.
@@ -101,6 +113,21 @@ func Start(ctx context.Context, cfg Config) (*Charon, error) {
 	if cfg.IKE == "" {
 		cfg.IKE = "aes128-sha256-modp2048"
 	}
+	peerID := "@" + cfg.PeerID
+	if cfg.PeerDN != "" {
+		peerID = strconv.Quote(cfg.PeerDN)
+	}
+	forceEncaps := "yes"
+	if cfg.RealNAT {
+		forceEncaps = "no"
+	}
+	auth := "authby=secret"
+	if cfg.Cert != "" {
+		if cfg.Key == "" || cfg.CA == "" || (cfg.KeyType != "RSA" && cfg.KeyType != "ECDSA" && cfg.KeyType != "PKCS8") {
+			return nil, fmt.Errorf("start charon: a certificate needs its key, a CA and the key type RSA, ECDSA or PKCS8")
+		}
+		auth = fmt.Sprintf("leftauth=pubkey\n\trightauth=pubkey\n\tleftcert=%s\n\tleftsendcert=always", cfg.Cert)
+	}
 	auto := "add"
 	if cfg.Initiate {
 		auto = "start"
@@ -119,21 +146,26 @@ conn espgw
 	leftid=@%s
 	right=%s
 	rightsubnet=%s
-	rightid=@%s
-	authby=secret
+	rightid=%s
+	%s
 	ike=%s!
 	esp=%s!
-	forceencaps=yes
+	forceencaps=%s
 	rekey=no
 	ikelifetime=24h
 	lifetime=8h
 	dpdaction=none
 	auto=%s
-`, cfg.Local, cfg.LocalNet, cfg.ID, cfg.Remote, cfg.RemoteNet, cfg.PeerID, cfg.IKE, cfg.ESP, auto)
+`, cfg.Local, cfg.LocalNet, cfg.ID, cfg.Remote, cfg.RemoteNet, peerID, auth, cfg.IKE, cfg.ESP, forceEncaps, auto)
 	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
+	if cfg.Cert != "" {
+		conf += fmt.Sprintf("ca espgw\n\tcacert=%s\n\tauto=add\n", cfg.CA)
+		secrets = fmt.Sprintf(": %s %s\n", cfg.KeyType, cfg.Key)
+	}
 	c := &Charon{cfg: cfg, out: &testbed.LockedBuffer{}, waited: make(chan struct{})}
 	swan := fmt.Sprintf(`charon {
-	load = random nonce openssl aes sha1 sha2 hmac gmp kdf kernel-libipsec kernel-netlink socket-default stroke updown
+	load = random nonce openssl aes sha1 sha2 hmac gmp kdf pem pkcs1 pkcs8 x509 pubkey constraints kernel-libipsec kernel-netlink socket-default stroke updown
+%s
 	filelog {
 		espgw {
 			path = %s
@@ -144,7 +176,7 @@ conn espgw
 		}
 	}
 }
-`, c.LogPath())
+`, strings.Join(cfg.Options, "\n"), c.LogPath())
 	for name, body := range map[string]string{"ipsec.conf": conf, "ipsec.secrets": secrets, "strongswan.conf": swan} {
 		if err := os.WriteFile(filepath.Join(cfg.Dir, name), []byte(body), 0o600); err != nil {
 			return nil, fmt.Errorf("start charon: %w", err)
@@ -285,3 +317,28 @@ func (c *Charon) Kill() error {
 
 // Output is what starter and charon printed.
 func (c *Charon) Output() string { return c.out.String() }
+
+// Down has charon delete its connection's IKE SA and CHILD_SAs with the
+// peer (stroke down, in charon's namespaces).
+func (c *Charon) Down(ctx context.Context) error {
+	out, err := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(c.charonPID), "-m", "-n", "/usr/lib/ipsec/stroke", "down", "espgw").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("stroke down espgw in %s: %w: %s", c.cfg.NS.Short(), err, out)
+	}
+	return nil
+}
+
+var childName = regexp.MustCompile(`(espgw\{\d+\}):\s+INSTALLED`)
+
+// InstalledChild is the name of the CHILD_SA charon has installed
+// ("espgw{3}"), for Rekey, or "" when there is none.
+func (c *Charon) InstalledChild(ctx context.Context) (string, error) {
+	st, err := c.Status(ctx)
+	if err != nil {
+		return "", err
+	}
+	if m := childName.FindStringSubmatch(st); m != nil {
+		return m[1], nil
+	}
+	return "", nil
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/espgw/espgw/ike"
+	"github.com/espgw/espgw/internal/lab/certgen"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
@@ -50,6 +51,9 @@ func TestIKEWithCharon(t *testing.T) {
 		// The SK payload under AES-GCM, the NIST and MODP groups.
 		{"aes256gcm16-prfsha384-ecp384", "aes256gcm16", false, ""},
 		{"aes256-sha512-modp3072", "aes256-sha1", true, ""},
+		// ChaCha20-Poly1305 (RFC 7634) for the SK payload and for ESP.
+		{"chacha20poly1305-prfsha256-x25519", "chacha20poly1305", false, ""},
+		{"chacha20poly1305-prfsha512-ecp256", "chacha20poly1305", true, ""},
 		// The initiator's first group is not the responder's: an
 		// INVALID_KE_PAYLOAD and a retry with the group asked for.
 		{"aes128-sha256-x25519-ecp256", "aes128gcm16", false, "aes128-sha256-ecp256"},
@@ -76,12 +80,35 @@ type ikeRun struct {
 	s        *ike.IKESA
 	child    *ike.Child
 	served   chan error
+	certs    *testCerts
 }
 
 // negotiate brings the tunnel up, espgw or charon initiating; the
 // namespaces, charon and the endpoint go at the end of the test.
 func negotiate(t *testing.T, ctx context.Context, ikeProposal, charonIKE, esp string, charonInitiates bool) *ikeRun {
 	t.Helper()
+	return negotiateWith(t, ctx, negotiation{ike: ikeProposal, charonIKE: charonIKE, esp: esp, charonInitiates: charonInitiates})
+}
+
+// negotiation is how a tunnel is brought up: the proposals, who
+// initiates, and, with a key type, certificates from a CA made for the
+// test rather than a PSK.
+type negotiation struct {
+	ike, charonIKE, esp string
+	charonInitiates     bool
+	keyType             certgen.KeyType
+	// classic has both sides sign with the methods of RFC 7296 and 4754
+	// (no SIGNATURE_HASH_ALGORITHMS); pss has both sign RSA with PSS.
+	classic, pss bool
+	// fragmentSize is espgw's, charonOptions go in charon's
+	// strongswan.conf.
+	fragmentSize  int
+	charonOptions []string
+}
+
+func negotiateWith(t *testing.T, ctx context.Context, n negotiation) *ikeRun {
+	t.Helper()
+	ikeProposal, charonIKE, esp, charonInitiates := n.ike, n.charonIKE, n.esp, n.charonInitiates
 	labtest.NeedNamespaces(t)
 	topo, err := netns.NewTopology("ik", netns.TopologyOptions{})
 	if err != nil {
@@ -108,6 +135,14 @@ func negotiate(t *testing.T, ctx context.Context, ikeProposal, charonIKE, esp st
 		LocalTS: []ike.Selector{ike.PrefixSelector(a.LANA4)}, RemoteTS: []ike.Selector{ike.PrefixSelector(a.LANB4)},
 		OnChild: func(_ *ike.IKESA, c *ike.Child) { children <- c }}
 	r.children = children
+	charonCfg := Config{NS: topo.GW2, Dir: filepath.Join(t.TempDir(), "gw2"), Local: remote, Remote: local,
+		LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: secret, Initiate: charonInitiates,
+		IKE: charonIKE, ESP: esp}
+	if n.keyType != "" {
+		r.certs = useCertificates(t, n, &cfg, &charonCfg)
+	}
+	cfg.FragmentSize = n.fragmentSize
+	charonCfg.Options = append(charonCfg.Options, n.charonOptions...)
 	if err := topo.GW1.Do(func() (err error) { r.tr, err = ike.Listen(local); return err }); err != nil {
 		t.Fatal(err)
 	}
@@ -119,9 +154,7 @@ func negotiate(t *testing.T, ctx context.Context, ikeProposal, charonIKE, esp st
 	go func() { r.served <- r.tr.Serve(serveCtx, r.ep) }()
 	t.Cleanup(func() { stop(); <-r.served })
 
-	r.charon, err = Start(ctx, Config{NS: topo.GW2, Dir: filepath.Join(t.TempDir(), "gw2"), Local: remote, Remote: local,
-		LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: secret, Initiate: charonInitiates,
-		IKE: charonIKE, ESP: esp})
+	r.charon, err = Start(ctx, charonCfg)
 	if err != nil {
 		t.Fatal(err)
 	}

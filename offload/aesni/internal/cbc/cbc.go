@@ -59,6 +59,26 @@ func (k *Key) Encrypt(iv *[BlockSize]byte, dst, src []byte) error {
 	return nil
 }
 
+// EncryptInPlace is Encrypt with dst and src both buf, for a small buffer,
+// on which the calls between the caller and the assembly cost as much as a
+// block: one call, the checks in place need, then the assembly.
+func (k *Key) EncryptInPlace(iv *[BlockSize]byte, buf []byte) error {
+	if best == kernelGo || k == nil || k.rounds == 0 || iv == nil || len(buf) == 0 || len(buf)%BlockSize != 0 {
+		return k.Encrypt(iv, buf, buf)
+	}
+	encryptBlocksAsm(&k.enc[0], k.rounds, iv, &buf[0], &buf[0], len(buf)/BlockSize)
+	return nil
+}
+
+// DecryptInPlace is Decrypt with dst and src both buf, like EncryptInPlace.
+func (k *Key) DecryptInPlace(iv *[BlockSize]byte, buf []byte) error {
+	if best == kernelGo || k == nil || k.rounds == 0 || iv == nil || len(buf) == 0 || len(buf)%BlockSize != 0 {
+		return k.Decrypt(iv, buf, buf)
+	}
+	decryptBlocksAsm(&k.dec[0], k.rounds, iv, &buf[0], &buf[0], len(buf)/BlockSize, best == kernelVAES)
+	return nil
+}
+
 var (
 	errNoKey    = errors.New("no key")
 	errNoIV     = errors.New("no IV")

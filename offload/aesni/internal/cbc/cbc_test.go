@@ -408,3 +408,59 @@ func mustHex(s string) []byte {
 func TestImplementation(t *testing.T) {
 	t.Logf("CBC kernels: %s (tested: %v)", Implementation(), impls())
 }
+
+// TestInPlace holds EncryptInPlace and DecryptInPlace against Encrypt and
+// Decrypt at every length up to 64 blocks and every key size, and checks
+// they refuse what those refuse.
+func TestInPlace(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, keyLen := range []int{16, 24, 32} {
+		k, err := NewKey(randBytes(r, keyLen))
+		if err != nil {
+			t.Fatal(err)
+		}
+		iv := (*[BlockSize]byte)(randBytes(r, BlockSize))
+		for n := 0; n <= 64*BlockSize; n += BlockSize {
+			plain := randBytes(r, n)
+			want := make([]byte, n)
+			if err := k.Encrypt(iv, want, plain); err != nil {
+				t.Fatal(err)
+			}
+			buf := bytes.Clone(plain)
+			if err := k.EncryptInPlace(iv, buf); err != nil || !bytes.Equal(buf, want) {
+				t.Fatalf("%d-byte key, %d bytes: EncryptInPlace differs from Encrypt (%v)", keyLen, n, err)
+			}
+			if err := k.DecryptInPlace(iv, buf); err != nil || !bytes.Equal(buf, plain) {
+				t.Fatalf("%d-byte key, %d bytes: DecryptInPlace does not undo it (%v)", keyLen, n, err)
+			}
+		}
+	}
+	var unset Key
+	iv := new([BlockSize]byte)
+	for _, c := range []struct {
+		name string
+		k    *Key
+		iv   *[BlockSize]byte
+		buf  []byte
+		want string
+	}{
+		{"nil key", nil, iv, make([]byte, 16), "no key"},
+		{"unset key", &unset, iv, make([]byte, 16), "not initialised"},
+		{"no IV", mustKey(t), nil, make([]byte, 16), "no IV"},
+		{"partial block", mustKey(t), iv, make([]byte, 17), "whole number"},
+	} {
+		for _, fn := range []func(*Key, *[BlockSize]byte, []byte) error{(*Key).EncryptInPlace, (*Key).DecryptInPlace} {
+			if err := fn(c.k, c.iv, c.buf); err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("%s: %v, want an error saying %q", c.name, err, c.want)
+			}
+		}
+	}
+}
+
+func mustKey(t *testing.T) *Key {
+	k, err := NewKey(make([]byte, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}

@@ -1,0 +1,456 @@
+package gateway
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/espgw/espgw/ike"
+	"github.com/espgw/espgw/internal/secret"
+	"github.com/espgw/espgw/sa"
+)
+
+// IKEConfig is the ike: section of a gateway configuration: the IKEv2
+// connections the gateway negotiates its SAs over, named as in
+// strongSwan's swanctl.conf.
+type IKEConfig struct {
+	// RetransmitTimeout is the wait for the first response to a request,
+	// doubled after each of RetransmitTries sends (strongSwan's
+	// charon.retransmit_timeout and retransmit_tries; 1s and 5 by default).
+	RetransmitTimeout time.Duration
+	RetransmitTries   int
+	// DecryptionTable, when set, is where the gateway writes Wireshark's
+	// ikev2_decryption_table for every IKE SA it makes (mode 0600), and
+	// ESPSAFile Wireshark's esp_sa table of the CHILD_SAs.
+	DecryptionTable, ESPSAFile string
+	Connections                []*IKEConnection
+}
+
+// IKEConnection is one connection: an IKE SA with a peer and its CHILD_SA.
+type IKEConnection struct {
+	Name string
+	Line int
+	// LocalAddrs are the addresses this side speaks IKE from (the first
+	// one initiates); RemoteAddrs the peer's (the first one is initiated
+	// to; none: any peer may initiate, and this side never does).
+	LocalAddrs, RemoteAddrs []netip.Addr
+	// LocalID and RemoteID are the identities (local.id, remote.id); a
+	// zero RemoteID accepts any.
+	LocalID, RemoteID ike.Identity
+	// PSK is the pre-shared key, read from PSKFile or the environment
+	// variable PSKEnv; never printed.
+	PSK            sa.Key
+	PSKFile        string
+	PSKEnv         string
+	Proposals      []ike.Proposal
+	ProposalsText  string
+	RekeyTime      time.Duration // IKE SA rekey; 0: never
+	DPDDelay       time.Duration // liveness checks; 0: none
+	Children       []*IKEChild
+	RetransmitWait time.Duration
+	Tries          int
+}
+
+// IKEChild is a connection's CHILD_SA.
+type IKEChild struct {
+	Name              string
+	LocalTS, RemoteTS []netip.Prefix
+	ESPProposals      []ike.Proposal
+	ESPText           string
+	StartAction       string // start or none
+	// RekeyTime is when the CHILD_SA is rekeyed, less a random part of
+	// RandTime; LifeTime is when it expires unless rekeyed.
+	RekeyTime, LifeTime, RandTime time.Duration
+}
+
+// Start actions.
+const (
+	StartActionStart = "start"
+	StartActionNone  = "none"
+)
+
+// ikeDefaults are strongSwan's defaults for what a connection leaves out.
+const (
+	defaultIKERekey   = 4 * time.Hour
+	defaultChildRekey = time.Hour
+	// DefaultIKEProposals and DefaultESPProposals stand for swanctl's
+	// "default" keyword: what espgw offers when a connection names none.
+	DefaultIKEProposals = "aes128-sha256-x25519,aes256-sha384-ecp384,aes128gcm16-prfsha256-x25519,aes256gcm16-prfsha384-ecp384"
+	DefaultESPProposals = "aes128gcm16,aes256gcm16,aes128-sha256,aes256-sha384"
+)
+
+var (
+	ikeSettings   = []string{"retransmit_timeout", "retransmit_tries", "decryption_table", "esp_sa_file", "connections"}
+	connSettings  = []string{"local_addrs", "remote_addrs", "local", "remote", "proposals", "rekey_time", "dpd_delay", "psk_file", "psk_env", "children", "version"}
+	endSettings   = []string{"id", "auth"}
+	childSettings = []string{"local_ts", "remote_ts", "esp_proposals", "mode", "start_action", "rekey_time", "life_time", "rand_time"}
+)
+
+// ike reads the ike: section.
+func (p *cfgParser) ike(n *yaml.Node, c *Config) *IKEConfig {
+	ic := &IKEConfig{RetransmitTimeout: time.Second, RetransmitTries: 5}
+	if n.Kind != yaml.MappingNode {
+		p.failf(n, "ike", "want a mapping (connections, retransmit_timeout, retransmit_tries, decryption_table, esp_sa_file)")
+		return ic
+	}
+	var conns *yaml.Node
+	p.each(n, "ike.", ikeSettings, func(k, v *yaml.Node) {
+		switch k.Value {
+		case "retransmit_timeout":
+			ic.RetransmitTimeout = p.duration(v, "ike.retransmit_timeout", 100*time.Millisecond, time.Minute)
+		case "retransmit_tries":
+			ic.RetransmitTries = p.int(v, "ike.retransmit_tries", 1, 20)
+		case "decryption_table":
+			if s, ok := p.scalar(v, "ike.decryption_table"); ok && s != "" {
+				ic.DecryptionTable = c.rel(s)
+			}
+		case "esp_sa_file":
+			if s, ok := p.scalar(v, "ike.esp_sa_file"); ok && s != "" {
+				ic.ESPSAFile = c.rel(s)
+			}
+		case "connections":
+			conns = v
+		}
+	})
+	if conns == nil {
+		p.failf(n, "ike.connections", "missing: at least one connection")
+		return ic
+	}
+	if conns.Kind != yaml.MappingNode || len(conns.Content) == 0 {
+		p.failf(conns, "ike.connections", "want a mapping of connection names to connections")
+		return ic
+	}
+	names := map[string]int{}
+	for i := 0; i+1 < len(conns.Content); i += 2 {
+		k, v := conns.Content[i], conns.Content[i+1]
+		name := k.Value
+		if k.Kind != yaml.ScalarNode || name == "" {
+			p.failf(k, "ike.connections", "a connection name is a %s, want a name", kindName(k))
+			continue
+		}
+		if line, dup := names[name]; dup {
+			p.failf(k, "ike.connections."+name, "given twice (first on line %d)", line)
+			continue
+		}
+		names[name] = k.Line
+		if conn := p.ikeConnection(name, v, c, ic); conn != nil {
+			ic.Connections = append(ic.Connections, conn)
+		}
+	}
+	return ic
+}
+
+func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEConfig) *IKEConnection {
+	field := "ike.connections." + name
+	if n.Kind != yaml.MappingNode {
+		p.failf(n, field, "want a mapping (local_addrs, remote_addrs, local, remote, proposals, children, …)")
+		return nil
+	}
+	conn := &IKEConnection{Name: name, Line: n.Line, RekeyTime: defaultIKERekey, ProposalsText: DefaultIKEProposals,
+		RetransmitWait: ic.RetransmitTimeout, Tries: ic.RetransmitTries}
+	var children, pskNode *yaml.Node
+	proposalsLine := n
+	p.each(n, field+".", connSettings, func(k, v *yaml.Node) {
+		f := field + "." + k.Value
+		switch k.Value {
+		case "version":
+			if s, _ := p.scalar(v, f); s != "2" && s != "0" {
+				p.failf(v, f, "%s: espgw speaks IKEv2 only (want 2)", secret.Number(s))
+			}
+		case "local_addrs":
+			conn.LocalAddrs = p.addrs(v, f)
+		case "remote_addrs":
+			for _, a := range p.list(v) {
+				if a.Kind == yaml.ScalarNode && (a.Value == "%any" || a.Value == "0.0.0.0" || a.Value == "::") {
+					continue
+				}
+				conn.RemoteAddrs = append(conn.RemoteAddrs, p.addrs(a, f)...)
+			}
+		case "local", "remote":
+			id := &conn.LocalID
+			if k.Value == "remote" {
+				id = &conn.RemoteID
+			}
+			p.ikeEnd(v, f, id)
+		case "proposals":
+			if s, ok := p.scalar(v, f); ok {
+				proposalsLine = v
+				if s != "default" {
+					conn.ProposalsText = s
+				}
+			}
+		case "rekey_time":
+			conn.RekeyTime = p.duration(v, f, 0, 365*24*time.Hour)
+		case "dpd_delay":
+			conn.DPDDelay = p.duration(v, f, 0, 24*time.Hour)
+		case "psk_file":
+			conn.PSKFile, _ = p.scalar(v, f)
+			pskNode = v
+		case "psk_env":
+			conn.PSKEnv, _ = p.scalar(v, f)
+			pskNode = v
+		case "children":
+			children = v
+		}
+	})
+	props, err := ike.ParseProposals(ike.ProtoIKE, conn.ProposalsText)
+	if err != nil {
+		p.failf(proposalsLine, field+".proposals", "%s", proposalError(err))
+	}
+	conn.Proposals = props
+	if len(conn.LocalAddrs) == 0 {
+		p.failf(n, field+".local_addrs", "missing: the address this side speaks IKE from")
+	}
+	for _, a := range conn.LocalAddrs {
+		if !slices.Contains(c.Local, a) {
+			p.failf(n, field+".local_addrs", "%s is not one of the gateway's local addresses (%v)", a, c.Local)
+		}
+	}
+	if conn.LocalID.Kind == 0 && len(conn.LocalAddrs) > 0 {
+		conn.LocalID = ike.Addr(conn.LocalAddrs[0])
+	}
+	switch {
+	case conn.PSKFile != "" && conn.PSKEnv != "":
+		p.failf(pskNode, field, "give one of psk_file and psk_env, not both")
+	case conn.PSKFile != "":
+		path := c.rel(conn.PSKFile)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			p.failf(pskNode, field+".psk_file", "read %s: %v", secret.Quote(conn.PSKFile), err)
+			break
+		}
+		conn.PSK = sa.Key(bytes.TrimRight(data, "\r\n"))
+		if len(conn.PSK) == 0 {
+			p.failf(pskNode, field+".psk_file", "%s is empty", secret.Quote(conn.PSKFile))
+		}
+	case conn.PSKEnv != "":
+		v, ok := os.LookupEnv(conn.PSKEnv)
+		if !ok || v == "" {
+			p.failf(pskNode, field+".psk_env", "the environment variable %s is not set or empty", secret.Quote(conn.PSKEnv))
+		}
+		conn.PSK = sa.Key(v)
+	default:
+		p.failf(n, field, "no pre-shared key: give psk_file or psk_env")
+	}
+	if children == nil {
+		p.failf(n, field+".children", "missing: the CHILD_SA (local_ts, remote_ts, esp_proposals)")
+		return conn
+	}
+	if children.Kind != yaml.MappingNode || len(children.Content) == 0 {
+		p.failf(children, field+".children", "want a mapping of child names to CHILD_SAs")
+		return conn
+	}
+	if len(children.Content) > 2 {
+		p.failf(children.Content[2], field+".children", "one CHILD_SA per connection (the one IKE_AUTH sets up); put another in its own connection")
+	}
+	k, v := children.Content[0], children.Content[1]
+	if ch := p.ikeChild(k.Value, v, field+".children."+k.Value, conn); ch != nil {
+		conn.Children = append(conn.Children, ch)
+	}
+	return conn
+}
+
+// ikeEnd reads local: or remote: {id: …, auth: psk}.
+func (p *cfgParser) ikeEnd(n *yaml.Node, field string, id *ike.Identity) {
+	if n.Kind != yaml.MappingNode {
+		p.failf(n, field, "want a mapping (id, auth)")
+		return
+	}
+	p.each(n, field+".", endSettings, func(k, v *yaml.Node) {
+		f := field + "." + k.Value
+		s, ok := p.scalar(v, f)
+		if !ok {
+			return
+		}
+		switch k.Value {
+		case "id":
+			got, err := ike.ParseIdentity(s)
+			if err != nil {
+				p.failf(v, f, "%s", secret.Scrub(err.Error()))
+			}
+			*id = got
+		case "auth":
+			if s != "psk" {
+				p.failf(v, f, "%s: the gateway authenticates with psk only", secret.Word(s, "psk"))
+			}
+		}
+	})
+}
+
+func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEConnection) *IKEChild {
+	if n.Kind != yaml.MappingNode {
+		p.failf(n, field, "want a mapping (local_ts, remote_ts, esp_proposals, mode, start_action, rekey_time, life_time)")
+		return nil
+	}
+	ch := &IKEChild{Name: name, ESPText: DefaultESPProposals, StartAction: StartActionNone, RekeyTime: defaultChildRekey, LifeTime: -1, RandTime: -1}
+	espLine := n
+	p.each(n, field+".", childSettings, func(k, v *yaml.Node) {
+		f := field + "." + k.Value
+		switch k.Value {
+		case "local_ts":
+			ch.LocalTS = p.prefixes(v, f)
+		case "remote_ts":
+			ch.RemoteTS = p.prefixes(v, f)
+		case "esp_proposals":
+			if s, ok := p.scalar(v, f); ok {
+				espLine = v
+				if s != "default" {
+					ch.ESPText = s
+				}
+			}
+		case "mode":
+			if s, ok := p.scalar(v, f); ok && s != "tunnel" {
+				p.failf(v, f, "%s: the gateway negotiates tunnel mode only", secret.Word(s, "tunnel", "transport"))
+			}
+		case "start_action":
+			s, ok := p.scalar(v, f)
+			if !ok {
+				return
+			}
+			switch s {
+			case StartActionStart, StartActionNone:
+				ch.StartAction = s
+			case "trap":
+				p.failf(v, f, "trap: the gateway has no acquire from its SPD to start IKE on the first packet; use start")
+			default:
+				p.failf(v, f, "%s: want start or none", secret.Word(s, "start", "none", "trap"))
+			}
+		case "rekey_time":
+			ch.RekeyTime = p.duration(v, f, 0, 365*24*time.Hour)
+		case "life_time":
+			ch.LifeTime = p.duration(v, f, 0, 365*24*time.Hour)
+		case "rand_time":
+			ch.RandTime = p.duration(v, f, 0, 365*24*time.Hour)
+		}
+	})
+	esp, err := ike.ParseProposals(ike.ProtoESP, ch.ESPText)
+	if err != nil {
+		p.failf(espLine, field+".esp_proposals", "%s", proposalError(err))
+	}
+	ch.ESPProposals = esp
+	if len(ch.LocalTS) == 0 || len(ch.RemoteTS) == 0 {
+		p.failf(n, field, "want local_ts and remote_ts (the inner prefixes of each side)")
+	}
+	// swanctl: life_time is 110% of rekey_time, rand_time their difference.
+	if ch.LifeTime < 0 {
+		ch.LifeTime = time.Duration(math.Round(float64(ch.RekeyTime) * 1.1))
+	}
+	if ch.RandTime < 0 {
+		ch.RandTime = ch.LifeTime - ch.RekeyTime
+	}
+	if ch.RekeyTime > 0 && ch.LifeTime > 0 && ch.LifeTime <= ch.RekeyTime {
+		p.failf(n, field+".life_time", "%s is not after rekey_time %s: the CHILD_SA would expire before it is rekeyed", ch.LifeTime, ch.RekeyTime)
+	}
+	if ch.RekeyTime > 0 && ch.RandTime >= ch.RekeyTime {
+		p.failf(n, field+".rand_time", "%s is not less than rekey_time %s", ch.RandTime, ch.RekeyTime)
+	}
+	if ch.StartAction == StartActionStart && len(conn.RemoteAddrs) == 0 {
+		p.failf(n, field+".start_action", "start needs the peer's address in remote_addrs")
+	}
+	return ch
+}
+
+// longKeywords are strongSwan's algorithm keywords that secret's rule
+// would take for key material (16 or more letters and digits): shown
+// all the same in a proposal's error.
+var longKeywords = []string{"chacha20poly1305", "camellia128ccm16", "camellia192ccm16", "camellia256ccm16", "camellia128ccm12", "camellia192ccm12", "camellia256ccm12"}
+
+// proposalError is a proposal's parse error for a message: what it quotes
+// that could be a key hidden (secret.Scrub), strongSwan's keywords shown.
+func proposalError(err error) string {
+	msg := err.Error()
+	for i, k := range longKeywords {
+		msg = strings.ReplaceAll(msg, strconv.Quote(k), fmt.Sprintf("\x00%d\x00", i))
+	}
+	msg = secret.Scrub(msg)
+	for i, k := range longKeywords {
+		msg = strings.ReplaceAll(msg, fmt.Sprintf("\x00%d\x00", i), strconv.Quote(k))
+	}
+	return msg
+}
+
+// duration reads a duration in [lo, hi]: Go's (90s, 1h30m) or swanctl's
+// plain seconds and s/m/h/d suffixes.
+func (p *cfgParser) duration(n *yaml.Node, field string, lo, hi time.Duration) time.Duration {
+	s, ok := p.scalar(n, field)
+	if !ok {
+		return 0
+	}
+	d, err := parseSwanDuration(s)
+	if err != nil || d < lo || d > hi {
+		p.failf(n, field, "%s: want a duration from %s to %s (like 1h or 30s)", secret.Number(s), lo, hi)
+	}
+	return d
+}
+
+func parseSwanDuration(s string) (time.Duration, error) {
+	if n, err := strconv.ParseUint(s, 10, 32); err == nil {
+		return time.Duration(n) * time.Second, nil
+	}
+	if strings.HasSuffix(s, "d") {
+		n, err := strconv.ParseUint(strings.TrimSuffix(s, "d"), 10, 16)
+		return time.Duration(n) * 24 * time.Hour, err
+	}
+	return time.ParseDuration(s)
+}
+
+// ikeConfig builds the ike package's configuration of a connection.
+func (conn *IKEConnection) ikeConfig() ike.Config {
+	ch := conn.Children[0]
+	cfg := ike.Config{LocalID: conn.LocalID, RemoteID: conn.RemoteID, PSK: conn.PSK, IKE: conn.Proposals, ESP: ch.ESPProposals,
+		RetransmitTimeout: conn.RetransmitWait, Tries: conn.Tries}
+	for _, p := range ch.LocalTS {
+		cfg.LocalTS = append(cfg.LocalTS, ike.PrefixSelector(p.Masked()))
+	}
+	for _, p := range ch.RemoteTS {
+		cfg.RemoteTS = append(cfg.RemoteTS, ike.PrefixSelector(p.Masked()))
+	}
+	return cfg
+}
+
+// String names the connection, without its key.
+func (conn *IKEConnection) String() string {
+	return fmt.Sprintf("IKE connection %s", conn.Name)
+}
+
+// same reports whether two ike: sections say the same (a change of it
+// needs a restart).
+func (ic *IKEConfig) same(o *IKEConfig) bool {
+	if ic == nil || o == nil {
+		return ic == o
+	}
+	if ic.RetransmitTimeout != o.RetransmitTimeout || ic.RetransmitTries != o.RetransmitTries ||
+		ic.DecryptionTable != o.DecryptionTable || ic.ESPSAFile != o.ESPSAFile || len(ic.Connections) != len(o.Connections) {
+		return false
+	}
+	for i, a := range ic.Connections {
+		b := o.Connections[i]
+		if a.Name != b.Name || !slices.Equal(a.LocalAddrs, b.LocalAddrs) || !slices.Equal(a.RemoteAddrs, b.RemoteAddrs) ||
+			!a.LocalID.Equal(b.LocalID) || !a.RemoteID.Equal(b.RemoteID) || !bytes.Equal(a.PSK, b.PSK) ||
+			a.ProposalsText != b.ProposalsText || a.RekeyTime != b.RekeyTime || a.DPDDelay != b.DPDDelay || len(a.Children) != len(b.Children) {
+			return false
+		}
+		for j, x := range a.Children {
+			y := b.Children[j]
+			if x.Name != y.Name || !slices.Equal(x.LocalTS, y.LocalTS) || !slices.Equal(x.RemoteTS, y.RemoteTS) || x.ESPText != y.ESPText ||
+				x.StartAction != y.StartAction || x.RekeyTime != y.RekeyTime || x.LifeTime != y.LifeTime || x.RandTime != y.RandTime {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,5 @@
+//go:build purego
+
+package sha
+
+const purego = true
