@@ -449,7 +449,10 @@ func (r *streamReader) blockScalar() (*yaml.Node, error) {
 	if c == '"' || c == '\'' {
 		return r.quoted()
 	}
-	if isIndicator(c) || (c == '-' || c == '?' || c == ':') && (r.pos+1 >= len(r.src) || r.src[r.pos+1] == ' ' || r.src[r.pos+1] == '\n') {
+	// A scalar that starts with '?' or ':' is left to yaml.v3, whose rules
+	// for them differ from YAML 1.2's in corners ({k: :v}); so is one that
+	// starts with '-' and a space (a list item).
+	if isIndicator(c) || c == '?' || c == ':' || c == '-' && (r.pos+1 >= len(r.src) || r.src[r.pos+1] == ' ' || r.src[r.pos+1] == '\n') {
 		return nil, errNotSubset
 	}
 	start, line, col := r.pos, r.line, r.col()
@@ -596,7 +599,9 @@ func (r *streamReader) flowScalar(key bool) (*yaml.Node, error) {
 	if c == '"' || c == '\'' {
 		return r.quoted()
 	}
-	if isIndicator(c) || (c == '-' || c == '?' || c == ':') && (r.pos+1 >= len(r.src) || isIndicator(r.src[r.pos+1]) || r.src[r.pos+1] == ':') {
+	// As in blockScalar, a scalar that starts with '?' or ':' is left to
+	// yaml.v3.
+	if isIndicator(c) || c == '?' || c == ':' || c == '-' && (r.pos+1 >= len(r.src) || isIndicator(r.src[r.pos+1]) || r.src[r.pos+1] == ':') {
 		return nil, errNotSubset
 	}
 	start, line, col := r.pos, r.line, r.col()
