@@ -13,7 +13,6 @@
 package esp
 
 import (
-	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/binary"
@@ -120,8 +119,9 @@ type history struct {
 	seq      atomic.Uint64 // last sequence number assigned
 	reserved atomic.Uint64 // the bound the last completed Reserve recorded
 	// ivSalt makes CTR and GCM IVs unique across restarts with the same
-	// keys: IV = seq XOR ivSalt; ivBlock makes CBC IVs: IV = E_ivKey(seq),
-	// unpredictable without the random per-SA ivKey and never repeated.
+	// keys: IV = seq XOR ivSalt, ivSalt random. For CBC, ivBlock is the
+	// IVKey's cipher and ivSalt the history's number under it: IV =
+	// E(seq ‖ ivSalt), unpredictable and never repeated (IVKey).
 	ivSalt    uint64
 	ivBlock   cipher.Block
 	reserving atomic.Bool // a reservation ahead of need is running
@@ -164,6 +164,10 @@ type Options struct {
 	// retried, at most every ReserveRetry, until one succeeds. The caller
 	// logs the error.
 	Reserve func(s *SA, upTo uint64) error
+	// IVKey makes the SA's CBC IVs. Nil gives the SA a key of its own;
+	// a table of many SAs shares one to hold one key schedule, not one
+	// per SA. It is not used by the other ciphers.
+	IVKey *IVKey
 	// Continue is the SA this one takes over from: the same SPI,
 	// addresses, suite and keys under a changed configuration (a
 	// lifetime, a selector, the window size…). The new SA shares its
@@ -266,15 +270,17 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 		return s, nil
 	}
 	s.history = &s.own
-	var ivKey [16]byte
-	var salt [8]byte
-	rand.Read(ivKey[:])
-	rand.Read(salt[:])
-	s.ivSalt = binary.BigEndian.Uint64(salt[:])
 	if c := cfg.Suite.Cipher; c == sa.CipherAESCBC || c == sa.Cipher3DES {
-		// Only CBC IVs are encrypted (writeIV); the schedule is half a
-		// kilobyte, which a gateway of 100,000 GCM SAs need not hold.
-		s.ivBlock, _ = aes.NewCipher(ivKey[:])
+		// Only CBC IVs are encrypted (writeIV).
+		k := opts.IVKey
+		if k == nil {
+			k = NewIVKey()
+		}
+		s.ivBlock, s.ivSalt = k.block, k.Number()
+	} else {
+		var salt [8]byte
+		rand.Read(salt[:])
+		s.ivSalt = binary.BigEndian.Uint64(salt[:])
 	}
 	s.seq.Store(cfg.InitialSeq)
 	s.window.Reset(s.windowSize())

@@ -98,8 +98,8 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 }
 
 // writeIV writes the packet's IV after the ESP header at esp. CBC IVs are
-// the sequence number encrypted under a random per-SA key: unpredictable
-// (RFC 3602 §3) and never repeated. CTR and the AEADs need only uniqueness
+// the sequence number and the SA's number encrypted under a random key
+// (IVKey): unpredictable (RFC 3602 §3) and never repeated. CTR and the AEADs need only uniqueness
 // (RFC 3686 §3, RFC 4106 §3, RFC 7634 §2, RFC 4543 §3.1, RFC 4309 §3.1):
 // the sequence number XOR a random per-SA salt.
 // The encryption runs in the packet's own header bytes so the IV costs no

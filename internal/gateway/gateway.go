@@ -131,6 +131,8 @@ type Gateway struct {
 
 	// seq records outbound sequence reservations (Options.StateDir).
 	seq *seqStore
+	// ivKey makes the CBC IVs of all the gateway's SAs.
+	ivKey *esp.IVKey
 	// frags remembers outbound initial fragments' ports, for the SPD
 	// lookup of the fragments after them.
 	frags esp.Fragments
@@ -195,7 +197,7 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	if opts.PMTUExpiry <= 0 {
 		opts.PMTUExpiry = DefaultPMTUExpiry
 	}
-	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine,
+	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine, ivKey: esp.NewIVKey(),
 		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState(),
 		retired: retiredSAs{live: map[*esp.SA]string{}, totals: map[string]*esp.Snapshot{}, pending: map[*retirement]struct{}{}}}
 	if opts.StateDir != "" {

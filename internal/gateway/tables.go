@@ -169,7 +169,7 @@ func ipVersion(a netip.Addr) int {
 // window (esp.Options.Continue). Any other is a new SA, and one with
 // prev's SPI and destination but other keys is logged as such.
 func (g *Gateway) newSA(cfg *sa.SA, prev *esp.SA) (*esp.SA, error) {
-	opts := esp.Options{OnSoftExpire: g.softExpired}
+	opts := esp.Options{OnSoftExpire: g.softExpired, IVKey: g.ivKey}
 	if prev != nil && esp.SameIdentity(prev.Config, cfg) {
 		opts.Continue = prev
 		if g.isLocal(cfg.Src) && g.seq != nil {
