@@ -44,8 +44,13 @@ type Session struct {
 	keyed *keyedPools
 }
 
+// keyedPools build their states on a miss (cbcMode, macState) rather than
+// through sync.Pool.New, whose closures would cost each SA three more
+// small allocations.
 type keyedPools struct {
 	cbcEnc, cbcDec, macs sync.Pool
+	hash                 func() hash.Hash // nil without an HMAC
+	authKey              []byte
 }
 
 // The scratch of GCM and CTR holds no key: one pool each serves every
@@ -139,15 +144,46 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	}
 	if cbc {
 		s.cbcBlock = s.block.BlockSize()
-		zero := make([]byte, s.block.BlockSize())
-		s.keyed.cbcEnc.New = func() any { return cipher.NewCBCEncrypter(s.block, zero).(ivSetter) }
-		s.keyed.cbcDec.New = func() any { return cipher.NewCBCDecrypter(s.block, zero).(ivSetter) }
 	}
 	if hf != nil {
-		authKey := append([]byte(nil), cfg.AuthKey...)
-		s.keyed.macs.New = func() any { return &macState{h: hmac.New(hf, authKey)} }
+		s.keyed.hash, s.keyed.authKey = hf, append([]byte(nil), cfg.AuthKey...)
 	}
 	return s, nil
+}
+
+// cbcMode takes a CBC mode of the session's block cipher for dir from its
+// pool, or builds one; the caller sets its IV and puts it back.
+func (s *Session) cbcMode(dir offload.Direction) ivSetter {
+	pool := &s.keyed.cbcEnc
+	if dir == offload.Open {
+		pool = &s.keyed.cbcDec
+	}
+	if m, ok := pool.Get().(ivSetter); ok {
+		return m
+	}
+	var zero [aes.BlockSize]byte
+	if dir == offload.Open {
+		return cipher.NewCBCDecrypter(s.block, zero[:s.cbcBlock]).(ivSetter)
+	}
+	return cipher.NewCBCEncrypter(s.block, zero[:s.cbcBlock]).(ivSetter)
+}
+
+// putCBCMode gives m, taken by cbcMode for dir, back to its pool.
+func (s *Session) putCBCMode(dir offload.Direction, m ivSetter) {
+	if dir == offload.Open {
+		s.keyed.cbcDec.Put(m)
+	} else {
+		s.keyed.cbcEnc.Put(m)
+	}
+}
+
+// macState takes an HMAC state of the session's key from its pool, or
+// builds one; the caller puts it back in s.keyed.macs.
+func (s *Session) macState() *macState {
+	if st, ok := s.keyed.macs.Get().(*macState); ok {
+		return st
+	}
+	return &macState{h: hmac.New(s.keyed.hash, s.keyed.authKey)}
 }
 
 // NewAEADSession is NewSession for an AEAD suite whose AEAD the caller
@@ -219,14 +255,10 @@ func (s *Session) Process(op *offload.Op) {
 func (s *Session) crypt(dir offload.Direction, op *offload.Op, text []byte) {
 	switch s.cipher {
 	case sa.CipherAESCBC, sa.Cipher3DES:
-		pool := &s.keyed.cbcEnc
-		if dir == offload.Open {
-			pool = &s.keyed.cbcDec
-		}
-		m := pool.Get().(ivSetter)
+		m := s.cbcMode(dir)
 		m.SetIV(op.NonceBytes())
 		m.CryptBlocks(text, text)
-		pool.Put(m)
+		s.putCBCMode(dir, m)
 	case sa.CipherAESCTR:
 		s.ctr(&op.Nonce, text)
 	}
@@ -278,14 +310,14 @@ func (s *Session) WriteICV(op *offload.Op) { s.writeICV(op) }
 func (s *Session) VerifyICV(op *offload.Op) bool { return s.verifyICV(op) }
 
 func (s *Session) writeICV(op *offload.Op) {
-	st := s.keyed.macs.Get().(*macState)
+	st := s.macState()
 	sum := s.mac(st, op)
 	copy(op.Bytes(op.ICV), sum[:s.icvLen])
 	s.keyed.macs.Put(st)
 }
 
 func (s *Session) verifyICV(op *offload.Op) bool {
-	st := s.keyed.macs.Get().(*macState)
+	st := s.macState()
 	sum := s.mac(st, op)
 	ok := subtle.ConstantTimeCompare(sum[:s.icvLen], op.Bytes(op.ICV)) == 1
 	s.keyed.macs.Put(st)
