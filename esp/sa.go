@@ -81,10 +81,12 @@ type SA struct {
 	// the owner a lookup per packet.
 	Aux any
 
-	ivLen, icvLen, block int
-	suite                sa.Suite
-	layout               Layout
-	expired              atomic.Bool
+	block   int // what the payload is padded to: the cipher's block, or 4
+	suite   sa.Suite
+	layout  Layout // also the IV and ICV lengths
+	expired atomic.Bool
+	// softFired is cold, beside expired to fill the word.
+	softFired atomic.Bool
 
 	// history is what the SA has sent and seen: own, or that of the SA
 	// it continues (Options.Continue).
@@ -101,9 +103,8 @@ type SA struct {
 	// so a hard lifetime holds exactly even with a batch in flight.
 	framed, framedBytes atomic.Uint64
 
-	created   time.Time
-	softFired atomic.Bool
-	onSoft    func(*SA)
+	created time.Time
+	onSoft  func(*SA)
 
 	// frags remembers initial fragments' ports for the selector check of
 	// the fragments after them (fragment.go).
@@ -253,7 +254,7 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 	}
 	s := &SA{
 		Config: cfg, suite: cfg.Suite, engine: engine, sess: sess,
-		ivLen: cfg.Suite.IVLen(), icvLen: cfg.Suite.ICVLen(), block: cfg.Suite.BlockLen(),
+		block:  cfg.Suite.BlockLen(),
 		layout: NewLayout(cfg.Suite, cfg.EncKey, cfg.ESN),
 		onSoft: opts.OnSoftExpire, reserve: opts.Reserve, ivFunc: opts.IV,
 	}
@@ -356,7 +357,7 @@ func (s *SA) Close() error { return s.sess.Close() }
 // any outer IP or UDP header or TFC padding.
 func (s *SA) Overhead(n int) int {
 	padded := (n + 2 + s.block - 1) / s.block * s.block
-	return HeaderLen + s.ivLen + padded - n + s.icvLen
+	return HeaderLen + s.layout.ivLen + padded - n + s.layout.icvLen
 }
 
 // Expired reports whether the SA passed a hard lifetime.
