@@ -12,11 +12,11 @@ import (
 // and how the nonce and associated data are built. It is the one place
 // that knows ESP's framing on the engine's behalf (offload.Op).
 type Layout struct {
-	cipher        sa.Cipher
 	ivLen, icvLen int
+	saltLen       int
+	cipher        sa.Cipher
 	hmac          bool // the ICV is an HMAC over the packet
 	esn           bool
-	saltLen       int
 	salt          [4]byte
 }
 

@@ -22,8 +22,8 @@ func SPIOf(esp []byte) (spi uint32, ok bool) {
 func (s *SA) PrepareOpen(p *Packet) Reason {
 	p.SA, p.Drop = s, OK
 	pkt := p.Buf[p.Off : p.Off+p.Len]
-	min := HeaderLen + s.ivLen + 2 + s.icvLen
-	if len(pkt) < min || (len(pkt)-HeaderLen-s.ivLen-s.icvLen)%s.block != 0 {
+	min := HeaderLen + s.layout.ivLen + 2 + s.layout.icvLen
+	if len(pkt) < min || (len(pkt)-HeaderLen-s.layout.ivLen-s.layout.icvLen)%s.block != 0 {
 		return s.reject(p, Truncated)
 	}
 	if s.expired.Load() {
@@ -72,7 +72,7 @@ func (s *SA) FinishOpen(p *Packet) Reason {
 	}
 
 	pkt := p.Buf[p.Off : p.Off+p.Len]
-	ct := pkt[HeaderLen+s.ivLen : len(pkt)-s.icvLen]
+	ct := pkt[HeaderLen+s.layout.ivLen : len(pkt)-s.layout.icvLen]
 	padLen := int(ct[len(ct)-2])
 	nh := ct[len(ct)-1]
 	if padLen+2 > len(ct) {
@@ -88,7 +88,7 @@ func (s *SA) FinishOpen(p *Packet) Reason {
 		return s.reject(p, Dummy)
 	}
 	payload := ct[:len(ct)-2-padLen]
-	payloadOff := p.Off + HeaderLen + s.ivLen
+	payloadOff := p.Off + HeaderLen + s.layout.ivLen
 
 	if s.Config.Mode == sa.Transport {
 		if r := s.restoreTransport(p, payloadOff, len(payload), nh); r != OK {

@@ -13,7 +13,6 @@
 package esp
 
 import (
-	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
 	"encoding/binary"
@@ -82,10 +81,12 @@ type SA struct {
 	// the owner a lookup per packet.
 	Aux any
 
-	ivLen, icvLen, block int
-	suite                sa.Suite
-	layout               Layout
-	expired              atomic.Bool
+	block   int // what the payload is padded to: the cipher's block, or 4
+	suite   sa.Suite
+	layout  Layout // also the IV and ICV lengths
+	expired atomic.Bool
+	// softFired is cold, beside expired to fill the word.
+	softFired atomic.Bool
 
 	// history is what the SA has sent and seen: own, or that of the SA
 	// it continues (Options.Continue).
@@ -102,9 +103,8 @@ type SA struct {
 	// so a hard lifetime holds exactly even with a batch in flight.
 	framed, framedBytes atomic.Uint64
 
-	created   time.Time
-	softFired atomic.Bool
-	onSoft    func(*SA)
+	created time.Time
+	onSoft  func(*SA)
 
 	// frags remembers initial fragments' ports for the selector check of
 	// the fragments after them (fragment.go).
@@ -120,8 +120,9 @@ type history struct {
 	seq      atomic.Uint64 // last sequence number assigned
 	reserved atomic.Uint64 // the bound the last completed Reserve recorded
 	// ivSalt makes CTR and GCM IVs unique across restarts with the same
-	// keys: IV = seq XOR ivSalt; ivBlock makes CBC IVs: IV = E_ivKey(seq),
-	// unpredictable without the random per-SA ivKey and never repeated.
+	// keys: IV = seq XOR ivSalt, ivSalt random. For CBC, ivBlock is the
+	// IVKey's cipher and ivSalt the history's number under it: IV =
+	// E(seq ‖ ivSalt), unpredictable and never repeated (IVKey).
 	ivSalt    uint64
 	ivBlock   cipher.Block
 	reserving atomic.Bool // a reservation ahead of need is running
@@ -164,6 +165,10 @@ type Options struct {
 	// retried, at most every ReserveRetry, until one succeeds. The caller
 	// logs the error.
 	Reserve func(s *SA, upTo uint64) error
+	// IVKey makes the SA's CBC IVs. Nil gives the SA a key of its own;
+	// a table of many SAs shares one to hold one key schedule, not one
+	// per SA. It is not used by the other ciphers.
+	IVKey *IVKey
 	// Continue is the SA this one takes over from: the same SPI,
 	// addresses, suite and keys under a changed configuration (a
 	// lifetime, a selector, the window size…). The new SA shares its
@@ -249,7 +254,7 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 	}
 	s := &SA{
 		Config: cfg, suite: cfg.Suite, engine: engine, sess: sess,
-		ivLen: cfg.Suite.IVLen(), icvLen: cfg.Suite.ICVLen(), block: cfg.Suite.BlockLen(),
+		block:  cfg.Suite.BlockLen(),
 		layout: NewLayout(cfg.Suite, cfg.EncKey, cfg.ESN),
 		onSoft: opts.OnSoftExpire, reserve: opts.Reserve, ivFunc: opts.IV,
 	}
@@ -266,15 +271,17 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 		return s, nil
 	}
 	s.history = &s.own
-	var ivKey [16]byte
-	var salt [8]byte
-	rand.Read(ivKey[:])
-	rand.Read(salt[:])
-	s.ivSalt = binary.BigEndian.Uint64(salt[:])
 	if c := cfg.Suite.Cipher; c == sa.CipherAESCBC || c == sa.Cipher3DES {
-		// Only CBC IVs are encrypted (writeIV); the schedule is half a
-		// kilobyte, which a gateway of 100,000 GCM SAs need not hold.
-		s.ivBlock, _ = aes.NewCipher(ivKey[:])
+		// Only CBC IVs are encrypted (writeIV).
+		k := opts.IVKey
+		if k == nil {
+			k = NewIVKey()
+		}
+		s.ivBlock, s.ivSalt = k.block, k.Number()
+	} else {
+		var salt [8]byte
+		rand.Read(salt[:])
+		s.ivSalt = binary.BigEndian.Uint64(salt[:])
 	}
 	s.seq.Store(cfg.InitialSeq)
 	s.window.Reset(s.windowSize())
@@ -350,7 +357,7 @@ func (s *SA) Close() error { return s.sess.Close() }
 // any outer IP or UDP header or TFC padding.
 func (s *SA) Overhead(n int) int {
 	padded := (n + 2 + s.block - 1) / s.block * s.block
-	return HeaderLen + s.ivLen + padded - n + s.icvLen
+	return HeaderLen + s.layout.ivLen + padded - n + s.layout.icvLen
 }
 
 // Expired reports whether the SA passed a hard lifetime.

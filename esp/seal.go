@@ -50,9 +50,9 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 		tfc = s.Config.TFCPad - payload
 	}
 	padLen := (s.block - (payload+tfc+2)%s.block) % s.block
-	espStart := p.Off + hdrLen - HeaderLen - s.ivLen
-	start := p.Off - HeaderLen - s.ivLen
-	end := p.Off + p.Len + tfc + padLen + 2 + s.icvLen
+	espStart := p.Off + hdrLen - HeaderLen - s.layout.ivLen
+	start := p.Off - HeaderLen - s.layout.ivLen
+	end := p.Off + p.Len + tfc + padLen + 2 + s.layout.icvLen
 	if start < 0 || end > len(p.Buf) {
 		return s.reject(p, NoRoom)
 	}
@@ -98,31 +98,31 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 }
 
 // writeIV writes the packet's IV after the ESP header at esp. CBC IVs are
-// the sequence number encrypted under a random per-SA key: unpredictable
-// (RFC 3602 §3) and never repeated. CTR and the AEADs need only uniqueness
+// the sequence number and the SA's number encrypted under a random key
+// (IVKey): unpredictable (RFC 3602 §3) and never repeated. CTR and the AEADs need only uniqueness
 // (RFC 3686 §3, RFC 4106 §3, RFC 7634 §2, RFC 4543 §3.1, RFC 4309 §3.1):
 // the sequence number XOR a random per-SA salt.
 // The encryption runs in the packet's own header bytes so the IV costs no
 // allocation; the header is written afterwards.
 func (s *SA) writeIV(esp []byte, seq uint64) {
 	if s.ivFunc != nil {
-		s.ivFunc(seq, esp[HeaderLen:HeaderLen+s.ivLen])
+		s.ivFunc(seq, esp[HeaderLen:HeaderLen+s.layout.ivLen])
 		return
 	}
 	switch s.suite.Cipher {
 	case sa.CipherAESCBC, sa.Cipher3DES:
 		blk := esp[:16] // SPI, seq and IV for 3DES; the IV for AES
-		if s.ivLen == 16 {
+		if s.layout.ivLen == 16 {
 			blk = esp[HeaderLen : HeaderLen+16]
 		}
 		binary.BigEndian.PutUint64(blk[:8], seq)
 		binary.BigEndian.PutUint64(blk[8:], s.ivSalt)
 		s.ivBlock.Encrypt(blk, blk)
-		if s.ivLen == 8 {
+		if s.layout.ivLen == 8 {
 			copy(esp[HeaderLen:HeaderLen+8], blk[:8])
 		}
 	default: // the counter modes and AEADs (8-byte IVs)
-		if s.ivLen == 8 {
+		if s.layout.ivLen == 8 {
 			binary.BigEndian.PutUint64(esp[HeaderLen:], seq^s.ivSalt)
 		}
 	}

@@ -131,6 +131,12 @@ type Gateway struct {
 
 	// seq records outbound sequence reservations (Options.StateDir).
 	seq *seqStore
+	// ivKey makes the CBC IVs of all the gateway's SAs; onSoftExpire and
+	// reserveSeq are g.softExpired and g.seq.reserve, made once rather
+	// than a closure per SA.
+	ivKey        *esp.IVKey
+	onSoftExpire func(*esp.SA)
+	reserveSeq   func(*esp.SA, uint64) error
 	// frags remembers outbound initial fragments' ports, for the SPD
 	// lookup of the fragments after them.
 	frags esp.Fragments
@@ -195,7 +201,7 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 	if opts.PMTUExpiry <= 0 {
 		opts.PMTUExpiry = DefaultPMTUExpiry
 	}
-	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine,
+	g := &Gateway{opts: opts, log: opts.Log, dev: dev, pick: pick, engine: engine, ivKey: esp.NewIVKey(),
 		icmp: [][]byte{make([]byte, tunOffset+1500)}, conns: map[Conn]*connRun{}, st: newState(),
 		retired: retiredSAs{live: map[*esp.SA]string{}, totals: map[string]*esp.Snapshot{}, pending: map[*retirement]struct{}{}}}
 	if opts.StateDir != "" {
@@ -203,7 +209,9 @@ func New(dev Device, conns []Conn, pick func(*sa.SA) Conn, engine offload.Engine
 		// can be returned.
 		g.seq = newSeqStore(opts.StateDir, opts.Log)
 		g.seq.askedSkip = opts.SequenceSkip
+		g.reserveSeq = g.seq.reserve
 	}
+	g.onSoftExpire = g.softExpired
 	g.innerMTU.Store(int64(opts.InnerMTU))
 	for _, c := range conns {
 		g.conns[c] = &connRun{}

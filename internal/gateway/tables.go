@@ -169,11 +169,11 @@ func ipVersion(a netip.Addr) int {
 // window (esp.Options.Continue). Any other is a new SA, and one with
 // prev's SPI and destination but other keys is logged as such.
 func (g *Gateway) newSA(cfg *sa.SA, prev *esp.SA) (*esp.SA, error) {
-	opts := esp.Options{OnSoftExpire: g.softExpired}
+	opts := esp.Options{OnSoftExpire: g.onSoftExpire, IVKey: g.ivKey}
 	if prev != nil && esp.SameIdentity(prev.Config, cfg) {
 		opts.Continue = prev
 		if g.isLocal(cfg.Src) && g.seq != nil {
-			opts.Reserve = g.seq.reserve
+			opts.Reserve = g.reserveSeq
 		}
 		s, err := esp.NewSA(cfg, g.engine, opts)
 		if err != nil {
@@ -201,7 +201,7 @@ func (g *Gateway) newSA(cfg *sa.SA, prev *esp.SA) (*esp.SA, error) {
 			// ESN) would make every packet seq-exhausted.
 			return nil, fmt.Errorf("SA %#x resumed from %s: %w (that bound is of an SA which used its sequence numbers up: a new SA needs a new SPI, or its record removed if its peer starts afresh too)", cfg.SPI, g.seq.source(cfg), err)
 		}
-		opts.Reserve = g.seq.reserve
+		opts.Reserve = g.reserveSeq
 	}
 	s, err := esp.NewSA(run, g.engine, opts)
 	if err != nil {

@@ -24,7 +24,7 @@ import (
 
 // Session holds one SA's key schedules. It is safe for concurrent use: the
 // block cipher and AEAD are stateless, and the stateful parts (CBC modes,
-// HMAC states) come from per-session pools, so steady-state ops allocate
+// HMAC states) come from a per-session pool, so steady-state ops allocate
 // nothing.
 type Session struct {
 	cipher sa.Cipher
@@ -37,15 +37,27 @@ type Session struct {
 	block    cipher.Block
 	aead     cipher.AEAD
 	gmac     bool // aes-gmac: AAD and Auth are hashed, nothing encrypted
-	// keyed are the pools of the states that hold this session's keys
+	// keyed is the pool of the states that hold this session's keys
 	// (CBC modes, HMAC), nil for suites without them: a pool costs a
 	// cache line per CPU once used, which a gateway of 100,000 GCM SAs
 	// need not pay per SA.
 	keyed *keyedPools
 }
 
+// keyedPools is one pool of keyedStates, and what builds their parts on
+// first use (one pool, not one per part, and no sync.Pool.New closure:
+// each costs every SA of a gateway its bytes).
 type keyedPools struct {
-	cbcEnc, cbcDec, macs sync.Pool
+	states  sync.Pool        // *keyedState
+	hash    func() hash.Hash // nil without an HMAC
+	authKey []byte
+}
+
+// keyedState holds the stateful parts that hold the session's keys: its
+// CBC modes and HMAC, each built the first time this state needs it.
+type keyedState struct {
+	cbcEnc, cbcDec ivSetter
+	mac            *macState
 }
 
 // The scratch of GCM and CTR holds no key: one pool each serves every
@@ -139,15 +151,42 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	}
 	if cbc {
 		s.cbcBlock = s.block.BlockSize()
-		zero := make([]byte, s.block.BlockSize())
-		s.keyed.cbcEnc.New = func() any { return cipher.NewCBCEncrypter(s.block, zero).(ivSetter) }
-		s.keyed.cbcDec.New = func() any { return cipher.NewCBCDecrypter(s.block, zero).(ivSetter) }
 	}
 	if hf != nil {
-		authKey := append([]byte(nil), cfg.AuthKey...)
-		s.keyed.macs.New = func() any { return &macState{h: hmac.New(hf, authKey)} }
+		s.keyed.hash, s.keyed.authKey = hf, append([]byte(nil), cfg.AuthKey...)
 	}
 	return s, nil
+}
+
+// keyedState takes a keyed state from the session's pool, or a new one;
+// the caller puts it back in s.keyed.states.
+func (s *Session) keyedState() *keyedState {
+	if st, ok := s.keyed.states.Get().(*keyedState); ok {
+		return st
+	}
+	return new(keyedState)
+}
+
+// cbcMode returns st's CBC mode of the session's block cipher for dir.
+func (s *Session) cbcMode(st *keyedState, dir offload.Direction) ivSetter {
+	if dir == offload.Open {
+		if st.cbcDec == nil {
+			st.cbcDec = cipher.NewCBCDecrypter(s.block, make([]byte, s.cbcBlock)).(ivSetter)
+		}
+		return st.cbcDec
+	}
+	if st.cbcEnc == nil {
+		st.cbcEnc = cipher.NewCBCEncrypter(s.block, make([]byte, s.cbcBlock)).(ivSetter)
+	}
+	return st.cbcEnc
+}
+
+// macState returns st's HMAC state of the session's key.
+func (s *Session) macState(st *keyedState) *macState {
+	if st.mac == nil {
+		st.mac = &macState{h: hmac.New(s.keyed.hash, s.keyed.authKey)}
+	}
+	return st.mac
 }
 
 // NewAEADSession is NewSession for an AEAD suite whose AEAD the caller
@@ -219,14 +258,11 @@ func (s *Session) Process(op *offload.Op) {
 func (s *Session) crypt(dir offload.Direction, op *offload.Op, text []byte) {
 	switch s.cipher {
 	case sa.CipherAESCBC, sa.Cipher3DES:
-		pool := &s.keyed.cbcEnc
-		if dir == offload.Open {
-			pool = &s.keyed.cbcDec
-		}
-		m := pool.Get().(ivSetter)
+		st := s.keyedState()
+		m := s.cbcMode(st, dir)
 		m.SetIV(op.NonceBytes())
 		m.CryptBlocks(text, text)
-		pool.Put(m)
+		s.keyed.states.Put(st)
 	case sa.CipherAESCTR:
 		s.ctr(&op.Nonce, text)
 	}
@@ -278,17 +314,19 @@ func (s *Session) WriteICV(op *offload.Op) { s.writeICV(op) }
 func (s *Session) VerifyICV(op *offload.Op) bool { return s.verifyICV(op) }
 
 func (s *Session) writeICV(op *offload.Op) {
-	st := s.keyed.macs.Get().(*macState)
+	ks := s.keyedState()
+	st := s.macState(ks)
 	sum := s.mac(st, op)
 	copy(op.Bytes(op.ICV), sum[:s.icvLen])
-	s.keyed.macs.Put(st)
+	s.keyed.states.Put(ks)
 }
 
 func (s *Session) verifyICV(op *offload.Op) bool {
-	st := s.keyed.macs.Get().(*macState)
+	ks := s.keyedState()
+	st := s.macState(ks)
 	sum := s.mac(st, op)
 	ok := subtle.ConstantTimeCompare(sum[:s.icvLen], op.Bytes(op.ICV)) == 1
-	s.keyed.macs.Put(st)
+	s.keyed.states.Put(ks)
 	return ok
 }
 
