@@ -20,10 +20,12 @@ func laneHash(a sa.Auth) (sha.Hash, bool) {
 }
 
 // initLanes precomputes the session's HMAC states for package sha, if its
-// HMAC is one that package runs.
+// HMAC is one that package runs and this CPU runs its assembly: package
+// sha's Go fallback is slower than the standard library's SHA assembly, so
+// without the SHA extensions the HMAC stays on the standard library.
 func (s *Session) initLanes(a sa.Auth, key []byte) error {
 	h, ok := laneHash(a)
-	if !ok {
+	if !ok || !sha.Accelerated() {
 		return nil
 	}
 	if err := s.laneKey.Init(h, key); err != nil {
