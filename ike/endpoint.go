@@ -47,6 +47,10 @@ type Config struct {
 	// the intermediates it sends): with them the peer may authenticate
 	// with a signature.
 	CAs []*x509.Certificate
+	// PeerSignature refuses a peer's shared-key AUTH even with a PSK
+	// configured: the peer must authenticate with its certificate
+	// (swanctl's remote auth = pubkey beside local auth = psk).
+	PeerSignature bool
 	// IKE and ESP are the proposals offered and accepted, in order of
 	// preference (ParseProposals).
 	IKE, ESP []Proposal

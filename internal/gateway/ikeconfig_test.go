@@ -92,7 +92,7 @@ ike:
 		{"two children", conn("", "        d:\n          local_ts: 10.1.0.0/24\n          remote_ts: 10.2.0.0/24\n"), "one CHILD_SA per connection"},
 		{"no selectors", strings.Replace(conn("", ""), "          remote_ts: 10.2.0.0/24\n", "", 1), "want local_ts and remote_ts"},
 		{"start without a peer", strings.Replace(conn("", "          start_action: start\n"), "remote_addrs: [192.0.2.2]", "remote_addrs: [\"%any\"]", 1), "start needs the peer's address"},
-		{"auth not psk", conn("      local: {id: a.example, auth: pubkey}\n", ""), `ike.connections.a.local.auth: "pubkey"`},
+		{"auth neither psk nor pubkey", conn("      local: {id: a.example, auth: eap}\n", ""), `ike.connections.a.local.auth: "eap": want psk or pubkey`},
 		{"IKEv1", conn("      version: 1\n", ""), "espgw speaks IKEv2 only"},
 		{"no connections", "local: 192.0.2.1\nike: {}\n", "gw.yaml:2: ike.connections: missing"},
 		{"ike not a mapping", "local: 192.0.2.1\nike: yes\n", "gw.yaml:2: ike: want a mapping"},
