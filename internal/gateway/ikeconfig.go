@@ -50,7 +50,8 @@ type IKEPrivateKey struct {
 	Key        crypto.Signer
 }
 
-// IKEConnection is one connection: an IKE SA with a peer and its CHILD_SA.
+// IKEConnection is one connection: an IKE SA with a peer and its
+// CHILD_SAs (the first set up by IKE_AUTH, the others by CREATE_CHILD_SA).
 type IKEConnection struct {
 	Name string
 	Line int
@@ -80,13 +81,14 @@ type IKEConnection struct {
 	Proposals            []ike.Proposal
 	ProposalsText        string
 	RekeyTime            time.Duration // IKE SA rekey; 0: never
+	RandTime             time.Duration // the most taken off RekeyTime at random
 	DPDDelay             time.Duration // liveness checks; 0: none
 	Children             []*IKEChild
 	RetransmitWait       time.Duration
 	Tries                int
 }
 
-// IKEChild is a connection's CHILD_SA.
+// IKEChild is one of a connection's CHILD_SAs.
 type IKEChild struct {
 	Name              string
 	LocalTS, RemoteTS []netip.Prefix
@@ -122,7 +124,7 @@ const (
 
 var (
 	ikeSettings   = []string{"retransmit_timeout", "retransmit_tries", "decryption_table", "esp_sa_file", "connections", "secrets"}
-	connSettings  = []string{"local_addrs", "remote_addrs", "local", "remote", "proposals", "rekey_time", "dpd_delay", "psk_file", "psk_env", "children", "version"}
+	connSettings  = []string{"local_addrs", "remote_addrs", "local", "remote", "proposals", "rekey_time", "rand_time", "dpd_delay", "psk_file", "psk_env", "children", "version"}
 	endSettings   = []string{"id", "auth", "certs", "cacerts"}
 	childSettings = []string{"local_ts", "remote_ts", "esp_proposals", "mode", "start_action", "rekey_time", "life_time", "rand_time"}
 )
@@ -262,7 +264,7 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 	}
 	conn := &IKEConnection{Name: name, Line: n.Line, RekeyTime: defaultIKERekey, ProposalsText: DefaultIKEProposals,
 		RetransmitWait: ic.RetransmitTimeout, Tries: ic.RetransmitTries}
-	var children, pskNode *yaml.Node
+	var children, pskNode, randSet *yaml.Node
 	proposalsLine := n
 	p.each(n, field+".", connSettings, func(k, v *yaml.Node) {
 		f := field + "." + k.Value
@@ -291,6 +293,9 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 			}
 		case "rekey_time":
 			conn.RekeyTime = p.duration(v, f, 0, 365*24*time.Hour)
+		case "rand_time":
+			conn.RandTime = p.duration(v, f, 0, 365*24*time.Hour)
+			randSet = v
 		case "dpd_delay":
 			conn.DPDDelay = p.duration(v, f, 0, 24*time.Hour)
 		case "psk_file":
@@ -303,6 +308,12 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 			children = v
 		}
 	})
+	// swanctl: rand_time defaults to over_time, 10% of rekey_time.
+	if randSet == nil {
+		conn.RandTime = conn.RekeyTime / 10
+	} else if conn.RekeyTime > 0 && conn.RandTime >= conn.RekeyTime {
+		p.failf(randSet, field+".rand_time", "%s is not less than rekey_time %s", conn.RandTime, conn.RekeyTime)
+	}
 	props, err := ike.ParseProposals(ike.ProtoIKE, conn.ProposalsText)
 	if err != nil {
 		p.failf(proposalsLine, field+".proposals", "%s", proposalError(err))
@@ -372,12 +383,21 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 		p.failf(children, field+".children", "want a mapping of child names to CHILD_SAs")
 		return conn
 	}
-	if len(children.Content) > 2 {
-		p.failf(children.Content[2], field+".children", "one CHILD_SA per connection (the one IKE_AUTH sets up); put another in its own connection")
-	}
-	k, v := children.Content[0], children.Content[1]
-	if ch := p.ikeChild(k.Value, v, field+".children."+k.Value, conn); ch != nil {
-		conn.Children = append(conn.Children, ch)
+	seen := map[string]int{}
+	for i := 0; i+1 < len(children.Content); i += 2 {
+		k, v := children.Content[i], children.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.Value == "" {
+			p.failf(k, field+".children", "a child name is a %s, want a name", kindName(k))
+			continue
+		}
+		if line, dup := seen[k.Value]; dup {
+			p.failf(k, field+".children."+k.Value, "given twice (first on line %d)", line)
+			continue
+		}
+		seen[k.Value] = k.Line
+		if ch := p.ikeChild(k.Value, v, field+".children."+k.Value, conn, i == 0); ch != nil {
+			conn.Children = append(conn.Children, ch)
+		}
 	}
 	return conn
 }
@@ -462,7 +482,7 @@ func (p *cfgParser) certFiles(n *yaml.Node, field string, c *Config) ([]*x509.Ce
 	return certs, files
 }
 
-func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEConnection) *IKEChild {
+func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEConnection, first bool) *IKEChild {
 	if n.Kind != yaml.MappingNode {
 		p.failf(n, field, "want a mapping (local_ts, remote_ts, esp_proposals, mode, start_action, rekey_time, life_time)")
 		return nil
@@ -529,7 +549,7 @@ func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEC
 	if ch.RekeyTime > 0 && ch.RandTime >= ch.RekeyTime {
 		p.failf(n, field+".rand_time", "%s is not less than rekey_time %s", ch.RandTime, ch.RekeyTime)
 	}
-	if ch.StartAction == StartActionStart && len(conn.RemoteAddrs) == 0 {
+	if ch.StartAction == StartActionStart && len(conn.RemoteAddrs) == 0 && first {
 		p.failf(n, field+".start_action", "start needs the peer's address in remote_addrs")
 	}
 	return ch
@@ -590,13 +610,22 @@ func (conn *IKEConnection) ikeConfig() ike.Config {
 	if conn.RemoteAuth == AuthPubkey {
 		cfg.CAs, cfg.PeerSignature = conn.CAs, true
 	}
-	for _, p := range ch.LocalTS {
-		cfg.LocalTS = append(cfg.LocalTS, ike.PrefixSelector(p.Masked()))
-	}
-	for _, p := range ch.RemoteTS {
-		cfg.RemoteTS = append(cfg.RemoteTS, ike.PrefixSelector(p.Masked()))
+	cfg.ChildName, cfg.LocalTS, cfg.RemoteTS = ch.Name, ch.localTS(), ch.remoteTS()
+	for _, more := range conn.Children[1:] {
+		cfg.MoreChildren = append(cfg.MoreChildren, ike.ChildConfig{Name: more.Name, LocalTS: more.localTS(), RemoteTS: more.remoteTS(), ESP: more.ESPProposals})
 	}
 	return cfg
+}
+
+func (ch *IKEChild) localTS() []ike.Selector  { return selectors(ch.LocalTS) }
+func (ch *IKEChild) remoteTS() []ike.Selector { return selectors(ch.RemoteTS) }
+
+func selectors(ps []netip.Prefix) []ike.Selector {
+	var out []ike.Selector
+	for _, p := range ps {
+		out = append(out, ike.PrefixSelector(p.Masked()))
+	}
+	return out
 }
 
 // String names the connection, without its key.
@@ -619,7 +648,7 @@ func (ic *IKEConfig) same(o *IKEConfig) bool {
 		if a.Name != b.Name || !slices.Equal(a.LocalAddrs, b.LocalAddrs) || !slices.Equal(a.RemoteAddrs, b.RemoteAddrs) ||
 			!a.LocalID.Equal(b.LocalID) || !a.RemoteID.Equal(b.RemoteID) || !bytes.Equal(a.PSK, b.PSK) ||
 			a.LocalAuth != b.LocalAuth || a.RemoteAuth != b.RemoteAuth || !sameCerts(a.Certs, b.Certs) || !sameCerts(a.CAs, b.CAs) || !sameKey(a.Key, b.Key) ||
-			a.ProposalsText != b.ProposalsText || a.RekeyTime != b.RekeyTime || a.DPDDelay != b.DPDDelay || len(a.Children) != len(b.Children) {
+			a.ProposalsText != b.ProposalsText || a.RekeyTime != b.RekeyTime || a.RandTime != b.RandTime || a.DPDDelay != b.DPDDelay || len(a.Children) != len(b.Children) {
 			return false
 		}
 		for j, x := range a.Children {
