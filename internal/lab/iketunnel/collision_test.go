@@ -89,7 +89,9 @@ func TestGatewayPairRekeyCollisions(t *testing.T) {
 				}
 				why = settled(st)
 				return why == ""
-			}, func() string { return "the two sides never agreed on one IKE SA and one CHILD_SA: " + why + "\n" + p.logs() })
+			}, func() string {
+				return "the two sides never agreed on one IKE SA and one CHILD_SA: " + why + "\n" + p.logs()
+			})
 			c1, c2 := st[0].IKE.Connections[0], st[1].IKE.Connections[0]
 			t.Logf("gw1: %d CHILD_SA rekeys, %d IKE SA rekeys, %d redundant; events %v", c1.ChildRekeys, c1.IKERekeys, c1.RedundantChildSAs, c1.Events)
 			t.Logf("gw2: %d CHILD_SA rekeys, %d IKE SA rekeys, %d redundant; events %v", c2.ChildRekeys, c2.IKERekeys, c2.RedundantChildSAs, c2.Events)
