@@ -36,6 +36,10 @@ type ikeDaemon struct {
 	// queueFull counts IKE datagrams dropped because the daemon was
 	// behind (the queue of in is full).
 	queueFull atomic.Uint64
+	// acquired takes the trapped children whose first packet came;
+	// trapped are their traps, which run gives the gateway.
+	acquired chan *trapChild
+	trapped  []Trap
 
 	// mu guards what follows, and the tracks of every connection.
 	mu sync.Mutex
@@ -81,12 +85,24 @@ type ikeConn struct {
 	// CREATE_CHILD_SA; createAt is when one may be tried again.
 	creating map[string]bool
 	createAt map[string]time.Time
+	// traps are the children of start_action trap, by name.
+	traps map[string]*trapChild
 	// initiating is set while an initiation runs; nextTry is when the
 	// next may start after failures.
 	initiating bool
 	failures   int
 	nextTry    time.Time
 	stats      ikeConnCounters
+}
+
+// trapChild is a child of start_action trap: pending is set by the first
+// packet its trap takes (Gateway.SetTraps) and stays set, so that later
+// ones do not wake the daemon, until the child is in force or its
+// negotiation failed.
+type trapChild struct {
+	conn    *ikeConn
+	name    string
+	pending atomic.Bool
 }
 
 // childPolicy is the protect policies in force for one child of a
@@ -132,6 +148,7 @@ type ikeConnCounters struct {
 	dpdFailures, expired           atomic.Uint64
 	installFailures                atomic.Uint64
 	childrenCreated                atomic.Uint64
+	acquires                       atomic.Uint64
 	// redundant counts this side's CHILD_SAs of rekey collisions that
 	// the peer's survived.
 	redundant atomic.Uint64
@@ -158,6 +175,38 @@ type childTrack struct {
 	redundant bool
 }
 
+// traps are the gateway's traps of the children of start_action trap:
+// each protect policy their selectors would make.
+func (d *ikeDaemon) trapList() []Trap {
+	var out []Trap
+	for _, c := range d.conns {
+		for _, cc := range c.cfg.Children {
+			if cc.StartAction != StartActionTrap {
+				continue
+			}
+			tc := &trapChild{conn: c, name: cc.Name}
+			c.traps[cc.Name] = tc
+			fire := func() {
+				if tc.pending.CompareAndSwap(false, true) {
+					select {
+					case d.acquired <- tc:
+					default:
+						tc.pending.Store(false)
+					}
+				}
+			}
+			for _, l := range cc.LocalTS {
+				for _, r := range cc.RemoteTS {
+					if l.Addr().Is4() == r.Addr().Is4() {
+						out = append(out, Trap{Selector: sa.Selector{Src: l.Masked(), Dst: r.Masked()}, Fire: fire})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
 // ikeQueue is the most IKE datagrams waiting for the daemon.
 const ikeQueue = 256
 
@@ -169,11 +218,11 @@ const ikeTick = 250 * time.Millisecond
 func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 	d := &ikeDaemon{rt: rt, cfg: rt.Config.IKE, log: log.With("part", "ike"), sockets: map[netip.Addr]*net.UDPConn{},
 		in: make(chan ike.Datagram, ikeQueue), children: map[*ike.Child]*childTrack{}, expired: map[*ike.Child]bool{},
-		redundant: map[*ike.Child]bool{}, lingering: map[*sa.SA]bool{}, wake: time.NewTimer(time.Hour)}
+		acquired: make(chan *trapChild, 64), redundant: map[*ike.Child]bool{}, lingering: map[*sa.SA]bool{}, wake: time.NewTimer(time.Hour)}
 	d.wake.Stop()
 	for _, cc := range d.cfg.Connections {
 		c := &ikeConn{d: d, cfg: cc, local: cc.LocalAddrs[0], sas: map[*ike.IKESA]*saTrack{}, pol: map[string]*childPolicy{},
-			creating: map[string]bool{}, createAt: map[string]time.Time{}}
+			creating: map[string]bool{}, createAt: map[string]time.Time{}, traps: map[string]*trapChild{}}
 		icfg := cc.ikeConfig()
 		icfg.Log = d.log.With("connection", cc.Name)
 		icfg.OnChild = func(s *ike.IKESA, ch *ike.Child) { c.install(s, ch, false) }
@@ -186,6 +235,7 @@ func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 		c.ep = ep
 		d.conns = append(d.conns, c)
 	}
+	d.trapped = d.trapList()
 	return d, nil
 }
 
@@ -286,6 +336,10 @@ func (d *ikeDaemon) run(ctx context.Context) {
 			}
 		}()
 	}
+	if d.trapped != nil {
+		d.rt.SetTraps(d.trapped)
+		defer d.rt.SetTraps(nil)
+	}
 	tick := time.NewTicker(ikeTick)
 	defer tick.Stop()
 	d.tick(ctx, time.Now())
@@ -301,6 +355,10 @@ func (d *ikeDaemon) run(ctx context.Context) {
 			}
 		case now := <-tick.C:
 			d.tick(ctx, now)
+		case tc := <-d.acquired:
+			tc.conn.stats.acquires.Add(1)
+			d.log.Info("a packet for a trapped child: negotiating", "connection", tc.conn.cfg.Name, "child", tc.name)
+			d.tick(ctx, time.Now())
 		case now := <-d.wake.C:
 			d.mu.Lock()
 			d.wakeAt = time.Time{}
@@ -443,8 +501,9 @@ func (d *ikeDaemon) tick(ctx context.Context, now time.Time) {
 }
 
 // startChildren sets up, by CREATE_CHILD_SA on the newest IKE SA, a child
-// after the first (the one IKE_AUTH sets up) with start_action start that
-// is not in force; one at a time. d.mu is held.
+// not in force that is trapped (its packet came) or, after the first (the
+// one IKE_AUTH sets up), has start_action start; one at a time. d.mu is
+// held.
 func (c *ikeConn) startChildren(ctx context.Context, now time.Time) {
 	var s *ike.IKESA
 	var t *saTrack
@@ -453,11 +512,14 @@ func (c *ikeConn) startChildren(ctx context.Context, now time.Time) {
 			s, t = x, xt
 		}
 	}
-	if s == nil || t.busy {
+	if s == nil || t.busy || c.initiating {
 		return
 	}
-	for _, cc := range c.cfg.Children[1:] {
-		if cc.StartAction != StartActionStart || c.creating[cc.Name] || now.Before(c.createAt[cc.Name]) || c.inForce(cc.Name) {
+	for i, cc := range c.cfg.Children {
+		trapped := c.traps[cc.Name] != nil && c.traps[cc.Name].pending.Load()
+		// The first child comes with IKE_AUTH, or by CREATE_CHILD_SA
+		// when trapped while the IKE SA stayed.
+		if ((i == 0 || cc.StartAction != StartActionStart) && !trapped) || c.creating[cc.Name] || now.Before(c.createAt[cc.Name]) || c.inForce(cc.Name) {
 			continue
 		}
 		c.creating[cc.Name], t.busy = true, true
@@ -485,6 +547,7 @@ func (c *ikeConn) newChild(ctx context.Context, s *ike.IKESA, t *saTrack, cc *IK
 	t.busy, c.creating[cc.Name] = false, false
 	if err != nil {
 		c.createAt[cc.Name] = time.Now().Add(retryIn(max(cc.RekeyTime, time.Minute)))
+		c.untrap(cc.Name)
 	}
 	c.d.mu.Unlock()
 	if err != nil {
@@ -498,8 +561,33 @@ func (c *ikeConn) newChild(ctx context.Context, s *ike.IKESA, t *saTrack, cc *IK
 	c.d.reconcile()
 }
 
+// wantsStart reports whether the connection initiates now: its first
+// child's start_action is start, or a trapped child's packet came.
 func (c *ikeConn) wantsStart() bool {
-	return len(c.cfg.Children) > 0 && c.cfg.Children[0].StartAction == StartActionStart && len(c.cfg.RemoteAddrs) > 0
+	if len(c.cfg.RemoteAddrs) == 0 {
+		return false
+	}
+	if c.startsAlways() {
+		return true
+	}
+	for _, tc := range c.traps {
+		if tc.pending.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// startsAlways reports whether the first child's start_action is start.
+func (c *ikeConn) startsAlways() bool {
+	return c.cfg.Children[0].StartAction == StartActionStart && len(c.cfg.RemoteAddrs) > 0
+}
+
+// untrap lets the trap of a child fire again.
+func (c *ikeConn) untrap(name string) {
+	if tc := c.traps[name]; tc != nil {
+		tc.pending.Store(false)
+	}
 }
 
 // initiate sets up the connection's IKE SA and CHILD_SA with the peer.
@@ -511,6 +599,7 @@ func (c *ikeConn) initiate(ctx context.Context) {
 	d.mu.Lock()
 	c.initiating = false
 	if err != nil && s == nil {
+		c.untrap(c.cfg.Children[0].Name)
 		c.failures++
 		c.stats.failed.Add(1)
 		wait := min(time.Duration(1<<min(c.failures, 6))*time.Second, time.Minute)
@@ -610,7 +699,7 @@ func (c *ikeConn) expire(ctx context.Context, s *ike.IKESA, ch *ike.Child) {
 		if err := s.DeleteChild(ctx, ch); err != nil {
 			c.d.log.Warn("delete an expired CHILD_SA", "connection", c.cfg.Name, "err", err)
 		}
-		if c.wantsStart() && ch.Name == c.cfg.Children[0].Name {
+		if c.startsAlways() && ch.Name == c.cfg.Children[0].Name {
 			c.drop(s)
 			return
 		}
@@ -692,6 +781,7 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 	}
 	d.mu.Lock()
 	d.children[ch] = ct
+	c.untrap(ch.Name)
 	d.wakeBy(ct.rekeyAt)
 	d.wakeBy(ct.expireAt)
 	switch {
@@ -1019,6 +1109,10 @@ type IKEConnStats struct {
 	DPDFailures     uint64 `json:"dpd_failures"`
 	Expired         uint64 `json:"expired"`
 	InstallFailures uint64 `json:"install_failures"`
+	// Acquires counts the negotiations a trapped child's packet started
+	// (start_action trap; the packets themselves are dropped and counted
+	// as acquire among the gateway's drops).
+	Acquires uint64 `json:"acquires"`
 	// ChildrenCreated counts the CHILD_SAs after the first this side set
 	// up with CREATE_CHILD_SA.
 	ChildrenCreated uint64 `json:"children_created"`
@@ -1086,7 +1180,7 @@ func (d *ikeDaemon) stats() *IKEStats {
 		cs := IKEConnStats{Name: c.cfg.Name, HalfOpen: halfOpen[i], Initiated: c.stats.initiated.Load(), Established: c.stats.established.Load(),
 			Failed: c.stats.failed.Load(), ChildRekeys: c.stats.childRekeys.Load(), IKERekeys: c.stats.ikeRekeys.Load(),
 			DPDFailures: c.stats.dpdFailures.Load(), Expired: c.stats.expired.Load(), InstallFailures: c.stats.installFailures.Load(),
-			RedundantChildSAs: c.stats.redundant.Load(), ChildrenCreated: c.stats.childrenCreated.Load(), Events: events[i]}
+			RedundantChildSAs: c.stats.redundant.Load(), ChildrenCreated: c.stats.childrenCreated.Load(), Acquires: c.stats.acquires.Load(), Events: events[i]}
 		for _, v := range views[i] {
 			t := c.sas[v.s]
 			if t == nil {

@@ -94,7 +94,7 @@ type IKEChild struct {
 	LocalTS, RemoteTS []netip.Prefix
 	ESPProposals      []ike.Proposal
 	ESPText           string
-	StartAction       string // start or none
+	StartAction       string // start, trap or none
 	// RekeyTime is when the CHILD_SA is rekeyed, less a random part of
 	// RandTime; LifeTime is when it expires unless rekeyed.
 	RekeyTime, LifeTime, RandTime time.Duration
@@ -109,7 +109,10 @@ const (
 // Start actions.
 const (
 	StartActionStart = "start"
-	StartActionNone  = "none"
+	// StartActionTrap negotiates on the first outbound packet that
+	// matches the child's selectors while no policy does.
+	StartActionTrap = "trap"
+	StartActionNone = "none"
 )
 
 // ikeDefaults are strongSwan's defaults for what a connection leaves out.
@@ -513,12 +516,10 @@ func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEC
 				return
 			}
 			switch s {
-			case StartActionStart, StartActionNone:
+			case StartActionStart, StartActionNone, StartActionTrap:
 				ch.StartAction = s
-			case "trap":
-				p.failf(v, f, "trap: the gateway has no acquire from its SPD to start IKE on the first packet; use start")
 			default:
-				p.failf(v, f, "%s: want start or none", secret.Word(s, "start", "none", "trap"))
+				p.failf(v, f, "%s: want start, trap or none", secret.Word(s, "start", "none", "trap"))
 			}
 		case "rekey_time":
 			ch.RekeyTime = p.duration(v, f, 0, 365*24*time.Hour)
@@ -548,6 +549,9 @@ func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEC
 	}
 	if ch.RekeyTime > 0 && ch.RandTime >= ch.RekeyTime {
 		p.failf(n, field+".rand_time", "%s is not less than rekey_time %s", ch.RandTime, ch.RekeyTime)
+	}
+	if ch.StartAction == StartActionTrap && len(conn.RemoteAddrs) == 0 {
+		p.failf(n, field+".start_action", "trap needs the peer's address in remote_addrs")
 	}
 	if ch.StartAction == StartActionStart && len(conn.RemoteAddrs) == 0 && first {
 		p.failf(n, field+".start_action", "start needs the peer's address in remote_addrs")
