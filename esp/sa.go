@@ -95,24 +95,26 @@ type SA struct {
 	spi     uint32
 	tfcPad  uint16 // Config.TFCPad, tunnel mode only
 
-	// Lines 1 to 3: the history (seal line, open lines), then the
-	// packet counters in the last 32 bytes of line 3.
+	// Lines 1 to 3: the history (its seal line, its open line and the
+	// ring of a window over 192 packets), then what the sealing goroutine
+	// reads beside it.
 	own     history
 	reserve func(*SA, uint64) error
+	// framed and framedBytes count packets as they are framed for sealing,
+	// so a hard lifetime holds exactly even with a batch in flight (only
+	// with a hard packet or byte lifetime).
+	framed, framedBytes atomic.Uint64
+	ivFunc              func(seq uint64, iv []byte) // Options.IV, known-answer tests only
+	_                   [8]byte
 
-	// Counters start 32 bytes into line 3: its packet and byte counts
-	// there, the drops in the cold lines after.
+	// Line 4 on: the packet counters, which the goroutine finishing the
+	// packets writes, on a line of their own so that the one preparing
+	// them does not share it; the drops after them.
 	Counters Counters
 
 	// The cold fields, read when an SA is set up, changed or reported.
 	Config *sa.SA
 	engine offload.Engine
-	ivFunc func(seq uint64, iv []byte) // Options.IV, known-answer tests only
-
-	// framed and framedBytes count packets as they are framed for sealing,
-	// so a hard lifetime holds exactly even with a batch in flight (only
-	// with a packet or byte lifetime).
-	framed, framedBytes atomic.Uint64
 
 	created   time.Time
 	onSoft    func(*SA)
@@ -121,10 +123,6 @@ type SA struct {
 	// frags remembers initial fragments' ports for the selector check of
 	// the fragments after them (fragment.go).
 	frags Fragments
-
-	// The SA fills its 512-byte size class: objects of the 480-byte class
-	// before it start on a cache line only every other time.
-	_ [32]byte
 }
 
 // saFlags are the SA's configuration that packets test, kept in line 0.
