@@ -96,25 +96,27 @@ type SA struct {
 	tfcPad  uint16 // Config.TFCPad, tunnel mode only
 
 	// Lines 1 to 3: the history (its seal line, its open line and the
-	// ring of a window over 192 packets), then what the sealing goroutine
-	// reads beside it.
+	// ring of a window over 192 packets), then the packet counters in the
+	// last 32 bytes of line 3. Only the goroutine finishing packets writes
+	// the counters, and the one preparing them reads nothing else of line
+	// 3 but a big window's ring (reserve is called every few thousand
+	// packets, flagged in line 0), so that the two do not share the line.
 	own     history
 	reserve func(*SA, uint64) error
-	// framed and framedBytes count packets as they are framed for sealing,
-	// so a hard lifetime holds exactly even with a batch in flight (only
-	// with a hard packet or byte lifetime).
-	framed, framedBytes atomic.Uint64
-	ivFunc              func(seq uint64, iv []byte) // Options.IV, known-answer tests only
-	_                   [8]byte
 
-	// Line 4 on: the packet counters, which the goroutine finishing the
-	// packets writes, on a line of their own so that the one preparing
-	// them does not share it; the drops after them.
+	// Counters start 32 bytes into line 3: its packet and byte counts
+	// there, the drops in the cold lines after.
 	Counters Counters
 
 	// The cold fields, read when an SA is set up, changed or reported.
 	Config *sa.SA
 	engine offload.Engine
+	ivFunc func(seq uint64, iv []byte) // Options.IV, known-answer tests only
+
+	// framed and framedBytes count packets as they are framed for sealing,
+	// so a hard lifetime holds exactly even with a batch in flight (only
+	// with a hard packet or byte lifetime).
+	framed, framedBytes atomic.Uint64
 
 	created   time.Time
 	onSoft    func(*SA)
@@ -123,6 +125,10 @@ type SA struct {
 	// frags remembers initial fragments' ports for the selector check of
 	// the fragments after them (fragment.go).
 	frags Fragments
+
+	// The SA fills its 512-byte size class: objects of the 480-byte class
+	// below it start on a cache line only every other time.
+	_ [32]byte
 }
 
 // saFlags are the SA's configuration that packets test, kept in line 0.
@@ -135,6 +141,7 @@ const (
 	countLimits                       // a packet or byte lifetime, soft or hard
 	hardCount                         // a hard packet or byte lifetime
 	fixedIV                           // Options.IV writes the IVs
+	reserves                          // Options.Reserve records the sequence bounds
 )
 
 func flagsOf(cfg *sa.SA, opts Options) saFlags {
@@ -156,6 +163,9 @@ func flagsOf(cfg *sa.SA, opts Options) saFlags {
 	}
 	if opts.IV != nil {
 		f |= fixedIV
+	}
+	if opts.Reserve != nil {
+		f |= reserves
 	}
 	return f
 }

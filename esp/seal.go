@@ -71,7 +71,7 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 		return s.reject(p, SeqExhausted)
 	}
 	p.Seq = seq
-	if s.reserve != nil && !s.reserveFor(seq) {
+	if s.flags&reserves != 0 && !s.reserveFor(seq) {
 		return s.reject(p, SeqUnpersisted)
 	}
 
