@@ -98,9 +98,9 @@ type SA struct {
 	// Lines 1 to 3: the history (its seal line, its open line and the
 	// ring of a window over 192 packets), then the packet counters in the
 	// last 32 bytes of line 3. Only the goroutine finishing packets writes
-	// the counters, and the one preparing them reads nothing else of line
-	// 3 but a big window's ring (reserve is called every few thousand
-	// packets, flagged in line 0), so that the two do not share the line.
+	// the counters; the one preparing them reads line 3 only for a window
+	// over 192 packets (its ring) and for reserve, which it calls once per
+	// ReserveBlock/2 packets (whether there is one is a flag in line 0).
 	own     history
 	reserve func(*SA, uint64) error
 
