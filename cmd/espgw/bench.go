@@ -131,10 +131,11 @@ pairs, all in one run.`,
 	f.DurationVar(&reconfig, "reconfig-time", 2*time.Second, "--tunnels: length of the loads during a tunnel's add/remove and a rekey")
 	f.IntVar(&controlAdds, "control-adds", 5000, "--tunnels: SAs added through the control socket to measure its rate")
 	f.IntVar(&ikeOpts.Tunnels, "ike-tunnels", 0, "measure IKEv2 tunnel setup and CHILD_SA rekey with this many tunnels per initiator and responder")
-	f.IntVar(&ikeOpts.Parallel, "ike-parallel", 4, "--ike-tunnels: setups and rekeys in flight per initiator")
+	f.IntVar(&ikeOpts.Parallel, "ike-parallel", 8, "--ike-tunnels: setups and rekeys in flight per initiator")
 	f.StringSliceVar(&ikeOpts.Sides, "ike-sides", nil, "--ike-tunnels: implementations measured as initiator and responder, comma-separated: espgw, charon (default both, charon when installed)")
 	f.StringVar(&ikeOpts.IKE, "ike-proposals", "aes128-sha256-x25519", "--ike-tunnels: IKE proposals, strongSwan syntax")
 	f.StringVar(&ikeOpts.ESP, "esp-proposals", "aes128gcm16", "--ike-tunnels: ESP proposals, strongSwan syntax")
+	f.StringVar(&ikeOpts.Dir, "ike-dir", "", "--ike-tunnels: keep charon's configurations and logs in this folder")
 	f.DurationVar(&ikeOpts.Timeout, "ike-timeout", 5*time.Minute, "--ike-tunnels: bound on each pair's setups and rekeys")
 	return cmd
 }
