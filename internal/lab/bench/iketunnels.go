@@ -10,9 +10,11 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -460,12 +462,21 @@ func (b *ikeBed) charonSetups(ctx context.Context, res *IKEPair) error {
 	}
 	defer c.Kill()
 	log := &logCounter{path: c.LogPath(), done: []byte("CHILD_SA espgw{"), failed: []byte("giving up after")}
-	// stroke runs as a process of its own per initiation: up to Parallel
-	// of them at once, so that starting them is not what sets the pace.
-	spawns := make(chan struct{}, b.o.Parallel)
-	var strokeErr atomic.Pointer[error]
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	// One shell in charon's namespaces runs stroke up-nb, in the
+	// background, for each line it reads: starting the stroke processes
+	// costs that shell, not this process, where an espgw responder runs.
+	sh := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(c.PID()), "-m", "-n", "sh", "-c",
+		"while read x; do /usr/lib/ipsec/stroke up-nb espgw >/dev/null 2>&1 & done; wait")
+	var shOut bytes.Buffer
+	sh.Stdout, sh.Stderr = &shOut, &shOut
+	in, err := sh.StdinPipe()
+	if err != nil {
+		return fmt.Errorf("charon initiator: %w", err)
+	}
+	if err := sh.Start(); err != nil {
+		return fmt.Errorf("charon initiator: start the stroke shell: %w", err)
+	}
+	defer func() { in.Close(); sh.Wait() }()
 	start := time.Now()
 	initiated := 0
 	var seen time.Duration
@@ -480,27 +491,16 @@ func (b *ikeBed) charonSetups(ctx context.Context, res *IKEPair) error {
 		if res.Established+res.Failed >= res.Asked {
 			break
 		}
-		if e := strokeErr.Load(); e != nil {
-			return *e
-		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("%d of %d tunnels established: %w", res.Established, res.Asked, ctx.Err())
 		}
-		if initiated < res.Asked && initiated-res.Established-res.Failed < b.o.Parallel {
-			select {
-			case spawns <- struct{}{}:
-				initiated++
-				wg.Go(func() {
-					if err := c.Stroke(ctx, "up-nb", "espgw"); err != nil {
-						strokeErr.CompareAndSwap(nil, &err)
-					}
-					<-spawns
-				})
-				continue
-			default:
+		if n := min(res.Asked-initiated, b.o.Parallel-(initiated-res.Established-res.Failed)); n > 0 {
+			if _, err := in.Write(bytes.Repeat([]byte("up\n"), n)); err != nil {
+				return fmt.Errorf("charon initiator: the stroke shell: %w: %s", err, shOut.String())
 			}
+			initiated += n
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(2 * time.Millisecond)
 	}
 	res.Seconds = seen.Seconds()
 	if res.Seconds > 0 {
