@@ -89,7 +89,7 @@ type IKEPair struct {
 	// initiating, what the responder alone spent on each tunnel, the
 	// figure that holds when the initiator sets the pace.
 	ResponderCPUPerTunnel float64 `json:"responder_cpu_per_tunnel_seconds,omitempty"`
-	Error        string  `json:"error,omitempty"`
+	Error                 string  `json:"error,omitempty"`
 }
 
 // IKERatio is one pair's rate over another's, measured in the same run.
