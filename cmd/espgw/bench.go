@@ -135,6 +135,7 @@ pairs, all in one run.`,
 	f.StringSliceVar(&ikeOpts.Sides, "ike-sides", nil, "--ike-tunnels: implementations measured as initiator and responder, comma-separated: espgw, charon (default both, charon when installed)")
 	f.StringVar(&ikeOpts.IKE, "ike-proposals", "aes128-sha256-x25519", "--ike-tunnels: IKE proposals, strongSwan syntax")
 	f.StringVar(&ikeOpts.ESP, "esp-proposals", "aes128gcm16", "--ike-tunnels: ESP proposals, strongSwan syntax")
+	f.IntVar(&ikeOpts.GatewayTunnels, "ike-gateway-tunnels", 0, "--ike-tunnels: also run an espgw gateway pair that negotiates this many tunnels itself: time to all up and carrying traffic, gw2's memory per tunnel, every CHILD_SA rekeyed under load with the packets lost")
 	f.StringVar(&ikeOpts.Dir, "ike-dir", "", "--ike-tunnels: keep charon's configurations and logs in this folder")
 	f.DurationVar(&ikeOpts.Timeout, "ike-timeout", 5*time.Minute, "--ike-tunnels: bound on each pair's setups and rekeys")
 	return cmd

@@ -169,9 +169,10 @@ func TestMedian(t *testing.T) {
 
 // TestIKETunnels sets up a few tunnels for real for every pair of
 // initiator and responder among espgw and charon, in namespaces, and
-// rekeys each CHILD_SA of the espgw initiator.
+// rekeys each CHILD_SA of the espgw initiator; then an espgw gateway
+// pair negotiates its own tunnels and rekeys them under load.
 func TestIKETunnels(t *testing.T) {
-	o := IKEOptions{Prefix: "bik", Tunnels: 3, Parallel: 2, Timeout: 2 * time.Minute}
+	o := IKEOptions{Prefix: "bik", Tunnels: 3, Parallel: 2, GatewayTunnels: 3, Binary: labtest.Espgw(t), Timeout: 2 * time.Minute}
 	if err := CheckIKE(o); err != nil {
 		t.Fatalf("this test sets up IKE tunnels in network namespaces and cannot here: %v", err)
 	}
@@ -205,6 +206,9 @@ func TestIKETunnels(t *testing.T) {
 	}
 	if want := map[int]int{1: 0, 2: 6}[sides]; len(rep.Ratios) != want {
 		t.Errorf("%d ratios, want %d: %+v", len(rep.Ratios), want, rep.Ratios)
+	}
+	if g := rep.Gateways; g == nil || g.Rekeys < uint64(o.GatewayTunnels) || g.RekeySent == 0 || g.RekeyLost != 0 || g.UpSeconds <= 0 || g.TrafficSeconds < g.UpSeconds {
+		t.Errorf("gateway pair: %+v; want every tunnel up, carrying traffic and rekeyed with 0 lost", g)
 	}
 	b, err := json.Marshal(rep)
 	if err != nil {

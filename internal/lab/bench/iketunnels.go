@@ -48,6 +48,13 @@ type IKEOptions struct {
 	// Sides are the implementations measured (default espgw and, when it
 	// is installed, charon); every initiator meets every responder.
 	Sides []string
+	// GatewayTunnels, when not 0, also runs an espgw gateway pair that
+	// negotiates that many tunnels itself (IKEGateways): time to every
+	// tunnel up and carrying traffic, memory per tunnel, every CHILD_SA
+	// rekeyed under load. Binary is the espgw executable it runs
+	// (default: this one).
+	GatewayTunnels int
+	Binary         string
 	// Dir, when set, keeps the charons' configurations and logs there;
 	// otherwise they go in a temporary folder removed at the end.
 	Dir string
@@ -112,6 +119,7 @@ type IKEReport struct {
 	IKE        string          `json:"ike_proposals"`
 	ESP        string          `json:"esp_proposals"`
 	Results    []*IKEPair      `json:"results"`
+	Gateways   *IKEGateways    `json:"gateways,omitempty"`
 	Ratios     []IKERatio      `json:"ratios,omitempty"`
 	Partial    bool            `json:"partial"`
 	Problems   []string        `json:"problems,omitempty"`
@@ -134,6 +142,9 @@ func (o *IKEOptions) defaults() {
 	if o.Progress == nil {
 		o.Progress = func(string, int, int) {}
 	}
+	if o.Binary == "" {
+		o.Binary, _ = os.Executable()
+	}
 }
 
 // CheckIKE says what this machine lacks to run o.
@@ -141,6 +152,9 @@ func CheckIKE(o IKEOptions) error {
 	o.defaults()
 	if o.Tunnels < 1 {
 		return fmt.Errorf("ike bench: %d tunnels: want at least 1", o.Tunnels)
+	}
+	if o.GatewayTunnels < 0 || o.GatewayTunnels > 1<<16 {
+		return fmt.Errorf("ike bench: %d gateway tunnels: want 0…%d", o.GatewayTunnels, 1<<16)
 	}
 	if o.Parallel < 1 {
 		return fmt.Errorf("ike bench: %d in flight: want at least 1", o.Parallel)
@@ -186,7 +200,11 @@ func RunIKE(ctx context.Context, o IKEOptions) (*IKEReport, error) {
 	}
 	defer topo.Close()
 	dir := o.Dir
-	if dir == "" {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("ike bench: %w", err)
+		}
+	} else {
 		if dir, err = os.MkdirTemp("", "espgw-"+o.Prefix+"-ike-"); err != nil {
 			return nil, fmt.Errorf("ike bench: %w", err)
 		}
@@ -213,7 +231,17 @@ func RunIKE(ctx context.Context, o IKEOptions) (*IKEReport, error) {
 		}
 		rep.Results = append(rep.Results, res)
 	}
-	o.Progress("done", len(pairs), len(pairs))
+	if o.GatewayTunnels > 0 && ctx.Err() == nil {
+		o.Progress(fmt.Sprintf("an espgw gateway pair with %d tunnels", o.GatewayTunnels), len(pairs), len(pairs)+1)
+		rep.Gateways = &IKEGateways{Tunnels: o.GatewayTunnels}
+		if err := b.measureGateways(ctx, rep.Gateways); err != nil {
+			rep.Gateways.Error = err.Error()
+			if ctx.Err() == nil {
+				rep.Problems = append(rep.Problems, fmt.Sprintf("gateway pair: %v", err))
+			}
+		}
+	}
+	o.Progress("done", 1, 1)
 	rep.ratios()
 	rep.Partial = ctx.Err() != nil
 	rep.LoadEnd = runinfo.Describe().LoadAvg
@@ -610,6 +638,16 @@ func (r *IKEReport) Print(w io.Writer) {
 			fmt.Fprintf(tw, "%s\t%s over %s\t%.2f×\n", x.Measure, x.Of, x.Over, x.Value)
 		}
 		tw.Flush()
+	}
+	if g := r.Gateways; g != nil {
+		fmt.Fprintf(w, "\nespgw gateway pair, %d tunnels (gw1 one IKE connection per tunnel, each to its own address of gw2):\n", g.Tunnels)
+		if g.Error != "" {
+			fmt.Fprintf(w, "  error: %s\n", g.Error)
+		}
+		fmt.Fprintf(w, "  every CHILD_SA in force at gw1 %.2f s after its launch, a load over every tunnel out whole at %.2f s\n", g.UpSeconds, g.TrafficSeconds)
+		fmt.Fprintf(w, "  gw2 RSS %.1f MiB, %.0f B per tunnel over gw2 with none up\n", float64(g.RSS)/(1<<20), g.RSSPerTunnel)
+		fmt.Fprintf(w, "  %d CHILD_SA rekeys by gw1 over %.1f s under %.0f pkt/s spread over every tunnel: %d of %d packets lost\n",
+			g.Rekeys, g.RekeySeconds, g.Rate, g.RekeyLost, g.RekeySent)
 	}
 	for _, x := range r.Results {
 		if x.Error != "" {
