@@ -277,7 +277,8 @@ func (r *IKEReport) ratios() {
 	}
 	// With charon initiating, the espgw responder is alone in this
 	// process: its CPU per tunnel against charon's.
-	if e, c := r.pair(SideCharon, SideEspgw), r.pair(SideCharon, SideCharon); e != nil && c != nil && e.ResponderCPUPerTunnel > 0 {
+	// CPU time counts in ticks of 10 ms: a ratio needs some of them.
+	if e, c := r.pair(SideCharon, SideEspgw), r.pair(SideCharon, SideCharon); e != nil && c != nil && e.ResponderCPU >= 0.1 && c.ResponderCPU >= 0.1 {
 		r.Ratios = append(r.Ratios, IKERatio{Measure: "responder CPU per tunnel, charon ÷ espgw (higher: espgw cheaper)",
 			Of: "charon → charon", Over: "charon → espgw", Value: c.ResponderCPUPerTunnel / e.ResponderCPUPerTunnel})
 	}
