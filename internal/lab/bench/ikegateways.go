@@ -41,7 +41,33 @@ type IKEGateways struct {
 	RekeySeconds float64 `json:"rekey_seconds"`
 	RekeySent    uint64  `json:"rekey_sent"`
 	RekeyLost    uint64  `json:"rekey_lost"`
-	Error        string  `json:"error,omitempty"`
+	// Counts are each gateway's packet counters at the end: where the
+	// packets that did not come out were dropped, and why.
+	Counts [2]IKEGatewayCounts `json:"counts"`
+	Error  string              `json:"error,omitempty"`
+}
+
+// IKEGatewayCounts are one gateway's packet counters: through the TUN and
+// the wire, and dropped by reason (the gateway's and its SAs' together).
+type IKEGatewayCounts struct {
+	TunIn   uint64            `json:"tun_in"`
+	TunOut  uint64            `json:"tun_out"`
+	WireIn  uint64            `json:"wire_in"`
+	WireOut uint64            `json:"wire_out"`
+	Drops   map[string]uint64 `json:"drops,omitempty"`
+}
+
+func countsOf(st gateway.Stats) IKEGatewayCounts {
+	c := IKEGatewayCounts{TunIn: st.TunIn, TunOut: st.TunOut, WireIn: st.WireIn, WireOut: st.WireOut, Drops: map[string]uint64{}}
+	for k, v := range st.Drops {
+		c.Drops[k] += v
+	}
+	for _, x := range st.SAs {
+		for k, v := range x.Drops {
+			c.Drops["sa "+k] += v
+		}
+	}
+	return c
 }
 
 // gatewayAddr is gw2's outer address of tunnel i, in its WAN /64.
@@ -159,6 +185,13 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) error {
 		return fmt.Errorf("gw1: %w", err)
 	}
 	defer gw1.Stop(syscall.SIGKILL)
+	defer func() {
+		for i, ns := range []*netns.Namespace{topo.GW1, topo.GW2} {
+			if st, err := testbed.GatewayStats(context.Background(), ns, b.o.Binary); err == nil {
+				res.Counts[i] = countsOf(st)
+			}
+		}
+	}()
 	logs := func() string {
 		out := gw1.Output()
 		if len(out) > 2000 {
