@@ -27,6 +27,9 @@ type IKEGateways struct {
 	// in force at gw1; TrafficSeconds until a load spread over every
 	// tunnel came out whole at hostB.
 	UpSeconds      float64 `json:"up_seconds"`
+	// Up is how many tunnels had their CHILD_SA in force at gw1 when the
+	// bench last looked.
+	Up             int     `json:"up"`
 	TrafficSeconds float64 `json:"traffic_seconds"`
 	// RSS is gw2's resident memory with every tunnel up; RSSPerTunnel its
 	// growth per tunnel over gw2 started with the connections but none up.
@@ -201,12 +204,15 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) error {
 	}
 	for {
 		st, err := testbed.GatewayStats(ctx, topo.GW1, b.o.Binary)
-		if err == nil && childrenInForce(st) >= n {
+		if err == nil {
+			res.Up = childrenInForce(st)
+		}
+		if err == nil && res.Up >= n {
 			res.UpSeconds = time.Since(start).Seconds()
 			break
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("not every tunnel up at gw1: %w%s", ctx.Err(), logs())
+			return fmt.Errorf("%d of %d tunnels up at gw1: %w%s", res.Up, n, ctx.Err(), logs())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -645,7 +645,7 @@ func (r *IKEReport) Print(w io.Writer) {
 		if g.Error != "" {
 			fmt.Fprintf(w, "  error: %s\n", g.Error)
 		}
-		fmt.Fprintf(w, "  every CHILD_SA in force at gw1 %.2f s after its launch, a load over every tunnel out whole at %.2f s\n", g.UpSeconds, g.TrafficSeconds)
+		fmt.Fprintf(w, "  %d of %d CHILD_SAs in force at gw1; all %.2f s after its launch, a load over every tunnel out whole at %.2f s\n", g.Up, g.Tunnels, g.UpSeconds, g.TrafficSeconds)
 		fmt.Fprintf(w, "  gw2 RSS %.1f MiB, %.0f B per tunnel over gw2 with none up\n", float64(g.RSS)/(1<<20), g.RSSPerTunnel)
 		fmt.Fprintf(w, "  %d CHILD_SA rekeys by gw1 over %.1f s under %.0f pkt/s spread over every tunnel: %d of %d packets lost\n",
 			g.Rekeys, g.RekeySeconds, g.Rate, g.RekeyLost, g.RekeySent)
