@@ -26,7 +26,7 @@ type IKEGateways struct {
 	// UpSeconds is from gw1's launch until every tunnel's CHILD_SA was
 	// in force at gw1; TrafficSeconds until a load spread over every
 	// tunnel came out whole at hostB.
-	UpSeconds      float64 `json:"up_seconds"`
+	UpSeconds float64 `json:"up_seconds"`
 	// Up is how many tunnels had their CHILD_SA in force at gw1 when the
 	// bench last looked.
 	Up             int     `json:"up"`
