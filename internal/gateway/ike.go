@@ -54,9 +54,8 @@ type ikeDaemon struct {
 	// peer's survived, being deleted: never put in force, never
 	// outbound.
 	redundant map[*ike.Child]bool
-	// wake fires at wakeAt, the next rekey or expiry due (the ticker
-	// would be up to ikeTick late; simultaneous rekeys are settled, but
-	// rekeys when rekey_time says keep both sides' timing true).
+	// wake fires at wakeAt, the next rekey or expiry due: a rekey runs
+	// when rekey_time says, not up to ikeTick later at the next tick.
 	wake   *time.Timer
 	wakeAt time.Time
 	// changeMu serialises the daemon's changes of the SAs in force.
