@@ -440,58 +440,58 @@ func (d *ikeDaemon) wakeBy(t time.Time) {
 }
 
 // tick runs what the timers say is due: new IKE SAs are noticed, CHILD_SAs
-// and IKE SAs rekeyed or expired, peers checked, connections started.
+// and IKE SAs rekeyed or expired, peers checked, connections started. It
+// walks each IKE SA and each CHILD_SA once, whatever the number of
+// connections.
 func (d *ikeDaemon) tick(ctx context.Context, now time.Time) {
 	d.reconcile()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, c := range d.conns {
-		live := false
+	live := make([]bool, len(d.conns))
+	for i, c := range d.conns {
 		for s, t := range c.sas {
+			live[i] = true
 			if t.busy {
-				live = true
 				continue
 			}
 			switch {
 			case c.cfg.DPDDelay > 0 && now.Sub(t.lastCheck) >= c.cfg.DPDDelay:
 				t.busy = true
-				live = true
 				go c.check(ctx, s, t)
 			case c.cfg.RekeyTime > 0 && !now.Before(t.rekeyAt):
 				t.busy = true
-				live = true
 				go c.rekeyIKE(ctx, s, t)
-			default:
-				live = true
-				if c.cfg.RekeyTime > 0 {
-					d.wakeBy(t.rekeyAt)
-				}
+			case c.cfg.RekeyTime > 0:
+				d.wakeBy(t.rekeyAt)
 			}
 		}
-		for ch, ct := range d.children {
-			if ct.conn != c || ct.busy {
-				continue
+	}
+	for ch, ct := range d.children {
+		if ct.busy {
+			continue
+		}
+		c := ct.conn
+		t := c.sas[ct.owner]
+		switch {
+		case ct.expireAt.After(ct.installed) && now.After(ct.expireAt):
+			ct.busy = true
+			c.stats.expired.Add(1)
+			d.log.Warn("CHILD_SA reached its life_time unrekeyed: taken out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ch.InSPI))
+			go c.expire(ctx, ct.owner, ch)
+		case ct.rekeyAt.After(ct.installed) && !now.Before(ct.rekeyAt) && t != nil && !t.busy && !ct.redundant:
+			ct.busy, t.busy = true, true
+			go c.rekeyChild(ctx, ct.owner, t, ch, ct)
+		default:
+			if ct.rekeyAt.After(ct.installed) && !ct.redundant {
+				d.wakeBy(ct.rekeyAt)
 			}
-			t := c.sas[ct.owner]
-			switch {
-			case ct.expireAt.After(ct.installed) && now.After(ct.expireAt):
-				ct.busy = true
-				c.stats.expired.Add(1)
-				d.log.Warn("CHILD_SA reached its life_time unrekeyed: taken out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ch.InSPI))
-				go c.expire(ctx, ct.owner, ch)
-			case ct.rekeyAt.After(ct.installed) && !now.Before(ct.rekeyAt) && t != nil && !t.busy && !ct.redundant:
-				ct.busy, t.busy = true, true
-				go c.rekeyChild(ctx, ct.owner, t, ch, ct)
-			default:
-				if ct.rekeyAt.After(ct.installed) && !ct.redundant {
-					d.wakeBy(ct.rekeyAt)
-				}
-				if ct.expireAt.After(ct.installed) {
-					d.wakeBy(ct.expireAt)
-				}
+			if ct.expireAt.After(ct.installed) {
+				d.wakeBy(ct.expireAt)
 			}
 		}
-		if !live && !c.initiating && c.wantsStart() && !now.Before(c.nextTry) {
+	}
+	for i, c := range d.conns {
+		if !live[i] && !c.initiating && c.wantsStart() && !now.Before(c.nextTry) {
 			c.initiating = true
 			go c.initiate(ctx)
 		}

@@ -219,3 +219,39 @@ func TestIKETunnels(t *testing.T) {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
+
+// TestIKEGatewayRekeyUnderLoad has the espgw gateway pair negotiate
+// enough tunnels that its IKE daemon's work shows, then rekey every
+// CHILD_SA under traffic: not a packet may be lost, none dropped for want
+// of a policy or an inbound SA.
+func TestIKEGatewayRekeyUnderLoad(t *testing.T) {
+	o := IKEOptions{Prefix: "bikr", Tunnels: 1, Parallel: 1, Sides: []string{SideEspgw}, GatewayTunnels: 200,
+		Binary: labtest.Espgw(t), Timeout: 3 * time.Minute}
+	if err := CheckIKE(o); err != nil {
+		t.Fatalf("this test sets up IKE tunnels in network namespaces and cannot here: %v", err)
+	}
+	defer noLeftovers(t, o.Prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := RunIKE(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := rep.Gateways
+	if g == nil {
+		t.Fatalf("no gateway pair measured: %v", rep.Problems)
+	}
+	t.Logf("%d tunnels: %d rekeys in %.1f s, %d of %d lost; drops gw1 %v, gw2 %v",
+		g.Tunnels, g.Rekeys, g.RekeySeconds, g.RekeyLost, g.RekeySent, g.Counts[0].Drops, g.Counts[1].Drops)
+	if g.Rekeys < uint64(o.GatewayTunnels) || g.RekeySent == 0 || g.RekeyLost != 0 || g.Error != "" {
+		t.Errorf("%d of %d CHILD_SAs rekeyed, %d of %d packets lost (%s); want every one rekeyed, 0 lost",
+			g.Rekeys, o.GatewayTunnels, g.RekeyLost, g.RekeySent, g.Error)
+	}
+	for i, c := range g.Counts {
+		for _, reason := range []string{"no-policy", "unknown-spi"} {
+			if n := c.Drops[reason]; n > 0 {
+				t.Errorf("gw%d dropped %d packets as %s", i+1, n, reason)
+			}
+		}
+	}
+}
