@@ -299,13 +299,15 @@ func (x *externalGW2) setChild(out, in uint32) {
 // refreshChild follows a rekey: the run's SAs become the CHILD_SA in
 // force now, and the pair is noted in spis.
 func (x *externalGW2) refreshChild(ctx context.Context) {
-	if x.current == nil {
+	if x.current != nil {
+		if out, in, ok := x.current(ctx); ok {
+			x.setChild(out, in)
+		}
+	}
+	if x.out == nil {
 		return
 	}
-	if out, in, ok := x.current(ctx); ok {
-		x.setChild(out, in)
-	}
-	p := fmt.Sprintf("%#08x/%#08x", x.out.SPI, x.in.SPI)
+	p := fmt.Sprintf("0x%08x/0x%08x", x.out.SPI, x.in.SPI)
 	x.spis = append(x.spis, p)
 }
 

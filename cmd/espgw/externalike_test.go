@@ -1,0 +1,181 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/internal/lab/charonguest"
+	"github.com/espgw/espgw/internal/lab/kernelpeer"
+	"github.com/espgw/espgw/internal/lab/labtest"
+	"github.com/espgw/espgw/internal/lab/netns"
+)
+
+// TestScenarioExternalIKE points peer: external scenarios with
+// external.ike at an appliance that brings its tunnel up by IKEv2 itself:
+// strongSwan's charon in the QEMU guest, configured by swanctl with a
+// pre-shared key, its CHILD_SAs in the guest kernel's ESP (kernel-netlink).
+// No key is copied: gw1 negotiates. The scenario's traffic must arrive
+// whole each way with the device's counters (read by SPI from its
+// `ip -s xfrm state`, which must list the SPIs gw1 negotiated) matching
+// gw1's, and a CHILD_SA rekey by gw1 in the middle of the traffic must
+// lose nothing.
+func TestScenarioExternalIKE(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots the QEMU kernel guest with charon as an external device; run without -short")
+	}
+	labtest.NeedNamespaces(t)
+	bin := labtest.Espgw(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	bed, err := netns.New("ikx", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bed.Close()
+	home, err := bed.AddNamespace("dut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wanIf, lanIf, mgmtIf = "ikxwan", "ikxlan", "ikxmgmt"
+	dutWAN, dutLAN := netip.MustParsePrefix("198.51.100.129/24"), netip.MustParsePrefix("203.0.113.1/24")
+	gw1, near := netip.MustParseAddr("198.51.100.1"), netip.MustParsePrefix("192.0.2.0/24")
+	key := make([]byte, 24)
+	rand.Read(key)
+	psk := hex.EncodeToString(key)
+	if err := os.WriteFile(filepath.Join(dir, "psk"), []byte(psk+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files, err := charonguest.Files(charonguest.Config{Dir: filepath.Join(dir, "charon"), LocalAddr: dutWAN.Addr(), RemoteAddr: gw1,
+		LocalID: "appliance.example", RemoteID: "gw1.example", PSK: psk,
+		LocalTS: []netip.Prefix{dutLAN.Masked()}, RemoteTS: []netip.Prefix{near},
+		Proposals: "aes128-sha256-x25519", ESPProposals: "aes128gcm16,aes128-sha256"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The guest's agent holds no port-4500 socket: charon's IKE owns it.
+	dev, err := kernelpeer.Start(ctx, kernelpeer.Config{
+		Netns: home.Name(), Tap: wanIf, ExtraTaps: []string{lanIf, mgmtIf}, GuestAddrs: []netip.Prefix{dutWAN},
+		NATTPorts: []uint16{}, Files: files, MemoryMB: 384, BootTimeout: 5 * time.Minute, CommandTimeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	// The appliance's LAN port, forwarding, the route back to the network
+	// behind gw1, and a management port serving its counters.
+	setup := fmt.Sprintf("set -e\nip link set eth1 up\nip addr add %s dev eth1\necho 1 >/proc/sys/net/ipv4/ip_forward\nip route add %s via %s\n"+
+		"ip link set eth2 up\nip addr add 10.99.0.1/30 dev eth2\nmkdir -p /www/cgi-bin\n"+
+		"printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\n/sbin/ip -s xfrm state list nokeys\\n' >/www/cgi-bin/xfrm\n"+
+		"chmod +x /www/cgi-bin/xfrm\nhttpd -p 10.99.0.1:80 -h /www\n", dutLAN, near, gw1)
+	if out, err := dev.Run(ctx, setup); err != nil {
+		t.Fatalf("configure the device: %v\n%s", err, out)
+	}
+	if err := home.AddAddr(mgmtIf, netip.MustParsePrefix("10.99.0.2/30")); err != nil {
+		t.Fatal(err)
+	}
+	charon, err := charonguest.Start(ctx, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("charon's log:\n%s", charon.Log(context.Background()))
+		}
+	}()
+	counters := fmt.Sprintf(`ip netns exec %s /usr/bin/python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://10.99.0.1/cgi-bin/xfrm', timeout=10).read().decode())"`, home.Name())
+	head := func(rekey string) string {
+		return fmt.Sprintf(`peer: external
+external:
+  netns: %s
+  wan: {interface: %s, address: %s/24, dut: %s}
+  lan: {interface: %s, address: 203.0.113.10/24, dut: %s}
+  near: %s
+  counters: %q
+  ike:
+    local: {id: gw1.example}
+    remote: {id: appliance.example}
+    psk_file: ../psk
+    proposals: aes128-sha256-x25519
+    esp_proposals: aes128gcm16
+    rekey_time: %s
+`, home.Name(), wanIf, gw1, dutWAN.Addr(), lanIf, dutLAN.Addr(), near, counters, rekey)
+	}
+	scenarios := filepath.Join(dir, "scenarios")
+	os.Mkdir(scenarios, 0o755)
+	os.WriteFile(filepath.Join(scenarios, "1-ike.yaml"), []byte(head("1h")+`name: appliance-ike
+description: charon in the guest as the appliance, the SAs negotiated by IKE
+traffic:
+  steps:
+    - name: sweep
+      ping: {sizes: [56, 1000, 1400], count: 3, interval: 5ms}
+    - name: up
+      udp: {packets: 300, rate: 1000, size: 400}
+    - name: down
+      udp: {from: hostB, to: hostA, packets: 300, rate: 1000, size: 400, port: 9001}
+    - name: bulk
+      iperf3: {protocol: tcp, duration: 1s}
+expect:
+  delivered: == 1
+  exact: true
+  steps.bulk.bytes: "> 0"
+  gw1.drops: == 0
+  gw2.opened: == gw1.sealed
+  gw1.opened: == gw2.sealed
+  gw2.drops: == 0
+  ike.failed: == 0
+  conservation: true
+`), 0o644)
+	os.WriteFile(filepath.Join(scenarios, "2-ike-rekey.yaml"), []byte(head("4s")+`name: appliance-ike-rekey
+description: gw1 rekeys the CHILD_SA in the middle of the traffic; nothing may be lost
+traffic:
+  together: true
+  steps:
+    - name: up
+      udp: {packets: 3000, rate: 500, size: 300}
+    - name: down
+      udp: {from: hostB, to: hostA, packets: 3000, rate: 500, size: 300, port: 9001}
+expect:
+  delivered: == 1
+  ike.rekeys: ">= 1"
+  gw1.drops: == 0
+  conservation: true
+`), 0o644)
+
+	for _, f := range []string{"1-ike.yaml", "2-ike-rekey.yaml"} {
+		r := runExternalAs(t, "ikxs", bin, filepath.Join(scenarios, f))
+		if !r.Pass {
+			t.Errorf("%s: pass %v, error %q, hint %q", r.Name, r.Pass, r.Error, r.Hint)
+		}
+		t.Logf("%s: CHILD_SAs %v, ike.rekeys %v", r.Name, r.ExternalSPIs, r.Metrics["ike.rekeys"])
+		if len(r.ExternalSPIs) == 0 || len(r.ExternalCounters) == 0 {
+			t.Errorf("%s: no negotiated SPIs (%v) or device counters (%d listings)", r.Name, r.ExternalSPIs, len(r.ExternalCounters))
+			continue
+		}
+		// The device's kernel holds the SAs gw1 negotiated: both SPIs of
+		// the first snapshot's CHILD_SA in its listing of that moment.
+		out, in, _ := strings.Cut(r.ExternalSPIs[0], "/")
+		for _, spi := range []string{out, in} {
+			if !strings.Contains(r.ExternalCounters[0], "spi "+spi+" ") {
+				t.Errorf("%s: the device's ip xfrm state lists no SPI %s:\n%s", r.Name, spi, r.ExternalCounters[0])
+			}
+		}
+		if f == "2-ike-rekey.yaml" && len(slices.Compact(slices.Clone(r.ExternalSPIs))) < 2 {
+			t.Errorf("%s: the CHILD_SA was not replaced during the run: %v", r.Name, r.ExternalSPIs)
+		}
+	}
+	// gw1 deleted its IKE SA as it stopped: charon holds none.
+	if out, err := charon.Swanctl(ctx, "--list-sas"); err != nil || strings.Contains(out, "ESTABLISHED") {
+		t.Errorf("charon after the runs: %v\n%s", err, out)
+	}
+}
