@@ -228,9 +228,10 @@ for i in $(seq 150); do [ -S %[2]s ] && break; sleep 0.1; done
 	return g, nil
 }
 
-// Swanctl runs swanctl with args in the guest.
+// Swanctl runs swanctl with args, a command first (--list-sas,
+// --rekey …), in the guest.
 func (g *Guest) Swanctl(ctx context.Context, args ...string) (string, error) {
-	argv := append([]string{Swanctl, "--uri", viciSocket}, args...)
+	argv := append(append([]string{Swanctl}, args...), "--uri", viciSocket)
 	out, err := g.peer.Exec(ctx, argv...)
 	if err != nil {
 		return out, fmt.Errorf("swanctl %s in the guest: %w: %s", strings.Join(args, " "), err, out)

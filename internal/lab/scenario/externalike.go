@@ -297,7 +297,7 @@ func (x *externalGW2) setChild(out, in uint32) {
 }
 
 // refreshChild follows a rekey: the run's SAs become the CHILD_SA in
-// force now, and the pair is noted in spis.
+// force now, and a pair not seen last is noted in spis.
 func (x *externalGW2) refreshChild(ctx context.Context) {
 	if x.current != nil {
 		if out, in, ok := x.current(ctx); ok {
@@ -307,8 +307,9 @@ func (x *externalGW2) refreshChild(ctx context.Context) {
 	if x.out == nil {
 		return
 	}
-	p := fmt.Sprintf("0x%08x/0x%08x", x.out.SPI, x.in.SPI)
-	x.spis = append(x.spis, p)
+	if p := fmt.Sprintf("0x%08x/0x%08x", x.out.SPI, x.in.SPI); len(x.spis) == 0 || x.spis[len(x.spis)-1] != p {
+		x.spis = append(x.spis, p)
+	}
 }
 
 // rekeyed says whether the run's snapshots found different CHILD_SAs:
