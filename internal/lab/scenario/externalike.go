@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -259,6 +260,16 @@ func (r *runner) negotiateExternal(ctx context.Context, capDir string) error {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// endExternalIKE stops gw1 while the device is still wired to it, so
+// that gw1's Delete reaches the device: no run leaves IKE SAs or
+// CHILD_SAs on it.
+func (r *runner) endExternalIKE() error {
+	if _, err := r.bed.StopGateway(0, syscall.SIGTERM); err != nil {
+		return fmt.Errorf("stop gw1, which deletes its IKE SA with the device: %w", err)
+	}
+	return nil
 }
 
 // outboundChild is the CHILD_SA gw1's policies send through.

@@ -279,6 +279,11 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		}
 	}
 	if s.Peer == PeerExternal && s.External.IKE != nil {
+		defer func() {
+			if cerr := r.endExternalIKE(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
 		if err := r.negotiateExternal(ctx, capDir); err != nil {
 			return err
 		}
