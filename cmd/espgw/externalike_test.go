@@ -16,7 +16,9 @@ import (
 	"github.com/espgw/espgw/internal/lab/charonguest"
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/labtest"
+	"github.com/espgw/espgw/internal/lab/libreswan"
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/scenario"
 )
 
 // TestScenarioExternalIKE points peer: external scenarios with
@@ -26,8 +28,10 @@ import (
 // No key is copied: gw1 negotiates. The scenario's traffic must arrive
 // whole each way with the device's counters (read by SPI from its
 // `ip -s xfrm state`, which must list the SPIs gw1 negotiated) matching
-// gw1's, and a CHILD_SA rekey by gw1 in the middle of the traffic must
-// lose nothing.
+// gw1's, a CHILD_SA rekey by gw1 in the middle of the traffic must
+// lose nothing, and gw1's Delete at the end of each run must leave the
+// device no SA. Then the same with libreswan's pluto as the appliance's
+// daemon, in the same boot.
 func TestScenarioExternalIKE(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots the QEMU kernel guest with charon as an external device; run without -short")
@@ -63,7 +67,22 @@ func TestScenarioExternalIKE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The guest's agent holds no port-4500 socket: charon's IKE owns it.
+	// libreswan's pluto comes in the same boot, for after charon.
+	root, err := libreswan.Prepare(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plutoCfg := libreswan.Config{Host: netip.PrefixFrom(gw1, 24), Guest: dutWAN, LocalNet: dutLAN.Masked(), RemoteNet: near,
+		ID: "appliance.example", PeerID: "gw1.example", PSK: psk, IKE: "aes128-sha2_256-dh31", ESP: "aes_gcm128",
+		Root: root, Dir: filepath.Join(dir, "pluto")}
+	plutoFiles, err := libreswan.Files(ctx, plutoCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range plutoFiles {
+		files[k] = v
+	}
+	// The guest's agent holds no port-4500 socket: the IKE daemon owns it.
 	dev, err := kernelpeer.Start(ctx, kernelpeer.Config{
 		Netns: home.Name(), Tap: wanIf, ExtraTaps: []string{lanIf, mgmtIf}, GuestAddrs: []netip.Prefix{dutWAN},
 		NATTPorts: []uint16{}, Files: files, MemoryMB: 384, BootTimeout: 5 * time.Minute, CommandTimeout: time.Minute,
@@ -152,34 +171,14 @@ expect:
   conservation: true
 `), 0o644)
 
-	for _, f := range []string{"1-ike.yaml", "2-ike-rekey.yaml"} {
-		r := runExternalAs(t, "ikxs", bin, filepath.Join(scenarios, f))
-		if !r.Pass {
-			t.Errorf("%s: pass %v, error %q, hint %q", r.Name, r.Pass, r.Error, r.Hint)
-			for _, st := range r.Steps {
-				t.Logf("%s: step %s: sent %d received %d mismatched %d %s %s", r.Name, st.Name, st.Sent, st.Received, st.Mismatched, st.Detail, st.Output)
-			}
-		}
-		t.Logf("%s: CHILD_SAs %v, ike.rekeys %v", r.Name, r.ExternalSPIs, r.Metrics["ike.rekeys"])
-		if len(r.ExternalSPIs) == 0 || len(r.ExternalCounters) == 0 {
-			t.Errorf("%s: no negotiated SPIs (%v) or device counters (%d listings)", r.Name, r.ExternalSPIs, len(r.ExternalCounters))
-			continue
-		}
-		// The device's kernel holds the SAs gw1 negotiated: both SPIs of
-		// a CHILD_SA gw1 had in force in its listing before the traffic
-		// (without a rekey, the only one).
-		listed := func(pair string) bool {
-			out, in, _ := strings.Cut(pair, "/")
-			return strings.Contains(r.ExternalCounters[0], "spi "+out+"(") && strings.Contains(r.ExternalCounters[0], "spi "+in+"(")
-		}
-		if f == "1-ike.yaml" && (len(r.ExternalSPIs) != 1 || !listed(r.ExternalSPIs[0])) ||
-			!slices.ContainsFunc(r.ExternalSPIs, listed) {
-			t.Errorf("%s: the device's ip xfrm state does not list the CHILD_SAs gw1 negotiated (%v):\n%s", r.Name, r.ExternalSPIs, r.ExternalCounters[0])
-		}
-		if f == "2-ike-rekey.yaml" && len(slices.Compact(slices.Clone(r.ExternalSPIs))) < 2 {
-			t.Errorf("%s: the CHILD_SA was not replaced during the run: %v", r.Name, r.ExternalSPIs)
+	daemon := "charon"
+	runs := func() {
+		t.Helper()
+		for _, f := range []string{"1-ike.yaml", "2-ike-rekey.yaml"} {
+			judge(t, daemon, f, runExternalAs(t, "ikxs", bin, filepath.Join(scenarios, f)))
 		}
 	}
+	runs()
 	// gw1 deleted its IKE SAs as each run ended: charon holds none, and
 	// the guest's kernel no SA.
 	if out, err := charon.Swanctl(ctx, "--list-sas"); err != nil || strings.Contains(out, "ESTABLISHED") {
@@ -187,5 +186,56 @@ expect:
 	}
 	if out, err := dev.Run(ctx, "ip xfrm state"); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("SAs left in the device's kernel: %v\n%s", err, out)
+	}
+
+	// The same appliance with libreswan's pluto as its IKE daemon.
+	if err := charon.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pluto, err := libreswan.StartIn(ctx, dev, plutoCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pluto.Close()
+	defer func() {
+		if t.Failed() {
+			log, _ := pluto.Log(context.Background())
+			t.Logf("pluto's log:\n%s", log)
+		}
+	}()
+	daemon = "pluto"
+	runs()
+	if out, err := dev.Run(ctx, "ip xfrm state"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("SAs left in the device's kernel by pluto: %v\n%s", err, out)
+	}
+}
+
+// judge checks one run against the appliance's IKE daemon.
+func judge(t *testing.T, daemon, f string, r *scenario.Result) {
+	t.Helper()
+	if !r.Pass {
+		t.Errorf("%s %s: pass %v, error %q, hint %q", daemon, r.Name, r.Pass, r.Error, r.Hint)
+		for _, st := range r.Steps {
+			t.Logf("%s %s: step %s: sent %d received %d mismatched %d %s %s", daemon, r.Name, st.Name, st.Sent, st.Received, st.Mismatched, st.Detail, st.Output)
+		}
+	}
+	t.Logf("%s %s: CHILD_SAs %v, ike.rekeys %v", daemon, r.Name, r.ExternalSPIs, r.Metrics["ike.rekeys"])
+	if len(r.ExternalSPIs) == 0 || len(r.ExternalCounters) == 0 {
+		t.Errorf("%s %s: no negotiated SPIs (%v) or device counters (%d listings)", daemon, r.Name, r.ExternalSPIs, len(r.ExternalCounters))
+		return
+	}
+	// The device's kernel holds the SAs gw1 negotiated: both SPIs of
+	// a CHILD_SA gw1 had in force in its listing before the traffic
+	// (without a rekey, the only one).
+	listed := func(pair string) bool {
+		out, in, _ := strings.Cut(pair, "/")
+		return strings.Contains(r.ExternalCounters[0], "spi "+out+"(") && strings.Contains(r.ExternalCounters[0], "spi "+in+"(")
+	}
+	if f == "1-ike.yaml" && (len(r.ExternalSPIs) != 1 || !listed(r.ExternalSPIs[0])) ||
+		!slices.ContainsFunc(r.ExternalSPIs, listed) {
+		t.Errorf("%s %s: the device's ip xfrm state does not list the CHILD_SAs gw1 negotiated (%v):\n%s", daemon, r.Name, r.ExternalSPIs, r.ExternalCounters[0])
+	}
+	if f == "2-ike-rekey.yaml" && len(slices.Compact(slices.Clone(r.ExternalSPIs))) < 2 {
+		t.Errorf("%s %s: the CHILD_SA was not replaced during the run: %v", daemon, r.Name, r.ExternalSPIs)
 	}
 }

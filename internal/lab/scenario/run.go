@@ -624,14 +624,23 @@ func (r *runner) stableSnapshot(ctx context.Context) (snapshot, error) {
 		if err != nil {
 			return next, err
 		}
-		a, _ := json.Marshal(last)
-		b, _ := json.Marshal(next)
+		a, _ := json.Marshal(withoutClocks(last))
+		b, _ := json.Marshal(withoutClocks(next))
 		if bytes.Equal(a, b) {
 			return next, nil
 		}
 		last = next
 	}
 	return last, nil
+}
+
+// withoutClocks is s without what changes with time alone, for
+// comparing snapshots: the IKE SAs' ages and times to rekey.
+func withoutClocks(s snapshot) snapshot {
+	for i := range s.GW {
+		s.GW[i].IKE = nil
+	}
+	return s
 }
 
 // snmpCounters reads the namespace's SNMP counters (gateway.ParseSNMP).
