@@ -215,6 +215,14 @@ func judge(t *testing.T, daemon, f string, r *scenario.Result) {
 	t.Helper()
 	if !r.Pass {
 		t.Errorf("%s %s: pass %v, error %q, hint %q", daemon, r.Name, r.Pass, r.Error, r.Hint)
+		if len(r.Gateways[0].Drops) > 0 {
+			t.Logf("%s %s: gw1 drops %v", daemon, r.Name, r.Gateways[0].Drops)
+		}
+		for _, sa := range r.Gateways[0].SAs {
+			if len(sa.Drops) > 0 {
+				t.Logf("%s %s: gw1 SA %s %s drops %v", daemon, r.Name, sa.SPI, sa.Direction, sa.Drops)
+			}
+		}
 		for _, st := range r.Steps {
 			t.Logf("%s %s: step %s: sent %d received %d mismatched %d %s %s", daemon, r.Name, st.Name, st.Sent, st.Received, st.Mismatched, st.Detail, st.Output)
 		}
