@@ -19,6 +19,7 @@ import (
 	"github.com/espgw/espgw/internal/lab/libreswan"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/scenario"
+	"github.com/espgw/espgw/sa"
 )
 
 // TestScenarioExternalIKE points peer: external scenarios with
@@ -30,8 +31,9 @@ import (
 // `ip -s xfrm state`, which must list the SPIs gw1 negotiated) matching
 // gw1's, a CHILD_SA rekey by gw1 in the middle of the traffic must
 // lose nothing, and gw1's Delete at the end of each run must leave the
-// device no SA. Then the same with libreswan's pluto as the appliance's
-// daemon, in the same boot.
+// device no SA. Then libreswan's pluto as the appliance's daemon, in the
+// same boot: the traffic and counters again, and a CHILD_SA rekey by
+// pluto (whack --rekey-ipsec) during the traffic with nothing lost.
 func TestScenarioExternalIKE(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots the QEMU kernel guest with charon as an external device; run without -short")
@@ -171,14 +173,30 @@ expect:
   conservation: true
 `), 0o644)
 
+	// The device rekeys (pluto, by whack): gw1 never does.
+	os.WriteFile(filepath.Join(scenarios, "3-ike-peer-rekey.yaml"), []byte(head("1h")+`name: appliance-ike-peer-rekey
+description: the device rekeys the CHILD_SA in the middle of the traffic; nothing may be lost
+traffic:
+  together: true
+  steps:
+    - name: up
+      udp: {packets: 3000, rate: 500, size: 300}
+    - name: down
+      udp: {from: hostB, to: hostA, packets: 3000, rate: 500, size: 300, port: 9001}
+expect:
+  delivered: == 1
+  ike.rekeys: ">= 1"
+  gw1.drops: == 0
+  conservation: true
+`), 0o644)
 	daemon := "charon"
-	runs := func() {
+	runs := func(files ...string) {
 		t.Helper()
-		for _, f := range []string{"1-ike.yaml", "2-ike-rekey.yaml"} {
+		for _, f := range files {
 			judge(t, daemon, f, runExternalAs(t, "ikxs", bin, filepath.Join(scenarios, f)))
 		}
 	}
-	runs()
+	runs("1-ike.yaml", "2-ike-rekey.yaml")
 	// gw1 deleted its IKE SAs as each run ended: charon holds none, and
 	// the guest's kernel no SA.
 	if out, err := charon.Swanctl(ctx, "--list-sas"); err != nil || strings.Contains(out, "ESTABLISHED") {
@@ -204,7 +222,31 @@ expect:
 		}
 	}()
 	daemon = "pluto"
-	runs()
+	runs("1-ike.yaml")
+	// pluto rekeys once its CHILD_SA has carried 500 packets toward gw1.
+	rekeyed := make(chan error, 1)
+	go func() {
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(300 * time.Millisecond) {
+			out, err := dev.Run(ctx, "ip -s xfrm state list nokeys")
+			if err != nil || strings.TrimSpace(out) == "" {
+				continue
+			}
+			states, err := sa.ParseXFRMStates("the device's ip -s xfrm state", []byte(out))
+			if err != nil {
+				continue
+			}
+			if slices.ContainsFunc(states, func(x sa.XFRMState) bool { return x.Dst == gw1 && x.Packets >= 500 }) {
+				_, err := pluto.Whack(ctx, "--name", libreswan.Name, "--rekey-ipsec")
+				rekeyed <- err
+				return
+			}
+		}
+		rekeyed <- fmt.Errorf("the device's CHILD_SA never carried 500 packets")
+	}()
+	runs("3-ike-peer-rekey.yaml")
+	if err := <-rekeyed; err != nil {
+		t.Errorf("pluto's rekey: %v", err)
+	}
 	if out, err := dev.Run(ctx, "ip xfrm state"); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("SAs left in the device's kernel by pluto: %v\n%s", err, out)
 	}
