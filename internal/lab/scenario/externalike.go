@@ -170,9 +170,10 @@ func (s *Scenario) validateExternalIKE(perr func(int, string, error) error) erro
 	return nil
 }
 
-// gatewayIKE is gw1's ike: section for the device: one connection that
-// initiates at start, its CHILD_SA between near and the LAN; with
-// captures, the decryption tables beside them.
+// gatewayIKE is gw1's ike: section for the device (YAML, the key
+// included): one connection that initiates at start, its CHILD_SA
+// between near and the LAN; with captures, the decryption tables beside
+// them.
 func (x *ExternalIKE) gatewayIKE(gw1 netip.Addr, capDir string) (string, error) {
 	child := map[string]any{"local_ts": prefixStrings(x.localTS), "remote_ts": prefixStrings(x.remoteTS), "start_action": "start"}
 	if x.ESPProposals != "" {
@@ -208,7 +209,7 @@ func (x *ExternalIKE) gatewayIKE(gw1 netip.Addr, capDir string) (string, error) 
 		sec["decryption_table"] = filepath.Join(capDir, "ikev2_decryption_table")
 		sec["esp_sa_file"] = filepath.Join(capDir, "esp_sa")
 	}
-	out, err := yaml.Marshal(sec)
+	out, err := yaml.Marshal(map[string]any{"ike": sec})
 	if err != nil {
 		return "", fmt.Errorf("gw1's ike: section: %w", err)
 	}
@@ -234,7 +235,7 @@ func (r *runner) negotiateExternal(ctx context.Context, capDir string) error {
 		return err
 	}
 	r.opts.progress("%s: gw1 negotiates with the device by IKE (%s)", r.s.Name, x.remoteAddrs[0])
-	if err := r.bed.Reconfigure(ctx, 0, func(c *testbed.GatewayConfig) { c.SAFile, c.IKE = "", section }); err != nil {
+	if err := r.bed.Reconfigure(ctx, 0, func(c *testbed.GatewayConfig) { c.SAFile, c.Extra = "", section }); err != nil {
 		return fmt.Errorf("gw1 with IKE: %w", err)
 	}
 	deadline := time.Now().Add(x.Timeout)

@@ -60,7 +60,7 @@ func TestExternalIKE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conf := testbed.GatewayConfig{Local: netip.MustParseAddr("198.51.100.1"), TUN: "esp0", IKE: section}.String()
+	conf := testbed.GatewayConfig{Local: netip.MustParseAddr("198.51.100.1"), TUN: "esp0", Extra: section}.String()
 	c, err := gateway.ParseConfig(filepath.Join(dir, "gw1.yaml"), []byte(conf), sim.Engines{})
 	if err != nil {
 		t.Fatalf("gw1's config:\n%s\n%v", conf, err)

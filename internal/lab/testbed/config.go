@@ -24,8 +24,8 @@ type GatewayConfig struct {
 	OuterMTU, Workers int
 	SAFile, StateDir  string // relative to the config's folder
 	Control           string
-	// IKE is the body of an ike: section (YAML, indented by the writer).
-	IKE string
+	// Extra is YAML appended as it is (such as an ike: section).
+	Extra string
 }
 
 // Write writes the config to path, the owner's only.
@@ -77,11 +77,6 @@ func (c GatewayConfig) String() string {
 	line("", "sa-file", c.SAFile, c.SAFile != "")
 	line("", "state-dir", c.StateDir, c.StateDir != "")
 	line("", "control", c.Control, c.Control != "")
-	if c.IKE != "" {
-		b.WriteString("ike:\n")
-		for _, l := range strings.Split(strings.TrimRight(c.IKE, "\n"), "\n") {
-			b.WriteString("  " + l + "\n")
-		}
-	}
+	b.WriteString(c.Extra)
 	return b.String()
 }
