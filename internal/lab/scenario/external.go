@@ -649,6 +649,8 @@ func (x *externalGW2) hint(m Metrics, found bool) string {
 			return "the device's counters are unknown (no external.counters command)"
 		case x.rekeyed():
 			return fmt.Sprintf("a rekey replaced the CHILD_SA during the run (%s): the device's counters of the one before went with it, so gw2.* are not known", strings.Join(x.spis, " then "))
+		case !found:
+			return fmt.Sprintf("the device's counters list no state with SPI %s, which gw1 negotiated with it: its IKE daemon keeps the CHILD_SA somewhere the counters command does not read", spi)
 		}
 	}
 	if x.e.Counters == "" {

@@ -81,6 +81,9 @@ func TestExternalIKE(t *testing.T) {
 	if x2.rekeyed() {
 		t.Error("one CHILD_SA seen twice counted as a rekey")
 	}
+	if h := x2.hint(Metrics{}, false); !strings.Contains(h, "list no state with SPI 0xc0000001, which gw1 negotiated") {
+		t.Errorf("hint without the device's state: %q", h)
+	}
 	x2.current = func(context.Context) (uint32, uint32, bool) { return 0xc0000003, 0xc0000004, true }
 	x2.refreshChild(t.Context())
 	if !x2.rekeyed() || x2.out.SPI != 0xc0000003 || x2.in.SPI != 0xc0000004 {
