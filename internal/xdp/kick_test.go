@@ -44,7 +44,7 @@ func TestRefusedKickIsRetried(t *testing.T) {
 		stalled uint64
 	}{
 		{"brief", 20 * time.Millisecond, 0},
-		{"lasting", stallAfter + 300*time.Millisecond, 1},
+		{"lasting", stallAfter + time.Second, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs syncBuffer
