@@ -487,10 +487,12 @@ func (d *ikeDaemon) tick(ctx context.Context, now time.Time, full bool) {
 			ct.busy, t.busy = true, true
 			go c.rekeyChild(ctx, ct.owner, t, ch, ct)
 		default:
-			if ct.rekeyAt.After(ct.installed) && !ct.redundant {
+			// What is due but waits (its IKE SA busy) comes with the
+			// wake-up when that ends.
+			if ct.rekeyAt.After(now) && !ct.redundant {
 				d.wakeBy(ct.rekeyAt)
 			}
-			if ct.expireAt.After(ct.installed) {
+			if ct.expireAt.After(now) {
 				d.wakeBy(ct.expireAt)
 			}
 		}
@@ -549,6 +551,7 @@ func (c *ikeConn) newChild(ctx context.Context, s *ike.IKESA, t *saTrack, cc *IK
 	ch, err := s.NewChild(ctx, cc.Name)
 	c.d.mu.Lock()
 	t.busy, c.creating[cc.Name] = false, false
+	c.d.wakeBy(time.Now())
 	if err != nil {
 		c.createAt[cc.Name] = time.Now().Add(retryIn(max(cc.RekeyTime, time.Minute)))
 		c.untrap(cc.Name)
@@ -628,6 +631,7 @@ func (c *ikeConn) check(ctx context.Context, s *ike.IKESA, t *saTrack) {
 	err := s.Ping(ctx)
 	c.d.mu.Lock()
 	t.busy, t.lastCheck = false, time.Now()
+	c.d.wakeBy(t.lastCheck)
 	c.d.mu.Unlock()
 	if err == nil || ctx.Err() != nil || s.State() == ike.StateDeleted {
 		return // answered, or deleted meanwhile (a rekey, the peer's Delete)
@@ -651,6 +655,7 @@ func (c *ikeConn) rekeyIKE(ctx context.Context, s *ike.IKESA, t *saTrack) {
 	n, err := s.Rekey(ctx)
 	c.d.mu.Lock()
 	t.busy = false
+	c.d.wakeBy(time.Now())
 	if err != nil && n == nil {
 		t.rekeyAt = time.Now().Add(retryIn(c.cfg.RekeyTime))
 	}
@@ -676,6 +681,7 @@ func (c *ikeConn) rekeyChild(ctx context.Context, s *ike.IKESA, t *saTrack, ch *
 	n, err := s.RekeyChild(ctx, ch)
 	c.d.mu.Lock()
 	t.busy, ct.busy = false, false
+	c.d.wakeBy(time.Now())
 	if n == nil {
 		ct.rekeyAt = time.Now().Add(retryIn(ct.cfg.RekeyTime))
 	}

@@ -73,11 +73,23 @@ func countsOf(st gateway.Stats) IKEGatewayCounts {
 	return c
 }
 
-// gatewayAddr is gw2's outer address of tunnel i, in its WAN /64.
+// gatewayAddr is gw2's outer address of tunnel i, in a /64 of its own
+// that the WAN routes to gw2. Had the addresses been on the WAN link, the
+// WAN would hold a neighbour entry for each, and the kernel's neighbour
+// table (one per host, 1,024 entries by default) would overflow and stop
+// IPv6 in every namespace of the machine.
 func gatewayAddr(a netns.Addresses, i int) netip.Addr {
-	b := a.GW2WAN6.Addr().As16()
+	b := tunnelAddrs(a).Addr().As16()
 	b[12], b[13], b[14], b[15] = 0, 1, byte(i>>8), byte(i)
 	return netip.AddrFrom16(b)
+}
+
+// tunnelAddrs is the /64 of gw2's per-tunnel outer addresses: the one
+// after gw2's WAN /64.
+func tunnelAddrs(a netns.Addresses) netip.Prefix {
+	b := a.GW2WAN6.Masked().Addr().As16()
+	b[7]++
+	return netip.PrefixFrom(netip.AddrFrom16(b), 64)
 }
 
 // tunnelPrefixes are tunnel i's inner /24s behind gw1 and gw2.
@@ -141,7 +153,7 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) error {
 	topo, a, n := b.topo, b.topo.Addr, res.Tunnels
 	var batch strings.Builder
 	for k := range n {
-		fmt.Fprintf(&batch, "addr add %s/64 dev wan0 nodad\n", gatewayAddr(a, k))
+		fmt.Fprintf(&batch, "addr add %s/128 dev lo nodad\n", gatewayAddr(a, k))
 	}
 	addrs := filepath.Join(b.dir, "gw2-addresses")
 	if err := os.WriteFile(addrs, []byte(batch.String()), 0o600); err != nil {
@@ -158,6 +170,7 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) error {
 		{topo.HostB, []string{"route", "add", "local", testbed.TunnelBlockB.String(), "dev", "lo"}},
 		{topo.GW1, []string{"route", "add", testbed.TunnelBlockA.String(), "via", a.HostA4.Addr().String()}},
 		{topo.GW2, []string{"route", "add", testbed.TunnelBlockB.String(), "via", a.HostB4.Addr().String()}},
+		{topo.WAN, []string{"-6", "route", "add", tunnelAddrs(a).String(), "via", a.GW2WAN6.Addr().String()}},
 	} {
 		if out, err := c.ns.Output(ctx, "ip", c.args...); err != nil {
 			return fmt.Errorf("tunnel routes: ip %v in %s: %w: %s", c.args, c.ns.Short(), err, out)

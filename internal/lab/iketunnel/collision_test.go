@@ -26,8 +26,8 @@ const wanDelay = 100 * time.Millisecond
 // WAN's one-way delay of 100ms, the lead it has on gw1 after each exchange
 // gw1 started, so both fire at once) and no random part: the two sides
 // rekey the same SA at once again and again, the collisions of RFC 7296
-// §2.8.1. Once CHILD_SAs (the IKE SA not rekeyed), once IKE SAs (the
-// CHILD_SA not rekeyed). Under a counted ping stream across all of it none
+// §2.8.1. Once CHILD_SAs (the IKE SA not rekeyed; life_time 8s, so none
+// expires unrekeyed), once IKE SAs (the CHILD_SA not rekeyed). Under a counted ping stream across all of it none
 // may be lost; both sides must count the same collisions, each settled by
 // exactly one side deleting its own new SA (for CHILD_SAs, the redundant
 // ones the gateways count add up to the collisions), none left undeleted;
@@ -64,7 +64,14 @@ func TestGatewayPairRekeyCollisions(t *testing.T) {
 			relay := &wanrelay.Config{AToB: delayed(1), BToA: delayed(2)}
 			p := startPairWith(t, ctx, "ikecol", false, relay, func(i int, conf string) string {
 				conf = strings.Replace(conf, "      rekey_time: 4h\n", "      rekey_time: "+rekey(c.ikeRekey, i)+"\n      rand_time: 0\n", 1)
-				return strings.Replace(conf, "          rekey_time: 1h\n", "          rekey_time: "+rekey(c.childRekey, i)+"\n          rand_time: 0\n", 1)
+				// life_time well after rekey_time: a rekey that waits for a
+				// liveness check of the IKE SA on a loaded machine must not
+				// let the CHILD_SA expire.
+				life := ""
+				if c.childRekey > 0 {
+					life = "          life_time: 8s\n"
+				}
+				return strings.Replace(conf, "          rekey_time: 1h\n", "          rekey_time: "+rekey(c.childRekey, i)+"\n          rand_time: 0\n"+life, 1)
 			})
 			defer p.close()
 			waitChild(t, ctx, p.topo.GW1, p.bin, 1, p.logs)
@@ -105,6 +112,9 @@ func TestGatewayPairRekeyCollisions(t *testing.T) {
 			for i, cs := range []gateway.IKEConnStats{c1, c2} {
 				if k := cs.Events["redundant SA not deleted"]; k != 0 {
 					t.Errorf("gw%d: %d redundant SAs of collisions not deleted", i+1, k)
+				}
+				if cs.Expired != 0 {
+					t.Errorf("gw%d: %d CHILD_SAs reached their life_time unrekeyed", i+1, cs.Expired)
 				}
 				if cs.InstallFailures != 0 {
 					t.Errorf("gw%d: %d CHILD_SAs not put in force", i+1, cs.InstallFailures)
