@@ -63,10 +63,10 @@ func (e *Engine) Name() string { return Name }
 // precomputed HMAC states, for aes-gmac its GMAC key, for the other suites
 // the cpu engine's session.
 type Session struct {
-	cpu  *cpu.Session // nil for aes-cbc and aes-gmac
-	cbc  bool         // aes-cbc: the ops run here, not in cpu
-	key  *cbc.Key     // aes-cbc
-	gmac *gmac.Key    // aes-gmac
+	cpu    *cpu.Session // nil for aes-cbc and aes-gmac
+	cbc    bool         // aes-cbc: the ops run here, not in cpu
+	key    *cbc.Key     // aes-cbc
+	gmac   *gmac.Key    // aes-gmac
 	mac    hmacKey
 	icvLen int
 	esn    bool
