@@ -35,6 +35,7 @@ var BulkAlgs = []string{
 	"aes-128-ctr", "aes-192-ctr", "aes-256-ctr",
 	"aes-128-gcm", "aes-192-gcm", "aes-256-gcm",
 	"chacha20-poly1305",
+	"aes-gmac-128", "aes-gmac-192", "aes-gmac-256",
 	"aes-128-cbc-hmac-sha1", "aes-256-cbc-hmac-sha1", "aes-128-cbc-hmac-sha256", "aes-256-cbc-hmac-sha256",
 }
 
@@ -76,6 +77,10 @@ func parseCipher(name string) (sa.Cipher, int, bool) {
 		return sa.CipherChaCha20Poly1305, 36, true
 	case "aes-gmac", "aes-gmac-128":
 		return sa.CipherAESGMAC, 20, true
+	case "aes-gmac-192":
+		return sa.CipherAESGMAC, 28, true
+	case "aes-gmac-256":
+		return sa.CipherAESGMAC, 36, true
 	case "aes-ccm-8", "aes-ccm-8-128":
 		return sa.CipherAESCCM8, 19, true
 	case "aes-ccm-12", "aes-ccm-12-128":

@@ -62,6 +62,8 @@ func TestParseAlg(t *testing.T) {
 		{"chacha20-poly1305", sa.CipherChaCha20Poly1305, 36, false},
 		{"esp:chacha20-poly1305", sa.CipherChaCha20Poly1305, 36, true},
 		{"esp:aes-gmac", sa.CipherAESGMAC, 20, true},
+		{"aes-gmac-128", sa.CipherAESGMAC, 20, false},
+		{"aes-gmac-256", sa.CipherAESGMAC, 36, false},
 		{"esp:aes-ccm-8", sa.CipherAESCCM8, 19, true},
 		{"esp:aes-ccm-16", sa.CipherAESCCM16, 19, true},
 	} {
