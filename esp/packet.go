@@ -53,9 +53,14 @@ type Packet struct {
 // Data returns the packet's current bytes.
 func (p *Packet) Data() []byte { return p.Buf[p.Off : p.Off+p.Len] }
 
-// Reset points the packet at n bytes at off in buf, clearing the rest.
+// Reset points the packet at n bytes at off in buf, clearing the rest but
+// Op: Prepare fills every field of Op an engine reads before the packet
+// goes to one, so clearing its 160-odd bytes per packet would be wasted.
 func (p *Packet) Reset(buf []byte, off, n int) {
-	*p = Packet{Buf: buf, Off: off, Len: n}
+	p.Buf, p.Off, p.Len, p.HdrLen = buf, off, n, 0
+	p.Peer, p.Local = netip.AddrPort{}, netip.Addr{}
+	p.TOS, p.TTL, p.Fragment, p.FragMTU = 0, 0, false, 0
+	p.SA, p.Seq, p.Drop = nil, 0, OK
 }
 
 // ipHeaderLen finds where a transport-mode payload starts and which protocol
