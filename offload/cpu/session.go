@@ -377,33 +377,50 @@ func (s *Session) processGMAC(op *offload.Op, nonce []byte) {
 		op.Status = offload.BadLength
 		return
 	}
-	// Only copy() touches these: they stay on the stack. The tag, which
-	// the AEAD writes, comes from the pool.
-	var received, front [16]byte
-	if op.Dir == offload.Open {
-		copy(received[:], icv)
+	if len(icv) != gcmTagSize {
+		op.Status = offload.BadLength
+		return
 	}
+	// The ICV and the AAD-long front are moved as arrays, which compile
+	// to a few loads and stores; only the tag, which the AEAD writes,
+	// comes from the pool (from the stack it would escape to the heap).
+	icvBytes := (*[gcmTagSize]byte)(icv)
+	received := *icvBytes
 	copy(op.Buf[auth.Off+shift:auth.End()+shift], op.Bytes(auth))
 	start := auth.Off + shift - len(aad)
-	copy(front[:], op.Buf[start:auth.Off+shift])
-	copy(op.Buf[start:], aad)
+	var front *[12]byte
+	var saved [12]byte
+	if len(aad) == len(op.AAD) {
+		front = (*[12]byte)(op.Buf[start:])
+		saved, *front = *front, op.AAD
+	} else {
+		copy(saved[:], op.Buf[start:auth.Off+shift])
+		copy(op.Buf[start:], aad)
+	}
 	sc := gmacScratchPool.Get().(*gmacScratch)
 	s.aead.Seal(sc.tag[:0], nonce, nil, op.Buf[start:auth.End()+shift])
-	copy(op.Buf[start:], front[:len(aad)])
+	if front != nil {
+		*front = saved
+	} else {
+		copy(op.Buf[start:], saved[:len(aad)])
+	}
 	copy(op.Buf[auth.Off:auth.End()], op.Buf[auth.Off+shift:auth.End()+shift])
 	switch {
 	case op.Dir == offload.Seal:
-		copy(icv, sc.tag[:])
+		*icvBytes = sc.tag
 		op.Status = offload.OK
-	case subtle.ConstantTimeCompare(sc.tag[:len(icv)], received[:len(icv)]) != 1:
-		copy(icv, received[:])
+	case subtle.ConstantTimeCompare(sc.tag[:], received[:]) != 1:
+		*icvBytes = received
 		op.Status = offload.BadICV
 	default:
-		copy(icv, received[:])
+		*icvBytes = received
 		op.Status = offload.OK
 	}
 	gmacScratchPool.Put(sc)
 }
+
+// gcmTagSize is the length of aes-gmac's ICV, GCM's full tag.
+const gcmTagSize = 16
 
 // gmacInPlace is processGMAC when AAD fits in the bytes before Auth and
 // the ICV follows Auth: the tag is written straight into the ICV (on an
@@ -412,22 +429,25 @@ func (s *Session) processGMAC(op *offload.Op, nonce []byte) {
 func (s *Session) gmacInPlace(op *offload.Op, nonce, aad, icv []byte) {
 	auth := op.Auth
 	start := auth.Off - len(aad)
-	var front, received [16]byte
+	if len(icv) != gcmTagSize {
+		op.Status = offload.BadLength
+		return
+	}
+	var front [16]byte
 	placed := string(op.Buf[start:auth.Off]) == string(aad) // AAD lies in Buf already
 	if !placed {
 		copy(front[:], op.Buf[start:auth.Off])
 		copy(op.Buf[start:], aad)
 	}
-	if op.Dir == offload.Open {
-		copy(received[:], icv)
-	}
+	icvBytes := (*[gcmTagSize]byte)(icv)
+	received := *icvBytes
 	s.aead.Seal(icv[:0], nonce, nil, op.Buf[start:auth.End()])
 	if !placed {
 		copy(op.Buf[start:], front[:len(aad)])
 	}
 	op.Status = offload.OK
-	if op.Dir == offload.Open && subtle.ConstantTimeCompare(icv, received[:len(icv)]) != 1 {
-		copy(icv, received[:])
+	if op.Dir == offload.Open && subtle.ConstantTimeCompare(icvBytes[:], received[:]) != 1 {
+		*icvBytes = received
 		op.Status = offload.BadICV
 	}
 }
