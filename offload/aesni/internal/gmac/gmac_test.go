@@ -251,7 +251,7 @@ func FuzzTag(f *testing.F) {
 // fastest run and the ratio: on a shared machine most runs are stretched by
 // preemption, the fastest is the closest to the code's own speed.
 func BenchmarkRatio(b *testing.B) {
-	for _, n := range []int{64, 256, 1420, 8192} {
+	for _, n := range []int{64, 256, 1420, 8192, 16384} {
 		b.Run(strconv.Itoa(n), func(b *testing.B) {
 			aad, data := make([]byte, 8), make([]byte, n)
 			var nonce [NonceSize]byte
