@@ -29,6 +29,10 @@ func (a Alg) Label() string {
 	return strings.ToUpper(a.Name)
 }
 
+// InOpenSSL reports whether `openssl speed -evp` has the algorithm: not the
+// esp: suites, nor aes-gmac (openssl has GCM's EVP, no bulk GMAC).
+func (a Alg) InOpenSSL() bool { return !a.ESP && a.Suite.Cipher != sa.CipherAESGMAC }
+
 // BulkAlgs lists the bulk cipher names ParseAlg knows.
 var BulkAlgs = []string{
 	"aes-128-cbc", "aes-192-cbc", "aes-256-cbc", "des-ede3-cbc",

@@ -231,3 +231,16 @@ func TestParseOpenSSLInfinite(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+func TestInOpenSSL(t *testing.T) {
+	for name, want := range map[string]bool{"aes-128-gcm": true, "chacha20-poly1305": true, "aes-128-cbc-hmac-sha1": true,
+		"aes-gmac-128": false, "aes-gmac-256": false, "esp:aes-128-gcm": false} {
+		a, err := speed.ParseAlg(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.InOpenSSL(); got != want {
+			t.Errorf("%s: InOpenSSL %v, want %v", name, got, want)
+		}
+	}
+}
