@@ -54,8 +54,9 @@ type Packet struct {
 func (p *Packet) Data() []byte { return p.Buf[p.Off : p.Off+p.Len] }
 
 // Reset points the packet at n bytes at off in buf, clearing the rest but
-// Op: Prepare fills every field of Op an engine reads before the packet
-// goes to one, so clearing its 160-odd bytes per packet would be wasted.
+// the Op, which PrepareSeal and PrepareOpen fill whole before it goes to an
+// engine (an Op they did not fill is never queued): a batch resets each of
+// its packets, and the Op is half of a Packet.
 func (p *Packet) Reset(buf []byte, off, n int) {
 	p.Buf, p.Off, p.Len, p.HdrLen = buf, off, n, 0
 	p.Peer, p.Local = netip.AddrPort{}, netip.Addr{}
