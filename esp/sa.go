@@ -43,7 +43,29 @@ const Tailroom = 255 + 2 + 32
 type Counters struct {
 	SealedPackets, SealedBytes atomic.Uint64
 	OpenedPackets, OpenedBytes atomic.Uint64
-	Drops                      [NumReasons]atomic.Uint64
+	// drops are the counts by reason, made at the SA's first drop: most
+	// SAs of a large gateway never drop one, and the array is a quarter
+	// of an SA.
+	drops atomic.Pointer[[NumReasons]atomic.Uint64]
+}
+
+// Dropped returns the count of packets dropped under r.
+func (c *Counters) Dropped(r Reason) uint64 {
+	if d := c.drops.Load(); d != nil && r < NumReasons {
+		return d[r].Load()
+	}
+	return 0
+}
+
+// drop counts a packet dropped under r.
+func (c *Counters) drop(r Reason) {
+	d := c.drops.Load()
+	if d == nil {
+		// Of two first drops at once, one array is kept.
+		c.drops.CompareAndSwap(nil, new([NumReasons]atomic.Uint64))
+		d = c.drops.Load()
+	}
+	d[r].Add(1)
 }
 
 // Snapshot is a plain copy of Counters.
@@ -395,7 +417,7 @@ func (s *SA) account(packets, bytes uint64) {
 
 // Drop counts a packet dropped on this SA under r and returns r.
 func (s *SA) Drop(r Reason) Reason {
-	s.Counters.Drops[r].Add(1)
+	s.Counters.drop(r)
 	return r
 }
 
@@ -407,9 +429,11 @@ func (s *SA) Snapshot() Snapshot {
 		OpenedPackets: c.OpenedPackets.Load(), OpenedBytes: c.OpenedBytes.Load(),
 		Drops: map[string]uint64{},
 	}
-	for r := Reason(1); r < NumReasons; r++ {
-		if n := c.Drops[r].Load(); n > 0 {
-			out.Drops[r.String()] = n
+	if d := c.drops.Load(); d != nil {
+		for r := Reason(1); r < NumReasons; r++ {
+			if n := d[r].Load(); n > 0 {
+				out.Drops[r.String()] = n
+			}
 		}
 	}
 	return out
