@@ -23,7 +23,7 @@ func (s *SA) PrepareOpen(p *Packet) Reason {
 	p.SA, p.Drop = s, OK
 	pkt := p.Buf[p.Off : p.Off+p.Len]
 	min := HeaderLen + s.layout.ivLen + 2 + s.layout.icvLen
-	if len(pkt) < min || (len(pkt)-HeaderLen-s.layout.ivLen-s.layout.icvLen)%s.block != 0 {
+	if len(pkt) < min || (len(pkt)-HeaderLen-s.layout.ivLen-s.layout.icvLen)%int(s.block) != 0 {
 		return s.reject(p, Truncated)
 	}
 	if s.expired.Load() {

@@ -103,8 +103,8 @@ type SA struct {
 	// the owner a lookup per packet.
 	Aux any
 
-	block   int // what the payload is padded to: the cipher's block, or 4
 	suite   sa.Suite
+	block   uint8  // what the payload is padded to: the cipher's block, or 4
 	layout  Layout // also the IV and ICV lengths
 	expired atomic.Bool
 	// softFired is cold, beside expired to fill the word.
@@ -276,7 +276,7 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 	}
 	s := &SA{
 		Config: cfg, suite: cfg.Suite, engine: engine, sess: sess,
-		block:  cfg.Suite.BlockLen(),
+		block:  uint8(cfg.Suite.BlockLen()),
 		layout: NewLayout(cfg.Suite, cfg.EncKey, cfg.ESN),
 		onSoft: opts.OnSoftExpire, reserve: opts.Reserve, ivFunc: opts.IV,
 	}
@@ -378,7 +378,8 @@ func (s *SA) Close() error { return s.sess.Close() }
 // Overhead is the most ESP adds to an inner packet of n bytes, not counting
 // any outer IP or UDP header or TFC padding.
 func (s *SA) Overhead(n int) int {
-	padded := (n + 2 + s.block - 1) / s.block * s.block
+	block := int(s.block)
+	padded := (n + 2 + block - 1) / block * block
 	return HeaderLen + s.layout.ivLen + padded - n + s.layout.icvLen
 }
 

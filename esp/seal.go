@@ -49,7 +49,8 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 	if s.Config.TFCPad > payload && s.Config.Mode == sa.Tunnel {
 		tfc = s.Config.TFCPad - payload
 	}
-	padLen := (s.block - (payload+tfc+2)%s.block) % s.block
+	block := int(s.block)
+	padLen := (block - (payload+tfc+2)%block) % block
 	espStart := p.Off + hdrLen - HeaderLen - s.layout.ivLen
 	start := p.Off - HeaderLen - s.layout.ivLen
 	end := p.Off + p.Len + tfc + padLen + 2 + s.layout.icvLen
