@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"sync"
 
 	"github.com/espgw/espgw/sa"
@@ -110,7 +111,7 @@ func (k hashKind) pads(key []byte) ([]byte, error) {
 		key = h.Sum(m.sum[:0])
 	}
 	var out []byte
-	for _, x := range []byte{0x36, 0x5c} {
+	for _, x := range [2]byte{0x36, 0x5c} {
 		pad := m.pad[:bs]
 		clear(pad)
 		copy(pad, key)
@@ -125,7 +126,7 @@ func (k hashKind) pads(key []byte) ([]byte, error) {
 		}
 		m.state = st
 		buf := len(st) - 8 - bs
-		if buf < 0 || string(st[buf:buf+bs]) != string(make([]byte, bs)) {
+		if buf < 0 || slices.ContainsFunc(st[buf:buf+bs], func(b byte) bool { return b != 0 }) {
 			return nil, fmt.Errorf("HMAC keyed state: %w", errStateLayout)
 		}
 		if out == nil {
