@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/espgw/espgw/sa"
@@ -100,7 +101,7 @@ var errStateLayout = errors.New("the hash's marshaled state after one block does
 // pads computes the keyed states of an HMAC of this kind under key: the
 // inner one, then the outer one, each the hash's marshaled state after
 // its first block without the block of zeros of its empty buffer.
-func (k hashKind) pads(key []byte) ([]byte, error) {
+func (k hashKind) pads(key []byte) (string, error) {
 	m := k.scratch()
 	defer k.done(m)
 	h := m.h
@@ -110,7 +111,7 @@ func (k hashKind) pads(key []byte) ([]byte, error) {
 		h.Write(key)
 		key = h.Sum(m.sum[:0])
 	}
-	var out []byte
+	var out strings.Builder
 	for _, x := range [2]byte{0x36, 0x5c} {
 		pad := m.pad[:bs]
 		clear(pad)
@@ -122,36 +123,35 @@ func (k hashKind) pads(key []byte) ([]byte, error) {
 		h.Write(pad)
 		st, err := h.(encoding.BinaryAppender).AppendBinary(m.state[:0])
 		if err != nil {
-			return nil, fmt.Errorf("HMAC keyed state: %w", err)
+			return "", fmt.Errorf("HMAC keyed state: %w", err)
 		}
 		m.state = st
 		buf := len(st) - 8 - bs
 		if buf < 0 || slices.ContainsFunc(st[buf:buf+bs], func(b byte) bool { return b != 0 }) {
-			return nil, fmt.Errorf("HMAC keyed state: %w", errStateLayout)
+			return "", fmt.Errorf("HMAC keyed state: %w", errStateLayout)
 		}
-		if out == nil {
-			out = make([]byte, 0, 2*(len(st)-bs))
-		}
-		out = append(append(out, st[:buf]...), st[buf+bs:]...)
+		out.Grow(2 * (len(st) - bs)) // once: one allocation, no garbage
+		out.Write(st[:buf])
+		out.Write(st[buf+bs:])
 	}
 	clear(m.pad[:])
 	for which := range 2 {
-		if err := k.restore(m, out, which); err != nil {
-			return nil, fmt.Errorf("HMAC keyed state: %w", err)
+		if err := k.restore(m, out.String(), which); err != nil {
+			return "", fmt.Errorf("HMAC keyed state: %w", err)
 		}
 	}
-	return out, nil
+	return out.String(), nil
 }
 
 // start puts m's hash in the keyed state which (0 inner, 1 outer) of
 // pads, which pads checked it takes.
-func (k hashKind) start(m *macScratch, pads []byte, which int) {
+func (k hashKind) start(m *macScratch, pads string, which int) {
 	if err := k.restore(m, pads, which); err != nil {
 		panic(fmt.Sprintf("restore an HMAC keyed state that restored before: %v", err))
 	}
 }
 
-func (k hashKind) restore(m *macScratch, pads []byte, which int) error {
+func (k hashKind) restore(m *macScratch, pads string, which int) error {
 	h := m.h
 	bs := h.BlockSize()
 	n := len(pads) / 2 // each state without its buffer

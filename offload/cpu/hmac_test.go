@@ -169,3 +169,47 @@ func BenchmarkCBCHMAC(b *testing.B) {
 		}
 	}
 }
+
+// Ops on one session at once, some with its CBC modes and some over the
+// block cipher while another op has them, all give the standard library's
+// answer.
+func TestCBCConcurrentOps(t *testing.T) {
+	key, iv := make([]byte, 16), make([]byte, 16)
+	fill(rand.New(rand.NewPCG(3, 4)), key)
+	s, err := NewSession(offload.SessionConfig{Suite: sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, EncKey: key, AuthKey: make([]byte, 20)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := aes.NewCipher(key)
+	plain := make([]byte, 512)
+	want := make([]byte, len(plain))
+	cipher.NewCBCEncrypter(block, iv).CryptBlocks(want, plain)
+	errs := make(chan string, 8)
+	for range 8 {
+		go func() {
+			buf := make([]byte, 16+512+12)
+			for range 300 {
+				clear(buf)
+				op := offload.Op{Session: s, Dir: offload.Seal, Buf: buf, IV: offload.Range{Len: 16}, Cipher: offload.Range{Off: 16, Len: 512},
+					Auth: offload.Range{Len: 528}, ICV: offload.Range{Off: 528, Len: 12}, NonceLen: 16}
+				s.Process(&op)
+				if op.Status != offload.OK || string(buf[16:528]) != string(want) {
+					errs <- fmt.Sprintf("seal: %v, text differs %v", op.Status, string(buf[16:528]) != string(want))
+					return
+				}
+				op.Dir = offload.Open
+				s.Process(&op)
+				if op.Status != offload.OK || string(buf[16:528]) != string(plain) {
+					errs <- fmt.Sprintf("open: %v", op.Status)
+					return
+				}
+			}
+			errs <- ""
+		}()
+	}
+	for range 8 {
+		if e := <-errs; e != "" {
+			t.Error(e)
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/crypto/chacha20poly1305"
 
@@ -27,7 +28,11 @@ type Session struct {
 	aead  cipher.AEAD
 	// pads is the HMAC's keyed states, the inner then the outer (hmac.go),
 	// nil without an HMAC.
-	pads []byte
+	pads string
+	// modes holds the session's CBC modes, taken by one op at a time:
+	// unbuiltModes until the first op builds them, nil while an op has
+	// them (a concurrent op then runs CBC over the block cipher).
+	modes atomic.Pointer[cbcModes]
 
 	cipher sa.Cipher
 	hash   hashKind // of the HMAC
@@ -39,6 +44,22 @@ type Session struct {
 	cbcBlock uint8
 	nonceLen uint8 // Op.NonceLen the cipher takes
 }
+
+// cbcModes are the standard library's CBC modes of a session's block
+// cipher, built on its first CBC op in each direction.
+type cbcModes struct {
+	enc, dec ivSetter
+}
+
+// ivSetter is implemented by the standard library's CBC modes.
+type ivSetter interface {
+	cipher.BlockMode
+	SetIV([]byte)
+}
+
+// unbuiltModes marks a session whose CBC modes are not built yet; it is
+// never used as modes.
+var unbuiltModes = new(cbcModes)
 
 // The scratch of GCM and CTR holds no key: one pool each serves every
 // session (per-session pools would cost each SA its per-CPU caches).
@@ -115,6 +136,7 @@ func NewSession(cfg offload.SessionConfig) (*Session, error) {
 	}
 	if cbc {
 		s.cbcBlock = uint8(s.block.BlockSize())
+		s.modes.Store(unbuiltModes)
 	}
 	if s.hash = hashOf(suite.Auth); s.hash != noHash {
 		if s.pads, err = s.hash.pads(cfg.AuthKey); err != nil {
@@ -177,11 +199,7 @@ func (s *Session) Process(op *offload.Op) {
 func (s *Session) crypt(dir offload.Direction, op *offload.Op, text []byte) {
 	switch s.cipher {
 	case sa.CipherAESCBC, sa.Cipher3DES:
-		if dir == offload.Open {
-			s.cbcDecrypt(op.NonceBytes(), text)
-		} else {
-			s.cbcEncrypt(op.NonceBytes(), text)
-		}
+		s.cbc(dir, op.NonceBytes(), text)
 	case sa.CipherAESCTR:
 		s.ctr(&op.Nonce, text)
 	}
@@ -248,13 +266,49 @@ func (s *Session) mac(m *macScratch, op *offload.Op) []byte {
 	return m.h.Sum(m.sum[:0])
 }
 
+// cbc encrypts or decrypts text in place in CBC mode from iv with the
+// session's CBC modes (the standard library's loop, without a call through
+// cipher.Block per block), or over the block cipher when another op has
+// them. An SA's packets are sealed or opened one at a time in a gateway,
+// so the modes are nearly always free; a session that carried traffic
+// holds one mode per direction it ran.
+func (s *Session) cbc(dir offload.Direction, iv, text []byte) {
+	m := s.modes.Swap(nil)
+	if m == nil {
+		if dir == offload.Open {
+			s.cbcDecrypt(iv, text)
+		} else {
+			s.cbcEncrypt(iv, text)
+		}
+		return
+	}
+	if m == unbuiltModes {
+		m = new(cbcModes)
+	}
+	var mode ivSetter
+	if dir == offload.Open {
+		if m.dec == nil {
+			m.dec = cipher.NewCBCDecrypter(s.block, iv).(ivSetter)
+		}
+		mode = m.dec
+	} else {
+		if m.enc == nil {
+			m.enc = cipher.NewCBCEncrypter(s.block, iv).(ivSetter)
+		}
+		mode = m.enc
+	}
+	mode.SetIV(iv)
+	mode.CryptBlocks(text, text)
+	s.modes.Store(m)
+}
+
 // cbcEncrypt encrypts text, whole blocks, in place in CBC mode from iv.
 func (s *Session) cbcEncrypt(iv, text []byte) {
 	n := int(s.cbcBlock)
 	prev := iv
-	for i := 0; i < len(text); i += n {
+	for i := 0; i+n <= len(text); i += n {
 		b := text[i : i+n]
-		subtle.XORBytes(b, b, prev)
+		xorBlock(b, prev)
 		s.block.Encrypt(b, b)
 		prev = b
 	}
@@ -269,11 +323,22 @@ func (s *Session) cbcDecrypt(iv, text []byte) {
 		b := text[i : i+n]
 		s.block.Decrypt(b, b)
 		if i > 0 {
-			subtle.XORBytes(b, b, text[i-n:i])
+			xorBlock(b, text[i-n:i])
 		} else {
-			subtle.XORBytes(b, b, iv)
+			xorBlock(b, iv)
 		}
 	}
+}
+
+// xorBlock XORs x into b, one 16- or 8-byte cipher block, a word at a
+// time (subtle.XORBytes costs a call and its length checks per block).
+func xorBlock(b, x []byte) {
+	if len(b) == 16 && len(x) >= 16 {
+		binary.LittleEndian.PutUint64(b[0:8], binary.LittleEndian.Uint64(b[0:8])^binary.LittleEndian.Uint64(x[0:8]))
+		binary.LittleEndian.PutUint64(b[8:16], binary.LittleEndian.Uint64(b[8:16])^binary.LittleEndian.Uint64(x[8:16]))
+		return
+	}
+	subtle.XORBytes(b, b, x)
 }
 
 // processAEAD seals or opens with an AEAD suite: Cipher followed by the
