@@ -130,7 +130,9 @@ func (k hashKind) pads(key []byte) (string, error) {
 		if buf < 0 || slices.ContainsFunc(st[buf:buf+bs], func(b byte) bool { return b != 0 }) {
 			return "", fmt.Errorf("HMAC keyed state: %w", errStateLayout)
 		}
-		out.Grow(2 * (len(st) - bs)) // once: one allocation, no garbage
+		if out.Cap() == 0 {
+			out.Grow(2 * (len(st) - bs)) // both states: one allocation, no garbage
+		}
 		out.Write(st[:buf])
 		out.Write(st[buf+bs:])
 	}

@@ -213,3 +213,20 @@ func TestCBCConcurrentOps(t *testing.T) {
 		}
 	}
 }
+
+// A session's HMAC keyed states are one allocation of exactly their size:
+// a gateway holds one per SA.
+func TestHMACPadsOneAllocation(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts mean nothing under the race detector")
+	}
+	key := make([]byte, 20)
+	hashSHA1.pads(key) // the pool's scratch
+	var pads string
+	if n := testing.AllocsPerRun(100, func() { pads, _ = hashSHA1.pads(key) }); n != 1 {
+		t.Errorf("%v allocations per keyed states, want 1", n)
+	}
+	if len(pads) != 2*(96-64) {
+		t.Errorf("keyed states of %d bytes, want %d", len(pads), 2*(96-64))
+	}
+}
