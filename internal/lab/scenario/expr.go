@@ -254,6 +254,8 @@ func (s *Scenario) knownMetric(name string) bool {
 			return slices.Contains(tunnelsMetrics, rest)
 		case "actions":
 			return slices.Contains(actionMetrics, rest)
+		case "ike":
+			return s.External != nil && s.External.IKE != nil && slices.Contains(externalIKEMetrics, rest)
 		case "steps":
 			step, m, ok := strings.Cut(rest, ".")
 			if !ok {
