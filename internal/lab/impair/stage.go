@@ -59,6 +59,11 @@ type Counters struct {
 	CEMarked       uint64 `json:"ce_marked"`        // outer ECN set to CE (ecn-ce)
 	TooBig         uint64 `json:"too_big"`          // dropped: over pmtu with DF (or IPv6)
 	TooBigReported uint64 `json:"too_big_reported"` // ICMP errors about them queued for PopBack
+	// IKE messages (match: ike) among the matched, the dropped by loss or
+	// burst, and the duplicated: what no gateway's ESP counters see.
+	IKEMatched    uint64 `json:"ike_matched"`
+	IKEDropped    uint64 `json:"ike_dropped"`
+	IKEDuplicated uint64 `json:"ike_duplicated"`
 }
 
 // Dropped is the number of packets the stage dropped, for every reason.
@@ -165,6 +170,12 @@ func (s *Stage) getSized(n int) *Packet {
 	return p
 }
 
+func (s *Stage) countIKEDrop(l *layout) {
+	if l.ike {
+		s.c.IKEDropped++
+	}
+}
+
 // Release gives a popped packet back to the stage's pool.
 func (s *Stage) Release(p *Packet) {
 	s.inUse--
@@ -189,6 +200,9 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 		return
 	}
 	s.c.Matched++
+	if l.ike {
+		s.c.IKEMatched++
+	}
 	if s.tooBig(pkt, &l) {
 		s.c.TooBig++
 		s.reportTooBig(pkt, &l)
@@ -196,10 +210,12 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 	}
 	if s.chance(streamLoss, s.cfg.Loss) {
 		s.c.Lost++
+		s.countIKEDrop(&l)
 		return
 	}
 	if s.cfg.Burst.P > 0 && s.burstLoses() {
 		s.c.BurstLost++
+		s.countIKEDrop(&l)
 		return
 	}
 	p := s.get(pkt)
@@ -227,6 +243,9 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 	var dup *Packet
 	if s.chance(streamDuplicate, s.cfg.Duplicate) {
 		s.c.Duplicated++
+		if l.ike {
+			s.c.IKEDuplicated++
+		}
 		if dup = s.get(p.Bytes()); dup == nil {
 			s.c.Overflow++
 		}

@@ -208,7 +208,7 @@ type Metrics map[string]float64
 var (
 	impairCounters = []string{"matched", "lost", "burst_lost", "overflow", "oversize", "rewritten", "corrupted", "corrupted_bytes",
 		"truncated", "duplicated", "replayed", "replay_skipped", "reordered", "reorder_expired", "delayed",
-		"ce_marked", "too_big", "too_big_reported"}
+		"ce_marked", "too_big", "too_big_reported", "ike_matched", "ike_dropped", "ike_duplicated"}
 	gatewayCounters = []string{"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out", "drops", "last_seq",
 		"pmtu-updates", "pmtu-ignored", "path-mtu", "fragmented", "fragments-out", "reasm-oks", "reasm-fails", "reasm-timeout"}
 	stepMetrics = []string{"sent", "received", "delivered", "mismatched", "exact", "bytes", "bps", "retransmits",
@@ -254,6 +254,8 @@ func (s *Scenario) knownMetric(name string) bool {
 			return slices.Contains(tunnelsMetrics, rest)
 		case "actions":
 			return slices.Contains(actionMetrics, rest)
+		case "ike":
+			return s.SA.IKE != nil && slices.Contains(ikeMetrics, rest)
 		case "steps":
 			step, m, ok := strings.Cut(rest, ".")
 			if !ok {
@@ -272,7 +274,7 @@ func (s *Scenario) knownMetrics(c check) error {
 			if slices.Contains(impairCounters, n) {
 				return fmt.Errorf("unknown metric %s: the WAN's impairment counters are wan.%s (both directions) or gw1-to-gw2.%s", secret.Name(n), secret.Unquoted(secret.Name(n)), secret.Unquoted(secret.Name(n)))
 			}
-			return fmt.Errorf("unknown metric %s (see scenarios/README.md: counters, drop reasons, wan. impairments, gw1./gw2./gw1-to-gw2./steps.NAME./tunnels./actions.)", secret.Name(n))
+			return fmt.Errorf("unknown metric %s (see scenarios/README.md: counters, drop reasons, wan. impairments, gw1./gw2./gw1-to-gw2./steps.NAME./tunnels./actions./ike. with sa.ike)", secret.Name(n))
 		}
 	}
 	return nil

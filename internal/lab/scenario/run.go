@@ -141,6 +141,18 @@ type runner struct {
 	log      *slog.Logger
 	// tunnels are the tunnels in force, as the actions change them.
 	tunnels *tunnelSet
+	// ike is the IKE negotiation of the tunnel (sa.ike), nil without.
+	ike *ikeRun
+	// restarted are each gateway's counts just before each of its
+	// restarts; base sums them for the snapshots, with the counts of the
+	// TUN devices the dead processes had.
+	restarted [2][]gateway.Stats
+	base      struct {
+		gw        [2]*gateway.Stats
+		tun, tunRx [2]uint64
+	}
+	// windows are when each step ran.
+	windows []stepWindow
 }
 
 func (o Options) progress(format string, args ...any) {
@@ -189,7 +201,11 @@ func Run(ctx context.Context, s *Scenario, opts Options) *Result {
 
 func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	s := r.s
-	r.opts.progress("%s: building the test bed (%s %s %s, engines %s/%s)", s.Name, s.SA.Suite, s.SA.Mode, s.Topology.Outer, s.Engines.GW1, s.Engines.GW2)
+	tunnel := s.SA.Suite + " " + s.SA.Mode
+	if s.SA.IKE != nil {
+		tunnel = "IKEv2 " + s.SA.IKE.Proposals + ", ESP " + s.SA.IKE.ESPProposals
+	}
+	r.opts.progress("%s: building the test bed (%s %s, engines %s/%s)", s.Name, tunnel, s.Topology.Outer, s.Engines.GW1, s.Engines.GW2)
 	offloads := s.offloads()
 	var addrs *netns.Addresses
 	customize := r.customize
@@ -200,7 +216,15 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		defer r.external.removeFiles()
 		addrs, customize = s.External.addresses(), r.externalSAs
 	}
-	r.bed, err = testbed.Start(ctx, testbed.Options{Addresses: addrs,
+	var ikeSections [2]string
+	if s.SA.IKE != nil {
+		if r.ike, err = newIKERun(r.opts.Prefix); err != nil {
+			return err
+		}
+		defer r.ike.remove()
+		ikeSections = r.ikeSections()
+	}
+	r.bed, err = testbed.Start(ctx, testbed.Options{Addresses: addrs, IKE: ikeSections,
 		Binary: r.opts.Binary, Prefix: r.opts.Prefix, Suite: s.SA.suite, AESBits: s.SA.aesBits, Mode: s.SA.mode,
 		Encap: s.SA.encap, OuterV6: s.Topology.Outer == "ipv6", ESN: s.SA.ESN, ReplayWindow: s.SA.ReplayWindow,
 		InitialSeq: s.SA.InitialSeq, Engine: [2]string{s.Engines.GW1, s.Engines.GW2}, NoOffloads: !offloads,
@@ -215,6 +239,15 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		}
 	}()
 	r.tunnels = newTunnelSet(r.bed)
+	if r.ike != nil {
+		// Before the relay bridges the WAN: the wan namespace routes the
+		// IKE exchange between the gateways meanwhile.
+		took, err := r.waitIKE(ctx, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		r.opts.progress("%s: CHILD_SA negotiated with IKEv2 in %v", s.Name, took.Round(time.Millisecond))
+	}
 	capDir := ""
 	if r.opts.Captures != "" {
 		capDir = filepath.Join(r.opts.Captures, testbed.FileName(s.Name))
@@ -222,7 +255,15 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			return fmt.Errorf("captures: %w", err)
 		}
 		res.Captures = capDir
-		if err := r.writeEspSA(capDir); err != nil {
+		if r.ike != nil {
+			// gw1 writes the tables of every SA it negotiates; they are
+			// copied when the run is over, rekeys and all.
+			defer func() {
+				if cerr := r.copyIKETables(capDir); cerr != nil && err == nil {
+					err = cerr
+				}
+			}()
+		} else if err := r.writeEspSA(capDir); err != nil {
 			return err
 		}
 	}
@@ -326,6 +367,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	}
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
 	r.tunnelMetrics(res.Metrics, d.GW[1])
+	r.ikeMetrics(res.Metrics, before, after, res.Steps, r.windows)
 	res.Actions = r.tunnels.results
 	if r.external != nil && r.s.External.Counters != "" {
 		res.ExternalCounters = []string{before.ExternalCounters, after.ExternalCounters}
@@ -462,9 +504,9 @@ func (r *runner) settle() {
 }
 
 func (r *runner) traffic(ctx context.Context) []StepResult {
+	done := make(chan struct{})
 	if len(r.s.Traffic.Actions) > 0 {
 		actx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			r.runActions(actx, time.Now())
@@ -473,13 +515,48 @@ func (r *runner) traffic(ctx context.Context) []StepResult {
 			<-done // the actions run to their end: their times are in the file
 			stop()
 		}()
+	} else {
+		close(done)
+	}
+	if r.ike != nil {
+		sctx, stop := context.WithCancel(ctx)
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			r.sample(sctx, 200*time.Millisecond)
+		}()
+		defer func() {
+			stop()
+			<-sampled
+		}()
+		// The sampler's first look names the CHILD_SAs already in force.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			r.ike.mu.Lock()
+			n := len(r.ike.first)
+			r.ike.mu.Unlock()
+			if n > 0 {
+				break
+			}
+		}
 	}
 	steps := r.s.Traffic.Steps
 	out := make([]StepResult, len(steps))
+	r.windows = make([]stepWindow, len(steps))
+	run := func(i int) {
+		if steps[i].AfterActions {
+			select {
+			case <-done:
+			case <-ctx.Done():
+			}
+		}
+		r.windows[i].start = time.Now()
+		out[i] = r.runStep(ctx, &steps[i])
+		r.windows[i].end = time.Now()
+	}
 	if !r.s.Traffic.Together {
 		for i := range steps {
 			r.opts.progress("%s: step %s (%s)", r.s.Name, steps[i].Name, steps[i].kind())
-			out[i] = r.runStep(ctx, &steps[i])
+			run(i)
 		}
 		return out
 	}
@@ -489,7 +566,7 @@ func (r *runner) traffic(ctx context.Context) []StepResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = r.runStep(ctx, &steps[i])
+			run(i)
 		}()
 	}
 	wg.Wait()
@@ -523,9 +600,30 @@ type snapshot struct {
 	// ExternalCounters is what the external device's counters command
 	// printed.
 	ExternalCounters string `json:"external_counters,omitempty"`
+	// tunRx are the packets each gateway's TUN device dropped on
+	// receive (a part of KernelDrops).
+	tunRx [2]uint64
 }
 
+// snapshot is every counter now, with a restarted gateway's counts of
+// its earlier lives added.
 func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
+	s, err := r.rawSnapshot(ctx)
+	if err != nil {
+		return s, err
+	}
+	for i := range s.GW {
+		if b := r.base.gw[i]; b != nil {
+			s.GW[i] = statsPlus(*b, s.GW[i])
+		}
+		s.TUNDrops[i] += r.base.tun[i]
+		s.KernelDrops[1+i] += r.base.tunRx[i]
+	}
+	return s, nil
+}
+
+// rawSnapshot is every counter as the processes and the kernel have it.
+func (r *runner) rawSnapshot(ctx context.Context) (snapshot, error) {
 	var s snapshot
 	for i := range s.GW {
 		if i == 1 && r.external != nil {
@@ -554,7 +652,7 @@ func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 			return s, fmt.Errorf("TUN device of %s: %w", r.bed.GW[i].Name, err)
 		}
 		if ls := l.Attrs().Statistics; ls != nil {
-			s.TUNDrops[i] = ls.TxDropped
+			s.TUNDrops[i], s.tunRx[i] = ls.TxDropped, ls.RxDropped
 		}
 	}
 	t := r.bed.Topo

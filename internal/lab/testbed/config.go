@@ -24,6 +24,8 @@ type GatewayConfig struct {
 	OuterMTU, Workers int
 	SAFile, StateDir  string // relative to the config's folder
 	Control           string
+	// Extra is YAML appended as it is (such as an ike: section).
+	Extra string
 }
 
 // Write writes the config to path, the owner's only.
@@ -75,5 +77,6 @@ func (c GatewayConfig) String() string {
 	line("", "sa-file", c.SAFile, c.SAFile != "")
 	line("", "state-dir", c.StateDir, c.StateDir != "")
 	line("", "control", c.Control, c.Control != "")
+	b.WriteString(c.Extra)
 	return b.String()
 }
