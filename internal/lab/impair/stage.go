@@ -28,6 +28,7 @@ type Packet struct {
 	n      int
 	at     time.Time // due time (delay, replay) or start of its reorder hold
 	passed int       // later packets that left while it was held
+	ike    bool      // an IKE message (match: ike)
 }
 
 // Bytes returns the packet's contents.
@@ -134,6 +135,19 @@ func (s *Stage) Counters() Counters { return s.c }
 // not yet sent are not among them.
 func (s *Stage) InFlight() int { return s.ready.len() + s.delayed.len() + len(s.held) }
 
+// IKEInFlight is how many of the packets in flight are IKE messages
+// (match: ike).
+func (s *Stage) IKEInFlight() int {
+	isIKE := func(p *Packet) bool { return p.ike }
+	n := s.ready.count(isIKE) + s.delayed.count(isIKE)
+	for _, p := range s.held {
+		if p.ike {
+			n++
+		}
+	}
+	return n
+}
+
 // Matches reports whether the stage's filter matches pkt.
 func (s *Stage) Matches(pkt []byte) bool {
 	_, ok := s.match.locate(pkt, s.link)
@@ -157,7 +171,7 @@ func (s *Stage) get(b []byte) *Packet {
 		p = &Packet{buf: make([]byte, s.size)}
 	}
 	p.n = copy(p.buf, b)
-	p.passed = 0
+	p.passed, p.ike = 0, false
 	return p
 }
 
@@ -221,8 +235,10 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 	p := s.get(pkt)
 	if p == nil {
 		s.c.Overflow++
+		s.countIKEDrop(&l)
 		return
 	}
+	p.ike = l.ike
 	intact := true
 	if s.chance(streamECN, s.cfg.ECNCE) {
 		markCE(p.buf, &l)
@@ -248,6 +264,9 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 		}
 		if dup = s.get(p.Bytes()); dup == nil {
 			s.c.Overflow++
+			s.countIKEDrop(&l)
+		} else {
+			dup.ike = l.ike
 		}
 	}
 	if intact && s.chance(streamReplay, s.cfg.Replay.Percent) {

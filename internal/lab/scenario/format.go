@@ -206,10 +206,10 @@ type Step struct {
 	// (a restarted gateway's tunnel back up), not right after the step
 	// before.
 	AfterActions bool       `yaml:"after-actions" json:"after_actions,omitempty"`
-	Ping   *PingStep  `yaml:"ping" json:"ping,omitempty"`
-	UDP    *UDPStep   `yaml:"udp" json:"udp,omitempty"`
-	Pcap   *PcapStep  `yaml:"pcap" json:"pcap,omitempty"`
-	Iperf3 *IperfStep `yaml:"iperf3" json:"iperf3,omitempty"`
+	Ping         *PingStep  `yaml:"ping" json:"ping,omitempty"`
+	UDP          *UDPStep   `yaml:"udp" json:"udp,omitempty"`
+	Pcap         *PcapStep  `yaml:"pcap" json:"pcap,omitempty"`
+	Iperf3       *IperfStep `yaml:"iperf3" json:"iperf3,omitempty"`
 }
 
 // Ends say where a step's traffic goes: hostA, hostB, gw1 or gw2 (the

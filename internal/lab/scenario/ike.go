@@ -32,8 +32,11 @@ type IKESpec struct {
 	ESPProposals string `yaml:"esp_proposals" json:"esp_proposals"`
 	// RekeyTime rekeys the CHILD_SA (less a random part of RandTime); 0,
 	// the default, not during a run. IKERekeyTime rekeys the IKE SA.
-	RekeyTime    time.Duration `yaml:"rekey_time" json:"rekey_time,omitempty"`
-	RandTime     time.Duration `yaml:"rand_time" json:"rand_time,omitempty"`
+	RekeyTime time.Duration `yaml:"rekey_time" json:"rekey_time,omitempty"`
+	RandTime  time.Duration `yaml:"rand_time" json:"rand_time,omitempty"`
+	// LifeTime is when an unrekeyed CHILD_SA expires (default: 110% of
+	// rekey_time, as in swanctl).
+	LifeTime     time.Duration `yaml:"life_time" json:"life_time,omitempty"`
 	IKERekeyTime time.Duration `yaml:"ike_rekey_time" json:"ike_rekey_time,omitempty"`
 	// DPDDelay is how often each side checks that the other answers (0:
 	// never).
@@ -95,6 +98,7 @@ func (s *Scenario) validateIKE(perr func(int, string, error) error) error {
 	}{
 		{"rekey_time", k.RekeyTime, 0, 24 * time.Hour},
 		{"rand_time", k.RandTime, 0, 24 * time.Hour},
+		{"life_time", k.LifeTime, 0, 24 * time.Hour},
 		{"ike_rekey_time", k.IKERekeyTime, 0, 24 * time.Hour},
 		{"dpd_delay", k.DPDDelay, 0, time.Hour},
 		{"retransmit_timeout", k.RetransmitTimeout, 100 * time.Millisecond, time.Minute},
@@ -110,6 +114,10 @@ func (s *Scenario) validateIKE(perr func(int, string, error) error) error {
 		return perr(at("sa", "ike", "ike_rekey_time"), "sa.ike.ike_rekey_time", fmt.Errorf("%v: want at least 1s (0: no rekey)", k.IKERekeyTime))
 	case k.RandTime > 0 && k.RandTime >= k.RekeyTime:
 		return perr(at("sa", "ike", "rand_time"), "sa.ike.rand_time", fmt.Errorf("%v is not less than rekey_time %v", k.RandTime, k.RekeyTime))
+	case k.LifeTime > 0 && k.LifeTime <= k.RekeyTime:
+		return perr(at("sa", "ike", "life_time"), "sa.ike.life_time", fmt.Errorf("%v is not after rekey_time %v: the CHILD_SA would expire before it is rekeyed", k.LifeTime, k.RekeyTime))
+	case k.LifeTime > 0 && k.RekeyTime == 0:
+		return perr(at("sa", "ike", "life_time"), "sa.ike.life_time", errors.New("a life_time without rekey_time would end the tunnel: set rekey_time too"))
 	case k.DPDDelay > 0 && k.DPDDelay < 500*time.Millisecond:
 		return perr(at("sa", "ike", "dpd_delay"), "sa.ike.dpd_delay", fmt.Errorf("%v: want at least 500ms (0: no liveness checks)", k.DPDDelay))
 	case k.RetransmitTries < 1 || k.RetransmitTries > 20:
@@ -177,6 +185,10 @@ func (k *ikeRun) sections(spec *IKESpec, outer [2]netip.Addr, lan [2][]netip.Pre
 		}
 		return "[" + strings.Join(s, ", ") + "]"
 	}
+	lifeTime := ""
+	if spec.LifeTime > 0 {
+		lifeTime = fmt.Sprintf("          life_time: %v\n", spec.LifeTime)
+	}
 	for i := range out {
 		me, peer := i, 1-i
 		var b strings.Builder
@@ -206,8 +218,8 @@ func (k *ikeRun) sections(spec *IKESpec, outer [2]netip.Addr, lan [2][]netip.Pre
           start_action: %s
           rekey_time: %v
           rand_time: %v
-`, ikeConnName, outer[me], outer[peer], me+1, peer+1, spec.Proposals, filepath.Join(k.dir, "psk"), spec.IKERekeyTime, spec.DPDDelay,
-			list(lan[me]), list(lan[peer]), spec.ESPProposals, start, spec.RekeyTime, spec.RandTime)
+%s`, ikeConnName, outer[me], outer[peer], me+1, peer+1, spec.Proposals, filepath.Join(k.dir, "psk"), spec.IKERekeyTime, spec.DPDDelay,
+			list(lan[me]), list(lan[peer]), spec.ESPProposals, start, spec.RekeyTime, spec.RandTime, lifeTime)
 		out[i] = b.String()
 	}
 	return out
@@ -309,10 +321,10 @@ func (r *runner) gatewayLogs() string {
 		}
 		out := g.Output()
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		lines = lines[max(0, len(lines)-15):]
+		lines = lines[max(0, len(lines)-60):]
 		fmt.Fprintf(&b, "%s:\n  %s\n", g.Name, strings.Join(lines, "\n  "))
 	}
-	return secret.Scrub(b.String())
+	return strings.ReplaceAll(b.String(), r.ike.psk, "(the pre-shared key)")
 }
 
 // sample notes gw1's CHILD_SAs every interval until ctx ends: when a new

@@ -28,6 +28,7 @@ func (s snapshot) minus(b snapshot) snapshot {
 	d.WAN = s.WAN
 	subtract(reflect.ValueOf(&d.WAN).Elem(), reflect.ValueOf(b.WAN))
 	d.WAN.AToB.InFlight, d.WAN.BToA.InFlight = s.WAN.AToB.InFlight, s.WAN.BToA.InFlight
+	d.WAN.AToB.IKEInFlight, d.WAN.BToA.IKEInFlight = s.WAN.AToB.IKEInFlight, s.WAN.BToA.IKEInFlight
 	return d
 }
 
@@ -390,11 +391,12 @@ func balances(d snapshot, kernel, noWAN bool) []Balance {
 		// gateways' ESP counts: their drops and copies stay out.
 		ic := dir.c.Impair
 		dup, dropped := ic.Duplicated-ic.IKEDuplicated, ic.Dropped()-ic.IKEDropped
+		inFlight := dir.c.InFlight - dir.c.IKEInFlight
 		in := int64(d.GW[dir.from].WireOut + dup + ic.Replayed)
 		out = append(out, Balance{Where: dir.name, In: in,
-			Out: int64(d.GW[dir.to].WireIn+dropped) + int64(dir.c.InFlight),
+			Out: int64(d.GW[dir.to].WireIn+dropped) + int64(inFlight),
 			Terms: fmt.Sprintf("wire_out %d + duplicated %d + replayed %d = wire_in %d + relay drops %d + in flight %d",
-				d.GW[dir.from].WireOut, dup, ic.Replayed, d.GW[dir.to].WireIn, dropped, dir.c.InFlight)})
+				d.GW[dir.from].WireOut, dup, ic.Replayed, d.GW[dir.to].WireIn, dropped, inFlight)})
 	}
 	return out
 }

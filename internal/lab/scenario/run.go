@@ -148,7 +148,7 @@ type runner struct {
 	// TUN devices the dead processes had.
 	restarted [2][]gateway.Stats
 	base      struct {
-		gw        [2]*gateway.Stats
+		gw         [2]*gateway.Stats
 		tun, tunRx [2]uint64
 	}
 	// windows are when each step ran.
@@ -386,6 +386,9 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 				break
 			}
 		}
+	}
+	if os.Getenv("IKESCEN_DEBUG") != "" {
+		r.opts.progress("%s", r.gatewayLogs())
 	}
 	var stepErrs []string
 	for _, st := range res.Steps {
