@@ -584,6 +584,13 @@ func (d *ikeDaemon) remove(ch *ike.Child) {
 	}
 	d.mu.Unlock()
 	change := Change{Del: []SAID{{SPI: ct.in.SPI, Dst: ct.in.Dst}, {SPI: ct.out.SPI, Dst: ct.out.Dst}}}
+	// Replaced by a newer CHILD_SA (a rekey): the peer may still send a
+	// moment on the old one, whose packets are in flight or sealed before
+	// it switched, so the old inbound SA stays in force a while.
+	lingering := next != nil
+	if lingering {
+		change.Del = change.Del[1:]
+	}
 	switch {
 	case c.policyOut != ct.out.SPI:
 	case next != nil:
@@ -606,8 +613,22 @@ func (d *ikeDaemon) remove(ch *ike.Child) {
 		c.policies, c.policyOut = nil, 0
 	}
 	d.mu.Unlock()
-	d.log.Info("CHILD_SA out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ct.in.SPI), "out", fmt.Sprintf("%#x", ct.out.SPI))
+	d.log.Info("CHILD_SA out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ct.in.SPI), "out", fmt.Sprintf("%#x", ct.out.SPI), "inbound-grace", lingering)
+	if lingering {
+		in := SAID{SPI: ct.in.SPI, Dst: ct.in.Dst}
+		time.AfterFunc(rekeyInboundGrace, func() {
+			d.changeMu.Lock()
+			defer d.changeMu.Unlock()
+			if err := d.rt.ApplyChange(Change{Del: []SAID{in}}); err != nil {
+				d.log.Debug("old inbound SA of a rekeyed CHILD_SA not taken out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", in.SPI), "err", err)
+			}
+		})
+	}
 }
+
+// rekeyInboundGrace is how long the inbound SA of a CHILD_SA replaced by
+// a rekey stays in force after the CHILD_SA is deleted.
+const rekeyInboundGrace = time.Second
 
 // reconcile brings the SAs in force in line with the endpoints: a
 // CHILD_SA the peer deleted (or whose IKE SA went) goes out of force, one

@@ -287,6 +287,34 @@ func (r *runner) waitIKE(ctx context.Context, limit time.Duration) (time.Duratio
 	}
 }
 
+// sharedChild says whether the gateways hold one established IKE SA
+// with a CHILD_SA of the two paired (its SPIs crossed), whichever of a
+// rekey's CHILD_SAs the traffic takes at the moment.
+func sharedChild(a, b gateway.Stats) bool {
+	if a.IKE == nil || b.IKE == nil {
+		return false
+	}
+	for _, ca := range a.IKE.Connections {
+		for _, x := range ca.SAs {
+			for _, cb := range b.IKE.Connections {
+				for _, y := range cb.SAs {
+					if x.State != "established" || y.State != "established" || x.SPIi != y.SPIi || x.SPIr != y.SPIr {
+						continue
+					}
+					for _, u := range x.ChildSAs {
+						for _, v := range y.ChildSAs {
+							if u.InSPI == v.OutSPI && u.OutSPI == v.InSPI {
+								return true
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
 // pairs says whether a CHILD_SA of gw1 is one of gw2's, its SPIs
 // crossed.
 func pairs(a, b gateway.IKESAStats) bool {
@@ -430,9 +458,7 @@ func (r *runner) ikeMetrics(m Metrics, before, after snapshot, steps []StepResul
 	m["ike.child_rekeys"], m["ike.ike_rekeys"] = d.childRekeys, d.ikeRekeys
 	m["ike.rekeys"] = d.childRekeys + d.ikeRekeys
 	m["ike.retransmits"], m["ike.dpd_failures"], m["ike.failed"] = d.retransmits, d.dpd, d.failed
-	s1, ok1 := ikeEstablished(after.GW[0])
-	s2, ok2 := ikeEstablished(after.GW[1])
-	m["ike.up"] = b2f(ok1 && ok2 && s1.SPIi == s2.SPIi && s1.SPIr == s2.SPIr && pairs(s1, s2))
+	m["ike.up"] = b2f(sharedChild(after.GW[0], after.GW[1]))
 	rekeys := r.ike.rekeyTimes()
 	for i, w := range windows {
 		if i >= len(steps) {
