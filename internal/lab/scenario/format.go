@@ -99,6 +99,10 @@ type Topology struct {
 	// segments GRO would merge on the way (as LRO on a NIC does) and so
 	// deliver bytes that are no longer packet-for-packet the capture's.
 	Offloads *bool `yaml:"offloads" json:"offloads,omitempty"`
+	// NAT puts gw1 behind a NAT: the wan namespace routes between the
+	// gateways (no relay, so no impairments) and masquerades gw1's UDP
+	// toward gw2 (iptables MASQUERADE). Needs sa.ike over IPv4.
+	NAT bool `yaml:"nat" json:"nat,omitempty"`
 }
 
 // SASpec describes the two SAs (gw1→gw2 SPI 0x1001, gw2→gw1 SPI 0x2001),

@@ -49,7 +49,7 @@ type IKESpec struct {
 
 // ikeMetrics are the IKE metrics (ike.NAME).
 var ikeMetrics = []string{"up", "established", "rekeys", "child_rekeys", "ike_rekeys", "retransmits", "dpd_failures",
-	"failed", "rekeys_in_steps", "lost_during_rekey"}
+	"failed", "rekeys_in_steps", "lost_during_rekey", "peer_moved"}
 
 // sa fields the negotiation decides, refused beside ike:.
 var ikeExclusive = []string{"suite", "mode", "encap", "esn", "replay-window", "initial-seq", "lifetimes", "keys", "dscp", "decap-dscp", "df", "ttl"}
@@ -70,8 +70,14 @@ func (s *Scenario) validateIKE(perr func(int, string, error) error) error {
 	if s.Topology.Tunnels >= 1 {
 		return perr(at("topology", "tunnels"), "topology.tunnels", errors.New("with sa.ike the tunnel is the one CHILD_SA"))
 	}
+	if s.Topology.NAT && s.Topology.Outer != "ipv4" {
+		return perr(at("topology", "nat"), "topology.nat", errors.New("the NAT masquerades IPv4: needs topology.outer: ipv4"))
+	}
+	if _, imp := yamlwalk.Lookup(s.root, "impair"); imp != nil && s.Topology.NAT {
+		return perr(at("impair"), "impair", errors.New("with topology.nat the wan namespace is a NAT router, not the impairment relay"))
+	}
 	for i, a := range s.Traffic.Actions {
-		if a.Restart == "" {
+		if a.Restart == "" && !a.NATRebind {
 			return perr(at("traffic", "actions"), fmt.Sprintf("traffic.actions[%d]", i), fmt.Errorf("%s changes the given SAs through the control socket: with sa.ike only restart (rekeys come from ike.rekey_time)", a.kind()))
 		}
 	}
@@ -176,7 +182,7 @@ func (k *ikeRun) remove() { os.RemoveAll(k.dir) }
 
 // sections are the ike: sections of gw1 (the initiator, which also
 // writes Wireshark's tables) and gw2, for the bed's addresses.
-func (k *ikeRun) sections(spec *IKESpec, outer [2]netip.Addr, lan [2][]netip.Prefix) [2]string {
+func (k *ikeRun) sections(spec *IKESpec, outer [2]netip.Addr, remote [2]string, lan [2][]netip.Prefix) [2]string {
 	var out [2]string
 	list := func(ps []netip.Prefix) string {
 		s := make([]string, len(ps))
@@ -218,7 +224,7 @@ func (k *ikeRun) sections(spec *IKESpec, outer [2]netip.Addr, lan [2][]netip.Pre
           start_action: %s
           rekey_time: %v
           rand_time: %v
-%s`, ikeConnName, outer[me], outer[peer], me+1, peer+1, spec.Proposals, filepath.Join(k.dir, "psk"), spec.IKERekeyTime, spec.DPDDelay,
+%s`, ikeConnName, outer[me], remote[me], me+1, peer+1, spec.Proposals, filepath.Join(k.dir, "psk"), spec.IKERekeyTime, spec.DPDDelay,
 			list(lan[me]), list(lan[peer]), spec.ESPProposals, start, spec.RekeyTime, spec.RandTime, lifeTime)
 		out[i] = b.String()
 	}
@@ -233,7 +239,11 @@ func (r *runner) ikeSections() [2]string {
 	if r.s.Topology.Outer == "ipv6" {
 		outer = [2]netip.Addr{a.GW1WAN6.Addr(), a.GW2WAN6.Addr()}
 	}
-	return r.ike.sections(r.s.SA.IKE, outer, [2][]netip.Prefix{{a.LANA4, a.LANA6}, {a.LANB4, a.LANB6}})
+	remote := [2]string{outer[1].String(), outer[0].String()}
+	if r.s.Topology.NAT {
+		remote[1] = natAddr(a) // gw2 sees gw1 behind the NAT
+	}
+	return r.ike.sections(r.s.SA.IKE, outer, remote, [2][]netip.Prefix{{a.LANA4, a.LANA6}, {a.LANB4, a.LANB6}})
 }
 
 // ikeEstablished is gw i's established IKE SA with a CHILD_SA, if any.
@@ -403,7 +413,7 @@ func (k *ikeRun) rekeyTimes() []time.Time {
 
 // ikeCounts are one gateway's IKE counts summed over its connections.
 type ikeCounts struct {
-	established, childRekeys, ikeRekeys, retransmits, dpd, failed float64
+	established, childRekeys, ikeRekeys, retransmits, dpd, failed, moved float64
 }
 
 func ikeCountsOf(st gateway.Stats) ikeCounts {
@@ -418,13 +428,14 @@ func ikeCountsOf(st gateway.Stats) ikeCounts {
 		c.retransmits += float64(cs.Retransmits())
 		c.dpd += float64(cs.DPDFailures)
 		c.failed += float64(cs.Failed)
+		c.moved += float64(cs.Events["peer moved behind its NAT"])
 	}
 	return c
 }
 
 func (c ikeCounts) minus(b ikeCounts) ikeCounts {
 	return ikeCounts{c.established - b.established, c.childRekeys - b.childRekeys, c.ikeRekeys - b.ikeRekeys,
-		c.retransmits - b.retransmits, c.dpd - b.dpd, c.failed - b.failed}
+		c.retransmits - b.retransmits, c.dpd - b.dpd, c.failed - b.failed, c.moved - b.moved}
 }
 
 // ikeMetrics are the ike.* metrics of the traffic: what both gateways
@@ -444,11 +455,11 @@ func (r *runner) ikeMetrics(m Metrics, before, after snapshot, steps []StepResul
 		for _, pre := range r.restarted[i] {
 			p := ikeCountsOf(pre)
 			c = ikeCounts{c.established + p.established, c.childRekeys + p.childRekeys, c.ikeRekeys + p.ikeRekeys,
-				c.retransmits + p.retransmits, c.dpd + p.dpd, c.failed + p.failed}
+				c.retransmits + p.retransmits, c.dpd + p.dpd, c.failed + p.failed, c.moved + p.moved}
 		}
 		c = c.minus(ikeCountsOf(before.GW[i]))
 		d = ikeCounts{d.established + c.established, d.childRekeys + c.childRekeys, d.ikeRekeys + c.ikeRekeys,
-			d.retransmits + c.retransmits, d.dpd + c.dpd, d.failed + c.failed}
+			d.retransmits + c.retransmits, d.dpd + c.dpd, d.failed + c.failed, d.moved + c.moved}
 		if i == 0 {
 			// gw1 initiates: its new IKE SAs are the re-establishments
 			// and IKE SA rekeys (gw2 counts the same ones again).
@@ -458,6 +469,7 @@ func (r *runner) ikeMetrics(m Metrics, before, after snapshot, steps []StepResul
 	m["ike.child_rekeys"], m["ike.ike_rekeys"] = d.childRekeys, d.ikeRekeys
 	m["ike.rekeys"] = d.childRekeys + d.ikeRekeys
 	m["ike.retransmits"], m["ike.dpd_failures"], m["ike.failed"] = d.retransmits, d.dpd, d.failed
+	m["ike.peer_moved"] = d.moved
 	m["ike.up"] = b2f(sharedChild(after.GW[0], after.GW[1]))
 	rekeys := r.ike.rekeyTimes()
 	for i, w := range windows {

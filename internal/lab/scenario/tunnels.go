@@ -39,6 +39,9 @@ type Action struct {
 	// the tunnel is back up on both gateways.
 	Restart string        `yaml:"restart" json:"restart,omitempty"`
 	Down    time.Duration `yaml:"down" json:"down,omitempty"`
+	// NATRebind changes the NAT's mapping of gw1 (topology.nat): another
+	// source port from then on.
+	NATRebind bool `yaml:"nat-rebind" json:"nat_rebind,omitempty"`
 }
 
 func (a *Action) kind() string {
@@ -51,6 +54,8 @@ func (a *Action) kind() string {
 		return fmt.Sprintf("del %d", a.Del)
 	case a.Restart != "":
 		return "restart " + a.Restart
+	case a.NATRebind:
+		return "nat-rebind"
 	}
 	return "action"
 }
@@ -71,7 +76,7 @@ type ActionResult struct {
 var tunnelsMetrics = []string{"count", "carried", "min_opened", "max_opened"}
 
 // actionMetrics are the metrics of the actions.
-var actionMetrics = []string{"done", "failed", "rekeys", "added", "deleted", "restarts", "recovered_in"}
+var actionMetrics = []string{"done", "failed", "rekeys", "added", "deleted", "restarts", "rebinds", "recovered_in"}
 
 // validateTunnels checks topology.tunnels, the spread steps and the actions.
 func (s *Scenario) validateTunnels(perr func(int, string, error) error) error {
@@ -96,14 +101,16 @@ func (s *Scenario) validateTunnels(perr func(int, string, error) error) error {
 		field := fmt.Sprintf("traffic.actions[%d]", i)
 		line := at("traffic", "actions")
 		kinds := 0
-		for _, set := range []bool{a.Rekey != nil, a.Add != 0, a.Del != 0, a.Restart != ""} {
+		for _, set := range []bool{a.Rekey != nil, a.Add != 0, a.Del != 0, a.Restart != "", a.NATRebind} {
 			if set {
 				kinds++
 			}
 		}
 		switch {
 		case kinds != 1:
-			return perr(line, field, errors.New("want exactly one of rekey, add, del, restart"))
+			return perr(line, field, errors.New("want exactly one of rekey, add, del, restart, nat-rebind"))
+		case a.NATRebind && !s.Topology.NAT:
+			return perr(line, field+".nat-rebind", errors.New("needs topology.nat: true"))
 		case a.Restart != "" && a.Restart != "gw1" && a.Restart != "gw2":
 			return perr(line, field+".restart", fmt.Errorf("%s: want gw1 or gw2", secret.Word(a.Restart, "gw1", "gw2")))
 		case a.Down < 0 || a.Down > time.Minute:
@@ -211,9 +218,12 @@ func (r *runner) runActions(ctx context.Context, start time.Time) {
 		t0 := time.Now()
 		res := ActionResult{Action: a.kind(), At: t0.Sub(start).Round(time.Millisecond)}
 		var err error
-		if a.Restart != "" {
+		switch {
+		case a.Restart != "":
 			err = r.restart(ctx, &a, &res)
-		} else {
+		case a.NATRebind:
+			err = r.rebindNAT(ctx, &res)
+		default:
 			err = r.act(&a)
 		}
 		res.Took = time.Since(t0).Round(time.Microsecond)
@@ -334,8 +344,12 @@ func (r *runner) tunnelMetrics(m Metrics, gw2 gateway.Stats) {
 			m["actions.added"]++
 		case "del":
 			m["actions.deleted"]++
-		case "restart":
-			m["actions.restarts"]++
+		case "restart", "nat-rebind":
+			if a.Action == "nat-rebind" {
+				m["actions.rebinds"]++
+			} else {
+				m["actions.restarts"]++
+			}
 			m["actions.recovered_in"] = max(m["actions.recovered_in"], a.Recovered.Seconds())
 		}
 	}
