@@ -317,7 +317,7 @@ func b2f(b bool) float64 {
 //	gateway, send:      sealed  == wire_out + send-error + no-socket
 //	WAN direction:      sent by one gateway + duplicated + replayed
 //	                      == received by the other + lost + burst_lost + overflow + oversize + in flight
-//	gateway, inbound:   wire_in == opened + inbound drops (SA, unknown-spi, runt)
+//	gateway, inbound:   wire_in == opened + inbound drops (SA, unknown-spi, runt, wrong-source, wrong-encap)
 //	gateway, delivery:  opened  == tun_out + tun-write
 //
 // With the kernel or an external device as gw2 (kernel true), gw2's own
@@ -358,7 +358,7 @@ func balances(d snapshot, kernel, noWAN bool) []Balance {
 				outTerms = append(outTerms, fmt.Sprintf("%s %d", k, v))
 			}
 		}
-		for _, k := range []string{"unknown-spi", "runt"} {
+		for _, k := range []string{"unknown-spi", "runt", "wrong-source", "wrong-encap"} {
 			if v := g.Drops[k]; v > 0 {
 				inDrops += int64(v)
 				inTerms = append(inTerms, fmt.Sprintf("%s %d", k, v))
