@@ -38,6 +38,10 @@ type IKESpec struct {
 	// rekey_time, as in swanctl).
 	LifeTime     time.Duration `yaml:"life_time" json:"life_time,omitempty"`
 	IKERekeyTime time.Duration `yaml:"ike_rekey_time" json:"ike_rekey_time,omitempty"`
+	// RekeyBy is who rekeys: gw1 (the default; gw2's timers are twice
+	// as long, so it rekeys only what gw1 does not) or both, on the same
+	// timers, whose rekeys then collide now and then (RFC 7296 §2.8.1).
+	RekeyBy string `yaml:"rekey_by" json:"rekey_by,omitempty"`
 	// DPDDelay is how often each side checks that the other answers (0:
 	// never).
 	DPDDelay time.Duration `yaml:"dpd_delay" json:"dpd_delay,omitempty"`
@@ -114,6 +118,8 @@ func (s *Scenario) validateIKE(perr func(int, string, error) error) error {
 		}
 	}
 	switch {
+	case k.RekeyBy != "gw1" && k.RekeyBy != "both":
+		return perr(at("sa", "ike", "rekey_by"), "sa.ike.rekey_by", fmt.Errorf("%s: want gw1 or both", secret.Word(k.RekeyBy, "gw1", "both")))
 	case k.RekeyTime > 0 && k.RekeyTime < time.Second:
 		return perr(at("sa", "ike", "rekey_time"), "sa.ike.rekey_time", fmt.Errorf("%v: want at least 1s (0: no rekey)", k.RekeyTime))
 	case k.IKERekeyTime > 0 && k.IKERekeyTime < time.Second:
@@ -144,6 +150,9 @@ func (k *IKESpec) defaults() {
 	}
 	if k.RetransmitTries == 0 {
 		k.RetransmitTries = 5
+	}
+	if k.RekeyBy == "" {
+		k.RekeyBy = "gw1"
 	}
 }
 
@@ -191,12 +200,16 @@ func (k *ikeRun) sections(spec *IKESpec, outer [2]netip.Addr, remote [2]string, 
 		}
 		return "[" + strings.Join(s, ", ") + "]"
 	}
-	lifeTime := ""
-	if spec.LifeTime > 0 {
-		lifeTime = fmt.Sprintf("          life_time: %v\n", spec.LifeTime)
-	}
 	for i := range out {
 		me, peer := i, 1-i
+		rekey, ikeRekey, life := spec.RekeyTime, spec.IKERekeyTime, spec.LifeTime
+		if i == 1 && spec.RekeyBy == "gw1" {
+			rekey, ikeRekey, life = 2*rekey, 2*ikeRekey, 2*life
+		}
+		lifeTime := ""
+		if life > 0 {
+			lifeTime = fmt.Sprintf("          life_time: %v\n", life)
+		}
 		var b strings.Builder
 		fmt.Fprintf(&b, "ike:\n  retransmit_timeout: %v\n  retransmit_tries: %d\n", spec.RetransmitTimeout, spec.RetransmitTries)
 		if i == 0 {
@@ -224,8 +237,8 @@ func (k *ikeRun) sections(spec *IKESpec, outer [2]netip.Addr, remote [2]string, 
           start_action: %s
           rekey_time: %v
           rand_time: %v
-%s`, ikeConnName, outer[me], remote[me], me+1, peer+1, spec.Proposals, filepath.Join(k.dir, "psk"), spec.IKERekeyTime, spec.DPDDelay,
-			list(lan[me]), list(lan[peer]), spec.ESPProposals, start, spec.RekeyTime, spec.RandTime, lifeTime)
+%s`, ikeConnName, outer[me], remote[me], me+1, peer+1, spec.Proposals, filepath.Join(k.dir, "psk"), ikeRekey, spec.DPDDelay,
+			list(lan[me]), list(lan[peer]), spec.ESPProposals, start, rekey, spec.RandTime, lifeTime)
 		out[i] = b.String()
 	}
 	return out

@@ -20,6 +20,7 @@ func TestIKERefusals(t *testing.T) {
 		{"rand not below rekey", "sa:\n  ike: {rekey_time: 2s, rand_time: 2s}\n", "sa.ike.rand_time: 2s is not less than rekey_time 2s"},
 		{"life before rekey", "sa:\n  ike: {rekey_time: 2s, life_time: 1s}\n", "sa.ike.life_time: 1s is not after rekey_time"},
 		{"life without rekey", "sa:\n  ike: {life_time: 10s}\n", "sa.ike.life_time: a life_time without rekey_time"},
+		{"rekey_by", "sa:\n  ike: {rekey_by: gw2}\n", "sa.ike.rekey_by: "},
 		{"tries", "sa:\n  ike: {retransmit_tries: 50}\n", "sa.ike.retransmit_tries: 50: want 1..20"},
 		{"retransmit", "sa:\n  ike: {retransmit_timeout: 1ms}\n", "sa.ike.retransmit_timeout: 1ms: want 100ms..1m0s"},
 		{"dpd", "sa:\n  ike: {dpd_delay: 10ms}\n", "sa.ike.dpd_delay: 10ms: want at least 500ms"},
@@ -71,7 +72,7 @@ func TestIKESections(t *testing.T) {
 	secs := r.ikeSections()
 	for i, want := range [][]string{
 		{"start_action: start", "decryption_table:", "local_addrs: [198.51.100.1]", "remote_addrs: [198.51.100.129]", "life_time: 5s", "dpd_delay: 1s", "rekey_time: 2s"},
-		{"start_action: none", "local_addrs: [198.51.100.129]", "remote_ts: [192.0.2.0/24, 2001:db8:a::/64]"},
+		{"start_action: none", "local_addrs: [198.51.100.129]", "remote_ts: [192.0.2.0/24, 2001:db8:a::/64]", "life_time: 10s", "rekey_time: 4s"},
 	} {
 		for _, w := range want {
 			if !strings.Contains(secs[i], w) {
