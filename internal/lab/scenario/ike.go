@@ -456,11 +456,11 @@ func (c ikeCounts) minus(b ikeCounts) ikeCounts {
 // and after its restart), whether the tunnel is up at the end, and the
 // packets the steps that saw a rekey lost.
 func (r *runner) ikeMetrics(m Metrics, before, after snapshot, steps []StepResult, windows []stepWindow) {
-	for _, k := range ikeMetrics {
-		m["ike."+k] += 0
-	}
 	if r.ike == nil {
 		return
+	}
+	for _, k := range ikeMetrics {
+		m["ike."+k] += 0
 	}
 	var d ikeCounts
 	for i := range after.GW {

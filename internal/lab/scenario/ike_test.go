@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/gateway"
 )
 
 // Bad sa.ike fields, and what sa.ike rules out, are refused at parse with
@@ -82,5 +85,39 @@ func TestIKESections(t *testing.T) {
 		if strings.Contains(secs[i], run.psk) {
 			t.Errorf("gw%d's ike: section holds the key itself", i+1)
 		}
+	}
+}
+
+// What the negotiated SAs counted is kept across a rekey (the old SA's
+// counts folded into the gateway's retired totals) and a restart (the
+// dead process's counts added to the new one's), never counted twice.
+func TestCountsAcrossRekeyAndRestart(t *testing.T) {
+	sa := func(spi, dir string, sealed, opened uint64) gateway.SAStats {
+		return gateway.SAStats{SPI: spi, Direction: dir, Snapshot: esp.Snapshot{SealedPackets: sealed, OpenedPackets: opened, Drops: map[string]uint64{}}}
+	}
+	sum := func(st gateway.Stats) (sealed, opened uint64) {
+		for _, s := range st.SAs {
+			sealed += s.SealedPackets
+			opened += s.OpenedPackets
+		}
+		return sealed, opened
+	}
+	before := gateway.Stats{WireOut: 100, SAs: []gateway.SAStats{sa("0x1", "out", 100, 0), sa("0x2", "in", 0, 90), sa("retired", "out", 40, 0)}}
+	// 0x1 and 0x2 rekeyed to 0x3 and 0x4: their counts (before's too)
+	// are in the retired totals now.
+	after := gateway.Stats{WireOut: 160, SAs: []gateway.SAStats{sa("0x3", "out", 30, 0), sa("0x4", "in", 0, 25), sa("retired", "out", 40+130, 0), sa("retired", "in", 0, 110)}}
+	if sealed, opened := sum(statsMinus(after, before)); sealed != 60 || opened != 45 {
+		t.Errorf("across a rekey: sealed %d, opened %d; want 60 and 45", sealed, opened)
+	}
+	// A restart: the process died at pre, the new one counted since.
+	pre := gateway.Stats{TunIn: 7, WireOut: 120, Drops: map[string]uint64{"unknown-spi": 2}, SAs: []gateway.SAStats{sa("0x1", "out", 120, 0), sa("retired", "out", 40, 0)}}
+	now := gateway.Stats{TunIn: 3, WireOut: 5, Drops: map[string]uint64{"unknown-spi": 1}, SAs: []gateway.SAStats{sa("0x9", "out", 5, 0)}}
+	both := statsPlus(pre, now)
+	if both.TunIn != 10 || both.WireOut != 125 || both.Drops["unknown-spi"] != 3 {
+		t.Errorf("restart: %+v", both)
+	}
+	d := statsMinus(both, gateway.Stats{WireOut: 100, SAs: []gateway.SAStats{sa("0x1", "out", 100, 0), sa("retired", "out", 40, 0)}})
+	if sealed, _ := sum(d); sealed != 25 || d.WireOut != 25 {
+		t.Errorf("restart: sealed %d, wire_out %d; want 25 and 25", sealed, d.WireOut)
 	}
 }
