@@ -493,7 +493,9 @@ func (r *runner) warmUp(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				out, err := p.host.ns.Command(ctx, "ping", "-n", "-q", "-c", "1", "-W", "2", d).CombinedOutput()
+				// Until one reply, for up to 5 s: a new address may still be
+				// tentative (duplicate address detection) on a loaded machine.
+				out, err := p.host.ns.Command(ctx, "ping", "-n", "-q", "-c", "1", "-i", "0.2", "-w", "5", d).CombinedOutput()
 				if err != nil {
 					errs <- fmt.Errorf("warm-up ping from %s to %s: %w: %s", p.host.ns.Short(), d, err, out)
 				}
