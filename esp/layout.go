@@ -12,8 +12,8 @@ import (
 // and how the nonce and associated data are built. It is the one place
 // that knows ESP's framing on the engine's behalf (offload.Op).
 type Layout struct {
-	ivLen, icvLen int
-	saltLen       int
+	ivLen, icvLen uint8
+	saltLen       uint8
 	cipher        sa.Cipher
 	hmac          bool // the ICV is an HMAC over the packet
 	esn           bool
@@ -26,17 +26,17 @@ type Layout struct {
 // the ICV; for a cipher-only session (auth none, not an AEAD) there is
 // no ICV.
 func NewLayout(suite sa.Suite, encKey sa.Key, esn bool) Layout {
-	l := Layout{cipher: suite.Cipher, ivLen: suite.IVLen(), icvLen: suite.ICVLen(),
+	l := Layout{cipher: suite.Cipher, ivLen: uint8(suite.IVLen()), icvLen: uint8(suite.ICVLen()),
 		hmac: !suite.Cipher.IsAEAD() && suite.Auth != sa.AuthNone, esn: esn}
 	if n := suite.Cipher.SaltLen(); n > 0 && len(encKey) >= n {
-		l.saltLen = n
+		l.saltLen = uint8(n)
 		copy(l.salt[:], encKey[len(encKey)-n:])
 	}
 	return l
 }
 
 // MinLen is the shortest packet the layout fits: header, IV and ICV.
-func (l *Layout) MinLen() int { return HeaderLen + l.ivLen + l.icvLen }
+func (l *Layout) MinLen() int { return HeaderLen + int(l.ivLen) + int(l.icvLen) }
 
 // Op fills op for the ESP packet pkt — SPI, sequence number, IV, payload,
 // padding, pad length, next header, ICV — on session sess. seqHi is the
@@ -46,14 +46,15 @@ func (l *Layout) Op(op *offload.Op, sess offload.Session, dir offload.Direction,
 	if len(pkt) < l.MinLen() {
 		return false
 	}
-	icvOff := len(pkt) - l.icvLen
-	body := HeaderLen + l.ivLen
+	ivLen, icvLen := int(l.ivLen), int(l.icvLen)
+	icvOff := len(pkt) - icvLen
+	body := HeaderLen + ivLen
 	// Field by field rather than a composite literal: the nonce and AAD
 	// arrays count only up to their lengths, so they are not cleared.
 	op.Session, op.Dir, op.Buf, op.SeqHi, op.Status = sess, dir, pkt, seqHi, offload.OK
-	op.IV = offload.Range{Off: HeaderLen, Len: l.ivLen}
+	op.IV = offload.Range{Off: HeaderLen, Len: ivLen}
 	op.Cipher = offload.Range{Off: body, Len: icvOff - body}
-	op.ICV = offload.Range{Off: icvOff, Len: l.icvLen}
+	op.ICV = offload.Range{Off: icvOff, Len: icvLen}
 	switch {
 	case l.hmac:
 		op.Auth = offload.Range{Len: icvOff}
@@ -83,8 +84,9 @@ func (l *Layout) Op(op *offload.Op, sess offload.Session, dir offload.Direction,
 	case sa.CipherNull:
 		op.NonceLen = 0
 	default: // the AEADs: salt | IV (RFC 4106 §4, RFC 4543 §3.1, RFC 4309 §4, RFC 7634 §2)
-		copy(op.Nonce[:l.saltLen], l.salt[:l.saltLen])
-		op.NonceLen = uint8(l.saltLen + copy(op.Nonce[l.saltLen:], iv))
+		n := int(l.saltLen)
+		copy(op.Nonce[:n], l.salt[:n])
+		op.NonceLen = uint8(n + copy(op.Nonce[n:], iv))
 	}
 	return true
 }

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 
 	"github.com/espgw/espgw/offload"
-	"github.com/espgw/espgw/sa"
 )
 
 // SPIOf returns the SPI of an ESP packet, for the SAD lookup that picks the
@@ -22,8 +21,8 @@ func SPIOf(esp []byte) (spi uint32, ok bool) {
 func (s *SA) PrepareOpen(p *Packet) Reason {
 	p.SA, p.Drop = s, OK
 	pkt := p.Buf[p.Off : p.Off+p.Len]
-	min := HeaderLen + s.layout.ivLen + 2 + s.layout.icvLen
-	if len(pkt) < min || (len(pkt)-HeaderLen-s.layout.ivLen-s.layout.icvLen)%s.block != 0 {
+	ivLen, icvLen := int(s.layout.ivLen), int(s.layout.icvLen)
+	if len(pkt) < HeaderLen+ivLen+2+icvLen || (len(pkt)-HeaderLen-ivLen-icvLen)%int(s.block) != 0 {
 		return s.reject(p, Truncated)
 	}
 	if s.expired.Load() {
@@ -32,11 +31,11 @@ func (s *SA) PrepareOpen(p *Packet) Reason {
 	lo := binary.BigEndian.Uint32(pkt[4:8])
 	seq := uint64(lo)
 	s.mu.Lock()
-	if s.Config.ESN {
+	if s.layout.esn {
 		seq |= uint64(InferSeqHi(s.window.Last(), s.window.size, lo)) << 32
 	}
 	verdict := OK
-	if s.Config.ReplayWindow > 0 {
+	if s.flags&antiReplay != 0 {
 		verdict = s.window.Check(seq)
 	}
 	s.mu.Unlock()
@@ -67,12 +66,13 @@ func (s *SA) FinishOpen(p *Packet) Reason {
 	s.mu.Lock()
 	verdict := s.window.Accept(p.Seq)
 	s.mu.Unlock()
-	if verdict != OK && s.Config.ReplayWindow > 0 {
+	if verdict != OK && s.flags&antiReplay != 0 {
 		return s.reject(p, verdict)
 	}
 
 	pkt := p.Buf[p.Off : p.Off+p.Len]
-	ct := pkt[HeaderLen+s.layout.ivLen : len(pkt)-s.layout.icvLen]
+	ivLen := int(s.layout.ivLen)
+	ct := pkt[HeaderLen+ivLen : len(pkt)-int(s.layout.icvLen)]
 	padLen := int(ct[len(ct)-2])
 	nh := ct[len(ct)-1]
 	if padLen+2 > len(ct) {
@@ -88,9 +88,9 @@ func (s *SA) FinishOpen(p *Packet) Reason {
 		return s.reject(p, Dummy)
 	}
 	payload := ct[:len(ct)-2-padLen]
-	payloadOff := p.Off + HeaderLen + s.layout.ivLen
+	payloadOff := p.Off + HeaderLen + ivLen
 
-	if s.Config.Mode == sa.Transport {
+	if s.flags&transportMode != 0 {
 		if r := s.restoreTransport(p, payloadOff, len(payload), nh); r != OK {
 			return s.reject(p, r)
 		}
@@ -101,7 +101,7 @@ func (s *SA) FinishOpen(p *Packet) Reason {
 		}
 		p.Off, p.Len = payloadOff, n // n < len(payload) drops TFC padding
 	}
-	if len(s.Config.Selectors) > 0 && !s.selects(p.Data()) {
+	if s.flags&hasSelectors != 0 && !s.selects(p.Data()) {
 		return s.reject(p, Policy)
 	}
 	pk := s.Counters.OpenedPackets.Add(1)

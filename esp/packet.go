@@ -53,9 +53,15 @@ type Packet struct {
 // Data returns the packet's current bytes.
 func (p *Packet) Data() []byte { return p.Buf[p.Off : p.Off+p.Len] }
 
-// Reset points the packet at n bytes at off in buf, clearing the rest.
+// Reset points the packet at n bytes at off in buf, clearing the rest but
+// the Op, which PrepareSeal and PrepareOpen fill whole before it goes to an
+// engine (an Op they did not fill is never queued): a batch resets each of
+// its packets, and the Op is half of a Packet.
 func (p *Packet) Reset(buf []byte, off, n int) {
-	*p = Packet{Buf: buf, Off: off, Len: n}
+	p.Buf, p.Off, p.Len, p.HdrLen = buf, off, n, 0
+	p.Peer, p.Local = netip.AddrPort{}, netip.Addr{}
+	p.TOS, p.TTL, p.Fragment, p.FragMTU = 0, 0, false, 0
+	p.SA, p.Seq, p.Drop = nil, 0, OK
 }
 
 // ipHeaderLen finds where a transport-mode payload starts and which protocol

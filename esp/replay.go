@@ -40,7 +40,9 @@ func (w *Window) Reset(size int) {
 
 // word is the ring word holding bit seq.
 func (w *Window) word(seq uint64) *uint64 {
-	if w.big != nil {
+	// By the ring's size, not by big itself: a small window reads
+	// nothing past small.
+	if w.mask >= smallWords {
 		return &w.big[(seq/wordBits)&w.mask]
 	}
 	return &w.small[(seq/wordBits)&w.mask]

@@ -69,53 +69,113 @@ func (s *Snapshot) Add(o Snapshot) {
 // SA is the working state of one security association: its configuration,
 // engine session, sequence counter, replay window, lifetimes and counters.
 // Sealing and opening are safe for concurrent use.
+//
+// Its fields are laid out for the cache: with thousands of SAs taking
+// turns, every line of an SA a packet touches is a cache miss. A packet
+// reads line 0 (what both directions need, written only when the SA
+// expires), then its direction's line of the history (sealing: the
+// sequence counter and IV generator; opening: the replay window) and the
+// line with the packet counters; nothing of Config, which is copied here
+// where a packet needs it. The SA is 512 bytes, a size class whose objects
+// start on a cache line (TestSALayout checks the offsets).
 type SA struct {
-	// The fields every packet reads come first, those of sealing then
-	// those of opening, so that a packet touches three or four cache
-	// lines of its SA: with thousands of SAs taking turns, each line is a
-	// cache miss.
-	Config *sa.SA
-	sess   offload.Session
+	// Line 0.
+	sess offload.Session
 	// Aux is the owner's own data about the SA (the gateway's outer-header
 	// state), set before the SA is in use; esp never reads it. It saves
 	// the owner a lookup per packet.
 	Aux any
-
-	block   int // what the payload is padded to: the cipher's block, or 4
-	suite   sa.Suite
-	layout  Layout // also the IV and ICV lengths
-	expired atomic.Bool
-	// softFired is cold, beside expired to fill the word.
-	softFired atomic.Bool
-
 	// history is what the SA has sent and seen: own, or that of the SA
 	// it continues (Options.Continue).
 	*history
+	layout  Layout // also the IV and ICV lengths
+	block   uint8  // what the payload is padded to: the cipher's block, or 4
+	flags   saFlags
+	expired atomic.Bool // a hard lifetime passed
+	spi     uint32
+	tfcPad  uint16 // Config.TFCPad, tunnel mode only
+
+	// Lines 1 to 3: the history (its seal line, its open line and the
+	// ring of a window over 192 packets), then the packet counters in the
+	// last 32 bytes of line 3. Only the goroutine finishing packets writes
+	// the counters; the one preparing them reads line 3 only for a window
+	// over 192 packets (its ring) and for reserve, which it calls once per
+	// ReserveBlock/2 packets (whether there is one is a flag in line 0).
 	own     history
 	reserve func(*SA, uint64) error
-	ivFunc  func(seq uint64, iv []byte) // Options.IV, known-answer tests only
 
+	// Counters start 32 bytes into line 3: its packet and byte counts
+	// there, the drops in the cold lines after.
 	Counters Counters
 
+	// The cold fields, read when an SA is set up, changed or reported.
+	Config *sa.SA
 	engine offload.Engine
+	ivFunc func(seq uint64, iv []byte) // Options.IV, known-answer tests only
 
 	// framed and framedBytes count packets as they are framed for sealing,
-	// so a hard lifetime holds exactly even with a batch in flight.
+	// so a hard lifetime holds exactly even with a batch in flight (only
+	// with a hard packet or byte lifetime).
 	framed, framedBytes atomic.Uint64
 
-	created time.Time
-	onSoft  func(*SA)
+	created   time.Time
+	onSoft    func(*SA)
+	softFired atomic.Bool
 
 	// frags remembers initial fragments' ports for the selector check of
 	// the fragments after them (fragment.go).
 	frags Fragments
+
+	// The SA fills its 512-byte size class: objects of the 480-byte class
+	// below it start on a cache line only every other time.
+	_ [32]byte
+}
+
+// saFlags are the SA's configuration that packets test, kept in line 0.
+type saFlags uint8
+
+const (
+	transportMode saFlags = 1 << iota // Config.Mode is sa.Transport
+	antiReplay                        // Config.ReplayWindow > 0
+	hasSelectors                      // len(Config.Selectors) > 0
+	countLimits                       // a packet or byte lifetime, soft or hard
+	hardCount                         // a hard packet or byte lifetime
+	fixedIV                           // Options.IV writes the IVs
+	reserves                          // Options.Reserve records the sequence bounds
+)
+
+func flagsOf(cfg *sa.SA, opts Options) saFlags {
+	var f saFlags
+	if cfg.Mode == sa.Transport {
+		f |= transportMode
+	}
+	if cfg.ReplayWindow > 0 {
+		f |= antiReplay
+	}
+	if len(cfg.Selectors) > 0 {
+		f |= hasSelectors
+	}
+	if cfg.Hard.Packets > 0 || cfg.Hard.Bytes > 0 {
+		f |= hardCount | countLimits
+	}
+	if cfg.Soft.Packets > 0 || cfg.Soft.Bytes > 0 {
+		f |= countLimits
+	}
+	if opts.IV != nil {
+		f |= fixedIV
+	}
+	if opts.Reserve != nil {
+		f |= reserves
+	}
+	return f
 }
 
 // history is what an SA has sent and seen: its sequence counter and
 // reservation, its replay window and the IV generator the counter drives.
 // An SA that continues another under a changed configuration shares it,
 // so that across the change no number is sent twice and no packet is
-// accepted twice, even one in flight on the old SA.
+// accepted twice, even one in flight on the old SA. Its first cache line
+// is what sealing uses, the next what opening uses.
 type history struct {
 	seq      atomic.Uint64 // last sequence number assigned
 	reserved atomic.Uint64 // the bound the last completed Reserve recorded
@@ -123,18 +183,18 @@ type history struct {
 	// keys: IV = seq XOR ivSalt, ivSalt random. For CBC, ivBlock is the
 	// IVKey's cipher and ivSalt the history's number under it: IV =
 	// E(seq ‖ ivSalt), unpredictable and never repeated (IVKey).
-	ivSalt    uint64
-	ivBlock   cipher.Block
-	reserving atomic.Bool // a reservation ahead of need is running
-
-	mu     sync.Mutex // guards window
-	window Window
-
-	reserveMu sync.Mutex // serialises Reserve calls
+	ivSalt  uint64
+	ivBlock cipher.Block
 	// retryAt is when (unix ns) a failed reservation may be tried again
 	// on the sealing goroutine: until then packets over the bound are
 	// dropped at once, not each held up by a failing write.
-	retryAt atomic.Int64
+	retryAt   atomic.Int64
+	reserveMu sync.Mutex  // serialises Reserve calls
+	reserving atomic.Bool // a reservation ahead of need is running
+	_         [4]byte     // the seal line ends here
+
+	mu     sync.Mutex // guards window
+	window Window
 }
 
 // Options tune an SA beyond its configuration.
@@ -245,6 +305,9 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 	if err := cfg.Suite.ValidateKeys(cfg.EncKey, cfg.AuthKey); err != nil {
 		return nil, fmt.Errorf("SA %#x: %w", cfg.SPI, err)
 	}
+	if cfg.TFCPad < 0 || cfg.TFCPad > math.MaxUint16 {
+		return nil, fmt.Errorf("SA %#x: tfc-pad %d outside 0…%d", cfg.SPI, cfg.TFCPad, math.MaxUint16)
+	}
 	if cfg.ReplayWindow < 0 || cfg.ReplayWindow > sa.MaxReplayWindow {
 		return nil, fmt.Errorf("SA %#x: replay window %d outside 0…%d", cfg.SPI, cfg.ReplayWindow, sa.MaxReplayWindow)
 	}
@@ -253,10 +316,14 @@ func NewSA(cfg *sa.SA, engine offload.Engine, opts Options) (*SA, error) {
 		return nil, fmt.Errorf("SA %#x: %s engine session: %w", cfg.SPI, engine.Name(), err)
 	}
 	s := &SA{
-		Config: cfg, suite: cfg.Suite, engine: engine, sess: sess,
-		block:  cfg.Suite.BlockLen(),
+		Config: cfg, engine: engine, sess: sess,
+		block:  uint8(cfg.Suite.BlockLen()),
 		layout: NewLayout(cfg.Suite, cfg.EncKey, cfg.ESN),
+		flags:  flagsOf(cfg, opts), spi: cfg.SPI,
 		onSoft: opts.OnSoftExpire, reserve: opts.Reserve, ivFunc: opts.IV,
+	}
+	if cfg.Mode == sa.Tunnel {
+		s.tfcPad = uint16(cfg.TFCPad)
 	}
 	now := time.Now
 	if opts.Now != nil {
@@ -345,7 +412,16 @@ func (s *SA) windowSize() int {
 }
 
 // SPI returns the SA's SPI.
-func (s *SA) SPI() uint32 { return s.Config.SPI }
+func (s *SA) SPI() uint32 { return s.spi }
+
+// Mode returns the SA's mode (Config.Mode), from the line a packet reads
+// anyway.
+func (s *SA) Mode() sa.Mode {
+	if s.flags&transportMode != 0 {
+		return sa.Transport
+	}
+	return sa.Tunnel
+}
 
 // Engine returns the offload engine the SA's crypto goes to.
 func (s *SA) Engine() offload.Engine { return s.engine }
@@ -356,8 +432,9 @@ func (s *SA) Close() error { return s.sess.Close() }
 // Overhead is the most ESP adds to an inner packet of n bytes, not counting
 // any outer IP or UDP header or TFC padding.
 func (s *SA) Overhead(n int) int {
-	padded := (n + 2 + s.block - 1) / s.block * s.block
-	return HeaderLen + s.layout.ivLen + padded - n + s.layout.icvLen
+	block := int(s.block)
+	padded := (n + 2 + block - 1) / block * block
+	return HeaderLen + int(s.layout.ivLen) + padded - n + int(s.layout.icvLen)
 }
 
 // Expired reports whether the SA passed a hard lifetime.
@@ -384,6 +461,9 @@ func (s *SA) fireSoft() {
 // account adds a processed packet to the lifetimes: it reports false when
 // the SA is (now) past a hard lifetime.
 func (s *SA) account(packets, bytes uint64) {
+	if s.flags&countLimits == 0 {
+		return
+	}
 	h, so := s.Config.Hard, s.Config.Soft
 	if (h.Packets > 0 && packets >= h.Packets) || (h.Bytes > 0 && bytes >= h.Bytes) {
 		s.expired.Store(true)

@@ -28,7 +28,7 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 	inner := p.Buf[p.Off : p.Off+p.Len]
 	var hdrLen, protoAt int
 	var nh uint8
-	if s.Config.Mode == sa.Transport {
+	if s.flags&transportMode != 0 {
 		var ok bool
 		hdrLen, nh, protoAt, ok = ipHeaderLen(inner)
 		if !ok {
@@ -46,17 +46,19 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 	}
 	payload := len(inner) - hdrLen
 	tfc := 0
-	if s.Config.TFCPad > payload && s.Config.Mode == sa.Tunnel {
-		tfc = s.Config.TFCPad - payload
+	if pad := int(s.tfcPad); pad > payload {
+		tfc = pad - payload
 	}
-	padLen := (s.block - (payload+tfc+2)%s.block) % s.block
-	espStart := p.Off + hdrLen - HeaderLen - s.layout.ivLen
-	start := p.Off - HeaderLen - s.layout.ivLen
-	end := p.Off + p.Len + tfc + padLen + 2 + s.layout.icvLen
+	block, ivLen := int(s.block), int(s.layout.ivLen)
+	padLen := (block - (payload+tfc+2)%block) % block
+	espStart := p.Off + hdrLen - HeaderLen - ivLen
+	start := p.Off - HeaderLen - ivLen
+	end := p.Off + p.Len + tfc + padLen + 2 + int(s.layout.icvLen)
 	if start < 0 || end > len(p.Buf) {
 		return s.reject(p, NoRoom)
 	}
-	if h := s.Config.Hard; h.Packets > 0 || h.Bytes > 0 {
+	if s.flags&hardCount != 0 {
+		h := s.Config.Hard
 		n, b := s.framed.Add(1), s.framedBytes.Add(uint64(p.Len))
 		if (h.Packets > 0 && n > h.Packets) || (h.Bytes > 0 && b > h.Bytes) {
 			s.expired.Store(true)
@@ -64,12 +66,12 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 		}
 	}
 	seq := s.seq.Add(1)
-	if (!s.Config.ESN && seq > math.MaxUint32) || seq == 0 {
+	if (!s.layout.esn && seq > math.MaxUint32) || seq == 0 {
 		s.seq.Store(math.MaxUint64) // stay exhausted, never wrap
 		return s.reject(p, SeqExhausted)
 	}
 	p.Seq = seq
-	if s.reserve != nil && !s.reserveFor(seq) {
+	if s.flags&reserves != 0 && !s.reserveFor(seq) {
 		return s.reject(p, SeqUnpersisted)
 	}
 
@@ -81,7 +83,7 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 	}
 	b := p.Buf
 	s.writeIV(b[espStart:], seq)
-	binary.BigEndian.PutUint32(b[espStart:], s.Config.SPI)
+	binary.BigEndian.PutUint32(b[espStart:], s.spi)
 	binary.BigEndian.PutUint32(b[espStart+4:], uint32(seq))
 	t := p.Off + p.Len
 	clear(b[t : t+tfc])
@@ -105,24 +107,25 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 // The encryption runs in the packet's own header bytes so the IV costs no
 // allocation; the header is written afterwards.
 func (s *SA) writeIV(esp []byte, seq uint64) {
-	if s.ivFunc != nil {
-		s.ivFunc(seq, esp[HeaderLen:HeaderLen+s.layout.ivLen])
+	ivLen := int(s.layout.ivLen)
+	if s.flags&fixedIV != 0 {
+		s.ivFunc(seq, esp[HeaderLen:HeaderLen+ivLen])
 		return
 	}
-	switch s.suite.Cipher {
+	switch s.layout.cipher {
 	case sa.CipherAESCBC, sa.Cipher3DES:
 		blk := esp[:16] // SPI, seq and IV for 3DES; the IV for AES
-		if s.layout.ivLen == 16 {
+		if ivLen == 16 {
 			blk = esp[HeaderLen : HeaderLen+16]
 		}
 		binary.BigEndian.PutUint64(blk[:8], seq)
 		binary.BigEndian.PutUint64(blk[8:], s.ivSalt)
 		s.ivBlock.Encrypt(blk, blk)
-		if s.layout.ivLen == 8 {
+		if ivLen == 8 {
 			copy(esp[HeaderLen:HeaderLen+8], blk[:8])
 		}
 	default: // the counter modes and AEADs (8-byte IVs)
-		if s.layout.ivLen == 8 {
+		if ivLen == 8 {
 			binary.BigEndian.PutUint64(esp[HeaderLen:], seq^s.ivSalt)
 		}
 	}

@@ -253,12 +253,12 @@ func (e *Endpoint) Handle(d Datagram) {
 		}
 		return
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
 	if h.Exchange == IKESAInit {
 		e.respondInit(d, h)
 		return
 	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	s := e.sas[ours]
 	if s == nil || s.initiator != !h.FromInitiator() {
 		e.count("request for an unknown IKE SA")

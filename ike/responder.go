@@ -11,19 +11,20 @@ import (
 // respondInit answers an IKE_SA_INIT request (RFC 7296 §1.2): a COOKIE
 // demand above the half-open threshold, an INVALID_KE_PAYLOAD for the
 // wrong group, NO_PROPOSAL_CHOSEN, or SA, KE, Nr and NAT detection.
+//
+// The Diffie-Hellman work, most of an IKE_SA_INIT's cost, runs without
+// the endpoint's lock, so that requests handed to Handle on several
+// goroutines (Transport.Serve) share the CPUs; what it decided before is
+// checked again after.
 func (e *Endpoint) respondInit(d Datagram, h Header) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	if !h.FromInitiator() || h.MessageID != 0 {
 		e.count("IKE_SA_INIT request not from an initiator")
 		return
 	}
 	key := halfOpenKey{d.Remote, h.SPIi}
-	if s := e.halfOpen[key]; s != nil {
-		if bytes.Equal(s.initReq, d.Data) {
-			e.count("retransmitted request answered again")
-			e.send(Datagram{Data: s.initResp, Local: d.Local, Remote: d.Remote})
-			return
-		}
-		e.count("IKE_SA_INIT request with a used SPI")
+	if e.answeredInit(key, d) {
 		return
 	}
 	if h.SPIr != 0 {
@@ -87,15 +88,29 @@ func (e *Endpoint) respondInit(d Datagram, h Header) {
 		e.count(reason)
 		e.cfg.Log.Debug("IKE_SA_INIT refused", "from", d.Remote, "reason", reason, "err", err)
 	}
+	e.mu.Unlock()
 	dh, err := suite.group.generate(e.cfg.Rand)
-	if err != nil {
+	var gir []byte
+	if err == nil {
+		gir, err = dh.Shared(ke.Data)
+	}
+	e.mu.Lock()
+	if dh == nil {
 		fail("key exchange failed", err)
 		return
 	}
-	gir, err := dh.Shared(ke.Data)
 	if err != nil {
 		fail("bad KE payload", err)
 		e.notifyInit(d, h, NotifyInvalidSyntax, nil)
+		return
+	}
+	// Meanwhile the same request may have been answered, or others
+	// filled the half-open table.
+	if e.answeredInit(key, d) {
+		return
+	}
+	if len(e.halfOpen) >= e.cfg.MaxHalfOpen {
+		e.count("half-open limit reached")
 		return
 	}
 	spir, err := e.randomSPI()
@@ -151,6 +166,23 @@ func (e *Endpoint) respondInit(d Datagram, h Header) {
 	if err := e.send(Datagram{Data: s.initResp, Local: d.Local, Remote: d.Remote}); err != nil {
 		e.count("response not sent")
 	}
+}
+
+// answeredInit answers again a retransmitted IKE_SA_INIT request of a
+// half-open SA and drops another request with its SPI: true when the
+// request was one of these. e.mu is held.
+func (e *Endpoint) answeredInit(key halfOpenKey, d Datagram) bool {
+	s := e.halfOpen[key]
+	if s == nil {
+		return false
+	}
+	if bytes.Equal(s.initReq, d.Data) {
+		e.count("retransmitted request answered again")
+		e.send(Datagram{Data: s.initResp, Local: d.Local, Remote: d.Remote})
+		return true
+	}
+	e.count("IKE_SA_INIT request with a used SPI")
+	return true
 }
 
 // notifyInit answers an IKE_SA_INIT request with one notification and no

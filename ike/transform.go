@@ -82,11 +82,16 @@ func (p prfAlg) plus(key, seed []byte, n int) ([]byte, error) {
 	if n > 255*p.size {
 		return nil, fmt.Errorf("prf+ asked for %d bytes, more than 255 blocks of %d", n, p.size)
 	}
+	// One HMAC for every block: Tk-1 is the block last appended.
+	m := hmac.New(p.hash, key)
 	out := make([]byte, 0, n+p.size)
-	var t []byte
-	for i := 1; len(out) < n; i++ {
-		t = p.sum(key, t, seed, []byte{byte(i)})
-		out = append(out, t...)
+	for k := 1; len(out) < n; k++ {
+		prev := out[max(len(out)-p.size, 0):]
+		m.Reset()
+		m.Write(prev)
+		m.Write(seed)
+		m.Write([]byte{byte(k)})
+		out = m.Sum(out)
 	}
 	return out[:n], nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
 	"sync"
 )
 
@@ -65,24 +66,37 @@ func (t *Transport) Send(d Datagram) error {
 }
 
 // Serve reads both sockets and hands each IKE message to e until ctx ends
-// or the transport is closed.
+// or the transport is closed, on as many goroutines as there are CPUs (a
+// reader waits while all are busy): the Diffie-Hellman work of one
+// IKE_SA_INIT does not hold up the others.
 func (t *Transport) Serve(ctx context.Context, e *Endpoint) error {
 	stop := context.AfterFunc(ctx, func() { t.Close() })
 	defer stop()
+	work := make(chan Datagram)
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for d := range work {
+				e.Handle(d)
+			}
+		})
+	}
 	errs := make(chan error, 2)
 	for _, c := range []*net.UDPConn{t.ike, t.natt} {
-		go func() { errs <- t.read(c, e) }()
+		go func() { errs <- t.read(c, e, work) }()
 	}
 	err := <-errs
 	t.Close()
 	<-errs
+	close(work)
+	wg.Wait()
 	if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 		return nil
 	}
 	return err
 }
 
-func (t *Transport) read(c *net.UDPConn, e *Endpoint) error {
+func (t *Transport) read(c *net.UDPConn, e *Endpoint, work chan<- Datagram) error {
 	buf := make([]byte, MaxMessageLen+4)
 	natt := c == t.natt
 	port := t.ikePort
@@ -107,7 +121,7 @@ func (t *Transport) read(c *net.UDPConn, e *Endpoint) error {
 			data = data[4:]
 		}
 		from = netip.AddrPortFrom(from.Addr().Unmap(), from.Port())
-		e.Handle(Datagram{Data: append([]byte(nil), data...), Local: netip.AddrPortFrom(t.local, port), Remote: from})
+		work <- Datagram{Data: append([]byte(nil), data...), Local: netip.AddrPortFrom(t.local, port), Remote: from}
 	}
 }
 

@@ -29,9 +29,6 @@ func NewWaiter(e Engine) *Waiter {
 
 func (w *Waiter) signal(*Batch) { w.done <- struct{}{} }
 
-// Engine returns the engine the Waiter runs batches on.
-func (w *Waiter) Engine() Engine { return w.engine }
-
 // Run has the engine work ops and returns when every op has its Status.
 func (w *Waiter) Run(ctx context.Context, ops []*Op) error {
 	if len(ops) == 0 {

@@ -202,6 +202,7 @@ func TestParseXFRMStates(t *testing.T) {
 		"\tproto esp spi 0x1(1) reqid 1(0x1) mode tunnel\n",
 		"src 192.0.2.1 dst 192.0.2.2\n\tproto esp spi 0x1001 mode tunnel\n\tenc cbc(aes) <<Keys hidden>>\n\tlifetime current:\n\t  x(bytes), 1(packets)\n",
 		"src 192.0.2.1 dst 192.0.2.2\n\treplay-window 0 seq 0x0 flag  (0x0)\n",
+		"src 192.0.2.1 dst 192.0.2.2\n\tanti-replay\n",
 	} {
 		if _, err := ParseXFRMStates("bad", []byte(bad)); err == nil {
 			t.Errorf("ParseXFRMStates(%q): no error", bad)

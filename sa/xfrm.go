@@ -208,14 +208,13 @@ type xfrmListing struct {
 	counters bool // ParseXFRMStates: keys may be hidden, SAs are not validated
 	states   []XFRMState
 	cur      *XFRMState
-	start    int    // line of cur's header
-	entry    string // cur's name in errors
-	bad      bool   // cur had an error: dropped at its end
-	section  string // the multi-line block being read
-	keyed    bool   // cur has an enc or aead line
-	proto    bool   // cur has its proto line
-	stats    bool   // cur's listing was made with -s (it shows the extra flags)
-	afUnspec bool   // cur has flag af-unspec
+	b        *xfrmState // reads cur's words
+	start    int        // line of cur's header
+	entry    string     // cur's name in errors
+	bad      bool       // cur had an error: dropped at its end
+	section  string     // the multi-line block being read
+	proto    bool       // cur has its proto line
+	stats    bool       // cur's listing was made with -s (it shows the extra flags)
 	lines    map[spiDst]int
 }
 
@@ -233,11 +232,11 @@ func (p *xfrmListing) finish() {
 		p.fail(p.start, p.entry, "proto", errors.New("missing: want \"proto esp spi …\""))
 		return
 	}
-	if !p.keyed {
+	if !p.b.keyed {
 		p.fail(p.start, p.entry, "enc", errors.New("missing: an ESP state needs an enc or aead line"))
 		return
 	}
-	pinInnerFamily(s, p.afUnspec)
+	p.b.finish()
 	if !p.stats && !p.counters {
 		p.fail(p.start, p.entry, "", errors.New("listed without -s, which hides the state's extra flags (dont-encap-dscp): list it with `ip -s xfrm state`"))
 		return
@@ -270,15 +269,12 @@ func (p *xfrmListing) line(n int, line string) {
 			p.fail(n, "", "", fmt.Errorf("want a state header \"src ADDR dst ADDR\", got %s", secret.Word(f[0], "src")))
 			return
 		}
-		p.cur, p.start, p.bad, p.section, p.keyed, p.proto, p.stats, p.afUnspec = &XFRMState{SA: &SA{}}, n, false, "", false, false, false, false
+		p.cur, p.start, p.bad, p.section, p.proto, p.stats = &XFRMState{SA: &SA{}}, n, false, "", false, false
+		p.b = &xfrmState{s: p.cur.SA, listing: true, lenient: p.counters, named: func(spi uint32) {
+			p.entry = fmt.Sprintf("state %s→%s spi %#x", p.cur.Src, p.cur.Dst, spi)
+		}}
 		p.entry = fmt.Sprintf("state %s→%s", strings.Trim(secret.Number(f[1]), `"`), strings.Trim(secret.Number(f[3]), `"`))
-		var err error
-		if p.cur.Src, err = netip.ParseAddr(f[1]); err != nil {
-			p.failCur(n, "src", fmt.Errorf("%s is not an IP address", secret.Number(f[1])))
-		}
-		if p.cur.Dst, err = netip.ParseAddr(f[3]); err != nil {
-			p.failCur(n, "dst", fmt.Errorf("%s is not an IP address", secret.Number(f[3])))
-		}
+		p.stateWords(n, f[:4])
 		return
 	}
 	if p.cur == nil {
@@ -291,55 +287,23 @@ func (p *xfrmListing) line(n int, line string) {
 	s, st := p.cur.SA, p.cur
 	switch {
 	case f[0] == "proto":
-		p.protoLine(n, f)
+		// proto esp spi 0x00001001(4097) reqid 1(0x00000001) mode tunnel
+		if !slices.Contains(f, "spi") || !slices.Contains(f, "mode") {
+			p.failCur(n, "proto", errors.New("want \"proto esp spi SPI reqid N mode MODE\""))
+			return
+		}
+		p.proto = p.stateWords(n, f)
 	case f[0] == "replay-window" && p.section != "stats":
 		// replay-window N seq 0x… flag esn af-unspec (0x…)
-		if len(f) < 2 {
-			p.failCur(n, "replay-window", errors.New("missing value"))
-			return
-		}
-		w, err := strconv.Atoi(f[1])
-		if err != nil {
-			p.failCur(n, "replay-window", fmt.Errorf("%s is not a number", secret.Number(f[1])))
-			return
-		}
-		if w != 0 || s.ReplayWindow == 0 {
-			s.ReplayWindow = w
-		}
 		p.stats = len(f) > 3 && f[2] == "seq"
-		if i := slices.Index(f, "flag"); i >= 0 {
-			p.flagWords(n, f[i:])
-		} else if i := slices.Index(f, "extra_flag"); i >= 0 {
-			p.flagWords(n, f[i:])
-		}
-	case f[0] == "flag" || f[0] == "extra_flag":
-		p.flagWords(n, f)
-	case f[0] == "enc" || f[0] == "aead" || f[0] == "auth-trunc" || f[0] == "auth":
-		p.algLine(n, f)
-	case f[0] == "encap":
-		// encap type espinudp sport 4500 dport 4500 addr 0.0.0.0
-		kv := pairs(f[1:])
-		if kv["type"] != "espinudp" {
-			p.failCur(n, "encap", fmt.Errorf("type %s: only espinudp (RFC 3948) is supported", secret.Word(kv["type"], "espinudp")))
-			return
-		}
-		s.Encap = EncapUDP
-		for _, x := range []struct {
-			key string
-			dst *uint16
-		}{{"sport", &s.SrcPort}, {"dport", &s.DstPort}} {
-			v, err := strconv.ParseUint(kv[x.key], 10, 16)
-			if err != nil {
-				p.failCur(n, "encap "+x.key, fmt.Errorf("%s is not a port", secret.Number(kv[x.key])))
-				return
-			}
-			*x.dst = uint16(v)
-		}
+		p.stateWords(n, f)
+	case f[0] == "flag" || f[0] == "extra_flag" || f[0] == "enc" || f[0] == "aead" || f[0] == "auth-trunc" || f[0] == "auth" || f[0] == "encap" || f[0] == "tfcpad":
+		p.stateWords(n, f)
 	case f[0] == "anti-replay" && slices.Contains(f, "esn"):
 		p.section = "esn"
 	case f[0] == "anti-replay":
 		// anti-replay context: seq 0x0, oseq 0x7, bitmap 0x00000000
-		kv := pairs(f[2:])
+		kv := pairs(f[min(2, len(f)):])
 		seq, err := parseHex64(kv["seq"])
 		o, err2 := parseHex64(kv["oseq"])
 		if err = errors.Join(err, err2); err != nil {
@@ -373,15 +337,8 @@ func (p *xfrmListing) line(n int, line string) {
 	case p.section == "esn" && isHexWord(f[0]):
 		// the bitmap's words
 	case f[0] == "sel":
-		p.selLine(n, f)
+		p.stateWords(n, f)
 		p.section = ""
-	case f[0] == "tfcpad" && len(f) >= 2:
-		v, err := strconv.Atoi(f[1])
-		if err != nil {
-			p.failCur(n, "tfcpad", fmt.Errorf("%s is not a number", secret.Number(f[1])))
-			return
-		}
-		s.TFCPad = v
 	case f[0] == "lifetime" && len(f) > 1 && f[1] == "config:":
 		p.section = "config"
 	case f[0] == "lifetime" && len(f) > 1 && f[1] == "current:":
@@ -417,7 +374,7 @@ func (p *xfrmListing) line(n int, line string) {
 		// when the state was added and used
 	case f[0] == "lastused" || f[0] == "crypto" && p.section == "":
 	case f[0] == "if_id" || f[0] == "output-mark" || f[0] == "mark" && slices.Contains(f, "output-mark") && p.counters:
-		p.markLine(n, f)
+		p.stateWords(n, f)
 	case slices.Contains([]string{"mark", "offload", "security", "coaddr", "comp", "ctx"}, f[0]):
 		if p.counters {
 			return // the counters do not depend on it
@@ -425,66 +382,6 @@ func (p *xfrmListing) line(n int, line string) {
 		p.failCur(n, f[0], errors.New("not supported by espgw: the state would not behave the same"))
 	default:
 		p.failCur(n, "", fmt.Errorf("unknown line starting %s", secret.Word(f[0], listingWords...)))
-	}
-}
-
-// flagWords reads "flag noecn esn … extra_flag dont-encap-dscp … (0x…)",
-// inline on the replay-window line or on a line of its own. iproute2
-// prints no space after the last state flag, so it may run into
-// "extra_flag" ("esnextra_flag").
-func (p *xfrmListing) flagWords(n int, f []string) {
-	var words []string
-	for _, w := range f {
-		if name, ok := strings.CutSuffix(w, "extra_flag"); ok && name != "" {
-			words = append(words, name, "extra_flag")
-			continue
-		}
-		words = append(words, w)
-	}
-	kind := ""
-	for _, w := range words {
-		switch {
-		case w == "flag" || w == "extra_flag":
-			kind = w
-		case strings.HasPrefix(w, "(0x"):
-			return // the flags again, as bits
-		default:
-			p.afUnspec = p.afUnspec || kind == "flag" && w == "af-unspec"
-			if err := xfrmFlag(p.cur.SA, kind, w); err != nil && !p.counters {
-				p.failCur(n, kind, err)
-				return
-			}
-		}
-	}
-}
-
-// markLine reads "if_id 0x7" and "output-mark 0x10/0xff" (after "mark
-// V/M", which a counters listing may have).
-func (p *xfrmListing) markLine(n int, f []string) {
-	s := p.cur.SA
-	if i := slices.Index(f, "if_id"); i >= 0 {
-		if i+1 >= len(f) {
-			p.failCur(n, "if_id", errors.New("missing value"))
-			return
-		}
-		id, err := strconv.ParseUint(f[i+1], 0, 32)
-		if err != nil {
-			p.failCur(n, "if_id", fmt.Errorf("%s is not a 32-bit number", secret.Number(f[i+1])))
-			return
-		}
-		s.IfID = uint32(id)
-	}
-	if i := slices.Index(f, "output-mark"); i >= 0 {
-		if i+1 >= len(f) {
-			p.failCur(n, "output-mark", errors.New("missing value"))
-			return
-		}
-		m, err := ParseMark(f[i+1])
-		if err != nil {
-			p.failCur(n, "output-mark", err)
-			return
-		}
-		s.OutputMark = m
 	}
 }
 
@@ -541,36 +438,15 @@ var (
 	xfrmExtraFlags = []string{"dont-encap-dscp", "oseq-may-wrap"}
 )
 
+// stateWords reads the words of line n of the current state with the
+// commands' reader, and reports whether they were right.
+func (p *xfrmListing) stateWords(n int, f []string) bool {
+	return p.b.words(commandSpelling(f, p.counters), func(field string, err error) { p.failCur(n, field, err) })
+}
+
 func (p *xfrmListing) failCur(line int, field string, err error) {
 	p.bad = true
 	p.fail(line, p.entry, field, err)
-}
-
-// protoLine reads "proto esp spi 0x00001001(4097) reqid 1(0x00000001) mode tunnel".
-func (p *xfrmListing) protoLine(n int, f []string) {
-	kv := pairs(f)
-	if kv["proto"] != "esp" {
-		p.failCur(n, "proto", fmt.Errorf("%s: only esp states are supported", secret.Word(kv["proto"], "esp")))
-		return
-	}
-	spiText, _, _ := strings.Cut(kv["spi"], "(")
-	spi, err := strconv.ParseUint(spiText, 0, 32)
-	if err != nil {
-		p.failCur(n, "spi", fmt.Errorf("%s is not a 32-bit number", secret.Number(kv["spi"])))
-		return
-	}
-	p.cur.SPI = uint32(spi)
-	p.entry = fmt.Sprintf("state %s→%s spi %#x", p.cur.Src, p.cur.Dst, p.cur.SPI)
-	switch kv["mode"] {
-	case "tunnel":
-		p.cur.Mode = Tunnel
-	case "transport":
-		p.cur.Mode = Transport
-	default:
-		p.failCur(n, "mode", fmt.Errorf("%s: want tunnel or transport", secret.Word(kv["mode"], "tunnel", "transport")))
-		return
-	}
-	p.proto = true
 }
 
 // xfrmAEAD is a kernel AEAD template and the ICV length in bits that,
@@ -579,31 +455,6 @@ type xfrmAEAD struct {
 	name string
 	bits int
 	c    Cipher
-}
-
-// algLine reads "enc cbc(aes) 0x…", "auth-trunc hmac(sha1) 0x… 96",
-// "auth hmac(sha1) 0x…" and "aead rfc4106(gcm(aes)) 0x… 128" (or another
-// of xfrmAEADs).
-func (p *xfrmListing) algLine(n int, f []string) {
-	s := p.cur.SA
-	if len(f) == 2 && (f[1] == "ecb(cipher_null)" || f[1] == "cipher_null") {
-		f = append(f, "")
-	}
-	if len(f) < 3 {
-		p.failCur(n, f[0], errors.New("want ALGORITHM KEY"))
-		return
-	}
-	key, rest := f[2], f[3:]
-	if p.counters && key == "<<Keys" && len(rest) > 0 && rest[0] == "hidden>>" {
-		key, rest = hiddenKeys, rest[1:] // a nokeys listing: the counters need no keys
-	}
-	if err := xfrmAlgorithm(s, f[0], f[1], key, rest); err != nil {
-		p.failCur(n, f[0], err)
-		return
-	}
-	if f[0] == "enc" || f[0] == "aead" {
-		p.keyed = true
-	}
 }
 
 // xfrmAlgorithm applies one algorithm of iproute2's ALGO to s: kind is
@@ -697,18 +548,6 @@ func xfrmAlgorithm(s *SA, kind, name, key string, rest []string) error {
 		s.Suite.Auth, s.AuthKey = a, k
 	}
 	return nil
-}
-
-// selLine reads "sel src 198.51.100.0/24 dst 203.0.113.0/24 proto tcp sport 22 dport 0 uid 0".
-func (p *xfrmListing) selLine(n int, f []string) {
-	sel, err := xfrmSelector(f[1:])
-	if err != nil {
-		p.failCur(n, "sel", err)
-		return
-	}
-	if sel != (Selector{}) {
-		p.cur.Selectors = []Selector{sel}
-	}
 }
 
 // xfrmSelector reads iproute2's SELECTOR words; any/any is the zero

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 )
 
 // ParseXFRMCommands reads `ip xfrm state add` and `ip xfrm policy add`
@@ -165,242 +164,18 @@ func (p *xfrmScript) command(line int, words []string) {
 
 // state reads the ID and options of ip xfrm state add.
 func (p *xfrmScript) state(line int, f []string) {
-	s := &SA{}
 	entry := "xfrm state add"
-	var reqid uint32
-	var seqLo, seqHi uint64
 	fail := func(field string, err error) { p.fail(line, entry, field, err) }
-	keyed, afUnspec := false, false
-	for i := 0; i < len(f); i++ {
-		w := f[i]
-		need := func(n int) bool {
-			if i+n >= len(f) {
-				fail(w, fmt.Errorf("missing value (want %d)", n))
-				return false
-			}
-			return true
-		}
-		num := func(bits int) (uint64, bool) {
-			if !need(1) {
-				return 0, false
-			}
-			i++
-			v, err := strconv.ParseUint(f[i], 0, bits)
-			if err != nil {
-				fail(w, fmt.Errorf("%s is not a number", secret.Number(f[i])))
-				return 0, false
-			}
-			return v, true
-		}
-		switch w {
-		case "src", "dst":
-			if !need(1) {
-				return
-			}
-			i++
-			a, err := netip.ParseAddr(f[i])
-			if err != nil {
-				fail(w, fmt.Errorf("%s is not an IP address", secret.Number(f[i])))
-				return
-			}
-			if w == "src" {
-				s.Src = a
-			} else {
-				s.Dst = a
-			}
-		case "proto":
-			if !need(1) {
-				return
-			}
-			i++
-			if f[i] != "esp" {
-				fail(w, fmt.Errorf("%s: only esp states are supported", secret.Word(f[i], "esp")))
-				return
-			}
-		case "spi":
-			v, ok := num(32)
-			if !ok {
-				return
-			}
-			s.SPI = uint32(v)
-			entry = fmt.Sprintf("xfrm state add spi %#x", s.SPI)
-		case "reqid":
-			v, ok := num(32)
-			if !ok {
-				return
-			}
-			reqid = uint32(v)
-		case "mode":
-			if !need(1) {
-				return
-			}
-			i++
-			switch f[i] {
-			case "tunnel":
-				s.Mode = Tunnel
-			case "transport":
-				s.Mode = Transport
-			default:
-				fail(w, fmt.Errorf("%s: want tunnel or transport", secret.Word(f[i], "tunnel", "transport")))
-				return
-			}
-		case "replay-window":
-			v, ok := num(32)
-			if !ok {
-				return
-			}
-			s.ReplayWindow = int(min(v, 1<<20))
-		case "replay-seq", "replay-seq-hi":
-			if _, ok := num(32); !ok {
-				return
-			}
-		case "replay-oseq":
-			v, ok := num(32)
-			if !ok {
-				return
-			}
-			seqLo = v
-		case "replay-oseq-hi":
-			v, ok := num(32)
-			if !ok {
-				return
-			}
-			seqHi = v
-		case "flag", "extra-flag":
-			known := xfrmStateFlags
-			if w == "extra-flag" {
-				known = xfrmExtraFlags
-			}
-			if i+1 >= len(f) || !slices.Contains(known, f[i+1]) && !isFlagNumber(f[i+1]) {
-				fail(w, fmt.Errorf("want a flag (%s)", strings.Join(known, ", ")))
-				return
-			}
-			for i+1 < len(f) && (slices.Contains(known, f[i+1]) || isFlagNumber(f[i+1])) {
-				i++
-				name := f[i]
-				if isFlagNumber(name) {
-					fail(w, fmt.Errorf("%s as a number: name the flags (%s)", secret.Number(name), strings.Join(known, ", ")))
-					return
-				}
-				afUnspec = afUnspec || w == "flag" && name == "af-unspec"
-				if err := xfrmFlag(s, w, name); err != nil {
-					fail(w, err)
-					return
-				}
-			}
-		case "if_id":
-			v, ok := num(32)
-			if !ok {
-				return
-			}
-			s.IfID = uint32(v)
-		case "output-mark":
-			v, ok := num(32)
-			if !ok {
-				return
-			}
-			mask := uint64(0xffffffff)
-			if i+2 < len(f) && f[i+1] == "mask" {
-				i++
-				if mask, ok = num(32); !ok {
-					return
-				}
-			}
-			m, err := ParseMark(fmt.Sprintf("%d/%d", v, mask))
-			if err != nil {
-				fail(w, err)
-				return
-			}
-			s.OutputMark = m
-		case "enc", "auth", "auth-trunc", "aead":
-			n := 2
-			if w == "auth-trunc" || w == "aead" {
-				n = 3
-			}
-			if !need(n) {
-				return
-			}
-			if err := xfrmAlgorithm(s, w, f[i+1], f[i+2], f[i+3:i+1+n]); err != nil {
-				fail(w, err)
-				return
-			}
-			keyed = keyed || w == "enc" || w == "aead"
-			i += n
-		case "encap":
-			if !need(4) {
-				return
-			}
-			if f[i+1] != "espinudp" {
-				fail(w, fmt.Errorf("%s: only espinudp (RFC 3948) is supported", secret.Word(f[i+1], "espinudp")))
-				return
-			}
-			sp, err1 := strconv.ParseUint(f[i+2], 10, 16)
-			dp, err2 := strconv.ParseUint(f[i+3], 10, 16)
-			if err1 != nil || err2 != nil {
-				fail(w, errors.New("want encap espinudp SPORT DPORT OADDR with numeric ports"))
-				return
-			}
-			s.Encap, s.SrcPort, s.DstPort = EncapUDP, uint16(sp), uint16(dp)
-			i += 4
-		case "tfcpad":
-			v, ok := num(16)
-			if !ok {
-				return
-			}
-			s.TFCPad = int(v)
-		case "limit":
-			if !need(2) {
-				return
-			}
-			kind := f[i+1]
-			i++
-			v, ok := num(64)
-			if !ok {
-				return
-			}
-			l := &s.Soft
-			if strings.HasSuffix(kind, "-hard") {
-				l = &s.Hard
-			}
-			switch kind {
-			case "byte-soft", "byte-hard":
-				l.Bytes = v
-			case "packet-soft", "packet-hard":
-				l.Packets = v
-			case "time-soft", "time-hard":
-				l.Time = time.Duration(min(v, 1<<33)) * time.Second
-			default:
-				fail("limit", fmt.Errorf("%s is not supported (want byte-, packet- or time-soft|hard)", secret.Word(kind, "byte-soft", "byte-hard", "packet-soft", "packet-hard", "time-soft", "time-hard")))
-				return
-			}
-		case "sel":
-			j := i + 1
-			for j+1 < len(f) && slices.Contains([]string{"src", "dst", "proto", "sport", "dport", "uid", "dev", "type", "code"}, f[j]) {
-				j += 2
-			}
-			sel, err := xfrmSelector(f[i+1 : j])
-			if err != nil {
-				fail("sel", err)
-				return
-			}
-			if sel != (Selector{}) {
-				s.Selectors = []Selector{sel}
-			}
-			i = j - 1
-		default:
-			fail("", fmt.Errorf("unknown or unsupported word %s", secret.Word(w, stateWords...)))
-			return
-		}
+	b := &xfrmState{s: &SA{}, named: func(spi uint32) { entry = fmt.Sprintf("xfrm state add spi %#x", spi) }}
+	if !b.words(f, fail) {
+		return
 	}
-	if !keyed {
+	s := b.s
+	if !b.keyed {
 		fail("enc", errors.New("missing: an ESP state needs enc or aead"))
 		return
 	}
-	if s.Encap == EncapNone && (s.SrcPort != 0 || s.DstPort != 0) {
-		s.SrcPort, s.DstPort = 0, 0
-	}
-	s.InitialSeq = seqHi<<32 | seqLo
-	pinInnerFamily(s, afUnspec)
+	b.finish()
 	if err := s.Validate(); err != nil {
 		fail("", err)
 		return
@@ -411,9 +186,9 @@ func (p *xfrmScript) state(line int, f []string) {
 			return
 		}
 	}
-	if reqid != 0 {
-		if _, dup := p.reqids[reqid]; !dup {
-			p.reqids[reqid] = s
+	if b.reqid != 0 {
+		if _, dup := p.reqids[b.reqid]; !dup {
+			p.reqids[b.reqid] = s
 		}
 	}
 	p.sas = append(p.sas, s)

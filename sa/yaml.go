@@ -195,6 +195,16 @@ func (p *yamlParser) scalar(f field, entry string) (string, bool) {
 	return f.Val.Value, true
 }
 
+// scalarField is the field name of fs and its scalar text, with ok false
+// when it is absent or (reported) not a single value.
+func (p *yamlParser) scalarField(fs fieldSet, entry, name string) (f field, text string, ok bool) {
+	if f, ok = fs.Get(name); !ok {
+		return f, "", false
+	}
+	text, ok = p.scalar(f, entry)
+	return f, text, ok
+}
+
 func (p *yamlParser) config(doc *yaml.Node) *Config {
 	root := doc
 	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
@@ -371,14 +381,7 @@ func (p *yamlParser) sa(i int, n *yaml.Node) (*SA, string) {
 	if resolve(n).Kind != yaml.MappingNode {
 		return nil, entry
 	}
-	str := func(name string) (field, string, bool) {
-		f, ok := fs.Get(name)
-		if !ok {
-			return f, "", false
-		}
-		v, ok := p.scalar(f, entry)
-		return f, v, ok
-	}
+	str := func(name string) (field, string, bool) { return p.scalarField(fs, entry, name) }
 	if f, v, ok := str("mode"); ok {
 		switch v {
 		case "tunnel":
@@ -719,14 +722,7 @@ func (p *yamlParser) selector(n *yaml.Node, entry string, extra []string) (Selec
 
 func (p *yamlParser) selectorFrom(fs fieldSet, entry string, n *yaml.Node) Selector {
 	var sel Selector
-	str := func(name string) (field, string, bool) {
-		f, ok := fs.Get(name)
-		if !ok {
-			return f, "", false
-		}
-		v, ok := p.scalar(f, entry)
-		return f, v, ok
-	}
+	str := func(name string) (field, string, bool) { return p.scalarField(fs, entry, name) }
 	if f, v, ok := str("src"); ok {
 		pf, err := ParsePrefix(v)
 		if err != nil {

@@ -50,4 +50,4 @@ go test -count=1 -short \
   ./offload ./offload/cpu ./offload/aesni/... ./offload/afalg/internal/kcapi ./offload/engines ./internal/cli \
   ./internal/lab/sim/... ./internal/lab/layout ./internal/lab/kernelpeer/agent ./internal/lab/kernelpeer/cmd/prepare ./internal/lab/kernelpeer/ctl ./internal/lab/scapy ./scenarios \
   ./internal/lab/impair ./internal/lab/labyaml ./internal/lab/pcapgen ./internal/lab/speed ./internal/lab/testbed \
-  ./internal/lab/figures ./internal/lab/runinfo ./internal/lab/certgen
+  ./internal/lab/figures ./internal/lab/runinfo ./internal/lab/certgen ./internal/lab/charonguest

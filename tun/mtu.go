@@ -58,14 +58,6 @@ func lcm(a, b int) int {
 	return a / x * b
 }
 
-// Packet returns the outer packet length for an inner packet of innerLen
-// bytes with minimal padding.
-func (o Overhead) Packet(innerLen int) int {
-	a := o.align()
-	payload := (innerLen + espTrailer + a - 1) / a * a
-	return o.OuterIP + o.UDP + o.ESPHeader + o.IV + payload + o.ICV
-}
-
 // InnerMTU returns the largest inner packet whose ESP packet, padded to the
 // block boundary, fits in outerMTU, so a path of outerMTU bytes never
 // fragments the tunnel's packets.

@@ -21,6 +21,7 @@ func newBench() *cobra.Command {
 	var tunnels string
 	var reconfig time.Duration
 	var controlAdds int
+	var ikeOpts bench.IKEOptions
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure tunnels under load, RFC 2544 style, beside plain routing and wireguard-go",
@@ -45,9 +46,22 @@ TCP, the zero-loss rate of a load spread round-robin over every tunnel (and
 its ratio to the first count's), the packets lost at half that rate while one
 tunnel is added and removed next to the live ones and while a live one is
 rekeyed make-before-break, and SAs added per second through the control
-socket.`,
+socket.
+
+With --ike-tunnels N it measures IKEv2 tunnel setup instead: N tunnels
+(IKE_SA_INIT, then IKE_AUTH with the first CHILD_SA, a PSK) set up from gw1 to
+gw2 for each pair of initiator and responder among espgw's IKE and
+strongSwan's charon (--ike-sides; charon with kernel-libipsec, initiating
+through stroke up-nb, one IKE SA each), --ike-parallel of them in flight: the
+time until all were established and tunnels per second; then, with espgw
+initiating, every CHILD_SA rekeyed (CREATE_CHILD_SA with REKEY_SA): rekeys per
+second; the memory per tunnel of espgw against espgw; and the ratios of the
+pairs, all in one run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if ikeOpts.Tunnels > 0 {
+				return benchIKE(cmd, ikeOpts, asJSON, quiet, save)
+			}
 			if tunnels != "" {
 				return benchTunnels(cmd, o, tunnels, encaps, frames, reconfig, controlAdds, asJSON, quiet, save)
 			}
@@ -116,7 +130,33 @@ socket.`,
 	f.StringVar(&tunnels, "tunnels", "", "measure tunnel scale at these tunnel counts, comma-separated (e.g. 1,100,1000,10000)")
 	f.DurationVar(&reconfig, "reconfig-time", 2*time.Second, "--tunnels: length of the loads during a tunnel's add/remove and a rekey")
 	f.IntVar(&controlAdds, "control-adds", 5000, "--tunnels: SAs added through the control socket to measure its rate")
+	f.IntVar(&ikeOpts.Tunnels, "ike-tunnels", 0, "measure IKEv2 tunnel setup and CHILD_SA rekey with this many tunnels per initiator and responder")
+	f.IntVar(&ikeOpts.Parallel, "ike-parallel", 8, "--ike-tunnels: setups and rekeys in flight per initiator")
+	f.StringSliceVar(&ikeOpts.Sides, "ike-sides", nil, "--ike-tunnels: implementations measured as initiator and responder, comma-separated: espgw, charon (default both, charon when installed)")
+	f.StringVar(&ikeOpts.IKE, "ike-proposals", "aes128-sha256-x25519", "--ike-tunnels: IKE proposals, strongSwan syntax")
+	f.StringVar(&ikeOpts.ESP, "esp-proposals", "aes128gcm16", "--ike-tunnels: ESP proposals, strongSwan syntax")
+	f.IntVar(&ikeOpts.GatewayTunnels, "ike-gateway-tunnels", 0, "--ike-tunnels: also run an espgw gateway pair that negotiates this many tunnels itself: time to all up and carrying traffic, gw2's memory per tunnel, every CHILD_SA rekeyed under load with the packets lost")
+	f.StringVar(&ikeOpts.Dir, "ike-dir", "", "--ike-tunnels: keep charon's configurations and logs in this folder")
+	f.DurationVar(&ikeOpts.Timeout, "ike-timeout", 5*time.Minute, "--ike-tunnels: bound on each pair's setups and rekeys")
 	return cmd
+}
+
+// benchIKE is espgw bench --ike-tunnels.
+func benchIKE(cmd *cobra.Command, o bench.IKEOptions, asJSON, quiet bool, save string) error {
+	if err := bench.CheckIKE(o); err != nil {
+		return err
+	}
+	if !quiet {
+		var finish func()
+		o.Progress, finish = progressBar(cmd)
+		defer finish()
+	}
+	rep, err := bench.RunIKE(cmd.Context(), o)
+	if err != nil {
+		return err
+	}
+	rep.Command = "espgw " + strings.Join(os.Args[1:], " ")
+	return printBench(cmd, rep, rep.Print, rep.Partial, len(rep.Problems), "initiator/responder pair(s)", asJSON, save)
 }
 
 // benchTunnels is espgw bench --tunnels.

@@ -18,6 +18,10 @@ func TestBenchRejectsBadFlags(t *testing.T) {
 		{[]string{"--frames", "jumbo"}, `--frames: frame size "jumbo"`},
 		{[]string{"--baseline", "strongswan", "--frames", "64"}, `baseline "strongswan"`},
 		{[]string{"--suites", "aes-xts", "--baseline", "none", "--frames", "64"}, "aes-xts"},
+		{[]string{"--ike-tunnels", "3", "--ike-sides", "racoon"}, `side "racoon": want espgw or charon`},
+		{[]string{"--ike-tunnels", "3", "--ike-proposals", "aes128-md5-modp768"}, "IKE proposals"},
+		{[]string{"--ike-tunnels", "3", "--ike-parallel", "-1"}, "-1 in flight"},
+		{[]string{"--ike-tunnels", "3", "--ike-gateway-tunnels", "-2"}, "-2 gateway tunnels"},
 	} {
 		root := newRoot()
 		var out, errb bytes.Buffer

@@ -350,7 +350,14 @@ func linkStates(t *testing.T, ns *netns.Namespace, ifnames ...string) string {
 // result.
 func runExternal(t *testing.T, ctx context.Context, bin, file string) *scenario.Result {
 	t.Helper()
-	out, errOut, code := run(bin, "scenario", "run", "--prefix", "scx", "--json", file)
+	return runExternalAs(t, "scx", bin, file)
+}
+
+// runExternalAs is runExternal with the scenario's namespaces named by
+// prefix.
+func runExternalAs(t *testing.T, prefix, bin, file string) *scenario.Result {
+	t.Helper()
+	out, errOut, code := run(bin, "scenario", "run", "--prefix", prefix, "--json", file)
 	results := scenarioResults(t, out, errOut, code)
 	if len(results) != 1 {
 		t.Fatalf("--json (exit %d): %d results\n%s\n%s", code, len(results), out, errOut)

@@ -96,9 +96,9 @@ func printStats(w io.Writer, st gateway.Stats, all bool) {
 			k.Kind, k.Local, k.PacketsIn, k.PacketsOut, k.KeepalivesSent, k.Keepalives, k.NonESP, k.Short, k.Truncated, k.SendErrors, k.ReceiveErrors)
 	}
 	for _, x := range st.XDP {
-		fmt.Fprintf(w, "af_xdp %s (%s, %d queues, for %s): in %d out %d (IPv4 %d/%d, IPv6 %d/%d) kicks %d; through the raw socket %d (no neighbour %d); dropped: malformed=%d truncated=%d tx-ring-full=%d; kernel: rx-dropped=%d rx-ring-full=%d fill-ring-empty=%d\n",
+		fmt.Fprintf(w, "af_xdp %s (%s, %d queues, for %s): in %d out %d (IPv4 %d/%d, IPv6 %d/%d) kicks %d (refused %d, retried %d, stalls %d); through the raw socket %d (no neighbour %d); dropped: malformed=%d truncated=%d tx-ring-full=%d; kernel: rx-dropped=%d rx-ring-full=%d fill-ring-empty=%d\n",
 			x.Device, x.Mode, x.Queues, strings.Join(x.Local, " "), x.PacketsIn, x.PacketsOut, x.IPv4.PacketsIn, x.IPv4.PacketsOut, x.IPv6.PacketsIn, x.IPv6.PacketsOut,
-			x.Kicks, x.Fallback, x.NoNeighbor, x.Malformed, x.Truncated, x.TXRingFull, x.RxDropped, x.RxRingFull, x.RxFillRingEmptyDescs)
+			x.Kicks, x.SendErrors, x.KickRetries, x.KickStalls, x.Fallback, x.NoNeighbor, x.Malformed, x.Truncated, x.TXRingFull, x.RxDropped, x.RxRingFull, x.RxFillRingEmptyDescs)
 	}
 	if st.IKE != nil {
 		printIKE(w, st.IKE)

@@ -180,9 +180,6 @@ func Listen(path string, target Target, log *slog.Logger) (*Server, error) {
 	return &Server{target: target, log: log, ln: ln, path: path, conns: make(chan struct{}, maxConns)}, nil
 }
 
-// Path is where the socket is.
-func (s *Server) Path() string { return s.path }
-
 // Serve answers connections until ctx ends or Close.
 func (s *Server) Serve(ctx context.Context) error {
 	go func() {

@@ -22,7 +22,8 @@ import (
 // into the TUN and out of it, as a router, once each way.
 
 // saHeader is what the data path needs of an SA to write or read outer
-// headers, with the path MTU learned for it (shared across reloads).
+// headers, with the path MTU learned for it. It is one cache line, its
+// own: with many SAs every line a packet reads is a cache miss.
 type saHeader struct {
 	tunnel bool
 	outer6 bool
@@ -30,18 +31,16 @@ type saHeader struct {
 	decap  sa.DecapDSCP
 	df     sa.DF
 	ttl    uint8
-	path   *pathMTU
-	cfg    *sa.SA
 	// fits is the largest inner packet the SA carries in the configured
 	// outer MTU, computed on first use (0: not yet).
 	fits atomic.Int32
+	cfg  *sa.SA
+	path pathMTU
+	_    [64 - 40]byte // to the 64-byte size class, whose objects start on a line
 }
 
-func newSAHeader(cfg *sa.SA, path *pathMTU) *saHeader {
-	if path == nil {
-		path = &pathMTU{}
-	}
-	return &saHeader{tunnel: cfg.Mode == sa.Tunnel, outer6: cfg.Dst.Is6(), dscp: cfg.DSCP, decap: cfg.DecapDSCP, df: cfg.DF, ttl: cfg.OuterTTL(), path: path, cfg: cfg}
+func newSAHeader(cfg *sa.SA) *saHeader {
+	return &saHeader{tunnel: cfg.Mode == sa.Tunnel, outer6: cfg.Dst.Is6(), dscp: cfg.DSCP, decap: cfg.DecapDSCP, df: cfg.DF, ttl: cfg.OuterTTL(), cfg: cfg}
 }
 
 // ECN codepoints (RFC 3168).

@@ -59,7 +59,7 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 		if s == nil {
 			continue
 		}
-		if s.Config.Mode == sa.Transport && p.HdrLen == 0 && p.Off >= 40 {
+		if s.Mode() == sa.Transport && p.HdrLen == 0 && p.Off >= 40 {
 			// IPv6 raw sockets deliver no header: give the packet the one
 			// it arrived with, so the opened packet has its own addresses.
 			p.HdrLen = header.WriteIP(p.Buf, p.Off, s.Config.Src, s.Config.Dst, 50, p.Len)

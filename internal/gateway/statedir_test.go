@@ -334,6 +334,10 @@ func TestSeqJournalProvesItself(t *testing.T) {
 		{"oversized", func(t *testing.T, dir string) { os.Truncate(journal(dir), 6<<30) }, "more than a journal ever grows to", 0},
 		{"writable by others", func(t *testing.T, dir string) { os.Chmod(journal(dir), 0o666) }, "others may write it", 0},
 		{"owned by another user", func(t *testing.T, dir string) { os.Chown(journal(dir), 65534, 65534) }, "owned by uid 65534", 0},
+		{"a directory in its place", func(t *testing.T, dir string) {
+			os.Remove(journal(dir))
+			os.Mkdir(journal(dir), 0o700)
+		}, "cannot be opened", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			dir, a, _ := usedJournal(t)

@@ -305,6 +305,8 @@ var (
 	descXDPNoNeigh  = prometheus.NewDesc("espgw_xdp_no_neighbor_packets_total", "Of the fallback packets, those whose next hop was not resolved.", []string{"device"}, nil)
 	descXDPDrops    = prometheus.NewDesc("espgw_xdp_drops_total", "Packets the AF_XDP path dropped, by reason: malformed, truncated, tx_ring_full, and the kernel's rx_dropped, rx_ring_full, rx_fill_ring_empty.", []string{"device", "reason"}, nil)
 	descXDPErrors   = prometheus.NewDesc("espgw_xdp_send_errors_total", "Kicks of the TX ring the kernel refused.", []string{"device"}, nil)
+	descXDPRetries  = prometheus.NewDesc("espgw_xdp_kick_retries_total", "Kicks made again, with a backoff, for frames a kick left in the TX ring.", []string{"device"}, nil)
+	descXDPStalls   = prometheus.NewDesc("espgw_xdp_kick_stalls_total", "Times the kernel took no frames from the TX ring through a second of retries (each logged).", []string{"device"}, nil)
 	descXDPInvalid  = prometheus.NewDesc("espgw_xdp_invalid_descriptors_total", "Ring descriptors the kernel found invalid (XDP_STATISTICS), by ring.", []string{"device", "ring"}, nil)
 	descXDPTxEmpty  = prometheus.NewDesc("espgw_xdp_tx_ring_empty_total", "Times the kernel found the TX ring empty (XDP_STATISTICS tx_ring_empty_descs).", []string{"device"}, nil)
 
@@ -402,7 +404,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 		descPackets, descDrops, descPMTU,
 		descSAPkts, descSABytes, descSADrops, descSASeq, descSATop, descSAPMTU,
 		descSockPkts, descSockBytes, descSockIgnore, descSockKeep, descSockErrors,
-		descXDPPkts, descXDPBytes, descXDPKicks, descXDPFallback, descXDPNoNeigh, descXDPDrops, descXDPErrors, descXDPInvalid, descXDPTxEmpty,
+		descXDPPkts, descXDPBytes, descXDPKicks, descXDPFallback, descXDPNoNeigh, descXDPDrops, descXDPErrors, descXDPRetries, descXDPStalls, descXDPInvalid, descXDPTxEmpty,
 		descEngOps, descEngBytes, descEngBatches, descEngRecords, descEngMCRFull, descEngInterrupts, descEngDoorbells, descEngCompl,
 		descEngQueueFull, descEngErrors, descEngBadICV, descQueue, descQueueMax, descBatchMax, descBatchSize, descDriver,
 		descIKESAs, descIKEChildren, descIKEAge, descIKERekeyIn, descIKEChildRekey, descIKEChildExpiry, descIKERekeys,
@@ -492,6 +494,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		counter(descXDPFallback, x.Fallback, d)
 		counter(descXDPNoNeigh, x.NoNeighbor, d)
 		counter(descXDPErrors, x.SendErrors, d)
+		counter(descXDPRetries, x.KickRetries, d)
+		counter(descXDPStalls, x.KickStalls, d)
 		for reason, v := range map[string]uint64{
 			"malformed": x.Malformed, "truncated": x.Truncated, "tx_ring_full": x.TXRingFull,
 			"rx_dropped": x.RxDropped, "rx_ring_full": x.RxRingFull, "rx_fill_ring_empty": x.RxFillRingEmptyDescs,

@@ -179,7 +179,7 @@ func (g *Gateway) newSA(cfg *sa.SA, prev *esp.SA) (*esp.SA, error) {
 		if err != nil {
 			return nil, err
 		}
-		s.Aux = newSAHeader(cfg, nil)
+		s.Aux = newSAHeader(cfg)
 		g.log.Info("SA changed: it keeps its sequence numbers and replay window", "spi", fmt.Sprintf("%#x", cfg.SPI), "dst", cfg.Dst,
 			"last-sent", s.LastSeq(), "highest-received", s.HighestAccepted())
 		return s, nil
@@ -209,7 +209,7 @@ func (g *Gateway) newSA(cfg *sa.SA, prev *esp.SA) (*esp.SA, error) {
 	}
 	// The outer-header options and the path MTU learned for the SA live
 	// with it, for its whole life (a change of them is a new SA).
-	s.Aux = newSAHeader(cfg, nil)
+	s.Aux = newSAHeader(cfg)
 	if g.isLocal(cfg.Dst) && cfg.InitialSeq != 0 {
 		// The peer's first packet is InitialSeq+1 (sa.SA): start the
 		// window there, as the kernel's replay-seq does, so that ESN high

@@ -44,8 +44,10 @@ func (p *packet) set(b []byte, peer netip.AddrPort, dst netip.Addr) {
 
 // link is one direction of travel: a bounded FIFO of packets and a free
 // list under one mutex, so moving a packet copies it but allocates nothing,
-// and a batch costs one lock and at most one wake-up, as a kernel queue
-// read or written many packets at a time does.
+// and a batch costs two short holds of the lock and at most one wake-up, as
+// a kernel queue read or written many packets at a time does. Packets are
+// copied in and out with the lock released, so that the two ends do not
+// wait on each other's copies.
 type link struct {
 	mu       sync.Mutex
 	nonEmpty sync.Cond // signalled when packets are queued
@@ -73,53 +75,74 @@ func (l *link) close() {
 	l.nonFull.Broadcast()
 }
 
+// chunk is the most packets a put or get moves per hold of the lock.
+const chunk = 256
+
 // put copies count packets into the link, blocking while it is full; fill
-// copies packet i into p. It returns how many went in.
+// copies packet i into p. It returns how many went in. The packets of one
+// put are queued in order, each chunk of them at once.
 func (l *link) put(count int, fill func(i int, p *packet)) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for i := range count {
+	var taken [chunk]*packet
+	for done := 0; done < count; {
+		l.mu.Lock()
 		for len(l.free) == 0 && !l.closed {
 			l.nonFull.Wait()
 		}
 		if l.closed {
-			return i, ErrClosed
+			l.mu.Unlock()
+			return done, ErrClosed
 		}
-		p := l.free[len(l.free)-1]
-		l.free = l.free[:len(l.free)-1]
-		fill(i, p)
-		l.ring[(l.head+l.n)%len(l.ring)] = p
-		l.n++
-		if l.n == 1 {
+		k := min(count-done, len(l.free), chunk)
+		copy(taken[:k], l.free[len(l.free)-k:])
+		clear(l.free[len(l.free)-k:])
+		l.free = l.free[:len(l.free)-k]
+		l.mu.Unlock()
+		for j, p := range taken[:k] {
+			fill(done+j, p)
+		}
+		l.mu.Lock()
+		for _, p := range taken[:k] {
+			l.ring[(l.head+l.n)%len(l.ring)] = p
+			l.n++
+		}
+		if l.n == k {
 			l.nonEmpty.Signal()
 		}
+		l.mu.Unlock()
+		done += k
 	}
 	return count, nil
 }
 
-// get takes at least one packet, then whatever else is queued, up to max,
-// calling fn for each.
+// get takes at least one packet, then whatever else is queued, up to max
+// (and up to a chunk), calling fn for each.
 func (l *link) get(max int, fn func(i int, p *packet)) (int, error) {
+	var taken [chunk]*packet
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	for l.n == 0 && !l.closed {
 		l.nonEmpty.Wait()
 	}
 	if l.closed {
+		l.mu.Unlock()
 		return 0, ErrClosed
 	}
-	n := min(max, l.n)
+	n := min(max, l.n, chunk)
 	for i := range n {
-		p := l.ring[l.head]
+		taken[i] = l.ring[l.head]
 		l.ring[l.head] = nil
 		l.head = (l.head + 1) % len(l.ring)
-		fn(i, p)
-		l.free = append(l.free, p)
 	}
 	l.n -= n
+	l.mu.Unlock()
+	for i, p := range taken[:n] {
+		fn(i, p)
+	}
+	l.mu.Lock()
+	l.free = append(l.free, taken[:n]...)
 	if len(l.free) == n {
 		l.nonFull.Broadcast()
 	}
+	l.mu.Unlock()
 	return n, nil
 }
 

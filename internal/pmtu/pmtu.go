@@ -42,44 +42,6 @@ const (
 // gateway should count the packet as dropped (too big) without a report.
 var ErrSuppressed = errors.New("no ICMP error may be sent about this packet")
 
-// Verdict is what to do with an inner packet at a given tunnel MTU.
-type Verdict int
-
-const (
-	// Fits: the packet fits the tunnel.
-	Fits Verdict = iota
-	// Fragment: an IPv4 packet without DF that is too big; the gateway may
-	// fragment it (or let the outer packet fragment).
-	Fragment
-	// Report: too big and must not be fragmented (IPv4 with DF, or any
-	// IPv6 packet): drop it and send the sender an ICMP error.
-	Report
-)
-
-func (v Verdict) String() string {
-	switch v {
-	case Fits:
-		return "fits"
-	case Fragment:
-		return "fragment"
-	case Report:
-		return "report"
-	}
-	return fmt.Sprintf("Verdict(%d)", int(v))
-}
-
-// Check decides what to do with inner packet pkt when the tunnel carries at
-// most mtu bytes of inner packet.
-func Check(pkt []byte, mtu int) Verdict {
-	if len(pkt) <= mtu {
-		return Fits
-	}
-	if len(pkt) >= ipv4HeaderLen && pkt[0]>>4 == 4 && pkt[6]&0x40 == 0 {
-		return Fragment
-	}
-	return Report
-}
-
 // FragmentationNeeded writes into dst an IPv4 packet carrying ICMP
 // "destination unreachable: fragmentation needed and DF set" from from to
 // the sender of orig, announcing next-hop MTU mtu, and returns its length.

@@ -211,26 +211,6 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-func TestCheck(t *testing.T) {
-	for _, tt := range []struct {
-		name string
-		pkt  []byte
-		mtu  int
-		want Verdict
-	}{
-		{"v4 DF fits", udp4(t, 1400, layers.IPv4DontFragment), 1438, Fits},
-		{"v4 DF exactly", udp4(t, 1438, layers.IPv4DontFragment), 1438, Fits},
-		{"v4 DF too big", udp4(t, 1439, layers.IPv4DontFragment), 1438, Report},
-		{"v4 no DF too big", udp4(t, 1500, 0), 1438, Fragment},
-		{"v6 too big", udp6(t, 1500), 1422, Report},
-		{"v6 fits", udp6(t, 1422), 1422, Fits},
-	} {
-		if got := Check(tt.pkt, tt.mtu); got != tt.want {
-			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
-		}
-	}
-}
-
 func TestBuildersDoNotAllocate(t *testing.T) {
 	orig4, orig6 := udp4(t, 1500, layers.IPv4DontFragment), udp6(t, 1500)
 	dst := make([]byte, MaxLen6)

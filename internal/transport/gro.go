@@ -1,7 +1,6 @@
 package transport
 
 import (
-	"fmt"
 	"net/netip"
 	"unsafe"
 
@@ -68,13 +67,8 @@ func (c *Conn) receiveGRO(pkts []*esp.Packet) (int, error) {
 		for i := range want {
 			r.post(i, g.bufs[i], g.oobs[i])
 		}
-		r.want = want
-		if err := c.rc.Read(r.call); err != nil {
-			return 0, fmt.Errorf("receive over %s on %s: %w", c.kind, c.local, err)
-		}
-		if r.errno != 0 {
-			c.stats.receiveErrors.Add(1)
-			return 0, fmt.Errorf("receive over %s on %s: recvmmsg: %w", c.kind, c.local, r.errno)
+		if err := c.receive(want); err != nil {
+			return 0, err
 		}
 		for i := range r.got {
 			h := &r.hdrs[i]

@@ -103,13 +103,8 @@ func (c *Conn) Receive(pkts []*esp.Packet) (int, error) {
 		for i := range want {
 			r.post(i, pkts[i].Buf[pkts[i].Off:], r.oobs[i])
 		}
-		r.want = want
-		if err := c.rc.Read(r.call); err != nil {
-			return 0, fmt.Errorf("receive over %s on %s: %w", c.kind, c.local, err)
-		}
-		if r.errno != 0 {
-			c.stats.receiveErrors.Add(1)
-			return 0, fmt.Errorf("receive over %s on %s: recvmmsg: %w", c.kind, c.local, r.errno)
+		if err := c.receive(want); err != nil {
+			return 0, err
 		}
 		if n := c.keepESP(pkts, r.got); n > 0 {
 			return n, nil
@@ -215,4 +210,19 @@ func (c *Conn) peer(sa *unix.RawSockaddrInet6) netip.AddrPort {
 	}
 	p := (*[2]byte)(unsafe.Pointer(&sa.Port))
 	return netip.AddrPortFrom(netip.AddrFrom16(sa.Addr), uint16(p[0])<<8|uint16(p[1]))
+}
+
+// receive waits for and takes up to want datagrams into the buffers
+// posted in c.recv: r.got says how many came.
+func (c *Conn) receive(want int) error {
+	r := &c.recv
+	r.want = want
+	if err := c.rc.Read(r.call); err != nil {
+		return fmt.Errorf("receive over %s on %s: %w", c.kind, c.local, err)
+	}
+	if r.errno != 0 {
+		c.stats.receiveErrors.Add(1)
+		return fmt.Errorf("receive over %s on %s: recvmmsg: %w", c.kind, c.local, r.errno)
+	}
+	return nil
 }

@@ -80,6 +80,13 @@ type Stats struct {
 	// fast as the gateway seals.
 	TXRingFull uint64 `json:"tx_ring_full"`
 	SendErrors uint64 `json:"send_errors"` // kicks the kernel refused
+	// KickRetries are the kicks made again, with a backoff, after a kick
+	// left frames in the TX ring: those frames go out without waiting for
+	// the next Send.
+	KickRetries uint64 `json:"kick_retries"`
+	// KickStalls are the times frames stayed in the TX ring through the
+	// retries for stallAfter (each is logged).
+	KickStalls uint64 `json:"kick_stalls"`
 	// Local are the addresses ESP is steered for, one per family served.
 	Local []string `json:"local"`
 	// IPv4 and IPv6 are the packets of each family through the rings.
@@ -104,7 +111,7 @@ type counters struct {
 	in4, out4, in6, out6                            atomic.Uint64
 	packetsIn, bytesIn, packetsOut, bytesOut, kicks atomic.Uint64
 	fallback, noNeighbor, malformed, truncated      atomic.Uint64
-	txRingFull, sendErrors                          atomic.Uint64
+	txRingFull, sendErrors, kickRetries, kickStalls atomic.Uint64
 }
 
 // hop is how to reach one peer: the Ethernet addresses and the source
@@ -169,6 +176,7 @@ type Conn struct {
 	mtu     atomic.Int64
 	hops    atomic.Pointer[map[netip.Addr]hop]
 	resolve chan netip.Addr
+	unsent  chan struct{} // a kick left frames in the TX ring: the flusher kicks again
 	done    chan struct{}
 	wg      sync.WaitGroup
 	closed  atomic.Bool
@@ -214,7 +222,7 @@ func Open(cfg Config) (c *Conn, err error) {
 	}
 	cfg.Local = cfg.Local.Unmap()
 	cn := &Conn{cfg: cfg, nl: nl, ifindex: attrs.Index, wake: -1,
-		resolve: make(chan netip.Addr, 64), done: make(chan struct{})}
+		resolve: make(chan netip.Addr, 64), unsent: make(chan struct{}, 1), done: make(chan struct{})}
 	fams := &families{}
 	*fams.of(cfg.Local.Is6()) = family{local: cfg.Local, fallback: cfg.Fallback}
 	cn.fams.Store(fams)
@@ -259,8 +267,9 @@ func Open(cfg Config) (c *Conn, err error) {
 	for i := range c.fallback {
 		c.fallback[i] = make([]*esp.Packet, 0, 256)
 	}
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.resolver()
+	go c.flusher()
 	cfg.Log.Info("raw ESP over AF_XDP", "device", cfg.Device, "mode", c.mode, "queues", queues, "local", cfg.Local)
 	return c, nil
 }
@@ -535,7 +544,9 @@ const defaultTTL = 64
 // Send sends each packet's Data to its Peer, in order, with the outer
 // header its fields ask for, and returns how many went out. The packets go
 // into the TX ring of the first queue's socket, all of them before one kick
-// of the kernel. A packet for a peer whose next hop the kernel has not
+// of the kernel; frames the kick leaves in the ring (the kernel could not
+// take them now) are kicked again from a timer, with a backoff, so none
+// waits for the next Send. A packet for a peer whose next hop the kernel has not
 // resolved yet, or one to be cut into fragments, goes out through its
 // family's raw socket instead (and the next hop is looked up for the next
 // packets); one of a family the Conn does not serve is not sent.
@@ -668,13 +679,90 @@ func (c *Conn) Send(pkts []*esp.Packet) (int, error) {
 	return sent, firstErr
 }
 
+// kick has the kernel send what s's TX ring holds. Frames a kick leaves
+// in the ring are the flusher's to send.
 func (c *Conn) kick(s *socket) error {
 	c.stats.kicks.Add(1)
 	if err := s.kick(); err != nil {
 		c.stats.sendErrors.Add(1)
+		select {
+		case c.unsent <- struct{}{}:
+		default:
+		}
 		return fmt.Errorf("send over xdp on %s: kick the TX ring: %w", c.cfg.Device, err)
 	}
 	return nil
+}
+
+// The flusher's backoff: the first retry after retryFirst, each wait twice
+// the last up to retryMost; frames still in the ring after stallAfter are
+// logged as a stall.
+const (
+	retryFirst = 50 * time.Microsecond
+	retryMost  = 10 * time.Millisecond
+	stallAfter = time.Second
+)
+
+// flusher kicks the TX ring again after a kick that left frames in it,
+// with a growing wait between kicks, until the ring is empty: frames never
+// wait for the next Send (which may not come). A ring the kernel takes
+// nothing from for stallAfter is counted and logged, and retried every
+// retryMost until it drains or the Conn is closed.
+func (c *Conn) flusher() {
+	defer c.wg.Done()
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	for {
+		select {
+		case <-c.done:
+			return
+		case <-c.unsent:
+		}
+		start, wait, stalled := time.Now(), retryFirst, false
+		for {
+			t.Reset(wait)
+			select {
+			case <-c.done:
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			left, err := c.kickAgain()
+			if left == 0 {
+				if stalled {
+					c.cfg.Log.Info("xdp: the TX ring drains again", "device", c.cfg.Device, "after", time.Since(start).Round(time.Millisecond))
+				}
+				break
+			}
+			if !stalled && time.Since(start) >= stallAfter {
+				stalled = true
+				c.stats.kickStalls.Add(1)
+				c.cfg.Log.Warn("xdp: the kernel takes no frames from the TX ring", "device", c.cfg.Device,
+					"frames", left, "for", time.Since(start).Round(time.Millisecond), "err", err)
+			}
+			wait = min(2*wait, retryMost)
+		}
+	}
+}
+
+// kickAgain kicks the TX ring of the sending socket if frames are left in
+// it, and returns how many are left after.
+func (c *Conn) kickAgain() (uint32, error) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if c.closed.Load() || len(c.sockets) == 0 {
+		return 0, nil
+	}
+	s := c.sockets[0]
+	if s.txQueued() == 0 {
+		return 0, nil
+	}
+	c.stats.kickRetries.Add(1)
+	if err := s.kick(); err != nil {
+		return max(s.txQueued(), 1), err
+	}
+	s.reap()
+	return 0, nil
 }
 
 // writeIP writes the outer IPv4 or IPv6 header of p into b: DSCP/ECN from
@@ -788,6 +876,7 @@ func (c *Conn) Stats() Stats {
 		PacketsIn: s.packetsIn.Load(), BytesIn: s.bytesIn.Load(), PacketsOut: s.packetsOut.Load(), BytesOut: s.bytesOut.Load(),
 		Kicks: s.kicks.Load(), Fallback: s.fallback.Load(), NoNeighbor: s.noNeighbor.Load(), Malformed: s.malformed.Load(),
 		Truncated: s.truncated.Load(), TXRingFull: s.txRingFull.Load(), SendErrors: s.sendErrors.Load(),
+		KickRetries: s.kickRetries.Load(), KickStalls: s.kickStalls.Load(),
 		IPv4: FamilyStats{PacketsIn: s.in4.Load(), PacketsOut: s.out4.Load()},
 		IPv6: FamilyStats{PacketsIn: s.in6.Load(), PacketsOut: s.out6.Load()},
 	}

@@ -57,6 +57,15 @@ type socket struct {
 	zeroCopy      bool
 	txFree        []uint64 // UMEM addresses of free TX frames
 	txOutstanding uint32   // TX frames handed to the kernel and not yet completed
+	// sendto wakes the kernel to send from the TX ring; tests replace it
+	// to make kicks fail.
+	sendto func(fd int) unix.Errno
+}
+
+// wakeTX is the sendto that kicks an AF_XDP socket's TX ring.
+func wakeTX(fd int) unix.Errno {
+	_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	return e
 }
 
 // mode asks bind for zero copy, copy, or whatever the driver does.
@@ -74,7 +83,7 @@ func openSocket(ifindex, queue int, mode bindMode) (s *socket, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("open an AF_XDP socket: %w", err)
 	}
-	sk := &socket{fd: fd, queue: queue}
+	sk := &socket{fd: fd, queue: queue, sendto: wakeTX}
 	defer func() {
 		if err != nil {
 			sk.close()
@@ -215,33 +224,36 @@ func (s *socket) txRoom() uint32 {
 	return ringSize - (*s.tx.producer - atomic.LoadUint32(s.tx.consumer))
 }
 
+// errTXStuck is a kick after which frames are still in the TX ring.
+var errTXStuck = errors.New("the kernel took not every frame from the TX ring in 64 kicks")
+
 // kick makes the kernel send what is in the TX ring: in copy mode every
-// sendto sends up to the budget, so it is repeated while the kernel says
-// there is more (EAGAIN) and takes frames from the ring; with zero copy
-// only when the driver asks for a wakeup (the socket is bound with
-// need_wakeup only then).
+// sendto sends up to the budget, so it is repeated while frames are left
+// (EAGAIN, EBUSY and ENOBUFS say the kernel could not take them all now);
+// with zero copy only when the driver asks for a wakeup (the socket is
+// bound with need_wakeup only then). It returns nil once the ring is
+// empty (or the driver wants no kick), and otherwise the frames are still
+// in the ring for a later kick.
 func (s *socket) kick() error {
 	if s.zeroCopy && !s.tx.needsWakeup() {
 		return nil
 	}
-	for tries := 0; tries < 64; tries++ {
-		_, _, e := unix.Syscall6(unix.SYS_SENDTO, uintptr(s.fd), 0, 0, unix.MSG_DONTWAIT, 0, 0)
-		switch e {
-		case 0:
-			if atomic.LoadUint32(s.tx.consumer) == *s.tx.producer {
+	for range 64 {
+		switch e := s.sendto(s.fd); e {
+		case 0, unix.EAGAIN, unix.EBUSY, unix.ENOBUFS:
+			if s.txQueued() == 0 {
 				return nil
 			}
-		case unix.EAGAIN, unix.EBUSY, unix.ENOBUFS:
-			if atomic.LoadUint32(s.tx.consumer) == *s.tx.producer {
-				return nil
-			}
-		case unix.ENETDOWN:
-			return e
 		default:
 			return e
 		}
 	}
-	return errors.New("the kernel took no frames from the TX ring in 64 kicks")
+	return errTXStuck
+}
+
+// txQueued is how many descriptors wait in the TX ring for the kernel.
+func (s *socket) txQueued() uint32 {
+	return *s.tx.producer - atomic.LoadUint32(s.tx.consumer)
 }
 
 // statistics reads the socket's XDP_STATISTICS.

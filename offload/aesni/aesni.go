@@ -50,10 +50,6 @@ func New() *Engine {
 	return e
 }
 
-func newWorkerPool() *sync.Pool {
-	return &sync.Pool{New: func() any { return newWorker() }}
-}
-
 // Name returns "aesni".
 func (e *Engine) Name() string { return Name }
 
@@ -73,20 +69,13 @@ type Session struct {
 	// cipherOnly sessions (offload.SessionConfig.CipherOnly) have no ICV:
 	// espgw speed times the bare cipher with them.
 	cipherOnly bool
-	// workers lends Process a worker's scratch: the engine's pool, or the
-	// session's own when made with the package's NewSession.
+	// workers lends Process a worker's scratch: the engine's pool.
 	workers *sync.Pool
 }
 
 // NewSession builds the key schedules for one SA.
 func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) {
 	return newSession(cfg, &e.workers)
-}
-
-// NewSession builds the key schedules for one SA, for use without an Engine
-// (its ops run with Process).
-func NewSession(cfg offload.SessionConfig) (*Session, error) {
-	return newSession(cfg, newWorkerPool())
 }
 
 func newSession(cfg offload.SessionConfig, workers *sync.Pool) (*Session, error) {

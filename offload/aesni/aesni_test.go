@@ -326,7 +326,7 @@ func TestCipherOnlyMatchesCPU(t *testing.T) {
 		key := make([]byte, 16)
 		crand.Read(key)
 		cfg := offload.SessionConfig{Suite: sa.Suite{Cipher: sa.CipherAESCBC}, EncKey: key, CipherOnly: true}
-		ours, err := NewSession(cfg)
+		ours, err := New().NewSession(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}

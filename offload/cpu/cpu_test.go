@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/sa"
@@ -36,5 +37,13 @@ func TestGCMICVLengths(t *testing.T) {
 	_, err := e.NewSession(offload.SessionConfig{Suite: s, EncKey: key})
 	if err == nil || !strings.Contains(err.Error(), "aes-gcm-8 is not supported by Go's crypto/cipher") || !strings.Contains(err.Error(), "afalg") {
 		t.Errorf("aes-gcm-8: error %v, want a refusal naming it and the afalg engine", err)
+	}
+}
+
+// TestSessionIsOneLine checks that a session, which every op reads, is one
+// 64-byte object (a size class whose objects start on a cache line).
+func TestSessionIsOneLine(t *testing.T) {
+	if n := unsafe.Sizeof(Session{}); n != 64 {
+		t.Errorf("Session is %d bytes, want 64", n)
 	}
 }

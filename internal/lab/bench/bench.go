@@ -15,6 +15,9 @@
 // a receiver in hostB, both sockets of this process, stamping each datagram
 // with a trial id, a sequence number and a send time.
 //
+// RunTunnels measures tunnel scale (espgw bench --tunnels) and RunIKE IKEv2
+// tunnel setup and rekey, espgw beside strongSwan's charon (--ike-tunnels).
+//
 // Every load is bounded in time; a cancelled context ends the run between
 // steps with the results so far (Report.Partial).
 package bench

@@ -2,13 +2,16 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/strongswan"
 	"github.com/espgw/espgw/internal/lab/testbed"
 )
 
@@ -161,5 +164,58 @@ func TestMedian(t *testing.T) {
 		if got := median(tc.in); got != tc.want {
 			t.Errorf("median(%v) = %g, want %g", tc.in, got, tc.want)
 		}
+	}
+}
+
+// TestIKETunnels sets up a few tunnels for real for every pair of
+// initiator and responder among espgw and charon, in namespaces, and
+// rekeys each CHILD_SA of the espgw initiator; then an espgw gateway
+// pair negotiates its own tunnels and rekeys them under load.
+func TestIKETunnels(t *testing.T) {
+	o := IKEOptions{Prefix: "bik", Tunnels: 3, Parallel: 2, GatewayTunnels: 3, Binary: labtest.Espgw(t), Timeout: 2 * time.Minute}
+	if err := CheckIKE(o); err != nil {
+		t.Fatalf("this test sets up IKE tunnels in network namespaces and cannot here: %v", err)
+	}
+	defer noLeftovers(t, o.Prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := RunIKE(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	rep.Print(&out)
+	t.Log("\n" + out.String())
+	if len(rep.Problems) > 0 || rep.Partial {
+		t.Fatalf("problems: %v (partial %v)", rep.Problems, rep.Partial)
+	}
+	sides := 1
+	if strongswan.CheckInstalled() == nil {
+		sides = 2
+	}
+	if len(rep.Results) != sides*sides {
+		t.Fatalf("%d pairs measured, want %d", len(rep.Results), sides*sides)
+	}
+	for _, r := range rep.Results {
+		if r.Established != o.Tunnels || r.Failed != 0 || r.PerSec <= 0 {
+			t.Errorf("%s → %s: %d established, %d failed, %.1f/s; want %d, 0, > 0", r.Initiator, r.Responder, r.Established, r.Failed, r.PerSec, o.Tunnels)
+		}
+		if r.Initiator == SideEspgw && (r.Rekeys != o.Tunnels || r.RekeysPerSec <= 0) {
+			t.Errorf("%s → %s: %d CHILD_SAs rekeyed, %.1f/s; want %d", r.Initiator, r.Responder, r.Rekeys, r.RekeysPerSec, o.Tunnels)
+		}
+	}
+	if want := map[int]int{1: 0, 2: 5}[sides]; len(rep.Ratios) < want {
+		t.Errorf("%d ratios, want %d: %+v", len(rep.Ratios), want, rep.Ratios)
+	}
+	if g := rep.Gateways; g == nil || g.Rekeys < uint64(o.GatewayTunnels) || g.RekeySent == 0 || g.RekeyLost != 0 || g.UpSeconds <= 0 || g.TrafficSeconds < g.UpSeconds {
+		t.Errorf("gateway pair: %+v; want every tunnel up, carrying traffic and rekeyed with 0 lost", g)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back IKEReport
+	if err := json.Unmarshal(b, &back); err != nil || back.IKETunnels != o.Tunnels || len(back.Results) != len(rep.Results) {
+		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }

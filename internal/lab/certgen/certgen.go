@@ -94,13 +94,9 @@ func NewCA(t KeyType, name string) (*CA, error) {
 	nb, na := window(Options{})
 	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: subject(name), NotBefore: nb, NotAfter: na.Add(24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, SubjectKeyId: skid(key.Public())}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	c, err := sign(tmpl, tmpl, key.Public(), key)
 	if err != nil {
 		return nil, fmt.Errorf("CA %s: %w", name, err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
 	}
 	return &CA{Cert: c, Key: key}, nil
 }
@@ -118,13 +114,9 @@ func (ca *CA) SubCA(t KeyType, name string) (*CA, error) {
 	nb, na := window(Options{})
 	tmpl := &x509.Certificate{SerialNumber: serial(), Subject: subject(name), NotBefore: nb, NotAfter: na,
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign, SubjectKeyId: skid(key.Public())}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	c, err := sign(tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {
 		return nil, fmt.Errorf("CA %s: %w", name, err)
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
 	}
 	return &CA{Cert: c, Key: key}, nil
 }
@@ -150,15 +142,21 @@ func (ca *CA) Issue(t KeyType, cn string, names []string, o Options) (*Issued, e
 			tmpl.DNSNames = append(tmpl.DNSNames, n)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	c, err := sign(tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {
 		return nil, fmt.Errorf("certificate %s: %w", cn, err)
 	}
-	c, err := x509.ParseCertificate(der)
+	return &Issued{Cert: c, Key: key}, nil
+}
+
+// sign makes the certificate tmpl describes for pub, signed by parent's
+// key, and parses it back.
+func sign(tmpl, parent *x509.Certificate, pub crypto.PublicKey, parentKey crypto.Signer) (*x509.Certificate, error) {
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, parent, pub, parentKey)
 	if err != nil {
 		return nil, err
 	}
-	return &Issued{Cert: c, Key: key}, nil
+	return x509.ParseCertificate(der)
 }
 
 // WriteCerts writes certificates as PEM, in order.

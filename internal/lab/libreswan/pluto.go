@@ -128,6 +128,9 @@ type Config struct {
 type Pluto struct {
 	cfg  Config
 	peer *kernelpeer.Peer
+	// shared is set when the guest is the caller's (StartIn): Close stops
+	// pluto and leaves the guest running.
+	shared bool
 }
 
 // Name is the connection's name in pluto.
@@ -150,6 +153,33 @@ func Start(ctx context.Context, cfg Config) (*Pluto, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start pluto: %w", err)
 	}
+	p, err := start(ctx, peer, cfg)
+	if err != nil {
+		peer.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Files writes pluto's configuration into cfg.Dir and lists what a guest
+// needs to run it (guest path → host path, for kernelpeer.Config.Files),
+// for a boot that runs other things too; cfg.Host and cfg.Guest are then
+// the addresses only (StartIn's caller booted the guest).
+func Files(ctx context.Context, cfg Config) (map[string]string, error) { return cfg.files(ctx) }
+
+// StartIn starts pluto in a guest booted with Files' files, the
+// connection loaded and, with Initiate, initiated. Close stops pluto and
+// leaves the guest running.
+func StartIn(ctx context.Context, peer *kernelpeer.Peer, cfg Config) (*Pluto, error) {
+	p, err := start(ctx, peer, cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.shared = true
+	return p, nil
+}
+
+func start(ctx context.Context, peer *kernelpeer.Peer, cfg Config) (*Pluto, error) {
 	p := &Pluto{cfg: cfg, peer: peer}
 	script := fmt.Sprintf(`mkdir -p /run/pluto /var/lib/ipsec
 %[1]s/pluto --config /etc/ipsec.conf --secretsfile /etc/ipsec.secrets --nssdir /etc/ipsec.d --rundir /run/pluto --logfile %[2]s </dev/null >/tmp/pluto.out 2>&1
@@ -160,12 +190,10 @@ for i in $(seq 100); do [ -S %[3]s ] && break; sleep 0.1; done
 `, guestDir, logFile, ctlSock, Name)
 	if out, err := peer.Run(ctx, script); err != nil {
 		log, _ := p.Log(ctx)
-		p.Close()
 		return nil, fmt.Errorf("start pluto: %w\n%s\npluto's log:\n%s", err, out, log)
 	}
 	if cfg.Initiate {
 		if _, err := p.Whack(ctx, "--name", Name, "--initiate", "--asynchronous"); err != nil {
-			p.Close()
 			return nil, err
 		}
 	}
@@ -295,5 +323,12 @@ func (p *Pluto) States(ctx context.Context) ([]sa.XFRMState, error) {
 	return sa.ParseXFRMStates("the guest's ip -s xfrm state", []byte(out))
 }
 
-// Close stops the guest, and with it pluto.
-func (p *Pluto) Close() error { return p.peer.Close() }
+// Close stops the guest, and with it pluto; in a guest of the caller's
+// (StartIn) it stops pluto only.
+func (p *Pluto) Close() error {
+	if p.shared {
+		_, err := p.Whack(context.Background(), "--shutdown")
+		return err
+	}
+	return p.peer.Close()
+}

@@ -256,6 +256,32 @@ func TunnelFigures(runs []*bench.TunnelReport) []Figure {
 	return s.list()
 }
 
+// IKEFigures are the figures of IKE tunnel-setup runs, a row per
+// initiator and responder pair, and the ratios of each run.
+func IKEFigures(runs []*bench.IKEReport) []Figure {
+	s := newFigureSet(len(runs))
+	for i, rep := range runs {
+		for _, r := range rep.Results {
+			if r.Error != "" {
+				continue
+			}
+			row := r.Initiator + " → " + r.Responder
+			s.put(i, "IKE tunnel setup", row, "setup", "tunnels/s", Higher, exact(r.PerSec))
+			s.put(i, "IKE tunnel setup", row, "time to all", "s", Lower, exact(r.Seconds))
+			if r.RekeysPerSec > 0 {
+				s.put(i, "IKE tunnel setup", row, "CHILD_SA rekey", "rekeys/s", Higher, exact(r.RekeysPerSec))
+			}
+			if r.HeapPerTunnel > 0 {
+				s.put(i, "IKE tunnel setup", row, "heap per tunnel", "B", Lower, exact(r.HeapPerTunnel))
+			}
+		}
+		for _, x := range rep.Ratios {
+			s.put(i, "IKE ratios (same run)", x.Of+" over "+x.Over, x.Measure, "×", Higher, exact(x.Value))
+		}
+	}
+	return s.list()
+}
+
 // ScenarioFigures are scenario verdicts and expectation values across
 // runs: a scenario that passed in the first run and fails in another is a
 // regression.

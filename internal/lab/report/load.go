@@ -21,6 +21,7 @@ import (
 const (
 	KindBench    = "bench"
 	KindTunnels  = "tunnels"
+	KindIKE      = "ike"
 	KindScenario = "scenario"
 	KindDemo     = "demo"
 )
@@ -32,6 +33,7 @@ type Run struct {
 	Kind     string
 	Bench    *bench.Report
 	Tunnels  *bench.TunnelReport
+	IKE      *bench.IKEReport
 	Scenario *scenario.Document
 	Demo     *demo.Report
 }
@@ -43,6 +45,8 @@ func (r *Run) Machine() runinfo.Machine {
 		return r.Bench.Machine
 	case r.Tunnels != nil:
 		return r.Tunnels.Machine
+	case r.IKE != nil:
+		return r.IKE.Machine
 	case r.Scenario != nil:
 		return r.Scenario.Machine
 	case r.Demo != nil:
@@ -52,7 +56,7 @@ func (r *Run) Machine() runinfo.Machine {
 }
 
 // Load reads the JSON files espgw bench --save/--json, espgw bench
-// --tunnels, espgw scenario run --json and espgw demo --json write, in
+// --tunnels and --ike-tunnels, espgw scenario run --json and espgw demo --json write, in
 // order.
 func Load(files ...string) ([]*Run, error) {
 	var runs []*Run
@@ -98,6 +102,9 @@ func Parse(b []byte) (*Run, error) {
 	case KindTunnels:
 		r.Tunnels = &bench.TunnelReport{}
 		dst = r.Tunnels
+	case KindIKE:
+		r.IKE = &bench.IKEReport{}
+		dst = r.IKE
 	case KindScenario:
 		r.Scenario = &scenario.Document{}
 		dst = r.Scenario
@@ -114,6 +121,9 @@ func Parse(b []byte) (*Run, error) {
 func kindOf(top map[string]json.RawMessage) (string, error) {
 	if _, ok := top["wan_tshark"]; ok {
 		return KindDemo, nil
+	}
+	if _, ok := top["ike_tunnels"]; ok {
+		return KindIKE, nil
 	}
 	res, ok := top["results"]
 	if !ok {

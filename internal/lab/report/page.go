@@ -144,6 +144,8 @@ func (p *Page) machines() {
 			started, command = r.Bench.Started.UTC().Format(time.RFC3339), r.Bench.Command
 		case r.Tunnels != nil:
 			started, command = r.Tunnels.Started.UTC().Format(time.RFC3339), r.Tunnels.Command
+		case r.IKE != nil:
+			started, command = r.IKE.Started.UTC().Format(time.RFC3339), r.IKE.Command
 		}
 		cpus := ""
 		if m.CPUs > 0 {
@@ -230,6 +232,16 @@ func (p *Page) verdicts() {
 			if len(r.Tunnels.Problems) == 0 && !r.Tunnels.Partial {
 				v(fmt.Sprintf("%d tunnel counts measured, none failed", len(r.Tunnels.Results)), true)
 			}
+		case r.IKE != nil:
+			for _, pr := range r.IKE.Problems {
+				v(pr, false)
+			}
+			if r.IKE.Partial {
+				v("partial: the run was interrupted", false)
+			}
+			if len(r.IKE.Problems) == 0 && !r.IKE.Partial {
+				v(fmt.Sprintf("%d initiator/responder pairs measured, every tunnel established and rekeyed", len(r.IKE.Results)), true)
+			}
 		case r.Scenario != nil:
 			for _, s := range r.Scenario.Results {
 				text := s.Name + ": PASS"
@@ -281,6 +293,12 @@ func (p *Page) compare() {
 				reps = append(reps, r.Tunnels)
 			}
 			figs = TunnelFigures(reps)
+		case KindIKE:
+			var reps []*bench.IKEReport
+			for _, r := range runs {
+				reps = append(reps, r.IKE)
+			}
+			figs = IKEFigures(reps)
 		case KindScenario:
 			var reps [][]*scenario.Result
 			for _, r := range runs {

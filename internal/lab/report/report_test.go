@@ -96,7 +96,7 @@ func load(t *testing.T, files ...string) []*Run {
 
 func TestParseKinds(t *testing.T) {
 	for _, c := range []struct{ file, kind string }{
-		{"bench-cpu.json", KindBench}, {"tunnels.json", KindTunnels}, {"scenarios.json", KindScenario},
+		{"bench-cpu.json", KindBench}, {"tunnels.json", KindTunnels}, {"ike.json", KindIKE}, {"scenarios.json", KindScenario},
 	} {
 		if r := load(t, c.file)[0]; r.Kind != c.kind {
 			t.Errorf("%s: kind %s, want %s", c.file, r.Kind, c.kind)
@@ -175,7 +175,7 @@ func TestComparisonFlagsOnlyChangesBeyondSpread(t *testing.T) {
 }
 
 func TestWriteShowsEveryKind(t *testing.T) {
-	runs := load(t, "bench-cpu.json", "bench-aesni.json", "tunnels.json", "scenarios.json")
+	runs := load(t, "bench-cpu.json", "bench-aesni.json", "tunnels.json", "ike.json", "ike-b.json", "scenarios.json")
 	var b bytes.Buffer
 	if err := Write(&b, runs, time.Unix(0, 0)); err != nil {
 		t.Fatal(err)
@@ -185,6 +185,8 @@ func TestWriteShowsEveryKind(t *testing.T) {
 		"Verdicts", "Runs and machines", "bench runs side by side", "RFC 2544 zero-loss rate per frame size",
 		"iperf3 TCP throughput per path", "One-way latency percentiles", "CPU per gateway", "Zero-loss rate of a load spread over every tunnel",
 		"max queue", "conservation", "drops by reason", runs[0].Bench.Machine.CPU, runs[0].Bench.Machine.Kernel,
+		"IKE tunnel setup: 20 tunnels per pair", "charon → espgw", "espgw responder ÷ charon responder", "ike runs side by side",
+		"initiator/responder pairs measured",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page lacks %q", want)

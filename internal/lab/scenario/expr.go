@@ -255,7 +255,10 @@ func (s *Scenario) knownMetric(name string) bool {
 		case "actions":
 			return slices.Contains(actionMetrics, rest)
 		case "ike":
-			return s.SA.IKE != nil && slices.Contains(ikeMetrics, rest)
+			if s.SA.IKE != nil {
+				return slices.Contains(ikeMetrics, rest)
+			}
+			return s.External != nil && s.External.IKE != nil && slices.Contains(externalIKEMetrics, rest)
 		case "steps":
 			step, m, ok := strings.Cut(rest, ".")
 			if !ok {

@@ -53,6 +53,9 @@ type External struct {
 	// counters; it runs before and after the traffic. Output in the form
 	// of `ip -s xfrm state` gives gw2.* metrics as with linux-xfrm.
 	Counters string `yaml:"counters" json:"counters,omitempty"`
+	// IKE, in place of SAFile, has gw1 negotiate the SAs with the
+	// device's own IKE daemon (IKEv2, a pre-shared key).
+	IKE *ExternalIKE `yaml:"ike" json:"ike,omitempty"`
 	// Setup, if set, is a shell command run on this machine before each
 	// run's traffic, once the interfaces are wired: it configures the
 	// device for the run — typically flushes its SAs and installs the
@@ -119,8 +122,21 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	if err := checkLink(link{"wan", e.WAN, &e.wan, &e.wanDUT}); err != nil {
 		return err
 	}
+	if e.IKE != nil {
+		if err := checkLink(link{"lan", e.LAN, &e.lan, &e.lanDUT}); err != nil {
+			return err
+		}
+		if e.near, err = netip.ParsePrefix(e.Near); err != nil || !e.near.Addr().Is4() || e.near.Bits() > 28 {
+			return perr(at("near"), "external.near", fmt.Errorf("%s: want the IPv4 network behind gw1 (at most /28), e.g. 192.0.2.0/24", secret.Quote(e.Near)))
+		}
+		e.near = e.near.Masked()
+		if err := s.validateExternalIKE(perr); err != nil {
+			return err
+		}
+		return s.validateExternalRest(perr)
+	}
 	if e.SAFile == "" {
-		return perr(at("sa-file"), "external.sa-file", errors.New("missing: the SAs the device holds"))
+		return perr(at("sa-file"), "external.sa-file", errors.New("missing: the SAs the device holds (sa-file), or ike: to negotiate them with the device's IKE daemon"))
 	}
 	e.saFilePath = e.SAFile
 	if !filepath.IsAbs(e.saFilePath) {
@@ -166,6 +182,14 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	// What `scenario list` and the progress lines show.
 	s.SA.Suite, s.SA.Mode, s.SA.Encap = e.out.Suite.String(), e.out.Mode.String(), e.out.Encap.String()
 	s.SA.mode = e.out.Mode
+	return s.validateExternalRest(perr)
+}
+
+// validateExternalRest checks what goes with the device's SAs, from a
+// file or negotiated: the steps, the fields it leaves no room for, the
+// families.
+func (s *Scenario) validateExternalRest(perr func(int, string, error) error) error {
+	e := s.External
 	for i, st := range s.Traffic.Steps {
 		if st.Pcap != nil {
 			return perr(stepLine(s.root, i), fmt.Sprintf("traffic.steps[%d].pcap", i), errors.New("captures are replayed between addresses no host owns, which needs neighbour entries on the device: not against an external device"))
@@ -173,7 +197,7 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	}
 	for _, f := range []string{"sa", "engines"} {
 		if k, _ := yamlwalk.Lookup(s.root, f); k != nil {
-			return perr(k.Line, f, errors.New("with peer: external the SAs come from external.sa-file and gw2 is the device"))
+			return perr(k.Line, f, errors.New("with peer: external the SAs come from external.sa-file or external.ike and gw2 is the device"))
 		}
 	}
 	// The outer family is the WAN addresses'.
@@ -188,7 +212,7 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		}
 	}
 	s.Topology.Outer = outer
-	if e.out.Mode == sa.Transport {
+	if s.SA.mode == sa.Transport {
 		return s.transportSteps(perr, outer)
 	}
 	if s.Topology.Inner != "ipv4" {
@@ -309,10 +333,17 @@ type externalGW2 struct {
 	out, in *sa.SA
 	// dir holds the run's SA files for the setup and reset commands.
 	dir string
+	// current, with external.ike, reads the CHILD_SA gw1 sends through;
+	// spis are the pairs (out/in) the snapshots found.
+	current func(context.Context) (out, in uint32, ok bool)
+	spis    []string
 }
 
 // newExternalGW2 picks the run's SAs: fresh SPIs when setup is given.
 func newExternalGW2(e *External) (*externalGW2, error) {
+	if e.IKE != nil {
+		return &externalGW2{e: e}, nil // negotiateExternal sets the SAs
+	}
 	out, in := *e.out, *e.in
 	x := &externalGW2{e: e, out: &out, in: &in}
 	if e.Setup == "" {
@@ -612,6 +643,16 @@ func (x *externalGW2) removeFiles() {
 // run's SAs.
 func (x *externalGW2) hint(m Metrics, found bool) string {
 	spi := fmt.Sprintf("%#x", x.out.SPI)
+	if x.e.IKE != nil {
+		switch {
+		case x.e.Counters == "":
+			return "the device's counters are unknown (no external.counters command)"
+		case x.rekeyed():
+			return fmt.Sprintf("a rekey replaced the CHILD_SA during the run (%s): the device's counters of the one before went with it, so gw2.* are not known", strings.Join(x.spis, " then "))
+		case !found:
+			return fmt.Sprintf("the device's counters list no state with SPI %s, which gw1 negotiated with it: its IKE daemon keeps the CHILD_SA somewhere the counters command does not read", spi)
+		}
+	}
 	if x.e.Counters == "" {
 		h := "the device's counters are unknown (no external.counters command)"
 		if x.e.Setup == "" {
@@ -648,6 +689,7 @@ func (x *externalGW2) hint(m Metrics, found bool) string {
 // gives the device's per-SA counters under espgw's names (as for
 // linux-xfrm); anything else gives nothing to compare.
 func (x *externalGW2) stats(ctx context.Context) (gateway.Stats, string, error) {
+	x.refreshChild(ctx)
 	if x.e.Counters == "" {
 		return gateway.Stats{}, "", nil
 	}
@@ -670,6 +712,9 @@ func (x *externalGW2) stats(ctx context.Context) (gateway.Stats, string, error) 
 // externalSAs puts the run's SAs into the SA file gw1 (and, until it is
 // stopped, gw2) reads.
 func (r *runner) externalSAs(cfg *sa.Config) error {
+	if r.external.e.IKE != nil {
+		return nil // gw1 starts on the bed's own SAs until it negotiates
+	}
 	cfg.SAs[0], cfg.SAs[1] = r.external.out, r.external.in
 	return nil
 }

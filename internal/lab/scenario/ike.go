@@ -295,7 +295,7 @@ func (r *runner) waitIKE(ctx context.Context, limit time.Duration) (time.Duratio
 			if ok1 && ok2 && s1.SPIi == s2.SPIi && s1.SPIr == s2.SPIr && pairs(s1, s2) {
 				return time.Since(t0), nil
 			}
-			last = fmt.Sprintf("gw1 %s, gw2 %s", ikeState(st[0]), ikeState(st[1]))
+			last = fmt.Sprintf("gw1 %s, gw2 %s", ikeSummary(st[0]), ikeSummary(st[1]))
 		} else {
 			last = err.Error()
 		}
@@ -351,7 +351,7 @@ func pairs(a, b gateway.IKESAStats) bool {
 	return false
 }
 
-func ikeState(st gateway.Stats) string {
+func ikeSummary(st gateway.Stats) string {
 	if st.IKE == nil {
 		return "no IKE"
 	}

@@ -95,6 +95,9 @@ type Result struct {
 	// ExternalCounters is what the external device's counters command
 	// printed before and after the traffic.
 	ExternalCounters []string `json:"external_counters,omitempty"`
+	// ExternalSPIs are, with external.ike, the CHILD_SA gw1 negotiated with
+	// the device as each snapshot found it: its SPIs out/in.
+	ExternalSPIs []string `json:"external_spis,omitempty"`
 	// Hint is, for a failed run against an external device, what its
 	// counters show and what that usually means.
 	Hint     string            `json:"hint,omitempty"`
@@ -329,6 +332,16 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			}()
 		}
 	}
+	if s.Peer == PeerExternal && s.External.IKE != nil {
+		defer func() {
+			if cerr := r.endExternalIKE(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+		if err := r.negotiateExternal(ctx, capDir); err != nil {
+			return err
+		}
+	}
 	if s.Peer == PeerLinuxXFRM {
 		r.opts.progress("%s: the Linux kernel's ESP as gw2", s.Name)
 		defer func() {
@@ -369,6 +382,11 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		return err
 	}
 	d := after.minus(before)
+	if r.external != nil && r.external.rekeyed() {
+		// The device's counters of the CHILD_SA before a rekey went with
+		// it: its counts compare nothing.
+		d.GW[1] = gateway.Stats{}
+	}
 	res.Gateways, res.WAN = d.GW, d.WAN
 	for i, n := range []string{"hostA", "gw1", "gw2", "hostB"} {
 		if moved := mapMinus(after.SNMP[i], before.SNMP[i]); len(moved) > 0 {
@@ -381,6 +399,10 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
 	r.tunnelMetrics(res.Metrics, d.GW[1])
 	r.ikeMetrics(res.Metrics, before, after, res.Steps, r.windows)
+	r.externalIKE(res.Metrics, before.GW[0], after.GW[0])
+	if r.external != nil {
+		res.ExternalSPIs = r.external.spis
+	}
 	res.Actions = r.tunnels.results
 	if r.external != nil && r.s.External.Counters != "" {
 		res.ExternalCounters = []string{before.ExternalCounters, after.ExternalCounters}
@@ -724,8 +746,8 @@ func (r *runner) stableSnapshot(ctx context.Context) (snapshot, error) {
 		if err != nil {
 			return next, err
 		}
-		a, _ := json.Marshal(last.packets())
-		b, _ := json.Marshal(next.packets())
+		a, _ := json.Marshal(withoutClocks(last))
+		b, _ := json.Marshal(withoutClocks(next))
 		if bytes.Equal(a, b) {
 			return next, nil
 		}
@@ -734,10 +756,9 @@ func (r *runner) stableSnapshot(ctx context.Context) (snapshot, error) {
 	return last, nil
 }
 
-// packets is the snapshot without the gateways' IKE state, whose ages
-// and liveness checks move all the time: what judges whether the packet
-// counters rest.
-func (s snapshot) packets() snapshot {
+// withoutClocks is s without what changes with time alone, for
+// comparing snapshots: the IKE SAs' ages and times to rekey.
+func withoutClocks(s snapshot) snapshot {
 	for i := range s.GW {
 		s.GW[i].IKE = nil
 	}

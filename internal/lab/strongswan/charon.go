@@ -66,6 +66,13 @@ type Config struct {
 	// Options are lines added to strongswan.conf's charon section, such as
 	// "signature_authentication = no" or "rsa_pss = yes".
 	Options []string
+	// Setup are lines added to ipsec.conf's config setup, such as
+	// "uniqueids=no" (many IKE SAs with the same identities kept side by
+	// side).
+	Setup []string
+	// Quiet logs at level 0 (what is established and what fails), without
+	// the CHILD_SA keys: a benchmark's charon.
+	Quiet bool
 }
 
 // Charon is a running starter and its charon.
@@ -137,8 +144,13 @@ func Start(ctx context.Context, cfg Config) (*Charon, error) {
 	}
 	// rekey=no and no DPD: the tunnel must stay as negotiated while one
 	// side is taken over by a gateway that speaks no IKE.
+	setup := append([]string{`charondebug="chd 4"`}, cfg.Setup...)
+	level, chd := 1, 4
+	if cfg.Quiet {
+		setup[0], level, chd = `charondebug="chd 0"`, 0, 0
+	}
 	conf := fmt.Sprintf(`config setup
-	charondebug="chd 4"
+	%s
 conn espgw
 	keyexchange=ikev2
 	left=%s
@@ -156,7 +168,7 @@ conn espgw
 	lifetime=8h
 	dpdaction=none
 	auto=%s
-`, cfg.Local, cfg.LocalNet, cfg.ID, cfg.Remote, cfg.RemoteNet, peerID, auth, cfg.IKE, cfg.ESP, forceEncaps, auto)
+`, strings.Join(setup, "\n\t"), cfg.Local, cfg.LocalNet, cfg.ID, cfg.Remote, cfg.RemoteNet, peerID, auth, cfg.IKE, cfg.ESP, forceEncaps, auto)
 	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
 	if cfg.Cert != "" {
 		conf += fmt.Sprintf("ca espgw\n\tcacert=%s\n\tauto=add\n", cfg.CA)
@@ -169,14 +181,14 @@ conn espgw
 	filelog {
 		espgw {
 			path = %s
-			default = 1
-			chd = 4
+			default = %d
+			chd = %d
 			flush_line = yes
 			time_format = %%T
 		}
 	}
 }
-`, strings.Join(cfg.Options, "\n"), c.LogPath())
+`, strings.Join(cfg.Options, "\n"), c.LogPath(), level, chd)
 	for name, body := range map[string]string{"ipsec.conf": conf, "ipsec.secrets": secrets, "strongswan.conf": swan} {
 		if err := os.WriteFile(filepath.Join(cfg.Dir, name), []byte(body), 0o600); err != nil {
 			return nil, fmt.Errorf("start charon: %w", err)
@@ -327,6 +339,20 @@ func (c *Charon) Down(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Stroke runs /usr/lib/ipsec/stroke with args in charon's namespaces
+// (such as "up-nb espgw": one more IKE SA initiated, not waited for).
+func (c *Charon) Stroke(ctx context.Context, args ...string) error {
+	argv := append([]string{"-t", strconv.Itoa(c.charonPID), "-m", "-n", "/usr/lib/ipsec/stroke"}, args...)
+	out, err := exec.CommandContext(ctx, "nsenter", argv...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("stroke %s in %s: %w: %s", strings.Join(args, " "), c.cfg.NS.Short(), err, out)
+	}
+	return nil
+}
+
+// PID is charon's process id.
+func (c *Charon) PID() int { return c.charonPID }
 
 var childName = regexp.MustCompile(`(espgw\{\d+\}):\s+INSTALLED`)
 

@@ -300,6 +300,29 @@ func (b *Bed) writeSAs(cfg *sa.Config) error {
 // writeConfig writes gateway i's configuration: its outer address, a TUN
 // routing the far LAN, the shared SA file.
 func (b *Bed) writeConfig(i int) (string, error) {
+	path := filepath.Join(b.Dir, fmt.Sprintf("gw%d.yaml", i+1))
+	return path, b.gatewayConfig(i).Write(path)
+}
+
+// Reconfigure stops gateway i, has edit change its configuration (an ike:
+// section in place of the SA file, say), writes it and starts the gateway
+// again.
+func (b *Bed) Reconfigure(ctx context.Context, i int, edit func(*GatewayConfig)) error {
+	if b.GW[i].cmd != nil {
+		if _, err := b.GW[i].Stop(syscall.SIGTERM); err != nil {
+			return fmt.Errorf("reconfigure %s: %w", b.GW[i].Name, err)
+		}
+	}
+	c := b.gatewayConfig(i)
+	edit(&c)
+	if err := c.Write(b.GW[i].Config); err != nil {
+		return fmt.Errorf("reconfigure %s: %w", b.GW[i].Name, err)
+	}
+	return b.StartGateway(ctx, i)
+}
+
+// gatewayConfig is gateway i's configuration.
+func (b *Bed) gatewayConfig(i int) GatewayConfig {
 	a := b.Topo.Addr
 	gw1, gw2 := b.Outer()
 	local, peer := gw1, gw2
@@ -318,14 +341,13 @@ func (b *Bed) writeConfig(i int) (string, error) {
 			locals = []netip.Addr{a.GW2WAN4.Addr(), a.GW2WAN6.Addr()}
 		}
 	}
-	path := filepath.Join(b.Dir, fmt.Sprintf("gw%d.yaml", i+1))
 	saFile := "sas.yaml"
 	if b.opts.IKE[i] != "" {
 		saFile = ""
 	}
-	return path, GatewayConfig{Extra: b.opts.IKE[i], Local: local, Locals: locals, Peer: peer, Engine: b.opts.Engine[i], WanIO: b.opts.WanIO, Metrics: "127.0.0.1:9478",
+	return GatewayConfig{Extra: b.opts.IKE[i], Local: local, Locals: locals, Peer: peer, Engine: b.opts.Engine[i], WanIO: b.opts.WanIO, Metrics: "127.0.0.1:9478",
 		TUN: "esp0", TUNMTU: b.opts.TUNMTU, Routes: routes, NoOffloads: b.opts.NoOffloads, OuterMTU: b.opts.WANMTU, Workers: b.opts.Workers,
-		XDPMode: b.opts.XDPMode, Pprof: pprofAddr(b.opts.Pprof), SAFile: saFile, StateDir: fmt.Sprintf("gw%d-state", i+1), Control: fmt.Sprintf("gw%d.sock", i+1)}.Write(path)
+		XDPMode: b.opts.XDPMode, Pprof: pprofAddr(b.opts.Pprof), SAFile: saFile, StateDir: fmt.Sprintf("gw%d-state", i+1), Control: fmt.Sprintf("gw%d.sock", i+1)}
 }
 
 // StartGateway starts gateway i's espgw run process, with args after its

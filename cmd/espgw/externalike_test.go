@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/espgw/espgw/internal/lab/charonguest"
+	"github.com/espgw/espgw/internal/lab/kernelpeer"
+	"github.com/espgw/espgw/internal/lab/labtest"
+	"github.com/espgw/espgw/internal/lab/libreswan"
+	"github.com/espgw/espgw/internal/lab/netns"
+	"github.com/espgw/espgw/internal/lab/scenario"
+	"github.com/espgw/espgw/sa"
+)
+
+// TestScenarioExternalIKE points peer: external scenarios with
+// external.ike at an appliance that brings its tunnel up by IKEv2 itself:
+// strongSwan's charon in the QEMU guest, configured by swanctl with a
+// pre-shared key, its CHILD_SAs in the guest kernel's ESP (kernel-netlink).
+// No key is copied: gw1 negotiates. The scenario's traffic must arrive
+// whole each way with the device's counters (read by SPI from its
+// `ip -s xfrm state`, which must list the SPIs gw1 negotiated) matching
+// gw1's, a CHILD_SA rekey by gw1 in the middle of the traffic must
+// lose nothing, and gw1's Delete at the end of each run must leave the
+// device no SA. Then libreswan's pluto as the appliance's daemon, in the
+// same boot: the traffic and counters again, and a CHILD_SA rekey by
+// pluto (whack --rekey-ipsec) during the traffic with nothing lost.
+func TestScenarioExternalIKE(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots the QEMU kernel guest with charon as an external device; run without -short")
+	}
+	labtest.NeedNamespaces(t)
+	bin := labtest.Espgw(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	bed, err := netns.New("ikx", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bed.Close()
+	home, err := bed.AddNamespace("dut")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const wanIf, lanIf, mgmtIf = "ikxwan", "ikxlan", "ikxmgmt"
+	dutWAN, dutLAN := netip.MustParsePrefix("198.51.100.129/24"), netip.MustParsePrefix("203.0.113.1/24")
+	gw1, near := netip.MustParseAddr("198.51.100.1"), netip.MustParsePrefix("192.0.2.0/24")
+	key := make([]byte, 24)
+	rand.Read(key)
+	psk := hex.EncodeToString(key)
+	if err := os.WriteFile(filepath.Join(dir, "psk"), []byte(psk+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	files, err := charonguest.Files(charonguest.Config{Dir: filepath.Join(dir, "charon"), LocalAddr: dutWAN.Addr(), RemoteAddr: gw1,
+		LocalID: "appliance.example", RemoteID: "gw1.example", PSK: psk,
+		LocalTS: []netip.Prefix{dutLAN.Masked()}, RemoteTS: []netip.Prefix{near},
+		Proposals: "aes128-sha256-x25519", ESPProposals: "aes128gcm16,aes128-sha256"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// libreswan's pluto comes in the same boot, for after charon.
+	root, err := libreswan.Prepare(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plutoCfg := libreswan.Config{Host: netip.PrefixFrom(gw1, 24), Guest: dutWAN, LocalNet: dutLAN.Masked(), RemoteNet: near,
+		ID: "appliance.example", PeerID: "gw1.example", PSK: psk, IKE: "aes128-sha2_256-dh31", ESP: "aes_gcm128",
+		Root: root, Dir: filepath.Join(dir, "pluto")}
+	plutoFiles, err := libreswan.Files(ctx, plutoCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range plutoFiles {
+		files[k] = v
+	}
+	// The guest's agent holds no port-4500 socket: the IKE daemon owns it.
+	dev, err := kernelpeer.Start(ctx, kernelpeer.Config{
+		Netns: home.Name(), Tap: wanIf, ExtraTaps: []string{lanIf, mgmtIf}, GuestAddrs: []netip.Prefix{dutWAN},
+		NATTPorts: []uint16{}, Files: files, MemoryMB: 384, BootTimeout: 5 * time.Minute, CommandTimeout: time.Minute,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	// The appliance's LAN port, forwarding, the route back to the network
+	// behind gw1, and a management port serving its counters.
+	setup := fmt.Sprintf("set -e\nip link set eth1 up\nip addr add %s dev eth1\necho 1 >/proc/sys/net/ipv4/ip_forward\nip route add %s via %s\n"+
+		"ip link set eth2 up\nip addr add 10.99.0.1/30 dev eth2\nmkdir -p /www/cgi-bin\n"+
+		"printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\n/sbin/ip -s xfrm state list nokeys\\n' >/www/cgi-bin/xfrm\n"+
+		"chmod +x /www/cgi-bin/xfrm\nhttpd -p 10.99.0.1:80 -h /www\n", dutLAN, near, gw1)
+	if out, err := dev.Run(ctx, setup); err != nil {
+		t.Fatalf("configure the device: %v\n%s", err, out)
+	}
+	if err := home.AddAddr(mgmtIf, netip.MustParsePrefix("10.99.0.2/30")); err != nil {
+		t.Fatal(err)
+	}
+	charon, err := charonguest.Start(ctx, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			t.Logf("charon's log:\n%s", charon.Log(context.Background()))
+		}
+	}()
+	counters := fmt.Sprintf(`ip netns exec %s /usr/bin/python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://10.99.0.1/cgi-bin/xfrm', timeout=10).read().decode())"`, home.Name())
+	head := func(rekey string) string {
+		return fmt.Sprintf(`peer: external
+external:
+  netns: %s
+  wan: {interface: %s, address: %s/24, dut: %s}
+  lan: {interface: %s, address: 203.0.113.10/24, dut: %s}
+  near: %s
+  counters: %q
+  ike:
+    local: {id: gw1.example}
+    remote: {id: appliance.example}
+    psk_file: ../psk
+    proposals: aes128-sha256-x25519
+    esp_proposals: aes128gcm16
+    rekey_time: %s
+`, home.Name(), wanIf, gw1, dutWAN.Addr(), lanIf, dutLAN.Addr(), near, counters, rekey)
+	}
+	scenarios := filepath.Join(dir, "scenarios")
+	os.Mkdir(scenarios, 0o755)
+	os.WriteFile(filepath.Join(scenarios, "1-ike.yaml"), []byte(head("1h")+`name: appliance-ike
+description: charon in the guest as the appliance, the SAs negotiated by IKE
+traffic:
+  steps:
+    - name: sweep
+      ping: {sizes: [56, 1000, 1300], count: 3, interval: 5ms}
+    - name: up
+      udp: {packets: 300, rate: 1000, size: 400}
+    - name: down
+      udp: {from: hostB, to: hostA, packets: 300, rate: 1000, size: 400, port: 9001}
+    - name: bulk
+      iperf3: {protocol: tcp, duration: 1s}
+expect:
+  delivered: == 1
+  exact: true
+  steps.bulk.bytes: "> 0"
+  gw1.drops: == 0
+  gw2.opened: == gw1.sealed
+  gw1.opened: == gw2.sealed
+  gw2.drops: == 0
+  ike.failed: == 0
+  conservation: true
+`), 0o644)
+	os.WriteFile(filepath.Join(scenarios, "2-ike-rekey.yaml"), []byte(head("6s")+`name: appliance-ike-rekey
+description: gw1 rekeys the CHILD_SA in the middle of the traffic; nothing may be lost
+traffic:
+  together: true
+  steps:
+    - name: up
+      udp: {packets: 3000, rate: 500, size: 300}
+    - name: down
+      udp: {from: hostB, to: hostA, packets: 3000, rate: 500, size: 300, port: 9001}
+expect:
+  delivered: == 1
+  ike.rekeys: ">= 1"
+  gw1.drops: == 0
+  conservation: true
+`), 0o644)
+
+	// The device rekeys (pluto, by whack): gw1 never does.
+	os.WriteFile(filepath.Join(scenarios, "3-ike-peer-rekey.yaml"), []byte(head("1h")+`name: appliance-ike-peer-rekey
+description: the device rekeys the CHILD_SA in the middle of the traffic; nothing may be lost
+traffic:
+  together: true
+  steps:
+    - name: up
+      udp: {packets: 3000, rate: 500, size: 300}
+    - name: down
+      udp: {from: hostB, to: hostA, packets: 3000, rate: 500, size: 300, port: 9001}
+expect:
+  delivered: == 1
+  ike.rekeys: ">= 1"
+  gw1.drops: == 0
+  conservation: true
+`), 0o644)
+	daemon := "charon"
+	runs := func(files ...string) {
+		t.Helper()
+		for _, f := range files {
+			judge(t, daemon, f, runExternalAs(t, "ikxs", bin, filepath.Join(scenarios, f)))
+		}
+	}
+	runs("1-ike.yaml", "2-ike-rekey.yaml")
+	// gw1 deleted its IKE SAs as each run ended: charon holds none, and
+	// the guest's kernel no SA.
+	if out, err := charon.Swanctl(ctx, "--list-sas"); err != nil || strings.Contains(out, "ESTABLISHED") {
+		t.Errorf("charon after the runs: %v\n%s", err, out)
+	}
+	if out, err := dev.Run(ctx, "ip xfrm state"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("SAs left in the device's kernel: %v\n%s", err, out)
+	}
+
+	// The same appliance with libreswan's pluto as its IKE daemon.
+	if err := charon.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pluto, err := libreswan.StartIn(ctx, dev, plutoCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pluto.Close()
+	defer func() {
+		if t.Failed() {
+			log, _ := pluto.Log(context.Background())
+			t.Logf("pluto's log:\n%s", log)
+		}
+	}()
+	daemon = "pluto"
+	runs("1-ike.yaml")
+	// pluto rekeys once its CHILD_SA has carried 500 packets toward gw1.
+	rekeyed := make(chan error, 1)
+	go func() {
+		for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(300 * time.Millisecond) {
+			out, err := dev.Run(ctx, "ip -s xfrm state list nokeys")
+			if err != nil || strings.TrimSpace(out) == "" {
+				continue
+			}
+			states, err := sa.ParseXFRMStates("the device's ip -s xfrm state", []byte(out))
+			if err != nil {
+				continue
+			}
+			if slices.ContainsFunc(states, func(x sa.XFRMState) bool { return x.Dst == gw1 && x.Packets >= 500 }) {
+				_, err := pluto.Whack(ctx, "--name", libreswan.Name, "--rekey-ipsec")
+				rekeyed <- err
+				return
+			}
+		}
+		rekeyed <- fmt.Errorf("the device's CHILD_SA never carried 500 packets")
+	}()
+	runs("3-ike-peer-rekey.yaml")
+	if err := <-rekeyed; err != nil {
+		t.Errorf("pluto's rekey: %v", err)
+	}
+	if out, err := dev.Run(ctx, "ip xfrm state"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("SAs left in the device's kernel by pluto: %v\n%s", err, out)
+	}
+}
+
+// judge checks one run against the appliance's IKE daemon.
+func judge(t *testing.T, daemon, f string, r *scenario.Result) {
+	t.Helper()
+	if !r.Pass {
+		t.Errorf("%s %s: pass %v, error %q, hint %q", daemon, r.Name, r.Pass, r.Error, r.Hint)
+		if len(r.Gateways[0].Drops) > 0 {
+			t.Logf("%s %s: gw1 drops %v", daemon, r.Name, r.Gateways[0].Drops)
+		}
+		for _, sa := range r.Gateways[0].SAs {
+			if len(sa.Drops) > 0 {
+				t.Logf("%s %s: gw1 SA %s %s drops %v", daemon, r.Name, sa.SPI, sa.Direction, sa.Drops)
+			}
+		}
+		for _, st := range r.Steps {
+			t.Logf("%s %s: step %s: sent %d received %d mismatched %d %s %s", daemon, r.Name, st.Name, st.Sent, st.Received, st.Mismatched, st.Detail, st.Output)
+		}
+	}
+	t.Logf("%s %s: CHILD_SAs %v, ike.rekeys %v", daemon, r.Name, r.ExternalSPIs, r.Metrics["ike.rekeys"])
+	if len(r.ExternalSPIs) == 0 || len(r.ExternalCounters) == 0 {
+		t.Errorf("%s %s: no negotiated SPIs (%v) or device counters (%d listings)", daemon, r.Name, r.ExternalSPIs, len(r.ExternalCounters))
+		return
+	}
+	// The device's kernel holds the SAs gw1 negotiated: both SPIs of
+	// a CHILD_SA gw1 had in force in its listing before the traffic
+	// (without a rekey, the only one).
+	listed := func(pair string) bool {
+		out, in, _ := strings.Cut(pair, "/")
+		return strings.Contains(r.ExternalCounters[0], "spi "+out+"(") && strings.Contains(r.ExternalCounters[0], "spi "+in+"(")
+	}
+	if f == "1-ike.yaml" && (len(r.ExternalSPIs) != 1 || !listed(r.ExternalSPIs[0])) ||
+		!slices.ContainsFunc(r.ExternalSPIs, listed) {
+		t.Errorf("%s %s: the device's ip xfrm state does not list the CHILD_SAs gw1 negotiated (%v):\n%s", daemon, r.Name, r.ExternalSPIs, r.ExternalCounters[0])
+	}
+	if f == "2-ike-rekey.yaml" && len(slices.Compact(slices.Clone(r.ExternalSPIs))) < 2 {
+		t.Errorf("%s %s: the CHILD_SA was not replaced during the run: %v", daemon, r.Name, r.ExternalSPIs)
+	}
+}
