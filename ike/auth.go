@@ -65,6 +65,9 @@ func (s *IKESA) checkPeerAuth(m *Message, id Identity, a *Auth) error {
 	}
 	octets := signedOctets(s.suite.prf, message, peerNonce, skp, id)
 	if a.Method == AuthSharedKey {
+		if cfg.PeerSignature {
+			return &authError{"authentication method not configured", errors.New("a shared-key AUTH, and the peer must authenticate with a certificate")}
+		}
 		if len(cfg.PSK) == 0 {
 			return &authError{"authentication method not configured", errors.New("a shared-key AUTH, and this side has no PSK")}
 		}

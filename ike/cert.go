@@ -93,6 +93,15 @@ func LoadCertificates(path string) ([]*x509.Certificate, error) {
 	if err != nil {
 		return nil, fmt.Errorf("certificates: %w", err)
 	}
+	certs, err := ParseCertificates(b)
+	if err != nil {
+		return nil, fmt.Errorf("certificates in %q: %w", path, err)
+	}
+	return certs, nil
+}
+
+// ParseCertificates reads PEM certificates, in order.
+func ParseCertificates(b []byte) ([]*x509.Certificate, error) {
 	var out []*x509.Certificate
 	for n := 1; ; n++ {
 		var blk *pem.Block
@@ -101,33 +110,44 @@ func LoadCertificates(path string) ([]*x509.Certificate, error) {
 			break
 		}
 		if blk.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("certificates in %q: PEM block %d is %q, want CERTIFICATE", path, n, blk.Type)
+			return nil, fmt.Errorf("PEM block %d is %q, want CERTIFICATE", n, blk.Type)
 		}
 		c, err := x509.ParseCertificate(blk.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("certificates in %q: PEM block %d: %w", path, n, err)
+			return nil, fmt.Errorf("PEM block %d: %w", n, err)
 		}
 		out = append(out, c)
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("certificates in %q: no PEM CERTIFICATE block", path)
+		return nil, errors.New("no PEM CERTIFICATE block")
 	}
 	return out, nil
 }
 
-// LoadPrivateKey reads a PEM private key (PKCS #8, PKCS #1 RSA or SEC 1
-// EC): RSA, ECDSA (P-256, P-384, P-521) or Ed25519. Errors never show the
-// key.
+// LoadPrivateKey reads a PEM private key file (ParsePrivateKey). Errors
+// never show the key.
 func LoadPrivateKey(path string) (crypto.Signer, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("private key: %w", err)
 	}
+	key, err := ParsePrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("private key %q: %w", path, err)
+	}
+	return key, nil
+}
+
+// ParsePrivateKey reads a PEM private key (PKCS #8, PKCS #1 RSA or SEC 1
+// EC): RSA, ECDSA (P-256, P-384, P-521) or Ed25519. Errors never show the
+// key.
+func ParsePrivateKey(b []byte) (crypto.Signer, error) {
 	blk, _ := pem.Decode(b)
 	if blk == nil {
-		return nil, fmt.Errorf("private key %q: no PEM block", path)
+		return nil, errors.New("no PEM block")
 	}
 	var key any
+	var err error
 	switch blk.Type {
 	case "PRIVATE KEY":
 		key, err = x509.ParsePKCS8PrivateKey(blk.Bytes)
@@ -136,14 +156,17 @@ func LoadPrivateKey(path string) (crypto.Signer, error) {
 	case "EC PRIVATE KEY":
 		key, err = x509.ParseECPrivateKey(blk.Bytes)
 	default:
-		return nil, fmt.Errorf("private key %q: PEM block %q, want PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY", path, blk.Type)
+		return nil, fmt.Errorf("PEM block %q, want PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY", blk.Type)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("private key %q: %s block does not parse", path, blk.Type)
+		return nil, fmt.Errorf("%s block does not parse", blk.Type)
 	}
 	s, ok := key.(crypto.Signer)
-	if !ok || checkKey(s.Public()) != nil {
-		return nil, fmt.Errorf("private key %q: a %T, want RSA, ECDSA or Ed25519", path, key)
+	if !ok {
+		return nil, fmt.Errorf("a %T, want RSA, ECDSA or Ed25519", key)
+	}
+	if err := checkKey(s.Public()); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -267,3 +290,7 @@ func verifyPeerCerts(m *Message, cas []*x509.Certificate, now time.Time) (*x509.
 	}
 	return chain[0], nil
 }
+
+// IdentityInCertificate checks that a certificate holds an identity, as a
+// peer's must hold the identity it authenticates as.
+func IdentityInCertificate(id Identity, c *x509.Certificate) error { return idInCert(id, c) }

@@ -23,6 +23,9 @@ type Child struct {
 	// LocalTS and RemoteTS are the narrowed traffic selectors of this
 	// side and of the peer.
 	LocalTS, RemoteTS []Selector
+	// Name is the connection's CHILD_SA this is (Config.ChildName or
+	// one of Config.MoreChildren).
+	Name string
 	// Local and Remote are the tunnel's outer addresses; UDP is set when
 	// a NAT was detected and ESP travels in UDP on port 4500 (RFC 3948).
 	Local, Remote netip.Addr
@@ -115,27 +118,14 @@ func (s *IKESA) takeChild(m *Message, offered []Proposal, localTS, remoteTS []Se
 	return c, nil
 }
 
-// chooseChild picks this side's choice among the ESP proposals of a
-// request for a CHILD_SA, or the notification that refuses it (counted).
-func (s *IKESA) chooseChild(ours []Proposal, sap *SA) (Proposal, childSuite, *Notify) {
-	chosen, ok := Choose(ours, sap.Proposals)
-	if ok && len(chosen.SPI) == 4 {
-		if cs, err := childSuiteFrom(chosen); err == nil {
-			return chosen, cs, nil
-		}
-	}
-	s.e.count("no ESP proposal chosen")
-	return Proposal{}, childSuite{}, &Notify{Kind: NotifyNoProposalChosen}
-}
-
 // giveChild makes the CHILD_SA the peer asked for with the chosen
-// proposal, its selectors narrowed to ours, from the exchange's nonces
-// (and g^ir), adds it to the SA and tells Config.OnChild; it returns the
-// child and the response's SA, TSi and TSr payloads, or the notification
-// that refuses it (counted).
-func (s *IKESA) giveChild(chosen Proposal, cs childSuite, tsi, tsr *TS, gir, ni, nr []byte) (*Child, []Payload, *Notify) {
+// proposal of the child configuration cc, its selectors narrowed to cc's,
+// from the exchange's nonces (and g^ir), adds it to the SA and tells
+// Config.OnChild; it returns the child and the response's SA, TSi and TSr
+// payloads, or the notification that refuses it (counted).
+func (s *IKESA) giveChild(cc ChildConfig, chosen Proposal, cs childSuite, tsi, tsr *TS, gir, ni, nr []byte) (*Child, []Payload, *Notify) {
 	e := s.e
-	narrowI, narrowR := Narrow(tsi.Selectors, e.cfg.RemoteTS), Narrow(tsr.Selectors, e.cfg.LocalTS)
+	narrowI, narrowR := Narrow(tsi.Selectors, cc.RemoteTS), Narrow(tsr.Selectors, cc.LocalTS)
 	if len(narrowI) == 0 || len(narrowR) == 0 {
 		e.count("traffic selectors unacceptable")
 		return nil, nil, &Notify{Kind: NotifyTSUnacceptable}
@@ -145,11 +135,49 @@ func (s *IKESA) giveChild(chosen Proposal, cs childSuite, tsi, tsr *TS, gir, ni,
 		e.count("CHILD_SA not made")
 		return nil, nil, &Notify{Kind: NotifyTemporaryFailure}
 	}
-	c.LocalTS, c.RemoteTS = narrowR, narrowI
+	c.LocalTS, c.RemoteTS, c.Name = narrowR, narrowI, cc.Name
 	chosen.SPI = binary.BigEndian.AppendUint32(nil, c.InSPI)
 	s.children = append(s.children, c)
 	if e.cfg.OnChild != nil {
 		e.cfg.OnChild(s, c)
 	}
 	return c, []Payload{&SA{Proposals: []Proposal{chosen}}, &TS{Kind: PayloadTSi, Selectors: narrowI}, &TS{Kind: PayloadTSr, Selectors: narrowR}}, nil
+}
+
+// pickChild is the child configuration a request for a new CHILD_SA
+// fits (its selectors narrow to something of the configuration's), with
+// the proposal chosen from the configuration's ESP proposals (cut to
+// those without a group by ours when the peer offers no KE), or the
+// notification that refuses it (counted). A rekey (name set) fits the
+// old CHILD_SA's configuration only.
+func (s *IKESA) pickChild(sap *SA, tsi, tsr *TS, name string, pfs bool) (ChildConfig, Proposal, childSuite, *Notify) {
+	cands := s.e.cfg.childConfigs()
+	if name != "" {
+		cc, _ := s.e.cfg.childConfig(name)
+		cands = []ChildConfig{cc}
+	}
+	fits := false
+	for _, cc := range cands {
+		if len(Narrow(tsi.Selectors, cc.RemoteTS)) == 0 || len(Narrow(tsr.Selectors, cc.LocalTS)) == 0 {
+			continue
+		}
+		fits = true
+		ours := cc.ESP
+		if !pfs {
+			ours = withoutDH(ours)
+		} else if _, ok := Choose(ours, sap.Proposals); !ok {
+			ours = withoutDH(ours)
+		}
+		if chosen, ok := Choose(ours, sap.Proposals); ok && len(chosen.SPI) == 4 {
+			if cs, err := childSuiteFrom(chosen); err == nil {
+				return cc, chosen, cs, nil
+			}
+		}
+	}
+	if !fits {
+		s.e.count("traffic selectors unacceptable")
+		return ChildConfig{}, Proposal{}, childSuite{}, &Notify{Kind: NotifyTSUnacceptable}
+	}
+	s.e.count("no ESP proposal chosen")
+	return ChildConfig{}, Proposal{}, childSuite{}, &Notify{Kind: NotifyNoProposalChosen}
 }

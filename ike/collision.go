@@ -6,6 +6,12 @@ import (
 	"time"
 )
 
+// The counts (Endpoint.Counts) of settled rekey collisions.
+const (
+	EventChildCollision = "simultaneous CHILD_SA rekey"
+	EventIKECollision   = "simultaneous IKE SA rekey"
+)
+
 // rekeyRecord is one exchange that rekeyed a CHILD_SA or an IKE SA: its
 // two nonces and what it made.
 type rekeyRecord struct {
@@ -35,7 +41,7 @@ func lowerExchange(a, b *rekeyRecord) bool {
 // redundant one (its own) rather than the old one.
 func (s *IKESA) childCollision(old *Child) (survivor *Child, deleteOurs bool) {
 	old.settled = true
-	s.e.count("simultaneous CHILD_SA rekey")
+	s.e.count(EventChildCollision)
 	if lowerExchange(old.ours, old.theirs) {
 		return old.theirs.child, true
 	}
@@ -48,7 +54,7 @@ func (s *IKESA) childCollision(old *Child) (survivor *Child, deleteOurs bool) {
 // the old one to the other; the CHILD_SAs move to the survivor.
 func (s *IKESA) ikeCollision() (survivor, redundant *IKESA, deleteOurs bool) {
 	s.settled = true
-	s.e.count("simultaneous IKE SA rekey")
+	s.e.count(EventIKECollision)
 	survivor, redundant = s.ourRekey.sa, s.peerRekey.sa
 	if deleteOurs = lowerExchange(s.ourRekey, s.peerRekey); deleteOurs {
 		survivor, redundant = redundant, survivor
@@ -60,9 +66,13 @@ func (s *IKESA) ikeCollision() (survivor, redundant *IKESA, deleteOurs bool) {
 
 // deleteLater deletes a redundant IKE SA or CHILD_SA that a collision
 // found only when the peer's request came after this side's exchange was
-// over, outside the request that found it.
-func (s *IKESA) deleteLater(c *Child, sa *IKESA) {
+// over, outside the request that found it (a redundant CHILD_SA is
+// told to Config.OnRedundant first, with the survivor).
+func (s *IKESA) deleteLater(c, survivor *Child, sa *IKESA) {
 	go func() {
+		if c != nil && s.e.cfg.OnRedundant != nil {
+			s.e.cfg.OnRedundant(s, c, survivor)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.e.cfg.RetransmitTimeout*time.Duration(1<<s.e.cfg.Tries))
 		defer cancel()
 		var err error

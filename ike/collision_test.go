@@ -9,20 +9,23 @@ import (
 	"time"
 )
 
-// crossing links two endpoints in memory and, once armed, holds the
-// responses to CREATE_CHILD_SA until both sides' requests have been
-// answered: the two rekeys cross on the wire, as in RFC 7296 §2.8.1.
+// crossing links two endpoints in memory and, once armed, holds each
+// side's CREATE_CHILD_SA request until both have been sent and the
+// responses until both requests have been answered: the two rekeys cross
+// on the wire, as in RFC 7296 §2.8.1.
 type crossing struct {
-	mu      sync.Mutex
-	armed   bool
-	handled atomic.Int32
-	both    chan struct{}
+	mu            sync.Mutex
+	armed         bool
+	sent, handled atomic.Int32
+	bothSent      chan struct{}
+	both          chan struct{}
 }
 
 func (c *crossing) arm() {
 	c.mu.Lock()
-	c.armed, c.both = true, make(chan struct{})
+	c.armed, c.both, c.bothSent = true, make(chan struct{}), make(chan struct{})
 	c.handled.Store(0)
+	c.sent.Store(0)
 	c.mu.Unlock()
 }
 
@@ -31,13 +34,17 @@ func (c *crossing) link(to **Endpoint) func(Datagram) error {
 		h, _ := ParseHeader(d.Data)
 		in := Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local}
 		c.mu.Lock()
-		armed, both := c.armed, c.both
+		armed, both, bothSent := c.armed, c.both, c.bothSent
 		c.mu.Unlock()
 		switch {
 		case !armed || h.Exchange != CreateChildSA:
 			go (*to).Handle(in)
 		case !h.IsResponse():
+			if c.sent.Add(1) == 2 {
+				close(bothSent)
+			}
 			go func() {
+				<-bothSent
 				(*to).Handle(in)
 				if c.handled.Add(1) == 2 {
 					c.mu.Lock()
@@ -199,17 +206,20 @@ func TestLateChildRekeyCollision(t *testing.T) {
 		ic, rc := testConfigs(t, "aes128gcm16-x25519", "aes128gcm16")
 		var i, r *Endpoint
 		var armed atomic.Bool
-		iGotResponse, rRequestHandled := make(chan struct{}), make(chan struct{})
-		var once1, once2 sync.Once
+		iGotResponse, rRequestHandled, rSent := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		var once1, once2, once3 sync.Once
 		var err error
 		var oldA *Child // the initiator's old CHILD_SA, once armed
-		// The responder's CREATE_CHILD_SA request waits for the initiator's
-		// response; the initiator's INFORMATIONAL requests wait for it.
+		// The initiator's CREATE_CHILD_SA request reaches the responder
+		// once the responder's is sent; the responder's waits for the
+		// initiator's response; the initiator's INFORMATIONAL requests wait
+		// for it.
 		if r, err = NewEndpoint(rc, netip.MustParseAddr("192.0.2.2"), func(d Datagram) error {
 			h, _ := ParseHeader(d.Data)
 			in := Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local}
 			switch {
 			case armed.Load() && h.Exchange == CreateChildSA && !h.IsResponse():
+				once3.Do(func() { close(rSent) })
 				go func() { <-iGotResponse; i.Handle(in); once2.Do(func() { close(rRequestHandled) }) }()
 			case armed.Load() && h.Exchange == CreateChildSA:
 				go func() {
@@ -232,9 +242,13 @@ func TestLateChildRekeyCollision(t *testing.T) {
 		if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), func(d Datagram) error {
 			h, _ := ParseHeader(d.Data)
 			in := Datagram{Data: d.Data, Local: d.Remote, Remote: d.Local}
-			if armed.Load() && h.Exchange == Informational && !h.IsResponse() {
+			switch {
+			case armed.Load() && h.Exchange == Informational && !h.IsResponse():
 				go func() { <-rRequestHandled; r.Handle(in) }()
-			} else {
+			case armed.Load() && h.Exchange == CreateChildSA && !h.IsResponse():
+				// Both requests are on the wire before either arrives.
+				go func() { <-rSent; r.Handle(in) }()
+			default:
 				go r.Handle(in)
 			}
 			return nil

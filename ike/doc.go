@@ -44,7 +44,12 @@
 //     Simultaneous rekeys (RFC 7296 §2.8.1): when both sides rekey one
 //     CHILD_SA or the IKE SA at once, the new SA of the exchange with the
 //     lowest nonce is deleted by its initiator and the old one by the
-//     other's, the CHILD_SAs moving to the surviving IKE SA.
+//     other's, the CHILD_SAs moving to the surviving IKE SA
+//     (Config.OnRedundant hears of this side's redundant CHILD_SA before
+//     its Delete); a rekey the peer's came before is refused
+//     (ErrRekeyed). Several CHILD_SAs per connection: Config.ChildName and
+//     MoreChildren, IKESA.NewChild, Child.Name; a responder gives a
+//     request the first child whose selectors it fits.
 //   - Transport: the sockets of ports 500 and 4500 (non-ESP marker).
 //     Every message that leads nowhere is counted by reason
 //     (Endpoint.Counts).
@@ -57,6 +62,7 @@
 // CHILD_SAs too (Config.OnPeerMoved); NAT-T keepalives are the gateway's
 // ESP-in-UDP socket's. Lifetimes, rekey and DPD timers are the gateway's:
 // its IKE daemon (internal/gateway) drives an Endpoint per connection, and
-// Config.OnChild and Config.OnRekey put the CHILD_SAs in force.
+// Config.OnChild, OnRekey and OnRedundant put the CHILD_SAs in force and
+// out.
 // `espgw ike initiate` negotiates a CHILD_SA and writes it as an SA file.
 package ike

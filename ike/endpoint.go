@@ -47,12 +47,22 @@ type Config struct {
 	// the intermediates it sends): with them the peer may authenticate
 	// with a signature.
 	CAs []*x509.Certificate
+	// PeerSignature refuses a peer's shared-key AUTH even with a PSK
+	// configured: the peer must authenticate with its certificate
+	// (swanctl's remote auth = pubkey beside local auth = psk).
+	PeerSignature bool
 	// IKE and ESP are the proposals offered and accepted, in order of
 	// preference (ParseProposals).
 	IKE, ESP []Proposal
 	// LocalTS and RemoteTS are the traffic this side protects and the
 	// peer's; a responder narrows what the initiator proposes to them.
 	LocalTS, RemoteTS []Selector
+	// ChildName names the CHILD_SA of LocalTS, RemoteTS and ESP, the one
+	// IKE_AUTH sets up; MoreChildren are the connection's others, which
+	// an initiator sets up with NewChild and a responder gives to a
+	// request whose selectors fit them (Child.Name tells which).
+	ChildName    string
+	MoreChildren []ChildConfig
 	// RetransmitTimeout is the wait for the first response, doubled after
 	// each retransmission, for Tries sends in all (1s and 5 by default).
 	RetransmitTimeout time.Duration
@@ -76,6 +86,11 @@ type Config struct {
 	// rekeys has its successor and before the old one is deleted with
 	// the peer: where the gateway puts the new one in force.
 	OnRekey func(s *IKESA, old, new *Child)
+	// OnRedundant is called, without the lock, when this side is about
+	// to delete its own new CHILD_SA of a simultaneous rekey (RFC 7296
+	// §2.8.1) that the peer's survives: where the gateway moves outbound
+	// traffic off it (to survivor) before it goes.
+	OnRedundant func(s *IKESA, redundant, survivor *Child)
 	// OnPeerMoved is called, with the endpoint's lock held, when an
 	// authenticated request of a peer behind a NAT came from another
 	// address or port: the SA's CHILD_SAs, their Remote and RemotePort
@@ -83,6 +98,29 @@ type Config struct {
 	OnPeerMoved func(s *IKESA, children []*Child)
 	Rand        io.Reader
 	Log         *slog.Logger
+}
+
+// ChildConfig is one CHILD_SA of a connection: its name, the traffic
+// of each side and the ESP proposals.
+type ChildConfig struct {
+	Name              string
+	LocalTS, RemoteTS []Selector
+	ESP               []Proposal
+}
+
+// childConfigs are the connection's CHILD_SAs, the first one's first.
+func (c *Config) childConfigs() []ChildConfig {
+	return append([]ChildConfig{{Name: c.ChildName, LocalTS: c.LocalTS, RemoteTS: c.RemoteTS, ESP: c.ESP}}, c.MoreChildren...)
+}
+
+// childConfig is the connection's CHILD_SA of the name.
+func (c *Config) childConfig(name string) (ChildConfig, bool) {
+	for _, cc := range c.childConfigs() {
+		if cc.Name == name {
+			return cc, true
+		}
+	}
+	return ChildConfig{}, false
 }
 
 func (c *Config) check() error {
@@ -122,6 +160,21 @@ func (c *Config) check() error {
 	}
 	if len(c.LocalTS) == 0 || len(c.RemoteTS) == 0 {
 		errs = append(errs, errors.New("no local or no remote traffic selectors"))
+	}
+	names := map[string]bool{c.ChildName: true}
+	for _, cc := range c.MoreChildren {
+		if names[cc.Name] {
+			errs = append(errs, fmt.Errorf("CHILD_SA %q named twice", cc.Name))
+		}
+		names[cc.Name] = true
+		if len(cc.LocalTS) == 0 || len(cc.RemoteTS) == 0 || len(cc.ESP) == 0 {
+			errs = append(errs, fmt.Errorf("CHILD_SA %q: no traffic selectors or no ESP proposals", cc.Name))
+		}
+		for _, p := range cc.ESP {
+			if _, err := childSuiteFrom(firstOfEach(p)); err != nil {
+				errs = append(errs, fmt.Errorf("CHILD_SA %q: ESP proposal %s: %w", cc.Name, &p, err))
+			}
+		}
 	}
 	return errors.Join(errs...)
 }

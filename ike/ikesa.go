@@ -90,6 +90,27 @@ func (s *IKESA) State() State {
 // SPIs are the initiator's and responder's IKE SPIs.
 func (s *IKESA) SPIs() (spii, spir uint64) { return s.spii, s.spir }
 
+// Created is when the IKE SA was made (for a rekeyed one, when the
+// exchange that made it was answered or its answer arrived).
+func (s *IKESA) Created() time.Time { return s.created }
+
+// Rekeyed reports whether the peer has rekeyed the IKE SA already: this
+// side must not start a rekey of it (RekeyIKE refuses with ErrRekeyed).
+func (s *IKESA) Rekeyed() bool {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	return s.peerRekey != nil
+}
+
+// ChildRekeyed reports whether the peer has rekeyed a CHILD_SA already:
+// this side must not start a rekey of it (RekeyChild refuses with
+// ErrRekeyed).
+func (s *IKESA) ChildRekeyed(c *Child) bool {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	return c.theirs != nil
+}
+
 // Children are the CHILD_SAs in force.
 func (s *IKESA) Children() []*Child {
 	s.e.mu.Lock()

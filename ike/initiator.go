@@ -232,6 +232,7 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("IKE SA up, no CHILD_SA: %w", err)
 	}
+	c.Name = e.cfg.ChildName
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s.children = append(s.children, c)

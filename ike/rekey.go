@@ -10,14 +10,19 @@ import (
 
 // espGroup is the DH group of the first ESP proposal (PFS for
 // CREATE_CHILD_SA), or 0.
-func (e *Endpoint) espGroup() DHGroup {
-	for _, p := range e.cfg.ESP {
+func espGroup(esp []Proposal) DHGroup {
+	for _, p := range esp {
 		if g, ok := p.Get(TransformDH); ok {
 			return DHGroup(g.ID)
 		}
 	}
 	return 0
 }
+
+// ErrRekeyed is a rekey refused because the peer rekeyed the SA first
+// (its exchange over before this side's began: no collision, the peer
+// deletes the old SA).
+var ErrRekeyed = errors.New("the peer rekeyed it already")
 
 // RekeyChild replaces a CHILD_SA with a new one (RFC 7296 §1.3.3):
 // CREATE_CHILD_SA with REKEY_SA, new nonces and, when the ESP proposals
@@ -33,13 +38,20 @@ func (e *Endpoint) espGroup() DHGroup {
 // so. Children always tells what is in force.
 func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	e := s.e
+	if s.ChildRekeyed(old) {
+		return nil, fmt.Errorf("rekey CHILD_SA %#x: %w", old.InSPI, ErrRekeyed)
+	}
 	spi, ni, err := e.spiAndNonce(true)
 	if err != nil {
 		return nil, err
 	}
 	inSPI := uint32(spi)
-	esp := e.cfg.ESP
-	group := e.espGroup()
+	cc, ok := e.cfg.childConfig(old.Name)
+	if !ok {
+		return nil, fmt.Errorf("rekey CHILD_SA %#x: no CHILD_SA %q configured", old.InSPI, old.Name)
+	}
+	esp := cc.ESP
+	group := espGroup(esp)
 	var dh dhKey
 	if group == 0 {
 		esp = withoutDH(esp)
@@ -81,6 +93,7 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rekey CHILD_SA %#x: %w", old.InSPI, err)
 	}
+	c.Name = old.Name
 	e.mu.Lock()
 	var survivor *Child
 	var deleteOurs bool
@@ -93,6 +106,9 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	}
 	e.mu.Unlock()
 	if deleteOurs {
+		if e.cfg.OnRedundant != nil {
+			e.cfg.OnRedundant(s, c, survivor)
+		}
 		if err := s.DeleteChild(ctx, c); err != nil {
 			return survivor, fmt.Errorf("simultaneous rekey of CHILD_SA %#x: deleting this side's redundant %#x: %w", old.InSPI, c.InSPI, err)
 		}
@@ -104,6 +120,70 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 	if err := s.DeleteChild(ctx, old); err != nil {
 		return c, fmt.Errorf("rekeyed CHILD_SA %#x to %#x, but the old one's deletion: %w", old.InSPI, c.InSPI, err)
 	}
+	return c, nil
+}
+
+// NewChild sets up another CHILD_SA of the connection on the IKE SA
+// (Config.MoreChildren, by name): CREATE_CHILD_SA with new nonces and,
+// when its ESP proposals name a group, a key exchange. Config.OnRekey is
+// not called: the caller puts it in force.
+func (s *IKESA) NewChild(ctx context.Context, name string) (*Child, error) {
+	e := s.e
+	cc, ok := e.cfg.childConfig(name)
+	if !ok {
+		return nil, fmt.Errorf("new CHILD_SA: no CHILD_SA %q configured", name)
+	}
+	spi, ni, err := e.spiAndNonce(true)
+	if err != nil {
+		return nil, err
+	}
+	inSPI := uint32(spi)
+	esp, group := cc.ESP, espGroup(cc.ESP)
+	var dh dhKey
+	if group == 0 {
+		esp = withoutDH(esp)
+	} else if dh, err = group.generate(e.cfg.Rand); err != nil {
+		return nil, err
+	}
+	esp = withSPI(esp, binary.BigEndian.AppendUint32(nil, inSPI))
+	ps := []Payload{&SA{Proposals: esp}, &Nonce{Data: ni}}
+	if dh != nil {
+		ps = append(ps, &KE{Group: group, Data: dh.Public()})
+	}
+	ps = append(ps, &TS{Kind: PayloadTSi, Selectors: cc.LocalTS}, &TS{Kind: PayloadTSr, Selectors: cc.RemoteTS})
+	m, err := s.request(ctx, CreateChildSA, ps)
+	if err != nil {
+		return nil, fmt.Errorf("new CHILD_SA %s: %w", name, err)
+	}
+	if n := m.ErrorNotify(); n != nil {
+		return nil, fmt.Errorf("new CHILD_SA %s: the peer answered %s", name, n.Kind)
+	}
+	nonce, _ := m.Find(PayloadNonce).(*Nonce)
+	ke, _ := m.Find(PayloadKE).(*KE)
+	switch {
+	case nonce == nil:
+		return nil, fmt.Errorf("new CHILD_SA %s: the response lacks a Nonce", name)
+	case (dh != nil) != (ke != nil):
+		return nil, fmt.Errorf("new CHILD_SA %s: a KE payload where none was asked for, or none where one was", name)
+	}
+	var gir []byte
+	if dh != nil {
+		if ke.Group != group {
+			return nil, fmt.Errorf("new CHILD_SA %s: the peer's KE is %s, ours %s", name, ke.Group, group)
+		}
+		if gir, err = dh.Shared(ke.Data); err != nil {
+			return nil, err
+		}
+	}
+	c, err := s.takeChild(m, esp, cc.LocalTS, cc.RemoteTS, gir, ni, nonce.Data, inSPI)
+	if err != nil {
+		return nil, fmt.Errorf("new CHILD_SA %s: %w", name, err)
+	}
+	c.Name = name
+	e.mu.Lock()
+	s.children = append(s.children, c)
+	e.count("CHILD_SA created")
+	e.mu.Unlock()
 	return c, nil
 }
 
@@ -141,11 +221,11 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 		}
 	}
 	// With PFS if the peer offers it, else without.
-	ours := e.cfg.ESP
-	if _, ok := Choose(ours, sap.Proposals); !ok {
-		ours = withoutDH(ours)
+	name := ""
+	if old != nil {
+		name = old.Name
 	}
-	chosen, cs, refused := s.chooseChild(ours, sap)
+	cc, chosen, cs, refused := s.pickChild(sap, tsi, tsr, name, true)
 	if refused != nil {
 		return []Payload{refused}
 	}
@@ -171,7 +251,7 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 	if err != nil {
 		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
 	}
-	c, child, refused := s.giveChild(chosen, cs, tsi, tsr, gir, nonce.Data, myNonce)
+	c, child, refused := s.giveChild(cc, chosen, cs, tsi, tsr, gir, nonce.Data, myNonce)
 	if refused != nil {
 		return []Payload{refused}
 	}
@@ -180,8 +260,8 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 		old.theirs = &rekeyRecord{ni: nonce.Data, nr: myNonce, child: c}
 		if old.ours != nil && !old.settled {
 			// This side's rekey of the same CHILD_SA is over already.
-			if _, deleteOurs := s.childCollision(old); deleteOurs {
-				s.deleteLater(old.ours.child, nil)
+			if survivor, deleteOurs := s.childCollision(old); deleteOurs {
+				s.deleteLater(old.ours.child, survivor, nil)
 			}
 		}
 	} else {
@@ -202,6 +282,9 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 // that survives, with the CHILD_SAs, is returned.
 func (s *IKESA) Rekey(ctx context.Context) (*IKESA, error) {
 	e := s.e
+	if s.Rekeyed() {
+		return nil, fmt.Errorf("rekey IKE SA: %w", ErrRekeyed)
+	}
 	spi, ni, err := e.spiAndNonce(false)
 	if err != nil {
 		return nil, err
@@ -336,7 +419,7 @@ func (s *IKESA) respondRekeyIKE(sap *SA, nonce *Nonce, ke *KE) []Payload {
 	if s.ourRekey != nil && !s.settled {
 		// This side's rekey of the same IKE SA is over already.
 		if _, redundant, deleteOurs := s.ikeCollision(); deleteOurs {
-			s.deleteLater(nil, redundant)
+			s.deleteLater(nil, nil, redundant)
 		}
 	}
 	chosen.SPI = binary.BigEndian.AppendUint64(nil, spi)

@@ -265,11 +265,11 @@ func (s *IKESA) respondAuth(m *Message) []Payload {
 	if sap == nil || tsi == nil || tsr == nil {
 		return resp
 	}
-	chosen, cs, refused := s.chooseChild(withoutDH(e.cfg.ESP), sap)
+	cc, chosen, cs, refused := s.pickChild(sap, tsi, tsr, "", false)
 	if refused != nil {
 		return append(resp, refused)
 	}
-	_, child, refused := s.giveChild(chosen, cs, tsi, tsr, nil, s.ni, s.nr)
+	_, child, refused := s.giveChild(cc, chosen, cs, tsi, tsr, nil, s.ni, s.nr)
 	if refused != nil {
 		return append(resp, refused)
 	}

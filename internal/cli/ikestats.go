@@ -16,7 +16,7 @@ import (
 func printIKE(w io.Writer, st *gateway.IKEStats) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "IKE connection\tIKE SA (SPIi_SPIr)\tstate\tage\trekey in\tCHILD_SA in/out\tage\trekey in\texpires in\n")
+	fmt.Fprintf(tw, "IKE connection\tIKE SA (SPIi_SPIr)\tstate\tage\trekey in\tCHILD_SA child in/out\tage\trekey in\texpires in\n")
 	round := func(d time.Duration) string {
 		if d == 0 {
 			return "-"
@@ -44,14 +44,16 @@ func printIKE(w io.Writer, st *gateway.IKEStats) {
 				if k.Outbound {
 					out = " *"
 				}
-				fmt.Fprintf(tw, "%s\t%#x/%#x%s\t%s\t%s\t%s\n", first, k.InSPI, k.OutSPI, out, round(k.Age), round(k.RekeyIn), round(k.ExpiresIn))
+				fmt.Fprintf(tw, "%s\t%s %#x/%#x%s\t%s\t%s\t%s\n", first, k.Name, k.InSPI, k.OutSPI, out, round(k.Age), round(k.RekeyIn), round(k.ExpiresIn))
 			}
 		}
 	}
 	tw.Flush()
 	for _, c := range st.Connections {
-		fmt.Fprintf(w, "IKE %s: initiated %d, established %d, failed %d; rekeys by this side: CHILD_SA %d, IKE SA %d; retransmits %d; peers gone (dpd) %d; CHILD_SAs expired %d\n",
-			c.Name, c.Initiated, c.Established, c.Failed, c.ChildRekeys, c.IKERekeys, c.Retransmits(), c.DPDFailures, c.Expired)
+		fmt.Fprintf(w, "IKE %s: initiated %d, established %d, failed %d; rekeys by this side: CHILD_SA %d, IKE SA %d; retransmits %d; peers gone (dpd) %d; CHILD_SAs expired %d; "+
+			"CHILD_SAs by CREATE_CHILD_SA %d; this side's redundant of simultaneous rekeys %d; trap acquires %d\n",
+			c.Name, c.Initiated, c.Established, c.Failed, c.ChildRekeys, c.IKERekeys, c.Retransmits(), c.DPDFailures, c.Expired,
+			c.ChildrenCreated, c.RedundantChildSAs, c.Acquires)
 		if len(c.Events) > 0 {
 			fmt.Fprintf(w, "  events:")
 			for _, k := range slices.Sorted(maps.Keys(c.Events)) {

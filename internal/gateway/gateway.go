@@ -129,6 +129,10 @@ type Gateway struct {
 
 	retired retiredSAs
 
+	// traps are the selectors whose outbound packets, when no policy
+	// matches, start IKE (start_action: trap); set by the IKE daemon.
+	traps atomic.Pointer[[]Trap]
+
 	// seq records outbound sequence reservations (Options.StateDir).
 	seq *seqStore
 	// ivKey makes the CBC IVs of all the gateway's SAs; onSoftExpire and

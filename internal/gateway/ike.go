@@ -36,6 +36,10 @@ type ikeDaemon struct {
 	// queueFull counts IKE datagrams dropped because the daemon was
 	// behind (the queue of in is full).
 	queueFull atomic.Uint64
+	// acquired takes the trapped children whose first packet came;
+	// trapped are their traps, which run gives the gateway.
+	acquired chan *trapChild
+	trapped  []Trap
 
 	// mu guards what follows, and the tracks of every connection.
 	mu sync.Mutex
@@ -46,10 +50,23 @@ type ikeDaemon struct {
 	// expired are the CHILD_SAs taken out of force at life_time whose
 	// deletion with the peer is under way: not to be put in force again.
 	expired map[*ike.Child]bool
+	// redundant are this side's CHILD_SAs of rekey collisions that the
+	// peer's survived, being deleted: never put in force, never
+	// outbound.
+	redundant map[*ike.Child]bool
+	// wake fires at wakeAt, the next rekey or expiry due: a rekey runs
+	// when rekey_time says, not up to ikeTick later at the next tick.
+	wake   *time.Timer
+	wakeAt time.Time
 	// changeMu serialises the daemon's changes of the SAs in force.
 	changeMu sync.Mutex
-	filesMu  sync.Mutex
-	wg       sync.WaitGroup
+	// lingering are inbound SAs of CHILD_SAs out of force, kept for
+	// inboundGrace.
+	lingering map[*sa.SA]bool
+	// stopped is set once the daemon has shut down.
+	stopped atomic.Bool
+	filesMu sync.Mutex
+	wg      sync.WaitGroup
 }
 
 // ikeConn is one connection: its endpoint and what the daemon tracks of
@@ -60,10 +77,15 @@ type ikeConn struct {
 	ep    *ike.Endpoint
 	local netip.Addr
 	sas   map[*ike.IKESA]*saTrack
-	// policies are the protect policies in force for the connection's
-	// child, naming policyOut.
-	policies  []sa.Policy
-	policyOut uint32
+	// pol are the protect policies in force for each of the
+	// connection's children, by name.
+	pol map[string]*childPolicy
+	// creating marks the children (after the first) being set up by
+	// CREATE_CHILD_SA; createAt is when one may be tried again.
+	creating map[string]bool
+	createAt map[string]time.Time
+	// traps are the children of start_action trap, by name.
+	traps map[string]*trapChild
 	// initiating is set while an initiation runs; nextTry is when the
 	// next may start after failures.
 	initiating bool
@@ -72,12 +94,63 @@ type ikeConn struct {
 	stats      ikeConnCounters
 }
 
+// trapChild is a child of start_action trap: pending is set by the first
+// packet its trap takes (Gateway.SetTraps) and stays set, so that later
+// ones do not wake the daemon, until the child is in force or its
+// negotiation failed.
+type trapChild struct {
+	conn    *ikeConn
+	name    string
+	pending atomic.Bool
+}
+
+// childPolicy is the protect policies in force for one child of a
+// connection, naming the outbound SA out.
+type childPolicy struct {
+	policies []sa.Policy
+	out      uint32
+}
+
+// retarget records that the policies name spi now; d.mu is held.
+func (p *childPolicy) retarget(spi uint32) {
+	for i := range p.policies {
+		p.policies[i].SPI = spi
+	}
+	p.out = spi
+}
+
+// policy is the child's policies (none yet: an empty one); d.mu is held.
+func (c *ikeConn) policy(name string) *childPolicy {
+	p := c.pol[name]
+	if p == nil {
+		p = &childPolicy{}
+		c.pol[name] = p
+	}
+	return p
+}
+
+// child is the configuration of the connection's child of the name (the
+// first one for a name not configured).
+func (c *ikeConn) child(name string) *IKEChild {
+	for _, ch := range c.cfg.Children {
+		if ch.Name == name {
+			return ch
+		}
+	}
+	return c.cfg.Children[0]
+}
+
 // ikeConnCounters are a connection's own counts, beside its endpoint's.
 type ikeConnCounters struct {
 	initiated, established, failed atomic.Uint64
 	childRekeys, ikeRekeys         atomic.Uint64
 	dpdFailures, expired           atomic.Uint64
 	installFailures                atomic.Uint64
+	childrenCreated                atomic.Uint64
+	acquires                       atomic.Uint64
+	// redundant counts this side's CHILD_SAs of rekey collisions that
+	// the peer's survived.
+	redundant atomic.Uint64
 }
 
 // saTrack is what the daemon keeps of one IKE SA.
@@ -91,11 +164,46 @@ type saTrack struct {
 // childTrack is a CHILD_SA in force.
 type childTrack struct {
 	conn              *ikeConn
+	cfg               *IKEChild
 	in, out           *sa.SA
 	installed         time.Time
 	rekeyAt, expireAt time.Time
 	busy              bool
 	owner             *ike.IKESA
+	// redundant: this side's of a rekey collision the peer's survived.
+	redundant bool
+}
+
+// traps are the gateway's traps of the children of start_action trap:
+// each protect policy their selectors would make.
+func (d *ikeDaemon) trapList() []Trap {
+	var out []Trap
+	for _, c := range d.conns {
+		for _, cc := range c.cfg.Children {
+			if cc.StartAction != StartActionTrap {
+				continue
+			}
+			tc := &trapChild{conn: c, name: cc.Name}
+			c.traps[cc.Name] = tc
+			fire := func() {
+				if tc.pending.CompareAndSwap(false, true) {
+					select {
+					case d.acquired <- tc:
+					default:
+						tc.pending.Store(false)
+					}
+				}
+			}
+			for _, l := range cc.LocalTS {
+				for _, r := range cc.RemoteTS {
+					if l.Addr().Is4() == r.Addr().Is4() {
+						out = append(out, Trap{Selector: sa.Selector{Src: l.Masked(), Dst: r.Masked()}, Fire: fire})
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // ikeQueue is the most IKE datagrams waiting for the daemon.
@@ -108,14 +216,18 @@ const ikeTick = 250 * time.Millisecond
 // open.
 func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 	d := &ikeDaemon{rt: rt, cfg: rt.Config.IKE, log: log.With("part", "ike"), sockets: map[netip.Addr]*net.UDPConn{},
-		in: make(chan ike.Datagram, ikeQueue), children: map[*ike.Child]*childTrack{}, expired: map[*ike.Child]bool{}}
+		in: make(chan ike.Datagram, ikeQueue), children: map[*ike.Child]*childTrack{}, expired: map[*ike.Child]bool{},
+		acquired: make(chan *trapChild, 64), redundant: map[*ike.Child]bool{}, lingering: map[*sa.SA]bool{}, wake: time.NewTimer(time.Hour)}
+	d.wake.Stop()
 	for _, cc := range d.cfg.Connections {
-		c := &ikeConn{d: d, cfg: cc, local: cc.LocalAddrs[0], sas: map[*ike.IKESA]*saTrack{}}
+		c := &ikeConn{d: d, cfg: cc, local: cc.LocalAddrs[0], sas: map[*ike.IKESA]*saTrack{}, pol: map[string]*childPolicy{},
+			creating: map[string]bool{}, createAt: map[string]time.Time{}, traps: map[string]*trapChild{}}
 		icfg := cc.ikeConfig()
 		icfg.Log = d.log.With("connection", cc.Name)
 		icfg.OnChild = func(s *ike.IKESA, ch *ike.Child) { c.install(s, ch, false) }
 		icfg.OnRekey = func(s *ike.IKESA, _, ch *ike.Child) { c.install(s, ch, true) }
 		icfg.OnPeerMoved = func(_ *ike.IKESA, chs []*ike.Child) { c.follow(chs) }
+		icfg.OnRedundant = c.redundant
 		ep, err := ike.NewEndpoint(icfg, c.local, d.send)
 		if err != nil {
 			return nil, fmt.Errorf("%s: ike connection %s: %w", rt.Config.File, cc.Name, err)
@@ -123,6 +235,7 @@ func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 		c.ep = ep
 		d.conns = append(d.conns, c)
 	}
+	d.trapped = d.trapList()
 	return d, nil
 }
 
@@ -223,6 +336,10 @@ func (d *ikeDaemon) run(ctx context.Context) {
 			}
 		}()
 	}
+	if d.trapped != nil {
+		d.rt.SetTraps(d.trapped)
+		defer d.rt.SetTraps(nil)
+	}
 	tick := time.NewTicker(ikeTick)
 	defer tick.Stop()
 	d.tick(ctx, time.Now())
@@ -237,6 +354,15 @@ func (d *ikeDaemon) run(ctx context.Context) {
 				d.reconcile()
 			}
 		case now := <-tick.C:
+			d.tick(ctx, now)
+		case tc := <-d.acquired:
+			tc.conn.stats.acquires.Add(1)
+			d.log.Info("a packet for a trapped child: negotiating", "connection", tc.conn.cfg.Name, "child", tc.name)
+			d.tick(ctx, time.Now())
+		case now := <-d.wake.C:
+			d.mu.Lock()
+			d.wakeAt = time.Time{}
+			d.mu.Unlock()
 			d.tick(ctx, now)
 		}
 	}
@@ -272,6 +398,9 @@ func (d *ikeDaemon) shutdown() {
 			waiting = false
 		}
 	}
+	d.changeMu.Lock()
+	d.stopped.Store(true)
+	d.changeMu.Unlock()
 	d.close()
 	d.wg.Wait()
 }
@@ -301,6 +430,16 @@ func jitter(d, spread time.Duration) time.Duration {
 	return d - rand.N(spread)
 }
 
+// wakeBy has the daemon look at its timers at t at the latest; d.mu is
+// held.
+func (d *ikeDaemon) wakeBy(t time.Time) {
+	if t.IsZero() || (!d.wakeAt.IsZero() && !t.Before(d.wakeAt)) {
+		return
+	}
+	d.wakeAt = t
+	d.wake.Reset(max(time.Until(t), 0))
+}
+
 // tick runs what the timers say is due: new IKE SAs are noticed, CHILD_SAs
 // and IKE SAs rekeyed or expired, peers checked, connections started.
 func (d *ikeDaemon) tick(ctx context.Context, now time.Time) {
@@ -319,12 +458,15 @@ func (d *ikeDaemon) tick(ctx context.Context, now time.Time) {
 				t.busy = true
 				live = true
 				go c.check(ctx, s, t)
-			case c.cfg.RekeyTime > 0 && now.After(t.rekeyAt):
+			case c.cfg.RekeyTime > 0 && !now.Before(t.rekeyAt):
 				t.busy = true
 				live = true
 				go c.rekeyIKE(ctx, s, t)
 			default:
 				live = true
+				if c.cfg.RekeyTime > 0 {
+					d.wakeBy(t.rekeyAt)
+				}
 			}
 		}
 		for ch, ct := range d.children {
@@ -338,20 +480,117 @@ func (d *ikeDaemon) tick(ctx context.Context, now time.Time) {
 				c.stats.expired.Add(1)
 				d.log.Warn("CHILD_SA reached its life_time unrekeyed: taken out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ch.InSPI))
 				go c.expire(ctx, ct.owner, ch)
-			case ct.rekeyAt.After(ct.installed) && now.After(ct.rekeyAt) && t != nil && !t.busy:
+			case ct.rekeyAt.After(ct.installed) && !now.Before(ct.rekeyAt) && t != nil && !t.busy && !ct.redundant:
 				ct.busy, t.busy = true, true
 				go c.rekeyChild(ctx, ct.owner, t, ch, ct)
+			default:
+				// What is due but waits (its IKE SA busy) comes with the
+				// wake-up when that ends.
+				if ct.rekeyAt.After(now) && !ct.redundant {
+					d.wakeBy(ct.rekeyAt)
+				}
+				if ct.expireAt.After(now) {
+					d.wakeBy(ct.expireAt)
+				}
 			}
 		}
 		if !live && !c.initiating && c.wantsStart() && !now.Before(c.nextTry) {
 			c.initiating = true
 			go c.initiate(ctx)
 		}
+		c.startChildren(ctx, now)
 	}
 }
 
+// startChildren sets up, by CREATE_CHILD_SA on the newest IKE SA, a child
+// not in force that is trapped (its packet came) or, after the first (the
+// one IKE_AUTH sets up), has start_action start; one at a time. d.mu is
+// held.
+func (c *ikeConn) startChildren(ctx context.Context, now time.Time) {
+	var s *ike.IKESA
+	var t *saTrack
+	for x, xt := range c.sas {
+		if s == nil || xt.established.After(t.established) {
+			s, t = x, xt
+		}
+	}
+	if s == nil || t.busy || c.initiating {
+		return
+	}
+	for i, cc := range c.cfg.Children {
+		trapped := c.traps[cc.Name] != nil && c.traps[cc.Name].pending.Load()
+		// The first child comes with IKE_AUTH, or by CREATE_CHILD_SA
+		// when trapped while the IKE SA stayed.
+		if ((i == 0 || cc.StartAction != StartActionStart) && !trapped) || c.creating[cc.Name] || now.Before(c.createAt[cc.Name]) || c.inForce(cc.Name) {
+			continue
+		}
+		c.creating[cc.Name], t.busy = true, true
+		go c.newChild(ctx, s, t, cc)
+		return
+	}
+}
+
+// inForce reports whether a CHILD_SA of the child is in force; d.mu is
+// held.
+func (c *ikeConn) inForce(name string) bool {
+	for _, ct := range c.d.children {
+		if ct.conn == c && ct.cfg.Name == name && !ct.redundant {
+			return true
+		}
+	}
+	return false
+}
+
+// newChild sets up one of the connection's children after the first on
+// the IKE SA and puts it in force.
+func (c *ikeConn) newChild(ctx context.Context, s *ike.IKESA, t *saTrack, cc *IKEChild) {
+	ch, err := s.NewChild(ctx, cc.Name)
+	c.d.mu.Lock()
+	t.busy, c.creating[cc.Name] = false, false
+	c.d.wakeBy(time.Now())
+	if err != nil {
+		c.createAt[cc.Name] = time.Now().Add(retryIn(max(cc.RekeyTime, time.Minute)))
+		c.untrap(cc.Name)
+	}
+	c.d.mu.Unlock()
+	if err != nil {
+		if ctx.Err() == nil {
+			c.d.log.Warn("CHILD_SA not set up", "connection", c.cfg.Name, "child", cc.Name, "err", err)
+		}
+		return
+	}
+	c.stats.childrenCreated.Add(1)
+	c.install(s, ch, true)
+	c.d.reconcile()
+}
+
+// wantsStart reports whether the connection initiates now: its first
+// child's start_action is start, or a trapped child's packet came.
 func (c *ikeConn) wantsStart() bool {
-	return len(c.cfg.Children) > 0 && c.cfg.Children[0].StartAction == StartActionStart && len(c.cfg.RemoteAddrs) > 0
+	if len(c.cfg.RemoteAddrs) == 0 {
+		return false
+	}
+	if c.startsAlways() {
+		return true
+	}
+	for _, tc := range c.traps {
+		if tc.pending.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// startsAlways reports whether the first child's start_action is start.
+func (c *ikeConn) startsAlways() bool {
+	return c.cfg.Children[0].StartAction == StartActionStart && len(c.cfg.RemoteAddrs) > 0
+}
+
+// untrap lets the trap of a child fire again.
+func (c *ikeConn) untrap(name string) {
+	if tc := c.traps[name]; tc != nil {
+		tc.pending.Store(false)
+	}
 }
 
 // initiate sets up the connection's IKE SA and CHILD_SA with the peer.
@@ -363,6 +602,7 @@ func (c *ikeConn) initiate(ctx context.Context) {
 	d.mu.Lock()
 	c.initiating = false
 	if err != nil && s == nil {
+		c.untrap(c.cfg.Children[0].Name)
 		c.failures++
 		c.stats.failed.Add(1)
 		wait := min(time.Duration(1<<min(c.failures, 6))*time.Second, time.Minute)
@@ -387,6 +627,7 @@ func (c *ikeConn) check(ctx context.Context, s *ike.IKESA, t *saTrack) {
 	err := s.Ping(ctx)
 	c.d.mu.Lock()
 	t.busy, t.lastCheck = false, time.Now()
+	c.d.wakeBy(t.lastCheck)
 	c.d.mu.Unlock()
 	if err == nil || ctx.Err() != nil || s.State() == ike.StateDeleted {
 		return // answered, or deleted meanwhile (a rekey, the peer's Delete)
@@ -410,11 +651,15 @@ func (c *ikeConn) rekeyIKE(ctx context.Context, s *ike.IKESA, t *saTrack) {
 	n, err := s.Rekey(ctx)
 	c.d.mu.Lock()
 	t.busy = false
+	c.d.wakeBy(time.Now())
 	if err != nil && n == nil {
 		t.rekeyAt = time.Now().Add(retryIn(c.cfg.RekeyTime))
 	}
 	c.d.mu.Unlock()
-	if err != nil {
+	if errors.Is(err, ike.ErrRekeyed) {
+		// The peer's rekey came first: it deletes this IKE SA.
+		c.d.log.Debug("IKE SA rekey: the peer rekeyed it first", "connection", c.cfg.Name, "sa", s)
+	} else if err != nil {
 		c.d.log.Warn("IKE SA rekey", "connection", c.cfg.Name, "err", err)
 	}
 	if n != nil {
@@ -432,11 +677,15 @@ func (c *ikeConn) rekeyChild(ctx context.Context, s *ike.IKESA, t *saTrack, ch *
 	n, err := s.RekeyChild(ctx, ch)
 	c.d.mu.Lock()
 	t.busy, ct.busy = false, false
+	c.d.wakeBy(time.Now())
 	if n == nil {
-		ct.rekeyAt = time.Now().Add(retryIn(c.cfg.Children[0].RekeyTime))
+		ct.rekeyAt = time.Now().Add(retryIn(ct.cfg.RekeyTime))
 	}
 	c.d.mu.Unlock()
-	if err != nil {
+	if errors.Is(err, ike.ErrRekeyed) {
+		// The peer's rekey came first: it deletes this CHILD_SA.
+		c.d.log.Debug("CHILD_SA rekey: the peer rekeyed it first", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ch.InSPI))
+	} else if err != nil {
 		c.d.log.Warn("CHILD_SA rekey", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ch.InSPI), "err", err)
 	}
 	if n != nil {
@@ -456,7 +705,7 @@ func (c *ikeConn) expire(ctx context.Context, s *ike.IKESA, ch *ike.Child) {
 		if err := s.DeleteChild(ctx, ch); err != nil {
 			c.d.log.Warn("delete an expired CHILD_SA", "connection", c.cfg.Name, "err", err)
 		}
-		if c.wantsStart() {
+		if c.startsAlways() && ch.Name == c.cfg.Children[0].Name {
 			c.drop(s)
 			return
 		}
@@ -474,13 +723,24 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 	d.changeMu.Lock()
 	defer d.changeMu.Unlock()
 	d.mu.Lock()
-	if d.children[ch] != nil {
+	pol := c.policy(ch.Name)
+	if have := d.children[ch]; have != nil {
+		// In force already (reconcile saw it first): a rekey of ours, or
+		// the survivor of a collision, takes outbound now.
+		from := pol.out
+		d.mu.Unlock()
+		if ours && from != have.out.SPI && from != 0 {
+			c.switchOutbound(pol, from, have.out.SPI)
+		}
+		return
+	}
+	if d.redundant[ch] {
 		d.mu.Unlock()
 		return
 	}
 	var current *childTrack
 	for _, ct := range d.children {
-		if ct.conn == c && ct.out.SPI == c.policyOut {
+		if ct.conn == c && ct.cfg.Name == ch.Name && ct.out.SPI == pol.out {
 			current = ct
 		}
 	}
@@ -494,7 +754,7 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 	change := Change{Add: []*sa.SA{in, out}}
 	var policies []sa.Policy
 	switch {
-	case current == nil || len(c.policies) == 0:
+	case current == nil || len(pol.policies) == 0:
 		for _, l := range ch.LocalTS {
 			for _, r := range ch.RemoteTS {
 				lp, ok1 := l.Prefix()
@@ -504,12 +764,12 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 				}
 			}
 		}
-		for _, p := range c.policies {
+		for _, p := range pol.policies {
 			change.DelPolicies = append(change.DelPolicies, PolicyID{Index: -1, Policy: p})
 		}
 		change.AddPolicies = policies
 	case ours || current.owner != s:
-		change.Retarget = map[uint32]uint32{c.policyOut: out.SPI}
+		change.Retarget = map[uint32]uint32{pol.out: out.SPI}
 	}
 	if err := d.rt.ApplyChange(change); err != nil {
 		c.stats.installFailures.Add(1)
@@ -517,8 +777,8 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 		return
 	}
 	now := time.Now()
-	cc := c.cfg.Children[0]
-	ct := &childTrack{conn: c, in: in, out: out, installed: now, owner: s}
+	cc := c.child(ch.Name)
+	ct := &childTrack{conn: c, cfg: cc, in: in, out: out, installed: now, owner: s}
 	if cc.RekeyTime > 0 {
 		ct.rekeyAt = now.Add(jitter(cc.RekeyTime, cc.RandTime))
 	}
@@ -527,16 +787,58 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 	}
 	d.mu.Lock()
 	d.children[ch] = ct
+	c.untrap(ch.Name)
+	d.wakeBy(ct.rekeyAt)
+	d.wakeBy(ct.expireAt)
 	switch {
 	case policies != nil:
-		c.policies, c.policyOut = policies, out.SPI
+		pol.policies, pol.out = policies, out.SPI
 	case change.Retarget != nil:
-		c.retarget(out.SPI)
+		pol.retarget(out.SPI)
+	}
+	outbound := out.SPI == pol.out
+	d.mu.Unlock()
+	d.log.Info("CHILD_SA in force", "connection", c.cfg.Name, "child", ch.Name, "in", fmt.Sprintf("%#x", in.SPI), "out", fmt.Sprintf("%#x", out.SPI),
+		"outbound", outbound, "suite", in.Suite, "udp", ch.UDP)
+	d.writeESPSA(in, out)
+}
+
+// switchOutbound moves a child's policies from one outbound SA to
+// another; d.changeMu is held.
+func (c *ikeConn) switchOutbound(pol *childPolicy, from, to uint32) {
+	d := c.d
+	if err := d.rt.ApplyChange(Change{Retarget: map[uint32]uint32{from: to}}); err != nil {
+		c.stats.installFailures.Add(1)
+		d.log.Error("outbound not moved to the CHILD_SA", "connection", c.cfg.Name, "out", fmt.Sprintf("%#x", to), "err", err)
+		return
+	}
+	d.mu.Lock()
+	pol.retarget(to)
+	d.mu.Unlock()
+}
+
+// redundant is told of this side's CHILD_SA of a rekey collision that the
+// peer's survives (RFC 7296 §2.8.1) before it is deleted: it is never put
+// in force, never chosen for outbound, and if outbound traffic goes
+// through it, that moves to the survivor first.
+func (c *ikeConn) redundant(s *ike.IKESA, red, survivor *ike.Child) {
+	d := c.d
+	c.stats.redundant.Add(1)
+	d.changeMu.Lock()
+	d.mu.Lock()
+	d.redundant[red] = true
+	ct := d.children[red]
+	onIt := ct != nil && ct.out.SPI == c.policy(red.Name).out
+	if ct != nil {
+		ct.redundant = true
 	}
 	d.mu.Unlock()
-	d.log.Info("CHILD_SA in force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", in.SPI), "out", fmt.Sprintf("%#x", out.SPI),
-		"outbound", out.SPI == c.policyOut, "suite", in.Suite, "udp", ch.UDP)
-	d.writeESPSA(in, out)
+	d.changeMu.Unlock()
+	d.log.Info("simultaneous CHILD_SA rekey: the peer's survives, this side's is deleted", "connection", c.cfg.Name,
+		"redundant", fmt.Sprintf("%#x", red.InSPI), "survivor", fmt.Sprintf("%#x", survivor.InSPI))
+	if onIt {
+		c.install(s, survivor, true)
+	}
 }
 
 // follow puts the CHILD_SAs of an IKE SA whose peer moved behind its NAT
@@ -584,19 +886,15 @@ func (d *ikeDaemon) inForce() ([]*sa.SA, []sa.Policy) {
 	for _, ct := range d.children {
 		sas = append(sas, ct.in, ct.out)
 	}
+	for in := range d.lingering {
+		sas = append(sas, in)
+	}
 	for _, c := range d.conns {
-		spd = append(spd, c.policies...)
+		for _, p := range c.pol {
+			spd = append(spd, p.policies...)
+		}
 	}
 	return sas, spd
-}
-
-// retarget records that the connection's policies name spi now; d.mu is
-// held.
-func (c *ikeConn) retarget(spi uint32) {
-	for i := range c.policies {
-		c.policies[i].SPI = spi
-	}
-	c.policyOut = spi
 }
 
 // remove takes a CHILD_SA out of force: outbound moves to a newer
@@ -612,27 +910,23 @@ func (d *ikeDaemon) remove(ch *ike.Child) {
 		return
 	}
 	c := ct.conn
+	pol := c.policy(ct.cfg.Name)
 	var next *childTrack
 	for other, o := range d.children {
-		if other != ch && o.conn == c && (next == nil || o.installed.After(next.installed)) {
+		if other != ch && o.conn == c && o.cfg.Name == ct.cfg.Name && !o.redundant && (next == nil || o.installed.After(next.installed)) {
 			next = o
 		}
 	}
 	d.mu.Unlock()
-	change := Change{Del: []SAID{{SPI: ct.in.SPI, Dst: ct.in.Dst}, {SPI: ct.out.SPI, Dst: ct.out.Dst}}}
-	// Replaced by a newer CHILD_SA (a rekey): the peer may still send a
-	// moment on the old one, whose packets are in flight or sealed before
-	// it switched, so the old inbound SA stays in force a while.
-	lingering := next != nil
-	if lingering {
-		change.Del = change.Del[1:]
-	}
+	// The inbound SA stays a little longer: ESP the peer sent just
+	// before the Delete (or its answer) may be a moment behind it.
+	change := Change{Del: []SAID{{SPI: ct.out.SPI, Dst: ct.out.Dst}}}
 	switch {
-	case c.policyOut != ct.out.SPI:
+	case pol.out != ct.out.SPI:
 	case next != nil:
 		change.Retarget = map[uint32]uint32{ct.out.SPI: next.out.SPI}
 	default:
-		for _, p := range c.policies {
+		for _, p := range pol.policies {
 			change.DelPolicies = append(change.DelPolicies, PolicyID{Index: -1, Policy: p})
 		}
 	}
@@ -644,27 +938,34 @@ func (d *ikeDaemon) remove(ch *ike.Child) {
 	delete(d.children, ch)
 	switch {
 	case change.Retarget != nil:
-		c.retarget(next.out.SPI)
+		pol.retarget(next.out.SPI)
 	case change.DelPolicies != nil:
-		c.policies, c.policyOut = nil, 0
+		pol.policies, pol.out = nil, 0
 	}
 	d.mu.Unlock()
-	d.log.Info("CHILD_SA out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ct.in.SPI), "out", fmt.Sprintf("%#x", ct.out.SPI), "inbound-grace", lingering)
-	if lingering {
-		in := SAID{SPI: ct.in.SPI, Dst: ct.in.Dst}
-		time.AfterFunc(rekeyInboundGrace, func() {
-			d.changeMu.Lock()
-			defer d.changeMu.Unlock()
-			if err := d.rt.ApplyChange(Change{Del: []SAID{in}}); err != nil {
-				d.log.Debug("old inbound SA of a rekeyed CHILD_SA not taken out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", in.SPI), "err", err)
-			}
-		})
-	}
+	d.log.Info("CHILD_SA out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ct.in.SPI), "out", fmt.Sprintf("%#x", ct.out.SPI))
+	in := SAID{SPI: ct.in.SPI, Dst: ct.in.Dst}
+	d.mu.Lock()
+	d.lingering[ct.in] = true
+	d.mu.Unlock()
+	time.AfterFunc(inboundGrace, func() {
+		d.changeMu.Lock()
+		defer d.changeMu.Unlock()
+		d.mu.Lock()
+		delete(d.lingering, ct.in)
+		d.mu.Unlock()
+		if d.stopped.Load() {
+			return // the SA goes with the gateway
+		}
+		if err := d.rt.ApplyChange(Change{Del: []SAID{in}}); err != nil {
+			d.log.Warn("inbound SA of a CHILD_SA out of force not removed", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", in.SPI), "err", err)
+		}
+	})
 }
 
-// rekeyInboundGrace is how long the inbound SA of a CHILD_SA replaced by
-// a rekey stays in force after the CHILD_SA is deleted.
-const rekeyInboundGrace = time.Second
+// inboundGrace is how long a CHILD_SA's inbound SA outlives its outbound
+// one and its Delete, for the packets still on their way.
+const inboundGrace = time.Second
 
 // reconcile brings the SAs in force in line with the endpoints: a
 // CHILD_SA the peer deleted (or whose IKE SA went) goes out of force, one
@@ -703,10 +1004,13 @@ func (d *ikeDaemon) reconcile() {
 			seen[v.s] = true
 			t := c.sas[v.s]
 			if t == nil {
-				now := time.Now()
-				t = &saTrack{established: now, lastCheck: now}
+				// Timed from when the ike package made it, as the peer
+				// times its own: the two rekey when rekey_time says.
+				made := v.s.Created()
+				t = &saTrack{established: made, lastCheck: time.Now()}
 				if c.cfg.RekeyTime > 0 {
-					t.rekeyAt = now.Add(jitter(c.cfg.RekeyTime, c.cfg.RekeyTime/10))
+					t.rekeyAt = made.Add(jitter(c.cfg.RekeyTime, c.cfg.RandTime))
+					d.wakeBy(t.rekeyAt)
 				}
 				c.sas[v.s] = t
 				c.stats.established.Add(1)
@@ -716,7 +1020,7 @@ func (d *ikeDaemon) reconcile() {
 				live[ch] = true
 				if ct := d.children[ch]; ct != nil {
 					ct.owner = v.s
-				} else if !d.expired[ch] {
+				} else if !d.expired[ch] && !d.redundant[ch] {
 					missing = append(missing, fresh{c, v.s})
 					missingChild = append(missingChild, ch)
 				}
@@ -740,6 +1044,11 @@ func (d *ikeDaemon) reconcile() {
 	for ch := range d.expired {
 		if !live[ch] {
 			delete(d.expired, ch)
+		}
+	}
+	for ch := range d.redundant {
+		if !live[ch] {
+			delete(d.redundant, ch)
 		}
 	}
 	var gone []*ike.Child
@@ -841,6 +1150,16 @@ type IKEConnStats struct {
 	DPDFailures     uint64 `json:"dpd_failures"`
 	Expired         uint64 `json:"expired"`
 	InstallFailures uint64 `json:"install_failures"`
+	// Acquires counts the negotiations a trapped child's packet started
+	// (start_action trap; the packets themselves are dropped and counted
+	// as acquire among the gateway's drops).
+	Acquires uint64 `json:"acquires"`
+	// ChildrenCreated counts the CHILD_SAs after the first this side set
+	// up with CREATE_CHILD_SA.
+	ChildrenCreated uint64 `json:"children_created"`
+	// RedundantChildSAs counts this side's CHILD_SAs of simultaneous
+	// rekeys that the peer's survived (deleted by this side).
+	RedundantChildSAs uint64 `json:"redundant_child_sas"`
 	// Events are the endpoint's counts by reason: retransmissions,
 	// rekeys by the peer, messages dropped and why.
 	Events map[string]uint64 `json:"events"`
@@ -860,6 +1179,7 @@ type IKESAStats struct {
 
 // IKEChildStats is one CHILD_SA in force.
 type IKEChildStats struct {
+	Name      string        `json:"name"` // the child's in the configuration
 	InSPI     uint32        `json:"in_spi"`
 	OutSPI    uint32        `json:"out_spi"`
 	Outbound  bool          `json:"outbound"` // the policies send through it
@@ -901,7 +1221,7 @@ func (d *ikeDaemon) stats() *IKEStats {
 		cs := IKEConnStats{Name: c.cfg.Name, HalfOpen: halfOpen[i], Initiated: c.stats.initiated.Load(), Established: c.stats.established.Load(),
 			Failed: c.stats.failed.Load(), ChildRekeys: c.stats.childRekeys.Load(), IKERekeys: c.stats.ikeRekeys.Load(),
 			DPDFailures: c.stats.dpdFailures.Load(), Expired: c.stats.expired.Load(), InstallFailures: c.stats.installFailures.Load(),
-			Events: events[i]}
+			RedundantChildSAs: c.stats.redundant.Load(), ChildrenCreated: c.stats.childrenCreated.Load(), Acquires: c.stats.acquires.Load(), Events: events[i]}
 		for _, v := range views[i] {
 			t := c.sas[v.s]
 			if t == nil {
@@ -917,7 +1237,11 @@ func (d *ikeDaemon) stats() *IKEStats {
 				if ct == nil {
 					continue
 				}
-				cst := IKEChildStats{InSPI: ct.in.SPI, OutSPI: ct.out.SPI, Outbound: ct.out.SPI == c.policyOut, Age: now.Sub(ct.installed)}
+				out := uint32(0)
+				if p := c.pol[ct.cfg.Name]; p != nil {
+					out = p.out
+				}
+				cst := IKEChildStats{Name: ct.cfg.Name, InSPI: ct.in.SPI, OutSPI: ct.out.SPI, Outbound: ct.out.SPI == out, Age: now.Sub(ct.installed)}
 				if ct.rekeyAt.After(ct.installed) {
 					cst.RekeyIn = max(ct.rekeyAt.Sub(now), 0)
 				}

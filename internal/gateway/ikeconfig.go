@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"bytes"
+	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -34,9 +36,22 @@ type IKEConfig struct {
 	// ESPSAFile Wireshark's esp_sa table of the CHILD_SAs.
 	DecryptionTable, ESPSAFile string
 	Connections                []*IKEConnection
+	// Secrets are the private keys of the secrets: section (swanctl's
+	// private<suffix>, rsa<suffix>, ecdsa<suffix> with a file): a
+	// connection with local auth pubkey signs with the one whose public
+	// key is its certificate's. Never printed.
+	Secrets []*IKEPrivateKey
 }
 
-// IKEConnection is one connection: an IKE SA with a peer and its CHILD_SA.
+// IKEPrivateKey is one private key of the secrets: section.
+type IKEPrivateKey struct {
+	Name, File string
+	Line       int
+	Key        crypto.Signer
+}
+
+// IKEConnection is one connection: an IKE SA with a peer and its
+// CHILD_SAs (the first set up by IKE_AUTH, the others by CREATE_CHILD_SA).
 type IKEConnection struct {
 	Name string
 	Line int
@@ -49,34 +64,55 @@ type IKEConnection struct {
 	LocalID, RemoteID ike.Identity
 	// PSK is the pre-shared key, read from PSKFile or the environment
 	// variable PSKEnv; never printed.
-	PSK            sa.Key
-	PSKFile        string
-	PSKEnv         string
-	Proposals      []ike.Proposal
-	ProposalsText  string
-	RekeyTime      time.Duration // IKE SA rekey; 0: never
-	DPDDelay       time.Duration // liveness checks; 0: none
-	Children       []*IKEChild
-	RetransmitWait time.Duration
-	Tries          int
+	PSK     sa.Key
+	PSKFile string
+	PSKEnv  string
+	// LocalAuth and RemoteAuth are how each side authenticates: psk or
+	// pubkey (a certificate and its key, RFC 7427 signatures).
+	LocalAuth, RemoteAuth string
+	// Certs is this side's chain (local.certs, its own first), Key its
+	// private key (from secrets:), CAs the trust anchors of the peer's
+	// certificate (remote.cacerts); the files as written.
+	Certs                []*x509.Certificate
+	Key                  crypto.Signer
+	CAs                  []*x509.Certificate
+	CertFiles, CAFiles   []string
+	certsLine, localNode *yaml.Node
+	Proposals            []ike.Proposal
+	ProposalsText        string
+	RekeyTime            time.Duration // IKE SA rekey; 0: never
+	RandTime             time.Duration // the most taken off RekeyTime at random
+	DPDDelay             time.Duration // liveness checks; 0: none
+	Children             []*IKEChild
+	RetransmitWait       time.Duration
+	Tries                int
 }
 
-// IKEChild is a connection's CHILD_SA.
+// IKEChild is one of a connection's CHILD_SAs.
 type IKEChild struct {
 	Name              string
 	LocalTS, RemoteTS []netip.Prefix
 	ESPProposals      []ike.Proposal
 	ESPText           string
-	StartAction       string // start or none
+	StartAction       string // start, trap or none
 	// RekeyTime is when the CHILD_SA is rekeyed, less a random part of
 	// RandTime; LifeTime is when it expires unless rekeyed.
 	RekeyTime, LifeTime, RandTime time.Duration
 }
 
+// Authentication methods (local.auth, remote.auth).
+const (
+	AuthPSK    = "psk"
+	AuthPubkey = "pubkey"
+)
+
 // Start actions.
 const (
 	StartActionStart = "start"
-	StartActionNone  = "none"
+	// StartActionTrap negotiates on the first outbound packet that
+	// matches the child's selectors while no policy does.
+	StartActionTrap = "trap"
+	StartActionNone = "none"
 )
 
 // ikeDefaults are strongSwan's defaults for what a connection leaves out.
@@ -90,9 +126,9 @@ const (
 )
 
 var (
-	ikeSettings   = []string{"retransmit_timeout", "retransmit_tries", "decryption_table", "esp_sa_file", "connections"}
-	connSettings  = []string{"local_addrs", "remote_addrs", "local", "remote", "proposals", "rekey_time", "dpd_delay", "psk_file", "psk_env", "children", "version"}
-	endSettings   = []string{"id", "auth"}
+	ikeSettings   = []string{"retransmit_timeout", "retransmit_tries", "decryption_table", "esp_sa_file", "connections", "secrets"}
+	connSettings  = []string{"local_addrs", "remote_addrs", "local", "remote", "proposals", "rekey_time", "rand_time", "dpd_delay", "psk_file", "psk_env", "children", "version"}
+	endSettings   = []string{"id", "auth", "certs", "cacerts"}
 	childSettings = []string{"local_ts", "remote_ts", "esp_proposals", "mode", "start_action", "rekey_time", "life_time", "rand_time"}
 )
 
@@ -120,6 +156,8 @@ func (p *cfgParser) ike(n *yaml.Node, c *Config) *IKEConfig {
 			}
 		case "connections":
 			conns = v
+		case "secrets":
+			p.ikeSecrets(v, c, ic)
 		}
 	})
 	if conns == nil {
@@ -147,7 +185,78 @@ func (p *cfgParser) ike(n *yaml.Node, c *Config) *IKEConfig {
 			ic.Connections = append(ic.Connections, conn)
 		}
 	}
+	for _, conn := range ic.Connections {
+		p.ikeKeyFor(conn, ic)
+	}
 	return ic
+}
+
+// ikeSecrets reads the secrets: section: private keys as PEM files, named
+// as swanctl.conf's (private-gw1: {file: gw1.key}).
+func (p *cfgParser) ikeSecrets(n *yaml.Node, c *Config, ic *IKEConfig) {
+	if n.Kind != yaml.MappingNode {
+		p.failf(n, "ike.secrets", "want a mapping of names (private-NAME, rsa-NAME, ecdsa-NAME) to {file: PEM file}")
+		return
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		field := "ike.secrets." + secret.Unquoted(secret.Name(k.Value))
+		if k.Kind != yaml.ScalarNode || !(strings.HasPrefix(k.Value, "private") || strings.HasPrefix(k.Value, "rsa") || strings.HasPrefix(k.Value, "ecdsa") || strings.HasPrefix(k.Value, "pkcs8")) {
+			p.failf(k, field, "want a private key's name (private-NAME, rsa-NAME, ecdsa-NAME or pkcs8-NAME): the gateway's secrets are private keys; a PSK goes in psk_file or psk_env")
+			continue
+		}
+		if v.Kind != yaml.MappingNode {
+			p.failf(v, field, "want a mapping (file)")
+			continue
+		}
+		var file *yaml.Node
+		p.each(v, field+".", []string{"file"}, func(_, fv *yaml.Node) { file = fv })
+		if file == nil {
+			p.failf(v, field+".file", "missing: the private key's PEM file")
+			continue
+		}
+		name, ok := p.scalar(file, field+".file")
+		if !ok {
+			continue
+		}
+		data, err := os.ReadFile(c.rel(name))
+		if err != nil {
+			p.failf(file, field+".file", "read %s: %v", secret.Quote(name), pathErr(err))
+			continue
+		}
+		key, err := ike.ParsePrivateKey(data)
+		if err != nil {
+			p.failf(file, field+".file", "%s: %v", secret.Quote(name), err)
+			continue
+		}
+		ic.Secrets = append(ic.Secrets, &IKEPrivateKey{Name: k.Value, File: name, Line: file.Line, Key: key})
+	}
+}
+
+// ikeKeyFor finds the private key of a connection's certificate among the
+// secrets, as strongSwan does: by its public key.
+func (p *cfgParser) ikeKeyFor(conn *IKEConnection, ic *IKEConfig) {
+	if conn.LocalAuth != AuthPubkey || len(conn.Certs) == 0 {
+		return
+	}
+	type equaler interface{ Equal(crypto.PublicKey) bool }
+	for _, k := range ic.Secrets {
+		if pub, ok := k.Key.Public().(equaler); ok && pub.Equal(conn.Certs[0].PublicKey) {
+			conn.Key = k.Key
+			return
+		}
+	}
+	p.failf(conn.certsLine, "ike.connections."+conn.Name+".local.certs", "no private key in ike.secrets is the key of certificate %s (%s)",
+		conn.Certs[0].Subject, secret.Quote(conn.CertFiles[0]))
+}
+
+// pathErr is a file error without the path (the message names it).
+func pathErr(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEConfig) *IKEConnection {
@@ -158,7 +267,7 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 	}
 	conn := &IKEConnection{Name: name, Line: n.Line, RekeyTime: defaultIKERekey, ProposalsText: DefaultIKEProposals,
 		RetransmitWait: ic.RetransmitTimeout, Tries: ic.RetransmitTries}
-	var children, pskNode *yaml.Node
+	var children, pskNode, randSet *yaml.Node
 	proposalsLine := n
 	p.each(n, field+".", connSettings, func(k, v *yaml.Node) {
 		f := field + "." + k.Value
@@ -177,11 +286,7 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 				conn.RemoteAddrs = append(conn.RemoteAddrs, p.addrs(a, f)...)
 			}
 		case "local", "remote":
-			id := &conn.LocalID
-			if k.Value == "remote" {
-				id = &conn.RemoteID
-			}
-			p.ikeEnd(v, f, id)
+			p.ikeEnd(v, f, k.Value == "local", conn, c)
 		case "proposals":
 			if s, ok := p.scalar(v, f); ok {
 				proposalsLine = v
@@ -191,6 +296,9 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 			}
 		case "rekey_time":
 			conn.RekeyTime = p.duration(v, f, 0, 365*24*time.Hour)
+		case "rand_time":
+			conn.RandTime = p.duration(v, f, 0, 365*24*time.Hour)
+			randSet = v
 		case "dpd_delay":
 			conn.DPDDelay = p.duration(v, f, 0, 24*time.Hour)
 		case "psk_file":
@@ -203,6 +311,12 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 			children = v
 		}
 	})
+	// swanctl: rand_time defaults to over_time, 10% of rekey_time.
+	if randSet == nil {
+		conn.RandTime = conn.RekeyTime / 10
+	} else if conn.RekeyTime > 0 && conn.RandTime >= conn.RekeyTime {
+		p.failf(randSet, field+".rand_time", "%s is not less than rekey_time %s", conn.RandTime, conn.RekeyTime)
+	}
 	props, err := ike.ParseProposals(ike.ProtoIKE, conn.ProposalsText)
 	if err != nil {
 		p.failf(proposalsLine, field+".proposals", "%s", proposalError(err))
@@ -216,21 +330,39 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 			p.failf(n, field+".local_addrs", "%s is not one of the gateway's local addresses (%v)", a, c.Local)
 		}
 	}
-	if conn.LocalID.Kind == 0 && len(conn.LocalAddrs) > 0 {
+	if conn.LocalAuth == "" {
+		conn.LocalAuth = AuthPSK
+	}
+	if conn.RemoteAuth == "" {
+		conn.RemoteAuth = conn.LocalAuth
+	}
+	// With a certificate the identity is by default its subject DN (the
+	// ike package's default); with a PSK the local address.
+	if conn.LocalID.Kind == 0 && len(conn.LocalAddrs) > 0 && conn.LocalAuth == AuthPSK {
 		conn.LocalID = ike.Addr(conn.LocalAddrs[0])
 	}
+	if conn.LocalAuth == AuthPubkey && len(conn.Certs) == 0 && len(conn.CertFiles) == 0 {
+		p.failf(n, field+".local.certs", "missing: auth pubkey signs with a certificate (certs: [PEM file]) and its key (in ike.secrets)")
+	}
+	if len(conn.Certs) > 0 && conn.LocalID.Kind != 0 {
+		if err := ike.IdentityInCertificate(conn.LocalID, conn.Certs[0]); err != nil {
+			p.failf(conn.localNode, field+".local.id", "%s", secret.Scrub(err.Error()))
+		}
+	}
+	if conn.RemoteAuth == AuthPubkey && len(conn.CAs) == 0 && len(conn.CAFiles) == 0 {
+		p.failf(n, field+".remote.cacerts", "missing: auth pubkey checks the peer's certificate against CAs (cacerts: [PEM file])")
+	}
+	needPSK := conn.LocalAuth == AuthPSK || conn.RemoteAuth == AuthPSK
 	switch {
+	case !needPSK && (conn.PSKFile != "" || conn.PSKEnv != ""):
+		p.failf(pskNode, field, "a pre-shared key, and neither side's auth is psk")
 	case conn.PSKFile != "" && conn.PSKEnv != "":
 		p.failf(pskNode, field, "give one of psk_file and psk_env, not both")
 	case conn.PSKFile != "":
 		path := c.rel(conn.PSKFile)
 		data, err := os.ReadFile(path)
 		if err != nil {
-			var pe *fs.PathError
-			if errors.As(err, &pe) {
-				err = pe.Err
-			}
-			p.failf(pskNode, field+".psk_file", "read %s: %v", secret.Quote(conn.PSKFile), err)
+			p.failf(pskNode, field+".psk_file", "read %s: %v", secret.Quote(conn.PSKFile), pathErr(err))
 			break
 		}
 		conn.PSK = sa.Key(bytes.TrimRight(data, "\r\n"))
@@ -243,8 +375,8 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 			p.failf(pskNode, field+".psk_env", "the environment variable %s is not set or empty", secret.Quote(conn.PSKEnv))
 		}
 		conn.PSK = sa.Key(v)
-	default:
-		p.failf(n, field, "no pre-shared key: give psk_file or psk_env")
+	case needPSK:
+		p.failf(n, field, "no pre-shared key: give psk_file or psk_env (or auth pubkey on both sides)")
 	}
 	if children == nil {
 		p.failf(n, field+".children", "missing: the CHILD_SA (local_ts, remote_ts, esp_proposals)")
@@ -254,44 +386,106 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 		p.failf(children, field+".children", "want a mapping of child names to CHILD_SAs")
 		return conn
 	}
-	if len(children.Content) > 2 {
-		p.failf(children.Content[2], field+".children", "one CHILD_SA per connection (the one IKE_AUTH sets up); put another in its own connection")
-	}
-	k, v := children.Content[0], children.Content[1]
-	if ch := p.ikeChild(k.Value, v, field+".children."+k.Value, conn); ch != nil {
-		conn.Children = append(conn.Children, ch)
+	seen := map[string]int{}
+	for i := 0; i+1 < len(children.Content); i += 2 {
+		k, v := children.Content[i], children.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.Value == "" {
+			p.failf(k, field+".children", "a child name is a %s, want a name", kindName(k))
+			continue
+		}
+		if line, dup := seen[k.Value]; dup {
+			p.failf(k, field+".children."+k.Value, "given twice (first on line %d)", line)
+			continue
+		}
+		seen[k.Value] = k.Line
+		if ch := p.ikeChild(k.Value, v, field+".children."+k.Value, conn, i == 0); ch != nil {
+			conn.Children = append(conn.Children, ch)
+		}
 	}
 	return conn
 }
 
-// ikeEnd reads local: or remote: {id: …, auth: psk}.
-func (p *cfgParser) ikeEnd(n *yaml.Node, field string, id *ike.Identity) {
+// ikeEnd reads local: or remote: {id, auth: psk|pubkey, certs, cacerts}.
+func (p *cfgParser) ikeEnd(n *yaml.Node, field string, local bool, conn *IKEConnection, c *Config) {
 	if n.Kind != yaml.MappingNode {
-		p.failf(n, field, "want a mapping (id, auth)")
+		p.failf(n, field, "want a mapping (id, auth, certs, cacerts)")
 		return
+	}
+	id, auth := &conn.RemoteID, &conn.RemoteAuth
+	if local {
+		id, auth = &conn.LocalID, &conn.LocalAuth
+		conn.localNode = n
 	}
 	p.each(n, field+".", endSettings, func(k, v *yaml.Node) {
 		f := field + "." + k.Value
-		s, ok := p.scalar(v, f)
-		if !ok {
-			return
-		}
 		switch k.Value {
 		case "id":
+			s, ok := p.scalar(v, f)
+			if !ok {
+				return
+			}
 			got, err := ike.ParseIdentity(s)
 			if err != nil {
 				p.failf(v, f, "%s", secret.Scrub(err.Error()))
 			}
 			*id = got
 		case "auth":
-			if s != "psk" {
-				p.failf(v, f, "%s: the gateway authenticates with psk only", secret.Word(s, "psk"))
+			s, ok := p.scalar(v, f)
+			if !ok {
+				return
 			}
+			if s != AuthPSK && s != AuthPubkey {
+				p.failf(v, f, "%s: want psk or pubkey", secret.Word(s, AuthPSK, AuthPubkey))
+				return
+			}
+			*auth = s
+		case "certs":
+			if !local {
+				p.failf(k, f, "the peer's certificate comes in IKE_AUTH; remote takes cacerts")
+				return
+			}
+			conn.certsLine = v
+			conn.Certs, conn.CertFiles = p.certFiles(v, f, c)
+		case "cacerts":
+			if local {
+				p.failf(k, f, "CAs check the peer's certificate: put cacerts in remote")
+				return
+			}
+			conn.CAs, conn.CAFiles = p.certFiles(v, f, c)
 		}
 	})
 }
 
-func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEConnection) *IKEChild {
+// certFiles reads PEM certificate files (relative to the configuration),
+// every certificate of each in order.
+func (p *cfgParser) certFiles(n *yaml.Node, field string, c *Config) ([]*x509.Certificate, []string) {
+	var certs []*x509.Certificate
+	var files []string
+	for _, v := range p.list(n) {
+		name, ok := p.scalar(v, field)
+		if !ok || name == "" {
+			if ok {
+				p.failf(v, field, "an empty file name")
+			}
+			continue
+		}
+		files = append(files, name)
+		data, err := os.ReadFile(c.rel(name))
+		if err != nil {
+			p.failf(v, field, "read %s: %v", secret.Quote(name), pathErr(err))
+			continue
+		}
+		got, err := ike.ParseCertificates(data)
+		if err != nil {
+			p.failf(v, field, "%s: %v", secret.Quote(name), err)
+			continue
+		}
+		certs = append(certs, got...)
+	}
+	return certs, files
+}
+
+func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEConnection, first bool) *IKEChild {
 	if n.Kind != yaml.MappingNode {
 		p.failf(n, field, "want a mapping (local_ts, remote_ts, esp_proposals, mode, start_action, rekey_time, life_time)")
 		return nil
@@ -322,12 +516,10 @@ func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEC
 				return
 			}
 			switch s {
-			case StartActionStart, StartActionNone:
+			case StartActionStart, StartActionNone, StartActionTrap:
 				ch.StartAction = s
-			case "trap":
-				p.failf(v, f, "trap: the gateway has no acquire from its SPD to start IKE on the first packet; use start")
 			default:
-				p.failf(v, f, "%s: want start or none", secret.Word(s, "start", "none", "trap"))
+				p.failf(v, f, "%s: want start, trap or none", secret.Word(s, "start", "none", "trap"))
 			}
 		case "rekey_time":
 			ch.RekeyTime = p.duration(v, f, 0, 365*24*time.Hour)
@@ -358,7 +550,10 @@ func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEC
 	if ch.RekeyTime > 0 && ch.RandTime >= ch.RekeyTime {
 		p.failf(n, field+".rand_time", "%s is not less than rekey_time %s", ch.RandTime, ch.RekeyTime)
 	}
-	if ch.StartAction == StartActionStart && len(conn.RemoteAddrs) == 0 {
+	if ch.StartAction == StartActionTrap && len(conn.RemoteAddrs) == 0 {
+		p.failf(n, field+".start_action", "trap needs the peer's address in remote_addrs")
+	}
+	if ch.StartAction == StartActionStart && len(conn.RemoteAddrs) == 0 && first {
 		p.failf(n, field+".start_action", "start needs the peer's address in remote_addrs")
 	}
 	return ch
@@ -413,13 +608,28 @@ func (conn *IKEConnection) ikeConfig() ike.Config {
 	ch := conn.Children[0]
 	cfg := ike.Config{LocalID: conn.LocalID, RemoteID: conn.RemoteID, PSK: conn.PSK, IKE: conn.Proposals, ESP: ch.ESPProposals,
 		RetransmitTimeout: conn.RetransmitWait, Tries: conn.Tries}
-	for _, p := range ch.LocalTS {
-		cfg.LocalTS = append(cfg.LocalTS, ike.PrefixSelector(p.Masked()))
+	if conn.LocalAuth == AuthPubkey {
+		cfg.Certs, cfg.Key = conn.Certs, conn.Key
 	}
-	for _, p := range ch.RemoteTS {
-		cfg.RemoteTS = append(cfg.RemoteTS, ike.PrefixSelector(p.Masked()))
+	if conn.RemoteAuth == AuthPubkey {
+		cfg.CAs, cfg.PeerSignature = conn.CAs, true
+	}
+	cfg.ChildName, cfg.LocalTS, cfg.RemoteTS = ch.Name, ch.localTS(), ch.remoteTS()
+	for _, more := range conn.Children[1:] {
+		cfg.MoreChildren = append(cfg.MoreChildren, ike.ChildConfig{Name: more.Name, LocalTS: more.localTS(), RemoteTS: more.remoteTS(), ESP: more.ESPProposals})
 	}
 	return cfg
+}
+
+func (ch *IKEChild) localTS() []ike.Selector  { return selectors(ch.LocalTS) }
+func (ch *IKEChild) remoteTS() []ike.Selector { return selectors(ch.RemoteTS) }
+
+func selectors(ps []netip.Prefix) []ike.Selector {
+	var out []ike.Selector
+	for _, p := range ps {
+		out = append(out, ike.PrefixSelector(p.Masked()))
+	}
+	return out
 }
 
 // String names the connection, without its key.
@@ -441,7 +651,8 @@ func (ic *IKEConfig) same(o *IKEConfig) bool {
 		b := o.Connections[i]
 		if a.Name != b.Name || !slices.Equal(a.LocalAddrs, b.LocalAddrs) || !slices.Equal(a.RemoteAddrs, b.RemoteAddrs) ||
 			!a.LocalID.Equal(b.LocalID) || !a.RemoteID.Equal(b.RemoteID) || !bytes.Equal(a.PSK, b.PSK) ||
-			a.ProposalsText != b.ProposalsText || a.RekeyTime != b.RekeyTime || a.DPDDelay != b.DPDDelay || len(a.Children) != len(b.Children) {
+			a.LocalAuth != b.LocalAuth || a.RemoteAuth != b.RemoteAuth || !sameCerts(a.Certs, b.Certs) || !sameCerts(a.CAs, b.CAs) || !sameKey(a.Key, b.Key) ||
+			a.ProposalsText != b.ProposalsText || a.RekeyTime != b.RekeyTime || a.RandTime != b.RandTime || a.DPDDelay != b.DPDDelay || len(a.Children) != len(b.Children) {
 			return false
 		}
 		for j, x := range a.Children {
@@ -453,4 +664,17 @@ func (ic *IKEConfig) same(o *IKEConfig) bool {
 		}
 	}
 	return true
+}
+
+func sameCerts(a, b []*x509.Certificate) bool {
+	return slices.EqualFunc(a, b, func(x, y *x509.Certificate) bool { return x.Equal(y) })
+}
+
+func sameKey(a, b crypto.Signer) bool {
+	type equaler interface{ Equal(crypto.PrivateKey) bool }
+	if a == nil || b == nil {
+		return a == b
+	}
+	k, ok := a.(equaler)
+	return ok && k.Equal(b)
 }

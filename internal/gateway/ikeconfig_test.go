@@ -22,14 +22,10 @@ func TestIKEConfigExamples(t *testing.T) {
 		if cfg.IKE == nil || len(cfg.IKE.Connections) != 1 || len(cfg.IKE.Connections[0].Children) != 1 || len(cfg.SAs) != 0 {
 			t.Fatalf("%s: ike %+v, SAs %d: want one connection with one child and no SAs", name, cfg.IKE, len(cfg.SAs))
 		}
-		// gw1 rekeys (swanctl's default lifetimes follow from rekey_time);
-		// gw2 leaves it to gw1.
+		// Both rekey (swanctl's default lifetimes follow from rekey_time).
 		ikeRekey, childRekey, life, rand := 4*time.Hour, time.Hour, 66*time.Minute, 6*time.Minute
-		if name == "ike-gw2.yaml" {
-			ikeRekey, childRekey, life, rand = 0, 0, 0, 0
-		}
 		c := cfg.IKE.Connections[0]
-		if string(c.PSK) != "example pre-shared key" || c.DPDDelay != 10*time.Second || c.RekeyTime != ikeRekey {
+		if string(c.PSK) != "example pre-shared key" || c.DPDDelay != 10*time.Second || c.RekeyTime != ikeRekey || c.RandTime != ikeRekey/10 {
 			t.Errorf("%s: connection %s: dpd %s, rekey %s, or the PSK not read", name, c.Name, c.DPDDelay, c.RekeyTime)
 		}
 		ch := c.Children[0]
@@ -77,7 +73,8 @@ ike:
 		{"unknown connection setting", conn("      rekey: 1h\n", ""), `gw.yaml:8: ike.connections.a: unknown setting "rekey"`},
 		{"unknown child setting", conn("", "          lifetime: 1h\n"), `ike.connections.a.children.c: unknown setting "lifetime"`},
 		{"transport mode", conn("", "          mode: transport\n"), "gw.yaml:12: ike.connections.a.children.c.mode: \"transport\": the gateway negotiates tunnel mode only"},
-		{"trap", conn("", "          start_action: trap\n"), "start_action: trap: the gateway has no acquire"},
+		{"trap without a peer", strings.Replace(conn("", "          start_action: trap\n"), "remote_addrs: [192.0.2.2]", "remote_addrs: [\"%any\"]", 1), "start_action: trap needs the peer's address"},
+		{"unknown start action", conn("", "          start_action: route\n"), `start_action: "route": want start, trap or none`},
 		{"bad duration", conn("", "          rekey_time: soon\n"), `gw.yaml:12: ike.connections.a.children.c.rekey_time: "soon": want a duration`},
 		{"life before rekey", conn("", "          rekey_time: 1h\n          life_time: 30m\n"), "life_time: 30m0s is not after rekey_time 1h0m0s"},
 		{"dpd_delay", conn("      dpd_delay: -1s\n", ""), "ike.connections.a.dpd_delay"},
@@ -89,10 +86,10 @@ ike:
 		{"two PSKs", conn("      psk_env: IKEGW_TEST_PSK\n", ""), "give one of psk_file and psk_env, not both"},
 		{"no PSK", strings.Replace(conn("", ""), "      psk_file: psk\n", "", 1), "no pre-shared key"},
 		{"no children", strings.Split(conn("", ""), "      children:")[0], "ike.connections.a.children: missing"},
-		{"two children", conn("", "        d:\n          local_ts: 10.1.0.0/24\n          remote_ts: 10.2.0.0/24\n"), "one CHILD_SA per connection"},
+		{"two children, one without selectors", conn("", "        d:\n          local_ts: 10.3.0.0/24\n"), "gw.yaml:13: ike.connections.a.children.d: want local_ts and remote_ts"},
 		{"no selectors", strings.Replace(conn("", ""), "          remote_ts: 10.2.0.0/24\n", "", 1), "want local_ts and remote_ts"},
 		{"start without a peer", strings.Replace(conn("", "          start_action: start\n"), "remote_addrs: [192.0.2.2]", "remote_addrs: [\"%any\"]", 1), "start needs the peer's address"},
-		{"auth not psk", conn("      local: {id: a.example, auth: pubkey}\n", ""), `ike.connections.a.local.auth: "pubkey"`},
+		{"auth neither psk nor pubkey", conn("      local: {id: a.example, auth: eap}\n", ""), `ike.connections.a.local.auth: "eap": want psk or pubkey`},
 		{"IKEv1", conn("      version: 1\n", ""), "espgw speaks IKEv2 only"},
 		{"no connections", "local: 192.0.2.1\nike: {}\n", "gw.yaml:2: ike.connections: missing"},
 		{"ike not a mapping", "local: 192.0.2.1\nike: yes\n", "gw.yaml:2: ike: want a mapping"},

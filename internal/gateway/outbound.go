@@ -124,6 +124,9 @@ func (g *Gateway) route(st *state, pkt []byte) (*esp.SA, Reason, bool) {
 	}
 	pol := st.spd.Lookup(src, dst, proto, sport, dport)
 	if pol == nil {
+		if g.acquire(src, dst, proto, sport, dport) {
+			return nil, Acquire, false
+		}
 		return nil, NoPolicy, false
 	}
 	switch pol.Action {

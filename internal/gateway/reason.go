@@ -23,6 +23,7 @@ const (
 	SendError                   // the outer socket refused a send
 	ECNDrop                     // outer CE over an inner Not-ECT packet: RFC 6040 §4.2 drops it
 	NoSocket                    // sealed for an outer socket a change closed while the packet was in flight
+	Acquire                     // no policy yet: the packet matched a trap (start_action: trap) and started IKE
 	NumReasons
 )
 
@@ -42,6 +43,7 @@ var reasonNames = [NumReasons]string{
 	SendError:     "send-error",
 	ECNDrop:       "ecn-ce-not-ect",
 	NoSocket:      "no-socket",
+	Acquire:       "acquire",
 }
 
 func (r Reason) String() string {

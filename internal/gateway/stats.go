@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/ike"
 	"github.com/espgw/espgw/internal/transport"
 	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/offload"
@@ -334,6 +335,7 @@ var (
 	descIKEChildRekey  = prometheus.NewDesc("espgw_ike_child_sa_rekey_in_seconds", "Time until a CHILD_SA is rekeyed (rekey_time).", []string{"connection", "spi_in", "spi_out"}, nil)
 	descIKEChildExpiry = prometheus.NewDesc("espgw_ike_child_sa_expires_in_seconds", "Time until a CHILD_SA reaches its life_time.", []string{"connection", "spi_in", "spi_out"}, nil)
 	descIKERekeys      = prometheus.NewDesc("espgw_ike_rekeys_total", "Rekeys of a connection, by what was rekeyed (ike, child) and who started it (local, peer).", []string{"connection", "sa", "by"}, nil)
+	descIKECollisions  = prometheus.NewDesc("espgw_ike_rekey_collisions_total", "Simultaneous rekeys of one SA by both sides (RFC 7296 §2.8.1) settled, by what was rekeyed (ike, child).", []string{"connection", "sa"}, nil)
 	descIKERetrans     = prometheus.NewDesc("espgw_ike_retransmits_total", "IKE requests of a connection sent again for want of a response.", []string{"connection"}, nil)
 	descIKEEstablished = prometheus.NewDesc("espgw_ike_established_total", "IKE SAs of a connection established, either side initiating, rekeyed ones included.", []string{"connection"}, nil)
 	descIKEFailures    = prometheus.NewDesc("espgw_ike_failures_total", "What went wrong on a connection, by reason: initiations that failed, peers gone (dpd), CHILD_SAs expired, and the IKE messages dropped and why.", []string{"connection", "reason"}, nil)
@@ -344,7 +346,8 @@ var (
 var ikeEvents = map[string]bool{"IKE SA established": true, "CHILD_SA established": true, "CHILD_SA rekeyed": true,
 	"CHILD_SA rekeyed by the peer": true, "IKE SA rekeyed": true, "IKE SA rekeyed by the peer": true, "retransmitted request": true,
 	"CHILD_SA deleted by the peer": true, "IKE SA deleted by the peer": true, "NAT-T keepalive": true, "COOKIE returned": true,
-	"COOKIE asked for": true, "INVALID_KE_PAYLOAD received": true, "INVALID_KE_PAYLOAD sent": true, "retransmitted request answered again": true}
+	"COOKIE asked for": true, "INVALID_KE_PAYLOAD received": true, "INVALID_KE_PAYLOAD sent": true, "retransmitted request answered again": true,
+	ike.EventChildCollision: true, ike.EventIKECollision: true, "CHILD_SA deleted by both sides at once": true}
 
 // ikeSeries sends the series of the IKE connections.
 func ikeSeries(st *IKEStats, ch chan<- prometheus.Metric) {
@@ -385,6 +388,8 @@ func ikeSeries(st *IKEStats, ch chan<- prometheus.Metric) {
 		counter(descIKERekeys, c.Events["CHILD_SA rekeyed by the peer"], c.Name, "child", "peer")
 		counter(descIKERekeys, c.Events["IKE SA rekeyed"], c.Name, "ike", "local")
 		counter(descIKERekeys, c.Events["IKE SA rekeyed by the peer"], c.Name, "ike", "peer")
+		counter(descIKECollisions, c.Events[ike.EventChildCollision], c.Name, "child")
+		counter(descIKECollisions, c.Events[ike.EventIKECollision], c.Name, "ike")
 		counter(descIKERetrans, c.Retransmits(), c.Name)
 		counter(descIKEEstablished, c.Established, c.Name)
 		counter(descIKEFailures, c.Failed, c.Name, "initiation failed")
@@ -408,7 +413,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 		descEngOps, descEngBytes, descEngBatches, descEngRecords, descEngMCRFull, descEngInterrupts, descEngDoorbells, descEngCompl,
 		descEngQueueFull, descEngErrors, descEngBadICV, descQueue, descQueueMax, descBatchMax, descBatchSize, descDriver,
 		descIKESAs, descIKEChildren, descIKEAge, descIKERekeyIn, descIKEChildRekey, descIKEChildExpiry, descIKERekeys,
-		descIKERetrans, descIKEEstablished, descIKEFailures, descIKEDropped,
+		descIKERetrans, descIKECollisions, descIKEEstablished, descIKEFailures, descIKEDropped,
 	} {
 		ch <- d
 	}

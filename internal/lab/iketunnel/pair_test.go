@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -27,6 +28,7 @@ import (
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
+	"github.com/espgw/espgw/internal/lab/wanrelay"
 )
 
 func TestMain(m *testing.M) { labtest.Main(m) }
@@ -59,8 +61,11 @@ func TestGatewayPairWithIKE(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	// A rekey within the test; the rest as the README has it.
-	p := startPair(t, ctx, "ikegw", true, func(_ int, conf string) string {
+	// A rekey by gw1 within the test; the rest as the README has it.
+	p := startPair(t, ctx, "ikegw", true, func(i int, conf string) string {
+		if i == 1 {
+			return conf
+		}
 		return strings.Replace(conf, "rekey_time: 1h", "rekey_time: 8s\n          rand_time: 1s", 1)
 	})
 	defer p.close()
@@ -184,12 +189,20 @@ type pair struct {
 	dir     string
 	gw      [2]*testbed.Gateway
 	capture *testbed.Capture
+	relay   *wanrelay.Running
 }
 
 // startPair starts the example pair under the namespace prefix, each
 // configuration changed by edit (i: 0 for gw1, 1 for gw2), with a capture
 // of the WAN beside gw1 if asked for.
 func startPair(t *testing.T, ctx context.Context, prefix string, capture bool, edit func(i int, conf string) string) *pair {
+	t.Helper()
+	return startPairWith(t, ctx, prefix, capture, nil, edit)
+}
+
+// startPairWith is startPair with the WAN a relay of relay's impairments
+// (wanrelay; nil: the wan namespace routes), started before the gateways.
+func startPairWith(t *testing.T, ctx context.Context, prefix string, capture bool, relay *wanrelay.Config, edit func(i int, conf string) string) *pair {
 	t.Helper()
 	p := &pair{bin: labtest.Espgw(t), dir: t.TempDir()}
 	psk := make([]byte, 24)
@@ -216,6 +229,13 @@ func startPair(t *testing.T, ctx context.Context, prefix string, capture bool, e
 		conf += "state-dir: state-" + name + "\nengine: " + testbed.DefaultEngine() + "\nwan-io: " + testbed.DefaultWanIO() + "\n"
 		confs[i] = filepath.Join(p.dir, name)
 		if err := os.WriteFile(confs[i], []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if relay != nil {
+		cfg := *relay
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+		if p.relay, err = (&testbed.Bed{Topo: p.topo}).StartRelay(cfg); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -256,6 +276,9 @@ func (p *pair) close() {
 	}
 	if p.capture != nil {
 		p.capture.Stop()
+	}
+	if p.relay != nil {
+		p.relay.Close()
 	}
 	p.topo.Close()
 }
