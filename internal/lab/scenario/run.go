@@ -422,9 +422,6 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			}
 		}
 	}
-	if os.Getenv("IKESCEN_DEBUG") != "" {
-		r.opts.progress("%s", r.gatewayLogs())
-	}
 	var stepErrs []string
 	for _, st := range res.Steps {
 		if st.Error != "" {
