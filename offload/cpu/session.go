@@ -89,12 +89,10 @@ type macState struct {
 	seqHi [4]byte
 }
 
-// gmacScratch holds what aes-gmac moves aside to hash AAD and Auth as one
-// run of bytes in place.
+// gmacScratch holds the tag an aes-gmac op with ESN computes: the AEAD
+// writes it, so it would escape to the heap from the stack.
 type gmacScratch struct {
-	front [16]byte // the bytes of Buf that AAD lies over meanwhile
-	icv   [16]byte // the ICV an open received
-	tag   [16]byte // the ICV the op computed
+	tag [16]byte
 }
 
 // NewSession expands the SA's keys for the suite. The salt or nonce at
@@ -375,41 +373,85 @@ func (s *Session) processAEAD(op *offload.Op) {
 func (s *Session) processGMAC(op *offload.Op, nonce []byte) {
 	aad, auth, icv := op.AADBytes(), op.Auth, op.Bytes(op.ICV)
 	shift := max(0, len(aad)-auth.Off)
-	if shift > 0 && (op.ICV.Off != auth.End() || len(icv) < shift) {
+	if shift == 0 && op.ICV.Off >= auth.End() {
+		s.gmacInPlace(op, nonce, aad, icv)
+		return
+	}
+	if op.ICV.Off != auth.End() || len(icv) < shift {
 		op.Status = offload.BadLength
 		return
 	}
-	sc := gmacScratchPool.Get().(*gmacScratch)
-	if op.Dir == offload.Open {
-		copy(sc.icv[:], icv)
+	if len(icv) != gcmTagSize {
+		op.Status = offload.BadLength
+		return
 	}
-	if shift > 0 {
-		copy(op.Buf[auth.Off+shift:auth.End()+shift], op.Bytes(auth))
-	}
+	// The ICV and the AAD-long front are moved as arrays, which compile
+	// to a few loads and stores; only the tag, which the AEAD writes,
+	// comes from the pool (from the stack it would escape to the heap).
+	icvBytes := (*[gcmTagSize]byte)(icv)
+	received := *icvBytes
+	copy(op.Buf[auth.Off+shift:auth.End()+shift], op.Bytes(auth))
 	start := auth.Off + shift - len(aad)
-	front := op.Buf[start : auth.Off+shift]
-	placed := shift == 0 && string(front) == string(aad) // AAD lies in Buf already
-	if !placed {
-		copy(sc.front[:], front)
-		copy(front, aad)
+	var front *[12]byte
+	var saved [12]byte
+	if len(aad) == len(op.AAD) {
+		front = (*[12]byte)(op.Buf[start:])
+		saved, *front = *front, op.AAD
+	} else {
+		copy(saved[:], op.Buf[start:auth.Off+shift])
+		copy(op.Buf[start:], aad)
 	}
+	sc := gmacScratchPool.Get().(*gmacScratch)
 	s.aead.Seal(sc.tag[:0], nonce, nil, op.Buf[start:auth.End()+shift])
-	if !placed {
-		copy(front, sc.front[:len(aad)])
+	if front != nil {
+		*front = saved
+	} else {
+		copy(op.Buf[start:], saved[:len(aad)])
 	}
-	if shift > 0 {
-		copy(op.Buf[auth.Off:auth.End()], op.Buf[auth.Off+shift:auth.End()+shift])
-	}
+	copy(op.Buf[auth.Off:auth.End()], op.Buf[auth.Off+shift:auth.End()+shift])
 	switch {
 	case op.Dir == offload.Seal:
-		copy(icv, sc.tag[:])
+		*icvBytes = sc.tag
 		op.Status = offload.OK
-	case subtle.ConstantTimeCompare(sc.tag[:len(icv)], sc.icv[:len(icv)]) != 1:
-		copy(icv, sc.icv[:])
+	case subtle.ConstantTimeCompare(sc.tag[:], received[:]) != 1:
+		*icvBytes = received
 		op.Status = offload.BadICV
 	default:
-		copy(icv, sc.icv[:])
+		*icvBytes = received
 		op.Status = offload.OK
 	}
 	gmacScratchPool.Put(sc)
+}
+
+// gcmTagSize is the length of aes-gmac's ICV, GCM's full tag.
+const gcmTagSize = 16
+
+// gmacInPlace is processGMAC when AAD fits in the bytes before Auth and
+// the ICV follows Auth: the tag is written straight into the ICV (on an
+// open, over the received one, which is put back if they differ), and
+// nothing is pooled.
+func (s *Session) gmacInPlace(op *offload.Op, nonce, aad, icv []byte) {
+	auth := op.Auth
+	start := auth.Off - len(aad)
+	if len(icv) != gcmTagSize {
+		op.Status = offload.BadLength
+		return
+	}
+	var front [16]byte
+	placed := string(op.Buf[start:auth.Off]) == string(aad) // AAD lies in Buf already
+	if !placed {
+		copy(front[:], op.Buf[start:auth.Off])
+		copy(op.Buf[start:], aad)
+	}
+	icvBytes := (*[gcmTagSize]byte)(icv)
+	received := *icvBytes
+	s.aead.Seal(icv[:0], nonce, nil, op.Buf[start:auth.End()])
+	if !placed {
+		copy(op.Buf[start:], front[:len(aad)])
+	}
+	op.Status = offload.OK
+	if op.Dir == offload.Open && subtle.ConstantTimeCompare(icvBytes[:], received[:]) != 1 {
+		*icvBytes = received
+		op.Status = offload.BadICV
+	}
 }
