@@ -71,7 +71,8 @@ func BenchmarkSeal(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					copy(buf[esp.Headroom:], inner)
-					*p = esp.Packet{Buf: buf, Off: esp.Headroom, Len: len(inner), SA: tx}
+					p.Reset(buf, esp.Headroom, len(inner)) // as the gateway takes a packet
+					p.SA = tx
 					if err := pr.Seal(ctx, batch); err != nil || p.Drop != esp.OK {
 						b.Fatalf("seal: %v %v", err, p.Drop)
 					}
@@ -105,7 +106,8 @@ func BenchmarkOpen(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
 					copy(buf, sealed)
-					*q = esp.Packet{Buf: buf, Off: 0, Len: len(sealed), SA: rx}
+					q.Reset(buf, 0, len(sealed))
+					q.SA = rx
 					if err := pr.Open(ctx, batch); err != nil || q.Drop != esp.OK {
 						b.Fatalf("open: %v %v", err, q.Drop)
 					}

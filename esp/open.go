@@ -43,7 +43,9 @@ func (s *SA) PrepareOpen(p *Packet) Reason {
 		return s.reject(p, verdict)
 	}
 	p.Seq = seq
-	s.layout.Op(&p.Op, s.sess, offload.Open, pkt, uint32(seq>>32))
+	if !s.layout.Op(&p.Op, s.sess, offload.Open, pkt, uint32(seq>>32)) {
+		return s.reject(p, Truncated) // p.Op is left from the packet's last use: it must not go to the engine
+	}
 	return OK
 }
 

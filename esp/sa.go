@@ -43,7 +43,29 @@ const Tailroom = 255 + 2 + 32
 type Counters struct {
 	SealedPackets, SealedBytes atomic.Uint64
 	OpenedPackets, OpenedBytes atomic.Uint64
-	Drops                      [NumReasons]atomic.Uint64
+	// drops are the counts by reason, made at the SA's first drop: most
+	// SAs of a large gateway never drop one, and the array is a quarter
+	// of an SA.
+	drops atomic.Pointer[[NumReasons]atomic.Uint64]
+}
+
+// Dropped returns the count of packets dropped under r.
+func (c *Counters) Dropped(r Reason) uint64 {
+	if d := c.drops.Load(); d != nil && r < NumReasons {
+		return d[r].Load()
+	}
+	return 0
+}
+
+// drop counts a packet dropped under r.
+func (c *Counters) drop(r Reason) {
+	d := c.drops.Load()
+	if d == nil {
+		// Of two first drops at once, one array is kept.
+		c.drops.CompareAndSwap(nil, new([NumReasons]atomic.Uint64))
+		d = c.drops.Load()
+	}
+	d[r].Add(1)
 }
 
 // Snapshot is a plain copy of Counters.
@@ -76,7 +98,7 @@ func (s *Snapshot) Add(o Snapshot) {
 // expires), then its direction's line of the history (sealing: the
 // sequence counter and IV generator; opening: the replay window) and the
 // line with the packet counters; nothing of Config, which is copied here
-// where a packet needs it. The SA is 512 bytes, a size class whose objects
+// where a packet needs it. The SA is 384 bytes, a size class whose objects
 // start on a cache line (TestSALayout checks the offsets).
 type SA struct {
 	// Line 0.
@@ -126,9 +148,10 @@ type SA struct {
 	// the fragments after them (fragment.go).
 	frags Fragments
 
-	// The SA fills its 512-byte size class: objects of the 480-byte class
-	// below it start on a cache line only every other time.
-	_ [32]byte
+	// The SA fills the 384-byte size class, whose objects (six cache
+	// lines each) all start on a cache line; those of the 352-byte class
+	// below it do not.
+	_ [16]byte
 }
 
 // saFlags are the SA's configuration that packets test, kept in line 0.
@@ -475,7 +498,7 @@ func (s *SA) account(packets, bytes uint64) {
 
 // Drop counts a packet dropped on this SA under r and returns r.
 func (s *SA) Drop(r Reason) Reason {
-	s.Counters.Drops[r].Add(1)
+	s.Counters.drop(r)
 	return r
 }
 
@@ -487,9 +510,11 @@ func (s *SA) Snapshot() Snapshot {
 		OpenedPackets: c.OpenedPackets.Load(), OpenedBytes: c.OpenedBytes.Load(),
 		Drops: map[string]uint64{},
 	}
-	for r := Reason(1); r < NumReasons; r++ {
-		if n := c.Drops[r].Load(); n > 0 {
-			out.Drops[r.String()] = n
+	if d := c.drops.Load(); d != nil {
+		for r := Reason(1); r < NumReasons; r++ {
+			if n := d[r].Load(); n > 0 {
+				out.Drops[r.String()] = n
+			}
 		}
 	}
 	return out

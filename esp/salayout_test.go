@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// TestSALayout checks the cache layout SA's comment promises: 512 bytes
+// TestSALayout checks the cache layout SA's comment promises: 384 bytes
 // (a size class whose objects start on a cache line), line 0 what every
 // packet reads, the seal and open parts of the history on lines of their
 // own, and line 3 the big ring of a window over 192 packets, reserve and
@@ -30,14 +30,14 @@ func TestSALayout(t *testing.T) {
 		{"own mu and window but its big ring", unsafe.Offsetof(s.own) + unsafe.Offsetof(s.own.mu), unsafe.Offsetof(s.own.window) + unsafe.Offsetof(s.own.window.big) - unsafe.Offsetof(s.own.mu), 2},
 		{"window's big ring", unsafe.Offsetof(s.own) + unsafe.Offsetof(s.own.window) + unsafe.Offsetof(s.own.window.big), unsafe.Sizeof(s.own.window.big), 3},
 		{"reserve", unsafe.Offsetof(s.reserve), unsafe.Sizeof(s.reserve), 3},
-		{"packet counters", unsafe.Offsetof(s.Counters), unsafe.Offsetof(s.Counters.Drops), 3},
+		{"packet counters", unsafe.Offsetof(s.Counters), unsafe.Offsetof(s.Counters.drops), 3},
 	} {
 		first, last := c.off/line, (c.off+c.size-1)/line
 		if first != c.wantLine || last != c.wantLine {
 			t.Errorf("%s at bytes %d…%d: lines %d…%d, want line %d", c.name, c.off, c.off+c.size-1, first, last, c.wantLine)
 		}
 	}
-	if n := unsafe.Sizeof(s); n <= 480 || n > 512 {
-		t.Errorf("SA is %d bytes, want 481…512 (the 512-byte size class)", n)
+	if n := unsafe.Sizeof(s); n <= 352 || n > 384 {
+		t.Errorf("SA is %d bytes, want 353…384 (the 384-byte size class)", n)
 	}
 }

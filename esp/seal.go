@@ -95,7 +95,9 @@ func (s *SA) PrepareSeal(p *Packet) Reason {
 	b[t], b[t+1] = byte(padLen), nh
 
 	p.Off, p.Len = start, end-start
-	s.layout.Op(&p.Op, s.sess, offload.Seal, b[espStart:end], uint32(seq>>32))
+	if !s.layout.Op(&p.Op, s.sess, offload.Seal, b[espStart:end], uint32(seq>>32)) {
+		return s.reject(p, NoRoom) // p.Op is left from the packet's last use: it must not go to the engine
+	}
 	return OK
 }
 

@@ -30,6 +30,9 @@ type Child struct {
 	// a NAT was detected and ESP travels in UDP on port 4500 (RFC 3948).
 	Local, Remote netip.Addr
 	UDP           bool
+	// RemotePort is the peer's UDP port when UDP is set (0: 4500): a NAT
+	// in front of the peer maps its port 4500 to another.
+	RemotePort uint16
 
 	// ours and theirs are the exchanges that rekeyed this CHILD_SA, this
 	// side's and the peer's; both set means the two collided, settled
@@ -56,9 +59,16 @@ func (c *Child) SAs() (in, out *sa.SA, err error) {
 		}
 		return s
 	}
+	peerPort := uint16(sa.DefaultNATTPort)
+	if c.RemotePort != 0 {
+		peerPort = c.RemotePort
+	}
 	in = mk(c.InSPI, c.Remote, c.Local, c.InEnc, c.InAuth)
 	in.Selectors = sel
 	out = mk(c.OutSPI, c.Local, c.Remote, c.OutEnc, c.OutAuth)
+	if c.UDP {
+		in.SrcPort, out.DstPort = peerPort, peerPort
+	}
 	for _, s := range []*sa.SA{in, out} {
 		if err := s.Validate(); err != nil {
 			return nil, nil, fmt.Errorf("CHILD_SA %#x/%#x: %w", c.InSPI, c.OutSPI, err)

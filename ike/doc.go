@@ -57,7 +57,9 @@
 // # What it does not have yet
 //
 // CRL and OCSP checks, EAP, configuration payloads, transport mode (tunnel
-// mode always) and NAT rebinding; NAT-T keepalives are the gateway's
+// mode always) and MOBIKE. A peer behind a NAT whose authenticated request
+// comes from a new address or port is followed there (RFC 7296 §2.23), its
+// CHILD_SAs too (Config.OnPeerMoved); NAT-T keepalives are the gateway's
 // ESP-in-UDP socket's. Lifetimes, rekey and DPD timers are the gateway's:
 // its IKE daemon (internal/gateway) drives an Endpoint per connection, and
 // Config.OnChild, OnRekey and OnRedundant put the CHILD_SAs in force and

@@ -91,6 +91,11 @@ type Config struct {
 	// §2.8.1) that the peer's survives: where the gateway moves outbound
 	// traffic off it (to survivor) before it goes.
 	OnRedundant func(s *IKESA, redundant, survivor *Child)
+	// OnPeerMoved is called, with the endpoint's lock held, when an
+	// authenticated request of a peer behind a NAT came from another
+	// address or port: the SA's CHILD_SAs, their Remote and RemotePort
+	// changed to it.
+	OnPeerMoved func(s *IKESA, children []*Child)
 	Rand        io.Reader
 	Log         *slog.Logger
 }
@@ -333,6 +338,15 @@ func (e *Endpoint) exchange(ctx context.Context, spi uint64, reqs []Datagram, ms
 	wait := e.cfg.RetransmitTimeout
 	bad := 0
 	for try := 1; ; {
+		// A retransmission goes where the SA's peer is now (it may have
+		// moved behind its NAT meanwhile).
+		e.mu.Lock()
+		if s := e.sas[spi]; s != nil && s.state == StateEstablished {
+			for i := range reqs {
+				reqs[i].Local, reqs[i].Remote = s.local, s.remote
+			}
+		}
+		e.mu.Unlock()
 		for _, r := range reqs {
 			if err := e.send(r); err != nil {
 				return err

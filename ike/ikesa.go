@@ -201,7 +201,7 @@ func (s *IKESA) handleRequest(d Datagram, h Header) {
 			return
 		}
 	}
-	s.remote, s.local = d.Remote, d.Local
+	s.follow(d)
 	var resp []Payload
 	switch h.Exchange {
 	case IKEAuth:
@@ -229,6 +229,27 @@ func (s *IKESA) handleRequest(d Datagram, h Header) {
 	s.reply(d, h, req, resp)
 	if s.state == StateDeleted {
 		s.forget()
+	}
+}
+
+// follow takes the addresses an authenticated request came from and to
+// as the SA's. With a NAT between the two sides, a request from another
+// address or port is the NAT's new mapping of the peer (RFC 7296 §2.23):
+// the CHILD_SAs follow it too, and Config.OnPeerMoved puts them in force
+// so. The endpoint's lock is held.
+func (s *IKESA) follow(d Datagram) {
+	moved := s.nat && s.state == StateEstablished && d.Remote != s.remote
+	s.remote, s.local = d.Remote, d.Local
+	if !moved {
+		return
+	}
+	for _, c := range s.children {
+		c.Remote, c.RemotePort = d.Remote.Addr(), d.Remote.Port()
+	}
+	s.e.count("peer moved behind its NAT")
+	s.e.cfg.Log.Info("IKE peer moved behind its NAT: the SA and its CHILD_SAs follow", "sa", s, "to", d.Remote)
+	if s.e.cfg.OnPeerMoved != nil {
+		s.e.cfg.OnPeerMoved(s, slices.Clone(s.children))
 	}
 }
 

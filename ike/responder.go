@@ -287,6 +287,9 @@ func (s *IKESA) newChild(cs childSuite, chosen Proposal, gir, ni, nr []byte, weI
 	}
 	c := &Child{OutSPI: binary.BigEndian.Uint32(chosen.SPI), Suite: cs.suite, ESN: cs.esn,
 		Local: s.local.Addr(), Remote: s.remote.Addr(), UDP: s.nat}
+	if s.nat {
+		c.RemotePort = s.remote.Port()
+	}
 	if c.InSPI = inSPI; c.InSPI == 0 {
 		c.InSPI, err = s.e.childSPI()
 	}

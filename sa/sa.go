@@ -87,21 +87,37 @@ func (k Key) LogValue() slog.Value { return slog.StringValue(k.String()) }
 // SA is one security association, as configured. Runtime state (sequence
 // numbers, replay window, counters) lives in the esp package.
 type SA struct {
-	SPI  uint32
-	Mode Mode
+	// The small fields come first, packed, so that the SA takes 224
+	// bytes, not 240: a gateway keeps one per SA.
+	SPI              uint32
+	Mode             Mode
+	Encap            Encap
+	SrcPort, DstPort uint16 // UDP ports when Encap is EncapUDP
+	Suite            Suite
+	ESN              bool
+
+	// Outer-header options (header.go): the outer DSCP, DF and TTL a
+	// tunnel-mode SA writes, and whether it copies the outer DSCP inward.
+	DSCP      DSCP
+	DF        DF
+	TTL       uint8 // outer TTL / hop limit; 0 means DefaultTTL
+	DecapDSCP DecapDSCP
+
+	// IfID and OutputMark are a Linux kernel's route-based VPN settings
+	// (xfrm interfaces): the if_id of the xfrm interface the SA belongs
+	// to and the mark its outer packets get. espgw carries them between
+	// SA formats; its own data path has neither, so a gateway refuses an
+	// SA that sets them.
+	IfID       uint32
+	OutputMark Mark
 
 	// Src and Dst are the outer addresses: the tunnel endpoints in tunnel
 	// mode, the hosts themselves in transport mode. Both are IPv4 or both IPv6.
 	Src, Dst netip.Addr
 
-	Encap            Encap
-	SrcPort, DstPort uint16 // UDP ports when Encap is EncapUDP
-
-	Suite   Suite
 	EncKey  Key // for aes-ctr and aes-gcm-16: key followed by the 4-byte nonce/salt
 	AuthKey Key
 
-	ESN          bool
 	ReplayWindow int // packets; 0 disables anti-replay checking
 
 	// InitialSeq is the first sequence number sent minus one (0 in normal use);
@@ -114,24 +130,9 @@ type SA struct {
 
 	Soft, Hard Lifetime
 
-	// Outer-header options (header.go): the outer DSCP, DF and TTL a
-	// tunnel-mode SA writes, and whether it copies the outer DSCP inward.
-	DSCP      DSCP
-	DF        DF
-	TTL       uint8 // outer TTL / hop limit; 0 means DefaultTTL
-	DecapDSCP DecapDSCP
-
 	// Selectors, when set, are the traffic this SA carries: inbound, a
 	// decrypted packet outside them is dropped (RFC 4301 §5.2).
 	Selectors []Selector
-
-	// IfID and OutputMark are a Linux kernel's route-based VPN settings
-	// (xfrm interfaces): the if_id of the xfrm interface the SA belongs
-	// to and the mark its outer packets get. espgw carries them between
-	// SA formats; its own data path has neither, so a gateway refuses an
-	// SA that sets them.
-	IfID       uint32
-	OutputMark Mark
 }
 
 // Mark is a packet mark and the bits of it that are set (Linux's

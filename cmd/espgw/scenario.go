@@ -207,7 +207,11 @@ func newScenarioList() *cobra.Command {
 				if bundled {
 					from = "bundled:" + s.File
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t%s\n", s.Name, from, s.Peer, s.SA.Suite, s.SA.Mode, s.Topology.Outer,
+				suite := s.SA.Suite
+				if s.SA.IKE != nil {
+					suite = "ike: " + s.SA.IKE.ESPProposals // negotiated
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%s\t%d\t%s\n", s.Name, from, s.Peer, suite, s.SA.Mode, s.Topology.Outer,
 					s.Engines.GW1, s.Engines.GW2, len(s.Traffic.Steps), s.Description)
 			}
 			return tw.Flush()

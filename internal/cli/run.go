@@ -75,10 +75,6 @@ func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config, al
 		return err
 	}
 	defer rt.Close()
-	// Reading a large SA file leaves its parse behind as garbage: give the
-	// memory back now rather than over the scavenger's minutes, so the
-	// gateway's RSS is what its SAs hold.
-	debug.FreeOSMemory()
 
 	for _, l := range []struct {
 		setting, addr, path string
@@ -136,6 +132,9 @@ func runGateway(ctx context.Context, cmd *cobra.Command, cfg *gateway.Config, al
 		}
 	}()
 
+	// The data path starts with Run; the load's garbage goes back to the
+	// kernel beside it, so the gateway's RSS is what its SAs hold.
+	go gateway.ReturnLoadMemory(log)
 	err = rt.Run(ctx)
 	fmt.Fprintln(cmd.OutOrStdout(), "final counters:")
 	printStats(cmd.OutOrStdout(), rt.Stats(), all)

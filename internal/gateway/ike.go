@@ -226,6 +226,7 @@ func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 		icfg.Log = d.log.With("connection", cc.Name)
 		icfg.OnChild = func(s *ike.IKESA, ch *ike.Child) { c.install(s, ch, false) }
 		icfg.OnRekey = func(s *ike.IKESA, _, ch *ike.Child) { c.install(s, ch, true) }
+		icfg.OnPeerMoved = func(_ *ike.IKESA, chs []*ike.Child) { c.follow(chs) }
 		icfg.OnRedundant = c.redundant
 		ep, err := ike.NewEndpoint(icfg, c.local, d.send)
 		if err != nil {
@@ -842,6 +843,41 @@ func (c *ikeConn) redundant(s *ike.IKESA, red, survivor *ike.Child) {
 		"redundant", fmt.Sprintf("%#x", red.InSPI), "survivor", fmt.Sprintf("%#x", survivor.InSPI))
 	if onIt {
 		c.install(s, survivor, true)
+	}
+}
+
+// follow puts the CHILD_SAs of an IKE SA whose peer moved behind its NAT
+// in force toward its new port: each SA updated in place, its sequence
+// numbers and replay window kept. A move to another address is not
+// followed (the outbound SA would be a new one under the same SPI): the
+// CHILD_SAs stay until rekeyed or gone.
+func (c *ikeConn) follow(chs []*ike.Child) {
+	d := c.d
+	d.changeMu.Lock()
+	defer d.changeMu.Unlock()
+	for _, ch := range chs {
+		d.mu.Lock()
+		ct := d.children[ch]
+		d.mu.Unlock()
+		if ct == nil {
+			continue
+		}
+		in, out, err := ch.SAs()
+		if err == nil && (in.Src != ct.in.Src || out.Dst != ct.out.Dst) {
+			err = fmt.Errorf("the peer moved from %s to %s: only a new port is followed", ct.out.Dst, out.Dst)
+		}
+		if err == nil {
+			err = d.rt.ApplyChange(Change{Del: []SAID{{SPI: ct.in.SPI, Dst: ct.in.Dst}, {SPI: ct.out.SPI, Dst: ct.out.Dst}}, Add: []*sa.SA{in, out}})
+		}
+		if err != nil {
+			c.stats.installFailures.Add(1)
+			d.log.Warn("CHILD_SA not moved with its peer", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ct.in.SPI), "err", err)
+			continue
+		}
+		d.mu.Lock()
+		ct.in, ct.out = in, out
+		d.mu.Unlock()
+		d.log.Info("CHILD_SA follows its peer behind a NAT", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", in.SPI), "peer-port", out.DstPort)
 	}
 }
 

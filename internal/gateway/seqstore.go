@@ -349,7 +349,7 @@ func (st *seqStore) report(s *esp.SA, upTo uint64, err error) {
 	k := keyOf(s.Config)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	dropped := s.Counters.Drops[esp.SeqUnpersisted].Load()
+	dropped := s.Counters.Dropped(esp.SeqUnpersisted)
 	if err == nil {
 		if _, was := st.failing[k]; was {
 			delete(st.failing, k)

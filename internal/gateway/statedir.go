@@ -104,7 +104,34 @@ func stateClaims(root, dir string) (string, error) {
 type saClaim struct {
 	dir, where string
 	f          *os.File
-	ids        map[saKey]bool
+	ids        claimSet
+}
+
+// claimSet is a set of SA identities (SPI and destination), kept compact:
+// a gateway's claims hold one per SA, or two.
+type claimSet map[claimID]struct{}
+
+// claimID is an saKey with its address as 16 bytes: no pointer to scan,
+// and 24 bytes rather than 32. The addresses of SAs carry no zone.
+type claimID struct {
+	spi  uint32
+	is4  bool
+	addr [16]byte
+}
+
+func claimOf(k saKey) claimID { return claimID{spi: k.spi, is4: k.dst.Is4(), addr: k.dst.As16()} }
+
+func (id claimID) key() saKey {
+	dst := netip.AddrFrom16(id.addr)
+	if id.is4 {
+		dst = dst.Unmap()
+	}
+	return saKey{id.spi, dst}
+}
+
+func (c claimSet) has(k saKey) bool {
+	_, ok := c[claimOf(k)]
+	return ok
 }
 
 // claimFileSuffix ends the name of a gateway's file of claims.
@@ -116,7 +143,7 @@ func claimSAs(dir, where string, sas []*sa.SA) (*saClaim, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("claim the SAs in %s: %w", dir, err)
 	}
-	c := &saClaim{dir: dir, where: where, ids: map[saKey]bool{}}
+	c := &saClaim{dir: dir, where: where, ids: claimSet{}}
 	err := c.locked(func() error {
 		want := idsOf(sas)
 		if err := c.checkOthers(want); err != nil {
@@ -144,10 +171,10 @@ func claimSAs(dir, where string, sas []*sa.SA) (*saClaim, error) {
 	return c, nil
 }
 
-func idsOf(sas []*sa.SA) map[saKey]bool {
-	ids := make(map[saKey]bool, len(sas))
+func idsOf(sas []*sa.SA) claimSet {
+	ids := make(claimSet, len(sas))
 	for _, s := range sas {
-		ids[keyOf(s)] = true
+		ids[claimOf(keyOf(s))] = struct{}{}
 	}
 	return ids
 }
@@ -168,7 +195,7 @@ func (c *saClaim) locked(f func() error) error {
 // checkOthers refuses ids that another live gateway claims in the
 // directory, and removes the files of dead ones. The directory's flock is
 // held.
-func (c *saClaim) checkOthers(ids map[saKey]bool) error {
+func (c *saClaim) checkOthers(ids claimSet) error {
 	entries, err := os.ReadDir(c.dir)
 	if err != nil {
 		return err
@@ -197,8 +224,9 @@ func (c *saClaim) checkOthers(ids map[saKey]bool) error {
 		if err != nil {
 			return fmt.Errorf("read %s: %w", path, err)
 		}
-		for k := range ids {
-			if theirs[k] {
+		for id := range ids {
+			if _, ok := theirs[id]; ok {
+				k := id.key()
 				return fmt.Errorf("%s is run by another gateway (pid %s) in %s (%s): two would both deliver every packet and reuse its sequence numbers; stop it first",
 					SAID{SPI: k.spi, Dst: k.dst}, pid, c.where, path)
 			}
@@ -209,8 +237,8 @@ func (c *saClaim) checkOthers(ids map[saKey]bool) error {
 
 // readClaims reads a gateway's file of claims: its pid, then a line per
 // SA ("spi dst"), a line "- spi dst" for one it gave up since.
-func readClaims(f *os.File) (pid string, ids map[saKey]bool, err error) {
-	ids = map[saKey]bool{}
+func readClaims(f *os.File) (pid string, ids claimSet, err error) {
+	ids = claimSet{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -230,11 +258,11 @@ func readClaims(f *os.File) (pid string, ids map[saKey]bool, err error) {
 		if err1 != nil || err2 != nil {
 			continue
 		}
-		k := saKey{uint32(spi), dst}
+		id := claimOf(saKey{uint32(spi), dst})
 		if drop {
-			delete(ids, k)
+			delete(ids, id)
 		} else {
-			ids[k] = true
+			ids[id] = struct{}{}
 		}
 	}
 	if pid == "" {
@@ -244,10 +272,11 @@ func readClaims(f *os.File) (pid string, ids map[saKey]bool, err error) {
 }
 
 // rewrite replaces the gateway's file with ids (the directory's flock held).
-func (c *saClaim) rewrite(ids map[saKey]bool) error {
+func (c *saClaim) rewrite(ids claimSet) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pid %d\n", os.Getpid())
-	for k := range ids {
+	for id := range ids {
+		k := id.key()
 		fmt.Fprintf(&b, "%08x %s\n", k.spi, k.dst)
 	}
 	if err := c.f.Truncate(0); err != nil {
@@ -287,10 +316,10 @@ func (c *saClaim) change(add []*sa.SA, del []saKey, apply func() error) error {
 		return apply()
 	}
 	return c.locked(func() error {
-		added := map[saKey]bool{}
+		added := claimSet{}
 		for _, s := range add {
-			if k := keyOf(s); !c.ids[k] {
-				added[k] = true
+			if k := keyOf(s); !c.ids.has(k) {
+				added[claimOf(k)] = struct{}{}
 			}
 		}
 		if err := c.checkOthers(added); err != nil {
@@ -301,14 +330,15 @@ func (c *saClaim) change(add []*sa.SA, del []saKey, apply func() error) error {
 		}
 		var b strings.Builder
 		for _, k := range del {
-			if c.ids[k] && !added[k] {
+			if c.ids.has(k) && !added.has(k) {
 				fmt.Fprintf(&b, "- %08x %s\n", k.spi, k.dst)
-				delete(c.ids, k)
+				delete(c.ids, claimOf(k))
 			}
 		}
-		for k := range added {
+		for id := range added {
+			k := id.key()
 			fmt.Fprintf(&b, "%08x %s\n", k.spi, k.dst)
-			c.ids[k] = true
+			c.ids[id] = struct{}{}
 		}
 		fi, err := c.f.Stat()
 		if err != nil {

@@ -556,3 +556,21 @@ func TestClaimFollowsChanges(t *testing.T) {
 		c.release()
 	}
 }
+
+// A claim's compact identity of an SA gives back its SPI and destination,
+// and keeps an IPv4 destination apart from the same address mapped into
+// IPv6.
+func TestClaimIDRoundTrip(t *testing.T) {
+	seen := map[claimID]string{}
+	for _, a := range []string{"198.51.100.2", "::ffff:198.51.100.2", "2001:db8::2"} {
+		k := saKey{0x1001, netip.MustParseAddr(a)}
+		id := claimOf(k)
+		if got := id.key(); got != k {
+			t.Errorf("%s: back as %v", a, got.dst)
+		}
+		if other, ok := seen[id]; ok {
+			t.Errorf("%s and %s have one claim identity", a, other)
+		}
+		seen[id] = a
+	}
+}

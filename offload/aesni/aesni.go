@@ -10,9 +10,10 @@
 // seal is one pass of CBC lanes, then one of SHA lanes; its open one pass of
 // SHA lanes, then the decryptions. The other HMACs run on the standard
 // library from precomputed states. AES-CCM's CBC-MAC runs on the same CBC
-// assembly (package ccm does the rest). The other ciphers (3DES, AES-CTR,
-// AES-GCM, AES-GMAC, ChaCha20-Poly1305 through x/crypto's assembly, NULL) go
-// through the cpu engine's code.
+// assembly (package ccm does the rest). AES-GMAC runs on package gmac:
+// GHASH on PCLMULQDQ, the tag mask on the AES-NI schedule. The other
+// ciphers (3DES, AES-CTR, AES-GCM, ChaCha20-Poly1305 through x/crypto's
+// assembly, NULL) go through the cpu engine's code.
 //
 // On CPUs without AES-NI, on other architectures and in builds with the
 // purego tag the same engine runs with the pure-Go fallback of internal/cbc.
@@ -27,6 +28,7 @@ import (
 
 	"github.com/espgw/espgw/offload"
 	"github.com/espgw/espgw/offload/aesni/internal/cbc"
+	"github.com/espgw/espgw/offload/aesni/internal/gmac"
 	"github.com/espgw/espgw/offload/aesni/internal/sha"
 	"github.com/espgw/espgw/offload/cpu"
 	"github.com/espgw/espgw/offload/internal/ccm"
@@ -54,11 +56,13 @@ func New() *Engine {
 func (e *Engine) Name() string { return Name }
 
 // Session is one SA's state: for aes-cbc the AES schedules and the
-// precomputed HMAC states, for the other suites the cpu engine's session.
+// precomputed HMAC states, for aes-gmac its GMAC key, for the other suites
+// the cpu engine's session.
 type Session struct {
-	cpu    *cpu.Session
-	cbc    bool // aes-cbc: the ops run here, not in cpu
-	key    cbc.Key
+	cpu    *cpu.Session // nil for aes-cbc and aes-gmac
+	cbc    bool         // aes-cbc: the ops run here, not in cpu
+	key    *cbc.Key     // aes-cbc
+	gmac   *gmac.Key    // aes-gmac
 	mac    hmacKey
 	icvLen int
 	esn    bool
@@ -79,22 +83,31 @@ func (e *Engine) NewSession(cfg offload.SessionConfig) (offload.Session, error) 
 }
 
 func newSession(cfg offload.SessionConfig, workers *sync.Pool) (*Session, error) {
-	var c *cpu.Session
+	s := &Session{icvLen: cfg.Suite.ICVLen(), esn: cfg.ESN, cipherOnly: cfg.CipherOnly, workers: workers}
 	var err error
 	switch cfg.Suite.Cipher {
+	case sa.CipherAESCBC:
+		if err := cfg.Validate(); err != nil {
+			return nil, fmt.Errorf("aesni: new %s session: %w", cfg.Suite, err)
+		}
+	case sa.CipherAESGMAC:
+		if s.gmac, err = newGMACKey(cfg); err != nil {
+			return nil, fmt.Errorf("aesni: %w", err)
+		}
+		return s, nil
 	case sa.CipherAESCCM8, sa.CipherAESCCM12, sa.CipherAESCCM16:
-		c, err = newCCMSession(cfg)
+		s.cpu, err = newCCMSession(cfg)
 	default:
-		c, err = cpu.NewSession(cfg)
+		s.cpu, err = cpu.NewSession(cfg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("aesni: %w", err)
 	}
-	s := &Session{cpu: c, icvLen: cfg.Suite.ICVLen(), esn: cfg.ESN, cipherOnly: cfg.CipherOnly, workers: workers}
 	if cfg.Suite.Cipher != sa.CipherAESCBC {
 		return s, nil
 	}
 	s.cbc = true
+	s.key = new(cbc.Key)
 	if err := s.key.Init(cfg.EncKey); err != nil {
 		return nil, fmt.Errorf("aesni: new %s session: %w", cfg.Suite, err)
 	}
@@ -119,7 +132,7 @@ func (s *Session) Close() error { return nil }
 // needs a worker's scratch (its hash states).
 func (s *Session) Process(op *offload.Op) {
 	if !s.cbc {
-		s.cpu.Process(op)
+		s.processOther(op)
 		return
 	}
 	iv, payload, ok := s.layout(op)
@@ -214,7 +227,7 @@ func (w *worker) run(ops []*offload.Op) {
 		case !ok:
 			op.Status = offload.Failed
 		case !s.cbc:
-			s.cpu.Process(op)
+			s.processOther(op)
 		case op.Dir == offload.Open:
 			w.addOpen(s, op)
 		default:
@@ -299,7 +312,7 @@ func (w *worker) addSeal(s *Session, op *offload.Op) {
 		op.Status = offload.BadLength
 		return
 	}
-	w.jobs = append(w.jobs, cbc.Job{Key: &s.key, IV: iv, Dst: payload, Src: payload})
+	w.jobs = append(w.jobs, cbc.Job{Key: s.key, IV: iv, Dst: payload, Src: payload})
 	w.ops = append(w.ops, op)
 	if len(w.jobs) == cap(w.jobs) {
 		w.flushSeals()
@@ -375,4 +388,41 @@ func newCCMSession(cfg offload.SessionConfig) (*cpu.Session, error) {
 		return nil, fmt.Errorf("new %s session: %w", cfg.Suite, err)
 	}
 	return cpu.NewAEADSession(cfg, a)
+}
+
+// processOther runs an op of a suite other than aes-cbc: aes-gmac here,
+// the others in the cpu engine's session.
+func (s *Session) processOther(op *offload.Op) {
+	if s.gmac == nil {
+		s.cpu.Process(op)
+		return
+	}
+	if !op.Fits() || op.NonceLen != gmac.NonceSize || op.ICV.Len != gmac.TagSize {
+		op.Status = offload.BadLength
+		return
+	}
+	nonce := (*[gmac.NonceSize]byte)(op.Nonce[:gmac.NonceSize])
+	aad, authed, icv := op.AADBytes(), op.Bytes(op.Auth), op.Bytes(op.ICV)
+	if op.Dir == offload.Seal {
+		s.gmac.Tag((*[gmac.TagSize]byte)(icv), nonce, aad, authed)
+		op.Status = offload.OK
+		return
+	}
+	op.Status = offload.OK
+	if !s.gmac.Verify(icv, nonce, aad, authed) {
+		op.Status = offload.BadICV
+	}
+}
+
+// newGMACKey is an aes-gmac session's key: the encryption key without its
+// 4-byte salt, which comes with every op in Op.Nonce.
+func newGMACKey(cfg offload.SessionConfig) (*gmac.Key, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("new %s session: %w", cfg.Suite, err)
+	}
+	k := new(gmac.Key)
+	if err := k.Init([]byte(cfg.EncKey[:len(cfg.EncKey)-cfg.Suite.Cipher.SaltLen()])); err != nil {
+		return nil, fmt.Errorf("new %s session: %w", cfg.Suite, err)
+	}
+	return k, nil
 }

@@ -6,6 +6,7 @@ import (
 	crand "crypto/rand"
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/espgw/espgw/esp"
@@ -180,6 +181,74 @@ func TestEveryLength(t *testing.T) {
 	}
 }
 
+// TestGMACEveryLength seals and opens aes-gmac packets of every payload
+// length up to 2048 bytes, with and without ESN, for every key length, and
+// holds them against the cpu engine (the standard library's GCM); every
+// open of a packet with one bit flipped fails.
+func TestGMACEveryLength(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	suite := sa.Suite{Cipher: sa.CipherAESGMAC}
+	for _, keyLen := range suite.EncKeyLens() {
+		for _, esn := range []bool{false, true} {
+			p := newPair(t, r, suite, keyLen, esn)
+			var ops []offload.Op
+			var ps []*pair
+			for n := 0; n <= 2048; n += suite.BlockLen() {
+				ops = append(ops, offload.Op{Dir: offload.Seal, Buf: packet(r, suite, n), SeqHi: r.Uint32()})
+				ps = append(ps, &p)
+			}
+			what := fmt.Sprintf("%s, %d-byte key, esn=%v", suite, keyLen, esn)
+			runBoth(t, what+", seal", ops, ps)
+			for i := range ops {
+				ops[i].Dir = offload.Open
+			}
+			runBoth(t, what+", open", ops, ps)
+			for i := range ops {
+				if ops[i].Status != offload.OK {
+					t.Fatalf("%s: open of a %d-byte packet: %s", what, len(ops[i].Buf), ops[i].Status)
+				}
+				ops[i].Buf[r.IntN(len(ops[i].Buf))] ^= 1 << r.IntN(8)
+			}
+			runBoth(t, what+", open corrupted", ops, ps)
+			for i := range ops {
+				if ops[i].Status != offload.BadICV {
+					t.Fatalf("%s: open of a corrupted %d-byte packet: %s, want %s", what, len(ops[i].Buf), ops[i].Status, offload.BadICV)
+				}
+			}
+		}
+	}
+}
+
+// TestGMACSessionSize holds an aes-gmac session's heap below the standard
+// library's GCM state alone (768 bytes).
+func TestGMACSessionSize(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector's shadow memory distorts heap sizes")
+	}
+	const n = 2000
+	cfg := offload.SessionConfig{Suite: sa.Suite{Cipher: sa.CipherAESGMAC}, EncKey: make(sa.Key, 20)}
+	e := New()
+	keep := make([]offload.Session, n)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range keep {
+		s, err := e.NewSession(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep[i] = s
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("an aes-gmac session holds %.0f bytes of heap", per)
+	if per >= 768 {
+		t.Errorf("an aes-gmac session holds %.0f bytes of heap, want less than the standard library's 768-byte GCM", per)
+	}
+	runtime.KeepAlive(keep)
+}
+
 func TestForeignSessionFails(t *testing.T) {
 	r := rand.New(rand.NewPCG(15, 16))
 	p := newPair(t, r, sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 16, false)
@@ -260,8 +329,10 @@ func TestNoAllocations(t *testing.T) {
 	for _, suite := range []sa.Suite{
 		{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96},
 		{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA512_256},
+		{Cipher: sa.CipherAESGMAC},
 	} {
-		p := newPair(t, r, suite, 32, true)
+		lens := suite.EncKeyLens()
+		p := newPair(t, r, suite, lens[len(lens)-1], true)
 		ops := make([]offload.Op, 100) // more than one chunk of seals
 		for i := range ops {
 			ops[i] = offload.Op{Session: p.aes, Buf: packet(r, suite, 16*(1+i%90))}

@@ -30,6 +30,9 @@ func BenchmarkEngine(b *testing.B) {
 		{sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA256_128}, 32, 1400, 32},
 		{sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, 16, 8192, 32},
 		{sa.Suite{Cipher: sa.CipherAESGCM16, Auth: sa.AuthNone}, 20, 1400, 32},
+		{sa.Suite{Cipher: sa.CipherAESGMAC, Auth: sa.AuthNone}, 20, 64, 32},
+		{sa.Suite{Cipher: sa.CipherAESGMAC, Auth: sa.AuthNone}, 20, 1400, 32},
+		{sa.Suite{Cipher: sa.CipherAESGMAC, Auth: sa.AuthNone}, 36, 8192, 32},
 	}
 	r := rand.New(rand.NewPCG(23, 24))
 	for _, c := range cases {

@@ -40,9 +40,10 @@ func TestScenarios(t *testing.T) {
 // echoes) when it does not pass.
 func runScenario(t *testing.T, s *scenario.Scenario, captures string) *scenario.Result {
 	t.Helper()
+	bin := labtest.Espgw(t) // built (once) outside the scenario's time
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	r := scenario.Run(ctx, s, scenario.Options{Binary: labtest.Espgw(t), Prefix: "it", Captures: captures})
+	r := scenario.Run(ctx, s, scenario.Options{Binary: bin, Prefix: "it", Captures: captures})
 	if !r.Pass {
 		var b strings.Builder
 		scenario.PrintTable(&b, []*scenario.Result{r})

@@ -22,10 +22,11 @@ type Config struct {
 	// Seed makes every decision reproducible: the same seed and the same
 	// packet stream give the same output, byte for byte.
 	Seed uint64 `yaml:"seed" json:"seed"`
-	// Match lists the packets impaired: "esp" (IP protocol 50) and
-	// "udp/PORT" (ESP in UDP, RFC 3948). Default [esp, udp/4500].
-	// Everything else (ARP, ND, ICMP, IKE, NAT keepalives, fragments) passes
-	// untouched and undelayed.
+	// Match lists the packets impaired: "esp" (IP protocol 50),
+	// "udp/PORT" (ESP in UDP, RFC 3948) and "ike" (IKE messages on UDP
+	// port 500, and on 4500 behind the non-ESP marker). Default [esp,
+	// udp/4500]. Everything else (ARP, ND, ICMP, IKE unless named, NAT
+	// keepalives, fragments) passes untouched and undelayed.
 	Match []string `yaml:"match" json:"match"`
 	// Loss drops each matching packet independently with this percentage.
 	Loss float64 `yaml:"loss" json:"loss"`
@@ -175,8 +176,12 @@ func (c *Config) UnmarshalYAML(node *yaml.Node) error {
 
 // Validate reports the first field that is out of range, by its YAML name.
 func (c *Config) Validate() error {
-	if _, err := parseMatch(c.Match); err != nil {
+	m, err := parseMatch(c.Match)
+	if err != nil {
 		return err
+	}
+	if m.ike && (c.Replay.Percent > 0 || c.RewriteSPI.Percent > 0 && c.RewriteSPI.SPI != 0 || c.Truncate.Percent > 0) {
+		return fmt.Errorf("match has ike: its messages take loss, burst, corrupt, duplicate, reorder and delay, not replay, rewrite_spi or truncate (impair ESP in a direction of its own)")
 	}
 	pcts := []struct {
 		name string

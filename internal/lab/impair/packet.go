@@ -25,9 +25,12 @@ const (
 // matcher decides which packets the impairments apply to: ESP (IP protocol
 // 50) and ESP inside UDP on the configured ports (RFC 3948). On a UDP port,
 // only datagrams that carry ESP match: IKE behind the non-ESP marker (four
-// zero bytes) and NAT keepalives (one 0xff byte) are forwarded untouched.
+// zero bytes) and NAT keepalives (one 0xff byte) are forwarded untouched,
+// unless ike is set: then IKE messages match too, on UDP port 500 and
+// behind the marker on port 4500.
 type matcher struct {
 	esp   bool
+	ike   bool
 	ports []uint16
 }
 
@@ -41,6 +44,8 @@ func parseMatch(list []string) (matcher, error) {
 		switch {
 		case s == "esp":
 			m.esp = true
+		case s == "ike":
+			m.ike = true
 		case strings.HasPrefix(s, "udp/"):
 			p, err := strconv.ParseUint(s[4:], 10, 16)
 			if err != nil || p == 0 {
@@ -48,7 +53,7 @@ func parseMatch(list []string) (matcher, error) {
 			}
 			m.ports = append(m.ports, uint16(p))
 		default:
-			return m, fmt.Errorf("match[%d] %s: want esp or udp/PORT", i, secret.Name(list[i]))
+			return m, fmt.Errorf("match[%d] %s: want esp, ike or udp/PORT", i, secret.Name(list[i]))
 		}
 	}
 	return m, nil
@@ -60,12 +65,17 @@ type layout struct {
 	ipEnd int // end of the IP packet (link padding may follow)
 	v6    bool
 	udp   int // start of the UDP header, or -1 for raw ESP
-	esp   int // start of the ESP header
+	esp   int // start of the ESP header (of the IKE message when ike)
+	ike   bool
 }
 
 const (
 	ipProtoUDP = 17
 	ipProtoESP = 50
+	// IKE's ports (RFC 7296 §2.23) and its fixed header's length.
+	ikePort      = 500
+	nattPort     = 4500
+	ikeHeaderLen = 28
 )
 
 // locate reports whether frame matches and where its headers are.
@@ -128,16 +138,24 @@ func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 	switch {
 	case proto == ipProtoESP && m.esp:
 		l.udp, l.esp = -1, l4
-	case proto == ipProtoUDP && len(m.ports) > 0:
+	case proto == ipProtoUDP && (len(m.ports) > 0 || m.ike):
 		if l4+8 > l.ipEnd || int(binary.BigEndian.Uint16(frame[l4+4:])) != l.ipEnd-l4 {
 			return l, false
 		}
 		sp, dp := binary.BigEndian.Uint16(frame[l4:]), binary.BigEndian.Uint16(frame[l4+2:])
-		if !slices.Contains(m.ports, sp) && !slices.Contains(m.ports, dp) {
-			return l, false
-		}
 		l.udp, l.esp = l4, l4+8
-		if l.esp+8 <= l.ipEnd && binary.BigEndian.Uint32(frame[l.esp:]) == 0 {
+		marker := l.esp+8 <= l.ipEnd && binary.BigEndian.Uint32(frame[l.esp:]) == 0
+		switch {
+		case m.ike && (sp == ikePort || dp == ikePort):
+			l.ike = true
+			return l, l.esp+ikeHeaderLen <= l.ipEnd
+		case m.ike && marker && (sp == nattPort || dp == nattPort):
+			l.esp += 4 // the IKE message after the marker
+			l.ike = true
+			return l, l.esp+ikeHeaderLen <= l.ipEnd
+		case !slices.Contains(m.ports, sp) && !slices.Contains(m.ports, dp):
+			return l, false
+		case marker:
 			return l, false // non-ESP marker: IKE
 		}
 	default:

@@ -21,6 +21,17 @@ func (q *fifo) push(p *Packet) {
 	q.size++
 }
 
+// count is the number of packets queued that f holds true of.
+func (q *fifo) count(f func(*Packet) bool) int {
+	n := 0
+	for i := 0; i < q.size; i++ {
+		if f(q.buf[(q.head+i)%len(q.buf)]) {
+			n++
+		}
+	}
+	return n
+}
+
 func (q *fifo) peek() *Packet { return q.buf[q.head] }
 
 func (q *fifo) pop() *Packet {

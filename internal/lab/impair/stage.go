@@ -28,6 +28,7 @@ type Packet struct {
 	n      int
 	at     time.Time // due time (delay, replay) or start of its reorder hold
 	passed int       // later packets that left while it was held
+	ike    bool      // an IKE message (match: ike)
 }
 
 // Bytes returns the packet's contents.
@@ -59,6 +60,11 @@ type Counters struct {
 	CEMarked       uint64 `json:"ce_marked"`        // outer ECN set to CE (ecn-ce)
 	TooBig         uint64 `json:"too_big"`          // dropped: over pmtu with DF (or IPv6)
 	TooBigReported uint64 `json:"too_big_reported"` // ICMP errors about them queued for PopBack
+	// IKE messages (match: ike) among the matched, the dropped by loss or
+	// burst, and the duplicated: what no gateway's ESP counters see.
+	IKEMatched    uint64 `json:"ike_matched"`
+	IKEDropped    uint64 `json:"ike_dropped"`
+	IKEDuplicated uint64 `json:"ike_duplicated"`
 }
 
 // Dropped is the number of packets the stage dropped, for every reason.
@@ -129,6 +135,19 @@ func (s *Stage) Counters() Counters { return s.c }
 // not yet sent are not among them.
 func (s *Stage) InFlight() int { return s.ready.len() + s.delayed.len() + len(s.held) }
 
+// IKEInFlight is how many of the packets in flight are IKE messages
+// (match: ike).
+func (s *Stage) IKEInFlight() int {
+	isIKE := func(p *Packet) bool { return p.ike }
+	n := s.ready.count(isIKE) + s.delayed.count(isIKE)
+	for _, p := range s.held {
+		if p.ike {
+			n++
+		}
+	}
+	return n
+}
+
 // Matches reports whether the stage's filter matches pkt.
 func (s *Stage) Matches(pkt []byte) bool {
 	_, ok := s.match.locate(pkt, s.link)
@@ -152,7 +171,7 @@ func (s *Stage) get(b []byte) *Packet {
 		p = &Packet{buf: make([]byte, s.size)}
 	}
 	p.n = copy(p.buf, b)
-	p.passed = 0
+	p.passed, p.ike = 0, false
 	return p
 }
 
@@ -163,6 +182,12 @@ func (s *Stage) getSized(n int) *Packet {
 		p.n = n
 	}
 	return p
+}
+
+func (s *Stage) countIKEDrop(l *layout) {
+	if l.ike {
+		s.c.IKEDropped++
+	}
 }
 
 // Release gives a popped packet back to the stage's pool.
@@ -189,6 +214,9 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 		return
 	}
 	s.c.Matched++
+	if l.ike {
+		s.c.IKEMatched++
+	}
 	if s.tooBig(pkt, &l) {
 		s.c.TooBig++
 		s.reportTooBig(pkt, &l)
@@ -196,17 +224,21 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 	}
 	if s.chance(streamLoss, s.cfg.Loss) {
 		s.c.Lost++
+		s.countIKEDrop(&l)
 		return
 	}
 	if s.cfg.Burst.P > 0 && s.burstLoses() {
 		s.c.BurstLost++
+		s.countIKEDrop(&l)
 		return
 	}
 	p := s.get(pkt)
 	if p == nil {
 		s.c.Overflow++
+		s.countIKEDrop(&l)
 		return
 	}
+	p.ike = l.ike
 	intact := true
 	if s.chance(streamECN, s.cfg.ECNCE) {
 		markCE(p.buf, &l)
@@ -227,8 +259,14 @@ func (s *Stage) Push(now time.Time, pkt []byte) {
 	var dup *Packet
 	if s.chance(streamDuplicate, s.cfg.Duplicate) {
 		s.c.Duplicated++
+		if l.ike {
+			s.c.IKEDuplicated++
+		}
 		if dup = s.get(p.Bytes()); dup == nil {
 			s.c.Overflow++
+			s.countIKEDrop(&l)
+		} else {
+			dup.ike = l.ike
 		}
 	}
 	if intact && s.chance(streamReplay, s.cfg.Replay.Percent) {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"math"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -667,5 +668,38 @@ func TestDuplicateFollows(t *testing.T) {
 	}
 	if c := r.s.Counters(); uint64(dups) != c.Duplicated {
 		t.Fatalf("%d adjacent copies, counters say %d duplicated", dups, c.Duplicated)
+	}
+}
+
+// With ike in match, IKE messages (UDP 500, and 4500 behind the non-ESP
+// marker) are impaired and counted as IKE; NAT keepalives and ESP in UDP
+// are not IKE, and ESP stays unmatched unless named.
+func TestMatchIKE(t *testing.T) {
+	ser := func(ls ...gopacket.SerializableLayer) []byte { return serialize(t, ls...) }
+	eth := &layers.Ethernet{SrcMAC: macA, DstMAC: macB, EthernetType: layers.EthernetTypeIPv4}
+	ip4 := func() *layers.IPv4 {
+		return &layers.IPv4{Version: 4, TTL: 64, Protocol: layers.IPProtocolUDP, SrcIP: []byte{192, 0, 2, 1}, DstIP: []byte{192, 0, 2, 2}}
+	}
+	udp := func(port layers.UDPPort) *layers.UDP { return &layers.UDP{SrcPort: port, DstPort: port} }
+	ike500 := ser(eth, ip4(), udp(500), gopacket.Payload(make([]byte, 40)))
+	ike4500 := ser(eth, ip4(), udp(4500), gopacket.Payload(make([]byte, 44)))
+	keepalive := ser(eth, ip4(), udp(4500), gopacket.Payload([]byte{0xff}))
+	r := newRun(t, cfgWith(func(c *Config) { c.Match = []string{"ike"}; c.Loss = 100 }))
+	for _, f := range [][]byte{ike500, ike4500, keepalive, frame(t, udpESP4, 1, 64), frame(t, rawESP4, 2, 64)} {
+		r.push(f)
+	}
+	c := r.s.Counters()
+	if c.Matched != 2 || c.IKEMatched != 2 || c.IKEDropped != 2 || c.Lost != 2 || len(r.out) != 3 {
+		t.Errorf("IKE not matched, or more than IKE: %+v, %d passed", c, len(r.out))
+	}
+	// Held IKE messages are told apart from held ESP.
+	r = newRun(t, cfgWith(func(c *Config) { c.Match = []string{"ike", "esp"}; c.Delay.Time = time.Hour }))
+	r.push(ike500)
+	r.push(frame(t, rawESP4, 3, 64))
+	if r.s.InFlight() != 2 || r.s.IKEInFlight() != 1 {
+		t.Errorf("in flight %d, IKE among them %d; want 2 and 1", r.s.InFlight(), r.s.IKEInFlight())
+	}
+	if err := (&Config{Match: []string{"ike"}, Replay: Replay{Percent: 5}, Limit: 10}).Validate(); err == nil || !strings.Contains(err.Error(), "match has ike") {
+		t.Errorf("replay of IKE: %v", err)
 	}
 }

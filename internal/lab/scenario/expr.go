@@ -208,7 +208,7 @@ type Metrics map[string]float64
 var (
 	impairCounters = []string{"matched", "lost", "burst_lost", "overflow", "oversize", "rewritten", "corrupted", "corrupted_bytes",
 		"truncated", "duplicated", "replayed", "replay_skipped", "reordered", "reorder_expired", "delayed",
-		"ce_marked", "too_big", "too_big_reported"}
+		"ce_marked", "too_big", "too_big_reported", "ike_matched", "ike_dropped", "ike_duplicated"}
 	gatewayCounters = []string{"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out", "drops", "last_seq",
 		"pmtu-updates", "pmtu-ignored", "path-mtu", "fragmented", "fragments-out", "reasm-oks", "reasm-fails", "reasm-timeout"}
 	stepMetrics = []string{"sent", "received", "delivered", "mismatched", "exact", "bytes", "bps", "retransmits",
@@ -255,6 +255,9 @@ func (s *Scenario) knownMetric(name string) bool {
 		case "actions":
 			return slices.Contains(actionMetrics, rest)
 		case "ike":
+			if s.SA.IKE != nil {
+				return slices.Contains(ikeMetrics, rest)
+			}
 			return s.External != nil && s.External.IKE != nil && slices.Contains(externalIKEMetrics, rest)
 		case "steps":
 			step, m, ok := strings.Cut(rest, ".")
@@ -274,7 +277,7 @@ func (s *Scenario) knownMetrics(c check) error {
 			if slices.Contains(impairCounters, n) {
 				return fmt.Errorf("unknown metric %s: the WAN's impairment counters are wan.%s (both directions) or gw1-to-gw2.%s", secret.Name(n), secret.Unquoted(secret.Name(n)), secret.Unquoted(secret.Name(n)))
 			}
-			return fmt.Errorf("unknown metric %s (see scenarios/README.md: counters, drop reasons, wan. impairments, gw1./gw2./gw1-to-gw2./steps.NAME./tunnels./actions.)", secret.Name(n))
+			return fmt.Errorf("unknown metric %s (see scenarios/README.md: counters, drop reasons, wan. impairments, gw1./gw2./gw1-to-gw2./steps.NAME./tunnels./actions./ike. with sa.ike)", secret.Name(n))
 		}
 	}
 	return nil

@@ -99,9 +99,14 @@ type Topology struct {
 	// segments GRO would merge on the way (as LRO on a NIC does) and so
 	// deliver bytes that are no longer packet-for-packet the capture's.
 	Offloads *bool `yaml:"offloads" json:"offloads,omitempty"`
+	// NAT puts gw1 behind a NAT: the wan namespace routes between the
+	// gateways (no relay, so no impairments) and masquerades gw1's UDP
+	// toward gw2 (iptables MASQUERADE). Needs sa.ike over IPv4.
+	NAT bool `yaml:"nat" json:"nat,omitempty"`
 }
 
-// SASpec describes the two SAs (gw1→gw2 SPI 0x1001, gw2→gw1 SPI 0x2001).
+// SASpec describes the two SAs (gw1→gw2 SPI 0x1001, gw2→gw1 SPI 0x2001),
+// or the IKEv2 negotiation that makes them.
 type SASpec struct {
 	Suite        string    `yaml:"suite" json:"suite"` // CIPHER[-BITS][+AUTH], see testbed.ParseSuite
 	Mode         string    `yaml:"mode" json:"mode"`   // tunnel | transport
@@ -118,6 +123,9 @@ type SASpec struct {
 	TTL       int    `yaml:"ttl" json:"ttl,omitempty"`
 	// Keys is "random" (default) or two entries, gw1→gw2 then gw2→gw1.
 	Keys Keys `yaml:"keys" json:"-"`
+	// IKE, when set, has the gateways negotiate the tunnel with IKEv2
+	// instead (ike.go): SPIs, keys and suite are theirs.
+	IKE *IKESpec `yaml:"ike" json:"ike,omitempty"`
 
 	suite   sa.Suite
 	aesBits int
@@ -197,11 +205,15 @@ type Traffic struct {
 
 // Step is one traffic source; exactly one of its kinds is set.
 type Step struct {
-	Name   string     `yaml:"name" json:"name"`
-	Ping   *PingStep  `yaml:"ping" json:"ping,omitempty"`
-	UDP    *UDPStep   `yaml:"udp" json:"udp,omitempty"`
-	Pcap   *PcapStep  `yaml:"pcap" json:"pcap,omitempty"`
-	Iperf3 *IperfStep `yaml:"iperf3" json:"iperf3,omitempty"`
+	Name string `yaml:"name" json:"name"`
+	// AfterActions starts the step once every action has run to its end
+	// (a restarted gateway's tunnel back up), not right after the step
+	// before.
+	AfterActions bool       `yaml:"after-actions" json:"after_actions,omitempty"`
+	Ping         *PingStep  `yaml:"ping" json:"ping,omitempty"`
+	UDP          *UDPStep   `yaml:"udp" json:"udp,omitempty"`
+	Pcap         *PcapStep  `yaml:"pcap" json:"pcap,omitempty"`
+	Iperf3       *IperfStep `yaml:"iperf3" json:"iperf3,omitempty"`
 }
 
 // Ends say where a step's traffic goes: hostA, hostB, gw1 or gw2 (the
@@ -397,6 +409,11 @@ func parseOne(fsys fs.FS, path string, root *yaml.Node) (*Scenario, error) {
 	if err := s.validateTunnels(perr); err != nil {
 		return nil, err
 	}
+	if s.SA.IKE != nil {
+		if err := s.validateIKE(perr); err != nil {
+			return nil, err
+		}
+	}
 	if expectNode == nil {
 		return nil, perr(1, "expect", errors.New("missing: a scenario must check something"))
 	}
@@ -445,6 +462,14 @@ func (s *Scenario) defaults() {
 	s.Engines.GW1 = cmp.Or(s.Engines.GW1, s.Engine)
 	s.Engines.GW2 = cmp.Or(s.Engines.GW2, s.Engine)
 	s.Timeout = cmp.Or(s.Timeout, 2*time.Minute)
+	if _, saNode := yamlwalk.Lookup(s.root, "sa"); saNode != nil && s.SA.IKE == nil {
+		if k, _ := yamlwalk.Lookup(saNode, "ike"); k != nil {
+			s.SA.IKE = &IKESpec{} // ike: with nothing after it: every default
+		}
+	}
+	if s.SA.IKE != nil {
+		s.SA.IKE.defaults()
+	}
 	transport := s.SA.Mode == "transport"
 	for i := range s.Traffic.Steps {
 		st := &s.Traffic.Steps[i]

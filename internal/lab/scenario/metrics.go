@@ -28,6 +28,7 @@ func (s snapshot) minus(b snapshot) snapshot {
 	d.WAN = s.WAN
 	subtract(reflect.ValueOf(&d.WAN).Elem(), reflect.ValueOf(b.WAN))
 	d.WAN.AToB.InFlight, d.WAN.BToA.InFlight = s.WAN.AToB.InFlight, s.WAN.BToA.InFlight
+	d.WAN.AToB.IKEInFlight, d.WAN.BToA.IKEInFlight = s.WAN.AToB.IKEInFlight, s.WAN.BToA.IKEInFlight
 	return d
 }
 
@@ -67,9 +68,91 @@ func statsMinus(a, b gateway.Stats) gateway.Stats {
 		}
 		d.SAs = append(d.SAs, s)
 	}
+	// An SA in force at b and closed by a (a rekey's old SA) has its
+	// counts, those before b too, in a's retired totals of its
+	// direction: what it counted before b comes off them.
+	for _, o := range b.SAs {
+		if o.SPI == "retired" || slices.ContainsFunc(a.SAs, func(s gateway.SAStats) bool { return s.SPI == o.SPI && s.Direction == o.Direction }) {
+			continue
+		}
+		for i := range d.SAs {
+			if s := &d.SAs[i]; s.SPI == "retired" && s.Direction == o.Direction {
+				s.SealedPackets -= o.SealedPackets
+				s.SealedBytes -= o.SealedBytes
+				s.OpenedPackets -= o.OpenedPackets
+				s.OpenedBytes -= o.OpenedBytes
+				s.Drops = mapMinus(s.Drops, o.Drops)
+			}
+		}
+	}
 	d.Engine.Stats = a.Engine.Stats
 	subtract(reflect.ValueOf(&d.Engine.Stats).Elem(), reflect.ValueOf(b.Engine.Stats))
 	return d
+}
+
+// statsPlus is the counts of a gateway restarted after pre (its counts
+// then) with now's counts since: the process's own counters summed, an
+// SA of both lives (a given SPI) merged. What the kernel counts for the
+// namespace (reassembly) is now's alone; so is the IKE state.
+func statsPlus(pre, now gateway.Stats) gateway.Stats {
+	d := now
+	d.TunIn += pre.TunIn
+	d.TunOut += pre.TunOut
+	d.WireIn += pre.WireIn
+	d.WireOut += pre.WireOut
+	d.Drops = mapPlus(now.Drops, pre.Drops)
+	d.PMTU.Updates += pre.PMTU.Updates
+	d.PMTU.Ignored += pre.PMTU.Ignored
+	d.Sockets = slices.Clone(now.Sockets)
+	for _, o := range pre.Sockets {
+		i := slices.IndexFunc(d.Sockets, func(s gateway.SocketStats) bool { return s.Kind == o.Kind && s.Local == o.Local })
+		if i < 0 {
+			d.Sockets = append(d.Sockets, o)
+			continue
+		}
+		add(reflect.ValueOf(&d.Sockets[i].Stats).Elem(), reflect.ValueOf(o.Stats))
+	}
+	d.SAs = slices.Clone(now.SAs)
+	for _, o := range pre.SAs {
+		i := slices.IndexFunc(d.SAs, func(s gateway.SAStats) bool { return s.SPI == o.SPI && s.Direction == o.Direction })
+		if i < 0 {
+			o.Retired = true // the process that had it in force is gone
+			d.SAs = append(d.SAs, o)
+			continue
+		}
+		s := &d.SAs[i]
+		snap := s.Snapshot
+		snap.Drops = mapPlus(snap.Drops, nil)
+		snap.Add(o.Snapshot)
+		s.Snapshot = snap
+	}
+	add(reflect.ValueOf(&d.Engine.Stats).Elem(), reflect.ValueOf(pre.Engine.Stats))
+	return d
+}
+
+func mapPlus(a, b map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range a {
+		out[k] += v
+	}
+	for k, v := range b {
+		out[k] += v
+	}
+	return out
+}
+
+// add adds b's unsigned counters to a's, field by field.
+func add(a, b reflect.Value) {
+	switch a.Kind() {
+	case reflect.Struct:
+		for i := range a.NumField() {
+			if a.Field(i).CanSet() {
+				add(a.Field(i), b.Field(i))
+			}
+		}
+	case reflect.Uint64, reflect.Uint32, reflect.Uint:
+		a.SetUint(a.Uint() + b.Uint())
+	}
 }
 
 func mapMinus(a, b map[string]uint64) map[string]uint64 {
@@ -234,7 +317,7 @@ func b2f(b bool) float64 {
 //	gateway, send:      sealed  == wire_out + send-error + no-socket
 //	WAN direction:      sent by one gateway + duplicated + replayed
 //	                      == received by the other + lost + burst_lost + overflow + oversize + in flight
-//	gateway, inbound:   wire_in == opened + inbound drops (SA, unknown-spi, runt)
+//	gateway, inbound:   wire_in == opened + inbound drops (SA, unknown-spi, runt, wrong-source, wrong-encap)
 //	gateway, delivery:  opened  == tun_out + tun-write
 //
 // With the kernel or an external device as gw2 (kernel true), gw2's own
@@ -275,7 +358,7 @@ func balances(d snapshot, kernel, noWAN bool) []Balance {
 				outTerms = append(outTerms, fmt.Sprintf("%s %d", k, v))
 			}
 		}
-		for _, k := range []string{"unknown-spi", "runt"} {
+		for _, k := range []string{"unknown-spi", "runt", "wrong-source", "wrong-encap"} {
 			if v := g.Drops[k]; v > 0 {
 				inDrops += int64(v)
 				inTerms = append(inTerms, fmt.Sprintf("%s %d", k, v))
@@ -304,12 +387,16 @@ func balances(d snapshot, kernel, noWAN bool) []Balance {
 		if noWAN {
 			break
 		}
+		// IKE messages the relay impaired (match: ike) are none of the
+		// gateways' ESP counts: their drops and copies stay out.
 		ic := dir.c.Impair
-		in := int64(d.GW[dir.from].WireOut + ic.Duplicated + ic.Replayed)
+		dup, dropped := ic.Duplicated-ic.IKEDuplicated, ic.Dropped()-ic.IKEDropped
+		inFlight := dir.c.InFlight - dir.c.IKEInFlight
+		in := int64(d.GW[dir.from].WireOut + dup + ic.Replayed)
 		out = append(out, Balance{Where: dir.name, In: in,
-			Out: int64(d.GW[dir.to].WireIn+ic.Dropped()) + int64(dir.c.InFlight),
+			Out: int64(d.GW[dir.to].WireIn+dropped) + int64(inFlight),
 			Terms: fmt.Sprintf("wire_out %d + duplicated %d + replayed %d = wire_in %d + relay drops %d + in flight %d",
-				d.GW[dir.from].WireOut, ic.Duplicated, ic.Replayed, d.GW[dir.to].WireIn, ic.Dropped(), dir.c.InFlight)})
+				d.GW[dir.from].WireOut, dup, ic.Replayed, d.GW[dir.to].WireIn, dropped, inFlight)})
 	}
 	return out
 }

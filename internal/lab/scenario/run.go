@@ -144,6 +144,20 @@ type runner struct {
 	log      *slog.Logger
 	// tunnels are the tunnels in force, as the actions change them.
 	tunnels *tunnelSet
+	// ike is the IKE negotiation of the tunnel (sa.ike), nil without.
+	ike *ikeRun
+	// restarted are each gateway's counts just before each of its
+	// restarts; base sums them for the snapshots, with the counts of the
+	// TUN devices the dead processes had.
+	restarted [2][]gateway.Stats
+	base      struct {
+		gw         [2]*gateway.Stats
+		tun, tunRx [2]uint64
+	}
+	// windows are when each step ran.
+	windows []stepWindow
+	// natGen counts the NAT's rebindings (topology.nat).
+	natGen int
 }
 
 func (o Options) progress(format string, args ...any) {
@@ -192,7 +206,11 @@ func Run(ctx context.Context, s *Scenario, opts Options) *Result {
 
 func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	s := r.s
-	r.opts.progress("%s: building the test bed (%s %s %s, engines %s/%s)", s.Name, s.SA.Suite, s.SA.Mode, s.Topology.Outer, s.Engines.GW1, s.Engines.GW2)
+	tunnel := s.SA.Suite + " " + s.SA.Mode
+	if s.SA.IKE != nil {
+		tunnel = "IKEv2 " + s.SA.IKE.Proposals + ", ESP " + s.SA.IKE.ESPProposals
+	}
+	r.opts.progress("%s: building the test bed (%s %s, engines %s/%s)", s.Name, tunnel, s.Topology.Outer, s.Engines.GW1, s.Engines.GW2)
 	offloads := s.offloads()
 	var addrs *netns.Addresses
 	customize := r.customize
@@ -203,11 +221,28 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		defer r.external.removeFiles()
 		addrs, customize = s.External.addresses(), r.externalSAs
 	}
-	r.bed, err = testbed.Start(ctx, testbed.Options{Addresses: addrs,
+	prepare := quietMLD
+	if s.Topology.NAT {
+		prepare = func(t *netns.Topology) error {
+			if err := quietMLD(t); err != nil {
+				return err
+			}
+			return startNAT(t)
+		}
+	}
+	var ikeSections [2]string
+	if s.SA.IKE != nil {
+		if r.ike, err = newIKERun(r.opts.Prefix); err != nil {
+			return err
+		}
+		defer r.ike.remove()
+		ikeSections = r.ikeSections()
+	}
+	r.bed, err = testbed.Start(ctx, testbed.Options{Addresses: addrs, IKE: ikeSections,
 		Binary: r.opts.Binary, Prefix: r.opts.Prefix, Suite: s.SA.suite, AESBits: s.SA.aesBits, Mode: s.SA.mode,
 		Encap: s.SA.encap, OuterV6: s.Topology.Outer == "ipv6", ESN: s.SA.ESN, ReplayWindow: s.SA.ReplayWindow,
 		InitialSeq: s.SA.InitialSeq, Engine: [2]string{s.Engines.GW1, s.Engines.GW2}, NoOffloads: !offloads,
-		Hard: s.SA.Lifetimes.Hard.sa(), Tunnels: s.Topology.Tunnels, Prepare: quietMLD, Customize: customize, WANMTU: s.Topology.WANMTU, TUNMTU: s.Topology.TUNMTU, Log: r.log,
+		Hard: s.SA.Lifetimes.Hard.sa(), Tunnels: s.Topology.Tunnels, Prepare: prepare, Customize: customize, WANMTU: s.Topology.WANMTU, TUNMTU: s.Topology.TUNMTU, Log: r.log,
 	})
 	if err != nil {
 		return fmt.Errorf("start the test bed: %w", err)
@@ -218,6 +253,15 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 		}
 	}()
 	r.tunnels = newTunnelSet(r.bed)
+	if r.ike != nil {
+		// Before the relay bridges the WAN: the wan namespace routes the
+		// IKE exchange between the gateways meanwhile.
+		took, err := r.waitIKE(ctx, 30*time.Second)
+		if err != nil {
+			return err
+		}
+		r.opts.progress("%s: CHILD_SA negotiated with IKEv2 in %v", s.Name, took.Round(time.Millisecond))
+	}
 	capDir := ""
 	if r.opts.Captures != "" {
 		capDir = filepath.Join(r.opts.Captures, testbed.FileName(s.Name))
@@ -225,7 +269,15 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 			return fmt.Errorf("captures: %w", err)
 		}
 		res.Captures = capDir
-		if err := r.writeEspSA(capDir); err != nil {
+		if r.ike != nil {
+			// gw1 writes the tables of every SA it negotiates; they are
+			// copied when the run is over, rekeys and all.
+			defer func() {
+				if cerr := r.copyIKETables(capDir); cerr != nil && err == nil {
+					err = cerr
+				}
+			}()
+		} else if err := r.writeEspSA(capDir); err != nil {
 			return err
 		}
 	}
@@ -240,14 +292,16 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	if capDir != "" {
 		rc.Pcap = filepath.Join(capDir, "wan.pcap")
 	}
-	if r.relay, err = r.bed.StartRelay(rc); err != nil {
-		return fmt.Errorf("start the WAN relay: %w", err)
-	}
-	defer func() {
-		if cerr := r.relay.Close(); cerr != nil && err == nil {
-			err = fmt.Errorf("stop the WAN relay: %w", cerr)
+	if !s.Topology.NAT {
+		if r.relay, err = r.bed.StartRelay(rc); err != nil {
+			return fmt.Errorf("start the WAN relay: %w", err)
 		}
-	}()
+		defer func() {
+			if cerr := r.relay.Close(); cerr != nil && err == nil {
+				err = fmt.Errorf("stop the WAN relay: %w", cerr)
+			}
+		}()
+	}
 	if s.Peer == PeerExternal {
 		r.opts.progress("%s: the external device as gw2 (%s, %s)", s.Name, s.External.WAN.Interface, s.External.LAN.Interface)
 		defer func() {
@@ -344,6 +398,7 @@ func (r *runner) run(ctx context.Context, res *Result) (err error) {
 	}
 	res.Metrics, res.Balances = r.metrics(d, res.Steps)
 	r.tunnelMetrics(res.Metrics, d.GW[1])
+	r.ikeMetrics(res.Metrics, before, after, res.Steps, r.windows)
 	r.externalIKE(res.Metrics, before.GW[0], after.GW[0])
 	if r.external != nil {
 		res.ExternalSPIs = r.external.spis
@@ -457,7 +512,9 @@ func (r *runner) warmUp(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				out, err := p.host.ns.Command(ctx, "ping", "-n", "-q", "-c", "1", "-W", "2", d).CombinedOutput()
+				// Until one reply, for up to 5 s: a new address may still be
+				// tentative (duplicate address detection) on a loaded machine.
+				out, err := p.host.ns.Command(ctx, "ping", "-n", "-q", "-c", "1", "-i", "0.2", "-w", "5", d).CombinedOutput()
 				if err != nil {
 					errs <- fmt.Errorf("warm-up ping from %s to %s: %w: %s", p.host.ns.Short(), d, err, out)
 				}
@@ -479,14 +536,18 @@ func (r *runner) settle() {
 			}
 		}
 	}
+	if r.relay == nil { // a NAT router: nothing held but the kernel's queues
+		time.Sleep(300 * time.Millisecond)
+		return
+	}
 	r.relay.Settle(150*time.Millisecond, maxHold+3*time.Second)
 	time.Sleep(100 * time.Millisecond) // the receiving gateway's last batch
 }
 
 func (r *runner) traffic(ctx context.Context) []StepResult {
+	done := make(chan struct{})
 	if len(r.s.Traffic.Actions) > 0 {
 		actx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			r.runActions(actx, time.Now())
@@ -495,13 +556,48 @@ func (r *runner) traffic(ctx context.Context) []StepResult {
 			<-done // the actions run to their end: their times are in the file
 			stop()
 		}()
+	} else {
+		close(done)
+	}
+	if r.ike != nil {
+		sctx, stop := context.WithCancel(ctx)
+		sampled := make(chan struct{})
+		go func() {
+			defer close(sampled)
+			r.sample(sctx, 200*time.Millisecond)
+		}()
+		defer func() {
+			stop()
+			<-sampled
+		}()
+		// The sampler's first look names the CHILD_SAs already in force.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			r.ike.mu.Lock()
+			n := len(r.ike.first)
+			r.ike.mu.Unlock()
+			if n > 0 {
+				break
+			}
+		}
 	}
 	steps := r.s.Traffic.Steps
 	out := make([]StepResult, len(steps))
+	r.windows = make([]stepWindow, len(steps))
+	run := func(i int) {
+		if steps[i].AfterActions {
+			select {
+			case <-done:
+			case <-ctx.Done():
+			}
+		}
+		r.windows[i].start = time.Now()
+		out[i] = r.runStep(ctx, &steps[i])
+		r.windows[i].end = time.Now()
+	}
 	if !r.s.Traffic.Together {
 		for i := range steps {
 			r.opts.progress("%s: step %s (%s)", r.s.Name, steps[i].Name, steps[i].kind())
-			out[i] = r.runStep(ctx, &steps[i])
+			run(i)
 		}
 		return out
 	}
@@ -511,7 +607,7 @@ func (r *runner) traffic(ctx context.Context) []StepResult {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = r.runStep(ctx, &steps[i])
+			run(i)
 		}()
 	}
 	wg.Wait()
@@ -545,9 +641,30 @@ type snapshot struct {
 	// ExternalCounters is what the external device's counters command
 	// printed.
 	ExternalCounters string `json:"external_counters,omitempty"`
+	// tunRx are the packets each gateway's TUN device dropped on
+	// receive (a part of KernelDrops).
+	tunRx [2]uint64
 }
 
+// snapshot is every counter now, with a restarted gateway's counts of
+// its earlier lives added.
 func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
+	s, err := r.rawSnapshot(ctx)
+	if err != nil {
+		return s, err
+	}
+	for i := range s.GW {
+		if b := r.base.gw[i]; b != nil {
+			s.GW[i] = statsPlus(*b, s.GW[i])
+		}
+		s.TUNDrops[i] += r.base.tun[i]
+		s.KernelDrops[1+i] += r.base.tunRx[i]
+	}
+	return s, nil
+}
+
+// rawSnapshot is every counter as the processes and the kernel have it.
+func (r *runner) rawSnapshot(ctx context.Context) (snapshot, error) {
 	var s snapshot
 	for i := range s.GW {
 		if i == 1 && r.external != nil {
@@ -576,7 +693,7 @@ func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 			return s, fmt.Errorf("TUN device of %s: %w", r.bed.GW[i].Name, err)
 		}
 		if ls := l.Attrs().Statistics; ls != nil {
-			s.TUNDrops[i] = ls.TxDropped
+			s.TUNDrops[i], s.tunRx[i] = ls.TxDropped, ls.RxDropped
 		}
 	}
 	t := r.bed.Topo
@@ -607,7 +724,9 @@ func (r *runner) snapshot(ctx context.Context) (snapshot, error) {
 			}
 		}
 	}
-	s.WAN = r.relay.Counters()
+	if r.relay != nil {
+		s.WAN = r.relay.Counters()
+	}
 	return s, nil
 }
 

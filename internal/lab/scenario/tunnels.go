@@ -10,10 +10,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/testbed"
+	"github.com/espgw/espgw/internal/secret"
 )
 
 // Action is a change made to the running gateways, through their control
@@ -32,6 +34,14 @@ type Action struct {
 	Del int `yaml:"del" json:"del,omitempty"`
 	// Grace is how long a rekey keeps the old inbound SAs (default 200ms).
 	Grace time.Duration `yaml:"grace" json:"grace,omitempty"`
+	// Restart kills a gateway's process (gw1 or gw2, SIGKILL: a crash)
+	// and starts it again after Down; with sa.ike the action ends when
+	// the tunnel is back up on both gateways.
+	Restart string        `yaml:"restart" json:"restart,omitempty"`
+	Down    time.Duration `yaml:"down" json:"down,omitempty"`
+	// NATRebind changes the NAT's mapping of gw1 (topology.nat): another
+	// source port from then on.
+	NATRebind bool `yaml:"nat-rebind" json:"nat_rebind,omitempty"`
 }
 
 func (a *Action) kind() string {
@@ -42,6 +52,10 @@ func (a *Action) kind() string {
 		return fmt.Sprintf("add %d", a.Add)
 	case a.Del > 0:
 		return fmt.Sprintf("del %d", a.Del)
+	case a.Restart != "":
+		return "restart " + a.Restart
+	case a.NATRebind:
+		return "nat-rebind"
 	}
 	return "action"
 }
@@ -51,15 +65,18 @@ type ActionResult struct {
 	Action string        `json:"action"`
 	At     time.Duration `json:"at"`
 	// Took is how long the change took, all phases and gateways.
-	Took  time.Duration `json:"took"`
-	Error string        `json:"error,omitempty"`
+	Took time.Duration `json:"took"`
+	// Recovered is, for a restart with sa.ike, the time from the kill
+	// until the tunnel was up again on both gateways.
+	Recovered time.Duration `json:"recovered,omitempty"`
+	Error     string        `json:"error,omitempty"`
 }
 
 // tunnelsMetrics are the per-tunnel metrics (topology.tunnels).
 var tunnelsMetrics = []string{"count", "carried", "min_opened", "max_opened"}
 
 // actionMetrics are the metrics of the actions.
-var actionMetrics = []string{"done", "failed", "rekeys", "added", "deleted"}
+var actionMetrics = []string{"done", "failed", "rekeys", "added", "deleted", "restarts", "rebinds", "recovered_in"}
 
 // validateTunnels checks topology.tunnels, the spread steps and the actions.
 func (s *Scenario) validateTunnels(perr func(int, string, error) error) error {
@@ -84,14 +101,22 @@ func (s *Scenario) validateTunnels(perr func(int, string, error) error) error {
 		field := fmt.Sprintf("traffic.actions[%d]", i)
 		line := at("traffic", "actions")
 		kinds := 0
-		for _, set := range []bool{a.Rekey != nil, a.Add != 0, a.Del != 0} {
+		for _, set := range []bool{a.Rekey != nil, a.Add != 0, a.Del != 0, a.Restart != "", a.NATRebind} {
 			if set {
 				kinds++
 			}
 		}
 		switch {
 		case kinds != 1:
-			return perr(line, field, errors.New("want exactly one of rekey, add, del"))
+			return perr(line, field, errors.New("want exactly one of rekey, add, del, restart, nat-rebind"))
+		case a.NATRebind && !s.Topology.NAT:
+			return perr(line, field+".nat-rebind", errors.New("needs topology.nat: true"))
+		case a.Restart != "" && a.Restart != "gw1" && a.Restart != "gw2":
+			return perr(line, field+".restart", fmt.Errorf("%s: want gw1 or gw2", secret.Word(a.Restart, "gw1", "gw2")))
+		case a.Down < 0 || a.Down > time.Minute:
+			return perr(line, field+".down", fmt.Errorf("%v: want 0..1m", a.Down))
+		case a.Down != 0 && a.Restart == "":
+			return perr(line, field+".down", errors.New("only with restart"))
 		case a.At < 0 || a.At > s.Timeout:
 			return perr(line, field+".at", fmt.Errorf("%v: want a time from 0 within the timeout (%v)", a.At, s.Timeout))
 		case a.Grace < 0 || a.Grace > time.Minute:
@@ -104,6 +129,51 @@ func (s *Scenario) validateTunnels(perr func(int, string, error) error) error {
 			return perr(line, field+".del", fmt.Errorf("%d: want a number of tunnels", a.Del))
 		}
 		a.Grace = cmp.Or(a.Grace, 200*time.Millisecond)
+	}
+	for i, st := range s.Traffic.Steps {
+		if st.AfterActions && len(s.Traffic.Actions) == 0 {
+			return perr(stepLine(s.root, i), fmt.Sprintf("traffic.steps[%d].after-actions", i), errors.New("the scenario has no actions to wait for"))
+		}
+	}
+	return nil
+}
+
+// restart kills a gateway (SIGKILL) and starts it again, keeping what
+// its dead process counted; with sa.ike it waits for the tunnel.
+func (r *runner) restart(ctx context.Context, a *Action, res *ActionResult) error {
+	i := 0
+	if a.Restart == "gw2" {
+		i = 1
+	}
+	pre, err := r.rawSnapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("restart %s: counters before: %w", a.Restart, err)
+	}
+	if _, err := r.bed.StopGateway(i, syscall.SIGKILL); err != nil {
+		return fmt.Errorf("restart %s: kill: %w", a.Restart, err)
+	}
+	killed := time.Now()
+	g := pre.GW[i]
+	if b := r.base.gw[i]; b != nil {
+		g = statsPlus(*b, g)
+	}
+	r.base.gw[i] = &g
+	r.base.tun[i] += pre.TUNDrops[i]
+	r.base.tunRx[i] += pre.tunRx[i]
+	r.restarted[i] = append(r.restarted[i], pre.GW[i])
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(a.Down):
+	}
+	if err := r.bed.StartGateway(ctx, i); err != nil {
+		return fmt.Errorf("restart %s: %w", a.Restart, err)
+	}
+	if r.ike != nil {
+		if _, err := r.waitIKE(ctx, time.Minute); err != nil {
+			return fmt.Errorf("restart %s: %w", a.Restart, err)
+		}
+		res.Recovered = time.Since(killed).Round(time.Millisecond)
 	}
 	return nil
 }
@@ -123,7 +193,7 @@ type tunnelSet struct {
 func newTunnelSet(b *testbed.Bed) *tunnelSet {
 	ts := &tunnelSet{gen: map[int]int{}, spis: map[int][]uint32{}}
 	ts.live = append(ts.live, b.Tunnels...)
-	if len(ts.live) == 0 {
+	if len(ts.live) == 0 && b.SAs[0] != nil {
 		// A one-tunnel bed: its SAs are tunnel 0.
 		ts.live = []*testbed.Tunnel{{Index: 0, Out: b.SAs[0], Back: b.SAs[1]}}
 	}
@@ -146,8 +216,17 @@ func (r *runner) runActions(ctx context.Context, start time.Time) {
 		}
 		r.opts.progress("%s: %s at %v", r.s.Name, a.kind(), a.At)
 		t0 := time.Now()
-		err := r.act(&a)
-		res := ActionResult{Action: a.kind(), At: t0.Sub(start).Round(time.Millisecond), Took: time.Since(t0).Round(time.Microsecond)}
+		res := ActionResult{Action: a.kind(), At: t0.Sub(start).Round(time.Millisecond)}
+		var err error
+		switch {
+		case a.Restart != "":
+			err = r.restart(ctx, &a, &res)
+		case a.NATRebind:
+			err = r.rebindNAT(ctx, &res)
+		default:
+			err = r.act(&a)
+		}
+		res.Took = time.Since(t0).Round(time.Microsecond)
 		if err != nil {
 			res.Error = err.Error()
 		}
@@ -265,6 +344,13 @@ func (r *runner) tunnelMetrics(m Metrics, gw2 gateway.Stats) {
 			m["actions.added"]++
 		case "del":
 			m["actions.deleted"]++
+		case "restart", "nat-rebind":
+			if a.Action == "nat-rebind" {
+				m["actions.rebinds"]++
+			} else {
+				m["actions.restarts"]++
+			}
+			m["actions.recovered_in"] = max(m["actions.recovered_in"], a.Recovered.Seconds())
 		}
 	}
 	for _, k := range actionMetrics {

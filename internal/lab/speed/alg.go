@@ -29,12 +29,17 @@ func (a Alg) Label() string {
 	return strings.ToUpper(a.Name)
 }
 
+// InOpenSSL reports whether `openssl speed -evp` has the algorithm: not the
+// esp: suites, nor aes-gmac (openssl has GCM's EVP, no bulk GMAC).
+func (a Alg) InOpenSSL() bool { return !a.ESP && a.Suite.Cipher != sa.CipherAESGMAC }
+
 // BulkAlgs lists the bulk cipher names ParseAlg knows.
 var BulkAlgs = []string{
 	"aes-128-cbc", "aes-192-cbc", "aes-256-cbc", "des-ede3-cbc",
 	"aes-128-ctr", "aes-192-ctr", "aes-256-ctr",
 	"aes-128-gcm", "aes-192-gcm", "aes-256-gcm",
 	"chacha20-poly1305",
+	"aes-gmac-128", "aes-gmac-192", "aes-gmac-256",
 	"aes-128-cbc-hmac-sha1", "aes-256-cbc-hmac-sha1", "aes-128-cbc-hmac-sha256", "aes-256-cbc-hmac-sha256",
 }
 
@@ -76,6 +81,10 @@ func parseCipher(name string) (sa.Cipher, int, bool) {
 		return sa.CipherChaCha20Poly1305, 36, true
 	case "aes-gmac", "aes-gmac-128":
 		return sa.CipherAESGMAC, 20, true
+	case "aes-gmac-192":
+		return sa.CipherAESGMAC, 28, true
+	case "aes-gmac-256":
+		return sa.CipherAESGMAC, 36, true
 	case "aes-ccm-8", "aes-ccm-8-128":
 		return sa.CipherAESCCM8, 19, true
 	case "aes-ccm-12", "aes-ccm-12-128":

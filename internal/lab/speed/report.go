@@ -109,14 +109,14 @@ func OpenSSLArgs(cfg Config, alg Alg) []string {
 	return args
 }
 
-// RunOpenSSL runs `openssl speed` for every bulk algorithm of cfg (esp:
-// suites have no openssl equivalent) and returns its rows and the ratios of
+// RunOpenSSL runs `openssl speed` for every algorithm of cfg that openssl
+// has (Alg.InOpenSSL) and returns its rows and the ratios of
 // res to them (0 where openssl has no row).
 func RunOpenSSL(ctx context.Context, cfg Config, res *Result) (*Compare, error) {
 	cmp := &Compare{}
 	for i, alg := range cfg.Algs {
 		ratio := make([]float64, len(res.Sizes))
-		if !alg.ESP {
+		if alg.InOpenSSL() {
 			args := OpenSSLArgs(cfg, alg)
 			cmp.Args = append([]string{"openssl"}, args...)
 			out, err := exec.CommandContext(ctx, "openssl", args...).Output()

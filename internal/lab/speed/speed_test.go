@@ -62,6 +62,8 @@ func TestParseAlg(t *testing.T) {
 		{"chacha20-poly1305", sa.CipherChaCha20Poly1305, 36, false},
 		{"esp:chacha20-poly1305", sa.CipherChaCha20Poly1305, 36, true},
 		{"esp:aes-gmac", sa.CipherAESGMAC, 20, true},
+		{"aes-gmac-128", sa.CipherAESGMAC, 20, false},
+		{"aes-gmac-256", sa.CipherAESGMAC, 36, false},
 		{"esp:aes-ccm-8", sa.CipherAESCCM8, 19, true},
 		{"esp:aes-ccm-16", sa.CipherAESCCM16, 19, true},
 	} {
@@ -227,5 +229,18 @@ func TestParseOpenSSLInfinite(t *testing.T) {
 	out := []byte("type             16 bytes     64 bytes\nAES-128-CBC       4555.20k         infk\n")
 	if _, err := speed.ParseOpenSSL(out, "AES-128-CBC", 2); err == nil || !strings.Contains(err.Error(), "-elapsed") {
 		t.Fatalf("error %v", err)
+	}
+}
+
+func TestInOpenSSL(t *testing.T) {
+	for name, want := range map[string]bool{"aes-128-gcm": true, "chacha20-poly1305": true, "aes-128-cbc-hmac-sha1": true,
+		"aes-gmac-128": false, "aes-gmac-256": false, "esp:aes-128-gcm": false} {
+		a, err := speed.ParseAlg(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := a.InOpenSSL(); got != want {
+			t.Errorf("%s: InOpenSSL %v, want %v", name, got, want)
+		}
 	}
 }

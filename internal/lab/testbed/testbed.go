@@ -96,7 +96,11 @@ type Options struct {
 	// prefix pair and a policy each way (see Tunnel); the first is the
 	// LANs'. 0: the one tunnel of two SAs and no policy.
 	Tunnels int
-	Log     *slog.Logger
+	// IKE, when set, is each gateway's ike: section (gw1's, gw2's): the
+	// gateways negotiate their SAs themselves, the bed makes none (SAs
+	// stays empty) and writes no SA file.
+	IKE [2]string
+	Log *slog.Logger
 }
 
 // Bed is a running test bed.
@@ -170,7 +174,11 @@ func Start(ctx context.Context, opts Options) (b *Bed, err error) {
 	if opts.Tunnels > MaxTunnels {
 		return b, fmt.Errorf("%d tunnels: a bed has at most %d", opts.Tunnels, MaxTunnels)
 	}
-	if opts.Tunnels >= 1 {
+	if opts.IKE[0] != "" {
+		if opts.Tunnels >= 1 || opts.DualStack {
+			return b, errors.New("IKE: one tunnel, one family")
+		}
+	} else if opts.Tunnels >= 1 {
 		if opts.Mode != sa.Tunnel {
 			return b, errors.New("many tunnels: tunnel mode only")
 		}
@@ -333,9 +341,13 @@ func (b *Bed) gatewayConfig(i int) GatewayConfig {
 			locals = []netip.Addr{a.GW2WAN4.Addr(), a.GW2WAN6.Addr()}
 		}
 	}
-	return GatewayConfig{Local: local, Locals: locals, Peer: peer, Engine: b.opts.Engine[i], WanIO: b.opts.WanIO, Metrics: "127.0.0.1:9478",
+	saFile := "sas.yaml"
+	if b.opts.IKE[i] != "" {
+		saFile = ""
+	}
+	return GatewayConfig{Extra: b.opts.IKE[i], Local: local, Locals: locals, Peer: peer, Engine: b.opts.Engine[i], WanIO: b.opts.WanIO, Metrics: "127.0.0.1:9478",
 		TUN: "esp0", TUNMTU: b.opts.TUNMTU, Routes: routes, NoOffloads: b.opts.NoOffloads, OuterMTU: b.opts.WANMTU, Workers: b.opts.Workers,
-		XDPMode: b.opts.XDPMode, Pprof: pprofAddr(b.opts.Pprof), SAFile: "sas.yaml", StateDir: fmt.Sprintf("gw%d-state", i+1), Control: fmt.Sprintf("gw%d.sock", i+1)}
+		XDPMode: b.opts.XDPMode, Pprof: pprofAddr(b.opts.Pprof), SAFile: saFile, StateDir: fmt.Sprintf("gw%d-state", i+1), Control: fmt.Sprintf("gw%d.sock", i+1)}
 }
 
 // StartGateway starts gateway i's espgw run process, with args after its

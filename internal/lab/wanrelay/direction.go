@@ -91,7 +91,7 @@ func (d *direction) counters() Direction {
 	d.c.RxKernelDrops += d.from.kernelDrops()
 	c := d.c
 	c.Impair = d.stage.Counters()
-	c.InFlight = d.stage.InFlight()
+	c.InFlight, c.IKEInFlight = d.stage.InFlight(), d.stage.IKEInFlight()
 	if d.router != nil {
 		c.NeighborWaiting = len(d.router.pend)
 	}

@@ -115,8 +115,10 @@ type Direction struct {
 	BackFrames uint64 `json:"back_frames,omitempty"`
 	BackErrors uint64 `json:"back_errors,omitempty"`
 
-	InFlight int             `json:"in_flight"` // packets held in the stage now
-	Impair   impair.Counters `json:"impair"`
+	InFlight int `json:"in_flight"` // packets held in the stage now
+	// IKEInFlight are the IKE messages among them (impair match: ike).
+	IKEInFlight int             `json:"ike_in_flight,omitempty"`
+	Impair      impair.Counters `json:"impair"`
 }
 
 // Relay forwards frames between two interfaces through impairment stages.

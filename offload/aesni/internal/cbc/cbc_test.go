@@ -464,3 +464,28 @@ func mustKey(t *testing.T) *Key {
 	}
 	return k
 }
+
+func TestEncryptBlock(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, n := range []int{16, 24, 32} {
+		key := randBytes(r, n)
+		var enc [ScheduleLen]byte
+		rounds, err := ExpandEncrypt(&enc, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := aes.NewCipher(key)
+		for range 20 {
+			var src, got, want [BlockSize]byte
+			copy(src[:], randBytes(r, BlockSize))
+			EncryptBlock(&enc, rounds, &got, &src)
+			b.Encrypt(want[:], src[:])
+			if got != want {
+				t.Fatalf("AES-%d: %x, want %x", n*8, got, want)
+			}
+		}
+	}
+	if _, err := ExpandEncrypt(new([ScheduleLen]byte), make([]byte, 20)); err == nil {
+		t.Error("a 20-byte key was taken")
+	}
+}

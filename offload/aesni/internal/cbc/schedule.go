@@ -157,3 +157,50 @@ var sbox = [256]byte{
 	0xe1, 0xf8, 0x98, 0x11, 0x69, 0xd9, 0x8e, 0x94, 0x9b, 0x1e, 0x87, 0xe9, 0xce, 0x55, 0x28, 0xdf,
 	0x8c, 0xa1, 0x89, 0x0d, 0xbf, 0xe6, 0x42, 0x68, 0x41, 0x99, 0x2d, 0x0f, 0xb0, 0x54, 0xbb, 0x16,
 }
+
+// ScheduleLen is the length of the largest encryption schedule, AES-256's.
+const ScheduleLen = (maxRounds + 1) * BlockSize
+
+// ExpandEncrypt writes the AESENC round keys of a 16-, 24- or 32-byte key
+// into enc and returns the round count: the schedule alone, for callers
+// that only encrypt a block now and then (GMAC's tag mask).
+func ExpandEncrypt(enc *[ScheduleLen]byte, key []byte) (rounds int, err error) {
+	switch len(key) {
+	case 16, 24, 32:
+	default:
+		return 0, fmt.Errorf("expand AES key: %d bytes, want 16, 24 or 32", len(key))
+	}
+	return expandEncrypt(enc, key), nil
+}
+
+// EncryptBlock encrypts src into dst with the schedule enc in pure Go
+// (FIPS 197 §5.1, byte by byte): for the fallback of callers that hold only
+// the schedule. It is not constant-time; the assembly is.
+func EncryptBlock(enc *[ScheduleLen]byte, rounds int, dst, src *[BlockSize]byte) {
+	var s [BlockSize]byte
+	for i := range s {
+		s[i] = src[i] ^ enc[i]
+	}
+	for r := 1; r <= rounds; r++ {
+		var t [BlockSize]byte
+		for c := 0; c < 4; c++ {
+			for row := 0; row < 4; row++ {
+				t[row+4*c] = sbox[s[row+4*((c+row)%4)]]
+			}
+		}
+		if r < rounds {
+			for c := 0; c < 4; c++ {
+				a0, a1, a2, a3 := t[4*c], t[4*c+1], t[4*c+2], t[4*c+3]
+				t[4*c] = xtime(a0) ^ xtime(a1) ^ a1 ^ a2 ^ a3
+				t[4*c+1] = a0 ^ xtime(a1) ^ xtime(a2) ^ a2 ^ a3
+				t[4*c+2] = a0 ^ a1 ^ xtime(a2) ^ xtime(a3) ^ a3
+				t[4*c+3] = xtime(a0) ^ a0 ^ a1 ^ a2 ^ xtime(a3)
+			}
+		}
+		rk := enc[r*BlockSize : (r+1)*BlockSize]
+		for i := range s {
+			s[i] = t[i] ^ rk[i]
+		}
+	}
+	*dst = s
+}

@@ -1,0 +1,106 @@
+package ike
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+)
+
+// natNet carries datagrams between an initiator behind a NAT and a
+// responder in memory: the initiator's ports are mapped to the NAT's
+// address, each to the port the mapping says; a datagram to a port
+// nothing maps is lost, as at a NAT that forgot it.
+type natNet struct {
+	mu      sync.Mutex
+	i, r    *Endpoint
+	public  netip.Addr
+	mapping map[uint16]uint16 // the initiator's port → the NAT's
+}
+
+func (n *natNet) fromInitiator(d Datagram) error {
+	n.mu.Lock()
+	p, ok := n.mapping[d.Local.Port()]
+	n.mu.Unlock()
+	if ok {
+		go n.r.Handle(Datagram{Data: d.Data, Local: d.Remote, Remote: netip.AddrPortFrom(n.public, p)})
+	}
+	return nil
+}
+
+func (n *natNet) fromResponder(d Datagram) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for inside, outside := range n.mapping {
+		if d.Remote == netip.AddrPortFrom(n.public, outside) {
+			go n.i.Handle(Datagram{Data: d.Data, Local: netip.AddrPortFrom(n.i.local, inside), Remote: d.Local})
+		}
+	}
+	return nil
+}
+
+// A NAT that maps the initiator to another port mid-run: the responder
+// follows it on its next authenticated request (RFC 7296 §2.23) — the IKE
+// SA, whose own requests then reach the new port, and the CHILD_SA, whose
+// SAs carry the new port — and counts it; a request from a port the
+// mapping never had is not taken for a move before it is authenticated.
+func TestResponderFollowsInitiatorBehindNAT(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	ic.RetransmitTimeout, rc.RetransmitTimeout = 50*time.Millisecond, 50*time.Millisecond
+	n := &natNet{public: netip.MustParseAddr("203.0.113.254"), mapping: map[uint16]uint16{Port: 40500, NATTPort: 44500}}
+	moved := make(chan []*Child, 4)
+	rc.OnPeerMoved = func(_ *IKESA, chs []*Child) { moved <- chs }
+	var err error
+	if n.i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), n.fromInitiator); err != nil {
+		t.Fatal(err)
+	}
+	if n.r, err = NewEndpoint(rc, netip.MustParseAddr("198.51.100.2"), n.fromResponder); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	is, err := n.i.Initiate(ctx, netip.AddrPortFrom(n.r.local, Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := n.r.SAs()[0]
+	rch := rs.Children()[0]
+	if !is.NAT() || !rs.NAT() || !rch.UDP || rch.RemotePort != 44500 {
+		t.Fatalf("NAT not found: initiator %v, responder %v, child UDP %v port %d", is.NAT(), rs.NAT(), rch.UDP, rch.RemotePort)
+	}
+	_, out, err := rch.SAs()
+	if err != nil || out.DstPort != 44500 || out.Dst != n.public {
+		t.Fatalf("the responder's outbound SA goes to %v:%d (%v), want the NAT's mapping", out.Dst, out.DstPort, err)
+	}
+	// The NAT forgets gw1 and maps it anew.
+	n.mu.Lock()
+	n.mapping[NATTPort] = 47777
+	n.mu.Unlock()
+	if err := is.Ping(ctx); err != nil {
+		t.Fatalf("liveness check through the new mapping: %v", err)
+	}
+	select {
+	case chs := <-moved:
+		if len(chs) != 1 || chs[0].RemotePort != 47777 || chs[0].Remote != n.public {
+			t.Fatalf("moved children %+v", chs)
+		}
+	case <-ctx.Done():
+		t.Fatal("the responder did not follow the initiator to its new port")
+	}
+	if _, out, _ := rch.SAs(); out.DstPort != 47777 {
+		t.Errorf("the CHILD_SA's outbound SA goes to port %d, want 47777", out.DstPort)
+	}
+	// The responder's own requests reach the initiator at its new port.
+	if err := rs.Ping(ctx); err != nil {
+		t.Errorf("the responder's liveness check after the move: %v", err)
+	}
+	if got := n.r.Counts()["peer moved behind its NAT"]; got != 1 {
+		t.Errorf("moves counted: %d, want 1", got)
+	}
+	// A forged request from elsewhere moves nothing.
+	n.r.Handle(Datagram{Data: make([]byte, 80), Local: netip.AddrPortFrom(n.r.local, NATTPort), Remote: netip.AddrPortFrom(n.public, 1234)})
+	if _, out, _ := rch.SAs(); out.DstPort != 47777 {
+		t.Errorf("an unauthenticated datagram moved the CHILD_SA to port %d", out.DstPort)
+	}
+}
