@@ -551,9 +551,10 @@ func (c *ikeConn) inForce(name string) bool {
 func (c *ikeConn) newChild(ctx context.Context, s *ike.IKESA, t *saTrack, cc *IKEChild) {
 	ch, err := s.NewChild(ctx, cc.Name)
 	c.d.mu.Lock()
-	t.busy, c.creating[cc.Name] = false, false
+	t.busy = false
 	c.d.wakeBy(time.Now())
 	if err != nil {
+		c.creating[cc.Name] = false
 		c.createAt[cc.Name] = time.Now().Add(retryIn(max(cc.RekeyTime, time.Minute)))
 		c.untrap(cc.Name)
 	}
@@ -566,6 +567,11 @@ func (c *ikeConn) newChild(ctx context.Context, s *ike.IKESA, t *saTrack, cc *IK
 	}
 	c.stats.childrenCreated.Add(1)
 	c.install(s, ch, true)
+	// Still creating until it is in force: a tick meanwhile would set
+	// up another.
+	c.d.mu.Lock()
+	c.creating[cc.Name] = false
+	c.d.mu.Unlock()
 	c.reconcile()
 }
 
