@@ -342,7 +342,7 @@ func (d *ikeDaemon) run(ctx context.Context) {
 	}
 	tick := time.NewTicker(ikeTick)
 	defer tick.Stop()
-	d.tick(ctx, time.Now())
+	d.tick(ctx, time.Now(), true)
 	for {
 		select {
 		case <-ctx.Done():
@@ -351,19 +351,20 @@ func (d *ikeDaemon) run(ctx context.Context) {
 		case dg := <-d.in:
 			if c := d.connFor(dg); c != nil {
 				c.ep.Handle(dg)
-				d.reconcile()
+				c.reconcile()
 			}
 		case now := <-tick.C:
-			d.tick(ctx, now)
+			d.tick(ctx, now, true)
 		case tc := <-d.acquired:
 			tc.conn.stats.acquires.Add(1)
 			d.log.Info("a packet for a trapped child: negotiating", "connection", tc.conn.cfg.Name, "child", tc.name)
-			d.tick(ctx, time.Now())
+			tc.conn.reconcile()
+			d.tick(ctx, time.Now(), false)
 		case now := <-d.wake.C:
 			d.mu.Lock()
 			d.wakeAt = time.Time{}
 			d.mu.Unlock()
-			d.tick(ctx, now)
+			d.tick(ctx, now, false)
 		}
 	}
 }
@@ -441,60 +442,64 @@ func (d *ikeDaemon) wakeBy(t time.Time) {
 }
 
 // tick runs what the timers say is due: new IKE SAs are noticed, CHILD_SAs
-// and IKE SAs rekeyed or expired, peers checked, connections started.
-func (d *ikeDaemon) tick(ctx context.Context, now time.Time) {
-	d.reconcile()
+// and IKE SAs rekeyed or expired, peers checked, connections started. It
+// walks each IKE SA and each CHILD_SA once, whatever the number of
+// connections. A full tick (the periodic one) first reconciles every
+// connection; the others (a timer due, a trapped packet) rely on each
+// connection's own reconciles after its datagrams and exchanges.
+func (d *ikeDaemon) tick(ctx context.Context, now time.Time, full bool) {
+	if full {
+		d.reconcile()
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, c := range d.conns {
-		live := false
+	live := make([]bool, len(d.conns))
+	for i, c := range d.conns {
 		for s, t := range c.sas {
+			live[i] = true
 			if t.busy {
-				live = true
 				continue
 			}
 			switch {
 			case c.cfg.DPDDelay > 0 && now.Sub(t.lastCheck) >= c.cfg.DPDDelay:
 				t.busy = true
-				live = true
 				go c.check(ctx, s, t)
 			case c.cfg.RekeyTime > 0 && !now.Before(t.rekeyAt):
 				t.busy = true
-				live = true
 				go c.rekeyIKE(ctx, s, t)
-			default:
-				live = true
-				if c.cfg.RekeyTime > 0 {
-					d.wakeBy(t.rekeyAt)
-				}
+			case c.cfg.RekeyTime > 0:
+				d.wakeBy(t.rekeyAt)
 			}
 		}
-		for ch, ct := range d.children {
-			if ct.conn != c || ct.busy {
-				continue
+	}
+	for ch, ct := range d.children {
+		if ct.busy {
+			continue
+		}
+		c := ct.conn
+		t := c.sas[ct.owner]
+		switch {
+		case ct.expireAt.After(ct.installed) && now.After(ct.expireAt):
+			ct.busy = true
+			c.stats.expired.Add(1)
+			d.log.Warn("CHILD_SA reached its life_time unrekeyed: taken out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ch.InSPI))
+			go c.expire(ctx, ct.owner, ch)
+		case ct.rekeyAt.After(ct.installed) && !now.Before(ct.rekeyAt) && t != nil && !t.busy && !ct.redundant:
+			ct.busy, t.busy = true, true
+			go c.rekeyChild(ctx, ct.owner, t, ch, ct)
+		default:
+			// What is due but waits (its IKE SA busy) comes with the
+			// wake-up when that ends.
+			if ct.rekeyAt.After(now) && !ct.redundant {
+				d.wakeBy(ct.rekeyAt)
 			}
-			t := c.sas[ct.owner]
-			switch {
-			case ct.expireAt.After(ct.installed) && now.After(ct.expireAt):
-				ct.busy = true
-				c.stats.expired.Add(1)
-				d.log.Warn("CHILD_SA reached its life_time unrekeyed: taken out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ch.InSPI))
-				go c.expire(ctx, ct.owner, ch)
-			case ct.rekeyAt.After(ct.installed) && !now.Before(ct.rekeyAt) && t != nil && !t.busy && !ct.redundant:
-				ct.busy, t.busy = true, true
-				go c.rekeyChild(ctx, ct.owner, t, ch, ct)
-			default:
-				// What is due but waits (its IKE SA busy) comes with the
-				// wake-up when that ends.
-				if ct.rekeyAt.After(now) && !ct.redundant {
-					d.wakeBy(ct.rekeyAt)
-				}
-				if ct.expireAt.After(now) {
-					d.wakeBy(ct.expireAt)
-				}
+			if ct.expireAt.After(now) {
+				d.wakeBy(ct.expireAt)
 			}
 		}
-		if !live && !c.initiating && c.wantsStart() && !now.Before(c.nextTry) {
+	}
+	for i, c := range d.conns {
+		if !live[i] && !c.initiating && c.wantsStart() && !now.Before(c.nextTry) {
 			c.initiating = true
 			go c.initiate(ctx)
 		}
@@ -546,9 +551,10 @@ func (c *ikeConn) inForce(name string) bool {
 func (c *ikeConn) newChild(ctx context.Context, s *ike.IKESA, t *saTrack, cc *IKEChild) {
 	ch, err := s.NewChild(ctx, cc.Name)
 	c.d.mu.Lock()
-	t.busy, c.creating[cc.Name] = false, false
+	t.busy = false
 	c.d.wakeBy(time.Now())
 	if err != nil {
+		c.creating[cc.Name] = false
 		c.createAt[cc.Name] = time.Now().Add(retryIn(max(cc.RekeyTime, time.Minute)))
 		c.untrap(cc.Name)
 	}
@@ -561,7 +567,12 @@ func (c *ikeConn) newChild(ctx context.Context, s *ike.IKESA, t *saTrack, cc *IK
 	}
 	c.stats.childrenCreated.Add(1)
 	c.install(s, ch, true)
-	c.d.reconcile()
+	// Still creating until it is in force: a tick meanwhile would set
+	// up another.
+	c.d.mu.Lock()
+	c.creating[cc.Name] = false
+	c.d.mu.Unlock()
+	c.reconcile()
 }
 
 // wantsStart reports whether the connection initiates now: its first
@@ -618,7 +629,7 @@ func (c *ikeConn) initiate(ctx context.Context) {
 	if err != nil {
 		d.log.Warn("IKE SA established without its CHILD_SA", "connection", c.cfg.Name, "err", err)
 	}
-	d.reconcile()
+	c.reconcile()
 }
 
 // check is a liveness check (dpd_delay): a peer that answers none of
@@ -643,7 +654,7 @@ func (c *ikeConn) drop(s *ike.IKESA) {
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	s.Delete(gone)
-	c.d.reconcile()
+	c.reconcile()
 }
 
 // rekeyIKE replaces the IKE SA (rekey_time of the connection).
@@ -665,7 +676,7 @@ func (c *ikeConn) rekeyIKE(ctx context.Context, s *ike.IKESA, t *saTrack) {
 	if n != nil {
 		c.stats.ikeRekeys.Add(1)
 	}
-	c.d.reconcile()
+	c.reconcile()
 }
 
 // retryIn is when a failed rekey is tried again.
@@ -691,7 +702,7 @@ func (c *ikeConn) rekeyChild(ctx context.Context, s *ike.IKESA, t *saTrack, ch *
 	if n != nil {
 		c.stats.childRekeys.Add(1)
 	}
-	c.d.reconcile()
+	c.reconcile()
 }
 
 // expire deletes a CHILD_SA past its life_time; with start_action
@@ -710,7 +721,7 @@ func (c *ikeConn) expire(ctx context.Context, s *ike.IKESA, ch *ike.Child) {
 			return
 		}
 	}
-	c.d.reconcile()
+	c.reconcile()
 }
 
 // install puts a negotiated CHILD_SA in force. A rekey this side made
@@ -972,7 +983,15 @@ const inboundGrace = time.Second
 // not yet in force goes in, a new IKE SA is tracked (and written to the
 // decryption table), and an older IKE SA with CHILD_SAs that a newer one
 // of the same connection replaced is dropped.
-func (d *ikeDaemon) reconcile() {
+func (d *ikeDaemon) reconcile() { d.reconcileConns(d.conns, true) }
+
+// reconcile reconciles the connection alone: what its datagrams and
+// exchanges changed.
+func (c *ikeConn) reconcile() { c.d.reconcileConns([]*ikeConn{c}, false) }
+
+// reconcileConns reconciles conns; all says they are every connection,
+// and the records of CHILD_SAs gone from every endpoint are dropped.
+func (d *ikeDaemon) reconcileConns(conns []*ikeConn, all bool) {
 	// What the endpoints hold is read before d.mu is taken: an endpoint
 	// calls install (which takes d.mu) with its own lock held. A CHILD_SA
 	// put in force after this snapshot is not judged by it.
@@ -981,8 +1000,8 @@ func (d *ikeDaemon) reconcile() {
 		s    *ike.IKESA
 		kids []*ike.Child
 	}
-	views := make([][]saView, len(d.conns))
-	for i, c := range d.conns {
+	views := make([][]saView, len(conns))
+	for i, c := range conns {
 		for _, s := range c.ep.SAs() {
 			if s.State() == ike.StateEstablished {
 				views[i] = append(views[i], saView{s, s.Children()})
@@ -997,7 +1016,7 @@ func (d *ikeDaemon) reconcile() {
 	var added, stale, missing []fresh
 	var missingChild []*ike.Child
 	d.mu.Lock()
-	for i, c := range d.conns {
+	for i, c := range conns {
 		seen := map[*ike.IKESA]bool{}
 		var newest *ike.IKESA
 		for _, v := range views[i] {
@@ -1041,19 +1060,21 @@ func (d *ikeDaemon) reconcile() {
 			}
 		}
 	}
-	for ch := range d.expired {
-		if !live[ch] {
-			delete(d.expired, ch)
+	if all {
+		for ch := range d.expired {
+			if !live[ch] {
+				delete(d.expired, ch)
+			}
 		}
-	}
-	for ch := range d.redundant {
-		if !live[ch] {
-			delete(d.redundant, ch)
+		for ch := range d.redundant {
+			if !live[ch] {
+				delete(d.redundant, ch)
+			}
 		}
 	}
 	var gone []*ike.Child
 	for ch, ct := range d.children {
-		if !live[ch] && ct.installed.Before(began) {
+		if !live[ch] && ct.installed.Before(began) && (all || ct.conn == conns[0]) {
 			gone = append(gone, ch)
 		}
 	}

@@ -219,3 +219,40 @@ func TestIKETunnels(t *testing.T) {
 		t.Errorf("JSON round trip: %v, %+v", err, back)
 	}
 }
+
+// TestIKEGatewayRekeyUnderLoad has the espgw gateway pair negotiate
+// enough tunnels (1000) that its IKE daemon's work shows, then rekey
+// every CHILD_SA under traffic: not a packet of the load may be lost (a
+// policy gap, an outbound switch before the peer's inbound SA, a TUN not
+// read in time), none dropped for want of an inbound SA. The few
+// no-policy drops of each gateway are the kernel's own packets into its
+// TUN at start, outside the load.
+func TestIKEGatewayRekeyUnderLoad(t *testing.T) {
+	o := IKEOptions{Prefix: "bikr", Tunnels: 1, Parallel: 1, Sides: []string{SideEspgw}, GatewayTunnels: 1000,
+		Binary: labtest.Espgw(t), Timeout: 4 * time.Minute}
+	if err := CheckIKE(o); err != nil {
+		t.Fatalf("this test sets up IKE tunnels in network namespaces and cannot here: %v", err)
+	}
+	defer noLeftovers(t, o.Prefix)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := RunIKE(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := rep.Gateways
+	if g == nil {
+		t.Fatalf("no gateway pair measured: %v", rep.Problems)
+	}
+	t.Logf("%d tunnels: %d rekeys in %.1f s, %d of %d lost; drops gw1 %v, gw2 %v",
+		g.Tunnels, g.Rekeys, g.RekeySeconds, g.RekeyLost, g.RekeySent, g.Counts[0].Drops, g.Counts[1].Drops)
+	if g.Rekeys < uint64(o.GatewayTunnels) || g.RekeySent == 0 || g.RekeyLost != 0 || g.Error != "" {
+		t.Errorf("%d of %d CHILD_SAs rekeyed, %d of %d packets lost (%s); want every one rekeyed, 0 lost",
+			g.Rekeys, o.GatewayTunnels, g.RekeyLost, g.RekeySent, g.Error)
+	}
+	for i, c := range g.Counts {
+		if n := c.Drops["unknown-spi"]; n > 0 {
+			t.Errorf("gw%d dropped %d packets as unknown-spi", i+1, n)
+		}
+	}
+}
