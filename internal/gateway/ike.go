@@ -225,7 +225,10 @@ func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 		icfg := cc.ikeConfig()
 		icfg.Log = d.log.With("connection", cc.Name)
 		icfg.OnChild = func(s *ike.IKESA, ch *ike.Child) { c.install(s, ch, false) }
-		icfg.OnRekey = func(s *ike.IKESA, _, ch *ike.Child) { c.install(s, ch, true) }
+		icfg.OnRekey = func(s *ike.IKESA, _, ch *ike.Child) {
+			c.stats.childRekeys.Add(1)
+			c.install(s, ch, true)
+		}
 		icfg.OnPeerMoved = func(_ *ike.IKESA, chs []*ike.Child) { c.follow(chs) }
 		icfg.OnRedundant = c.redundant
 		ep, err := ike.NewEndpoint(icfg, c.local, d.send)
@@ -699,9 +702,6 @@ func (c *ikeConn) rekeyChild(ctx context.Context, s *ike.IKESA, t *saTrack, ch *
 	} else if err != nil {
 		c.d.log.Warn("CHILD_SA rekey", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ch.InSPI), "err", err)
 	}
-	if n != nil {
-		c.stats.childRekeys.Add(1)
-	}
 	c.reconcile()
 }
 
@@ -1161,7 +1161,9 @@ type IKEConnStats struct {
 	// HalfOpen counts the IKE SAs between IKE_SA_INIT and IKE_AUTH.
 	HalfOpen uint64 `json:"half_open"`
 	// Initiated, Established and Failed count initiations and IKE SAs;
-	// ChildRekeys and IKERekeys the rekeys this side made; DPDFailures
+	// ChildRekeys the CHILD_SA rekeys this side made, counted when the
+	// new CHILD_SA goes in force (a collision's survivor only), IKERekeys
+	// the IKE SA rekeys this side made; DPDFailures
 	// the peers found gone; Expired the CHILD_SAs that reached life_time.
 	Initiated       uint64 `json:"initiated"`
 	Established     uint64 `json:"established"`
