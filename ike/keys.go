@@ -3,6 +3,7 @@ package ike
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/espgw/espgw/sa"
 )
@@ -130,6 +131,38 @@ func childSuiteFrom(p Proposal) (childSuite, error) {
 		c.esn = es.ID == ESNYes
 	}
 	return c, nil
+}
+
+// ESPSuites are the suites an ESP proposal can negotiate: each of its
+// encryption transforms with each of its integrity transforms (or none),
+// each suite once (key lengths aside). Those espgw cannot carry are left
+// out.
+func ESPSuites(p Proposal) []sa.Suite {
+	var encrs, integs []Transform
+	for _, t := range p.Transforms {
+		switch t.Type {
+		case TransformENCR:
+			encrs = append(encrs, t)
+		case TransformINTEG:
+			integs = append(integs, t)
+		}
+	}
+	var out []sa.Suite
+	for _, e := range encrs {
+		combos := [][]Transform{{e}}
+		if len(integs) > 0 {
+			combos = combos[:0]
+			for _, i := range integs {
+				combos = append(combos, []Transform{e, i})
+			}
+		}
+		for _, ts := range combos {
+			if c, err := childSuiteFrom(Proposal{Protocol: p.Protocol, Transforms: ts}); err == nil && !slices.Contains(out, c.suite) {
+				out = append(out, c.suite)
+			}
+		}
+	}
+	return out
 }
 
 // childKeys are one CHILD_SA's keys, each direction's encryption (salt

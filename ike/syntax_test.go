@@ -134,3 +134,25 @@ func TestParseIdentity(t *testing.T) {
 		}
 	}
 }
+
+// ESPSuites lists each encryption transform with each integrity one.
+func TestESPSuites(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"aes128gcm16", "aes-gcm-16"},
+		{"aes128gcm16-aes256gcm16", "aes-gcm-16"},
+		{"aes128-aes256-sha256-sha512", "aes-cbc+hmac-sha2-256-128 aes-cbc+hmac-sha2-512-256"},
+		{"chacha20poly1305-esn", "chacha20-poly1305"},
+	} {
+		ps, err := ParseProposals(ProtoESP, c.in)
+		if err != nil {
+			t.Fatalf("%s: %v", c.in, err)
+		}
+		var got []string
+		for _, s := range ESPSuites(ps[0]) {
+			got = append(got, s.String())
+		}
+		if strings.Join(got, " ") != c.want {
+			t.Errorf("ESPSuites(%s) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/ike"
 	"github.com/espgw/espgw/internal/transport"
 	"github.com/espgw/espgw/internal/xdp"
 	"github.com/espgw/espgw/offload"
@@ -290,13 +291,14 @@ func ReturnLoadMemory(log *slog.Logger) {
 }
 
 // tunMTU is the TUN MTU of a config: the one it gives, or the largest inner
-// packet every SA carries in the outer MTU.
+// packet every SA — and every CHILD_SA its IKE connections can negotiate —
+// carries in the outer MTU.
 func tunMTU(cfg *Config) (int, error) {
 	if cfg.TUN.MTU != 0 {
 		return cfg.TUN.MTU, nil
 	}
 	mtu := 0
-	for _, s := range cfg.SAs {
+	for _, s := range append(slices.Clone(cfg.SAs), ikeChildShapes(cfg.IKE)...) {
 		m, err := InnerMTU(cfg.OuterMTU, s)
 		if err != nil {
 			return 0, fmt.Errorf("%s: MTU for %s: %w", cfg.File, s, err)
@@ -309,6 +311,32 @@ func tunMTU(cfg *Config) (int, error) {
 		mtu = cfg.OuterMTU - 100
 	}
 	return mtu, nil
+}
+
+// ikeChildShapes are the outbound CHILD_SAs the IKE connections can
+// negotiate, without keys: one per suite of the children's ESP proposals
+// and peer address family, UDP-encapsulated since NAT-T may float them.
+func ikeChildShapes(cfg *IKEConfig) []*sa.SA {
+	if cfg == nil {
+		return nil
+	}
+	var out []*sa.SA
+	for _, c := range cfg.Connections {
+		peers := c.RemoteAddrs
+		if len(peers) == 0 {
+			peers = c.LocalAddrs
+		}
+		for _, ch := range c.Children {
+			for _, p := range ch.ESPProposals {
+				for _, suite := range ike.ESPSuites(p) {
+					for _, dst := range peers {
+						out = append(out, &sa.SA{Mode: sa.Tunnel, Dst: dst, Suite: suite, Encap: sa.EncapUDP})
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 func (rt *Runtime) open(k connKey, cfg *Config) (*transport.Conn, error) {
