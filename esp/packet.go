@@ -30,7 +30,9 @@ type Packet struct {
 	// ESP).
 	Peer netip.AddrPort
 	// Local is, on receive, the outer destination address the packet was
-	// sent to: with SPI, encapsulation and Peer, what finds its SA (sa.SAD).
+	// sent to: with SPI, encapsulation and Peer, what finds its SA (sa.SAD);
+	// on send, the outer source address (the SA's), or the zero Addr for
+	// the one the kernel's route gives.
 	Local netip.Addr
 	// The outer IP header, as the transport reads or writes it: on receive
 	// the TOS (IPv4) or traffic class (IPv6) the packet arrived with; on

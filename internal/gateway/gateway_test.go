@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -495,5 +496,37 @@ func TestTooBigSource(t *testing.T) {
 				t.Errorf("fragmentation needed from %s, want %s (an IPv6 error where none was due?)", got, c.want4)
 			}
 		})
+	}
+}
+
+// Every ESP packet leaves with its SA's source address for the transport
+// to send from (a gateway may have several local addresses).
+func TestOutboundCarriesSource(t *testing.T) {
+	var mu sync.Mutex
+	var sources []netip.Addr
+	b := newBedTapped(t, [2]offload.Engine{cpu.New(), cpu.New()}, pairSAs(sa.Suite{Cipher: sa.CipherAESGCM16}, 64), 0, func(p *esp.Packet) {
+		mu.Lock()
+		sources = append(sources, p.Local)
+		mu.Unlock()
+	})
+	const count = 20
+	for i := range count {
+		b.dev1.Send(ipv4UDP(100, uint16(i)))
+	}
+	bufs, sizes := [][]byte{make([]byte, 2000)}, []int{0}
+	for range count {
+		if _, err := b.dev2.Receive(bufs, sizes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sources) != count {
+		t.Fatalf("%d ESP packets seen on the wire, want %d", len(sources), count)
+	}
+	for i, src := range sources {
+		if src != gw1Addr {
+			t.Fatalf("ESP packet %d from %v, want the SA's source %s", i, src, gw1Addr)
+		}
 	}
 }

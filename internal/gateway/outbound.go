@@ -185,7 +185,7 @@ func (g *Gateway) sendESP(b *batch) {
 			p.HdrLen = hdr
 		}
 		p.Off, p.Len = p.Off+p.Len-espLen, espLen
-		p.Peer = netip.AddrPortFrom(cfg.Dst, port)
+		p.Peer, p.Local = netip.AddrPortFrom(cfg.Dst, port), cfg.Src
 		q = append(q, p)
 	}
 	flush()

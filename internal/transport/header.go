@@ -136,7 +136,7 @@ func (c *Conn) sendOwn(p *esp.Packet) error {
 		size := min(per, total-off)
 		h := f.hdrs[k][:ipv4HeaderLen]
 		ip := header.IPv4{TOS: p.TOS, TotalLen: uint16(ipv4HeaderLen + size), ID: id, MF: k < n-1, FragOff: uint16(off),
-			TTL: cmp.Or(p.TTL, defaultTTL), Protocol: proto, Dst: p.Peer.Addr()} // checksum and source: the kernel's
+			TTL: cmp.Or(p.TTL, defaultTTL), Protocol: proto, Src: p.Local, Dst: p.Peer.Addr()} // checksum (and a zero source): the kernel's
 		ip.Put(h)
 		iov := &f.iovs[k]
 		iov[0] = h
@@ -180,13 +180,13 @@ const defaultTTL = 64
 // packet into h for the header-including socket.
 func fillHeader(h []byte, p *esp.Packet) {
 	ip := header.IPv4{TOS: p.TOS, TotalLen: uint16(ipv4HeaderLen + p.Len), DF: !p.Fragment,
-		TTL: cmp.Or(p.TTL, defaultTTL), Protocol: ProtocolESP, Dst: p.Peer.Addr()} // checksum and source: the kernel's
+		TTL: cmp.Or(p.TTL, defaultTTL), Protocol: ProtocolESP, Src: p.Local, Dst: p.Peer.Addr()} // checksum (and a zero source): the kernel's
 	ip.Put(h)
 }
 
 // putControl writes the control messages packet p needs (the outer TOS
-// and TTL when set, and UDP_SEGMENT when gso > 0) into b and returns their
-// length.
+// and TTL when set, its source address on a socket bound to all, and
+// UDP_SEGMENT when gso > 0) into b and returns their length.
 func (c *Conn) putControl(b []byte, p *esp.Packet, gso uint16) int {
 	n := 0
 	put := func(level, typ int32, size int) []byte {
@@ -207,6 +207,10 @@ func (c *Conn) putControl(b []byte, p *esp.Packet, gso uint16) int {
 		if p.TTL != 0 {
 			binary.NativeEndian.PutUint32(put(unix.IPPROTO_IPV6, unix.IPV6_HOPLIMIT, 4), uint32(p.TTL))
 		}
+		if c.setsSource(p) {
+			info := (*unix.Inet6Pktinfo)(unsafe.Pointer(&put(unix.IPPROTO_IPV6, unix.IPV6_PKTINFO, unix.SizeofInet6Pktinfo)[0]))
+			*info = unix.Inet6Pktinfo{Addr: p.Local.As16()}
+		}
 	} else {
 		if p.TOS != 0 {
 			binary.NativeEndian.PutUint32(put(unix.IPPROTO_IP, unix.IP_TOS, 4), uint32(p.TOS))
@@ -214,8 +218,19 @@ func (c *Conn) putControl(b []byte, p *esp.Packet, gso uint16) int {
 		if p.TTL != 0 {
 			binary.NativeEndian.PutUint32(put(unix.IPPROTO_IP, unix.IP_TTL, 4), uint32(p.TTL))
 		}
+		if c.setsSource(p) {
+			info := (*unix.Inet4Pktinfo)(unsafe.Pointer(&put(unix.IPPROTO_IP, unix.IP_PKTINFO, unix.SizeofInet4Pktinfo)[0]))
+			*info = unix.Inet4Pktinfo{Spec_dst: p.Local.Unmap().As4()}
+		}
 	}
 	return n
+}
+
+// setsSource says whether packet p needs its source address in a control
+// message: it has one, and the socket is bound to all addresses (raw
+// IPv4 ESP writes it in the header instead).
+func (c *Conn) setsSource(p *esp.Packet) bool {
+	return p.Local.IsValid() && c.local.Addr().IsUnspecified() && !(c.kind == RawESP && !c.v6)
 }
 
 // receivedTOS returns the TOS or traffic class reported in a receive

@@ -143,7 +143,7 @@ func (c *Conn) sendChunk(chunk []*esp.Packet) (int, error) {
 			// segment it back into exactly these packets.
 			prev := m - 1
 			head := chunk[s.first[prev]]
-			if p.Peer == head.Peer && n <= gsoSize && p.TOS == head.TOS && p.TTL == head.TTL &&
+			if p.Peer == head.Peer && p.Local == head.Local && n <= gsoSize && p.TOS == head.TOS && p.TTL == head.TTL &&
 				s.count[prev] < maxGSOSegments && s.bytes[prev]+n <= maxPayload {
 				s.count[prev]++
 				s.bytes[prev] += n
@@ -161,7 +161,7 @@ func (c *Conn) sendChunk(chunk []*esp.Packet) (int, error) {
 			fillHeader(s.hdr[m][:], p)
 			s.pair[m] = [2][]byte{s.hdr[m][:], p.Data()}
 			msg.Buffers = s.pair[m][:]
-		} else if p.TOS != 0 || p.TTL != 0 {
+		} else if p.TOS != 0 || p.TTL != 0 || c.setsSource(p) {
 			msg.OOB = s.oob[m][:c.putControl(s.oob[m], p, 0)]
 		}
 		c.setPeer(m, p)

@@ -648,3 +648,56 @@ func TestReceiveLocalOnWildcard(t *testing.T) {
 		}
 	}
 }
+
+// A packet with a source address leaves from it, not from the address the
+// kernel's route prefers, on a socket bound to all addresses (also in a
+// GSO super-datagram, which packets of another source do not join).
+func TestSendFromLocalOnWildcard(t *testing.T) {
+	p := newPair(t)
+	second := map[string]netip.Addr{"ipv4": netip.MustParseAddr("198.51.100.11"), "ipv6": netip.MustParseAddr("2001:db8:1::11")}
+	for _, pf := range []string{"198.51.100.11/24", "2001:db8:1::11/64"} {
+		if err := p.a.AddAddr("veth0", netip.MustParsePrefix(pf)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, kind := range []Kind{RawESP, UDPEncap} {
+		for _, fam := range families {
+			for _, gso := range []bool{false, true} {
+				if gso && kind != UDPEncap {
+					continue
+				}
+				t.Run(fmt.Sprintf("%s/%s/gso=%v", kind, fam.name, gso), func(t *testing.T) {
+					any := netip.IPv4Unspecified()
+					if fam.name == "ipv6" {
+						any = netip.IPv6Unspecified()
+					}
+					a := open(t, p.a, kind, any, gso)
+					b := open(t, p.b, kind, fam.remote(p), false)
+					peer := netip.AddrPortFrom(fam.remote(p), b.LocalAddr().Port())
+					// Sources in turn: the second address, the first, the
+					// second again.
+					var pkts []*esp.Packet
+					want := []netip.Addr{second[fam.name], second[fam.name], fam.local(p), second[fam.name], second[fam.name]}
+					for i, src := range want {
+						q := out(espPacket(0x1001, uint32(i+1), 200), peer)
+						q.Local = src
+						pkts = append(pkts, q)
+					}
+					if _, err := a.Send(pkts); err != nil {
+						t.Fatal(err)
+					}
+					data, peers := receiveN(t, b, len(want))
+					for i, d := range data {
+						seq := binary.BigEndian.Uint32(d[4:])
+						if seq < 1 || int(seq) > len(want) {
+							t.Fatalf("packet %d: sequence number %d not sent", i, seq)
+						}
+						if got := peers[i].Addr(); got != want[seq-1] {
+							t.Errorf("packet %d: from %s, want %s", seq, got, want[seq-1])
+						}
+					}
+				})
+			}
+		}
+	}
+}
