@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -206,8 +207,10 @@ func (d *ikeDaemon) trapList() []Trap {
 	return out
 }
 
-// ikeQueue is the most IKE datagrams waiting for the daemon.
-const ikeQueue = 256
+// ikeQueue is the most IKE datagrams waiting for the daemon's handlers:
+// a burst of IKE_SA_INITs from thousands of peers starting at once waits
+// here (and in the sockets' buffers) rather than being dropped.
+const ikeQueue = 4096
 
 // ikeTick is how often the daemon looks at its timers.
 const ikeTick = 250 * time.Millisecond
@@ -343,19 +346,28 @@ func (d *ikeDaemon) run(ctx context.Context) {
 		d.rt.SetTraps(d.trapped)
 		defer d.rt.SetTraps(nil)
 	}
+	// One handler per CPU: the endpoints take datagrams concurrently (a
+	// responder's Diffie-Hellman and AUTH run outside their locks).
+	quit := make(chan struct{})
+	var handlers sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		handlers.Go(func() { d.handle(ctx, quit) })
+	}
 	tick := time.NewTicker(ikeTick)
 	defer tick.Stop()
 	d.tick(ctx, time.Now(), true)
 	for {
 		select {
 		case <-ctx.Done():
-			d.shutdown()
+			d.deleteAll()
+			close(quit)
+			handlers.Wait()
+			d.changeMu.Lock()
+			d.stopped.Store(true)
+			d.changeMu.Unlock()
+			d.close()
+			d.wg.Wait()
 			return
-		case dg := <-d.in:
-			if c := d.connFor(dg); c != nil {
-				c.ep.Handle(dg)
-				c.reconcile()
-			}
 		case now := <-tick.C:
 			d.tick(ctx, now, true)
 		case tc := <-d.acquired:
@@ -372,9 +384,31 @@ func (d *ikeDaemon) run(ctx context.Context) {
 	}
 }
 
-// shutdown deletes every IKE SA with its peer (a second at most) and
-// closes the sockets.
-func (d *ikeDaemon) shutdown() {
+// handle serves the datagrams the sockets queued until quit is closed:
+// the connection's endpoint takes each, and the connection is reconciled
+// with what it changed (not once ctx has ended: the IKE SAs are being
+// deleted).
+func (d *ikeDaemon) handle(ctx context.Context, quit <-chan struct{}) {
+	for {
+		select {
+		case <-quit:
+			return
+		case dg := <-d.in:
+			c := d.connFor(dg)
+			if c == nil {
+				continue
+			}
+			c.ep.Handle(dg)
+			if ctx.Err() == nil {
+				c.reconcile()
+			}
+		}
+	}
+}
+
+// deleteAll deletes every IKE SA with its peer, waiting a second at most
+// for the answers (which the handlers take).
+func (d *ikeDaemon) deleteAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -389,24 +423,7 @@ func (d *ikeDaemon) shutdown() {
 			}
 		}
 	}
-	// Answers to the deletes arrive through the queue.
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	for waiting := true; waiting; {
-		select {
-		case dg := <-d.in:
-			if c := d.connFor(dg); c != nil {
-				c.ep.Handle(dg)
-			}
-		case <-done:
-			waiting = false
-		}
-	}
-	d.changeMu.Lock()
-	d.stopped.Store(true)
-	d.changeMu.Unlock()
-	d.close()
-	d.wg.Wait()
+	wg.Wait()
 }
 
 // connFor is the connection a datagram belongs to: the first whose local
