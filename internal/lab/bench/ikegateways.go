@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -298,12 +299,13 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) error {
 	return nil
 }
 
+// childrenInForce is how many of gw1's connections have a CHILD_SA.
 func childrenInForce(st gateway.Stats) int {
 	n := 0
 	if st.IKE != nil {
 		for _, c := range st.IKE.Connections {
-			for _, s := range c.SAs {
-				n += min(len(s.ChildSAs), 1)
+			if slices.ContainsFunc(c.SAs, func(s gateway.IKESAStats) bool { return len(s.ChildSAs) > 0 }) {
+				n++ // a connection with two IKE SAs is still one tunnel
 			}
 		}
 	}
