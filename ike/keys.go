@@ -134,9 +134,9 @@ func childSuiteFrom(p Proposal) (childSuite, error) {
 }
 
 // ESPSuites are the suites an ESP proposal can negotiate: each of its
-// encryption transforms with each of its integrity transforms (or none),
-// each suite once (key lengths aside). Those espgw cannot carry are left
-// out.
+// encryption transforms with each of its integrity transforms, or alone
+// where none fits it (an AEAD), each suite once (key lengths aside).
+// Those espgw cannot carry are left out.
 func ESPSuites(p Proposal) []sa.Suite {
 	var encrs, integs []Transform
 	for _, t := range p.Transforms {
@@ -148,18 +148,20 @@ func ESPSuites(p Proposal) []sa.Suite {
 		}
 	}
 	var out []sa.Suite
-	for _, e := range encrs {
-		combos := [][]Transform{{e}}
-		if len(integs) > 0 {
-			combos = combos[:0]
-			for _, i := range integs {
-				combos = append(combos, []Transform{e, i})
-			}
+	add := func(ts ...Transform) bool {
+		c, err := childSuiteFrom(Proposal{Protocol: p.Protocol, Transforms: ts})
+		if err == nil && !slices.Contains(out, c.suite) {
+			out = append(out, c.suite)
 		}
-		for _, ts := range combos {
-			if c, err := childSuiteFrom(Proposal{Protocol: p.Protocol, Transforms: ts}); err == nil && !slices.Contains(out, c.suite) {
-				out = append(out, c.suite)
-			}
+		return err == nil
+	}
+	for _, e := range encrs {
+		paired := false
+		for _, i := range integs {
+			paired = add(e, i) || paired
+		}
+		if !paired {
+			add(e)
 		}
 	}
 	return out
