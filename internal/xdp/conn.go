@@ -766,16 +766,22 @@ func (c *Conn) kickAgain() (uint32, error) {
 }
 
 // writeIP writes the outer IPv4 or IPv6 header of p into b: DSCP/ECN from
-// TOS, TTL or hop limit, DF unless p.Fragment (IPv4), and the addresses.
+// TOS, TTL or hop limit, DF unless p.Fragment (IPv4), and the addresses:
+// the source is p.Local (its SA's) when it is of the family, else the
+// route's.
 func (c *Conn) writeIP(b []byte, v6 bool, h *hop, p *esp.Packet) {
 	ttl := cmp.Or(p.TTL, defaultTTL)
+	src := h.from
+	if p.Local.IsValid() && p.Local.Is6() == v6 {
+		src = p.Local
+	}
 	if v6 {
-		ip := header.IPv6{TrafficClass: p.TOS, PayloadLen: uint16(p.Len), NextHeader: protocolESP, HopLimit: ttl, Src: h.from, Dst: p.Peer.Addr()}
+		ip := header.IPv6{TrafficClass: p.TOS, PayloadLen: uint16(p.Len), NextHeader: protocolESP, HopLimit: ttl, Src: src, Dst: p.Peer.Addr()}
 		ip.Marshal(b)
 		return
 	}
 	c.ipID++
-	ip := header.IPv4{TOS: p.TOS, TotalLen: uint16(ipv4HeaderLen + p.Len), ID: c.ipID, DF: !p.Fragment, TTL: ttl, Protocol: protocolESP, Src: h.from, Dst: p.Peer.Addr()}
+	ip := header.IPv4{TOS: p.TOS, TotalLen: uint16(ipv4HeaderLen + p.Len), ID: c.ipID, DF: !p.Fragment, TTL: ttl, Protocol: protocolESP, Src: src, Dst: p.Peer.Addr()}
 	ip.Marshal(b)
 }
 

@@ -126,19 +126,36 @@ func slots(n int) []*esp.Packet {
 
 // receive receives until want packets arrived on r (a Conn or a raw
 // socket) or the deadline passed, and returns copies of their data.
-func receive(t testing.TB, r interface {
+func receive(t testing.TB, r receiver, want int, timeout time.Duration) [][]byte {
+	t.Helper()
+	var data [][]byte
+	for _, g := range receivePackets(t, r, want, timeout) {
+		data = append(data, g.data)
+	}
+	return data
+}
+
+type receiver interface {
 	Receive([]*esp.Packet) (int, error)
-}, want int, timeout time.Duration) [][]byte {
+}
+
+// received is a copy of a received packet's data and its source.
+type received struct {
+	data []byte
+	from netip.Addr
+}
+
+// receivePackets is receive with each packet's source.
+func receivePackets(t testing.TB, r receiver, want int, timeout time.Duration) []received {
 	t.Helper()
 	type result struct {
-		data [][]byte
-		err  error
+		got []received
+		err error
 	}
 	done := make(chan result, 1)
 	var count atomic.Int64
 	go func() {
-		var got [][]byte
-		defer func() { count.Store(int64(len(got))) }()
+		var got []received
 		in := slots(64)
 		for len(got) < want {
 			for _, p := range in {
@@ -150,7 +167,7 @@ func receive(t testing.TB, r interface {
 				return
 			}
 			for _, p := range in[:n] {
-				got = append(got, append([]byte(nil), p.Data()...))
+				got = append(got, received{append([]byte(nil), p.Data()...), p.Peer.Addr()})
 			}
 			count.Store(int64(len(got)))
 		}
@@ -159,9 +176,9 @@ func receive(t testing.TB, r interface {
 	select {
 	case res := <-done:
 		if res.err != nil {
-			t.Fatalf("receive after %d of %d: %v", len(res.data), want, res.err)
+			t.Fatalf("receive after %d of %d: %v", len(res.got), want, res.err)
 		}
-		return res.data
+		return res.got
 	case <-time.After(timeout):
 		t.Fatalf("received %d of %d packets in %v", count.Load(), want, timeout)
 	}
