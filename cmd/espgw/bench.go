@@ -60,6 +60,7 @@ pairs, all in one run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ikeOpts.Tunnels > 0 {
+				ikeOpts.ProfileDir = o.ProfileDir
 				return benchIKE(cmd, ikeOpts, asJSON, quiet, save)
 			}
 			if tunnels != "" {
@@ -122,7 +123,7 @@ pairs, all in one run.`,
 	f.IntVar(&o.PartialIters, "partial-iterations", 3, "most extra trials for each partial-drop rate")
 	f.IntVar(&o.LatencyFrame, "latency-frame", 512, "frame size of the latency loads")
 	f.DurationVar(&o.LatencyTime, "latency-time", 2*time.Second, "length of each latency load")
-	f.StringVar(&o.ProfileDir, "profile", "", "have the espgw gateways serve pprof and write CPU profiles of each into this folder, during the first TCP×1 run and the first frame size's search (the rates of such a run are not comparable)")
+	f.StringVar(&o.ProfileDir, "profile", "", "have the espgw gateways serve pprof and write CPU profiles of each into this folder, during the first TCP×1 run and the first frame size's search, or with --ike-gateway-tunnels while gw1 rekeys (the rates of such a run are not comparable)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.StringVar(&charts, "charts", "", "write PNG charts into this folder")
 	f.StringVar(&save, "save", "", "also write the JSON report to this file")

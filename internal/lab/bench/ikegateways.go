@@ -2,12 +2,14 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -107,7 +109,7 @@ func tunnelPrefixes(i int) (netip.Prefix, netip.Prefix) {
 // gatewayConfig is gateway i's configuration (0: gw1, 1: gw2) for n
 // tunnels; gw1 rekeys each CHILD_SA rekey after it is in force, less up
 // to spread.
-func gatewayConfig(a netns.Addresses, i, n int, ikeP, espP string, rekey, spread time.Duration) string {
+func gatewayConfig(a netns.Addresses, i, n int, ikeP, espP string, rekey, spread time.Duration, pprof bool) string {
 	var b strings.Builder
 	locals := []string{a.GW1WAN6.Addr().String()}
 	route := testbed.TunnelBlockB
@@ -117,6 +119,9 @@ func gatewayConfig(a netns.Addresses, i, n int, ikeP, espP string, rekey, spread
 			locals = append(locals, gatewayAddr(a, k).String())
 		}
 		route = testbed.TunnelBlockA
+	}
+	if pprof {
+		fmt.Fprintf(&b, "pprof: %s\n", testbed.PprofAddr)
 	}
 	fmt.Fprintf(&b, "local: [%s]\nengine: %s\nwan-io: %s\nstate-dir: state-gw%d\ntun:\n  name: espgw0\n  routes: [%s]\nike:\n  connections:\n",
 		strings.Join(locals, ", "), testbed.DefaultEngine(), testbed.DefaultWanIO(), i+1, route)
@@ -148,7 +153,7 @@ func gatewayConfig(a netns.Addresses, i, n int, ikeP, espP string, rekey, spread
 }
 
 // measureGateways runs the gateway pair with o.Tunnels tunnels.
-func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) error {
+func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, b.o.Timeout)
 	defer cancel()
 	topo, a, n := b.topo, b.topo.Addr, res.Tunnels
@@ -184,7 +189,7 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) error {
 	var confs [2]string
 	for i := range confs {
 		confs[i] = filepath.Join(b.dir, fmt.Sprintf("ike-gw%d.yaml", i+1))
-		if err := os.WriteFile(confs[i], []byte(gatewayConfig(a, i, n, b.o.IKE, b.o.ESP, rekey, spread)), 0o600); err != nil {
+		if err := os.WriteFile(confs[i], []byte(gatewayConfig(a, i, n, b.o.IKE, b.o.ESP, rekey, spread, b.o.ProfileDir != "")), 0o600); err != nil {
 			return err
 		}
 	}
@@ -262,6 +267,13 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) error {
 		res.RSS = rss
 		res.RSSPerTunnel = (float64(rss) - float64(rss0)) / float64(n)
 	}
+	if b.o.ProfileDir != "" {
+		if err := os.MkdirAll(b.o.ProfileDir, 0o755); err != nil {
+			return fmt.Errorf("the profile folder: %w", err)
+		}
+		wait := b.profileRekeys(ctx, [2]*testbed.Gateway{gw1, gw2}, time.Until(start.Add(rekey-spread)), min(spread, time.Minute))
+		defer func() { err = errors.Join(err, wait()) }()
+	}
 	// The load runs in trials of a second (or longer, as above) until gw1
 	// made a rekey per tunnel (or the time bound), each trial's loss
 	// counted.
@@ -300,6 +312,28 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) error {
 		return fmt.Errorf("%d of %d packets lost while gw1 rekeyed %d CHILD_SAs", res.RekeyLost, res.RekeySent, res.Rekeys)
 	}
 	return nil
+}
+
+// profileRekeys writes a CPU profile of each gateway over d, from after
+// (when the first rekeys fall due) on; the returned func waits for them.
+func (b *ikeBed) profileRekeys(ctx context.Context, gws [2]*testbed.Gateway, after, d time.Duration) (wait func() error) {
+	var wg sync.WaitGroup
+	var errs [2]error
+	for i, g := range gws {
+		wg.Go(func() {
+			select {
+			case <-time.After(after):
+			case <-ctx.Done():
+				return
+			}
+			file := filepath.Join(b.o.ProfileDir, fmt.Sprintf("ike-gateways-%d-gw%d-rekeys.pprof", b.o.GatewayTunnels, i+1))
+			errs[i] = g.Profile(ctx, d, file)
+		})
+	}
+	return func() error {
+		wg.Wait()
+		return errors.Join(errs[:]...)
+	}
 }
 
 // maxSpreadRate is the most packets a second the gateway pair's load

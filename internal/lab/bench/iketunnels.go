@@ -55,6 +55,10 @@ type IKEOptions struct {
 	// (default: this one).
 	GatewayTunnels int
 	Binary         string
+	// ProfileDir, when set, has the gateway pair serve Go's profiler and
+	// writes a CPU profile of each into this folder while gw1's rekeys
+	// fall due.
+	ProfileDir string
 	// Dir, when set, keeps the charons' configurations and logs there;
 	// otherwise they go in a temporary folder removed at the end.
 	Dir string

@@ -6,6 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -163,4 +167,43 @@ func GatewayStats(ctx context.Context, ns *netns.Namespace, binary string) (gate
 		return st, fmt.Errorf("stats of the gateway in %s: %w", ns.Name(), err)
 	}
 	return st, nil
+}
+
+// Profile takes a CPU profile of the gateway over d and writes it to path
+// (pprof's format, for go tool pprof). The gateway serves its profiler on
+// PprofAddr (pprof: in its configuration).
+func (g *Gateway) Profile(ctx context.Context, d time.Duration, path string) error {
+	client := &http.Client{Timeout: d + 10*time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			var c net.Conn
+			err := g.NS.Do(func() error {
+				var err error
+				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
+				return err
+			})
+			return c, err
+		}}}
+	defer client.CloseIdleConnections()
+	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", PprofAddr, max(1, int(d.Seconds())))
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", g.Name, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s", g.Name, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", g.Name, err)
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("profile %s: %w", g.Name, err)
+	}
+	return f.Close()
 }

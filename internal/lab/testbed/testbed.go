@@ -18,10 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -390,40 +387,7 @@ func pprofAddr(on bool) string {
 // Profile takes a CPU profile of gateway i over d and writes it to path
 // (pprof's format, for go tool pprof). The bed needs Options.Pprof.
 func (b *Bed) Profile(ctx context.Context, i int, d time.Duration, path string) error {
-	g := b.GW[i]
-	client := &http.Client{Timeout: d + 10*time.Second, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			var c net.Conn
-			err := g.NS.Do(func() error {
-				var err error
-				c, err = (&net.Dialer{}).DialContext(ctx, network, addr)
-				return err
-			})
-			return c, err
-		}}}
-	defer client.CloseIdleConnections()
-	url := fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", PprofAddr, max(1, int(d.Seconds())))
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return fmt.Errorf("profile %s: %w", g.Name, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profile %s: %s", g.Name, resp.Status)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("profile %s: %w", g.Name, err)
-	}
-	if _, err := io.Copy(f, resp.Body); err != nil {
-		f.Close()
-		return fmt.Errorf("profile %s: %w", g.Name, err)
-	}
-	return f.Close()
+	return b.GW[i].Profile(ctx, d, path)
 }
 
 // Close stops the gateways and removes every namespace, link and file.
