@@ -94,7 +94,7 @@ func TestUDPZeroChecksumCrossesTheTunnel(t *testing.T) {
 				}
 				defer c.Close()
 				for i := range n {
-					if _, err := c.Write(zeroSumPayload(fam.src, fam.dst, sport, dport, size, byte(i))); err != nil {
+					if _, err := c.Write(zeroSumPayload(fam.src, fam.dst, sport, dport, size+2*i, byte(i))); err != nil {
 						return err
 					}
 					time.Sleep(2 * time.Millisecond)
