@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -42,10 +43,13 @@ type ikeDaemon struct {
 	acquired chan *trapChild
 	trapped  []Trap
 
+	// natt are the port-4500 sockets the connections need (nattKeys).
+	natt map[connKey]bool
+	// byAddrs finds a datagram's connection (connFor).
+	byAddrs map[addrPair]int
+
 	// mu guards what follows, and the tracks of every connection.
 	mu sync.Mutex
-	// children are the CHILD_SAs in force, by the ike package's child.
-	children map[*ike.Child]*childTrack
 	// unknownPeer counts IKE datagrams from a peer no connection names.
 	unknownPeer uint64
 	// expired are the CHILD_SAs taken out of force at life_time whose
@@ -55,6 +59,9 @@ type ikeDaemon struct {
 	// peer's survived, being deleted: never put in force, never
 	// outbound.
 	redundant map[*ike.Child]bool
+	// due are the connections' next timers, soonest first: a timer tick
+	// walks the connections whose time came, not all of them.
+	due dueHeap
 	// wake fires at wakeAt, the next rekey or expiry due: a rekey runs
 	// when rekey_time says, not up to ikeTick later at the next tick.
 	wake   *time.Timer
@@ -78,6 +85,11 @@ type ikeConn struct {
 	ep    *ike.Endpoint
 	local netip.Addr
 	sas   map[*ike.IKESA]*saTrack
+	// children are its CHILD_SAs in force, by the ike package's child.
+	children map[*ike.Child]*childTrack
+	// dueAt is when its timers are to be looked at next (zero: not
+	// due), the time of its entry in the daemon's due heap.
+	dueAt time.Time
 	// pol are the protect policies in force for each of the
 	// connection's children, by name.
 	pol map[string]*childPolicy
@@ -219,11 +231,11 @@ const ikeTick = 250 * time.Millisecond
 // open.
 func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 	d := &ikeDaemon{rt: rt, cfg: rt.Config.IKE, log: log.With("part", "ike"), sockets: map[netip.Addr]*net.UDPConn{},
-		in: make(chan ike.Datagram, ikeQueue), children: map[*ike.Child]*childTrack{}, expired: map[*ike.Child]bool{},
+		in: make(chan ike.Datagram, ikeQueue), expired: map[*ike.Child]bool{}, natt: rt.Config.IKE.nattKeys(), byAddrs: map[addrPair]int{},
 		acquired: make(chan *trapChild, 64), redundant: map[*ike.Child]bool{}, lingering: map[*sa.SA]bool{}, wake: time.NewTimer(time.Hour)}
 	d.wake.Stop()
 	for _, cc := range d.cfg.Connections {
-		c := &ikeConn{d: d, cfg: cc, local: cc.LocalAddrs[0], sas: map[*ike.IKESA]*saTrack{}, pol: map[string]*childPolicy{},
+		c := &ikeConn{d: d, cfg: cc, local: cc.LocalAddrs[0], sas: map[*ike.IKESA]*saTrack{}, children: map[*ike.Child]*childTrack{}, pol: map[string]*childPolicy{},
 			creating: map[string]bool{}, createAt: map[string]time.Time{}, traps: map[string]*trapChild{}}
 		icfg := cc.ikeConfig()
 		icfg.Log = d.log.With("connection", cc.Name)
@@ -239,6 +251,17 @@ func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 			return nil, fmt.Errorf("%s: ike connection %s: %w", rt.Config.File, cc.Name, err)
 		}
 		c.ep = ep
+		for _, l := range cc.LocalAddrs {
+			remotes := cc.RemoteAddrs
+			if len(remotes) == 0 {
+				remotes = []netip.Addr{{}}
+			}
+			for _, r := range remotes {
+				if _, ok := d.byAddrs[addrPair{l, r}]; !ok {
+					d.byAddrs[addrPair{l, r}] = len(d.conns)
+				}
+			}
+		}
 		d.conns = append(d.conns, c)
 	}
 	d.trapped = d.trapList()
@@ -374,7 +397,11 @@ func (d *ikeDaemon) run(ctx context.Context) {
 			tc.conn.stats.acquires.Add(1)
 			d.log.Info("a packet for a trapped child: negotiating", "connection", tc.conn.cfg.Name, "child", tc.name)
 			tc.conn.reconcile()
-			d.tick(ctx, time.Now(), false)
+			now := time.Now()
+			d.mu.Lock()
+			tc.conn.wakeBy(now)
+			d.mu.Unlock()
+			d.tick(ctx, now, false)
 		case now := <-d.wake.C:
 			d.mu.Lock()
 			d.wakeAt = time.Time{}
@@ -426,16 +453,21 @@ func (d *ikeDaemon) deleteAll() {
 	wg.Wait()
 }
 
+// addrPair is a local address and a remote one, the remote one zero for
+// a connection without remote_addrs (any peer).
+type addrPair struct{ local, remote netip.Addr }
+
 // connFor is the connection a datagram belongs to: the first whose local
-// address it arrived at and whose remote_addrs hold its source.
+// address it arrived at and whose remote_addrs hold its source (or are
+// none).
 func (d *ikeDaemon) connFor(dg ike.Datagram) *ikeConn {
-	for _, c := range d.conns {
-		if !slices.Contains(c.cfg.LocalAddrs, dg.Local.Addr()) {
-			continue
-		}
-		if len(c.cfg.RemoteAddrs) == 0 || slices.Contains(c.cfg.RemoteAddrs, dg.Remote.Addr()) {
-			return c
-		}
+	named, ok1 := d.byAddrs[addrPair{dg.Local.Addr(), dg.Remote.Addr()}]
+	anyPeer, ok2 := d.byAddrs[addrPair{dg.Local.Addr(), netip.Addr{}}]
+	switch {
+	case ok1 && (!ok2 || named < anyPeer):
+		return d.conns[named]
+	case ok2:
+		return d.conns[anyPeer]
 	}
 	d.mu.Lock()
 	d.unknownPeer++
@@ -451,58 +483,134 @@ func jitter(d, spread time.Duration) time.Duration {
 	return d - rand.N(spread)
 }
 
-// wakeBy has the daemon look at its timers at t at the latest; d.mu is
-// held.
+// wakeBy has the daemon look at the connection's timers at t at the
+// latest; d.mu is held.
+func (c *ikeConn) wakeBy(t time.Time) {
+	if t.IsZero() || (!c.dueAt.IsZero() && !t.Before(c.dueAt)) {
+		return
+	}
+	c.dueAt = t
+	heap.Push(&c.d.due, dueConn{t, c})
+	c.d.wakeBy(t)
+}
+
+// wakeBy has the daemon's timer fire at t at the latest; d.mu is held.
 func (d *ikeDaemon) wakeBy(t time.Time) {
-	if t.IsZero() || (!d.wakeAt.IsZero() && !t.Before(d.wakeAt)) {
+	if !d.wakeAt.IsZero() && !t.Before(d.wakeAt) {
 		return
 	}
 	d.wakeAt = t
 	d.wake.Reset(max(time.Until(t), 0))
 }
 
+// dueConn is a connection whose timers are to be looked at by at.
+type dueConn struct {
+	at   time.Time
+	conn *ikeConn
+}
+
+// dueHeap is a min-heap of dueConn by time (container/heap). An entry
+// whose time is no longer its connection's dueAt is stale: the
+// connection was looked at since, or is due sooner.
+type dueHeap []dueConn
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueConn)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// takeDue removes the connections due by now from the heap; d.mu is held.
+func (d *ikeDaemon) takeDue(now time.Time) []*ikeConn {
+	var due []*ikeConn
+	for len(d.due) > 0 && !d.due[0].at.After(now) {
+		x := heap.Pop(&d.due).(dueConn)
+		if x.at.Equal(x.conn.dueAt) {
+			x.conn.dueAt = time.Time{}
+			due = append(due, x.conn)
+		}
+	}
+	return due
+}
+
 // tick runs what the timers say is due: new IKE SAs are noticed, CHILD_SAs
-// and IKE SAs rekeyed or expired, peers checked, connections started. It
-// walks each IKE SA and each CHILD_SA once, whatever the number of
-// connections. A full tick (the periodic one) first reconciles every
-// connection; the others (a timer due, a trapped packet) rely on each
-// connection's own reconciles after its datagrams and exchanges.
+// and IKE SAs rekeyed or expired, peers checked, connections started. A
+// full tick (the periodic one) first reconciles every connection and
+// walks them all; the others (a timer due, a trapped packet) walk the
+// connections that are due, relying on each connection's own reconciles
+// after its datagrams and exchanges.
 func (d *ikeDaemon) tick(ctx context.Context, now time.Time, full bool) {
 	if full {
 		d.reconcile()
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	live := make([]bool, len(d.conns))
-	for i, c := range d.conns {
-		for s, t := range c.sas {
-			live[i] = true
-			if t.busy {
-				continue
+	conns := d.takeDue(now)
+	if full {
+		conns = d.conns
+	}
+	for _, c := range conns {
+		c.tick(ctx, now)
+	}
+	for len(d.due) > 0 && !d.due[0].at.Equal(d.due[0].conn.dueAt) {
+		heap.Pop(&d.due) // stale
+	}
+	if len(d.due) > 0 {
+		d.wakeBy(d.due[0].at)
+	}
+}
+
+// tick runs what the connection's timers say is due, and has the daemon
+// wake for the next; d.mu is held.
+func (c *ikeConn) tick(ctx context.Context, now time.Time) {
+	// An IKE SA or CHILD_SA rekey that is due goes before a liveness
+	// check on the IKE SA (its answer proves the peer alive as well): checks due
+	// every dpd_delay, each retransmitted on a lossy path, would
+	// otherwise keep the IKE SA busy past the rekey.
+	var rekeyDue map[*ike.IKESA]bool
+	for _, ct := range c.children {
+		if !ct.busy && !ct.redundant && ct.rekeyAt.After(ct.installed) && !now.Before(ct.rekeyAt) {
+			if rekeyDue == nil {
+				rekeyDue = map[*ike.IKESA]bool{}
 			}
-			switch {
-			case c.cfg.DPDDelay > 0 && now.Sub(t.lastCheck) >= c.cfg.DPDDelay:
-				t.busy = true
-				go c.check(ctx, s, t)
-			case c.cfg.RekeyTime > 0 && !now.Before(t.rekeyAt):
-				t.busy = true
-				go c.rekeyIKE(ctx, s, t)
-			case c.cfg.RekeyTime > 0:
-				d.wakeBy(t.rekeyAt)
+			rekeyDue[ct.owner] = true
+		}
+	}
+	for s, t := range c.sas {
+		if t.busy {
+			continue
+		}
+		switch {
+		case c.cfg.RekeyTime > 0 && !now.Before(t.rekeyAt):
+			t.busy = true
+			go c.rekeyIKE(ctx, s, t)
+		case c.cfg.DPDDelay > 0 && now.Sub(t.lastCheck) >= c.cfg.DPDDelay && !rekeyDue[s]:
+			t.busy = true
+			go c.check(ctx, s, t)
+		default:
+			if c.cfg.DPDDelay > 0 {
+				c.wakeBy(t.lastCheck.Add(c.cfg.DPDDelay))
+			}
+			if c.cfg.RekeyTime > 0 {
+				c.wakeBy(t.rekeyAt)
 			}
 		}
 	}
-	for ch, ct := range d.children {
+	for ch, ct := range c.children {
 		if ct.busy {
 			continue
 		}
-		c := ct.conn
 		t := c.sas[ct.owner]
 		switch {
 		case ct.expireAt.After(ct.installed) && now.After(ct.expireAt):
 			ct.busy = true
 			c.stats.expired.Add(1)
-			d.log.Warn("CHILD_SA reached its life_time unrekeyed: taken out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ch.InSPI))
+			c.d.log.Warn("CHILD_SA reached its life_time unrekeyed: taken out of force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", ch.InSPI))
 			go c.expire(ctx, ct.owner, ch)
 		case ct.rekeyAt.After(ct.installed) && !now.Before(ct.rekeyAt) && t != nil && !t.busy && !ct.redundant:
 			ct.busy, t.busy = true, true
@@ -511,20 +619,18 @@ func (d *ikeDaemon) tick(ctx context.Context, now time.Time, full bool) {
 			// What is due but waits (its IKE SA busy) comes with the
 			// wake-up when that ends.
 			if ct.rekeyAt.After(now) && !ct.redundant {
-				d.wakeBy(ct.rekeyAt)
+				c.wakeBy(ct.rekeyAt)
 			}
 			if ct.expireAt.After(now) {
-				d.wakeBy(ct.expireAt)
+				c.wakeBy(ct.expireAt)
 			}
 		}
 	}
-	for i, c := range d.conns {
-		if !live[i] && !c.initiating && c.wantsStart() && !now.Before(c.nextTry) {
-			c.initiating = true
-			go c.initiate(ctx)
-		}
-		c.startChildren(ctx, now)
+	if len(c.sas) == 0 && !c.initiating && c.wantsStart() && !now.Before(c.nextTry) {
+		c.initiating = true
+		go c.initiate(ctx)
 	}
+	c.startChildren(ctx, now)
 }
 
 // startChildren sets up, by CREATE_CHILD_SA on the newest IKE SA, a child
@@ -558,8 +664,8 @@ func (c *ikeConn) startChildren(ctx context.Context, now time.Time) {
 // inForce reports whether a CHILD_SA of the child is in force; d.mu is
 // held.
 func (c *ikeConn) inForce(name string) bool {
-	for _, ct := range c.d.children {
-		if ct.conn == c && ct.cfg.Name == name && !ct.redundant {
+	for _, ct := range c.children {
+		if ct.cfg.Name == name && !ct.redundant {
 			return true
 		}
 	}
@@ -572,7 +678,7 @@ func (c *ikeConn) newChild(ctx context.Context, s *ike.IKESA, t *saTrack, cc *IK
 	ch, err := s.NewChild(ctx, cc.Name)
 	c.d.mu.Lock()
 	t.busy = false
-	c.d.wakeBy(time.Now())
+	c.wakeBy(time.Now())
 	if err != nil {
 		c.creating[cc.Name] = false
 		c.createAt[cc.Name] = time.Now().Add(retryIn(max(cc.RekeyTime, time.Minute)))
@@ -658,7 +764,7 @@ func (c *ikeConn) check(ctx context.Context, s *ike.IKESA, t *saTrack) {
 	err := s.Ping(ctx)
 	c.d.mu.Lock()
 	t.busy, t.lastCheck = false, time.Now()
-	c.d.wakeBy(t.lastCheck)
+	c.wakeBy(t.lastCheck)
 	c.d.mu.Unlock()
 	if err == nil || ctx.Err() != nil || s.State() == ike.StateDeleted {
 		return // answered, or deleted meanwhile (a rekey, the peer's Delete)
@@ -682,7 +788,7 @@ func (c *ikeConn) rekeyIKE(ctx context.Context, s *ike.IKESA, t *saTrack) {
 	n, err := s.Rekey(ctx)
 	c.d.mu.Lock()
 	t.busy = false
-	c.d.wakeBy(time.Now())
+	c.wakeBy(time.Now())
 	if err != nil && n == nil {
 		t.rekeyAt = time.Now().Add(retryIn(c.cfg.RekeyTime))
 	}
@@ -708,7 +814,10 @@ func (c *ikeConn) rekeyChild(ctx context.Context, s *ike.IKESA, t *saTrack, ch *
 	n, err := s.RekeyChild(ctx, ch)
 	c.d.mu.Lock()
 	t.busy, ct.busy = false, false
-	c.d.wakeBy(time.Now())
+	c.wakeBy(time.Now())
+	if err == nil {
+		t.lastCheck = time.Now() // answered: the peer is alive
+	}
 	if n == nil {
 		ct.rekeyAt = time.Now().Add(retryIn(ct.cfg.RekeyTime))
 	}
@@ -728,7 +837,7 @@ func (c *ikeConn) expire(ctx context.Context, s *ike.IKESA, ch *ike.Child) {
 	c.d.mu.Lock()
 	c.d.expired[ch] = true
 	c.d.mu.Unlock()
-	c.d.remove(ch)
+	c.remove(ch)
 	if s != nil {
 		if err := s.DeleteChild(ctx, ch); err != nil {
 			c.d.log.Warn("delete an expired CHILD_SA", "connection", c.cfg.Name, "err", err)
@@ -752,7 +861,7 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 	defer d.changeMu.Unlock()
 	d.mu.Lock()
 	pol := c.policy(ch.Name)
-	if have := d.children[ch]; have != nil {
+	if have := c.children[ch]; have != nil {
 		// In force already (reconcile saw it first): a rekey of ours, or
 		// the survivor of a collision, takes outbound now.
 		from := pol.out
@@ -767,8 +876,8 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 		return
 	}
 	var current *childTrack
-	for _, ct := range d.children {
-		if ct.conn == c && ct.cfg.Name == ch.Name && ct.out.SPI == pol.out {
+	for _, ct := range c.children {
+		if ct.cfg.Name == ch.Name && ct.out.SPI == pol.out {
 			current = ct
 		}
 	}
@@ -814,10 +923,10 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 		ct.expireAt = now.Add(cc.LifeTime)
 	}
 	d.mu.Lock()
-	d.children[ch] = ct
+	c.children[ch] = ct
 	c.untrap(ch.Name)
-	d.wakeBy(ct.rekeyAt)
-	d.wakeBy(ct.expireAt)
+	c.wakeBy(ct.rekeyAt)
+	c.wakeBy(ct.expireAt)
 	switch {
 	case policies != nil:
 		pol.policies, pol.out = policies, out.SPI
@@ -855,7 +964,7 @@ func (c *ikeConn) redundant(s *ike.IKESA, red, survivor *ike.Child) {
 	d.changeMu.Lock()
 	d.mu.Lock()
 	d.redundant[red] = true
-	ct := d.children[red]
+	ct := c.children[red]
 	onIt := ct != nil && ct.out.SPI == c.policy(red.Name).out
 	if ct != nil {
 		ct.redundant = true
@@ -880,7 +989,7 @@ func (c *ikeConn) follow(chs []*ike.Child) {
 	defer d.changeMu.Unlock()
 	for _, ch := range chs {
 		d.mu.Lock()
-		ct := d.children[ch]
+		ct := c.children[ch]
 		d.mu.Unlock()
 		if ct == nil {
 			continue
@@ -911,8 +1020,10 @@ func (d *ikeDaemon) inForce() ([]*sa.SA, []sa.Policy) {
 	defer d.mu.Unlock()
 	var sas []*sa.SA
 	var spd []sa.Policy
-	for _, ct := range d.children {
-		sas = append(sas, ct.in, ct.out)
+	for _, c := range d.conns {
+		for _, ct := range c.children {
+			sas = append(sas, ct.in, ct.out)
+		}
 	}
 	for in := range d.lingering {
 		sas = append(sas, in)
@@ -928,20 +1039,20 @@ func (d *ikeDaemon) inForce() ([]*sa.SA, []sa.Policy) {
 // remove takes a CHILD_SA out of force: outbound moves to a newer
 // CHILD_SA of the connection when there is one, the policies go with the
 // last.
-func (d *ikeDaemon) remove(ch *ike.Child) {
+func (c *ikeConn) remove(ch *ike.Child) {
+	d := c.d
 	d.changeMu.Lock()
 	defer d.changeMu.Unlock()
 	d.mu.Lock()
-	ct := d.children[ch]
+	ct := c.children[ch]
 	if ct == nil {
 		d.mu.Unlock()
 		return
 	}
-	c := ct.conn
 	pol := c.policy(ct.cfg.Name)
 	var next *childTrack
-	for other, o := range d.children {
-		if other != ch && o.conn == c && o.cfg.Name == ct.cfg.Name && !o.redundant && (next == nil || o.installed.After(next.installed)) {
+	for other, o := range c.children {
+		if other != ch && o.cfg.Name == ct.cfg.Name && !o.redundant && (next == nil || o.installed.After(next.installed)) {
 			next = o
 		}
 	}
@@ -963,7 +1074,7 @@ func (d *ikeDaemon) remove(ch *ike.Child) {
 		return
 	}
 	d.mu.Lock()
-	delete(d.children, ch)
+	delete(c.children, ch)
 	switch {
 	case change.Retarget != nil:
 		pol.retarget(next.out.SPI)
@@ -1046,7 +1157,7 @@ func (d *ikeDaemon) reconcileConns(conns []*ikeConn, all bool) {
 				t = &saTrack{established: made, lastCheck: time.Now()}
 				if c.cfg.RekeyTime > 0 {
 					t.rekeyAt = made.Add(jitter(c.cfg.RekeyTime, c.cfg.RandTime))
-					d.wakeBy(t.rekeyAt)
+					c.wakeBy(t.rekeyAt)
 				}
 				c.sas[v.s] = t
 				c.stats.established.Add(1)
@@ -1054,7 +1165,7 @@ func (d *ikeDaemon) reconcileConns(conns []*ikeConn, all bool) {
 			}
 			for _, ch := range v.kids {
 				live[ch] = true
-				if ct := d.children[ch]; ct != nil {
+				if ct := c.children[ch]; ct != nil {
 					ct.owner = v.s
 				} else if !d.expired[ch] && !d.redundant[ch] {
 					missing = append(missing, fresh{c, v.s})
@@ -1089,10 +1200,13 @@ func (d *ikeDaemon) reconcileConns(conns []*ikeConn, all bool) {
 			}
 		}
 	}
-	var gone []*ike.Child
-	for ch, ct := range d.children {
-		if !live[ch] && ct.installed.Before(began) && (all || ct.conn == conns[0]) {
-			gone = append(gone, ch)
+	var gone []*childTrack
+	var goneChild []*ike.Child
+	for _, c := range conns {
+		for ch, ct := range c.children {
+			if !live[ch] && ct.installed.Before(began) {
+				gone, goneChild = append(gone, ct), append(goneChild, ch)
+			}
 		}
 	}
 	d.mu.Unlock()
@@ -1103,8 +1217,8 @@ func (d *ikeDaemon) reconcileConns(conns []*ikeConn, all bool) {
 	for i, f := range missing {
 		f.c.install(f.s, missingChild[i], false)
 	}
-	for _, ch := range gone {
-		d.remove(ch)
+	for i, ct := range gone {
+		ct.conn.remove(goneChild[i])
 	}
 	for _, f := range stale {
 		d.log.Info("IKE SA replaced by a newer one with the same peer: deleted", "connection", f.c.cfg.Name, "sa", f.s)
@@ -1273,7 +1387,7 @@ func (d *ikeDaemon) stats() *IKEStats {
 				ss.RekeyIn = max(t.rekeyAt.Sub(now), 0)
 			}
 			for _, ch := range v.kids {
-				ct := d.children[ch]
+				ct := c.children[ch]
 				if ct == nil {
 					continue
 				}

@@ -349,7 +349,7 @@ func (rt *Runtime) open(k connKey, cfg *Config) (*transport.Conn, error) {
 		kind = transport.UDPEncap
 	}
 	tc := transport.Config{Kind: kind, Local: netip.AddrPortFrom(local, k.port), GSO: kind == transport.UDPEncap, GRO: kind == transport.UDPEncap, Mark: fwMark}
-	if rt.ike != nil && rt.ike.cfg.nattKeys()[k] {
+	if rt.ike != nil && rt.ike.natt[k] {
 		tc.NonESP = rt.ike.nonESP(k.v6)
 	}
 	c, err := transport.Open(tc)
@@ -573,7 +573,7 @@ func (rt *Runtime) closeUnused() {
 	var unused []connKey
 	var pinned map[connKey]bool
 	if rt.ike != nil {
-		pinned = rt.ike.cfg.nattKeys()
+		pinned = rt.ike.natt
 	}
 	for k := range *rt.conns.Load() {
 		if rt.uses[k] == 0 && !pinned[k] {
