@@ -251,18 +251,7 @@ func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 			return nil, fmt.Errorf("%s: ike connection %s: %w", rt.Config.File, cc.Name, err)
 		}
 		c.ep = ep
-		for _, l := range cc.LocalAddrs {
-			remotes := cc.RemoteAddrs
-			if len(remotes) == 0 {
-				remotes = []netip.Addr{{}}
-			}
-			for _, r := range remotes {
-				if _, ok := d.byAddrs[addrPair{l, r}]; !ok {
-					d.byAddrs[addrPair{l, r}] = len(d.conns)
-				}
-			}
-		}
-		d.conns = append(d.conns, c)
+		d.add(c)
 	}
 	d.trapped = d.trapList()
 	return d, nil
@@ -456,6 +445,23 @@ func (d *ikeDaemon) deleteAll() {
 // addrPair is a local address and a remote one, the remote one zero for
 // a connection without remote_addrs (any peer).
 type addrPair struct{ local, remote netip.Addr }
+
+// add appends a connection, indexing its address pairs for connFor: a
+// pair an earlier connection has stays that connection's.
+func (d *ikeDaemon) add(c *ikeConn) {
+	remotes := c.cfg.RemoteAddrs
+	if len(remotes) == 0 {
+		remotes = []netip.Addr{{}}
+	}
+	for _, l := range c.cfg.LocalAddrs {
+		for _, r := range remotes {
+			if _, ok := d.byAddrs[addrPair{l, r}]; !ok {
+				d.byAddrs[addrPair{l, r}] = len(d.conns)
+			}
+		}
+	}
+	d.conns = append(d.conns, c)
+}
 
 // connFor is the connection a datagram belongs to: the first whose local
 // address it arrived at and whose remote_addrs hold its source (or are
