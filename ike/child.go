@@ -1,6 +1,7 @@
 package ike
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -30,6 +31,9 @@ type Child struct {
 	// a NAT was detected and ESP travels in UDP on port 4500 (RFC 3948).
 	Local, Remote netip.Addr
 	UDP           bool
+	// Transport is set for a CHILD_SA in transport mode: its SAs protect
+	// the traffic of Local and Remote themselves.
+	Transport bool
 	// RemotePort is the peer's UDP port when UDP is set (0: 4500): a NAT
 	// in front of the peer maps its port 4500 to another.
 	RemotePort uint16
@@ -44,15 +48,19 @@ type Child struct {
 // ReplayWindow is the anti-replay window of the SAs a Child makes.
 const ReplayWindow = 64
 
-// SAs are the child's two SAs in tunnel mode: inbound (the peer to this
-// side, with the selectors it must carry) and outbound.
+// SAs are the child's two SAs, in tunnel or transport mode: inbound (the
+// peer to this side, with the selectors it must carry) and outbound.
 func (c *Child) SAs() (in, out *sa.SA, err error) {
 	sel, err := saSelectors(c.LocalTS, c.RemoteTS)
 	if err != nil {
 		return nil, nil, fmt.Errorf("CHILD_SA %#x: %w", c.InSPI, err)
 	}
+	mode := sa.Tunnel
+	if c.Transport {
+		mode = sa.Transport
+	}
 	mk := func(spi uint32, src, dst netip.Addr, enc, auth sa.Key) *sa.SA {
-		s := &sa.SA{SPI: spi, Mode: sa.Tunnel, Src: src, Dst: dst, Suite: c.Suite, EncKey: enc, AuthKey: auth,
+		s := &sa.SA{SPI: spi, Mode: mode, Src: src, Dst: dst, Suite: c.Suite, EncKey: enc, AuthKey: auth,
 			ESN: c.ESN, ReplayWindow: ReplayWindow}
 		if c.UDP {
 			s.Encap, s.SrcPort, s.DstPort = sa.EncapUDP, sa.DefaultNATTPort, sa.DefaultNATTPort
@@ -115,7 +123,43 @@ func (s *IKESA) takeChild(m *Message, offered []Proposal, localTS, remoteTS []Se
 		return nil, err
 	}
 	c.LocalTS, c.RemoteTS = tsi.Selectors, tsr.Selectors
+	c.Transport = m.Notify(NotifyUseTransportMode) != nil
 	return c, nil
+}
+
+// modeRequest is the notification that asks for transport mode, or
+// nothing for tunnel mode.
+func modeRequest(transport bool) []Payload {
+	if transport {
+		return []Payload{&Notify{Kind: NotifyUseTransportMode}}
+	}
+	return nil
+}
+
+// checkMode deletes, with the peer, a CHILD_SA this side asked for whose
+// mode is not the one asked for (RFC 7296 §1.3.1: a responder may decline
+// transport mode; the initiator then deletes the CHILD_SA). The child is
+// among the SA's; the endpoint's lock is not held.
+func (s *IKESA) checkMode(ctx context.Context, c *Child, transport bool) error {
+	if c.Transport == transport {
+		return nil
+	}
+	s.e.count("CHILD_SA in the wrong mode")
+	asked, got := "tunnel", "transport"
+	if transport {
+		asked, got = got, asked
+	}
+	err := fmt.Errorf("CHILD_SA %#x: asked for %s mode, the peer gave %s mode", c.InSPI, asked, got)
+	if derr := s.DeleteChild(ctx, c); derr != nil {
+		return fmt.Errorf("%w; deleting it: %w", err, derr)
+	}
+	return err
+}
+
+// isHost reports whether the selectors are the one address a (any
+// protocol and ports): a transport-mode CHILD_SA's.
+func isHost(sels []Selector, a netip.Addr) bool {
+	return len(sels) == 1 && sels[0].Start == a && sels[0].End == a
 }
 
 // giveChild makes the CHILD_SA the peer asked for with the chosen
@@ -123,7 +167,11 @@ func (s *IKESA) takeChild(m *Message, offered []Proposal, localTS, remoteTS []Se
 // from the exchange's nonces (and g^ir), adds it to the SA and tells
 // Config.OnChild; it returns the child and the response's SA, TSi and TSr
 // payloads, or the notification that refuses it (counted).
-func (s *IKESA) giveChild(cc ChildConfig, chosen Proposal, cs childSuite, tsi, tsr *TS, gir, ni, nr []byte) (*Child, []Payload, *Notify) {
+//
+// Transport mode is given when the peer asks for it (transport), cc
+// allows it, the narrowed selectors are the two IKE addresses and no NAT
+// was detected; the response then carries USE_TRANSPORT_MODE last.
+func (s *IKESA) giveChild(cc ChildConfig, chosen Proposal, cs childSuite, tsi, tsr *TS, gir, ni, nr []byte, transport bool) (*Child, []Payload, *Notify) {
 	e := s.e
 	narrowI, narrowR := Narrow(tsi.Selectors, cc.RemoteTS), Narrow(tsr.Selectors, cc.LocalTS)
 	if len(narrowI) == 0 || len(narrowR) == 0 {
@@ -136,12 +184,17 @@ func (s *IKESA) giveChild(cc ChildConfig, chosen Proposal, cs childSuite, tsi, t
 		return nil, nil, &Notify{Kind: NotifyTemporaryFailure}
 	}
 	c.LocalTS, c.RemoteTS, c.Name = narrowR, narrowI, cc.Name
+	c.Transport = transport && cc.Transport && !s.nat && isHost(narrowI, c.Remote) && isHost(narrowR, c.Local)
+	if transport && !c.Transport {
+		e.count("transport mode declined")
+	}
 	chosen.SPI = binary.BigEndian.AppendUint32(nil, c.InSPI)
 	s.children = append(s.children, c)
 	if e.cfg.OnChild != nil {
 		e.cfg.OnChild(s, c)
 	}
-	return c, []Payload{&SA{Proposals: []Proposal{chosen}}, &TS{Kind: PayloadTSi, Selectors: narrowI}, &TS{Kind: PayloadTSr, Selectors: narrowR}}, nil
+	ps := []Payload{&SA{Proposals: []Proposal{chosen}}, &TS{Kind: PayloadTSi, Selectors: narrowI}, &TS{Kind: PayloadTSr, Selectors: narrowR}}
+	return c, append(ps, modeRequest(c.Transport)...), nil
 }
 
 // pickChild is the child configuration a request for a new CHILD_SA

@@ -63,6 +63,10 @@ type Config struct {
 	// request whose selectors fit them (Child.Name tells which).
 	ChildName    string
 	MoreChildren []ChildConfig
+	// Transport asks for, and accepts, the first CHILD_SA in transport
+	// mode (USE_TRANSPORT_MODE, RFC 7296 §1.3.1); ChildConfig.Transport
+	// does for the others.
+	Transport bool
 	// RetransmitTimeout is the wait for the first response, doubled after
 	// each retransmission, for Tries sends in all (1s and 5 by default).
 	RetransmitTimeout time.Duration
@@ -106,11 +110,16 @@ type ChildConfig struct {
 	Name              string
 	LocalTS, RemoteTS []Selector
 	ESP               []Proposal
+	// Transport asks for transport mode, and grants it to a peer that
+	// asks, when the selectors are the two IKE addresses and no NAT is
+	// between them; otherwise the CHILD_SA is in tunnel mode. An
+	// initiator that asked deletes a CHILD_SA given in tunnel mode.
+	Transport bool
 }
 
 // childConfigs are the connection's CHILD_SAs, the first one's first.
 func (c *Config) childConfigs() []ChildConfig {
-	return append([]ChildConfig{{Name: c.ChildName, LocalTS: c.LocalTS, RemoteTS: c.RemoteTS, ESP: c.ESP}}, c.MoreChildren...)
+	return append([]ChildConfig{{Name: c.ChildName, LocalTS: c.LocalTS, RemoteTS: c.RemoteTS, ESP: c.ESP, Transport: c.Transport}}, c.MoreChildren...)
 }
 
 // childConfig is the connection's CHILD_SA of the name.

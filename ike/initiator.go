@@ -192,7 +192,8 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	if e.cfg.RemoteID.Kind != 0 {
 		ps = append(ps, &ID{Kind: PayloadIDr, Identity: e.cfg.RemoteID})
 	}
-	ps = append(ps, auth, &SA{Proposals: esp}, &TS{Kind: PayloadTSi, Selectors: e.cfg.LocalTS}, &TS{Kind: PayloadTSr, Selectors: e.cfg.RemoteTS})
+	ps = append(append(ps, auth), modeRequest(e.cfg.Transport)...)
+	ps = append(ps, &SA{Proposals: esp}, &TS{Kind: PayloadTSi, Selectors: e.cfg.LocalTS}, &TS{Kind: PayloadTSr, Selectors: e.cfg.RemoteTS})
 	m, err := s.request(ctx, IKEAuth, ps)
 	if err != nil {
 		return nil, err
@@ -234,8 +235,11 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	}
 	c.Name = e.cfg.ChildName
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	s.children = append(s.children, c)
 	e.count("CHILD_SA established")
+	e.mu.Unlock()
+	if err := s.checkMode(ctx, c, e.cfg.Transport); err != nil {
+		return nil, fmt.Errorf("IKE SA up, no CHILD_SA: %w", err)
+	}
 	return c, nil
 }

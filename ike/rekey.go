@@ -59,8 +59,9 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 		return nil, err
 	}
 	esp = withSPI(esp, binary.BigEndian.AppendUint32(nil, inSPI))
-	ps := []Payload{&Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, old.InSPI), Kind: NotifyRekeySA},
-		&SA{Proposals: esp}, &Nonce{Data: ni}}
+	ps := append([]Payload{&Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, old.InSPI), Kind: NotifyRekeySA}},
+		modeRequest(old.Transport)...)
+	ps = append(ps, &SA{Proposals: esp}, &Nonce{Data: ni})
 	if dh != nil {
 		ps = append(ps, &KE{Group: group, Data: dh.Public()})
 	}
@@ -94,6 +95,12 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 		return nil, fmt.Errorf("rekey CHILD_SA %#x: %w", old.InSPI, err)
 	}
 	c.Name = old.Name
+	if c.Transport != old.Transport {
+		e.mu.Lock()
+		s.children = append(s.children, c)
+		e.mu.Unlock()
+		return nil, fmt.Errorf("rekey CHILD_SA %#x: %w", old.InSPI, s.checkMode(ctx, c, old.Transport))
+	}
 	e.mu.Lock()
 	var survivor *Child
 	var deleteOurs bool
@@ -146,7 +153,7 @@ func (s *IKESA) NewChild(ctx context.Context, name string) (*Child, error) {
 		return nil, err
 	}
 	esp = withSPI(esp, binary.BigEndian.AppendUint32(nil, inSPI))
-	ps := []Payload{&SA{Proposals: esp}, &Nonce{Data: ni}}
+	ps := append(modeRequest(cc.Transport), &SA{Proposals: esp}, &Nonce{Data: ni})
 	if dh != nil {
 		ps = append(ps, &KE{Group: group, Data: dh.Public()})
 	}
@@ -184,6 +191,9 @@ func (s *IKESA) NewChild(ctx context.Context, name string) (*Child, error) {
 	s.children = append(s.children, c)
 	e.count("CHILD_SA created")
 	e.mu.Unlock()
+	if err := s.checkMode(ctx, c, cc.Transport); err != nil {
+		return nil, fmt.Errorf("new CHILD_SA %s: %w", name, err)
+	}
 	return c, nil
 }
 
@@ -251,7 +261,7 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 	if err != nil {
 		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
 	}
-	c, child, refused := s.giveChild(cc, chosen, cs, tsi, tsr, gir, nonce.Data, myNonce)
+	c, child, refused := s.giveChild(cc, chosen, cs, tsi, tsr, gir, nonce.Data, myNonce, m.Notify(NotifyUseTransportMode) != nil)
 	if refused != nil {
 		return []Payload{refused}
 	}

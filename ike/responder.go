@@ -269,7 +269,7 @@ func (s *IKESA) respondAuth(m *Message) []Payload {
 	if refused != nil {
 		return append(resp, refused)
 	}
-	_, child, refused := s.giveChild(cc, chosen, cs, tsi, tsr, nil, s.ni, s.nr)
+	_, child, refused := s.giveChild(cc, chosen, cs, tsi, tsr, nil, s.ni, s.nr, m.Notify(NotifyUseTransportMode) != nil)
 	if refused != nil {
 		return append(resp, refused)
 	}

@@ -65,7 +65,7 @@ func TestScenarioExternalIKE(t *testing.T) {
 	files, err := charonguest.Files(charonguest.Config{Dir: filepath.Join(dir, "charon"), LocalAddr: dutWAN.Addr(), RemoteAddr: gw1,
 		LocalID: "appliance.example", RemoteID: "gw1.example", PSK: psk,
 		LocalTS: []netip.Prefix{dutLAN.Masked()}, RemoteTS: []netip.Prefix{near},
-		Proposals: "aes128-sha256-x25519", ESPProposals: "aes128gcm16,aes128-sha256"})
+		Proposals: "aes128-sha256-x25519", ESPProposals: "aes128gcm16,aes128-sha256", Transport: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +189,47 @@ expect:
   gw1.drops: == 0
   conservation: true
 `), 0o644)
+	// Transport mode: gw1 asks for it (USE_TRANSPORT_MODE) with the two
+	// hosts' addresses as selectors, and pings the device itself.
+	os.WriteFile(filepath.Join(scenarios, "4-ike-transport.yaml"), []byte(fmt.Sprintf(`peer: external
+external:
+  netns: %s
+  wan: {interface: %s, address: %s/24, dut: %s}
+  counters: %q
+  ike:
+    local: {id: gw1.example}
+    remote: {id: appliance.example}
+    psk_file: ../psk
+    proposals: aes128-sha256-x25519
+    esp_proposals: aes128gcm16
+    mode: transport
+name: appliance-ike-transport
+description: the device's IKE daemon gives gw1 a transport-mode CHILD_SA; gw1 pings the device itself
+traffic:
+  steps:
+    - name: sweep
+      ping: {sizes: [56, 1000, 1400], count: 3, interval: 5ms}
+    - name: more
+      ping: {sizes: [200], count: 50, interval: 2ms}
+expect:
+  delivered: == 1
+  gw1.drops: == 0
+  gw2.opened: == gw1.sealed
+  gw1.opened: == gw2.sealed
+  gw2.drops: == 0
+  ike.failed: == 0
+  conservation: true
+`, home.Name(), wanIf, gw1, dutWAN.Addr(), counters)), 0o644)
+	// gw1 rekeys the transport-mode CHILD_SA during the pings: the new
+	// one is asked for in transport mode too, and no echo is lost.
+	transportRekey := strings.NewReplacer("name: appliance-ike-transport\n", "name: appliance-ike-transport-rekey\n",
+		"    mode: transport\n", "    mode: transport\n    rekey_time: 3s\n",
+		"    - name: more\n      ping: {sizes: [200], count: 50, interval: 2ms}\n", "    - name: more\n      ping: {sizes: [200], count: 1500, interval: 4ms}\n",
+		"  ike.failed: == 0\n", "  ike.failed: == 0\n  ike.rekeys: \">= 1\"\n",
+		// The device's counters of the CHILD_SA before go with it.
+		"  gw2.opened: == gw1.sealed\n  gw1.opened: == gw2.sealed\n  gw2.drops: == 0\n", "")
+	body, _ := os.ReadFile(filepath.Join(scenarios, "4-ike-transport.yaml"))
+	os.WriteFile(filepath.Join(scenarios, "5-ike-transport-rekey.yaml"), []byte(transportRekey.Replace(string(body))), 0o644)
 	daemon := "charon"
 	runs := func(files ...string) {
 		t.Helper()
@@ -196,7 +237,7 @@ expect:
 			judge(t, daemon, f, runExternalAs(t, "ikxs", bin, filepath.Join(scenarios, f)))
 		}
 	}
-	runs("1-ike.yaml", "2-ike-rekey.yaml")
+	runs("1-ike.yaml", "2-ike-rekey.yaml", "4-ike-transport.yaml", "5-ike-transport-rekey.yaml")
 	// gw1 deleted its IKE SAs as each run ended: charon holds none, and
 	// the guest's kernel no SA.
 	if out, err := charon.Swanctl(ctx, "--list-sas"); err != nil || strings.Contains(out, "ESTABLISHED") {
@@ -214,7 +255,7 @@ expect:
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer pluto.Close()
+	defer func() { pluto.Close() }()
 	defer func() {
 		if t.Failed() {
 			log, _ := pluto.Log(context.Background())
@@ -249,6 +290,19 @@ expect:
 	}
 	if out, err := dev.Run(ctx, "ip xfrm state"); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("SAs left in the device's kernel by pluto: %v\n%s", err, out)
+	}
+
+	// pluto with a transport-mode connection (type=transport).
+	if err := pluto.Close(); err != nil {
+		t.Fatal(err)
+	}
+	plutoCfg.Transport = true
+	if pluto, err = libreswan.StartIn(ctx, dev, plutoCfg); err != nil {
+		t.Fatal(err)
+	}
+	runs("4-ike-transport.yaml")
+	if out, err := dev.Run(ctx, "ip xfrm state"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("SAs left in the device's kernel by pluto in transport mode: %v\n%s", err, out)
 	}
 }
 
@@ -285,7 +339,15 @@ func judge(t *testing.T, daemon, f string, r *scenario.Result) {
 		!slices.ContainsFunc(r.ExternalSPIs, listed) {
 		t.Errorf("%s %s: the device's ip xfrm state does not list the CHILD_SAs gw1 negotiated (%v):\n%s", daemon, r.Name, r.ExternalSPIs, r.ExternalCounters[0])
 	}
-	if f == "2-ike-rekey.yaml" && len(slices.Compact(slices.Clone(r.ExternalSPIs))) < 2 {
+	// The device's kernel holds the CHILD_SA in the mode gw1 asked for.
+	want, other := "mode tunnel", "mode transport"
+	if strings.HasPrefix(f, "4-ike-transport") || strings.HasPrefix(f, "5-ike-transport") {
+		want, other = other, want
+	}
+	if !strings.Contains(r.ExternalCounters[0], want) || strings.Contains(r.ExternalCounters[0], other) {
+		t.Errorf("%s %s: the device's SAs are not all in the mode gw1 asked for:\n%s", daemon, r.Name, r.ExternalCounters[0])
+	}
+	if (f == "2-ike-rekey.yaml" || f == "5-ike-transport-rekey.yaml") && len(slices.Compact(slices.Clone(r.ExternalSPIs))) < 2 {
 		t.Errorf("%s %s: the CHILD_SA was not replaced during the run: %v", daemon, r.Name, r.ExternalSPIs)
 	}
 }

@@ -14,7 +14,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/ike"
 	"github.com/espgw/espgw/sa"
@@ -276,7 +279,7 @@ func (d *ikeDaemon) open() error {
 			if d.sockets[a] != nil {
 				continue
 			}
-			u, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, ike.Port)))
+			u, err := listenIKE(netip.AddrPortFrom(a, ike.Port))
 			if err != nil {
 				d.close()
 				return fmt.Errorf("%s: IKE socket on %s: %w", d.rt.Config.File, netip.AddrPortFrom(a, ike.Port), err)
@@ -285,6 +288,27 @@ func (d *ikeDaemon) open() error {
 		}
 	}
 	return nil
+}
+
+// listenIKE opens a port-500 socket whose datagrams carry the gateway's
+// mark, as its ESP sockets' do: a transport-mode peer's unmarked traffic
+// is routed into the TUN, IKE must not be.
+func listenIKE(at netip.AddrPort) (*net.UDPConn, error) {
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, fwMark) }); err != nil {
+			return err
+		}
+		if serr != nil {
+			return fmt.Errorf("set SO_MARK: %w", serr)
+		}
+		return nil
+	}}
+	pc, err := lc.ListenPacket(context.Background(), "udp", at.String())
+	if err != nil {
+		return nil, err
+	}
+	return pc.(*net.UDPConn), nil
 }
 
 func (d *ikeDaemon) close() {

@@ -95,6 +95,9 @@ type IKEChild struct {
 	ESPProposals      []ike.Proposal
 	ESPText           string
 	StartAction       string // start, trap or none
+	// Transport negotiates transport mode (mode: transport): the
+	// selectors are the two IKE addresses, by default.
+	Transport bool
 	// RekeyTime is when the CHILD_SA is rekeyed, less a random part of
 	// RandTime; LifeTime is when it expires unless rekeyed.
 	RekeyTime, LifeTime, RandTime time.Duration
@@ -405,6 +408,31 @@ func (p *cfgParser) ikeConnection(name string, n *yaml.Node, c *Config, ic *IKEC
 	return conn
 }
 
+// transportSelectors checks a transport-mode child's selectors, which
+// are the connection's first local and remote address when left out:
+// transport mode protects the two IKE hosts' own traffic, so the peer's
+// address must be known (remote_addrs).
+func (p *cfgParser) transportSelectors(n *yaml.Node, tsLines map[string]*yaml.Node, field string, ch *IKEChild, conn *IKEConnection) {
+	if len(conn.RemoteAddrs) == 0 || len(conn.LocalAddrs) == 0 {
+		p.failf(n, field+".mode", "transport mode needs local_addrs and the peer's address in remote_addrs: it protects the two hosts' own traffic")
+		return
+	}
+	for _, end := range []struct {
+		name string
+		ts   *[]netip.Prefix
+		addr netip.Addr
+	}{{"local_ts", &ch.LocalTS, conn.LocalAddrs[0]}, {"remote_ts", &ch.RemoteTS, conn.RemoteAddrs[0]}} {
+		host := netip.PrefixFrom(end.addr, end.addr.BitLen())
+		if len(*end.ts) == 0 {
+			*end.ts = []netip.Prefix{host}
+			continue
+		}
+		if len(*end.ts) != 1 || (*end.ts)[0] != host {
+			p.failf(tsLines[end.name], field+"."+end.name, "%v: transport mode protects the hosts' own traffic, want %s (or leave it out)", *end.ts, host)
+		}
+	}
+}
+
 // ikeEnd reads local: or remote: {id, auth: psk|pubkey, certs, cacerts}.
 func (p *cfgParser) ikeEnd(n *yaml.Node, field string, local bool, conn *IKEConnection, c *Config) {
 	if n.Kind != yaml.MappingNode {
@@ -492,13 +520,14 @@ func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEC
 	}
 	ch := &IKEChild{Name: name, ESPText: DefaultESPProposals, StartAction: StartActionNone, RekeyTime: defaultChildRekey, LifeTime: -1, RandTime: -1}
 	espLine := n
+	tsLines := map[string]*yaml.Node{"local_ts": n, "remote_ts": n}
 	p.each(n, field+".", childSettings, func(k, v *yaml.Node) {
 		f := field + "." + k.Value
 		switch k.Value {
 		case "local_ts":
-			ch.LocalTS = p.prefixes(v, f)
+			ch.LocalTS, tsLines[k.Value] = p.prefixes(v, f), v
 		case "remote_ts":
-			ch.RemoteTS = p.prefixes(v, f)
+			ch.RemoteTS, tsLines[k.Value] = p.prefixes(v, f), v
 		case "esp_proposals":
 			if s, ok := p.scalar(v, f); ok {
 				espLine = v
@@ -507,8 +536,13 @@ func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEC
 				}
 			}
 		case "mode":
-			if s, ok := p.scalar(v, f); ok && s != "tunnel" {
-				p.failf(v, f, "%s: the gateway negotiates tunnel mode only", secret.Word(s, "tunnel", "transport"))
+			s, ok := p.scalar(v, f)
+			switch {
+			case !ok:
+			case s == "transport":
+				ch.Transport = true
+			case s != "tunnel":
+				p.failf(v, f, "%s: want tunnel or transport", secret.Word(s, "tunnel", "transport"))
 			}
 		case "start_action":
 			s, ok := p.scalar(v, f)
@@ -534,6 +568,9 @@ func (p *cfgParser) ikeChild(name string, n *yaml.Node, field string, conn *IKEC
 		p.failf(espLine, field+".esp_proposals", "%s", proposalError(err))
 	}
 	ch.ESPProposals = esp
+	if ch.Transport {
+		p.transportSelectors(n, tsLines, field, ch, conn)
+	}
 	if len(ch.LocalTS) == 0 || len(ch.RemoteTS) == 0 {
 		p.failf(n, field, "want local_ts and remote_ts (the inner prefixes of each side)")
 	}
@@ -614,9 +651,10 @@ func (conn *IKEConnection) ikeConfig() ike.Config {
 	if conn.RemoteAuth == AuthPubkey {
 		cfg.CAs, cfg.PeerSignature = conn.CAs, true
 	}
-	cfg.ChildName, cfg.LocalTS, cfg.RemoteTS = ch.Name, ch.localTS(), ch.remoteTS()
+	cfg.ChildName, cfg.LocalTS, cfg.RemoteTS, cfg.Transport = ch.Name, ch.localTS(), ch.remoteTS(), ch.Transport
 	for _, more := range conn.Children[1:] {
-		cfg.MoreChildren = append(cfg.MoreChildren, ike.ChildConfig{Name: more.Name, LocalTS: more.localTS(), RemoteTS: more.remoteTS(), ESP: more.ESPProposals})
+		cfg.MoreChildren = append(cfg.MoreChildren, ike.ChildConfig{Name: more.Name, LocalTS: more.localTS(), RemoteTS: more.remoteTS(),
+			ESP: more.ESPProposals, Transport: more.Transport})
 	}
 	return cfg
 }
@@ -657,7 +695,7 @@ func (ic *IKEConfig) same(o *IKEConfig) bool {
 		}
 		for j, x := range a.Children {
 			y := b.Children[j]
-			if x.Name != y.Name || !slices.Equal(x.LocalTS, y.LocalTS) || !slices.Equal(x.RemoteTS, y.RemoteTS) || x.ESPText != y.ESPText ||
+			if x.Name != y.Name || !slices.Equal(x.LocalTS, y.LocalTS) || !slices.Equal(x.RemoteTS, y.RemoteTS) || x.ESPText != y.ESPText || x.Transport != y.Transport ||
 				x.StartAction != y.StartAction || x.RekeyTime != y.RekeyTime || x.LifeTime != y.LifeTime || x.RandTime != y.RandTime {
 				return false
 			}

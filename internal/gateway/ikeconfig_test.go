@@ -1,6 +1,7 @@
 package gateway_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -72,7 +73,9 @@ ike:
 		{"AEAD with integrity", conn("", "          esp_proposals: aes128gcm16-sha256\n"), "an integrity algorithm with an AEAD cipher"},
 		{"unknown connection setting", conn("      rekey: 1h\n", ""), `gw.yaml:8: ike.connections.a: unknown setting "rekey"`},
 		{"unknown child setting", conn("", "          lifetime: 1h\n"), `ike.connections.a.children.c: unknown setting "lifetime"`},
-		{"transport mode", conn("", "          mode: transport\n"), "gw.yaml:12: ike.connections.a.children.c.mode: \"transport\": the gateway negotiates tunnel mode only"},
+		{"unknown mode", conn("", "          mode: beet\n"), `gw.yaml:12: ike.connections.a.children.c.mode: "beet": want tunnel or transport`},
+		{"transport mode of networks", conn("", "          mode: transport\n"), "gw.yaml:10: ike.connections.a.children.c.local_ts: [10.1.0.0/24]: transport mode protects the hosts' own traffic, want 192.0.2.1/32"},
+		{"transport mode without a peer", strings.Replace(conn("", "          mode: transport\n"), "remote_addrs: [192.0.2.2]", "remote_addrs: [\"%any\"]", 1), "children.c.mode: transport mode needs local_addrs and the peer's address in remote_addrs"},
 		{"trap without a peer", strings.Replace(conn("", "          start_action: trap\n"), "remote_addrs: [192.0.2.2]", "remote_addrs: [\"%any\"]", 1), "start_action: trap needs the peer's address"},
 		{"unknown start action", conn("", "          start_action: route\n"), `start_action: "route": want start, trap or none`},
 		{"bad duration", conn("", "          rekey_time: soon\n"), `gw.yaml:12: ike.connections.a.children.c.rekey_time: "soon": want a duration`},
@@ -116,5 +119,40 @@ ike:
 	}
 	if got := string(cfg.IKE.Connections[0].PSK); got != "s3cret-psk-value" {
 		t.Errorf("PSK %q from the file, want it without its newline", got)
+	}
+}
+
+// mode: transport with the selectors left out protects the two IKE
+// addresses; the peer's traffic is routed into the TUN.
+func TestIKEConfigTransport(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "psk"), []byte("s3cret-psk-value\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, selectors string }{
+		{"selectors left out", ""},
+		{"selectors the hosts", "          local_ts: 192.0.2.1/32\n          remote_ts: 192.0.2.2/32\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			yaml := `local: 192.0.2.1
+ike:
+  connections:
+    a:
+      local_addrs: [192.0.2.1]
+      remote_addrs: [192.0.2.2]
+      psk_file: psk
+      children:
+        c:
+          mode: transport
+` + tc.selectors
+			cfg, err := gateway.ParseConfig(filepath.Join(dir, "gw.yaml"), []byte(yaml), sim.Engines{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ch := cfg.IKE.Connections[0].Children[0]
+			if !ch.Transport || fmt.Sprint(ch.LocalTS, ch.RemoteTS) != "[192.0.2.1/32] [192.0.2.2/32]" {
+				t.Errorf("child: transport %v, selectors %v %v", ch.Transport, ch.LocalTS, ch.RemoteTS)
+			}
+		})
 	}
 }

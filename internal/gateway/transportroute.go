@@ -26,14 +26,30 @@ const (
 // peerRoute is a transport-mode peer and the local address its SA sends from.
 type peerRoute struct{ peer, local netip.Addr }
 
-// transportPeers are the peers of outbound transport-mode SAs.
+// transportPeers are the peers of outbound transport-mode SAs and of IKE
+// connections with a transport-mode CHILD_SA.
 func transportPeers(cfg *Config) []peerRoute {
 	var out []peerRoute
 	seen := map[netip.Addr]bool{}
+	add := func(peer, local netip.Addr) {
+		if !seen[peer] {
+			seen[peer] = true
+			out = append(out, peerRoute{peer: peer, local: local})
+		}
+	}
 	for _, s := range cfg.SAs {
-		if s.Mode == sa.Transport && containsAddr(cfg.Local, s.Src) && !seen[s.Dst] {
-			seen[s.Dst] = true
-			out = append(out, peerRoute{peer: s.Dst, local: s.Src})
+		if s.Mode == sa.Transport && containsAddr(cfg.Local, s.Src) {
+			add(s.Dst, s.Src)
+		}
+	}
+	if cfg.IKE == nil {
+		return out
+	}
+	for _, conn := range cfg.IKE.Connections {
+		for _, ch := range conn.Children {
+			if ch.Transport && len(conn.RemoteAddrs) > 0 && len(conn.LocalAddrs) > 0 {
+				add(conn.RemoteAddrs[0], conn.LocalAddrs[0])
+			}
 		}
 	}
 	return out

@@ -61,6 +61,10 @@ type Config struct {
 	Proposals, ESPProposals string
 	// RekeyTime is the CHILD_SA's rekey_time (0: swanctl's 1h).
 	RekeyTime time.Duration
+	// Transport adds a second CHILD_SA, host, in transport mode between
+	// the two addresses (local_ts and remote_ts dynamic): charon gives it
+	// to a request whose selectors are the two hosts.
+	Transport bool
 }
 
 // Files writes charon's configuration into cfg.Dir and lists what the
@@ -171,6 +175,16 @@ func (cfg Config) swanctl() (string, error) {
 	if cfg.RekeyTime > 0 {
 		rekey = fmt.Sprintf("%ds", int(cfg.RekeyTime.Seconds()))
 	}
+	host := ""
+	if cfg.Transport {
+		host = fmt.Sprintf(`
+			host {
+				mode = transport
+				esp_proposals = %s
+				rekey_time = %s
+				start_action = none
+			}`, or(cfg.ESPProposals, "default"), rekey)
+	}
 	return fmt.Sprintf(`connections {
 	espgw {
 		version = 2
@@ -192,7 +206,7 @@ func (cfg Config) swanctl() (string, error) {
 				esp_proposals = %s
 				rekey_time = %s
 				start_action = none
-			}
+			}%s
 		}
 	}
 }
@@ -204,7 +218,7 @@ secrets {
 	}
 }
 `, cfg.LocalAddr, cfg.RemoteAddr, or(cfg.Proposals, "default"), ids[0], ids[1], list(cfg.LocalTS), list(cfg.RemoteTS),
-		or(cfg.ESPProposals, "default"), rekey, ids[0], ids[1], cfg.PSK), nil
+		or(cfg.ESPProposals, "default"), rekey, host, ids[0], ids[1], cfg.PSK), nil
 }
 
 // Guest is charon running in a booted guest.

@@ -28,6 +28,14 @@ func TestSwanctlConf(t *testing.T) {
 			t.Errorf("swanctl.conf lacks %q:\n%s", want, conf)
 		}
 	}
+	if strings.Contains(conf, "mode = transport") {
+		t.Errorf("a transport-mode child without Transport:\n%s", conf)
+	}
+	cfg.Transport = true
+	if conf, _ := cfg.swanctl(); !strings.Contains(conf, "host {\n\t\t\t\tmode = transport") {
+		t.Errorf("Transport set, no transport-mode child host:\n%s", conf)
+	}
+	cfg.Transport = false
 	for _, bad := range []func(*Config){
 		func(c *Config) { c.PSK = "" },
 		func(c *Config) { c.RemoteAddr = netip.Addr{} },

@@ -112,6 +112,9 @@ type Config struct {
 	PSK        string
 	// Initiate has pluto initiate the connection (whack --initiate).
 	Initiate bool
+	// Transport makes the connection transport mode between Host and
+	// Guest (type=transport, no subnets; LocalNet and RemoteNet unused).
+	Transport bool
 	// IKE and ESP are the proposals in libreswan's syntax, such as
 	// "aes128-sha2_256-dh31" and "aes_gcm128".
 	IKE, ESP string
@@ -181,13 +184,21 @@ func StartIn(ctx context.Context, peer *kernelpeer.Peer, cfg Config) (*Pluto, er
 
 func start(ctx context.Context, peer *kernelpeer.Peer, cfg Config) (*Pluto, error) {
 	p := &Pluto{cfg: cfg, peer: peer}
+	conf, err := cfg.conf()
+	if err != nil {
+		return nil, err
+	}
+	// The connection as cfg has it, over the boot's: one boot serves
+	// several configurations (the secrets and NSS database stay).
 	script := fmt.Sprintf(`mkdir -p /run/pluto /var/lib/ipsec
+cat >/etc/ipsec.conf <<'ESPGW_EOF'
+%[5]sESPGW_EOF
 %[1]s/pluto --config /etc/ipsec.conf --secretsfile /etc/ipsec.secrets --nssdir /etc/ipsec.d --rundir /run/pluto --logfile %[2]s </dev/null >/tmp/pluto.out 2>&1
 for i in $(seq 100); do [ -S %[3]s ] && break; sleep 0.1; done
 [ -S %[3]s ] || { echo "pluto made no control socket"; cat /tmp/pluto.out %[2]s; exit 1; }
 %[1]s/whack --ctlsocket %[3]s --listen
 %[1]s/addconn --ctlsocket %[3]s --config /etc/ipsec.conf %[4]s
-`, guestDir, logFile, ctlSock, Name)
+`, guestDir, logFile, ctlSock, Name, conf)
 	if out, err := peer.Run(ctx, script); err != nil {
 		log, _ := p.Log(ctx)
 		return nil, fmt.Errorf("start pluto: %w\n%s\npluto's log:\n%s", err, out, log)
@@ -200,9 +211,8 @@ for i in $(seq 100); do [ -S %[3]s ] && break; sleep 0.1; done
 	return p, nil
 }
 
-// files writes the configuration, the secrets and the NSS database and
-// lists what the guest gets.
-func (cfg Config) files(ctx context.Context) (map[string]string, error) {
+// conf is ipsec.conf with the connection.
+func (cfg Config) conf() (string, error) {
 	auto := "add"
 	if cfg.Initiate {
 		auto = "start"
@@ -210,15 +220,16 @@ func (cfg Config) files(ctx context.Context) (map[string]string, error) {
 	auth := "authby=secret"
 	if cfg.Cert != "" {
 		if cfg.KeyType != "rsa" && cfg.KeyType != "ecdsa" {
-			return nil, fmt.Errorf("start pluto: key type %q, want rsa or ecdsa", cfg.KeyType)
+			return "", fmt.Errorf("start pluto: key type %q, want rsa or ecdsa", cfg.KeyType)
 		}
 		method := map[string]string{"rsa": "rsasig", "ecdsa": "ecdsa"}[cfg.KeyType]
 		auth = fmt.Sprintf("authby=%s\n\tleftcert=%s\n\tleftsendcert=always\n\trightca=%%same", method, cfg.ID)
 	}
-	if err := os.MkdirAll(filepath.Join(cfg.Dir, "nss"), 0o700); err != nil {
-		return nil, fmt.Errorf("start pluto: %w", err)
+	subnets := fmt.Sprintf("leftsubnet=%s\n\trightsubnet=%s", cfg.LocalNet, cfg.RemoteNet)
+	if cfg.Transport {
+		subnets = "type=transport"
 	}
-	conf := fmt.Sprintf(`config setup
+	return fmt.Sprintf(`config setup
 	logfile=%s
 	logtime=yes
 	dnssec-enable=no
@@ -227,10 +238,9 @@ conn %s
 	ikev2=yes
 	left=%s
 	leftid=@%s
-	leftsubnet=%s
 	right=%s
 	rightid=@%s
-	rightsubnet=%s
+	%s
 	%s
 	ike=%s
 	esp=%s
@@ -239,7 +249,19 @@ conn %s
 	encapsulation=no
 	leftupdown=/bin/true
 	auto=%s
-`, logFile, Name, cfg.Guest.Addr(), cfg.ID, cfg.LocalNet, cfg.Host.Addr(), cfg.PeerID, cfg.RemoteNet, auth, cfg.IKE, cfg.ESP, auto)
+`, logFile, Name, cfg.Guest.Addr(), cfg.ID, cfg.Host.Addr(), cfg.PeerID, subnets, auth, cfg.IKE, cfg.ESP, auto), nil
+}
+
+// files writes the configuration, the secrets and the NSS database and
+// lists what the guest gets.
+func (cfg Config) files(ctx context.Context) (map[string]string, error) {
+	conf, err := cfg.conf()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(cfg.Dir, "nss"), 0o700); err != nil {
+		return nil, fmt.Errorf("start pluto: %w", err)
+	}
 	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
 	for name, body := range map[string]string{"ipsec.conf": conf, "ipsec.secrets": secrets} {
 		if err := os.WriteFile(filepath.Join(cfg.Dir, name), []byte(body), 0o600); err != nil {

@@ -36,6 +36,8 @@ type bed struct {
 	ep       *ike.Endpoint
 	children chan *ike.Child
 	certs    [2]*certgen.Issued // espgw's and pluto's
+	// transport: the CHILD_SAs are in transport mode.
+	transport bool
 }
 
 // makeCerts makes a CA and the certificates of espgw (DNS name espgw)
@@ -68,14 +70,16 @@ func makeCerts(t *testing.T, kt certgen.KeyType, p *Config, e *ike.Config) [2]*c
 	return out
 }
 
-func newBed(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoESP string) *bed {
+// newBed is the bed with a PSK; with transport, both sides' CHILD_SA is
+// transport mode between the two hosts' addresses.
+func newBed(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoESP string, transport bool) *bed {
 	t.Helper()
-	return newBedWith(t, ctx, ikeP, espP, plutoIKE, plutoESP, "")
+	return newBedWith(t, ctx, ikeP, espP, plutoIKE, plutoESP, "", transport)
 }
 
 // newBedWith is newBed with certificates of key type kt from a CA made
 // for the test instead of the PSK, when kt is set.
-func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoESP string, kt certgen.KeyType) *bed {
+func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoESP string, kt certgen.KeyType, transport bool) *bed {
 	t.Helper()
 	labtest.NeedNamespaces(t)
 	root, err := Prepare(ctx, "")
@@ -94,10 +98,10 @@ func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoES
 	psk := make([]byte, 16)
 	rand.Read(psk)
 	secret := hex.EncodeToString(psk)
-	b := &bed{children: make(chan *ike.Child, 8)}
+	b := &bed{children: make(chan *ike.Child, 8), transport: transport}
 	pcfg := Config{Netns: ns.Name(), Tap: "lswtap0", Host: hostAddr, Guest: guestAddr,
 		LocalNet: plutoNet, RemoteNet: espgwNet, ID: "pluto", PeerID: "espgw", PSK: secret, IKE: plutoIKE, ESP: plutoESP,
-		Root: root, Dir: t.TempDir()}
+		Transport: transport, Root: root, Dir: t.TempDir()}
 	var ecfg ike.Config
 	if kt != "" {
 		b.certs = makeCerts(t, kt, &pcfg, &ecfg)
@@ -130,6 +134,11 @@ func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoES
 	cfg := ike.Config{LocalID: ike.FQDN("espgw"), RemoteID: ike.FQDN("pluto"), PSK: []byte(secret), IKE: ikeProps, ESP: espProps,
 		LocalTS: []ike.Selector{ike.PrefixSelector(espgwNet)}, RemoteTS: []ike.Selector{ike.PrefixSelector(plutoNet)},
 		OnChild: func(_ *ike.IKESA, c *ike.Child) { b.children <- c }}
+	if transport {
+		cfg.Transport = true
+		cfg.LocalTS = []ike.Selector{ike.PrefixSelector(netip.PrefixFrom(hostAddr.Addr(), 32))}
+		cfg.RemoteTS = []ike.Selector{ike.PrefixSelector(netip.PrefixFrom(guestAddr.Addr(), 32))}
+	}
 	if kt != "" {
 		// 500 bytes: espgw's IKE_AUTH with a certificate goes in
 		// fragments (RFC 7383), which pluto must reassemble.
@@ -145,13 +154,18 @@ func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoES
 	return b
 }
 
-// kernelHas checks that pluto installed the CHILD_SA's two SAs in the
-// guest's kernel, by SPI, with espgw's suite and keys. It waits a little:
+// kernelHas checks that the CHILD_SA is in the bed's mode and that pluto
+// installed its two SAs in the guest's kernel, by SPI, with espgw's mode,
+// suite and keys. It waits a little:
 // as responder espgw has its CHILD_SA before pluto reads the response, and
 // until pluto installs an SA the kernel lists it without algorithms (the
 // SPI it allocated).
-func kernelHas(t *testing.T, ctx context.Context, p *Pluto, c *ike.Child) {
+func (b *bed) kernelHas(t *testing.T, ctx context.Context, c *ike.Child) {
 	t.Helper()
+	p := b.pluto
+	if c.Transport != b.transport {
+		t.Errorf("CHILD_SA %#x: transport mode %v, want %v", c.InSPI, c.Transport, b.transport)
+	}
 	in, out, err := c.SAs()
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +197,7 @@ func kernelProblem(ctx context.Context, p *Pluto, ours ...*sa.SA) string {
 		switch {
 		case theirs == nil:
 			return fmt.Sprintf("the guest's kernel has no SA %#x (%d states)", o.SPI, len(states))
-		case theirs.Suite != o.Suite || theirs.Src != o.Src || theirs.Dst != o.Dst:
+		case theirs.Suite != o.Suite || theirs.Src != o.Src || theirs.Dst != o.Dst || theirs.Mode != o.Mode:
 			return fmt.Sprintf("SA %#x: espgw %v, pluto's kernel %v", o.SPI, o, theirs.SA)
 		case !bytes.Equal(theirs.EncKey, o.EncKey) || !bytes.Equal(theirs.AuthKey, o.AuthKey):
 			return fmt.Sprintf("SA %#x: espgw's keys are not the ones pluto installed", o.SPI)
@@ -233,14 +247,22 @@ func TestIKEWithPluto(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots a QEMU guest with pluto; run without -short")
 	}
-	for _, c := range []struct{ ike, esp, plutoIKE, plutoESP string }{
-		{"aes128-sha256-x25519", "aes128gcm16", "aes128-sha2_256-dh31", "aes_gcm128"},
-		{"aes256-sha512-ecp384", "aes256-sha256", "aes256-sha2_512-dh20", "aes256-sha2_256"},
+	for _, c := range []struct {
+		ike, esp, plutoIKE, plutoESP string
+		transport                    bool
+	}{
+		{"aes128-sha256-x25519", "aes128gcm16", "aes128-sha2_256-dh31", "aes_gcm128", false},
+		{"aes256-sha512-ecp384", "aes256-sha256", "aes256-sha2_512-dh20", "aes256-sha2_256", false},
+		{"aes128-sha256-x25519", "aes128gcm16", "aes128-sha2_256-dh31", "aes_gcm128", true},
 	} {
-		t.Run(c.ike+"/"+c.esp, func(t *testing.T) {
+		name := c.ike + "/" + c.esp
+		if c.transport {
+			name += "/transport"
+		}
+		t.Run(name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			b := newBed(t, ctx, c.ike, c.esp, c.plutoIKE, c.plutoESP)
+			b := newBed(t, ctx, c.ike, c.esp, c.plutoIKE, c.plutoESP, c.transport)
 			espgwInitiates(t, ctx, b)
 			plutoInitiates(t, ctx, b)
 		})
@@ -253,7 +275,7 @@ func espgwInitiates(t *testing.T, ctx context.Context, b *bed) {
 		t.Fatalf("espgw initiating to pluto: %v; counts %v", err, b.ep.Counts())
 	}
 	child := s.Children()[0]
-	kernelHas(t, ctx, b.pluto, child)
+	b.kernelHas(t, ctx, child)
 	if s.NAT() || child.UDP {
 		t.Error("espgw found a NAT where there is none")
 	}
@@ -265,7 +287,7 @@ func espgwInitiates(t *testing.T, ctx context.Context, b *bed) {
 	if err != nil {
 		t.Fatalf("CHILD_SA rekey by espgw: %v", err)
 	}
-	kernelHas(t, ctx, b.pluto, fresh)
+	b.kernelHas(t, ctx, fresh)
 	kernelLacks(t, ctx, b.pluto, child)
 	// pluto rekeys it.
 	if _, err := b.pluto.Whack(ctx, "--name", Name, "--rekey-ipsec"); err != nil {
@@ -277,7 +299,7 @@ func espgwInitiates(t *testing.T, ctx context.Context, b *bed) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("pluto's CHILD_SA rekey did not reach espgw; counts %v", b.ep.Counts())
 	}
-	kernelHas(t, ctx, b.pluto, byPluto)
+	b.kernelHas(t, ctx, byPluto)
 	waitFor(t, 10*time.Second, func() bool { cs := s.Children(); return len(cs) == 1 && cs[0] == byPluto },
 		func() string { return fmt.Sprintf("espgw keeps %d CHILD_SAs after pluto's rekey", len(s.Children())) })
 	kernelLacks(t, ctx, b.pluto, fresh)
@@ -330,7 +352,7 @@ func plutoInitiates(t *testing.T, ctx context.Context, b *bed) {
 	case <-time.After(30 * time.Second):
 		t.Fatalf("pluto's IKE SA did not come up at espgw; counts %v", b.ep.Counts())
 	}
-	kernelHas(t, ctx, b.pluto, child)
+	b.kernelHas(t, ctx, child)
 	var s *ike.IKESA
 	for _, x := range b.ep.SAs() {
 		s = x
@@ -342,7 +364,7 @@ func plutoInitiates(t *testing.T, ctx context.Context, b *bed) {
 	if err != nil {
 		t.Fatalf("CHILD_SA rekey by espgw under pluto's IKE SA: %v", err)
 	}
-	kernelHas(t, ctx, b.pluto, fresh)
+	b.kernelHas(t, ctx, fresh)
 	// pluto deletes the IKE SA and its CHILD_SA.
 	deleted := b.ep.Counts()["IKE SA deleted by the peer"]
 	if _, err := b.pluto.Whack(ctx, "--name", Name, "--terminate"); err != nil {
@@ -372,7 +394,7 @@ func TestIKECertificatesWithPluto(t *testing.T) {
 		t.Run(string(kt), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			b := newBedWith(t, ctx, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha2_256-dh31", "aes_gcm128", kt)
+			b := newBedWith(t, ctx, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha2_256-dh31", "aes_gcm128", kt, false)
 			s, err := b.ep.Initiate(ctx, netip.AddrPortFrom(guestAddr.Addr(), ike.Port))
 			if err != nil {
 				t.Fatalf("espgw initiating to pluto with certificates: %v; counts %v", err, b.ep.Counts())
@@ -380,7 +402,7 @@ func TestIKECertificatesWithPluto(t *testing.T) {
 			if got := s.PeerCertificate(); got == nil || !bytes.Equal(got.Raw, b.certs[1].Cert.Raw) {
 				t.Fatal("espgw does not hold pluto's certificate")
 			}
-			kernelHas(t, ctx, b.pluto, s.Children()[0])
+			b.kernelHas(t, ctx, s.Children()[0])
 			if n := b.ep.Counts()["message sent in fragments"]; n < 1 {
 				t.Errorf("espgw sent no fragments to pluto: %v", b.ep.Counts())
 			}

@@ -123,13 +123,22 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		return err
 	}
 	if e.IKE != nil {
-		if err := checkLink(link{"lan", e.LAN, &e.lan, &e.lanDUT}); err != nil {
-			return err
+		if m := e.IKE.Mode; m != "" && m != "tunnel" && m != "transport" {
+			return perr(lineOf(s.root, "external", "ike", "mode"), "external.ike.mode", fmt.Errorf("%s: want tunnel or transport", secret.Word(m, "tunnel", "transport")))
 		}
-		if e.near, err = netip.ParsePrefix(e.Near); err != nil || !e.near.Addr().Is4() || e.near.Bits() > 28 {
-			return perr(at("near"), "external.near", fmt.Errorf("%s: want the IPv4 network behind gw1 (at most /28), e.g. 192.0.2.0/24", secret.Quote(e.Near)))
+		if e.IKE.Mode == "transport" {
+			if err := s.noLAN(perr); err != nil {
+				return err
+			}
+		} else {
+			if err := checkLink(link{"lan", e.LAN, &e.lan, &e.lanDUT}); err != nil {
+				return err
+			}
+			if e.near, err = netip.ParsePrefix(e.Near); err != nil || !e.near.Addr().Is4() || e.near.Bits() > 28 {
+				return perr(at("near"), "external.near", fmt.Errorf("%s: want the IPv4 network behind gw1 (at most /28), e.g. 192.0.2.0/24", secret.Quote(e.Near)))
+			}
+			e.near = e.near.Masked()
 		}
-		e.near = e.near.Masked()
 		if err := s.validateExternalIKE(perr); err != nil {
 			return err
 		}
@@ -162,13 +171,8 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 		return perr(at("sa-file"), "external.sa-file", fmt.Errorf("SA %#x is %s mode, SA %#x %s mode: want both in one mode", e.out.SPI, e.out.Mode, e.in.SPI, e.in.Mode))
 	}
 	if e.out.Mode == sa.Transport {
-		// Transport mode protects what gw1 and the device send each
-		// other: no LAN behind either.
-		_, ext := yamlwalk.Lookup(s.root, "external")
-		for _, f := range []string{"lan", "near"} {
-			if k, _ := yamlwalk.Lookup(ext, f); k != nil {
-				return perr(k.Line, "external."+f, errors.New("transport-mode SAs carry traffic between gw1 and the device itself: no LAN is part of the run, leave lan: and near: out"))
-			}
+		if err := s.noLAN(perr); err != nil {
+			return err
 		}
 	} else {
 		if err := checkLink(link{"lan", e.LAN, &e.lan, &e.lanDUT}); err != nil {
@@ -183,6 +187,18 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	s.SA.Suite, s.SA.Mode, s.SA.Encap = e.out.Suite.String(), e.out.Mode.String(), e.out.Encap.String()
 	s.SA.mode = e.out.Mode
 	return s.validateExternalRest(perr)
+}
+
+// noLAN refuses lan: and near: for a transport-mode run: its SAs
+// protect what gw1 and the device send each other, no LAN behind either.
+func (s *Scenario) noLAN(perr func(int, string, error) error) error {
+	_, ext := yamlwalk.Lookup(s.root, "external")
+	for _, f := range []string{"lan", "near"} {
+		if k, _ := yamlwalk.Lookup(ext, f); k != nil {
+			return perr(k.Line, "external."+f, errors.New("transport-mode SAs carry traffic between gw1 and the device itself: no LAN is part of the run, leave lan: and near: out"))
+		}
+	}
+	return nil
 }
 
 // validateExternalRest checks what goes with the device's SAs, from a

@@ -43,6 +43,11 @@ type ExternalIKE struct {
 	// near and the LAN's network).
 	LocalTS  []string `yaml:"local_ts" json:"local_ts,omitempty"`
 	RemoteTS []string `yaml:"remote_ts" json:"remote_ts,omitempty"`
+	// Mode is the CHILD_SA's, tunnel (default) or transport: in
+	// transport mode the selectors are gw1's and the device's own
+	// addresses, no LAN is part of the run and the steps are pings from
+	// gw1 to the device.
+	Mode string `yaml:"mode" json:"mode,omitempty"`
 	// RekeyTime is when gw1 rekeys the CHILD_SA (default 1h: none in a
 	// run); a few seconds rekey it during the traffic.
 	RekeyTime string `yaml:"rekey_time" json:"rekey_time,omitempty"`
@@ -147,12 +152,22 @@ func (s *Scenario) validateExternalIKE(perr func(int, string, error) error) erro
 		}
 		return out, nil
 	}
+	mode := sa.Tunnel
+	localTS, remoteTS := e.near, e.lan.Masked()
+	if x.Mode == "transport" { // validateExternal checked the mode
+		mode = sa.Transport
+		gw1 := e.wan.Addr()
+		localTS, remoteTS = netip.PrefixFrom(gw1, gw1.BitLen()), netip.PrefixFrom(e.wanDUT, e.wanDUT.BitLen())
+	}
 	var err error
-	if x.localTS, err = ts("local_ts", x.LocalTS, e.near); err != nil {
+	if x.localTS, err = ts("local_ts", x.LocalTS, localTS); err != nil {
 		return err
 	}
-	if x.remoteTS, err = ts("remote_ts", x.RemoteTS, e.lan.Masked()); err != nil {
+	if x.remoteTS, err = ts("remote_ts", x.RemoteTS, remoteTS); err != nil {
 		return err
+	}
+	if mode == sa.Transport && (len(x.localTS) != 1 || x.localTS[0] != localTS || len(x.remoteTS) != 1 || x.remoteTS[0] != remoteTS) {
+		return perr(at("local_ts"), "external.ike", fmt.Errorf("transport mode protects gw1's and the device's own traffic: the selectors are %s and %s (leave local_ts and remote_ts out)", localTS, remoteTS))
 	}
 	if x.RekeyTime != "" {
 		if _, err := time.ParseDuration(x.RekeyTime); err != nil {
@@ -165,8 +180,8 @@ func (s *Scenario) validateExternalIKE(perr func(int, string, error) error) erro
 	if x.Timeout < time.Second || x.Timeout > 10*time.Minute {
 		return perr(at("timeout"), "external.ike.timeout", fmt.Errorf("%s: want 1s to 10m", x.Timeout))
 	}
-	s.SA.Suite, s.SA.Mode, s.SA.Encap = "ike", sa.Tunnel.String(), sa.EncapNone.String()
-	s.SA.mode = sa.Tunnel
+	s.SA.Suite, s.SA.Mode, s.SA.Encap = "ike", mode.String(), sa.EncapNone.String()
+	s.SA.mode = mode
 	return nil
 }
 
@@ -178,6 +193,9 @@ func (x *ExternalIKE) gatewayIKE(gw1 netip.Addr, capDir string) (string, error) 
 	child := map[string]any{"local_ts": prefixStrings(x.localTS), "remote_ts": prefixStrings(x.remoteTS), "start_action": "start"}
 	if x.ESPProposals != "" {
 		child["esp_proposals"] = x.ESPProposals
+	}
+	if x.Mode != "" {
+		child["mode"] = x.Mode
 	}
 	if x.RekeyTime != "" {
 		child["rekey_time"] = x.RekeyTime
@@ -304,8 +322,12 @@ func ikeState(st gateway.Stats) string {
 // setChild makes the negotiated CHILD_SA the run's SAs.
 func (x *externalGW2) setChild(out, in uint32) {
 	gw1, dut := x.e.wan.Addr(), x.e.wanDUT
-	x.out = &sa.SA{SPI: out, Mode: sa.Tunnel, Src: gw1, Dst: dut}
-	x.in = &sa.SA{SPI: in, Mode: sa.Tunnel, Src: dut, Dst: gw1}
+	mode := sa.Tunnel
+	if x.e.IKE.Mode == "transport" {
+		mode = sa.Transport
+	}
+	x.out = &sa.SA{SPI: out, Mode: mode, Src: gw1, Dst: dut}
+	x.in = &sa.SA{SPI: in, Mode: mode, Src: dut, Dst: gw1}
 }
 
 // refreshChild follows a rekey: the run's SAs become the CHILD_SA in

@@ -130,3 +130,58 @@ func TestExternalIKERefused(t *testing.T) {
 		t.Errorf("ike.rekeys without external.ike: %v", err)
 	}
 }
+
+// external.ike with mode: transport: the selectors are gw1's and the
+// device's addresses, no LAN, pings from gw1 to the device; gw1's child
+// asks for transport mode. What does not fit is refused.
+func TestExternalIKETransport(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "psk"), []byte("an example key only\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "ike.yaml")
+	transport := strings.NewReplacer(
+		"  lan: {interface: eth8, address: 203.0.113.10/24, dut: 203.0.113.1}\n", "",
+		"  near: 192.0.2.0/24\n", "",
+		"    rekey_time: 5s\n", "    mode: transport\n",
+		"    - {name: up, udp: {packets: 10}}\n", "    - {name: sweep, ping: {count: 3}}\n",
+		"  ike.rekeys: \">= 1\"\n", "").Replace(ikeDoc)
+	scs, err := Parse(file, []byte(transport))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := scs[0]
+	x := s.External.IKE
+	if s.SA.Mode != "transport" || x.localTS[0].String() != "198.51.100.1/32" || x.remoteTS[0].String() != "198.51.100.129/32" {
+		t.Errorf("mode %q, selectors %v ↔ %v", s.SA.Mode, x.localTS, x.remoteTS)
+	}
+	if st := s.Traffic.Steps[0].Ping; st.From != "gw1" || st.To != "gw2" {
+		t.Errorf("the ping goes from %s to %s, want gw1 to gw2 (the device)", st.From, st.To)
+	}
+	section, err := x.gatewayIKE(netip.MustParseAddr("198.51.100.1"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := testbed.GatewayConfig{Local: netip.MustParseAddr("198.51.100.1"), TUN: "esp0", Extra: section}.String()
+	c, err := gateway.ParseConfig(filepath.Join(dir, "gw1.yaml"), []byte(conf), sim.Engines{})
+	if err != nil {
+		t.Fatalf("gw1's config:\n%s\n%v", conf, err)
+	}
+	if ch := c.IKE.Connections[0].Children[0]; !ch.Transport {
+		t.Errorf("gw1's child is not transport mode:\n%s", conf)
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{"    mode: transport\n", "    mode: beet\n", `external.ike.mode: "beet": want tunnel or transport`},
+		{"    mode: transport\n", "    mode: transport\n    local_ts: [192.0.2.0/24]\n", "transport mode protects gw1's and the device's own traffic"},
+		{"  ike:\n", "  near: 192.0.2.0/24\n  ike:\n", "external.near: transport-mode SAs carry traffic between gw1 and the device itself"},
+		{"    - {name: sweep, ping: {count: 3}}\n", "    - {name: up, udp: {packets: 10}}\n", "ping steps only"},
+	} {
+		doc := strings.Replace(transport, c.from, c.to, 1)
+		if doc == transport {
+			t.Fatalf("%q is not in the document", c.from)
+		}
+		if _, err := Parse(file, []byte(doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q → %q: %v, want %q", c.from, c.to, err, c.want)
+		}
+	}
+}
