@@ -100,6 +100,11 @@ type Config struct {
 	// address or port: the SA's CHILD_SAs, their Remote and RemotePort
 	// changed to it.
 	OnPeerMoved func(s *IKESA, children []*Child)
+	// Expect, when set, is told the SPI this side chose for a CHILD_SA
+	// before it asks the peer for it (IKE_AUTH, CREATE_CHILD_SA): the
+	// peer may send with it as soon as it has answered (RFC 7296 §2.8),
+	// before this side has read the answer. Called without the lock.
+	Expect func(spi uint32)
 	Rand        io.Reader
 	Log         *slog.Logger
 }
@@ -200,6 +205,13 @@ func firstOfEach(p Proposal) Proposal {
 		}
 	}
 	return q
+}
+
+// expect tells Config.Expect of an SPI this side is about to ask for.
+func (e *Endpoint) expect(spi uint32) {
+	if e.cfg.Expect != nil {
+		e.cfg.Expect(spi)
+	}
 }
 
 // Endpoint is one side's IKE: the IKE SAs it initiated or responded to,

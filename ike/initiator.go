@@ -194,6 +194,7 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	}
 	ps = append(append(ps, auth), modeRequest(e.cfg.Transport)...)
 	ps = append(ps, &SA{Proposals: esp}, &TS{Kind: PayloadTSi, Selectors: e.cfg.LocalTS}, &TS{Kind: PayloadTSr, Selectors: e.cfg.RemoteTS})
+	e.expect(inSPI)
 	m, err := s.request(ctx, IKEAuth, ps)
 	if err != nil {
 		return nil, err

@@ -66,6 +66,7 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 		ps = append(ps, &KE{Group: group, Data: dh.Public()})
 	}
 	ps = append(ps, &TS{Kind: PayloadTSi, Selectors: old.LocalTS}, &TS{Kind: PayloadTSr, Selectors: old.RemoteTS})
+	e.expect(inSPI)
 	m, err := s.request(ctx, CreateChildSA, ps)
 	if err != nil {
 		return nil, fmt.Errorf("rekey CHILD_SA %#x: %w", old.InSPI, err)
@@ -158,6 +159,7 @@ func (s *IKESA) NewChild(ctx context.Context, name string) (*Child, error) {
 		ps = append(ps, &KE{Group: group, Data: dh.Public()})
 	}
 	ps = append(ps, &TS{Kind: PayloadTSi, Selectors: cc.LocalTS}, &TS{Kind: PayloadTSr, Selectors: cc.RemoteTS})
+	e.expect(inSPI)
 	m, err := s.request(ctx, CreateChildSA, ps)
 	if err != nil {
 		return nil, fmt.Errorf("new CHILD_SA %s: %w", name, err)

@@ -263,7 +263,9 @@ expect:
 		}
 	}()
 	daemon = "pluto"
-	runs("1-ike.yaml")
+	// gw1's rekey: pluto sends on the new CHILD_SA as soon as it has
+	// answered, and gw1 holds what arrives before it has read the answer.
+	runs("1-ike.yaml", "2-ike-rekey.yaml")
 	// pluto rekeys once its CHILD_SA has carried 500 packets toward gw1.
 	rekeyed := make(chan error, 1)
 	go func() {
@@ -323,7 +325,7 @@ func judge(t *testing.T, daemon, f string, r *scenario.Result) {
 			t.Logf("%s %s: step %s: sent %d received %d mismatched %d %s %s", daemon, r.Name, st.Name, st.Sent, st.Received, st.Mismatched, st.Detail, st.Output)
 		}
 	}
-	t.Logf("%s %s: CHILD_SAs %v, ike.rekeys %v", daemon, r.Name, r.ExternalSPIs, r.Metrics["ike.rekeys"])
+	t.Logf("%s %s: CHILD_SAs %v, ike.rekeys %v, gw1.held %v", daemon, r.Name, r.ExternalSPIs, r.Metrics["ike.rekeys"], r.Metrics["gw1.held"])
 	if len(r.ExternalSPIs) == 0 || len(r.ExternalCounters) == 0 {
 		t.Errorf("%s %s: no negotiated SPIs (%v) or device counters (%d listings)", daemon, r.Name, r.ExternalSPIs, len(r.ExternalCounters))
 		return

@@ -129,6 +129,9 @@ type Gateway struct {
 
 	retired retiredSAs
 
+	// held keeps inbound ESP for CHILD_SAs being negotiated (held.go).
+	held heldESP
+
 	// traps are the selectors whose outbound packets, when no policy
 	// matches, start IKE (start_action: trap); set by the IKE daemon.
 	traps atomic.Pointer[[]Trap]

@@ -243,6 +243,7 @@ func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 		icfg := cc.ikeConfig()
 		icfg.Log = d.log.With("connection", cc.Name)
 		icfg.OnChild = func(s *ike.IKESA, ch *ike.Child) { c.install(s, ch, false) }
+		icfg.Expect = func(spi uint32) { rt.expect(spi) } // rt.Gateway is set after the daemon is made
 		icfg.OnRekey = func(s *ike.IKESA, _, ch *ike.Child) {
 			c.stats.childRekeys.Add(1)
 			c.install(s, ch, true)
@@ -943,6 +944,7 @@ func (c *ikeConn) install(s *ike.IKESA, ch *ike.Child, ours bool) {
 		d.log.Error("negotiated CHILD_SA not put in force", "connection", c.cfg.Name, "in", fmt.Sprintf("%#x", in.SPI), "out", fmt.Sprintf("%#x", out.SPI), "err", err)
 		return
 	}
+	d.rt.releaseHeld(in.SPI)
 	now := time.Now()
 	cc := c.child(ch.Name)
 	ct := &childTrack{conn: c, cfg: cc, in: in, out: out, installed: now, owner: s}

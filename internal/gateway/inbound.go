@@ -49,12 +49,22 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 		}
 		s, miss := st.receiver(spi, sa.Arrival{Dst: p.Local, Src: p.Peer.Addr(), Encap: encap, SrcPort: p.Peer.Port()})
 		if s == nil {
+			if miss == sa.NoSA && g.hold(spi, p, encap) {
+				continue // for a CHILD_SA being negotiated (held.go)
+			}
 			g.drop(missReason(miss))
 			continue
 		}
 		p.SA = s
 	}
-	for i, p := range b.ptrs[:n] {
+	g.prepareOpen(b)
+	return nil
+}
+
+// prepareOpen checks each packet of b that has its SA against it before
+// any crypto, and queues its op for the engine.
+func (g *Gateway) prepareOpen(b *batch) {
+	for i, p := range b.ptrs[:b.n] {
 		s := p.SA
 		if s == nil {
 			continue
@@ -69,7 +79,6 @@ func (g *Gateway) readESP(b *batch, c Conn) error {
 		}
 		b.queue(i)
 	}
-	return nil
 }
 
 // missReason is what an inbound packet with no SA is counted as.

@@ -25,13 +25,17 @@ import (
 
 // Stats is a point-in-time copy of every counter of a gateway.
 type Stats struct {
-	TunIn   uint64            `json:"tun_in"`
-	TunOut  uint64            `json:"tun_out"`
-	WireIn  uint64            `json:"wire_in"`
-	WireOut uint64            `json:"wire_out"`
-	Drops   map[string]uint64 `json:"drops"` // gateway-level, by reason
-	SAs     []SAStats         `json:"sas"`
-	Engine  EngineStats       `json:"engine"`
+	TunIn   uint64 `json:"tun_in"`
+	TunOut  uint64 `json:"tun_out"`
+	WireIn  uint64 `json:"wire_in"`
+	WireOut uint64 `json:"wire_out"`
+	// Held are the inbound ESP packets kept for a CHILD_SA being
+	// negotiated, opened when it went in force (or counted unknown-spi
+	// when it did not in time).
+	Held   uint64            `json:"held"`
+	Drops  map[string]uint64 `json:"drops"` // gateway-level, by reason
+	SAs    []SAStats         `json:"sas"`
+	Engine EngineStats       `json:"engine"`
 	// Batches are the sizes of the batches the engine was handed.
 	Batches DirectionBatches `json:"batches"`
 	// Sockets are the outer sockets' own counts: NAT keepalives and
@@ -118,7 +122,7 @@ func (g *Gateway) Stats() Stats {
 	sas := g.SAs()
 	c := &g.counters
 	out := Stats{
-		TunIn: c.TunIn.Load(), TunOut: c.TunOut.Load(), WireIn: c.WireIn.Load(), WireOut: c.WireOut.Load(),
+		TunIn: c.TunIn.Load(), TunOut: c.TunOut.Load(), WireIn: c.WireIn.Load(), WireOut: c.WireOut.Load(), Held: g.held.held.Load(),
 		Drops:   map[string]uint64{},
 		Engine:  engineStats(g.engine),
 		PMTU:    PMTUStats{Updates: g.pmtu.Updates.Load(), Ignored: g.pmtu.Ignored.Load()},
@@ -282,7 +286,7 @@ var saLabels = []string{"spi", "direction", "local", "remote", "suite"}
 func labels(ls []string, more ...string) []string { return append(slices.Clip(ls), more...) }
 
 var (
-	descPackets = prometheus.NewDesc("espgw_packets_total", "Packets by place: tun_in, tun_out, wire_in, wire_out.", []string{"place"}, nil)
+	descPackets = prometheus.NewDesc("espgw_packets_total", "Packets by place: tun_in, tun_out, wire_in, wire_out, held (inbound ESP kept for a CHILD_SA being negotiated).", []string{"place"}, nil)
 	descDrops   = prometheus.NewDesc("espgw_drops_total", "Packets dropped by the gateway with no SA to blame, by reason.", []string{"reason"}, nil)
 	descPMTU    = prometheus.NewDesc("espgw_pmtu_reports_total", "ICMP reports about the outer path: updates lowered an SA's path MTU, ignored did not.", []string{"result"}, nil)
 
@@ -443,6 +447,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	counter(descPackets, s.TunOut, "tun_out")
 	counter(descPackets, s.WireIn, "wire_in")
 	counter(descPackets, s.WireOut, "wire_out")
+	counter(descPackets, s.Held, "held")
 	for r := Reason(0); r < NumReasons; r++ {
 		counter(descDrops, s.Drops[r.String()], r.String())
 	}

@@ -209,7 +209,7 @@ var (
 	impairCounters = []string{"matched", "lost", "burst_lost", "overflow", "oversize", "rewritten", "corrupted", "corrupted_bytes",
 		"truncated", "duplicated", "replayed", "replay_skipped", "reordered", "reorder_expired", "delayed",
 		"ce_marked", "too_big", "too_big_reported", "ike_matched", "ike_dropped", "ike_duplicated"}
-	gatewayCounters = []string{"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out", "drops", "last_seq",
+	gatewayCounters = []string{"sealed", "opened", "tun_in", "tun_out", "wire_in", "wire_out", "held", "drops", "last_seq",
 		"pmtu-updates", "pmtu-ignored", "path-mtu", "fragmented", "fragments-out", "reasm-oks", "reasm-fails", "reasm-timeout"}
 	stepMetrics = []string{"sent", "received", "delivered", "mismatched", "exact", "bytes", "bps", "retransmits",
 		"dscp", "ecn-not-ect", "ecn-ect1", "ecn-ect0", "ecn-ce", "ttl", "path-mtu", "too-big", "time-exceeded", "frag-needed", "reported-mtu", "ext-headers"}

@@ -254,7 +254,7 @@ func (r *runner) metrics(d snapshot, steps []StepResult) (Metrics, []Balance) {
 			m[p+"reasm-fails"] = float64(r.IPv4.Fails + r.IPv6.Fails)
 			m[p+"reasm-timeout"] = float64(r.IPv4.Timeout + r.IPv6.Timeout)
 		}
-		m[p+"wire_in"], m[p+"wire_out"] = float64(g.WireIn), float64(g.WireOut)
+		m[p+"wire_in"], m[p+"wire_out"], m[p+"held"] = float64(g.WireIn), float64(g.WireOut), float64(g.Held)
 	}
 	for _, k := range append(dropReasons(), "tun-queue", "sealed", "opened", "drops", "tun_in", "tun_out", "wire_in", "wire_out") {
 		m[k] = m["gw1."+k] + m["gw2."+k]
