@@ -105,8 +105,8 @@ type Config struct {
 	// peer may send with it as soon as it has answered (RFC 7296 §2.8),
 	// before this side has read the answer. Called without the lock.
 	Expect func(spi uint32)
-	Rand        io.Reader
-	Log         *slog.Logger
+	Rand   io.Reader
+	Log    *slog.Logger
 }
 
 // ChildConfig is one CHILD_SA of a connection: its name, the traffic
