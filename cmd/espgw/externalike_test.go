@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/lab/certgen"
 	"github.com/espgw/espgw/internal/lab/charonguest"
 	"github.com/espgw/espgw/internal/lab/kernelpeer"
 	"github.com/espgw/espgw/internal/lab/labtest"
@@ -62,10 +63,33 @@ func TestScenarioExternalIKE(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "psk"), []byte(psk+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Certificates for a connection without a PSK: a CA made here, gw1's
+	// and the appliance's, ECDSA P-256.
+	ca, err := certgen.NewCA(certgen.ECDSA256, "espgw external test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ name, id string }{{"gw1", "gw1-cert.example"}, {"appliance", "appliance-cert.example"}} {
+		is, err := ca.Issue(certgen.ECDSA256, c.id, []string{c.id}, certgen.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := certgen.WriteCerts(filepath.Join(dir, c.name+".pem"), is.Cert); err != nil {
+			t.Fatal(err)
+		}
+		if err := certgen.WriteKey(filepath.Join(dir, c.name+".key"), is.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := certgen.WriteCerts(filepath.Join(dir, "ca.pem"), ca.Cert); err != nil {
+		t.Fatal(err)
+	}
 	files, err := charonguest.Files(charonguest.Config{Dir: filepath.Join(dir, "charon"), LocalAddr: dutWAN.Addr(), RemoteAddr: gw1,
 		LocalID: "appliance.example", RemoteID: "gw1.example", PSK: psk,
 		LocalTS: []netip.Prefix{dutLAN.Masked()}, RemoteTS: []netip.Prefix{near},
-		Proposals: "aes128-sha256-x25519", ESPProposals: "aes128gcm16,aes128-sha256", Transport: true})
+		Proposals: "aes128-sha256-x25519", ESPProposals: "aes128gcm16,aes128-sha256", Transport: true,
+		Cert: &charonguest.Cert{LocalID: "appliance-cert.example", RemoteID: "gw1-cert.example", KeyType: "ecdsa",
+			Cert: filepath.Join(dir, "appliance.pem"), Key: filepath.Join(dir, "appliance.key"), CA: filepath.Join(dir, "ca.pem")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,6 +254,37 @@ expect:
 		"  gw2.opened: == gw1.sealed\n  gw1.opened: == gw2.sealed\n  gw2.drops: == 0\n", "")
 	body, _ := os.ReadFile(filepath.Join(scenarios, "4-ike-transport.yaml"))
 	os.WriteFile(filepath.Join(scenarios, "5-ike-transport-rekey.yaml"), []byte(transportRekey.Replace(string(body))), 0o644)
+	// Certificates, no PSK: gw1 authenticates with its own and checks the
+	// device's against the CA.
+	os.WriteFile(filepath.Join(scenarios, "6-ike-certs.yaml"), []byte(fmt.Sprintf(`peer: external
+external:
+  netns: %s
+  wan: {interface: %s, address: %s/24, dut: %s}
+  lan: {interface: %s, address: 203.0.113.10/24, dut: %s}
+  near: %s
+  counters: %q
+  ike:
+    local: {id: gw1-cert.example, auth: pubkey, certs: [../gw1.pem]}
+    remote: {id: appliance-cert.example, auth: pubkey, cacerts: [../ca.pem]}
+    secrets: {ecdsa-gw1: {file: ../gw1.key}}
+    proposals: aes128-sha256-x25519
+    esp_proposals: aes128gcm16
+name: appliance-ike-certs
+description: charon in the guest and gw1 authenticate with certificates
+traffic:
+  steps:
+    - name: sweep
+      ping: {sizes: [56, 1000], count: 3, interval: 5ms}
+    - name: up
+      udp: {packets: 200, rate: 1000, size: 400}
+expect:
+  delivered: == 1
+  gw1.drops: == 0
+  gw2.opened: == gw1.sealed
+  gw1.opened: == gw2.sealed
+  ike.failed: == 0
+  conservation: true
+`, home.Name(), wanIf, gw1, dutWAN.Addr(), lanIf, dutLAN.Addr(), near, counters)), 0o644)
 	daemon := "charon"
 	runs := func(files ...string) {
 		t.Helper()
@@ -237,7 +292,11 @@ expect:
 			judge(t, daemon, f, runExternalAs(t, "ikxs", bin, filepath.Join(scenarios, f)))
 		}
 	}
-	runs("1-ike.yaml", "2-ike-rekey.yaml", "4-ike-transport.yaml", "5-ike-transport-rekey.yaml")
+	runs("1-ike.yaml", "2-ike-rekey.yaml", "4-ike-transport.yaml", "5-ike-transport-rekey.yaml", "6-ike-certs.yaml")
+	// The certificate run authenticated gw1 by its certificate.
+	if log := charon.Log(ctx); !strings.Contains(log, "authentication of 'gw1-cert.example' with ECDSA") {
+		t.Errorf("charon's log has no signature authentication of gw1-cert.example")
+	}
 	// gw1 deleted its IKE SAs as each run ended: charon holds none, and
 	// the guest's kernel no SA.
 	if out, err := charon.Swanctl(ctx, "--list-sas"); err != nil || strings.Contains(out, "ESTABLISHED") {

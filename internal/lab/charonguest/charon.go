@@ -61,11 +61,30 @@ type Config struct {
 	Proposals, ESPProposals string
 	// RekeyTime is the CHILD_SA's rekey_time (0: swanctl's 1h).
 	RekeyTime time.Duration
+	// Cert, when set, adds a connection espgw-cert on which charon
+	// authenticates with a certificate and checks gw1's against a CA.
+	Cert *Cert
 	// Transport adds a second CHILD_SA, host, in transport mode between
 	// the two addresses (local_ts and remote_ts dynamic): charon gives it
 	// to a request whose selectors are the two hosts.
 	Transport bool
 }
+
+// Cert is the certificate connection: its identities (the device's is in
+// its certificate) and the PEM files of the device's certificate, its
+// private key (KeyType rsa or ecdsa) and the CA that issued gw1's.
+type Cert struct {
+	LocalID, RemoteID string
+	Cert, Key, CA     string
+	KeyType           string
+}
+
+// The guest paths of the certificate connection's files, in swanctl's
+// folders.
+const (
+	guestCert = "/etc/swanctl/x509/appliance.pem"
+	guestCA   = "/etc/swanctl/x509ca/ca.pem"
+)
 
 // Files writes charon's configuration into cfg.Dir and lists what the
 // guest needs, guest path → host path, for kernelpeer.Config.Files.
@@ -110,6 +129,10 @@ swanctl {
 	}
 	files := map[string]string{"/etc/strongswan.conf": filepath.Join(cfg.Dir, "strongswan.conf"),
 		"/etc/swanctl/swanctl.conf": filepath.Join(cfg.Dir, "swanctl.conf")}
+	if c := cfg.Cert; c != nil {
+		files[guestCert], files[guestCA] = c.Cert, c.CA
+		files["/etc/swanctl/"+c.KeyType+"/appliance.key"] = c.Key
+	}
 	// glibc opens libgcc_s by name when a thread is cancelled, which
 	// charon does as it stops its threads: ldd does not list it.
 	files[libgcc] = libgcc
@@ -151,6 +174,9 @@ func packageOf(what string) string {
 func (cfg Config) swanctl() (string, error) {
 	if !cfg.LocalAddr.IsValid() || !cfg.RemoteAddr.IsValid() || len(cfg.LocalTS) == 0 || len(cfg.RemoteTS) == 0 || cfg.PSK == "" {
 		return "", fmt.Errorf("charon in the guest: want both addresses, both traffic selectors and a pre-shared key")
+	}
+	if c := cfg.Cert; c != nil && (c.LocalID == "" || c.RemoteID == "" || c.Cert == "" || c.Key == "" || c.CA == "" || c.KeyType != "rsa" && c.KeyType != "ecdsa") {
+		return "", fmt.Errorf("charon in the guest: a certificate connection wants both identities, the certificate, its key (rsa or ecdsa) and the CA")
 	}
 	ids := []string{cfg.LocalID, cfg.RemoteID}
 	for i, a := range []netip.Addr{cfg.LocalAddr, cfg.RemoteAddr} {
@@ -208,7 +234,7 @@ func (cfg Config) swanctl() (string, error) {
 				start_action = none
 			}%s
 		}
-	}
+	}%s
 }
 secrets {
 	ike-espgw {
@@ -218,7 +244,46 @@ secrets {
 	}
 }
 `, cfg.LocalAddr, cfg.RemoteAddr, or(cfg.Proposals, "default"), ids[0], ids[1], list(cfg.LocalTS), list(cfg.RemoteTS),
-		or(cfg.ESPProposals, "default"), rekey, host, ids[0], ids[1], cfg.PSK), nil
+		or(cfg.ESPProposals, "default"), rekey, host, cfg.certConn(list(cfg.LocalTS), list(cfg.RemoteTS), or(cfg.ESPProposals, "default"), rekey), ids[0], ids[1], cfg.PSK), nil
+}
+
+// certConn is the certificate connection of swanctl.conf, or nothing.
+func (cfg Config) certConn(localTS, remoteTS, esp, rekey string) string {
+	c := cfg.Cert
+	if c == nil {
+		return ""
+	}
+	proposals := cfg.Proposals
+	if proposals == "" {
+		proposals = "default"
+	}
+	return fmt.Sprintf(`
+	espgw-cert {
+		version = 2
+		local_addrs = %s
+		remote_addrs = %s
+		proposals = %s
+		send_cert = always
+		local {
+			auth = pubkey
+			certs = %s
+			id = %s
+		}
+		remote {
+			auth = pubkey
+			cacerts = %s
+			id = %s
+		}
+		children {
+			net-cert {
+				local_ts = %s
+				remote_ts = %s
+				esp_proposals = %s
+				rekey_time = %s
+				start_action = none
+			}
+		}
+	}`, cfg.LocalAddr, cfg.RemoteAddr, proposals, guestCert, c.LocalID, guestCA, c.RemoteID, localTS, remoteTS, esp, rekey)
 }
 
 // Guest is charon running in a booted guest.

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"slices"
 	"syscall"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/espgw/espgw/ike"
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/internal/secret"
 	"github.com/espgw/espgw/internal/yamlwalk"
@@ -53,15 +55,31 @@ type ExternalIKE struct {
 	RekeyTime string `yaml:"rekey_time" json:"rekey_time,omitempty"`
 	// Timeout bounds the wait for the CHILD_SA (default 30s).
 	Timeout time.Duration `yaml:"timeout" json:"timeout,omitempty"`
+	// Secrets are gw1's private keys, named as the gateway's ike.secrets
+	// (private-NAME, ecdsa-NAME, rsa-NAME): with local.auth pubkey, the key
+	// of local.certs' certificate.
+	Secrets map[string]ExternalIKESecret `yaml:"secrets" json:"secrets,omitempty"`
 
 	pskPath           string
 	localTS, remoteTS []netip.Prefix
 	remoteAddrs       []netip.Addr
 }
 
-// ExternalIKEEnd is one side's identity.
+// ExternalIKEEnd is one side's identity and how it authenticates, as the
+// gateway's local: and remote: say it: auth psk (the default) or pubkey,
+// gw1's certificate files (local.certs) and the CAs of the device's
+// (remote.cacerts), relative to the scenario file.
 type ExternalIKEEnd struct {
-	ID string `yaml:"id" json:"id,omitempty"`
+	ID      string   `yaml:"id" json:"id,omitempty"`
+	Auth    string   `yaml:"auth" json:"auth,omitempty"`
+	Certs   []string `yaml:"certs" json:"certs,omitempty"`
+	CACerts []string `yaml:"cacerts" json:"cacerts,omitempty"`
+}
+
+// ExternalIKESecret is a private key of external.ike.secrets: a PEM file
+// (relative to the scenario file).
+type ExternalIKESecret struct {
+	File string `yaml:"file" json:"file"`
 }
 
 // externalIKEMetrics are the ike.* metrics of a run against a device
@@ -124,8 +142,12 @@ func (s *Scenario) validateExternalIKE(perr func(int, string, error) error) erro
 		if v, ok := os.LookupEnv(x.PSKEnv); !ok || v == "" {
 			return perr(at("psk_env"), "external.ike.psk_env", fmt.Errorf("the environment variable %s is not set or empty", secret.Quote(x.PSKEnv)))
 		}
+	case x.Local.Auth == "pubkey" && (x.Remote.Auth == "pubkey" || x.Remote.Auth == "" && len(x.Remote.CACerts) > 0):
 	default:
-		return perr(at(), "external.ike", errors.New("no pre-shared key: give psk_file or psk_env (the key the device is configured with)"))
+		return perr(at(), "external.ike", errors.New("no pre-shared key: give psk_file or psk_env (the key the device is configured with), or certificates (local: {auth: pubkey, certs}, remote: {auth: pubkey, cacerts}, secrets)"))
+	}
+	if err := x.resolveFiles(filepath.Dir(s.File), at, perr); err != nil {
+		return err
 	}
 	for _, p := range []struct {
 		field, text string
@@ -182,6 +204,54 @@ func (s *Scenario) validateExternalIKE(perr func(int, string, error) error) erro
 	}
 	s.SA.Suite, s.SA.Mode, s.SA.Encap = "ike", mode.String(), sa.EncapNone.String()
 	s.SA.mode = mode
+	// gw1 must take its connection: what the gateway refuses (a key that
+	// is not the certificate's, a file that is no certificate) is said
+	// now, not when gw1 restarts in the middle of the run.
+	section, err := x.gatewayIKE(e.wan.Addr(), "")
+	if err != nil {
+		return perr(at(), "external.ike", err)
+	}
+	conf := testbed.GatewayConfig{Local: e.wan.Addr(), TUN: "esp0", Extra: section}.String()
+	if _, err := gateway.ParseConfig("gw1.yaml", []byte(conf), sim.Engines{}); err != nil {
+		return perr(at(), "external.ike", fmt.Errorf("gw1's connection to the device (ike.connections.device) would be refused: %s", secret.Scrub(err.Error())))
+	}
+	return nil
+}
+
+// resolveFiles makes the certificate and key files absolute (gw1's
+// configuration lives elsewhere) and checks that each can be read.
+func (x *ExternalIKE) resolveFiles(dir string, at func(...string) int, perr func(int, string, error) error) error {
+	abs := func(f string) string {
+		if !filepath.IsAbs(f) {
+			f = filepath.Join(dir, f)
+		}
+		if a, err := filepath.Abs(f); err == nil {
+			return a
+		}
+		return f
+	}
+	check := func(files []string, path ...string) error {
+		for i, f := range files {
+			files[i] = abs(f)
+			if _, err := os.Stat(files[i]); err != nil {
+				return perr(at(path...), "external.ike."+strings.Join(path, "."), fmt.Errorf("%s: %w", secret.Quote(f), errors.Unwrap(err)))
+			}
+		}
+		return nil
+	}
+	if err := check(x.Local.Certs, "local", "certs"); err != nil {
+		return err
+	}
+	if err := check(x.Remote.CACerts, "remote", "cacerts"); err != nil {
+		return err
+	}
+	for name, sec := range x.Secrets {
+		files := []string{sec.File}
+		if err := check(files, "secrets", name); err != nil {
+			return err
+		}
+		x.Secrets[name] = ExternalIKESecret{File: files[0]}
+	}
 	return nil
 }
 
@@ -208,21 +278,44 @@ func (x *ExternalIKE) gatewayIKE(gw1 netip.Addr, capDir string) (string, error) 
 		remotes[i] = a.String()
 	}
 	conn := map[string]any{"local_addrs": []string{gw1.String()}, "remote_addrs": remotes, "children": map[string]any{"net": child}}
-	if x.Local.ID != "" {
-		conn["local"] = map[string]string{"id": x.Local.ID}
-	}
-	if x.Remote.ID != "" {
-		conn["remote"] = map[string]string{"id": x.Remote.ID}
+	for _, end := range []struct {
+		name string
+		e    ExternalIKEEnd
+	}{{"local", x.Local}, {"remote", x.Remote}} {
+		m := map[string]any{}
+		if end.e.ID != "" {
+			m["id"] = end.e.ID
+		}
+		if end.e.Auth != "" {
+			m["auth"] = end.e.Auth
+		}
+		if len(end.e.Certs) > 0 {
+			m["certs"] = end.e.Certs
+		}
+		if len(end.e.CACerts) > 0 {
+			m["cacerts"] = end.e.CACerts
+		}
+		if len(m) > 0 {
+			conn[end.name] = m
+		}
 	}
 	if x.Proposals != "" {
 		conn["proposals"] = x.Proposals
 	}
-	if x.pskPath != "" {
+	switch {
+	case x.pskPath != "":
 		conn["psk_file"] = x.pskPath
-	} else {
+	case x.PSKEnv != "":
 		conn["psk_env"] = x.PSKEnv
 	}
 	sec := map[string]any{"connections": map[string]any{"device": conn}}
+	if len(x.Secrets) > 0 {
+		secrets := map[string]any{}
+		for name, k := range x.Secrets {
+			secrets[name] = map[string]string{"file": k.File}
+		}
+		sec["secrets"] = secrets
+	}
 	if capDir != "" {
 		sec["decryption_table"] = filepath.Join(capDir, "ikev2_decryption_table")
 		sec["esp_sa_file"] = filepath.Join(capDir, "esp_sa")

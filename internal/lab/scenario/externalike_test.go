@@ -10,6 +10,7 @@ import (
 
 	"github.com/espgw/espgw/ike"
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/lab/certgen"
 	"github.com/espgw/espgw/internal/lab/sim"
 	"github.com/espgw/espgw/internal/lab/testbed"
 )
@@ -181,6 +182,68 @@ func TestExternalIKETransport(t *testing.T) {
 			t.Fatalf("%q is not in the document", c.from)
 		}
 		if _, err := Parse(file, []byte(doc)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q → %q: %v, want %q", c.from, c.to, err, c.want)
+		}
+	}
+}
+
+// external.ike with certificates instead of a PSK: the files resolved
+// beside the scenario, gw1's section taken by the gateway; a missing
+// file, no PSK without certificates and a key that is not the
+// certificate's are refused at load.
+func TestExternalIKECertificates(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA(certgen.ECDSA256, "test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gw1", "other"} {
+		is, err := ca.Issue(certgen.ECDSA256, "gw1.example", []string{"gw1.example"}, certgen.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := certgen.WriteCerts(filepath.Join(dir, name+".pem"), is.Cert); err != nil {
+			t.Fatal(err)
+		}
+		if err := certgen.WriteKey(filepath.Join(dir, name+".key"), is.Key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := certgen.WriteCerts(filepath.Join(dir, "ca.pem"), ca.Cert); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "ike.yaml")
+	doc := strings.NewReplacer("    local: {id: gw1.example}\n", "    local: {id: gw1.example, auth: pubkey, certs: [gw1.pem]}\n",
+		"    remote: {id: appliance.example}\n", "    remote: {id: appliance.example, auth: pubkey, cacerts: [ca.pem]}\n",
+		"    psk_file: psk\n", "    secrets: {ecdsa-gw1: {file: gw1.key}}\n").Replace(ikeDoc)
+	scs, err := Parse(file, []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := scs[0].External.IKE
+	section, err := x.gatewayIKE(netip.MustParseAddr("198.51.100.1"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := testbed.GatewayConfig{Local: netip.MustParseAddr("198.51.100.1"), TUN: "esp0", Extra: section}.String()
+	c, err := gateway.ParseConfig(filepath.Join(t.TempDir(), "gw1.yaml"), []byte(conf), sim.Engines{})
+	if err != nil {
+		t.Fatalf("gw1's config:\n%s\n%v", conf, err)
+	}
+	if conn := c.IKE.Connections[0]; conn.LocalAuth != "pubkey" || len(conn.Certs) != 1 || conn.Key == nil || len(conn.CAs) != 1 || len(conn.PSK) != 0 {
+		t.Errorf("gw1's connection: auth %s, %d certificates, key %v, %d CAs, PSK %d bytes", conn.LocalAuth, len(conn.Certs), conn.Key != nil, len(conn.CAs), len(conn.PSK))
+	}
+	for _, c := range []struct{ from, to, want string }{
+		{"certs: [gw1.pem]", "certs: [nosuch.pem]", `external.ike.local.certs: "nosuch.pem": no such file`},
+		{"cacerts: [ca.pem]", "cacerts: [nosuch.pem]", `external.ike.remote.cacerts: "nosuch.pem": no such file`},
+		{"auth: pubkey, certs: [gw1.pem]", "certs: [gw1.pem]", "external.ike: no pre-shared key"},
+		{"file: gw1.key", "file: other.key", "gw1's connection to the device (ike.connections.device) would be refused"},
+	} {
+		bad := strings.Replace(doc, c.from, c.to, 1)
+		if bad == doc {
+			t.Fatalf("%q is not in the document", c.from)
+		}
+		if _, err := Parse(file, []byte(bad)); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q → %q: %v, want %q", c.from, c.to, err, c.want)
 		}
 	}
