@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"strings"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
