@@ -318,12 +318,13 @@ func (d *ikeDaemon) close() {
 	}
 }
 
-// nonESP takes an IKE message that arrived on a port-4500 socket.
-func (d *ikeDaemon) nonESP(v6 bool) func([]byte, netip.AddrPort) {
-	return func(data []byte, from netip.AddrPort) {
-		var local netip.Addr
+// nonESP takes an IKE message that arrived on a port-4500 socket, at
+// the address it was sent to (else the first connection's of the family).
+func (d *ikeDaemon) nonESP(v6 bool) func([]byte, netip.AddrPort, netip.Addr) {
+	return func(data []byte, from netip.AddrPort, to netip.Addr) {
+		local := to
 		for _, c := range d.conns {
-			if c.local.Is6() == v6 {
+			if !local.IsValid() && c.local.Is6() == v6 {
 				local = c.local
 				break
 			}
@@ -349,7 +350,7 @@ func (d *ikeDaemon) send(dg ike.Datagram) error {
 		if w == nil {
 			return fmt.Errorf("send IKE message to %s: no port-4500 socket", dg.Remote)
 		}
-		return w.SendNonESP(dg.Data, dg.Remote)
+		return w.SendNonESP(dg.Data, dg.Local.Addr(), dg.Remote)
 	}
 	u := d.sockets[dg.Local.Addr()]
 	if u == nil {

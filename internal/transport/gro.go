@@ -107,7 +107,7 @@ func (c *Conn) drainGRO(pkts []*esp.Packet) int {
 		}
 		seg := d.data[:min(d.seg, len(d.data))]
 		d.data = d.data[len(seg):]
-		_, n, ok := c.classify(seg, d.peer)
+		_, n, ok := c.classify(seg, d.peer, func() netip.Addr { return d.dst })
 		if !ok {
 			continue
 		}

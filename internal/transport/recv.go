@@ -130,13 +130,14 @@ func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 		p := pkts[i]
 		d := p.Buf[p.Off : p.Off+int(h.Len)]
 		peer := c.peer(&r.names[i])
-		hdr, n, ok := c.classify(d, peer)
+		oob := r.oobs[i][:h.Hdr.Controllen]
+		hdr, n, ok := c.classify(d, peer, func() netip.Addr { return c.dst(d, oob) })
 		if !ok {
 			continue
 		}
 		pkts[out], pkts[i] = pkts[i], pkts[out]
-		p.TOS = c.tos(d, r.oobs[i][:h.Hdr.Controllen])
-		p.Local = c.dst(d, r.oobs[i][:h.Hdr.Controllen])
+		p.TOS = c.tos(d, oob)
+		p.Local = c.dst(d, oob)
 		p.Off, p.Len, p.HdrLen = p.Off+hdr, n, hdr
 		p.Peer = peer
 		if c.v6 && c.kind == RawESP {
@@ -153,8 +154,8 @@ func (c *Conn) keepESP(pkts []*esp.Packet, got int) int {
 
 // classify finds the ESP packet inside datagram d: the length of the IP
 // header in front of it (raw IPv4) and its own length, or it counts why
-// there is none.
-func (c *Conn) classify(d []byte, peer netip.AddrPort) (hdr, n int, ok bool) {
+// there is none. dst is the address d was sent to, for an IKE message.
+func (c *Conn) classify(d []byte, peer netip.AddrPort, dst func() netip.Addr) (hdr, n int, ok bool) {
 	if c.kind == RawESP && !c.v6 {
 		// IPv4 raw sockets deliver the IP header; IPv6 ones do not.
 		var ok bool
@@ -172,7 +173,7 @@ func (c *Conn) classify(d []byte, peer netip.AddrPort) (hdr, n int, ok bool) {
 		if len(d) >= 4 && [4]byte(d[:4]) == esp0 {
 			c.stats.nonESP.Add(1)
 			if c.nonESP != nil {
-				c.nonESP(d[4:], netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port()))
+				c.nonESP(d[4:], netip.AddrPortFrom(peer.Addr().Unmap(), peer.Port()), dst().Unmap())
 			}
 			return 0, 0, false
 		}

@@ -281,8 +281,10 @@ func (c *Conn) SendKeepalive(peer netip.AddrPort) error {
 }
 
 // SendNonESP sends data (an IKE message) to peer behind the RFC 3948
-// non-ESP marker, from this UDP socket (UDP only).
-func (c *Conn) SendNonESP(data []byte, peer netip.AddrPort) error {
+// non-ESP marker, from this UDP socket (UDP only): from the address from
+// when it is valid and the socket is bound to all addresses, where the
+// message it answers arrived.
+func (c *Conn) SendNonESP(data []byte, from netip.Addr, peer netip.AddrPort) error {
 	if c.kind != UDPEncap {
 		return fmt.Errorf("send IKE message to %s: %s transport has no non-ESP marker", peer, c.kind)
 	}
@@ -290,7 +292,19 @@ func (c *Conn) SendNonESP(data []byte, peer netip.AddrPort) error {
 		return fmt.Errorf("send IKE message from %s: bad peer %s", c.local, peer)
 	}
 	b := append(make([]byte, 4, 4+len(data)), data...)
-	if _, err := c.pc.WriteTo(b, net.UDPAddrFromAddrPort(peer)); err != nil {
+	var oob []byte
+	if from.IsValid() && c.local.Addr().IsUnspecified() {
+		if c.v6 {
+			oob = unix.PktInfo6(&unix.Inet6Pktinfo{Addr: from.As16()})
+		} else {
+			oob = unix.PktInfo4(&unix.Inet4Pktinfo{Spec_dst: from.Unmap().As4()})
+		}
+	}
+	u, ok := c.pc.(*net.UDPConn)
+	if !ok {
+		return fmt.Errorf("send IKE message to %s: not a UDP socket", peer)
+	}
+	if _, _, err := u.WriteMsgUDPAddrPort(b, oob, peer); err != nil {
 		c.stats.sendErrors.Add(1)
 		return fmt.Errorf("send IKE message to %s: %w", peer, err)
 	}

@@ -116,7 +116,7 @@ type Config struct {
 	// NonESP, when set on a UDP transport, is given every datagram with
 	// the RFC 3948 non-ESP marker (IKE on port 4500), without the marker,
 	// and its source; data is valid only during the call.
-	NonESP func(data []byte, from netip.AddrPort)
+	NonESP func(data []byte, from netip.AddrPort, to netip.Addr)
 }
 
 // Stats are a Conn's counters since Open.
@@ -171,7 +171,7 @@ type Conn struct {
 	rcvBuf, sndBuf int
 
 	gso, gro atomic.Bool
-	nonESP   func(data []byte, from netip.AddrPort)
+	nonESP   func(data []byte, from netip.AddrPort, to netip.Addr)
 
 	sendMu  sync.Mutex
 	send    sendState

@@ -249,7 +249,7 @@ func TestUDPNonESP(t *testing.T) {
 				var ike []string
 				var froms []netip.Addr
 				b, err := Open(Config{Kind: UDPEncap, Local: netip.AddrPortFrom(fam.remote(p), 0), Namespace: p.b.Handle(), GRO: gro,
-					NonESP: func(d []byte, from netip.AddrPort) {
+					NonESP: func(d []byte, from netip.AddrPort, _ netip.Addr) {
 						mu.Lock()
 						defer mu.Unlock()
 						ike, froms = append(ike, string(d)), append(froms, from.Addr())
@@ -262,7 +262,7 @@ func TestUDPNonESP(t *testing.T) {
 				if err := a.SendKeepalive(to); err != nil {
 					t.Fatal(err)
 				}
-				if err := a.SendNonESP([]byte("IKE_AUTH..."), to); err != nil {
+				if err := a.SendNonESP([]byte("IKE_AUTH..."), netip.Addr{}, to); err != nil {
 					t.Fatal(err)
 				}
 				// IKE behind the non-ESP marker, and a 3-byte runt, from another socket.
@@ -699,5 +699,73 @@ func TestSendFromLocalOnWildcard(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// On a socket bound to all addresses, an IKE message behind the non-ESP
+// marker is handed over with the address it was sent to, and the answer
+// leaves from that address, not the one the kernel's route prefers: a
+// gateway with two addresses of a family answers each peer from the one
+// it spoke to.
+func TestNonESPOnWildcard(t *testing.T) {
+	p := newPair(t)
+	second := map[string]netip.Addr{"ipv4": netip.MustParseAddr("198.51.100.12"), "ipv6": netip.MustParseAddr("2001:db8:1::12")}
+	for _, pf := range []string{"198.51.100.12/24", "2001:db8:1::12/64"} {
+		if err := p.b.AddAddr("veth0", netip.MustParsePrefix(pf)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, fam := range families {
+		t.Run(fam.name, func(t *testing.T) {
+			any := netip.IPv4Unspecified()
+			if fam.name == "ipv6" {
+				any = netip.IPv6Unspecified()
+			}
+			type msg struct {
+				from netip.AddrPort
+				to   netip.Addr
+			}
+			got := make(chan msg, 4)
+			b, err := Open(Config{Kind: UDPEncap, Local: netip.AddrPortFrom(any, 0), Namespace: p.b.Handle(),
+				NonESP: func(_ []byte, from netip.AddrPort, to netip.Addr) { got <- msg{from, to} }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			var u *net.UDPConn
+			if err := p.a.Do(func() (err error) {
+				u, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(fam.local(p), 0)))
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			defer u.Close()
+			to := netip.AddrPortFrom(second[fam.name], b.LocalAddr().Port())
+			if _, err := u.WriteToUDPAddrPort(append([]byte{0, 0, 0, 0}, "IKE_SA_INIT..."...), to); err != nil {
+				t.Fatal(err)
+			}
+			// An ESP packet after it, so that the receive returns.
+			a := open(t, p.a, UDPEncap, fam.local(p), false)
+			if _, err := a.Send([]*esp.Packet{out(espPacket(0x2002, 1, 64), to)}); err != nil {
+				t.Fatal(err)
+			}
+			receiveN(t, b, 1)
+			m := <-got
+			if m.to != second[fam.name] {
+				t.Fatalf("the IKE message arrived at %v, want %s", m.to, second[fam.name])
+			}
+			if err := b.SendNonESP([]byte("answer"), m.to, m.from); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, 64)
+			u.SetReadDeadline(time.Now().Add(5 * time.Second))
+			n, from, err := u.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if from.Addr().Unmap() != second[fam.name] || string(buf[4:n]) != "answer" {
+				t.Errorf("the answer %q came from %s, want from %s", buf[4:n], from, second[fam.name])
+			}
+		})
 	}
 }
