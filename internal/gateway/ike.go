@@ -159,7 +159,7 @@ func (c *ikeConn) child(name string) *IKEChild {
 // ikeConnCounters are a connection's own counts, beside its endpoint's.
 type ikeConnCounters struct {
 	initiated, established, failed atomic.Uint64
-	childRekeys, ikeRekeys         atomic.Uint64
+	childRekeys                    atomic.Uint64
 	dpdFailures, expired           atomic.Uint64
 	installFailures                atomic.Uint64
 	childrenCreated                atomic.Uint64
@@ -831,9 +831,6 @@ func (c *ikeConn) rekeyIKE(ctx context.Context, s *ike.IKESA, t *saTrack) {
 	} else if err != nil {
 		c.d.log.Warn("IKE SA rekey", "connection", c.cfg.Name, "err", err)
 	}
-	if n != nil {
-		c.stats.ikeRekeys.Add(1)
-	}
 	c.reconcile()
 }
 
@@ -1327,7 +1324,8 @@ type IKEConnStats struct {
 	// Initiated, Established and Failed count initiations and IKE SAs;
 	// ChildRekeys the CHILD_SA rekeys this side made, counted when the
 	// new CHILD_SA goes in force (a collision's survivor only), IKERekeys
-	// the IKE SA rekeys this side made; DPDFailures
+	// the IKE SA rekeys this side made, counted when the new IKE SA is
+	// up (before the old one's Delete); DPDFailures
 	// the peers found gone; Expired the CHILD_SAs that reached life_time.
 	Initiated       uint64 `json:"initiated"`
 	Established     uint64 `json:"established"`
@@ -1406,7 +1404,7 @@ func (d *ikeDaemon) stats() *IKEStats {
 	st.UnknownPeer = d.unknownPeer
 	for i, c := range d.conns {
 		cs := IKEConnStats{Name: c.cfg.Name, HalfOpen: halfOpen[i], Initiated: c.stats.initiated.Load(), Established: c.stats.established.Load(),
-			Failed: c.stats.failed.Load(), ChildRekeys: c.stats.childRekeys.Load(), IKERekeys: c.stats.ikeRekeys.Load(),
+			Failed: c.stats.failed.Load(), ChildRekeys: c.stats.childRekeys.Load(), IKERekeys: events[i]["IKE SA rekeyed"],
 			DPDFailures: c.stats.dpdFailures.Load(), Expired: c.stats.expired.Load(), InstallFailures: c.stats.installFailures.Load(),
 			RedundantChildSAs: c.stats.redundant.Load(), ChildrenCreated: c.stats.childrenCreated.Load(), Acquires: c.stats.acquires.Load(), Events: events[i]}
 		for _, v := range views[i] {
