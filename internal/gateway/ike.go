@@ -597,31 +597,58 @@ func (d *ikeDaemon) tick(ctx context.Context, now time.Time, full bool) {
 	}
 }
 
+// saDue is what an idle IKE SA's timers say to do now.
+type saDue int
+
+const (
+	saWait  saDue = iota
+	saRekey       // rekey_time
+	saCheck       // dpd_delay
+)
+
+// saDue is what the idle IKE SA t is due for at now. An IKE SA or
+// CHILD_SA rekey that is due (childRekeyDue: one of its CHILD_SAs') goes
+// before a liveness check on the IKE SA, whose answer proves the peer
+// alive as well: checks due every dpd_delay, each retransmitted on a lossy
+// path, would otherwise keep the IKE SA busy past the rekey.
+func (c *ikeConn) saDue(now time.Time, t *saTrack, childRekeyDue bool) saDue {
+	switch {
+	case c.cfg.RekeyTime > 0 && !now.Before(t.rekeyAt):
+		return saRekey
+	case c.cfg.DPDDelay > 0 && now.Sub(t.lastCheck) >= c.cfg.DPDDelay && !childRekeyDue:
+		return saCheck
+	}
+	return saWait
+}
+
+// childRekeysDue are the IKE SAs one of whose idle CHILD_SAs is due for
+// its rekey at now; d.mu is held.
+func (c *ikeConn) childRekeysDue(now time.Time) map[*ike.IKESA]bool {
+	var due map[*ike.IKESA]bool
+	for _, ct := range c.children {
+		if !ct.busy && !ct.redundant && ct.rekeyAt.After(ct.installed) && !now.Before(ct.rekeyAt) {
+			if due == nil {
+				due = map[*ike.IKESA]bool{}
+			}
+			due[ct.owner] = true
+		}
+	}
+	return due
+}
+
 // tick runs what the connection's timers say is due, and has the daemon
 // wake for the next; d.mu is held.
 func (c *ikeConn) tick(ctx context.Context, now time.Time) {
-	// An IKE SA or CHILD_SA rekey that is due goes before a liveness
-	// check on the IKE SA (its answer proves the peer alive as well): checks due
-	// every dpd_delay, each retransmitted on a lossy path, would
-	// otherwise keep the IKE SA busy past the rekey.
-	var rekeyDue map[*ike.IKESA]bool
-	for _, ct := range c.children {
-		if !ct.busy && !ct.redundant && ct.rekeyAt.After(ct.installed) && !now.Before(ct.rekeyAt) {
-			if rekeyDue == nil {
-				rekeyDue = map[*ike.IKESA]bool{}
-			}
-			rekeyDue[ct.owner] = true
-		}
-	}
+	rekeyDue := c.childRekeysDue(now)
 	for s, t := range c.sas {
 		if t.busy {
 			continue
 		}
-		switch {
-		case c.cfg.RekeyTime > 0 && !now.Before(t.rekeyAt):
+		switch c.saDue(now, t, rekeyDue[s]) {
+		case saRekey:
 			t.busy = true
 			go c.rekeyIKE(ctx, s, t)
-		case c.cfg.DPDDelay > 0 && now.Sub(t.lastCheck) >= c.cfg.DPDDelay && !rekeyDue[s]:
+		case saCheck:
 			t.busy = true
 			go c.check(ctx, s, t)
 		default:

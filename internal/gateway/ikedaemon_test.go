@@ -92,3 +92,45 @@ func TestTakeDue(t *testing.T) {
 		t.Errorf("a connection taken from the heap and woken again is not due: %d due", len(got))
 	}
 }
+
+// TestRekeyBeforeCheck: what an idle IKE SA is due for — its own rekey
+// first, then a liveness check, unless one of its CHILD_SAs is due for a
+// rekey (that exchange goes first and proves the peer alive); a busy or
+// redundant CHILD_SA, or one of another IKE SA, holds no check back.
+func TestRekeyBeforeCheck(t *testing.T) {
+	now := time.Now()
+	s, other := &ike.IKESA{}, &ike.IKESA{}
+	installed := now.Add(-time.Minute)
+	childDue := &childTrack{owner: s, installed: installed, rekeyAt: now.Add(-time.Second)}
+	for _, tc := range []struct {
+		name       string
+		ikeRekeyAt time.Time
+		lastCheck  time.Time
+		children   []*childTrack
+		want       saDue
+	}{
+		{"nothing due", now.Add(time.Hour), now, nil, saWait},
+		{"check due", now.Add(time.Hour), now.Add(-11 * time.Second), nil, saCheck},
+		{"IKE SA rekey and check due", now.Add(-time.Second), now.Add(-11 * time.Second), nil, saRekey},
+		{"CHILD_SA rekey and check due", now.Add(time.Hour), now.Add(-11 * time.Second), []*childTrack{childDue}, saWait},
+		{"CHILD_SA rekey not yet due", now.Add(time.Hour), now.Add(-11 * time.Second),
+			[]*childTrack{{owner: s, installed: installed, rekeyAt: now.Add(time.Second)}}, saCheck},
+		{"CHILD_SA being rekeyed", now.Add(time.Hour), now.Add(-11 * time.Second),
+			[]*childTrack{{owner: s, installed: installed, rekeyAt: now.Add(-time.Second), busy: true}}, saCheck},
+		{"redundant CHILD_SA", now.Add(time.Hour), now.Add(-11 * time.Second),
+			[]*childTrack{{owner: s, installed: installed, rekeyAt: now.Add(-time.Second), redundant: true}}, saCheck},
+		{"another IKE SA's CHILD_SA", now.Add(time.Hour), now.Add(-11 * time.Second),
+			[]*childTrack{{owner: other, installed: installed, rekeyAt: now.Add(-time.Second)}}, saCheck},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &ikeConn{cfg: &IKEConnection{RekeyTime: time.Hour, DPDDelay: 10 * time.Second}, children: map[*ike.Child]*childTrack{}}
+			for _, ct := range tc.children {
+				c.children[&ike.Child{}] = ct
+			}
+			got := c.saDue(now, &saTrack{rekeyAt: tc.ikeRekeyAt, lastCheck: tc.lastCheck}, c.childRekeysDue(now)[s])
+			if got != tc.want {
+				t.Errorf("due %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
