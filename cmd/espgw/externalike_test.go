@@ -215,19 +215,9 @@ expect:
 `), 0o644)
 	// Transport mode: gw1 asks for it (USE_TRANSPORT_MODE) with the two
 	// hosts' addresses as selectors, and pings the device itself.
-	os.WriteFile(filepath.Join(scenarios, "4-ike-transport.yaml"), []byte(fmt.Sprintf(`peer: external
-external:
-  netns: %s
-  wan: {interface: %s, address: %s/24, dut: %s}
-  counters: %q
-  ike:
-    local: {id: gw1.example}
-    remote: {id: appliance.example}
-    psk_file: ../psk
-    proposals: aes128-sha256-x25519
-    esp_proposals: aes128gcm16
-    mode: transport
-name: appliance-ike-transport
+	lanLines := fmt.Sprintf("  lan: {interface: %s, address: 203.0.113.10/24, dut: %s}\n  near: %s\n", lanIf, dutLAN.Addr(), near)
+	transportHead := strings.NewReplacer(lanLines, "", "    rekey_time: 1h\n", "    mode: transport\n").Replace(head("1h"))
+	os.WriteFile(filepath.Join(scenarios, "4-ike-transport.yaml"), []byte(transportHead+`name: appliance-ike-transport
 description: the device's IKE daemon gives gw1 a transport-mode CHILD_SA; gw1 pings the device itself
 traffic:
   steps:
@@ -243,7 +233,7 @@ expect:
   gw2.drops: == 0
   ike.failed: == 0
   conservation: true
-`, home.Name(), wanIf, gw1, dutWAN.Addr(), counters)), 0o644)
+`), 0o644)
 	// gw1 rekeys the transport-mode CHILD_SA during the pings: the new
 	// one is asked for in transport mode too, and no echo is lost.
 	transportRekey := strings.NewReplacer("name: appliance-ike-transport\n", "name: appliance-ike-transport-rekey\n",
@@ -256,20 +246,10 @@ expect:
 	os.WriteFile(filepath.Join(scenarios, "5-ike-transport-rekey.yaml"), []byte(transportRekey.Replace(string(body))), 0o644)
 	// Certificates, no PSK: gw1 authenticates with its own and checks the
 	// device's against the CA.
-	os.WriteFile(filepath.Join(scenarios, "6-ike-certs.yaml"), []byte(fmt.Sprintf(`peer: external
-external:
-  netns: %s
-  wan: {interface: %s, address: %s/24, dut: %s}
-  lan: {interface: %s, address: 203.0.113.10/24, dut: %s}
-  near: %s
-  counters: %q
-  ike:
-    local: {id: gw1-cert.example, auth: pubkey, certs: [../gw1.pem]}
-    remote: {id: appliance-cert.example, auth: pubkey, cacerts: [../ca.pem]}
-    secrets: {ecdsa-gw1: {file: ../gw1.key}}
-    proposals: aes128-sha256-x25519
-    esp_proposals: aes128gcm16
-name: appliance-ike-certs
+	certHead := strings.NewReplacer("    local: {id: gw1.example}\n", "    local: {id: gw1-cert.example, auth: pubkey, certs: [../gw1.pem]}\n",
+		"    remote: {id: appliance.example}\n", "    remote: {id: appliance-cert.example, auth: pubkey, cacerts: [../ca.pem]}\n",
+		"    psk_file: ../psk\n", "    secrets: {ecdsa-gw1: {file: ../gw1.key}}\n").Replace(head("1h"))
+	os.WriteFile(filepath.Join(scenarios, "6-ike-certs.yaml"), []byte(certHead+`name: appliance-ike-certs
 description: charon in the guest and gw1 authenticate with certificates
 traffic:
   steps:
@@ -284,7 +264,7 @@ expect:
   gw1.opened: == gw2.sealed
   ike.failed: == 0
   conservation: true
-`, home.Name(), wanIf, gw1, dutWAN.Addr(), lanIf, dutLAN.Addr(), near, counters)), 0o644)
+`), 0o644)
 	daemon := "charon"
 	runs := func(files ...string) {
 		t.Helper()

@@ -122,22 +122,28 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	if err := checkLink(link{"wan", e.WAN, &e.wan, &e.wanDUT}); err != nil {
 		return err
 	}
+	// lanSide checks lan: and near:, which a tunnel needs and transport
+	// mode (gw1 and the device alone) refuses.
+	lanSide := func(transport bool) error {
+		if transport {
+			return s.noLAN(perr)
+		}
+		if err := checkLink(link{"lan", e.LAN, &e.lan, &e.lanDUT}); err != nil {
+			return err
+		}
+		var err error
+		if e.near, err = netip.ParsePrefix(e.Near); err != nil || !e.near.Addr().Is4() || e.near.Bits() > 28 {
+			return perr(at("near"), "external.near", fmt.Errorf("%s: want the IPv4 network behind gw1 (at most /28), e.g. 192.0.2.0/24", secret.Quote(e.Near)))
+		}
+		e.near = e.near.Masked()
+		return nil
+	}
 	if e.IKE != nil {
 		if m := e.IKE.Mode; m != "" && m != "tunnel" && m != "transport" {
 			return perr(lineOf(s.root, "external", "ike", "mode"), "external.ike.mode", fmt.Errorf("%s: want tunnel or transport", secret.Word(m, "tunnel", "transport")))
 		}
-		if e.IKE.Mode == "transport" {
-			if err := s.noLAN(perr); err != nil {
-				return err
-			}
-		} else {
-			if err := checkLink(link{"lan", e.LAN, &e.lan, &e.lanDUT}); err != nil {
-				return err
-			}
-			if e.near, err = netip.ParsePrefix(e.Near); err != nil || !e.near.Addr().Is4() || e.near.Bits() > 28 {
-				return perr(at("near"), "external.near", fmt.Errorf("%s: want the IPv4 network behind gw1 (at most /28), e.g. 192.0.2.0/24", secret.Quote(e.Near)))
-			}
-			e.near = e.near.Masked()
+		if err := lanSide(e.IKE.Mode == "transport"); err != nil {
+			return err
 		}
 		if err := s.validateExternalIKE(perr); err != nil {
 			return err
@@ -170,18 +176,8 @@ func (s *Scenario) validateExternal(perr func(int, string, error) error) error {
 	if e.out.Mode != e.in.Mode {
 		return perr(at("sa-file"), "external.sa-file", fmt.Errorf("SA %#x is %s mode, SA %#x %s mode: want both in one mode", e.out.SPI, e.out.Mode, e.in.SPI, e.in.Mode))
 	}
-	if e.out.Mode == sa.Transport {
-		if err := s.noLAN(perr); err != nil {
-			return err
-		}
-	} else {
-		if err := checkLink(link{"lan", e.LAN, &e.lan, &e.lanDUT}); err != nil {
-			return err
-		}
-		if e.near, err = netip.ParsePrefix(e.Near); err != nil || !e.near.Addr().Is4() || e.near.Bits() > 28 {
-			return perr(at("near"), "external.near", fmt.Errorf("%s: want the IPv4 network behind gw1 (at most /28), e.g. 192.0.2.0/24", secret.Quote(e.Near)))
-		}
-		e.near = e.near.Masked()
+	if err := lanSide(e.out.Mode == sa.Transport); err != nil {
+		return err
 	}
 	// What `scenario list` and the progress lines show.
 	s.SA.Suite, s.SA.Mode, s.SA.Encap = e.out.Suite.String(), e.out.Mode.String(), e.out.Encap.String()

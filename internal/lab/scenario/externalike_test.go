@@ -57,15 +57,7 @@ func TestExternalIKE(t *testing.T) {
 	if s.SA.Mode != "tunnel" || s.SA.Suite != "ike" || x.pskPath != filepath.Join(dir, "psk") {
 		t.Errorf("mode %q suite %q psk %q", s.SA.Mode, s.SA.Suite, x.pskPath)
 	}
-	section, err := x.gatewayIKE(netip.MustParseAddr("198.51.100.1"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := testbed.GatewayConfig{Local: netip.MustParseAddr("198.51.100.1"), TUN: "esp0", Extra: section}.String()
-	c, err := gateway.ParseConfig(filepath.Join(dir, "gw1.yaml"), []byte(conf), sim.Engines{})
-	if err != nil {
-		t.Fatalf("gw1's config:\n%s\n%v", conf, err)
-	}
+	c := gw1Config(t, x)
 	conn := c.IKE.Connections[0]
 	gw1ID, _ := ike.ParseIdentity("gw1.example")
 	ch := conn.Children[0]
@@ -159,17 +151,9 @@ func TestExternalIKETransport(t *testing.T) {
 	if st := s.Traffic.Steps[0].Ping; st.From != "gw1" || st.To != "gw2" {
 		t.Errorf("the ping goes from %s to %s, want gw1 to gw2 (the device)", st.From, st.To)
 	}
-	section, err := x.gatewayIKE(netip.MustParseAddr("198.51.100.1"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := testbed.GatewayConfig{Local: netip.MustParseAddr("198.51.100.1"), TUN: "esp0", Extra: section}.String()
-	c, err := gateway.ParseConfig(filepath.Join(dir, "gw1.yaml"), []byte(conf), sim.Engines{})
-	if err != nil {
-		t.Fatalf("gw1's config:\n%s\n%v", conf, err)
-	}
+	c := gw1Config(t, x)
 	if ch := c.IKE.Connections[0].Children[0]; !ch.Transport {
-		t.Errorf("gw1's child is not transport mode:\n%s", conf)
+		t.Errorf("gw1's child is not transport mode: %+v", ch)
 	}
 	for _, c := range []struct{ from, to, want string }{
 		{"    mode: transport\n", "    mode: beet\n", `external.ike.mode: "beet": want tunnel or transport`},
@@ -221,15 +205,7 @@ func TestExternalIKECertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := scs[0].External.IKE
-	section, err := x.gatewayIKE(netip.MustParseAddr("198.51.100.1"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	conf := testbed.GatewayConfig{Local: netip.MustParseAddr("198.51.100.1"), TUN: "esp0", Extra: section}.String()
-	c, err := gateway.ParseConfig(filepath.Join(t.TempDir(), "gw1.yaml"), []byte(conf), sim.Engines{})
-	if err != nil {
-		t.Fatalf("gw1's config:\n%s\n%v", conf, err)
-	}
+	c := gw1Config(t, x)
 	if conn := c.IKE.Connections[0]; conn.LocalAuth != "pubkey" || len(conn.Certs) != 1 || conn.Key == nil || len(conn.CAs) != 1 || len(conn.PSK) != 0 {
 		t.Errorf("gw1's connection: auth %s, %d certificates, key %v, %d CAs, PSK %d bytes", conn.LocalAuth, len(conn.Certs), conn.Key != nil, len(conn.CAs), len(conn.PSK))
 	}
@@ -247,4 +223,20 @@ func TestExternalIKECertificates(t *testing.T) {
 			t.Errorf("%q → %q: %v, want %q", c.from, c.to, err, c.want)
 		}
 	}
+}
+
+// gw1Config is gw1's configuration with the ike: section x makes for it,
+// as the gateway reads it.
+func gw1Config(t *testing.T, x *ExternalIKE) *gateway.Config {
+	t.Helper()
+	section, err := x.gatewayIKE(netip.MustParseAddr("198.51.100.1"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conf := testbed.GatewayConfig{Local: netip.MustParseAddr("198.51.100.1"), TUN: "esp0", Extra: section}.String()
+	c, err := gateway.ParseConfig(filepath.Join(t.TempDir(), "gw1.yaml"), []byte(conf), sim.Engines{})
+	if err != nil {
+		t.Fatalf("gw1's config:\n%s\n%v", conf, err)
+	}
+	return c
 }
