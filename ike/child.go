@@ -43,6 +43,7 @@ type Child struct {
 	// once.
 	ours, theirs *rekeyRecord
 	settled      bool
+	closing      bool // this side is deleting it
 }
 
 // ReplayWindow is the anti-replay window of the SAs a Child makes.

@@ -226,6 +226,7 @@ type Endpoint struct {
 	sas      map[uint64]*IKESA      // by this side's SPI
 	halfOpen map[halfOpenKey]*IKESA // responder SAs before IKE_AUTH
 	waiting  map[uint64]chan Datagram
+	closed   []closedSA // oldest first
 
 	statsMu sync.Mutex
 	stats   map[string]uint64
@@ -334,6 +335,9 @@ func (e *Endpoint) Handle(d Datagram) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.sas[ours]
+	if s == nil && e.answerClosed(d, ours, h.FromInitiator(), time.Now()) {
+		return
+	}
 	if s == nil || s.initiator != !h.FromInitiator() {
 		e.count("request for an unknown IKE SA")
 		return
@@ -346,7 +350,13 @@ func (e *Endpoint) Handle(d Datagram) {
 // timeout until take says the response is complete. A response take
 // refuses (forged or damaged) has the request sent again at once, at most
 // Tries times. spi is this side's SPI, where the response is routed.
-func (e *Endpoint) exchange(ctx context.Context, spi uint64, reqs []Datagram, msgID uint32, take func(Datagram) (bool, error)) error {
+//
+// When the SA is forgotten meanwhile (gone closed: the peer deleted it),
+// an exchange that deletes the SA itself (deleting) ends at once with
+// errSAGone. Any other goes on: a response the peer sent before may still
+// be on its way, or be sent again from what the peer keeps of the SA
+// (closedSA); errSAGone then stands for no response after Tries.
+func (e *Endpoint) exchange(ctx context.Context, spi uint64, gone <-chan struct{}, deleting bool, reqs []Datagram, msgID uint32, take func(Datagram) (bool, error)) error {
 	ch := make(chan Datagram, MaxFragments)
 	e.mu.Lock()
 	e.waiting[spi] = ch
@@ -358,6 +368,7 @@ func (e *Endpoint) exchange(ctx context.Context, spi uint64, reqs []Datagram, ms
 	}()
 	wait := e.cfg.RetransmitTimeout
 	bad := 0
+	var goneErr error
 	for try := 1; ; {
 		// A retransmission goes where the SA's peer is now (it may have
 		// moved behind its NAT meanwhile).
@@ -401,10 +412,19 @@ func (e *Endpoint) exchange(ctx context.Context, spi uint64, reqs []Datagram, ms
 			case <-ctx.Done():
 				timer.Stop()
 				return ctx.Err()
+			case <-gone:
+				if deleting {
+					timer.Stop()
+					return errSAGone
+				}
+				gone, goneErr = nil, errSAGone
 			}
 		}
 		timer.Stop()
 		if timedOut {
+			if try == e.cfg.Tries && goneErr != nil {
+				return goneErr
+			}
 			if try == e.cfg.Tries {
 				return fmt.Errorf("no response to message %d from %s after %d tries", msgID, reqs[0].Remote, try)
 			}
@@ -414,6 +434,10 @@ func (e *Endpoint) exchange(ctx context.Context, spi uint64, reqs []Datagram, ms
 		}
 	}
 }
+
+// errSAGone ends an exchange whose IKE SA was deleted meanwhile: by the
+// peer's Delete, or after the peer rekeyed it.
+var errSAGone = errors.New("the IKE SA was deleted meanwhile")
 
 // randomSPI is a non-zero IKE SPI not in use.
 func (e *Endpoint) randomSPI() (uint64, error) {

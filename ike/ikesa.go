@@ -30,6 +30,7 @@ func (s State) String() string { return nameOf(stateNames, s, "state") }
 // the endpoint's lock.
 type IKESA struct {
 	e          *Endpoint
+	gone       chan struct{} // closed when the SA is forgotten
 	initiator  bool
 	state      State
 	spii, spir uint64
@@ -64,6 +65,7 @@ type IKESA struct {
 	// both set means a collision, settled once.
 	ourRekey, peerRekey *rekeyRecord
 	settled             bool
+	closing             bool // this side is deleting it
 	children            []*Child
 	// reqMu keeps one request of this side outstanding (a window of one).
 	reqMu sync.Mutex
@@ -141,8 +143,15 @@ func (s *IKESA) ourSPI() uint64 {
 	return s.spir
 }
 
-// forget removes the SA from the endpoint.
+// forget removes the SA from the endpoint, keeping its last response
+// for a while (rememberClosed). The endpoint's lock is held.
 func (s *IKESA) forget() {
+	select {
+	case <-s.gone:
+	default:
+		close(s.gone)
+		s.e.rememberClosed(s, time.Now())
+	}
 	s.state = StateDeleted
 	delete(s.e.sas, s.ourSPI())
 	delete(s.e.halfOpen, s.halfOpenAt)
@@ -324,7 +333,8 @@ func (s *IKESA) request(ctx context.Context, exch ExchangeType, payloads []Paylo
 		reqs[i] = Datagram{Data: b, Local: local, Remote: remote}
 	}
 	var resp *Message
-	err = e.exchange(ctx, s.ourSPI(), reqs, id, func(d Datagram) (bool, error) {
+	deleting := len(payloads) == 1 && isIKEDelete(payloads[0])
+	err = e.exchange(ctx, s.ourSPI(), s.gone, deleting, reqs, id, func(d Datagram) (bool, error) {
 		m, err := Parse(d.Data)
 		if err != nil {
 			return false, err
@@ -362,7 +372,13 @@ func (s *IKESA) Ping(ctx context.Context) error {
 
 // Delete deletes the IKE SA, and with it its CHILD_SAs, with the peer.
 func (s *IKESA) Delete(ctx context.Context) error {
+	s.e.mu.Lock()
+	s.closing = true
+	s.e.mu.Unlock()
 	_, err := s.request(ctx, Informational, []Payload{&Delete{Protocol: ProtoIKE}})
+	if errors.Is(err, errSAGone) {
+		err = nil // the peer deleted it at the same time
+	}
 	s.e.mu.Lock()
 	s.forget()
 	s.e.mu.Unlock()
@@ -372,6 +388,9 @@ func (s *IKESA) Delete(ctx context.Context) error {
 // DeleteChild deletes one CHILD_SA with the peer, which answers with its
 // own SPI of the pair.
 func (s *IKESA) DeleteChild(ctx context.Context, c *Child) error {
+	s.e.mu.Lock()
+	c.closing = true
+	s.e.mu.Unlock()
 	m, err := s.request(ctx, Informational, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{c.InSPI}}})
 	if err != nil {
 		return err
@@ -397,4 +416,10 @@ func (s *IKESA) DeleteChild(ctx context.Context, c *Child) error {
 		return nil
 	}
 	return fmt.Errorf("the peer's response deletes no SA %#x", c.OutSPI)
+}
+
+// isIKEDelete reports whether p deletes the IKE SA.
+func isIKEDelete(p Payload) bool {
+	d, ok := p.(*Delete)
+	return ok && d.Protocol == ProtoIKE
 }

@@ -74,7 +74,7 @@ func (e *Endpoint) initSA(ctx context.Context, remote netip.AddrPort) (*IKESA, e
 			return nil, err
 		}
 		var d Datagram
-		if err := e.exchange(ctx, spii, []Datagram{{Data: req, Local: local, Remote: remote}}, 0,
+		if err := e.exchange(ctx, spii, nil, false, []Datagram{{Data: req, Local: local, Remote: remote}}, 0,
 			func(r Datagram) (bool, error) { d = r; return true, nil }); err != nil {
 			return nil, err
 		}
@@ -151,7 +151,7 @@ func (e *Endpoint) initResponse(m *Message, d Datagram, req, ni []byte, dh dhKey
 	if err != nil {
 		return nil, err
 	}
-	s := &IKESA{e: e, initiator: true, spii: m.SPIi, spir: m.SPIr, suite: suite, keys: keys, ni: ni, nr: nonce.Data,
+	s := &IKESA{gone: make(chan struct{}), e: e, initiator: true, spii: m.SPIi, spir: m.SPIr, suite: suite, keys: keys, ni: ni, nr: nonce.Data,
 		initReq: req, initResp: d.Data, local: local, remote: remote, created: time.Now(), nextReq: 1, peerHashes: hashes}
 	if s.send, err = newSKCipher(suite.encr, suite.integ, keys.ei, keys.ai); err == nil {
 		s.recv, err = newSKCipher(suite.encr, suite.integ, keys.er, keys.ar)

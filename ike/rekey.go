@@ -72,6 +72,12 @@ func (s *IKESA) RekeyChild(ctx context.Context, old *Child) (*Child, error) {
 		return nil, fmt.Errorf("rekey CHILD_SA %#x: %w", old.InSPI, err)
 	}
 	if n := m.ErrorNotify(); n != nil {
+		if s.ChildRekeyed(old) {
+			// The peer's rekey of it crossed this one and was over first:
+			// the old CHILD_SA is gone on its side (CHILD_SA_NOT_FOUND)
+			// or going (TEMPORARY_FAILURE).
+			return nil, fmt.Errorf("rekey CHILD_SA %#x: the peer answered %s: %w", old.InSPI, n.Kind, ErrRekeyed)
+		}
 		return nil, fmt.Errorf("rekey CHILD_SA %#x: the peer answered %s", old.InSPI, n.Kind)
 	}
 	nonce, _ := m.Find(PayloadNonce).(*Nonce)
@@ -231,6 +237,12 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 			e.count("rekey of an unknown CHILD_SA")
 			return []Payload{&Notify{Protocol: ProtoESP, SPI: n.SPI, Kind: NotifyChildSANotFound}}
 		}
+		if old.closing {
+			// RFC 7296 §2.25.1: this side rekeyed it already and is
+			// deleting it.
+			e.count("rekey of a CHILD_SA being deleted")
+			return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
+		}
 	}
 	// With PFS if the peer offers it, else without.
 	name := ""
@@ -308,9 +320,17 @@ func (s *IKESA) Rekey(ctx context.Context) (*IKESA, error) {
 	props := withSPI(e.cfg.IKE, binary.BigEndian.AppendUint64(nil, spi))
 	m, err := s.request(ctx, CreateChildSA, []Payload{&SA{Proposals: props}, &Nonce{Data: ni}, &KE{Group: s.suite.group, Data: dh.Public()}})
 	if err != nil {
+		if errors.Is(err, errSAGone) && s.Rekeyed() {
+			// The peer's rekey was over first and it deleted the old SA
+			// before this request reached it.
+			return nil, fmt.Errorf("rekey IKE SA: %w: %w", err, ErrRekeyed)
+		}
 		return nil, fmt.Errorf("rekey IKE SA: %w", err)
 	}
 	if n := m.ErrorNotify(); n != nil {
+		if s.Rekeyed() {
+			return nil, fmt.Errorf("rekey IKE SA: the peer answered %s: %w", n.Kind, ErrRekeyed)
+		}
 		return nil, fmt.Errorf("rekey IKE SA: the peer answered %s", n.Kind)
 	}
 	sap, _ := m.Find(PayloadSA).(*SA)
@@ -369,7 +389,7 @@ func (s *IKESA) successor(suite ikeSuite, gir, ni, nr []byte, spii, spir uint64,
 	if err != nil {
 		return nil, err
 	}
-	n := &IKESA{e: s.e, initiator: weInitiated, state: StateEstablished, spii: spii, spir: spir, suite: suite, keys: keys,
+	n := &IKESA{gone: make(chan struct{}), e: s.e, initiator: weInitiated, state: StateEstablished, spii: spii, spir: spir, suite: suite, keys: keys,
 		ni: ni, nr: nr, local: s.local, remote: s.remote, nat: s.nat, fragments: s.fragments, peerID: s.peerID, peerCert: s.peerCert,
 		peerHashes: s.peerHashes, created: time.Now(), children: s.children}
 	send, recv := [2][]byte{keys.ei, keys.ai}, [2][]byte{keys.er, keys.ar}
@@ -390,6 +410,12 @@ func (s *IKESA) successor(suite ikeSuite, gir, ni, nr []byte, spii, spir uint64,
 // respondRekeyIKE answers a CREATE_CHILD_SA that rekeys the IKE SA.
 func (s *IKESA) respondRekeyIKE(sap *SA, nonce *Nonce, ke *KE) []Payload {
 	e := s.e
+	if s.closing {
+		// RFC 7296 §2.25.2: this side rekeyed it already and is
+		// deleting it.
+		e.count("rekey of an IKE SA being deleted")
+		return []Payload{&Notify{Kind: NotifyTemporaryFailure}}
+	}
 	chosen, ok := Choose(e.cfg.IKE, sap.Proposals)
 	if !ok || len(chosen.SPI) != 8 {
 		e.count("no IKE proposal chosen")

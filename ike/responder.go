@@ -134,7 +134,7 @@ func (e *Endpoint) respondInit(d Datagram, h Header) {
 		e.notifyInit(d, h, NotifyInvalidSyntax, nil)
 		return
 	}
-	s := &IKESA{e: e, spii: h.SPIi, spir: spir, suite: suite, keys: keys, ni: nonce.Data, nr: nr,
+	s := &IKESA{gone: make(chan struct{}), e: e, spii: h.SPIi, spir: spir, suite: suite, keys: keys, ni: nonce.Data, nr: nr,
 		initReq: d.Data, local: d.Local, remote: d.Remote, halfOpenAt: key, created: now, expectReq: 1, peerHashes: hashes}
 	s.nat = natDetected(m, h.SPIi, 0, d)
 	if s.send, err = newSKCipher(suite.encr, suite.integ, keys.er, keys.ar); err == nil {
