@@ -5,56 +5,92 @@ import (
 	"time"
 )
 
-// closedSA is what is kept of a deleted IKE SA: the peer's last request
-// on it and this side's response, so that a peer whose response was lost
-// gets it again when it retransmits the request (RFC 7296 §2.1) instead
-// of retransmitting into nothing until it gives up. That request may be
-// the peer's Delete of the SA, or the peer's rekey of it that crossed
-// this side's and lost: the peer needs the response to delete its
-// redundant IKE SA.
+// closedSA is what is kept of a deleted IKE SA for as long as the peer
+// may retransmit on it: the peer's last request on it and this side's
+// response, sent again when the request comes again (RFC 7296 §2.1). That
+// request may be the peer's Delete of the SA, or the peer's rekey of it
+// that crossed this side's and lost: the peer needs the response to
+// delete its redundant IKE SA. Any other request on the SA is answered
+// with an unprotected INVALID_IKE_SPI (§2.21.4), which tells a peer that
+// has seen the SA deleted that its request will never be answered.
 type closedSA struct {
-	spi       uint64
-	initiator bool
-	req       []byte // the request's first datagram
-	resp      [][]byte
-	until     time.Time
+	spii, spir uint64
+	initiator  bool   // this side initiated the SA
+	req        []byte // the peer's last request's first datagram
+	resp       [][]byte
+	until      time.Time
 }
 
 // maxClosed bounds the closed SAs kept; the oldest go first.
 const maxClosed = 1024
 
-// closedFor is how long a closed SA's response is kept: as long as the
-// peer retransmits, if it times as this side does.
+// closedFor is how long a closed SA is kept: as long as the peer
+// retransmits, if it times as this side does.
 func (e *Endpoint) closedFor() time.Duration {
 	return e.cfg.RetransmitTimeout * (1<<min(e.cfg.Tries, 10) - 1)
 }
 
-// rememberClosed keeps s's last request and response as s goes. The
-// endpoint's lock is held.
+// rememberClosed keeps what is needed of s as it goes. The endpoint's
+// lock is held.
 func (e *Endpoint) rememberClosed(s *IKESA, now time.Time) {
 	for len(e.closed) > 0 && (len(e.closed) >= maxClosed || now.After(e.closed[0].until)) {
 		e.closed = e.closed[1:]
 	}
-	if len(s.lastReq) == 0 || s.lastResp == nil {
-		return
+	if s.state != StateEstablished && s.state != StateDeleted {
+		return // never authenticated: nothing the peer can be owed
 	}
-	e.closed = append(e.closed, closedSA{spi: s.ourSPI(), initiator: s.initiator, req: s.lastReq[0], resp: s.lastResp, until: now.Add(e.closedFor())})
+	c := closedSA{spii: s.spii, spir: s.spir, initiator: s.initiator, until: now.Add(e.closedFor())}
+	if len(s.lastReq) > 0 && s.lastResp != nil {
+		c.req, c.resp = s.lastReq[0], s.lastResp
+	}
+	e.closed = append(e.closed, c)
 }
 
-// answerClosed answers a request for an IKE SA that is gone when it is
-// the request that deleted it, sent again, and reports whether it was.
-// The endpoint's lock is held.
-func (e *Endpoint) answerClosed(d Datagram, spi uint64, fromInitiator bool, now time.Time) bool {
+// answerClosed answers a request on an IKE SA that is gone, and reports
+// whether the SA was one of the closed ones. The endpoint's lock is held.
+func (e *Endpoint) answerClosed(d Datagram, h Header, spi uint64, now time.Time) bool {
 	for i := len(e.closed) - 1; i >= 0; i-- {
 		c := &e.closed[i]
-		if c.spi != spi || c.initiator == fromInitiator || now.After(c.until) || !bytes.Equal(c.req, d.Data) {
+		if c.ourSPI() != spi || c.initiator == h.FromInitiator() || now.After(c.until) {
 			continue
 		}
-		e.count("retransmitted request of a deleted IKE SA answered again")
-		for _, r := range c.resp {
-			e.send(Datagram{Data: r, Local: d.Local, Remote: d.Remote})
+		if c.req != nil && bytes.Equal(c.req, d.Data) {
+			e.count("retransmitted request of a deleted IKE SA answered again")
+			for _, r := range c.resp {
+				e.send(Datagram{Data: r, Local: d.Local, Remote: d.Remote})
+			}
+			return true
+		}
+		e.count("request on a deleted IKE SA answered INVALID_IKE_SPI")
+		var f Flags = FlagResponse
+		if c.initiator {
+			f |= FlagInitiator
+		}
+		resp := &Message{Header: Header{SPIi: c.spii, SPIr: c.spir, Exchange: h.Exchange, Flags: f, MessageID: h.MessageID},
+			Payloads: []Payload{&Notify{Kind: NotifyInvalidIKESPI}}}
+		if b, err := resp.Marshal(); err == nil {
+			e.send(Datagram{Data: b, Local: d.Local, Remote: d.Remote})
 		}
 		return true
 	}
 	return false
+}
+
+func (c *closedSA) ourSPI() uint64 {
+	if c.initiator {
+		return c.spii
+	}
+	return c.spir
+}
+
+// isInvalidSPI reports whether d is an unprotected INVALID_IKE_SPI
+// response: what a peer sends for an SA it no longer has. Being
+// unprotected, it is believed only for an SA known to be gone.
+func isInvalidSPI(d Datagram) bool {
+	m, err := Parse(d.Data)
+	if err != nil || m.sk != nil {
+		return false
+	}
+	n := m.ErrorNotify()
+	return n != nil && n.Kind == NotifyInvalidIKESPI
 }

@@ -335,7 +335,7 @@ func (e *Endpoint) Handle(d Datagram) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.sas[ours]
-	if s == nil && e.answerClosed(d, ours, h.FromInitiator(), time.Now()) {
+	if s == nil && e.answerClosed(d, h, ours, time.Now()) {
 		return
 	}
 	if s == nil || s.initiator != !h.FromInitiator() {
@@ -355,7 +355,8 @@ func (e *Endpoint) Handle(d Datagram) {
 // an exchange that deletes the SA itself (deleting) ends at once with
 // errSAGone. Any other goes on: a response the peer sent before may still
 // be on its way, or be sent again from what the peer keeps of the SA
-// (closedSA); errSAGone then stands for no response after Tries.
+// (closedSA). It ends with errSAGone when the peer answers INVALID_IKE_SPI,
+// or after Tries.
 func (e *Endpoint) exchange(ctx context.Context, spi uint64, gone <-chan struct{}, deleting bool, reqs []Datagram, msgID uint32, take func(Datagram) (bool, error)) error {
 	ch := make(chan Datagram, MaxFragments)
 	e.mu.Lock()
@@ -393,6 +394,10 @@ func (e *Endpoint) exchange(ctx context.Context, spi uint64, gone <-chan struct{
 				if h.MessageID != msgID {
 					e.count("response with another message ID")
 					continue
+				}
+				if goneErr != nil && isInvalidSPI(d) {
+					timer.Stop()
+					return goneErr
 				}
 				done, err := take(d)
 				switch {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +23,6 @@ type lossyLink struct {
 	run     [2]int
 	dropped int
 	sent    int
-	trace   strings.Builder
 }
 
 func (l *lossyLink) to(dir int, dst **Endpoint) func(Datagram) error {
@@ -39,9 +37,6 @@ func (l *lossyLink) to(dir int, dst **Endpoint) func(Datagram) error {
 			l.run[dir] = 0
 		}
 		delay := time.Duration(l.rng.IntN(4000)) * time.Microsecond
-		if h, err := ParseHeader(d.Data); err == nil {
-			fmt.Fprintf(&l.trace, "%s dir%d %v %016x/%016x id%d resp=%v drop=%v\n", time.Now().Format("05.000"), dir, h.Exchange, h.SPIi, h.SPIr, h.MessageID, h.IsResponse(), drop)
-		}
 		l.mu.Unlock()
 		if drop {
 			return nil
@@ -105,14 +100,6 @@ func TestCollisionsUnderLoss(t *testing.T) {
 	if i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), link.to(0, &r)); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if t.Failed() {
-			link.mu.Lock()
-			tr := link.trace.String()
-			link.mu.Unlock()
-			t.Log(tr[max(0, len(tr)-6000):])
-		}
-	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if _, err := i.Initiate(ctx, netip.AddrPortFrom(r.local, Port)); err != nil {
