@@ -244,8 +244,8 @@ func TestIKEGatewayRekeyUnderLoad(t *testing.T) {
 	if g == nil {
 		t.Fatalf("no gateway pair measured: %v", rep.Problems)
 	}
-	t.Logf("%d tunnels: %d rekeys in %.1f s, %d of %d lost; drops gw1 %v, gw2 %v",
-		g.Tunnels, g.Rekeys, g.RekeySeconds, g.RekeyLost, g.RekeySent, g.Counts[0].Drops, g.Counts[1].Drops)
+	t.Logf("%d tunnels: %d rekeys in %.1f s, %d of %d lost; drops gw1 %v, gw2 %v; the kernels' loss counters: %v",
+		g.Tunnels, g.Rekeys, g.RekeySeconds, g.RekeyLost, g.RekeySent, g.Counts[0].Drops, g.Counts[1].Drops, g.KernelLosses)
 	if g.Rekeys < uint64(o.GatewayTunnels) || g.RekeySent == 0 || g.RekeyLost != 0 || g.Error != "" {
 		t.Errorf("%d of %d CHILD_SAs rekeyed, %d of %d packets lost (%s); want every one rekeyed, 0 lost",
 			g.Rekeys, o.GatewayTunnels, g.RekeyLost, g.RekeySent, g.Error)

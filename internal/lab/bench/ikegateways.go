@@ -47,6 +47,10 @@ type IKEGateways struct {
 	RekeySeconds float64 `json:"rekey_seconds"`
 	RekeySent    uint64  `json:"rekey_sent"`
 	RekeyLost    uint64  `json:"rekey_lost"`
+	// KernelLosses are the kernels' loss counters that grew over the
+	// rekeys' load, in the five namespaces (testbed.KernelLosses): where
+	// packets went that neither gateway counts.
+	KernelLosses testbed.KernelLosses `json:"kernel_losses,omitempty"`
 	// Counts are each gateway's packet counters at the end: where the
 	// packets that did not come out were dropped, and why.
 	Counts [2]IKEGatewayCounts `json:"counts"`
@@ -278,6 +282,11 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) (err err
 	// made a rekey per tunnel (or the time bound), each trial's loss
 	// counted.
 	var first, last time.Time
+	nss := []*netns.Namespace{topo.HostA, topo.GW1, topo.WAN, topo.GW2, topo.HostB}
+	before, err := testbed.ReadKernelLosses(nss...)
+	if err != nil {
+		return err
+	}
 	for res.Rekeys < uint64(n) {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%d of %d CHILD_SAs rekeyed: %w%s", res.Rekeys, n, ctx.Err(), logs())
@@ -308,8 +317,14 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) (err err
 	res.RekeySent += r.Sent
 	res.RekeyLost += r.Sent - min(r.Received, r.Sent)
 	res.RekeySeconds = last.Sub(first).Seconds()
+	after, err := testbed.ReadKernelLosses(nss...)
+	if err != nil {
+		return err
+	}
+	res.KernelLosses = after.Since(before)
 	if res.RekeyLost > 0 {
-		return fmt.Errorf("%d of %d packets lost while gw1 rekeyed %d CHILD_SAs", res.RekeyLost, res.RekeySent, res.Rekeys)
+		return fmt.Errorf("%d of %d packets lost while gw1 rekeyed %d CHILD_SAs; the kernels' loss counters grew: %v",
+			res.RekeyLost, res.RekeySent, res.Rekeys, res.KernelLosses)
 	}
 	return nil
 }

@@ -653,6 +653,7 @@ func (r *IKEReport) Print(w io.Writer) {
 		fmt.Fprintf(w, "  gw2 RSS %.1f MiB, %.0f B per tunnel over gw2 with none up\n", float64(g.RSS)/(1<<20), g.RSSPerTunnel)
 		fmt.Fprintf(w, "  %d CHILD_SA rekeys by gw1 over %.1f s under %.0f pkt/s spread over every tunnel: %d of %d packets lost\n",
 			g.Rekeys, g.RekeySeconds, g.Rate, g.RekeyLost, g.RekeySent)
+		fmt.Fprintf(w, "  the kernels' loss counters meanwhile: %v\n", g.KernelLosses)
 		for i, c := range g.Counts {
 			fmt.Fprintf(w, "  gw%d: TUN in %d, out %d; wire in %d, out %d; drops %v\n", i+1, c.TunIn, c.TunOut, c.WireIn, c.WireOut, c.Drops)
 		}

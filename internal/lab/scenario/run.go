@@ -698,7 +698,7 @@ func (r *runner) rawSnapshot(ctx context.Context) (snapshot, error) {
 	}
 	t := r.bed.Topo
 	for i, ns := range []*netns.Namespace{t.HostA, t.GW1, t.GW2, t.HostB} {
-		snmp, err := snmpCounters(ns)
+		snmp, err := testbed.SNMP(ns)
 		if err != nil {
 			return s, err
 		}
@@ -708,7 +708,7 @@ func (r *runner) rawSnapshot(ctx context.Context) (snapshot, error) {
 		case t.HostB:
 			s.RcvbufDrops[1] = snmp["UdpRcvbufErrors"] + snmp["Udp6RcvbufErrors"]
 		}
-		s.SNMP[i] = snmpErrors(snmp)
+		s.SNMP[i] = testbed.SNMPErrors(snmp)
 		links, err := ns.Netlink().LinkList()
 		if err != nil {
 			return s, fmt.Errorf("links of %s: %w", ns.Short(), err)
@@ -760,34 +760,6 @@ func withoutClocks(s snapshot) snapshot {
 		s.GW[i].IKE = nil
 	}
 	return s
-}
-
-// snmpCounters reads the namespace's SNMP counters (gateway.ParseSNMP).
-func snmpCounters(ns *netns.Namespace) (map[string]uint64, error) {
-	var snmp, snmp6 []byte
-	err := ns.Do(func() (err error) {
-		if snmp, err = os.ReadFile("/proc/thread-self/net/snmp"); err != nil {
-			return err
-		}
-		snmp6, err = os.ReadFile("/proc/thread-self/net/snmp6")
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("SNMP counters of %s: %w", ns.Short(), err)
-	}
-	return gateway.ParseSNMP(snmp, snmp6), nil
-}
-
-// snmpErrors is what of the SNMP counters names errors, discards or
-// failures.
-func snmpErrors(c map[string]uint64) map[string]uint64 {
-	for k := range c {
-		if !strings.Contains(k, "Err") && !strings.Contains(k, "Discard") && !strings.Contains(k, "Fail") && !strings.Contains(k, "NoPorts") &&
-			!strings.Contains(k, "Trunc") && !strings.Contains(k, "NoRoute") && !strings.Contains(k, "Unknown") && !strings.Contains(k, "Reasm") {
-			delete(c, k)
-		}
-	}
-	return c
 }
 
 // writeEspSA writes the bed's SAs as Wireshark's esp_sa table; an SA whose
