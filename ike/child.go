@@ -37,6 +37,10 @@ type Child struct {
 	// RemotePort is the peer's UDP port when UDP is set (0: 4500): a NAT
 	// in front of the peer maps its port 4500 to another.
 	RemotePort uint16
+	// FollowPeerPort is set when ESP travels in UDP, the peer is behind a
+	// NAT and this side is not: inbound ESP from another port of Remote
+	// is taken as the NAT's new mapping of the peer (IKESA.FollowPeerPort).
+	FollowPeerPort bool
 
 	// ours and theirs are the exchanges that rekeyed this CHILD_SA, this
 	// side's and the peer's; both set means the two collided, settled
@@ -74,6 +78,7 @@ func (c *Child) SAs() (in, out *sa.SA, err error) {
 	}
 	in = mk(c.InSPI, c.Remote, c.Local, c.InEnc, c.InAuth)
 	in.Selectors = sel
+	in.FollowSourcePort = c.UDP && c.FollowPeerPort
 	out = mk(c.OutSPI, c.Local, c.Remote, c.OutEnc, c.OutAuth)
 	if c.UDP {
 		in.SrcPort, out.DstPort = peerPort, peerPort

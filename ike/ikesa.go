@@ -43,9 +43,11 @@ type IKESA struct {
 	initReq, initResp []byte
 	local, remote     netip.AddrPort
 	halfOpenAt        halfOpenKey // where a responder's half-open SA is kept
-	nat               bool
-	peerID            Identity
-	peerCert          *x509.Certificate
+	// nat is a NAT between the two sides: in front of the peer (natPeer),
+	// of this side (natHere) or both.
+	nat, natPeer, natHere bool
+	peerID                Identity
+	peerCert              *x509.Certificate
 	// peerHashes are the peer's SIGNATURE_HASH_ALGORITHMS, nil when it
 	// sent none.
 	peerHashes []uint16
@@ -244,22 +246,47 @@ func (s *IKESA) handleRequest(d Datagram, h Header) {
 // follow takes the addresses an authenticated request came from and to
 // as the SA's. With a NAT between the two sides, a request from another
 // address or port is the NAT's new mapping of the peer (RFC 7296 §2.23):
-// the CHILD_SAs follow it too, and Config.OnPeerMoved puts them in force
-// so. The endpoint's lock is held.
+// the CHILD_SAs follow it too (moveTo). The endpoint's lock is held.
 func (s *IKESA) follow(d Datagram) {
 	moved := s.nat && s.state == StateEstablished && d.Remote != s.remote
-	s.remote, s.local = d.Remote, d.Local
+	s.local = d.Local
 	if !moved {
+		s.remote = d.Remote
 		return
 	}
+	s.moveTo(d.Remote, "an IKE message")
+}
+
+// moveTo makes to the peer's address, of the SA and its CHILD_SAs, and
+// has Config.OnPeerMoved put the CHILD_SAs in force so. The endpoint's
+// lock is held.
+func (s *IKESA) moveTo(to netip.AddrPort, by string) {
+	s.remote = to
 	for _, c := range s.children {
-		c.Remote, c.RemotePort = d.Remote.Addr(), d.Remote.Port()
+		c.Remote, c.RemotePort = to.Addr(), to.Port()
 	}
 	s.e.count("peer moved behind its NAT")
-	s.e.cfg.Log.Info("IKE peer moved behind its NAT: the SA and its CHILD_SAs follow", "sa", s, "to", d.Remote)
+	s.e.cfg.Log.Info("IKE peer moved behind its NAT: the SA and its CHILD_SAs follow", "sa", s, "to", to, "found-by", by)
 	if s.e.cfg.OnPeerMoved != nil {
 		s.e.cfg.OnPeerMoved(s, slices.Clone(s.children))
 	}
+}
+
+// FollowPeerPort takes a new port of the peer that an ESP packet of one
+// of the SA's CHILD_SAs, which passed its integrity check, came from: the
+// peer's NAT mapped it anew (RFC 7296 §2.23). It is followed, as an IKE
+// message from there would be, only when the peer is behind a NAT and
+// this side is not, the address is the peer's and the SA is established;
+// it reports whether it was.
+func (s *IKESA) FollowPeerPort(to netip.AddrPort) bool {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	if s.state != StateEstablished || !s.natPeer || s.natHere || to.Addr() != s.remote.Addr() || to == s.remote {
+		return false
+	}
+	s.e.count("peer's new NAT port found by ESP")
+	s.moveTo(to, "an ESP packet")
+	return true
 }
 
 // reply seals and sends the response to request h, which arrived as req.

@@ -159,7 +159,8 @@ func (e *Endpoint) initResponse(m *Message, d Datagram, req, ni []byte, dh dhKey
 	if err != nil {
 		return nil, err
 	}
-	s.nat = natDetected(m, m.SPIi, m.SPIr, d)
+	s.natPeer, s.natHere = natDetected(m, m.SPIi, m.SPIr, d)
+	s.nat = s.natPeer || s.natHere
 	s.fragments = !e.cfg.NoFragmentation && m.Notify(NotifyFragmentationSupported) != nil
 	if s.nat && remote.Port() == Port {
 		// RFC 7296 §2.23: float to port 4500 for IKE_AUTH.

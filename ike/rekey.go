@@ -390,7 +390,7 @@ func (s *IKESA) successor(suite ikeSuite, gir, ni, nr []byte, spii, spir uint64,
 		return nil, err
 	}
 	n := &IKESA{gone: make(chan struct{}), e: s.e, initiator: weInitiated, state: StateEstablished, spii: spii, spir: spir, suite: suite, keys: keys,
-		ni: ni, nr: nr, local: s.local, remote: s.remote, nat: s.nat, fragments: s.fragments, peerID: s.peerID, peerCert: s.peerCert,
+		ni: ni, nr: nr, local: s.local, remote: s.remote, nat: s.nat, natPeer: s.natPeer, natHere: s.natHere, fragments: s.fragments, peerID: s.peerID, peerCert: s.peerCert,
 		peerHashes: s.peerHashes, created: time.Now(), children: s.children}
 	send, recv := [2][]byte{keys.ei, keys.ai}, [2][]byte{keys.er, keys.ar}
 	if !weInitiated {

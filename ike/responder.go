@@ -136,7 +136,8 @@ func (e *Endpoint) respondInit(d Datagram, h Header) {
 	}
 	s := &IKESA{gone: make(chan struct{}), e: e, spii: h.SPIi, spir: spir, suite: suite, keys: keys, ni: nonce.Data, nr: nr,
 		initReq: d.Data, local: d.Local, remote: d.Remote, halfOpenAt: key, created: now, expectReq: 1, peerHashes: hashes}
-	s.nat = natDetected(m, h.SPIi, 0, d)
+	s.natPeer, s.natHere = natDetected(m, h.SPIi, 0, d)
+	s.nat = s.natPeer || s.natHere
 	if s.send, err = newSKCipher(suite.encr, suite.integ, keys.er, keys.ar); err == nil {
 		s.recv, err = newSKCipher(suite.encr, suite.integ, keys.ei, keys.ai)
 	}
@@ -201,11 +202,13 @@ func (e *Endpoint) notifyInit(d Datagram, h Header, n NotifyType, data []byte) {
 
 // natDetected compares the peer's NAT_DETECTION_*_IP hashes of an
 // IKE_SA_INIT message with the addresses it arrived with (RFC 7296
-// §2.23): a mismatch, either way, means a NAT between the two.
-func natDetected(m *Message, spii, spir uint64, d Datagram) bool {
+// §2.23). A source mismatch means the peer is behind a NAT (peer), a
+// destination mismatch that this side is (here); either is a NAT between
+// the two.
+func natDetected(m *Message, spii, spir uint64, d Datagram) (peer, here bool) {
 	src := natHash(spii, spir, d.Remote.Addr().AsSlice(), d.Remote.Port())
 	dst := natHash(spii, spir, d.Local.Addr().AsSlice(), d.Local.Port())
-	var srcOK, dstOK, any bool
+	var srcOK, dstOK, srcAny, dstAny bool
 	for _, p := range m.Payloads {
 		n, ok := p.(*Notify)
 		if !ok {
@@ -213,14 +216,14 @@ func natDetected(m *Message, spii, spir uint64, d Datagram) bool {
 		}
 		switch n.Kind {
 		case NotifyNATDetectionSourceIP:
-			any = true
+			srcAny = true
 			srcOK = srcOK || hmac.Equal(n.Data, src)
 		case NotifyNATDetectionDestIP:
-			any = true
+			dstAny = true
 			dstOK = dstOK || hmac.Equal(n.Data, dst)
 		}
 	}
-	return any && !(srcOK && dstOK)
+	return srcAny && !srcOK, dstAny && !dstOK
 }
 
 // respondAuth checks the initiator's IKE_AUTH and builds the response:
@@ -286,7 +289,7 @@ func (s *IKESA) newChild(cs childSuite, chosen Proposal, gir, ni, nr []byte, weI
 		return nil, err
 	}
 	c := &Child{OutSPI: binary.BigEndian.Uint32(chosen.SPI), Suite: cs.suite, ESN: cs.esn,
-		Local: s.local.Addr(), Remote: s.remote.Addr(), UDP: s.nat}
+		Local: s.local.Addr(), Remote: s.remote.Addr(), UDP: s.nat, FollowPeerPort: s.nat && s.natPeer && !s.natHere}
 	if s.nat {
 		c.RemotePort = s.remote.Port()
 	}

@@ -95,6 +95,12 @@ type SA struct {
 	SrcPort, DstPort uint16 // UDP ports when Encap is EncapUDP
 	Suite            Suite
 	ESN              bool
+	// FollowSourcePort, for an inbound SA with EncapUDP, takes packets
+	// from Src at any source port as the SA's: the peer is behind a NAT
+	// that may map it anew (RFC 7296 §2.23), and whoever negotiated the
+	// SA is told the new port once a packet from it passes its checks.
+	// No SA file sets it.
+	FollowSourcePort bool
 
 	// Outer-header options (header.go): the outer DSCP, DF and TTL a
 	// tunnel-mode SA writes, and whether it copies the outer DSCP inward.
@@ -184,5 +190,6 @@ func (s *SA) Equal(o *SA) bool {
 		s.ESN == o.ESN && s.ReplayWindow == o.ReplayWindow && s.InitialSeq == o.InitialSeq &&
 		s.TFCPad == o.TFCPad && s.Soft == o.Soft && s.Hard == o.Hard &&
 		s.DSCP == o.DSCP && s.DF == o.DF && s.TTL == o.TTL && s.DecapDSCP == o.DecapDSCP &&
-		slices.Equal(s.Selectors, o.Selectors) && s.IfID == o.IfID && s.OutputMark == o.OutputMark
+		slices.Equal(s.Selectors, o.Selectors) && s.IfID == o.IfID && s.OutputMark == o.OutputMark &&
+		s.FollowSourcePort == o.FollowSourcePort
 }

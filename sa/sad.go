@@ -67,14 +67,14 @@ type indexRun[T comparable] struct {
 // caller's value.
 type indexed[T comparable] struct {
 	cfg *SA
-	arr Arrival // Dst, Src, Encap and SrcPort (EncapUDP only) of the SA
+	arr Arrival // Dst, Src, Encap and SrcPort (EncapUDP only; 0: any) of the SA
 	v   T
 }
 
 // arrivalOf is how the SA's inbound packets arrive.
 func arrivalOf(s *SA) Arrival {
 	a := Arrival{Dst: s.Dst, Src: s.Src, Encap: s.Encap}
-	if s.Encap == EncapUDP {
+	if s.Encap == EncapUDP && !s.FollowSourcePort {
 		a.SrcPort = s.SrcPort
 	}
 	return a
@@ -312,7 +312,7 @@ func receives(want *Arrival, a Arrival) Miss {
 		return NoSA
 	case want.Encap != a.Encap:
 		return WrongEncap
-	case want.Src != a.Src, want.Encap == EncapUDP && want.SrcPort != a.SrcPort:
+	case want.Src != a.Src, want.Encap == EncapUDP && want.SrcPort != 0 && want.SrcPort != a.SrcPort:
 		return WrongSource
 	}
 	return Found

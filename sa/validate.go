@@ -51,6 +51,9 @@ func (s *SA) Validate() error {
 		if s.SrcPort != 0 || s.DstPort != 0 {
 			errs = append(errs, errors.New("sport/dport: ports need encap udp"))
 		}
+		if s.FollowSourcePort {
+			errs = append(errs, errors.New("following the source port needs encap udp"))
+		}
 	case EncapUDP:
 		if s.SrcPort == 0 || s.DstPort == 0 {
 			errs = append(errs, errors.New("sport/dport: UDP encapsulation needs both ports (default 4500)"))

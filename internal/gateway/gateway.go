@@ -135,6 +135,9 @@ type Gateway struct {
 	// traps are the selectors whose outbound packets, when no policy
 	// matches, start IKE (start_action: trap); set by the IKE daemon.
 	traps atomic.Pointer[[]Trap]
+	// onPeerPort is told of ESP from a peer's new NAT port
+	// (SetOnPeerPort); set by the IKE daemon.
+	onPeerPort atomic.Pointer[func(*sa.SA, netip.AddrPort)]
 
 	// seq records outbound sequence reservations (Options.StateDir).
 	seq *seqStore

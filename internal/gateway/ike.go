@@ -45,6 +45,9 @@ type ikeDaemon struct {
 	// trapped are their traps, which run gives the gateway.
 	acquired chan *trapChild
 	trapped  []Trap
+	// portMoved takes ESP that came from a peer's new NAT port
+	// (Gateway.SetOnPeerPort).
+	portMoved chan portMove
 
 	// natt are the port-4500 sockets the connections need (nattKeys).
 	natt map[connKey]bool
@@ -235,7 +238,7 @@ const ikeTick = 250 * time.Millisecond
 func newIKEDaemon(rt *Runtime, log *slog.Logger) (*ikeDaemon, error) {
 	d := &ikeDaemon{rt: rt, cfg: rt.Config.IKE, log: log.With("part", "ike"), sockets: map[netip.Addr]*net.UDPConn{},
 		in: make(chan ike.Datagram, ikeQueue), expired: map[*ike.Child]bool{}, natt: rt.Config.IKE.nattKeys(), byAddrs: map[addrPair]int{},
-		acquired: make(chan *trapChild, 64), redundant: map[*ike.Child]bool{}, lingering: map[*sa.SA]bool{}, wake: time.NewTimer(time.Hour)}
+		acquired: make(chan *trapChild, 64), portMoved: make(chan portMove, 64), redundant: map[*ike.Child]bool{}, lingering: map[*sa.SA]bool{}, wake: time.NewTimer(time.Hour)}
 	d.wake.Stop()
 	for _, cc := range d.cfg.Connections {
 		c := &ikeConn{d: d, cfg: cc, local: cc.LocalAddrs[0], sas: map[*ike.IKESA]*saTrack{}, children: map[*ike.Child]*childTrack{}, pol: map[string]*childPolicy{},
@@ -384,6 +387,13 @@ func (d *ikeDaemon) run(ctx context.Context) {
 		d.rt.SetTraps(d.trapped)
 		defer d.rt.SetTraps(nil)
 	}
+	d.rt.SetOnPeerPort(func(in *sa.SA, from netip.AddrPort) {
+		select {
+		case d.portMoved <- portMove{in, from}:
+		default: // the daemon is behind; the peer's next packet tells again
+		}
+	})
+	defer d.rt.SetOnPeerPort(nil)
 	// One handler per CPU: the endpoints take datagrams concurrently (a
 	// responder's Diffie-Hellman and AUTH run outside their locks).
 	quit := make(chan struct{})
@@ -422,7 +432,35 @@ func (d *ikeDaemon) run(ctx context.Context) {
 			d.wakeAt = time.Time{}
 			d.mu.Unlock()
 			d.tick(ctx, now, false)
+		case m := <-d.portMoved:
+			d.followPort(m)
 		}
+	}
+}
+
+// portMove is an inbound SA's ESP from another port of its peer.
+type portMove struct {
+	in   *sa.SA
+	from netip.AddrPort
+}
+
+// followPort has the IKE SA of the CHILD_SA whose inbound SA m names
+// follow its peer to the new port (ike.IKESA.FollowPeerPort), which puts
+// its CHILD_SAs in force toward it (follow). A notice about an SA no
+// longer in force, or one already followed, is nothing.
+func (d *ikeDaemon) followPort(m portMove) {
+	var owner *ike.IKESA
+	d.mu.Lock()
+	for _, c := range d.conns {
+		for _, ct := range c.children {
+			if ct.in == m.in {
+				owner = ct.owner
+			}
+		}
+	}
+	d.mu.Unlock()
+	if owner != nil {
+		owner.FollowPeerPort(m.from)
 	}
 }
 

@@ -116,6 +116,9 @@ func (g *Gateway) writeTUN(b *batch) {
 			g.drop(ECNDrop)
 			continue
 		}
+		if c := p.SA.Config; c.FollowSourcePort && p.Peer.Port() != c.SrcPort {
+			g.peerPortMoved(c, p.Peer)
+		}
 		b.out = append(b.out, p.Buf[p.Off-tunOffset:p.Off+p.Len])
 	}
 	if len(b.out) == 0 {

@@ -53,7 +53,7 @@ type IKESpec struct {
 
 // ikeMetrics are the IKE metrics (ike.NAME).
 var ikeMetrics = []string{"up", "established", "rekeys", "child_rekeys", "ike_rekeys", "retransmits", "dpd_failures",
-	"failed", "rekeys_in_steps", "lost_during_rekey", "peer_moved"}
+	"failed", "rekeys_in_steps", "lost_during_rekey", "peer_moved", "peer_moved_by_esp"}
 
 // sa fields the negotiation decides, refused beside ike:.
 var ikeExclusive = []string{"suite", "mode", "encap", "esn", "replay-window", "initial-seq", "lifetimes", "keys", "dscp", "decap-dscp", "df", "ttl"}
@@ -426,7 +426,7 @@ func (k *ikeRun) rekeyTimes() []time.Time {
 
 // ikeCounts are one gateway's IKE counts summed over its connections.
 type ikeCounts struct {
-	established, childRekeys, ikeRekeys, retransmits, dpd, failed, moved float64
+	established, childRekeys, ikeRekeys, retransmits, dpd, failed, moved, movedByESP float64
 }
 
 func ikeCountsOf(st gateway.Stats) ikeCounts {
@@ -442,13 +442,19 @@ func ikeCountsOf(st gateway.Stats) ikeCounts {
 		c.dpd += float64(cs.DPDFailures)
 		c.failed += float64(cs.Failed)
 		c.moved += float64(cs.Events["peer moved behind its NAT"])
+		c.movedByESP += float64(cs.Events["peer's new NAT port found by ESP"])
 	}
 	return c
 }
 
 func (c ikeCounts) minus(b ikeCounts) ikeCounts {
 	return ikeCounts{c.established - b.established, c.childRekeys - b.childRekeys, c.ikeRekeys - b.ikeRekeys,
-		c.retransmits - b.retransmits, c.dpd - b.dpd, c.failed - b.failed, c.moved - b.moved}
+		c.retransmits - b.retransmits, c.dpd - b.dpd, c.failed - b.failed, c.moved - b.moved, c.movedByESP - b.movedByESP}
+}
+
+func (c ikeCounts) plus(b ikeCounts) ikeCounts {
+	return ikeCounts{c.established + b.established, c.childRekeys + b.childRekeys, c.ikeRekeys + b.ikeRekeys,
+		c.retransmits + b.retransmits, c.dpd + b.dpd, c.failed + b.failed, c.moved + b.moved, c.movedByESP + b.movedByESP}
 }
 
 // ikeMetrics are the ike.* metrics of the traffic: what both gateways
@@ -466,13 +472,10 @@ func (r *runner) ikeMetrics(m Metrics, before, after snapshot, steps []StepResul
 	for i := range after.GW {
 		c := ikeCountsOf(after.GW[i])
 		for _, pre := range r.restarted[i] {
-			p := ikeCountsOf(pre)
-			c = ikeCounts{c.established + p.established, c.childRekeys + p.childRekeys, c.ikeRekeys + p.ikeRekeys,
-				c.retransmits + p.retransmits, c.dpd + p.dpd, c.failed + p.failed, c.moved + p.moved}
+			c = c.plus(ikeCountsOf(pre))
 		}
 		c = c.minus(ikeCountsOf(before.GW[i]))
-		d = ikeCounts{d.established + c.established, d.childRekeys + c.childRekeys, d.ikeRekeys + c.ikeRekeys,
-			d.retransmits + c.retransmits, d.dpd + c.dpd, d.failed + c.failed, d.moved + c.moved}
+		d = d.plus(c)
 		if i == 0 {
 			// gw1 initiates: its new IKE SAs are the re-establishments
 			// and IKE SA rekeys (gw2 counts the same ones again).
@@ -482,7 +485,7 @@ func (r *runner) ikeMetrics(m Metrics, before, after snapshot, steps []StepResul
 	m["ike.child_rekeys"], m["ike.ike_rekeys"] = d.childRekeys, d.ikeRekeys
 	m["ike.rekeys"] = d.childRekeys + d.ikeRekeys
 	m["ike.retransmits"], m["ike.dpd_failures"], m["ike.failed"] = d.retransmits, d.dpd, d.failed
-	m["ike.peer_moved"] = d.moved
+	m["ike.peer_moved"], m["ike.peer_moved_by_esp"] = d.moved, d.movedByESP
 	m["ike.up"] = b2f(sharedChild(after.GW[0], after.GW[1]))
 	rekeys := r.ike.rekeyTimes()
 	for i, w := range windows {

@@ -52,7 +52,9 @@ func (r *runner) rebindNAT(ctx context.Context, res *ActionResult) error {
 	}
 	moved0 := ikeCountsOf(before).moved
 	r.natGen++
-	for _, op := range [][]string{append([]string{"-t", "nat", "-D"}, natRule(r.bed.Topo, r.natGen-1)...), append([]string{"-t", "nat", "-A"}, natRule(r.bed.Topo, r.natGen)...)} {
+	// The new rule goes in before the old one goes, so that no datagram
+	// leaves unmasqueraded, from gw1's own address, in between.
+	for _, op := range [][]string{append([]string{"-t", "nat", "-A"}, natRule(r.bed.Topo, r.natGen)...), append([]string{"-t", "nat", "-D"}, natRule(r.bed.Topo, r.natGen-1)...)} {
 		if out, err := wan.Output(ctx, "iptables", op...); err != nil {
 			return fmt.Errorf("nat-rebind: iptables %v: %w: %s", op, err, out)
 		}
