@@ -56,11 +56,12 @@
 //
 // # What it does not have yet
 //
-// CRL and OCSP checks, EAP, configuration payloads, transport mode (tunnel
-// mode always) and MOBIKE. A peer behind a NAT whose authenticated request
-// comes from a new address or port is followed there (RFC 7296 §2.23), its
-// CHILD_SAs too (Config.OnPeerMoved); NAT-T keepalives are the gateway's
-// ESP-in-UDP socket's. Lifetimes, rekey and DPD timers are the gateway's:
+// CRL and OCSP checks, EAP, configuration payloads, transport mode through
+// a NAT, and MOBIKE. A peer behind a NAT whose authenticated request comes
+// from a new address or port is followed there (RFC 7296 §2.23), its
+// CHILD_SAs too (Config.OnPeerMoved); so is one whose ESP comes from a new
+// port, when the gateway tells (IKESA.FollowPeerPort). NAT-T keepalives
+// are the gateway's ESP-in-UDP socket's. Lifetimes, rekey and DPD timers are the gateway's:
 // its IKE daemon (internal/gateway) drives an Endpoint per connection, and
 // Config.OnChild, OnRekey and OnRedundant put the CHILD_SAs in force and
 // out.
