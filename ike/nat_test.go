@@ -104,3 +104,69 @@ func TestResponderFollowsInitiatorBehindNAT(t *testing.T) {
 		t.Errorf("an unauthenticated datagram moved the CHILD_SA to port %d", out.DstPort)
 	}
 }
+
+// The gateway tells the responder, whose peer is behind a NAT, of ESP from
+// a new port (FollowPeerPort): the IKE SA and its CHILD_SA follow as on an
+// IKE message, the inbound SA takes any port of the peer's address, and
+// the initiator, behind the NAT itself, follows no port; nor does the
+// responder follow another address.
+func TestFollowPeerPortFromESP(t *testing.T) {
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	n := &natNet{public: netip.MustParseAddr("203.0.113.254"), mapping: map[uint16]uint16{Port: 40500, NATTPort: 44500}}
+	moved := make(chan []*Child, 4)
+	rc.OnPeerMoved = func(_ *IKESA, chs []*Child) { moved <- chs }
+	var err error
+	if n.i, err = NewEndpoint(ic, netip.MustParseAddr("192.0.2.1"), n.fromInitiator); err != nil {
+		t.Fatal(err)
+	}
+	if n.r, err = NewEndpoint(rc, netip.MustParseAddr("198.51.100.2"), n.fromResponder); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	is, err := n.i.Initiate(ctx, netip.AddrPortFrom(n.r.local, Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := n.r.SAs()[0]
+	rch := rs.Children()[0]
+	in, _, err := rch.SAs()
+	if err != nil || !in.FollowSourcePort {
+		t.Fatalf("the responder's inbound SA does not follow the peer's port (%v)", err)
+	}
+	if in, _, _ := is.Children()[0].SAs(); in.FollowSourcePort {
+		t.Error("the initiator, behind the NAT, follows its peer's port")
+	}
+	if is.FollowPeerPort(netip.AddrPortFrom(n.r.local, 4600)) {
+		t.Error("the initiator, behind the NAT, followed a new port")
+	}
+	if rs.FollowPeerPort(netip.AddrPortFrom(netip.MustParseAddr("203.0.113.9"), 44500)) {
+		t.Error("the responder followed its peer to another address")
+	}
+	if rs.FollowPeerPort(netip.AddrPortFrom(n.public, 44500)) {
+		t.Error("the responder followed its peer to the port it is at")
+	}
+	n.mu.Lock()
+	n.mapping[NATTPort] = 47777
+	n.mu.Unlock()
+	if !rs.FollowPeerPort(netip.AddrPortFrom(n.public, 47777)) {
+		t.Fatal("the responder did not follow its peer's new port")
+	}
+	select {
+	case chs := <-moved:
+		if len(chs) != 1 || chs[0].RemotePort != 47777 {
+			t.Fatalf("moved children %+v", chs)
+		}
+	default:
+		t.Fatal("OnPeerMoved was not called")
+	}
+	if in, out, _ := rch.SAs(); out.DstPort != 47777 || in.SrcPort != 47777 || !in.FollowSourcePort {
+		t.Errorf("the CHILD_SA's SAs after the move: in from port %d, out to %d", in.SrcPort, out.DstPort)
+	}
+	if err := rs.Ping(ctx); err != nil {
+		t.Errorf("the responder's liveness check after the move: %v", err)
+	}
+	if got := n.r.Counts()["peer's new NAT port found by ESP"]; got != 1 {
+		t.Errorf("moves by ESP counted: %d, want 1", got)
+	}
+}

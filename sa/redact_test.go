@@ -62,6 +62,7 @@ func TestValidateErrorsShowNoKey(t *testing.T) {
 		func() *SA { s := testSA(); s.Dst = netip.MustParseAddr("2001:db8::1"); return s }(),
 		func() *SA { s := testSA(); s.ReplayWindow = 5000; return s }(),
 		func() *SA { s := testSA(); s.SrcPort = 4500; return s }(),
+		func() *SA { s := testSA(); s.FollowSourcePort = true; return s }(),
 		func() *SA { s := testSA(); s.Soft.Packets, s.Hard.Packets = 10, 5; return s }(),
 		func() *SA { s := testSA(); s.InitialSeq = 1 << 32; return s }(),
 	}

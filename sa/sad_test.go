@@ -154,7 +154,9 @@ func TestSADFind(t *testing.T) {
 	udp := saTo(0x1001, "192.0.2.3") // the same SPI, another destination, UDP from 4500
 	udp.Encap, udp.SrcPort, udp.DstPort = EncapUDP, 4500, 4500
 	lone := saTo(0x2002, "192.0.2.2")
-	d, err := NewSAD([]*SA{raw, udp, lone})
+	follows := saTo(0x4004, "192.0.2.3") // UDP from 4500, following its peer's NAT port
+	follows.Encap, follows.SrcPort, follows.DstPort, follows.FollowSourcePort = EncapUDP, 4500, 4500, true
+	d, err := NewSAD([]*SA{raw, udp, lone, follows})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +175,10 @@ func TestSADFind(t *testing.T) {
 		{"raw from another source", 0x1001, Arrival{Dst: d1, Src: other}, nil, WrongSource},
 		{"udp from another port", 0x1001, Arrival{Dst: d2, Src: peer, Encap: EncapUDP, SrcPort: 4501}, nil, WrongSource},
 		{"udp from another address", 0x1001, Arrival{Dst: d2, Src: other, Encap: EncapUDP, SrcPort: 4500}, nil, WrongSource},
+		{"following SA from its port", 0x4004, Arrival{Dst: d2, Src: peer, Encap: EncapUDP, SrcPort: 4500}, follows, Found},
+		{"following SA from another port", 0x4004, Arrival{Dst: d2, Src: peer, Encap: EncapUDP, SrcPort: 31000}, follows, Found},
+		{"following SA from another address", 0x4004, Arrival{Dst: d2, Src: other, Encap: EncapUDP, SrcPort: 4500}, nil, WrongSource},
+		{"following SA given raw ESP", 0x4004, Arrival{Dst: d2, Src: peer}, nil, WrongEncap},
 		{"SPI at a destination none of its SAs has", 0x2002, Arrival{Dst: d2, Src: peer}, nil, NoSA},
 		{"unknown SPI", 0x3003, Arrival{Dst: d1, Src: peer}, nil, NoSA},
 		{"no destination known", 0x2002, Arrival{Src: peer}, nil, NoSA},
