@@ -294,13 +294,26 @@ func (d *ikeDaemon) open() error {
 	return nil
 }
 
+// ikeSocketBuffer is the receive buffer of a port-500 socket: thousands
+// of connections to one address answer at once when they all start or
+// rekey together, and the kernel's default (about 200 kB) drops their
+// datagrams (UdpRcvbufErrors), which then come again only after a
+// retransmission timeout.
+const ikeSocketBuffer = 4 << 20
+
 // listenIKE opens a port-500 socket whose datagrams carry the gateway's
 // mark, as its ESP sockets' do: a transport-mode peer's unmarked traffic
 // is routed into the TUN, IKE must not be.
 func listenIKE(at netip.AddrPort) (*net.UDPConn, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
-		if err := c.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, fwMark) }); err != nil {
+		if err := c.Control(func(fd uintptr) {
+			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_MARK, fwMark)
+			// Past net.core.rmem_max when privileged, else up to it.
+			if unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, ikeSocketBuffer) != nil {
+				unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, ikeSocketBuffer)
+			}
+		}); err != nil {
 			return err
 		}
 		if serr != nil {

@@ -110,6 +110,10 @@ func tunnelPrefixes(i int) (netip.Prefix, netip.Prefix) {
 	return p(testbed.TunnelBlockA), p(testbed.TunnelBlockB)
 }
 
+// tunQueue is the gateways' TUN transmit queue: half a second of
+// maxSpreadRate.
+const tunQueue = maxSpreadRate / 2
+
 // gatewayConfig is gateway i's configuration (0: gw1, 1: gw2) for n
 // tunnels; gw1 rekeys each CHILD_SA rekey after it is in force, less up
 // to spread.
@@ -127,8 +131,11 @@ func gatewayConfig(a netns.Addresses, i, n int, ikeP, espP string, rekey, spread
 	if pprof {
 		fmt.Fprintf(&b, "pprof: %s\n", testbed.PprofAddr)
 	}
-	fmt.Fprintf(&b, "local: [%s]\nengine: %s\nwan-io: %s\nstate-dir: state-gw%d\ntun:\n  name: espgw0\n  routes: [%s]\nike:\n  connections:\n",
-		strings.Join(locals, ", "), testbed.DefaultEngine(), testbed.DefaultWanIO(), i+1, route)
+	// The TUN's queue holds half a second of the load (maxSpreadRate):
+	// with thousands of connections rekeying, gw1's reader loses the CPU
+	// for longer than the default 1000 packets last.
+	fmt.Fprintf(&b, "local: [%s]\nengine: %s\nwan-io: %s\nstate-dir: state-gw%d\ntun:\n  name: espgw0\n  queue: %d\n  routes: [%s]\nike:\n  connections:\n",
+		strings.Join(locals, ", "), testbed.DefaultEngine(), testbed.DefaultWanIO(), i+1, tunQueue, route)
 	for k := range n {
 		pa, pb := tunnelPrefixes(k)
 		me, peer, lts, rts := a.GW1WAN6.Addr(), gatewayAddr(a, k), pa, pb
