@@ -623,8 +623,8 @@ func (rt *Runtime) ApplyChange(c Change) error {
 	for _, s := range gone {
 		delKeys = append(delKeys, keyOf(s))
 	}
-	err = rt.nsClaim.change(c.Add, delKeys, func() error {
-		return rt.stateClaim.change(outboundOf(rt.Config.Local, c.Add), delKeys, func() error { return rt.Apply(c) })
+	err = rt.nsClaim.change(c.Add, delKeys, rt.inForce, func() error {
+		return rt.stateClaim.change(outboundOf(rt.Config.Local, c.Add), delKeys, rt.outboundInForce, func() error { return rt.Apply(c) })
 	})
 	if err != nil {
 		rt.closeConns(opened)
@@ -640,6 +640,20 @@ func (rt *Runtime) ApplyChange(c Change) error {
 		rt.closeUnused()
 	}
 	return nil
+}
+
+// inForce reports whether the gateway has the SA k in force: what its
+// network namespace's claim holds.
+func (rt *Runtime) inForce(k saKey) bool {
+	_, err := rt.Find(SAID{SPI: k.spi, Dst: k.dst})
+	return err == nil
+}
+
+// outboundInForce reports whether the gateway sends under the SA k: what
+// its state directory's claim holds.
+func (rt *Runtime) outboundInForce(k saKey) bool {
+	s, err := rt.Find(SAID{SPI: k.spi, Dst: k.dst})
+	return err == nil && containsAddr(rt.Config.Local, s.Src)
 }
 
 // setMTU sets the TUN's MTU and the gateway's.

@@ -100,15 +100,16 @@ func stateClaims(root, dir string) (string, error) {
 // process dies, however it dies, so a gateway killed with -9 never blocks
 // its restart (its file, unlocked, is removed by the next claim). Claims
 // are checked and written holding the directory's own flock, so two
-// gateways starting at once cannot both miss each other.
+// gateways starting at once cannot both miss each other. The claim keeps
+// no copy of its SAs: they are the gateway's SAs in force, which the
+// gateway's tables answer for (change).
 type saClaim struct {
 	dir, where string
 	f          *os.File
-	ids        claimSet
 }
 
-// claimSet is a set of SA identities (SPI and destination), kept compact:
-// a gateway's claims hold one per SA, or two.
+// claimSet is a set of SA identities (SPI and destination): another
+// gateway's claims, as its file lists them.
 type claimSet map[claimID]struct{}
 
 // claimID is an saKey with its address as 16 bytes: no pointer to scan,
@@ -129,11 +130,6 @@ func (id claimID) key() saKey {
 	return saKey{id.spi, dst}
 }
 
-func (c claimSet) has(k saKey) bool {
-	_, ok := c[claimOf(k)]
-	return ok
-}
-
 // claimFileSuffix ends the name of a gateway's file of claims.
 const claimFileSuffix = ".sas"
 
@@ -143,7 +139,7 @@ func claimSAs(dir, where string, sas []*sa.SA) (*saClaim, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("claim the SAs in %s: %w", dir, err)
 	}
-	c := &saClaim{dir: dir, where: where, ids: claimSet{}}
+	c := &saClaim{dir: dir, where: where}
 	err := c.locked(func() error {
 		want := idsOf(sas)
 		if err := c.checkOthers(want); err != nil {
@@ -171,10 +167,10 @@ func claimSAs(dir, where string, sas []*sa.SA) (*saClaim, error) {
 	return c, nil
 }
 
-func idsOf(sas []*sa.SA) claimSet {
-	ids := make(claimSet, len(sas))
-	for _, s := range sas {
-		ids[claimOf(keyOf(s))] = struct{}{}
+func idsOf(sas []*sa.SA) []claimID {
+	ids := make([]claimID, len(sas))
+	for i, s := range sas {
+		ids[i] = claimOf(keyOf(s))
 	}
 	return ids
 }
@@ -195,7 +191,7 @@ func (c *saClaim) locked(f func() error) error {
 // checkOthers refuses ids that another live gateway claims in the
 // directory, and removes the files of dead ones. The directory's flock is
 // held.
-func (c *saClaim) checkOthers(ids claimSet) error {
+func (c *saClaim) checkOthers(ids []claimID) error {
 	entries, err := os.ReadDir(c.dir)
 	if err != nil {
 		return err
@@ -224,7 +220,7 @@ func (c *saClaim) checkOthers(ids claimSet) error {
 		if err != nil {
 			return fmt.Errorf("read %s: %w", path, err)
 		}
-		for id := range ids {
+		for _, id := range ids {
 			if _, ok := theirs[id]; ok {
 				k := id.key()
 				return fmt.Errorf("%s is run by another gateway (pid %s) in %s (%s): two would both deliver every packet and reuse its sequence numbers; stop it first",
@@ -272,21 +268,18 @@ func readClaims(f *os.File) (pid string, ids claimSet, err error) {
 }
 
 // rewrite replaces the gateway's file with ids (the directory's flock held).
-func (c *saClaim) rewrite(ids claimSet) error {
+func (c *saClaim) rewrite(ids []claimID) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "pid %d\n", os.Getpid())
-	for id := range ids {
+	for _, id := range ids {
 		k := id.key()
 		fmt.Fprintf(&b, "%08x %s\n", k.spi, k.dst)
 	}
 	if err := c.f.Truncate(0); err != nil {
 		return err
 	}
-	if _, err := c.f.WriteAt([]byte(b.String()), 0); err != nil {
-		return err
-	}
-	c.ids = ids
-	return nil
+	_, err := c.f.WriteAt([]byte(b.String()), 0)
+	return err
 }
 
 // replace makes the claim sas, running apply (the change that puts them in
@@ -310,16 +303,27 @@ func (c *saClaim) replace(sas []*sa.SA, apply func() error) error {
 
 // change adds and removes SAs of the claim around apply, as replace does,
 // appending to the gateway's file rather than rewriting it: a change of a
-// few SAs costs the same with one SA in force or 100,000.
-func (c *saClaim) change(add []*sa.SA, del []saKey, apply func() error) error {
+// few SAs costs the same with one SA in force or 100,000. held tells
+// whether the claim holds an SA before the change: the gateway's tables
+// answer it, before apply changes them.
+func (c *saClaim) change(add []*sa.SA, del []saKey, held func(saKey) bool, apply func() error) error {
 	if c == nil {
 		return apply()
 	}
 	return c.locked(func() error {
-		added := claimSet{}
+		var added []claimID
+		kept := make(map[saKey]bool, len(add))
 		for _, s := range add {
-			if k := keyOf(s); !c.ids.has(k) {
-				added[claimOf(k)] = struct{}{}
+			k := keyOf(s)
+			kept[k] = true
+			if !held(k) {
+				added = append(added, claimOf(k))
+			}
+		}
+		var dropped []saKey
+		for _, k := range del {
+			if held(k) && !kept[k] {
+				dropped = append(dropped, k)
 			}
 		}
 		if err := c.checkOthers(added); err != nil {
@@ -329,16 +333,12 @@ func (c *saClaim) change(add []*sa.SA, del []saKey, apply func() error) error {
 			return err
 		}
 		var b strings.Builder
-		for _, k := range del {
-			if c.ids.has(k) && !added.has(k) {
-				fmt.Fprintf(&b, "- %08x %s\n", k.spi, k.dst)
-				delete(c.ids, claimOf(k))
-			}
+		for _, k := range dropped {
+			fmt.Fprintf(&b, "- %08x %s\n", k.spi, k.dst)
 		}
-		for id := range added {
+		for _, id := range added {
 			k := id.key()
 			fmt.Fprintf(&b, "%08x %s\n", k.spi, k.dst)
-			c.ids[id] = struct{}{}
 		}
 		fi, err := c.f.Stat()
 		if err != nil {

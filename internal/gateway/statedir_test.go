@@ -531,7 +531,10 @@ func TestClaimFollowsChanges(t *testing.T) {
 	if err := mine.replace([]*sa.SA{mk(1), mk(2)}, ok); err == nil || !strings.Contains(err.Error(), "SA 0x2 ") {
 		t.Fatalf("a reload to an SA another gateway runs: %v", err)
 	}
-	if err := mine.change([]*sa.SA{mk(2)}, nil, ok); err == nil {
+	// held is the SAs in force, as the gateway's tables would answer.
+	inForce := map[saKey]bool{keyOf(mk(1)): true}
+	held := func(k saKey) bool { return inForce[k] }
+	if err := mine.change([]*sa.SA{mk(2)}, nil, held, ok); err == nil {
 		t.Fatal("an added SA another gateway runs was not refused")
 	}
 	if err := mine.replace([]*sa.SA{mk(3)}, func() error { return errors.New("load failed") }); err == nil {
@@ -542,13 +545,16 @@ func TestClaimFollowsChanges(t *testing.T) {
 	} else {
 		c.release()
 	}
-	if err := mine.replace([]*sa.SA{mk(3)}, ok); err != nil {
+	if err := mine.replace([]*sa.SA{mk(3), mk(5)}, ok); err != nil {
 		t.Fatal(err)
 	}
-	if err := mine.change([]*sa.SA{mk(4)}, []saKey{keyOf(mk(3))}, ok); err != nil {
+	inForce = map[saKey]bool{keyOf(mk(3)): true, keyOf(mk(5)): true}
+	// SA 3 goes, 4 comes, and 5 is replaced by an SA of the same SPI and
+	// destination (deleted and added in one change): it stays claimed.
+	if err := mine.change([]*sa.SA{mk(4), mk(5)}, []saKey{keyOf(mk(3)), keyOf(mk(5))}, held, ok); err != nil {
 		t.Fatal(err)
 	}
-	for spi, held := range map[uint32]bool{1: false, 3: false, 4: true} {
+	for spi, held := range map[uint32]bool{1: false, 3: false, 4: true, 5: true} {
 		c, err := claimSAs(root, "here", []*sa.SA{mk(spi)})
 		if held != (err != nil) {
 			t.Errorf("SA %d: claimed by the first %v, second claim: %v", spi, held, err)
