@@ -52,8 +52,9 @@ type Config struct {
 	// side waits (auto=add).
 	Initiate bool
 	// ESP and IKE are the proposals (default aes128-sha256 and
-	// aes128-sha256-modp2048); the openssl plugin brings AES-GCM, the
-	// ECP groups and Curve25519 (x25519).
+	// aes128-sha256-modp2048; "default" for strongSwan's own default
+	// proposals); the openssl plugin brings AES-GCM, the ECP groups and
+	// Curve25519 (x25519).
 	ESP, IKE string
 	// Cert, Key and CA are PEM files: with them charon authenticates with
 	// its certificate (leftcert, the key in ipsec.secrets) and checks the
@@ -160,15 +161,15 @@ conn espgw
 	rightsubnet=%s
 	rightid=%s
 	%s
-	ike=%s!
-	esp=%s!
+	%s
+	%s
 	forceencaps=%s
 	rekey=no
 	ikelifetime=24h
 	lifetime=8h
 	dpdaction=none
 	auto=%s
-`, strings.Join(setup, "\n\t"), cfg.Local, cfg.LocalNet, cfg.ID, cfg.Remote, cfg.RemoteNet, peerID, auth, cfg.IKE, cfg.ESP, forceEncaps, auto)
+`, strings.Join(setup, "\n\t"), cfg.Local, cfg.LocalNet, cfg.ID, cfg.Remote, cfg.RemoteNet, peerID, auth, proposalLine("ike", cfg.IKE), proposalLine("esp", cfg.ESP), forceEncaps, auto)
 	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
 	if cfg.Cert != "" {
 		conf += fmt.Sprintf("ca espgw\n\tcacert=%s\n\tauto=add\n", cfg.CA)
@@ -367,4 +368,14 @@ func (c *Charon) InstalledChild(ctx context.Context) (string, error) {
 		return m[1], nil
 	}
 	return "", nil
+}
+
+// proposalLine is the ipsec.conf line of key's proposals: those alone
+// (strict, "!"), or none for "default", which leaves strongSwan's own
+// default proposals.
+func proposalLine(key, proposals string) string {
+	if proposals == "default" {
+		return "# " + key + ": strongSwan's default proposals"
+	}
+	return key + "=" + proposals + "!"
 }

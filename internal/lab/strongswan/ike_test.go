@@ -39,34 +39,46 @@ func TestIKEWithCharon(t *testing.T) {
 		t.Fatal(err)
 	}
 	labtest.NeedNamespaces(t)
-	for _, c := range []struct {
-		ike, esp        string
-		charonInitiates bool
-		charonIKE       string // charon's IKE proposals, when not ike
-	}{
-		{"aes128-sha256-x25519", "aes128gcm16", false, ""},
-		{"aes128-sha256-x25519", "aes128-sha256", false, ""},
-		{"aes128-sha256-x25519", "aes128gcm16", true, ""},
-		{"aes128-sha256-x25519", "aes128-sha256", true, ""},
+	for _, c := range []ikeCase{
+		{ike: "aes128-sha256-x25519", esp: "aes128gcm16"},
+		{ike: "aes128-sha256-x25519", esp: "aes128-sha256"},
+		{ike: "aes128-sha256-x25519", esp: "aes128gcm16", charonInitiates: true},
+		{ike: "aes128-sha256-x25519", esp: "aes128-sha256", charonInitiates: true},
 		// The SK payload under AES-GCM, the NIST and MODP groups.
-		{"aes256gcm16-prfsha384-ecp384", "aes256gcm16", false, ""},
-		{"aes256-sha512-modp3072", "aes256-sha1", true, ""},
+		{ike: "aes256gcm16-prfsha384-ecp384", esp: "aes256gcm16"},
+		{ike: "aes256-sha512-modp3072", esp: "aes256-sha1", charonInitiates: true},
 		// ChaCha20-Poly1305 (RFC 7634) for the SK payload and for ESP.
-		{"chacha20poly1305-prfsha256-x25519", "chacha20poly1305", false, ""},
-		{"chacha20poly1305-prfsha512-ecp256", "chacha20poly1305", true, ""},
+		{ike: "chacha20poly1305-prfsha256-x25519", esp: "chacha20poly1305"},
+		{ike: "chacha20poly1305-prfsha512-ecp256", esp: "chacha20poly1305", charonInitiates: true},
 		// The initiator's first group is not the responder's: an
 		// INVALID_KE_PAYLOAD and a retry with the group asked for.
-		{"aes128-sha256-x25519-ecp256", "aes128gcm16", false, "aes128-sha256-ecp256"},
-		{"aes128-sha256-ecp256", "aes128gcm16", true, "aes128-sha256-x25519-ecp256"},
+		{ike: "aes128-sha256-x25519-ecp256", esp: "aes128gcm16", charonIKE: "aes128-sha256-ecp256", keRetry: true},
+		{ike: "aes128-sha256-ecp256", esp: "aes128gcm16", charonInitiates: true, charonIKE: "aes128-sha256-x25519-ecp256", keRetry: true},
+		// charon with strongSwan's default IKE and ESP proposals: as
+		// initiator it offers them all, and espgw picks its own among
+		// them; as responder it takes espgw's from them.
+		{ike: "aes256gcm16-prfsha384-ecp384", esp: "aes256gcm16", charonInitiates: true, charonIKE: "default", charonESP: "default"},
+		{ike: "aes128-sha256-x25519", esp: "aes128-sha256", charonIKE: "default", charonESP: "default"},
 	} {
 		name := "espgw-initiates"
 		if c.charonInitiates {
 			name = "charon-initiates"
 		}
-		t.Run(name+"/"+c.ike+"/"+c.esp, func(t *testing.T) {
-			ikeWithCharon(t, c.ike, cmp.Or(c.charonIKE, c.ike), c.esp, c.charonInitiates)
-		})
+		if c.charonIKE == "default" {
+			name += "/charon-default"
+		}
+		t.Run(name+"/"+c.ike+"/"+c.esp, func(t *testing.T) { ikeWithCharon(t, c) })
 	}
+}
+
+// ikeCase is one negotiation of TestIKEWithCharon: espgw's proposals,
+// charon's when they differ, who initiates, and whether the responder
+// must ask for another group (INVALID_KE_PAYLOAD).
+type ikeCase struct {
+	ike, esp             string
+	charonIKE, charonESP string
+	charonInitiates      bool
+	keRetry              bool
 }
 
 // ikeRun is espgw's ike endpoint on gw1 and charon on gw2 after they
@@ -95,6 +107,7 @@ func negotiate(t *testing.T, ctx context.Context, ikeProposal, charonIKE, esp st
 // test rather than a PSK.
 type negotiation struct {
 	ike, charonIKE, esp string
+	charonESP           string // charon's ESP proposals, when not esp
 	charonInitiates     bool
 	keyType             certgen.KeyType
 	// classic has both sides sign with the methods of RFC 7296 and 4754
@@ -137,7 +150,7 @@ func negotiateWith(t *testing.T, ctx context.Context, n negotiation) *ikeRun {
 	r.children = children
 	charonCfg := Config{NS: topo.GW2, Dir: filepath.Join(t.TempDir(), "gw2"), Local: remote, Remote: local,
 		LocalNet: a.LANB4, RemoteNet: a.LANA4, ID: "gw2", PeerID: "gw1", PSK: secret, Initiate: charonInitiates,
-		IKE: charonIKE, ESP: esp}
+		IKE: charonIKE, ESP: cmp.Or(n.charonESP, esp)}
 	if n.keyType != "" {
 		r.certs = useCertificates(t, n, &cfg, &charonCfg)
 	}
@@ -183,10 +196,11 @@ func negotiateWith(t *testing.T, ctx context.Context, n negotiation) *ikeRun {
 	return r
 }
 
-func ikeWithCharon(t *testing.T, ikeProposal, charonIKE, esp string, charonInitiates bool) {
+func ikeWithCharon(t *testing.T, c ikeCase) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	r := negotiate(t, ctx, ikeProposal, charonIKE, esp, charonInitiates)
+	esp, charonInitiates := c.esp, c.charonInitiates
+	r := negotiateWith(t, ctx, negotiation{ike: c.ike, charonIKE: cmp.Or(c.charonIKE, c.ike), esp: esp, charonESP: c.charonESP, charonInitiates: charonInitiates})
 	ch, s, child, ep := r.charon, r.s, r.child, r.ep
 	st, err := ch.Status(ctx)
 	if err != nil {
@@ -206,10 +220,10 @@ func ikeWithCharon(t *testing.T, ikeProposal, charonIKE, esp string, charonIniti
 		t.Fatal(err)
 	}
 	sameKeys(t, ch.LogPath(), in, out)
-	if ikeProposal != charonIKE && !charonInitiates && ep.Counts()["INVALID_KE_PAYLOAD received"] != 1 {
+	if c.keRetry && !charonInitiates && ep.Counts()["INVALID_KE_PAYLOAD received"] != 1 {
 		t.Errorf("espgw's first group is not charon's, but it counted no INVALID_KE_PAYLOAD: %v", ep.Counts())
 	}
-	if ikeProposal != charonIKE && charonInitiates && ep.Counts()["INVALID_KE_PAYLOAD sent"] != 1 {
+	if c.keRetry && charonInitiates && ep.Counts()["INVALID_KE_PAYLOAD sent"] != 1 {
 		t.Errorf("charon's first group is not espgw's, but espgw sent no INVALID_KE_PAYLOAD: %v", ep.Counts())
 	}
 	t.Logf("CHILD_SA %s in %#x out %#x, %s; espgw counts %v", esp, in.SPI, out.SPI, in.Suite, ep.Counts())
