@@ -115,6 +115,9 @@ type Config struct {
 	// Transport makes the connection transport mode between Host and
 	// Guest (type=transport, no subnets; LocalNet and RemoteNet unused).
 	Transport bool
+	// NAT lets pluto use ESP in UDP when its NAT detection finds one
+	// (encapsulation=auto); without it pluto never does.
+	NAT bool
 	// IKE and ESP are the proposals in libreswan's syntax, such as
 	// "aes128-sha2_256-dh31" and "aes_gcm128".
 	IKE, ESP string
@@ -229,6 +232,10 @@ func (cfg Config) conf() (string, error) {
 	if cfg.Transport {
 		subnets = "type=transport"
 	}
+	encap := "no"
+	if cfg.NAT {
+		encap = "auto"
+	}
 	return fmt.Sprintf(`config setup
 	logfile=%s
 	logtime=yes
@@ -246,10 +253,10 @@ conn %s
 	esp=%s
 	pfs=no
 	rekey=no
-	encapsulation=no
+	encapsulation=%s
 	leftupdown=/bin/true
 	auto=%s
-`, logFile, Name, cfg.Guest.Addr(), cfg.ID, cfg.Host.Addr(), cfg.PeerID, subnets, auth, cfg.IKE, cfg.ESP, auto), nil
+`, logFile, Name, cfg.Guest.Addr(), cfg.ID, cfg.Host.Addr(), cfg.PeerID, subnets, auth, cfg.IKE, cfg.ESP, encap, auto), nil
 }
 
 // files writes the configuration, the secrets and the NSS database and

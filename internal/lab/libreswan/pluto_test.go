@@ -27,7 +27,14 @@ var (
 	guestAddr = netip.MustParsePrefix("192.0.2.2/24")
 	espgwNet  = netip.MustParsePrefix("198.51.100.0/24")
 	plutoNet  = netip.MustParsePrefix("203.0.113.0/24")
+	// Behind a NAT, espgw has behindNAT and the NAT's inside address is
+	// natInside; the NAT's outside address is hostAddr, on the tap.
+	behindNAT = netip.MustParsePrefix("198.51.100.253/30")
+	natInside = netip.MustParsePrefix("198.51.100.254/30")
 )
+
+// natPorts are the source ports the NAT maps espgw's to.
+const natPorts = "40000-40999"
 
 // bed is espgw's ike endpoint in a namespace and pluto in the guest
 // behind its tap.
@@ -38,6 +45,19 @@ type bed struct {
 	certs    [2]*certgen.Issued // espgw's and pluto's
 	// transport: the CHILD_SAs are in transport mode.
 	transport bool
+	// local is espgw's address: hostAddr's, or behindNAT's behind the
+	// NAT, whose outside address pluto sees.
+	local netip.Addr
+	nat   bool
+}
+
+// bedConfig is how a bed is built: the proposals (espgw's syntax, then
+// libreswan's), certificates of a key type instead of a PSK, transport
+// mode, and a NAT between espgw and pluto.
+type bedConfig struct {
+	ike, esp, plutoIKE, plutoESP string
+	keyType                      certgen.KeyType
+	transport, nat               bool
 }
 
 // makeCerts makes a CA and the certificates of espgw (DNS name espgw)
@@ -74,13 +94,16 @@ func makeCerts(t *testing.T, kt certgen.KeyType, p *Config, e *ike.Config) [2]*c
 // transport mode between the two hosts' addresses.
 func newBed(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoESP string, transport bool) *bed {
 	t.Helper()
-	return newBedWith(t, ctx, ikeP, espP, plutoIKE, plutoESP, "", transport)
+	return newBedWith(t, ctx, bedConfig{ike: ikeP, esp: espP, plutoIKE: plutoIKE, plutoESP: plutoESP, transport: transport})
 }
 
-// newBedWith is newBed with certificates of key type kt from a CA made
-// for the test instead of the PSK, when kt is set.
-func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoESP string, kt certgen.KeyType, transport bool) *bed {
+// newBedWith builds the bed bc says: with a key type, certificates from a
+// CA made for the test instead of the PSK; with nat, espgw in a namespace
+// of its own behind a NAT namespace (iptables MASQUERADE to ports
+// natPorts) that holds the tap.
+func newBedWith(t *testing.T, ctx context.Context, bc bedConfig) *bed {
 	t.Helper()
+	ikeP, espP, plutoIKE, plutoESP, kt, transport := bc.ike, bc.esp, bc.plutoIKE, bc.plutoESP, bc.keyType, bc.transport
 	labtest.NeedNamespaces(t)
 	root, err := Prepare(ctx, "")
 	if err != nil {
@@ -95,13 +118,20 @@ func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoES
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := &bed{children: make(chan *ike.Child, 8), transport: transport, local: hostAddr.Addr(), nat: bc.nat}
+	tapNS := ns
+	if bc.nat {
+		if tapNS, err = natBefore(t, ctx, nb, ns); err != nil {
+			t.Fatal(err)
+		}
+		b.local = behindNAT.Addr()
+	}
 	psk := make([]byte, 16)
 	rand.Read(psk)
 	secret := hex.EncodeToString(psk)
-	b := &bed{children: make(chan *ike.Child, 8), transport: transport}
-	pcfg := Config{Netns: ns.Name(), Tap: "lswtap0", Host: hostAddr, Guest: guestAddr,
+	pcfg := Config{Netns: tapNS.Name(), Tap: "lswtap0", Host: hostAddr, Guest: guestAddr,
 		LocalNet: plutoNet, RemoteNet: espgwNet, ID: "pluto", PeerID: "espgw", PSK: secret, IKE: plutoIKE, ESP: plutoESP,
-		Transport: transport, Root: root, Dir: t.TempDir()}
+		Transport: transport, NAT: bc.nat, Root: root, Dir: t.TempDir()}
 	var ecfg ike.Config
 	if kt != "" {
 		b.certs = makeCerts(t, kt, &pcfg, &ecfg)
@@ -127,7 +157,7 @@ func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoES
 		t.Fatal(err)
 	}
 	var tr *ike.Transport
-	if err := ns.Do(func() (err error) { tr, err = ike.Listen(hostAddr.Addr()); return err }); err != nil {
+	if err := ns.Do(func() (err error) { tr, err = ike.Listen(b.local); return err }); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tr.Close() })
@@ -144,7 +174,7 @@ func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoES
 		// fragments (RFC 7383), which pluto must reassemble.
 		cfg.PSK, cfg.Certs, cfg.Key, cfg.CAs, cfg.FragmentSize = nil, ecfg.Certs, ecfg.Key, ecfg.CAs, 500
 	}
-	if b.ep, err = ike.NewEndpoint(cfg, hostAddr.Addr(), tr.Send); err != nil {
+	if b.ep, err = ike.NewEndpoint(cfg, b.local, tr.Send); err != nil {
 		t.Fatal(err)
 	}
 	serveCtx, stop := context.WithCancel(context.Background())
@@ -152,6 +182,36 @@ func newBedWith(t *testing.T, ctx context.Context, ikeP, espP, plutoIKE, plutoES
 	go func() { served <- tr.Serve(serveCtx, b.ep) }()
 	t.Cleanup(func() { stop(); <-served })
 	return b
+}
+
+// natBefore puts a NAT namespace between espgw's namespace and the guest:
+// it holds the tap (returned, for pluto's Config.Netns) and masquerades
+// espgw's UDP to hostAddr and a port of natPorts.
+func natBefore(t *testing.T, ctx context.Context, nb *netns.Bed, espgw *netns.Namespace) (*netns.Namespace, error) {
+	t.Helper()
+	labtest.NeedTools(t, "iptables")
+	nat, err := nb.AddNamespace("nat")
+	if err != nil {
+		return nil, err
+	}
+	if err := nb.Connect(espgw, "wan0", nat, "inside0", netns.LinkOptions{}); err != nil {
+		return nil, err
+	}
+	for _, step := range []func() error{
+		func() error { return espgw.AddAddr("wan0", behindNAT) },
+		func() error { return nat.AddAddr("inside0", natInside) },
+		func() error { return espgw.AddRoute(netip.MustParsePrefix("0.0.0.0/0"), natInside.Addr()) },
+		nat.EnableForwarding,
+	} {
+		if err := step(); err != nil {
+			return nil, fmt.Errorf("set up the NAT: %w", err)
+		}
+	}
+	rule := []string{"-t", "nat", "-A", "POSTROUTING", "-s", behindNAT.Addr().String(), "-o", "lswtap0", "-p", "udp", "-j", "MASQUERADE", "--to-ports", natPorts}
+	if out, err := nat.Output(ctx, "iptables", rule...); err != nil {
+		return nil, fmt.Errorf("set up the NAT: iptables %s: %w\n%s", strings.Join(rule, " "), err, out)
+	}
+	return nat, nil
 }
 
 // kernelHas checks that the CHILD_SA is in the bed's mode and that pluto
@@ -170,6 +230,10 @@ func (b *bed) kernelHas(t *testing.T, ctx context.Context, c *ike.Child) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if b.nat {
+		// pluto knows espgw by the NAT's outside address and port.
+		in, out = b.seenThroughNAT(t, in), b.seenThroughNAT(t, out)
+	}
 	var problem string
 	for deadline := time.Now().Add(15 * time.Second); ; {
 		if problem = kernelProblem(ctx, p, in, out); problem == "" {
@@ -180,6 +244,23 @@ func (b *bed) kernelHas(t *testing.T, ctx context.Context, c *ike.Child) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// seenThroughNAT is espgw's SA s as pluto's kernel has it: espgw's
+// address the NAT's outside one (the ports kernelProblem checks apart).
+func (b *bed) seenThroughNAT(t *testing.T, s *sa.SA) *sa.SA {
+	t.Helper()
+	if s.Encap != sa.EncapUDP {
+		t.Fatalf("SA %#x behind the NAT is not ESP in UDP", s.SPI)
+	}
+	c := *s
+	if c.Src == b.local {
+		c.Src = hostAddr.Addr()
+	}
+	if c.Dst == b.local {
+		c.Dst = hostAddr.Addr()
+	}
+	return &c
 }
 
 func kernelProblem(ctx context.Context, p *Pluto, ours ...*sa.SA) string {
@@ -197,13 +278,25 @@ func kernelProblem(ctx context.Context, p *Pluto, ours ...*sa.SA) string {
 		switch {
 		case theirs == nil:
 			return fmt.Sprintf("the guest's kernel has no SA %#x (%d states)", o.SPI, len(states))
-		case theirs.Suite != o.Suite || theirs.Src != o.Src || theirs.Dst != o.Dst || theirs.Mode != o.Mode:
+		case theirs.Suite != o.Suite || theirs.Src != o.Src || theirs.Dst != o.Dst || theirs.Mode != o.Mode || theirs.Encap != o.Encap:
 			return fmt.Sprintf("SA %#x: espgw %v, pluto's kernel %v", o.SPI, o, theirs.SA)
+		case o.Encap == sa.EncapUDP && !natPortsOK(theirs.SA, o):
+			return fmt.Sprintf("SA %#x: ESP in UDP between ports %d and %d in pluto's kernel, want 4500 on pluto's side and one of %s on espgw's", o.SPI, theirs.SrcPort, theirs.DstPort, natPorts)
 		case !bytes.Equal(theirs.EncKey, o.EncKey) || !bytes.Equal(theirs.AuthKey, o.AuthKey):
 			return fmt.Sprintf("SA %#x: espgw's keys are not the ones pluto installed", o.SPI)
 		}
 	}
 	return ""
+}
+
+// natPortsOK reports whether the kernel's ESP-in-UDP ports of the SA are
+// pluto's 4500 and, for espgw, a port the NAT maps to.
+func natPortsOK(theirs, ours *sa.SA) bool {
+	plutoPort, espgwPort := theirs.SrcPort, theirs.DstPort
+	if ours.Dst == guestAddr.Addr() {
+		plutoPort, espgwPort = theirs.DstPort, theirs.SrcPort
+	}
+	return plutoPort == 4500 && espgwPort >= 40000 && espgwPort <= 40999
 }
 
 // kernelLacks checks that no SA of the child is left in the guest's
@@ -276,8 +369,8 @@ func espgwInitiates(t *testing.T, ctx context.Context, b *bed) {
 	}
 	child := s.Children()[0]
 	b.kernelHas(t, ctx, child)
-	if s.NAT() || child.UDP {
-		t.Error("espgw found a NAT where there is none")
+	if s.NAT() != b.nat || child.UDP != b.nat {
+		t.Errorf("espgw found a NAT %v and made the CHILD_SA ESP in UDP %v; behind a NAT %v", s.NAT(), child.UDP, b.nat)
 	}
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("liveness check: %v", err)
@@ -380,6 +473,36 @@ func plutoInitiates(t *testing.T, ctx context.Context, b *bed) {
 	kernelLacks(t, ctx, b.pluto, fresh)
 }
 
+// TestIKEThroughNATWithPluto puts a real NAT (iptables MASQUERADE, to
+// other source ports) between espgw's ike endpoint and pluto: espgw,
+// behind it, initiates; both must find the NAT, IKE must float to port
+// 4500, and the CHILD_SA must be ESP in UDP on both sides, pluto's kernel
+// SAs with the NAT's address and mapped port and espgw's keys. Then, all
+// through the NAT, a liveness check, CHILD_SA rekeys by espgw and by
+// pluto, IKE SA rekeys by both, and Deletes by espgw.
+func TestIKEThroughNATWithPluto(t *testing.T) {
+	if testing.Short() {
+		t.Skip("boots a QEMU guest with pluto behind a NAT; run without -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	b := newBedWith(t, ctx, bedConfig{ike: "aes128-sha256-x25519", esp: "aes128gcm16", plutoIKE: "aes128-sha2_256-dh31", plutoESP: "aes_gcm128", nat: true})
+	espgwInitiates(t, ctx, b)
+	// pluto names the NAT's address and port it reached espgw at.
+	log, _ := b.pluto.Log(ctx)
+	var seen string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "established Child SA") {
+			seen = l
+			break
+		}
+	}
+	if !strings.Contains(seen, "ESPinUDP") || !strings.Contains(seen, "NATD="+hostAddr.Addr().String()+":40") {
+		t.Errorf("pluto's first CHILD_SA is not ESP in UDP to the NAT's %s and a port of %s:\n%s", hostAddr.Addr(), natPorts, seen)
+	}
+	t.Logf("pluto: %s", seen)
+}
+
 // TestIKECertificatesWithPluto authenticates espgw and pluto to each
 // other with certificates from a CA made at test time, RSA and ECDSA
 // P-256: espgw initiates, its IKE_AUTH in 500-byte fragments that pluto
@@ -394,7 +517,7 @@ func TestIKECertificatesWithPluto(t *testing.T) {
 		t.Run(string(kt), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			b := newBedWith(t, ctx, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha2_256-dh31", "aes_gcm128", kt, false)
+			b := newBedWith(t, ctx, bedConfig{ike: "aes128-sha256-x25519", esp: "aes128gcm16", plutoIKE: "aes128-sha2_256-dh31", plutoESP: "aes_gcm128", keyType: kt})
 			s, err := b.ep.Initiate(ctx, netip.AddrPortFrom(guestAddr.Addr(), ike.Port))
 			if err != nil {
 				t.Fatalf("espgw initiating to pluto with certificates: %v; counts %v", err, b.ep.Counts())
