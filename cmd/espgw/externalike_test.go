@@ -32,9 +32,15 @@ import (
 // `ip -s xfrm state`, which must list the SPIs gw1 negotiated) matching
 // gw1's, a CHILD_SA rekey by gw1 in the middle of the traffic must
 // lose nothing, and gw1's Delete at the end of each run must leave the
-// device no SA. Then libreswan's pluto as the appliance's daemon, in the
-// same boot: the traffic and counters again, and a CHILD_SA rekey by
-// pluto (whack --rekey-ipsec) during the traffic with nothing lost.
+// device no SA. Transport mode over IPv4 and over IPv6 (the device's
+// kernel lists its SAs between the two IPv6 addresses as mode transport,
+// pings cross both ways), and certificates instead of the PSK (charon logs
+// gw1 authenticated by its ECDSA signature). Then libreswan's pluto as
+// the appliance's daemon, in the same boot: the traffic and counters
+// again, a CHILD_SA rekey by pluto (whack --rekey-ipsec) during the
+// traffic with nothing lost, transport mode, and certificates (pluto's
+// log says it authenticated gw1 by an ECDSA digital signature with its
+// certificate, issued by the test's CA).
 func TestScenarioExternalIKE(t *testing.T) {
 	if testing.Short() {
 		t.Skip("boots the QEMU kernel guest with charon as an external device; run without -short")
@@ -57,6 +63,8 @@ func TestScenarioExternalIKE(t *testing.T) {
 	const wanIf, lanIf, mgmtIf = "ikxwan", "ikxlan", "ikxmgmt"
 	dutWAN, dutLAN := netip.MustParsePrefix("198.51.100.129/24"), netip.MustParsePrefix("203.0.113.1/24")
 	gw1, near := netip.MustParseAddr("198.51.100.1"), netip.MustParsePrefix("192.0.2.0/24")
+	// The same WAN port over IPv6 too, for transport mode over IPv6.
+	gw1v6, dutWANv6 := netip.MustParseAddr("2001:db8:5::1"), netip.MustParsePrefix("2001:db8:5::129/64")
 	key := make([]byte, 24)
 	rand.Read(key)
 	psk := hex.EncodeToString(key)
@@ -85,6 +93,7 @@ func TestScenarioExternalIKE(t *testing.T) {
 		t.Fatal(err)
 	}
 	files, err := charonguest.Files(charonguest.Config{Dir: filepath.Join(dir, "charon"), LocalAddr: dutWAN.Addr(), RemoteAddr: gw1,
+		LocalAddr6: dutWANv6.Addr(), RemoteAddr6: gw1v6,
 		LocalID: "appliance.example", RemoteID: "gw1.example", PSK: psk,
 		LocalTS: []netip.Prefix{dutLAN.Masked()}, RemoteTS: []netip.Prefix{near},
 		Proposals: "aes128-sha256-x25519", ESPProposals: "aes128gcm16,aes128-sha256", Transport: true,
@@ -101,7 +110,12 @@ func TestScenarioExternalIKE(t *testing.T) {
 	plutoCfg := libreswan.Config{Host: netip.PrefixFrom(gw1, 24), Guest: dutWAN, LocalNet: dutLAN.Masked(), RemoteNet: near,
 		ID: "appliance.example", PeerID: "gw1.example", PSK: psk, IKE: "aes128-sha2_256-dh31", ESP: "aes_gcm128",
 		Root: root, Dir: filepath.Join(dir, "pluto")}
-	plutoFiles, err := libreswan.Files(ctx, plutoCfg)
+	// pluto with certificates, the appliance's and the CA charon had, in
+	// its NSS database: a configuration of its own, for the end.
+	plutoCertCfg := plutoCfg
+	plutoCertCfg.ID, plutoCertCfg.PeerID, plutoCertCfg.PSK = "appliance-cert.example", "gw1-cert.example", ""
+	plutoCertCfg.Cert, plutoCertCfg.Key, plutoCertCfg.CA, plutoCertCfg.KeyType = filepath.Join(dir, "appliance.pem"), filepath.Join(dir, "appliance.key"), filepath.Join(dir, "ca.pem"), "ecdsa"
+	plutoFiles, err := libreswan.Files(ctx, plutoCfg, plutoCertCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +133,7 @@ func TestScenarioExternalIKE(t *testing.T) {
 	defer dev.Close()
 	// The appliance's LAN port, forwarding, the route back to the network
 	// behind gw1, and a management port serving its counters.
-	setup := fmt.Sprintf("set -e\nip link set eth1 up\nip addr add %s dev eth1\necho 1 >/proc/sys/net/ipv4/ip_forward\nip route add %s via %s\n"+
+	setup := fmt.Sprintf("set -e\nip -6 addr add "+dutWANv6.String()+" dev eth0 nodad\nip link set eth1 up\nip addr add %s dev eth1\necho 1 >/proc/sys/net/ipv4/ip_forward\nip route add %s via %s\n"+
 		"ip link set eth2 up\nip addr add 10.99.0.1/30 dev eth2\nmkdir -p /www/cgi-bin\n"+
 		"printf '#!/bin/sh\\necho Content-Type: text/plain\\necho\\n/sbin/ip -s xfrm state list nokeys\\n' >/www/cgi-bin/xfrm\n"+
 		"chmod +x /www/cgi-bin/xfrm\nhttpd -p 10.99.0.1:80 -h /www\n", dutLAN, near, gw1)
@@ -244,6 +258,18 @@ expect:
 		"  gw2.opened: == gw1.sealed\n  gw1.opened: == gw2.sealed\n  gw2.drops: == 0\n", "")
 	body, _ := os.ReadFile(filepath.Join(scenarios, "4-ike-transport.yaml"))
 	os.WriteFile(filepath.Join(scenarios, "5-ike-transport-rekey.yaml"), []byte(transportRekey.Replace(string(body))), 0o644)
+	// Transport mode over IPv6: the same, between gw1's and the device's
+	// IPv6 addresses on the WAN port.
+	wan4 := fmt.Sprintf("  wan: {interface: %s, address: %s/24, dut: %s}\n", wanIf, gw1, dutWAN.Addr())
+	wan6 := fmt.Sprintf("  wan: {interface: %s, address: %s/64, dut: %s}\n", wanIf, gw1v6, dutWANv6.Addr())
+	transport6 := strings.NewReplacer(wan4, wan6, "name: appliance-ike-transport\n", "name: appliance-ike-transport-ipv6\n",
+		"description: the device's IKE daemon gives gw1 a transport-mode CHILD_SA;", "description: over IPv6, the device's IKE daemon gives gw1 a transport-mode CHILD_SA;",
+		// 1400 bytes of ping are more than gw1's TUN takes over IPv6.
+		"ping: {sizes: [56, 1000, 1400]", "ping: {sizes: [56, 1000, 1300]").Replace(string(body))
+	if transport6 == string(body) || !strings.Contains(transport6, wan6) || !strings.Contains(transport6, "1300]") {
+		t.Fatalf("the IPv6 transport-mode scenario is the IPv4 one:\n%s", transport6)
+	}
+	os.WriteFile(filepath.Join(scenarios, "7-ike-transport-ipv6.yaml"), []byte(transport6), 0o644)
 	// Certificates, no PSK: gw1 authenticates with its own and checks the
 	// device's against the CA.
 	certHead := strings.NewReplacer("    local: {id: gw1.example}\n", "    local: {id: gw1-cert.example, auth: pubkey, certs: [../gw1.pem]}\n",
@@ -272,7 +298,27 @@ expect:
 			judge(t, daemon, f, runExternalAs(t, "ikxs", bin, filepath.Join(scenarios, f)))
 		}
 	}
-	runs("1-ike.yaml", "2-ike-rekey.yaml", "4-ike-transport.yaml", "5-ike-transport-rekey.yaml", "6-ike-certs.yaml")
+	runs("1-ike.yaml", "2-ike-rekey.yaml", "4-ike-transport.yaml", "5-ike-transport-rekey.yaml")
+	// Over IPv6 the device's owner lets neighbour discovery between the
+	// two ends pass in clear, as strongSwan's documentation has it: the
+	// host-to-host policies charon installs would otherwise take the
+	// unicast solicitations and advertisements (ICMPv6 135, 136), and a
+	// run longer than the neighbour entries' reachable time would lose
+	// its neighbour (this short one passes without). Priority 0 comes
+	// before charon's.
+	var nd strings.Builder
+	for _, typ := range []int{135, 136} {
+		fmt.Fprintf(&nd, "ip xfrm policy %%[1]s src %[1]s/128 dst %[2]s/128 proto 58 type %[3]d dir out%%[2]s\n", dutWANv6.Addr(), gw1v6, typ)
+		fmt.Fprintf(&nd, "ip xfrm policy %%[1]s src %[2]s/128 dst %[1]s/128 proto 58 type %[3]d dir in%%[2]s\n", dutWANv6.Addr(), gw1v6, typ)
+	}
+	if out, err := dev.Run(ctx, "set -e\n"+fmt.Sprintf(nd.String(), "add", " action allow priority 0")); err != nil {
+		t.Fatalf("the device's neighbour discovery bypass: %v\n%s", err, out)
+	}
+	runs("7-ike-transport-ipv6.yaml")
+	if out, err := dev.Run(ctx, "set -e\n"+fmt.Sprintf(nd.String(), "delete", "")); err != nil {
+		t.Errorf("remove the device's neighbour discovery bypass: %v\n%s", err, out)
+	}
+	runs("6-ike-certs.yaml")
 	// The certificate run authenticated gw1 by its certificate.
 	if log := charon.Log(ctx); !strings.Contains(log, "authentication of 'gw1-cert.example' with ECDSA") {
 		t.Errorf("charon's log has no signature authentication of gw1-cert.example")
@@ -345,6 +391,70 @@ expect:
 	if out, err := dev.Run(ctx, "ip xfrm state"); err != nil || strings.TrimSpace(out) != "" {
 		t.Errorf("SAs left in the device's kernel by pluto in transport mode: %v\n%s", err, out)
 	}
+
+	// pluto with certificates (authby=ecdsa, its certificate and key from
+	// its NSS database, gw1's checked against the CA): the run charon had.
+	if err := pluto.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if pluto, err = libreswan.StartIn(ctx, dev, plutoCertCfg); err != nil {
+		t.Fatal(err)
+	}
+	before, err := pluto.Log(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs("6-ike-certs.yaml")
+	after, err := pluto.Log(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The run's: the authentications the log has beyond those before.
+	run, earlier := authLines(after), len(authLines(before))
+	if len(run) < earlier {
+		t.Fatalf("pluto's log lost lines during the certificate run")
+	}
+	run = run[earlier:]
+	if line, err := signatureAuth(run, "gw1-cert.example"); err != nil {
+		t.Errorf("pluto with certificates: %v", err)
+	} else {
+		t.Logf("pluto with certificates: %s", line)
+	}
+	if out, err := dev.Run(ctx, "ip xfrm state"); err != nil || strings.TrimSpace(out) != "" {
+		t.Errorf("SAs left in the device's kernel by pluto with certificates: %v\n%s", err, out)
+	}
+}
+
+// authLines are the lines of pluto's log that say it authenticated a
+// peer, in order.
+func authLines(log string) []string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "authenticated peer") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// signatureAuth finds among pluto's authentication lines the one that
+// says it authenticated the peer id by an ECDSA digital signature with
+// its certificate, and refuses lines that say it authenticated a peer by
+// a pre-shared key.
+func signatureAuth(lines []string, id string) (string, error) {
+	var found string
+	for _, l := range lines {
+		if strings.Contains(l, "PSK") || strings.Contains(l, "authby=secret") {
+			return "", fmt.Errorf("pluto authenticated a peer by a pre-shared key: %s", l)
+		}
+		if strings.Contains(l, "ECDSA") && strings.Contains(l, "digital signature") && strings.Contains(l, "certificate '@"+id+"'") {
+			found = l
+		}
+	}
+	if found == "" {
+		return "", fmt.Errorf("pluto's log of the run says nothing of authenticating %s by an ECDSA signature with its certificate (%d authentications: %q)", id, len(lines), lines)
+	}
+	return found, nil
 }
 
 // judge checks one run against the appliance's IKE daemon.
@@ -382,11 +492,33 @@ func judge(t *testing.T, daemon, f string, r *scenario.Result) {
 	}
 	// The device's kernel holds the CHILD_SA in the mode gw1 asked for.
 	want, other := "mode tunnel", "mode transport"
-	if strings.HasPrefix(f, "4-ike-transport") || strings.HasPrefix(f, "5-ike-transport") {
+	if strings.Contains(f, "-transport") {
 		want, other = other, want
 	}
 	if !strings.Contains(r.ExternalCounters[0], want) || strings.Contains(r.ExternalCounters[0], other) {
 		t.Errorf("%s %s: the device's SAs are not all in the mode gw1 asked for:\n%s", daemon, r.Name, r.ExternalCounters[0])
+	}
+	// Over IPv6 the device's SAs are between the two IPv6 addresses,
+	// both ways, and the pings crossed both: gw1's echoes sealed and the
+	// device's answers opened, as many as the device counted.
+	if strings.Contains(f, "-ipv6") {
+		for _, pair := range []string{"src 2001:db8:5::129 dst 2001:db8:5::1\n", "src 2001:db8:5::1 dst 2001:db8:5::129\n"} {
+			if !strings.Contains(r.ExternalCounters[0], pair) {
+				t.Errorf("%s %s: the device's ip xfrm state has no SA %s:\n%s", daemon, r.Name, strings.TrimSpace(pair), r.ExternalCounters[0])
+			}
+		}
+		var sas []string
+		for _, l := range strings.Split(r.ExternalCounters[0], "\n") {
+			if strings.HasPrefix(l, "src ") || strings.Contains(l, " mode ") {
+				sas = append(sas, strings.TrimSpace(l))
+			}
+		}
+		t.Logf("%s %s: the device's SAs: %s", daemon, r.Name, strings.Join(sas, "; "))
+		m := r.Metrics
+		if m["gw1.sealed"] == 0 || m["gw1.opened"] == 0 || m["gw2.opened"] != m["gw1.sealed"] || m["gw2.sealed"] != m["gw1.opened"] {
+			t.Errorf("%s %s: the pings did not cross both ways: gw1 sealed %v opened %v, the device opened %v sealed %v",
+				daemon, r.Name, m["gw1.sealed"], m["gw1.opened"], m["gw2.opened"], m["gw2.sealed"])
+		}
 	}
 	if (f == "2-ike-rekey.yaml" || f == "5-ike-transport-rekey.yaml") && len(slices.Compact(slices.Clone(r.ExternalSPIs))) < 2 {
 		t.Errorf("%s %s: the CHILD_SA was not replaced during the run: %v", daemon, r.Name, r.ExternalSPIs)

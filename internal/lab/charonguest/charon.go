@@ -50,6 +50,10 @@ type Config struct {
 	Dir string
 	// LocalAddr is the guest's outer address, RemoteAddr espgw's.
 	LocalAddr, RemoteAddr netip.Addr
+	// LocalAddr6 and RemoteAddr6, when set, are a second pair, IPv6, on
+	// which charon takes the same connections: an IKE SA between them
+	// gets the transport-mode child host between these two.
+	LocalAddr6, RemoteAddr6 netip.Addr
 	// LocalID and RemoteID are the identities as swanctl writes them
 	// (an FQDN, an address, …); empty: the addresses.
 	LocalID, RemoteID string
@@ -175,6 +179,9 @@ func (cfg Config) swanctl() (string, error) {
 	if !cfg.LocalAddr.IsValid() || !cfg.RemoteAddr.IsValid() || len(cfg.LocalTS) == 0 || len(cfg.RemoteTS) == 0 || cfg.PSK == "" {
 		return "", fmt.Errorf("charon in the guest: want both addresses, both traffic selectors and a pre-shared key")
 	}
+	if cfg.LocalAddr6.IsValid() != cfg.RemoteAddr6.IsValid() || cfg.LocalAddr6.IsValid() && (!cfg.LocalAddr6.Is6() || !cfg.RemoteAddr6.Is6()) {
+		return "", fmt.Errorf("charon in the guest: the second pair of addresses wants both, IPv6")
+	}
 	if c := cfg.Cert; c != nil && (c.LocalID == "" || c.RemoteID == "" || c.Cert == "" || c.Key == "" || c.CA == "" || c.KeyType != "rsa" && c.KeyType != "ecdsa") {
 		return "", fmt.Errorf("charon in the guest: a certificate connection wants both identities, the certificate, its key (rsa or ecdsa) and the CA")
 	}
@@ -243,8 +250,20 @@ secrets {
 		secret = %q
 	}
 }
-`, cfg.LocalAddr, cfg.RemoteAddr, or(cfg.Proposals, "default"), ids[0], ids[1], list(cfg.LocalTS), list(cfg.RemoteTS),
+`, cfg.localAddrs(), cfg.remoteAddrs(), or(cfg.Proposals, "default"), ids[0], ids[1], list(cfg.LocalTS), list(cfg.RemoteTS),
 		or(cfg.ESPProposals, "default"), rekey, host, cfg.certConn(list(cfg.LocalTS), list(cfg.RemoteTS), or(cfg.ESPProposals, "default"), rekey), ids[0], ids[1], cfg.PSK), nil
+}
+
+// localAddrs and remoteAddrs are the connections' local_addrs and
+// remote_addrs: the IPv4 pair and the IPv6 one when set.
+func (cfg Config) localAddrs() string  { return addrs(cfg.LocalAddr, cfg.LocalAddr6) }
+func (cfg Config) remoteAddrs() string { return addrs(cfg.RemoteAddr, cfg.RemoteAddr6) }
+
+func addrs(a, a6 netip.Addr) string {
+	if a6.IsValid() {
+		return a.String() + ", " + a6.String()
+	}
+	return a.String()
 }
 
 // certConn is the certificate connection of swanctl.conf, or nothing.
@@ -283,7 +302,7 @@ func (cfg Config) certConn(localTS, remoteTS, esp, rekey string) string {
 				start_action = none
 			}
 		}
-	}`, cfg.LocalAddr, cfg.RemoteAddr, proposals, guestCert, c.LocalID, guestCA, c.RemoteID, localTS, remoteTS, esp, rekey)
+	}`, cfg.localAddrs(), cfg.remoteAddrs(), proposals, guestCert, c.LocalID, guestCA, c.RemoteID, localTS, remoteTS, esp, rekey)
 }
 
 // Guest is charon running in a booted guest.

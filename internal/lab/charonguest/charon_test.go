@@ -36,10 +36,21 @@ func TestSwanctlConf(t *testing.T) {
 		t.Errorf("Transport set, no transport-mode child host:\n%s", conf)
 	}
 	cfg.Transport = false
+	// IPv6 beside IPv4: the connection takes IKE on either pair.
+	cfg.LocalAddr6, cfg.RemoteAddr6 = netip.MustParseAddr("2001:db8:5::129"), netip.MustParseAddr("2001:db8:5::1")
+	if conf, _ := cfg.swanctl(); !strings.Contains(conf, "local_addrs = 198.51.100.129, 2001:db8:5::129") ||
+		!strings.Contains(conf, "remote_addrs = 198.51.100.1, 2001:db8:5::1") {
+		t.Errorf("IPv6 addresses set, not in the connection's addresses:\n%s", conf)
+	}
+	cfg.LocalAddr6, cfg.RemoteAddr6 = netip.Addr{}, netip.Addr{}
 	for _, bad := range []func(*Config){
 		func(c *Config) { c.PSK = "" },
 		func(c *Config) { c.RemoteAddr = netip.Addr{} },
 		func(c *Config) { c.LocalTS = nil },
+		func(c *Config) { c.LocalAddr6 = netip.MustParseAddr("2001:db8:5::129") },
+		func(c *Config) {
+			c.LocalAddr6, c.RemoteAddr6 = netip.MustParseAddr("2001:db8:5::129"), netip.MustParseAddr("198.51.100.2")
+		},
 	} {
 		c := cfg
 		bad(&c)

@@ -170,8 +170,13 @@ func Start(ctx context.Context, cfg Config) (*Pluto, error) {
 // Files writes pluto's configuration into cfg.Dir and lists what a guest
 // needs to run it (guest path → host path, for kernelpeer.Config.Files),
 // for a boot that runs other things too; cfg.Host and cfg.Guest are then
-// the addresses only (StartIn's caller booted the guest).
-func Files(ctx context.Context, cfg Config) (map[string]string, error) { return cfg.files(ctx) }
+// the addresses only (StartIn's caller booted the guest). One boot serves
+// several configurations, StartIn with each in turn: more's pre-shared
+// keys go into the same secrets file and their certificates into the same
+// NSS database.
+func Files(ctx context.Context, cfg Config, more ...Config) (map[string]string, error) {
+	return cfg.files(ctx, more...)
+}
 
 // StartIn starts pluto in a guest booted with Files' files, the
 // connection loaded and, with Initiate, initiated. Close stops pluto and
@@ -259,18 +264,24 @@ conn %s
 `, logFile, Name, cfg.Guest.Addr(), cfg.ID, cfg.Host.Addr(), cfg.PeerID, subnets, auth, cfg.IKE, cfg.ESP, encap, auto), nil
 }
 
-// files writes the configuration, the secrets and the NSS database and
-// lists what the guest gets.
-func (cfg Config) files(ctx context.Context) (map[string]string, error) {
+// files writes the configuration, the secrets (cfg's and more's) and the
+// NSS database (the certificates of cfg and more) and lists what the guest
+// gets.
+func (cfg Config) files(ctx context.Context, more ...Config) (map[string]string, error) {
 	conf, err := cfg.conf()
 	if err != nil {
 		return nil, err
 	}
+	all := append([]Config{cfg}, more...)
+	for _, c := range more {
+		if _, err := c.conf(); err != nil {
+			return nil, err
+		}
+	}
 	if err := os.MkdirAll(filepath.Join(cfg.Dir, "nss"), 0o700); err != nil {
 		return nil, fmt.Errorf("start pluto: %w", err)
 	}
-	secrets := fmt.Sprintf("@%s @%s : PSK %q\n", cfg.ID, cfg.PeerID, cfg.PSK)
-	for name, body := range map[string]string{"ipsec.conf": conf, "ipsec.secrets": secrets} {
+	for name, body := range map[string]string{"ipsec.conf": conf, "ipsec.secrets": secretsOf(all)} {
 		if err := os.WriteFile(filepath.Join(cfg.Dir, name), []byte(body), 0o600); err != nil {
 			return nil, fmt.Errorf("start pluto: %w", err)
 		}
@@ -279,13 +290,28 @@ func (cfg Config) files(ctx context.Context) (map[string]string, error) {
 	if out, err := exec.CommandContext(ctx, "certutil", "-N", "-d", "sql:"+nss, "--empty-password").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("start pluto: certutil -N (libnss3-tools): %w: %s", err, out)
 	}
-	if cfg.Cert != "" {
-		p12 := filepath.Join(cfg.Dir, cfg.ID+".p12")
-		for _, argv := range [][]string{
-			{"openssl", "pkcs12", "-export", "-in", cfg.Cert, "-inkey", cfg.Key, "-name", cfg.ID, "-out", p12, "-passout", "pass:"},
+	// Each certificate under its identity (leftcert names it), each CA
+	// once.
+	imported, cas := map[string]bool{}, 0
+	for _, c := range all {
+		if c.Cert == "" || imported[c.ID] {
+			continue
+		}
+		imported[c.ID] = true
+		p12 := filepath.Join(cfg.Dir, c.ID+".p12")
+		argvs := [][]string{
+			{"openssl", "pkcs12", "-export", "-in", c.Cert, "-inkey", c.Key, "-name", c.ID, "-out", p12, "-passout", "pass:"},
 			{"pk12util", "-i", p12, "-d", "sql:" + nss, "-W", ""},
-			{"certutil", "-A", "-d", "sql:" + nss, "-n", "espgw test CA", "-t", "CT,,", "-a", "-i", cfg.CA},
-		} {
+		}
+		if !imported["CA "+c.CA] {
+			imported["CA "+c.CA] = true
+			nick := "espgw test CA"
+			if cas++; cas > 1 {
+				nick = fmt.Sprintf("espgw test CA %d", cas)
+			}
+			argvs = append(argvs, []string{"certutil", "-A", "-d", "sql:" + nss, "-n", nick, "-t", "CT,,", "-a", "-i", c.CA})
+		}
+		for _, argv := range argvs {
 			if out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).CombinedOutput(); err != nil {
 				return nil, fmt.Errorf("start pluto: %s: %w: %s", strings.Join(argv[:2], " "), err, out)
 			}
@@ -317,6 +343,18 @@ func (cfg Config) files(ctx context.Context) (map[string]string, error) {
 		files[guestDir+"/"+prog] = host
 	}
 	return files, nil
+}
+
+// secretsOf is ipsec.secrets: each configuration's pre-shared key
+// between its two identities, once.
+func secretsOf(cfgs []Config) string {
+	var b strings.Builder
+	for _, c := range cfgs {
+		if line := fmt.Sprintf("@%s @%s : PSK %q\n", c.ID, c.PeerID, c.PSK); !strings.Contains(b.String(), line) {
+			b.WriteString(line)
+		}
+	}
+	return b.String()
 }
 
 func exists(p string) bool { _, err := os.Stat(p); return err == nil }

@@ -549,3 +549,15 @@ func TestIKECertificatesWithPluto(t *testing.T) {
 		})
 	}
 }
+
+// One boot's secrets serve each configuration it starts: each pair of
+// identities with its key, a pair given twice once.
+func TestSecretsOfSeveralConfigs(t *testing.T) {
+	psk := Config{ID: "appliance.example", PeerID: "gw1.example", PSK: "an example key only"}
+	cert := Config{ID: "appliance-cert.example", PeerID: "gw1-cert.example", Cert: "appliance.pem", KeyType: "ecdsa"}
+	got := secretsOf([]Config{psk, cert, psk})
+	want := "@appliance.example @gw1.example : PSK \"an example key only\"\n@appliance-cert.example @gw1-cert.example : PSK \"\"\n"
+	if got != want {
+		t.Errorf("ipsec.secrets:\n%s\nwant:\n%s", got, want)
+	}
+}
