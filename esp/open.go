@@ -3,6 +3,7 @@ package esp
 import (
 	"encoding/binary"
 
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/offload"
 )
 
@@ -148,8 +149,41 @@ func (s *SA) restoreTransport(p *Packet, payloadOff, n int, nh uint8) Reason {
 	hdr := p.Buf[dst:payloadOff]
 	hdr[at] = nh
 	fixIPLength(hdr, hl+n)
+	if s.flags&fixChecksums != 0 {
+		fixL4(hdr, p.Buf[payloadOff:payloadOff+n], nh)
+	}
 	p.Off, p.Len = dst, hl+n
 	return OK
+}
+
+// fixL4 recomputes the TCP, UDP or ICMPv6 checksum of an opened
+// transport-mode payload seg that came in UDP, behind header hdr: through
+// a NAT its sender computed it over addresses the NAT changed (RFC 3948
+// §3.1.2). The ICV has vouched for the payload, so the checksum is made
+// anew over the addresses the packet has here, as Linux, which skips the
+// check instead, lets it in. A fragment's checksum covers its whole
+// datagram and is left as it is; so is an IPv4 UDP checksum of zero (none).
+func fixL4(hdr, seg []byte, proto uint8) {
+	var src, dst []byte
+	if hdr[0]>>4 == 4 {
+		if binary.BigEndian.Uint16(hdr[6:])&0x3fff != 0 {
+			return // MF set or an offset: a fragment
+		}
+		src, dst = hdr[12:16], hdr[16:20]
+	} else {
+		if _, _, _, frag, _ := header.Header(hdr); frag {
+			return
+		}
+		src, dst = hdr[8:24], hdr[24:40]
+	}
+	switch {
+	case proto == 6 && len(seg) >= 20:
+		header.L4(seg, src, dst, proto, 16)
+	case proto == 17 && len(seg) >= 8 && (len(src) == 16 || binary.BigEndian.Uint16(seg[6:]) != 0):
+		header.L4(seg, src, dst, proto, 6)
+	case proto == 58 && len(src) == 16 && len(seg) >= 4:
+		header.L4(seg, src, dst, proto, 2)
+	}
 }
 
 // selects reports whether an opened inner packet falls under the SA's

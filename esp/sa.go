@@ -165,12 +165,16 @@ const (
 	hardCount                         // a hard packet or byte lifetime
 	fixedIV                           // Options.IV writes the IVs
 	reserves                          // Options.Reserve records the sequence bounds
+	fixChecksums                      // transport mode in UDP: TCP/UDP checksums recomputed on open
 )
 
 func flagsOf(cfg *sa.SA, opts Options) saFlags {
 	var f saFlags
 	if cfg.Mode == sa.Transport {
 		f |= transportMode
+		if cfg.Encap == sa.EncapUDP {
+			f |= fixChecksums
+		}
 	}
 	if cfg.ReplayWindow > 0 {
 		f |= antiReplay

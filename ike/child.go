@@ -115,7 +115,15 @@ func (s *IKESA) takeChild(m *Message, offered []Proposal, localTS, remoteTS []Se
 		return nil, errors.New("the response lacks SA, TSi or TSr")
 	case len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 || !Accepts(offered, sap.Proposals[0]):
 		return nil, errors.New("the peer chose an ESP proposal not offered")
-	case !Within(tsi.Selectors, localTS) || !Within(tsr.Selectors, remoteTS):
+	}
+	transport := m.Notify(NotifyUseTransportMode) != nil
+	gotI, gotR := tsi.Selectors, tsr.Selectors
+	if i, r, nat := s.throughNAT(gotI, gotR, transport); nat {
+		// Through a NAT the peer may name either address of a side:
+		// both become the IKE SA's, which this side proposed.
+		gotI, gotR = i, r
+	}
+	if !Within(gotI, localTS) || !Within(gotR, remoteTS) {
 		return nil, fmt.Errorf("the peer's selectors %v === %v exceed ours", tsi.Selectors, tsr.Selectors)
 	}
 	cs, err := childSuiteFrom(sap.Proposals[0])
@@ -128,8 +136,8 @@ func (s *IKESA) takeChild(m *Message, offered []Proposal, localTS, remoteTS []Se
 	if err != nil {
 		return nil, err
 	}
-	c.LocalTS, c.RemoteTS = tsi.Selectors, tsr.Selectors
-	c.Transport = m.Notify(NotifyUseTransportMode) != nil
+	c.LocalTS, c.RemoteTS = gotI, gotR
+	c.Transport = transport
 	return c, nil
 }
 
@@ -168,6 +176,32 @@ func isHost(sels []Selector, a netip.Addr) bool {
 	return len(sels) == 1 && sels[0].Start == a && sels[0].End == a
 }
 
+// throughNAT is the selectors of a transport-mode request through a NAT
+// (RFC 7296 §2.23.1) as its SAs have them: a side names the addresses it
+// knows (its own behind the NAT, the other's as it reaches it), but the
+// packets carry the IKE SA's. This side's one host (ours) is taken as its
+// IKE address and the peer's (theirs) as the peer's, protocol and ports
+// kept; ok is false when the request is not one (no transport mode asked,
+// no NAT, not one host a side).
+func (s *IKESA) throughNAT(ours, theirs []Selector, transport bool) (o, t []Selector, ok bool) {
+	if !transport || !s.nat || !oneHost(ours) || !oneHost(theirs) {
+		return ours, theirs, false
+	}
+	return withAddrs(ours, s.local.Addr()), withAddrs(theirs, s.remote.Addr()), true
+}
+
+// oneHost reports whether sels is one selector of one address.
+func oneHost(sels []Selector) bool { return len(sels) == 1 && sels[0].Start == sels[0].End }
+
+// withAddrs is sels with every selector's addresses a.
+func withAddrs(sels []Selector, a netip.Addr) []Selector {
+	out := slices.Clone(sels)
+	for i := range out {
+		out[i].Start, out[i].End = a, a
+	}
+	return out
+}
+
 // giveChild makes the CHILD_SA the peer asked for with the chosen
 // proposal of the child configuration cc, its selectors narrowed to cc's,
 // from the exchange's nonces (and g^ir), adds it to the SA and tells
@@ -175,11 +209,13 @@ func isHost(sels []Selector, a netip.Addr) bool {
 // payloads, or the notification that refuses it (counted).
 //
 // Transport mode is given when the peer asks for it (transport), cc
-// allows it, the narrowed selectors are the two IKE addresses and no NAT
-// was detected; the response then carries USE_TRANSPORT_MODE last.
+// allows it and the narrowed selectors are the two IKE addresses (through
+// a NAT, whatever one address a side the peer named: throughNAT); the
+// response then carries USE_TRANSPORT_MODE last.
 func (s *IKESA) giveChild(cc ChildConfig, chosen Proposal, cs childSuite, tsi, tsr *TS, gir, ni, nr []byte, transport bool) (*Child, []Payload, *Notify) {
 	e := s.e
-	narrowI, narrowR := Narrow(tsi.Selectors, cc.RemoteTS), Narrow(tsr.Selectors, cc.LocalTS)
+	tr, ti, nat := s.throughNAT(tsr.Selectors, tsi.Selectors, transport && cc.Transport)
+	narrowI, narrowR := Narrow(ti, cc.RemoteTS), Narrow(tr, cc.LocalTS)
 	if len(narrowI) == 0 || len(narrowR) == 0 {
 		e.count("traffic selectors unacceptable")
 		return nil, nil, &Notify{Kind: NotifyTSUnacceptable}
@@ -190,16 +226,23 @@ func (s *IKESA) giveChild(cc ChildConfig, chosen Proposal, cs childSuite, tsi, t
 		return nil, nil, &Notify{Kind: NotifyTemporaryFailure}
 	}
 	c.LocalTS, c.RemoteTS, c.Name = narrowR, narrowI, cc.Name
-	c.Transport = transport && cc.Transport && !s.nat && isHost(narrowI, c.Remote) && isHost(narrowR, c.Local)
+	c.Transport = transport && cc.Transport && isHost(narrowI, c.Remote) && isHost(narrowR, c.Local)
 	if transport && !c.Transport {
 		e.count("transport mode declined")
+	}
+	respI, respR := narrowI, narrowR
+	if nat && c.Transport {
+		// The response names what the peer asked for, narrowed in
+		// protocol and ports only.
+		respI, respR = withAddrs(narrowI, tsi.Selectors[0].Start), withAddrs(narrowR, tsr.Selectors[0].Start)
+		e.count("transport mode through a NAT")
 	}
 	chosen.SPI = binary.BigEndian.AppendUint32(nil, c.InSPI)
 	s.children = append(s.children, c)
 	if e.cfg.OnChild != nil {
 		e.cfg.OnChild(s, c)
 	}
-	ps := []Payload{&SA{Proposals: []Proposal{chosen}}, &TS{Kind: PayloadTSi, Selectors: narrowI}, &TS{Kind: PayloadTSr, Selectors: narrowR}}
+	ps := []Payload{&SA{Proposals: []Proposal{chosen}}, &TS{Kind: PayloadTSi, Selectors: respI}, &TS{Kind: PayloadTSr, Selectors: respR}}
 	return c, append(ps, modeRequest(c.Transport)...), nil
 }
 
@@ -209,7 +252,7 @@ func (s *IKESA) giveChild(cc ChildConfig, chosen Proposal, cs childSuite, tsi, t
 // those without a group by ours when the peer offers no KE), or the
 // notification that refuses it (counted). A rekey (name set) fits the
 // old CHILD_SA's configuration only.
-func (s *IKESA) pickChild(sap *SA, tsi, tsr *TS, name string, pfs bool) (ChildConfig, Proposal, childSuite, *Notify) {
+func (s *IKESA) pickChild(sap *SA, tsi, tsr *TS, name string, pfs, transport bool) (ChildConfig, Proposal, childSuite, *Notify) {
 	cands := s.e.cfg.childConfigs()
 	if name != "" {
 		cc, _ := s.e.cfg.childConfig(name)
@@ -217,7 +260,8 @@ func (s *IKESA) pickChild(sap *SA, tsi, tsr *TS, name string, pfs bool) (ChildCo
 	}
 	fits := false
 	for _, cc := range cands {
-		if len(Narrow(tsi.Selectors, cc.RemoteTS)) == 0 || len(Narrow(tsr.Selectors, cc.LocalTS)) == 0 {
+		tr, ti, _ := s.throughNAT(tsr.Selectors, tsi.Selectors, transport && cc.Transport)
+		if len(Narrow(ti, cc.RemoteTS)) == 0 || len(Narrow(tr, cc.LocalTS)) == 0 {
 			continue
 		}
 		fits = true

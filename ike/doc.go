@@ -49,15 +49,17 @@
 //     its Delete); a rekey the peer's came before is refused
 //     (ErrRekeyed). Several CHILD_SAs per connection: Config.ChildName and
 //     MoreChildren, IKESA.NewChild, Child.Name; a responder gives a
-//     request the first child whose selectors it fits.
+//     request the first child whose selectors it fits. Transport mode
+//     (USE_TRANSPORT_MODE), host to host, also through a NAT (RFC 7296
+//     §2.23.1: the SAs carry the IKE SA's addresses, whatever one address
+//     a side named).
 //   - Transport: the sockets of ports 500 and 4500 (non-ESP marker).
 //     Every message that leads nowhere is counted by reason
 //     (Endpoint.Counts).
 //
 // # What it does not have yet
 //
-// CRL and OCSP checks, EAP, configuration payloads, transport mode through
-// a NAT, and MOBIKE. A peer behind a NAT whose authenticated request comes
+// CRL and OCSP checks, EAP, configuration payloads and MOBIKE. A peer behind a NAT whose authenticated request comes
 // from a new address or port is followed there (RFC 7296 §2.23), its
 // CHILD_SAs too (Config.OnPeerMoved); so is one whose ESP comes from a new
 // port, when the gateway tells (IKESA.FollowPeerPort). NAT-T keepalives

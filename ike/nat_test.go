@@ -3,9 +3,12 @@ package ike
 import (
 	"context"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/espgw/espgw/sa"
 )
 
 // natNet carries datagrams between an initiator behind a NAT and a
@@ -168,5 +171,90 @@ func TestFollowPeerPortFromESP(t *testing.T) {
 	}
 	if got := n.r.Counts()["peer's new NAT port found by ESP"]; got != 1 {
 		t.Errorf("moves by ESP counted: %d, want 1", got)
+	}
+}
+
+// Transport mode through a NAT (RFC 7296 §2.23.1): each side names the
+// addresses it knows, the initiator its own behind the NAT, and each
+// side's SAs and selectors carry the IKE SA's addresses, the responder's
+// the NAT's. The response names what the initiator asked for. A rekey
+// stays in transport mode.
+func TestTransportModeThroughNAT(t *testing.T) {
+	inside, public, rAddr := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("203.0.113.254"), netip.MustParseAddr("198.51.100.2")
+	host := func(a netip.Addr) []Selector { return []Selector{PrefixSelector(netip.PrefixFrom(a, 32))} }
+	ic, rc := testConfigs(t, "aes128-sha256-x25519", "aes128gcm16")
+	ic.RetransmitTimeout, rc.RetransmitTimeout = 50*time.Millisecond, 50*time.Millisecond
+	ic.LocalTS, ic.RemoteTS, ic.Transport = host(inside), host(rAddr), true
+	// The responder is configured for the peer it knows: the NAT's
+	// address.
+	rc.LocalTS, rc.RemoteTS, rc.Transport = host(rAddr), host(public), true
+	n := &natNet{public: public, mapping: map[uint16]uint16{Port: 40500, NATTPort: 44500}}
+	var err error
+	if n.i, err = NewEndpoint(ic, inside, n.fromInitiator); err != nil {
+		t.Fatal(err)
+	}
+	if n.r, err = NewEndpoint(rc, rAddr, n.fromResponder); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	is, err := n.i.Initiate(ctx, netip.AddrPortFrom(rAddr, Port))
+	if err != nil {
+		t.Fatalf("initiate transport mode through the NAT: %v; responder counts %v", err, n.r.Counts())
+	}
+	rs := n.r.SAs()[0]
+	check := func(what string, ic, rc *Child) {
+		t.Helper()
+		for _, x := range []struct {
+			side          string
+			c             *Child
+			local, remote netip.Addr
+		}{{"initiator", ic, inside, rAddr}, {"responder", rc, rAddr, public}} {
+			if !x.c.Transport || !x.c.UDP {
+				t.Fatalf("%s: the %s's CHILD_SA transport %v, ESP in UDP %v", what, x.side, x.c.Transport, x.c.UDP)
+			}
+			in, out, err := x.c.SAs()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Src != x.local || out.Dst != x.remote || in.Src != x.remote || in.Dst != x.local || in.Mode != sa.Transport || out.Mode != sa.Transport {
+				t.Errorf("%s: the %s's SAs %v / %v, want transport mode between %s and %s", what, x.side, in, out, x.local, x.remote)
+			}
+			if !isHost(x.c.LocalTS, x.local) || !isHost(x.c.RemoteTS, x.remote) {
+				t.Errorf("%s: the %s's selectors %v === %v, want %s === %s", what, x.side, x.c.LocalTS, x.c.RemoteTS, x.local, x.remote)
+			}
+		}
+	}
+	check("IKE_AUTH", is.Children()[0], rs.Children()[0])
+	if got := n.r.Counts()["transport mode through a NAT"]; got != 1 {
+		t.Errorf("the responder counted %d transport-mode CHILD_SAs through a NAT, want 1", got)
+	}
+	fresh, err := is.RekeyChild(ctx, is.Children()[0])
+	if err != nil {
+		t.Fatalf("rekey: %v", err)
+	}
+	var rfresh *Child
+	for _, c := range rs.Children() {
+		if c.InSPI == fresh.OutSPI {
+			rfresh = c
+		}
+	}
+	if rfresh == nil {
+		t.Fatal("the responder lacks the rekeyed CHILD_SA")
+	}
+	check("rekey", fresh, rfresh)
+
+	// A responder without transport mode takes the initiator's selectors
+	// as they are: its address behind the NAT is not the peer's.
+	rc.Transport = false
+	r2, err := NewEndpoint(rc, rAddr, n.fromResponder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	n.r = r2
+	n.mu.Unlock()
+	if _, err := n.i.Initiate(ctx, netip.AddrPortFrom(rAddr, Port)); err == nil || !strings.Contains(err.Error(), "TS_UNACCEPTABLE") {
+		t.Errorf("transport mode through the NAT from a tunnel-mode responder: %v", err)
 	}
 }

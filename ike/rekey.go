@@ -249,7 +249,7 @@ func (s *IKESA) respondCreateChild(m *Message) []Payload {
 	if old != nil {
 		name = old.Name
 	}
-	cc, chosen, cs, refused := s.pickChild(sap, tsi, tsr, name, true)
+	cc, chosen, cs, refused := s.pickChild(sap, tsi, tsr, name, true, m.Notify(NotifyUseTransportMode) != nil)
 	if refused != nil {
 		return []Payload{refused}
 	}

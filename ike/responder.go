@@ -268,7 +268,7 @@ func (s *IKESA) respondAuth(m *Message) []Payload {
 	if sap == nil || tsi == nil || tsr == nil {
 		return resp
 	}
-	cc, chosen, cs, refused := s.pickChild(sap, tsi, tsr, "", false)
+	cc, chosen, cs, refused := s.pickChild(sap, tsi, tsr, "", false, m.Notify(NotifyUseTransportMode) != nil)
 	if refused != nil {
 		return append(resp, refused)
 	}

@@ -166,7 +166,7 @@ func newBedWith(t *testing.T, ctx context.Context, bc bedConfig) *bed {
 		OnChild: func(_ *ike.IKESA, c *ike.Child) { b.children <- c }}
 	if transport {
 		cfg.Transport = true
-		cfg.LocalTS = []ike.Selector{ike.PrefixSelector(netip.PrefixFrom(hostAddr.Addr(), 32))}
+		cfg.LocalTS = []ike.Selector{ike.PrefixSelector(netip.PrefixFrom(b.local, 32))}
 		cfg.RemoteTS = []ike.Selector{ike.PrefixSelector(netip.PrefixFrom(guestAddr.Addr(), 32))}
 	}
 	if kt != "" {
