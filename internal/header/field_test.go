@@ -112,7 +112,7 @@ func TestFragmentAndUpper(t *testing.T) {
 		upperF  *Frag // Upper's, when it differs from Fragment's
 	}{
 		{"ipv4 fragment", v4, Frag{Is: true, Offset: 1480, More: true, ID: 7, Proto: 17}, true, IPv4Len, 17, true, nil},
-		{"ipv4 whole", whole4, Frag{ID: 7, Proto: 17}, true, IPv4Len, 17, true, nil},
+		{"ipv4 whole", whole4, Frag{ID: 7, DF: true, Proto: 17}, true, IPv4Len, 17, true, nil},
 		{"ipv6 whole", fragPkt(0), Frag{}, true, IPv6Len, 17, true, nil},
 		{"ipv6 first fragment", fragPkt(1, 0, 44), frag(0, true, 17), true, 56, 17, true, nil},
 		{"ipv6 atomic fragment", fragPkt(0, 44), frag(0, false, 17), true, 48, 17, true, nil},

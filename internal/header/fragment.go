@@ -11,6 +11,7 @@ type Frag struct {
 	Offset int    // of the fragment's data in the datagram's, in bytes
 	More   bool   // more fragments follow
 	ID     uint32 // the datagram's identification (16 bits in IPv4)
+	DF     bool   // IPv4's don't fragment flag
 	// Proto is the datagram's protocol: IPv4's, or the next header of the
 	// fragment header; with ID and the addresses it names the datagram.
 	Proto uint8
@@ -19,7 +20,7 @@ type Frag struct {
 // frag4 reads the fragment fields of the IPv4 header b.
 func frag4(b []byte) Frag {
 	ff := binary.BigEndian.Uint16(b[6:])
-	f := Frag{Offset: int(ff&0x1fff) * 8, More: ff&0x2000 != 0, ID: uint32(IPv4ID(b)), Proto: b[9]}
+	f := Frag{Offset: int(ff&0x1fff) * 8, More: ff&0x2000 != 0, ID: uint32(IPv4ID(b)), DF: ff&0x4000 != 0, Proto: b[9]}
 	f.Is = f.More || f.Offset != 0
 	return f
 }
