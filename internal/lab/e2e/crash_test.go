@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/internal/gateway"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
@@ -419,11 +420,8 @@ func sniffSeqs(t *testing.T, b *testbed.Bed, spi uint32) func() []uint32 {
 	var seqs []uint32
 	sn, err := capture.Sniff(b.Topo.WAN, "gw1", capture.SniffOptions{}, func(p capture.Sniffed) {
 		d := p.Data
-		if len(d) < 20 || d[0]>>4 != 4 || d[9] != 50 {
-			return
-		}
-		ihl := int(d[0]&15) * 4
-		if len(d) < ihl+8 || binary.BigEndian.Uint32(d[ihl:]) != spi {
+		ihl, proto, _, ok := header.Upper(d)
+		if !ok || header.Version(d) != 4 || proto != 50 || len(d) < ihl+8 || binary.BigEndian.Uint32(d[ihl:]) != spi {
 			return
 		}
 		mu.Lock()

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
@@ -26,15 +27,20 @@ func TestTooBigComesFromTheGateway(t *testing.T) {
 	var from []netip.Addr // the source of every too-big error hostA received
 	sn, err := capture.Sniff(b.Topo.HostA, "eth0", capture.SniffOptions{}, func(p capture.Sniffed) {
 		d := p.Data
-		var src netip.Addr
+		hl, proto, _, ok := header.Upper(d)
+		if !ok {
+			return
+		}
+		m, err := header.ParseICMP(d[hl:])
 		switch {
-		case len(d) >= 48 && d[0]>>4 == 6 && d[6] == 58 && d[40] == 2:
-			src = netip.AddrFrom16([16]byte(d[8:24]))
-		case len(d) >= 28 && d[0]>>4 == 4 && d[9] == 1 && d[20] == 3 && d[21] == 4:
-			src = netip.AddrFrom4([4]byte(d[12:16]))
+		case err != nil:
+			return
+		case proto == 58 && m.Type == header.ICMPv6PacketTooBig:
+		case proto == 1 && m.Type == header.ICMPUnreachable && m.Code == header.ICMPFragNeeded:
 		default:
 			return
 		}
+		src, _ := header.Addrs(d)
 		mu.Lock()
 		from = append(from, src)
 		mu.Unlock()
