@@ -3,14 +3,12 @@ package e2e_test
 import (
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/internal/header"
-	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
@@ -29,19 +27,11 @@ func TestOuterHeaderOptions(t *testing.T) {
 			return nil
 		}})
 	const tos = 46<<2 | 1 // EF, ECT(1)
-	var mu sync.Mutex
-	var outer []header.IPv4 // the outer header of each ESP packet from gw1
-	sn, err := capture.Sniff(b.Topo.WAN, "gw1", capture.SniffOptions{}, func(p capture.Sniffed) {
-		if h, _, err := header.ParseIPv4(p.Data); err == nil && h.Protocol == 50 {
-			mu.Lock()
-			outer = append(outer, h)
-			mu.Unlock()
-		}
+	// The outer header of each ESP packet from gw1.
+	outers := sniffed(t, b.Topo.WAN, "gw1", func(ip []byte) (header.IPv4, bool) {
+		h, _, err := header.ParseIPv4(ip)
+		return h, err == nil && h.Protocol == 50
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sn.Stop()
 	dst := netip.AddrPortFrom(b.Topo.Addr.HostB4.Addr(), 9100)
 	var rx *net.UDPConn
 	if err := b.Topo.HostB.Do(func() error {
@@ -97,8 +87,7 @@ func TestOuterHeaderOptions(t *testing.T) {
 		}
 	}
 	time.Sleep(200 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
+	outer := outers()
 	if len(outer) < count {
 		t.Fatalf("saw %d ESP packets from gw1 on the WAN, want %d", len(outer), count)
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/google/gopacket/layers"
 	"golang.org/x/sys/unix"
 
-	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/sa"
 )
@@ -27,7 +26,7 @@ var padOpts = []byte{0, 0, 1, 4, 0, 0, 0, 0}
 // chainBeforeESP lists the next-header values of an IPv6 packet up to ESP
 // or the first header that is neither an extension header nor ESP.
 func chainBeforeESP(ip []byte) string {
-	if len(ip) < header.IPv6Len || header.Version(ip) != 6 {
+	if len(ip) < 40 || ip[0]>>4 != 6 {
 		return ""
 	}
 	var out []string
