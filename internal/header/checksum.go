@@ -178,6 +178,9 @@ func Header(b []byte) (hl int, proto uint8, protoAt int, frag bool, ok bool) {
 	if len(b) < IPv6Len || b[0]>>4 != 6 {
 		return 0, 0, 0, false, false
 	}
+	if p := b[6]; p != 0 && p != 43 && p != 44 && p != 60 {
+		return IPv6Len, p, 6, false, true // no extension header: the common case, without the walk
+	}
 	hl, proto, protoAt, fragAt, ok := ext6(b, false)
 	return hl, proto, protoAt, fragAt != 0, ok
 }
