@@ -371,12 +371,9 @@ func espSALine(p *lineProblems, seen map[saKey]int, line int, raw string, keep f
 		p.fail(line, entry, field, err)
 		return nil
 	}
-	k := keyOf(s.SPI, s.Dst)
-	if prev, dup := seen[k]; dup {
-		p.fail(line, entry, "spi", fmt.Errorf("duplicate SPI for dst %s (also on line %d)", s.Dst, prev))
+	if !p.firstSPI(seen, line, entry, s) {
 		return nil
 	}
-	seen[k] = line
 	if p.errs.Len() > 0 {
 		return nil // no more output once there is an error
 	}

@@ -1,6 +1,7 @@
 package sa
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"reflect"
@@ -225,6 +226,8 @@ func TestFormatErrors(t *testing.T) {
 		return strings.Replace(s, from, to, 1)
 	}
 	espLine := `"IPv4","192.0.2.1","192.0.2.2","0x00001001","AES-CBC [RFC3602]","0x` + testEncHex + `","HMAC-SHA-1-96 [RFC2404]","0x` + testAuthHex + `"`
+	stateAdd := "ip xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1001 mode tunnel enc 'cbc(aes)' 0x" + testEncHex + " auth-trunc 'hmac(sha1)' 0x" + testAuthHex + " 96\n"
+	relisted := fmt.Sprintf("f:%d: state 192.0.2.2→192.0.2.1 spi 0x2001: spi: duplicate SPI for dst 192.0.2.1 (also on line 1)", strings.Count(string(listing), "\n")+1)
 	cases := []struct {
 		name, data, want string
 	}{
@@ -239,6 +242,9 @@ func TestFormatErrors(t *testing.T) {
 		{"esp_sa fields", espLine + `,"x"`, "f:1: 9 fields, want 8"},
 		{"xfrm command", "ip xfrm state add src 192.0.2.1 dst 192.0.2.2 proto esp spi 0x1001 mode tunnel enc 'cbc(aes)' 0x" + testEncHex + " auth-trunc 'hmac(sha1)' 0x" + testAuthHex + " 80\n",
 			"f:1: xfrm state add spi 0x1001: auth-trunc: hmac(sha1) truncated to 80 bits"},
+		{"listing duplicate spi", string(listing) + string(listing), relisted},
+		{"xfrm command duplicate spi", stateAdd + stateAdd, "f:2: xfrm state add spi 0x1001: spi: duplicate SPI for dst 192.0.2.2 (also on line 1)"},
+		{"esp_sa duplicate spi", espLine + "\n" + espLine, "f:2: esp_sa 192.0.2.1→192.0.2.2 spi 0x1001: spi: duplicate SPI for dst 192.0.2.2 (also on line 1)"},
 		{"xfrm policy without state", "ip xfrm policy add src 198.51.100.0/24 dst 203.0.113.0/24 dir out tmpl src 192.0.2.1 dst 192.0.2.2 proto esp reqid 9 mode tunnel\n",
 			"f:1: xfrm policy add dir out: tmpl: no state matches"},
 	}

@@ -72,6 +72,19 @@ func (p *lineProblems) fail(line int, entry, field string, err error) {
 	p.errs.Add(&ConfigError{File: p.file, Line: line, Entry: entry, Field: field, Err: err})
 }
 
+// firstSPI records that the file gives s on line and reports whether s is
+// the first SA there of its SPI and destination; a second one fails on its
+// spi field, naming the first one's line.
+func (p *lineProblems) firstSPI(seen map[saKey]int, line int, entry string, s *SA) bool {
+	k := keyOf(s.SPI, s.Dst)
+	if prev, dup := seen[k]; dup {
+		p.fail(line, entry, "spi", fmt.Errorf("duplicate SPI for dst %s (also on line %d)", s.Dst, prev))
+		return false
+	}
+	seen[k] = line
+	return true
+}
+
 // hiddenKeys stands for the key of a listing made with nokeys, where
 // ParseXFRMStates reads one.
 const hiddenKeys = "<<Keys hidden>>"
@@ -215,7 +228,7 @@ type xfrmListing struct {
 	section  string     // the multi-line block being read
 	proto    bool       // cur has its proto line
 	stats    bool       // cur's listing was made with -s (it shows the extra flags)
-	lines    map[spiDst]int
+	lines    map[saKey]int
 }
 
 func (p *xfrmListing) finish() {
@@ -246,14 +259,11 @@ func (p *xfrmListing) finish() {
 		return
 	}
 	if p.lines == nil {
-		p.lines = map[spiDst]int{}
+		p.lines = map[saKey]int{}
 	}
-	k := spiDst{s.SPI, s.Dst}
-	if prev, dup := p.lines[k]; dup {
-		p.fail(p.start, p.entry, "spi", fmt.Errorf("duplicate SPI for dst %s (also on line %d)", s.Dst, prev))
+	if !p.firstSPI(p.lines, p.start, p.entry, s) {
 		return
 	}
-	p.lines[k] = p.start
 	p.states = append(p.states, *st)
 }
 

@@ -19,7 +19,7 @@ import (
 // policies become their SA's selectors. flush commands, `set -e` and #
 // comments are skipped; any other command is an error.
 func ParseXFRMCommands(name string, data []byte) (*Config, error) {
-	p := &xfrmScript{lineProblems: lineProblems{file: name}, reqids: map[uint32]*SA{}, lines: map[*SA]int{}}
+	p := &xfrmScript{lineProblems: lineProblems{file: name}, reqids: map[uint32]*SA{}, lines: map[saKey]int{}}
 	for _, cmd := range joinContinued(string(data)) {
 		words, err := shellWords(cmd.text)
 		if err != nil {
@@ -118,7 +118,7 @@ func shellWords(s string) ([]string, error) {
 type xfrmScript struct {
 	lineProblems
 	sas    []*SA
-	lines  map[*SA]int
+	lines  map[saKey]int // the line of each state
 	reqids map[uint32]*SA
 	pols   []xfrmPolicy
 }
@@ -180,11 +180,8 @@ func (p *xfrmScript) state(line int, f []string) {
 		fail("", err)
 		return
 	}
-	for _, prev := range p.sas {
-		if prev.SPI == s.SPI && prev.Dst == s.Dst {
-			fail("spi", fmt.Errorf("duplicate SPI for dst %s (also on line %d)", s.Dst, p.lines[prev]))
-			return
-		}
+	if !p.firstSPI(p.lines, line, entry, s) {
+		return
 	}
 	if b.reqid != 0 {
 		if _, dup := p.reqids[b.reqid]; !dup {
@@ -192,7 +189,6 @@ func (p *xfrmScript) state(line int, f []string) {
 		}
 	}
 	p.sas = append(p.sas, s)
-	p.lines[s] = line
 }
 
 // isFlagNumber reports whether w is a flag list given as a number, as

@@ -175,32 +175,14 @@ func Header(b []byte) (hl int, proto uint8, protoAt int, frag bool, ok bool) {
 		}
 		return hl, b[9], 9, false, true
 	}
-	if len(b) < 40 || b[0]>>4 != 6 {
+	if len(b) < IPv6Len || b[0]>>4 != 6 {
 		return 0, 0, 0, false, false
 	}
-	protoAt, hl, proto = 6, 40, b[6]
-	routing := false
-	// Destination options stay in front unless a routing header came
-	// before them (then they are for the final destination and go
-	// behind ESP), as Linux's ip6_find_1stfragopt places ESP.
-	for proto == 0 || proto == 43 || proto == 44 || proto == 60 && !routing {
-		routing = routing || proto == 43
-		if len(b) < hl+8 {
-			return 0, 0, 0, false, false
-		}
-		cur := proto
-		protoAt, proto = hl, b[hl]
-		if cur == 44 {
-			frag = true
-			hl += 8
-		} else {
-			hl += (int(b[hl+1]) + 1) * 8
-		}
-		if len(b) < hl {
-			return 0, 0, 0, false, false
-		}
+	if p := b[6]; p != 0 && p != 43 && p != 44 && p != 60 {
+		return IPv6Len, p, 6, false, true // no extension header: the common case, without the walk
 	}
-	return hl, proto, protoAt, frag, true
+	hl, proto, protoAt, fragAt, ok := ext6(b, false)
+	return hl, proto, protoAt, fragAt != 0, ok
 }
 
 // Addrs reads the source and destination of the IPv4 or IPv6 header at the

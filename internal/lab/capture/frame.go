@@ -15,7 +15,6 @@ import (
 const (
 	protoUDP = 17
 	protoESP = 50
-	udpLen   = 8
 )
 
 // Sealer turns inner IP packets into ESP packets as they travel on the wire:
@@ -62,20 +61,20 @@ func (z *Sealer) Seal(ctx context.Context, inner []byte) ([]byte, error) {
 			if !ok {
 				return nil, fmt.Errorf("sealed transport packet has no IP header")
 			}
-			copy(buf[off-udpLen:], buf[off:off+hl])
-			off -= udpLen
-			n += udpLen
+			copy(buf[off-header.UDPLen:], buf[off:off+hl])
+			off -= header.UDPLen
+			n += header.UDPLen
 			buf[off+protoAt] = protoUDP
 			src, dst := header.Addrs(buf[off : off+hl])
 			putUDP(buf[off+hl:off+n], cfg, src, dst)
-			setIPLength(buf[off:off+hl], n)
+			header.SetLength(buf[off:off+hl], n)
 		}
 		return buf[off : off+n], nil
 	}
 	proto := uint8(protoESP)
 	if cfg.Encap == sa.EncapUDP {
-		off -= udpLen
-		n += udpLen
+		off -= header.UDPLen
+		n += header.UDPLen
 		proto = protoUDP
 		putUDP(buf[off:off+n], cfg, cfg.Src, cfg.Dst)
 	}
@@ -101,17 +100,6 @@ func putUDP(seg []byte, cfg *sa.SA, src, dst netip.Addr) {
 		s, d := src.As16(), dst.As16()
 		header.L4(seg, s[:], d[:], protoUDP, header.OffsetUDP)
 	}
-}
-
-// setIPLength rewrites the total (IPv4, with checksum) or payload (IPv6)
-// length of the header at hdr for a packet of total bytes.
-func setIPLength(hdr []byte, total int) {
-	if hl, ok := header.IPv4HeaderLen(hdr); ok {
-		binary.BigEndian.PutUint16(hdr[2:], uint16(total))
-		header.IPv4Header(hdr[:hl])
-		return
-	}
-	binary.BigEndian.PutUint16(hdr[4:], uint16(total-40))
 }
 
 // Result is what became of one packet given to Opener.Open.
@@ -170,33 +158,33 @@ func NewOpener(sas []*esp.SA) (*Opener, error) {
 // Open classifies one IP packet and opens it if it is ESP for a known SA.
 func (o *Opener) Open(ctx context.Context, ip []byte) (Result, error) {
 	total, okLen := header.PacketLength(ip)
-	hl, _, protoAt, frag, ok := header.Header(ip)
+	hl, _, protoAt, _, ok := header.Header(ip)
 	if !ok || !okLen || total < hl {
 		return Result{Skip: MalformedIP}, nil
 	}
 	ip = ip[:total]
-	if frag || ip[0]>>4 == 4 && (ip[6]&0x20 != 0 || binary.BigEndian.Uint16(ip[6:])&0x1fff != 0) {
+	if f, _ := header.Fragment(ip); f.Is {
 		return Result{Skip: IPFragment}, nil
 	}
 	espOff := hl
 	switch ip[protoAt] {
 	case protoESP:
 	case protoUDP:
-		if len(ip) < hl+udpLen {
+		if len(ip) < hl+header.UDPLen {
 			return Result{Skip: NotESP}, nil
 		}
-		sport, dport := binary.BigEndian.Uint16(ip[hl:]), binary.BigEndian.Uint16(ip[hl+2:])
+		sport, dport := header.Ports(ip[hl:])
 		if !o.ports[sport] && !o.ports[dport] {
 			return Result{Skip: NotESP}, nil
 		}
-		payload := ip[hl+udpLen:]
+		payload := ip[hl+header.UDPLen:]
 		if len(payload) == 1 && payload[0] == 0xff {
 			return Result{Skip: NATKeepalive}, nil
 		}
 		if len(payload) >= 4 && binary.BigEndian.Uint32(payload) == 0 {
 			return Result{Skip: NonESPMarker}, nil
 		}
-		espOff = hl + udpLen
+		espOff = hl + header.UDPLen
 	default:
 		return Result{Skip: NotESP}, nil
 	}

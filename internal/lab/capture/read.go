@@ -358,7 +358,7 @@ func (w *Writer) Write(ci gopacket.CaptureInfo, ip []byte) error {
 	data := ip
 	if w.link == LinkEthernet {
 		w.buf = append(w.buf[:0], 2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00)
-		if len(ip) > 0 && ip[0]>>4 == 6 {
+		if header.Version(ip) == 6 {
 			w.buf[12], w.buf[13] = 0x86, 0xdd
 		}
 		w.buf = append(w.buf, ip...)

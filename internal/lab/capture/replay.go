@@ -205,18 +205,20 @@ func Replay(ctx context.Context, pkts []Packet, hosts [2]ReplayHost, opt ReplayO
 	return res, ctx.Err()
 }
 
-// key is the comparable form of an IP packet: TTL or hop limit and the IPv4
-// header checksum zeroed, and the IPv4 ID too when zeroID is set.
+// key is the comparable form of an IP packet: TTL or hop limit zeroed, and
+// the IPv4 ID too when zeroID is set, with the IPv4 header checksum
+// computed again over the fixed header, so that it depends on nothing else.
 func key(p []byte, zeroID bool) string {
 	b := []byte(string(p))
-	switch {
-	case len(b) >= 20 && b[0]>>4 == 4:
-		b[8], b[10], b[11] = 0, 0, 0
+	switch v := header.Version(b); {
+	case v == 4 && len(b) >= header.IPv4Len:
+		header.SetTTL(b, 0)
 		if zeroID {
-			b[4], b[5] = 0, 0
+			header.SetIPv4ID(b, 0)
 		}
-	case len(b) >= 40 && b[0]>>4 == 6:
-		b[7] = 0
+		header.IPv4Header(b[:header.IPv4Len])
+	case v == 6 && len(b) >= header.IPv6Len:
+		header.SetTTL(b, 0)
 	}
 	return string(b)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/wanrelay"
@@ -102,7 +103,7 @@ func TestReplayThroughRelay(t *testing.T) {
 			t.Fatalf("missing %v, relay lost %d and %d", res.Missing, c.AToB.Impair.Lost, c.BToA.Impair.Lost)
 		}
 		for _, i := range res.MissingPackets {
-			if d := pkts[i].Data; !(d[0]>>4 == 4 && d[9] == 17 || d[0]>>4 == 6 && d[6] == 17) {
+			if _, proto, _, _ := header.Upper(pkts[i].Data); proto != 17 {
 				t.Fatalf("packet %d missing but it is no UDP", i)
 			}
 		}

@@ -129,7 +129,7 @@ func Rewrite(frames []Frame, topo Topology, opt RewriteOptions) ([]Packet, Stats
 	for i, f := range frames {
 		st.Frames++
 		d := f.IP
-		v6 := d[0]>>4 == 6
+		v6 := header.Version(d) == 6
 		src, dst := header.Addrs(d)
 		from, okS := sides[src]
 		to, okD := sides[dst]
@@ -195,48 +195,24 @@ func Rewrite(frames []Frame, topo Topology, opt RewriteOptions) ([]Packet, Stats
 // payload is incomplete, adjusted for the address change as RFC 1624 says).
 // ICMPv4 is recomputed too, for captures taken before checksum offload.
 func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
-	v6 := d[0]>>4 == 6
-	at, n := 12, 4 // where the two addresses sit, and the length of one
-	if v6 {
-		at, n = 8, 16
-	}
+	srcAt, dstAt := header.AddrBytes(d)
+	n := len(srcAt)
+	v6 := n == 16
 	var old [32]byte
-	copy(old[:], d[at:at+2*n])
-	copy(d[at:], src)
-	copy(d[at+n:], dst)
-	var proto uint8
-	var l4 int
-	var firstFrag, laterFrag bool
-	if v6 {
-		proto, l4 = d[6], 40
-	walk:
-		for hops := 0; hops < 16; hops++ {
-			if l4+8 > len(d) {
-				return fmt.Errorf("IPv6 extension header past the end of the packet")
-			}
-			switch proto {
-			case 0, 43, 60:
-				proto, l4 = d[l4], l4+(int(d[l4+1])+1)*8
-			case 51:
-				proto, l4 = d[l4], l4+(int(d[l4+1])+2)*4
-			case 44:
-				off := binary.BigEndian.Uint16(d[l4+2:])
-				laterFrag = off>>3 != 0
-				firstFrag = !laterFrag && off&1 != 0
-				proto, l4 = d[l4], l4+8
-			default:
-				break walk
-			}
-		}
-	} else {
-		ihl, _ := header.IPv4HeaderLen(d)
-		header.IPv4Header(d[:ihl])
-		frag := binary.BigEndian.Uint16(d[6:])
-		laterFrag = frag&0x1fff != 0
-		firstFrag = !laterFrag && frag&0x2000 != 0
-		proto, l4 = d[9], ihl
+	copy(old[:], srcAt)
+	copy(old[n:], dstAt)
+	copy(srcAt, src)
+	copy(dstAt, dst)
+	l4, proto, f, ok := header.Upper(d)
+	if v6 && (!ok || l4+8 > len(d)) {
+		return fmt.Errorf("IPv6 extension header past the end of the packet")
 	}
-	if laterFrag || l4 > len(d) {
+	if !v6 {
+		header.IPv4Header(d[:l4])
+	}
+	laterFrag := f.Offset != 0
+	firstFrag := !laterFrag && f.More
+	if laterFrag {
 		return nil
 	}
 	field := map[uint8]int{6: header.OffsetTCP, 17: header.OffsetUDP, 1: header.OffsetICMP, 58: header.OffsetICMPv6}
@@ -255,7 +231,7 @@ func readdress(d, src, dst []byte, mapInner func(old []byte) []byte) error {
 		if proto == 1 {
 			return nil // no pseudo-header: the addresses do not enter it
 		}
-		binary.BigEndian.PutUint16(d[l4+off:], header.Update(sum, old[:2*n], d[at:at+2*n]))
+		binary.BigEndian.PutUint16(d[l4+off:], header.Update(header.Update(sum, old[:n], srcAt), old[n:2*n], dstAt))
 		return nil
 	}
 	header.L4(d[l4:], src, dst, proto, off)
@@ -277,34 +253,34 @@ func isICMPError(proto, typ uint8) bool {
 // rewriteQuoted maps the addresses of the packet quoted in an ICMP error
 // (as much of it as the error carries) the way the outer packets are
 // mapped, fixing the quoted IPv4 header checksum and, when the quote reaches
-// it, the quoted UDP or TCP checksum, so the error matches the rewritten
-// flow it reports on. An address with no side yet is left as captured.
+// it (past any IPv6 extension headers, in a packet that is no later
+// fragment), the quoted UDP or TCP checksum, so the error matches the
+// rewritten flow it reports on. An address with no side yet is left as
+// captured.
 func rewriteQuoted(q []byte, mapInner func(old []byte) []byte) {
-	var sOff, n, hl int
-	var proto uint8
-	if l, ok := header.IPv4HeaderLen(q); ok {
-		sOff, n, hl, proto = 12, 4, l, q[9]
-	} else if len(q) >= 40 && q[0]>>4 == 6 {
-		sOff, n, hl, proto = 8, 16, 40, q[6]
-	} else {
+	srcAt, dstAt := header.AddrBytes(q)
+	hl, proto, f, ok := header.Upper(q)
+	n := len(srcAt)
+	if srcAt == nil || n == 4 && !ok {
 		return
 	}
 	var old [32]byte
-	copy(old[:], q[sOff:sOff+2*n])
-	for i := 0; i < 2; i++ {
-		if a := mapInner(q[sOff+i*n : sOff+(i+1)*n]); len(a) == n {
-			copy(q[sOff+i*n:], a)
+	copy(old[:], srcAt)
+	copy(old[n:], dstAt)
+	for _, a := range [][]byte{srcAt, dstAt} {
+		if m := mapInner(a); len(m) == n {
+			copy(a, m)
 		}
 	}
 	if n == 4 {
 		header.IPv4Header(q[:hl])
 	}
 	off := map[uint8]int{6: header.OffsetTCP, 17: header.OffsetUDP}[proto]
-	if off == 0 || hl+off+2 > len(q) {
+	if !ok || f.Offset != 0 || off == 0 || hl+off+2 > len(q) {
 		return
 	}
 	if c := binary.BigEndian.Uint16(q[hl+off:]); c != 0 || n == 16 {
-		binary.BigEndian.PutUint16(q[hl+off:], header.Update(c, old[:2*n], q[sOff:sOff+2*n]))
+		binary.BigEndian.PutUint16(q[hl+off:], header.Update(header.Update(c, old[:n], srcAt), old[n:2*n], dstAt))
 	}
 }
 

@@ -67,7 +67,7 @@ func writeGo(t *testing.T, path string, lt layers.LinkType, frames []Frame) {
 		put(frames[0].CI.Timestamp, arp)
 	}
 	for i, f := range frames {
-		v6 := f.IP[0]>>4 == 6
+		v6 := header.Version(f.IP) == 6
 		et := []byte{0x08, 0x00}
 		if v6 {
 			et = []byte{0x86, 0xdd}
@@ -188,16 +188,16 @@ func checkPacket(t *testing.T, p Packet) {
 	if p.From == B {
 		from, to = to, from
 	}
-	var src, dst []byte
-	var proto uint8
-	var l4 int
-	if d[0]>>4 == 6 {
-		src, dst, proto, l4 = d[8:24], d[24:40], d[6], 40
+	src, dst := header.AddrBytes(d)
+	l4, proto, _, ok := header.Upper(d)
+	if !ok {
+		t.Fatalf("% x: no IP header", d)
+	}
+	if len(src) == 16 {
 		if !bytes.Equal(src, from.IPv6.AsSlice()) || !bytes.Equal(dst, to.IPv6.AsSlice()) {
 			t.Fatalf("IPv6 %x → %x, want side %v → other", src, dst, p.From)
 		}
 	} else {
-		src, dst, proto, l4 = d[12:16], d[16:20], d[9], int(d[0]&0xf)*4
 		if !bytes.Equal(src, from.IPv4.AsSlice()) || !bytes.Equal(dst, to.IPv4.AsSlice()) {
 			t.Fatalf("IPv4 %x → %x, want side %v → other", src, dst, p.From)
 		}
@@ -336,15 +336,10 @@ func TestRewriteFragments(t *testing.T) {
 		}
 		var udp, src, dst []byte
 		for _, p := range pkts {
-			hl := 20
-			if v6 {
-				hl = 48
-				src, dst = p.Data[8:24], p.Data[24:40]
-			} else {
-				src, dst = p.Data[12:16], p.Data[16:20]
-				if !header.Valid(0, p.Data[:20]) {
-					t.Fatal("fragment header checksum does not verify")
-				}
+			hl, _, _, _ := header.Upper(p.Data)
+			src, dst = header.AddrBytes(p.Data)
+			if !v6 && !header.Valid(0, p.Data[:hl]) {
+				t.Fatal("fragment header checksum does not verify")
 			}
 			udp = append(udp, p.Data[hl:]...)
 		}
@@ -373,7 +368,7 @@ func TestRewritePinsAndSkips(t *testing.T) {
 		t.Fatalf("packets %d + skipped %v != %d frames", st.Packets, st.Skipped, len(frames))
 	}
 	for _, p := range pkts {
-		if p.Data[0]>>4 != 4 || p.From == A && !bytes.Equal(p.Data[12:16], topo.A.IPv4.AsSlice()) {
+		if src, _ := header.AddrBytes(p.Data); len(src) != 4 || p.From == A && !bytes.Equal(src, topo.A.IPv4.AsSlice()) {
 			t.Fatalf("packet from %v: %x", p.From, p.Data[:20])
 		}
 	}
@@ -437,17 +432,18 @@ func TestRewriteICMPErrors(t *testing.T) {
 		if p.From != B {
 			t.Fatalf("error %d sent from side %v, want B", i, p.From)
 		}
-		if p.Data[0]>>4 == 4 {
-			q := p.Data[20+8:]
-			if !bytes.Equal(q[12:16], topo.A.IPv4.AsSlice()) || !bytes.Equal(q[16:20], topo.B.IPv4.AsSlice()) || !header.Valid(0, q[:20]) {
-				t.Fatalf("quoted IPv4 header % x", q[:20])
+		hl, _, _, _ := header.Upper(p.Data)
+		q := p.Data[hl+header.ICMPLen:]
+		src, dst := header.AddrBytes(q)
+		if header.Version(q) == 4 {
+			if !bytes.Equal(src, topo.A.IPv4.AsSlice()) || !bytes.Equal(dst, topo.B.IPv4.AsSlice()) || !header.Valid(0, q[:header.IPv4Len]) {
+				t.Fatalf("quoted IPv4 header % x", q[:header.IPv4Len])
 			}
 		} else {
-			q := p.Data[40+8:]
-			if !bytes.Equal(q[8:24], topo.A.IPv6.AsSlice()) || !bytes.Equal(q[24:40], topo.B.IPv6.AsSlice()) {
-				t.Fatalf("quoted IPv6 header % x", q[:40])
+			if !bytes.Equal(src, topo.A.IPv6.AsSlice()) || !bytes.Equal(dst, topo.B.IPv6.AsSlice()) {
+				t.Fatalf("quoted IPv6 header % x", q[:header.IPv6Len])
 			}
-			if !header.Valid(header.Pseudo(q[8:24], q[24:40], 17, len(q)-40), q[40:]) {
+			if !header.Valid(header.Pseudo(src, dst, 17, len(q)-header.IPv6Len), q[header.IPv6Len:]) {
 				t.Fatal("quoted UDP checksum does not verify after the mapping")
 			}
 		}

@@ -147,10 +147,7 @@ func completeChecksum(p []byte) {
 	if !ok || frag {
 		return
 	}
-	src, dst := p[12:16], p[16:20]
-	if p[0]>>4 == 6 {
-		src, dst = p[8:24], p[24:40]
-	}
+	src, dst := header.AddrBytes(p)
 	seg := p[hl:]
 	switch {
 	case proto == 6 && len(seg) >= 20:
@@ -184,11 +181,11 @@ func newRawSender(ns *netns.Namespace) (*rawSender, error) {
 }
 
 func (s *rawSender) send(p []byte) error {
-	switch {
-	case len(p) >= 20 && p[0]>>4 == 4:
-		return unix.Sendto(s.fd4, p, 0, &unix.SockaddrInet4{Addr: [4]byte(p[16:20])})
-	case len(p) >= 40 && p[0]>>4 == 6:
-		return unix.Sendto(s.fd6, p, 0, &unix.SockaddrInet6{Addr: [16]byte(p[24:40])})
+	switch _, dst := header.AddrBytes(p); len(dst) {
+	case 4:
+		return unix.Sendto(s.fd4, p, 0, &unix.SockaddrInet4{Addr: [4]byte(dst)})
+	case 16:
+		return unix.Sendto(s.fd6, p, 0, &unix.SockaddrInet6{Addr: [16]byte(dst)})
 	}
 	return fmt.Errorf("a %d-byte packet is no IP packet", len(p))
 }

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/internal/gateway"
-	"github.com/espgw/espgw/internal/lab/capture"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/testbed"
@@ -415,30 +414,13 @@ func TestSequenceRecoveryDamagedJournal(t *testing.T) {
 // and returns what lists their sequence numbers so far, in wire order.
 func sniffSeqs(t *testing.T, b *testbed.Bed, spi uint32) func() []uint32 {
 	t.Helper()
-	var mu sync.Mutex
-	var seqs []uint32
-	sn, err := capture.Sniff(b.Topo.WAN, "gw1", capture.SniffOptions{}, func(p capture.Sniffed) {
-		d := p.Data
-		if len(d) < 20 || d[0]>>4 != 4 || d[9] != 50 {
-			return
+	return sniffed(t, b.Topo.WAN, "gw1", func(d []byte) (uint32, bool) {
+		ihl, proto, _, ok := header.Upper(d)
+		if !ok || header.Version(d) != 4 || proto != 50 || len(d) < ihl+8 || binary.BigEndian.Uint32(d[ihl:]) != spi {
+			return 0, false
 		}
-		ihl := int(d[0]&15) * 4
-		if len(d) < ihl+8 || binary.BigEndian.Uint32(d[ihl:]) != spi {
-			return
-		}
-		mu.Lock()
-		seqs = append(seqs, binary.BigEndian.Uint32(d[ihl+4:]))
-		mu.Unlock()
+		return binary.BigEndian.Uint32(d[ihl+4:]), true
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { sn.Stop() })
-	return func() []uint32 {
-		mu.Lock()
-		defer mu.Unlock()
-		return slices.Clone(seqs)
-	}
 }
 
 // TestReloadEditKeepsNumbering runs both gateways with state-dir: off,

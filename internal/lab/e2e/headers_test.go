@@ -3,13 +3,12 @@ package e2e_test
 import (
 	"net"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/espgw/espgw/internal/lab/capture"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
@@ -28,19 +27,11 @@ func TestOuterHeaderOptions(t *testing.T) {
 			return nil
 		}})
 	const tos = 46<<2 | 1 // EF, ECT(1)
-	var mu sync.Mutex
-	var outer [][3]byte // TOS, TTL, flags of each ESP packet from gw1
-	sn, err := capture.Sniff(b.Topo.WAN, "gw1", capture.SniffOptions{}, func(p capture.Sniffed) {
-		if len(p.Data) >= 20 && p.Data[0]>>4 == 4 && p.Data[9] == 50 {
-			mu.Lock()
-			outer = append(outer, [3]byte{p.Data[1], p.Data[8], p.Data[6]})
-			mu.Unlock()
-		}
+	// The outer header of each ESP packet from gw1.
+	outers := sniffed(t, b.Topo.WAN, "gw1", func(ip []byte) (header.IPv4, bool) {
+		h, _, err := header.ParseIPv4(ip)
+		return h, err == nil && h.Protocol == 50
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sn.Stop()
 	dst := netip.AddrPortFrom(b.Topo.Addr.HostB4.Addr(), 9100)
 	var rx *net.UDPConn
 	if err := b.Topo.HostB.Do(func() error {
@@ -96,14 +87,13 @@ func TestOuterHeaderOptions(t *testing.T) {
 		}
 	}
 	time.Sleep(200 * time.Millisecond)
-	mu.Lock()
-	defer mu.Unlock()
+	outer := outers()
 	if len(outer) < count {
 		t.Fatalf("saw %d ESP packets from gw1 on the WAN, want %d", len(outer), count)
 	}
 	for i, o := range outer {
-		if o[0] != 10<<2|1 || o[1] != 9 || o[2]&0x40 == 0 {
-			t.Errorf("ESP packet %d: outer TOS %#x TTL %d flags %#x, want DSCP 10 with ECT(1) (%#x), TTL 9, DF", i, o[0], o[1], o[2], 10<<2|1)
+		if o.TOS != 10<<2|1 || o.TTL != 9 || !o.DF {
+			t.Errorf("ESP packet %d: outer TOS %#x TTL %d DF %v, want DSCP 10 with ECT(1) (%#x), TTL 9, DF", i, o.TOS, o.TTL, o.DF, 10<<2|1)
 		}
 	}
 }

@@ -4,11 +4,10 @@ import (
 	"context"
 	"net/netip"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/espgw/espgw/internal/lab/capture"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/testbed"
 	"github.com/espgw/espgw/sa"
 )
@@ -22,27 +21,17 @@ import (
 func TestTooBigComesFromTheGateway(t *testing.T) {
 	needRoot(t)
 	b := startBed(t, testbed.Options{Prefix: "itptb", Suite: sa.Suite{Cipher: sa.CipherAESCBC, Auth: sa.AuthHMACSHA1_96}, TUNMTU: 1500})
-	var mu sync.Mutex
-	var from []netip.Addr // the source of every too-big error hostA received
-	sn, err := capture.Sniff(b.Topo.HostA, "eth0", capture.SniffOptions{}, func(p capture.Sniffed) {
-		d := p.Data
-		var src netip.Addr
-		switch {
-		case len(d) >= 48 && d[0]>>4 == 6 && d[6] == 58 && d[40] == 2:
-			src = netip.AddrFrom16([16]byte(d[8:24]))
-		case len(d) >= 28 && d[0]>>4 == 4 && d[9] == 1 && d[20] == 3 && d[21] == 4:
-			src = netip.AddrFrom4([4]byte(d[12:16]))
-		default:
-			return
+	// The source of every too-big error hostA received.
+	sources := sniffed(t, b.Topo.HostA, "eth0", func(d []byte) (netip.Addr, bool) {
+		hl, proto, _, ok := header.Upper(d)
+		if !ok {
+			return netip.Addr{}, false
 		}
-		mu.Lock()
-		from = append(from, src)
-		mu.Unlock()
+		m, err := header.ParseICMP(d[hl:])
+		src, _ := header.Addrs(d)
+		return src, err == nil && (proto == 58 && m.Type == header.ICMPv6PacketTooBig ||
+			proto == 1 && m.Type == header.ICMPUnreachable && m.Code == header.ICMPFragNeeded)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sn.Stop()
 	a := b.Topo.Addr
 	for _, c := range []struct {
 		dst  netip.Addr
@@ -54,7 +43,7 @@ func TestTooBigComesFromTheGateway(t *testing.T) {
 		t.Logf("ping %s: %s", c.dst, strings.TrimSpace(string(out)))
 	}
 	time.Sleep(200 * time.Millisecond) // the sniffer's last packets
-	sn.Stop()
+	from := sources()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	held, err := b.Topo.GW1.Command(ctx, "ip", "-o", "addr", "show").Output()
@@ -67,8 +56,6 @@ func TestTooBigComesFromTheGateway(t *testing.T) {
 			own[p.Addr()] = true
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	var v4, v6 int
 	for _, src := range from {
 		if src.Is4() {

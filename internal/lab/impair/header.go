@@ -1,10 +1,6 @@
 package impair
 
-import (
-	"net/netip"
-
-	"github.com/espgw/espgw/internal/header"
-)
+import "github.com/espgw/espgw/internal/header"
 
 // Header impairments: what a WAN does to the outer header rather than to
 // the ESP inside it.
@@ -24,12 +20,7 @@ import (
 // markCE sets the outer ECN field of the located packet to CE.
 func markCE(frame []byte, l *layout) {
 	ip := frame[l.ip:]
-	if l.v6 {
-		ip[1] |= 0x30 // the traffic class's low two bits straddle bytes 0 and 1
-		return
-	}
-	ip[1] |= 0x03
-	header.IPv4Header(ip[:int(ip[0]&0x0f)*4])
+	header.SetTrafficClass(ip, header.TrafficClass(ip)|0x03)
 }
 
 // tooBig reports whether the located packet exceeds the PMTU and may not
@@ -38,7 +29,8 @@ func (s *Stage) tooBig(frame []byte, l *layout) bool {
 	if s.cfg.PMTU == 0 || l.ipEnd-l.ip <= s.cfg.PMTU {
 		return false
 	}
-	return l.v6 || frame[l.ip+6]&0x40 != 0
+	f, _ := header.Fragment(frame[l.ip:l.ipEnd])
+	return l.v6 || f.DF
 }
 
 // Largest ICMP errors built (RFC 1812 §4.3.2.3, RFC 4443 §2.4 (c)).
@@ -56,9 +48,9 @@ func (s *Stage) reportTooBig(frame []byte, l *layout) {
 		link = 14 // any VLAN tags are the relay's to write, with the MACs
 	}
 	orig := frame[l.ip:l.ipEnd]
-	hdr, limit := 20, maxICMP4
+	hdr, limit := header.IPv4Len, maxICMP4
 	if l.v6 {
-		hdr, limit = 40, maxICMP6
+		hdr, limit = header.IPv6Len, maxICMP6
 	}
 	quote := min(len(orig), limit-hdr-8, s.size-link-hdr-8)
 	p := s.getSized(link + hdr + 8 + quote)
@@ -77,17 +69,17 @@ func (s *Stage) reportTooBig(frame []byte, l *layout) {
 	ip := b[link : link+hdr]
 	icmp := b[link+hdr : link+hdr+8+quote]
 	copy(icmp[8:], orig[:quote])
+	// From the packet's destination back to its source.
+	from, to := header.Addrs(orig)
 	if l.v6 {
-		// From the packet's destination back to its source.
-		h := header.IPv6{PayloadLen: uint16(8 + quote), NextHeader: 58, HopLimit: 64,
-			Src: netip.AddrFrom16([16]byte(orig[24:40])), Dst: netip.AddrFrom16([16]byte(orig[8:24]))}
+		h := header.IPv6{PayloadLen: uint16(8 + quote), NextHeader: 58, HopLimit: 64, Src: to, Dst: from}
 		h.Marshal(ip)
 		m := header.ICMP{Type: header.ICMPv6PacketTooBig, Rest: uint32(s.cfg.PMTU)}
 		m.Marshal(icmp)
-		header.L4(icmp, ip[8:24], ip[24:40], 58, header.OffsetICMPv6)
+		src, dst := header.AddrBytes(ip)
+		header.L4(icmp, src, dst, 58, header.OffsetICMPv6)
 	} else {
-		h := header.IPv4{TOS: 0xc0, TotalLen: uint16(hdr + 8 + quote), TTL: 64, Protocol: 1,
-			Src: netip.AddrFrom4([4]byte(orig[16:20])), Dst: netip.AddrFrom4([4]byte(orig[12:16]))}
+		h := header.IPv4{TOS: 0xc0, TotalLen: uint16(hdr + 8 + quote), TTL: 64, Protocol: 1, Src: to, Dst: from}
 		h.Marshal(ip)
 		m := header.ICMP{Type: header.ICMPUnreachable, Code: header.ICMPFragNeeded, Rest: uint32(s.cfg.PMTU) & 0xffff}
 		m.Marshal(icmp)

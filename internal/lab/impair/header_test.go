@@ -1,6 +1,7 @@
 package impair
 
 import (
+	"bytes"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func TestPMTU(t *testing.T) {
 			if ic.TypeCode.Type() != 3 || ic.TypeCode.Code() != 4 || ic.Seq != 1280 || !ip.DstIP.Equal(origSrc) {
 				t.Errorf("kind %d: got %v mtu %d to %v", k, ic.TypeCode, ic.Seq, ip.DstIP)
 			}
-			if len(ic.Payload) < 28 || ic.Payload[9] != big[14+9] {
+			if len(ic.Payload) < 28 || !bytes.Equal(ic.Payload, big[14:14+len(ic.Payload)]) {
 				t.Errorf("kind %d: the quote is not the original packet", k)
 			}
 			if !header.Valid(0, back.Bytes()[14+20:]) {

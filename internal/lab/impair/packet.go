@@ -90,60 +90,25 @@ func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 		}
 	}
 	l.ip = off
-	if len(frame) < off+20 {
+	total, ok := header.PacketLength(frame[off:])
+	if !ok {
 		return l, false
 	}
-	var proto uint8
-	var l4 int
-	switch frame[off] >> 4 {
-	case 4:
-		ihl, _ := header.IPv4HeaderLen(frame[off:])
-		total, ok := header.PacketLength(frame[off:])
-		if !ok {
-			return l, false
-		}
-		if binary.BigEndian.Uint16(frame[off+6:])&0x3fff != 0 { // MF or an offset
-			return l, false
-		}
-		proto = frame[off+9]
-		l4, l.ipEnd = off+ihl, off+total
-	case 6:
-		if len(frame) < off+40 {
-			return l, false
-		}
-		l.v6 = true
-		l.ipEnd = off + 40 + int(binary.BigEndian.Uint16(frame[off+4:]))
-		if l.ipEnd > len(frame) {
-			return l, false
-		}
-		proto, l4 = frame[off+6], off+40
-		for hops := 0; ; hops++ {
-			switch proto {
-			case 0, 43, 60, 51: // hop-by-hop, routing, destination options, AH
-				if hops > 8 || l4+8 > l.ipEnd {
-					return l, false
-				}
-				n := (int(frame[l4+1]) + 1) * 8
-				if proto == 51 {
-					n = (int(frame[l4+1]) + 2) * 4
-				}
-				proto, l4 = frame[l4], l4+n
-				continue
-			}
-			break
-		}
-	default:
+	l.ipEnd, l.v6 = off+total, header.Version(frame[off:]) == 6
+	hl, proto, f, ok := header.Upper(frame[off:l.ipEnd])
+	if !ok || f.Is {
 		return l, false
 	}
+	l4 := off + hl
 	switch {
 	case proto == ipProtoESP && m.esp:
 		l.udp, l.esp = -1, l4
 	case proto == ipProtoUDP && (len(m.ports) > 0 || m.ike):
-		if l4+8 > l.ipEnd || int(binary.BigEndian.Uint16(frame[l4+4:])) != l.ipEnd-l4 {
+		if l4+header.UDPLen > l.ipEnd || int(binary.BigEndian.Uint16(frame[l4+4:])) != l.ipEnd-l4 {
 			return l, false
 		}
-		sp, dp := binary.BigEndian.Uint16(frame[l4:]), binary.BigEndian.Uint16(frame[l4+2:])
-		l.udp, l.esp = l4, l4+8
+		sp, dp := header.Ports(frame[l4:])
+		l.udp, l.esp = l4, l4+header.UDPLen
 		marker := l.esp+8 <= l.ipEnd && binary.BigEndian.Uint32(frame[l.esp:]) == 0
 		switch {
 		case m.ike && (sp == ikePort || dp == ikePort):
@@ -171,13 +136,7 @@ func (m *matcher) locate(frame []byte, link LinkType) (layout, bool) {
 // fixing the IP and UDP lengths and checksums, and returns the new frame
 // length: link padding after the IP packet is dropped with the bytes cut.
 func (l *layout) setLength(frame []byte, newEnd int) int {
-	if l.v6 {
-		binary.BigEndian.PutUint16(frame[l.ip+4:], uint16(newEnd-l.ip-40))
-	} else {
-		ihl, _ := header.IPv4HeaderLen(frame[l.ip:])
-		binary.BigEndian.PutUint16(frame[l.ip+2:], uint16(newEnd-l.ip))
-		header.IPv4Header(frame[l.ip : l.ip+ihl])
-	}
+	header.SetLength(frame[l.ip:], newEnd-l.ip)
 	l.ipEnd = newEnd
 	if l.udp >= 0 {
 		binary.BigEndian.PutUint16(frame[l.udp+4:], uint16(newEnd-l.udp))
@@ -193,14 +152,9 @@ func (l *layout) fixUDP(frame []byte) {
 	if l.udp < 0 {
 		return
 	}
-	if !l.v6 && binary.BigEndian.Uint16(frame[l.udp+6:]) == 0 {
+	if !l.v6 && binary.BigEndian.Uint16(frame[l.udp+header.OffsetUDP:]) == 0 {
 		return
 	}
-	var src, dst []byte
-	if l.v6 {
-		src, dst = frame[l.ip+8:l.ip+24], frame[l.ip+24:l.ip+40]
-	} else {
-		src, dst = frame[l.ip+12:l.ip+16], frame[l.ip+16:l.ip+20]
-	}
+	src, dst := header.AddrBytes(frame[l.ip:])
 	header.L4(frame[l.udp:l.ipEnd], src, dst, ipProtoUDP, header.OffsetUDP)
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/espgw/espgw/esp"
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/capture"
 	"github.com/espgw/espgw/internal/lab/impair"
 	"github.com/espgw/espgw/internal/lab/netns"
@@ -90,9 +91,10 @@ func sendRaw(ns *netns.Namespace, pkts [][]byte) error {
 	return ns.Do(func() error {
 		for _, p := range pkts {
 			fam := unix.AF_INET
-			var to unix.Sockaddr = &unix.SockaddrInet4{Addr: [4]byte(p[16:20])}
-			if p[0]>>4 == 6 {
-				fam, to = unix.AF_INET6, &unix.SockaddrInet6{Addr: [16]byte(p[24:40])}
+			_, dst := header.AddrBytes(p)
+			var to unix.Sockaddr = &unix.SockaddrInet4{Addr: [4]byte(dst)}
+			if len(dst) == 16 {
+				fam, to = unix.AF_INET6, &unix.SockaddrInet6{Addr: [16]byte(dst)}
 			}
 			fd, err := unix.Socket(fam, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
 			if err != nil {
@@ -149,14 +151,15 @@ func watchOuter(t *testing.T, b *Bed, ifname string, sas []*sa.SA) (func() map[i
 		t.Fatal(err)
 	}
 	seen, stop := sniffByID(t, b.WAN, ifname, func(ip []byte) (int, outerFields) {
-		if len(ip) < 20 || ip[0]>>4 != 4 {
+		h, _, err := header.ParseIPv4(ip)
+		if err != nil {
 			return -1, outerFields{}
 		}
 		r, err := op.Open(context.Background(), ip)
 		if err != nil || r.Inner == nil {
 			return -1, outerFields{}
 		}
-		return judgeID(r.Inner), outerFields{tos: ip[1], ttl: ip[8], df: ip[6]&0x40 != 0}
+		return judgeID(r.Inner), outerFields{tos: h.TOS, ttl: h.TTL, df: h.DF}
 	})
 	return seen, func() {
 		stop()
@@ -205,10 +208,11 @@ func watchNear(t *testing.T, b *Bed) (func() map[int]delivered, func()) {
 		if id < 0 || len(ip) < 40 {
 			return -1, delivered{}
 		}
-		if ip[0]>>4 == 6 {
-			return id, delivered{tos: int(ip[0]&0x0f)<<4 | int(ip[1]>>4), ttl: int(ip[7]), payload: hex.EncodeToString(ip[48:])}
+		hl := header.IPv4Len
+		if header.Version(ip) == 6 {
+			hl = header.IPv6Len
 		}
-		return id, delivered{tos: int(ip[1]), ttl: int(ip[8]), payload: hex.EncodeToString(ip[28:])}
+		return id, delivered{tos: int(header.TrafficClass(ip)), ttl: int(header.TTL(ip)), payload: hex.EncodeToString(ip[hl+header.UDPLen:])}
 	})
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/espgw/espgw/internal/header"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/google/gopacket"
 	"github.com/google/gopacket/layers"
@@ -68,7 +69,7 @@ func TestCapturesDecode(t *testing.T) {
 			}
 			n++
 			p := gopacket.NewPacket(data, layers.LayerTypeIPv4, gopacket.Default)
-			if data[0]>>4 == 6 {
+			if header.Version(data) == 6 {
 				p = gopacket.NewPacket(data, layers.LayerTypeIPv6, gopacket.Default)
 			}
 			if e := p.ErrorLayer(); e != nil {

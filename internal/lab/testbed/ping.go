@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"regexp"
@@ -142,7 +141,7 @@ type pingWatch struct {
 	mu    sync.Mutex
 	ids   map[uint16]bool
 	seqs  map[int]bool // of the replies to those requests
-	frags map[string]*fragments
+	frags map[datagramKey]*fragments
 }
 
 type fragments struct {
@@ -152,7 +151,7 @@ type fragments struct {
 }
 
 func newPingWatch(dst netip.Addr) *pingWatch {
-	return &pingWatch{dst: dst, ids: map[uint16]bool{}, seqs: map[int]bool{}, frags: map[string]*fragments{}}
+	return &pingWatch{dst: dst, ids: map[uint16]bool{}, seqs: map[int]bool{}, frags: map[datagramKey]*fragments{}}
 }
 
 func (w *pingWatch) replied() map[int]bool {
@@ -187,10 +186,12 @@ func (w *pingWatch) see(s capture.Sniffed) {
 			return
 		}
 	}
-	if len(icmp) < 8 {
+	m, err := header.ParseICMP(icmp)
+	if err != nil {
 		return
 	}
-	typ, id, seq := icmp[0], binary.BigEndian.Uint16(icmp[4:]), int(binary.BigEndian.Uint16(icmp[6:]))
+	// An echo's identifier and sequence number are the header's last four bytes.
+	typ, id, seq := m.Type, uint16(m.Rest>>16), int(m.Rest&0xffff)
 	switch {
 	case s.Outgoing && (typ == 8 || typ == 128):
 		w.ids[id] = true
@@ -230,36 +231,30 @@ type ipDatagram struct {
 	proto    uint8
 	payload  []byte
 	fragment bool
-	key      string // source, destination, protocol and identification
+	key      datagramKey
 	offset   int
 	more     bool
+}
+
+// datagramKey names the datagram a fragment is of.
+type datagramKey struct {
+	src, dst netip.Addr
+	proto    uint8
+	id       uint32
 }
 
 // datagram reads the fragmentation of an IPv4 packet, or of an IPv6 packet
 // from its fragment header.
 func datagram(p []byte) (ipDatagram, bool) {
-	hl, proto, _, frag, ok := header.Header(p)
+	hl, proto, _, _, ok := header.Header(p)
 	if !ok {
 		return ipDatagram{}, false
 	}
-	d := ipDatagram{proto: proto, payload: p[hl:]}
-	if p[0]>>4 == 4 {
-		fo := binary.BigEndian.Uint16(p[6:])
-		d.offset, d.more = int(fo&0x1fff)*8, fo&0x2000 != 0
-		d.fragment = d.more || d.offset != 0
-		d.key = string(p[12:20]) + string(p[9:10]) + string(p[4:6])
-		return d, true
+	f, _ := header.Fragment(p)
+	d := ipDatagram{proto: proto, payload: p[hl:], fragment: f.Is, offset: f.Offset, more: f.More}
+	if f.Is {
+		src, dst := header.Addrs(p)
+		d.key = datagramKey{src, dst, f.Proto, f.ID}
 	}
-	if !frag {
-		return d, true
-	}
-	// The fragment header is the last of the headers Header walked.
-	off, nh := 40, p[6]
-	for nh != 44 {
-		nh, off = p[off], off+(int(p[off+1])+1)*8
-	}
-	fo := binary.BigEndian.Uint16(p[off+2:])
-	d.fragment, d.offset, d.more = true, int(fo&^7), fo&1 != 0
-	d.key = string(p[8:40]) + string(p[off:off+1]) + string(p[off+4:off+8])
 	return d, true
 }

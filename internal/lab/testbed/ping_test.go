@@ -1,7 +1,6 @@
 package testbed
 
 import (
-	"encoding/binary"
 	"net/netip"
 	"testing"
 
@@ -52,33 +51,24 @@ func TestCountReplies(t *testing.T) {
 // echo builds an IPv4 echo request or reply of n payload bytes, split into
 // fragments of at most mtu bytes when mtu > 0.
 func echo(src, dst netip.Addr, reply bool, id, seq uint16, n, mtu int) [][]byte {
-	icmp := make([]byte, 8+n)
+	icmp := make([]byte, header.ICMPLen+n)
+	m := header.ICMP{Rest: uint32(id)<<16 | uint32(seq)}
 	if !reply {
-		icmp[0] = 8
+		m.Type = 8
 	}
-	binary.BigEndian.PutUint16(icmp[4:], id)
-	binary.BigEndian.PutUint16(icmp[6:], seq)
-	header.L4(icmp, nil, nil, 1, header.OffsetICMP)
+	m.Marshal(icmp)
+	header.ICMPChecksum(icmp)
 	step := len(icmp)
 	if mtu > 0 {
-		step = (mtu - 20) &^ 7
+		step = (mtu - header.IPv4Len) &^ 7
 	}
 	var out [][]byte
 	for off := 0; off < len(icmp); off += step {
 		end := min(off+step, len(icmp))
-		p := make([]byte, 20+end-off)
-		p[0], p[8], p[9] = 0x45, 64, 1
-		binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
-		binary.BigEndian.PutUint16(p[4:], 77)
-		fo := uint16(off / 8)
-		if end < len(icmp) {
-			fo |= 0x2000
-		}
-		binary.BigEndian.PutUint16(p[6:], fo)
-		copy(p[12:], src.AsSlice())
-		copy(p[16:], dst.AsSlice())
-		header.IPv4Header(p[:20])
-		copy(p[20:], icmp[off:end])
+		p := make([]byte, header.IPv4Len+end-off)
+		h := header.IPv4{TotalLen: uint16(len(p)), ID: 77, MF: end < len(icmp), FragOff: uint16(off), TTL: 64, Protocol: 1, Src: src, Dst: dst}
+		h.Marshal(p)
+		copy(p[header.IPv4Len:], icmp[off:end])
 		out = append(out, p)
 	}
 	return out

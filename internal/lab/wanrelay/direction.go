@@ -278,7 +278,6 @@ func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 		d.c.RxMalformed++
 		return
 	}
-	v6 := frame[ip]>>4 == 6
 	payload := frame[udp+8:]
 	d.c.GSOSegmented++
 	for n := 0; len(payload) > 0; n++ {
@@ -287,17 +286,11 @@ func (d *direction) segment(now time.Time, h vnetHdr, frame []byte) {
 		seg := d.seg[:udp+8+len(chunk)]
 		copy(seg, frame[:udp+8])
 		copy(seg[udp+8:], chunk)
-		var src, dst []byte
-		if v6 {
-			binary.BigEndian.PutUint16(seg[ip+4:], uint16(len(seg)-ip-40))
-			src, dst = seg[ip+8:ip+24], seg[ip+24:ip+40]
-		} else {
-			ihl, _ := header.IPv4HeaderLen(seg[ip:])
-			binary.BigEndian.PutUint16(seg[ip+2:], uint16(len(seg)-ip))
-			binary.BigEndian.PutUint16(seg[ip+4:], binary.BigEndian.Uint16(frame[ip+4:])+uint16(n))
-			header.IPv4Header(seg[ip : ip+ihl])
-			src, dst = seg[ip+12:ip+16], seg[ip+16:ip+20]
+		if header.Version(seg[ip:]) == 4 {
+			header.SetIPv4ID(seg[ip:], header.IPv4ID(frame[ip:])+uint16(n))
 		}
+		header.SetLength(seg[ip:], len(seg)-ip)
+		src, dst := header.AddrBytes(seg[ip:])
 		binary.BigEndian.PutUint16(seg[udp+4:], uint16(8+len(chunk)))
 		header.L4(seg[udp:], src, dst, 17, header.OffsetUDP)
 		d.c.GSOSegments++

@@ -118,20 +118,18 @@ func (r *router) route(frame []byte) verdict {
 		return notRouted // broadcast, multicast, another host's
 	}
 	ip := frame[14:]
-	var dst netip.Addr
-	var ttl *byte
-	switch et := binary.BigEndian.Uint16(frame[12:]); {
-	case et == 0x0800 && ip[0]>>4 == 4:
-		dst, ttl = netip.AddrFrom4([4]byte(ip[16:20])), &ip[8]
-	case et == 0x86dd && ip[0]>>4 == 6 && len(ip) >= 40:
-		dst, ttl = netip.AddrFrom16([16]byte(ip[24:40])), &ip[7]
+	switch et, v := binary.BigEndian.Uint16(frame[12:]), header.Version(ip); {
+	case et == 0x0800 && v == 4:
+	case et == 0x86dd && v == 6 && len(ip) >= header.IPv6Len:
 	default:
 		return notRouted
 	}
+	_, dst := header.Addrs(ip)
 	if r.local[dst] || dst.IsMulticast() || dst.IsLinkLocalUnicast() || dst == netip.IPv4Unspecified() {
 		return notRouted
 	}
-	if *ttl <= 1 {
+	ttl := header.TTL(ip)
+	if ttl <= 1 {
 		return ttlExpired
 	}
 	mac, ok := r.hops[dst]
@@ -141,12 +139,7 @@ func (r *router) route(frame []byte) verdict {
 			return v
 		}
 	}
-	*ttl--
-	if ip[0]>>4 == 4 {
-		// The TTL is the high byte of the header's fifth word.
-		was, now := [2]byte{*ttl + 1, ip[9]}, [2]byte{*ttl, ip[9]}
-		binary.BigEndian.PutUint16(ip[10:], header.Update(binary.BigEndian.Uint16(ip[10:]), was[:], now[:]))
-	}
+	header.SetTTL(ip, ttl-1)
 	copy(frame[:6], mac[:])
 	copy(frame[6:12], r.out.mac)
 	return forward

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/espgw/espgw/internal/header"
 )
 
 // inject sends each hex-encoded IP packet as the guest's own, through its
@@ -29,30 +31,26 @@ func inject(args []string) error {
 		if err != nil || len(pkt) < 20 {
 			return fmt.Errorf("packet %d: not a hex IP packet", i)
 		}
-		v6 := pkt[0]>>4 == 6
-		if !v6 && pkt[9] == syscall.IPPROTO_UDP {
-			if err := sendUDP4(pkt); err != nil {
+		if ip4, hl, err := header.ParseIPv4(pkt); err == nil && ip4.Protocol == syscall.IPPROTO_UDP {
+			if err := sendUDP4(ip4, pkt[hl:]); err != nil {
 				return fmt.Errorf("send packet %d: %w", i, err)
 			}
 			continue
 		}
-		fam := syscall.AF_INET
-		if v6 {
-			fam = syscall.AF_INET6
+		fam, to := syscall.AF_INET, syscall.Sockaddr(nil)
+		switch _, dst := header.AddrBytes(pkt); {
+		case len(dst) == 4:
+			to = &syscall.SockaddrInet4{Addr: [4]byte(dst)}
+		case len(dst) == 16:
+			fam, to = syscall.AF_INET6, &syscall.SockaddrInet6{Addr: [16]byte(dst)}
+		case header.Version(pkt) == 6:
+			return fmt.Errorf("packet %d: short IPv6 packet", i)
+		default:
+			return fmt.Errorf("packet %d: not a hex IP packet", i)
 		}
 		fd, err := syscall.Socket(fam, syscall.SOCK_RAW, syscall.IPPROTO_RAW)
 		if err != nil {
 			return fmt.Errorf("raw socket: %w", err)
-		}
-		var to syscall.Sockaddr
-		if v6 {
-			if len(pkt) < 40 {
-				syscall.Close(fd)
-				return fmt.Errorf("packet %d: short IPv6 packet", i)
-			}
-			to = &syscall.SockaddrInet6{Addr: [16]byte(pkt[24:40])}
-		} else {
-			to = &syscall.SockaddrInet4{Addr: [4]byte(pkt[16:20])}
 		}
 		err = syscall.Sendto(fd, pkt, 0, to)
 		syscall.Close(fd)
@@ -63,32 +61,31 @@ func inject(args []string) error {
 	return nil
 }
 
-// sendUDP4 sends the IPv4 UDP packet pkt's payload from a UDP socket with
-// its header's marks.
-func sendUDP4(pkt []byte) error {
-	ihl := int(pkt[0]&0x0f) * 4
-	if len(pkt) < ihl+8 {
+// sendUDP4 sends the payload of the UDP datagram u, which the IPv4 header
+// h carries, from a UDP socket with the header's marks.
+func sendUDP4(h header.IPv4, u []byte) error {
+	if len(u) < header.UDPLen {
 		return fmt.Errorf("short UDP packet")
 	}
-	u := pkt[ihl:]
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_DGRAM, 0)
 	if err != nil {
 		return err
 	}
 	defer syscall.Close(fd)
 	pmtu := syscall.IP_PMTUDISC_DONT
-	if pkt[6]&0x40 != 0 {
+	if h.DF {
 		pmtu = syscall.IP_PMTUDISC_DO
 	}
-	for _, o := range [][2]int{{syscall.IP_TOS, int(pkt[1])}, {syscall.IP_TTL, int(pkt[8])}, {syscall.IP_MTU_DISCOVER, pmtu}} {
+	for _, o := range [][2]int{{syscall.IP_TOS, int(h.TOS)}, {syscall.IP_TTL, int(h.TTL)}, {syscall.IP_MTU_DISCOVER, pmtu}} {
 		if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_IP, o[0], o[1]); err != nil {
 			return fmt.Errorf("socket option %d: %w", o[0], err)
 		}
 	}
-	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: int(binary.BigEndian.Uint16(u[0:])), Addr: [4]byte(pkt[12:16])}); err != nil {
+	sport, dport := header.Ports(u)
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Port: int(sport), Addr: h.Src.As4()}); err != nil {
 		return fmt.Errorf("bind: %w", err)
 	}
-	return syscall.Sendto(fd, u[8:], 0, &syscall.SockaddrInet4{Port: int(binary.BigEndian.Uint16(u[2:])), Addr: [4]byte(pkt[16:20])})
+	return syscall.Sendto(fd, u[header.UDPLen:], 0, &syscall.SockaddrInet4{Port: int(dport), Addr: h.Dst.As4()})
 }
 
 // recvMarks receives UDP datagrams on PORT (IPv4 and IPv6) until COUNT
