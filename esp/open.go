@@ -164,18 +164,10 @@ func (s *SA) restoreTransport(p *Packet, payloadOff, n int, nh uint8) Reason {
 // check instead, lets it in. A fragment's checksum covers its whole
 // datagram and is left as it is; so is an IPv4 UDP checksum of zero (none).
 func fixL4(hdr, seg []byte, proto uint8) {
-	var src, dst []byte
-	if hdr[0]>>4 == 4 {
-		if binary.BigEndian.Uint16(hdr[6:])&0x3fff != 0 {
-			return // MF set or an offset: a fragment
-		}
-		src, dst = hdr[12:16], hdr[16:20]
-	} else {
-		if _, _, _, frag, _ := header.Header(hdr); frag {
-			return
-		}
-		src, dst = hdr[8:24], hdr[24:40]
+	if f, ok := header.Fragment(hdr); !ok || f.Is {
+		return
 	}
+	src, dst := header.AddrBytes(hdr)
 	switch {
 	case proto == 6 && len(seg) >= 20:
 		header.L4(seg, src, dst, proto, 16)
