@@ -256,3 +256,20 @@ func TestIKEGatewayRekeyUnderLoad(t *testing.T) {
 		}
 	}
 }
+
+// warnings picks a gateway log's warning and error lines, at most n.
+func TestWarnings(t *testing.T) {
+	log := "time=1 level=INFO msg=a\ntime=2 level=WARN msg=b\ntime=3 level=ERROR msg=c\ntime=4 level=WARN msg=d"
+	for _, c := range []struct {
+		n    int
+		want string
+	}{
+		{0, ""},
+		{2, "time=2 level=WARN msg=b\ntime=3 level=ERROR msg=c"},
+		{9, "time=2 level=WARN msg=b\ntime=3 level=ERROR msg=c\ntime=4 level=WARN msg=d"},
+	} {
+		if got := warnings(log, c.n); got != c.want {
+			t.Errorf("warnings(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+}

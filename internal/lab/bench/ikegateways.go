@@ -58,13 +58,17 @@ type IKEGateways struct {
 }
 
 // IKEGatewayCounts are one gateway's packet counters: through the TUN and
-// the wire, and dropped by reason (the gateway's and its SAs' together).
+// the wire, and dropped by reason (the gateway's and its SAs' together);
+// and its IKE daemon's counts over every connection, for what a lost
+// packet may have met (an IKE SA failed and set up again, a CHILD_SA not
+// put in force, retransmissions).
 type IKEGatewayCounts struct {
 	TunIn   uint64            `json:"tun_in"`
 	TunOut  uint64            `json:"tun_out"`
 	WireIn  uint64            `json:"wire_in"`
 	WireOut uint64            `json:"wire_out"`
 	Drops   map[string]uint64 `json:"drops,omitempty"`
+	IKE     map[string]uint64 `json:"ike,omitempty"`
 }
 
 func countsOf(st gateway.Stats) IKEGatewayCounts {
@@ -75,6 +79,24 @@ func countsOf(st gateway.Stats) IKEGatewayCounts {
 	for _, x := range st.SAs {
 		for k, v := range x.Drops {
 			c.Drops["sa "+k] += v
+		}
+	}
+	if st.IKE != nil {
+		c.IKE = map[string]uint64{"queue full": st.IKE.QueueFull, "unknown peer": st.IKE.UnknownPeer}
+		for _, x := range st.IKE.Connections {
+			for k, v := range map[string]uint64{"initiated": x.Initiated, "established": x.Established, "failed": x.Failed,
+				"child rekeys": x.ChildRekeys, "dpd failures": x.DPDFailures, "expired": x.Expired,
+				"install failures": x.InstallFailures, "redundant": x.RedundantChildSAs} {
+				c.IKE[k] += v
+			}
+			for k, v := range x.Events {
+				c.IKE[k] += v
+			}
+		}
+		for k, v := range c.IKE {
+			if v == 0 {
+				delete(c.IKE, k)
+			}
 		}
 	}
 	return c
@@ -330,10 +352,27 @@ func (b *ikeBed) measureGateways(ctx context.Context, res *IKEGateways) (err err
 	}
 	res.KernelLosses = after.Since(before)
 	if res.RekeyLost > 0 {
-		return fmt.Errorf("%d of %d packets lost while gw1 rekeyed %d CHILD_SAs; the kernels' loss counters grew: %v",
-			res.RekeyLost, res.RekeySent, res.Rekeys, res.KernelLosses)
+		var ike [2]map[string]uint64
+		for i, ns := range []*netns.Namespace{topo.GW1, topo.GW2} {
+			if st, err := testbed.GatewayStats(ctx, ns, b.o.Binary); err == nil {
+				ike[i] = countsOf(st).IKE
+			}
+		}
+		return fmt.Errorf("%d of %d packets lost while gw1 rekeyed %d CHILD_SAs; the kernels' loss counters grew: %v; the IKE daemons' counts: gw1 %v, gw2 %v; gw1's warnings:\n%s",
+			res.RekeyLost, res.RekeySent, res.Rekeys, res.KernelLosses, ike[0], ike[1], warnings(gw1.Output(), 20))
 	}
 	return nil
+}
+
+// warnings are the first n warning and error lines of a gateway's log.
+func warnings(log string, n int) string {
+	var out []string
+	for _, l := range strings.Split(log, "\n") {
+		if len(out) < n && (strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR")) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // profileRekeys writes a CPU profile of each gateway over d, from after
