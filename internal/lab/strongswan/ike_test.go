@@ -95,13 +95,6 @@ type ikeRun struct {
 	certs    *testCerts
 }
 
-// negotiate brings the tunnel up, espgw or charon initiating; the
-// namespaces, charon and the endpoint go at the end of the test.
-func negotiate(t *testing.T, ctx context.Context, ikeProposal, charonIKE, esp string, charonInitiates bool) *ikeRun {
-	t.Helper()
-	return negotiateWith(t, ctx, negotiation{ike: ikeProposal, charonIKE: charonIKE, esp: esp, charonInitiates: charonInitiates})
-}
-
 // negotiation is how a tunnel is brought up: the proposals, who
 // initiates, and, with a key type, certificates from a CA made for the
 // test rather than a PSK.
