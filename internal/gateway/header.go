@@ -57,15 +57,11 @@ const (
 func (h *saHeader) setOuter(p *esp.Packet) {
 	pkt := p.Data()
 	tc := header.TrafficClass(pkt)
-	v4 := pkt[0]>>4 == 4
+	v4 := header.Version(pkt) == 4
 	p.TOS, p.FragMTU = tc, 0
 	if !h.tunnel {
 		// Transport mode: the packet's own header goes on the wire.
-		if v4 {
-			p.TTL, p.Fragment = pkt[8], pkt[6]&0x40 == 0
-		} else {
-			p.TTL, p.Fragment = pkt[7], false
-		}
+		p.TTL, p.Fragment = header.TTL(pkt), v4 && !header.DF(pkt)
 		return
 	}
 	p.TTL, p.Fragment = h.ttl, false
@@ -75,7 +71,7 @@ func (h *saHeader) setOuter(p *esp.Packet) {
 	if !h.outer6 {
 		switch h.df {
 		case sa.DFCopy:
-			p.Fragment = v4 && pkt[6]&0x40 == 0
+			p.Fragment = v4 && !header.DF(pkt)
 		case sa.DFClear:
 			p.Fragment = true
 		}

@@ -38,6 +38,11 @@ func TTL(pkt []byte) uint8 {
 	return pkt[7]
 }
 
+// DF reports whether an IPv4 packet has its don't fragment flag set; an
+// IPv6 packet (which routers never fragment) reports false. The caller has
+// checked that the fixed header is there.
+func DF(pkt []byte) bool { return pkt[0]>>4 == 4 && pkt[6]&0x40 != 0 }
+
 // SetTTL writes it, keeping an IPv4 header's checksum right by an
 // incremental update (Update).
 func SetTTL(pkt []byte, ttl uint8) {

@@ -65,6 +65,17 @@ func TestFields(t *testing.T) {
 	if s, d := Ports(v4[IPv4Len:]); s != 4500 || d != 500 {
 		t.Errorf("Ports = %d %d, want 4500 500", s, d)
 	}
+	df := append([]byte(nil), v4...)
+	df[6] |= 0x40
+	for _, c := range []struct {
+		name string
+		b    []byte
+		want bool
+	}{{"ipv4", v4, false}, {"ipv4 df", df, true}, {"ipv6", v6, false}} {
+		if got := DF(c.b); got != c.want {
+			t.Errorf("DF(%s) = %v, want %v", c.name, got, c.want)
+		}
+	}
 }
 
 // fragPkt builds an IPv6 packet of the extension headers exts (next header
