@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/espgw/espgw/internal/gateway"
 	"github.com/espgw/espgw/internal/lab/labtest"
 	"github.com/espgw/espgw/internal/lab/netns"
 	"github.com/espgw/espgw/internal/lab/strongswan"
@@ -270,6 +271,26 @@ func TestWarnings(t *testing.T) {
 	} {
 		if got := warnings(log, c.n); got != c.want {
 			t.Errorf("warnings(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+}
+
+// The gateway pair's configurations parse, and gw1's CHILD_SAs live far
+// past their rekeys, so a rekey the load delays is never an expiry.
+func TestGatewayConfigLifetimes(t *testing.T) {
+	t.Setenv("ESPGW_BENCH_PSK", ikeSecret)
+	rekey, spread := 40*time.Second, 8*time.Second
+	for i := range 2 {
+		text := gatewayConfig(netns.StandardAddresses(), i, 3, "aes128-sha256-x25519", "aes128gcm16", rekey, spread, false)
+		cfg, err := gateway.ParseConfig("gw.yaml", []byte(text), nil)
+		if err != nil {
+			t.Fatalf("gw%d: %v\n%s", i+1, err, text)
+		}
+		for _, c := range cfg.IKE.Connections {
+			ch := c.Children[0]
+			if i == 0 && (ch.RekeyTime != rekey || ch.LifeTime < 2*rekey) {
+				t.Errorf("gw1 %s: rekey_time %v, life_time %v; want %v and at least twice that", c.Name, ch.RekeyTime, ch.LifeTime, rekey)
+			}
 		}
 	}
 }
