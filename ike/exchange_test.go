@@ -213,6 +213,9 @@ func TestWrongPSKFails(t *testing.T) {
 	if n := p.r.Counts()["authentication failed"]; n != 1 {
 		t.Errorf("responder counted %d authentication failures", n)
 	}
+	if n := p.i.Counts()["AUTHENTICATION_FAILED received"]; n != 1 {
+		t.Errorf("initiator counted %d refusals of its authentication", n)
+	}
 	if len(p.i.SAs())+len(p.r.SAs()) != 0 {
 		t.Error("IKE SAs left after a failed authentication")
 	}

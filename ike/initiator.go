@@ -201,6 +201,7 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 		return nil, err
 	}
 	if n := m.Notify(NotifyAuthenticationFailed); n != nil {
+		e.count("AUTHENTICATION_FAILED received")
 		return nil, errors.New("the responder answered AUTHENTICATION_FAILED")
 	}
 	idr, _ := m.Find(PayloadIDr).(*ID)
@@ -208,6 +209,7 @@ func (s *IKESA) authenticate(ctx context.Context) (*Child, error) {
 	switch {
 	case idr == nil || peerAuth == nil:
 		if n := m.ErrorNotify(); n != nil {
+			e.count(n.Kind.String() + " received")
 			return nil, fmt.Errorf("the responder answered %s", n.Kind)
 		}
 		return nil, errors.New("the response lacks IDr or AUTH")
