@@ -60,26 +60,9 @@ func TestGatewayTransportThroughNAT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nat, err := nb.AddNamespace("nat")
+	nat, err := nb.AddNAT(ctx, home, netns.NAT{Name: "nat", HomeIf: "wan0", InsideIf: "inside0", Home: gw1, Inside: natInside, OutIf: "cgtap0", Ports: "40000-40999"})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if err := nb.Connect(home, "wan0", nat, "inside0", netns.LinkOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, step := range []func() error{
-		func() error { return home.AddAddr("wan0", gw1) },
-		func() error { return nat.AddAddr("inside0", natInside) },
-		func() error { return home.AddRoute(netip.MustParsePrefix("0.0.0.0/0"), natInside.Addr()) },
-		nat.EnableForwarding,
-	} {
-		if err := step(); err != nil {
-			t.Fatalf("set up the NAT: %v", err)
-		}
-	}
-	rule := []string{"-t", "nat", "-A", "POSTROUTING", "-s", gw1.Addr().String(), "-o", "cgtap0", "-p", "udp", "-j", "MASQUERADE", "--to-ports", "40000-40999"}
-	if out, err := nat.Output(ctx, "iptables", rule...); err != nil {
-		t.Fatalf("set up the NAT: %v\n%s", err, out)
 	}
 
 	secret := make([]byte, 16)

@@ -121,7 +121,11 @@ func newBedWith(t *testing.T, ctx context.Context, bc bedConfig) *bed {
 	b := &bed{children: make(chan *ike.Child, 8), transport: transport, local: hostAddr.Addr(), nat: bc.nat}
 	tapNS := ns
 	if bc.nat {
-		if tapNS, err = natBefore(t, ctx, nb, ns); err != nil {
+		// A NAT namespace holds the tap and masquerades espgw's UDP
+		// to hostAddr and a port of natPorts.
+		labtest.NeedTools(t, "iptables")
+		tapNS, err = nb.AddNAT(ctx, ns, netns.NAT{Name: "nat", HomeIf: "wan0", InsideIf: "inside0", Home: behindNAT, Inside: natInside, OutIf: "lswtap0", Ports: natPorts})
+		if err != nil {
 			t.Fatal(err)
 		}
 		b.local = behindNAT.Addr()
@@ -182,36 +186,6 @@ func newBedWith(t *testing.T, ctx context.Context, bc bedConfig) *bed {
 	go func() { served <- tr.Serve(serveCtx, b.ep) }()
 	t.Cleanup(func() { stop(); <-served })
 	return b
-}
-
-// natBefore puts a NAT namespace between espgw's namespace and the guest:
-// it holds the tap (returned, for pluto's Config.Netns) and masquerades
-// espgw's UDP to hostAddr and a port of natPorts.
-func natBefore(t *testing.T, ctx context.Context, nb *netns.Bed, espgw *netns.Namespace) (*netns.Namespace, error) {
-	t.Helper()
-	labtest.NeedTools(t, "iptables")
-	nat, err := nb.AddNamespace("nat")
-	if err != nil {
-		return nil, err
-	}
-	if err := nb.Connect(espgw, "wan0", nat, "inside0", netns.LinkOptions{}); err != nil {
-		return nil, err
-	}
-	for _, step := range []func() error{
-		func() error { return espgw.AddAddr("wan0", behindNAT) },
-		func() error { return nat.AddAddr("inside0", natInside) },
-		func() error { return espgw.AddRoute(netip.MustParsePrefix("0.0.0.0/0"), natInside.Addr()) },
-		nat.EnableForwarding,
-	} {
-		if err := step(); err != nil {
-			return nil, fmt.Errorf("set up the NAT: %w", err)
-		}
-	}
-	rule := []string{"-t", "nat", "-A", "POSTROUTING", "-s", behindNAT.Addr().String(), "-o", "lswtap0", "-p", "udp", "-j", "MASQUERADE", "--to-ports", natPorts}
-	if out, err := nat.Output(ctx, "iptables", rule...); err != nil {
-		return nil, fmt.Errorf("set up the NAT: iptables %s: %w\n%s", strings.Join(rule, " "), err, out)
-	}
-	return nat, nil
 }
 
 // kernelHas checks that the CHILD_SA is in the bed's mode and that pluto
