@@ -315,10 +315,10 @@ func (c *saClaim) change(add []*sa.SA, del []saKey, held func(saKey) bool, apply
 		kept := make(map[saKey]bool, len(add))
 		for _, s := range add {
 			k := keyOf(s)
-			kept[k] = true
-			if !held(k) {
+			if !kept[k] && !held(k) {
 				added = append(added, claimOf(k))
 			}
+			kept[k] = true
 		}
 		var dropped []saKey
 		for _, k := range del {

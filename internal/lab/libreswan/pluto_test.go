@@ -33,8 +33,12 @@ var (
 	natInside = netip.MustParsePrefix("198.51.100.254/30")
 )
 
-// natPorts are the source ports the NAT maps espgw's to.
-const natPorts = "40000-40999"
+// The NAT maps espgw's source ports to natLow–natHigh (natPorts, as
+// iptables takes them).
+const (
+	natLow, natHigh = 40000, 40999
+	natPorts        = "40000-40999"
+)
 
 // bed is espgw's ike endpoint in a namespace and pluto in the guest
 // behind its tap.
@@ -270,7 +274,7 @@ func natPortsOK(theirs, ours *sa.SA) bool {
 	if ours.Dst == guestAddr.Addr() {
 		plutoPort, espgwPort = theirs.DstPort, theirs.SrcPort
 	}
-	return plutoPort == 4500 && espgwPort >= 40000 && espgwPort <= 40999
+	return plutoPort == 4500 && espgwPort >= natLow && espgwPort <= natHigh
 }
 
 // kernelLacks checks that no SA of the child is left in the guest's
